@@ -1,0 +1,58 @@
+"""kiln: a small, hackable deep-learning compiler with Apache TVM's Relay-era API.
+
+``import kiln as tvm`` gives TVM's top-level names; subpackages load on first use.
+"""
+
+from __future__ import annotations
+
+from kiln._lazy import attach
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    # subpackages
+    "runtime": "kiln.runtime",
+    "nd": "kiln.runtime.ndarray",
+    "ndarray": "kiln.runtime.ndarray",
+    "ir": "kiln.ir",
+    "transform": "kiln.ir.transform",
+    "relay": "kiln.relay",
+    "parser": "kiln.relay.parser",
+    "te": "kiln.te",
+    "tir": "kiln.tir",
+    "arith": "kiln.arith",
+    "topi": "kiln.topi",
+    "target": "kiln.target",
+    "contrib": "kiln.contrib",
+    "testing": "kiln.testing",
+    "micro": "kiln.micro",
+    "rpc": "kiln.rpc",
+    "autotvm": "kiln.autotvm",
+    "jit": "kiln.jit",
+    "driver": "kiln.driver",
+    "error": "kiln.runtime.error",
+    # runtime names
+    "Object": ("kiln.runtime.object", "Object"),
+    "register_object": ("kiln.runtime.object", "register_object"),
+    "TVMError": ("kiln.runtime.error", "TVMError"),
+    "KilnError": ("kiln.runtime.error", "KilnError"),
+    "DataType": ("kiln.runtime.dtype", "DataType"),
+    "Device": ("kiln.runtime.device", "Device"),
+    "device": ("kiln.runtime.device", "device"),
+    "cpu": ("kiln.runtime.device", "cpu"),
+    "cuda": ("kiln.runtime.device", "cuda"),
+    "opencl": ("kiln.runtime.device", "opencl"),
+    "ext_dev": ("kiln.runtime.device", "ext_dev"),
+    "register_func": ("kiln.runtime.registry", "register_func"),
+    "get_global_func": ("kiln.runtime.registry", "get_global_func"),
+    "list_global_func_names": ("kiln.runtime.registry", "list_global_func_names"),
+    "remove_global_func": ("kiln.runtime.registry", "remove_global_func"),
+    "convert": ("kiln.runtime.packed_func", "convert"),
+    "PackedFunc": ("kiln.runtime.packed_func", "PackedFunc"),
+    # compiler names
+    "IRModule": ("kiln.ir.module", "IRModule"),
+    "build": ("kiln.driver.build_module", "build"),
+    "lower": ("kiln.te.lowering", "lower"),
+}
+
+__getattr__, __dir__ = attach(__name__, _LAZY)

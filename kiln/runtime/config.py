@@ -1,0 +1,43 @@
+"""The few environment knobs kiln reads, in one place.
+
+- ``KILN_CACHE_DIR``: build cache directory (default ``~/.cache/kiln``).
+- ``KILN_DEBUG``: 1 pass names and times, 2 IR after each pass, 3 lowered TIR,
+  4 generated C/LLVM with the compiler command and cache path.
+- ``KILN_NUM_THREADS`` (or ``TVM_NUM_THREADS``): threads for parallel kernels.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["cache_dir", "debug_level", "num_threads"]
+
+
+def cache_dir() -> Path:
+    """The on-disk build cache, created on first use."""
+    path = Path(os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def debug_level() -> int:
+    """The ``KILN_DEBUG`` level (0 when unset or not a number)."""
+    try:
+        return int(os.environ.get("KILN_DEBUG", "0"))
+    except ValueError:
+        return 0
+
+
+def num_threads() -> int:
+    """Threads for parallel kernels: KILN_NUM_THREADS, TVM_NUM_THREADS, else the CPU count."""
+    for var in ("KILN_NUM_THREADS", "TVM_NUM_THREADS"):
+        value = os.environ.get(var)
+        if value:
+            try:
+                n = int(value)
+            except ValueError:
+                continue
+            if n > 0:
+                return n
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -1,0 +1,16 @@
+"""Shared pytest setup: a private build cache per test session."""
+
+import os
+import tempfile
+
+import pytest
+
+# Keep test builds out of the user's cache, but share them across xdist workers of one run.
+os.environ.setdefault("KILN_CACHE_DIR", os.path.join(tempfile.gettempdir(), "kiln-test-cache"))
+
+
+@pytest.fixture
+def rng():
+    import numpy as np
+
+    return np.random.default_rng(0)
