@@ -1,0 +1,110 @@
+"""BenchmarkResult statistics, the timing loop and the per-op Report table."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from kiln.runtime.error import TVMError
+from kiln.runtime.profiling import BenchmarkResult, Report, time_repeats
+
+
+def test_benchmark_result_statistics_match_python_statistics():
+    samples = [0.004, 0.001, 0.003, 0.010, 0.002]
+    result = BenchmarkResult(samples)
+    assert result.results == samples
+    assert result.mean == pytest.approx(statistics.fmean(samples))
+    assert result.median == pytest.approx(statistics.median(samples))
+    assert result.min == 0.001 and result.max == 0.010
+    assert result.std == pytest.approx(statistics.pstdev(samples))
+
+
+def test_benchmark_result_str_is_a_millisecond_table():
+    text = str(BenchmarkResult([0.001, 0.003]))
+    lines = text.splitlines()
+    assert lines[0] == "Execution time summary:"
+    assert lines[1].split() == ["mean", "(ms)", "median", "(ms)", "max", "(ms)", "min", "(ms)",
+                                "std", "(ms)"]
+    assert [float(v) for v in lines[2].split()] == [2.0, 2.0, 3.0, 1.0, 1.0]
+    assert "mean=0.002" in repr(BenchmarkResult([0.001, 0.003]))
+
+
+def test_benchmark_result_needs_a_measurement():
+    with pytest.raises(TVMError, match="at least one"):
+        BenchmarkResult([])
+
+
+def test_time_repeats_calls_run_with_number_after_one_warmup():
+    calls = []
+    result = time_repeats(calls.append, repeat=3, number=4)
+    assert calls == [1, 4, 4, 4]
+    assert len(result.results) == 3
+
+
+def test_time_repeats_grows_number_to_reach_min_repeat_ms():
+    calls = []
+
+    def run(n):
+        calls.append(n)
+        total = 0
+        for i in range(2000 * n):
+            total += i
+
+    result = time_repeats(run, repeat=1, number=1, min_repeat_ms=20)
+    assert calls[-1] > 1, "number must grow until one repeat lasts 20 ms"
+    assert result.results[0] * calls[-1] >= 0.020
+
+
+@pytest.mark.parametrize("repeat,number", [(0, 1), (1, 0)])
+def test_time_repeats_rejects_nonpositive_counts(repeat, number):
+    with pytest.raises(TVMError, match="must be >= 1"):
+        time_repeats(lambda n: None, repeat=repeat, number=number)
+
+
+def _report():
+    calls = [
+        {"Name": "add0", "Op": "fused_add", "Duration (us)": 10.0, "Percent": 25.0, "Count": 1,
+         "Device": "cpu0", "Output Shapes": "[(1, 4)]"},
+        {"Name": "relu0", "Op": "fused_relu", "Duration (us)": 20.0, "Percent": 50.0,
+         "Count": 1, "Device": "cpu0", "Output Shapes": "[(1, 4)]"},
+        {"Name": "add1", "Op": "fused_add", "Duration (us)": 10.0, "Percent": 25.0, "Count": 1,
+         "Device": "cpu0", "Output Shapes": "[(1, 4)]"},
+    ]
+    return Report(calls, {"cpu0": {"Duration (us)": 40.0}}, {"Executor": "Graph"})
+
+
+def test_report_table_sorts_longest_first_and_sums():
+    lines = _report().table().splitlines()
+    assert lines[0].split()[:2] == ["Name", "Op"]
+    assert lines[2].startswith("relu0")
+    sum_line = next(line for line in lines if line.startswith("Sum"))
+    assert sum_line.split()[1:3] == ["40.00", "100.00"]
+    assert "Total on cpu0: Duration (us): 40.00" in lines
+    assert "Executor: Graph" in lines
+
+
+def test_report_aggregate_merges_rows_of_one_op():
+    rows = {r["Name"]: r for r in _report().aggregated()}
+    assert rows["fused_add"]["Duration (us)"] == 20.0
+    assert rows["fused_add"]["Count"] == 2
+    assert rows["fused_relu"]["Count"] == 1
+    assert "fused_add" in _report().table(aggregate=True)
+
+
+def test_report_csv_and_json_round_trip():
+    report = _report()
+    csv_lines = report.csv().splitlines()
+    assert csv_lines[0] == "Name,Op,Duration (us),Percent,Count,Device,Output Shapes"
+    assert csv_lines[1].startswith("add0,fused_add,10.0,25.0,1,cpu0")
+    again = Report.from_json(report.json())
+    assert again.calls == report.calls
+    assert again.device_metrics == report.device_metrics
+    assert json.loads(report.json())["configuration"] == {"Executor": "Graph"}
+
+
+@pytest.mark.parametrize("text", ["not json", "{}", "[1, 2]"])
+def test_report_from_json_rejects_garbage(text):
+    with pytest.raises(TVMError, match="not a profiling report"):
+        Report.from_json(text)
