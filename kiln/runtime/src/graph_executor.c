@@ -13,48 +13,28 @@
  * On a nonzero kernel return the loop stops, stores the failing op's index and returns the
  * kernel's code; the Python side reads the kernel's last-error message and names the node.
  *
- * This file is self-contained (no kiln headers) so it compiles alongside the other runtime
- * sources into the one runtime support library; every name carries the kiln_graph_ prefix.
+ * It is compiled with the other runtime sources into the one runtime support library
+ * (kiln/runtime/native.py); every name carries the kiln_graph_ prefix.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#endif
+
+#include <tvm/runtime/c_backend_api.h>
+
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-/* TVM's packed calling convention for generated kernels (TVMBackendPackedCFunc). */
-typedef int32_t (*kiln_graph_packed_fn)(void* args, int32_t* type_codes, int32_t num_args,
-                                        void* out_ret_value, int32_t* out_ret_tcode,
-                                        void* resource_handle);
-
 /* One operator call; the layout is mirrored by a ctypes.Structure in graph_executor.py. */
 typedef struct {
-  kiln_graph_packed_fn fn;
-  void* args;          /* TVMValue[num_args] */
-  int32_t* type_codes; /* int[num_args] */
+  TVMBackendPackedCFunc fn;
+  TVMValue* args;  /* DLTensor* inputs then outputs */
+  int* type_codes; /* all kTVMDLTensorHandle */
   int32_t num_args;
   int32_t reserved;
   void* resource_handle;
 } KilnGraphOp;
-
-/* The DLTensor layout from dlpack.h, needed by the __copy node. */
-typedef struct {
-  void* data;
-  int32_t device_type;
-  int32_t device_id;
-  int32_t ndim;
-  uint8_t code;
-  uint8_t bits;
-  uint16_t lanes;
-  int64_t* shape;
-  int64_t* strides;
-  uint64_t byte_offset;
-} KilnGraphDLTensor;
-
-/* The TVMValue union (8 bytes); the loop only needs somewhere to put a kernel's result. */
-typedef union {
-  int64_t v_int64;
-  double v_float64;
-  void* v_handle;
-} KilnGraphValue;
 
 static double kiln_graph_now_seconds(void) {
   struct timespec ts;
@@ -63,8 +43,8 @@ static double kiln_graph_now_seconds(void) {
 }
 
 static int32_t kiln_graph_call(const KilnGraphOp* op) {
-  KilnGraphValue ret_value;
-  int32_t ret_code = 4; /* kTVMNullptr */
+  TVMValue ret_value;
+  int ret_code = kTVMNullptr;
   ret_value.v_int64 = 0;
   return op->fn(op->args, op->type_codes, op->num_args, &ret_value, &ret_code,
                 op->resource_handle);
@@ -109,26 +89,31 @@ int32_t kiln_graph_run_timed(const KilnGraphOp* ops, int64_t num_ops, int64_t nu
   return 0;
 }
 
-static uint64_t kiln_graph_nbytes(const KilnGraphDLTensor* t) {
-  uint64_t n = ((uint64_t)t->bits * t->lanes + 7) / 8;
+static uint64_t kiln_graph_nbytes(const DLTensor* t) {
+  uint64_t n = ((uint64_t)t->dtype.bits * t->dtype.lanes + 7) / 8;
   for (int32_t d = 0; d < t->ndim; ++d) n *= (uint64_t)t->shape[d];
   return n;
 }
 
 /* `__copy` node: args = {src DLTensor*, dst DLTensor*}. Every kiln device is host memory,
  * so a cross-device copy is a memcpy; sizes were checked when the executor was built. */
-int32_t kiln_graph_copy(void* args, int32_t* type_codes, int32_t num_args, void* out_ret_value,
-                        int32_t* out_ret_tcode, void* resource_handle) {
+int kiln_graph_copy(TVMValue* args, int* type_codes, int num_args, TVMValue* out_ret_value,
+                    int* out_ret_tcode, void* resource_handle) {
   (void)type_codes;
   (void)out_ret_value;
   (void)out_ret_tcode;
   (void)resource_handle;
-  if (num_args != 2) return -1;
-  KilnGraphValue* values = (KilnGraphValue*)args;
-  const KilnGraphDLTensor* src = (const KilnGraphDLTensor*)values[0].v_handle;
-  KilnGraphDLTensor* dst = (KilnGraphDLTensor*)values[1].v_handle;
+  if (num_args != 2) {
+    TVMAPISetLastError("__copy expects 2 arguments (source, destination)");
+    return -1;
+  }
+  const DLTensor* src = (const DLTensor*)args[0].v_handle;
+  DLTensor* dst = (DLTensor*)args[1].v_handle;
   uint64_t nbytes = kiln_graph_nbytes(src);
-  if (nbytes != kiln_graph_nbytes(dst)) return -1;
+  if (nbytes != kiln_graph_nbytes(dst)) {
+    TVMAPISetLastError("__copy: source and destination sizes differ");
+    return -1;
+  }
   memmove((char*)dst->data + dst->byte_offset, (const char*)src->data + src->byte_offset,
           (size_t)nbytes);
   return 0;
