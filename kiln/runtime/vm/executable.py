@@ -1,0 +1,599 @@
+"""The VM Executable: functions of bytecode, a constant pool, kernel names and the kernel library.
+
+Entry points: :class:`VMFunction`, :class:`Executable` (``save``/``load_exec``, ``bytecode``,
+``stats``, late-bound constants), :func:`verify_executable`.
+
+A compiler builds an Executable directly from Python objects::
+
+    exe = Executable(functions=[VMFunction("main", ["x"], [...], register_file_size=4)],
+                     constants=[weight], primitive_names=["fused_add"], lib=kernel_module)
+
+``save()`` writes TVM's section layout (reference §1.9) with kiln's own version string:
+
+1. ``u64 0xD225DE2F4214151D``, ``string "kiln-0.1.0"``;
+2. virtual devices ``vector<pair<DLDevice, string memory_scope>>``, ``i32 host_device_index``;
+3. globals ``vector<string>`` in function-index order;
+4. constants: ``u64 n``, per constant ``u32 tag`` then an NDArray blob (tag 0) or the
+   late-bound name ``"const_<i>"`` (tag 1); then ``vector<i64> const_device_indexes``;
+5. primitive names ``vector<string>`` and per-primitive attrs ``map<u64, map<string,string>>``;
+6. code: ``u64 num_functions``; per function ``vector<string>{name, str(register_file_size),
+   str(num_instructions)}``, ``vector<string> params``, ``vector<i64> param_device_indexes``,
+   then per instruction ``vector<i64>[hash, opcode, fields...]``.
+
+:meth:`Executable.load_exec` reads that back and checks everything a running VM relies on
+(:func:`verify_executable`): register, function, constant, kernel and device indices, jump
+targets, field counts and instruction hashes; a bad file raises :class:`TVMError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.runtime.binary import BinaryReader, BinaryWriter
+from kiln.runtime.error import TVMError
+from kiln.runtime.vm import bytecode as bc
+
+__all__ = ["VMFunction", "Executable", "verify_executable", "VM_MAGIC", "VM_VERSION"]
+
+VM_MAGIC = 0xD225DE2F4214151D
+VM_VERSION = "kiln-0.1.0"
+# Sanity bound on a function's register file so a tampered file cannot request a huge frame.
+MAX_REGISTERS = 1 << 20
+_CONST_IMMEDIATE, _CONST_LATE_BOUND = 0, 1
+# Instructions after which control never falls through to pc + 1.
+_NO_FALLTHROUGH = (bc.Ret, bc.Goto, bc.Fatal, bc.If)
+
+
+@dataclass(frozen=True, slots=True)
+class VMFunction:
+    """One function of bytecode (TVM's ``VMFunction``).
+
+    Parameters
+    ----------
+    name : str
+        Global name (``"main"``).
+    params : sequence of str
+        Parameter names; argument ``i`` arrives in register ``i``.
+    instructions : sequence of Instruction
+        The body.
+    register_file_size : int
+        Registers in one frame of this function.
+    param_device_indexes : sequence of int, optional
+        Virtual device index of each parameter (default: all 0).
+
+    Example
+    -------
+    >>> from kiln.runtime.vm.bytecode import Ret
+    >>> VMFunction("identity", ["x"], [Ret(0)], 1).arity
+    1
+    """
+
+    name: str
+    params: tuple[str, ...]
+    instructions: tuple[bc.Instruction, ...]
+    register_file_size: int
+    param_device_indexes: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "params", tuple(self.params))
+        object.__setattr__(self, "instructions", tuple(self.instructions))
+        devices = tuple(self.param_device_indexes) or (0,) * len(self.params)
+        object.__setattr__(self, "param_device_indexes", devices)
+
+    @property
+    def arity(self) -> int:
+        return len(self.params)
+
+
+def _device_tuple(device: Any) -> tuple[int, int, str]:
+    """``(device_type, device_id, memory_scope)`` from a Device, a pair, or a triple."""
+    scope = ""
+    if isinstance(device, tuple) and len(device) == 2 and isinstance(device[1], str):
+        device, scope = device
+    if hasattr(device, "device_type"):
+        return int(device.device_type), int(device.device_id), scope
+    if isinstance(device, tuple) and len(device) in (2, 3):
+        return int(device[0]), int(device[1]), str(device[2]) if len(device) == 3 else scope
+    raise TVMError(f"cannot use {device!r} as a virtual device")
+
+
+class Executable:
+    """Bytecode functions + constant pool + kernel names + kernel library; loadable by the VM.
+
+    Parameters
+    ----------
+    functions : sequence of VMFunction
+        Function ``i`` is function index ``i`` (used by Invoke / AllocClosure).
+    constants : sequence of NDArray or None
+        The constant pool (LoadConst). ``None`` marks a late-bound constant still to be
+        loaded with :meth:`load_late_bound_consts`.
+    primitive_names : sequence of str
+        Kernel name for each packed index (InvokePacked), looked up in ``lib``.
+    lib : Module, optional
+        Kernel library; the VM resolves each primitive with
+        ``lib.get_function(name, query_imports=True)``.
+    virtual_devices : sequence, optional
+        ``Device`` or ``(Device, memory_scope)`` per virtual device index; default ``[cpu(0)]``.
+    host_device_index : int
+        Virtual device used for shape tensors and scalars (LoadConsti, ShapeOf, GetTag).
+    const_device_indexes : sequence of int, optional
+        Virtual device of each constant (default: host).
+    primitive_attrs : dict[int, dict[str, str]], optional
+        String attributes per packed index.
+
+    Example
+    -------
+    >>> from kiln.runtime.vm.bytecode import LoadConsti, Ret
+    >>> exe = Executable([VMFunction("main", [], [LoadConsti(3, 0), Ret(0)], 1)])
+    >>> exe.globals, exe.get_function_arity("main")
+    (['main'], 0)
+    """
+
+    def __init__(
+        self,
+        functions: Sequence[VMFunction],
+        constants: Sequence[Any] = (),
+        primitive_names: Sequence[str] = (),
+        lib: Any = None,
+        virtual_devices: Sequence[Any] | None = None,
+        host_device_index: int = 0,
+        const_device_indexes: Sequence[int] | None = None,
+        primitive_attrs: dict[int, dict[str, str]] | None = None,
+    ) -> None:
+        self.functions = list(functions)
+        self._constants = list(constants)
+        self.primitive_names = [str(n) for n in primitive_names]
+        self.lib = lib
+        self._virtual_devices = [_device_tuple(d) for d in (virtual_devices or [(1, 0)])]
+        self.host_device_index = int(host_device_index)
+        if const_device_indexes is None:
+            const_device_indexes = [self.host_device_index] * len(self._constants)
+        self.const_device_indexes = [int(i) for i in const_device_indexes]
+        self.primitive_attrs = {int(k): dict(v) for k, v in (primitive_attrs or {}).items()}
+        self.global_map = {f.name: i for i, f in enumerate(self.functions)}
+        self._module = None
+        verify_executable(self)
+
+    # -- introspection (TVM's Python Executable surface) -------------------------------------
+
+    @property
+    def globals(self) -> list[str]:
+        """Function names in function-index order."""
+        return [f.name for f in self.functions]
+
+    @property
+    def primitive_ops(self) -> list[str]:
+        """Kernel names in packed-index order."""
+        return list(self.primitive_names)
+
+    @property
+    def constants(self) -> list[Any]:
+        """The constant pool (``None`` for a late-bound constant not loaded yet)."""
+        return list(self._constants)
+
+    @property
+    def virtual_devices(self) -> list[Any]:
+        """``Device`` of each virtual device index."""
+        from kiln.runtime.device import Device
+
+        return [Device(t, i) for t, i, _ in self._virtual_devices]
+
+    @property
+    def memory_scopes(self) -> list[str]:
+        return [scope for _, _, scope in self._virtual_devices]
+
+    def function(self, name: str) -> VMFunction:
+        """The function called ``name``; TVMError naming the known functions otherwise."""
+        index = self.global_map.get(name)
+        if index is None:
+            raise TVMError(f"Cannot find function {name!r} in executable; it has {self.globals}")
+        return self.functions[index]
+
+    def get_function_params(self, func_name: str) -> list[str]:
+        return list(self.function(func_name).params)
+
+    def get_function_arity(self, func_name: str) -> int:
+        return self.function(func_name).arity
+
+    def get_function_param_name(self, func_name: str, index: int) -> str:
+        params = self.function(func_name).params
+        if not 0 <= index < len(params):
+            raise TVMError(f"{func_name!r} has {len(params)} parameters, no parameter {index}")
+        return params[index]
+
+    @property
+    def bytecode(self) -> str:
+        """``dis``-style listing of every function (format: :func:`bytecode.disassemble`)."""
+        names = {"functions": self.globals, "primitives": self.primitive_names}
+        return "\n\n".join(
+            bc.disassemble(f.name, f.params, f.instructions, f.register_file_size, names)
+            for f in self.functions
+        ) + "\n"
+
+    @property
+    def stats(self) -> str:
+        """Counts and sizes: constants, globals, kernels and instructions per opcode."""
+        lines = ["Relay VM executable statistics:"]
+        shapes = [
+            "late-bound" if c is None else f"{tuple(c.shape)} {c.dtype}" for c in self._constants
+        ]
+        total = sum(_nbytes(c) for c in self._constants if c is not None)
+        lines.append(f"  Constants (#{len(shapes)}, {total} bytes): [{', '.join(shapes)}]")
+        lines.append(
+            f"  Globals (#{len(self.functions)}): "
+            f"[{', '.join(f'({f.name}, {i})' for i, f in enumerate(self.functions))}]"
+        )
+        lines.append(f"  Primitive ops (#{len(self.primitive_names)}): "
+                     f"[{', '.join(self.primitive_names)}]")
+        counts = Counter(i.opcode.name for f in self.functions for i in f.instructions)
+        n_instr = sum(counts.values())
+        per_op = ", ".join(f"{name}: {n}" for name, n in sorted(counts.items()))
+        lines.append(f"  Instructions (#{n_instr}): {{{per_op}}}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"Executable(globals={self.globals}, constants={len(self._constants)}, "
+                f"primitives={len(self.primitive_names)})")
+
+    # -- serialization -------------------------------------------------------------------
+
+    def save(self) -> tuple[bytes, Any]:
+        """Serialize the bytecode and constants; returns ``(code_bytes, lib)``.
+
+        Example
+        -------
+        >>> from kiln.runtime.vm.bytecode import LoadConsti, Ret
+        >>> exe = Executable([VMFunction("main", [], [LoadConsti(3, 0), Ret(0)], 1)])
+        >>> code, lib = exe.save()
+        >>> Executable.load_exec(code, lib).bytecode == exe.bytecode
+        True
+        """
+        w = BinaryWriter()
+        w.u64(VM_MAGIC)
+        w.string(VM_VERSION)
+        w.u64(len(self._virtual_devices))
+        for device_type, device_id, scope in self._virtual_devices:
+            w.device(device_type, device_id)
+            w.string(scope)
+        w.i32(self.host_device_index)
+        w.string_vector(self.globals)
+        self._save_constants(w)
+        w.string_vector(self.primitive_names)
+        w.u64(len(self.primitive_attrs))
+        for index in sorted(self.primitive_attrs):
+            w.u64(index)
+            attrs = self.primitive_attrs[index]
+            w.u64(len(attrs))
+            for key in sorted(attrs):
+                w.string(key)
+                w.string(attrs[key])
+        w.u64(len(self.functions))
+        for func in self.functions:
+            w.string_vector(
+                [func.name, str(func.register_file_size), str(len(func.instructions))]
+            )
+            w.string_vector(func.params)
+            w.i64_vector(func.param_device_indexes)
+            for instr in func.instructions:
+                fields = instr.fields()
+                w.i64_vector([bc.instruction_hash(instr.opcode, fields), instr.opcode, *fields])
+        return w.getvalue(), self.lib
+
+    def _save_constants(self, w: BinaryWriter) -> None:
+        w.u64(len(self._constants))
+        for index, const in enumerate(self._constants):
+            if const is None:
+                w.u32(_CONST_LATE_BOUND)
+                w.string(_late_bound_name(index))
+            else:
+                from kiln.runtime.params import save_ndarray
+
+                w.u32(_CONST_IMMEDIATE)
+                w.raw(save_ndarray(const))
+        w.i64_vector(self.const_device_indexes)
+
+    @classmethod
+    def load_exec(cls, bytecode: bytes | bytearray, lib: Any = None) -> Executable:
+        """Load an Executable saved by :meth:`save`; bad bytes raise :class:`TVMError`."""
+        if not isinstance(bytecode, bytes | bytearray | memoryview):
+            raise TVMError(f"load_exec expects bytes, got {type(bytecode).__name__}")
+        r = BinaryReader(bytes(bytecode), what="VM executable")
+        magic = r.u64("magic")
+        if magic != VM_MAGIC:
+            raise TVMError(
+                f"VM executable has bad magic {magic:#x} (expected {VM_MAGIC:#x}); "
+                "not a VM executable"
+            )
+        version = r.string("version")
+        if version != VM_VERSION:
+            raise TVMError(
+                f"VM executable version mismatch: file was written by {version!r}, "
+                f"this runtime is {VM_VERSION!r}"
+            )
+        virtual_devices = []
+        for i in range(r.count(16, "virtual devices")):
+            device_type, device_id = r.device(f"virtual device {i}")
+            virtual_devices.append((device_type, device_id, r.string(f"memory scope {i}")))
+        host_device_index = r.i32("host device index")
+        global_names = r.string_vector("globals")
+        constants, const_device_indexes = _load_constants(r)
+        primitive_names = r.string_vector("primitive names")
+        primitive_attrs: dict[int, dict[str, str]] = {}
+        for _ in range(r.count(16, "primitive attrs")):
+            index = r.u64("primitive attr index")
+            attrs = {}
+            for _ in range(r.count(16, f"attrs of primitive {index}")):
+                key = r.string("primitive attr key")
+                attrs[key] = r.string("primitive attr value")
+            primitive_attrs[index] = attrs
+        functions = [_load_function(r, i) for i in range(r.count(40, "functions"))]
+        r.expect_end()
+        if [f.name for f in functions] != global_names:
+            raise TVMError(
+                f"VM executable is corrupt: globals {global_names} do not match the code "
+                f"section's functions {[f.name for f in functions]}"
+            )
+        return cls(functions, constants, primitive_names, lib, virtual_devices,
+                   host_device_index, const_device_indexes, primitive_attrs)
+
+    # -- late-bound constants ------------------------------------------------------------
+
+    def move_late_bound_consts(self, path: str, byte_limit: int) -> None:
+        """Move constants of at least ``byte_limit`` bytes into a params file at ``path``.
+
+        The saved executable then holds only their names (``const_<i>``); call
+        :meth:`load_late_bound_consts` with the same file before creating a VM.
+        """
+        from kiln.runtime.params import save_param_dict
+
+        moved = {
+            _late_bound_name(i): c
+            for i, c in enumerate(self._constants)
+            if c is not None and _nbytes(c) >= byte_limit
+        }
+        with open(path, "wb") as f:
+            f.write(save_param_dict(moved))
+        for name in moved:
+            self._constants[int(name[len("const_"):])] = None
+
+    def load_late_bound_consts(self, path: str) -> None:
+        """Fill late-bound constants from a params file written by move_late_bound_consts."""
+        from kiln.runtime.params import load_param_dict
+
+        with open(path, "rb") as f:
+            params = load_param_dict(f.read())
+        for index, const in enumerate(self._constants):
+            if const is None:
+                name = _late_bound_name(index)
+                if name not in params:
+                    raise TVMError(
+                        f"late-bound constant {name!r} is missing from {path!r} "
+                        f"(it has {sorted(params)})"
+                    )
+                self._constants[index] = params[name]
+
+    def unbound_constants(self) -> list[int]:
+        """Indices of late-bound constants that have not been loaded."""
+        return [i for i, c in enumerate(self._constants) if c is None]
+
+    # -- Module view ---------------------------------------------------------------------
+
+    @property
+    def mod(self) -> Any:
+        """This executable as a binary-serializable runtime Module (type key ``VMExecutable``)
+        whose single import is the kernel library, so ``exe.mod.export_library(path)`` packs
+        bytecode and kernels into one shared library."""
+        if self._module is None:
+            from kiln.runtime.vm.module import VMExecutableModule
+
+            self._module = VMExecutableModule(self)
+        return self._module
+
+
+def _late_bound_name(index: int) -> str:
+    return f"const_{index}"
+
+
+def _nbytes(array: Any) -> int:
+    size = 1
+    for dim in array.shape:
+        size *= int(dim)
+    return size * ((_dtype_bits(array.dtype) + 7) // 8)
+
+
+def _dtype_bits(dtype: Any) -> int:
+    code_bits_lanes = bc.normalize_dtype(str(dtype) if not hasattr(dtype, "bits") else dtype)
+    return code_bits_lanes[1] * code_bits_lanes[2]
+
+
+def _load_constants(r: BinaryReader) -> tuple[list[Any], list[int]]:
+    constants: list[Any] = []
+    for i in range(r.count(4, "constants")):
+        tag = r.u32(f"constant {i} tag")
+        if tag == _CONST_IMMEDIATE:
+            from kiln.runtime.params import load_ndarray
+
+            try:
+                constants.append(load_ndarray(r))
+            except TVMError as err:
+                raise TVMError(f"VM executable constant {i}: {err}") from None
+        elif tag == _CONST_LATE_BOUND:
+            name = r.string(f"constant {i} name")
+            if name != _late_bound_name(i):
+                raise TVMError(f"VM executable is corrupt: late-bound constant {i} is {name!r}")
+            constants.append(None)
+        else:
+            raise TVMError(f"VM executable is corrupt: constant {i} has unknown tag {tag}")
+    return constants, r.i64_vector("constant device indexes")
+
+
+_INT_TEXT = re.compile(r"[0-9]{1,19}")
+
+
+def _load_function(r: BinaryReader, index: int) -> VMFunction:
+    header = r.string_vector(f"function {index} header")
+    if len(header) != 3 or not all(_INT_TEXT.fullmatch(h) for h in header[1:]):
+        raise TVMError(
+            f"VM executable is corrupt: function {index} header {header!r} is not "
+            "[name, register_file_size, num_instructions]"
+        )
+    name, register_file_size, num_instructions = header[0], int(header[1]), int(header[2])
+    params = r.string_vector(f"function {name!r} params")
+    param_device_indexes = r.i64_vector(f"function {name!r} param device indexes")
+    if num_instructions * 24 > r.remaining:
+        raise TVMError(
+            f"VM executable is truncated or corrupt: function {name!r} claims "
+            f"{num_instructions} instructions but only {r.remaining} bytes remain"
+        )
+    instructions = []
+    for pc in range(num_instructions):
+        words = r.i64_vector(f"instruction {pc} of {name!r}")
+        if len(words) < 2:
+            raise TVMError(f"VM executable is corrupt: instruction {pc} of {name!r} is empty")
+        stored_hash, opcode, fields = words[0], words[1], words[2:]
+        if bc.instruction_hash(opcode, fields) != stored_hash:
+            raise TVMError(
+                f"VM executable is corrupt: hash mismatch in instruction {pc} of {name!r}"
+            )
+        try:
+            instructions.append(bc.decode_instruction([opcode, *fields]))
+        except TVMError as err:
+            raise TVMError(f"VM executable instruction {pc} of {name!r}: {err}") from None
+    return VMFunction(name, params, instructions, register_file_size, param_device_indexes)
+
+
+def _check(ok: bool, where: str, message: str) -> None:
+    if not ok:
+        raise TVMError(f"invalid VM executable: {where}: {message}")
+
+
+def _check_index(value: int, limit: int, where: str, what: str) -> None:
+    _check(0 <= value < limit, where, f"{what} {value} is out of range [0, {limit})")
+
+
+def verify_executable(exe: Executable) -> None:
+    """Check every index an instruction uses against what the executable holds.
+
+    Raises :class:`TVMError` naming the function, instruction and operand at fault, so a
+    running VM never meets an out-of-range register, function, constant, kernel, device or
+    jump target.
+    """
+    n_devices = len(exe._virtual_devices)
+    _check(n_devices > 0, "virtual devices", "an executable needs at least one device")
+    _check_index(exe.host_device_index, n_devices, "executable", "host device index")
+    _check(len(exe.const_device_indexes) == len(exe._constants), "constants",
+           f"{len(exe.const_device_indexes)} device indexes for {len(exe._constants)} constants")
+    for i, dev in enumerate(exe.const_device_indexes):
+        _check_index(dev, n_devices, f"constant {i}", "device index")
+    for index in exe.primitive_attrs:
+        _check_index(index, len(exe.primitive_names), "primitive attrs", "packed index")
+    _check(len(exe.global_map) == len(exe.functions), "globals", "duplicate function names")
+    for func in exe.functions:
+        _verify_function(exe, func, n_devices)
+
+
+def _verify_function(exe: Executable, func: VMFunction, n_devices: int) -> None:
+    where = f"function {func.name!r}"
+    size = func.register_file_size
+    _check(0 <= size <= MAX_REGISTERS, where, f"register file size {size} is out of range")
+    _check(func.arity <= size, where, f"{func.arity} params but {size} registers")
+    _check(len(func.param_device_indexes) == func.arity, where,
+           f"{len(func.param_device_indexes)} param device indexes for {func.arity} params")
+    for i, dev in enumerate(func.param_device_indexes):
+        _check_index(dev, n_devices, where, f"param {i} device index")
+    n = len(func.instructions)
+    _check(n > 0, where, "has no instructions")
+    for pc, instr in enumerate(func.instructions):
+        at = f"{where} instruction {pc} ({instr.opcode.name})"
+        _check(isinstance(instr, bc.Instruction), at, f"{instr!r} is not an instruction")
+        for reg in instr.registers():
+            _check_index(reg, size, at, "register")
+        for rule in _OPERAND_RULES.get(type(instr), ()):
+            rule(exe, instr, at, n_devices)
+        for target in _jump_targets(instr, pc):
+            _check_index(target, n, at, "jump target")
+        _check(pc + 1 < n or isinstance(instr, _NO_FALLTHROUGH), at,
+               "the last instruction must be Ret, Goto, If or Fatal")
+
+
+def _jump_targets(instr: bc.Instruction, pc: int) -> Iterable[int]:
+    if isinstance(instr, bc.If):
+        _check(instr.true_offset != 0 and instr.false_offset != 0, f"If at {pc}",
+               "jump offsets must be non-zero")
+        return (pc + instr.true_offset, pc + instr.false_offset)
+    if isinstance(instr, bc.Goto):
+        _check(instr.pc_offset != 0, f"Goto at {pc}", "a zero offset loops forever")
+        return (pc + instr.pc_offset,)
+    return ()
+
+
+def _rule_callee(exe, instr, at, n_devices):
+    _check_index(instr.func_index, len(exe.functions), at, "function index")
+    arity = exe.functions[instr.func_index].arity
+    if isinstance(instr, bc.Invoke):
+        _check(len(instr.args) == arity, at,
+               f"passes {len(instr.args)} args to {exe.functions[instr.func_index].name!r} "
+               f"which takes {arity}")
+    else:
+        _check(len(instr.free_vars) <= arity, at,
+               f"captures {len(instr.free_vars)} values but the function takes {arity}")
+
+
+def _rule_packed(exe, instr, at, n_devices):
+    _check_index(instr.packed_index, len(exe.primitive_names), at, "packed index")
+    _check(0 <= instr.output_size <= len(instr.args), at,
+           f"output_size {instr.output_size} exceeds arity {len(instr.args)}")
+
+
+def _rule_const(exe, instr, at, n_devices):
+    _check_index(instr.const_index, len(exe._constants), at, "constant index")
+    _check_index(instr.device_index, n_devices, at, "device index")
+
+
+def _rule_device(exe, instr, at, n_devices):
+    _check_index(instr.device_index, n_devices, at, "device index")
+    _check(instr.alignment > 0, at, f"alignment {instr.alignment} must be positive")
+    _rule_dtype(exe, instr, at, n_devices, instr.dtype_hint)
+    _check(all(d >= 0 for d in instr.shape), at, f"negative dimension in {instr.shape}")
+
+
+def _rule_copy(exe, instr, at, n_devices):
+    _check_index(instr.src_device_index, n_devices, at, "source device index")
+    _check_index(instr.dst_device_index, n_devices, at, "destination device index")
+
+
+def _rule_dtype(exe, instr, at, n_devices, dtype=None):
+    code, bits, lanes = dtype or instr.dtype
+    _check(bits > 0 and lanes > 0, at, f"dtype {bc.dtype_str((code, bits, lanes))} is empty")
+    _check(code in (0, 1, 2, 4), at, f"dtype code {code} is not int/uint/float/bfloat")
+
+
+def _rule_shape(exe, instr, at, n_devices):
+    _rule_dtype(exe, instr, at, n_devices)
+    _check(all(d >= 0 for d in instr.shape), at, f"negative dimension in {instr.shape}")
+
+
+def _rule_field_index(exe, instr, at, n_devices):
+    _check(instr.field_index >= 0, at, f"field index {instr.field_index} is negative")
+
+
+def _rule_tag(exe, instr, at, n_devices):
+    _check(-(1 << 31) <= instr.tag < (1 << 31), at, f"constructor tag {instr.tag} is not int32")
+
+
+_OPERAND_RULES = {
+    bc.Invoke: (_rule_callee,),
+    bc.AllocClosure: (_rule_callee,),
+    bc.InvokePacked: (_rule_packed,),
+    bc.LoadConst: (_rule_const,),
+    bc.AllocStorage: (_rule_device,),
+    bc.DeviceCopy: (_rule_copy,),
+    bc.AllocTensor: (_rule_shape,),
+    bc.AllocTensorReg: (_rule_dtype,),
+    bc.GetField: (_rule_field_index,),
+    bc.AllocADT: (_rule_tag,),
+}
