@@ -1,0 +1,248 @@
+"""The one C toolchain driver: find the compiler, compile, link, and cache builds on disk.
+
+Entry points: :func:`create_shared`, :func:`compile_object`, :func:`create_staticlib`,
+:func:`cached_shared_library`, :func:`find_compiler`, :func:`default_options`,
+:func:`include_dirs`. Public as ``kiln.contrib.cc`` (TVM's path).
+
+The compiler is ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.
+Host kernels build with ``-O3 -march=native -fPIC`` plus ``-fopenmp`` when a probe shows
+OpenMP works with this compiler. A failing command raises :class:`TVMError` whose message
+holds the command line and the compiler's output verbatim.
+
+:func:`cached_shared_library` keys a build by the sources' text, the flags and the compiler's
+version string; the library is written to a temporary name and renamed into place, so parallel
+processes (pytest-xdist workers) never see a half-written file.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kiln.runtime import config
+from kiln.runtime.error import TVMError
+
+__all__ = [
+    "find_compiler",
+    "compiler_version",
+    "openmp_available",
+    "default_options",
+    "include_dirs",
+    "compile_object",
+    "create_shared",
+    "create_staticlib",
+    "cached_shared_library",
+]
+
+_SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".S", ".s")
+
+
+def include_dirs() -> list[str]:
+    """Directories holding ``dlpack/dlpack.h`` and ``tvm/runtime/c_*_api.h``."""
+    return [str(Path(__file__).resolve().parent / "include")]
+
+
+def find_compiler() -> str:
+    """The C compiler command: ``$CC``, else ``cc``, ``gcc`` or ``clang`` from ``PATH``."""
+    from_env = os.environ.get("CC")
+    if from_env:
+        return from_env
+    for name in ("cc", "gcc", "clang"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise TVMError("no C compiler found: set $CC or install cc, gcc or clang")
+
+
+@functools.cache
+def compiler_version(cc: str | None = None) -> str:
+    """First line of ``cc --version`` (part of every cache key)."""
+    cc = cc or find_compiler()
+    try:
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
+    except OSError as err:
+        raise TVMError(f"cannot run the C compiler {cc!r}: {err}") from None
+    lines = (proc.stdout or proc.stderr).splitlines()
+    return lines[0] if lines else cc
+
+
+@functools.cache
+def openmp_available(cc: str | None = None) -> bool:
+    """Whether ``cc -fopenmp`` builds and links a shared library that uses OpenMP."""
+    cc = cc or find_compiler()
+    probe = "#include <omp.h>\nint kiln_probe(void) { return omp_get_max_threads(); }\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.c")
+        src.write_text(probe)
+        cmd = [cc, "-fopenmp", "-fPIC", "-shared", str(src), "-o", str(Path(tmp, "probe.so"))]
+        proc = subprocess.run(cmd, capture_output=True, check=False)
+    return proc.returncode == 0
+
+
+def default_options(cc: str | None = None) -> list[str]:
+    """Flags for host kernels: ``-O3 -march=native -fPIC`` (+ ``-fopenmp`` when it works)."""
+    options = ["-O3", "-march=native", "-fPIC"]
+    if openmp_available(cc):
+        options.append("-fopenmp")
+    return options
+
+
+def _run(cmd: list[str], what: str) -> None:
+    if config.debug_level() >= 4:
+        print(f"[kiln cc] {' '.join(cmd)}", file=sys.stderr)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except OSError as err:
+        raise TVMError(f"{what} failed: cannot run {cmd[0]!r}: {err}") from None
+    if proc.returncode != 0:
+        raise TVMError(
+            f"{what} failed (exit code {proc.returncode}).\ncommand: {' '.join(cmd)}\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
+
+
+def _include_flags() -> list[str]:
+    return [f"-I{d}" for d in include_dirs()]
+
+
+def compile_object(
+    output: str | os.PathLike,
+    source: str | os.PathLike,
+    options: Sequence[str] | None = None,
+    cc: str | None = None,
+) -> str:
+    """Compile one C source file to a position-independent object file.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "a.c").write_text("int one(void){return 1;}")
+    24
+    >>> compile_object(d / "a.o", d / "a.c").endswith("a.o")
+    True
+    """
+    cc = cc or find_compiler()
+    opts = list(default_options(cc) if options is None else options)
+    cmd = [cc, "-c", *opts, "-fPIC", *_include_flags(), os.fspath(source), "-o", os.fspath(output)]
+    _run(cmd, "Compilation")
+    return os.fspath(output)
+
+
+def create_shared(
+    output: str | os.PathLike,
+    objects: str | os.PathLike | Sequence[str | os.PathLike],
+    options: Sequence[str] | None = None,
+    cc: str | None = None,
+) -> str:
+    """Compile and link sources and/or object files into a shared library (TVM's signature).
+
+    ``options`` replaces :func:`default_options` when given; ``-shared -fPIC`` and the kiln
+    include directories are always added. Compiler errors raise :class:`TVMError` with the
+    compiler's output verbatim.
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "a.c").write_text("int one(void){return 1;}")
+    24
+    >>> create_shared(d / "a.so", [d / "a.c"]).endswith("a.so")
+    True
+    """
+    cc = cc or find_compiler()
+    inputs = [objects] if isinstance(objects, (str, os.PathLike)) else list(objects)
+    opts = list(default_options(cc) if options is None else options)
+    cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
+    cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
+    _run(cmd, "Compilation")
+    return os.fspath(output)
+
+
+create_shared.output_format = "so"  # read by export_library, as TVM's fcompile attributes are
+
+
+def create_staticlib(
+    output: str | os.PathLike,
+    inputs: Sequence[str | os.PathLike],
+    options: Sequence[str] | None = None,
+    cc: str | None = None,
+) -> str:
+    """Archive object files (sources are compiled first) into a static library with ``ar``."""
+    ar = os.environ.get("AR") or shutil.which("ar")
+    if not ar:
+        raise TVMError("create_staticlib needs `ar` (binutils) on PATH or $AR")
+    objects = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index, item in enumerate(inputs):
+            path = os.fspath(item)
+            if path.endswith(_SOURCE_SUFFIXES):
+                obj = os.path.join(tmp, f"{index}_{Path(path).stem}.o")
+                compile_object(obj, path, options, cc)
+                path = obj
+            objects.append(path)
+        if os.path.exists(output):
+            os.remove(output)
+        _run([ar, "rcs", os.fspath(output), *objects], "Archiving")
+    return os.fspath(output)
+
+
+create_staticlib.output_format = "a"
+
+
+def cached_shared_library(
+    sources: Mapping[str, str] | Sequence[str | os.PathLike],
+    options: Sequence[str] | None = None,
+    cc: str | None = None,
+) -> Path:
+    """Build (or reuse) a shared library from C sources; return its path in the cache.
+
+    ``sources`` is either ``{file name: C text}`` or a list of files (sources or objects).
+    The cache key covers every file's content, the flags and the compiler version, so a hit
+    never does any compilation.
+
+    Example
+    -------
+    >>> lib = cached_shared_library({"k.c": "int answer(void) { return 42; }"})
+    >>> lib.suffix
+    '.so'
+    """
+    cc = cc or find_compiler()
+    opts = list(default_options(cc) if options is None else options)
+    if isinstance(sources, Mapping):
+        files = {name: text.encode() for name, text in sources.items()}
+    else:
+        files = {}
+        for index, item in enumerate(sources):
+            path = Path(item)
+            try:
+                files[f"{index}_{path.name}"] = path.read_bytes()
+            except OSError as err:
+                raise TVMError(f"cannot read source {path}: {err}") from None
+    digest = hashlib.sha256()
+    for part in (compiler_version(cc), *opts, *include_dirs()):
+        digest.update(part.encode() + b"\0")
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    key = digest.hexdigest()[:32]
+    target = config.cache_dir() / "cc" / f"lib_{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        inputs = []
+        for name, data in files.items():
+            path = Path(tmp, name)
+            path.write_bytes(data)
+            inputs.append(path)
+        staged = Path(tmp, "lib.so")
+        create_shared(staged, inputs, opts, cc)
+        os.replace(staged, target)  # atomic: readers see nothing or the whole library
+    if config.debug_level() >= 4:
+        print(f"[kiln cc] cached {target}", file=sys.stderr)
+    return target
