@@ -1,0 +1,286 @@
+"""Data types: TVM's ``DLDataType`` triple (type code, bits, lanes) and its string form.
+
+Entry points: :class:`DataType`, :class:`DataTypeCode`, :func:`dtype_str`.
+
+A :class:`DataType` is built from a string (``"float32"``, ``"int8x4"``, ``"bool"``,
+``"bfloat16"``, ``"handle"``), a NumPy dtype or scalar type, or another DataType. It prints as
+TVM prints it and compares equal to its string, so ``DataType("float32") == "float32"`` and a
+dict keyed by DataType finds ``"float32"``.
+
+``bool`` is TVM's ``uint1`` (stored one byte per element); ``bfloat16`` maps to
+``ml_dtypes.bfloat16`` when ml_dtypes is installed and to its ``uint16`` bit pattern otherwise,
+so the core needs only NumPy.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from kiln.runtime.error import TVMError
+
+__all__ = ["DataTypeCode", "DataType", "dtype_str", "BFLOAT16_NUMPY"]
+
+try:  # optional: a real bfloat16 NumPy scalar type
+    import ml_dtypes
+
+    BFLOAT16_NUMPY: np.dtype | None = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    BFLOAT16_NUMPY = None
+
+
+class DataTypeCode(IntEnum):
+    """TVM's type codes (``DLDataTypeCode`` plus ``kTVMOpaqueHandle`` = 3)."""
+
+    INT = 0
+    UINT = 1
+    FLOAT = 2
+    HANDLE = 3
+    BFLOAT = 4
+
+
+_CODE_PREFIX = {
+    DataTypeCode.INT: "int",
+    DataTypeCode.UINT: "uint",
+    DataTypeCode.FLOAT: "float",
+    DataTypeCode.BFLOAT: "bfloat",
+}
+# Longest prefix first so "bfloat16" is not read as "b" + "float16".
+_PREFIX_CODE = [
+    ("bfloat", DataTypeCode.BFLOAT),
+    ("float", DataTypeCode.FLOAT),
+    ("uint", DataTypeCode.UINT),
+    ("int", DataTypeCode.INT),
+]
+# Bit widths a scalar of each code may have (TIR allows narrow integers such as int4).
+_VALID_BITS = {
+    DataTypeCode.INT: frozenset(range(1, 65)),
+    DataTypeCode.UINT: frozenset(range(1, 65)),
+    DataTypeCode.FLOAT: frozenset({16, 32, 64}),
+    DataTypeCode.BFLOAT: frozenset({16}),
+    DataTypeCode.HANDLE: frozenset({0, 64}),
+}
+_DEFAULT_BITS = 32  # "int", "uint", "float" alone mean 32 bits, as in TVM
+_TYPE_RE = re.compile(r"^([a-z]+)(\d*)(?:x(\d+))?$")
+
+_NUMPY_OF = {
+    (DataTypeCode.INT, 8): np.dtype("int8"),
+    (DataTypeCode.INT, 16): np.dtype("int16"),
+    (DataTypeCode.INT, 32): np.dtype("int32"),
+    (DataTypeCode.INT, 64): np.dtype("int64"),
+    (DataTypeCode.UINT, 1): np.dtype("bool"),
+    (DataTypeCode.UINT, 8): np.dtype("uint8"),
+    (DataTypeCode.UINT, 16): np.dtype("uint16"),
+    (DataTypeCode.UINT, 32): np.dtype("uint32"),
+    (DataTypeCode.UINT, 64): np.dtype("uint64"),
+    (DataTypeCode.FLOAT, 16): np.dtype("float16"),
+    (DataTypeCode.FLOAT, 32): np.dtype("float32"),
+    (DataTypeCode.FLOAT, 64): np.dtype("float64"),
+    (DataTypeCode.BFLOAT, 16): BFLOAT16_NUMPY if BFLOAT16_NUMPY is not None else np.dtype("uint16"),
+    (DataTypeCode.HANDLE, 64): np.dtype("uint64"),
+}
+_FROM_NUMPY = {
+    np_dtype: (code, bits)
+    for (code, bits), np_dtype in _NUMPY_OF.items()
+    if code not in (DataTypeCode.HANDLE, DataTypeCode.BFLOAT)
+}
+if BFLOAT16_NUMPY is not None:
+    _FROM_NUMPY[BFLOAT16_NUMPY] = (DataTypeCode.BFLOAT, 16)
+
+_PARSE_CACHE: dict[str, tuple[int, int, int]] = {}
+
+
+def _parse(text: str) -> tuple[int, int, int]:
+    """``"float32x4"`` -> ``(FLOAT, 32, 4)``; TVMError naming the string when invalid."""
+    cached = _PARSE_CACHE.get(text)
+    if cached is not None:
+        return cached
+    fields = _parse_uncached(text)
+    _PARSE_CACHE[text] = fields
+    return fields
+
+
+def _parse_uncached(text: str) -> tuple[int, int, int]:
+    if text == "handle":
+        return (DataTypeCode.HANDLE, 64, 1)
+    if text == "void":
+        return (DataTypeCode.HANDLE, 0, 0)
+    match = _TYPE_RE.match(text)
+    if match is None:
+        raise TVMError(f"unknown data type {text!r}")
+    name, bits_text, lanes_text = match.groups()
+    lanes = int(lanes_text) if lanes_text else 1
+    if name == "bool" and not bits_text:
+        code, bits = DataTypeCode.UINT, 1
+    else:
+        code = next((c for prefix, c in _PREFIX_CODE if name == prefix), None)
+        if code is None:
+            raise TVMError(f"unknown data type {text!r}")
+        bits = int(bits_text) if bits_text else _DEFAULT_BITS
+    if bits not in _VALID_BITS[code]:
+        raise TVMError(f"unknown data type {text!r}: {_CODE_PREFIX[code]} cannot have {bits} bits")
+    if not 1 <= lanes <= 0xFFFF:
+        raise TVMError(f"unknown data type {text!r}: lanes must be in [1, 65535]")
+    return (code, bits, lanes)
+
+
+class DataType:
+    """A scalar or vector data type: ``type_code``, ``bits``, ``lanes``.
+
+    Example
+    -------
+    >>> t = DataType("float32x4")
+    >>> (int(t.type_code), t.bits, t.lanes, t.itemsize)
+    (2, 32, 4, 16)
+    >>> t.element_of == "float32", str(DataType("bool")), DataType(np.int8)
+    (True, 'bool', DataType('int8'))
+    """
+
+    __slots__ = ("type_code", "bits", "lanes", "_str")
+
+    def __init__(self, value: Any) -> None:
+        if isinstance(value, DataType):
+            code, bits, lanes = value.type_code, value.bits, value.lanes
+        elif isinstance(value, str):
+            code, bits, lanes = _parse(value)
+        else:
+            code, bits, lanes = DataType.from_numpy(value).as_tuple()
+        object.__setattr__(self, "type_code", DataTypeCode(code))
+        object.__setattr__(self, "bits", bits)
+        object.__setattr__(self, "lanes", lanes)
+        object.__setattr__(self, "_str", _format(self.type_code, bits, lanes))
+
+    @classmethod
+    def from_fields(cls, type_code: int, bits: int, lanes: int = 1) -> DataType:
+        """Build from the raw ``DLDataType`` triple, validating it (TVMError if invalid)."""
+        try:
+            code = DataTypeCode(type_code)
+        except ValueError:
+            raise TVMError(f"invalid data type: unknown type code {type_code}") from None
+        void = code == DataTypeCode.HANDLE and bits == 0 and lanes == 0
+        if bits not in _VALID_BITS[code] or not (void or 1 <= lanes <= 0xFFFF):
+            raise TVMError(
+                f"invalid data type: code {code.name.lower()} with {bits} bits, {lanes} lanes"
+            )
+        obj = cls.__new__(cls)
+        object.__setattr__(obj, "type_code", code)
+        object.__setattr__(obj, "bits", bits)
+        object.__setattr__(obj, "lanes", lanes)
+        object.__setattr__(obj, "_str", _format(code, bits, lanes))
+        return obj
+
+    @staticmethod
+    def from_numpy(value: Any) -> DataType:
+        """The DataType of a NumPy dtype or scalar type (TVMError for unsupported ones)."""
+        try:
+            np_dtype = np.dtype(value)
+        except TypeError:
+            raise TVMError(f"cannot interpret {value!r} as a data type") from None
+        fields = _FROM_NUMPY.get(np_dtype)
+        if fields is None:
+            raise TVMError(f"NumPy dtype {np_dtype} has no kiln data type")
+        return DataType.from_fields(fields[0], fields[1], 1)
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        """``(type_code, bits, lanes)`` as plain ints (the ``DLDataType`` fields)."""
+        return (int(self.type_code), self.bits, self.lanes)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element: ``(bits * lanes + 7) // 8``."""
+        return (self.bits * self.lanes + 7) // 8
+
+    @property
+    def element_of(self) -> DataType:
+        """The scalar type of one lane."""
+        return self if self.lanes == 1 else self.with_lanes(1)
+
+    def with_lanes(self, lanes: int) -> DataType:
+        """The same scalar type with ``lanes`` lanes."""
+        return DataType.from_fields(self.type_code, self.bits, lanes)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """NumPy dtype of one lane (bfloat16 without ml_dtypes: its uint16 bit pattern)."""
+        np_dtype = _NUMPY_OF.get((self.type_code, self.bits))
+        if np_dtype is None:
+            raise TVMError(f"data type {self._str} has no NumPy equivalent")
+        return np_dtype
+
+    @property
+    def is_float(self) -> bool:
+        return self.type_code in (DataTypeCode.FLOAT, DataTypeCode.BFLOAT)
+
+    @property
+    def is_int(self) -> bool:
+        return self.type_code == DataTypeCode.INT
+
+    @property
+    def is_uint(self) -> bool:
+        return self.type_code == DataTypeCode.UINT
+
+    @property
+    def is_bool(self) -> bool:
+        return self.type_code == DataTypeCode.UINT and self.bits == 1
+
+    @property
+    def is_handle(self) -> bool:
+        return self.type_code == DataTypeCode.HANDLE
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("DataType is immutable")
+
+    def __str__(self) -> str:
+        return self._str
+
+    def __repr__(self) -> str:
+        return f"DataType({self._str!r})"
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, DataType):
+            return self._str == other._str
+        if isinstance(other, str):
+            try:
+                return _format(*_parse(other)) == self._str
+            except TVMError:
+                return False
+        if isinstance(other, np.dtype | type):
+            try:
+                return DataType.from_numpy(other)._str == self._str
+            except TVMError:
+                return False
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._str)
+
+    def __reduce__(self):
+        return (DataType, (self._str,))
+
+
+def _format(code: int, bits: int, lanes: int) -> str:
+    """TVM's printed form: ``bool``, ``handle``, ``void``, ``float32``, ``int8x4``."""
+    if code == DataTypeCode.UINT and bits == 1 and lanes == 1:
+        return "bool"
+    if code == DataTypeCode.HANDLE:
+        return "void" if bits == 0 and lanes == 0 else "handle"
+    base = f"{_CODE_PREFIX[code]}{bits}"
+    return base if lanes == 1 else f"{base}x{lanes}"
+
+
+def dtype_str(value: Any) -> str:
+    """The canonical string of anything :class:`DataType` accepts.
+
+    Example
+    -------
+    >>> dtype_str("float"), dtype_str(np.float64), dtype_str(DataType("int8x4"))
+    ('float32', 'float64', 'int8x4')
+    """
+    if isinstance(value, DataType):
+        return value._str
+    if isinstance(value, str):
+        return _format(*_parse(value))
+    return DataType(value)._str
