@@ -1,0 +1,251 @@
+"""VM memory: storage blocks, tensors viewing them, and the naive and pooled allocators.
+
+Entry points: :class:`Storage`, :class:`NaiveAllocator`, :class:`PooledAllocator`,
+:func:`make_allocator`, :data:`ALLOCATOR_KINDS`.
+
+``AllocStorage`` asks the device's allocator for a :class:`Storage` (a block of host memory);
+``AllocTensor``/``AllocTensorReg`` create NDArrays that *view* the block at a byte offset, with
+no copy. A block goes back to its allocator when the last reference to it dies — the Storage
+register value and every tensor viewing it (each view keeps its Storage alive) — so
+``KillRegister`` of the last holder is what frees memory.
+
+Pooled policy (TVM's pool never returned memory; this one does):
+
+- requests round up to whole 4096-byte pages; freed blocks wait in a free list per size;
+  a request of a size with a free block reuses it (exact size, like TVM);
+- **idle release**: the allocator counts requests; a size class that has not been requested
+  for ``idle_release_after`` requests (default 64) has its free blocks released — so when
+  input shapes change, the blocks sized for the old shapes go back to the system;
+- **cap**: free blocks never total more than ``max_cached_bytes`` (default 256 MiB); past it
+  the least recently freed blocks are released first.
+
+Example
+-------
+>>> from kiln.runtime.device import cpu
+>>> pool = PooledAllocator(cpu(0))
+>>> block = pool.alloc(1000, 64)
+>>> pool.used_bytes, block.nbytes
+(4096, 1000)
+>>> del block
+>>> pool.used_bytes, pool.cached_bytes
+(0, 4096)
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from kiln.runtime.error import TVMError
+from kiln.runtime.object import Object, register_object
+
+__all__ = [
+    "Storage",
+    "Allocator",
+    "NaiveAllocator",
+    "PooledAllocator",
+    "ALLOCATOR_KINDS",
+    "make_allocator",
+    "PAGE_SIZE",
+]
+
+PAGE_SIZE = 4096
+_MIN_ALIGNMENT = 64
+
+
+class _Block:
+    """A host memory block aligned to ``alignment``; ``address`` is its first byte."""
+
+    __slots__ = ("owner", "address", "nbytes")
+
+    def __init__(self, nbytes: int, alignment: int) -> None:
+        alignment = max(alignment, _MIN_ALIGNMENT)
+        try:
+            self.owner = np.empty(nbytes + alignment, dtype=np.uint8)
+        except (MemoryError, ValueError) as err:
+            raise TVMError(f"cannot allocate {nbytes} bytes of VM storage: {err}") from None
+        start = self.owner.ctypes.data
+        self.address = start + (-start % alignment)
+        self.nbytes = nbytes
+
+
+@register_object("vm.Storage")
+class Storage(Object):
+    """A block of device memory handed out by an allocator (a register value of AllocStorage).
+
+    Parameters are set by the allocator; create tensors in it with :meth:`alloc_tensor`.
+    """
+
+    _fields = {"nbytes": int, "alignment": int, "device": "any"}
+    _extra_slots = ("_block", "_allocator")
+
+    def alloc_tensor(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An NDArray of ``shape``/``dtype`` viewing this storage at byte ``offset``."""
+        from kiln.runtime.dtype import DataType
+
+        dtype = dtype if isinstance(dtype, DataType) else DataType(dtype)
+        count = 1
+        for dim in shape:
+            if dim < 0:
+                raise TVMError(f"cannot allocate a tensor with negative dimension in {shape}")
+            count *= dim
+        nbytes = count * dtype.itemsize
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise TVMError(
+                f"tensor of shape {tuple(shape)} {dtype} ({nbytes} bytes) at offset {offset} "
+                f"does not fit in a storage of {self.nbytes} bytes"
+            )
+        return _view_ndarray(self, offset, nbytes, tuple(shape), dtype)
+
+    def __del__(self) -> None:
+        allocator = getattr(self, "_allocator", None)
+        if allocator is not None:
+            try:
+                allocator._release(self._block)
+            except Exception:  # interpreter shutdown: nothing left to return memory to
+                pass
+
+
+def _view_ndarray(storage: Storage, offset: int, nbytes: int, shape: tuple, dtype: Any) -> Any:
+    """NDArray over ``storage`` bytes ``[offset, offset + nbytes)``, keeping ``storage`` alive.
+
+    The NumPy view's base is a ctypes byte array that holds a reference to ``storage``, so
+    the block cannot return to the allocator while any tensor still views it.
+    """
+    from kiln.runtime.ndarray import NDArray
+
+    raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(storage._block.address + offset)
+    raw.storage = storage
+    flat = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
+    lanes = (dtype.lanes,) if dtype.lanes > 1 else ()
+    view = flat.view(dtype.numpy_dtype).reshape(shape + lanes)
+    return NDArray._wrap(view, dtype, storage.device)
+
+
+class Allocator:
+    """Base of the VM allocators: hands out :class:`Storage` and tracks bytes in use.
+
+    ``used_bytes`` counts blocks held by live Storage objects; ``cached_bytes`` counts free
+    blocks an allocator keeps for reuse.
+    """
+
+    kind = "base"
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.used_bytes = 0
+        self.num_allocations = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        return 0
+
+    def alloc(self, nbytes: int, alignment: int = _MIN_ALIGNMENT) -> Storage:
+        """A Storage of at least ``nbytes`` bytes aligned to ``alignment``."""
+        if nbytes < 0:
+            raise TVMError(f"cannot allocate a negative size ({nbytes} bytes)")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise TVMError(f"alignment {alignment} is not a positive power of two")
+        check = getattr(self.device, "_check_allocatable", None)
+        if check is not None:
+            check()
+        self.num_allocations += 1
+        block = self._acquire(nbytes, alignment)
+        self.used_bytes += block.nbytes
+        storage = Storage(nbytes, alignment, self.device)
+        storage._set("_block", block)
+        storage._set("_allocator", self)
+        return storage
+
+    def _acquire(self, nbytes: int, alignment: int) -> _Block:
+        raise NotImplementedError
+
+    def _release(self, block: _Block) -> None:
+        self.used_bytes -= block.nbytes
+
+    def release_all(self) -> None:
+        """Return every cached free block to the system."""
+
+
+class NaiveAllocator(Allocator):
+    """Allocates a fresh block per request and frees it when its Storage dies."""
+
+    kind = "naive"
+
+    def _acquire(self, nbytes: int, alignment: int) -> _Block:
+        return _Block(nbytes, alignment)
+
+
+class PooledAllocator(Allocator):
+    """Page-rounded exact-size free lists with idle release and a cache cap (module docs)."""
+
+    kind = "pooled"
+
+    def __init__(self, device: Any, idle_release_after: int = 64,
+                 max_cached_bytes: int = 256 << 20) -> None:
+        super().__init__(device)
+        self.idle_release_after = idle_release_after
+        self.max_cached_bytes = max_cached_bytes
+        # size -> list of free blocks; OrderedDict order = least recently freed first.
+        self._free: OrderedDict[int, list[_Block]] = OrderedDict()
+        self._last_request: dict[int, int] = {}
+        self._cached = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cached
+
+    def _acquire(self, nbytes: int, alignment: int) -> _Block:
+        size = -(-max(nbytes, 1) // PAGE_SIZE) * PAGE_SIZE
+        self._last_request[size] = self.num_allocations
+        if self.num_allocations % 16 == 0:
+            self._release_idle()
+        blocks = self._free.get(size)
+        while blocks:
+            block = blocks.pop()
+            self._cached -= block.nbytes
+            if not blocks:
+                del self._free[size]
+            if block.address % max(alignment, _MIN_ALIGNMENT) == 0:
+                return block
+        return _Block(size, max(alignment, PAGE_SIZE))
+
+    def _release(self, block: _Block) -> None:
+        super()._release(block)
+        self._free.setdefault(block.nbytes, []).append(block)
+        self._free.move_to_end(block.nbytes)
+        self._cached += block.nbytes
+        while self._cached > self.max_cached_bytes and self._free:
+            self._drop_class(next(iter(self._free)))
+
+    def _drop_class(self, size: int) -> None:
+        for block in self._free.pop(size, ()):
+            self._cached -= block.nbytes
+
+    def _release_idle(self) -> None:
+        horizon = self.num_allocations - self.idle_release_after
+        for size in [s for s in self._free if self._last_request.get(s, -1) < horizon]:
+            self._drop_class(size)
+
+    def release_all(self) -> None:
+        for size in list(self._free):
+            self._drop_class(size)
+
+
+ALLOCATOR_KINDS: dict[str, type[Allocator]] = {
+    "naive": NaiveAllocator,
+    "pooled": PooledAllocator,
+}
+
+
+def make_allocator(kind: str, device: Any) -> Allocator:
+    """The allocator called ``kind`` (``"naive"`` or ``"pooled"``) for ``device``."""
+    cls = ALLOCATOR_KINDS.get(str(kind).lower())
+    if cls is None:
+        raise TVMError(
+            f"unknown VM memory allocator {kind!r}; use one of {sorted(ALLOCATOR_KINDS)}"
+        )
+    return cls(device)
