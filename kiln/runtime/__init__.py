@@ -23,6 +23,8 @@ _LAZY = {
     "tuple_object": ("kiln.runtime.container", "tuple_object"),
     "DataType": ("kiln.runtime.dtype", "DataType"),
     "DataTypeCode": ("kiln.runtime.dtype", "DataTypeCode"),
+    "DeviceType": ("kiln.runtime.device", "DeviceType"),
+    "from_dlpack": ("kiln.runtime.ndarray", "from_dlpack"),
     "Device": ("kiln.runtime.device", "Device"),
     "device": ("kiln.runtime.device", "device"),
     "cpu": ("kiln.runtime.device", "cpu"),
