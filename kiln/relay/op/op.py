@@ -1,0 +1,159 @@
+"""Relay's view of the operator registry: pattern kinds and registration helpers.
+
+Entry points: :class:`OpPattern`, :func:`get`, :func:`register_op_attr`, :func:`define_op`,
+:func:`register_pattern`, :func:`register_compute`, :func:`register_strategy`,
+:func:`register_shape_func`, :func:`register_gradient`, :func:`call`.
+
+Every op family module (``tensor.py``, ``transform.py``, ``nn/nn.py`` …) declares its ops with
+:func:`define_op`, which registers the op together with its type relation and pattern kind in
+one line; later layers add their attributes (compute, strategy, shape function, gradient,
+NumPy evaluation) beside the op with the ``register_*`` helpers here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from typing import Any
+
+from kiln.ir.op import Op, get, list_op_names, register, register_op_attr
+
+__all__ = [
+    "OpPattern",
+    "Op",
+    "get",
+    "list_op_names",
+    "register",
+    "register_op_attr",
+    "define_op",
+    "register_pattern",
+    "register_type_rel",
+    "register_compute",
+    "register_strategy",
+    "register_shape_func",
+    "register_gradient",
+    "register_stateful",
+    "register_injective_schedule",
+    "call",
+    "OPAQUE",
+    "ELEMWISE",
+    "BROADCAST",
+    "INJECTIVE",
+    "COMM_REDUCE",
+    "OUT_ELEMWISE_FUSABLE",
+    "TUPLE",
+]
+
+
+class OpPattern(IntEnum):
+    """How an op's output elements depend on its inputs (TVM's ``OpPatternKind``, for FuseOps)."""
+
+    ELEMWISE = 0
+    BROADCAST = 1
+    INJECTIVE = 2
+    COMM_REDUCE = 3
+    OUT_ELEMWISE_FUSABLE = 4
+    TUPLE = 7
+    OPAQUE = 8
+
+    # TVM's C++ spellings, so both read naturally.
+    kElemWise = 0
+    kBroadcast = 1
+    kInjective = 2
+    kCommReduce = 3
+    kOutEWiseFusable = 4
+    kTuple = 7
+    kOpaque = 8
+
+
+ELEMWISE = OpPattern.ELEMWISE
+BROADCAST = OpPattern.BROADCAST
+INJECTIVE = OpPattern.INJECTIVE
+COMM_REDUCE = OpPattern.COMM_REDUCE
+OUT_ELEMWISE_FUSABLE = OpPattern.OUT_ELEMWISE_FUSABLE
+TUPLE = OpPattern.TUPLE
+OPAQUE = OpPattern.OPAQUE
+
+TypeRelation = Callable[[list, Any], Any]
+
+
+def define_op(
+    name: str,
+    rel: TypeRelation,
+    pattern: OpPattern,
+    num_inputs: int,
+    attrs_type: type | None = None,
+    describe: str = "",
+    support_level: int = 10,
+) -> Op:
+    """Register op ``name`` with its type relation and pattern kind (one line per op).
+
+    ``rel(arg_types, attrs, op_name)`` returns the output type given the argument types; it
+    raises :class:`~kiln.runtime.error.TypeInferenceError` for ill-typed arguments. It is
+    stored as ``FTVMTypeRelation`` with ``op_name`` bound: ``rel(arg_types, attrs)``.
+    """
+    from kiln.relay.op.type_relations import named
+
+    op = register(name, describe)
+    op.set_num_inputs(num_inputs)
+    op.set_support_level(support_level)
+    if attrs_type is not None:
+        op.set_attrs_type_key(attrs_type.type_key)
+    if not op.has_attr("FTVMTypeRelation"):
+        op.set_attr("FTVMTypeRelation", named(rel, name))
+        op.set_attr("TOpPattern", int(pattern))
+    return op
+
+
+def register_pattern(op_name: str, pattern: int, level: int = 10) -> None:
+    """Set the pattern kind (``TOpPattern``) of ``op_name``."""
+    register_op_attr(op_name, "TOpPattern", int(pattern), level)
+
+
+def register_type_rel(op_name: str, rel: TypeRelation | None = None, level: int = 10):
+    """Set the type relation of ``op_name`` (decorator when ``rel`` is None)."""
+    return register_op_attr(op_name, "FTVMTypeRelation", rel, level)
+
+
+def register_compute(op_name: str, compute: Callable | None = None, level: int = 10):
+    """Set the TE compute (``FTVMCompute``) of ``op_name`` (decorator when None)."""
+    return register_op_attr(op_name, "FTVMCompute", compute, level)
+
+
+def register_strategy(op_name: str, strategy: Callable | None = None, level: int = 10):
+    """Set the op strategy (``FTVMStrategy``) of ``op_name`` (decorator when None)."""
+    return register_op_attr(op_name, "FTVMStrategy", strategy, level)
+
+
+def register_injective_schedule(op_name: str, schedule: Callable, level: int = 10) -> None:
+    """Set the schedule used when ``op_name`` is scheduled as an injective op."""
+    register_op_attr(op_name, "FTVMSchedule", schedule, level)
+
+
+def register_shape_func(
+    op_name: str, data_dependent: bool, shape_func: Callable | None = None, level: int = 10
+):
+    """Set the VM shape function (``FShapeFunc``) of ``op_name`` (decorator when None).
+
+    ``data_dependent`` says whether the function reads input *values* (``TShapeDataDependent``)
+    rather than only input shapes.
+    """
+    register_op_attr(op_name, "TShapeDataDependent", bool(data_dependent), level)
+    return register_op_attr(op_name, "FShapeFunc", shape_func, level)
+
+
+def register_gradient(op_name: str, fgradient: Callable | None = None, level: int = 10):
+    """Set the gradient (``FPrimalGradient``) of ``op_name`` (decorator when None)."""
+    return register_op_attr(op_name, "FPrimalGradient", fgradient, level)
+
+
+def register_stateful(op_name: str, stateful: bool, level: int = 10) -> None:
+    """Mark ``op_name`` as stateful (``TOpIsStateful``): passes must not duplicate or drop it."""
+    register_op_attr(op_name, "TOpIsStateful", bool(stateful), level)
+
+
+def call(op_name: str, args: Sequence[Any], attrs: Any = None) -> Any:
+    """Build ``Call(Op.get(op_name), args, attrs)`` — what every op constructor returns."""
+    from kiln.relay.expr import Call
+
+    return Call(Op.get(op_name), list(args), attrs)
