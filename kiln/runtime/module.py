@@ -1,0 +1,682 @@
+"""Module: a unit of compiled code holding PackedFuncs, loadable from and exportable to files.
+
+Entry points: :class:`Module`, :class:`DSOModule`, :class:`SystemLibModule`,
+:func:`load_module`, :func:`system_lib`, :func:`serialize_module_blob`,
+:func:`deserialize_module_blob`.
+
+Writing a Module subclass (the contract other runtime and codegen modules follow)
+----------------------------------------------------------------------------------
+* Set the class attribute ``type_key`` to the module kind TVM uses (``"library"``, ``"c"``,
+  ``"llvm"``, ``"GraphExecutorFactory"``, ``"VMExecutable"``). Subclasses are not registered
+  with ``register_object``; they are all ``runtime.Module`` objects to the type system.
+* Call ``super().__init__()``, then set attributes freely (modules are mutable runtime state).
+* Implement ``_get_function(name)`` returning a :class:`PackedFunc` (or any Python callable,
+  which is wrapped) or None when the module has no such function.
+* Set ``_property_mask`` from :class:`ModuleProperty` bits: BINARY_SERIALIZABLE (0b001),
+  RUNNABLE (0b010), DSO_EXPORTABLE (0b100).
+* Binary-serializable modules implement ``save_to_binary() -> bytes`` and register a loader
+  ``runtime.module.loadbinary_<type_key>`` taking those bytes and returning the module
+  (``register_func`` from :mod:`kiln.runtime.registry`). ``export_library`` stores such modules
+  in the module blob, and ``load_module`` rebuilds them with that loader.
+* DSO-exportable modules (C source, LLVM) implement ``export_objects(workspace_dir) ->
+  list[str]`` (paths of ``.c``/``.o`` files to compile and link; C files may include
+  ``<tvm/runtime/c_backend_api.h>``) and ``link_options() -> list[str]`` (e.g.
+  ``["-fopenmp"]``). All of them are compiled and linked into one shared library.
+* Optional: ``get_source(fmt)``, ``save(path, fmt)``, ``format``.
+
+Module blob (``__tvm_dev_mblob``, TVM's layout): ``u64 n``, then ``n`` entries, each a
+``string`` key — ``"_lib"`` (the shared library itself), ``"_import_tree"`` followed by
+``vector<u64> row_ptr`` and ``vector<u64> child_indices`` (CSR over entries, root at 0), or a
+module's ``type_key`` followed by its ``save_to_binary()`` bytes as a ``string`` (u64 length +
+bytes: the framing lets the reader check every length). The shared library holds it as a
+``const unsigned char __tvm_dev_mblob[]`` whose first 8 bytes are the blob's length.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kiln.runtime import cc
+from kiln.runtime.binary import BinaryReader, BinaryWriter
+from kiln.runtime.error import TVMError
+from kiln.runtime.object import Object, register_object
+from kiln.runtime.packed_func import PackedFunc, _runtime, object_handle
+from kiln.runtime.registry import get_global_func, register_func
+
+__all__ = [
+    "Module",
+    "ModuleProperty",
+    "DSOModule",
+    "SystemLibModule",
+    "load_module",
+    "system_lib",
+    "serialize_module_blob",
+    "deserialize_module_blob",
+]
+
+_BLOB_SYMBOL = "__tvm_dev_mblob"
+_MODULE_CTX_SYMBOL = "__tvm_module_ctx"
+_ENTRY_SYMBOL = "__tvm_main__"
+_LINK_OPTIONS_FILE = "kiln_link_options.txt"
+_OBJECT_SUFFIXES = (".c", ".cc", ".cpp", ".o", ".obj", ".S", ".s")
+
+
+class ModuleProperty:
+    """Bits of ``Module._property_mask`` (TVM's ``ModulePropertyMask``)."""
+
+    BINARY_SERIALIZABLE = 0b001
+    RUNNABLE = 0b010
+    DSO_EXPORTABLE = 0b100
+
+
+@register_object("runtime.Module")
+class Module(Object):
+    """Base class of compiled-code containers (TVM's ``runtime.Module``).
+
+    Example
+    -------
+    >>> class Adder(Module):
+    ...     type_key = "example.Adder"
+    ...     def _get_function(self, name):
+    ...         return (lambda a, b: a + b) if name == "add" else None
+    >>> Adder()["add"](2, 3)
+    5
+    """
+
+    _extra_slots = ("__dict__",)
+    _property_mask = ModuleProperty.RUNNABLE
+
+    def __init__(self) -> None:
+        self._imports: list[Module] = []
+        self._function_cache: dict[str, PackedFunc] = {}
+        self._env_cache: dict[str, PackedFunc] = {}
+
+    # Modules are runtime state (imports, caches), not immutable IR.
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        object.__delattr__(self, name)
+
+    def _state(self, name: str, factory: Callable[[], Any]) -> Any:
+        # Subclasses that forgot super().__init__() still get their caches.
+        state = self.__dict__
+        if name not in state:
+            state[name] = factory()
+        return state[name]
+
+    def _get_function(self, name: str) -> Callable[..., Any] | None:
+        """Subclass hook: this module's own function ``name``, or None."""
+        return None
+
+    # ---- functions ----
+
+    def get_function(self, name: str, query_imports: bool = False) -> PackedFunc:
+        """The function ``name`` (cached); with ``query_imports``, search imports depth-first.
+
+        Raises AttributeError ``Module has no function 'name'`` when absent.
+        """
+        cache = self._state("_function_cache", dict)
+        func = cache.get(name)
+        if func is None:
+            func = self._find_function(name, query_imports)
+            if func is None:
+                raise AttributeError(f"Module has no function '{name}'")
+            cache[name] = func
+        return func
+
+    def _find_function(self, name: str, query_imports: bool) -> PackedFunc | None:
+        found = self._get_function(name)
+        if found is not None:
+            return found if isinstance(found, PackedFunc) else PackedFunc(found, name)
+        if query_imports:
+            for imported in self.imports:
+                found = imported._find_function(name, True)
+                if found is not None:
+                    return found
+        return None
+
+    def __getitem__(self, name: str) -> PackedFunc:
+        if not isinstance(name, str):
+            raise ValueError(f"Can only take string as function name, got {type(name).__name__}")
+        return self.get_function(name)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.entry_func(*args)
+
+    @property
+    def entry_func(self) -> PackedFunc:
+        """The module's entry function (``__tvm_main__``)."""
+        return self.get_function(_ENTRY_SYMBOL)
+
+    def get_function_from_env(self, name: str) -> PackedFunc:
+        """What ``TVMBackendGetFuncFromEnv`` finds: imports first, then the global registry."""
+        cache = self._state("_env_cache", dict)
+        func = cache.get(name)
+        if func is None:
+            for imported in self.imports:
+                func = imported._find_function(name, True)
+                if func is not None:
+                    break
+            else:
+                func = get_global_func(name, allow_missing=True)
+            if func is None:
+                raise TVMError(
+                    f"Cannot find function {name} in the imported modules or global registry"
+                )
+            cache[name] = func
+        return func
+
+    # ---- imports ----
+
+    @property
+    def imports(self) -> list[Module]:
+        """The imported modules (a copy of the list)."""
+        return list(self._state("_imports", list))
+
+    imported_modules = imports
+
+    def import_module(self, module: Module) -> None:
+        """Add ``module`` to this module's imports."""
+        if not isinstance(module, Module):
+            raise TypeError(f"import_module expects a Module, got {type(module).__name__}")
+        self._state("_imports", list).append(module)
+        self._state("_env_cache", dict).clear()
+
+    # ---- properties ----
+
+    @property
+    def format(self) -> str:
+        """The file format of this module's code ("" when it has none)."""
+        return ""
+
+    @property
+    def is_binary_serializable(self) -> bool:
+        return bool(self._property_mask & ModuleProperty.BINARY_SERIALIZABLE)
+
+    @property
+    def is_runnable(self) -> bool:
+        return bool(self._property_mask & ModuleProperty.RUNNABLE)
+
+    @property
+    def is_dso_exportable(self) -> bool:
+        return bool(self._property_mask & ModuleProperty.DSO_EXPORTABLE)
+
+    def save_to_binary(self) -> bytes:
+        """Serialize a binary-serializable module (its ``loadbinary_`` loader reads it back)."""
+        raise TVMError(f"Module[{self.type_key}] does not support save_to_binary")
+
+    def get_source(self, fmt: str = "") -> str:
+        raise TVMError(f"Module[{self.type_key}] does not support get_source")
+
+    def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
+        raise TVMError(f"Module[{self.type_key}] does not support save")
+
+    def export_objects(self, workspace_dir: str) -> list[str]:
+        raise TVMError(f"Module[{self.type_key}] is not DSO exportable")
+
+    def link_options(self) -> list[str]:
+        return []
+
+    def __repr__(self) -> str:
+        return f"Module({self.type_key}, {id(self):x})"
+
+    # ---- timing ----
+
+    def time_evaluator(
+        self,
+        func_name: str,
+        dev: Any,
+        number: int = 10,
+        repeat: int = 1,
+        min_repeat_ms: float = 0,
+        cooldown_interval_ms: float = 0,
+        repeats_to_cooldown: int = 1,
+        f_preproc: str = "",
+    ) -> Callable[..., Any]:
+        """A function that runs ``func_name`` and returns timing statistics (seconds).
+
+        Each of ``repeat`` measurements is the mean over ``number`` calls; ``number`` grows
+        until a measurement lasts ``min_repeat_ms``. The result has ``.mean``, ``.median``,
+        ``.results``.
+
+        Example
+        -------
+        >>> class M(Module):
+        ...     def _get_function(self, name):
+        ...         return lambda: None
+        >>> timer = M().time_evaluator("f", None, number=3, repeat=2)
+        >>> len(timer().results)
+        2
+        """
+        from kiln.runtime.profiling import time_repeats
+
+        func = self.get_function(func_name, query_imports=True)
+
+        def evaluator(*args: Any) -> Any:
+            call = func.prepare(*args)
+
+            def run(times: int) -> None:
+                for _ in range(times):
+                    call()
+
+            return time_repeats(run, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms)
+
+        return evaluator
+
+    # ---- export ----
+
+    def export_library(
+        self,
+        file_name: str | os.PathLike,
+        fcompile: Callable[..., Any] | None = None,
+        addons: Sequence[str] | None = None,
+        workspace_dir: str | None = None,
+        options: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Write this module and its imports as a shared library (``.so``) or a ``.tar``.
+
+        DSO-exportable modules are compiled and linked together; every other module of the
+        import tree goes into the module blob, so :func:`load_module` rebuilds the whole tree.
+        """
+        file_name = os.fspath(file_name)
+        modules = _collect_modules(self)
+        for module in modules:
+            if not (module.is_dso_exportable or module.is_binary_serializable):
+                raise TVMError(
+                    f"Module[{module.type_key}] is neither DSO exportable nor binary "
+                    "serializable, so it cannot be exported"
+                )
+        with tempfile.TemporaryDirectory() as scratch:
+            workdir = workspace_dir or scratch
+            os.makedirs(workdir, exist_ok=True)
+            files: list[str] = [os.fspath(a) for a in addons or ()]
+            link_options: list[str] = []
+            for index, module in enumerate(m for m in modules if m.is_dso_exportable):
+                module_dir = os.path.join(workdir, f"lib{index}")
+                os.makedirs(module_dir, exist_ok=True)
+                files += [os.fspath(p) for p in module.export_objects(module_dir)]
+                link_options += [o for o in module.link_options() if o not in link_options]
+            if not self.is_dso_exportable or self.imports:
+                blob_c = os.path.join(workdir, "devc.c")
+                Path(blob_c).write_text(_blob_c_source(serialize_module_blob(self)))
+                files.append(blob_c)
+            if file_name.endswith(".tar") and fcompile is None:
+                _create_tar(file_name, files, link_options)
+                return
+            fcompile = fcompile or cc.create_shared
+            opts = list(cc.default_options() if options is None else options) + link_options
+            fcompile(file_name, files, options=opts, **kwargs)
+
+
+def _collect_modules(root: Module) -> list[Module]:
+    """Every module of the import tree, breadth-first from ``root``, each once."""
+    order, seen, queue = [], set(), [root]
+    while queue:
+        module = queue.pop(0)
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        order.append(module)
+        queue.extend(module.imports)
+    return order
+
+
+# ---- module blob ---------------------------------------------------------------------------
+
+
+def serialize_module_blob(root: Module) -> bytes:
+    """The module blob of ``root``'s import tree (layout in the module docstring).
+
+    All DSO-exportable modules share one ``"_lib"`` entry: they become one shared library.
+    """
+    modules = _collect_modules(root)
+    group_of: dict[int, int] = {}
+    groups: list[Module | None] = []  # None stands for the "_lib" group
+    lib_group = None
+    for module in modules:
+        if module.is_dso_exportable:
+            if lib_group is None:
+                lib_group = len(groups)
+                groups.append(None)
+            group_of[id(module)] = lib_group
+        else:
+            group_of[id(module)] = len(groups)
+            groups.append(module)
+    children: list[list[int]] = [[] for _ in groups]
+    for module in modules:
+        parent = group_of[id(module)]
+        for imported in module.imports:
+            child = group_of[id(imported)]
+            if child != parent and child not in children[parent]:
+                children[parent].append(child)
+    writer = BinaryWriter()
+    writer.u64(len(groups) + 1)
+    for module in groups:
+        if module is None:
+            writer.string("_lib")
+        else:
+            writer.string(module.type_key)
+            data = module.save_to_binary()
+            if not isinstance(data, (bytes, bytearray)):
+                raise TVMError(f"Module[{module.type_key}].save_to_binary must return bytes")
+            writer.string(bytes(data))
+    row_ptr = [0]
+    for child_list in children:
+        row_ptr.append(row_ptr[-1] + len(child_list))
+    writer.string("_import_tree")
+    writer.u64_vector(row_ptr)
+    writer.u64_vector([c for child_list in children for c in child_list])
+    return writer.getvalue()
+
+
+def deserialize_module_blob(blob: bytes, library: Module | None = None) -> Module:
+    """Rebuild the module tree from a blob; ``library`` stands in for ``"_lib"`` entries."""
+    reader = BinaryReader(blob, what="module blob")
+    count = reader.count(8, "module blob entry count")
+    modules: list[Module] = []
+    row_ptr: list[int] = []
+    child_indices: list[int] = []
+    for _ in range(count):
+        key = reader.string("module type key")
+        if key == "_lib":
+            if library is None:
+                raise TVMError("module blob refers to a host library ('_lib') but none is loaded")
+            modules.append(library)
+        elif key == "_import_tree":
+            row_ptr = reader.u64_vector("import tree row_ptr")
+            child_indices = reader.u64_vector("import tree child indices")
+        else:
+            data = reader.string_bytes(f"binary of module {key!r}")
+            loader = get_global_func(f"runtime.module.loadbinary_{key}", allow_missing=True)
+            if loader is None:
+                raise TVMError(
+                    f"module blob holds a Module[{key}] but no loader is registered: "
+                    f"register runtime.module.loadbinary_{key}"
+                )
+            module = loader(data)
+            if not isinstance(module, Module):
+                raise TVMError(f"runtime.module.loadbinary_{key} returned a non-Module")
+            modules.append(module)
+    reader.expect_end()
+    if not row_ptr:  # legacy layout: every module is an import of the library
+        if library is None:
+            raise TVMError("module blob has no import tree and no host library")
+        for module in modules:
+            library.import_module(module)
+        return library
+    if not modules or len(row_ptr) != len(modules) + 1 or row_ptr[0] != 0:
+        raise TVMError(
+            f"module blob import tree is malformed: {len(row_ptr)} row pointers "
+            f"for {len(modules)} modules"
+        )
+    for index, module in enumerate(modules):
+        begin, end = row_ptr[index], row_ptr[index + 1]
+        if not begin <= end <= len(child_indices):
+            raise TVMError(f"module blob import tree row {index} is out of range")
+        for child in child_indices[begin:end]:
+            if child >= len(modules):
+                raise TVMError(f"module blob import tree names module {child} of {len(modules)}")
+            module.import_module(modules[child])
+    return modules[0]
+
+
+def _blob_c_source(blob: bytes) -> str:
+    """C source defining ``__tvm_dev_mblob``: u64 length (little-endian) then the blob."""
+    data = struct.pack("<Q", len(blob)) + blob
+    # Three-digit octal escapes: unlike hex escapes they never swallow the next character,
+    # and a string literal compiles much faster than a list of integers.
+    lines = [
+        '  "' + "".join(f"\\{byte:03o}" for byte in data[i : i + 64]) + '"'
+        for i in range(0, len(data), 64)
+    ]
+    return (
+        "/* Module blob generated by kiln export_library. */\n"
+        '__attribute__((visibility("default")))\n'
+        f"const unsigned char {_BLOB_SYMBOL}[{len(data)}] =\n" + "\n".join(lines) + ";\n"
+    )
+
+
+def _create_tar(output: str, files: Sequence[str], link_options: Sequence[str]) -> None:
+    names = set()
+    with tarfile.open(output, "w") as tar:
+        for path in files:
+            name = os.path.basename(path)
+            while name in names:
+                name = "_" + name
+            names.add(name)
+            tar.add(path, arcname=name)
+        if link_options:
+            with tempfile.TemporaryDirectory() as tmp:
+                options_file = os.path.join(tmp, _LINK_OPTIONS_FILE)
+                Path(options_file).write_text("\n".join(link_options))
+                tar.add(options_file, arcname=_LINK_OPTIONS_FILE)
+
+
+# ---- shared libraries ----------------------------------------------------------------------
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+_libc = ctypes.CDLL(None)
+_libc.dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo), ctypes.c_void_p, ctypes.c_int]
+_RTLD_DL_SYMENT = 1
+_ELF64_SYM_SIZE_OFFSET = 16  # Elf64_Sym: u32 name, u8 info, u8 other, u16 shndx, u64 value
+
+
+def _symbol_info(address: int) -> tuple[str, int | None]:
+    """(file that defines the symbol at ``address``, the symbol's size in bytes or None)."""
+    info = _DlInfo()
+    symbol = ctypes.c_void_p()
+    if not _libc.dladdr1(address, ctypes.byref(info), ctypes.byref(symbol), _RTLD_DL_SYMENT):
+        return "", None
+    size = None
+    if symbol.value:
+        size = ctypes.c_uint64.from_address(symbol.value + _ELF64_SYM_SIZE_OFFSET).value
+    return (info.dli_fname or b"").decode(errors="replace"), size
+
+
+class DSOModule(Module):
+    """A shared library loaded with dlopen; functions are found by symbol name."""
+
+    type_key = "library"
+    _property_mask = ModuleProperty.RUNNABLE
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        _runtime()  # kernels resolve TVMAPISetLastError & co. against the support library
+        self.path = os.path.realpath(path)
+        try:
+            self.lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
+        except OSError as err:
+            raise TVMError(f"cannot load shared library {path}: {err}") from None
+        ctx = self._symbol_address(_MODULE_CTX_SYMBOL)
+        if ctx is not None:
+            ctypes.c_void_p.from_address(ctx).value = object_handle(self)
+
+    @property
+    def format(self) -> str:
+        return "so"
+
+    def _symbol_address(self, name: str) -> int | None:
+        try:
+            address = ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
+        except AttributeError:
+            return None
+        # dlsym also searches the library's dependencies (libc…); only our own symbols count.
+        owner, _ = _symbol_info(address)
+        if owner and os.path.realpath(owner) != self.path:
+            return None
+        return address
+
+    def _get_function(self, name: str) -> PackedFunc | None:
+        if name == _ENTRY_SYMBOL:
+            entry = self._symbol_address(_ENTRY_SYMBOL)
+            if entry is None:
+                return None
+            name = ctypes.c_char_p.from_address(entry).value.decode()
+        address = self._symbol_address(name)
+        if address is None:
+            return None
+        return PackedFunc.from_c_address(address, owner=self, name=name)
+
+    def read_blob(self) -> bytes | None:
+        """The module blob compiled into this library, checked against the symbol's size."""
+        address = self._symbol_address(_BLOB_SYMBOL)
+        if address is None:
+            return None
+        _, symbol_size = _symbol_info(address)
+        return _read_blob_at(address, symbol_size, self.path)
+
+
+def _read_blob_at(address: int, symbol_size: int | None, where: str) -> bytes:
+    if symbol_size is not None and symbol_size < 8:
+        raise TVMError(f"{where}: {_BLOB_SYMBOL} is {symbol_size} bytes, too small for a blob")
+    length = ctypes.c_uint64.from_address(address).value
+    if symbol_size is not None and length > symbol_size - 8:
+        raise TVMError(
+            f"{where}: {_BLOB_SYMBOL} claims {length} bytes but the symbol holds "
+            f"{symbol_size - 8}; the library is truncated or tampered"
+        )
+    return ctypes.string_at(address + 8, length)
+
+
+def _load_so(path: str, fmt: str = "so") -> Module:
+    library = DSOModule(path)
+    blob = library.read_blob()
+    if blob is None:
+        return library
+    try:
+        return deserialize_module_blob(blob, library)
+    except TVMError as err:
+        raise TVMError(f"{path}: bad module blob: {err}") from err
+
+
+def _load_tar(path: str, fmt: str = "tar") -> Module:
+    try:
+        with tarfile.open(path) as tar, tempfile.TemporaryDirectory() as tmp:
+            members = tar.getmembers()
+            for member in members:
+                if not member.isfile() or os.path.basename(member.name) != member.name:
+                    raise TVMError(f"{path}: unexpected tar member {member.name!r}")
+            tar.extractall(tmp, members=members, filter="data")
+            names = [m.name for m in members]
+            sources = [os.path.join(tmp, n) for n in names if n.endswith(_OBJECT_SUFFIXES)]
+            if not sources:
+                raise TVMError(f"{path}: the archive holds no object or source files")
+            options = cc.default_options()
+            if _LINK_OPTIONS_FILE in names:
+                options += Path(tmp, _LINK_OPTIONS_FILE).read_text().split()
+            library = cc.cached_shared_library(sorted(sources), options)
+    except tarfile.TarError as err:
+        raise TVMError(f"cannot load {path}: not a valid tar archive ({err})") from None
+    return _load_so(str(library))
+
+
+def _compile_and_load(path: str, fmt: str) -> Module:
+    return _load_so(str(cc.cached_shared_library([path])))
+
+
+for _fmt, _loader in {
+    "so": _load_so,
+    "dll": _load_so,
+    "dylib": _load_so,
+    "tar": _load_tar,
+    "o": _compile_and_load,
+    "c": _compile_and_load,
+}.items():
+    register_func(f"runtime.module.loadfile_{_fmt}", _loader, override=True)
+
+
+def load_module(path: str | os.PathLike, fmt: str = "") -> Module:
+    """Load a module from a file: ``.so`` (dlopen), ``.tar`` (link, then load), ``.o``/``.c``.
+
+    The loader is the global function ``runtime.module.loadfile_<fmt>`` (``fmt`` defaults to
+    the file's extension). A library's module blob is unpacked into its import tree.
+
+    Example
+    -------
+    >>> load_module("/no/such/lib.so")
+    Traceback (most recent call last):
+    ...
+    kiln.runtime.error.TVMError: cannot load module: no such file '/no/such/lib.so'
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise TVMError(f"cannot load module: no such file {path!r}")
+    if not fmt:
+        base = os.path.basename(path)
+        fmt = base.rsplit(".", 1)[-1] if "." in base else ""
+    loader = get_global_func(f"runtime.module.loadfile_{fmt}", allow_missing=True)
+    if loader is None:
+        raise TVMError(
+            f"cannot load {path!r}: no loader for format {fmt!r} "
+            f"(register runtime.module.loadfile_{fmt})"
+        )
+    return loader(path, fmt)
+
+
+# ---- system library ------------------------------------------------------------------------
+
+
+class SystemLibModule(Module):
+    """Functions registered by statically linked code via ``TVMBackendRegisterSystemLibSymbol``."""
+
+    type_key = "library"
+    _property_mask = ModuleProperty.RUNNABLE
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__()
+        self.prefix = prefix
+        lib = _runtime()
+        ctx = lib.KilnSystemLibLookup((prefix + _MODULE_CTX_SYMBOL).encode())
+        if ctx:
+            ctypes.c_void_p.from_address(ctx).value = object_handle(self)
+
+    def _lookup(self, name: str) -> int | None:
+        return _runtime().KilnSystemLibLookup((self.prefix + name).encode()) or None
+
+    def _get_function(self, name: str) -> PackedFunc | None:
+        address = self._lookup(name)
+        return PackedFunc.from_c_address(address, owner=self, name=name) if address else None
+
+
+_system_libs: dict[str, Module] = {}
+
+
+def system_lib(prefix: str = "") -> Module:
+    """The system library: kernels and blob registered by linked-in code (one per prefix).
+
+    Example
+    -------
+    >>> lib = system_lib()
+    >>> lib.type_key
+    'library'
+    """
+    root = _system_libs.get(prefix)
+    if root is None:
+        library = SystemLibModule(prefix)
+        root = library
+        address = library._lookup(_BLOB_SYMBOL)
+        if address is not None:
+            blob = _read_blob_at(address, None, "system library")
+            root = deserialize_module_blob(blob, library)
+        _system_libs[prefix] = root
+    return root
+

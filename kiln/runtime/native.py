@@ -1,0 +1,71 @@
+"""The runtime support library: every ``kiln/runtime/src/*.c`` built into one shared library.
+
+Entry points: :func:`load_runtime_lib`, :func:`include_dirs`.
+
+The library implements the C API that generated kernels call (``TVMAPISetLastError``,
+``TVMBackendAllocWorkspace``, ``TVMBackendParallelLaunch``, ``TVMFuncCall`` …) plus the C
+loops of the executors. It is compiled once per content hash + flags into the build cache and
+loaded with ``RTLD_GLOBAL``, so kernel libraries loaded afterwards resolve those symbols
+against it. Loading it also installs the Python registry hooks (``TVMFuncRegisterGlobal`` and
+friends forward to :mod:`kiln.runtime.registry`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+from kiln.runtime import cc, config
+
+__all__ = ["load_runtime_lib", "include_dirs", "runtime_sources"]
+
+_SRC_DIR = Path(__file__).resolve().parent / "src"
+_lock = threading.RLock()
+_lib: ctypes.CDLL | None = None
+
+
+def include_dirs() -> list[str]:
+    """Include directories for code that uses kiln's C headers (``-I`` flags)."""
+    return cc.include_dirs()
+
+
+def runtime_sources() -> list[Path]:
+    """The C files compiled into the support library, in a stable order."""
+    return sorted(_SRC_DIR.glob("*.c"))
+
+
+def _options() -> list[str]:
+    options = ["-O3", "-fPIC", "-std=gnu11"]
+    if cc.openmp_available():
+        options.append("-fopenmp")
+    return options
+
+
+def load_runtime_lib() -> ctypes.CDLL:
+    """Build (first time only) and load the support library; return the loaded library.
+
+    Example
+    -------
+    >>> lib = load_runtime_lib()
+    >>> lib.TVMGetLastError.restype = ctypes.c_char_p
+    >>> isinstance(lib.TVMGetLastError(), bytes)
+    True
+    """
+    global _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = cc.cached_shared_library(
+            {src.name: src.read_text() for src in runtime_sources()}, _options()
+        )
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        lib.KilnRuntimeSetNumThreads.argtypes = [ctypes.c_int]
+        lib.KilnRuntimeSetNumThreads(config.num_threads())
+        _lib = lib
+        # The hooks live with the PackedFunc bridge; importing it here keeps "load the
+        # library" and "C can reach the Python registry" one step for every caller.
+        from kiln.runtime import packed_func
+
+        packed_func.install_runtime_hooks(lib)
+        return lib
