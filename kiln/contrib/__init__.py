@@ -1,0 +1,17 @@
+"""kiln.contrib: TVM's ``tvm.contrib`` paths (toolchain driver, executor front-ends).
+
+Submodules load on first use: ``cc`` (the C toolchain driver), ``graph_executor``,
+``debugger``.
+"""
+
+from __future__ import annotations
+
+from kiln._lazy import attach
+
+_LAZY = {
+    "cc": "kiln.contrib.cc",
+    "graph_executor": "kiln.contrib.graph_executor",
+    "debugger": "kiln.contrib.debugger",
+}
+
+__getattr__, __dir__ = attach(__name__, _LAZY)
