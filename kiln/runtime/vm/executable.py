@@ -64,6 +64,10 @@ class VMFunction:
         Registers in one frame of this function.
     param_device_indexes : sequence of int, optional
         Virtual device index of each parameter (default: all 0).
+    param_types : sequence, optional
+        Per parameter, ``(shape, dtype)`` of the tensor it must be (``-1`` for a dynamic
+        dimension) or ``None`` for no check (tuples, closures). The VM checks arguments
+        against it. Serialized as a 4th entry of the function header (see :func:`_spec_text`).
 
     Example
     -------
@@ -77,12 +81,18 @@ class VMFunction:
     instructions: tuple[bc.Instruction, ...]
     register_file_size: int
     param_device_indexes: tuple[int, ...] = ()
+    param_types: tuple[tuple[tuple[int, ...], str] | None, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple(self.params))
         object.__setattr__(self, "instructions", tuple(self.instructions))
         devices = tuple(self.param_device_indexes) or (0,) * len(self.params)
         object.__setattr__(self, "param_device_indexes", devices)
+        types = tuple(
+            None if t is None else (tuple(int(d) for d in t[0]), str(t[1]))
+            for t in self.param_types
+        )
+        object.__setattr__(self, "param_types", types)
 
     @property
     def arity(self) -> int:
@@ -273,9 +283,10 @@ class Executable:
                 w.string(attrs[key])
         w.u64(len(self.functions))
         for func in self.functions:
-            w.string_vector(
-                [func.name, str(func.register_file_size), str(len(func.instructions))]
-            )
+            header = [func.name, str(func.register_file_size), str(len(func.instructions))]
+            if func.param_types:
+                header.append(_spec_text(func.param_types))
+            w.string_vector(header)
             w.string_vector(func.params)
             w.i64_vector(func.param_device_indexes)
             for instr in func.instructions:
@@ -436,12 +447,13 @@ _INT_TEXT = re.compile(r"[0-9]{1,19}")
 
 def _load_function(r: BinaryReader, index: int) -> VMFunction:
     header = r.string_vector(f"function {index} header")
-    if len(header) != 3 or not all(_INT_TEXT.fullmatch(h) for h in header[1:]):
+    if len(header) not in (3, 4) or not all(_INT_TEXT.fullmatch(h) for h in header[1:3]):
         raise TVMError(
             f"VM executable is corrupt: function {index} header {header!r} is not "
-            "[name, register_file_size, num_instructions]"
+            "[name, register_file_size, num_instructions(, param types)]"
         )
     name, register_file_size, num_instructions = header[0], int(header[1]), int(header[2])
+    param_types = _parse_spec_text(header[3], name) if len(header) == 4 else ()
     params = r.string_vector(f"function {name!r} params")
     param_device_indexes = r.i64_vector(f"function {name!r} param device indexes")
     if num_instructions * 24 > r.remaining:
@@ -463,7 +475,32 @@ def _load_function(r: BinaryReader, index: int) -> VMFunction:
             instructions.append(bc.decode_instruction([opcode, *fields]))
         except TVMError as err:
             raise TVMError(f"VM executable instruction {pc} of {name!r}: {err}") from None
-    return VMFunction(name, params, instructions, register_file_size, param_device_indexes)
+    return VMFunction(name, params, instructions, register_file_size, param_device_indexes,
+                      param_types)
+
+
+def _spec_text(param_types: Sequence[Any]) -> str:
+    """Param types as text: ``;``-separated ``dtype[d0,d1]`` entries, ``?`` for unchecked."""
+    return ";".join(
+        "?" if t is None else f"{t[1]}[{','.join(str(d) for d in t[0])}]" for t in param_types
+    )
+
+
+_SPEC = re.compile(r"([a-z]+[0-9]*(?:x[0-9]+)?)\[((?:-?[0-9]{1,18}(?:,-?[0-9]{1,18})*)?)\]")
+
+
+def _parse_spec_text(text: str, name: str) -> tuple:
+    specs = []
+    for entry in text.split(";"):
+        match = _SPEC.fullmatch(entry)
+        if entry == "?":
+            specs.append(None)
+        elif match:
+            dims = tuple(int(d) for d in match.group(2).split(",")) if match.group(2) else ()
+            specs.append((dims, match.group(1)))
+        else:
+            raise TVMError(f"VM executable is corrupt: bad param type {entry!r} in {name!r}")
+    return tuple(specs)
 
 
 def _check(ok: bool, where: str, message: str) -> None:
@@ -501,6 +538,12 @@ def _verify_function(exe: Executable, func: VMFunction, n_devices: int) -> None:
     size = func.register_file_size
     _check(0 <= size <= MAX_REGISTERS, where, f"register file size {size} is out of range")
     _check(func.arity <= size, where, f"{func.arity} params but {size} registers")
+    _check(len(func.param_types) in (0, func.arity), where,
+           f"{len(func.param_types)} param types for {func.arity} params")
+    for spec in func.param_types:
+        if spec is not None:
+            _check(all(d >= -1 for d in spec[0]), where, f"bad param shape {spec[0]}")
+            _check_dtype_name(spec[1], where)
     _check(len(func.param_device_indexes) == func.arity, where,
            f"{len(func.param_device_indexes)} param device indexes for {func.arity} params")
     for i, dev in enumerate(func.param_device_indexes):
@@ -518,6 +561,15 @@ def _verify_function(exe: Executable, func: VMFunction, n_devices: int) -> None:
             _check_index(target, n, at, "jump target")
         _check(pc + 1 < n or isinstance(instr, _NO_FALLTHROUGH), at,
                "the last instruction must be Ret, Goto, If or Fatal")
+
+
+def _check_dtype_name(name: str, where: str) -> None:
+    from kiln.runtime.dtype import DataType
+
+    try:
+        DataType(name)
+    except TVMError as err:
+        raise TVMError(f"invalid VM executable: {where}: {err}") from None
 
 
 def _jump_targets(instr: bc.Instruction, pc: int) -> Iterable[int]:
@@ -567,9 +619,12 @@ def _rule_copy(exe, instr, at, n_devices):
 
 
 def _rule_dtype(exe, instr, at, n_devices, dtype=None):
-    code, bits, lanes = dtype or instr.dtype
-    _check(bits > 0 and lanes > 0, at, f"dtype {bc.dtype_str((code, bits, lanes))} is empty")
-    _check(code in (0, 1, 2, 4), at, f"dtype code {code} is not int/uint/float/bfloat")
+    from kiln.runtime.dtype import DataType
+
+    try:
+        DataType.from_fields(*(dtype or instr.dtype))
+    except TVMError as err:
+        raise TVMError(f"invalid VM executable: {at}: {err}") from None
 
 
 def _rule_shape(exe, instr, at, n_devices):

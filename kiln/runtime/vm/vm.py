@@ -1,0 +1,799 @@
+"""The Relay VM interpreter: frames of registers, a dispatch table, kernels called through C.
+
+Entry points: :class:`VirtualMachine` (``invoke``/``run``/``set_input``/``get_output``/
+``benchmark``/``profile``), :class:`VMClosure`.
+
+How it runs. Each function's bytecode is *prepared* once, when the VM is created, into a list
+of ``(handler, operand)`` pairs: ``handler`` is the bound method for the opcode (one small
+method per opcode, looked up in a table, never an if-chain) and ``operand`` is the
+instruction, or for ``InvokePacked`` a call site with the kernel already resolved and its
+argument arrays already built. The loop is then::
+
+    frame = frames[-1]; handler, operand = frame.code[frame.pc]; handler(frame, operand)
+
+A frame holds the function's register file, its pc, and the caller register that receives
+its result. ``Invoke`` pushes a frame and ``Ret`` pops one, so VM recursion never recurses in
+Python. **Tail calls**: an ``Invoke``/``InvokeClosure`` whose result reaches a ``Ret``
+unchanged — directly, or through ``Move``, ``Goto`` and unrelated ``KillRegister`` steps, as
+a compiled ``if`` branch does — is marked at preparation time and reuses the current frame,
+so a tail-recursive loop runs in constant frame depth whatever the compiler emitted.
+
+Scalars: ``LoadConsti`` and ``GetTag`` tensors are created once per value and treated as
+read-only constants (as TVM treats LoadConst tensors), which keeps counter loops cheap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kiln.runtime import ndarray as _nd
+from kiln.runtime.container import ADT, Closure
+from kiln.runtime.device import Device, cpu
+from kiln.runtime.dtype import DataType
+from kiln.runtime.error import TVMError
+from kiln.runtime.object import register_object
+from kiln.runtime.vm import bytecode as bc
+from kiln.runtime.vm.executable import Executable, VMFunction
+from kiln.runtime.vm.memory import Allocator, Storage, make_allocator
+
+__all__ = ["VirtualMachine", "VMClosure"]
+
+_NDArray = _nd.NDArray
+_DLTENSOR_HANDLE = 7  # kTVMDLTensorHandle
+_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+@register_object("vm.Closure")
+class VMClosure(Closure):
+    """A VM function value: ``func_index`` plus the captured ``free_vars`` (passed first)."""
+
+    _fields = {"func_index": int, "free_vars": "any"}
+
+    def __init__(self, func_index: int, free_vars: Sequence[Any] = ()) -> None:
+        self._set("func_index", func_index)
+        self._set("free_vars", tuple(free_vars))
+
+
+class _Frame:
+    """One activation: function, code, pc, registers, and the caller register for the result."""
+
+    __slots__ = ("func_index", "code", "pc", "regs", "caller_dst")
+
+    def __init__(self, func_index: int, code: list, regs: list, caller_dst: int) -> None:
+        self.func_index = func_index
+        self.code = code
+        self.pc = 0
+        self.regs = regs
+        self.caller_dst = caller_dst
+
+
+class _PackedCall:
+    """One InvokePacked call site: kernel resolved, argument arrays allocated once."""
+
+    __slots__ = ("instr", "name", "func", "kernel", "resource", "arg_regs", "output_size",
+                 "values", "codes", "num_values", "ret", "ret_code", "flat")
+
+    def __init__(self, instr: bc.InvokePacked, name: str, func: Any) -> None:
+        self.instr = instr
+        self.name = name
+        self.func = func
+        native = getattr(func, "is_native", False)
+        self.kernel = _KERNEL(func.c_address) if native else None
+        self.resource = getattr(func, "resource_handle", None) if native else None
+        self.arg_regs = instr.args
+        self.output_size = instr.output_size
+        self.num_values = -1
+        self.values = self.codes = None
+        self.ret = ctypes.c_int64(0)
+        self.ret_code = ctypes.c_int(0)
+        self.flat: list = []
+
+    def call(self, regs: list) -> None:
+        tensors = self.flat
+        tensors.clear()
+        for reg in self.arg_regs:
+            value = regs[reg]
+            if isinstance(value, ADT):
+                for item in value.fields:
+                    if not isinstance(item, _NDArray):
+                        raise TVMError(f"kernel {self.name!r}: a tuple argument holds "
+                                       f"{type(item).__name__}, not a tensor")
+                    tensors.append(item)
+            elif isinstance(value, _NDArray):
+                tensors.append(value)
+            else:
+                raise TVMError(f"kernel {self.name!r}: register ${reg} holds "
+                               f"{type(value).__name__}, not a tensor")
+        if self.output_size == 1 and 0 in tensors[-1].shape:
+            return  # an empty output: nothing to compute (TVM skips the call too)
+        if self.kernel is None:
+            try:
+                self.func(*tensors)
+            except TVMError as err:
+                raise TVMError(f"kernel {self.name!r} failed: {err}") from err
+            return
+        n = len(tensors)
+        if n != self.num_values:
+            self.values = (ctypes.c_void_p * max(n, 1))()
+            self.codes = (ctypes.c_int * max(n, 1))(*([_DLTENSOR_HANDLE] * n))
+            self.num_values = n
+        values = self.values
+        for i, tensor in enumerate(tensors):
+            if tensor._dltensor is None:
+                tensor._build_dltensor()
+            values[i] = ctypes.addressof(tensor._dltensor)
+        rc = self.kernel(values, self.codes, n, ctypes.byref(self.ret),
+                         ctypes.byref(self.ret_code), self.resource)
+        if rc != 0:
+            from kiln.runtime.packed_func import get_last_error
+
+            message = get_last_error() or f"returned {rc}"
+            raise TVMError(f"kernel {self.name!r} failed: {message}")
+
+
+def _tail_position(instructions: Sequence[bc.Instruction], pc: int, dst: int) -> bool:
+    """Whether the value written to ``dst`` at ``pc`` is returned unchanged by the function.
+
+    Follows fall-through, ``Goto``, ``Move`` of the tracked register, and ``KillRegister`` of
+    other registers until a ``Ret``; any other instruction means the call is not a tail call.
+    """
+    tracked = dst
+    for _ in range(len(instructions)):
+        pc += 1
+        if not 0 <= pc < len(instructions):
+            return False
+        instr = instructions[pc]
+        if isinstance(instr, bc.Ret):
+            return instr.result == tracked
+        if isinstance(instr, bc.Goto):
+            pc += instr.pc_offset - 1
+        elif isinstance(instr, bc.Move) and instr.src == tracked:
+            tracked = instr.dst
+        elif not (isinstance(instr, bc.KillRegister) and instr.dst != tracked):
+            return False
+    return False
+
+
+def _host_scalar_array(value: int, dtype: str) -> Any:
+    return _nd.array(np.array([value], dtype=dtype))
+
+
+class VirtualMachine:
+    """Runs an :class:`Executable` (TVM's ``tvm.runtime.vm.VirtualMachine``).
+
+    Parameters
+    ----------
+    exe : Executable
+        The program (``relay.vm.compile`` output or hand-assembled).
+    device : Device or list of Device
+        Physical devices; virtual device ``i`` of the executable maps to the device with the
+        same type and id if given, else the first of the same type.
+    memory_cfg : str or dict, optional
+        ``"naive"``, ``"pooled"`` (default), or ``{device: kind}`` per device.
+
+    Example
+    -------
+    >>> import kiln
+    >>> from kiln.runtime.vm.bytecode import LoadConsti, Ret
+    >>> from kiln.runtime.vm.executable import Executable, VMFunction
+    >>> exe = Executable([VMFunction("main", [], [LoadConsti(42, 0), Ret(0)], 1)])
+    >>> VirtualMachine(exe, kiln.cpu(0)).run().numpy()
+    array([42])
+    """
+
+    def __init__(self, exe: Executable, device: Any = None,
+                 memory_cfg: str | dict | None = None) -> None:
+        if getattr(exe, "type_key", None) == "VMExecutable":
+            exe = exe.executable  # a VMExecutable Module, e.g. from load_module
+        if not isinstance(exe, Executable):
+            raise TVMError(f"VirtualMachine needs an Executable, got {type(exe).__name__}")
+        unbound = exe.unbound_constants()
+        if unbound:
+            raise TVMError(
+                f"constants {unbound} are late-bound and not loaded; call "
+                "exe.load_late_bound_consts(path) before creating the VirtualMachine"
+            )
+        self.exe = exe
+        self.devices = self._map_devices(exe, device)
+        self.allocators = self._make_allocators(memory_cfg)
+        self.host_device = self.devices[exe.host_device_index]
+        self._functions: list[VMFunction] = exe.functions
+        self._packed_funcs = self._resolve_kernels(exe)
+        self._dispatch = {
+            bc.Opcode.Move: self._op_move,
+            bc.Opcode.Ret: self._op_ret,
+            bc.Opcode.Invoke: self._op_invoke,
+            bc.Opcode.InvokeClosure: self._op_invoke_closure,
+            bc.Opcode.InvokePacked: self._op_invoke_packed,
+            bc.Opcode.AllocTensor: self._op_alloc_tensor,
+            bc.Opcode.AllocTensorReg: self._op_alloc_tensor_reg,
+            bc.Opcode.AllocADT: self._op_alloc_adt,
+            bc.Opcode.AllocClosure: self._op_alloc_closure,
+            bc.Opcode.GetField: self._op_get_field,
+            bc.Opcode.If: self._op_if,
+            bc.Opcode.LoadConst: self._op_load_const,
+            bc.Opcode.Goto: self._op_goto,
+            bc.Opcode.GetTag: self._op_get_tag,
+            bc.Opcode.LoadConsti: self._op_load_consti,
+            bc.Opcode.Fatal: self._op_fatal,
+            bc.Opcode.AllocStorage: self._op_alloc_storage,
+            bc.Opcode.ShapeOf: self._op_shape_of,
+            bc.Opcode.ReshapeTensor: self._op_reshape_tensor,
+            bc.Opcode.DeviceCopy: self._op_device_copy,
+            bc.Opcode.KillRegister: self._op_kill_register,
+        }
+        assert len(self._dispatch) == len(bc.Opcode)
+        self._tail_dispatch = {
+            bc.Opcode.Invoke: self._op_tail_invoke,
+            bc.Opcode.InvokeClosure: self._op_tail_invoke_closure,
+        }
+        # Scalar tensors made by LoadConsti/GetTag, and the int each holds (by id).
+        self._scalar_tensors: dict[tuple[str, int], Any] = {}
+        self._scalar_values: dict[int, int] = {}
+        self._const_pool: dict[int, Any] = {}
+        self._dtypes: dict[tuple[int, int, int], DataType] = {}
+        self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
+        self._frames: list[_Frame] = []
+        self._entry_depth = 0
+        self._return_value: Any = None
+        self._inputs: dict[str, list[Any]] = {}
+        self._outputs: dict[str, list[Any]] = {}
+        self._last_result: Any = None
+
+    # -- setup ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _map_devices(exe: Executable, device: Any) -> list[Device]:
+        given = list(device) if isinstance(device, list | tuple) else [device or cpu(0)]
+        for dev in given:
+            if not isinstance(dev, Device):
+                raise TVMError(f"VirtualMachine devices must be Device objects, got {dev!r}")
+        mapped = []
+        for virtual in exe.virtual_devices:
+            exact = [d for d in given if d == virtual]
+            same_type = [d for d in given if d.device_type == virtual.device_type]
+            if not (exact or same_type):
+                raise TVMError(
+                    f"the executable needs a {virtual} device but the VM was given {given}"
+                )
+            mapped.append((exact or same_type)[0])
+        return mapped
+
+    def _make_allocators(self, memory_cfg: Any) -> list[Allocator]:
+        per_device: dict[Device, Allocator] = {}
+        for dev in self.devices:
+            if dev in per_device:
+                continue
+            if memory_cfg is None:
+                kind = "pooled"
+            elif isinstance(memory_cfg, str):
+                kind = memory_cfg
+            elif isinstance(memory_cfg, dict):
+                kind = memory_cfg.get(dev, "pooled")
+            else:
+                raise TVMError(f"memory_cfg must be a str or a dict, got {memory_cfg!r}")
+            per_device[dev] = make_allocator(kind, dev)
+        return [per_device[dev] for dev in self.devices]
+
+    @staticmethod
+    def _resolve_kernels(exe: Executable) -> list[Any]:
+        if not exe.primitive_names:
+            return []
+        if exe.lib is None:
+            raise TVMError(
+                f"the executable calls kernels {exe.primitive_names} but has no kernel library"
+            )
+        funcs = []
+        for name in exe.primitive_names:
+            try:
+                funcs.append(exe.lib.get_function(name, query_imports=True))
+            except AttributeError:
+                raise TVMError(
+                    f"kernel {name!r} is not in the executable's kernel library {exe.lib!r}"
+                ) from None
+        return funcs
+
+    def _prepare(self, func_index: int, func: VMFunction) -> list[tuple[Any, Any]]:
+        """The function's instructions as (handler, operand) pairs (module docstring)."""
+        code = []
+        for pc, instr in enumerate(func.instructions):
+            opcode = instr.opcode
+            handler, operand = self._dispatch[opcode], instr
+            if opcode in self._tail_dispatch and _tail_position(func.instructions, pc, instr.dst):
+                handler = self._tail_dispatch[opcode]
+            elif opcode == bc.Opcode.InvokePacked:
+                name = self.exe.primitive_names[instr.packed_index]
+                operand = _PackedCall(instr, name, self._packed_funcs[instr.packed_index])
+            elif opcode == bc.Opcode.LoadConsti:
+                operand = (instr, self._scalar_tensor(instr.val, "int64"))
+            code.append(self._wrap(handler, operand, instr))
+        return code
+
+    def _wrap(self, handler: Any, operand: Any, instr: bc.Instruction) -> tuple[Any, Any]:
+        """Hook for subclasses (the profiler) to instrument a prepared instruction."""
+        return handler, operand
+
+    def _scalar_tensor(self, value: int, dtype: str) -> Any:
+        key = (dtype, value)
+        tensor = self._scalar_tensors.get(key)
+        if tensor is None:
+            tensor = _host_scalar_array(value, dtype)
+            self._scalar_tensors[key] = tensor
+            self._scalar_values[id(tensor)] = value
+        return tensor
+
+    def _dtype(self, fields: tuple[int, int, int]) -> DataType:
+        dtype = self._dtypes.get(fields)
+        if dtype is None:
+            dtype = self._dtypes[fields] = DataType.from_fields(*fields)
+        return dtype
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def _invoke_global(self, func_index: int, args: list[Any]) -> Any:
+        func = self._functions[func_index]
+        regs = [None] * func.register_file_size
+        regs[: len(args)] = args
+        frames = self._frames
+        saved_depth = self._entry_depth
+        self._entry_depth = len(frames)
+        frames.append(_Frame(func_index, self._code[func_index], regs, -1))
+        try:
+            self._run_loop()
+        except Exception as err:
+            frame = frames[-1]
+            instr = self._functions[frame.func_index].instructions[frame.pc]
+            where = (f"in @{self._functions[frame.func_index].name} instruction {frame.pc} "
+                     f"({instr.opcode.name})")
+            del frames[self._entry_depth:]
+            if isinstance(err, TVMError):
+                raise type(err)(f"{err}\n  {where}") from err
+            raise TVMError(f"VM error {where}: {type(err).__name__}: {err}") from err
+        finally:
+            self._entry_depth = saved_depth
+        result, self._return_value = self._return_value, None
+        return result
+
+    def _run_loop(self) -> None:
+        frames = self._frames
+        while True:
+            frame = frames[-1]
+            handler, operand = frame.code[frame.pc]
+            if handler(frame, operand):
+                return
+
+    # -- one handler per opcode ------------------------------------------------------------
+
+    def _op_move(self, frame: _Frame, instr: bc.Move) -> None:
+        regs = frame.regs
+        regs[instr.dst] = regs[instr.src]
+        frame.pc += 1
+
+    def _op_ret(self, frame: _Frame, instr: bc.Ret) -> bool | None:
+        value = frame.regs[instr.result]
+        frames = self._frames
+        frames.pop()
+        if len(frames) == self._entry_depth:
+            self._return_value = value
+            return True
+        frames[-1].regs[frame.caller_dst] = value
+        return None
+
+    def _push(self, func_index: int, args: list[Any], caller_dst: int) -> None:
+        func = self._functions[func_index]
+        regs = [None] * func.register_file_size
+        regs[: len(args)] = args
+        self._frames.append(_Frame(func_index, self._code[func_index], regs, caller_dst))
+
+    def _op_invoke(self, frame: _Frame, instr: bc.Invoke) -> None:
+        regs = frame.regs
+        frame.pc += 1
+        self._push(instr.func_index, [regs[r] for r in instr.args], instr.dst)
+
+    def _reuse_frame(self, frame: _Frame, func_index: int, args: list[Any]) -> None:
+        """A tail call: the callee takes over this frame and returns to our caller."""
+        regs = [None] * self._functions[func_index].register_file_size
+        regs[: len(args)] = args
+        frame.func_index = func_index
+        frame.code = self._code[func_index]
+        frame.regs = regs
+        frame.pc = 0
+
+    def _op_tail_invoke(self, frame: _Frame, instr: bc.Invoke) -> None:
+        regs = frame.regs
+        self._reuse_frame(frame, instr.func_index, [regs[r] for r in instr.args])
+
+    def _closure_args(self, frame: _Frame, instr: bc.InvokeClosure) -> tuple[int, list[Any]]:
+        regs = frame.regs
+        closure = regs[instr.closure]
+        if not isinstance(closure, VMClosure):
+            raise TVMError(f"InvokeClosure: register ${instr.closure} holds "
+                           f"{type(closure).__name__}, not a closure")
+        args = [*closure.free_vars, *(regs[r] for r in instr.args)]
+        callee = self._functions[closure.func_index]
+        if len(args) != callee.arity:
+            raise TVMError(f"closure of @{callee.name} takes {callee.arity} values, got "
+                           f"{len(closure.free_vars)} captured + {len(instr.args)} arguments")
+        return closure.func_index, args
+
+    def _op_invoke_closure(self, frame: _Frame, instr: bc.InvokeClosure) -> None:
+        func_index, args = self._closure_args(frame, instr)
+        frame.pc += 1
+        self._push(func_index, args, instr.dst)
+
+    def _op_tail_invoke_closure(self, frame: _Frame, instr: bc.InvokeClosure) -> None:
+        func_index, args = self._closure_args(frame, instr)
+        self._reuse_frame(frame, func_index, args)
+
+    def _op_invoke_packed(self, frame: _Frame, site: _PackedCall) -> None:
+        site.call(frame.regs)
+        frame.pc += 1
+
+    def _op_alloc_tensor(self, frame: _Frame, instr: bc.AllocTensor) -> None:
+        regs = frame.regs
+        storage = self._storage(regs[instr.storage])
+        offset = self._load_scalar_int(regs[instr.offset])
+        regs[instr.dst] = storage.alloc_tensor(offset, instr.shape, self._dtype(instr.dtype))
+        frame.pc += 1
+
+    def _op_alloc_tensor_reg(self, frame: _Frame, instr: bc.AllocTensorReg) -> None:
+        regs = frame.regs
+        storage = self._storage(regs[instr.storage])
+        offset = self._load_scalar_int(regs[instr.offset])
+        shape = self._load_shape(regs[instr.shape_register])
+        regs[instr.dst] = storage.alloc_tensor(offset, shape, self._dtype(instr.dtype))
+        frame.pc += 1
+
+    def _op_alloc_adt(self, frame: _Frame, instr: bc.AllocADT) -> None:
+        regs = frame.regs
+        regs[instr.dst] = ADT(instr.tag, [regs[r] for r in instr.datatype_fields])
+        frame.pc += 1
+
+    def _op_alloc_closure(self, frame: _Frame, instr: bc.AllocClosure) -> None:
+        regs = frame.regs
+        regs[instr.dst] = VMClosure(instr.func_index, [regs[r] for r in instr.free_vars])
+        frame.pc += 1
+
+    def _op_get_field(self, frame: _Frame, instr: bc.GetField) -> None:
+        regs = frame.regs
+        value = regs[instr.object]
+        if not isinstance(value, ADT):
+            raise TVMError(f"GetField: register ${instr.object} holds {type(value).__name__}, "
+                           "not an ADT")
+        if instr.field_index >= len(value.fields):
+            raise TVMError(f"GetField: field {instr.field_index} of an ADT with "
+                           f"{len(value.fields)} fields")
+        regs[instr.dst] = value.fields[instr.field_index]
+        frame.pc += 1
+
+    def _op_if(self, frame: _Frame, instr: bc.If) -> None:
+        regs = frame.regs
+        if self._load_scalar_int(regs[instr.test]) == self._load_scalar_int(regs[instr.target]):
+            frame.pc += instr.true_offset
+        else:
+            frame.pc += instr.false_offset
+
+    def _op_load_const(self, frame: _Frame, instr: bc.LoadConst) -> None:
+        const = self._const_pool.get(instr.const_index)
+        if const is None:
+            const = self.exe._constants[instr.const_index]
+            target = self.devices[instr.device_index]
+            if const.device != target:
+                const = const.copyto(target)
+            self._const_pool[instr.const_index] = const
+        frame.regs[instr.dst] = const
+        frame.pc += 1
+
+    def _op_goto(self, frame: _Frame, instr: bc.Goto) -> None:
+        frame.pc += instr.pc_offset
+
+    def _op_get_tag(self, frame: _Frame, instr: bc.GetTag) -> None:
+        regs = frame.regs
+        value = regs[instr.object]
+        if not isinstance(value, ADT):
+            raise TVMError(f"GetTag: register ${instr.object} holds {type(value).__name__}, "
+                           "not an ADT")
+        regs[instr.dst] = self._scalar_tensor(value.tag, "int32")
+        frame.pc += 1
+
+    def _op_load_consti(self, frame: _Frame, operand: tuple[bc.LoadConsti, Any]) -> None:
+        frame.regs[operand[0].dst] = operand[1]
+        frame.pc += 1
+
+    def _op_fatal(self, frame: _Frame, instr: bc.Fatal) -> None:
+        raise TVMError("VM encountered fatal error")
+
+    def _op_alloc_storage(self, frame: _Frame, instr: bc.AllocStorage) -> None:
+        regs = frame.regs
+        if instr.shape:
+            count = 1
+            for dim in instr.shape:
+                count *= dim
+            nbytes = count * self._dtype(instr.dtype_hint).itemsize
+        else:
+            nbytes = self._load_scalar_int(regs[instr.allocation_size])
+        allocator = self.allocators[instr.device_index]
+        regs[instr.dst] = allocator.alloc(nbytes, instr.alignment)
+        frame.pc += 1
+
+    def _op_shape_of(self, frame: _Frame, instr: bc.ShapeOf) -> None:
+        regs = frame.regs
+        tensor = self._tensor(regs[instr.tensor], "ShapeOf")
+        regs[instr.dst] = _nd.array(np.array(tensor.shape, dtype="int64"), self.host_device)
+        frame.pc += 1
+
+    def _op_reshape_tensor(self, frame: _Frame, instr: bc.ReshapeTensor) -> None:
+        regs = frame.regs
+        tensor = self._tensor(regs[instr.tensor], "ReshapeTensor")
+        shape = self._load_shape(regs[instr.newshape])
+        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(tensor.shape, dtype=np.int64)):
+            raise TVMError(f"ReshapeTensor: cannot view a tensor of shape {tensor.shape} as "
+                           f"shape {shape}")
+        regs[instr.dst] = tensor._create_view(shape)
+        frame.pc += 1
+
+    def _op_device_copy(self, frame: _Frame, instr: bc.DeviceCopy) -> None:
+        regs = frame.regs
+        tensor = self._tensor(regs[instr.src], "DeviceCopy")
+        expected = self.devices[instr.src_device_index]
+        if tensor.device != expected:
+            raise TVMError(f"DeviceCopy: source tensor is on {tensor.device}, the "
+                           f"instruction says {expected}")
+        regs[instr.dst] = tensor.copyto(self.devices[instr.dst_device_index])
+        frame.pc += 1
+
+    def _op_kill_register(self, frame: _Frame, instr: bc.KillRegister) -> None:
+        frame.regs[instr.dst] = None
+        frame.pc += 1
+
+    # -- value helpers ---------------------------------------------------------------------
+
+    def _load_scalar_int(self, value: Any) -> int:
+        """The integer in a scalar tensor (TVM's ``LoadScalarInt``: any int/bool width)."""
+        known = self._scalar_values.get(id(value))
+        if known is not None and self._scalar_tensors.get((value.dtype, known)) is value:
+            return known
+        tensor = self._tensor(value, "scalar operand")
+        data = tensor._np
+        if data.size < 1:
+            raise TVMError(f"expected a scalar tensor, got shape {tensor.shape}")
+        if data.dtype.kind not in "iub":
+            raise TVMError(f"expected an integer scalar tensor, got {tensor.dtype}")
+        return int(data.reshape(-1)[0])
+
+    def _load_shape(self, value: Any) -> tuple[int, ...]:
+        tensor = self._tensor(value, "shape operand")
+        data = tensor._np
+        if data.ndim != 1 or data.dtype.kind not in "iu":
+            raise TVMError(f"a shape must be a 1-D integer tensor, got {tensor.shape} "
+                           f"{tensor.dtype}")
+        shape = tuple(int(d) for d in data)
+        if any(d < 0 for d in shape):
+            raise TVMError(f"shape {shape} has a negative dimension")
+        return shape
+
+    @staticmethod
+    def _tensor(value: Any, what: str) -> Any:
+        if not isinstance(value, _NDArray):
+            raise TVMError(f"{what}: expected a tensor, got {type(value).__name__}")
+        return value
+
+    @staticmethod
+    def _storage(value: Any) -> Storage:
+        if not isinstance(value, Storage):
+            raise TVMError(f"expected a storage (AllocStorage result), got {type(value).__name__}")
+        return value
+
+    # -- the Python API (TVM's runtime.vm.VirtualMachine) ------------------------------------
+
+    def _function_index(self, func_name: str) -> int:
+        index = self.exe.global_map.get(func_name)
+        if index is None:
+            raise TVMError(f"Cannot find function {func_name!r} in the executable; it has "
+                           f"{self.exe.globals}")
+        return index
+
+    def _convert(self, value: Any, device: Device) -> Any:
+        """A Python argument as a VM value (TVM's conversion rules)."""
+        if isinstance(value, _NDArray | ADT | VMClosure):
+            return value
+        if isinstance(value, np.ndarray | np.generic):
+            return _nd.array(value, device)
+        if isinstance(value, tuple | list):
+            return ADT(0, [self._convert(v, device) for v in value])
+        if isinstance(value, bool):
+            return _nd.array(np.array(value, dtype="bool"), device)
+        if isinstance(value, int):
+            return _nd.array(np.array(value, dtype="int32"), device)
+        if isinstance(value, float):
+            return _nd.array(np.array(value, dtype="float32"), device)
+        raise TVMError(f"cannot pass a {type(value).__name__} to the VM; use an NDArray, a "
+                       "NumPy array, a tuple/list of them, or a Python scalar")
+
+    def _check_arg(self, func: VMFunction, index: int, value: Any) -> None:
+        spec = func.param_types[index] if index < len(func.param_types) else None
+        if spec is None:
+            return
+        shape, dtype = spec
+        if not isinstance(value, _NDArray):
+            raise TVMError(f"@{func.name} argument {index} ({func.params[index]!r}) expects a "
+                           f"tensor {_spec_str(spec)}, got {type(value).__name__}")
+        actual = value.shape
+        if (value.dtype != dtype or len(actual) != len(shape)
+                or any(d != e and e != -1 for d, e in zip(actual, shape))):
+            raise TVMError(f"@{func.name} argument {index} ({func.params[index]!r}) expects "
+                           f"{_spec_str(spec)}, got {_spec_str((actual, value.dtype))}")
+
+    def set_input(self, func_name: str, *args: Any, **kwargs: Any) -> None:
+        """Convert and store the arguments of ``func_name`` for :meth:`invoke_stateful`.
+
+        Positional arguments fill parameters in order; keyword arguments by parameter name.
+        """
+        func = self._functions[self._function_index(func_name)]
+        if len(args) + len(kwargs) != func.arity:
+            raise TVMError(f"@{func_name} takes {func.arity} arguments {list(func.params)}, got "
+                           f"{len(args) + len(kwargs)}")
+        values: list[Any] = list(args) + [None] * (func.arity - len(args))
+        for name, value in kwargs.items():
+            if name not in func.params:
+                raise TVMError(f"@{func_name} has no parameter {name!r}; its parameters are "
+                               f"{list(func.params)}")
+            index = func.params.index(name)
+            if index < len(args):
+                raise TVMError(f"@{func_name} got parameter {name!r} twice")
+            values[index] = value
+        self._inputs[func_name] = [
+            self._set_arg(func, i, value) for i, value in enumerate(values)
+        ]
+
+    def _set_arg(self, func: VMFunction, index: int, value: Any) -> Any:
+        device = self.devices[func.param_device_indexes[index]]
+        converted = self._convert(value, device)
+        self._check_arg(func, index, converted)
+        return converted
+
+    def set_one_input(self, func_name: str, index_or_name: int | str, tensor: Any) -> None:
+        """Set one argument of ``func_name`` by position or parameter name."""
+        func = self._functions[self._function_index(func_name)]
+        if isinstance(index_or_name, str):
+            index = self.get_input_index(index_or_name, func_name)
+            if index < 0:
+                raise TVMError(f"@{func_name} has no parameter {index_or_name!r}; its "
+                               f"parameters are {list(func.params)}")
+        else:
+            index = int(index_or_name)
+            if not 0 <= index < func.arity:
+                raise TVMError(f"@{func_name} has {func.arity} parameters, no input {index}")
+        inputs = self._inputs.setdefault(func_name, [None] * func.arity)
+        inputs[index] = self._set_arg(func, index, tensor)
+
+    def set_outputs(self, func_name: str, *outputs: Any) -> None:
+        """Give ``func_name`` destination tensors: each run copies its results into them."""
+        self._function_index(func_name)
+        for out in outputs:
+            if not isinstance(out, _NDArray):
+                raise TVMError(f"set_outputs takes NDArrays, got {type(out).__name__}")
+        self._outputs[func_name] = list(outputs)
+
+    def get_input_index(self, input_name: str, func_name: str = "main") -> int:
+        """Position of parameter ``input_name`` of ``func_name``, or -1 if it has none."""
+        params = self._functions[self._function_index(func_name)].params
+        return params.index(input_name) if input_name in params else -1
+
+    def invoke_stateful(self, func_name: str) -> None:
+        """Run ``func_name`` on the inputs given by set_input; read results with get_output."""
+        self._last_result = self._call(func_name)
+
+    def invoke(self, func_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``func_name`` (on ``args`` if given, else on the stored inputs); return the result.
+
+        A single tensor comes back as an NDArray, several as an ADT.
+        """
+        if args or kwargs:
+            self.set_input(func_name, *args, **kwargs)
+        self._last_result = self._call(func_name)
+        return self._last_result
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """``invoke("main", *args, **kwargs)``."""
+        return self.invoke("main", *args, **kwargs)
+
+    def _call(self, func_name: str) -> Any:
+        index = self._function_index(func_name)
+        func = self._functions[index]
+        inputs = self._inputs.get(func_name)
+        if inputs is None and func.arity:
+            raise TVMError(f"@{func_name} takes {func.arity} arguments {list(func.params)}; "
+                           "pass them to invoke/run or call set_input first")
+        inputs = inputs or []
+        missing = [func.params[i] for i, v in enumerate(inputs) if v is None]
+        if missing:
+            raise TVMError(f"@{func_name}: inputs {missing} were never set")
+        result = self._invoke_global(index, list(inputs))
+        outputs = self._outputs.get(func_name)
+        if outputs:
+            self._copy_to_outputs(func_name, result, outputs)
+            return outputs[0] if len(outputs) == 1 else ADT(0, outputs)
+        return result
+
+    @staticmethod
+    def _copy_to_outputs(func_name: str, result: Any, outputs: list[Any]) -> None:
+        results = list(result.fields) if isinstance(result, ADT) else [result]
+        if len(results) != len(outputs):
+            raise TVMError(f"@{func_name} returned {len(results)} values but set_outputs gave "
+                           f"{len(outputs)} tensors")
+        for value, out in zip(results, outputs):
+            out.copyfrom(value)
+
+    def get_output(self, index: int) -> Any:
+        """Output ``index`` of the last invoke (a single result is output 0)."""
+        result = self._last_result
+        if result is None:
+            raise TVMError("no outputs: run invoke or invoke_stateful first")
+        if isinstance(result, ADT):
+            if not 0 <= index < len(result.fields):
+                raise TVMError(f"output {index} out of range; there are {len(result.fields)}")
+            return result.fields[index]
+        if index != 0:
+            raise TVMError(f"output {index} out of range; there is 1")
+        return result
+
+    def get_num_outputs(self) -> int:
+        result = self._last_result
+        if result is None:
+            raise TVMError("no outputs: run invoke or invoke_stateful first")
+        return len(result.fields) if isinstance(result, ADT) else 1
+
+    def benchmark(self, device: Any, *args: Any, func_name: str = "main", repeat: int = 5,
+                  number: int = 5, min_repeat_ms: float | None = None,
+                  end_to_end: bool = False, **kwargs: Any) -> Any:
+        """Time ``func_name``: ``repeat`` measurements, each the mean of ``number`` runs.
+
+        Returns a :class:`~kiln.runtime.profiling.BenchmarkResult` (seconds). With
+        ``end_to_end``, argument conversion is part of each timed run.
+        """
+        from kiln.runtime.profiling import time_repeats
+
+        if args or kwargs:
+            self.set_input(func_name, *args, **kwargs)
+
+        def run_many(n: int) -> None:
+            for _ in range(n):
+                if end_to_end and (args or kwargs):
+                    self.set_input(func_name, *args, **kwargs)
+                self.invoke_stateful(func_name)
+            if device is not None and hasattr(device, "sync"):
+                device.sync()
+
+        return time_repeats(run_many, repeat, number, min_repeat_ms)
+
+    def profile(self, *args: Any, func_name: str = "main", **kwargs: Any) -> Any:
+        """Run once under :class:`~kiln.runtime.vm.profiler.VirtualMachineProfiler`;
+        returns its per-instruction-kind and per-kernel time table."""
+        from kiln.runtime.vm.profiler import VirtualMachineProfiler
+
+        profiler = VirtualMachineProfiler(self.exe, self.devices, self._memory_kinds())
+        return profiler.profile(*args, func_name=func_name, **kwargs)
+
+    def _memory_kinds(self) -> dict[Device, str]:
+        return {dev: alloc.kind for dev, alloc in zip(self.devices, self.allocators)}
+
+    @property
+    def frame_depth(self) -> int:
+        """Frames on the stack right now (for tests of tail calls and recursion)."""
+        return len(self._frames)
+
+    def memory_in_use(self) -> int:
+        """Bytes held by live storage across all allocators."""
+        return sum(a.used_bytes for a in {id(a): a for a in self.allocators}.values())
+
+
+def _spec_str(spec: tuple[tuple[int, ...], str]) -> str:
+    shape, dtype = spec
+    dims = ", ".join("?" if d == -1 else str(d) for d in shape)
+    return f"Tensor[({dims}{',' if len(shape) == 1 else ''}), {dtype}]"
