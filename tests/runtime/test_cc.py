@@ -1,0 +1,112 @@
+"""The C toolchain driver: compile, link, archive, cache, and report compiler errors verbatim."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from kiln.contrib import cc
+from kiln.runtime.error import TVMError
+
+SQUARE_C = "int square(int x) { return x * x; }\n"
+
+
+def test_create_shared_builds_a_loadable_library(tmp_path: Path) -> None:
+    src = tmp_path / "square.c"
+    src.write_text(SQUARE_C)
+    lib = ctypes.CDLL(cc.create_shared(tmp_path / "square.so", [src]))
+    assert lib.square(12) == 144
+
+
+def test_compile_object_then_link_objects(tmp_path: Path) -> None:
+    (tmp_path / "a.c").write_text(SQUARE_C)
+    (tmp_path / "b.c").write_text("int square(int); int quad(int x) { return square(square(x)); }")
+    objects = [cc.compile_object(tmp_path / f"{n}.o", tmp_path / f"{n}.c") for n in "ab"]
+    lib = ctypes.CDLL(cc.create_shared(tmp_path / "ab.so", objects))
+    assert lib.quad(3) == 81
+
+
+def test_create_staticlib_archives_objects_that_link_into_a_library(tmp_path: Path) -> None:
+    (tmp_path / "square.c").write_text(SQUARE_C)
+    archive = cc.create_staticlib(tmp_path / "libsq.a", [tmp_path / "square.c"])
+    listing = subprocess.run(["ar", "t", archive], capture_output=True, text=True, check=True)
+    assert listing.stdout.strip().endswith(".o")
+    (tmp_path / "use.c").write_text("int square(int); int cube(int x) { return x * square(x); }")
+    lib = ctypes.CDLL(cc.create_shared(tmp_path / "use.so", [tmp_path / "use.c", archive]))
+    assert lib.cube(3) == 27
+
+
+def test_compiler_errors_are_reported_verbatim(tmp_path: Path) -> None:
+    (tmp_path / "bad.c").write_text("int broken(void) { return undeclared_thing_xyz; }\n")
+    with pytest.raises(TVMError) as info:
+        cc.create_shared(tmp_path / "bad.so", [tmp_path / "bad.c"])
+    message = str(info.value)
+    assert "undeclared_thing_xyz" in message and "error" in message
+    assert "bad.c" in message  # the command line is included
+
+
+def test_missing_compiler_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "a.c").write_text(SQUARE_C)
+    monkeypatch.setenv("CC", "/nonexistent/kiln-cc")
+    with pytest.raises(TVMError, match="kiln-cc"):
+        cc.create_shared(tmp_path / "a.so", [tmp_path / "a.c"], options=["-O1"])
+
+
+def test_find_compiler_honours_cc_environment(monkeypatch) -> None:
+    monkeypatch.setenv("CC", "my-cross-gcc")
+    assert cc.find_compiler() == "my-cross-gcc"
+
+
+def test_default_options_are_the_host_kernel_flags() -> None:
+    options = cc.default_options()
+    assert options[:3] == ["-O3", "-march=native", "-fPIC"]
+    assert ("-fopenmp" in options) == cc.openmp_available()
+
+
+def test_cache_hit_returns_the_same_file_without_rebuilding() -> None:
+    sources = {"k.c": "int kiln_cache_probe_1(void) { return 7; }\n"}
+    first = cc.cached_shared_library(sources, ["-O1", "-fPIC"])
+    stamp = first.stat().st_mtime_ns
+    second = cc.cached_shared_library(sources, ["-O1", "-fPIC"])
+    assert second == first and second.stat().st_mtime_ns == stamp
+    assert ctypes.CDLL(str(first)).kiln_cache_probe_1() == 7
+
+
+def test_cache_key_covers_flags_and_source_text() -> None:
+    base = cc.cached_shared_library({"k.c": "int probe2(void) { return 1; }"}, ["-O1", "-fPIC"])
+    other_flags = cc.cached_shared_library(
+        {"k.c": "int probe2(void) { return 1; }"}, ["-O2", "-fPIC"]
+    )
+    other_text = cc.cached_shared_library({"k.c": "int probe2(void) { return 2; }"}, ["-O1"])
+    assert len({base, other_flags, other_text}) == 3
+
+
+def test_concurrent_builds_of_one_key_agree(tmp_path: Path) -> None:
+    sources = {"race.c": f"int race_probe(void) {{ return {len(str(tmp_path))}; }}\n"}
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(cc.cached_shared_library(sources)))
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(results)) == 1
+    assert ctypes.CDLL(str(results[0])).race_probe() == len(str(tmp_path))
+
+
+def test_shipped_headers_compile_for_bare_metal(tmp_path: Path) -> None:
+    src = tmp_path / "bare.c"
+    src.write_text(
+        "#include <tvm/runtime/c_backend_api.h>\n"
+        "int kernel(TVMValue* a, int* t, int n, TVMValue* r, int* rt, void* h) {\n"
+        "  DLTensor* x = (DLTensor*)a[0].v_handle; return x->ndim + t[0] + n;\n}\n"
+    )
+    cmd = [cc.find_compiler(), "-ffreestanding", "-nostdlib", "-std=c99", "-Wall", "-Werror"]
+    cmd += [f"-I{d}" for d in cc.include_dirs()] + ["-c", str(src), "-o", str(tmp_path / "b.o")]
+    subprocess.run(cmd, check=True)
