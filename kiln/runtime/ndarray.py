@@ -229,7 +229,8 @@ class NDArray(Object):
         ``kDLBool`` (8 bits), as NumPy and PyTorch expect.
         """
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"cannot export a {self.device} NDArray to device {dl_device}")
+            wanted = Device(*dl_device)
+            raise BufferError(f"cannot export a {self.device} NDArray to {wanted} without a copy")
         source = self.copyto(self._device) if copy else self
         type_code, bits, lanes = source._dtype.as_tuple()
         if source._dtype == _BOOL:
@@ -303,9 +304,10 @@ def empty(
     dev._check_allocatable()
     np_dtype = data_type.numpy_dtype
     np_shape = dims + ((data_type.lanes,) if data_type.lanes > 1 else ())
-    nbytes = int(np.prod(np_shape, dtype=np.int64)) * np_dtype.itemsize
-    view = _aligned_buffer(nbytes).view(np_dtype).reshape(np_shape)
-    return NDArray._wrap(view, data_type, dev)
+    count = int(np.prod(np_shape, dtype=np.int64))
+    # At least one element, so an empty array still has an aligned address of its own.
+    storage = _aligned_buffer(max(count, 1) * np_dtype.itemsize).view(np_dtype)
+    return NDArray._wrap(storage[:count].reshape(np_shape), data_type, dev)
 
 
 def array(obj: Any, device: Device = _CPU0, dtype: Any = None, mem_scope: Any = None) -> NDArray:
