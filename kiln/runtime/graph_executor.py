@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +29,6 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.module import Module
 from kiln.runtime.native import load_runtime_lib
 from kiln.runtime.ndarray import NDArray, empty
-from kiln.runtime.object import register_object
 from kiln.runtime.packed_func import TVMValue, TypeCode, get_last_error
 from kiln.runtime.params import load_param_dict
 from kiln.runtime.registry import register_func
@@ -319,6 +318,15 @@ def _device_for(device_type: int | None, devices: list[Device]) -> Device:
 # ---- the executor ---------------------------------------------------------------------------
 
 
+# The functions a GraphExecutor offers as a Module, by TVM's names.
+_MODULE_FUNCTIONS = frozenset({
+    "set_input", "set_input_zero_copy", "set_output_zero_copy", "get_input", "get_output",
+    "get_num_inputs", "get_num_outputs", "get_input_index", "get_output_index",
+    "get_input_info", "get_output_info", "run", "run_from_inputs", "load_params",
+    "share_params",
+})
+
+
 class _OpRecord(ctypes.Structure):
     """Mirror of ``KilnGraphOp`` in src/graph_executor.c."""
 
@@ -368,7 +376,6 @@ def _run_loop() -> tuple[Any, Any, Any, int]:
     return _run_loop_functions
 
 
-@register_object("GraphExecutor")
 class GraphExecutor(Module):
     """A graph executor instance (TVM's ``GraphExecutor`` module).
 
@@ -387,30 +394,30 @@ class GraphExecutor(Module):
     for a built model; wrap it in ``kiln.contrib.graph_executor.GraphModule`` to use it.
     """
 
-    _extra_slots = (
-        "graph", "graph_json", "lib", "devices", "_pool", "_entries", "_bound", "_ops",
-        "_records", "_failed", "_input_index", "_output_names", "_uses", "_aliases",
-        "_param_names",
-    )
+    type_key = "GraphExecutor"
 
     def __init__(self, graph_json: str, lib: Module, devices: Device | Sequence[Any]) -> None:
         super().__init__()
+        if not isinstance(lib, Module):
+            raise TVMError(f"the graph executor needs a kernel Module, got {type(lib).__name__}")
         graph = parse_graph_json(graph_json)
-        self._set("graph", graph)
-        self._set("graph_json", graph_json)
-        self._set("lib", lib)
-        self._set("devices", resolve_devices(devices))
-        self._set("_bound", {})
-        self._set("_param_names", set())
-        self._set("_failed", ctypes.c_int64(-1))
-        self._set("_input_index", {graph.nodes[nid].name: i for i, nid in
-                                   enumerate(graph.arg_nodes)})
-        self._set("_output_names", [f"{graph.nodes[nid].name}:{index}"
-                                    for nid, index in graph.heads])
+        self.graph = graph
+        self.graph_json = graph_json
+        self.lib = lib
+        self.devices = resolve_devices(devices)
+        self._bound: dict[int, NDArray] = {}  # entry id -> zero-copy / shared array
+        self._param_names: set[str] = set()
+        self._failed = ctypes.c_int64(-1)
+        self._input_index = {graph.nodes[nid].name: i for i, nid in enumerate(graph.arg_nodes)}
+        self._output_names = [f"{graph.nodes[nid].name}:{index}" for nid, index in graph.heads]
         self._setup_storage()
         self._setup_op_execs()
 
-    type_key = "GraphExecutor"
+    def _get_function(self, name: str) -> Callable[..., Any] | None:
+        """TVM's executor functions by name (``module["run"]``); kiln calls the methods."""
+        if name in _MODULE_FUNCTIONS:
+            return getattr(self, name)
+        return None
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -435,8 +442,8 @@ class GraphExecutor(Module):
             pool[entry.storage_id]._create_view(entry.shape, str(entry.dtype))
             for entry in graph.entries
         ]
-        self._set("_pool", pool)
-        self._set("_entries", entries)
+        self._pool = pool
+        self._entries = entries
 
     def _setup_op_execs(self) -> None:
         graph = self.graph
@@ -478,18 +485,19 @@ class GraphExecutor(Module):
             record.args = ctypes.addressof(values)
             record.type_codes = ctypes.addressof(codes)
             record.num_args = n
-        self._set("_ops", ops)
-        self._set("_records", records)
-        self._set("_uses", uses)
-        self._set("_aliases", aliases)
+        self._ops = ops
+        self._records = records
+        self._uses = uses  # entry id -> the op-argument DLTensors that reference it
+        self._aliases = aliases  # entry id -> entries of __nop nodes reading it
 
     def _find_kernel(self, node: GraphNode) -> Any:
-        func = self.lib.get_function(node.func_name, query_imports=True)
-        if func is None:
+        try:
+            func = self.lib.get_function(node.func_name, query_imports=True)
+        except AttributeError:
             raise TVMError(
                 f"cannot find function {node.func_name!r} (graph node {node.name!r}) "
                 f"in module {self.lib.type_key!r} or its imports"
-            )
+            ) from None
         if not getattr(func, "c_address", None):
             raise TVMError(
                 f"function {node.func_name!r} (graph node {node.name!r}) has no C entry point"
@@ -699,6 +707,17 @@ class GraphExecutor(Module):
         if rc:
             self._raise_op_failure(rc)
 
+    def time_op(self, index: int, number: int = 1) -> float:
+        """Mean seconds of operator ``index`` over ``number`` calls, measured in C."""
+        _, _, timed, _ = _run_loop()
+        seconds = ctypes.c_double()
+        record = ctypes.addressof(self._records) + index * ctypes.sizeof(_OpRecord)
+        rc = timed(record, 1, int(number), ctypes.byref(seconds), ctypes.byref(self._failed))
+        if rc:
+            self._failed.value = index
+            self._raise_op_failure(rc)
+        return seconds.value
+
     def time_ops(self, number: int = 1) -> list[float]:
         """Mean seconds per operator over ``number`` calls each, measured in C."""
         _, _, timed, _ = _run_loop()
@@ -734,9 +753,11 @@ def create(graph_json: str, lib: Module, *devices: Any) -> GraphExecutor:
 
     ``devices`` are Device objects, one list of them, or ``device_type, device_id`` pairs.
     """
-    if len(devices) == 1 and not isinstance(devices[0], int):
+    if not devices:
+        devices = (cpu(0),)
+    elif len(devices) == 1 and not isinstance(devices[0], int):
         devices = devices[0]
-    return GraphExecutor(graph_json, lib, devices or [cpu(0)])
+    return GraphExecutor(graph_json, lib, devices)
 
 
 register_func("tvm.graph_executor.create", create, override=True)
