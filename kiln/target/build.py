@@ -1,0 +1,146 @@
+"""The table of target kinds -> build functions, and the Module that native codegen returns.
+
+Entry points: :data:`BUILD_FUNCTIONS`, :func:`build_module`, :class:`NativeModule`.
+
+A build function takes ``(IRModule of PrimFuncs, Target)`` and returns a runtime
+:class:`~kiln.runtime.module.Module`. Each one is defined (and registered in the global
+registry as ``target.build.<kind>``) in its codegen module; this table is the one place that
+says which kinds kiln can generate code for.
+
+:class:`NativeModule` holds what a codegen produced (C source, or LLVM IR plus an object file
+and the C glue of the packed wrappers), compiles it through the one toolchain driver's build
+cache (identical source + flags reuse the library), loads it as a ``DSOModule``, and exports
+its objects for ``export_library``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kiln.runtime import cc, config
+from kiln.runtime.error import TVMError
+from kiln.runtime.module import DSOModule, Module, ModuleProperty
+from kiln.target import codegen_c, codegen_llvm
+
+__all__ = ["BUILD_FUNCTIONS", "build_module", "NativeModule"]
+
+BUILD_FUNCTIONS: dict[str, Callable[[Any, Any], Module]] = {
+    "c": codegen_c.build_c,
+    "llvm": codegen_llvm.build_llvm,
+}
+
+
+def build_module(mod: Any, target: Any) -> Module:
+    """Generate and compile code for every PrimFunc of ``mod`` with ``target``'s codegen.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> from kiln.target import Target
+    >>> A = tir.decl_buffer((4,), "float32", name="A")
+    >>> f = tir.PrimFunc([A], tir.BufferStore(A, tir.const(1.0, "float32"), [0]))
+    >>> build_module(f.with_attr("global_symbol", "one"), Target("c")).type_key
+    'c'
+    """
+    kind = target.kind.name
+    build = BUILD_FUNCTIONS.get(kind)
+    if build is None:
+        raise TVMError(
+            f"kiln cannot generate code for target kind '{kind}'; code generators exist for: "
+            + ", ".join(sorted(BUILD_FUNCTIONS))
+        )
+    return build(mod, target)
+
+
+class NativeModule(Module):
+    """Compiled host code from kiln's codegen: source kept for ``get_source``, a loaded DSO.
+
+    ``sources`` maps a file name to C text; ``objects`` maps a file name to object-file bytes
+    (LLVM output). Both are linked into one shared library, cached by content and flags.
+    """
+
+    _property_mask = (ModuleProperty.RUNNABLE | ModuleProperty.DSO_EXPORTABLE)
+
+    def __init__(self, kind: str, sources: dict[str, str], objects: dict[str, bytes],
+                 function_names: Sequence[str], options: Sequence[str],
+                 text: dict[str, str]) -> None:
+        super().__init__()
+        self.type_key = kind
+        self.sources = dict(sources)
+        self.objects = dict(objects)
+        self.function_names = list(function_names)
+        self.options = list(options)
+        self.text = dict(text)  # fmt -> source text for get_source
+        self.library_path = self._compile()
+        self.dso = DSOModule(str(self.library_path))
+
+    @classmethod
+    def from_c_source(cls, source: str, names: Sequence[str], options: Sequence[str],
+                      kind: str = "c") -> NativeModule:
+        return cls(kind, {"lib0.c": source}, {}, names, options, {"c": source, "": source})
+
+    def _compile(self) -> Path:
+        if config.debug_level() >= 4:
+            for fmt, text in self.text.items():
+                if fmt:
+                    print(f"[kiln codegen] generated {fmt}:\n{text}", file=sys.stderr)
+        if not self.objects:
+            path = cc.cached_shared_library(self.sources, self.options)
+        else:
+            # Object bytes cannot travel as text: stage every file and let cc hash the files.
+            with tempfile.TemporaryDirectory() as tmp:
+                paths = self.export_objects(tmp)
+                path = cc.cached_shared_library(paths, self.options)
+        if config.debug_level() >= 4:
+            print(f"[kiln codegen] library {path}", file=sys.stderr)
+        return path
+
+    @property
+    def format(self) -> str:
+        return self.type_key
+
+    def _get_function(self, name: str) -> Any:
+        return self.dso._get_function(name)
+
+    def get_source(self, fmt: str = "") -> str:
+        """The generated source: ``"c"`` for C; ``"ll"`` / ``"asm"`` for LLVM."""
+        try:
+            return self.text[fmt]
+        except KeyError:
+            raise TVMError(
+                f"Module[{self.type_key}] has no source of format {fmt!r}; available: "
+                + ", ".join(repr(k) for k in self.text if k)
+            ) from None
+
+    def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
+        """Write the source (``.c``, ``.ll``, ``.s``) or the object file (``.o``)."""
+        path = os.fspath(file_name)
+        suffix = fmt or Path(path).suffix.lstrip(".")
+        if suffix == "o" and self.objects:
+            Path(path).write_bytes(next(iter(self.objects.values())))
+            return
+        fmt_of = {"c": "c", "ll": "ll", "s": "asm", "asm": "asm"}
+        Path(path).write_text(self.get_source(fmt_of.get(suffix, suffix)))
+
+    def export_objects(self, workspace_dir: str) -> list[str]:
+        paths = []
+        for name, text in self.sources.items():
+            path = Path(workspace_dir, name)
+            path.write_text(text)
+            paths.append(str(path))
+        for name, data in self.objects.items():
+            path = Path(workspace_dir, name)
+            path.write_bytes(data)
+            paths.append(str(path))
+        return paths
+
+    def link_options(self) -> list[str]:
+        return [o for o in self.options if o == "-fopenmp"]
+
+    def __repr__(self) -> str:
+        return f"Module({self.type_key}, functions={self.function_names})"

@@ -1,0 +1,1040 @@
+"""TIR -> C source, and the ``c`` target's build function.
+
+Entry points: :class:`CodeGenC` (the emitter: one base class with dialect settings and
+op -> format tables), :class:`CodeGenCBareMetal` (the no-OpenMP, no-workspace dialect),
+:func:`emit_c` (PrimFuncs -> one translation unit), :func:`build_c` (``target.build.c``).
+
+Every PrimFunc ``f`` becomes two C functions:
+
+* ``int32_t f_unpacked(float* restrict A, ..., int32_t n)`` -- the loop nest, taking the data
+  pointers of its buffers (inputs then outputs) and then its symbolic shape variables; AOT and
+  bare-metal callers use it directly;
+* ``int32_t f(TVMValue* args, int* type_codes, int num_args, TVMValue* out_ret_value,
+  int* out_ret_tcode, void* resource_handle)`` -- TVM's packed kernel ABI: it checks the
+  argument count, every tensor's type code, ndim, dtype, shape, strides and device, binds the
+  symbolic shapes, and calls the unpacked twin. A failed check calls ``TVMAPISetLastError``
+  with a message naming the argument and returns -1.
+
+The emitter dispatches on the TIR node's class name through :data:`BINARY_FORMATS`,
+:data:`UNARY_MATH` / :data:`INTRINSIC_FORMATS` and one ``emit_<Node>`` method per structural
+node; a node with no rule raises a TVMError naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from kiln.runtime.dtype import DataType, DataTypeCode
+from kiln.runtime.error import TVMError
+
+__all__ = [
+    "CodeGenC",
+    "CodeGenCBareMetal",
+    "BINARY_FORMATS",
+    "UNARY_MATH",
+    "INTRINSIC_FORMATS",
+    "emit_c",
+    "build_c",
+    "c_type",
+    "function_signature",
+]
+
+# -- tables -----------------------------------------------------------------------------------
+
+# Scalar C types by (type code, bits).
+_C_SCALAR = {
+    (DataTypeCode.INT, 8): "int8_t",
+    (DataTypeCode.INT, 16): "int16_t",
+    (DataTypeCode.INT, 32): "int32_t",
+    (DataTypeCode.INT, 64): "int64_t",
+    (DataTypeCode.UINT, 1): "bool",
+    (DataTypeCode.UINT, 8): "uint8_t",
+    (DataTypeCode.UINT, 16): "uint16_t",
+    (DataTypeCode.UINT, 32): "uint32_t",
+    (DataTypeCode.UINT, 64): "uint64_t",
+    (DataTypeCode.FLOAT, 16): "_Float16",
+    (DataTypeCode.FLOAT, 32): "float",
+    (DataTypeCode.FLOAT, 64): "double",
+    (DataTypeCode.BFLOAT, 16): "uint16_t",
+    (DataTypeCode.HANDLE, 64): "void*",
+    (DataTypeCode.HANDLE, 0): "void*",
+}
+
+# Two-operand nodes. "int"/"float" entries are picked by the operands' type code.
+BINARY_FORMATS: dict[str, str | dict[str, str]] = {
+    "Add": "({a} + {b})",
+    "Sub": "({a} - {b})",
+    "Mul": "({a} * {b})",
+    "Div": "({a} / {b})",
+    "Mod": {"int": "({a} % {b})", "float": "fmod{f}({a}, {b})"},
+    "FloorDiv": {"int": "kiln_floordiv_{bits}({a}, {b})", "float": "floor{f}({a} / {b})"},
+    "FloorMod": {"int": "kiln_floormod_{bits}({a}, {b})",
+                 "float": "({a} - floor{f}({a} / {b}) * {b})"},
+    "Min": "({a} < {b} ? {a} : {b})",
+    "Max": "({a} > {b} ? {a} : {b})",
+    "EQ": "({a} == {b})",
+    "NE": "({a} != {b})",
+    "LT": "({a} < {b})",
+    "LE": "({a} <= {b})",
+    "GT": "({a} > {b})",
+    "GE": "({a} >= {b})",
+    "And": "({a} && {b})",
+    "Or": "({a} || {b})",
+}
+# Binary nodes that GCC's vector extensions do directly on whole vectors (C semantics per lane).
+_NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT", "GE"}
+
+# tir.<name>(x) -> <C name>{f}(x): "f" for float32, "" for float64.
+UNARY_MATH = {
+    name: name
+    for name in (
+        "exp", "exp2", "log", "log2", "log10", "log1p", "expm1", "sqrt", "sin", "cos", "tan",
+        "sinh", "cosh", "tanh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "erf",
+        "floor", "ceil", "trunc", "nearbyint", "fabs", "cbrt",
+    )
+}
+UNARY_MATH["round"] = "nearbyint"  # TVM rounds half to even, like NumPy
+
+# Other intrinsics: positional {0}, {1} … are the emitted arguments; {f} the float suffix;
+# {t} the result's C type.
+INTRINSIC_FORMATS = {
+    "tir.exp10": "pow{f}(10.0{fs}, {0})",
+    "tir.rsqrt": "(1.0{fs} / sqrt{f}({0}))",
+    "tir.sigmoid": "(1.0{fs} / (1.0{fs} + exp{f}(-{0})))",
+    "tir.pow": "pow{f}({0}, {1})",
+    "tir.fmod": "fmod{f}({0}, {1})",
+    "tir.atan2": "atan2{f}({0}, {1})",
+    "tir.hypot": "hypot{f}({0}, {1})",
+    "tir.copysign": "copysign{f}({0}, {1})",
+    "tir.nextafter": "nextafter{f}({0}, {1})",
+    "tir.ldexp": "ldexp{f}({0}, {1})",
+    "tir.isnan": "({0} != {0})",
+    "tir.isinf": "(isinf({0}) != 0)",
+    "tir.isfinite": "(isfinite({0}) != 0)",
+    "tir.abs": "({0} < 0 ? -{0} : {0})",
+    "tir.popcount": "((int32_t)__builtin_popcountll((uint64_t){0}))",
+    "tir.clz": "((int32_t)__builtin_clzll((uint64_t){0}) - (64 - {bits}))",
+    "tir.shift_left": "({0} << {1})",
+    "tir.shift_right": "({0} >> {1})",
+    "tir.bitwise_and": "({0} & {1})",
+    "tir.bitwise_or": "({0} | {1})",
+    "tir.bitwise_xor": "({0} ^ {1})",
+    "tir.bitwise_not": "(~{0})",
+    "tir.if_then_else": "({0} ? {1} : {2})",
+    "tir.likely": "{0}",
+    "tir.q_multiply_shift": "kiln_q_multiply_shift({0}, {1}, {2}, {3})",
+}
+
+# Helpers every translation unit carries (static inline, so unused ones cost nothing).
+_PRELUDE_HELPERS = r"""
+static inline int32_t kiln_floordiv_32(int32_t a, int32_t b) {
+  int32_t q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int64_t kiln_floordiv_64(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+static inline int32_t kiln_floormod_32(int32_t a, int32_t b) {
+  int32_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int64_t kiln_floormod_64(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+static inline int32_t kiln_q_multiply_shift(int32_t x, int32_t y, int32_t q, int32_t s) {
+  int64_t prod = (int64_t)x * (int64_t)y;
+  int32_t total = q - s;
+  int64_t round = total > 0 ? ((int64_t)1 << (total - 1)) : 0;
+  return (int32_t)((prod + round) >> total);
+}
+/* Report a bad packed-call argument: message, then the offending values (no libc needed). */
+static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
+  char buf[512];
+  int pos = 0;
+  while (*msg && pos < 400) buf[pos++] = *msg++;
+  for (int i = 0; i < count && pos < 480; ++i) {
+    char digits[24];
+    int n = 0;
+    uint64_t v = got[i] < 0 ? (uint64_t)(-(got[i] + 1)) + 1 : (uint64_t)got[i];
+    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    if (i) { buf[pos++] = ','; buf[pos++] = ' '; }
+    if (got[i] < 0) buf[pos++] = '-';
+    while (n) buf[pos++] = digits[--n];
+  }
+  buf[pos] = '\0';
+  TVMAPISetLastError(buf);
+  return -1;
+}
+"""
+
+_TYPE_CODE_TENSOR = (7, 13)  # kTVMDLTensorHandle, kTVMNDArrayHandle
+_TYPE_CODE_INT, _TYPE_CODE_FLOAT = 0, 2
+
+
+def c_type(dtype: Any) -> str:
+    """The C spelling of a scalar dtype, or the vector typedef name of a vector dtype.
+
+    Example
+    -------
+    >>> c_type("float32"), c_type("int64"), c_type("float32x8")
+    ('float', 'int64_t', 'float32x8')
+    """
+    t = DataType(dtype)
+    if t.lanes > 1:
+        return str(t).replace(" ", "")
+    try:
+        return _C_SCALAR[(t.type_code, t.bits)]
+    except KeyError:
+        raise TVMError(f"C codegen: no C type for dtype {t}") from None
+
+
+def _float_suffix(dtype: DataType) -> str:
+    return "f" if dtype.bits == 32 else ""
+
+
+def _c_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + escaped + '"'
+
+
+def _node_name(node: Any) -> str:
+    return type(node).__name__
+
+
+def _is_const_int(node: Any, value: int | None = None) -> bool:
+    if _node_name(node) != "IntImm":
+        return False
+    return value is None or node.value == value
+
+
+# -- the emitter -------------------------------------------------------------------------------
+
+
+class CodeGenC:
+    """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
+
+    Dialect settings (class attributes) are what subclasses change:
+
+    ``use_openmp``
+        emit ``#pragma omp parallel for`` (guarded by ``#ifdef _OPENMP``) for parallel loops;
+    ``workspace_threshold``
+        constant-size allocations up to this many bytes live on the stack (64-byte aligned),
+        bigger or symbolic ones come from ``TVMBackendAllocWorkspace``;
+    ``emit_packed``
+        also emit the packed-ABI wrapper of every function.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> A = tir.decl_buffer((16,), "float32", name="A")
+    >>> B = tir.decl_buffer((16,), "float32", name="B")
+    >>> i = tir.Var("i", "int32")
+    >>> body = tir.For(i, 0, 16, tir.ForKind.SERIAL, tir.BufferStore(B, A[i] * 2.0, [i]))
+    >>> cg = CodeGenC()
+    >>> cg.add_function(tir.PrimFunc([A, B], body), "double_it")
+    >>> "int32_t double_it_unpacked(float* restrict A, float* restrict B)" in cg.finish()
+    True
+    """
+
+    use_openmp = True
+    workspace_threshold = 16384
+    emit_packed = True
+    restrict = "restrict"
+
+    def __init__(self) -> None:
+        self._functions: list[str] = []
+        self._imported_c: list[str] = []
+        self._vector_types: dict[str, str] = {}
+        self._lines: list[str] = []
+        self._indent = 0
+        self._names: dict[int, str] = {}
+        self._used_names: set[str] = set()
+        self._parallel_depth = 0
+        self._func_name = ""
+        self.function_names: list[str] = []
+
+    # -- public ----------------------------------------------------------------------------
+    def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
+        """Emit ``name_unpacked`` (and the packed ``name``) for one PrimFunc."""
+        name = name or func.attrs.get("global_symbol") or "default_function"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise TVMError(f"C codegen: {name!r} is not a valid C function name")
+        self._func_name = name
+        self._names, self._used_names = {}, set()
+        signature = function_signature(func)
+        self._lines, self._indent = [], 0
+        if comment:
+            self._lines.append("/* " + comment.replace("*/", "* /") + " */")
+        params = [
+            f"{c_type(buf.dtype)}* {self.restrict} {self._bind(buf.data, buf.name)}"
+            for buf in signature.buffers
+        ] + [f"{c_type(var.dtype)} {self._bind(var)}" for var in signature.scalars]
+        self._lines.append(f"int32_t {name}_unpacked({', '.join(params) or 'void'}) {{")
+        self._indent = 1
+        self.emit_stmt(func.body)
+        self._line("return 0;")
+        self._lines.append("}")
+        self._functions.append("\n".join(self._lines))
+        if self.emit_packed:
+            self._functions.append(_packed_wrapper(name, signature))
+        self.function_names.append(name)
+
+    def finish(self) -> str:
+        """The whole translation unit: includes, helpers, imported C, then the functions."""
+        parts = [
+            "/* Generated by kiln (target c). */",
+            "#include <stdint.h>",
+            "#include <stdbool.h>",
+            "#include <math.h>",
+            "#include <tvm/runtime/c_runtime_api.h>",
+            "#include <tvm/runtime/c_backend_api.h>",
+            "#ifndef NULL\n#define NULL ((void*)0)\n#endif",
+        ]
+        parts.extend(self._vector_types.values())
+        parts.append(_PRELUDE_HELPERS.strip())
+        for source in self._imported_c:
+            parts.append("/* imported by pragma import_c */\n" + source.strip())
+        parts.extend(self._functions)
+        return "\n\n".join(parts) + "\n"
+
+    # -- names -----------------------------------------------------------------------------
+    def _bind(self, var: Any, hint: str | None = None) -> str:
+        base = re.sub(r"\W", "_", hint or var.name) or "v"
+        if base[0].isdigit():
+            base = "v_" + base
+        name, suffix = base, 0
+        while name in self._used_names:
+            suffix += 1
+            name = f"{base}_{suffix}"
+        self._used_names.add(name)
+        self._names[id(var)] = name
+        return name
+
+    def _var_name(self, var: Any) -> str:
+        try:
+            return self._names[id(var)]
+        except KeyError:
+            raise TVMError(
+                f"C codegen ({self._func_name}): variable {var.name!r} is used but never "
+                "defined (not a parameter, loop variable or let binding)"
+            ) from None
+
+    def _line(self, text: str) -> None:
+        self._lines.append("  " * self._indent + text)
+
+    # -- expressions -----------------------------------------------------------------------
+    def expr(self, node: Any) -> str:
+        """The C text of a PrimExpr."""
+        kind = _node_name(node)
+        if kind in BINARY_FORMATS:
+            return self._binary(node, kind)
+        method = getattr(self, f"expr_{kind}", None)
+        if method is None:
+            raise TVMError(f"C codegen: no rule for TIR expression node {kind}")
+        return method(node)
+
+    def _binary(self, node: Any, kind: str) -> str:
+        a_type = DataType(node.a.dtype)
+        a, b = self.expr(node.a), self.expr(node.b)
+        if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
+            return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
+                                  lambda x, y: self._binary_scalar(kind, a_type, x, y))
+        return self._binary_scalar(kind, a_type, a, b)
+
+    @staticmethod
+    def _binary_scalar(kind: str, a_type: DataType, a: str, b: str) -> str:
+        rule = BINARY_FORMATS[kind]
+        if isinstance(rule, dict):
+            rule = rule["float" if a_type.is_float else "int"]
+        bits = 64 if a_type.bits == 64 else 32
+        return rule.format(a=a, b=b, f=_float_suffix(a_type), bits=bits)
+
+    def _per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
+                  lane_rule) -> str:
+        """A vector result computed lane by lane (for ops C vectors lack)."""
+        result = DataType(dtype)
+        self._vector_type(result)
+        decls, lanes = [], []
+        for index, (op_type, text) in enumerate(zip(operand_types, operands)):
+            op_c = self._vector_type(DataType(op_type))
+            decls.append(f"{op_c} _v{index} = {text};")
+            lanes.append(f"_v{index}[_l]" if DataType(op_type).lanes > 1 else f"_v{index}")
+        body = lane_rule(*lanes)
+        return (f"({{ {' '.join(decls)} {c_type(result)} _r; "
+                f"for (int _l = 0; _l < {result.lanes}; ++_l) _r[_l] = {body}; _r; }})")
+
+    def _vector_type(self, dtype: DataType) -> str:
+        """Declare (once) and name the GCC vector type for a vector dtype."""
+        if dtype.lanes == 1:
+            return c_type(dtype)
+        name = c_type(dtype)
+        if name not in self._vector_types:
+            scalar = c_type(dtype.element_of)
+            size = dtype.bits * dtype.lanes // 8
+            if size & (size - 1):
+                raise TVMError(f"C codegen: vector {dtype} is not a power-of-two size")
+            elem = max(dtype.bits // 8, 1)
+            self._vector_types[name] = (
+                f"typedef {scalar} {name} __attribute__((vector_size({size})));\n"
+                f"typedef {scalar} {name}_u __attribute__((vector_size({size}), "
+                f"aligned({elem})));"
+            )
+        return name
+
+    def expr_IntImm(self, node: Any) -> str:
+        t = DataType(node.dtype)
+        value = int(node.value)
+        if t.is_bool:
+            return "1" if value else "0"
+        if t.bits == 64:
+            if value == -(2**63):
+                return "(-9223372036854775807LL - 1)"
+            literal = f"{value}ULL" if t.is_uint else f"{value}LL"
+            return f"(({c_type(t)}){literal})"
+        if t.bits == 32 and value == -(2**31):
+            return "(-2147483647 - 1)"
+        literal = f"{value}U" if t.is_uint else str(value)
+        if t.bits != 32:
+            return f"(({c_type(t)}){literal})"
+        return f"({literal})" if value < 0 else literal
+
+    def expr_FloatImm(self, node: Any) -> str:
+        t = DataType(node.dtype)
+        value = float(node.value)
+        suffix = "f" if t.bits == 32 else ""
+        if math.isnan(value):
+            return f"(({c_type(t)})NAN)"
+        if math.isinf(value):
+            return f"(({c_type(t)}){'-' if value < 0 else ''}INFINITY)"
+        if t.bits == 32:
+            value = float(np.float32(value))
+        text = repr(value)
+        if t.bits == 16:
+            return f"((_Float16){text})"
+        return f"({text}{suffix})" if value < 0 else f"{text}{suffix}"
+
+    def expr_StringImm(self, node: Any) -> str:
+        return _c_string(node.value)
+
+    def expr_Var(self, node: Any) -> str:
+        return self._var_name(node)
+
+    expr_SizeVar = expr_Var
+
+    def expr_Cast(self, node: Any) -> str:
+        target = DataType(node.dtype)
+        if target.lanes > 1:
+            self._vector_type(DataType(node.value.dtype))
+            return f"__builtin_convertvector({self.expr(node.value)}, {self._vector_type(target)})"
+        return f"(({c_type(target)}){self.expr(node.value)})"
+
+    def expr_Not(self, node: Any) -> str:
+        if DataType(node.dtype).lanes > 1:
+            return f"(~{self.expr(node.a)})"
+        return f"(!{self.expr(node.a)})"
+
+    def expr_Select(self, node: Any) -> str:
+        cond, then, other = (self.expr(x) for x in
+                             (node.condition, node.true_value, node.false_value))
+        if DataType(node.dtype).lanes > 1:
+            types = [node.condition.dtype, node.true_value.dtype, node.false_value.dtype]
+            return self._per_lane(node.dtype, types, [cond, then, other],
+                                  lambda c, t, f: f"({c} ? {t} : {f})")
+        return f"({cond} ? {then} : {other})"
+
+    def expr_Ramp(self, node: Any) -> str:
+        t = DataType(node.dtype)
+        name = self._vector_type(t)
+        steps = ", ".join(str(i) for i in range(t.lanes))
+        return f"((({name}){{{steps}}}) * {self.expr(node.stride)} + {self.expr(node.base)})"
+
+    def expr_Broadcast(self, node: Any) -> str:
+        t = DataType(node.dtype)
+        name = self._vector_type(t)
+        value = self.expr(node.value)
+        lanes = ", ".join(["_b"] * t.lanes)
+        return f"({{ {c_type(t.element_of)} _b = {value}; ({name}){{{lanes}}}; }})"
+
+    def expr_Let(self, node: Any) -> str:
+        name = self._bind(node.var)
+        value = self.expr(node.value)
+        return f"({{ {c_type(node.var.dtype)} {name} = {value}; {self.expr(node.body)}; }})"
+
+    def expr_Shuffle(self, node: Any) -> str:
+        vectors = [self.expr(v) for v in node.vectors]
+        decls = []
+        sources = []
+        for index, (vec, text) in enumerate(zip(node.vectors, vectors)):
+            decls.append(f"{self._vector_type(DataType(vec.dtype))} _s{index} = {text};")
+            lanes = DataType(vec.dtype).lanes
+            sources.extend(f"_s{index}[{lane}]" if lanes > 1 else f"_s{index}"
+                           for lane in range(lanes))
+        picked = ", ".join(sources[int(i.value)] for i in node.indices)
+        t = DataType(node.dtype)
+        if t.lanes == 1:
+            return f"({{ {' '.join(decls)} {picked}; }})"
+        return f"({{ {' '.join(decls)} ({self._vector_type(t)}){{{picked}}}; }})"
+
+    def expr_BufferLoad(self, node: Any) -> str:
+        buffer = node.buffer
+        data = self._var_name(buffer.data)
+        access = _flat_access(self, buffer, node.indices)
+        lanes = DataType(node.dtype).lanes
+        if lanes == 1:
+            return f"{data}[{access.base}]"
+        vtype = self._vector_type(DataType(node.dtype))
+        if access.contiguous:
+            return f"(*({vtype}_u*)({data} + {access.base}))"
+        index_vec = access.vector_index
+        elems = ", ".join(f"{data}[_i[{lane}]]" for lane in range(lanes))
+        itype = self._vector_type(DataType("int64").with_lanes(lanes))
+        return (f"({{ {itype} _i = __builtin_convertvector({index_vec}, {itype}); "
+                f"({vtype}){{{elems}}}; }})")
+
+    def expr_Call(self, node: Any) -> str:
+        op = node.op
+        args = list(node.args)
+        method = getattr(self, "call_" + op.replace("tir.", "").replace(".", "_"), None)
+        if method is not None:
+            return method(node)
+        t = DataType(node.dtype)
+        texts = [self.expr(a) for a in args]
+        short = op[4:] if op.startswith("tir.") else op
+        if short in UNARY_MATH and len(args) == 1:
+            rule = f"{UNARY_MATH[short]}{{f}}({{0}})"
+        elif op in INTRINSIC_FORMATS:
+            rule = INTRINSIC_FORMATS[op]
+        else:
+            raise TVMError(f"C codegen: no rule for TIR intrinsic Call {op!r}")
+        arg_type = DataType(args[0].dtype) if args else t
+        float_type = arg_type if arg_type.is_float else t
+        fmt = dict(f=_float_suffix(float_type), fs="f" if float_type.bits == 32 else "",
+                   bits=arg_type.bits, t=c_type(t.element_of))
+        if any(DataType(a.dtype).lanes > 1 for a in args if hasattr(a, "dtype")):
+            return self._per_lane(node.dtype, [a.dtype for a in args], texts,
+                                  lambda *xs: rule.format(*xs, **fmt))
+        return rule.format(*texts, **fmt)
+
+    def call_call_extern(self, node: Any) -> str:
+        name = node.args[0].value
+        args = ", ".join(self.expr(a) for a in node.args[1:])
+        return f"{name}({args})"
+
+    call_call_pure_extern = call_call_extern
+
+    def call_tvm_access_ptr(self, node: Any) -> str:
+        ptype, data, offset = node.args[0], node.args[1], node.args[2]
+        ctype = c_type(ptype.dtype)
+        return f"(({ctype}*){self._var_name(data)} + {self.expr(offset)})"
+
+    def call_address_of(self, node: Any) -> str:
+        load = node.args[0]
+        access = _flat_access(self, load.buffer, load.indices)
+        return f"(&{self._var_name(load.buffer.data)}[{access.base}])"
+
+    def call_reinterpret(self, node: Any) -> str:
+        source = node.args[0]
+        src_c, dst_c = c_type(source.dtype), c_type(node.dtype)
+        return (f"({{ {src_c} _x = {self.expr(source)}; {dst_c} _y; "
+                f"__builtin_memcpy(&_y, &_x, sizeof(_y)); _y; }})")
+
+    def call_type_annotation(self, node: Any) -> str:
+        return "0"
+
+    # -- statements ------------------------------------------------------------------------
+    def emit_stmt(self, node: Any) -> None:
+        """Append the C lines of a TIR statement."""
+        kind = _node_name(node)
+        method = getattr(self, f"stmt_{kind}", None)
+        if method is None:
+            raise TVMError(f"C codegen: no rule for TIR statement node {kind}")
+        method(node)
+
+    def stmt_SeqStmt(self, node: Any) -> None:
+        for stmt in node.seq:
+            self.emit_stmt(stmt)
+
+    def stmt_Evaluate(self, node: Any) -> None:
+        if _node_name(node.value) in ("IntImm", "FloatImm"):
+            return
+        self._line(f"{self.expr(node.value)};")
+
+    def stmt_BufferStore(self, node: Any) -> None:
+        buffer = node.buffer
+        data = self._var_name(buffer.data)
+        value = self.expr(node.value)
+        lanes = DataType(node.value.dtype).lanes
+        access = _flat_access(self, buffer, node.indices)
+        if lanes == 1 and not access.vector_index:
+            self._line(f"{data}[{access.base}] = {value};")
+            return
+        vtype = self._vector_type(DataType(buffer.dtype).with_lanes(lanes))
+        if access.contiguous:
+            self._line(f"*({vtype}_u*)({data} + {access.base}) = {value};")
+            return
+        itype = self._vector_type(DataType("int64").with_lanes(lanes))
+        self._line("{")
+        self._line(f"  {itype} _i = __builtin_convertvector({access.vector_index}, {itype});")
+        self._line(f"  {vtype} _v = {value};")
+        for lane in range(lanes):
+            self._line(f"  {data}[_i[{lane}]] = _v[{lane}];")
+        self._line("}")
+
+    def stmt_LetStmt(self, node: Any) -> None:
+        value = self.expr(node.value)
+        t = DataType(node.var.dtype)
+        ctype = self._vector_type(t) if t.lanes > 1 else c_type(t)
+        if t.is_handle:
+            ctype = _pointer_type(node.var)
+        self._line(f"{ctype} {self._bind(node.var)} = {value};")
+        self.emit_stmt(node.body)
+
+    def stmt_AttrStmt(self, node: Any) -> None:
+        key = node.attr_key
+        if key == "pragma_import_c":
+            source = node.value.value
+            if source not in self._imported_c:
+                self._imported_c.append(source)
+        elif key.startswith("pragma_") or key in ("compute_scope", "realize_scope",
+                                                  "storage_alignment", "storage_scope"):
+            self._line(f"/* {key} */")
+        self.emit_stmt(node.body)
+
+    def stmt_AssertStmt(self, node: Any) -> None:
+        message = node.message.value if _node_name(node.message) == "StringImm" else "assert"
+        self._line(f"if (!({self.expr(node.condition)})) {{")
+        self._line(f"  TVMAPISetLastError({_c_string(f'{self._func_name}: {message}')});")
+        self._line("  return -1;")
+        self._line("}")
+        self.emit_stmt(node.body)
+
+    def stmt_IfThenElse(self, node: Any) -> None:
+        self._line(f"if ({self.expr(node.condition)}) {{")
+        self._block(node.then_case)
+        if node.else_case is not None:
+            self._line("} else {")
+            self._block(node.else_case)
+        self._line("}")
+
+    def stmt_While(self, node: Any) -> None:
+        self._line(f"while ({self.expr(node.condition)}) {{")
+        self._block(node.body)
+        self._line("}")
+
+    def stmt_DeclBuffer(self, node: Any) -> None:
+        self.emit_stmt(node.body)
+
+    def stmt_For(self, node: Any) -> None:
+        kind = int(node.kind)
+        loop_type = c_type(node.loop_var.dtype)
+        name = self._bind(node.loop_var)
+        begin, extent = self.expr(node.min), self.expr(node.extent)
+        end = extent if _is_const_int(node.min, 0) else f"{begin} + {extent}"
+        nested_parallel = False
+        if kind == 1 and self.use_openmp and self._parallel_depth == 0:
+            self._lines.append("#ifdef _OPENMP")
+            self._lines.append("#pragma omp parallel for schedule(static)")
+            self._lines.append("#endif")
+            nested_parallel = True
+        elif kind == 2:
+            self._lines.append("#pragma GCC ivdep")
+        elif kind == 3 and _is_const_int(node.extent):
+            self._lines.append(f"#pragma GCC unroll {max(int(node.extent.value), 1)}")
+        self._line(f"for ({loop_type} {name} = {begin}; {name} < {end}; ++{name}) {{")
+        self._parallel_depth += nested_parallel
+        self._block(node.body)
+        self._parallel_depth -= nested_parallel
+        self._line("}")
+
+    def stmt_Allocate(self, node: Any) -> None:
+        t = DataType(node.dtype)
+        elem = c_type(t.element_of)
+        name = self._bind(node.buffer_var)
+        count_const = all(_is_const_int(e) for e in node.extents)
+        lanes = t.lanes
+        if count_const:
+            count = math.prod(int(e.value) for e in node.extents) * lanes
+            if count * t.element_of.itemsize <= self.workspace_threshold:
+                self._line(f"{elem} {name}[{max(count, 1)}] __attribute__((aligned(64)));")
+                self.emit_stmt(node.body)
+                return
+            count_text = str(count)
+        else:
+            count_text = " * ".join(f"(uint64_t){self.expr(e)}" for e in node.extents)
+            if lanes > 1:
+                count_text += f" * {lanes}"
+        self._emit_workspace(node, elem, name, count_text, t.element_of)
+
+    def _emit_workspace(self, node: Any, elem: str, name: str, count: str,
+                        t: DataType) -> None:
+        nbytes = f"(uint64_t)({count}) * {t.itemsize}"
+        self._line(f"{elem}* {self.restrict} {name} = ({elem}*)TVMBackendAllocWorkspace("
+                   f"1, 0, {nbytes}, {int(t.type_code)}, {t.bits});")
+        if self._parallel_depth == 0:
+            self._line(f"if ({name} == NULL) return -1;")
+        self.emit_stmt(node.body)
+        self._line(f"TVMBackendFreeWorkspace(1, 0, {name});")
+
+    def _block(self, body: Any) -> None:
+        self._indent += 1
+        self.emit_stmt(body)
+        self._indent -= 1
+
+    # Nodes that must be lowered away before code generation: say so by name.
+    def stmt_BufferRealize(self, node: Any) -> None:
+        raise TVMError("C codegen: BufferRealize must be flattened before code generation")
+
+    def expr_ProducerLoad(self, node: Any) -> str:
+        raise TVMError("C codegen: ProducerLoad (a te.Tensor read) must be lowered first")
+
+    def expr_Reduce(self, node: Any) -> str:
+        raise TVMError("C codegen: Reduce must be lowered to loops before code generation")
+
+
+class CodeGenCBareMetal(CodeGenC):
+    """The microcontroller dialect: no OpenMP pragmas, every allocation on the stack."""
+
+    use_openmp = False
+    workspace_threshold = 1 << 62
+
+    def _emit_workspace(self, node: Any, elem: str, name: str, count: str,
+                        t: DataType) -> None:
+        self._line(f"{elem} {name}[{count}] __attribute__((aligned(16)));")
+        self.emit_stmt(node.body)
+
+
+def _pointer_type(var: Any) -> str:
+    annotation = getattr(var, "type_annotation", None)
+    element = getattr(getattr(annotation, "element_type", None), "dtype", None)
+    return f"{c_type(element)}*" if element is not None else "void*"
+
+
+# -- buffer indexing ---------------------------------------------------------------------------
+
+
+class _Access:
+    """A flattened buffer index: scalar ``base`` text, plus how the lanes spread."""
+
+    __slots__ = ("base", "contiguous", "vector_index")
+
+    def __init__(self, base: str, contiguous: bool, vector_index: str | None) -> None:
+        self.base, self.contiguous, self.vector_index = base, contiguous, vector_index
+
+
+def _strides(cg: CodeGenC, buffer: Any) -> list[str]:
+    """Element strides of each dimension as C text (row-major when the buffer has none)."""
+    if buffer.strides:
+        return [cg.expr(s) for s in buffer.strides]
+    out: list[str] = []
+    const = 1
+    symbolic: list[str] = []
+    for dim in reversed(list(buffer.shape)):
+        text = str(const) if not symbolic else " * ".join([*symbolic, str(const)])
+        out.append(text)
+        if _is_const_int(dim):
+            const *= int(dim.value)
+        else:
+            symbolic.append(cg.expr(dim))
+    return out[::-1]
+
+
+def _flat_access(cg: CodeGenC, buffer: Any, indices: Iterable[Any]) -> _Access:
+    indices = list(indices)
+    strides = _strides(cg, buffer) if len(indices) > 1 or buffer.strides else ["1"]
+    terms: list[str] = []
+    ramp_stride: list[str] = []
+    vector_terms: list[str] = []
+    for index, stride in zip(indices, strides):
+        scale = "" if stride == "1" else f" * {stride}"
+        kind = _node_name(index)
+        lanes = DataType(index.dtype).lanes
+        if kind == "Ramp":
+            terms.append(f"{cg.expr(index.base)}{scale}")
+            ramp_stride.append(cg.expr(index.stride) + scale)
+            vector_terms.append(f"{cg.expr(index)}{scale}")
+        elif kind == "Broadcast":
+            terms.append(f"{cg.expr(index.value)}{scale}")
+        elif lanes > 1:
+            vector_terms.append(f"{cg.expr(index)}{scale}")
+            ramp_stride.append("?")
+        else:
+            terms.append(f"{cg.expr(index)}{scale}")
+    offset = buffer.elem_offset
+    if offset is not None and not _is_const_int(offset, 0):
+        terms.append(cg.expr(offset))
+    base = " + ".join(terms) or "0"
+    contiguous = ramp_stride == ["1"] or ramp_stride == ["(1)"]
+    vector_index = None
+    if vector_terms:
+        scalar_terms = [t for t, i in zip(terms, indices) if _node_name(i) != "Ramp"]
+        vector_index = " + ".join(vector_terms + scalar_terms)
+    return _Access(base, contiguous, vector_index)
+
+
+# -- the packed wrapper ------------------------------------------------------------------------
+
+
+class FunctionSignature:
+    """What a PrimFunc takes: tensor buffers, then scalar params, then free shape variables."""
+
+    __slots__ = ("params", "buffers", "scalars", "param_kinds")
+
+    def __init__(self, params: list, buffers: list, scalars: list, param_kinds: list) -> None:
+        self.params, self.buffers, self.scalars = params, buffers, scalars
+        self.param_kinds = param_kinds  # per packed argument: ("tensor", buf) / ("scalar", var)
+
+
+def function_signature(func: Any) -> FunctionSignature:
+    """Split a PrimFunc's params into tensor buffers and scalars; find free shape vars."""
+    buffers, scalars, kinds = [], [], []
+    for param in func.params:
+        buffer = func.buffer_map.get(param)
+        if buffer is not None:
+            buffers.append(buffer)
+            kinds.append(("tensor", buffer))
+        else:
+            scalars.append(param)
+            kinds.append(("scalar", param))
+    seen = {id(v) for v in scalars}
+    for buffer in buffers:
+        for expr in [*buffer.shape, *buffer.strides, buffer.elem_offset]:
+            for var in _free_vars(expr):
+                if id(var) not in seen:
+                    seen.add(id(var))
+                    scalars.append(var)
+    return FunctionSignature(list(func.params), buffers, scalars, kinds)
+
+
+def _free_vars(expr: Any) -> list:
+    """Vars in a shape expression, in order of first appearance."""
+    if expr is None:
+        return []
+    kind = _node_name(expr)
+    if kind in ("Var", "SizeVar"):
+        return [expr]
+    out = []
+    for field in ("a", "b", "value"):
+        child = getattr(expr, field, None) if kind not in ("IntImm", "FloatImm") else None
+        if child is not None and hasattr(child, "dtype"):
+            out.extend(_free_vars(child))
+    return out
+
+
+class _WrapperEmitter:
+    """Writes the packed-ABI function that checks arguments and calls ``<name>_unpacked``."""
+
+    def __init__(self, name: str, signature: FunctionSignature) -> None:
+        self.name, self.sig = name, signature
+        self.lines: list[str] = []
+        self.bound: dict[int, str] = {}  # id(shape var) -> C expression holding its value
+
+    def fail(self, condition: str, message: str, values: Sequence[str] = ()) -> None:
+        got = ", ".join(f"(int64_t)({v})" for v in values)
+        values_arg = f"(const int64_t[]){{{got}}}, {len(values)}" if values else "NULL, 0"
+        self.lines.append(f"  if ({condition}) {{")
+        self.lines.append(
+            f"    return kiln_arg_error({_c_string(f'{self.name}: {message}')}, {values_arg});")
+        self.lines.append("  }")
+
+    def shape_text(self, expr: Any) -> str:
+        """C text of a shape expression over already bound vars (for equality checks)."""
+        kind = _node_name(expr)
+        if kind == "IntImm":
+            return str(int(expr.value))
+        if kind in ("Var", "SizeVar"):
+            return self.bound[id(expr)]
+        rule = BINARY_FORMATS.get(kind)
+        if isinstance(rule, str):
+            return rule.format(a=self.shape_text(expr.a), b=self.shape_text(expr.b))
+        raise TVMError(f"C codegen: unsupported shape expression {kind} in {self.name}")
+
+    def emit(self) -> str:
+        sig, name = self.sig, self.name
+        arg_names = ", ".join(item.name for _, item in sig.param_kinds)
+        self.lines = [
+            f"int32_t {name}(TVMValue* args, int* type_codes, int num_args, "
+            "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle) {",
+            "  (void)out_ret_value; (void)out_ret_tcode; (void)resource_handle;",
+        ]
+        count = len(sig.param_kinds)
+        self.fail(f"num_args != {count}",
+                  f"expected {count} arguments ({arg_names}), got ", ["num_args"])
+        deferred: list[tuple[str, str, str]] = []
+        for index, (kind, item) in enumerate(sig.param_kinds):
+            if kind == "tensor":
+                deferred.extend(self.tensor(index, item))
+            else:
+                self.scalar(index, item)
+        for condition_lhs, expected, message in deferred:
+            expected_text = self.shape_text(expected)
+            self.fail(f"{condition_lhs} != {expected_text}", message,
+                      [condition_lhs, expected_text])
+        call_args = [f"{_arg_name(('tensor', b))}_data" for b in sig.buffers]
+        for var in sig.scalars:
+            if id(var) not in self.bound:
+                raise TVMError(
+                    f"C codegen: {name}: shape variable {var.name!r} is not determined by any "
+                    "argument; pass it as a parameter")
+            call_args.append(f"({c_type(var.dtype)})({self.bound[id(var)]})")
+        self.lines.append(f"  return {name}_unpacked({', '.join(call_args)});")
+        self.lines.append("}")
+        return "\n".join(self.lines)
+
+    def scalar(self, index: int, var: Any) -> None:
+        t = DataType(var.dtype)
+        arg = _arg_name(("scalar", var))
+        codes = (_TYPE_CODE_INT,) if not t.is_float else (_TYPE_CODE_FLOAT, _TYPE_CODE_INT)
+        check = " && ".join(f"type_codes[{index}] != {code}" for code in codes)
+        self.fail(check, f"argument {var.name} (#{index}): expected "
+                  f"{'a float' if t.is_float else 'an int'}, got type code ",
+                  [f"type_codes[{index}]"])
+        if t.is_float:
+            value = (f"(type_codes[{index}] == {_TYPE_CODE_FLOAT} ? args[{index}].v_float64 "
+                     f": (double)args[{index}].v_int64)")
+        else:
+            value = f"args[{index}].v_int64"
+        self.lines.append(f"  {c_type(t)} {arg}_value = ({c_type(t)}){value};")
+        self.bound[id(var)] = f"{arg}_value"
+
+    def tensor(self, index: int, buffer: Any) -> list[tuple[str, str, str]]:
+        arg = _arg_name(("tensor", buffer))
+        t = DataType(buffer.dtype)
+        what = f"argument {buffer.name} (#{index})"
+        code_check = " && ".join(f"type_codes[{index}] != {c}" for c in _TYPE_CODE_TENSOR)
+        self.fail(code_check, f"{what}: expected a tensor (DLTensor), got type code ",
+                  [f"type_codes[{index}]"])
+        tensor = f"{arg}_tensor"
+        self.lines.append(f"  DLTensor* {tensor} = (DLTensor*)args[{index}].v_handle;")
+        self.fail(f"{tensor} == NULL", f"{what}: got a NULL tensor")
+        ndim = len(buffer.shape)
+        self.fail(f"{tensor}->ndim != {ndim}", f"{what}: expected ndim {ndim}, got ",
+                  [f"{tensor}->ndim"])
+        code, bits, lanes = t.as_tuple()
+        self.fail(f"{tensor}->dtype.code != {code} || {tensor}->dtype.bits != {bits} || "
+                  f"{tensor}->dtype.lanes != {lanes}",
+                  f"{what}: expected dtype {t} (code {code}, bits {bits}, lanes {lanes}), "
+                  "got code, bits, lanes = ",
+                  [f"{tensor}->dtype.code", f"{tensor}->dtype.bits", f"{tensor}->dtype.lanes"])
+        self.fail(f"{tensor}->device.device_type != 1",
+                  f"{what}: expected a CPU tensor (device type 1), got device type ",
+                  [f"{tensor}->device.device_type"])
+        deferred = []
+        for dim, extent in enumerate(buffer.shape):
+            actual = f"{tensor}->shape[{dim}]"
+            kind = _node_name(extent)
+            if kind == "IntImm":
+                self.fail(f"{actual} != {int(extent.value)}",
+                          f"{what}: expected shape[{dim}] == {int(extent.value)}, got ", [actual])
+            elif kind in ("Var", "SizeVar") and id(extent) not in self.bound:
+                self.bound[id(extent)] = actual
+                self.fail(f"{actual} < 0", f"{what}: negative shape[{dim}] ", [actual])
+            else:
+                deferred.append((actual, extent,
+                                 f"{what}: shape[{dim}] must equal {extent!r}; got, expected = "))
+        self.strides(tensor, what, buffer)
+        ctype = c_type(t)
+        self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*)((char*){tensor}->data + "
+                          f"{tensor}->byte_offset);")
+        return deferred
+
+    def strides(self, tensor: str, what: str, buffer: Any) -> None:
+        if buffer.strides:
+            for dim, stride in enumerate(buffer.strides):
+                if _node_name(stride) in ("Var", "SizeVar") and id(stride) not in self.bound:
+                    compact = " * ".join(f"{tensor}->shape[{d}]"
+                                         for d in range(dim + 1, len(buffer.shape))) or "1"
+                    self.bound[id(stride)] = (f"({tensor}->strides ? {tensor}->strides[{dim}] "
+                                              f": {compact})")
+            return
+        if len(buffer.shape) <= 1:
+            self.fail(f"{tensor}->strides != NULL && {tensor}->ndim == 1 && "
+                      f"{tensor}->shape[0] > 1 && {tensor}->strides[0] != 1",
+                      f"{what}: expected a compact tensor, got stride ",
+                      [f"{tensor}->strides[0]"])
+            return
+        checks = []
+        expected = "1"
+        for dim in reversed(range(len(buffer.shape))):
+            checks.append(f"({tensor}->shape[{dim}] > 1 && {tensor}->strides[{dim}] != "
+                          f"{expected})")
+            expected = f"{expected} * {tensor}->shape[{dim}]"
+        self.fail(f"{tensor}->strides != NULL && ({' || '.join(checks)})",
+                  f"{what}: expected a compact row-major tensor (strides must be NULL or "
+                  "compact)")
+
+
+def _arg_name(kind_item: tuple[str, Any]) -> str:
+    kind, item = kind_item
+    raw = item.name
+    return "arg_" + re.sub(r"\W", "_", raw)
+
+
+def _packed_wrapper(name: str, signature: FunctionSignature) -> str:
+    return _WrapperEmitter(name, signature).emit()
+
+
+# -- module-level entry points -----------------------------------------------------------------
+
+
+def _functions_of(mod: Any) -> list[tuple[str, Any]]:
+    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them."""
+    if _node_name(mod) == "PrimFunc":
+        return [(mod.attrs.get("global_symbol") or "default_function", mod)]
+    items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
+    out = []
+    for gvar, func in items:
+        if _node_name(func) != "PrimFunc":
+            raise TVMError(f"codegen: {gvar!r} is a {_node_name(func)}, not a tir.PrimFunc")
+        symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
+        out.append((symbol, func))
+    return out
+
+
+def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tuple[str, list[str]]:
+    """Emit one C translation unit for every PrimFunc of ``mod``; return (source, names).
+
+    ``bare_metal`` picks :class:`CodeGenCBareMetal`; by default it is chosen when the
+    target's keys include ``arm_cpu`` and it names an ``-mcpu=cortex-m*``.
+    """
+    if bare_metal is None:
+        mcpu = getattr(target, "mcpu", "") if target is not None else ""
+        bare_metal = mcpu.startswith("cortex-m")
+    cg = CodeGenCBareMetal() if bare_metal else CodeGenC()
+    for symbol, func in _functions_of(mod):
+        comment = func.attrs.get("kiln.source") or f"{symbol}: {_describe(func)}"
+        cg.add_function(func, symbol, comment)
+    return cg.finish(), cg.function_names
+
+
+def _describe(func: Any) -> str:
+    buffers = function_signature(func).buffers
+    parts = [f"{b.name}[{', '.join(map(repr, b.shape))}] {b.dtype}" for b in buffers]
+    return "kernel over " + ", ".join(parts)
+
+
+def compile_options(target: Any) -> list[str]:
+    """gcc flags for a host build of ``target``: -O3, -march from -mcpu, OpenMP if usable."""
+    from kiln.runtime import cc
+
+    mcpu = getattr(target, "mcpu", "") if target is not None else ""
+    march = f"-march={mcpu}" if mcpu and not mcpu.startswith(("cortex-", "arm")) \
+        else "-march=native"
+    options = ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno"]
+    if cc.openmp_available():
+        options.append("-fopenmp")
+    return options
+
+
+def build_c(mod: Any, target: Any = None) -> Any:
+    """``target.build.c``: emit C for ``mod``, compile it (cached), return a runtime Module."""
+    from kiln.target.build import NativeModule
+
+    source, names = emit_c(mod, target)
+    return NativeModule.from_c_source(source, names, compile_options(target), kind="c")
