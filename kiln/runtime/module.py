@@ -159,20 +159,19 @@ class Module(Object):
 
     def get_function_from_env(self, name: str) -> PackedFunc:
         """What ``TVMBackendGetFuncFromEnv`` finds: imports first, then the global registry."""
-        cache = self._state("_env_cache", dict)
+        cache = self._state("_env_cache", dict)  # imports only: the registry may change
         func = cache.get(name)
         if func is None:
             for imported in self.imports:
                 func = imported._find_function(name, True)
                 if func is not None:
-                    break
-            else:
-                func = get_global_func(name, allow_missing=True)
+                    cache[name] = func
+                    return func
+            func = get_global_func(name, allow_missing=True)
             if func is None:
                 raise TVMError(
                     f"Cannot find function {name} in the imported modules or global registry"
                 )
-            cache[name] = func
         return func
 
     # ---- imports ----
