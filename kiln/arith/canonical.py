@@ -1,0 +1,473 @@
+"""The simplifier: integer expressions in a canonical polynomial form.
+
+Entry point: :class:`Simplifier` (used through :class:`kiln.arith.Analyzer`).
+
+An integer expression is turned into a *polynomial*: a map from monomials (sorted tuples of
+atom ids) to integer coefficients, where an *atom* is anything that is not ``+ - *`` by a
+constant — a variable, ``floordiv(p, c)``, ``floormod(p, c)``, ``min``, a load, a call.
+Atoms are numbered in the order they are first met, and the polynomial prints back in that
+order, so ``i_outer * 16 + i_inner`` stays exactly that.
+
+Division rules use bounds: ``floordiv(q * c + r, c) == q`` when ``0 <= r < c`` is provable, and
+``floormod`` likewise; ``c * floordiv(x, c) + floormod(x, c)`` recombines to ``x``. Bounds of
+atoms come from the analyzer's variable ranges (loop bounds), ``floormod``'s range and
+interval arithmetic. Non-integer expressions are simplified structurally with constant folding.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+from typing import TYPE_CHECKING, Any
+
+from kiln.arith.bound import (
+    EVERYTHING,
+    POS_INF,
+    Interval,
+    interval_add,
+    interval_floordiv,
+    interval_mul,
+    interval_union,
+    is_finite,
+)
+from kiln.ir.expr import FloatImm, IntImm, PrimExpr
+from kiln.runtime.dtype import DataType
+from kiln.tir import expr as _e
+from kiln.tir import op as _op
+from kiln.tir.stmt_functor import StmtExprMutator, rebuild
+
+if TYPE_CHECKING:
+    from kiln.arith.analyzer import Analyzer
+
+__all__ = ["Simplifier", "structural_key", "is_int_dtype"]
+
+Poly = dict  # tuple[int, ...] -> int; the empty tuple is the constant term
+
+
+def is_int_dtype(dtype: str) -> bool:
+    dt = DataType(dtype)
+    return (dt.is_int or dt.is_uint) and not dt.is_bool and dt.lanes == 1
+
+
+def structural_key(e: Any) -> Any:
+    """A hashable key equal for structurally equal expressions (vars by identity)."""
+    if isinstance(e, _e.Var):
+        return ("var", id(e))
+    if isinstance(e, IntImm | FloatImm):
+        return (type(e).__name__, e.dtype, e.value)
+    if isinstance(e, _e.StringImm):
+        return ("str", e.value)
+    if isinstance(e, list | tuple):
+        return tuple(structural_key(x) for x in e)
+    if isinstance(e, PrimExpr):
+        parts = [type(e).__name__, e.dtype]
+        for name in type(e)._all_fields:
+            if name in ("dtype", "span"):
+                continue
+            value = getattr(e, name)
+            if isinstance(value, PrimExpr | list | tuple):
+                parts.append(structural_key(value))
+            else:
+                parts.append(("obj", id(value)) if not isinstance(value, int | str) else value)
+        return tuple(parts)
+    return ("obj", id(e))
+
+
+_FOLD = {
+    _e.Add: _op.add, _e.Sub: _op.subtract, _e.Mul: _op.multiply, _e.Div: _op.div,
+    _e.Mod: _op.truncmod, _e.FloorDiv: _op.floordiv, _e.FloorMod: _op.floormod,
+    _e.Min: _op.min, _e.Max: _op.max, _e.And: _op.logical_and, _e.Or: _op.logical_or,
+}
+
+
+class Simplifier(StmtExprMutator):
+    """Rewrites expressions into simplified canonical form under an analyzer's facts."""
+
+    def __init__(self, analyzer: Analyzer) -> None:
+        super().__init__()
+        self.analyzer = analyzer
+        self.atoms: list[PrimExpr] = []
+        self.atom_ids: dict[Any, int] = {}
+        self.atom_bounds: dict[int, Interval] = {}
+
+    # ---- polynomial plumbing ---------------------------------------------------------------
+    def atom(self, e: PrimExpr) -> int:
+        key = structural_key(e)
+        idx = self.atom_ids.get(key)
+        if idx is None:
+            idx = len(self.atoms)
+            self.atoms.append(e)
+            self.atom_ids[key] = idx
+        return idx
+
+    def atom_poly(self, e: PrimExpr) -> Poly:
+        return {(self.atom(e),): 1}
+
+    @staticmethod
+    def const_poly(v: int) -> Poly:
+        return {(): v} if v else {}
+
+    @staticmethod
+    def add_poly(p: Poly, q: Poly, scale: int = 1) -> Poly:
+        out = dict(p)
+        for mono, c in q.items():
+            v = out.get(mono, 0) + c * scale
+            if v:
+                out[mono] = v
+            else:
+                out.pop(mono, None)
+        return out
+
+    @staticmethod
+    def mul_poly(p: Poly, q: Poly) -> Poly:
+        out: Poly = {}
+        for m1, c1 in p.items():
+            for m2, c2 in q.items():
+                mono = tuple(sorted(m1 + m2))
+                v = out.get(mono, 0) + c1 * c2
+                if v:
+                    out[mono] = v
+                else:
+                    out.pop(mono, None)
+        return out
+
+    def to_poly(self, e: PrimExpr) -> Poly:
+        """The polynomial of an (already simplified) integer expression."""
+        if isinstance(e, IntImm):
+            return self.const_poly(e.value)
+        if isinstance(e, _e.Add):
+            return self.add_poly(self.to_poly(e.a), self.to_poly(e.b))
+        if isinstance(e, _e.Sub):
+            return self.add_poly(self.to_poly(e.a), self.to_poly(e.b), -1)
+        if isinstance(e, _e.Mul):
+            return self.mul_poly(self.to_poly(e.a), self.to_poly(e.b))
+        return self.atom_poly(e)
+
+    def from_poly(self, p: Poly, dtype: str) -> PrimExpr:
+        p = self.merge_divmod(p, dtype)
+        monos = sorted((m for m in p if m), key=lambda m: m)
+        const = p.get((), 0)
+        positive = [m for m in monos if p[m] > 0]
+        negative = [m for m in monos if p[m] < 0]
+        result: PrimExpr | None = None
+        for mono in positive + negative:
+            coeff = p[mono]
+            term = self.atoms[mono[0]]
+            for idx in mono[1:]:
+                term = _e.Mul(term, self.atoms[idx])
+            magnitude = abs(coeff)
+            if magnitude != 1:
+                term = _e.Mul(term, IntImm(dtype, magnitude))
+            if result is None:
+                result = term if coeff > 0 else _e.Mul(term, IntImm(dtype, -1))
+            else:
+                result = _e.Add(result, term) if coeff > 0 else _e.Sub(result, term)
+        if result is None:
+            return IntImm(dtype, const)
+        if const > 0:
+            result = _e.Add(result, IntImm(dtype, const))
+        elif const < 0:
+            result = _e.Sub(result, IntImm(dtype, -const))
+        return result
+
+    def merge_divmod(self, p: Poly, dtype: str) -> Poly:
+        """``c * floordiv(x, c) + floormod(x, c)`` -> ``x`` (times a common factor)."""
+        for mono, coeff in list(p.items()):
+            if len(mono) != 1 or mono not in p:
+                continue
+            atom = self.atoms[mono[0]]
+            if not isinstance(atom, _e.FloorMod) or not isinstance(atom.b, IntImm):
+                continue
+            c = atom.b.value
+            partner = self.atom_ids.get(structural_key(_e.FloorDiv(atom.a, atom.b)))
+            if partner is None or p.get((partner,), 0) != coeff * c:
+                continue
+            p = dict(p)
+            del p[mono]
+            del p[(partner,)]
+            p = self.add_poly(p, self.to_poly(atom.a), coeff)
+        return p
+
+    # ---- bounds -----------------------------------------------------------------------------
+    def bound(self, e: PrimExpr) -> Interval:
+        """Constant bounds of any integer expression."""
+        if isinstance(e, IntImm):
+            return (e.value, e.value)
+        if isinstance(e, _e.Add | _e.Sub | _e.Mul) or not self._is_atom_like(e):
+            return self.poly_bound(self.to_poly(e))
+        return self.atom_bound(self.atom(e))
+
+    @staticmethod
+    def _is_atom_like(e: PrimExpr) -> bool:
+        return not isinstance(e, _e.Add | _e.Sub | _e.Mul)
+
+    def poly_bound(self, p: Poly) -> Interval:
+        total: Interval = (0, 0)
+        for mono, coeff in p.items():
+            term: Interval = (coeff, coeff)
+            for idx in mono:
+                term = interval_mul(term, self.atom_bound(idx))
+            total = interval_add(total, term)
+        return total
+
+    def atom_bound(self, idx: int) -> Interval:
+        cached = self.atom_bounds.get(idx)
+        if cached is None:
+            self.atom_bounds[idx] = EVERYTHING  # guards against cycles
+            cached = self._compute_atom_bound(self.atoms[idx])
+            self.atom_bounds[idx] = cached
+        return cached
+
+    def _compute_atom_bound(self, e: PrimExpr) -> Interval:
+        if isinstance(e, _e.Var):
+            return self.analyzer._var_bound(e)
+        if isinstance(e, _e.FloorDiv) and isinstance(e.b, IntImm) and e.b.value != 0:
+            return interval_floordiv(self.bound(e.a), e.b.value)
+        if isinstance(e, _e.FloorMod) and isinstance(e.b, IntImm) and e.b.value > 0:
+            c = e.b.value
+            lo, hi = self.bound(e.a)
+            if is_finite(lo) and is_finite(hi) and lo // c == hi // c:
+                return (lo % c, hi % c)
+            return (0, c - 1)
+        if isinstance(e, _e.Div | _e.Mod) and isinstance(e.b, IntImm) and e.b.value > 0:
+            lo, hi = self.bound(e.a)
+            if isinstance(e, _e.Div):
+                return interval_floordiv((min(lo, 0), max(hi, 0)), e.b.value)
+            c = e.b.value
+            return (max(-(c - 1), min(lo, 0)) if lo < 0 else 0, min(c - 1, max(hi, 0)))
+        if isinstance(e, _e.Min | _e.Max):
+            a, b = self.bound(e.a), self.bound(e.b)
+            pick = min if isinstance(e, _e.Min) else max
+            return (pick(a[0], b[0]), pick(a[1], b[1]))
+        if isinstance(e, _e.Select):
+            return interval_union(self.bound(e.true_value), self.bound(e.false_value))
+        if isinstance(e, _e.Call) and e.op == "tir.if_then_else":
+            return interval_union(self.bound(e.args[1]), self.bound(e.args[2]))
+        if isinstance(e, _e.Cast) and is_int_dtype(e.value.dtype):
+            return self._clip_to_dtype(self.bound(e.value), e.dtype)
+        dt = DataType(e.dtype)
+        if dt.is_bool:
+            return (0, 1)
+        if dt.is_uint:
+            return (0, POS_INF if dt.bits >= 63 else (1 << dt.bits) - 1)
+        return EVERYTHING
+
+    @staticmethod
+    def _clip_to_dtype(x: Interval, dtype: str) -> Interval:
+        dt = DataType(dtype)
+        if dt.bits >= 64:
+            return x
+        lo = 0 if dt.is_uint else -(1 << (dt.bits - 1))
+        hi = (1 << dt.bits) - 1 if dt.is_uint else (1 << (dt.bits - 1)) - 1
+        if x[0] < lo or x[1] > hi:
+            return (lo, hi)
+        return x
+
+    # ---- rewriting ----------------------------------------------------------------------------
+    def simplify(self, e: PrimExpr) -> PrimExpr:
+        if is_int_dtype(e.dtype):
+            return self.from_poly(self.canon(e), e.dtype)
+        return self.visit(e)
+
+    def canon(self, e: PrimExpr) -> Poly:
+        """The simplified polynomial of an integer expression."""
+        if isinstance(e, IntImm):
+            return self.const_poly(e.value)
+        if isinstance(e, _e.Add):
+            return self.add_poly(self.canon(e.a), self.canon(e.b))
+        if isinstance(e, _e.Sub):
+            return self.add_poly(self.canon(e.a), self.canon(e.b), -1)
+        if isinstance(e, _e.Mul):
+            return self.mul_poly(self.canon(e.a), self.canon(e.b))
+        if isinstance(e, _e.FloorDiv | _e.FloorMod | _e.Div | _e.Mod):
+            return self.canon_div(e)
+        if isinstance(e, _e.Var):
+            bound = self.analyzer._var_value(e)
+            if bound is not None:
+                return self.canon(bound)
+            return self.atom_poly(e)
+        if isinstance(e, _e.Min | _e.Max):
+            return self.canon_minmax(e)
+        if isinstance(e, _e.Select):
+            cond = self.visit(e.condition)
+            if isinstance(cond, IntImm):
+                return self.canon(e.true_value if cond.value else e.false_value)
+            return self.atom_poly(_e.Select(cond, self.simplify(e.true_value),
+                                            self.simplify(e.false_value)))
+        if isinstance(e, _e.Cast) and is_int_dtype(e.value.dtype):
+            value = self.simplify(e.value)
+            if isinstance(value, IntImm):
+                return self.const_poly(_op.cast(value, e.dtype).value)
+            return self.atom_poly(_e.Cast(e.dtype, value))
+        simplified = self.visit(e)
+        if isinstance(simplified, IntImm):
+            return self.const_poly(simplified.value)
+        return self.atom_poly(simplified)
+
+    def canon_minmax(self, e: PrimExpr) -> Poly:
+        pa, pb = self.canon(e.a), self.canon(e.b)
+        lo, hi = self.poly_bound(self.add_poly(pa, pb, -1))
+        is_min = isinstance(e, _e.Min)
+        if hi <= 0:
+            return pa if is_min else pb
+        if lo >= 0:
+            return pb if is_min else pa
+        a, b = self.from_poly(pa, e.dtype), self.from_poly(pb, e.dtype)
+        return self.atom_poly(type(e)(a, b))
+
+    def canon_div(self, e: PrimExpr) -> Poly:
+        pa = self.canon(e.a)
+        divisor = self.simplify(e.b)
+        floor_kind = isinstance(e, _e.FloorDiv | _e.FloorMod)
+        is_div = isinstance(e, _e.FloorDiv | _e.Div)
+        if isinstance(divisor, IntImm) and divisor.value > 0:
+            c = divisor.value
+            if not floor_kind and self.poly_bound(pa)[0] < 0:
+                # truncated division of a possibly negative value: keep as is
+                return self.atom_poly(type(e)(self.from_poly(pa, e.dtype), divisor))
+            if c == 1:
+                return pa if is_div else {}
+            return self.floordiv_poly(pa, c, e.dtype) if is_div else \
+                self.floormod_poly(pa, c, e.dtype)
+        a = self.from_poly(pa, e.dtype)
+        if isinstance(a, IntImm) and isinstance(divisor, IntImm) and divisor.value != 0:
+            return self.const_poly(_FOLD[type(e)](a, divisor).value)
+        return self.atom_poly(type(e)(a, divisor))
+
+    def _split(self, p: Poly, c: int) -> tuple[Poly, Poly]:
+        """(terms whose coefficient c divides, divided by c; the remaining terms)."""
+        quotient, rest = {}, {}
+        for mono, coeff in p.items():
+            if mono and coeff % c == 0:
+                quotient[mono] = coeff // c
+            else:
+                rest[mono] = coeff
+        return quotient, rest
+
+    def floordiv_poly(self, p: Poly, c: int, dtype: str) -> Poly:
+        quotient, rest = self._split(p, c)
+        lo, hi = self.poly_bound(rest)
+        if is_finite(lo) and is_finite(hi) and lo // c == hi // c:
+            return self.add_poly(quotient, self.const_poly(lo // c))
+        g = c
+        for coeff in rest.values():
+            g = gcd(g, coeff)
+        if g > 1:
+            rest = {m: v // g for m, v in rest.items()}
+            c //= g
+        inner = self.from_poly(rest, dtype)
+        if len(rest) == 1 and () not in rest:
+            (mono, coeff), = rest.items()
+            atom = self.atoms[mono[0]] if len(mono) == 1 else None
+            if coeff == 1 and isinstance(atom, _e.FloorDiv) and isinstance(atom.b, IntImm) \
+                    and atom.b.value > 0:
+                nested = _e.FloorDiv(atom.a, IntImm(dtype, atom.b.value * c))
+                return self.add_poly(quotient, self.atom_poly(nested))
+        return self.add_poly(quotient, self.atom_poly(_e.FloorDiv(inner, IntImm(dtype, c))))
+
+    def floormod_poly(self, p: Poly, c: int, dtype: str) -> Poly:
+        _, rest = self._split(p, c)
+        const = rest.get((), 0)
+        if const:
+            rest = dict(rest)
+            if const % c:
+                rest[()] = const % c
+            else:
+                del rest[()]
+        lo, hi = self.poly_bound(rest)
+        if is_finite(lo) and is_finite(hi) and lo // c == hi // c:
+            return self.add_poly(rest, self.const_poly(-(lo // c) * c))
+        g = c
+        for coeff in rest.values():
+            g = gcd(g, coeff)
+        scale = 1
+        if g > 1:
+            rest = {m: v // g for m, v in rest.items()}
+            c //= g
+            scale = g
+        if len(rest) == 1 and () not in rest:
+            (mono, coeff), = rest.items()
+            atom = self.atoms[mono[0]] if len(mono) == 1 else None
+            if coeff == 1 and isinstance(atom, _e.FloorMod) and isinstance(atom.b, IntImm) \
+                    and atom.b.value % c == 0:
+                rest = self.to_poly(atom.a)
+                rest = self.canon_div(_e.FloorMod(self.from_poly(rest, dtype),
+                                                  IntImm(dtype, c)))
+                return {m: v * scale for m, v in rest.items()}
+        atom = self.atom_poly(_e.FloorMod(self.from_poly(rest, dtype), IntImm(dtype, c)))
+        return {m: v * scale for m, v in atom.items()}
+
+    # ---- non-polynomial nodes -------------------------------------------------------------
+    def generic_visit(self, node: Any) -> Any:
+        node = super().generic_visit(node)
+        fold = _FOLD.get(type(node))
+        if fold is not None:
+            return fold(node.a, node.b)
+        return node
+
+    def visit_IntImm(self, node):
+        return node
+
+    def visit_Var(self, node):
+        value = self.analyzer._var_value(node)
+        return node if value is None else self.simplify(value)
+
+    visit_SizeVar = visit_Var
+
+    def _int_visit(self, node):
+        if is_int_dtype(node.dtype):
+            return self.from_poly(self.canon(node), node.dtype)
+        return self.generic_visit(node)
+
+    visit_Add = visit_Sub = visit_Mul = visit_FloorDiv = visit_FloorMod = _int_visit
+    visit_Div = visit_Mod = visit_Min = visit_Max = _int_visit
+
+    def visit_Cast(self, node):
+        value = self.simplify(node.value)
+        return _op.cast(value, node.dtype)
+
+    def _compare(self, node):
+        a, b = node.a, node.b
+        if is_int_dtype(a.dtype):
+            diff = self.add_poly(self.canon(a), self.canon(b), -1)
+            lo, hi = self.poly_bound(diff)
+            verdict = _DECIDE[type(node)](lo, hi)
+            if verdict is not None:
+                return IntImm("bool", int(verdict))
+            return type(node)(self.simplify(a), self.simplify(b))
+        return _op._compare(type(node), self.simplify(a), self.simplify(b))
+
+    visit_LT = visit_LE = visit_GT = visit_GE = visit_EQ = visit_NE = _compare
+
+    def visit_Not(self, node):
+        return _op.logical_not(self.visit(node.a))
+
+    def visit_Select(self, node):
+        cond = self.visit(node.condition)
+        if isinstance(cond, IntImm):
+            return self.simplify(node.true_value if cond.value else node.false_value)
+        t, f = self.simplify(node.true_value), self.simplify(node.false_value)
+        if structural_key(t) == structural_key(f):
+            return t
+        return _e.Select(cond, t, f)
+
+    def visit_Call(self, node):
+        args = [self.simplify(a) if isinstance(a, PrimExpr) and not isinstance(a, _e.IterVar)
+                else a for a in node.args]
+        if node.op == "tir.if_then_else" and isinstance(args[0], IntImm):
+            return args[1] if args[0].value else args[2]
+        if node.op == "tir.likely" and isinstance(args[0], IntImm):
+            return args[0]
+        if all(a is b for a, b in zip(args, node.args)):
+            return node
+        return rebuild(node, {"args": args})
+
+
+_DECIDE = {
+    # verdict from the bounds [lo, hi] of a - b, or None when undecided
+    _e.LT: lambda lo, hi: True if hi < 0 else False if lo >= 0 else None,
+    _e.LE: lambda lo, hi: True if hi <= 0 else False if lo > 0 else None,
+    _e.GT: lambda lo, hi: True if lo > 0 else False if hi <= 0 else None,
+    _e.GE: lambda lo, hi: True if lo >= 0 else False if hi < 0 else None,
+    _e.EQ: lambda lo, hi: True if lo == hi == 0 else False if lo > 0 or hi < 0 else None,
+    _e.NE: lambda lo, hi: False if lo == hi == 0 else True if lo > 0 or hi < 0 else None,
+}
