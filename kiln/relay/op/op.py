@@ -35,6 +35,9 @@ __all__ = [
     "register_stateful",
     "register_injective_schedule",
     "call",
+    "as_expr",
+    "is_expr",
+    "constant_value",
     "OPAQUE",
     "ELEMWISE",
     "BROADCAST",
@@ -157,3 +160,29 @@ def call(op_name: str, args: Sequence[Any], attrs: Any = None) -> Any:
     from kiln.relay.expr import Call
 
     return Call(Op.get(op_name), list(args), attrs)
+
+
+def is_expr(value: Any) -> bool:
+    """Whether ``value`` is a Relay expression (not a Python value)."""
+    from kiln.ir.expr import RelayExpr
+
+    return isinstance(value, RelayExpr)
+
+
+def as_expr(value: Any, dtype: str | None = None) -> Any:
+    """Python/NumPy values become ``relay.const``; Relay expressions pass through."""
+    if is_expr(value):
+        return value
+    from kiln.relay.expr import const
+
+    return const(value, dtype) if dtype else const(value)
+
+
+def constant_value(expr: Any) -> Any:
+    """The NumPy value of a ``relay.Constant``, or None for any other expression."""
+    data = getattr(expr, "data", None) if is_expr(expr) else None
+    if data is None:
+        return None
+    import numpy as np
+
+    return np.asarray(data.numpy() if hasattr(data, "numpy") else data)

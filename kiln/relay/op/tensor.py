@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.relay.op.op import BROADCAST, ELEMWISE, call, define_op
+from kiln.relay.op.op import BROADCAST, ELEMWISE, as_expr, call, define_op
 from kiln.relay.op.type_relations import (
     broadcast_comp_rel,
     broadcast_rel,
@@ -117,20 +117,9 @@ for _name, _doc in COMPARE_OPS.items():
     define_op(_name, broadcast_comp_rel, BROADCAST, 2, describe=_doc, support_level=4)
 
 
-def _as_expr(value: Any) -> Any:
-    """Python and NumPy scalars/arrays become constants; Relay expressions pass through."""
-    from kiln.ir.expr import RelayExpr
-
-    if isinstance(value, RelayExpr):
-        return value
-    from kiln.relay.expr import const
-
-    return const(value)
-
-
 def _unary_constructor(name: str, doc: str):
     def constructor(data: Any) -> Any:
-        return call(name, [_as_expr(data)])
+        return call(name, [as_expr(data)])
 
     constructor.__name__ = constructor.__qualname__ = name
     constructor.__doc__ = (
@@ -142,7 +131,7 @@ def _unary_constructor(name: str, doc: str):
 
 def _binary_constructor(name: str, doc: str):
     def constructor(lhs: Any, rhs: Any) -> Any:
-        return call(name, [_as_expr(lhs), _as_expr(rhs)])
+        return call(name, [as_expr(lhs), as_expr(rhs)])
 
     constructor.__name__ = constructor.__qualname__ = name
     constructor.__doc__ = (

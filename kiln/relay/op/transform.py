@@ -1,0 +1,1035 @@
+"""Shape-manipulating ("transform") operators: reshape, transpose, slicing, gathering, fills.
+
+Entry points (TVM's names and signatures): :func:`reshape`, :func:`reshape_like`,
+:func:`reverse_reshape`, :func:`transpose`, :func:`squeeze`, :func:`expand_dims`,
+:func:`concatenate`, :func:`stack`, :func:`split`, :func:`take`, :func:`gather`,
+:func:`gather_nd`, :func:`scatter_elements`, :func:`scatter_nd`, :func:`strided_slice`,
+:func:`slice_like`, :func:`tile`, :func:`repeat`, :func:`reverse`, :func:`where`,
+:func:`one_hot`, :func:`arange`, :func:`full`, :func:`full_like`, :func:`zeros`,
+:func:`zeros_like`, :func:`ones`, :func:`ones_like`, :func:`layout_transform`,
+:func:`broadcast_to`, :func:`broadcast_to_like`, :func:`collapse_sum_like`,
+:func:`collapse_sum_to`, :func:`cast`, :func:`cast_like`, :func:`reinterpret`,
+:func:`sequence_mask`, :func:`shape_of`, :func:`ndarray_size`, :func:`copy`, :func:`clip`.
+
+Each op's relation sits right above its constructor; the ``define_op`` line under the relation
+registers the op with its pattern kind. Constructors that take a shape dispatch to the
+``dyn.*`` variant when the shape is a Relay expression, as TVM's do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kiln.relay.op import op_attrs as A
+from kiln.relay.op.layout import convert_shape
+from kiln.relay.op.op import (
+    BROADCAST,
+    COMM_REDUCE,
+    ELEMWISE,
+    INJECTIVE,
+    OPAQUE,
+    OUT_ELEMWISE_FUSABLE,
+    as_expr,
+    call,
+    constant_value,
+    define_op,
+    is_expr,
+)
+from kiln.relay.op.type_relations import (
+    Any as DynDim,
+)
+from kiln.relay.op.type_relations import (
+    TupleType,
+    broadcast_shape,
+    dim_op,
+    dims,
+    dims_equal,
+    fail,
+    identity_rel,
+    is_any,
+    is_static,
+    normalize_axis,
+    shape_str,
+    tensor_arg,
+    tensor_type,
+)
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return [int(value)]
+    return [int(v) for v in value]
+
+
+def _shape_arg(shape: Any) -> Any:
+    """A shape given as a Constant becomes a list; an Expr stays (dynamic); ints listify."""
+    value = constant_value(shape)
+    if value is not None:
+        return [int(v) for v in value.reshape(-1)]
+    if is_expr(shape):
+        return shape
+    return _int_list(shape)
+
+
+def _product(ds: Sequence[Any]) -> Any:
+    out: Any = 1
+    for d in ds:
+        out = dim_op(lambda a, b: a * b, out, d)
+    return out
+
+
+# ---- reshape family -------------------------------------------------------------------------
+def infer_newshape(data: list, newshape: Sequence[int], allowzero: bool, op_name: str) -> list:
+    """Output shape of reshape with TVM's special values 0, -1, -2, -3, -4."""
+    out: list = []
+    src = 0
+    infer_at = -1
+    i = 0
+    while i < len(newshape):
+        v = int(newshape[i])
+        if v > 0 or (v == 0 and allowzero):
+            out.append(v)
+            src += 1
+        elif v == 0:
+            if src >= len(data):
+                fail(f"{op_name}: newshape {list(newshape)} copies more dims than the input has")
+            out.append(data[src])
+            src += 1
+        elif v == -1:
+            if infer_at >= 0:
+                fail(f"{op_name}: newshape {list(newshape)} has more than one -1")
+            infer_at = len(out)
+            out.append(1)
+            src += 1
+        elif v == -2:
+            out.extend(data[src:])
+            src = len(data)
+        elif v == -3:
+            if src + 1 >= len(data):
+                fail(f"{op_name}: -3 in newshape {list(newshape)} needs two input dims")
+            out.append(dim_op(lambda a, b: a * b, data[src], data[src + 1]))
+            src += 2
+        elif v == -4:
+            if i + 2 >= len(newshape) or src >= len(data):
+                fail(f"{op_name}: -4 in newshape {list(newshape)} needs two following values")
+            d, d1, d2 = data[src], int(newshape[i + 1]), int(newshape[i + 2])
+            if d1 == -1 and d2 == -1:
+                fail(f"{op_name}: -4 split of newshape {list(newshape)} has two -1")
+            if d1 == -1:
+                d1 = dim_op(lambda a, b: a // b, d, d2)
+            elif d2 == -1:
+                d2 = dim_op(lambda a, b: a // b, d, d1)
+            elif is_static(d) and d1 * d2 != d:
+                fail(f"{op_name}: -4 split {d1} x {d2} does not cover dimension {d}")
+            out.extend([d1, d2])
+            src += 1
+            i += 2
+        else:
+            fail(f"{op_name}: invalid value {v} in newshape {list(newshape)}")
+        i += 1
+    if infer_at >= 0:
+        total = _product(data)
+        known = _product(d for k, d in enumerate(out) if k != infer_at)
+        if is_static(total) and is_static(known):
+            if known == 0 or total % known:
+                fail(f"{op_name}: cannot reshape {shape_str(data)} into {list(newshape)}")
+            out[infer_at] = total // known
+        else:
+            out[infer_at] = DynDim()
+    total, new_total = _product(data), _product(out)
+    if is_static(total) and is_static(new_total) and total != new_total:
+        fail(f"{op_name}: cannot reshape {shape_str(data)} ({total} elements) into "
+             f"{shape_str(out)} ({new_total} elements)")
+    return out
+
+
+def _reshape_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    out = infer_newshape(dims(data), attrs.newshape, bool(attrs.allowzero), op_name)
+    return tensor_type(out, data.dtype)
+
+
+def _reverse_reshape_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    out = infer_newshape(dims(data)[::-1], list(attrs.newshape)[::-1], False, op_name)
+    return tensor_type(out[::-1], data.dtype)
+
+
+define_op("reshape", _reshape_rel, INJECTIVE, 1, A.ReshapeAttrs, "reshape", 3)
+define_op("contrib_reverse_reshape", _reverse_reshape_rel, INJECTIVE, 1, A.ReshapeAttrs,
+          "reshape with special values applied right to left", 10)
+
+
+def reshape(data: Any, newshape: Any, allowzero: bool = False) -> Any:
+    """Reshape ``data`` to ``newshape`` (0 copies, -1 infers, -2 copies the rest, -3 merges
+    two dims, -4 splits one dim in two); an Expr ``newshape`` gives ``dyn.reshape``.
+
+    Example
+    -------
+    >>> from kiln import relay
+    >>> y = relay.reshape(relay.var("x", shape=(2, 3, 4)), newshape=(-1, 4))
+    """
+    newshape = _shape_arg(newshape)
+    if is_expr(newshape):
+        return call("dyn.reshape", [data, newshape], A.ReshapeAttrs(allowzero=allowzero))
+    return call("reshape", [data], A.ReshapeAttrs(newshape=tuple(newshape),
+                                                  allowzero=bool(allowzero)))
+
+
+def reverse_reshape(data: Any, newshape: Any) -> Any:
+    """Reshape with the special values applied from the right (``contrib_reverse_reshape``)."""
+    return call("contrib_reverse_reshape", [data],
+                A.ReshapeAttrs(newshape=tuple(_int_list(newshape))))
+
+
+def _reshape_like_rel(types, attrs, op_name):
+    data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    d, s = dims(data), dims(like)
+
+    def span(shape, begin, end):
+        b = normalize_axis(begin, len(shape) + 1, op_name) if begin else 0
+        e = len(shape) if end is None else normalize_axis(end, len(shape) + 1, op_name)
+        return b, e
+
+    lb, le = span(d, attrs.lhs_begin, attrs.lhs_end)
+    rb, re_ = span(s, attrs.rhs_begin, attrs.rhs_end)
+    out = d[:lb] + s[rb:re_] + d[le:]
+    if all(is_static(x) for x in d + out) and _product(d) != _product(out):
+        fail(f"{op_name}: cannot reshape {shape_str(d)} like {shape_str(s)}")
+    return tensor_type(out, data.dtype)
+
+
+define_op("reshape_like", _reshape_like_rel, INJECTIVE, 2, A.ReshapeLikeAttrs,
+          "reshape to (part of) another tensor's shape", 10)
+
+
+def reshape_like(data: Any, shape_like: Any, lhs_begin: int = 0, lhs_end: int | None = None,
+                 rhs_begin: int = 0, rhs_end: int | None = None) -> Any:
+    """Reshape dims ``[lhs_begin, lhs_end)`` of data to dims ``[rhs_begin, rhs_end)`` of
+    ``shape_like``."""
+    return call("reshape_like", [data, shape_like], A.ReshapeLikeAttrs(
+        lhs_begin=lhs_begin, lhs_end=lhs_end, rhs_begin=rhs_begin, rhs_end=rhs_end))
+
+
+# ---- axes -------------------------------------------------------------------------------------
+def _transpose_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d = dims(data)
+    if attrs.axes is None or len(attrs.axes) == 0:
+        return tensor_type(d[::-1], data.dtype)
+    if len(attrs.axes) != len(d):
+        fail(f"{op_name}: axes {list(attrs.axes)} do not match rank {len(d)}")
+    axes = [normalize_axis(a, len(d), op_name) for a in attrs.axes]
+    if sorted(axes) != list(range(len(d))):
+        fail(f"{op_name}: axes {list(attrs.axes)} are not a permutation")
+    return tensor_type([d[a] for a in axes], data.dtype)
+
+
+define_op("transpose", _transpose_rel, INJECTIVE, 1, A.TransposeAttrs, "permute axes", 3)
+
+
+def transpose(data: Any, axes: Sequence[int] | None = None) -> Any:
+    """Permute the axes of ``data`` (reverse them when ``axes`` is None)."""
+    return call("transpose", [data], A.TransposeAttrs(axes=_int_list(axes)))
+
+
+def _squeeze_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d = dims(data)
+    if attrs.axis is None:
+        return tensor_type([x for x in d if not (is_static(x) and x == 1)], data.dtype)
+    axes = {normalize_axis(a, len(d), op_name) for a in attrs.axis}
+    for a in axes:
+        if is_static(d[a]) and d[a] != 1:
+            fail(f"{op_name}: cannot squeeze axis {a} of extent {d[a]} (must be 1)")
+    return tensor_type([x for k, x in enumerate(d) if k not in axes], data.dtype)
+
+
+define_op("squeeze", _squeeze_rel, INJECTIVE, 1, A.SqueezeAttrs, "drop unit axes", 3)
+
+
+def squeeze(data: Any, axis: Any = None) -> Any:
+    """Remove unit axes (all of them when ``axis`` is None); an Expr axis -> ``dyn.squeeze``."""
+    if is_expr(axis):
+        return call("dyn.squeeze", [data, axis], A.SqueezeAttrs())
+    return call("squeeze", [data], A.SqueezeAttrs(axis=_int_list(axis)))
+
+
+def _expand_dims_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d = dims(data)
+    if attrs.num_newaxis < 0:
+        fail(f"{op_name}: num_newaxis must be >= 0, got {attrs.num_newaxis}")
+    axis = normalize_axis(attrs.axis, len(d) + 1, op_name)
+    return tensor_type(d[:axis] + [1] * attrs.num_newaxis + d[axis:], data.dtype)
+
+
+define_op("expand_dims", _expand_dims_rel, BROADCAST, 1, A.ExpandDimsAttrs, "insert axes", 1)
+
+
+def expand_dims(data: Any, axis: Any, num_newaxis: int = 1) -> Any:
+    """Insert ``num_newaxis`` unit axes at ``axis``; an Expr axis -> ``dyn.expand_dims``."""
+    value = constant_value(axis)
+    if value is not None:
+        axis = int(value)
+    if is_expr(axis):
+        return call("dyn.expand_dims", [data, axis], A.DynExpandDimsAttrs(num_newaxis=num_newaxis))
+    return call("expand_dims", [data], A.ExpandDimsAttrs(axis=int(axis), num_newaxis=num_newaxis))
+
+
+def _tuple_fields(types, op_name):
+    if not types or not isinstance(types[0], TupleType):
+        fail(f"{op_name}: expects a tuple of tensors, got {types[0] if types else None}")
+    fields = list(types[0].fields)
+    if not fields:
+        fail(f"{op_name}: expects a non-empty tuple of tensors")
+    for k in range(len(fields)):
+        tensor_arg(fields, k, op_name)
+    first = fields[0]
+    for f in fields[1:]:
+        if str(f.dtype) != str(first.dtype):
+            fail(f"{op_name}: all tensors must have one dtype, got {first.dtype} and {f.dtype}")
+        if len(f.shape) != len(first.shape):
+            fail(f"{op_name}: all tensors must have one rank, got {len(first.shape)} and "
+                 f"{len(f.shape)}")
+    return fields
+
+
+def _concatenate_rel(types, attrs, op_name):
+    fields = _tuple_fields(types, op_name)
+    shapes = [dims(f) for f in fields]
+    ndim = len(shapes[0])
+    if ndim == 0:
+        fail(f"{op_name}: cannot concatenate scalars")
+    axis = normalize_axis(attrs.axis, ndim, op_name)
+    out = list(shapes[0])
+    out[axis] = 0
+    for s in shapes:
+        out[axis] = dim_op(lambda a, b: a + b, out[axis], s[axis])
+    for i in range(ndim):
+        if i == axis:
+            continue
+        known = [s[i] for s in shapes if not is_any(s[i])]
+        for k in known[1:]:
+            if not dims_equal(known[0], k):
+                fail(f"{op_name}: shapes {', '.join(shape_str(s) for s in shapes)} differ "
+                     f"outside the concatenation axis {axis}")
+        out[i] = known[0] if known else DynDim()
+    return tensor_type(out, fields[0].dtype)
+
+
+define_op("concatenate", _concatenate_rel, INJECTIVE, 1, A.ConcatenateAttrs,
+          "join tensors along an axis", 1)
+
+
+def _as_tuple(data: Any) -> Any:
+    if isinstance(data, list | tuple):
+        from kiln.relay.expr import Tuple
+
+        return Tuple(list(data))
+    return data
+
+
+def concatenate(data: Any, axis: int) -> Any:
+    """Concatenate a list (or Tuple expression) of tensors along ``axis``."""
+    if isinstance(data, list | tuple) and not data:
+        raise ValueError("relay.concatenate expects at least one tensor")
+    return call("concatenate", [_as_tuple(data)], A.ConcatenateAttrs(axis=int(axis)))
+
+
+def _stack_rel(types, attrs, op_name):
+    fields = _tuple_fields(types, op_name)
+    shapes = [dims(f) for f in fields]
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        for i, (a, b) in enumerate(zip(out, s)):
+            if is_any(a):
+                out[i] = b
+            elif not is_any(b) and not dims_equal(a, b):
+                fail(f"{op_name}: all tensors must have one shape, got {shape_str(shapes[0])} "
+                     f"and {shape_str(s)}")
+    axis = normalize_axis(attrs.axis, len(out) + 1, op_name)
+    return tensor_type(out[:axis] + [len(fields)] + out[axis:], fields[0].dtype)
+
+
+define_op("stack", _stack_rel, INJECTIVE, 1, A.StackAttrs, "join tensors along a new axis", 3)
+
+
+def stack(data: Any, axis: int) -> Any:
+    """Stack a list (or Tuple expression) of same-shaped tensors along a new ``axis``."""
+    return call("stack", [_as_tuple(data)], A.StackAttrs(axis=int(axis)))
+
+
+def _split_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d = dims(data)
+    if not d:
+        fail(f"{op_name}: cannot split a scalar")
+    axis = normalize_axis(attrs.axis, len(d), op_name)
+    extent = d[axis]
+    spec = attrs.indices_or_sections
+    pieces: list = []
+    if isinstance(spec, int):
+        if spec <= 0:
+            fail(f"{op_name}: sections must be positive, got {spec}")
+        if is_static(extent) and extent % spec:
+            fail(f"{op_name}: axis {axis} of extent {extent} is not divisible into {spec} "
+                 "sections")
+        pieces = [dim_op(lambda a, s=spec: a // s, extent)] * spec
+    else:
+        begin = 0
+        for index in spec:
+            index = int(index)
+            if index < begin:
+                fail(f"{op_name}: indices {list(spec)} must be increasing")
+            pieces.append(index - begin)
+            begin = index
+        if is_static(extent) and begin > extent:
+            fail(f"{op_name}: index {begin} is past the extent {extent} of axis {axis}")
+        pieces.append(dim_op(lambda a, b=begin: a - b, extent))
+    fields = []
+    for piece in pieces:
+        shape = list(d)
+        shape[axis] = piece
+        fields.append(tensor_type(shape, data.dtype))
+    return TupleType(fields)
+
+
+define_op("split", _split_rel, INJECTIVE, 1, A.SplitAttrs, "split into a tuple", 3)
+
+
+def split(data: Any, indices_or_sections: Any, axis: int = 0) -> Any:
+    """Split ``data`` into equal ``sections`` (an int) or at ``indices`` (a tuple); returns a
+    TupleWrapper over the tuple-typed call."""
+    from kiln.relay.expr import TupleWrapper
+
+    if isinstance(indices_or_sections, int):
+        spec: Any = int(indices_or_sections)
+        size = spec
+    else:
+        spec = tuple(int(i) for i in indices_or_sections)
+        size = len(spec) + 1
+    return TupleWrapper(call("split", [data], A.SplitAttrs(indices_or_sections=spec,
+                                                             axis=int(axis))), size)
+
+
+# ---- indexing ---------------------------------------------------------------------------------
+_TAKE_MODES = ("clip", "wrap", "fast")
+
+
+def _take_rel(types, attrs, op_name):
+    data, indices = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    if not str(indices.dtype).startswith(("int", "uint")):
+        fail(f"{op_name}: indices must be integers, got {indices.dtype}")
+    if attrs.mode not in _TAKE_MODES:
+        fail(f"{op_name}: mode must be one of {_TAKE_MODES}, got {attrs.mode!r}")
+    d, ind = dims(data), dims(indices)
+    if attrs.axis is None:
+        return tensor_type(ind, data.dtype)
+    axis = normalize_axis(attrs.axis, len(d), op_name)
+    batch = int(attrs.batch_dims)
+    batch = batch + len(ind) if batch < 0 else batch
+    if not 0 <= batch <= min(axis, len(ind)):
+        fail(f"{op_name}: batch_dims {attrs.batch_dims} must be <= axis {axis} and <= the "
+             f"indices rank {len(ind)}")
+    return tensor_type(d[:axis] + ind[batch:] + d[axis + 1:], data.dtype)
+
+
+define_op("take", _take_rel, INJECTIVE, 2, A.TakeAttrs, "gather along an axis", 3)
+
+
+def take(data: Any, indices: Any, axis: int | None = None, batch_dims: int = 0,
+         mode: str = "clip") -> Any:
+    """Take elements of ``data`` at ``indices`` along ``axis`` (of the flattened data when
+    None); ``mode`` "clip", "wrap" or "fast" treats out-of-range indices."""
+    return call("take", [data, as_expr(indices, "int32")], A.TakeAttrs(
+        batch_dims=batch_dims, axis=None if axis is None else int(axis), mode=mode))
+
+
+def _gather_rel(types, attrs, op_name):
+    data, indices = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    if len(data.shape) != len(indices.shape):
+        fail(f"{op_name}: data rank {len(data.shape)} and indices rank {len(indices.shape)} "
+             "must match")
+    normalize_axis(attrs.axis, len(data.shape), op_name)
+    return tensor_type(dims(indices), data.dtype)
+
+
+define_op("gather", _gather_rel, INJECTIVE, 2, A.GatherAttrs, "gather along an axis", 3)
+
+
+def gather(data: Any, axis: int, indices: Any) -> Any:
+    """``out[i][j] = data[indices[i][j]][j]`` style gather along ``axis``."""
+    return call("gather", [data, indices], A.GatherAttrs(axis=int(axis)))
+
+
+def _gather_nd_rel(types, attrs, op_name):
+    data, indices = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    d, ind = dims(data), dims(indices)
+    if not ind:
+        fail(f"{op_name}: indices must have rank >= 1")
+    m = attrs.index_rank if attrs.index_rank is not None else ind[0]
+    if not is_static(m):
+        fail(f"{op_name}: the first indices dim must be static (or index_rank given)")
+    batch = int(attrs.batch_dims)
+    if batch + m > len(d):
+        fail(f"{op_name}: indices address {m} dims after {batch} batch dims of a rank-"
+             f"{len(d)} tensor")
+    return tensor_type(ind[1:] + d[batch + m:], data.dtype)
+
+
+define_op("gather_nd", _gather_nd_rel, INJECTIVE, 2, A.GatherNDAttrs, "gather by n-d indices", 3)
+
+
+def gather_nd(data: Any, indices: Any, batch_dims: int = 0, index_rank: int | None = None) -> Any:
+    """Gather slices of ``data`` addressed by the first axis of ``indices``."""
+    return call("gather_nd", [data, indices], A.GatherNDAttrs(batch_dims=batch_dims,
+                                                             index_rank=index_rank))
+
+
+_SCATTER_REDUCTIONS = ("update", "add", "mul", "mean", "min", "max")
+
+
+def _scatter_elements_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    indices, updates = tensor_arg(types, 1, op_name), tensor_arg(types, 2, op_name)
+    if not len(data.shape) == len(indices.shape) == len(updates.shape):
+        fail(f"{op_name}: data, indices and updates must have one rank")
+    if attrs.reduction not in _SCATTER_REDUCTIONS:
+        fail(f"{op_name}: reduction must be one of {_SCATTER_REDUCTIONS}, got "
+             f"{attrs.reduction!r}")
+    normalize_axis(attrs.axis, len(data.shape), op_name)
+    return data
+
+
+define_op("scatter_elements", _scatter_elements_rel, OPAQUE, 3, A.ScatterElementsAttrs,
+          "scatter updates along an axis", 10)
+
+
+def scatter_elements(data: Any, indices: Any, updates: Any, axis: int = 0,
+                     reduction: str = "update") -> Any:
+    """Scatter ``updates`` into a copy of ``data`` at ``indices`` along ``axis``."""
+    return call("scatter_elements", [data, indices, updates],
+                A.ScatterElementsAttrs(axis=int(axis), reduction=reduction))
+
+
+def _scatter_nd_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    indices, updates = tensor_arg(types, 1, op_name), tensor_arg(types, 2, op_name)
+    if attrs.mode not in ("update", "add", "mul", "min", "max"):
+        fail(f"{op_name}: mode must be update/add/mul/min/max, got {attrs.mode!r}")
+    ind, upd, d = dims(indices), dims(updates), dims(data)
+    if ind and is_static(ind[0]):
+        expected = ind[1:] + d[ind[0]:]
+        if len(expected) != len(upd) or not all(
+                is_any(a) or is_any(b) or dims_equal(a, b) for a, b in zip(expected, upd)):
+            fail(f"{op_name}: updates shape {shape_str(upd)} must be {shape_str(expected)}")
+    if str(updates.dtype) != str(data.dtype):
+        fail(f"{op_name}: updates dtype {updates.dtype} differs from data dtype {data.dtype}")
+    return data
+
+
+define_op("scatter_nd", _scatter_nd_rel, OPAQUE, 3, A.ScatterNDAttrs, "scatter by n-d indices", 3)
+
+
+def scatter_nd(data: Any, indices: Any, updates: Any, mode: str = "update") -> Any:
+    """Scatter ``updates`` into a copy of ``data`` at n-d ``indices``."""
+    return call("scatter_nd", [data, indices, updates], A.ScatterNDAttrs(mode=mode))
+
+
+# ---- slicing ----------------------------------------------------------------------------------
+def _canonical_index(index: int, extent: int, stride: int) -> int:
+    lo, hi = (-1, extent - 1) if stride < 0 else (0, extent)
+    index = index + extent if index < 0 else index
+    return min(max(index, lo), hi)
+
+
+def _strided_slice_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d = dims(data)
+    begin, end = list(attrs.begin or ()), list(attrs.end or ())
+    strides = list(attrs.strides or (1,))
+    if attrs.slice_mode not in ("end", "size"):
+        fail(f"{op_name}: slice_mode must be 'end' or 'size', got {attrs.slice_mode!r}")
+    if attrs.axes is not None:
+        axes = [normalize_axis(a, len(d), op_name) for a in attrs.axes]
+        if not len(axes) == len(begin) == len(end):
+            fail(f"{op_name}: axes, begin and end must have one length")
+    else:
+        axes = list(range(len(d)))
+        if len(begin) > len(d) or len(end) > len(d):
+            fail(f"{op_name}: begin {begin} / end {end} longer than the rank {len(d)}")
+    if len(strides) == 1 and len(axes) > 1:
+        strides = strides * len(axes)
+    out = list(d)
+    for k, axis in enumerate(axes):
+        if k >= len(begin) and k >= len(end):
+            continue
+        stride = 1 if attrs.slice_mode == "size" else (int(strides[k]) if k < len(strides) else 1)
+        if stride == 0:
+            fail(f"{op_name}: stride on axis {axis} is 0")
+        extent = d[axis]
+        if not is_static(extent):
+            out[axis] = DynDim()
+            continue
+        b = int(begin[k]) if k < len(begin) else (extent - 1 if stride < 0 else 0)
+        b = _canonical_index(b, extent, stride)
+        if k >= len(end):
+            e = -1 if stride < 0 else extent
+        elif attrs.slice_mode == "size":
+            size = int(end[k])
+            e = extent if size < 0 else min(b + size, extent)
+        else:
+            e = _canonical_index(int(end[k]), extent, stride)
+        if (stride < 0 and e > b) or (stride > 0 and b > e):
+            fail(f"{op_name}: begin {b} and end {e} are inverted for stride {stride} on axis "
+                 f"{axis}")
+        out[axis] = (abs(e - b) + abs(stride) - 1) // abs(stride)
+    return tensor_type(out, data.dtype)
+
+
+define_op("strided_slice", _strided_slice_rel, INJECTIVE, 1, A.StridedSliceAttrs,
+          "slice with strides", 4)
+
+
+def strided_slice(data: Any, begin: Any, end: Any, strides: Any = None, axes: Any = None,
+                  slice_mode: str = "end") -> Any:
+    """``data[begin:end:strides]`` per axis (or per listed ``axes``); ``slice_mode="size"``
+    reads ``end`` as sizes (-1: to the end). Expr bounds give ``dyn.strided_slice``.
+
+    Example
+    -------
+    >>> from kiln import relay
+    >>> y = relay.strided_slice(relay.var("x", shape=(4, 6)), begin=[3, 0], end=[0, 6],
+    ...                         strides=[-1, 2])
+    """
+    strides = strides or [1]
+    if any(is_expr(v) for v in (begin, end, strides)):
+        from kiln.relay.op.tensor import add, greater_equal, less
+
+        if axes is not None:
+            raise ValueError("strided_slice: axes is not supported with dynamic begin/end")
+        begin, end, strides = (as_expr(list(v), "int64") if not is_expr(v) else v
+                               for v in (begin, end, strides))
+        shape = slice_like(cast_like(shape_of(data), begin), begin)
+        begin = where(less(begin, cast_like(as_expr(0), begin)), add(begin, shape), begin)
+        begin = where(greater_equal(begin, shape), shape, begin)
+        return call("dyn.strided_slice", [data, begin, end, strides],
+                    A.StridedSliceAttrs(slice_mode=slice_mode))
+    return call("strided_slice", [data], A.StridedSliceAttrs(
+        begin=_int_list(begin), end=_int_list(end), strides=_int_list(strides),
+        slice_mode=slice_mode, axes=_int_list(axes)))
+
+
+def _slice_like_rel(types, attrs, op_name):
+    data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    d, s = dims(data), dims(like)
+    if attrs.axes is None or len(attrs.axes) == 0:
+        axes = list(range(min(len(d), len(s))))
+    else:
+        axes = [normalize_axis(a, len(d), op_name) for a in attrs.axes]
+    out = list(d)
+    for a in axes:
+        if a >= len(s):
+            fail(f"{op_name}: axis {a} is past the rank {len(s)} of shape_like")
+        if is_static(d[a]) and is_static(s[a]) and s[a] > d[a]:
+            fail(f"{op_name}: shape_like extent {s[a]} exceeds data extent {d[a]} on axis {a}")
+        out[a] = s[a]
+    return tensor_type(out, data.dtype)
+
+
+define_op("slice_like", _slice_like_rel, INJECTIVE, 2, A.SliceLikeAttrs,
+          "slice to another tensor's shape", 10)
+
+
+def slice_like(data: Any, shape_like: Any, axes: Any = None) -> Any:
+    """Slice ``data`` to the shape of ``shape_like`` on ``axes`` (all common axes if None)."""
+    return call("slice_like", [data, shape_like], A.SliceLikeAttrs(axes=_int_list(axes)))
+
+
+# ---- repetition -------------------------------------------------------------------------------
+def _tile_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d, reps = dims(data), [int(r) for r in attrs.reps]
+    if any(r <= 0 for r in reps):
+        fail(f"{op_name}: reps must be positive, got {reps}")
+    n = max(len(d), len(reps))
+    d = [1] * (n - len(d)) + d
+    reps = [1] * (n - len(reps)) + reps
+    return tensor_type([dim_op(lambda a, r=r: a * r, x) for x, r in zip(d, reps)], data.dtype)
+
+
+define_op("tile", _tile_rel, INJECTIVE, 1, A.TileAttrs, "repeat the whole tensor", 3)
+
+
+def tile(data: Any, reps: Any) -> Any:
+    """Repeat ``data`` ``reps[i]`` times along axis i; Expr reps give ``dyn.tile``."""
+    reps = _shape_arg(reps)
+    if is_expr(reps):
+        return call("dyn.tile", [data, reps])
+    return call("tile", [data], A.TileAttrs(reps=tuple(reps)))
+
+
+def _repeat_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    d = dims(data)
+    if int(attrs.repeats) < 1:
+        fail(f"{op_name}: repeats must be >= 1, got {attrs.repeats}")
+    axis = normalize_axis(attrs.axis, len(d), op_name)
+    d[axis] = dim_op(lambda a: a * int(attrs.repeats), d[axis])
+    return tensor_type(d, data.dtype)
+
+
+define_op("repeat", _repeat_rel, BROADCAST, 1, A.RepeatAttrs, "repeat elements", 3)
+
+
+def repeat(data: Any, repeats: int, axis: int) -> Any:
+    """Repeat each element ``repeats`` times along ``axis``."""
+    return call("repeat", [data], A.RepeatAttrs(repeats=int(repeats), axis=int(axis)))
+
+
+def _reverse_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    normalize_axis(attrs.axis, len(data.shape), op_name)
+    return data
+
+
+define_op("reverse", _reverse_rel, INJECTIVE, 1, A.ReverseAttrs, "reverse along an axis", 3)
+
+
+def reverse(data: Any, axis: int) -> Any:
+    """Reverse the elements of ``data`` along ``axis``."""
+    return call("reverse", [data], A.ReverseAttrs(axis=int(axis)))
+
+
+def _where_rel(types, attrs, op_name):
+    cond = tensor_arg(types, 0, op_name)
+    x, y = tensor_arg(types, 1, op_name), tensor_arg(types, 2, op_name)
+    if str(x.dtype) != str(y.dtype):
+        fail(f"{op_name}: x and y must have one dtype, got {x.dtype} and {y.dtype}")
+    shape = broadcast_shape(dims(x), dims(y), op_name)
+    return tensor_type(broadcast_shape(dims(cond), shape, op_name), x.dtype)
+
+
+define_op("where", _where_rel, BROADCAST, 3, None, "select by a condition", 4)
+
+
+def where(condition: Any, x: Any, y: Any) -> Any:
+    """Elementwise ``x if condition else y`` with broadcasting."""
+    return call("where", [condition, as_expr(x), as_expr(y)])
+
+
+def _one_hot_rel(types, attrs, op_name):
+    indices = tensor_arg(types, 0, op_name)
+    on, off = tensor_arg(types, 1, op_name), tensor_arg(types, 2, op_name)
+    if on.shape or off.shape:
+        fail(f"{op_name}: on_value and off_value must be scalars")
+    d = dims(indices)
+    depth = DynDim() if len(types) == 4 else int(attrs.depth)  # dyn.one_hot: depth is input 3
+    axis = len(d) if int(attrs.axis) == -1 else normalize_axis(attrs.axis, len(d) + 1, op_name)
+    return tensor_type(d[:axis] + [depth] + d[axis:], attrs.dtype or on.dtype)
+
+
+define_op("one_hot", _one_hot_rel, OUT_ELEMWISE_FUSABLE, 3, A.OneHotAttrs, "one-hot encode", 10)
+
+
+def one_hot(indices: Any, on_value: Any, off_value: Any, depth: Any, axis: int,
+            dtype: str) -> Any:
+    """One-hot encode ``indices`` with ``depth`` classes inserted at ``axis`` (-1: last)."""
+    value = constant_value(depth)
+    if value is not None:
+        depth = int(value)
+    on_value, off_value = as_expr(on_value, dtype), as_expr(off_value, dtype)
+    if is_expr(depth):
+        return call("dyn.one_hot", [indices, on_value, off_value, depth],
+                    A.OneHotAttrs(axis=int(axis), dtype=dtype))
+    return call("one_hot", [indices, on_value, off_value],
+                A.OneHotAttrs(depth=int(depth), axis=int(axis), dtype=dtype))
+
+
+# ---- creation -----------------------------------------------------------------------------------
+def _arange_rel(types, attrs, op_name):
+    for k in range(3):
+        if tensor_arg(types, k, op_name).shape:
+            fail(f"{op_name}: start, stop and step must be scalars")
+    values = [constant_value(e) for e in (attrs.start, attrs.stop, attrs.step)]
+    if any(v is None for v in values):
+        return tensor_type([DynDim()], attrs.dtype)
+    start, stop, step = (float(v) for v in values)
+    if step == 0:
+        fail(f"{op_name}: step must not be 0")
+    return tensor_type([max(0, math.ceil((stop - start) / step))], attrs.dtype)
+
+
+define_op("arange", _arange_rel, INJECTIVE, 3, A.ArangeAttrs, "evenly spaced values", 3)
+
+
+def arange(start: Any, stop: Any = None, step: Any = None, dtype: str = "float32") -> Any:
+    """Values ``start, start + step, …`` below ``stop`` (``arange(n)`` counts from 0)."""
+    if step is None:
+        step = as_expr(1, dtype)
+    if stop is None:
+        start, stop = as_expr(0, dtype), start
+    start, stop, step = (as_expr(v, dtype) for v in (start, stop, step))
+    return call("arange", [start, stop, step],
+                A.ArangeAttrs(start=start, stop=stop, step=step, dtype=dtype))
+
+
+def _full_rel(types, attrs, op_name):
+    fill = tensor_arg(types, 0, op_name)
+    if fill.shape:
+        fail(f"{op_name}: fill value must be a scalar, got shape {shape_str(dims(fill))}")
+    return tensor_type(list(attrs.shape), attrs.dtype or fill.dtype)
+
+
+def _init_rel(types, attrs, op_name):
+    return tensor_type(list(attrs.shape), attrs.dtype)
+
+
+define_op("full", _full_rel, ELEMWISE, 1, A.InitOpAttrs, "tensor filled with a value", 3)
+define_op("zeros", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of zeros", 3)
+define_op("ones", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of ones", 3)
+
+
+def full(fill_value: Any, shape: Any = None, dtype: str = "") -> Any:
+    """A tensor of ``shape`` filled with ``fill_value``; an Expr shape gives ``dyn.full``."""
+    fill_value = as_expr(fill_value, dtype or None)
+    shape = _shape_arg(shape)
+    if is_expr(shape):
+        return call("dyn.full", [fill_value, shape], A.InitOpAttrs(dtype=dtype))
+    return call("full", [fill_value], A.InitOpAttrs(shape=tuple(shape), dtype=dtype))
+
+
+def _make_init(name: str):
+    def constructor(shape: Any, dtype: str = "float32") -> Any:
+        shape = _shape_arg(shape)
+        if is_expr(shape):
+            return call(f"dyn.{name}", [shape], A.InitOpAttrs(dtype=dtype))
+        return call(name, [], A.InitOpAttrs(shape=tuple(shape), dtype=dtype))
+
+    constructor.__name__ = constructor.__qualname__ = name
+    constructor.__doc__ = (f"A tensor of {name} with ``shape`` and ``dtype``; an Expr shape "
+                           f"gives ``dyn.{name}``.")
+    return constructor
+
+
+zeros = _make_init("zeros")
+ones = _make_init("ones")
+
+
+def _full_like_rel(types, attrs, op_name):
+    data, fill = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    if fill.shape:
+        fail(f"{op_name}: fill value must be a scalar, got shape {shape_str(dims(fill))}")
+    return data
+
+
+define_op("full_like", _full_like_rel, ELEMWISE, 2, None, "like-shaped fill", 3)
+define_op("zeros_like", identity_rel, ELEMWISE, 1, None, "like-shaped zeros", 3)
+define_op("ones_like", identity_rel, ELEMWISE, 1, None, "like-shaped ones", 3)
+
+
+def full_like(data: Any, fill_value: Any) -> Any:
+    """A tensor shaped and typed like ``data`` filled with the scalar ``fill_value``."""
+    return call("full_like", [data, as_expr(fill_value)])
+
+
+def zeros_like(data: Any) -> Any:
+    """Zeros shaped and typed like ``data``."""
+    return call("zeros_like", [data])
+
+
+def ones_like(data: Any) -> Any:
+    """Ones shaped and typed like ``data``."""
+    return call("ones_like", [data])
+
+
+# ---- layout and broadcasting --------------------------------------------------------------------
+def _layout_transform_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    out = convert_shape(dims(data), attrs.src_layout, attrs.dst_layout, op_name)
+    return tensor_type(out, data.dtype)
+
+
+define_op("layout_transform", _layout_transform_rel, INJECTIVE, 1, A.LayoutTransformAttrs,
+          "change the data layout (e.g. NCHW -> NCHW8c)", 3)
+
+
+def layout_transform(data: Any, src_layout: str, dst_layout: str) -> Any:
+    """Transform ``data`` from layout ``src_layout`` to ``dst_layout``."""
+    return call("layout_transform", [data], A.LayoutTransformAttrs(src_layout=src_layout,
+                                                                   dst_layout=dst_layout))
+
+
+def _broadcast_to_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    return tensor_type(broadcast_shape(dims(data), list(attrs.shape), op_name), data.dtype)
+
+
+def _broadcast_to_like_rel(types, attrs, op_name):
+    data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    return tensor_type(broadcast_shape(dims(data), dims(like), op_name), data.dtype)
+
+
+define_op("broadcast_to", _broadcast_to_rel, BROADCAST, 1, A.InitOpAttrs, "broadcast", 4)
+define_op("broadcast_to_like", _broadcast_to_like_rel, BROADCAST, 2, None,
+          "broadcast to another tensor's shape", 10)
+
+
+def broadcast_to(data: Any, shape: Any) -> Any:
+    """Broadcast ``data`` to ``shape``; an Expr shape gives ``dyn.broadcast_to``."""
+    shape = _shape_arg(shape)
+    if is_expr(shape):
+        return call("dyn.broadcast_to", [data, shape])
+    return call("broadcast_to", [data], A.InitOpAttrs(shape=tuple(shape)))
+
+
+def broadcast_to_like(data: Any, broadcast_type: Any) -> Any:
+    """Broadcast ``data`` to the shape of ``broadcast_type``."""
+    return call("broadcast_to_like", [data, broadcast_type])
+
+
+def _check_collapse(data_dims, target, op_name):
+    if broadcast_shape(data_dims, target, op_name) != data_dims and not any(
+            is_any(x) for x in data_dims + list(target)):
+        fail(f"{op_name}: {shape_str(target)} does not broadcast to {shape_str(data_dims)}")
+
+
+def _collapse_sum_like_rel(types, attrs, op_name):
+    data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    _check_collapse(dims(data), dims(like), op_name)
+    return like
+
+
+def _collapse_sum_to_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    _check_collapse(dims(data), list(attrs.shape), op_name)
+    return tensor_type(list(attrs.shape), data.dtype)
+
+
+define_op("collapse_sum_like", _collapse_sum_like_rel, COMM_REDUCE, 2, None,
+          "sum broadcast axes away", 10)
+define_op("collapse_sum_to", _collapse_sum_to_rel, COMM_REDUCE, 2, A.InitOpAttrs,
+          "sum broadcast axes away", 10)
+
+
+def collapse_sum_like(data: Any, collapse_type: Any) -> Any:
+    """Sum ``data`` over the axes along which ``collapse_type`` was broadcast to it."""
+    return call("collapse_sum_like", [data, collapse_type])
+
+
+def collapse_sum_to(data: Any, shape: Any) -> Any:
+    """Sum ``data`` down to ``shape`` (the inverse of broadcasting to data's shape)."""
+    shape = _int_list(shape)
+    return call("collapse_sum_to", [data, as_expr(list(shape), "int32")],
+                A.InitOpAttrs(shape=tuple(shape)))
+
+
+# ---- dtype --------------------------------------------------------------------------------------
+def _cast_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    if not attrs.dtype:
+        fail(f"{op_name}: target dtype is empty")
+    return tensor_type(dims(data), attrs.dtype)
+
+
+def _cast_like_rel(types, attrs, op_name):
+    data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    return tensor_type(dims(data), like.dtype)
+
+
+define_op("cast", _cast_rel, ELEMWISE, 1, A.CastAttrs, "convert the dtype", 3)
+define_op("cast_like", _cast_like_rel, ELEMWISE, 2, None, "convert to another's dtype", 3)
+define_op("reinterpret", _cast_rel, ELEMWISE, 1, A.CastAttrs, "reinterpret the bits", 5)
+
+
+def cast(data: Any, dtype: str) -> Any:
+    """Convert ``data`` to ``dtype``."""
+    return call("cast", [data], A.CastAttrs(dtype=str(dtype)))
+
+
+def cast_like(data: Any, dtype_like: Any) -> Any:
+    """Convert ``data`` to the dtype of ``dtype_like``."""
+    return call("cast_like", [data, dtype_like])
+
+
+def reinterpret(data: Any, dtype: str) -> Any:
+    """Reinterpret the bits of ``data`` as ``dtype``."""
+    return call("reinterpret", [data], A.CastAttrs(dtype=str(dtype)))
+
+
+# ---- misc ---------------------------------------------------------------------------------------
+def _sequence_mask_rel(types, attrs, op_name):
+    data, length = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    d = dims(data)
+    if int(attrs.axis) not in (0, 1) or len(d) < 2:
+        fail(f"{op_name}: axis must be 0 or 1 on a tensor of rank >= 2")
+    batch = d[1 - int(attrs.axis)]
+    ln = dims(length)
+    if len(ln) != 1 or not (is_any(ln[0]) or is_any(batch) or dims_equal(ln[0], batch)):
+        fail(f"{op_name}: valid_length must have shape ({batch},), got {shape_str(ln)}")
+    return data
+
+
+define_op("sequence_mask", _sequence_mask_rel, INJECTIVE, 2, A.SequenceMaskAttrs,
+          "mask positions past each sequence's length", 10)
+
+
+def sequence_mask(data: Any, valid_length: Any, mask_value: float = 0.0, axis: int = 0) -> Any:
+    """Set ``data`` past ``valid_length`` (per batch entry) along ``axis`` to ``mask_value``."""
+    return call("sequence_mask", [data, valid_length],
+                A.SequenceMaskAttrs(mask_value=float(mask_value), axis=int(axis)))
+
+
+def _shape_of_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    return tensor_type([len(data.shape)], attrs.dtype)
+
+
+def _ndarray_size_rel(types, attrs, op_name):
+    tensor_arg(types, 0, op_name)
+    return tensor_type([], attrs.dtype)
+
+
+define_op("shape_of", _shape_of_rel, OPAQUE, 1, A.ShapeOfAttrs, "the shape as a tensor", 10)
+define_op("ndarray_size", _ndarray_size_rel, INJECTIVE, 1, A.NdarraySizeAttrs,
+          "number of elements", 10)
+
+
+def shape_of(data: Any, dtype: str = "int32") -> Any:
+    """The shape of ``data`` as a 1-D tensor of ``dtype``."""
+    return call("shape_of", [data], A.ShapeOfAttrs(dtype=dtype))
+
+
+def ndarray_size(data: Any, dtype: str = "int32") -> Any:
+    """The number of elements of ``data`` as a scalar of ``dtype``."""
+    return call("ndarray_size", [data], A.NdarraySizeAttrs(dtype=dtype))
+
+
+define_op("copy", identity_rel, ELEMWISE, 1, None, "copy a tensor", 3)
+define_op("clip", identity_rel, ELEMWISE, 1, A.ClipAttrs, "clamp to [a_min, a_max]", 3)
+
+
+def copy(data: Any) -> Any:
+    """A copy of ``data``."""
+    return call("copy", [data])
+
+
+def clip(a: Any, a_min: float, a_max: float) -> Any:
+    """Clamp ``a`` elementwise to ``[a_min, a_max]``."""
+    return call("clip", [a], A.ClipAttrs(a_min=float(a_min), a_max=float(a_max)))
+
+
+__all__ = [
+    "reshape", "reverse_reshape", "reshape_like", "transpose", "squeeze", "expand_dims",
+    "concatenate", "stack", "split", "take", "gather", "gather_nd", "scatter_elements",
+    "scatter_nd", "strided_slice", "slice_like", "tile", "repeat", "reverse", "where",
+    "one_hot", "arange", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
+    "layout_transform", "broadcast_to", "broadcast_to_like", "collapse_sum_like",
+    "collapse_sum_to", "cast", "cast_like", "reinterpret", "sequence_mask", "shape_of",
+    "ndarray_size", "copy", "clip", "infer_newshape",
+]
