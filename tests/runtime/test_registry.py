@@ -138,7 +138,7 @@ def test_convert_follows_tvm_rules() -> None:
         assert convert(unchanged) is unchanged
 
 
-def test_c_function_handle_is_usable_from_python_too(c_lib: Module) -> None:
+def test_python_function_handle_is_callable_through_tvm_func_call() -> None:
     # TVMFuncCall on a Python function's handle works straight from ctypes.
     from kiln.runtime.native import load_runtime_lib
     from kiln.runtime.packed_func import TVMValue
@@ -148,5 +148,6 @@ def test_c_function_handle_is_usable_from_python_too(c_lib: Module) -> None:
     args, codes = (TVMValue * 1)(), (ctypes.c_int * 1)(0)
     args[0].v_int64 = 1
     ret, ret_code = TVMValue(), ctypes.c_int()
-    assert lib.TVMFuncCall(func.handle, args, codes, 1, ctypes.byref(ret), ctypes.byref(ret_code)) == 0
+    rc = lib.TVMFuncCall(func.handle, args, codes, 1, ctypes.byref(ret), ctypes.byref(ret_code))
+    assert rc == 0
     assert ret.v_int64 == 101
