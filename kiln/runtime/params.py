@@ -81,7 +81,7 @@ def save_ndarray(arr: NDArray | np.ndarray) -> bytes:
     -------
     >>> blob = save_ndarray(np.zeros((2,), "float32"))
     >>> len(blob), blob[:8].hex()
-    (48, '3fa1b496f0405edd')
+    (56, '3fa1b496f0405edd')
     """
     writer = BinaryWriter()
     write_ndarray(writer, arr)
