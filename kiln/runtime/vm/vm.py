@@ -110,10 +110,13 @@ class _PackedCall:
                 raise TVMError(f"kernel {self.name!r}: register ${reg} holds "
                                f"{type(value).__name__}, not a tensor")
         if self.output_size == 1 and 0 in tensors[-1].shape:
+            tensors.clear()
             return  # an empty output: nothing to compute (TVM skips the call too)
         if self.kernel is None:
+            args = tuple(tensors)
+            tensors.clear()
             try:
-                self.func(*tensors)
+                self.func(*args)
             except TVMError as err:
                 raise TVMError(f"kernel {self.name!r} failed: {err}") from err
             return
@@ -129,6 +132,7 @@ class _PackedCall:
             values[i] = ctypes.addressof(tensor._dltensor)
         rc = self.kernel(values, self.codes, n, ctypes.byref(self.ret),
                          ctypes.byref(self.ret_code), self.resource)
+        tensors.clear()  # hold no tensor past the call, so KillRegister can free it
         if rc != 0:
             from kiln.runtime.packed_func import get_last_error
 
@@ -600,8 +604,12 @@ class VirtualMachine:
 
     def _convert(self, value: Any, device: Device) -> Any:
         """A Python argument as a VM value (TVM's conversion rules)."""
-        if isinstance(value, _NDArray | ADT | VMClosure):
+        if isinstance(value, _NDArray | VMClosure):
             return value
+        if isinstance(value, ADT):
+            if all(isinstance(f, _NDArray | ADT | VMClosure) for f in value.fields):
+                return value
+            return ADT(value.tag, [self._convert(f, device) for f in value.fields])
         if isinstance(value, np.ndarray | np.generic):
             return _nd.array(value, device)
         if isinstance(value, tuple | list):
