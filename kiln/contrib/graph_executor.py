@@ -91,7 +91,7 @@ class GraphModule:
         if key is not None:
             self.module.set_input(key, value)
         # Largest first, as TVM does, so big params are copied while memory is fresh.
-        for name in sorted(params, key=lambda k: -int(np.prod(np.shape(params[k])))):
+        for name in sorted(params, key=lambda k: -_size(params[k])):
             if self.module.get_input_index(name) >= 0:
                 self.module.set_input(name, params[name])
 
@@ -229,3 +229,8 @@ class GraphModule:
                         func()
                     device.sync()
         return time_repeats(run, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms)
+
+
+def _size(value: Any) -> int:
+    shape = value.shape if isinstance(value, NDArray) else np.shape(value)
+    return int(np.prod(shape))

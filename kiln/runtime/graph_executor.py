@@ -566,7 +566,8 @@ class GraphExecutor(Module):
 
     def _array(self, eid: int) -> NDArray:
         """The array currently behind entry ``eid`` (a zero-copy binding or the pool view)."""
-        return self._bound.get(eid) or self._entries[eid]
+        bound = self._bound.get(eid)
+        return self._entries[eid] if bound is None else bound
 
     def _describe(self, eid: int) -> str:
         entry = self.graph.entries[eid]

@@ -22,6 +22,7 @@ from kiln.runtime import ndarray as nd
 from kiln.runtime.device import cpu
 from kiln.runtime.error import TVMError
 from kiln.runtime.graph_executor import GraphExecutor, parse_graph_json
+from kiln.runtime.module import Module
 from kiln.runtime.params import save_param_dict
 from kiln.runtime.profiling import BenchmarkResult
 from kiln.runtime.registry import get_global_func
@@ -424,3 +425,44 @@ def test_create_requires_a_string_and_a_module(lib):
         GraphExecutor(dumps(relu_add_graph()), "not a module", cpu(0))
     with pytest.raises(TVMError, match="wraps a GraphExecutor"):
         graph_executor.GraphModule(lib)
+
+
+class _PythonKernels(Module):
+    """Kernels written in Python: the executor calls them through their C trampolines."""
+
+    type_key = "test.python_kernels"
+
+    def _get_function(self, name):
+        def add(a, b, out):
+            out.copyfrom(a.numpy() + b.numpy())
+
+        def relu(a, out):
+            out.copyfrom(np.maximum(a.numpy(), 0))
+
+        def broken(a, out):
+            raise ValueError("python kernel exploded")
+
+        return {"add_f32": add, "relu_f32": relu, "always_fails": broken}.get(name)
+
+
+def test_python_function_kernels_run_through_trampolines(data):
+    x, p0 = data
+    m = graph_executor.create(dumps(relu_add_graph()), _PythonKernels(), cpu(0))
+    m.run(x=x, p0=p0)
+    np.testing.assert_allclose(m.get_output(0).numpy(), np.maximum(x + p0, 0), rtol=1e-6)
+    nodes = [input_node("x"), op_node("bad_node", "always_fails", [[0, 0]])]
+    bad = graph_executor.create(dumps(graph(nodes, [[1, 0]], [[2]] * 2, [0, 1])),
+                                _PythonKernels(), cpu(0))
+    with pytest.raises(TVMError, match="'bad_node'.*python kernel exploded"):
+        bad.run()
+
+
+def test_kernels_found_in_imported_modules(lib, data):
+    x, p0 = data
+    holder = _PythonKernels()
+    holder.import_module(lib)  # double_flat_f32 only exists in the C library
+    nodes = [input_node("x"), op_node("fused_double", "double_flat_f32", [[0, 0]], flatten="1")]
+    m = graph_executor.create(dumps(graph(nodes, [[1, 0]], [[2, 3]] * 2, [0, 1])), holder,
+                              cpu(0))
+    m.run(x=x)
+    np.testing.assert_allclose(m.get_output(0).numpy(), 2 * x)
