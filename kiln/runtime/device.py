@@ -11,6 +11,7 @@ allocating on them raises :class:`~kiln.runtime.error.TVMError`. RPC devices fol
 
 from __future__ import annotations
 
+import operator
 from enum import IntEnum
 from typing import Any
 
@@ -158,9 +159,14 @@ def device(dev_type: str | int | Device, dev_id: int = 0) -> Device:
                 f"unknown device type {dev_type!r}; expected one of {sorted(Device.STR2MASK)}"
             )
         return Device(Device.STR2MASK[name], dev_id)
-    if isinstance(dev_type, int) and not isinstance(dev_type, bool):
-        return Device(dev_type, dev_id)
-    raise TVMError(f"device type must be a name or an int, got {type(dev_type).__name__}")
+    if isinstance(dev_type, bool):
+        raise TVMError("device type must be a name or an int, got bool")
+    try:
+        return Device(operator.index(dev_type), operator.index(dev_id))
+    except TypeError:
+        raise TVMError(
+            f"device type must be a name or an int, got {type(dev_type).__name__}"
+        ) from None
 
 
 def cpu(dev_id: int = 0) -> Device:

@@ -91,6 +91,7 @@ if BFLOAT16_NUMPY is not None:
     _FROM_NUMPY[BFLOAT16_NUMPY] = (DataTypeCode.BFLOAT, 16)
 
 _PARSE_CACHE: dict[str, tuple[int, int, int]] = {}
+_INSTANCES: dict[str, DataType] = {}
 
 
 def _parse(text: str) -> tuple[int, int, int]:
@@ -141,17 +142,16 @@ class DataType:
 
     __slots__ = ("type_code", "bits", "lanes", "_str")
 
-    def __init__(self, value: Any) -> None:
+    def __new__(cls, value: Any) -> DataType:
+        # DataTypes are immutable, so one instance per spelling is shared.
+        if isinstance(value, str):
+            cached = _INSTANCES.get(value)
+            if cached is None:
+                cached = _INSTANCES[value] = cls.from_fields(*_parse(value))
+            return cached
         if isinstance(value, DataType):
-            code, bits, lanes = value.type_code, value.bits, value.lanes
-        elif isinstance(value, str):
-            code, bits, lanes = _parse(value)
-        else:
-            code, bits, lanes = DataType.from_numpy(value).as_tuple()
-        object.__setattr__(self, "type_code", DataTypeCode(code))
-        object.__setattr__(self, "bits", bits)
-        object.__setattr__(self, "lanes", lanes)
-        object.__setattr__(self, "_str", _format(self.type_code, bits, lanes))
+            return value
+        return DataType.from_numpy(value)
 
     @classmethod
     def from_fields(cls, type_code: int, bits: int, lanes: int = 1) -> DataType:
@@ -165,7 +165,7 @@ class DataType:
             raise TVMError(
                 f"invalid data type: code {code.name.lower()} with {bits} bits, {lanes} lanes"
             )
-        obj = cls.__new__(cls)
+        obj = object.__new__(cls)
         object.__setattr__(obj, "type_code", code)
         object.__setattr__(obj, "bits", bits)
         object.__setattr__(obj, "lanes", lanes)

@@ -21,6 +21,7 @@ Example
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 from typing import Any
 
@@ -203,7 +204,7 @@ class NDArray(Object):
         new_shape = _check_shape(shape)
         np_dtype = new_dtype.numpy_dtype
         np_shape = new_shape + ((new_dtype.lanes,) if new_dtype.lanes > 1 else ())
-        needed = int(np.prod(np_shape, dtype=np.int64)) * np_dtype.itemsize
+        needed = math.prod(np_shape) * np_dtype.itemsize
         if needed > self.nbytes:
             raise TVMError(
                 f"_create_view: a {new_shape} {new_dtype} view needs {needed} bytes but the "
@@ -304,7 +305,7 @@ def empty(
     dev._check_allocatable()
     np_dtype = data_type.numpy_dtype
     np_shape = dims + ((data_type.lanes,) if data_type.lanes > 1 else ())
-    count = int(np.prod(np_shape, dtype=np.int64))
+    count = math.prod(np_shape)
     # At least one element, so an empty array still has an aligned address of its own.
     storage = _aligned_buffer(max(count, 1) * np_dtype.itemsize).view(np_dtype)
     return NDArray._wrap(storage[:count].reshape(np_shape), data_type, dev)
@@ -400,9 +401,9 @@ def _view_of_dltensor(address: int, owner: Any, read_only: bool) -> NDArray:
     if tensor.strides:
         strides = tuple(tensor.strides[i] for i in range(ndim))
     else:
-        strides = tuple(int(np.prod(shape[i + 1 :], dtype=np.int64)) for i in range(ndim))
+        strides = tuple(math.prod(shape[i + 1 :]) for i in range(ndim))
     np_shape = shape + ((lanes,) if lanes > 1 else ())
-    if int(np.prod(shape, dtype=np.int64)) == 0:
+    if math.prod(shape) == 0:
         return NDArray._wrap(np.zeros(np_shape, dtype=np_dtype), data_type, dev)
     if not tensor.data:
         raise TVMError("DLTensor has elements but a NULL data pointer")

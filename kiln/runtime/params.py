@@ -49,6 +49,7 @@ __all__ = [
 NDARRAY_MAGIC = 0xDD5E40F096B4A13F  # kTVMNDArrayMagic
 NDARRAY_LIST_MAGIC = 0xF7E58D4F05049CB7  # kTVMNDArrayListMagic
 _MAX_NDIM = 64
+_MAX_VECTOR_BYTES = 1 << 32
 
 
 def _stored_byte_size(data_type: DataType, shape: tuple[int, ...]) -> int:
@@ -123,6 +124,10 @@ def load_ndarray(reader: BinaryReader) -> NDArray:
             f"{expected} for shape {shape} of {data_type}"
         )
     data = reader.raw(size, "NDArray data")
+    if data_type.lanes > 1 and size * data_type.lanes > _MAX_VECTOR_BYTES:
+        # The blob stores only size bytes but the array holds lanes times more: refuse a
+        # tampered lane count that would allocate far beyond the file.
+        raise TVMError(f"{reader.what} is corrupt: {data_type} array of shape {shape} is too big")
     result = empty(shape, data_type)
     result._np.reshape(-1).view(np.uint8)[:size] = np.frombuffer(data, dtype=np.uint8)
     return result

@@ -72,3 +72,11 @@ def test_unknown_device_names_raise_listing_the_known_ones():
         device("tpu")
     with pytest.raises(TVMError, match="must be a name or an int"):
         device(1.5)
+
+
+def test_numpy_integers_are_accepted_as_codes():
+    import numpy as np
+
+    assert device(np.int64(2), np.int32(1)) == cuda(1)
+    with pytest.raises(TVMError, match="bool"):
+        device(True)

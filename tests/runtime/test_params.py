@@ -179,3 +179,9 @@ def test_any_single_byte_corruption_loads_or_raises_tvmerror(offset, value):
 def test_garbage_raises_tvmerror(garbage):
     with pytest.raises(TVMError):
         load_param_dict(garbage)
+
+
+def test_a_tampered_lane_count_cannot_force_a_huge_allocation():
+    blob = tensor_blob(2, 32, 60000, (1 << 17,), bytes(4 << 17))
+    with pytest.raises(TVMError, match="too big"):
+        load_ndarray(BinaryReader(blob))
