@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -355,25 +356,36 @@ class _OpExec:
     keepalive: list[Any]
 
 
-_run_loop_functions: tuple[Any, Any, Any, int] | None = None
+@dataclass(frozen=True)
+class _CLoop:
+    """The entry points of src/graph_executor.c, with their ctypes signatures set."""
+
+    run: Any  # (records, begin, end, failed*) -> rc
+    run_repeated: Any  # (records, begin, end, number, failed*) -> rc
+    run_timed: Any  # (records, num_ops, number, seconds*, failed*) -> rc
+    copy_address: int  # the packed function behind __copy nodes
 
 
-def _run_loop() -> tuple[Any, Any, Any, int]:
-    """The C entry points: run, run_repeated, run_timed and the ``__copy`` kernel's address."""
-    global _run_loop_functions
-    if _run_loop_functions is None:
+_c_loop_cache: list[_CLoop] = []
+
+
+def _c_loop() -> _CLoop:
+    if not _c_loop_cache:
         lib = load_runtime_lib()
-        i64, i64p, rec = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p
-        run = lib.kiln_graph_run
-        run.argtypes, run.restype = [rec, i64, i64, i64p], ctypes.c_int32
-        repeated = lib.kiln_graph_run_repeated
-        repeated.argtypes, repeated.restype = [rec, i64, i64, i64, i64p], ctypes.c_int32
-        timed = lib.kiln_graph_run_timed
-        timed.argtypes = [rec, i64, i64, ctypes.POINTER(ctypes.c_double), i64p]
-        timed.restype = ctypes.c_int32
-        copy_address = ctypes.cast(lib.kiln_graph_copy, ctypes.c_void_p).value
-        _run_loop_functions = (run, repeated, timed, copy_address)
-    return _run_loop_functions
+        i64, i64p, records = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p
+        signatures = {
+            "kiln_graph_run": [records, i64, i64, i64p],
+            "kiln_graph_run_repeated": [records, i64, i64, i64, i64p],
+            "kiln_graph_run_timed": [records, i64, i64, ctypes.POINTER(ctypes.c_double), i64p],
+        }
+        for name, argtypes in signatures.items():
+            getattr(lib, name).argtypes = argtypes
+            getattr(lib, name).restype = ctypes.c_int32
+        _c_loop_cache.append(_CLoop(
+            lib.kiln_graph_run, lib.kiln_graph_run_repeated, lib.kiln_graph_run_timed,
+            ctypes.cast(lib.kiln_graph_copy, ctypes.c_void_p).value,
+        ))
+    return _c_loop_cache[0]
 
 
 class GraphExecutor(Module):
@@ -447,7 +459,7 @@ class GraphExecutor(Module):
 
     def _setup_op_execs(self) -> None:
         graph = self.graph
-        _, _, _, copy_address = _run_loop()
+        copy_address = _c_loop().copy_address
         ops: list[_OpExec] = []
         uses: dict[int, list[Any]] = {}
         aliases: dict[int, list[int]] = {}
@@ -487,6 +499,7 @@ class GraphExecutor(Module):
             record.num_args = n
         self._ops = ops
         self._records = records
+        self._records_address = ctypes.addressof(records)
         self._uses = uses  # entry id -> the op-argument DLTensors that reference it
         self._aliases = aliases  # entry id -> entries of __nop nodes reading it
 
@@ -547,7 +560,10 @@ class GraphExecutor(Module):
             if index is None:
                 raise TVMError(f"Could not find '{key}' in graph's inputs")
         else:
-            index = int(key)
+            try:
+                index = operator.index(key)
+            except TypeError:
+                raise TVMError(f"an input key is a name or an index, got {key!r}") from None
             if not 0 <= index < len(self.graph.arg_nodes):
                 raise TVMError(
                     f"input index {index} is out of range: the graph has "
@@ -556,7 +572,10 @@ class GraphExecutor(Module):
         return self.graph.entry_id(self.graph.arg_nodes[index])
 
     def _output_eid(self, index: int) -> int:
-        index = int(index)
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise TVMError(f"an output index must be an int, got {index!r}") from None
         if not 0 <= index < len(self.graph.heads):
             raise TVMError(
                 f"output index {index} is out of range: the graph has {len(self.graph.heads)} "
@@ -688,32 +707,37 @@ class GraphExecutor(Module):
 
     def run(self) -> None:
         """Run every operator once, in graph order (one call into the C loop)."""
-        run, _, _, _ = _run_loop()
-        rc = run(ctypes.addressof(self._records), 0, len(self._ops), ctypes.byref(self._failed))
+        rc = _c_loop().run(self._records_address, 0, len(self._ops), ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
 
     def run_repeated(self, number: int) -> None:
         """Run the whole graph ``number`` times back to back in C (for benchmarking)."""
-        _, repeated, _, _ = _run_loop()
-        rc = repeated(ctypes.addressof(self._records), 0, len(self._ops), int(number),
-                      ctypes.byref(self._failed))
+        rc = _c_loop().run_repeated(self._records_address, 0, len(self._ops), int(number),
+                                    ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
 
+    def _check_op_index(self, index: int) -> int:
+        index = int(index)
+        if not 0 <= index < len(self._ops):
+            raise TVMError(f"operator index {index} is out of range ({len(self._ops)} operators)")
+        return index
+
     def run_op(self, index: int) -> None:
-        """Run operator ``index`` alone (for the debugger)."""
-        run, _, _, _ = _run_loop()
-        rc = run(ctypes.addressof(self._records), index, index + 1, ctypes.byref(self._failed))
+        """Run operator ``index`` (position in :attr:`op_execs`) alone, for the debugger."""
+        index = self._check_op_index(index)
+        rc = _c_loop().run(self._records_address, index, index + 1, ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
 
     def time_op(self, index: int, number: int = 1) -> float:
         """Mean seconds of operator ``index`` over ``number`` calls, measured in C."""
-        _, _, timed, _ = _run_loop()
+        index = self._check_op_index(index)
         seconds = ctypes.c_double()
-        record = ctypes.addressof(self._records) + index * ctypes.sizeof(_OpRecord)
-        rc = timed(record, 1, int(number), ctypes.byref(seconds), ctypes.byref(self._failed))
+        record = self._records_address + index * ctypes.sizeof(_OpRecord)
+        rc = _c_loop().run_timed(record, 1, int(number), ctypes.byref(seconds),
+                                 ctypes.byref(self._failed))
         if rc:
             self._failed.value = index
             self._raise_op_failure(rc)
@@ -721,10 +745,9 @@ class GraphExecutor(Module):
 
     def time_ops(self, number: int = 1) -> list[float]:
         """Mean seconds per operator over ``number`` calls each, measured in C."""
-        _, _, timed, _ = _run_loop()
         seconds = (ctypes.c_double * max(len(self._ops), 1))()
-        rc = timed(ctypes.addressof(self._records), len(self._ops), int(number), seconds,
-                   ctypes.byref(self._failed))
+        rc = _c_loop().run_timed(self._records_address, len(self._ops), int(number), seconds,
+                                 ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
         return list(seconds[: len(self._ops)])

@@ -250,6 +250,21 @@ def test_set_input_errors_name_the_problem(lib):
         m.get_output(1)
     with pytest.raises(TVMError, match="Could not find 'q' in graph's inputs"):
         m.get_input("q")
+    with pytest.raises(TVMError, match="a name or an index, got 1.5"):
+        m.set_input(1.5, np.zeros((2, 3), "float32"))
+    with pytest.raises(TVMError, match="must be an int, got 'y'"):
+        m.get_output("y")
+
+
+def test_single_operator_entry_points_check_the_index(lib):
+    executor = GraphExecutor(dumps(relu_add_graph()), lib, cpu(0))
+    for bad in (-1, 2):
+        with pytest.raises(TVMError, match=f"operator index {bad} is out of range"):
+            executor.run_op(bad)
+        with pytest.raises(TVMError, match=f"operator index {bad} is out of range"):
+            executor.time_op(bad)
+    with pytest.raises(TVMError, match="entry id 4 is out of range"):
+        executor.entry_array(4)
 
 
 def test_kernel_failure_names_the_node_and_carries_the_kernel_message(lib):
