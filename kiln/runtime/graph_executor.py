@@ -2,7 +2,7 @@
 
 Entry points: :func:`parse_graph_json` (graph JSON -> validated :class:`Graph`),
 :class:`GraphExecutor` (the ``"GraphExecutor"`` Module), :func:`create` (also registered as
-the global ``tvm.graph_executor.create``).
+the globals ``tvm.graph_executor.create`` and ``tvm.graph_executor_debug.create``).
 
 Setup does all the work, once: the JSON is parsed and checked, one pool buffer per storage id
 is allocated on its device (a float32 array of ``ceil(max_bytes / 4)`` elements, as TVM does),
@@ -785,3 +785,5 @@ def create(graph_json: str, lib: Module, *devices: Any) -> GraphExecutor:
 
 
 register_func("tvm.graph_executor.create", create, override=True)
+# Every executor can run op by op (run_op / time_ops), so the debug flavour is the same one.
+register_func("tvm.graph_executor_debug.create", create, override=True)

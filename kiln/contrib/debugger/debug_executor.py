@@ -29,11 +29,11 @@ from kiln.contrib.graph_executor import GraphModule
 from kiln.runtime.device import Device
 from kiln.runtime.error import TVMError
 from kiln.runtime.graph_executor import GraphExecutor, resolve_devices
-from kiln.runtime.graph_executor import create as create_executor
 from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.params import save_param_dict
 from kiln.runtime.profiling import BenchmarkResult, Report, time_repeats
+from kiln.runtime.registry import get_global_func
 
 __all__ = ["create", "GraphModuleDebug"]
 
@@ -53,7 +53,7 @@ def create(
     """
     if not isinstance(graph_json_str, str):
         raise TVMError(f"graph_json_str must be a str, got {type(graph_json_str).__name__}")
-    executor = create_executor(graph_json_str, libmod, device)
+    executor = get_global_func("tvm.graph_executor_debug.create")(graph_json_str, libmod, device)
     return GraphModuleDebug(executor, device, graph_json_str, dump_root)
 
 
