@@ -168,6 +168,9 @@ class NDArray(Object):
         Shapes must match exactly. NumPy/list data is converted only within its kind
         (int→float is fine, float→int is refused); an NDArray source must have this dtype.
         """
+        if not self._np.flags.writeable:
+            raise TVMError("copyfrom: this NDArray views read-only memory (a read-only DLPack "
+                           "import); copy it first with .copyto(device)")
         if isinstance(source, NDArray):
             if source.shape != self.shape or source._dtype != self._dtype:
                 raise TVMError(
@@ -302,6 +305,8 @@ def empty(
     dims = _check_shape(shape)
     data_type = DataType(dtype)
     dev = _named_device(device)
+    if mem_scope not in (None, "global"):
+        raise TVMError(f"memory scope {mem_scope!r} does not exist on {dev}; use 'global'")
     dev._check_allocatable()
     np_dtype = data_type.numpy_dtype
     np_shape = dims + ((data_type.lanes,) if data_type.lanes > 1 else ())
@@ -339,7 +344,7 @@ def array(obj: Any, device: Device = _CPU0, dtype: Any = None, mem_scope: Any = 
                 f"{data_type.lanes} lanes"
             )
         shape = shape[:-1]
-    result = empty(shape, data_type, device)
+    result = empty(shape, data_type, device, mem_scope)
     np.copyto(result._np, _to_storage(data, data_type, "unsafe"), casting="no")
     return result
 

@@ -95,3 +95,8 @@ def test_closure_is_the_base_for_vm_closures():
 
     c = VMClosure(3, [1, 2])
     assert isinstance(c, Closure) and c.func_index == 3 and c.free_vars == [1, 2]
+
+
+def test_adt_pickles_with_its_fields():
+    v = pickle.loads(pickle.dumps(ADT(4, [1, "x"])))
+    assert type(v) is ADT and v.tag == 4 and v.fields == (1, "x")

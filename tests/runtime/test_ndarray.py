@@ -258,3 +258,17 @@ def test_pickle_round_trip():
     a = nd.array(np.arange(3, dtype="uint8"), device=cpu(1))
     b = pickle.loads(pickle.dumps(a))
     assert b.device == cpu(1) and b.dtype == "uint8" and b.numpy().tolist() == [0, 1, 2]
+
+
+def test_only_the_global_memory_scope_exists():
+    assert nd.empty((2,), "float32", cpu(0), mem_scope="global").shape == (2,)
+    with pytest.raises(TVMError, match="memory scope 'texture'"):
+        nd.empty((2,), "float32", cpu(0), mem_scope="texture")
+
+
+def test_read_only_memory_refuses_copyfrom():
+    frozen = np.arange(3.0)
+    frozen.flags.writeable = False
+    view = NDArray._wrap(frozen, kiln.DataType("float64"), cpu(0))
+    with pytest.raises(TVMError, match="read-only"):
+        view.copyfrom([1.0, 2.0, 3.0])
