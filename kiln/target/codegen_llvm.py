@@ -1,0 +1,926 @@
+"""TIR -> LLVM IR through llvmlite, and the ``llvm`` target's build function.
+
+Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`build_llvm`
+(``target.build.llvm``), :func:`host_target_machine`.
+
+Each PrimFunc ``f`` becomes the LLVM function ``i32 @f_unpacked(T* noalias A, ..., i32 n)``
+(the same signature as the C target's unpacked twin). The packed-ABI wrapper ``f`` that
+checks a call's arguments is the C target's wrapper, compiled by the toolchain driver and
+linked with the object file LLVM emits: argument checking is written once, and the loop nests
+are LLVM's. The module is optimized at O3 for ``-mcpu`` (else the host CPU with its feature
+string); parallel loops are outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's
+``codegen_cpu`` does), vector dtypes become LLVM vectors, small constant-extent unrolled loops
+are unrolled while emitting.
+
+llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
+saying ``pip install kiln[llvm]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from kiln.runtime.dtype import DataType, DataTypeCode
+from kiln.runtime.error import TVMError
+from kiln.runtime.registry import register_func
+from kiln.target import codegen_c
+
+__all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
+
+
+def _llvmlite():
+    try:
+        import llvmlite.binding as binding
+        import llvmlite.ir as ir
+    except ImportError:
+        raise TVMError(
+            "target 'llvm' needs llvmlite, which is not installed; install the extra with "
+            "`pip install kiln[llvm]` or use target 'c'"
+        ) from None
+    return ir, binding
+
+
+def llvm_available() -> bool:
+    """Whether llvmlite can be imported."""
+    try:
+        _llvmlite()
+    except TVMError:
+        return False
+    return True
+
+
+@functools.cache
+def _initialized():
+    ir, llvm = _llvmlite()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return ir, llvm
+
+
+def host_target_machine(target: Any = None):
+    """An llvmlite TargetMachine for the host triple; CPU/features from ``-mcpu``/``-mattr``."""
+    _, llvm = _initialized()
+    mcpu = getattr(target, "mcpu", "") if target is not None else ""
+    mattr = ",".join(getattr(target, "mattr", []) or []) if target is not None else ""
+    if mcpu:
+        features = mattr
+    else:
+        mcpu = llvm.get_host_cpu_name()
+        features = llvm.get_host_cpu_features().flatten()
+        if mattr:
+            features = f"{features},{mattr}" if features else mattr
+    triple = (getattr(target, "attrs", {}) or {}).get("mtriple") if target is not None else None
+    llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
+    return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
+                                             codemodel="default")
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+_INT_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul"}
+_SIGNED_BINARY = {"Div": "sdiv", "Mod": "srem"}
+_UNSIGNED_BINARY = {"Div": "udiv", "Mod": "urem"}
+_FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mod": "frem"}
+_COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+# tir intrinsic -> LLVM intrinsic (overloaded on the operand type, vectors included).
+LLVM_INTRINSICS = {
+    "tir.exp": "llvm.exp", "tir.exp2": "llvm.exp2", "tir.log": "llvm.log",
+    "tir.log2": "llvm.log2", "tir.log10": "llvm.log10", "tir.sqrt": "llvm.sqrt",
+    "tir.sin": "llvm.sin", "tir.cos": "llvm.cos", "tir.fabs": "llvm.fabs",
+    "tir.floor": "llvm.floor", "tir.ceil": "llvm.ceil", "tir.trunc": "llvm.trunc",
+    "tir.nearbyint": "llvm.nearbyint", "tir.round": "llvm.nearbyint", "tir.pow": "llvm.pow",
+    "tir.copysign": "llvm.copysign", "tir.popcount": "llvm.ctpop", "tir.tan": "llvm.tan",
+    "tir.tanh": "llvm.tanh", "tir.asin": "llvm.asin", "tir.acos": "llvm.acos",
+    "tir.atan": "llvm.atan", "tir.sinh": "llvm.sinh", "tir.cosh": "llvm.cosh",
+}
+# tir intrinsic -> libm function (``f`` suffix for float32), called lane by lane on vectors.
+LIBM_FUNCTIONS = {
+    f"tir.{name}": name
+    for name in ("erf", "log1p", "expm1", "asinh", "acosh", "atanh", "atan2", "fmod", "hypot",
+                 "nextafter", "cbrt", "ldexp")
+}
+
+
+def _mangle(ty) -> str:
+    ir, _ = _llvmlite()
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{_mangle(ty.element)}"
+    if isinstance(ty, ir.FloatType):
+        return "f32"
+    if isinstance(ty, ir.DoubleType):
+        return "f64"
+    if isinstance(ty, ir.HalfType):
+        return "f16"
+    return f"i{ty.width}"
+
+
+def _node_name(node: Any) -> str:
+    return type(node).__name__
+
+
+class CodeGenLLVM:
+    """TIR PrimFuncs -> one LLVM module of ``<name>_unpacked`` functions.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> A = tir.decl_buffer((8,), "float32", name="A")
+    >>> i = tir.Var("i", "int32")
+    >>> body = tir.For(i, 0, 8, tir.ForKind.SERIAL, tir.BufferStore(A, A[i] + 1.0, [i]))
+    >>> cg = CodeGenLLVM()
+    >>> cg.add_function(tir.PrimFunc([A], body), "inc")
+    >>> "define i32 @\\"inc_unpacked\\"" in str(cg.module)
+    True
+    """
+
+    workspace_threshold = 16384
+    unroll_limit = 64
+
+    def __init__(self, name: str = "kiln") -> None:
+        ir, _ = _llvmlite()
+        self.ir = ir
+        self.module = ir.Module(name=name)
+        self.i1, self.i8, self.i32, self.i64 = (ir.IntType(b) for b in (1, 8, 32, 64))
+        self.void_ptr = self.i8.as_pointer()
+        self.imported_c: list[str] = []
+        self.signatures: list[tuple[str, codegen_c.FunctionSignature, list[str]]] = []
+        self._strings: dict[str, Any] = {}
+        self._lambda_count = 0
+        self.vars: dict[int, Any] = {}
+        self.builder = None
+        self.function = None
+        self._alloca_builder = None
+        self._in_parallel = False
+        self._func_name = ""
+
+    # -- types -----------------------------------------------------------------------------
+    def ltype(self, dtype: Any, storage: bool = False):
+        """The LLVM type of a dtype (``storage``: bool as i8, as it sits in memory)."""
+        ir = self.ir
+        t = DataType(dtype)
+        if t.type_code == DataTypeCode.HANDLE:
+            return self.void_ptr
+        if t.type_code == DataTypeCode.FLOAT:
+            scalar = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}[t.bits]
+        elif t.type_code == DataTypeCode.BFLOAT:
+            scalar = ir.IntType(16)
+        elif t.bits == 1:
+            scalar = self.i8 if storage else self.i1
+        else:
+            scalar = ir.IntType(t.bits)
+        return ir.VectorType(scalar, t.lanes) if t.lanes > 1 else scalar
+
+    def const(self, dtype: Any, value: Any):
+        return self.ir.Constant(self.ltype(dtype), value)
+
+    # -- functions -------------------------------------------------------------------------
+    def add_function(self, func: Any, name: str) -> None:
+        """Emit ``i32 @<name>_unpacked(...)`` for one PrimFunc."""
+        ir = self.ir
+        signature = codegen_c.function_signature(func)
+        self._func_name = name
+        arg_types = [self.ltype(b.dtype, storage=True).as_pointer() for b in signature.buffers]
+        arg_types += [self.ltype(v.dtype) for v in signature.scalars]
+        fn = ir.Function(self.module, ir.FunctionType(self.i32, arg_types), f"{name}_unpacked")
+        self.vars = {}
+        params = [b.data for b in signature.buffers] + list(signature.scalars)
+        for arg, var, index in zip(fn.args, params, range(len(params))):
+            arg.name = getattr(var, "name", f"arg{index}")
+            if index < len(signature.buffers):
+                arg.add_attribute("noalias")
+            self.vars[id(var)] = arg
+        c_params = [f"{codegen_c.c_type(b.dtype)}* {b.name}" for b in signature.buffers]
+        c_params += [f"{codegen_c.c_type(v.dtype)} {v.name}" for v in signature.scalars]
+        self.signatures.append((name, signature, c_params))
+        self._enter_function(fn)
+        self.emit_stmt(func.body)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(self.const("int32", 0))
+
+    def _enter_function(self, fn) -> None:
+        ir = self.ir
+        self.function = fn
+        entry = fn.append_basic_block("entry")
+        body = fn.append_basic_block("body")
+        self._alloca_builder = ir.IRBuilder(entry)
+        self._alloca_builder.branch(body)
+        self._alloca_builder.position_at_start(entry)
+        self.builder = ir.IRBuilder(body)
+
+    def _declare(self, name: str, ret, args: Sequence[Any]):
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return self.ir.Function(self.module, self.ir.FunctionType(ret, list(args)), name)
+
+    def _string(self, text: str):
+        """An i8* to a private constant C string."""
+        ir = self.ir
+        if text not in self._strings:
+            data = bytearray(text.encode() + b"\0")
+            ty = ir.ArrayType(self.i8, len(data))
+            glob = ir.GlobalVariable(self.module, ty, f".str{len(self._strings)}")
+            glob.global_constant = True
+            glob.linkage = "private"
+            glob.initializer = ir.Constant(ty, data)
+            self._strings[text] = glob
+        return self.builder.bitcast(self._strings[text], self.void_ptr)
+
+    def _return_error(self, message: str) -> None:
+        set_error = self._declare("TVMAPISetLastError", self.ir.VoidType(), [self.void_ptr])
+        self.builder.call(set_error, [self._string(f"{self._func_name}: {message}")])
+        self.builder.ret(self.const("int32", -1))
+
+    # -- expressions -----------------------------------------------------------------------
+    def expr(self, node: Any):
+        """The LLVM value of a PrimExpr."""
+        kind = _node_name(node)
+        method = getattr(self, f"expr_{kind}", None)
+        if method is None:
+            if kind in _FLOAT_BINARY or kind in _COMPARISONS or kind in ("And", "Or"):
+                return self._binary(node, kind)
+            raise TVMError(f"LLVM codegen: no rule for TIR expression node {kind}")
+        return method(node)
+
+    def _binary(self, node: Any, kind: str):
+        b = self.builder
+        t = DataType(node.a.dtype)
+        lhs, rhs = self.expr(node.a), self.expr(node.b)
+        if kind in _COMPARISONS:
+            op = _COMPARISONS[kind]
+            if t.is_float:
+                return (b.fcmp_unordered(op, lhs, rhs) if op == "!="
+                        else b.fcmp_ordered(op, lhs, rhs))
+            return (b.icmp_unsigned if t.is_uint else b.icmp_signed)(op, lhs, rhs)
+        if kind in ("And", "Or"):
+            return b.and_(lhs, rhs) if kind == "And" else b.or_(lhs, rhs)
+        if t.is_float:
+            return getattr(b, _FLOAT_BINARY[kind])(lhs, rhs)
+        table = _INT_BINARY if kind in _INT_BINARY else (
+            _UNSIGNED_BINARY if t.is_uint else _SIGNED_BINARY)
+        return getattr(b, table[kind])(lhs, rhs)
+
+    def _cmp(self, dtype: Any, op: str, lhs, rhs):
+        t = DataType(dtype)
+        if t.is_float:
+            return self.builder.fcmp_ordered(op, lhs, rhs)
+        return (self.builder.icmp_unsigned if t.is_uint else self.builder.icmp_signed)(
+            op, lhs, rhs)
+
+    def expr_Min(self, node: Any):
+        a, b = self.expr(node.a), self.expr(node.b)
+        return self.builder.select(self._cmp(node.a.dtype, "<", a, b), a, b)
+
+    def expr_Max(self, node: Any):
+        a, b = self.expr(node.a), self.expr(node.b)
+        return self.builder.select(self._cmp(node.a.dtype, ">", a, b), a, b)
+
+    def _floor_parts(self, node: Any):
+        """Truncated quotient/remainder and whether flooring must adjust them."""
+        b = self.builder
+        a_val, b_val = self.expr(node.a), self.expr(node.b)
+        t = DataType(node.a.dtype)
+        if t.is_uint:
+            return b.udiv(a_val, b_val), b.urem(a_val, b_val), None, b_val
+        q, r = b.sdiv(a_val, b_val), b.srem(a_val, b_val)
+        zero = self.ir.Constant(a_val.type, None)
+        adjust = b.and_(b.icmp_signed("!=", r, zero),
+                        b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", b_val, zero)))
+        return q, r, adjust, b_val
+
+    def expr_FloorDiv(self, node: Any):
+        if DataType(node.dtype).is_float:
+            quotient = self.builder.fdiv(self.expr(node.a), self.expr(node.b))
+            return self._call_intrinsic("llvm.floor", [quotient])
+        q, _, adjust, _ = self._floor_parts(node)
+        if adjust is None:
+            return q
+        return self.builder.sub(q, self.builder.zext(adjust, q.type))
+
+    def expr_FloorMod(self, node: Any):
+        b = self.builder
+        if DataType(node.dtype).is_float:
+            a_val, b_val = self.expr(node.a), self.expr(node.b)
+            floor = self._call_intrinsic("llvm.floor", [b.fdiv(a_val, b_val)])
+            return b.fsub(a_val, b.fmul(floor, b_val))
+        _, r, adjust, divisor = self._floor_parts(node)
+        if adjust is None:
+            return r
+        return b.add(r, b.select(adjust, divisor, self.ir.Constant(r.type, None)))
+
+    def expr_IntImm(self, node: Any):
+        return self.const(node.dtype, int(node.value))
+
+    def expr_FloatImm(self, node: Any):
+        return self.const(node.dtype, float(node.value))
+
+    def expr_StringImm(self, node: Any):
+        return self._string(node.value)
+
+    def expr_Var(self, node: Any):
+        try:
+            return self.vars[id(node)]
+        except KeyError:
+            raise TVMError(f"LLVM codegen ({self._func_name}): variable {node.name!r} is used "
+                           "but never defined") from None
+
+    expr_SizeVar = expr_Var
+
+    def expr_Cast(self, node: Any):
+        return self._convert(self.expr(node.value), DataType(node.value.dtype),
+                             DataType(node.dtype))
+
+    def _convert(self, value, src: DataType, dst: DataType):
+        b = self.builder
+        to = self.ltype(dst)
+        if src.element_of == dst.element_of:
+            return value
+        if dst.is_bool:
+            zero = self.ir.Constant(value.type, None)
+            return (b.fcmp_unordered("!=", value, zero) if src.is_float
+                    else b.icmp_unsigned("!=", value, zero))
+        if src.is_float and dst.is_float:
+            return b.fpext(value, to) if dst.bits > src.bits else b.fptrunc(value, to)
+        if src.is_float:
+            return b.fptoui(value, to) if dst.is_uint else b.fptosi(value, to)
+        if dst.is_float:
+            return (b.uitofp(value, to) if src.is_uint or src.is_bool
+                    else b.sitofp(value, to))
+        if dst.bits > src.bits:
+            return b.zext(value, to) if src.is_uint or src.is_bool else b.sext(value, to)
+        if dst.bits < src.bits:
+            return b.trunc(value, to)
+        return value
+
+    def expr_Not(self, node: Any):
+        return self.builder.not_(self.expr(node.a))
+
+    def expr_Select(self, node: Any):
+        cond = self.expr(node.condition)
+        then, other = self.expr(node.true_value), self.expr(node.false_value)
+        lanes = DataType(node.dtype).lanes
+        if lanes > 1 and not isinstance(cond.type, self.ir.VectorType):
+            cond = self._splat(cond, lanes)
+        return self.builder.select(cond, then, other)
+
+    def _splat(self, value, lanes: int):
+        ir, b = self.ir, self.builder
+        vec = b.insert_element(ir.Constant(ir.VectorType(value.type, lanes), None), value,
+                               self.const("int32", 0))
+        mask = ir.Constant(ir.VectorType(self.i32, lanes), [0] * lanes)
+        return b.shuffle_vector(vec, ir.Constant(vec.type, None), mask)
+
+    def expr_Broadcast(self, node: Any):
+        return self._splat(self.expr(node.value), node.lanes)
+
+    def expr_Ramp(self, node: Any):
+        ir, b = self.ir, self.builder
+        base, stride = self.expr(node.base), self.expr(node.stride)
+        steps = ir.Constant(ir.VectorType(base.type, node.lanes), list(range(node.lanes)))
+        return b.add(self._splat(base, node.lanes), b.mul(steps, self._splat(stride, node.lanes)))
+
+    def expr_Let(self, node: Any):
+        self.vars[id(node.var)] = self.expr(node.value)
+        return self.expr(node.body)
+
+    def expr_Shuffle(self, node: Any):
+        b = self.builder
+        lanes = []
+        for vec in node.vectors:
+            value = self.expr(vec)
+            count = DataType(vec.dtype).lanes
+            lanes.extend([b.extract_element(value, self.const("int32", i)) for i in range(count)]
+                         if count > 1 else [value])
+        picked = [lanes[int(i.value)] for i in node.indices]
+        if len(picked) == 1:
+            return picked[0]
+        out = self.ir.Constant(self.ltype(node.dtype), None)
+        for index, value in enumerate(picked):
+            out = b.insert_element(out, value, self.const("int32", index))
+        return out
+
+    # -- memory ----------------------------------------------------------------------------
+    def _element_pointer(self, buffer: Any):
+        ptr = self.expr_Var(buffer.data)
+        want = self.ltype(buffer.dtype, storage=True).as_pointer()
+        return ptr if ptr.type == want else self.builder.bitcast(ptr, want)
+
+    def _strides(self, buffer: Any) -> list:
+        if buffer.strides:
+            return [self._as_i64(self.expr(s), s.dtype) for s in buffer.strides]
+        strides, running = [], self.ir.Constant(self.i64, 1)
+        for dim in reversed(list(buffer.shape)):
+            strides.append(running)
+            running = self.builder.mul(running, self._as_i64(self.expr(dim), dim.dtype))
+        return strides[::-1]
+
+    def _as_i64(self, value, dtype: Any):
+        t = DataType(dtype)
+        if t.bits == 64:
+            return value
+        return self.builder.zext(value, self.i64) if t.is_uint else \
+            self.builder.sext(value, self.i64)
+
+    def _lane_offsets(self, buffer: Any, indices: Sequence[Any], lanes: int):
+        """(scalar base offset, contiguous?) or per-lane offsets for a buffer access."""
+        b = self.builder
+        indices = list(indices)
+        strides = self._strides(buffer) if len(indices) > 1 or buffer.strides else \
+            [self.ir.Constant(self.i64, 1)]
+        offset_expr = buffer.elem_offset
+        extra = None
+        if offset_expr is not None and not (_node_name(offset_expr) == "IntImm"
+                                            and offset_expr.value == 0):
+            extra = self._as_i64(self.expr(offset_expr), offset_expr.dtype)
+        ramps = [i for i in indices if _node_name(i) == "Ramp"]
+        others_scalar = all(DataType(i.dtype).lanes == 1 or _node_name(i) in ("Ramp",
+                                                                              "Broadcast")
+                            for i in indices)
+        contiguous = (lanes > 1 and len(ramps) == 1 and others_scalar
+                      and indices[-1] is ramps[0] and not buffer.strides
+                      and _node_name(ramps[0].stride) == "IntImm" and ramps[0].stride.value == 1)
+        if lanes == 1 or contiguous:
+            total = extra
+            for index, stride in zip(indices, strides):
+                kind = _node_name(index)
+                scalar = index.base if kind == "Ramp" else (
+                    index.value if kind == "Broadcast" else index)
+                term = b.mul(self._as_i64(self.expr(scalar), scalar.dtype), stride)
+                total = term if total is None else b.add(total, term)
+            return total if total is not None else self.ir.Constant(self.i64, 0), True
+        values = [(self.expr(i), DataType(i.dtype)) for i in indices]
+        per_lane = []
+        for lane in range(lanes):
+            total = extra
+            for (value, t), stride in zip(values, strides):
+                elem = (b.extract_element(value, self.const("int32", lane)) if t.lanes > 1
+                        else value)
+                term = b.mul(self._as_i64(elem, t.element_of), stride)
+                total = term if total is None else b.add(total, term)
+            per_lane.append(total)
+        return per_lane, False
+
+    def expr_BufferLoad(self, node: Any):
+        b = self.builder
+        ptr = self._element_pointer(node.buffer)
+        t = DataType(node.dtype)
+        offsets, contiguous = self._lane_offsets(node.buffer, node.indices, t.lanes)
+        align = max(DataType(node.buffer.dtype).itemsize, 1)
+        if contiguous:
+            address = b.gep(ptr, [offsets], inbounds=True)
+            if t.lanes > 1:
+                vec_ptr = b.bitcast(address, self.ltype(t, storage=True).as_pointer())
+                return self._from_storage(b.load(vec_ptr, align=align), t)
+            return self._from_storage(b.load(address, align=align), t)
+        out = self.ir.Constant(self.ltype(t, storage=True), None)
+        for lane, offset in enumerate(offsets):
+            elem = b.load(b.gep(ptr, [offset], inbounds=True), align=align)
+            out = b.insert_element(out, elem, self.const("int32", lane))
+        return self._from_storage(out, t)
+
+    def _from_storage(self, value, t: DataType):
+        if not t.is_bool:
+            return value
+        return self.builder.icmp_unsigned("!=", value, self.ir.Constant(value.type, None))
+
+    def _to_storage(self, value, t: DataType):
+        if not t.is_bool:
+            return value
+        return self.builder.zext(value, self.ltype(t, storage=True))
+
+    def stmt_BufferStore(self, node: Any) -> None:
+        b = self.builder
+        ptr = self._element_pointer(node.buffer)
+        t = DataType(node.value.dtype)
+        value = self._to_storage(self.expr(node.value), t)
+        offsets, contiguous = self._lane_offsets(node.buffer, node.indices, t.lanes)
+        align = max(DataType(node.buffer.dtype).itemsize, 1)
+        if contiguous:
+            address = b.gep(ptr, [offsets], inbounds=True)
+            if t.lanes > 1:
+                address = b.bitcast(address, self.ltype(t, storage=True).as_pointer())
+            b.store(value, address, align=align)
+            return
+        for lane, offset in enumerate(offsets):
+            elem = b.extract_element(value, self.const("int32", lane))
+            b.store(elem, b.gep(ptr, [offset], inbounds=True), align=align)
+
+    # -- calls -----------------------------------------------------------------------------
+    def _call_intrinsic(self, base: str, args: Sequence[Any], overload=None):
+        ty = overload or args[0].type
+        fn = self._declare(f"{base}.{_mangle(ty)}", ty if base != "llvm.ctpop" else ty,
+                           [a.type for a in args])
+        return self.builder.call(fn, list(args))
+
+    def _call_libm(self, name: str, args: Sequence[Any], dtype: Any):
+        """Call a libm function, lane by lane for vectors."""
+        b = self.builder
+        t = DataType(dtype)
+        scalar_t = self.ltype(t.element_of)
+        suffix = "f" if t.element_of.bits == 32 else ""
+        fn = self._declare(name + suffix, scalar_t, [scalar_t] * len(args))
+        if t.lanes == 1:
+            return b.call(fn, list(args))
+        out = self.ir.Constant(self.ltype(t), None)
+        for lane in range(t.lanes):
+            index = self.const("int32", lane)
+            lane_args = [b.extract_element(a, index) for a in args]
+            out = b.insert_element(out, b.call(fn, lane_args), index)
+        return out
+
+    def expr_Call(self, node: Any):
+        op = node.op
+        method = getattr(self, "call_" + op.replace("tir.", "").replace(".", "_"), None)
+        if method is not None:
+            return method(node)
+        args = [self.expr(a) for a in node.args]
+        if op in LLVM_INTRINSICS:
+            return self._call_intrinsic(LLVM_INTRINSICS[op], args)
+        if op in LIBM_FUNCTIONS:
+            return self._call_libm(LIBM_FUNCTIONS[op], args, node.dtype)
+        raise TVMError(f"LLVM codegen: no rule for TIR intrinsic Call {op!r}")
+
+    def _float_const(self, like, value: float):
+        ir = self.ir
+        if isinstance(like.type, ir.VectorType):
+            return ir.Constant(like.type, [value] * like.type.count)
+        return ir.Constant(like.type, value)
+
+    def call_sigmoid(self, node: Any):
+        b = self.builder
+        x = self.expr(node.args[0])
+        one = self._float_const(x, 1.0)
+        e = self._call_intrinsic("llvm.exp", [b.fsub(self._float_const(x, 0.0), x)])
+        return b.fdiv(one, b.fadd(one, e))
+
+    def call_rsqrt(self, node: Any):
+        x = self.expr(node.args[0])
+        return self.builder.fdiv(self._float_const(x, 1.0),
+                                 self._call_intrinsic("llvm.sqrt", [x]))
+
+    def call_exp10(self, node: Any):
+        x = self.expr(node.args[0])
+        return self._call_intrinsic("llvm.pow", [self._float_const(x, 10.0), x])
+
+    def call_isnan(self, node: Any):
+        x = self.expr(node.args[0])
+        return self.builder.fcmp_unordered("uno", x, x)
+
+    def call_isinf(self, node: Any):
+        x = self._call_intrinsic("llvm.fabs", [self.expr(node.args[0])])
+        return self.builder.fcmp_ordered("==", x, self._float_const(x, math.inf))
+
+    def call_isfinite(self, node: Any):
+        x = self._call_intrinsic("llvm.fabs", [self.expr(node.args[0])])
+        return self.builder.fcmp_ordered("<", x, self._float_const(x, math.inf))
+
+    def call_abs(self, node: Any):
+        x = self.expr(node.args[0])
+        if DataType(node.dtype).is_float:
+            return self._call_intrinsic("llvm.fabs", [x])
+        zero = self.ir.Constant(x.type, None)
+        return self.builder.select(self.builder.icmp_signed("<", x, zero),
+                                   self.builder.sub(zero, x), x)
+
+    def call_clz(self, node: Any):
+        x = self.expr(node.args[0])
+        fn = self._declare(f"llvm.ctlz.{_mangle(x.type)}", x.type, [x.type, self.i1])
+        return self.builder.call(fn, [x, self.ir.Constant(self.i1, 0)])
+
+    def _bitwise(self, node: Any, method: str):
+        return getattr(self.builder, method)(self.expr(node.args[0]), self.expr(node.args[1]))
+
+    def call_bitwise_and(self, node: Any):
+        return self._bitwise(node, "and_")
+
+    def call_bitwise_or(self, node: Any):
+        return self._bitwise(node, "or_")
+
+    def call_bitwise_xor(self, node: Any):
+        return self._bitwise(node, "xor")
+
+    def call_shift_left(self, node: Any):
+        return self._bitwise(node, "shl")
+
+    def call_shift_right(self, node: Any):
+        return self._bitwise(node, "lshr" if DataType(node.dtype).is_uint else "ashr")
+
+    def call_bitwise_not(self, node: Any):
+        return self.builder.not_(self.expr(node.args[0]))
+
+    def call_likely(self, node: Any):
+        return self.expr(node.args[0])
+
+    def call_reinterpret(self, node: Any):
+        return self.builder.bitcast(self.expr(node.args[0]), self.ltype(node.dtype))
+
+    def call_isnullptr(self, node: Any):
+        x = self.expr(node.args[0])
+        return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
+
+    def call_if_then_else(self, node: Any):
+        """Only the taken side is evaluated (a guarded load may be out of bounds)."""
+        b = self.builder
+        cond = self.expr(node.args[0])
+        then_block = self.function.append_basic_block("if_then")
+        else_block = self.function.append_basic_block("if_else")
+        done = self.function.append_basic_block("if_done")
+        b.cbranch(cond, then_block, else_block)
+        b.position_at_end(then_block)
+        then_value = self.expr(node.args[1])
+        then_end = b.block
+        b.branch(done)
+        b.position_at_end(else_block)
+        else_value = self.expr(node.args[2])
+        else_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        phi = b.phi(then_value.type)
+        phi.add_incoming(then_value, then_end)
+        phi.add_incoming(else_value, else_end)
+        return phi
+
+    def call_call_extern(self, node: Any):
+        name = node.args[0].value
+        args = [self.expr(a) for a in node.args[1:]]
+        ret = self.ltype(node.dtype) if str(node.dtype) != "void" else self.ir.VoidType()
+        fn = self._declare(name, ret, [a.type for a in args])
+        result = self.builder.call(fn, args)
+        return result if str(node.dtype) != "void" else self.const("int32", 0)
+
+    call_call_pure_extern = call_call_extern
+
+    def call_tvm_access_ptr(self, node: Any):
+        ptype, data, offset = node.args[0], node.args[1], node.args[2]
+        elem = self.ltype(ptype.dtype, storage=True)
+        ptr = self.builder.bitcast(self.expr_Var(data), elem.as_pointer())
+        address = self.builder.gep(ptr, [self._as_i64(self.expr(offset), offset.dtype)])
+        return self.builder.bitcast(address, self.void_ptr) if str(node.dtype) == "handle" \
+            else address
+
+    def call_address_of(self, node: Any):
+        load = node.args[0]
+        ptr = self._element_pointer(load.buffer)
+        offset, _ = self._lane_offsets(load.buffer, load.indices, 1)
+        return self.builder.gep(ptr, [offset])
+
+    def call_type_annotation(self, node: Any):
+        return self.const("int32", 0)
+
+    # -- statements ------------------------------------------------------------------------
+    def emit_stmt(self, node: Any) -> None:
+        """Emit a TIR statement at the builder's position."""
+        if self.builder.block.is_terminated:
+            # Code after a return (e.g. after a failed assert) needs a fresh block to live in.
+            self.builder.position_at_end(self.function.append_basic_block("dead"))
+        kind = _node_name(node)
+        method = getattr(self, f"stmt_{kind}", None)
+        if method is None:
+            raise TVMError(f"LLVM codegen: no rule for TIR statement node {kind}")
+        method(node)
+
+    def stmt_SeqStmt(self, node: Any) -> None:
+        for stmt in node.seq:
+            self.emit_stmt(stmt)
+
+    def stmt_Evaluate(self, node: Any) -> None:
+        if _node_name(node.value) not in ("IntImm", "FloatImm"):
+            self.expr(node.value)
+
+    def stmt_LetStmt(self, node: Any) -> None:
+        self.vars[id(node.var)] = self.expr(node.value)
+        self.emit_stmt(node.body)
+
+    def stmt_DeclBuffer(self, node: Any) -> None:
+        self.emit_stmt(node.body)
+
+    def stmt_AttrStmt(self, node: Any) -> None:
+        if node.attr_key == "pragma_import_c" and node.value.value not in self.imported_c:
+            self.imported_c.append(node.value.value)
+        self.emit_stmt(node.body)
+
+    def stmt_AssertStmt(self, node: Any) -> None:
+        b = self.builder
+        fail = self.function.append_basic_block("assert_fail")
+        ok = self.function.append_basic_block("assert_ok")
+        b.cbranch(self.expr(node.condition), ok, fail)
+        b.position_at_end(fail)
+        message = node.message.value if _node_name(node.message) == "StringImm" else "assert"
+        self._return_error(message)
+        b.position_at_end(ok)
+        self.emit_stmt(node.body)
+
+    def stmt_IfThenElse(self, node: Any) -> None:
+        b = self.builder
+        then_block = self.function.append_basic_block("then")
+        else_block = self.function.append_basic_block("else") if node.else_case else None
+        done = self.function.append_basic_block("endif")
+        b.cbranch(self.expr(node.condition), then_block, else_block or done)
+        b.position_at_end(then_block)
+        self.emit_stmt(node.then_case)
+        if not b.block.is_terminated:
+            b.branch(done)
+        if else_block is not None:
+            b.position_at_end(else_block)
+            self.emit_stmt(node.else_case)
+            if not b.block.is_terminated:
+                b.branch(done)
+        b.position_at_end(done)
+
+    def stmt_While(self, node: Any) -> None:
+        b = self.builder
+        head = self.function.append_basic_block("while_head")
+        body = self.function.append_basic_block("while_body")
+        done = self.function.append_basic_block("while_done")
+        b.branch(head)
+        b.position_at_end(head)
+        b.cbranch(self.expr(node.condition), body, done)
+        b.position_at_end(body)
+        self.emit_stmt(node.body)
+        if not b.block.is_terminated:
+            b.branch(head)
+        b.position_at_end(done)
+
+    def stmt_For(self, node: Any) -> None:
+        kind = int(node.kind)
+        extent = node.extent
+        if kind == 1 and not self._in_parallel:
+            self._parallel_for(node)
+            return
+        if kind == 3 and _node_name(extent) == "IntImm" and extent.value <= self.unroll_limit:
+            begin = self.expr(node.min)
+            for step in range(int(extent.value)):
+                self.vars[id(node.loop_var)] = self.builder.add(
+                    begin, self.ir.Constant(begin.type, step))
+                self.emit_stmt(node.body)
+            return
+        self._serial_loop(node.loop_var, self.expr(node.min), self.expr(extent), node.body)
+
+    def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None) -> None:
+        """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable."""
+        b = self.builder
+        end = b.add(begin, extent)
+        pre = b.block
+        head = self.function.append_basic_block(f"for_{loop_var.name}")
+        body_block = self.function.append_basic_block(f"for_{loop_var.name}_body")
+        done = self.function.append_basic_block(f"for_{loop_var.name}_end")
+        b.branch(head)
+        b.position_at_end(head)
+        index = b.phi(begin.type, name=loop_var.name)
+        index.add_incoming(begin, pre)
+        b.cbranch(b.icmp_signed("<", index, end), body_block, done)
+        b.position_at_end(body_block)
+        self.vars[id(loop_var)] = index if offset is None else b.add(index, offset)
+        self.emit_stmt(body)
+        if not b.block.is_terminated:
+            index.add_incoming(b.add(index, self.ir.Constant(index.type, 1)), b.block)
+            b.branch(head)
+        b.position_at_end(done)
+
+    def _parallel_for(self, node: Any) -> None:
+        """Outline the loop body into ``int lambda(task_id, penv, cdata)`` and launch it."""
+        ir, b = self.ir, self.builder
+        captured = [(key, value) for key, value in self.vars.items()
+                    if not isinstance(value, ir.Constant)]
+        begin, extent = self.expr(node.min), self.expr(node.extent)
+        closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
+                                                                          extent.type])
+        closure = self._alloca_builder.alloca(closure_t, name="closure")
+        for index, value in enumerate([v for _, v in captured] + [begin, extent]):
+            b.store(value, b.gep(closure, [self.const("int32", 0), self.const("int32", index)],
+                                 inbounds=True))
+        penv_t = ir.LiteralStructType([self.void_ptr, self.i32])
+        lambda_t = ir.FunctionType(self.i32, [self.i32, penv_t.as_pointer(), self.void_ptr])
+        self._lambda_count += 1
+        fn = ir.Function(self.module, lambda_t,
+                         f"{self._func_name}_compute_{self._lambda_count}")
+        fn.linkage = "internal"
+        saved = (self.builder, self.function, self._alloca_builder, dict(self.vars))
+        self._enter_function(fn)
+        self._in_parallel = True
+        lb = self.builder
+        task_id, penv, cdata = fn.args
+        frame = lb.bitcast(cdata, closure_t.as_pointer())
+        fields = [lb.load(lb.gep(frame, [self.const("int32", 0), self.const("int32", i)],
+                                 inbounds=True)) for i in range(len(captured) + 2)]
+        for (key, _), value in zip(captured, fields):
+            self.vars[key] = value
+        lo, count = fields[-2], fields[-1]
+        num_task = lb.load(lb.gep(penv, [self.const("int32", 0), self.const("int32", 1)],
+                                  inbounds=True))
+        num_task = lb.sext(num_task, count.type) if count.type.width > 32 else num_task
+        task = lb.sext(task_id, count.type) if count.type.width > 32 else task_id
+        one = ir.Constant(count.type, 1)
+        chunk = lb.sdiv(lb.sub(lb.add(count, num_task), one), num_task)
+        start = lb.mul(task, chunk)
+        stop = lb.add(start, chunk)
+        stop = lb.select(lb.icmp_signed("<", stop, count), stop, count)
+        length = lb.sub(stop, start)
+        length = lb.select(lb.icmp_signed("<", length, ir.Constant(count.type, 0)),
+                           ir.Constant(count.type, 0), length)
+        self._serial_loop(node.loop_var, start, length, node.body, offset=lo)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(self.const("int32", 0))
+        self.builder, self.function, self._alloca_builder, self.vars = saved
+        self._in_parallel = False
+        b = self.builder
+        launch = self._declare("TVMBackendParallelLaunch", self.i32,
+                               [lambda_t.as_pointer(), self.void_ptr, self.i32])
+        rc = b.call(launch, [fn, b.bitcast(closure, self.void_ptr), self.const("int32", 0)])
+        fail = self.function.append_basic_block("launch_fail")
+        ok = self.function.append_basic_block("launch_ok")
+        b.cbranch(b.icmp_signed("!=", rc, self.const("int32", 0)), fail, ok)
+        b.position_at_end(fail)
+        b.ret(self.const("int32", -1))
+        b.position_at_end(ok)
+
+    def stmt_Allocate(self, node: Any) -> None:
+        ir, b = self.ir, self.builder
+        t = DataType(node.dtype)
+        elem = self.ltype(t.element_of, storage=True)
+        constant = all(_node_name(e) == "IntImm" for e in node.extents)
+        count = math.prod(int(e.value) for e in node.extents) * t.lanes if constant else None
+        if constant and count * t.element_of.itemsize <= self.workspace_threshold:
+            array = self._alloca_builder.alloca(ir.ArrayType(elem, max(count, 1)),
+                                                name=node.buffer_var.name)
+            array.align = 64
+            self.vars[id(node.buffer_var)] = b.bitcast(array, elem.as_pointer())
+            self.emit_stmt(node.body)
+            return
+        if constant:
+            nbytes = ir.Constant(self.i64, count * t.element_of.itemsize)
+        else:
+            nbytes = ir.Constant(self.i64, t.element_of.itemsize * t.lanes)
+            for extent in node.extents:
+                nbytes = b.mul(nbytes, self._as_i64(self.expr(extent), extent.dtype))
+        alloc = self._declare("TVMBackendAllocWorkspace", self.void_ptr,
+                              [self.i32, self.i32, self.i64, self.i32, self.i32])
+        free = self._declare("TVMBackendFreeWorkspace", self.i32,
+                             [self.i32, self.i32, self.void_ptr])
+        raw = b.call(alloc, [self.const("int32", 1), self.const("int32", 0), nbytes,
+                             self.const("int32", int(t.type_code)),
+                             self.const("int32", t.bits)])
+        fail = self.function.append_basic_block("alloc_fail")
+        ok = self.function.append_basic_block("alloc_ok")
+        b.cbranch(b.icmp_unsigned("==", raw, ir.Constant(self.void_ptr, None)), fail, ok)
+        b.position_at_end(fail)
+        b.ret(self.const("int32", -1))
+        b.position_at_end(ok)
+        self.vars[id(node.buffer_var)] = b.bitcast(raw, elem.as_pointer())
+        self.emit_stmt(node.body)
+        if not self.builder.block.is_terminated:
+            self.builder.call(free, [self.const("int32", 1), self.const("int32", 0), raw])
+
+    def stmt_BufferRealize(self, node: Any) -> None:
+        raise TVMError("LLVM codegen: BufferRealize must be flattened before code generation")
+
+    def expr_ProducerLoad(self, node: Any):
+        raise TVMError("LLVM codegen: ProducerLoad (a te.Tensor read) must be lowered first")
+
+    def expr_Reduce(self, node: Any):
+        raise TVMError("LLVM codegen: Reduce must be lowered to loops before code generation")
+
+
+def emit_llvm(mod: Any, target: Any = None):
+    """Generate, verify and optimize (O3) LLVM for every PrimFunc of ``mod``.
+
+    Returns ``(codegen, optimized llvmlite ModuleRef, TargetMachine)``.
+    """
+    _, llvm = _initialized()
+    cg = CodeGenLLVM()
+    for symbol, func in codegen_c._functions_of(mod):
+        cg.add_function(func, symbol)
+    tm = host_target_machine(target)
+    cg.module.triple = tm.triple
+    cg.module.data_layout = str(tm.target_data)
+    try:
+        ref = llvm.parse_assembly(str(cg.module))
+        ref.verify()
+    except RuntimeError as err:
+        raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{cg.module}") from None
+    opt_level = getattr(target, "opt_level", 3) if target is not None else 3
+    tuning = llvm.create_pipeline_tuning_options(speed_level=min(max(opt_level, 0), 3))
+    tuning.loop_vectorization = opt_level >= 2
+    tuning.slp_vectorization = opt_level >= 2
+    tuning.loop_unrolling = opt_level >= 2
+    passes = llvm.create_pass_builder(tm, tuning)
+    passes.getModulePassManager().run(ref, passes)
+    return cg, ref, tm
+
+
+@register_func("target.build.llvm", override=True)
+def build_llvm(mod: Any, target: Any = None) -> Any:
+    """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
+    from kiln.target.build import NativeModule
+
+    cg, ref, tm = emit_llvm(mod, target)
+    glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, kind="llvm")
+    text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
+    options = codegen_c.compile_options(target)
+    names = [name for name, _, _ in cg.signatures]
+    return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": tm.emit_object(ref)}, names,
+                        options, text)
