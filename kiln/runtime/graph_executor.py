@@ -446,10 +446,15 @@ class GraphExecutor(Module):
                 )
             pool_device[sid] = entry.device_type
             pool_bytes[sid] = max(pool_bytes.get(sid, 0), entry.nbytes)
-        pool = {
-            sid: empty(((nbytes + 3) // 4,), "float32", _device_for(pool_device[sid], self.devices))
-            for sid, nbytes in sorted(pool_bytes.items())
-        }
+        pool = {}
+        for sid, nbytes in sorted(pool_bytes.items()):
+            device = _device_for(pool_device[sid], self.devices)
+            try:
+                pool[sid] = empty(((nbytes + 3) // 4,), "float32", device)
+            except (MemoryError, ValueError, OverflowError) as err:
+                raise TVMError(
+                    f"cannot allocate storage_id {sid} ({nbytes} bytes) on {device}: {err}"
+                ) from None
         entries = [
             pool[entry.storage_id]._create_view(entry.shape, str(entry.dtype))
             for entry in graph.entries

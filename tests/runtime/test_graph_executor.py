@@ -404,6 +404,13 @@ def test_skippable_attrs_and_metadata_are_accepted():
     assert parsed.entries[2].storage_id == 2 and parsed.entries[2].nbytes == 24
 
 
+def test_absurd_shapes_fail_cleanly_at_allocation(lib):
+    g = _good()
+    g["attrs"]["shape"][1][2] = [1 << 40, 1 << 30]
+    with pytest.raises(TVMError, match="cannot allocate storage_id 2"):
+        graph_executor.create(dumps(g), lib, cpu(0))
+
+
 def test_nop_must_share_its_inputs_storage(lib):
     nodes = [input_node("x"), op_node("reshape_nop", "__nop", [[0, 0]])]
     g = graph(nodes, [[1, 0]], [[2, 3], [3, 2]], [0, 1])
