@@ -100,3 +100,12 @@ def test_closure_is_the_base_for_vm_closures():
 def test_adt_pickles_with_its_fields():
     v = pickle.loads(pickle.dumps(ADT(4, [1, "x"])))
     assert type(v) is ADT and v.tag == 4 and v.fields == (1, "x")
+
+
+def test_public_names_resolve_through_kiln_runtime():
+    import kiln
+
+    assert kiln.runtime.String is String and kiln.runtime.Array is Array
+    assert kiln.runtime.Map is Map and kiln.runtime.ShapeTuple is ShapeTuple
+    assert kiln.runtime.ADT is ADT and kiln.runtime.tuple_object is tuple_object
+    assert kiln.runtime.Closure is Closure

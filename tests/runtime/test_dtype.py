@@ -146,3 +146,10 @@ def test_printed_form_round_trips(scalar, lanes):
     t = DataType(text)
     assert str(t) == text and DataType(str(t)) == t
     assert t.itemsize == (t.bits * lanes + 7) // 8
+
+
+def test_public_names_resolve():
+    import kiln
+
+    assert kiln.DataType is DataType and kiln.runtime.DataTypeCode is DataTypeCode
+    assert DataType("float32") is DataType("float32")  # immutable, so shared

@@ -185,3 +185,10 @@ def test_a_tampered_lane_count_cannot_force_a_huge_allocation():
     blob = tensor_blob(2, 32, 60000, (1 << 17,), bytes(4 << 17))
     with pytest.raises(TVMError, match="too big"):
         load_ndarray(BinaryReader(blob))
+
+
+def test_public_names_resolve_through_kiln_runtime():
+    import kiln
+
+    assert kiln.runtime.save_param_dict is save_param_dict
+    assert kiln.runtime.load_param_dict is load_param_dict
