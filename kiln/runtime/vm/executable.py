@@ -430,8 +430,9 @@ def _load_constants(r: BinaryReader) -> tuple[list[Any], list[int]]:
 
             try:
                 constants.append(load_ndarray(r))
-            except TVMError as err:
-                raise TVMError(f"VM executable constant {i}: {err}") from None
+            # The blob reader should only raise TVMError; a bad shape can still reach NumPy.
+            except (TVMError, ValueError, OverflowError, MemoryError) as err:
+                raise TVMError(f"VM executable constant {i} is corrupt: {err}") from None
         elif tag == _CONST_LATE_BOUND:
             name = r.string(f"constant {i} name")
             if name != _late_bound_name(i):
