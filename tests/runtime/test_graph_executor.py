@@ -488,3 +488,46 @@ def test_kernels_found_in_imported_modules(lib, data):
                               cpu(0))
     m.run(x=x)
     np.testing.assert_allclose(m.get_output(0).numpy(), 2 * x)
+
+
+_FUZZ_VALUES = [0, 1, 2, 5, -1, 99, "0", "1", "x", None, [], {}, [0], [0, 0, 0], 1.5, True,
+                "float32", "int8", [2, 3], [[0, 0, 0]]]
+
+
+def _json_paths(value, prefix=()):
+    if prefix:
+        yield prefix
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
+        value, list) else ()
+    for key, child in children:
+        yield from _json_paths(child, prefix + (key,))
+
+
+def test_randomly_corrupted_graphs_only_ever_raise_tvm_error(lib):
+    """Seeded mutation fuzzing: a corrupted graph either runs or raises TVMError."""
+    import copy
+    import random
+
+    rng = random.Random(1234)
+    outcomes = {"ran": 0, "rejected": 0}
+    for _ in range(400):
+        g = rng.choice([relu_add_graph, reuse_graph])()
+        for _ in range(rng.randint(1, 3)):
+            path = rng.choice(list(_json_paths(g)))
+            parent = g
+            for key in path[:-1]:
+                parent = parent[key]
+            if rng.random() < 0.2:
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = copy.deepcopy(rng.choice(_FUZZ_VALUES))
+        try:
+            executor = GraphExecutor(json.dumps(g), lib, cpu(0))
+            for i in range(executor.get_num_inputs()):
+                current = executor.get_input(i)
+                executor.set_input(i, np.ones(current.shape, current.dtype))
+            executor.run()
+            outcomes["ran"] += 1
+        except TVMError:
+            outcomes["rejected"] += 1
+    assert outcomes["rejected"] > 100 and outcomes["ran"] > 10, outcomes
