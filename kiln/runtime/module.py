@@ -96,7 +96,7 @@ class Module(Object):
 
     def __init__(self) -> None:
         self._imports: list[Module] = []
-        self._function_cache: dict[str, PackedFunc] = {}
+        self._function_cache: dict[tuple[str, bool], PackedFunc] = {}
         self._env_cache: dict[str, PackedFunc] = {}
 
     # Modules are runtime state (imports, caches), not immutable IR.
@@ -125,12 +125,13 @@ class Module(Object):
         Raises AttributeError ``Module has no function 'name'`` when absent.
         """
         cache = self._state("_function_cache", dict)
-        func = cache.get(name)
+        key = (name, bool(query_imports))
+        func = cache.get(key)
         if func is None:
             func = self._find_function(name, query_imports)
             if func is None:
                 raise AttributeError(f"Module has no function '{name}'")
-            cache[name] = func
+            cache[key] = func
         return func
 
     def _find_function(self, name: str, query_imports: bool) -> PackedFunc | None:
@@ -189,6 +190,7 @@ class Module(Object):
             raise TypeError(f"import_module expects a Module, got {type(module).__name__}")
         self._state("_imports", list).append(module)
         self._state("_env_cache", dict).clear()
+        self._state("_function_cache", dict).clear()
 
     # ---- properties ----
 
@@ -491,6 +493,47 @@ def _symbol_info(address: int) -> tuple[str, int | None]:
     return (info.dli_fname or b"").decode(errors="replace"), size
 
 
+_ELF_HEADER = struct.Struct("<4sBBBBB7xHHIQQQIHHHHHH")
+_ELF_PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")
+_PT_LOAD, _ET_DYN = 1, 3
+
+
+def _check_elf(path: str) -> None:
+    """Refuse files dlopen would crash on: not 64-bit ELF, or segments past the file's end.
+
+    dlopen maps segments straight from the file, so a truncated library faults (SIGBUS)
+    instead of failing; checking the headers against the real size first keeps that a
+    clear error.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as file:
+        header = file.read(_ELF_HEADER.size)
+        if len(header) < _ELF_HEADER.size or not header.startswith(b"\x7fELF"):
+            raise TVMError(f"cannot load shared library {path}: not an ELF file")
+        fields = _ELF_HEADER.unpack(header)
+        elf_class, data_order, e_type = fields[1], fields[2], fields[6]
+        ph_offset, sh_offset = fields[10], fields[11]
+        ph_size, ph_count, sh_size, sh_count = fields[14], fields[15], fields[16], fields[17]
+        if elf_class != 2 or data_order != 1 or e_type != _ET_DYN:
+            raise TVMError(
+                f"cannot load shared library {path}: not a 64-bit little-endian shared object"
+            )
+        if ph_size < _ELF_PROGRAM_HEADER.size or ph_offset + ph_size * ph_count > size:
+            raise TVMError(f"cannot load shared library {path}: program headers truncated")
+        if sh_offset + sh_size * sh_count > size:
+            raise TVMError(f"cannot load shared library {path}: file is truncated")
+        for index in range(ph_count):
+            file.seek(ph_offset + index * ph_size)
+            p_type, _, p_offset, _, _, p_filesz, _, _ = _ELF_PROGRAM_HEADER.unpack(
+                file.read(_ELF_PROGRAM_HEADER.size)
+            )
+            if p_offset + p_filesz > size:
+                raise TVMError(
+                    f"cannot load shared library {path}: segment {index} ends at byte "
+                    f"{p_offset + p_filesz} but the file has {size}; it is truncated"
+                )
+
+
 class DSOModule(Module):
     """A shared library loaded with dlopen; functions are found by symbol name."""
 
@@ -501,6 +544,7 @@ class DSOModule(Module):
         super().__init__()
         _runtime()  # kernels resolve TVMAPISetLastError & co. against the support library
         self.path = os.path.realpath(path)
+        _check_elf(self.path)
         try:
             self.lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
         except OSError as err:
@@ -515,7 +559,7 @@ class DSOModule(Module):
 
     def _symbol_address(self, name: str) -> int | None:
         try:
-            address = ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
+            address = ctypes.cast(self.lib[name], ctypes.c_void_p).value
         except AttributeError:
             return None
         # dlsym also searches the library's dependencies (libc…); only our own symbols count.
@@ -529,7 +573,7 @@ class DSOModule(Module):
             entry = self._symbol_address(_ENTRY_SYMBOL)
             if entry is None:
                 return None
-            name = ctypes.c_char_p.from_address(entry).value.decode()
+            name = ctypes.string_at(entry).decode()  # a char array naming the entry
         address = self._symbol_address(name)
         if address is None:
             return None

@@ -314,7 +314,15 @@ class PackedFunc(Object):
     def __call__(self, *args: Any) -> Any:
         if self._pyfunc is not None:
             return self._pyfunc(*args)
-        return self.prepare(*args)()
+        values, codes, _keepalive = pack_args(args)
+        ret, ret_code = TVMValue(), ctypes.c_int(TypeCode.NULL)
+        lib = _lib or _runtime()
+        lib.TVMAPISetLastError(None)
+        rc = self._kernel(values, codes, len(args), ctypes.byref(ret), ctypes.byref(ret_code),
+                          self._resource)
+        if rc != 0:
+            _raise_last_error(rc, self.name or f"native function 0x{self._address:x}")
+        return value_from_c(ret, ret_code.value)
 
     def prepare(self, *args: Any) -> Callable[[], Any]:
         """Pack ``args`` once; return a zero-argument callable that calls this function.
