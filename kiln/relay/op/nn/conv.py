@@ -1,0 +1,466 @@
+"""Convolutions and matrix products: ``nn.conv1d/2d/3d``, transposed convs, Winograd and GEMM
+variants, ``nn.dense``, ``nn.matmul``, ``nn.batch_matmul``, ``nn.contrib_dense_pack``.
+
+Entry points (TVM's signatures): :func:`conv1d`, :func:`conv2d`, :func:`conv3d`,
+:func:`conv1d_transpose`, :func:`conv2d_transpose`,
+:func:`contrib_conv2d_winograd_weight_transform`,
+:func:`contrib_conv2d_winograd_without_weight_transform`,
+:func:`contrib_conv2d_gemm_weight_transform`,
+:func:`contrib_conv2d_gemm_without_weight_transform`, :func:`dense`, :func:`matmul`,
+:func:`batch_matmul`, :func:`contrib_dense_pack`. All are ``OUT_ELEMWISE_FUSABLE``.
+
+Relations work in a canonical layout (``NCHW`` data, ``OIHW`` kernel): the input shapes are
+converted from the attrs' layouts, the output is computed there and converted to
+``out_layout`` (default: the data layout). Padding is normalized as TVM does: one value pads
+every side, ``n`` values pad both sides of each spatial axis, ``2n`` values are all befores
+then all afters.
+
+Example
+-------
+>>> from kiln import relay
+>>> x = relay.var("x", shape=(1, 3, 32, 32))
+>>> w = relay.var("w", shape=(16, 3, 3, 3))
+>>> y = relay.nn.conv2d(x, w, padding=1)
+>>> y.attrs.padding
+(1, 1, 1, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.relay.op import op_attrs as A
+from kiln.relay.op.layout import convert_shape
+from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
+from kiln.relay.op.type_relations import (
+    Any as DynDim,
+)
+from kiln.relay.op.type_relations import (
+    dim_op,
+    dims,
+    dims_equal,
+    fail,
+    is_any,
+    is_static,
+    shape_str,
+    tensor_arg,
+    tensor_type,
+)
+
+_SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+
+
+def _tuple(value: Any, n: int) -> tuple:
+    """An int (or a 1-tuple) repeated ``n`` times; a tuple as is."""
+    if isinstance(value, int):
+        return (int(value),) * n
+    return tuple(int(v) if isinstance(v, int) else v for v in value)
+
+
+def get_pad_tuple(padding: Any, n: int) -> tuple:
+    """TVM's ``get_pad_tuple{1,2,3}d``: 1, n or 2n values -> 2n values (befores, afters)."""
+    pad = _tuple(padding, 1) if isinstance(padding, int) else tuple(padding)
+    if len(pad) == 1:
+        return pad * (2 * n)
+    if len(pad) == n:
+        return pad + pad
+    if len(pad) == 2 * n:
+        return pad
+    raise ValueError(f"padding must have 1, {n} or {2 * n} values, got {padding!r}")
+
+
+def pad_pairs(padding: Any, n: int, op_name: str) -> list[tuple[Any, Any]]:
+    """(before, after) for each of ``n`` spatial axes from 1, n or 2n padding values."""
+    pad = list(padding)
+    if len(pad) == 1:
+        pad = pad * (2 * n)
+    elif len(pad) == n:
+        pad = pad + pad
+    elif len(pad) != 2 * n:
+        fail(f"{op_name}: padding must have 1, {n} or {2 * n} values, got {list(padding)}")
+    return [(pad[i], pad[n + i]) for i in range(n)]
+
+
+def _spatial_params(attrs, n, op_name):
+    strides, dilation = list(attrs.strides), list(attrs.dilation)
+    if len(strides) == 1:
+        strides = strides * n
+    if len(dilation) == 1:
+        dilation = dilation * n
+    if len(strides) != n or len(dilation) != n:
+        fail(f"{op_name}: strides and dilation need {n} values")
+    if any(int(s) <= 0 for s in strides) or any(int(x) <= 0 for x in dilation):
+        fail(f"{op_name}: strides and dilation must be positive")
+    return strides, dilation, pad_pairs(attrs.padding, n, op_name)
+
+
+def _conv_out(x, k, pad, stride, dilation):
+    return dim_op(lambda x_, k_: (x_ + pad[0] + pad[1] - ((k_ - 1) * dilation + 1)) // stride + 1,
+                  x, k)
+
+
+def _out_dtype(attrs, data):
+    return attrs.out_dtype or data.dtype
+
+
+def _check_kernel_size(attrs, kernel, op_name):
+    if attrs.kernel_size is None:
+        return
+    ks = list(attrs.kernel_size)
+    for want, have in zip(ks, kernel):
+        if is_static(have) and int(want) != have:
+            fail(f"{op_name}: kernel_size {ks} does not match the weight's spatial shape "
+                 f"{shape_str(kernel)}")
+
+
+def _conv_rel(types, attrs, op_name, n):
+    data, weight = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    sp = _SPATIAL[n]
+    d = convert_shape(dims(data), attrs.data_layout, "NC" + sp, op_name)
+    w = convert_shape(dims(weight), attrs.kernel_layout, "OI" + sp, op_name)
+    strides, dilation, pads = _spatial_params(attrs, n, op_name)
+    groups = int(attrs.groups)
+    if groups <= 0:
+        fail(f"{op_name}: groups must be positive, got {groups}")
+    if attrs.channels is not None:
+        out_c = int(attrs.channels)
+        if is_static(w[0]) and w[0] != out_c:
+            fail(f"{op_name}: channels={out_c} but the weight has {w[0]} output channels")
+    else:
+        out_c = w[0]
+    _check_kernel_size(attrs, w[2:], op_name)
+    if is_static(d[1]) and is_static(w[1]):
+        if d[1] % groups or d[1] // groups != w[1]:
+            fail(f"{op_name}: data has {d[1]} channels in {groups} group(s) but the weight "
+                 f"expects {w[1]} input channels per group (data {shape_str(dims(data))}, "
+                 f"weight {shape_str(dims(weight))})")
+    spatial = [_conv_out(d[2 + i], w[2 + i], pads[i], int(strides[i]), int(dilation[i]))
+               for i in range(n)]
+    for i, x in enumerate(spatial):
+        if is_static(x) and x <= 0:
+            fail(f"{op_name}: the kernel does not fit the padded input on spatial axis {i} "
+                 f"(data {shape_str(dims(data))})")
+    out = convert_shape([d[0], out_c, *spatial], "NC" + sp,
+                        attrs.out_layout or attrs.data_layout, op_name)
+    return tensor_type(out, _out_dtype(attrs, data))
+
+
+def _conv1d_rel(types, attrs, op_name):
+    return _conv_rel(types, attrs, op_name, 1)
+
+
+def _conv2d_rel(types, attrs, op_name):
+    return _conv_rel(types, attrs, op_name, 2)
+
+
+def _conv3d_rel(types, attrs, op_name):
+    return _conv_rel(types, attrs, op_name, 3)
+
+
+def _conv_transpose_rel(types, attrs, op_name, n):
+    data, weight = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    sp = _SPATIAL[n]
+    d = convert_shape(dims(data), attrs.data_layout, "NC" + sp, op_name)
+    w = convert_shape(dims(weight), attrs.kernel_layout, "IO" + sp, op_name)
+    strides, dilation, pads = _spatial_params(attrs, n, op_name)
+    out_pad = list(attrs.output_padding)
+    if len(out_pad) == 1:
+        out_pad = out_pad * n
+    if len(out_pad) != n:
+        fail(f"{op_name}: output_padding needs {n} values")
+    groups = int(attrs.groups)
+    if is_static(d[1]) and is_static(w[0]) and d[1] != w[0]:
+        fail(f"{op_name}: data has {d[1]} channels but the weight expects {w[0]}")
+    out_c = int(attrs.channels) if attrs.channels is not None else dim_op(
+        lambda o: o * groups, w[1])
+    _check_kernel_size(attrs, w[2:], op_name)
+    spatial = [
+        dim_op(lambda x, k, i=i: (x - 1) * int(strides[i]) + (k - 1) * int(dilation[i]) + 1
+               - pads[i][0] - pads[i][1] + int(out_pad[i]), d[2 + i], w[2 + i])
+        for i in range(n)
+    ]
+    out = convert_shape([d[0], out_c, *spatial], "NC" + sp,
+                        attrs.out_layout or attrs.data_layout, op_name)
+    return tensor_type(out, _out_dtype(attrs, data))
+
+
+def _conv1d_transpose_rel(types, attrs, op_name):
+    return _conv_transpose_rel(types, attrs, op_name, 1)
+
+
+def _conv2d_transpose_rel(types, attrs, op_name):
+    return _conv_transpose_rel(types, attrs, op_name, 2)
+
+
+def _conv_from_attrs_rel(types, attrs, op_name):
+    """Convs whose weight is pre-transformed: the output comes from channels/kernel_size."""
+    data = tensor_arg(types, 0, op_name)
+    tensor_arg(types, 1, op_name)
+    if attrs.channels is None or attrs.kernel_size is None:
+        fail(f"{op_name}: channels and kernel_size must be given")
+    d = convert_shape(dims(data), attrs.data_layout, "NCHW", op_name)
+    strides, dilation, pads = _spatial_params(attrs, 2, op_name)
+    ks = list(attrs.kernel_size)
+    spatial = [_conv_out(d[2 + i], int(ks[i]), pads[i], int(strides[i]), int(dilation[i]))
+               for i in range(2)]
+    out = convert_shape([d[0], int(attrs.channels), *spatial], "NCHW",
+                        attrs.out_layout or attrs.data_layout, op_name)
+    return tensor_type(out, _out_dtype(attrs, data))
+
+
+def _winograd_weight_rel(types, attrs, op_name):
+    weight = tensor_arg(types, 0, op_name)
+    w = dims(weight)
+    if len(w) != 4:
+        fail(f"{op_name}: expects an OIHW weight, got shape {shape_str(w)}")
+    tile = int(attrs.tile_size)
+    alpha = [dim_op(lambda k: tile + k - 1, w[2]), dim_op(lambda k: tile + k - 1, w[3])]
+    return tensor_type([*alpha, w[0], w[1]], weight.dtype)
+
+
+def _gemm_weight_rel(types, attrs, op_name):
+    weight = tensor_arg(types, 0, op_name)
+    w = dims(weight)
+    if len(w) != 4:
+        fail(f"{op_name}: expects an HWIO weight, got shape {shape_str(w)}")
+    n, k = int(attrs.tile_rows), int(attrs.tile_cols)
+    big_k = dim_op(lambda a, b, c: a * b * c, w[0], w[1], w[2])
+    big_n = w[3]
+    k_pad = dim_op(lambda x: (x + k - 1) // k, big_k)
+    n_pad = dim_op(lambda x: (x + n - 1) // n, big_n)
+    return tensor_type([n_pad, k_pad, n, k], weight.dtype)
+
+
+define_op("nn.conv1d", _conv1d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv1DAttrs, "1-D conv", 2)
+define_op("nn.conv2d", _conv2d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv2DAttrs, "2-D conv", 2)
+define_op("nn.conv3d", _conv3d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv3DAttrs, "3-D conv", 2)
+define_op("nn.conv1d_transpose", _conv1d_transpose_rel, OUT_ELEMWISE_FUSABLE, 2,
+          A.Conv1DTransposeAttrs, "1-D transposed conv", 2)
+define_op("nn.conv2d_transpose", _conv2d_transpose_rel, OUT_ELEMWISE_FUSABLE, 2,
+          A.Conv2DTransposeAttrs, "2-D transposed conv", 2)
+define_op("nn.contrib_conv2d_winograd_weight_transform", _winograd_weight_rel,
+          OUT_ELEMWISE_FUSABLE, 1, A.ConvWinogradWeightTransformAttrs,
+          "Winograd kernel transform", 10)
+define_op("nn.contrib_conv2d_winograd_without_weight_transform", _conv_from_attrs_rel,
+          OUT_ELEMWISE_FUSABLE, 2, A.Conv2DWinogradAttrs, "Winograd conv2d", 10)
+define_op("nn.contrib_conv2d_gemm_weight_transform", _gemm_weight_rel, OUT_ELEMWISE_FUSABLE,
+          1, A.ConvGemmWeightTransformAttrs, "GEMM kernel interleave", 10)
+define_op("nn.contrib_conv2d_gemm_without_weight_transform", _conv_from_attrs_rel,
+          OUT_ELEMWISE_FUSABLE, 2, A.Conv2DAttrs, "GEMM conv2d", 10)
+
+
+def _conv_attrs(n, strides, padding, dilation, groups, channels, kernel_size):
+    return dict(strides=_tuple(strides, n), padding=get_pad_tuple(padding, n),
+                dilation=_tuple(dilation, n), groups=int(groups), channels=channels,
+                kernel_size=None if kernel_size is None else _tuple(kernel_size, n))
+
+
+def conv1d(data: Any, weight: Any, strides: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1, channels: int | None = None, kernel_size: Any = None,
+           data_layout: str = "NCW", kernel_layout: str = "OIW", out_layout: str = "",
+           out_dtype: str = "") -> Any:
+    """1-D convolution (``NCW`` data, ``OIW`` kernel by default)."""
+    return call("nn.conv1d", [data, weight], A.Conv1DAttrs(
+        **_conv_attrs(1, strides, padding, dilation, groups, channels, kernel_size),
+        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
+        out_dtype=out_dtype))
+
+
+def conv2d(data: Any, weight: Any, strides: Any = (1, 1), padding: Any = (0, 0),
+           dilation: Any = (1, 1), groups: int = 1, channels: int | None = None,
+           kernel_size: Any = None, data_layout: str = "NCHW", kernel_layout: str = "OIHW",
+           out_layout: str = "", out_dtype: str = "") -> Any:
+    """2-D convolution; ``padding`` of 1, 2 or 4 values is stored as 4 (top, left, bottom,
+    right); grouped/depthwise with ``groups``; layouts such as NHWC/HWIO.
+
+    Example
+    -------
+    >>> from kiln import relay
+    >>> y = relay.nn.conv2d(relay.var("x", shape=(1, 8, 8, 3)), relay.var("w", shape=(3, 3, 3, 4)),
+    ...                     data_layout="NHWC", kernel_layout="HWIO")
+    """
+    return call("nn.conv2d", [data, weight], A.Conv2DAttrs(
+        **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
+        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
+        out_dtype=out_dtype))
+
+
+def conv3d(data: Any, weight: Any, strides: Any = (1, 1, 1), padding: Any = (0, 0, 0),
+           dilation: Any = (1, 1, 1), groups: int = 1, channels: int | None = None,
+           kernel_size: Any = None, data_layout: str = "NCDHW", kernel_layout: str = "OIDHW",
+           out_layout: str = "", out_dtype: str = "") -> Any:
+    """3-D convolution (``NCDHW`` data, ``OIDHW`` kernel by default)."""
+    return call("nn.conv3d", [data, weight], A.Conv3DAttrs(
+        **_conv_attrs(3, strides, padding, dilation, groups, channels, kernel_size),
+        data_layout=data_layout, kernel_layout=kernel_layout, out_layout=out_layout,
+        out_dtype=out_dtype))
+
+
+def conv1d_transpose(data: Any, weight: Any, strides: Any = (1,), padding: Any = (0,),
+                     output_padding: Any = (0,), dilation: Any = (1,), groups: int = 1,
+                     channels: int | None = None, kernel_size: Any = None,
+                     data_layout: str = "NCW", kernel_layout: str = "IOW",
+                     out_layout: str = "", out_dtype: str = "") -> Any:
+    """1-D transposed convolution (``IOW`` kernel by default)."""
+    return call("nn.conv1d_transpose", [data, weight], A.Conv1DTransposeAttrs(
+        **_conv_attrs(1, strides, padding, dilation, groups, channels, kernel_size),
+        output_padding=_tuple(output_padding, 1), data_layout=data_layout,
+        kernel_layout=kernel_layout, out_layout=out_layout, out_dtype=out_dtype))
+
+
+def conv2d_transpose(data: Any, weight: Any, strides: Any = (1, 1), padding: Any = (0, 0),
+                     dilation: Any = (1, 1), groups: int = 1, channels: int | None = None,
+                     kernel_size: Any = None, data_layout: str = "NCHW",
+                     kernel_layout: str = "IOHW", out_layout: str = "",
+                     output_padding: Any = (0, 0), out_dtype: str = "") -> Any:
+    """2-D transposed convolution (``IOHW`` kernel by default)."""
+    return call("nn.conv2d_transpose", [data, weight], A.Conv2DTransposeAttrs(
+        **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
+        output_padding=_tuple(output_padding, 2), data_layout=data_layout,
+        kernel_layout=kernel_layout, out_layout=out_layout, out_dtype=out_dtype))
+
+
+def contrib_conv2d_winograd_weight_transform(weight: Any, tile_size: int) -> Any:
+    """Winograd-transform an OIHW kernel to ``(alpha, alpha, O, I)``."""
+    return call("nn.contrib_conv2d_winograd_weight_transform", [weight],
+                A.ConvWinogradWeightTransformAttrs(tile_size=int(tile_size)))
+
+
+def contrib_conv2d_winograd_without_weight_transform(
+        data: Any, weight: Any, tile_size: int, strides: Any = (1, 1), padding: Any = (0, 0),
+        dilation: Any = (1, 1), groups: int = 1, channels: int | None = None,
+        kernel_size: Any = None, data_layout: str = "NCHW", kernel_layout: str = "OIHW",
+        out_layout: str = "", out_dtype: str = "") -> Any:
+    """Winograd conv2d on a pre-transformed kernel (``channels``/``kernel_size`` required)."""
+    return call("nn.contrib_conv2d_winograd_without_weight_transform", [data, weight],
+                A.Conv2DWinogradAttrs(
+                    tile_size=int(tile_size),
+                    **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
+                    data_layout=data_layout, kernel_layout=kernel_layout,
+                    out_layout=out_layout, out_dtype=out_dtype))
+
+
+def contrib_conv2d_gemm_weight_transform(weights: Any, tile_rows: int, tile_cols: int) -> Any:
+    """Interleave an HWIO kernel into ``(N/tile_rows, K/tile_cols, tile_rows, tile_cols)``
+    tiles (padded) for the GEMM conv2d."""
+    return call("nn.contrib_conv2d_gemm_weight_transform", [weights],
+                A.ConvGemmWeightTransformAttrs(tile_rows=int(tile_rows),
+                                               tile_cols=int(tile_cols)))
+
+
+def contrib_conv2d_gemm_without_weight_transform(
+        data: Any, weight: Any, strides: Any = (1, 1), padding: Any = (0, 0),
+        dilation: Any = (1, 1), groups: int = 1, channels: int | None = None,
+        kernel_size: Any = None, data_layout: str = "NCHW", kernel_layout: str = "OIHW",
+        out_layout: str = "", out_dtype: str = "") -> Any:
+    """GEMM conv2d on an interleaved kernel (``channels``/``kernel_size`` required)."""
+    return call("nn.contrib_conv2d_gemm_without_weight_transform", [data, weight],
+                A.Conv2DAttrs(
+                    **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
+                    data_layout=data_layout, kernel_layout=kernel_layout,
+                    out_layout=out_layout, out_dtype=out_dtype))
+
+
+# ---- matrix products ----------------------------------------------------------------------
+def _check_reduction(a, b, op_name, lhs, rhs):
+    if is_static(a) and is_static(b) and a != b:
+        fail(f"{op_name}: reduction dims differ: {a} in {shape_str(lhs)} vs {b} in "
+             f"{shape_str(rhs)}")
+
+
+def _matmul_rel(types, attrs, op_name):
+    a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    x, w = dims(a), dims(b)
+    transpose_a = bool(getattr(attrs, "transpose_a", False))
+    transpose_b = bool(getattr(attrs, "transpose_b", True))  # dense: weight is (units, K)
+    if len(x) < 1 or len(w) != 2 or (transpose_a and len(x) < 2):
+        fail(f"{op_name}: expects data of rank >= 1 and a rank-2 weight, got "
+             f"{shape_str(x)} and {shape_str(w)}")
+    if transpose_a:
+        x = x[:-2] + [x[-1], x[-2]]
+    n, k = (w[0], w[1]) if transpose_b else (w[1], w[0])
+    _check_reduction(x[-1], k, op_name, dims(a), w)
+    if attrs.units is not None:
+        if is_static(n) and n != int(attrs.units):
+            fail(f"{op_name}: units={attrs.units} but the weight gives {n} outputs")
+        n = int(attrs.units)
+    return tensor_type(x[:-1] + [n], attrs.out_dtype or a.dtype)
+
+
+def _dense_pack_rel(types, attrs, op_name):
+    a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    x, w = dims(a), dims(b)
+    if len(w) != 3:
+        fail(f"{op_name}: expects a packed (N/n, K, n) weight, got {shape_str(w)}")
+    _check_reduction(x[-1], w[1], op_name, x, w)
+    return tensor_type(x[:-1] + [dim_op(lambda p, q: p * q, w[0], w[2])],
+                       attrs.out_dtype or a.dtype)
+
+
+def _batch_matmul_rel(types, attrs, op_name):
+    a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    x, y = dims(a), dims(b)
+    if len(x) != 3 or len(y) != 3:
+        fail(f"{op_name}: expects rank-3 operands, got {shape_str(x)} and {shape_str(y)}")
+    m, k1 = (x[2], x[1]) if attrs.transpose_a else (x[1], x[2])
+    n, k2 = (y[1], y[2]) if attrs.transpose_b else (y[2], y[1])
+    _check_reduction(k1, k2, op_name, x, y)
+    if is_any(x[0]) or is_any(y[0]):
+        batch = DynDim()
+    elif dims_equal(x[0], y[0]) or y[0] == 1:
+        batch = x[0]
+    elif x[0] == 1:
+        batch = y[0]
+    else:
+        fail(f"{op_name}: batch dims {x[0]} and {y[0]} do not broadcast")
+    return tensor_type([batch, m, n], attrs.out_dtype or a.dtype)
+
+
+define_op("nn.dense", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.DenseAttrs, "x @ w.T", 1)
+define_op("nn.matmul", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.MatmulAttrs, "a @ b", 1)
+define_op("nn.contrib_dense_pack", _dense_pack_rel, OUT_ELEMWISE_FUSABLE, 2, A.DensePackAttrs,
+          "dense on a packed weight", 10)
+define_op("nn.batch_matmul", _batch_matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.BatchMatmulAttrs,
+          "batched matrix product", 10)
+
+
+def dense(data: Any, weight: Any, units: int | None = None, out_dtype: str = "") -> Any:
+    """``data @ weight.T`` with weight ``(units, K)``.
+
+    Example
+    -------
+    >>> from kiln import relay
+    >>> y = relay.nn.dense(relay.var("x", shape=(4, 8)), relay.var("w", shape=(16, 8)))
+    """
+    return call("nn.dense", [data, weight], A.DenseAttrs(units=units, out_dtype=out_dtype))
+
+
+def matmul(tensor_a: Any, tensor_b: Any, units: int | None = None, out_dtype: str = "",
+           transpose_a: bool = False, transpose_b: bool = False) -> Any:
+    """``op(a) @ op(b)`` with optional transposes of the last two axes."""
+    return call("nn.matmul", [tensor_a, tensor_b], A.MatmulAttrs(
+        units=units, out_dtype=out_dtype, transpose_a=bool(transpose_a),
+        transpose_b=bool(transpose_b)))
+
+
+def contrib_dense_pack(data: Any, weight: Any, weight_layout: str = "NC",
+                       units: int | None = None, out_dtype: str = "") -> Any:
+    """Dense with a weight packed as ``(N/n, K, n)``."""
+    return call("nn.contrib_dense_pack", [data, weight], A.DensePackAttrs(
+        units=units, out_dtype=out_dtype, weight_layout=weight_layout))
+
+
+def batch_matmul(tensor_a: Any, tensor_b: Any, out_dtype: str = "", transpose_a: bool = False,
+                 transpose_b: bool = True) -> Any:
+    """Batched ``a @ b`` (``b`` given as ``(B, N, K)`` when ``transpose_b``, the default)."""
+    return call("nn.batch_matmul", [tensor_a, tensor_b], A.BatchMatmulAttrs(
+        out_dtype=out_dtype, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b)))
+
+
+__all__ = [
+    "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose",
+    "contrib_conv2d_winograd_weight_transform",
+    "contrib_conv2d_winograd_without_weight_transform",
+    "contrib_conv2d_gemm_weight_transform", "contrib_conv2d_gemm_without_weight_transform",
+    "dense", "matmul", "contrib_dense_pack", "batch_matmul", "get_pad_tuple", "pad_pairs",
+]
