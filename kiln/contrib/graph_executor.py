@@ -167,7 +167,10 @@ class GraphModule:
         repeat: int = 5,
         number: int = 5,
         min_repeat_ms: float | None = None,
+        limit_zero_time_iterations: int = 100,
         end_to_end: bool = False,
+        cooldown_interval_ms: float = 0,
+        repeats_to_cooldown: int = 1,
         **kwargs: Any,
     ) -> BenchmarkResult:
         """Time the model: ``repeat`` measurements, each the mean of ``number`` runs.
@@ -182,9 +185,13 @@ class GraphModule:
             Measurements, and back-to-back calls per measurement.
         min_repeat_ms : float, optional
             Grow ``number`` until one measurement takes at least this long.
+        limit_zero_time_iterations : int
+            Retries of a measurement that came out as zero seconds.
         end_to_end : bool
             Also time copying the inputs in (from ``kwargs``, else the current inputs) and
             the outputs back to NumPy.
+        cooldown_interval_ms, repeats_to_cooldown
+            Sleep ``cooldown_interval_ms`` after every ``repeats_to_cooldown`` measurements.
         **kwargs
             Inputs to set before timing.
 
@@ -228,7 +235,11 @@ class GraphModule:
                     for _ in range(n):
                         func()
                     device.sync()
-        return time_repeats(run, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms)
+        return time_repeats(
+            run, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms,
+            limit_zero_time_iterations=limit_zero_time_iterations,
+            cooldown_interval_ms=cooldown_interval_ms, repeats_to_cooldown=repeats_to_cooldown,
+        )
 
 
 def _size(value: Any) -> int:

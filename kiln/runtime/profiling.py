@@ -66,11 +66,17 @@ def time_repeats(
     repeat: int = 5,
     number: int = 5,
     min_repeat_ms: float | None = None,
+    *,
+    limit_zero_time_iterations: int = 100,
+    cooldown_interval_ms: float = 0,
+    repeats_to_cooldown: int = 1,
 ) -> BenchmarkResult:
     """Time ``run(number)`` (which performs ``number`` calls) ``repeat`` times.
 
     One untimed warm-up call comes first. With ``min_repeat_ms``, ``number`` grows (as TVM's
-    time evaluator does) until one repeat lasts at least that long.
+    time evaluator does) until one repeat lasts at least that long. A repeat measured as zero
+    seconds is retried up to ``limit_zero_time_iterations`` times; every
+    ``repeats_to_cooldown`` repeats the loop sleeps ``cooldown_interval_ms``.
 
     Example
     -------
@@ -82,16 +88,22 @@ def time_repeats(
         raise TVMError(f"repeat and number must be >= 1, got repeat={repeat}, number={number}")
     run(1)
     results = []
-    for _ in range(repeat):
+    for index in range(repeat):
+        zero_time_retries = 0
         while True:
             start = time.perf_counter()
             run(number)
             elapsed = time.perf_counter() - start
+            if elapsed <= 0 and zero_time_retries < limit_zero_time_iterations:
+                zero_time_retries += 1
+                continue
             if not min_repeat_ms or elapsed * 1e3 >= min_repeat_ms:
                 break
             per_call_ms = max(elapsed * 1e3 / number, 1e-6)
             number = max(int(min_repeat_ms / per_call_ms) + 1, int(number * 1.618))
         results.append(elapsed / number)
+        if cooldown_interval_ms > 0 and (index + 1) % max(repeats_to_cooldown, 1) == 0:
+            time.sleep(cooldown_interval_ms / 1e3)
     return BenchmarkResult(results)
 
 

@@ -108,3 +108,27 @@ def test_report_csv_and_json_round_trip():
 def test_report_from_json_rejects_garbage(text):
     with pytest.raises(TVMError, match="not a profiling report"):
         Report.from_json(text)
+
+
+def test_time_repeats_retries_zero_time_measurements(monkeypatch):
+    import kiln.runtime.profiling as profiling
+
+    def fake_clock(readings):
+        readings = iter(readings)
+        monkeypatch.setattr(profiling.time, "perf_counter", lambda: next(readings))
+
+    fake_clock([0.0, 0.0, 1.0, 2.0, 2.0, 5.0])  # the first measurement reads zero seconds
+    assert time_repeats(lambda n: None, repeat=2, number=1).results == [1.0, 3.0]
+    fake_clock([0.0, 0.0, 1.0, 2.0])
+    result = time_repeats(lambda n: None, repeat=2, number=1, limit_zero_time_iterations=0)
+    assert result.results == [0.0, 1.0]
+
+
+def test_time_repeats_cools_down_between_repeats(monkeypatch):
+    import kiln.runtime.profiling as profiling
+
+    sleeps = []
+    monkeypatch.setattr(profiling.time, "sleep", sleeps.append)
+    time_repeats(lambda n: None, repeat=4, number=1, cooldown_interval_ms=5,
+                 repeats_to_cooldown=2)
+    assert sleeps == [0.005, 0.005]
