@@ -1,4 +1,4 @@
-"""Executable: byte layout against hand-packed bytes, load validation, fuzzing, late-bound consts."""
+"""Executable: byte layout vs hand-packed bytes, load validation, fuzzing, late-bound consts."""
 
 from __future__ import annotations
 
