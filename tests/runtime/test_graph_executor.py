@@ -531,3 +531,21 @@ def test_randomly_corrupted_graphs_only_ever_raise_tvm_error(lib):
         except TVMError:
             outcomes["rejected"] += 1
     assert outcomes["rejected"] > 100 and outcomes["ran"] > 10, outcomes
+
+
+def test_pool_entries_are_sized_by_the_largest_entry_per_storage_id(lib):
+    """Entries of any dtype share a storage id; the pool buffer fits the biggest of them."""
+    nodes = [input_node("a"), input_node("b"), input_node("c"), input_node("d")]
+    g = graph(nodes, [[0, 0]], [[2, 3], [5], [2, 2], [3]], [0, 0, 0, 1],
+              dtypes=["int8", "float32", "float32x4", "bool"])
+    executor = GraphExecutor(dumps(g), lib, cpu(0))
+    entries = executor.graph.entries
+    assert [e.nbytes for e in entries] == [6, 20, 64, 3]  # int8, f32, 16-byte vectors, 1-byte bool
+    arrays = [executor.entry_array(i) for i in range(4)]
+    assert arrays[0].data_ptr == arrays[1].data_ptr == arrays[2].data_ptr
+    assert arrays[2].shape == (2, 2) and arrays[2].dtype == "float32x4"
+    assert arrays[0].data_ptr % 64 == 0 and arrays[3].data_ptr % 64 == 0
+    executor.set_input("c", np.arange(16, dtype="float32").reshape(2, 2, 4))
+    np.testing.assert_array_equal(executor.get_input("b").numpy(), np.arange(5, dtype="float32"))
+    executor.set_input("d", [True, False, True])
+    np.testing.assert_array_equal(executor.get_input("d").numpy(), [True, False, True])
