@@ -20,7 +20,6 @@ from kiln.runtime.module import (
     DSOModule,
     Module,
     ModuleProperty,
-    _blob_c_source,
     deserialize_module_blob,
     load_module,
     serialize_module_blob,
@@ -276,17 +275,23 @@ static int add_one(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_co
 
 __attribute__((constructor)) static void register_symbols(void) {
   TVMBackendRegisterSystemLibSymbol("kilntest_add_one", (void*)add_one);
-  extern const unsigned char __tvm_dev_mblob[];
-  TVMBackendRegisterSystemLibSymbol("kilntest___tvm_dev_mblob", (void*)__tvm_dev_mblob);
 }
 """
 
 
-def test_system_lib_finds_registered_symbols_and_blob() -> None:
+class SystemLibSource(CSourceModule):
+    """C source that registers its kernels in the system library (prefix "kilntest_")."""
+
+    def _get_function(self, name: str):
+        answers = {"__tvm_is_system_module": True, "__tvm_get_system_lib_prefix": "kilntest_"}
+        return (lambda: answers[name]) if name in answers else None
+
+
+def test_system_lib_finds_registered_symbols_and_blob(tmp_path: Path) -> None:
     root = OffsetModule(4.0)
-    root.import_module(CSourceModule(""))  # stands for the system library itself
-    blob_c = _blob_c_source(serialize_module_blob(root))
-    load_module(cc.cached_shared_library({"sys.c": SYSTEM_LIB_C, "blob.c": blob_c}))
+    root.import_module(SystemLibSource(SYSTEM_LIB_C))
+    root.export_library(tmp_path / "system.so")
+    load_module(tmp_path / "system.so")  # runs the constructors that register symbols
     rebuilt = system_lib("kilntest_")
     assert isinstance(rebuilt, OffsetModule) and rebuilt["offset"]() == 4.0
     assert rebuilt.get_function("add_one", query_imports=True)(41) == 42
