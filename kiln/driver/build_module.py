@@ -35,7 +35,7 @@ def _default_target():
 
 def to_ir_module(inputs: Any, args: Sequence[Any] | None = None,
                  name: str = "default_function", binds: Mapping | None = None) -> Any:
-    """An IRModule of PrimFuncs from a schedule, a PrimFunc or an IRModule."""
+    """PrimFuncs by name (an IRModule, or a dict for a lone PrimFunc) from any build input."""
     from kiln.ir.module import IRModule
 
     kind = type(inputs).__name__
@@ -49,7 +49,7 @@ def to_ir_module(inputs: Any, args: Sequence[Any] | None = None,
         func = inputs
         if not func.attrs.get("global_symbol"):
             func = func.with_attr("global_symbol", name)
-        return IRModule({func.attrs["global_symbol"]: func})
+        return {func.attrs["global_symbol"]: func}
     if isinstance(inputs, IRModule):
         return inputs
     raise TVMError(
@@ -102,7 +102,8 @@ def build(inputs: Any, args: Sequence[Any] | None = None, target: Any = None,
     if target_host is not None:
         target = Target(target, target_host)
     if config.debug_level() >= 3:
-        for gvar in mod.get_global_vars():
-            print(f"[kiln build] lowered TIR of {gvar.name_hint} for {target}:\n{mod[gvar]}",
-                  file=sys.stderr)
+        from kiln.target.codegen_c import functions_of
+
+        for symbol, func in functions_of(mod):
+            print(f"[kiln build] lowered TIR of {symbol} for {target}:\n{func}", file=sys.stderr)
     return build_module(mod, target)

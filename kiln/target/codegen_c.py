@@ -1008,7 +1008,7 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
 # -- module-level entry points -----------------------------------------------------------------
 
 
-def _functions_of(mod: Any) -> list[tuple[str, Any]]:
+def functions_of(mod: Any) -> list[tuple[str, Any]]:
     """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them."""
     if _node_name(mod) == "PrimFunc":
         return [(mod.attrs.get("global_symbol") or "default_function", mod)]
@@ -1032,7 +1032,7 @@ def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tupl
         mcpu = getattr(target, "mcpu", "") if target is not None else ""
         bare_metal = mcpu.startswith("cortex-m")
     cg = CodeGenCBareMetal() if bare_metal else CodeGenC()
-    for symbol, func in _functions_of(mod):
+    for symbol, func in functions_of(mod):
         comment = func.attrs.get("kiln.source") or f"{symbol}: {_describe(func)}"
         cg.add_function(func, symbol, comment)
     return cg.finish(), cg.function_names

@@ -147,6 +147,7 @@ class CodeGenLLVM:
         self.i1, self.i8, self.i32, self.i64 = (ir.IntType(b) for b in (1, 8, 32, 64))
         self.void_ptr = self.i8.as_pointer()
         self.imported_c: list[str] = []
+        self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
         self.signatures: list[tuple[str, codegen_c.FunctionSignature, list[str]]] = []
         self._strings: dict[str, Any] = {}
         self._lambda_count = 0
@@ -645,12 +646,17 @@ class CodeGenLLVM:
         return phi
 
     def call_call_extern(self, node: Any):
+        """Call a C function through a glue trampoline, so ``static`` import_c code works."""
         name = node.args[0].value
         args = [self.expr(a) for a in node.args[1:]]
-        ret = self.ltype(node.dtype) if str(node.dtype) != "void" else self.ir.VoidType()
-        fn = self._declare(name, ret, [a.type for a in args])
+        is_void = str(node.dtype) == "void"
+        ret = self.ir.VoidType() if is_void else self.ltype(node.dtype)
+        c_ret = "void" if is_void else codegen_c.c_type(node.dtype)
+        c_args = [codegen_c.c_type(a.dtype) for a in node.args[1:]]
+        self.externs[name] = (c_ret, c_args)
+        fn = self._declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
         result = self.builder.call(fn, args)
-        return result if str(node.dtype) != "void" else self.const("int32", 0)
+        return self.const("int32", 0) if is_void else result
 
     call_call_pure_extern = call_call_extern
 
@@ -892,7 +898,7 @@ def emit_llvm(mod: Any, target: Any = None):
     """
     _, llvm = _initialized()
     cg = CodeGenLLVM()
-    for symbol, func in codegen_c._functions_of(mod):
+    for symbol, func in codegen_c.functions_of(mod):
         cg.add_function(func, symbol)
     tm = host_target_machine(target)
     cg.module.triple = tm.triple
@@ -919,8 +925,17 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
 
     cg, ref, tm = emit_llvm(mod, target)
     glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, kind="llvm")
+    glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
     text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
     options = codegen_c.compile_options(target)
     names = [name for name, _, _ in cg.signatures]
     return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": tm.emit_object(ref)}, names,
                         options, text)
+
+
+def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:
+    """An exported C function forwarding to ``name`` (which may be static in import_c)."""
+    params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args)) or "void"
+    call = f"{name}({', '.join(f'a{i}' for i in range(len(c_args)))})"
+    body = f"{call};" if c_ret == "void" else f"return {call};"
+    return f"\n{c_ret} __kiln_extern_{name}({params}) {{ {body} }}\n"
