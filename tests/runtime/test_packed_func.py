@@ -6,6 +6,9 @@ The C side is a hand-written library of packed-signature functions compiled once
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,12 +19,43 @@ from kiln.runtime.device import Device
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import Module, load_module
+from kiln.runtime.native import runtime_sources
 from kiln.runtime.packed_func import PackedFunc, TVMValue, convert, get_last_error
 from kiln.runtime.registry import register_func, remove_global_func
 
-KERNELS_C = r"""
+PARALLEL_C = r"""
 #include <tvm/runtime/c_backend_api.h>
 #include <stdint.h>
+
+/* Each task writes its id into its share of an int32 tensor, then checks the barrier. */
+typedef struct { int32_t* out; int64_t size; int32_t* tasks_seen; } FillJob;
+
+static int fill_task(int task_id, TVMParallelGroupEnv* env, void* cdata) {
+  FillJob* job = (FillJob*)cdata;
+  int64_t chunk = (job->size + env->num_task - 1) / env->num_task;
+  for (int64_t i = task_id * chunk; i < job->size && i < (task_id + 1) * chunk; ++i)
+    job->out[i] = task_id;
+  __atomic_add_fetch(job->tasks_seen, 1, __ATOMIC_SEQ_CST);
+  TVMBackendParallelBarrier(task_id, env);
+  /* After the barrier every task has arrived. */
+  return __atomic_load_n(job->tasks_seen, __ATOMIC_SEQ_CST) == env->num_task ? 0 : 1;
+}
+
+int parallel_fill(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code, void* res) {
+  DLTensor* t = (DLTensor*)args[0].v_handle;
+  int32_t seen = 0;
+  FillJob job = {(int32_t*)t->data, t->shape[0], &seen};
+  if (TVMBackendParallelLaunch(fill_task, &job, (int)args[1].v_int64) != 0) {
+    TVMAPISetLastError("parallel_fill: a task failed"); return -1;
+  }
+  ret->v_int64 = seen;
+  *ret_code = kTVMArgInt;
+  return 0;
+}
+
+"""
+
+KERNELS_C = PARALLEL_C + r"""
 
 void* __tvm_module_ctx = NULL;
 
@@ -73,32 +107,6 @@ int call_argument(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_cod
     TVMAPISetLastError("call_argument: first argument must be a function"); return -1;
   }
   return TVMFuncCall(args[0].v_handle, args + 1, codes + 1, n - 1, ret, ret_code);
-}
-
-/* Each task writes its id into its share of an int32 tensor, then checks the barrier. */
-typedef struct { int32_t* out; int64_t size; int32_t* tasks_seen; } FillJob;
-
-static int fill_task(int task_id, TVMParallelGroupEnv* env, void* cdata) {
-  FillJob* job = (FillJob*)cdata;
-  int64_t chunk = (job->size + env->num_task - 1) / env->num_task;
-  for (int64_t i = task_id * chunk; i < job->size && i < (task_id + 1) * chunk; ++i)
-    job->out[i] = task_id;
-  __atomic_add_fetch(job->tasks_seen, 1, __ATOMIC_SEQ_CST);
-  TVMBackendParallelBarrier(task_id, env);
-  /* After the barrier every task has arrived. */
-  return __atomic_load_n(job->tasks_seen, __ATOMIC_SEQ_CST) == env->num_task ? 0 : 1;
-}
-
-int parallel_fill(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code, void* res) {
-  DLTensor* t = (DLTensor*)args[0].v_handle;
-  int32_t seen = 0;
-  FillJob job = {(int32_t*)t->data, t->shape[0], &seen};
-  if (TVMBackendParallelLaunch(fill_task, &job, (int)args[1].v_int64) != 0) {
-    TVMAPISetLastError("parallel_fill: a task failed"); return -1;
-  }
-  ret->v_int64 = seen;
-  *ret_code = kTVMArgInt;
-  return 0;
 }
 
 /* Allocate workspaces of awkward sizes; return the OR of their addresses mod 64. */
@@ -280,3 +288,37 @@ def test_python_packed_func_calls_directly_and_has_a_handle() -> None:
     assert isinstance(func, PackedFunc) and not func.is_native
     assert func(1, 2, 3) == 6
     assert PackedFunc.from_handle(func.handle) is func
+
+
+def test_parallel_launch_pthread_fallback_without_openmp() -> None:
+    # The support library built without -fopenmp, linked with the kernel and bound locally
+    # (-Bsymbolic) so the kernel uses this copy's pthread launcher, not the loaded one.
+    runtime_c = next(p for p in runtime_sources() if p.name == "kiln_runtime.c")
+    path = cc.cached_shared_library(
+        {"kiln_runtime.c": runtime_c.read_text(), "parallel.c": PARALLEL_C},
+        ["-O2", "-fPIC", "-std=gnu11", "-Wl,-Bsymbolic"],
+    )
+    assert b"GOMP_parallel" not in path.read_bytes()
+    lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_LOCAL)
+    parallel_fill = PackedFunc.from_c_address(
+        ctypes.cast(lib.parallel_fill, ctypes.c_void_p).value, owner=lib
+    )
+    for num_task in (3, 1):
+        out = ndarray.array(np.full(999, -1, np.int32))
+        assert parallel_fill(out, num_task) == num_task
+        np.testing.assert_array_equal(out.numpy(), np.repeat(np.arange(num_task), 999 // num_task))
+
+
+def test_kiln_num_threads_sets_the_default_team_size(kernels: Module) -> None:
+    library = kernels.path
+    script = (
+        "import numpy as np\n"
+        "from kiln.runtime import ndarray\n"
+        "from kiln.runtime.module import load_module\n"
+        f"lib = load_module({library!r})\n"
+        "print(lib['parallel_fill'](ndarray.array(np.zeros(64, np.int32)), 0))\n"
+    )
+    env = dict(os.environ, KILN_NUM_THREADS="3")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "3"
