@@ -44,6 +44,7 @@ import os
 import struct
 import tarfile
 import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -568,6 +569,31 @@ def _check_elf(path: str) -> None:
                 )
 
 
+class _LibraryContext:
+    """What a library's ``__tvm_module_ctx`` points at: every live DSOModule loaded from it.
+
+    dlopen hands out one copy of a library per path however often it is loaded, so the
+    context must outlive any single DSOModule: kernels find functions through the newest
+    live module that has imports, else through the global registry.
+    """
+
+    def __init__(self) -> None:
+        self._modules: list[weakref.ref] = []
+
+    def add(self, module: Module) -> None:
+        self._modules = [ref for ref in self._modules if ref() is not None]
+        self._modules.append(weakref.ref(module))
+
+    def get_function_from_env(self, name: str) -> PackedFunc:
+        live = [module for module in (ref() for ref in self._modules) if module is not None]
+        with_imports = [module for module in live if module.imports]
+        # With no live module left, an empty Module searches just the registry.
+        return (with_imports or live or [Module()])[-1].get_function_from_env(name)
+
+
+_library_contexts: dict[str, _LibraryContext] = {}
+
+
 class DSOModule(Module):
     """A shared library loaded with dlopen; functions are found by symbol name."""
 
@@ -585,7 +611,9 @@ class DSOModule(Module):
             raise TVMError(f"cannot load shared library {path}: {err}") from None
         ctx = self._symbol_address(_MODULE_CTX_SYMBOL)
         if ctx is not None:
-            ctypes.c_void_p.from_address(ctx).value = object_handle(self)
+            context = _library_contexts.setdefault(self.path, _LibraryContext())
+            context.add(self)
+            ctypes.c_void_p.from_address(ctx).value = object_handle(context)
 
     @property
     def format(self) -> str:

@@ -6,6 +6,7 @@ The C side is a hand-written library of packed-signature functions compiled once
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import subprocess
 import sys
@@ -322,3 +323,16 @@ def test_kiln_num_threads_sets_the_default_team_size(kernels: Module) -> None:
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "3"
+
+
+def test_env_lookup_survives_the_module_that_set_the_context() -> None:
+    # Loading one library path twice shares one dlopen copy and one __tvm_module_ctx.
+    path = cc.cached_shared_library({"kernels.c": KERNELS_C})
+    first, second = load_module(path), load_module(path)
+    del second
+    gc.collect()
+    register_func("test.env_callback", lambda number, word: number * 2, override=True)
+    try:
+        assert first["call_env_callback"]() == 14
+    finally:
+        remove_global_func("test.env_callback")
