@@ -1,0 +1,93 @@
+"""The LLVM target: ll/asm sources, host CPU tuning, parallel lambdas, export, no llvmlite."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import tir
+from kiln.runtime.error import TVMError
+from kiln.target import Target
+from kiln.target.build import build_module
+from kiln.target.codegen_llvm import CodeGenLLVM, _llvmlite, emit_llvm
+
+
+@pytest.fixture(scope="module")
+def llvm_module(kernels):
+    return build_module(dict(kernels), Target("llvm"))
+
+
+def test_ll_source_has_unpacked_kernels_and_parallel_lambdas(llvm_module):
+    ll = llvm_module.get_source("ll")
+    assert "define" in ll and "@exp_scale_unpacked(ptr noalias" in ll
+    assert "@exp_scale_compute_1" in ll
+    assert "call i32 @TVMBackendParallelLaunch(ptr nonnull @exp_scale_compute_1" in ll
+    assert llvm_module.get_source() == ll
+
+
+def test_asm_is_vectorized_for_the_host(llvm_module):
+    asm = llvm_module.get_source("asm")
+    assert "exp_scale_unpacked:" in asm
+    assert "ymm" in asm  # 256-bit AVX registers: the host CPU's features were used
+
+
+def test_glue_holds_the_packed_wrappers(llvm_module):
+    glue = llvm_module.get_source("c")
+    assert "int32_t exp_scale_unpacked(float* A, float* B, int32_t n);" in glue
+    assert "int32_t exp_scale(TVMValue* args, int* type_codes, int num_args" in glue
+
+
+def test_mcpu_selects_the_target_machine(kernels):
+    vec = {"vec_scale": kernels["vec_scale"]}
+    _, ref, tm = emit_llvm(vec, Target("llvm -mcpu=x86-64"))
+    assert tm.emit_assembly(ref).count("ymm") == 0  # baseline x86-64: SSE only
+    _, ref, tm = emit_llvm(vec, Target("llvm -mcpu=znver3"))
+    assert "ymm" in tm.emit_assembly(ref)
+
+
+def test_export_library_links_the_object_and_loads_back(tmp_path, llvm_module):
+    path = tmp_path / "kernels.so"
+    llvm_module.export_library(str(path))
+    loaded = kiln.runtime.load_module(str(path))
+    a = np.arange(8, dtype="float32").reshape(2, 4)
+    out = kiln.nd.array(np.zeros_like(a))
+    loaded["exp_scale"](kiln.nd.array(a), out)
+    np.testing.assert_allclose(out.numpy(), np.exp(a) * 2, rtol=1e-6)
+
+
+def test_save_object_file(tmp_path, llvm_module):
+    path = tmp_path / "k.o"
+    llvm_module.save(str(path))
+    assert path.read_bytes()[:4] == b"\x7fELF"
+    ll_path = tmp_path / "k.ll"
+    llvm_module.save(str(ll_path))
+    assert "exp_scale_unpacked" in ll_path.read_text()
+
+
+def test_missing_llvmlite_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llvmlite", None)
+    monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
+    monkeypatch.setitem(sys.modules, "llvmlite.ir", None)
+    with pytest.raises(TVMError, match=r"pip install kiln\[llvm\]"):
+        _llvmlite()
+
+
+def test_node_without_rule_names_it():
+    class Mystery:
+        dtype = "float32"
+
+    with pytest.raises(TVMError, match="no rule for TIR expression node Mystery"):
+        CodeGenLLVM().expr(Mystery())
+
+
+def test_unroll_emits_straight_line_code():
+    A = tir.decl_buffer((4,), "int32", name="A")
+    i = tir.Var("i", "int32")
+    body = tir.For(i, 0, 4, tir.ForKind.UNROLLED, tir.BufferStore(A, i * 10, [i]))
+    cg = CodeGenLLVM()
+    cg.add_function(tir.PrimFunc([A], body), "fill")
+    text = str(cg.module)
+    assert "phi" not in text and text.count("store i32") == 4
