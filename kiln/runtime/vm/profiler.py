@@ -49,10 +49,10 @@ class VirtualMachineProfiler(VirtualMachine):
         timings = self._timings
         clock = time.perf_counter
 
-        def timed(frame: Any, op: Any) -> Any:
+        def timed(regs: list, op: Any, pc: int) -> int:
             start = clock()
             try:
-                return handler(frame, op)
+                return handler(regs, op, pc)
             finally:
                 elapsed = clock() - start
                 entry = timings.get(key)

@@ -9,14 +9,17 @@ method per opcode, looked up in a table, never an if-chain) and ``operand`` is t
 instruction, or for ``InvokePacked`` a call site with the kernel already resolved and its
 argument arrays already built. The loop is then::
 
-    frame = frames[-1]; handler, operand = frame.code[frame.pc]; handler(frame, operand)
+    handler, operand = code[pc]; pc = handler(regs, operand, pc)
 
-A frame holds the function's register file, its pc, and the caller register that receives
-its result. ``Invoke`` pushes a frame and ``Ret`` pops one, so VM recursion never recurses in
-Python. **Tail calls**: an ``Invoke``/``InvokeClosure`` whose result reaches a ``Ret``
-unchanged — directly, or through ``Move``, ``Goto`` and unrelated ``KillRegister`` steps, as
-a compiled ``if`` branch does — is marked at preparation time and reuses the current frame,
-so a tail-recursive loop runs in constant frame depth whatever the compiler emitted.
+where ``code``/``regs``/``pc`` belong to the top frame and are reloaded only when a call or
+return switches frames. A frame holds the function's register file, its return pc, and the
+caller register that receives its result. ``Invoke`` pushes a frame and ``Ret`` pops one,
+so VM recursion never recurses in Python.
+
+**Tail calls**: an ``Invoke``/``InvokeClosure`` whose result reaches a ``Ret`` unchanged —
+directly, or through ``Move``, ``Goto`` and unrelated ``KillRegister`` steps, as a compiled
+``if`` branch does — is marked at preparation time and reuses the current frame, so a
+tail-recursive loop runs in constant frame depth whatever the compiler emitted.
 
 Scalars: ``LoadConsti`` and ``GetTag`` tensors are created once per value and treated as
 read-only constants (as TVM treats LoadConst tensors), which keeps counter loops cheap.
@@ -44,6 +47,8 @@ __all__ = ["VirtualMachine", "VMClosure"]
 
 _NDArray = _nd.NDArray
 _DLTENSOR_HANDLE = 7  # kTVMDLTensorHandle
+# Handler results below zero: the frame changed (reload it), or the entry frame returned.
+_SWITCH_FRAME, _EXIT = -1, -2
 _KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -239,6 +244,7 @@ class VirtualMachine:
         # Scalar tensors made by LoadConsti/GetTag, and the int each holds (by id).
         self._scalar_tensors: dict[tuple[str, int], Any] = {}
         self._scalar_values: dict[int, int] = {}
+        self._tag_tensors: dict[int, Any] = {}
         self._const_pool: dict[int, Any] = {}
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
         self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
@@ -364,56 +370,73 @@ class VirtualMachine:
         return result
 
     def _run_loop(self) -> None:
+        """Run until the entry frame returns.
+
+        Handlers take ``(regs, operand, pc)`` and return the next pc of the same frame, or
+        ``_SWITCH_FRAME`` after pushing/popping/reusing a frame (the loop reloads code,
+        registers and pc from ``frames[-1]``), or ``_EXIT`` when the entry frame returned.
+        """
         frames = self._frames
-        while True:
-            frame = frames[-1]
-            handler, operand = frame.code[frame.pc]
-            if handler(frame, operand):
-                return
+        frame = frames[-1]
+        code, regs, pc = frame.code, frame.regs, frame.pc
+        try:
+            while True:
+                handler, operand = code[pc]
+                pc = handler(regs, operand, pc)
+                if pc < 0:
+                    if pc == _EXIT:
+                        return
+                    frame = frames[-1]
+                    code, regs, pc = frame.code, frame.regs, frame.pc
+        except BaseException:
+            if pc >= 0:
+                frames[-1].pc = pc  # where the fault happened, for the error message
+            raise
 
-    # -- one handler per opcode ------------------------------------------------------------
+    # -- one handler per opcode: (regs, operand, pc) -> next pc ---------------------------
 
-    def _op_move(self, frame: _Frame, instr: bc.Move) -> None:
-        regs = frame.regs
+    def _op_move(self, regs: list, instr: bc.Move, pc: int) -> int:
         regs[instr.dst] = regs[instr.src]
-        frame.pc += 1
+        return pc + 1
 
-    def _op_ret(self, frame: _Frame, instr: bc.Ret) -> bool | None:
-        value = frame.regs[instr.result]
+    def _op_ret(self, regs: list, instr: bc.Ret, pc: int) -> int:
+        value = regs[instr.result]
         frames = self._frames
-        frames.pop()
+        frame = frames.pop()
         if len(frames) == self._entry_depth:
             self._return_value = value
-            return True
+            return _EXIT
         frames[-1].regs[frame.caller_dst] = value
-        return None
+        return _SWITCH_FRAME
 
-    def _push(self, func_index: int, args: list[Any], caller_dst: int) -> None:
+    def _push(self, pc: int, func_index: int, args: list[Any], caller_dst: int) -> int:
+        """Call: remember our return pc, push the callee's frame."""
+        frames = self._frames
+        frames[-1].pc = pc + 1
         func = self._functions[func_index]
         regs = [None] * func.register_file_size
         regs[: len(args)] = args
-        self._frames.append(_Frame(func_index, self._code[func_index], regs, caller_dst))
+        frames.append(_Frame(func_index, self._code[func_index], regs, caller_dst))
+        return _SWITCH_FRAME
 
-    def _op_invoke(self, frame: _Frame, instr: bc.Invoke) -> None:
-        regs = frame.regs
-        frame.pc += 1
-        self._push(instr.func_index, [regs[r] for r in instr.args], instr.dst)
-
-    def _reuse_frame(self, frame: _Frame, func_index: int, args: list[Any]) -> None:
+    def _reuse_frame(self, func_index: int, args: list[Any]) -> int:
         """A tail call: the callee takes over this frame and returns to our caller."""
+        frame = self._frames[-1]
         regs = [None] * self._functions[func_index].register_file_size
         regs[: len(args)] = args
         frame.func_index = func_index
         frame.code = self._code[func_index]
         frame.regs = regs
         frame.pc = 0
+        return _SWITCH_FRAME
 
-    def _op_tail_invoke(self, frame: _Frame, instr: bc.Invoke) -> None:
-        regs = frame.regs
-        self._reuse_frame(frame, instr.func_index, [regs[r] for r in instr.args])
+    def _op_invoke(self, regs: list, instr: bc.Invoke, pc: int) -> int:
+        return self._push(pc, instr.func_index, [regs[r] for r in instr.args], instr.dst)
 
-    def _closure_args(self, frame: _Frame, instr: bc.InvokeClosure) -> tuple[int, list[Any]]:
-        regs = frame.regs
+    def _op_tail_invoke(self, regs: list, instr: bc.Invoke, pc: int) -> int:
+        return self._reuse_frame(instr.func_index, [regs[r] for r in instr.args])
+
+    def _closure_args(self, regs: list, instr: bc.InvokeClosure) -> tuple[int, list[Any]]:
         closure = regs[instr.closure]
         if not isinstance(closure, VMClosure):
             raise TVMError(f"InvokeClosure: register ${instr.closure} holds "
@@ -425,46 +448,40 @@ class VirtualMachine:
                            f"{len(closure.free_vars)} captured + {len(instr.args)} arguments")
         return closure.func_index, args
 
-    def _op_invoke_closure(self, frame: _Frame, instr: bc.InvokeClosure) -> None:
-        func_index, args = self._closure_args(frame, instr)
-        frame.pc += 1
-        self._push(func_index, args, instr.dst)
+    def _op_invoke_closure(self, regs: list, instr: bc.InvokeClosure, pc: int) -> int:
+        func_index, args = self._closure_args(regs, instr)
+        return self._push(pc, func_index, args, instr.dst)
 
-    def _op_tail_invoke_closure(self, frame: _Frame, instr: bc.InvokeClosure) -> None:
-        func_index, args = self._closure_args(frame, instr)
-        self._reuse_frame(frame, func_index, args)
+    def _op_tail_invoke_closure(self, regs: list, instr: bc.InvokeClosure, pc: int) -> int:
+        func_index, args = self._closure_args(regs, instr)
+        return self._reuse_frame(func_index, args)
 
-    def _op_invoke_packed(self, frame: _Frame, site: _PackedCall) -> None:
-        site.call(frame.regs)
-        frame.pc += 1
+    def _op_invoke_packed(self, regs: list, site: _PackedCall, pc: int) -> int:
+        site.call(regs)
+        return pc + 1
 
-    def _op_alloc_tensor(self, frame: _Frame, instr: bc.AllocTensor) -> None:
-        regs = frame.regs
+    def _op_alloc_tensor(self, regs: list, instr: bc.AllocTensor, pc: int) -> int:
         storage = self._storage(regs[instr.storage])
         offset = self._load_scalar_int(regs[instr.offset])
         regs[instr.dst] = storage.alloc_tensor(offset, instr.shape, self._dtype(instr.dtype))
-        frame.pc += 1
+        return pc + 1
 
-    def _op_alloc_tensor_reg(self, frame: _Frame, instr: bc.AllocTensorReg) -> None:
-        regs = frame.regs
+    def _op_alloc_tensor_reg(self, regs: list, instr: bc.AllocTensorReg, pc: int) -> int:
         storage = self._storage(regs[instr.storage])
         offset = self._load_scalar_int(regs[instr.offset])
         shape = self._load_shape(regs[instr.shape_register])
         regs[instr.dst] = storage.alloc_tensor(offset, shape, self._dtype(instr.dtype))
-        frame.pc += 1
+        return pc + 1
 
-    def _op_alloc_adt(self, frame: _Frame, instr: bc.AllocADT) -> None:
-        regs = frame.regs
+    def _op_alloc_adt(self, regs: list, instr: bc.AllocADT, pc: int) -> int:
         regs[instr.dst] = ADT(instr.tag, [regs[r] for r in instr.datatype_fields])
-        frame.pc += 1
+        return pc + 1
 
-    def _op_alloc_closure(self, frame: _Frame, instr: bc.AllocClosure) -> None:
-        regs = frame.regs
+    def _op_alloc_closure(self, regs: list, instr: bc.AllocClosure, pc: int) -> int:
         regs[instr.dst] = VMClosure(instr.func_index, [regs[r] for r in instr.free_vars])
-        frame.pc += 1
+        return pc + 1
 
-    def _op_get_field(self, frame: _Frame, instr: bc.GetField) -> None:
-        regs = frame.regs
+    def _op_get_field(self, regs: list, instr: bc.GetField, pc: int) -> int:
         value = regs[instr.object]
         if not isinstance(value, ADT):
             raise TVMError(f"GetField: register ${instr.object} holds {type(value).__name__}, "
@@ -473,16 +490,20 @@ class VirtualMachine:
             raise TVMError(f"GetField: field {instr.field_index} of an ADT with "
                            f"{len(value.fields)} fields")
         regs[instr.dst] = value.fields[instr.field_index]
-        frame.pc += 1
+        return pc + 1
 
-    def _op_if(self, frame: _Frame, instr: bc.If) -> None:
-        regs = frame.regs
-        if self._load_scalar_int(regs[instr.test]) == self._load_scalar_int(regs[instr.target]):
-            frame.pc += instr.true_offset
-        else:
-            frame.pc += instr.false_offset
+    def _op_if(self, regs: list, instr: bc.If, pc: int) -> int:
+        known = self._scalar_values
+        test, target = regs[instr.test], regs[instr.target]
+        test_value = known.get(id(test))
+        if test_value is None:
+            test_value = self._load_scalar_int(test)
+        target_value = known.get(id(target))
+        if target_value is None:
+            target_value = self._load_scalar_int(target)
+        return pc + (instr.true_offset if test_value == target_value else instr.false_offset)
 
-    def _op_load_const(self, frame: _Frame, instr: bc.LoadConst) -> None:
+    def _op_load_const(self, regs: list, instr: bc.LoadConst, pc: int) -> int:
         const = self._const_pool.get(instr.const_index)
         if const is None:
             const = self.exe._constants[instr.const_index]
@@ -490,30 +511,31 @@ class VirtualMachine:
             if const.device != target:
                 const = const.copyto(target)
             self._const_pool[instr.const_index] = const
-        frame.regs[instr.dst] = const
-        frame.pc += 1
+        regs[instr.dst] = const
+        return pc + 1
 
-    def _op_goto(self, frame: _Frame, instr: bc.Goto) -> None:
-        frame.pc += instr.pc_offset
+    def _op_goto(self, regs: list, instr: bc.Goto, pc: int) -> int:
+        return pc + instr.pc_offset
 
-    def _op_get_tag(self, frame: _Frame, instr: bc.GetTag) -> None:
-        regs = frame.regs
+    def _op_get_tag(self, regs: list, instr: bc.GetTag, pc: int) -> int:
         value = regs[instr.object]
         if not isinstance(value, ADT):
             raise TVMError(f"GetTag: register ${instr.object} holds {type(value).__name__}, "
                            "not an ADT")
-        regs[instr.dst] = self._scalar_tensor(value.tag, "int32")
-        frame.pc += 1
+        tensor = self._tag_tensors.get(value.tag)
+        if tensor is None:
+            tensor = self._tag_tensors[value.tag] = self._scalar_tensor(value.tag, "int32")
+        regs[instr.dst] = tensor
+        return pc + 1
 
-    def _op_load_consti(self, frame: _Frame, operand: tuple[bc.LoadConsti, Any]) -> None:
-        frame.regs[operand[0].dst] = operand[1]
-        frame.pc += 1
+    def _op_load_consti(self, regs: list, operand: tuple[bc.LoadConsti, Any], pc: int) -> int:
+        regs[operand[0].dst] = operand[1]
+        return pc + 1
 
-    def _op_fatal(self, frame: _Frame, instr: bc.Fatal) -> None:
+    def _op_fatal(self, regs: list, instr: bc.Fatal, pc: int) -> int:
         raise TVMError("VM encountered fatal error")
 
-    def _op_alloc_storage(self, frame: _Frame, instr: bc.AllocStorage) -> None:
-        regs = frame.regs
+    def _op_alloc_storage(self, regs: list, instr: bc.AllocStorage, pc: int) -> int:
         if instr.shape:
             count = 1
             for dim in instr.shape:
@@ -523,44 +545,42 @@ class VirtualMachine:
             nbytes = self._load_scalar_int(regs[instr.allocation_size])
         allocator = self.allocators[instr.device_index]
         regs[instr.dst] = allocator.alloc(nbytes, instr.alignment)
-        frame.pc += 1
+        return pc + 1
 
-    def _op_shape_of(self, frame: _Frame, instr: bc.ShapeOf) -> None:
-        regs = frame.regs
+    def _op_shape_of(self, regs: list, instr: bc.ShapeOf, pc: int) -> int:
         tensor = self._tensor(regs[instr.tensor], "ShapeOf")
         regs[instr.dst] = _nd.array(np.array(tensor.shape, dtype="int64"), self.host_device)
-        frame.pc += 1
+        return pc + 1
 
-    def _op_reshape_tensor(self, frame: _Frame, instr: bc.ReshapeTensor) -> None:
-        regs = frame.regs
+    def _op_reshape_tensor(self, regs: list, instr: bc.ReshapeTensor, pc: int) -> int:
         tensor = self._tensor(regs[instr.tensor], "ReshapeTensor")
         shape = self._load_shape(regs[instr.newshape])
         if int(np.prod(shape, dtype=np.int64)) != int(np.prod(tensor.shape, dtype=np.int64)):
             raise TVMError(f"ReshapeTensor: cannot view a tensor of shape {tensor.shape} as "
                            f"shape {shape}")
         regs[instr.dst] = tensor._create_view(shape)
-        frame.pc += 1
+        return pc + 1
 
-    def _op_device_copy(self, frame: _Frame, instr: bc.DeviceCopy) -> None:
-        regs = frame.regs
+    def _op_device_copy(self, regs: list, instr: bc.DeviceCopy, pc: int) -> int:
         tensor = self._tensor(regs[instr.src], "DeviceCopy")
         expected = self.devices[instr.src_device_index]
         if tensor.device != expected:
             raise TVMError(f"DeviceCopy: source tensor is on {tensor.device}, the "
                            f"instruction says {expected}")
         regs[instr.dst] = tensor.copyto(self.devices[instr.dst_device_index])
-        frame.pc += 1
+        return pc + 1
 
-    def _op_kill_register(self, frame: _Frame, instr: bc.KillRegister) -> None:
-        frame.regs[instr.dst] = None
-        frame.pc += 1
+    def _op_kill_register(self, regs: list, instr: bc.KillRegister, pc: int) -> int:
+        regs[instr.dst] = None
+        return pc + 1
 
     # -- value helpers ---------------------------------------------------------------------
 
     def _load_scalar_int(self, value: Any) -> int:
         """The integer in a scalar tensor (TVM's ``LoadScalarInt``: any int/bool width)."""
+        # Cached scalar tensors live as long as the VM, so their ids are never reused.
         known = self._scalar_values.get(id(value))
-        if known is not None and self._scalar_tensors.get((value.dtype, known)) is value:
+        if known is not None:
             return known
         tensor = self._tensor(value, "scalar operand")
         data = tensor._np
@@ -607,9 +627,12 @@ class VirtualMachine:
         if isinstance(value, _NDArray | VMClosure):
             return value
         if isinstance(value, ADT):
+            # Convert NumPy/scalar fields; nested ADTs are taken as they are (no recursion,
+            # so a long cons list passes in constant stack).
             if all(isinstance(f, _NDArray | ADT | VMClosure) for f in value.fields):
                 return value
-            return ADT(value.tag, [self._convert(f, device) for f in value.fields])
+            return ADT(value.tag, [f if isinstance(f, _NDArray | ADT | VMClosure)
+                                   else self._convert(f, device) for f in value.fields])
         if isinstance(value, np.ndarray | np.generic):
             return _nd.array(value, device)
         if isinstance(value, tuple | list):

@@ -386,6 +386,21 @@ def test_tail_recursive_counter_with_kernels(kernels):
     assert vm.memory_in_use() == 4096
 
 
+def test_wrong_register_contents_are_tvm_errors_with_location():
+    main = VMFunction("main", ["x"], [LoadConsti(0, 1), GetField(0, 0, 2), Ret(2)], 3)
+    vm = VirtualMachine(Executable([main]), kiln.cpu(0))
+    with pytest.raises(TVMError, match="GetField: register \\$0 holds NDArray, not an ADT\n"
+                                       "  in @main instruction 1 \\(GetField\\)"):
+        vm.run(np.zeros(1))
+    callee = VMFunction("callee", ["a"], [Move(0, 0), If(0, 0, 1, 2), Ret(0), Ret(0)], 1)
+    caller = VMFunction("main", ["x"], [Invoke(0, (0,), 1), Move(1, 0), Ret(0)], 2)
+    vm = VirtualMachine(Executable([callee, caller]), kiln.cpu(0))
+    with pytest.raises(TVMError, match="expected an integer scalar tensor, got float32\n"
+                                       "  in @callee instruction 1 \\(If\\)"):
+        vm.run(np.zeros(1, "float32"))
+    assert vm.frame_depth == 0
+
+
 def test_python_scalars_convert_like_tvm():
     vm = VirtualMachine(Executable([VMFunction("main", ["a"], [Ret(0)], 1)]), kiln.cpu(0))
     for value, dtype in ((3, "int32"), (2.5, "float32"), (True, "bool")):
@@ -418,8 +433,9 @@ def test_kernel_error_names_the_primitive(kernels):
     ], 6)
     vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
     with pytest.raises(TVMError, match="kernel 'add_f32' failed: elementwise kernel: operand "
-                                       "sizes differ"):
+                                       "sizes differ\n  in @main instruction 4 \\(InvokePacked"):
         vm.run(np.zeros(2, "float32"), np.zeros(3, "float32"))
+    assert vm.frame_depth == 0
 
 
 def test_zero_sized_output_skips_the_kernel(kernels):
