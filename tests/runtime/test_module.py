@@ -25,7 +25,7 @@ from kiln.runtime.module import (
     serialize_module_blob,
     system_lib,
 )
-from kiln.runtime.registry import register_func
+from kiln.runtime.registry import register_func, remove_global_func
 
 ADD_C = r"""
 #include <tvm/runtime/c_backend_api.h>
@@ -150,7 +150,7 @@ def test_blob_round_trips_in_a_fresh_process_importing_only_runtime(exported) ->
         import numpy as np
         from kiln.runtime import ndarray
         from kiln.runtime.module import Module, ModuleProperty, load_module
-        from kiln.runtime.registry import register_func
+        from kiln.runtime.registry import register_func, remove_global_func
 
         class OffsetModule(Module):
             type_key = "test.Offset"
@@ -177,6 +177,36 @@ def test_blob_round_trips_in_a_fresh_process_importing_only_runtime(exported) ->
     assert proc.returncode == 0, proc.stderr
     expected = f"1.5 {[2.0 * i for i in range(7)]} []"
     assert proc.stdout.strip() == expected
+
+
+ENV_C = r"""
+#include <tvm/runtime/c_backend_api.h>
+
+void* __tvm_module_ctx = NULL;
+
+/* Call the function "offset" found through the module environment. */
+int call_offset(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code, void* res) {
+  TVMFunctionHandle f;
+  if (TVMBackendGetFuncFromEnv(__tvm_module_ctx, "offset", &f) != 0) return -1;
+  return TVMFuncCall(f, NULL, NULL, 0, ret, ret_code);
+}
+"""
+
+
+def test_kernel_env_lookup_prefers_imports_over_the_registry(tmp_path: Path) -> None:
+    root = CSourceModule(ENV_C)
+    root.import_module(OffsetModule(2.5))
+    root.export_library(tmp_path / "env.so")
+    register_func("offset", lambda: -1.0, override=True)
+    try:
+        lib = load_module(tmp_path / "env.so")
+        assert isinstance(lib, DSOModule) and isinstance(lib.imports[0], OffsetModule)
+        assert lib["call_offset"]() == 2.5
+        lone = CSourceModule(ENV_C)
+        lone.export_library(tmp_path / "env_lone.so")
+        assert load_module(tmp_path / "env_lone.so")["call_offset"]() == -1.0
+    finally:
+        remove_global_func("offset")
 
 
 def test_serialize_blob_matches_tvm_layout_by_hand() -> None:
