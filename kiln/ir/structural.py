@@ -16,7 +16,7 @@ Classes tune the comparison with three class attributes:
     fields whose values (a variable, or a list of them) *define* variables: Function ``params``,
     Let ``var``, FuncType ``type_params``. A TIR node declares e.g.
     ``_sequal_def_fields = ("loop_var",)`` on ``For`` or ``("params",)`` on ``PrimFunc``.
-    Definition fields must come before the fields that use the variables (reflection order).
+    Definition fields are compared before every other field of the node.
 ``_sequal_var = True``
     marks a variable class (relay.Var, TypeVar, tir.Var). A variable met in a definition field
     is mapped to the variable at the same place on the other side, and every later use must
@@ -125,7 +125,9 @@ def _fields_to_compare(cls: type) -> list[tuple[str, bool]]:
         return cached
     ignore = set(getattr(cls, "_sequal_ignore", ("span",))) | {"span"}
     defs = set(getattr(cls, "_sequal_def_fields", ()))
-    plan = [(name, name in defs) for name in cls._all_fields if name not in ignore]
+    # Definition fields go first, so variables are mapped before any use is compared.
+    names = [n for n in cls._all_fields if n not in ignore]
+    plan = [(n, True) for n in names if n in defs] + [(n, False) for n in names if n not in defs]
     cls._sequal_plan = plan
     return plan
 
