@@ -252,7 +252,8 @@ class Module(Object):
 
         Each of ``repeat`` measurements is the mean over ``number`` calls; ``number`` grows
         until a measurement lasts ``min_repeat_ms``. The result has ``.mean``, ``.median``,
-        ``.results``.
+        ``.results``. ``dev`` and the cooldown/preprocessing arguments are accepted for TVM
+        compatibility; kiln times host (CPU) functions, which need no device synchronization.
 
         Example
         -------

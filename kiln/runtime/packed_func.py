@@ -328,7 +328,8 @@ class PackedFunc(Object):
         """Pack ``args`` once; return a zero-argument callable that calls this function.
 
         The packed arguments keep references to what they point at (NDArrays, strings), so
-        the returned callable stays valid as long as it lives.
+        the returned callable stays valid as long as it lives. It reuses one return slot, so
+        one prepared call must not run on two threads at once.
 
         Example
         -------

@@ -195,6 +195,9 @@ def test_objects_round_trip_through_c_as_the_same_object(kernels: Module) -> Non
     func = PackedFunc(lambda: 1)
     assert kernels["echo"](func) is func
     assert kernels["echo"](kernels) is kernels
+    array = convert([1, 2])
+    assert kernels["echo"](array) is array
+    assert list(kernels["echo"]((3, 4))) == [3, 4]  # a tuple travels as an Array
 
 
 def test_ndarray_returned_from_c_views_the_same_memory(kernels: Module) -> None:
