@@ -27,6 +27,7 @@ targets, field counts and instruction hashes; a bad file raises :class:`TVMError
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,7 @@ VM_VERSION = "kiln-0.1.0"
 # Sanity bound on a function's register file so a tampered file cannot request a huge frame.
 MAX_REGISTERS = 1 << 20
 _CONST_IMMEDIATE, _CONST_LATE_BOUND = 0, 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Instructions after which control never falls through to pc + 1.
 _NO_FALLTHROUGH = (bc.Ret, bc.Goto, bc.Fatal, bc.If)
 
@@ -155,6 +157,8 @@ class Executable:
         primitive_attrs: dict[int, dict[str, str]] | None = None,
     ) -> None:
         self.functions = list(functions)
+        for func in self.functions:
+            _check(isinstance(func, VMFunction), "functions", f"{func!r} is not a VMFunction")
         self._constants = list(constants)
         self.primitive_names = [str(n) for n in primitive_names]
         self.lib = lib
@@ -202,6 +206,10 @@ class Executable:
         if index is None:
             raise TVMError(f"Cannot find function {name!r} in executable; it has {self.globals}")
         return self.functions[index]
+
+    def get_lib(self) -> Any:
+        """The kernel library (TVM's ``Executable.get_lib``)."""
+        return self.lib
 
     def get_function_params(self, func_name: str) -> list[str]:
         return list(self.function(func_name).params)
@@ -504,6 +512,13 @@ def _parse_spec_text(text: str, name: str) -> tuple:
     return tuple(specs)
 
 
+def _is_int64(value: Any) -> bool:
+    try:
+        return _INT64_MIN <= operator.index(value) <= _INT64_MAX
+    except TypeError:
+        return False
+
+
 def _check(ok: bool, where: str, message: str) -> None:
     if not ok:
         raise TVMError(f"invalid VM executable: {where}: {message}")
@@ -552,8 +567,11 @@ def _verify_function(exe: Executable, func: VMFunction, n_devices: int) -> None:
     n = len(func.instructions)
     _check(n > 0, where, "has no instructions")
     for pc, instr in enumerate(func.instructions):
+        _check(isinstance(instr, bc.Instruction), f"{where} instruction {pc}",
+               f"{instr!r} is not an instruction")
         at = f"{where} instruction {pc} ({instr.opcode.name})"
-        _check(isinstance(instr, bc.Instruction), at, f"{instr!r} is not an instruction")
+        for value in instr.fields():
+            _check(_is_int64(value), at, f"operand {value!r} is not an int64")
         for reg in instr.registers():
             _check_index(reg, size, at, "register")
         for rule in _OPERAND_RULES.get(type(instr), ()):

@@ -64,8 +64,12 @@ class VirtualMachineProfiler(VirtualMachine):
 
         return timed, operand
 
-    def profile(self, *args: Any, func_name: str = "main", **kwargs: Any) -> Report:
-        """Run ``func_name`` once on ``args`` and report its time by instruction and kernel."""
+    def profile(self, *args: Any, func_name: str = "main", collectors: Any = None,
+                **kwargs: Any) -> Report:
+        """Run ``func_name`` once on ``args`` and report its time by instruction and kernel.
+
+        ``collectors`` is accepted for TVM compatibility; kiln measures wall time only.
+        """
         if args or kwargs:
             self.set_input(func_name, *args, **kwargs)
         self._timings.clear()

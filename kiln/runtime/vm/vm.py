@@ -333,6 +333,7 @@ class VirtualMachine:
         tensor = self._scalar_tensors.get(key)
         if tensor is None:
             tensor = _host_scalar_array(value, dtype)
+            tensor._np.flags.writeable = False  # shared by every run: never written
             self._scalar_tensors[key] = tensor
             self._scalar_values[id(tensor)] = value
         return tensor

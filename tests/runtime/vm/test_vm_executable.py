@@ -186,6 +186,10 @@ two = VMFunction("two", ["a", "b"], [Ret(0)], 2)
      "floaty32"),
     ([VMFunction("main", [], [Ret(0)], 1), VMFunction("main", [], [Ret(0)], 1)], {},
      "duplicate function names"),
+    ([VMFunction("main", [], [LoadConsti(1 << 64, 0), Ret(0)], 1)], {}, "is not an int64"),
+    ([VMFunction("main", [], [LoadConsti(1.5, 0), Ret(0)], 1)], {}, "is not an int64"),
+    ([VMFunction("main", [], ["Ret 0"], 1)], {}, "'Ret 0' is not an instruction"),
+    (["main"], {}, "'main' is not a VMFunction"),
 ])
 def test_verification_rejects_bad_programs(functions, kwargs, message):
     with pytest.raises(TVMError, match=message):
