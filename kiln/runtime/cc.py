@@ -1,8 +1,8 @@
 """The one C toolchain driver: find the compiler, compile, link, and cache builds on disk.
 
 Entry points: :func:`create_shared`, :func:`compile_object`, :func:`create_staticlib`,
-:func:`cached_shared_library`, :func:`find_compiler`, :func:`default_options`,
-:func:`include_dirs`. Public as ``kiln.contrib.cc`` (TVM's path).
+:func:`cached_shared_library`, :func:`cross_compiler`, :func:`find_compiler`,
+:func:`default_options`, :func:`include_dirs`. Public as ``kiln.contrib.cc`` (TVM's path).
 
 The compiler is ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.
 Host kernels build with ``-O3 -march=native -fPIC`` plus ``-fopenmp`` when a probe shows
@@ -23,8 +23,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from kiln.runtime import config
 from kiln.runtime.error import TVMError
@@ -38,6 +39,7 @@ __all__ = [
     "compile_object",
     "create_shared",
     "create_staticlib",
+    "cross_compiler",
     "cached_shared_library",
 ]
 
@@ -193,6 +195,34 @@ def create_staticlib(
 
 
 create_staticlib.output_format = "a"
+
+
+def cross_compiler(
+    compile_func: str | Callable[..., Any],
+    options: Sequence[str] | None = None,
+    output_format: str | None = None,
+) -> Callable[..., Any]:
+    """An ``fcompile`` for ``export_library`` that uses another compiler or extra flags.
+
+    ``compile_func`` is a compiler command (e.g. ``"aarch64-linux-gnu-gcc"``) or a function
+    with :func:`create_shared`'s signature; ``options`` are prepended to the caller's.
+
+    Example
+    -------
+    >>> fcompile = cross_compiler("gcc", ["-O2"])
+    >>> fcompile.output_format
+    'so'
+    """
+    base_options = list(options or ())
+
+    def compile_with(output, objects, options=None, **kwargs):
+        merged = base_options + list(options or ())
+        if isinstance(compile_func, str):
+            return create_shared(output, objects, merged, cc=compile_func)
+        return compile_func(output, objects, options=merged, **kwargs)
+
+    compile_with.output_format = output_format or getattr(compile_func, "output_format", "so")
+    return compile_with
 
 
 def cached_shared_library(

@@ -110,3 +110,11 @@ def test_shipped_headers_compile_for_bare_metal(tmp_path: Path) -> None:
     cmd = [cc.find_compiler(), "-ffreestanding", "-nostdlib", "-std=c99", "-Wall", "-Werror"]
     cmd += [f"-I{d}" for d in cc.include_dirs()] + ["-c", str(src), "-o", str(tmp_path / "b.o")]
     subprocess.run(cmd, check=True)
+
+
+def test_cross_compiler_wraps_a_compiler_with_extra_flags(tmp_path: Path) -> None:
+    (tmp_path / "flag.c").write_text("int flag(void) { return KILN_FLAG; }\n")
+    fcompile = cc.cross_compiler(cc.find_compiler(), ["-DKILN_FLAG=5"])
+    assert fcompile.output_format == "so"
+    lib = ctypes.CDLL(fcompile(str(tmp_path / "flag.so"), [tmp_path / "flag.c"], ["-O1"]))
+    assert lib.flag() == 5
