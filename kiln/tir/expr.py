@@ -12,7 +12,7 @@ Node constructors take TVM's argument order. Field names are TVM's, so ``For.loo
 (``"tir.exp"``); the table of names kiln emits is :data:`kiln.tir.op.INTRINSICS`.
 
 Binding fields (variables a node introduces, for structural equality) are listed per class in
-``_binding_fields``.
+``_sequal_def_fields``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ class Var(PrimExpr):
     """A scalar variable; ``Var("n", "int32")``; a handle var may carry a ``PointerType``."""
 
     _fields = {"name": str, "type_annotation": Type}
+    _sequal_var = True
+    _sequal_ignore = ("span", "name")
 
     def __init__(self, name: str = "v", dtype: _AnyValue = "int32",
                  span: Span | None = None) -> None:
@@ -277,7 +279,7 @@ class Let(PrimExpr):
     """``let var = value in body``."""
 
     _fields = {"var": Var, "value": PrimExpr, "body": PrimExpr}
-    _binding_fields = ("var",)
+    _sequal_def_fields = ("var",)
 
     def __init__(self, var: Var, value: _AnyValue, body: _AnyValue,
                  span: Span | None = None) -> None:
@@ -321,7 +323,7 @@ class CommReducer(Object):
 
     _fields = {"lhs": Var, "rhs": Var, "result": PrimExpr, "identity_element": PrimExpr,
                "span": Span}
-    _binding_fields = ("lhs", "rhs")
+    _sequal_def_fields = ("lhs", "rhs")
 
     def __init__(self, lhs, rhs, result, identity_element, span: Span | None = None) -> None:
         super().__init__(list(lhs), list(rhs), list(result), list(identity_element), span)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.ir.attrs import DictAttrs
 from kiln.ir.base import Span
-from kiln.ir.expr import BaseExpr
+from kiln.ir.function import BaseFunc
 from kiln.runtime.object import Object, register_object
 from kiln.tir.buffer import Buffer
 from kiln.tir.expr import Var
@@ -20,7 +21,7 @@ __all__ = ["PrimFunc"]
 
 
 @register_object("tir.PrimFunc")
-class PrimFunc(BaseExpr):
+class PrimFunc(BaseFunc):
     """A low-level function over buffers.
 
     Example
@@ -33,9 +34,8 @@ class PrimFunc(BaseExpr):
     'f'
     """
 
-    _fields = {"params": Var, "body": Stmt, "ret_type": Object, "buffer_map": Buffer,
-               "attrs": "any", "span": Span}
-    _binding_fields = ("params",)
+    _fields = {"params": Var, "body": Stmt, "ret_type": Object, "buffer_map": Buffer}
+    _sequal_def_fields = ("params",)
 
     def __init__(self, params, body: Stmt, ret_type=None, buffer_map=None, attrs=None,
                  span: Span | None = None) -> None:
@@ -46,15 +46,14 @@ class PrimFunc(BaseExpr):
             if isinstance(param, Buffer):
                 buffer_map[param.data] = param
                 params[i] = param.data
-        attrs = dict(getattr(attrs, "_dict", attrs) or {})
-        super().__init__(params, body, ret_type, buffer_map, attrs, span)
+        if not isinstance(attrs, DictAttrs):
+            attrs = DictAttrs(dict(attrs or {}))
+        super().__init__(span, attrs, params, body, ret_type, buffer_map)
+        self._set("checked_type_", None)
 
     def with_attr(self, key: str | dict, value: Any = None) -> PrimFunc:
         """A copy with ``attrs[key] = value`` (or with every pair of a dict)."""
-        attrs = dict(self.attrs)
-        attrs.update(key if isinstance(key, dict) else {key: value})
-        return PrimFunc(self.params, self.body, self.ret_type, self.buffer_map, attrs,
-                        self.span)
+        return self.with_attrs(key if isinstance(key, dict) else {key: value})
 
     def with_body(self, body: Stmt) -> PrimFunc:
         """A copy with a new body."""

@@ -48,7 +48,7 @@ class LetStmt(Stmt):
     """Bind ``var = value`` in ``body``."""
 
     _fields = {"var": Var, "value": PrimExpr, "body": Stmt, "span": Span}
-    _binding_fields = ("var",)
+    _sequal_def_fields = ("var",)
 
     def __init__(self, var: Var, value: Any, body: Stmt, span: Span | None = None) -> None:
         super().__init__(var, _expr(value), body, span)
@@ -104,7 +104,7 @@ class Allocate(Stmt):
 
     _fields = {"buffer_var": Var, "dtype": "dtype", "extents": PrimExpr,
                "condition": PrimExpr, "body": Stmt, "annotations": "any", "span": Span}
-    _binding_fields = ("buffer_var",)
+    _sequal_def_fields = ("buffer_var",)
 
     def __init__(self, buffer_var: Var, dtype: Any, extents, condition: Any, body: Stmt,
                  annotations=None, span: Span | None = None) -> None:
@@ -135,7 +135,7 @@ class For(Stmt):
 
     _fields = {"loop_var": Var, "min": PrimExpr, "extent": PrimExpr, "kind": int,
                "body": Stmt, "thread_binding": Object, "annotations": "any", "span": Span}
-    _binding_fields = ("loop_var",)
+    _sequal_def_fields = ("loop_var",)
 
     def __init__(self, loop_var: Var, min: Any, extent: Any, kind: int, body: Stmt,
                  thread_binding=None, annotations=None, span: Span | None = None) -> None:

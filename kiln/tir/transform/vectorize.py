@@ -1,0 +1,281 @@
+"""VectorizeLoop and UnrollLoop: lower loop kinds into straight-line TIR.
+
+Entry points: :func:`VectorizeLoop`, :func:`UnrollLoop`, :func:`ConvertForLoopsToSerial`
+(passes) and :func:`vectorize_stmt`, :func:`unroll_stmt`.
+
+A ``VECTORIZED`` loop of constant extent ``L`` disappears: its variable becomes
+``Ramp(min, 1, L)``, scalars meeting vectors are ``Broadcast``, and ``Ramp`` arithmetic is
+folded (``Ramp(b, 1, L) * 4 + c`` is ``Ramp(b * 4 + c, 4, L)``) so a contiguous access keeps a
+``Ramp(base, 1, L)`` index — a plain vector load/store for the code generator. A loop whose
+body cannot be expressed lane-wise (a data-dependent branch, an inner loop, an extern call)
+stays a serial loop. An ``UNROLLED`` loop of constant extent is replaced by copies of its
+body.
+"""
+
+from __future__ import annotations
+
+from kiln.arith.analyzer import Analyzer
+from kiln.ir.expr import FloatImm, IntImm, PrimExpr
+from kiln.runtime.dtype import DataType
+from kiln.tir import expr as _e
+from kiln.tir import op as _op
+from kiln.tir import stmt as _s
+from kiln.tir.function import PrimFunc
+from kiln.tir.stmt_functor import StmtExprMutator, post_order_visit, substitute
+from kiln.tir.transform.base import prim_func_pass
+
+__all__ = ["VectorizeLoop", "UnrollLoop", "ConvertForLoopsToSerial", "vectorize_stmt",
+           "unroll_stmt"]
+
+
+class _CannotVectorize(Exception):
+    pass
+
+
+def _lanes(e: PrimExpr) -> int:
+    return DataType(e.dtype).lanes
+
+
+def _widen(e: PrimExpr, lanes: int) -> PrimExpr:
+    return e if _lanes(e) == lanes else _e.Broadcast(e, lanes)
+
+
+# lane-wise pure intrinsics that may take vector operands
+_LANEWISE_CALLS = frozenset(name for name, doc in _op.INTRINSICS.items()
+                            if doc.startswith("math")) | {"tir.reinterpret"}
+
+
+class _Vectorizer(StmtExprMutator):
+    def __init__(self, var: _e.Var, lanes: int, begin: PrimExpr) -> None:
+        super().__init__()
+        self.var, self.lanes = var, lanes
+        self.ramp = _e.Ramp(begin, 1, lanes)
+
+    def visit_Var(self, node):
+        return self.ramp if node is self.var else node
+
+    def _binary(self, node):
+        a, b = self.visit(node.a), self.visit(node.b)
+        if a is node.a and b is node.b:
+            return node
+        la, lb = _lanes(a), _lanes(b)
+        lanes = max(la, lb)
+        if isinstance(node, _e.Add | _e.Sub):
+            folded = _fold_ramp_add(a, b, isinstance(node, _e.Sub))
+            if folded is not None:
+                return folded
+        if isinstance(node, _e.Mul):
+            folded = _fold_ramp_mul(a, b)
+            if folded is not None:
+                return folded
+        return type(node)(_widen(a, lanes), _widen(b, lanes))
+
+    visit_Add = visit_Sub = visit_Mul = visit_Div = visit_Mod = _binary
+    visit_FloorDiv = visit_FloorMod = visit_Min = visit_Max = _binary
+    visit_EQ = visit_NE = visit_LT = visit_LE = visit_GT = visit_GE = _binary
+    visit_And = visit_Or = _binary
+
+    def visit_Select(self, node):
+        c, t, f = (self.visit(x) for x in (node.condition, node.true_value, node.false_value))
+        lanes = max(_lanes(c), _lanes(t), _lanes(f))
+        if lanes == 1:
+            return node
+        return _e.Select(_widen(c, lanes), _widen(t, lanes), _widen(f, lanes))
+
+    def visit_Cast(self, node):
+        value = self.visit(node.value)
+        if _lanes(value) == 1:
+            return node
+        dtype = str(DataType(node.dtype).with_lanes(_lanes(value)))
+        return _e.Cast(dtype, value)
+
+    def visit_Not(self, node):
+        return _e.Not(self.visit(node.a))
+
+    def visit_BufferLoad(self, node):
+        indices = [self.visit(i) for i in node.indices]
+        lanes = max(_lanes(i) for i in indices) if indices else 1
+        if lanes == 1:
+            return node
+        return _e.BufferLoad(node.buffer, [_widen(i, lanes) for i in indices])
+
+    def visit_Call(self, node):
+        args = [self.visit(a) if isinstance(a, PrimExpr) else a for a in node.args]
+        lanes = max((_lanes(a) for a in args if isinstance(a, PrimExpr)), default=1)
+        if lanes == 1:
+            return node
+        if node.op not in _LANEWISE_CALLS:
+            raise _CannotVectorize(node.op)
+        dtype = str(DataType(node.dtype).with_lanes(lanes))
+        return _e.Call(dtype, node.op, [_widen(a, lanes) for a in args])
+
+    def visit_Let(self, node):
+        raise _CannotVectorize("let")
+
+    def visit_Ramp(self, node):
+        raise _CannotVectorize("nested vector")
+
+    visit_Broadcast = visit_Shuffle = visit_Ramp
+
+    def visit_BufferStore(self, node):
+        indices = [self.visit(i) for i in node.indices]
+        value = self.visit(node.value)
+        lanes = max([_lanes(value)] + [_lanes(i) for i in indices])
+        if lanes == 1:
+            return node
+        if any(_lanes(i) == 1 for i in indices) and _lanes(value) > 1:
+            raise _CannotVectorize("vector value stored to one address")
+        return _s.BufferStore(node.buffer, _widen(value, lanes),
+                              [_widen(i, lanes) for i in indices])
+
+    def visit_IfThenElse(self, node):
+        cond = self.visit(node.condition)
+        if _lanes(cond) > 1:
+            raise _CannotVectorize("data-dependent branch")
+        return _s.IfThenElse(cond, self.visit(node.then_case),
+                             self.visit(node.else_case) if node.else_case else None)
+
+    def visit_For(self, node):
+        raise _CannotVectorize("inner loop")
+
+    def visit_LetStmt(self, node):
+        value = self.visit(node.value)
+        if _lanes(value) > 1:
+            raise _CannotVectorize("let of a vector")
+        return _s.LetStmt(node.var, value, self.visit(node.body))
+
+    def visit_Allocate(self, node):
+        raise _CannotVectorize("allocation")
+
+    def visit_Evaluate(self, node):
+        value = self.visit(node.value)
+        if value is not node.value and _lanes(value) > 1:
+            raise _CannotVectorize("evaluate")
+        return node
+
+
+def _fold_ramp_add(a: PrimExpr, b: PrimExpr, subtract: bool) -> PrimExpr | None:
+    sign = -1 if subtract else 1
+    if isinstance(a, _e.Ramp) and _lanes(b) == 1:
+        return _e.Ramp(_op.add(a.base, b) if not subtract else _op.subtract(a.base, b),
+                       a.stride, a.lanes)
+    if isinstance(a, _e.Ramp) and isinstance(b, _e.Broadcast):
+        return _fold_ramp_add(a, b.value, subtract)
+    if isinstance(b, _e.Ramp) and _lanes(a) == 1 and not subtract:
+        return _e.Ramp(_op.add(a, b.base), b.stride, b.lanes)
+    if isinstance(a, _e.Ramp) and isinstance(b, _e.Ramp) and a.lanes == b.lanes:
+        return _e.Ramp(_op.add(a.base, _op.multiply(b.base, sign)),
+                       _op.add(a.stride, _op.multiply(b.stride, sign)), a.lanes)
+    return None
+
+
+def _fold_ramp_mul(a: PrimExpr, b: PrimExpr) -> PrimExpr | None:
+    if isinstance(b, _e.Ramp) and _lanes(a) == 1:
+        a, b = b, a
+    if isinstance(a, _e.Ramp) and isinstance(b, _e.Broadcast):
+        b = b.value
+    if isinstance(a, _e.Ramp) and _lanes(b) == 1:
+        return _e.Ramp(_op.multiply(a.base, b), _op.multiply(a.stride, b), a.lanes)
+    return None
+
+
+class _LoopKindLowering(StmtExprMutator):
+    def __init__(self, vectorize: bool, unroll: bool, analyzer: Analyzer) -> None:
+        super().__init__()
+        self.vectorize, self.unroll, self.analyzer = vectorize, unroll, analyzer
+
+    def visit(self, node):
+        if isinstance(node, PrimExpr):
+            return node
+        return super().visit(node)
+
+    def visit_For(self, node):
+        body = self.visit(node.body)
+        extent = self.analyzer.simplify(node.extent)
+        if node.kind == _s.ForKind.VECTORIZED and self.vectorize:
+            if isinstance(extent, IntImm) and extent.value > 1:
+                try:
+                    out = _Vectorizer(node.loop_var, extent.value, node.min).visit(body)
+                    return _simplify_ramps(out, self.analyzer)
+                except _CannotVectorize:
+                    pass
+            return _s.For(node.loop_var, node.min, extent, _s.ForKind.SERIAL, body)
+        if node.kind == _s.ForKind.UNROLLED and self.unroll:
+            if isinstance(extent, IntImm) and extent.value <= 64:
+                copies = [substitute(body, {node.loop_var: _op.add(node.min, i)})
+                          for i in range(extent.value)]
+                return _s.stmt_seq(copies)
+            return _s.For(node.loop_var, node.min, extent, _s.ForKind.SERIAL, body)
+        if body is node.body:
+            return node
+        return _s.For(node.loop_var, node.min, node.extent, node.kind, body,
+                      node.thread_binding, node.annotations)
+
+
+class _RampSimplifier(StmtExprMutator):
+    def __init__(self, analyzer: Analyzer) -> None:
+        super().__init__()
+        self.analyzer = analyzer
+
+    def visit_Ramp(self, node):
+        return _e.Ramp(self.analyzer.simplify(node.base), self.analyzer.simplify(node.stride),
+                       node.lanes)
+
+    def visit_IntImm(self, node):
+        return node
+
+    visit_FloatImm = visit_IntImm
+
+
+def _simplify_ramps(stmt: _s.Stmt, analyzer: Analyzer) -> _s.Stmt:
+    return _RampSimplifier(analyzer).visit(stmt)
+
+
+def vectorize_stmt(stmt: _s.Stmt) -> _s.Stmt:
+    """Lower VECTORIZED loops of ``stmt`` to Ramp/Broadcast vector code."""
+    return _LoopKindLowering(True, False, Analyzer()).visit(stmt)
+
+
+def unroll_stmt(stmt: _s.Stmt) -> _s.Stmt:
+    """Replace UNROLLED loops of constant extent by copies of their body."""
+    return _LoopKindLowering(False, True, Analyzer()).visit(stmt)
+
+
+def VectorizeLoop(enable_vectorize: bool = True):  # noqa: N802 - TVM's pass name
+    """The VectorizeLoop pass; with ``enable_vectorize=False`` vector loops become serial."""
+    def run(func: PrimFunc) -> PrimFunc:
+        if enable_vectorize:
+            return func.with_body(vectorize_stmt(func.body))
+        return func.with_body(_to_serial(func.body, (_s.ForKind.VECTORIZED,)))
+    return prim_func_pass(run, "tir.VectorizeLoop")
+
+
+def UnrollLoop():  # noqa: N802 - TVM's pass name
+    """The UnrollLoop pass."""
+    return prim_func_pass(lambda f: f.with_body(unroll_stmt(f.body)), "tir.UnrollLoop")
+
+
+class _ToSerial(StmtExprMutator):
+    def __init__(self, kinds) -> None:
+        super().__init__()
+        self.kinds = kinds
+
+    def visit_For(self, node):
+        body = self.visit(node.body)
+        kind = _s.ForKind.SERIAL if node.kind in self.kinds else node.kind
+        return _s.For(node.loop_var, node.min, node.extent, kind, body, None,
+                      node.annotations)
+
+
+def _to_serial(stmt: _s.Stmt, kinds) -> _s.Stmt:
+    return _ToSerial(kinds).visit(stmt)
+
+
+def ConvertForLoopsToSerial():  # noqa: N802 - TVM's pass name
+    """Make every parallel, vectorized or unrolled loop a serial loop."""
+    kinds = (_s.ForKind.PARALLEL, _s.ForKind.VECTORIZED, _s.ForKind.UNROLLED)
+    return prim_func_pass(lambda f: f.with_body(_to_serial(f.body, kinds)),
+                          "tir.ConvertForLoopsToSerial")
+
+
+_ = (FloatImm, post_order_visit)
