@@ -135,7 +135,10 @@ def set_last_error(message: str) -> None:
 
 
 def _raise_last_error(rc: int, what: str) -> None:
+    # Clearing after reading (not before every call) keeps the call path to one ctypes call
+    # while a later failure that sets no message cannot show this one's again.
     message = get_last_error() or f"{what} returned {rc} without setting an error message"
+    _lib.TVMAPISetLastError(None)
     cause = getattr(_thread_state, "exception", None)
     _thread_state.exception = None
     if cause is not None and str(cause) in message:
@@ -316,8 +319,6 @@ class PackedFunc(Object):
             return self._pyfunc(*args)
         values, codes, _keepalive = pack_args(args)
         ret, ret_code = TVMValue(), ctypes.c_int(TypeCode.NULL)
-        lib = _lib or _runtime()
-        lib.TVMAPISetLastError(None)
         rc = self._kernel(values, codes, len(args), ctypes.byref(ret), ctypes.byref(ret_code),
                           self._resource)
         if rc != 0:
@@ -351,11 +352,9 @@ class PackedFunc(Object):
             ctypes.addressof(ret_code),
             resource,
         )
-        clear_error = _runtime().TVMAPISetLastError
         name = self.name or f"native function 0x{self._address:x}"
 
         def call() -> Any:
-            clear_error(None)
             ret_code.value = TypeCode.NULL
             rc = kernel(*addresses)
             if rc != 0:

@@ -83,6 +83,10 @@ int always_fails(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code
   return -1;
 }
 
+int fails_silently(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code, void* r) {
+  return 7;
+}
+
 /* Return the first argument unchanged (round-trips every value kind). */
 int echo(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code, void* res) {
   *ret = args[0];
@@ -147,6 +151,15 @@ def test_kernel_error_message_crosses_as_tvm_error(kernels: Module) -> None:
         kernels["always_fails"]()
     with pytest.raises(TVMError, match="expected 3 arguments"):
         kernels["add_f32"](ndarray.empty((1,), "float32"))
+
+
+def test_failure_without_message_does_not_repeat_an_old_message(kernels: Module) -> None:
+    with pytest.raises(TVMError, match="shape mismatch"):
+        kernels["always_fails"]()
+    with pytest.raises(TVMError, match="fails_silently returned 7 without setting an error"):
+        kernels["fails_silently"]()
+    with pytest.raises(TVMError, match="fails_silently returned 7 without setting an error"):
+        kernels["fails_silently"].prepare()()
 
 
 def test_python_callback_is_reachable_from_c_via_env_lookup(kernels: Module) -> None:
