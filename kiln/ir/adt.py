@@ -6,7 +6,7 @@ IRModule under its :class:`~kiln.ir.type.GlobalTypeVar`, which assigns each cons
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kiln.ir.base import Span
 from kiln.ir.expr import RelayExpr

@@ -7,7 +7,8 @@ Entry points: :class:`Attrs` (base of the op engineer's typed attrs classes such
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kiln.runtime.object import Object, register_object, type_key_to_class
 

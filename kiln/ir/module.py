@@ -9,7 +9,8 @@ keyed by :class:`~kiln.ir.type.GlobalTypeVar`. As in TVM, a module is the one mu
 from __future__ import annotations
 
 import zlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kiln.ir.adt import Constructor, TypeData
 from kiln.ir.attrs import DictAttrs

@@ -19,7 +19,8 @@ import functools
 import inspect
 import sys
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kiln.runtime.config import debug_level
 from kiln.runtime.error import TVMError

@@ -11,9 +11,9 @@ key dictionaries.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any as _AnyValue
-from typing import Callable, Sequence
 
 from kiln.ir.base import Span
 from kiln.ir.expr import IntImm, PrimExpr

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import Any as _AnyValue
 
 from kiln._lazy import attach
 
-_LAZY: dict[str, Any] = {
+_LAZY: dict[str, _AnyValue] = {
     # subpackages and modules
     "base": "kiln.relay.base",
     "expr": "kiln.relay.expr",
@@ -117,7 +117,7 @@ _LAZY: dict[str, Any] = {
 _table_getattr, __dir__ = attach(__name__, _LAZY)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _AnyValue:
     if name in _LAZY:
         return _table_getattr(name)
     if name.startswith("__"):

@@ -7,7 +7,7 @@ and :class:`TypeData` are re-exported from :mod:`kiln.ir.adt`.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kiln.ir.adt import Constructor, TypeData
 from kiln.ir.base import Span

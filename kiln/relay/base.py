@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from kiln.ir.base import Node, SourceName, Span
 from kiln.runtime.object import Object, register_object

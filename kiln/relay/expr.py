@@ -13,7 +13,8 @@ identity (as TVM's ``ObjectRef``), so expressions can key dictionaries; comparis
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -12,11 +12,13 @@ error, raised while visiting, is re-raised as :class:`VisitorError` naming the n
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kiln.ir.adt import Constructor
 from kiln.ir.expr import GlobalVar, RelayExpr
 from kiln.ir.op import Op
+from kiln.relay import base as _base
 from kiln.relay.adt import (
     Clause,
     Match,
@@ -25,7 +27,6 @@ from kiln.relay.adt import (
     PatternVar,
     PatternWildcard,
 )
-from kiln.relay import base as _base
 from kiln.relay.base import deep_recursion
 from kiln.relay.expr import (
     Call,
@@ -118,20 +119,21 @@ class ExprFunctor:
         memo = self.memo_map
         if expr in memo:
             return memo[expr]
-        method = getattr(self, _method_name(type(expr)))
         if not _base.deep_recursion_active():
             with deep_recursion():
-                return self.visit(expr)
+                return self._dispatch(expr)
+        return self._dispatch(expr)
+
+    def _dispatch(self, expr: RelayExpr) -> Any:
+        method = getattr(self, _method_name(type(expr)))
         try:
             result = method(expr)
-        except TVMError:
-            raise
-        except RecursionError:
+        except (TVMError, RecursionError):
             raise
         except Exception as err:
             raise VisitorError(
                 f"{type(err).__name__}: {err}\n  while visiting {_describe(expr)}") from err
-        memo[expr] = result
+        self.memo_map[expr] = result
         return result
 
     def _unhandled(self, expr: Any) -> Any:

@@ -25,7 +25,8 @@ for those.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kiln.ir.adt import Constructor, TypeData
 from kiln.ir.expr import GlobalVar, IntImm, RelayExpr

@@ -327,4 +327,4 @@ def test_deep_chain_of_5000_nodes():
 
 def test_type_of_untyped_node_raises_clear_error():
     with pytest.raises(kiln.TVMError, match="InferType"):
-        relay.var("x").checked_type
+        _ = relay.var("x").checked_type

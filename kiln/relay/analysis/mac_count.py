@@ -6,7 +6,8 @@ Entry points: :func:`get_total_mac_number`, :func:`count_layers`.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kiln.ir.op import Op
 from kiln.relay.expr import Call

@@ -15,7 +15,7 @@ from kiln.ir.adt import TypeData
 from kiln.ir.type import FuncType, Type, TypeVar
 from kiln.relay.adt import Match, PatternConstructor, PatternTuple, PatternVar
 from kiln.relay.expr import Call, Function, Let, Var
-from kiln.relay.expr_functor import children_of, post_order_visit
+from kiln.relay.expr_functor import children_of
 
 __all__ = ["free_vars", "bound_vars", "all_vars", "free_type_vars", "bound_type_vars",
            "all_type_vars", "well_formed"]
@@ -207,13 +207,13 @@ def _uses_in_scope(expr: Any, bound_set: set) -> bool:
             for var in binders:
                 in_scope[var] -= 1
             continue
-        if id(node) in checked:
-            continue
-        checked.add(id(node))
         if isinstance(node, Var):
             if node in bound_set and not in_scope.get(node):
                 return False
             continue
+        if id(node) in checked:
+            continue
+        checked.add(id(node))
         if isinstance(node, Let):
             # The value may refer to the let-bound variable (recursive closures).
             in_scope[node.var] = in_scope.get(node.var, 0) + 1

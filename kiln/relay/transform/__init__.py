@@ -10,7 +10,8 @@ Passes written by other modules of this package are listed in ``_LAZY`` (name ->
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kiln._lazy import attach
 from kiln.ir.transform import (
@@ -32,7 +33,10 @@ __all__ = ["InferType", "InferTypeLocal", "FunctionPass", "function_pass", "Pass
            "PassInfo", "Pass", "ModulePass", "Sequential", "module_pass", "PassInstrument",
            "pass_instrument", "PassTimingInstrument", "PrintIR"]
 
-_LAZY: dict[str, Any] = {}
+_LAZY: dict[str, Any] = {
+    "FuseOps": ("kiln.relay.transform.fuse_ops", "FuseOps"),
+    "fused_function_name": ("kiln.relay.transform.fuse_ops", "fused_function_name"),
+}
 
 _lazy_getattr, __dir__ = attach(__name__, _LAZY)
 
