@@ -411,7 +411,14 @@ def deserialize_module_blob(blob: bytes, library: Module | None = None) -> Modul
                     f"module blob holds a Module[{key}] but no loader is registered: "
                     f"register runtime.module.loadbinary_{key}"
                 )
-            module = loader(data)
+            try:
+                module = loader(data)
+            except TVMError:
+                raise
+            except Exception as err:  # a loader fed tampered bytes may fail any which way
+                raise TVMError(
+                    f"runtime.module.loadbinary_{key} failed: {type(err).__name__}: {err}"
+                ) from err
             if not isinstance(module, Module):
                 raise TVMError(f"runtime.module.loadbinary_{key} returned a non-Module")
             modules.append(module)

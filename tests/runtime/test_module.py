@@ -400,6 +400,22 @@ def test_blob_with_unregistered_module_kind_is_rejected() -> None:
         load_module(_library_with_blob_array(len(blob), blob))
 
 
+def test_loader_failure_on_tampered_module_bytes_is_a_tvm_error() -> None:
+    register_func("runtime.module.loadbinary_test.Fragile", lambda data: struct.unpack("<d", data))
+
+    class Fragile(OffsetModule):
+        type_key = "test.Fragile"
+
+        def save_to_binary(self) -> bytes:
+            return b"\x01\x02\x03"
+
+    try:
+        with pytest.raises(TVMError, match="loadbinary_test.Fragile failed: error"):
+            deserialize_module_blob(serialize_module_blob(Fragile(0.0)))
+    finally:
+        remove_global_func("runtime.module.loadbinary_test.Fragile")
+
+
 def test_bad_import_tree_is_rejected() -> None:
     blob = bytearray(serialize_module_blob(OffsetModule(1.0)))
     blob[-8:] = struct.pack("<Q", 9)  # row_ptr end beyond child indices
