@@ -201,6 +201,37 @@ class Simplifier(StmtExprMutator):
         return not isinstance(e, _e.Add | _e.Sub | _e.Mul)
 
     def poly_bound(self, p: Poly) -> Interval:
+        plain = self._plain_bound(p)
+        paired = self._paired_floordiv_bound(p)
+        if paired is None:
+            return plain
+        return (max(plain[0], paired[0]), min(plain[1], paired[1]))
+
+    def _paired_floordiv_bound(self, p: Poly) -> Interval | None:
+        """Bound ``c*floordiv(u, d) - c*floordiv(v, d) + rest`` through ``u - v``.
+
+        ``floor(u/d) - floor(v/d)`` is ``floor((u-v)/d)`` or one more, which relates
+        ``floordiv(n, 8)`` and ``floordiv(n + 7, 8)`` where plain interval arithmetic cannot.
+        """
+        singles = [(m, c) for m, c in p.items() if len(m) == 1 and
+                   isinstance(self.atoms[m[0]], _e.FloorDiv) and
+                   isinstance(self.atoms[m[0]].b, IntImm) and self.atoms[m[0]].b.value > 0]
+        for m1, c1 in singles:
+            for m2, c2 in singles:
+                a1, a2 = self.atoms[m1[0]], self.atoms[m2[0]]
+                if c1 <= 0 or c2 != -c1 or a1.b.value != a2.b.value:
+                    continue
+                d = a1.b.value
+                lo, hi = self._plain_bound(self.add_poly(self.to_poly(a1.a),
+                                                         self.to_poly(a2.a), -1))
+                if not (is_finite(lo) and is_finite(hi)):
+                    continue
+                pair = (c1 * (lo // d), c1 * (hi // d + 1))
+                rest = {m: c for m, c in p.items() if m not in (m1, m2)}
+                return interval_add(self._plain_bound(rest), pair)
+        return None
+
+    def _plain_bound(self, p: Poly) -> Interval:
         total: Interval = (0, 0)
         for mono, coeff in p.items():
             term: Interval = (coeff, coeff)

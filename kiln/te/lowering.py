@@ -51,8 +51,8 @@ LOWER_PIPELINE = [
     ("tir.Simplify", _simplify_func),
     ("tir.UnrollLoop", lambda f: f.with_body(unroll_stmt(f.body))),
     ("tir.VectorizeLoop", _vectorize),
-    ("tir.LowerIntrin", lower_intrinsics),
     ("tir.Simplify", _simplify_func),
+    ("tir.LowerIntrin", lower_intrinsics),
 ]
 
 

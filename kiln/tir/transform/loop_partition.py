@@ -68,9 +68,8 @@ class _Replace(StmtExprMutator):
 
     def visit_Call(self, node):
         if node.op == "tir.likely":
-            parts = [_op.const(True) if structural_key(c) in self.keys else c
-                     for c in _conjuncts(node.args[0])]
-            return _op.all(*parts)
+            rest = [c for c in _conjuncts(node.args[0]) if structural_key(c) not in self.keys]
+            return _op.likely(_op.all(*rest)) if rest else _op.const(True)
         return self.generic_visit(node)
 
 
@@ -108,43 +107,46 @@ class _Partitioner(StmtExprMutator):
     def visit_For(self, node):
         conds = [c for c in _likely_conditions(node.body) if _uses(c, node.loop_var)]
         for cond in conds:
-            point = self._split_point(node, cond)
-            if point is None:
+            raw = self._split_point(node, cond)
+            if raw is None:
                 continue
             ana = self.analyzer
             end = ana.simplify(node.min + node.extent)
-            point = ana.simplify(_op.min(_op.max(point, node.min), end))
+            point = ana.simplify(_op.min(_op.max(raw, node.min), end))
             if ana.can_prove_equal(point, node.min):
                 continue
-            keys = {structural_key(c) for c in conds
-                    if self._holds_below(node, c, point)}
+            keys = {structural_key(c) for c in conds if c is cond or self._same_point(node, c,
+                                                                                       raw)}
             main_body = self._visit_in(node.loop_var, node.min, point,
                                        _Replace(keys).visit(node.body))
             main = _s.For(node.loop_var, node.min, ana.simplify(point - node.min), node.kind,
                           main_body, node.thread_binding, node.annotations)
             if ana.can_prove_equal(point, end):
                 return main
-            tail_var = _e.Var(node.loop_var.name, node.loop_var.dtype)
-            tail_body = substitute(node.body, {node.loop_var: tail_var})
-            tail = _s.For(tail_var, point, ana.simplify(end - point), node.kind,
-                          self._visit_in(tail_var, point, end, tail_body), node.thread_binding,
-                          node.annotations)
+            tail_extent = ana.simplify(end - point)
+            if isinstance(tail_extent, IntImm) and tail_extent.value == 1:
+                # a single last iteration: inline it so its inner loops can be partitioned
+                tail = self.visit(substitute(node.body, {node.loop_var: point}))
+            else:
+                tail_var = _e.Var(node.loop_var.name, node.loop_var.dtype)
+                tail_body = substitute(node.body, {node.loop_var: tail_var})
+                tail = _s.For(tail_var, point, tail_extent, node.kind, tail_body,
+                              node.thread_binding, node.annotations)
             return _s.stmt_seq(main, tail)
         body = self._visit_in(node.loop_var, node.min, node.min + node.extent, node.body)
         return _s.For(node.loop_var, node.min, node.extent, node.kind, body,
                       node.thread_binding, node.annotations)
 
+    def _same_point(self, loop: _s.For, cond: PrimExpr, point: PrimExpr) -> bool:
+        own = self._split_point(loop, cond)
+        if own is None:
+            return False
+        return self.analyzer.can_prove_equal(own, point)
+
     def _visit_in(self, var: _e.Var, begin: PrimExpr, end: PrimExpr, body: _s.Stmt):
         extent = self.analyzer.simplify(end - begin)
         with self.analyzer.constraint_scope(var, Range.from_min_extent(begin, extent)):
             return self.visit(body)
-
-    def _holds_below(self, loop: _s.For, cond: PrimExpr, point: PrimExpr) -> bool:
-        own = self._split_point(loop, cond)
-        if own is None:
-            return False
-        return self.analyzer.can_prove(own >= point) or self.analyzer.can_prove_equal(own,
-                                                                                      point)
 
 
 def partition_loops(func: PrimFunc) -> PrimFunc:

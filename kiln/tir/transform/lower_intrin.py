@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from kiln.arith.analyzer import Analyzer
+from kiln.arith.bound import POS_INF, ConstIntBound
 from kiln.ir.expr import IntImm, PrimExpr, Range
 from kiln.runtime.dtype import DataType
 from kiln.tir import expr as _e
@@ -94,7 +95,12 @@ class _IntrinLowering(StmtExprMutator):
 
 def lower_intrinsics(func: PrimFunc) -> PrimFunc:
     """Apply the rewrites listed in the module docstring to ``func``."""
-    return func.with_body(_IntrinLowering().visit(func.body))
+    lowering = _IntrinLowering()
+    for buf in func.buffer_map.values():
+        for dim in buf.shape:
+            if isinstance(dim, _e.Var):  # a shape read from a DLTensor is never negative
+                lowering.analyzer.update(dim, ConstIntBound(0, POS_INF))
+    return func.with_body(lowering.visit(func.body))
 
 
 def LowerIntrin():  # noqa: N802 - TVM's pass name
