@@ -149,11 +149,12 @@ def alloc_tensor(storage: Any, offset: Any, shape: Any, dtype: str = "float32",
     """A tensor view of ``shape`` at ``offset`` in ``storage`` (``memory.alloc_tensor``)."""
     from kiln.relay.op.op import constant_value
 
-    value = constant_value(shape)
-    const_shape = None if value is None else tuple(int(v) for v in value.reshape(-1))
-    shape = as_expr(list(shape), "int64") if isinstance(shape, list | tuple) else shape
-    if const_shape is None and isinstance(shape, list | tuple):
-        const_shape = tuple(int(v) for v in shape)
+    if isinstance(shape, list | tuple):
+        const_shape = tuple(int(d) for d in shape)
+        shape = as_expr(list(const_shape), "int64")
+    else:
+        value = constant_value(shape)
+        const_shape = None if value is None else tuple(int(d) for d in value.reshape(-1))
     return call("memory.alloc_tensor", [storage, as_expr(offset, "int64"), shape],
                 A.AllocTensorAttrs(dtype=dtype, const_shape=const_shape,
                                    assert_shape=None if assert_shape is None
