@@ -456,7 +456,7 @@ class _ScheduleLowering:
         for tensor, ibuf in zip(actual_inputs, intrin.buffers):
             accesses = []
 
-            def visit(node, tensor=tensor):
+            def visit(node, tensor=tensor, accesses=accesses):
                 if isinstance(node, _e.ProducerLoad) and node.producer is tensor:
                     accesses.append(node.indices)
 
