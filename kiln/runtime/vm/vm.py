@@ -27,7 +27,6 @@ read-only constants (as TVM treats LoadConst tensors), which keeps counter loops
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,15 +41,13 @@ from kiln.runtime.object import register_object
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
 from kiln.runtime.vm.memory import Allocator, Storage, make_allocator
+from kiln.runtime.vm.packed_call import PackedCallSite
 
 __all__ = ["VirtualMachine", "VMClosure"]
 
 _NDArray = _nd.NDArray
-_DLTENSOR_HANDLE = 7  # kTVMDLTensorHandle
 # Handler results below zero: the frame changed (reload it), or the entry frame returned.
 _SWITCH_FRAME, _EXIT = -1, -2
-_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 
 
 @register_object("vm.Closure")
@@ -75,74 +72,6 @@ class _Frame:
         self.pc = 0
         self.regs = regs
         self.caller_dst = caller_dst
-
-
-class _PackedCall:
-    """One InvokePacked call site: kernel resolved, argument arrays allocated once."""
-
-    __slots__ = ("instr", "name", "func", "kernel", "resource", "arg_regs", "output_size",
-                 "values", "codes", "num_values", "ret", "ret_code", "flat")
-
-    def __init__(self, instr: bc.InvokePacked, name: str, func: Any) -> None:
-        self.instr = instr
-        self.name = name
-        self.func = func
-        native = getattr(func, "is_native", False)
-        self.kernel = _KERNEL(func.c_address) if native else None
-        self.resource = getattr(func, "resource_handle", None) if native else None
-        self.arg_regs = instr.args
-        self.output_size = instr.output_size
-        self.num_values = -1
-        self.values = self.codes = None
-        self.ret = ctypes.c_int64(0)
-        self.ret_code = ctypes.c_int(0)
-        self.flat: list = []
-
-    def call(self, regs: list) -> None:
-        tensors = self.flat
-        tensors.clear()
-        for reg in self.arg_regs:
-            value = regs[reg]
-            if isinstance(value, ADT):
-                for item in value.fields:
-                    if not isinstance(item, _NDArray):
-                        raise TVMError(f"kernel {self.name!r}: a tuple argument holds "
-                                       f"{type(item).__name__}, not a tensor")
-                    tensors.append(item)
-            elif isinstance(value, _NDArray):
-                tensors.append(value)
-            else:
-                raise TVMError(f"kernel {self.name!r}: register ${reg} holds "
-                               f"{type(value).__name__}, not a tensor")
-        if self.output_size == 1 and 0 in tensors[-1].shape:
-            tensors.clear()
-            return  # an empty output: nothing to compute (TVM skips the call too)
-        if self.kernel is None:
-            args = tuple(tensors)
-            tensors.clear()
-            try:
-                self.func(*args)
-            except TVMError as err:
-                raise TVMError(f"kernel {self.name!r} failed: {err}") from err
-            return
-        n = len(tensors)
-        if n != self.num_values:
-            self.values = (ctypes.c_void_p * max(n, 1))()
-            self.codes = (ctypes.c_int * max(n, 1))(*([_DLTENSOR_HANDLE] * n))
-            self.num_values = n
-        values = self.values
-        for i, tensor in enumerate(tensors):
-            if tensor._dltensor is None:
-                tensor._build_dltensor()
-            values[i] = ctypes.addressof(tensor._dltensor)
-        rc = self.kernel(values, self.codes, n, ctypes.byref(self.ret),
-                         ctypes.byref(self.ret_code), self.resource)
-        tensors.clear()  # hold no tensor past the call, so KillRegister can free it
-        if rc != 0:
-            from kiln.runtime.packed_func import get_last_error
-
-            message = get_last_error() or f"returned {rc}"
-            raise TVMError(f"kernel {self.name!r} failed: {message}")
 
 
 def _tail_position(instructions: Sequence[bc.Instruction], pc: int, dst: int) -> bool:
@@ -318,7 +247,7 @@ class VirtualMachine:
                 handler = self._tail_dispatch[opcode]
             elif opcode == bc.Opcode.InvokePacked:
                 name = self.exe.primitive_names[instr.packed_index]
-                operand = _PackedCall(instr, name, self._packed_funcs[instr.packed_index])
+                operand = PackedCallSite(instr, name, self._packed_funcs[instr.packed_index])
             elif opcode == bc.Opcode.LoadConsti:
                 operand = (instr, self._scalar_tensor(instr.val, "int64"))
             code.append(self._wrap(handler, operand, instr))
@@ -457,7 +386,7 @@ class VirtualMachine:
         func_index, args = self._closure_args(regs, instr)
         return self._reuse_frame(func_index, args)
 
-    def _op_invoke_packed(self, regs: list, site: _PackedCall, pc: int) -> int:
+    def _op_invoke_packed(self, regs: list, site: PackedCallSite, pc: int) -> int:
         site.call(regs)
         return pc + 1
 
