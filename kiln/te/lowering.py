@@ -63,7 +63,7 @@ def _arg_buffers(args, binds: dict | None) -> tuple[list, dict[int, Buffer], dic
     buffer_map: dict = {}
     for arg in args:
         if isinstance(arg, Tensor):
-            buf = binds.get(arg) or decl_buffer(arg.shape, arg.dtype, name=arg.op.name)
+            buf = binds.get(arg) or decl_buffer(arg.shape, arg.dtype, name=arg.name)
             tensor_buffers[id(arg)] = buf
             params.append(buf.data)
             buffer_map[buf.data] = buf

@@ -8,7 +8,7 @@ A ``VECTORIZED`` loop of constant extent ``L`` disappears: its variable becomes
 folded (``Ramp(b, 1, L) * 4 + c`` is ``Ramp(b * 4 + c, 4, L)``) so a contiguous access keeps a
 ``Ramp(base, 1, L)`` index — a plain vector load/store for the code generator. A loop whose
 body cannot be expressed lane-wise (a data-dependent branch, an inner loop, an extern call)
-stays a serial loop. An ``UNROLLED`` loop of constant extent is replaced by copies of its
+stays a serial loop, as does one whose extent is not a power of two. An ``UNROLLED`` loop of constant extent is replaced by copies of its
 body.
 """
 
@@ -193,7 +193,9 @@ class _LoopKindLowering(StmtExprMutator):
         body = self.visit(node.body)
         extent = self.analyzer.simplify(node.extent)
         if node.kind == _s.ForKind.VECTORIZED and self.vectorize:
-            if isinstance(extent, IntImm) and extent.value > 1:
+            # C vector types need a power-of-two lane count; other extents stay loops
+            if isinstance(extent, IntImm) and extent.value > 1 and \
+                    extent.value & (extent.value - 1) == 0 and extent.value <= 64:
                 try:
                     out = _Vectorizer(node.loop_var, extent.value, node.min).visit(body)
                     return _simplify_ramps(out, self.analyzer)
