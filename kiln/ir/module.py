@@ -60,6 +60,13 @@ class IRModule(Object):
         for var, func in (functions or {}).items():
             self.add(var, func)
 
+    @classmethod
+    def _from_fields(cls, values: dict[str, Any]) -> IRModule:
+        # load_json: rebuild the name tables (not reflected) from the loaded maps.
+        functions = dict(values.get("functions", None) or {})
+        types = dict(values.get("type_definitions", None) or {})
+        return cls(functions, types, values.get("attrs"))
+
     # -- construction -------------------------------------------------------------------
     @staticmethod
     def from_expr(expr: RelayExpr, functions: dict | None = None,

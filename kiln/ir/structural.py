@@ -71,7 +71,9 @@ def _kind(value: Any) -> str:
 
 def _leaf_value(value: Any) -> Any:
     """Normalize a leaf to a plain Python value comparable by ``==``."""
-    if value is None or isinstance(value, bool | int | float | str):
+    if isinstance(value, str):
+        return str(value)  # runtime.String is a str subclass; compare as plain text
+    if value is None or isinstance(value, bool | int | float):
         return value.value if isinstance(value, Enum) else value
     if isinstance(value, Enum):
         return value.value

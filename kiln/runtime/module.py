@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import os
 import struct
 import tarfile
@@ -387,6 +388,27 @@ def serialize_module_blob(root: Module) -> bytes:
     return writer.getvalue()
 
 
+# Runtime modules that register a loadbinary_ loader when imported. A fresh process that
+# only calls load_module has not imported them yet, so the blob reader imports on demand.
+BINARY_LOADER_MODULES = {
+    "GraphExecutorFactory": "kiln.runtime.executor_factory",
+    "VMExecutable": "kiln.runtime.vm",
+}
+
+
+def _binary_loader(key: str) -> PackedFunc:
+    name = f"runtime.module.loadbinary_{key}"
+    loader = get_global_func(name, allow_missing=True)
+    if loader is None and key in BINARY_LOADER_MODULES:
+        importlib.import_module(BINARY_LOADER_MODULES[key])
+        loader = get_global_func(name, allow_missing=True)
+    if loader is None:
+        raise TVMError(
+            f"module blob holds a Module[{key}] but no loader is registered: register {name}"
+        )
+    return loader
+
+
 def deserialize_module_blob(blob: bytes, library: Module | None = None) -> Module:
     """Rebuild the module tree from a blob; ``library`` stands in for ``"_lib"`` entries."""
     reader = BinaryReader(blob, what="module blob")
@@ -405,12 +427,7 @@ def deserialize_module_blob(blob: bytes, library: Module | None = None) -> Modul
             child_indices = reader.u64_vector("import tree child indices")
         else:
             data = reader.string_bytes(f"binary of module {key!r}")
-            loader = get_global_func(f"runtime.module.loadbinary_{key}", allow_missing=True)
-            if loader is None:
-                raise TVMError(
-                    f"module blob holds a Module[{key}] but no loader is registered: "
-                    f"register runtime.module.loadbinary_{key}"
-                )
+            loader = _binary_loader(key)
             try:
                 module = loader(data)
             except TVMError:

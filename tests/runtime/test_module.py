@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from kiln.contrib import cc
+from kiln.runtime import module as module_lib
 from kiln.runtime import ndarray
 from kiln.runtime.device import cpu
 from kiln.runtime.error import TVMError
@@ -414,6 +415,33 @@ def test_loader_failure_on_tampered_module_bytes_is_a_tvm_error() -> None:
             deserialize_module_blob(serialize_module_blob(Fragile(0.0)))
     finally:
         remove_global_func("runtime.module.loadbinary_test.Fragile")
+
+
+def test_blob_reader_imports_the_module_that_registers_a_known_loader(
+    tmp_path: Path, monkeypatch
+) -> None:
+    (tmp_path / "kiln_probe_loader.py").write_text(
+        "import struct\n"
+        "from kiln.runtime.module import Module\n"
+        "from kiln.runtime.registry import register_func\n"
+        "class LazyModule(Module):\n"
+        "    type_key = 'test.Lazy'\n"
+        "def load(data):\n"
+        "    module = LazyModule()\n"
+        "    module.offset = struct.unpack('<d', data)[0] * 10\n"
+        "    return module\n"
+        "register_func('runtime.module.loadbinary_test.Lazy', load)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(module_lib.BINARY_LOADER_MODULES, "test.Lazy", "kiln_probe_loader")
+
+    class Lazy(OffsetModule):
+        type_key = "test.Lazy"
+
+    try:
+        assert deserialize_module_blob(serialize_module_blob(Lazy(0.5))).offset == 5.0
+    finally:
+        remove_global_func("runtime.module.loadbinary_test.Lazy")
 
 
 def test_bad_import_tree_is_rejected() -> None:

@@ -174,7 +174,7 @@ class VirtualMachine:
         self._scalar_tensors: dict[tuple[str, int], Any] = {}
         self._scalar_values: dict[int, int] = {}
         self._tag_tensors: dict[int, Any] = {}
-        self._const_pool: dict[int, Any] = {}
+        self._const_pool: dict[tuple[int, int], Any] = {}
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
         self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
         self._frames: list[_Frame] = []
@@ -290,11 +290,11 @@ class VirtualMachine:
             instr = self._functions[frame.func_index].instructions[frame.pc]
             where = (f"in @{self._functions[frame.func_index].name} instruction {frame.pc} "
                      f"({instr.opcode.name})")
-            del frames[self._entry_depth:]
             if isinstance(err, TVMError):
                 raise type(err)(f"{err}\n  {where}") from err
             raise TVMError(f"VM error {where}: {type(err).__name__}: {err}") from err
         finally:
+            del frames[self._entry_depth:]  # after an error (or Ctrl-C) the stack is clean
             self._entry_depth = saved_depth
         result, self._return_value = self._return_value, None
         return result
@@ -434,13 +434,14 @@ class VirtualMachine:
         return pc + (instr.true_offset if test_value == target_value else instr.false_offset)
 
     def _op_load_const(self, regs: list, instr: bc.LoadConst, pc: int) -> int:
-        const = self._const_pool.get(instr.const_index)
+        key = (instr.const_index, instr.device_index)
+        const = self._const_pool.get(key)
         if const is None:
             const = self.exe._constants[instr.const_index]
             target = self.devices[instr.device_index]
             if const.device != target:
                 const = const.copyto(target)
-            self._const_pool[instr.const_index] = const
+            self._const_pool[key] = const
         regs[instr.dst] = const
         return pc + 1
 
@@ -615,6 +616,8 @@ class VirtualMachine:
     def _set_arg(self, func: VMFunction, index: int, value: Any) -> Any:
         device = self.devices[func.param_device_indexes[index]]
         converted = self._convert(value, device)
+        if isinstance(converted, _NDArray) and converted.device != device:
+            converted = converted.copyto(device)  # as TVM's SetInput does
         self._check_arg(func, index, converted)
         return converted
 

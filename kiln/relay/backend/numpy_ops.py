@@ -1,0 +1,636 @@
+"""NumPy semantics of the Relay operators: the reference the interpreter and FoldConstant use.
+
+Entry points: :func:`numpy_eval` (evaluate one operator call on NumPy values) and
+:func:`register_numpy` (attach an implementation to an op as the ``"FNumpyEval"`` attribute).
+
+An implementation is ``f(attrs, args, out_type) -> value`` where ``args`` are NumPy arrays (or
+tuples of them for tuple-typed arguments), ``attrs`` the call's attrs node and ``out_type`` the
+call's checked type (for dtypes and shapes an op does not carry in its attrs). Tensor results
+are NumPy arrays; tuple results are Python tuples. These are written for clarity, not speed:
+they are the oracle every compiled executor is tested against.
+
+Integer division follows TIR: ``divide``/``mod``/``trunc_*`` truncate toward zero, ``floor_*``
+round toward negative infinity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kiln.ir.op import Op
+from kiln.runtime.error import TVMError
+
+__all__ = ["numpy_eval", "register_numpy", "np_dtype", "NUMPY_EVAL"]
+
+NUMPY_EVAL = "FNumpyEval"
+
+
+def register_numpy(*op_names: str) -> Callable:
+    """Decorator: register ``f(attrs, args, out_type)`` as the NumPy semantics of ops."""
+
+    def register(func: Callable) -> Callable:
+        for name in op_names:
+            Op.get(name).set_attr(NUMPY_EVAL, func)
+        return func
+
+    return register
+
+
+def numpy_eval(op: Op, attrs: Any, args: list, out_type: Any) -> Any:
+    """Evaluate ``op(*args)`` with NumPy; TVMError naming the op when it has no rule."""
+    func = op.get_attr(NUMPY_EVAL)
+    if func is None:
+        raise TVMError(f"the reference interpreter has no NumPy implementation of {op.name}")
+    return func(attrs, args, out_type)
+
+
+def np_dtype(dtype: Any) -> np.dtype:
+    from kiln.runtime.dtype import DataType
+
+    return np.dtype(DataType(str(dtype)).numpy_dtype)
+
+
+def _out_dtype(out_type: Any) -> np.dtype:
+    return np_dtype(out_type.dtype)
+
+
+def _axes(axis: Any, ndim: int, exclude: bool = False) -> tuple[int, ...]:
+    if axis is None:
+        axes = tuple(range(ndim))
+    else:
+        axes = tuple(int(a) % ndim if ndim else 0 for a in
+                     (axis if isinstance(axis, list | tuple) else (axis,)))
+    if exclude:
+        axes = tuple(a for a in range(ndim) if a not in axes)
+    return axes
+
+
+# ---- elementwise --------------------------------------------------------------------------
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "abs": np.abs, "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
+    "asinh": np.arcsinh, "atan": np.arctan, "atanh": np.arctanh, "ceil": np.ceil,
+    "cos": np.cos, "cosh": np.cosh, "erf": _erf, "fast_erf": _erf, "exp": np.exp,
+    "fast_exp": np.exp, "floor": np.floor, "log": np.log, "log10": np.log10, "log2": np.log2,
+    "negative": np.negative, "round": np.round, "sign": np.sign, "sin": np.sin,
+    "sinh": np.sinh, "sqrt": np.sqrt, "tan": np.tan, "tanh": np.tanh, "fast_tanh": np.tanh,
+    "trunc": np.trunc, "logical_not": np.logical_not, "bitwise_not": np.invert,
+    "copy": np.copy, "rsqrt": lambda x: 1 / np.sqrt(x),
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "nn.relu": lambda x: np.maximum(x, 0),
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+}
+
+
+def _trunc_div(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        q = np.abs(a) // np.abs(b)
+        return np.where((a < 0) != (b < 0), -q, q)
+    return np.true_divide(a, b)
+
+
+def _trunc_mod(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return a - _trunc_div(a, b) * b
+    return np.fmod(a, b)
+
+
+def _floor_div(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.floor_divide(a, b)
+    return np.floor(np.true_divide(a, b))
+
+
+_BINARY: dict[str, Callable] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _trunc_div,
+    "trunc_divide": _trunc_div, "floor_divide": _floor_div, "mod": _trunc_mod,
+    "trunc_mod": _trunc_mod, "floor_mod": lambda a, b: a - _floor_div(a, b) * b,
+    "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal,
+    "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+    "greater": np.greater, "greater_equal": np.greater_equal, "logical_and": np.logical_and,
+    "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift, "right_shift": np.right_shift,
+}
+
+
+def _register_tables() -> None:
+    for name, func in _UNARY.items():
+        register_numpy(name)(
+            lambda attrs, args, out_type, f=func: np.asarray(f(args[0])).astype(
+                _out_dtype(out_type), copy=False))
+    for name, func in _BINARY.items():
+        register_numpy(name)(
+            lambda attrs, args, out_type, f=func: np.asarray(f(args[0], args[1])).astype(
+                _out_dtype(out_type), copy=False))
+
+
+_register_tables()
+
+
+@register_numpy("clip")
+def _clip(attrs, args, out_type):
+    return np.clip(args[0], attrs.a_min, attrs.a_max).astype(args[0].dtype)
+
+
+@register_numpy("cast", "cast_like")
+def _cast(attrs, args, out_type):
+    return args[0].astype(_out_dtype(out_type))
+
+
+@register_numpy("reinterpret")
+def _reinterpret(attrs, args, out_type):
+    return args[0].view(_out_dtype(out_type))
+
+
+@register_numpy("where")
+def _where(attrs, args, out_type):
+    return np.where(args[0], args[1], args[2]).astype(_out_dtype(out_type))
+
+
+@register_numpy("nn.leaky_relu")
+def _leaky_relu(attrs, args, out_type):
+    x = args[0]
+    return np.where(x > 0, x, x * attrs.alpha).astype(x.dtype)
+
+
+@register_numpy("nn.prelu")
+def _prelu(attrs, args, out_type):
+    x, alpha = args
+    shape = [1] * x.ndim
+    shape[attrs.axis % x.ndim] = -1
+    return np.where(x > 0, x, x * alpha.reshape(shape)).astype(x.dtype)
+
+
+@register_numpy("nn.bias_add")
+def _bias_add(attrs, args, out_type):
+    x, bias = args
+    shape = [1] * x.ndim
+    shape[attrs.axis % x.ndim] = -1
+    return (x + bias.reshape(shape)).astype(x.dtype)
+
+
+@register_numpy("nn.dropout")
+def _dropout(attrs, args, out_type):
+    x = args[0]
+    return x, np.ones_like(x)
+
+
+# ---- reductions ---------------------------------------------------------------------------
+def _reduce(func: Callable) -> Callable:
+    def impl(attrs, args, out_type):
+        x = args[0]
+        axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
+        result = func(x, axis=axes, keepdims=bool(attrs.keepdims)) if axes or x.ndim == 0 \
+            else x.copy()
+        return np.asarray(result).astype(_out_dtype(out_type), copy=False)
+
+    return impl
+
+
+for _name, _func in {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
+                     "prod": np.prod, "all": np.all, "any": np.any}.items():
+    register_numpy(_name)(_reduce(_func))
+
+
+@register_numpy("variance")
+def _variance(attrs, args, out_type):
+    x, mean = args
+    axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
+    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    sq = np.sum((x - mean) ** 2, axis=axes, keepdims=bool(attrs.keepdims))
+    return (sq / (count - 1 if attrs.unbiased else count)).astype(_out_dtype(out_type))
+
+
+def _arg_reduce(is_max: bool) -> Callable:
+    def impl(attrs, args, out_type):
+        x = args[0]
+        axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
+        # Move reduced axes to the end and flatten them, as TVM's argmax over several axes does.
+        keep = [a for a in range(x.ndim) if a not in axes]
+        moved = np.transpose(x, keep + list(axes)).reshape(
+            [x.shape[a] for a in keep] + [-1])
+        if attrs.select_last_index:
+            flipped = moved[..., ::-1]
+            idx = (np.argmax if is_max else np.argmin)(flipped, axis=-1)
+            idx = moved.shape[-1] - 1 - idx
+        else:
+            idx = (np.argmax if is_max else np.argmin)(moved, axis=-1)
+        if attrs.keepdims:
+            shape = [1 if a in axes else x.shape[a] for a in range(x.ndim)]
+            idx = idx.reshape(shape)
+        return np.asarray(idx).astype(_out_dtype(out_type))
+
+    return impl
+
+
+register_numpy("argmax")(_arg_reduce(True))
+register_numpy("argmin")(_arg_reduce(False))
+
+
+# ---- shape and layout ---------------------------------------------------------------------
+def _static_shape(out_type: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in out_type.shape)
+
+
+@register_numpy("reshape", "reshape_like", "contrib_reverse_reshape", "nn.batch_flatten",
+                "squeeze", "expand_dims")
+def _reshape_to_out(attrs, args, out_type):
+    return np.reshape(args[0], _static_shape(out_type))
+
+
+@register_numpy("transpose")
+def _transpose(attrs, args, out_type):
+    axes = None if not attrs.axes else [int(a) for a in attrs.axes]
+    return np.transpose(args[0], axes)
+
+
+@register_numpy("concatenate")
+def _concatenate(attrs, args, out_type):
+    return np.concatenate(args[0], axis=attrs.axis)
+
+
+@register_numpy("stack")
+def _stack(attrs, args, out_type):
+    return np.stack(args[0], axis=attrs.axis)
+
+
+@register_numpy("split")
+def _split(attrs, args, out_type):
+    sections = attrs.indices_or_sections
+    if not isinstance(sections, list | tuple):
+        sections = int(sections)
+    else:
+        sections = [int(s) for s in sections]
+    return tuple(np.split(args[0], sections, axis=attrs.axis))
+
+
+@register_numpy("broadcast_to", "broadcast_to_like")
+def _broadcast_to(attrs, args, out_type):
+    return np.broadcast_to(args[0], _static_shape(out_type)).copy()
+
+
+@register_numpy("collapse_sum_like", "collapse_sum_to")
+def _collapse_sum(attrs, args, out_type):
+    x, shape = args[0], _static_shape(out_type)
+    lead = x.ndim - len(shape)
+    x = x.sum(axis=tuple(range(lead))) if lead else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+@register_numpy("zeros", "zeros_like")
+def _zeros(attrs, args, out_type):
+    return np.zeros(_static_shape(out_type), dtype=_out_dtype(out_type))
+
+
+@register_numpy("ones", "ones_like")
+def _ones(attrs, args, out_type):
+    return np.ones(_static_shape(out_type), dtype=_out_dtype(out_type))
+
+
+@register_numpy("full", "full_like")
+def _full(attrs, args, out_type):
+    fill_value = np.asarray(args[-1]).item()
+    return np.full(_static_shape(out_type), fill_value, dtype=_out_dtype(out_type))
+
+
+@register_numpy("tile")
+def _tile(attrs, args, out_type):
+    return np.tile(args[0], [int(r) for r in attrs.reps])
+
+
+@register_numpy("repeat")
+def _repeat(attrs, args, out_type):
+    return np.repeat(args[0], int(attrs.repeats), axis=attrs.axis)
+
+
+@register_numpy("reverse")
+def _reverse(attrs, args, out_type):
+    return np.flip(args[0], axis=attrs.axis)
+
+
+@register_numpy("take")
+def _take(attrs, args, out_type):
+    data, indices = args
+    axis = attrs.axis
+    if axis is None:
+        data, axis = data.reshape(-1), 0
+    axis = int(axis) % data.ndim
+    n = data.shape[axis]
+    if attrs.mode == "clip":
+        indices = np.clip(indices, 0, n - 1)
+    elif attrs.mode == "wrap":
+        indices = np.mod(indices, n)
+    else:  # "fast": assumed in range; negative indices count from the end
+        indices = np.where(indices < 0, indices + n, indices)
+    if attrs.batch_dims:
+        raise TVMError("take with batch_dims has no NumPy reference implementation")
+    return np.take(data, indices.astype(np.int64), axis=axis)
+
+
+@register_numpy("gather")
+def _gather(attrs, args, out_type):
+    data, indices = args
+    return np.take_along_axis(data, indices.astype(np.int64), axis=attrs.axis)
+
+
+@register_numpy("gather_nd")
+def _gather_nd(attrs, args, out_type):
+    data, indices = args
+    b = int(attrs.batch_dims or 0)
+    m = indices.shape[0]
+    out_shape = _static_shape(out_type)
+    flat = indices.reshape(m, -1).astype(np.int64)
+    batch = data.shape[:b]
+    results = []
+    for j in range(flat.shape[1]):
+        idx = tuple(flat[:, j])
+        if b:
+            bidx = np.unravel_index(j % int(np.prod(batch)), batch)
+            results.append(data[bidx + idx])
+        else:
+            results.append(data[idx])
+    return np.array(results, dtype=data.dtype).reshape(out_shape)
+
+
+@register_numpy("strided_slice")
+def _strided_slice(attrs, args, out_type):
+    data = args[0]
+    begin, end = list(attrs.begin), list(attrs.end)
+    strides = list(attrs.strides) if attrs.strides else [1] * len(begin)
+    axes = list(attrs.axes) if attrs.axes is not None else list(range(len(begin)))
+    slices = [slice(None)] * data.ndim
+    for k, axis in enumerate(axes):
+        stride = int(strides[k]) if k < len(strides) else int(strides[-1])
+        b = int(begin[k])
+        if attrs.slice_mode == "size":
+            size = int(end[k])
+            e = data.shape[axis] if size < 0 else b + size
+            stride = 1
+        else:
+            e = int(end[k]) if k < len(end) else data.shape[axis]
+        n = data.shape[axis]
+        if stride < 0:
+            b = min(b if b >= 0 else b + n, n - 1)
+            e = e + n if e < -1 else (None if e < 0 else e)
+        slices[axis] = slice(b, e if e is None or e < 2**62 else None, stride)
+    return data[tuple(slices)].copy()
+
+
+@register_numpy("slice_like")
+def _slice_like(attrs, args, out_type):
+    return args[0][tuple(slice(0, n) for n in _static_shape(out_type))].copy()
+
+
+@register_numpy("one_hot")
+def _one_hot(attrs, args, out_type):
+    indices, on, off = args
+    depth, axis = int(attrs.depth), int(attrs.axis)
+    eye = np.arange(depth)
+    hot = np.expand_dims(indices, -1) == eye
+    out = np.where(hot, on, off).astype(_out_dtype(out_type))
+    return np.moveaxis(out, -1, axis if axis >= 0 else out.ndim + axis)
+
+
+@register_numpy("arange")
+def _arange(attrs, args, out_type):
+    start, stop, step = (np.asarray(a).item() for a in args)
+    return np.arange(start, stop, step).astype(_out_dtype(out_type))
+
+
+@register_numpy("shape_of")
+def _shape_of(attrs, args, out_type):
+    return np.array(args[0].shape, dtype=_out_dtype(out_type))
+
+
+@register_numpy("ndarray_size")
+def _ndarray_size(attrs, args, out_type):
+    return np.array(args[0].size, dtype=_out_dtype(out_type))
+
+
+@register_numpy("sequence_mask")
+def _sequence_mask(attrs, args, out_type):
+    data, lengths = args
+    axis = int(attrs.axis)
+    steps = np.arange(data.shape[axis])
+    shape = [1] * data.ndim
+    shape[axis] = -1
+    batch_axis = 1 - axis
+    lshape = [1] * data.ndim
+    lshape[batch_axis] = -1
+    mask = steps.reshape(shape) < lengths.reshape(lshape)
+    return np.where(mask, data, np.asarray(attrs.mask_value, dtype=data.dtype))
+
+
+def _scan(func: Callable, identity: int) -> Callable:
+    def impl(attrs, args, out_type):
+        x = args[0].astype(_out_dtype(out_type))
+        axis = attrs.axis
+        if axis is None:
+            x, axis = x.reshape(-1), 0
+        out = func(x, axis=int(axis))
+        if attrs.exclusive:
+            out = np.concatenate(
+                [np.full_like(np.take(out, [0], axis=axis), identity),
+                 np.delete(out, -1, axis=axis) if out.shape[axis] else out], axis=axis)
+        return out
+
+    return impl
+
+
+register_numpy("cumsum")(_scan(np.cumsum, 0))
+register_numpy("cumprod")(_scan(np.cumprod, 1))
+
+
+@register_numpy("sort")
+def _sort(attrs, args, out_type):
+    out = np.sort(args[0], axis=attrs.axis, kind="stable")
+    return out if attrs.is_ascend else np.flip(out, axis=attrs.axis)
+
+
+def _stable_argsort(x: np.ndarray, axis: int, ascend: bool) -> np.ndarray:
+    return np.argsort(x if ascend else -x.astype(np.float64) if x.dtype != bool else ~x,
+                      axis=axis, kind="stable")
+
+
+@register_numpy("argsort")
+def _argsort(attrs, args, out_type):
+    return _stable_argsort(args[0], attrs.axis, attrs.is_ascend).astype(np_dtype(attrs.dtype))
+
+
+@register_numpy("topk")
+def _topk(attrs, args, out_type):
+    x = args[0]
+    axis = int(attrs.axis) % x.ndim
+    k = int(attrs.k) if attrs.k is not None and int(attrs.k) > 0 else x.shape[axis]
+    order = _stable_argsort(x, axis, attrs.is_ascend)
+    idx = np.take(order, np.arange(k), axis=axis)
+    values = np.take_along_axis(x, idx, axis=axis)
+    indices = idx.astype(np_dtype(attrs.dtype))
+    return {"both": (values, indices), "values": values, "indices": indices}[attrs.ret_type]
+
+
+@register_numpy("argwhere")
+def _argwhere(attrs, args, out_type):
+    return np.argwhere(args[0]).astype(_out_dtype(out_type))
+
+
+@register_numpy("scatter_elements")
+def _scatter_elements(attrs, args, out_type):
+    data, indices, updates = args
+    out = data.copy()
+    axis = int(attrs.axis) % data.ndim
+    reduce = {"update": None, "add": np.add, "mul": np.multiply, "min": np.minimum,
+              "max": np.maximum, "mean": None}[attrs.reduction]
+    for pos in np.ndindex(indices.shape):
+        target = list(pos)
+        i = int(indices[pos])
+        target[axis] = i + data.shape[axis] if i < 0 else i
+        target = tuple(target)
+        out[target] = updates[pos] if reduce is None else reduce(out[target], updates[pos])
+    return out
+
+
+@register_numpy("scatter_nd")
+def _scatter_nd(attrs, args, out_type):
+    data, indices, updates = args
+    out = data.copy()
+    m = indices.shape[0]
+    flat_idx = indices.reshape(m, -1).astype(np.int64)
+    flat_upd = updates.reshape((flat_idx.shape[1],) + data.shape[m:])
+    for j in range(flat_idx.shape[1]):
+        target = tuple(flat_idx[:, j])
+        out[target] = flat_upd[j] if attrs.mode == "update" else out[target] + flat_upd[j]
+    return out
+
+
+@register_numpy("layout_transform")
+def _layout_transform(attrs, args, out_type):
+    from kiln.relay.backend.numpy_layout import layout_transform
+
+    return layout_transform(args[0], attrs.src_layout, attrs.dst_layout)
+
+
+# ---- dynamic-shape variants: the shape-like argument is data ------------------------------
+class _With:
+    """A view of an attrs node with some fields replaced (dyn ops take them as arguments)."""
+
+    def __init__(self, attrs: Any, **fields: Any) -> None:
+        self._attrs, self._fields = attrs, fields
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._fields:
+            return self._fields[name]
+        return getattr(self._attrs, name)
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+def _relay_newshape(shape: tuple[int, ...], newshape: list[int]) -> list[int]:
+    """Resolve Relay's reshape special values 0 (copy) and -1 (infer) against ``shape``."""
+    out = [shape[i] if v == 0 and i < len(shape) else v for i, v in enumerate(newshape)]
+    return out
+
+
+@register_numpy("dyn.reshape")
+def _dyn_reshape(attrs, args, out_type):
+    return np.reshape(args[0], _relay_newshape(args[0].shape, _ints(args[1])))
+
+
+@register_numpy("dyn.broadcast_to")
+def _dyn_broadcast_to(attrs, args, out_type):
+    return np.broadcast_to(args[0], _ints(args[1])).copy()
+
+
+@register_numpy("dyn.zeros")
+def _dyn_zeros(attrs, args, out_type):
+    return np.zeros(_ints(args[0]), dtype=np_dtype(attrs.dtype))
+
+
+@register_numpy("dyn.ones")
+def _dyn_ones(attrs, args, out_type):
+    return np.ones(_ints(args[0]), dtype=np_dtype(attrs.dtype))
+
+
+@register_numpy("dyn.full")
+def _dyn_full(attrs, args, out_type):
+    return np.full(_ints(args[1]), np.asarray(args[0]).item(), dtype=np_dtype(attrs.dtype))
+
+
+@register_numpy("dyn.expand_dims")
+def _dyn_expand_dims(attrs, args, out_type):
+    x, axis = args[0], int(np.asarray(args[1]).item())
+    axis = axis if axis >= 0 else x.ndim + axis + 1
+    for _ in range(int(attrs.num_newaxis)):
+        x = np.expand_dims(x, axis)
+    return x
+
+
+@register_numpy("dyn.squeeze")
+def _dyn_squeeze(attrs, args, out_type):
+    return np.squeeze(args[0], axis=tuple(_ints(args[1])))
+
+
+@register_numpy("dyn.tile")
+def _dyn_tile(attrs, args, out_type):
+    return np.tile(args[0], _ints(args[1]))
+
+
+@register_numpy("dyn.one_hot")
+def _dyn_one_hot(attrs, args, out_type):
+    depth = int(np.asarray(args[3]).item())
+    return _one_hot(_With(attrs, depth=depth), args[:3], out_type)
+
+
+@register_numpy("dyn.strided_slice")
+def _dyn_strided_slice(attrs, args, out_type):
+    data, begin, end, strides = args
+    return _strided_slice(_With(attrs, begin=_ints(begin), end=_ints(end),
+                                strides=_ints(strides), axes=None), [data], out_type)
+
+
+@register_numpy("dyn.topk")
+def _dyn_topk(attrs, args, out_type):
+    return _topk(_With(attrs, k=int(np.asarray(args[1]).item())), args[:1], out_type)
+
+
+@register_numpy("dyn.nn.pad")
+def _dyn_pad(attrs, args, out_type):
+    data, width, value = args
+    pairs = np.asarray(width).reshape(-1, 2).tolist()
+    from kiln.relay.backend.numpy_nn import _pad
+
+    return _pad(_With(attrs, pad_width=pairs), [data, value], out_type)
+
+
+@register_numpy("dyn.image.resize2d")
+def _dyn_resize2d(attrs, args, out_type):
+    from kiln.relay.backend.numpy_nn import _resize
+
+    data, size, roi = args
+    return _resize(_With(attrs, size=_ints(size), roi=[float(v) for v in np.ravel(roi)]),
+                   [data], out_type, 2)
+
+
+@register_numpy("dyn.nn.upsampling")
+def _dyn_upsampling(attrs, args, out_type):
+    from kiln.relay.backend.numpy_nn import _upsampling
+
+    data, scale_h, scale_w = args
+    return _upsampling(_With(attrs, scale_h=float(np.asarray(scale_h).item()),
+                             scale_w=float(np.asarray(scale_w).item())), [data], out_type)
+
+
+# ---- annotations evaluate to their argument -------------------------------------------------
+@register_numpy("on_device", "device_copy", "annotation.stop_fusion", "annotation.checkpoint",
+                "annotation.cast_hint", "annotation.compiler_begin", "annotation.compiler_end",
+                "annotation.bitpack_start", "annotation.bitpack_end", "debug")
+def _identity(attrs, args, out_type):
+    return args[0]

@@ -1,0 +1,645 @@
+"""The Relay text parser: reads what :mod:`kiln.relay.printer` writes (TVM's text format).
+
+Entry points: :func:`parse` (a whole module, ``tvm.parser.parse``), :func:`fromtext` (alias,
+``relay.fromtext``), :func:`parse_expr` (one expression), :func:`parse_type`.
+
+The grammar, informally::
+
+    module   := [version] (typedef | def)* [#[metadata] json]
+    typedef  := "type" NAME ["[" NAME, ... "]"] "{" (NAME ["(" type, ... ")"] ",")* "}"
+    def      := "def" @NAME ["[" NAME, ... "]"] "(" params ")" ["->" type] "{" body "}"
+    params   := (%x [":" type] | NAME "=" attr_value), ...
+    body     := (%n = expr ";" | "let" %x [":" type] "=" expr ";" | "free_var" %x ":" type ";")*
+                expr
+    expr     := atom ( "(" args ")" | "." INT )*
+    atom     := %x | @f | NAME | literal | "(" expr, ... ")" | fn | if | match | ref forms
+                | meta[relay.Constant][i]
+
+Errors raise :class:`~kiln.runtime.error.DiagnosticError` with the line, column and the
+offending source line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kiln.ir.adt import Constructor, TypeData
+from kiln.ir.expr import GlobalVar
+from kiln.ir.module import IRModule
+from kiln.ir.op import Op
+from kiln.ir.type import (
+    Any as AnyDim,
+)
+from kiln.ir.type import (
+    FuncType,
+    GlobalTypeVar,
+    IncompleteType,
+    RelayRefType,
+    TensorType,
+    TupleType,
+    TypeCall,
+    TypeKind,
+    TypeVar,
+)
+from kiln.relay import adt
+from kiln.relay import expr as rx
+from kiln.relay.printer import SCALAR_SUFFIX
+from kiln.runtime.error import DiagnosticError
+
+__all__ = ["parse", "fromtext", "parse_expr", "parse_type", "SpanCheck"]
+
+_SUFFIX_DTYPE = {suffix: dtype for dtype, suffix in SCALAR_SUFFIX.items() if suffix}
+_DTYPES = {
+    "bool", "float16", "float32", "float64", "bfloat16", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64",
+}
+
+_TOKEN = re.compile(r"""
+    (?P<ws>\s+|//[^\n]*|/\*.*?\*/)
+  | (?P<number>-?(?:\d+\.\d*|\d+)(?:[eE][-+]?\d+)?
+      (?:f16|f32|f64|f|i8|i16|i32|i64|u8|u16|u32|u64)?(?![\w.]))
+  | (?P<local>%[A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+  | (?P<global>@[A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+  | (?P<punct>=>|->|\#\[|[()\[\]{},;:=.?_*^+-])
+""", re.VERBOSE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: str
+    text: str
+    pos: int
+
+
+class SpanCheck:
+    """Turns a character offset into ``line:column`` and the source line (for messages)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def describe(self, pos: int) -> str:
+        line = self.source.count("\n", 0, pos) + 1
+        start = self.source.rfind("\n", 0, pos) + 1
+        end = self.source.find("\n", pos)
+        text = self.source[start: end if end >= 0 else len(self.source)]
+        return f"line {line}, column {pos - start + 1}:\n  {text}\n  {' ' * (pos - start)}^"
+
+
+def _tokenize(source: str) -> list[Token]:
+    tokens, pos = [], 0
+    while pos < len(source):
+        m = _TOKEN.match(source, pos)
+        if m is None:
+            raise DiagnosticError(
+                f"Relay parser: unexpected character {source[pos]!r} at "
+                f"{SpanCheck(source).describe(pos)}")
+        kind = m.lastgroup
+        if kind != "ws":
+            tokens.append(Token(kind, m.group(), pos))
+        pos = m.end()
+    tokens.append(Token("eof", "", len(source)))
+    return tokens
+
+
+class _Parser:
+    def __init__(self, source: str, meta: dict[str, list] | None = None) -> None:
+        self.source = source
+        self.tokens = _tokenize(source)
+        self.i = 0
+        self.meta = meta or {}
+        self.scopes: list[dict[str, Any]] = [{}]     # local names -> Var / bound expression
+        self.type_scopes: list[dict[str, TypeVar]] = [{}]
+        self.global_vars: dict[str, GlobalVar] = {}
+        self.type_headers: dict[str, GlobalTypeVar] = {}
+        self.constructors: dict[str, Constructor] = {}
+
+    # -- token helpers ----------------------------------------------------------------------
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def peek(self, k: int = 1) -> Token:
+        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
+
+    def error(self, message: str, tok: Token | None = None) -> DiagnosticError:
+        tok = tok or self.tok
+        where = SpanCheck(self.source).describe(tok.pos)
+        return DiagnosticError(f"Relay parser: {message} at {where}")
+
+    def at(self, text: str) -> bool:
+        return self.tok.text == text and self.tok.kind in ("punct", "name")
+
+    def accept(self, text: str) -> bool:
+        if self.at(text):
+            self.i += 1
+            return True
+        return False
+
+    def expect(self, text: str) -> Token:
+        if not self.at(text):
+            found = self.tok.text or "end of input"
+            raise self.error(f"expected {text!r}, found {found!r}")
+        tok = self.tok
+        self.i += 1
+        return tok
+
+    def expect_kind(self, kind: str, what: str) -> Token:
+        if self.tok.kind != kind:
+            raise self.error(f"expected {what}, found {self.tok.text or 'end of input'!r}")
+        tok = self.tok
+        self.i += 1
+        return tok
+
+    def comma_list(self, close: str, item) -> list:
+        items = []
+        while not self.at(close):
+            items.append(item())
+            if not self.accept(","):
+                break
+        self.expect(close)
+        return items
+
+    # -- scopes -----------------------------------------------------------------------------
+    def lookup_local(self, tok: Token) -> Any:
+        name = tok.text[1:]
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        raise self.error(f"unbound local variable %{name}", tok)
+
+    def lookup_type_var(self, name: str) -> TypeVar | None:
+        for scope in reversed(self.type_scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    # -- module -----------------------------------------------------------------------------
+    def module(self) -> IRModule:
+        self.predeclare()
+        functions, type_defs = {}, {}
+        while self.tok.kind != "eof":
+            if self.at("type"):
+                td = self.type_def()
+                type_defs[td.header] = td
+            elif self.at("def"):
+                gvar, fn = self.definition()
+                if gvar in functions:
+                    raise self.error(f"@{gvar.name_hint} is defined twice")
+                functions[gvar] = fn
+            else:
+                raise self.error(f"expected 'def' or 'type', found {self.tok.text!r}")
+        return IRModule(functions, type_defs)
+
+    def predeclare(self) -> None:
+        """Create global vars and ADT headers first, so definitions may refer forward."""
+        for k, tok in enumerate(self.tokens[:-1]):
+            nxt = self.tokens[k + 1]
+            if tok.text == "def" and nxt.kind == "global":
+                self.global_vars.setdefault(nxt.text[1:], GlobalVar(nxt.text[1:]))
+            if tok.text == "type" and nxt.kind == "name":
+                self.type_headers.setdefault(
+                    nxt.text, GlobalTypeVar(nxt.text, TypeKind.AdtHandle))
+
+    def type_params(self) -> list[TypeVar]:
+        if not self.accept("["):
+            return []
+        names = self.comma_list("]", lambda: self.expect_kind("name", "a type parameter").text)
+        params = [TypeVar(n) for n in names]
+        self.type_scopes.append({p.name_hint: p for p in params})
+        return params
+
+    def type_def(self) -> TypeData:
+        self.expect("type")
+        header = self.type_headers[self.expect_kind("name", "a type name").text]
+        tparams = self.type_params()
+        self.expect("{")
+        ctors = []
+        while not self.at("}"):
+            name = self.expect_kind("name", "a constructor name").text
+            inputs = self.comma_list(")", self.type) if self.accept("(") else []
+            ctor = Constructor(name, inputs, header)
+            self.constructors[name] = ctor
+            ctors.append(ctor)
+            if not self.accept(","):
+                break
+        self.expect("}")
+        if tparams:
+            self.type_scopes.pop()
+        return TypeData(header, tparams, ctors)
+
+    def definition(self) -> tuple[GlobalVar, rx.Function]:
+        self.expect("def")
+        gvar = self.global_vars[self.expect_kind("global", "a global name").text[1:]]
+        return gvar, self.function_rest()
+
+    def function_rest(self) -> rx.Function:
+        tparams = self.type_params()
+        self.expect("(")
+        self.scopes.append({})
+        params, attrs = [], {}
+        while not self.at(")"):
+            if self.tok.kind == "local":
+                params.append(self.declare_var())
+            else:
+                key = self.expect_kind("name", "a parameter or attribute").text
+                self.expect("=")
+                attrs[key] = self.attr_value()
+            if not self.accept(","):
+                break
+        self.expect(")")
+        ret = self.type() if self.accept("->") else None
+        self.expect("{")
+        body = self.body("}")
+        self.scopes.pop()
+        if tparams:
+            self.type_scopes.pop()
+        return rx.Function(params, body, ret, tparams, attrs or None)
+
+    def declare_var(self) -> rx.Var:
+        tok = self.expect_kind("local", "a local variable")
+        ty = self.type() if self.accept(":") else None
+        var = rx.Var(tok.text[1:], ty)
+        self.scopes[-1][tok.text[1:]] = var
+        return var
+
+    # -- bodies and expressions ---------------------------------------------------------------
+    def body(self, close: str) -> Any:
+        """Bindings then a value, up to and including ``close``; lets nest to the right."""
+        lets: list[tuple[rx.Var, Any]] = []
+        self.scopes.append({})
+        while True:
+            if self.at("let"):
+                self.i += 1
+                var_tok = self.tok
+                var = self.declare_var_unbound()
+                self.expect("=")
+                value = self.expr()
+                self.expect(";")
+                self.scopes[-1][var_tok.text[1:]] = var
+                lets.append((var, value))
+            elif self.at("free_var"):
+                self.i += 1
+                self.declare_var()
+                self.expect(";")
+            elif self.tok.kind == "local" and self.peek().text == "=" \
+                    and self.peek().kind == "punct":
+                name = self.tok.text[1:]
+                self.i += 2
+                value = self.expr()
+                self.expect(";")
+                self.scopes[-1][name] = value
+            else:
+                break
+        result = self.expr()
+        self.scopes.pop()
+        if close:
+            self.expect(close)
+        elif self.tok.kind != "eof":
+            raise self.error(f"unexpected {self.tok.text!r} after the expression")
+        for var, value in reversed(lets):
+            result = rx.Let(var, value, result)
+        return result
+
+    def declare_var_unbound(self) -> rx.Var:
+        tok = self.expect_kind("local", "a local variable")
+        ty = self.type() if self.accept(":") else None
+        return rx.Var(tok.text[1:], ty)
+
+    def expr(self) -> Any:
+        node = self.atom()
+        while True:
+            if self.at("("):
+                self.i += 1
+                node = self.call(node)
+            elif self.at(".") and self.peek().kind == "number":
+                self.i += 1
+                index_tok = self.expect_kind("number", "a tuple index")
+                if not re.fullmatch(r"\d+(\.\d+)?", index_tok.text):
+                    raise self.error("expected a tuple index", index_tok)
+                for index in index_tok.text.split("."):  # %t.0.1 lexes 0.1 as one number
+                    node = rx.TupleGetItem(node, int(index))
+            else:
+                return node
+
+    def call(self, callee: Any) -> Any:
+        args, attrs = [], {}
+        while not self.at(")"):
+            if self.tok.kind == "name" and self.peek().text == "=" and self.peek().kind == "punct":
+                key = self.tok.text
+                self.i += 2
+                attrs[key] = self.attr_value()
+            else:
+                args.append(self.expr())
+            if not self.accept(","):
+                break
+        self.expect(")")
+        return rx.Call(callee, args, self.make_attrs(callee, attrs))
+
+    def make_attrs(self, callee: Any, attrs: dict[str, Any]) -> Any:
+        if not isinstance(callee, Op):
+            if attrs:
+                from kiln.ir.attrs import DictAttrs
+
+                return DictAttrs(attrs)
+            return None
+        key = getattr(callee, "attrs_type_key", None)
+        if not key:
+            if attrs:
+                raise self.error(f"operator {callee.name} takes no attributes, got "
+                                 f"{sorted(attrs)}")
+            return None
+        from kiln.runtime.object import type_key_to_class
+
+        cls = type_key_to_class(key)
+        try:
+            return cls(**attrs)
+        except TypeError as err:
+            raise self.error(f"bad attributes for {callee.name}: {err}") from None
+
+    def attr_value(self) -> Any:
+        tok = self.tok
+        if self.accept("["):
+            return tuple(self.comma_list("]", self.attr_value))
+        if tok.kind == "string":
+            self.i += 1
+            return _unquote(tok.text)
+        if tok.kind == "number":
+            self.i += 1
+            value, dtype = _number(tok.text)
+            return value if dtype is None or not dtype.startswith("float") else float(value)
+        if tok.text in ("True", "False"):
+            self.i += 1
+            return tok.text == "True"
+        if tok.text == "None":
+            self.i += 1
+            return None
+        if tok.kind == "name":
+            self.i += 1
+            return tok.text
+        raise self.error(f"expected an attribute value, found {tok.text!r}")
+
+    def atom(self) -> Any:
+        tok = self.tok
+        kind = tok.kind
+        if kind == "local":
+            self.i += 1
+            return self.lookup_local(tok)
+        if kind == "global":
+            self.i += 1
+            name = tok.text[1:]
+            if name not in self.global_vars:
+                raise self.error(f"unknown global function @{name}", tok)
+            return self.global_vars[name]
+        if kind == "number":
+            self.i += 1
+            value, dtype = _number(tok.text)
+            return rx.const(np.array(value, dtype=dtype or "int32"))
+        if kind == "punct" and tok.text == "(":
+            self.i += 1
+            fields = []
+            trailing = False
+            while not self.at(")"):
+                fields.append(self.expr())
+                trailing = False
+                if not self.accept(","):
+                    break
+                trailing = True
+            self.expect(")")
+            if len(fields) == 1 and not trailing:
+                return fields[0]
+            return rx.Tuple(fields)
+        if kind != "name":
+            raise self.error(f"expected an expression, found {tok.text or 'end of input'!r}")
+        keyword = getattr(self, "kw_" + tok.text, None)
+        if keyword is not None:
+            self.i += 1
+            return keyword()
+        self.i += 1
+        if tok.text in self.constructors:
+            ctor = self.constructors[tok.text]
+            if not ctor.inputs and not self.at("("):
+                return rx.Call(ctor, [])  # a bare nullary constructor is its value
+            return ctor
+        try:
+            return Op.get(tok.text)
+        except Exception:
+            raise self.error(f"unknown operator or constructor {tok.text!r}", tok) from None
+
+    def kw_True(self) -> rx.Constant:
+        return rx.const(np.array(True))
+
+    def kw_False(self) -> rx.Constant:
+        return rx.const(np.array(False))
+
+    def kw_fn(self) -> rx.Function:
+        return self.function_rest()
+
+    def kw_if(self) -> rx.If:
+        self.expect("(")
+        cond = self.expr()
+        self.expect(")")
+        self.expect("{")
+        then = self.body("}")
+        self.expect("else")
+        self.expect("{")
+        other = self.body("}")
+        return rx.If(cond, then, other)
+
+    def kw_ref(self) -> rx.RefCreate:
+        self.expect("(")
+        value = self.expr()
+        self.expect(")")
+        return rx.RefCreate(value)
+
+    def kw_ref_read(self) -> rx.RefRead:
+        self.expect("(")
+        ref = self.expr()
+        self.expect(")")
+        return rx.RefRead(ref)
+
+    def kw_ref_write(self) -> rx.RefWrite:
+        self.expect("(")
+        ref = self.expr()
+        self.expect(",")
+        value = self.expr()
+        self.expect(")")
+        return rx.RefWrite(ref, value)
+
+    def kw_meta(self) -> Any:
+        self.expect("[")
+        kind = self.expect_kind("name", "a metadata kind").text
+        self.expect("]")
+        self.expect("[")
+        index_tok = self.expect_kind("number", "a metadata index")
+        self.expect("]")
+        items = self.meta.get(kind)
+        index = int(index_tok.text)
+        if items is None or not 0 <= index < len(items):
+            raise self.error(f"meta[{kind}][{index}] is not in the metadata section", index_tok)
+        return items[index]
+
+    def kw_match(self) -> adt.Match:
+        complete = not self.accept("?")
+        self.expect("(")
+        data = self.expr()
+        self.expect(")")
+        self.expect("{")
+        clauses = []
+        while not self.at("}"):
+            self.accept("|")
+            self.scopes.append({})
+            lhs = self.pattern()
+            self.expect("=>")
+            if self.accept("{"):
+                rhs = self.body("}")
+            else:
+                rhs = self.expr()
+            self.scopes.pop()
+            clauses.append(adt.Clause(lhs, rhs))
+            if not self.accept(","):
+                break
+        self.expect("}")
+        return adt.Match(data, clauses, complete)
+
+    def pattern(self) -> Any:
+        tok = self.tok
+        if self.accept("_"):
+            return adt.PatternWildcard()
+        if tok.kind == "local":
+            return adt.PatternVar(self.declare_var())
+        if self.accept("("):
+            return adt.PatternTuple(self.comma_list(")", self.pattern))
+        if tok.kind == "name" and tok.text in self.constructors:
+            self.i += 1
+            subs = self.comma_list(")", self.pattern) if self.accept("(") else []
+            return adt.PatternConstructor(self.constructors[tok.text], subs)
+        raise self.error(f"expected a pattern, found {tok.text!r}")
+
+    # -- types ------------------------------------------------------------------------------
+    def type(self) -> Any:
+        tok = self.tok
+        if self.accept("("):
+            fields = []
+            trailing = False
+            while not self.at(")"):
+                fields.append(self.type())
+                trailing = False
+                if not self.accept(","):
+                    break
+                trailing = True
+            self.expect(")")
+            if len(fields) == 1 and not trailing:
+                return fields[0]
+            return TupleType(fields)
+        if self.accept("_"):
+            return IncompleteType()
+        if self.accept("fn"):
+            tparams = self.type_params()
+            self.expect("(")
+            args = self.comma_list(")", self.type)
+            self.expect("->")
+            ret = self.type()
+            if tparams:
+                self.type_scopes.pop()
+            return FuncType(args, ret, tparams)
+        if self.accept("ref"):
+            self.expect("(")
+            value = self.type()
+            self.expect(")")
+            return RelayRefType(value)
+        name = self.expect_kind("name", "a type").text
+        if name == "Tensor":
+            self.expect("[")
+            self.expect("(")
+            shape = self.comma_list(")", self.dim)
+            self.expect(",")
+            dtype = self.expect_kind("name", "a dtype").text
+            self.expect("]")
+            return TensorType(shape, dtype)
+        if name in _DTYPES:
+            return TensorType((), name)
+        tvar = self.lookup_type_var(name)
+        if tvar is not None:
+            return tvar
+        header = self.type_headers.get(name)
+        if header is None:
+            raise self.error(f"unknown type {name!r}", tok)
+        if self.accept("["):
+            return TypeCall(header, self.comma_list("]", self.type))
+        return header
+
+    def dim(self) -> Any:
+        if self.accept("?"):
+            return AnyDim()
+        tok = self.expect_kind("number", "a dimension")
+        return int(tok.text)
+
+
+def _unquote(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text[1:-1])
+
+
+def _number(text: str) -> tuple[Any, str | None]:
+    """A literal's value and dtype (None: an unsuffixed integer, int32 by default)."""
+    m = re.fullmatch(r"(-?[0-9.]+(?:[eE][-+]?[0-9]+)?)([a-z0-9]*)", text)
+    body, suffix = m.group(1), m.group(2)
+    dtype = "float32" if suffix in ("f", "f32") else _SUFFIX_DTYPE.get(suffix) if suffix else None
+    if (dtype or "").startswith("float") or any(c in body for c in ".eE"):
+        return float(body), dtype or "float32"
+    return int(body), dtype
+
+
+def _split_metadata(source: str) -> tuple[str, dict[str, list]]:
+    head, sep, tail = source.partition("#[metadata]")
+    head = re.sub(r'^\s*#\[version\s*=\s*"[^"]*"\]', "", head)
+    if not sep:
+        return head, {}
+    from kiln.runtime.serialization import load_json
+
+    try:
+        meta = load_json(tail.strip())
+    except Exception as err:
+        raise DiagnosticError(f"Relay parser: malformed metadata section: {err}") from None
+    return head, {str(k): list(v) for k, v in meta.items()}
+
+
+def parse(source: str, source_name: str = "from_string") -> IRModule:
+    """Parse a module in the Relay text format (``tvm.parser.parse``).
+
+    Example
+    -------
+    >>> mod = parse('def @main(%x: Tensor[(2,), float32]) { negative(%x) }')
+    >>> mod["main"].params[0].name_hint
+    'x'
+    """
+    if not isinstance(source, str):
+        raise DiagnosticError(f"Relay parser: expected text, got {type(source).__name__}")
+    head, meta = _split_metadata(source)
+    parser = _Parser(head, meta)
+    return parser.module()
+
+
+fromtext = parse
+
+
+def parse_expr(source: str) -> Any:
+    """Parse one expression (``free_var`` declarations may come first)."""
+    head, meta = _split_metadata(source)
+    parser = _Parser(head, meta)
+    parser.predeclare()
+    return parser.body("")  # "" matches end of input
+
+
+def parse_type(source: str) -> Any:
+    """Parse a type such as ``Tensor[(1, ?), float32]``."""
+    parser = _Parser(source)
+    ty = parser.type()
+    if parser.tok.kind != "eof":
+        raise parser.error("unexpected text after the type")
+    return ty

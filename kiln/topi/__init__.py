@@ -1,0 +1,29 @@
+"""kiln.topi: tensor operator computes and schedules (TVM's ``tvm.topi``).
+
+Entry points: the elementwise, broadcast, reduction and transform computes at the top level
+(``topi.exp``, ``topi.add``, ``topi.sum``, ``topi.reshape`` …), neural-network computes in
+:mod:`kiln.topi.nn`, image resizing in :mod:`kiln.topi.image`, and schedules per target key in
+:mod:`kiln.topi.generic`, :mod:`kiln.topi.x86` and :mod:`kiln.topi.arm_cpu`.
+
+Example
+-------
+>>> import numpy as np
+>>> import kiln
+>>> from kiln import te, topi
+>>> A = te.placeholder((4,), name="A")
+>>> B = topi.add(topi.exp(A), 1.0)
+>>> s = topi.generic.schedule_injective([B])
+>>> f = kiln.build(s, [A, B], target="c")
+>>> a = kiln.nd.array(np.zeros(4, "float32")); b = kiln.nd.empty((4,), "float32")
+>>> f(a, b); b.numpy().tolist()
+[2.0, 2.0, 2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+from kiln.topi import tag, utils
+from kiln.topi.broadcast import *  # noqa: F403
+from kiln.topi.math import *  # noqa: F403
+from kiln.topi.reduction import *  # noqa: F403
+from kiln.topi.transform import *  # noqa: F403
+from kiln.topi import image, nn, generic, x86, arm_cpu  # noqa: E402,I001

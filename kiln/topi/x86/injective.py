@@ -1,0 +1,79 @@
+"""x86 schedules for injective ops and reductions: parallel outer loops, vector inner loops.
+
+Entry points: :func:`schedule_injective`, :func:`schedule_reduce`,
+:func:`schedule_injective_from_existing`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te
+from kiln.topi import tag
+from kiln.topi.utils import get_const_tuple, traverse_inline
+
+# Knobs: how many lanes the innermost loop is split into, and the smallest loop worth
+# spreading over threads.
+DEFAULT_CONFIG = {"vector_lanes": 8, "min_parallel_extent": 2}
+
+
+def _static(shape: Any) -> list[int] | None:
+    dims = get_const_tuple(shape)
+    return list(dims) if all(isinstance(d, int) for d in dims) else None
+
+
+def schedule_injective_from_existing(sch: Any, out: te.Tensor, config: dict | None = None):
+    """Fuse the outer loops of ``out`` into one parallel loop; vectorize the innermost."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    stage = sch[out]
+    axes = list(stage.leaf_iter_vars)
+    dims = _static(out.shape)
+    if not axes or dims is None or 0 in dims:
+        return sch
+    lanes = cfg["vector_lanes"]
+    if dims[-1] % lanes == 0 and dims[-1] >= lanes:
+        outer, inner = stage.split(axes[-1], factor=lanes)
+        stage.vectorize(inner)
+        axes = axes[:-1] + [outer]
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    if _extent(dims, lanes) >= cfg["min_parallel_extent"]:
+        stage.parallel(fused)
+    return sch
+
+
+def _extent(dims: list[int], lanes: int) -> int:
+    total = 1
+    for d in dims:
+        total *= d
+    return total // lanes if dims[-1] % lanes == 0 else total
+
+
+def schedule_injective(outs: Any) -> Any:
+    """Injective ops: producers inlined, output loops parallel + vectorized."""
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    sch = te.create_schedule([t.op for t in outs])
+    for t in outs:
+        traverse_inline(sch, t.op)
+        schedule_injective_from_existing(sch, t)
+    return sch
+
+
+def schedule_reduce(outs: Any) -> Any:
+    """Reductions: the kept (outer) axes fused and run in parallel."""
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    sch = te.create_schedule([t.op for t in outs])
+
+    def visit(op):
+        if op.tag in (tag.COMM_REDUCE, tag.COMM_REDUCE_IDX) and op in sch:
+            stage = sch[op]
+            data_axes = [iv for iv in stage.leaf_iter_vars if iv.iter_type == 0]
+            dims = [iv.dom.extent for iv in op.axis]
+            if len(data_axes) == len(stage.leaf_iter_vars) - len(op.reduce_axis) and data_axes:
+                static = _static(dims)
+                if static and min(static) > 0:
+                    fused = stage.fuse(*data_axes) if len(data_axes) > 1 else data_axes[0]
+                    stage.parallel(fused)
+
+    for t in outs:
+        traverse_inline(sch, t.op, visit)
+    return sch
