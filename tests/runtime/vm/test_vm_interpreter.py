@@ -268,8 +268,14 @@ def test_device_copy_between_cpu0_and_cpu1():
     out = vm.run(x)
     assert out.device == kiln.cpu(1)
     np.testing.assert_array_equal(out.numpy(), x)
-    with pytest.raises(TVMError, match="source tensor is on cpu\\(1\\)"):
-        vm.run(nd.array(x, kiln.cpu(1)))
+    # An input on another device is copied to the parameter's device first (as TVM does).
+    np.testing.assert_array_equal(vm.run(nd.array(x, kiln.cpu(1))).numpy(), x)
+    wrong = VMFunction("main", ["x"], [DeviceCopy(0, 1, 0, 1), Ret(1)], 2)
+    vm = VirtualMachine(Executable([wrong], virtual_devices=[kiln.cpu(0), kiln.cpu(1)]),
+                        [kiln.cpu(0), kiln.cpu(1)])
+    with pytest.raises(TVMError, match="source tensor is on cpu\\(0\\), the instruction says "
+                                       "cpu\\(1\\)"):
+        vm.run(x)
 
 
 def test_kill_register_releases_memory():
