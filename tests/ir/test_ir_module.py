@@ -106,3 +106,16 @@ def test_text_names_the_functions():
 
 def test_top_level_name():
     assert kiln.IRModule is IRModule
+
+
+def test_json_round_trip_rebuilds_the_name_tables():
+    lst, a = GlobalTypeVar("List"), TypeVar("a")
+    nil = Constructor("Nil", [], lst)
+    x = relay.var("x", shape=(2,))
+    mod = IRModule.from_expr(relay.Function([x], add(x, relay.const(1.0))).with_attr("Inline", 1))
+    mod[lst] = TypeData(lst, [a], [Constructor("Cons", [a, TypeCall(lst, [a])], lst), nil])
+    loaded = kiln.ir.load_json(kiln.ir.save_json(mod))
+    kiln.ir.assert_structural_equal(mod, loaded)
+    assert loaded["main"].attrs["Inline"] == 1
+    assert loaded.get_constructor(nil.tag).name_hint == "Nil"
+    assert "main" in loaded and loaded.get_global_type_var("List").name_hint == "List"

@@ -111,3 +111,11 @@ def test_ir_namespace_exposes_tvm_names():
         assert getattr(kiln.ir, name) is not None, name
     with pytest.raises(AttributeError):
         _ = kiln.ir.NoSuchName
+
+
+def test_symbolic_dims_from_tir_vars():
+    n = kiln.tir.Var("n", "int32")
+    ty = TensorType((n, 4))
+    assert ty.shape[0] is n and ty.is_dynamic
+    assert TensorType((n, 4)) == ty
+    assert TensorType((kiln.tir.Var("n", "int32"), 4)) != ty  # a different free variable
