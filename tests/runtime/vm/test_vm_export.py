@@ -98,3 +98,16 @@ def test_save_code_and_lib_then_load_exec(kernels):
     x = np.full(6, 2.0, dtype="float32")
     np.testing.assert_allclose(VirtualMachine(exe, kiln.cpu(0)).run(x).numpy(), expected(x),
                                rtol=1e-6)
+
+
+def test_code_file_plus_exported_kernel_library(kernels, tmp_path):
+    """TVM's two-artifact flow: ``code.ro`` bytes and ``lib.so``, loaded back separately."""
+    code, lib = scale_and_shift(kernels).save()
+    (tmp_path / "code.ro").write_bytes(code)
+    lib.export_library(str(tmp_path / "lib.so"))
+    loaded_lib = load_module(str(tmp_path / "lib.so"))
+    loaded_code = bytearray((tmp_path / "code.ro").read_bytes())
+    exe = Executable.load_exec(loaded_code, loaded_lib)
+    x = np.linspace(0, 1, 6, dtype="float32")
+    np.testing.assert_allclose(VirtualMachine(exe, kiln.cpu(0)).run(x).numpy(), expected(x),
+                               rtol=1e-6)
