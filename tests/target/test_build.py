@@ -1,0 +1,289 @@
+"""kiln.build of te programs on both targets: results equal NumPy; bad input raises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import te, tir
+from kiln.runtime.error import TVMError
+
+TARGETS = ["c", "llvm"]
+rng = np.random.default_rng(1)
+
+
+def nd(array):
+    return tvm.nd.array(np.ascontiguousarray(array))
+
+
+def _programs():
+    """name -> (schedule, args); built into one module per target."""
+    progs = {}
+
+    # elementwise with a symbolic length, split/vectorize/parallel, non-divisible tail
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: te.exp(A[i]) * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=8)
+    s[B].vectorize(xi)
+    s[B].parallel(xo)
+    progs["elementwise"] = (s, [A, B])
+
+    # broadcast: (m, k) + (k,) with a symbolic m
+    m = te.var("m")
+    X = te.placeholder((m, 12), name="X")
+    Y = te.placeholder((12,), name="Y")
+    Z = te.compute((m, 12), lambda i, j: X[i, j] + Y[j], name="Z")
+    progs["broadcast"] = (te.create_schedule(Z.op), [X, Y, Z])
+
+    # reduction: row sums and row max
+    R = te.placeholder((6, 10), name="R")
+    k = te.reduce_axis((0, 10), name="k")
+    S = te.compute((6,), lambda i: te.sum(R[i, k], axis=k), name="S")
+    k2 = te.reduce_axis((0, 10), name="k2")
+    M = te.compute((6,), lambda i: te.max(R[i, k2], axis=k2), name="M")
+    progs["row_sum"] = (te.create_schedule(S.op), [R, S])
+    progs["row_max"] = (te.create_schedule(M.op), [R, M])
+
+    # matmul, tiled with a vectorized inner loop and an unrolled reduction split
+    P = te.placeholder((32, 24), name="P")
+    Q = te.placeholder((24, 16), name="Q")
+    kk = te.reduce_axis((0, 24), name="kk")
+    C = te.compute((32, 16), lambda i, j: te.sum(P[i, kk] * Q[kk, j], axis=kk), name="C")
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 8)
+    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
+    s[C].reorder(io, jo, ko, ii, ki, ji)
+    s[C].vectorize(ji)
+    s[C].unroll(ki)
+    s[C].parallel(io)
+    progs["matmul"] = (s, [P, Q, C])
+
+    # conv2d NCHW, 3x3, stride 1, zero padding 1, written in te
+    data = te.placeholder((1, 2, 6, 6), name="data")
+    weight = te.placeholder((3, 2, 3, 3), name="weight")
+    padded = te.compute(
+        (1, 2, 8, 8),
+        lambda b, c, y, x: te.if_then_else(
+            te.all(y >= 1, y < 7, x >= 1, x < 7), data[b, c, y - 1, x - 1],
+            tvm.tir.const(0.0, "float32")),
+        name="padded")
+    rc = te.reduce_axis((0, 2), name="rc")
+    ry = te.reduce_axis((0, 3), name="ry")
+    rx = te.reduce_axis((0, 3), name="rx")
+    conv = te.compute(
+        (1, 3, 6, 6),
+        lambda b, f, y, x: te.sum(padded[b, rc, y + ry, x + rx] * weight[f, rc, ry, rx],
+                                  axis=[rc, ry, rx]),
+        name="conv")
+    s = te.create_schedule(conv.op)
+    s[padded].compute_inline()
+    progs["conv2d"] = (s, [data, weight, conv])
+
+    # scan: cumulative sum over rows
+    T = te.placeholder((5, 4), name="T")
+    state = te.placeholder((5, 4), name="state")
+    init = te.compute((1, 4), lambda _, j: T[0, j], name="init")
+    update = te.compute((5, 4), lambda t, j: state[t - 1, j] + T[t, j], name="update")
+    scan = te.scan(init, update, state, inputs=[T])
+    progs["scan"] = (te.create_schedule(scan.op), [T, scan])
+    return progs
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def built(request):
+    modules = {}
+    for name, (s, args) in _programs().items():
+        modules[name] = tvm.lower(s, args, name=name)
+    merged = {}
+    for mod in modules.values():
+        for gvar in mod.get_global_vars():
+            merged[gvar.name_hint] = mod[gvar]
+    from kiln.target import Target
+    from kiln.target.build import build_module
+
+    return build_module(merged, Target(request.param))
+
+
+@pytest.mark.parametrize("length", [1, 8, 37])
+def test_elementwise_symbolic_length(built, length):
+    a = rng.standard_normal(length).astype("float32")
+    b = nd(np.zeros_like(a))
+    built["elementwise"](nd(a), b)
+    np.testing.assert_allclose(b.numpy(), np.exp(a) * 2 + 1, rtol=1e-5)
+
+
+def test_broadcast_symbolic_rows(built):
+    x = rng.standard_normal((5, 12)).astype("float32")
+    y = rng.standard_normal(12).astype("float32")
+    z = nd(np.zeros_like(x))
+    built["broadcast"](nd(x), nd(y), z)
+    np.testing.assert_allclose(z.numpy(), x + y, rtol=1e-6)
+
+
+def test_reductions(built):
+    r = rng.standard_normal((6, 10)).astype("float32")
+    out = nd(np.zeros(6, "float32"))
+    built["row_sum"](nd(r), out)
+    np.testing.assert_allclose(out.numpy(), r.sum(axis=1), rtol=1e-5, atol=1e-6)
+    built["row_max"](nd(r), out)
+    np.testing.assert_array_equal(out.numpy(), r.max(axis=1))
+
+
+def test_matmul(built):
+    p = rng.standard_normal((32, 24)).astype("float32")
+    q = rng.standard_normal((24, 16)).astype("float32")
+    c = nd(np.zeros((32, 16), "float32"))
+    built["matmul"](nd(p), nd(q), c)
+    np.testing.assert_allclose(c.numpy(), p @ q, rtol=1e-4, atol=1e-5)
+
+
+def test_conv2d(built):
+    x = rng.standard_normal((1, 2, 6, 6)).astype("float32")
+    w = rng.standard_normal((3, 2, 3, 3)).astype("float32")
+    out = nd(np.zeros((1, 3, 6, 6), "float32"))
+    built["conv2d"](nd(x), nd(w), out)
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    expected = np.zeros((1, 3, 6, 6), "float32")
+    for f in range(3):
+        for y in range(6):
+            for xx in range(6):
+                expected[0, f, y, xx] = (xp[0, :, y:y + 3, xx:xx + 3] * w[f]).sum()
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_scan_cumulative_sum(built):
+    t = rng.standard_normal((5, 4)).astype("float32")
+    out = nd(np.zeros((5, 4), "float32"))
+    built["scan"](nd(t), out)
+    np.testing.assert_allclose(out.numpy(), np.cumsum(t, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_wrong_arguments_raise_naming_them(built):
+    x = nd(np.zeros((5, 12), "float32"))
+    with pytest.raises(TVMError, match=r"broadcast: argument Y \(#1\): expected shape\[0\] == 12"):
+        built["broadcast"](x, nd(np.zeros(11, "float32")), x)
+    with pytest.raises(TVMError, match=r"argument Y \(#1\): expected dtype float32"):
+        built["broadcast"](x, nd(np.zeros(12, "int32")), x)
+    with pytest.raises(TVMError, match=r"expected 3 arguments \(X, Y, Z\), got 1"):
+        built["broadcast"](x)
+
+
+# -- kiln.build entry points ---------------------------------------------------------------
+
+def _double():
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    return te.create_schedule(B.op), [A, B]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_build_schedule_primfunc_and_irmodule(target):
+    s, args = _double()
+    a = nd(np.arange(4, dtype="float32"))
+    for inputs in (s, tvm.lower(s, args, name="dbl"), tvm.lower(s, args, name="dbl")["dbl"]):
+        f = tvm.build(inputs, args, target=target, name="dbl")
+        b = nd(np.zeros(4, "float32"))
+        f["dbl"](a, b)
+        assert b.numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_build_uses_target_scope_and_dict_inputs():
+    from kiln.target import Target
+
+    s, args = _double()
+    with Target("c"):
+        f = tvm.build(s, args, name="scoped")
+    assert f.type_key == "c"
+    lowered = tvm.lower(s, args, name="from_dict")
+    g = tvm.build({"c": lowered})
+    assert "from_dict" in g.get_source()
+
+
+def test_build_errors():
+    s, args = _double()
+    with pytest.raises(TVMError, match="a schedule needs `args`"):
+        tvm.build(s)
+    with pytest.raises(TVMError, match="expected a te.Schedule"):
+        tvm.build("not a program")
+    with pytest.raises(TVMError, match="cannot generate code for target kind 'cuda'"):
+        tvm.build(s, args, target="cuda")
+    with pytest.raises(TVMError, match="Unknown target kind"):
+        tvm.build(s, args, target="nope")
+
+
+def test_debug_level_3_prints_lowered_tir(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_DEBUG", "3")
+    s, args = _double()
+    tvm.build(s, args, target="c", name="shown")
+    err = capfd.readouterr().err
+    assert "lowered TIR of shown" in err and "A[i] * 2.0" in err
+
+
+# -- tensorize + import_c: a micro-kernel replaces the inner block (microTVM's design) -------
+
+GEMV_C = """
+static int32_t gemv_update(float* cc, float* aa, float* bb, int32_t m, int32_t l,
+                           int32_t stride) {
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < l; ++j) cc[i] += aa[j] * bb[i * stride + j];
+  }
+  return 0;
+}
+static int32_t gemv_reset(float* cc, int32_t m) {
+  for (int i = 0; i < m; ++i) cc[i] = 0.0f;
+  return 0;
+}
+"""
+
+
+def _gemv_intrin(m, l):
+    a = te.placeholder((l,), name="a")
+    b = te.placeholder((m, l), name="b")
+    k = te.reduce_axis((0, l), name="k")
+    c = te.compute((m,), lambda i: te.sum(a[k] * b[i, k], axis=k), name="c")
+    a_buf = tir.decl_buffer(a.shape, a.dtype, name="a_buf", offset_factor=1, strides=[1])
+    b_buf = tir.decl_buffer(b.shape, b.dtype, name="b_buf", offset_factor=1,
+                            strides=[te.var("s1"), 1])
+    c_buf = tir.decl_buffer(c.shape, c.dtype, name="c_buf", offset_factor=1, strides=[1])
+
+    def intrin_func(ins, outs):
+        aa, bb = ins
+        cc = outs[0]
+
+        def body():
+            return tir.call_extern("int32", "gemv_update", cc.access_ptr("w"), aa.access_ptr("r"),
+                                   bb.access_ptr("r"), m, l, bb.strides[0])
+
+        def reset():
+            return tir.call_extern("int32", "gemv_reset", cc.access_ptr("w"), m)
+
+        return body(), reset(), body()
+
+    return te.decl_tensor_intrin(c.op, intrin_func, binds={a: a_buf, b: b_buf, c: c_buf})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_tensorize_with_import_c_micro_kernel(target):
+    N, M, L = 16, 32, 64
+    A = te.placeholder((N, L), name="A")
+    B = te.placeholder((M, L), name="B")
+    k = te.reduce_axis((0, L), name="k")
+    C = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    factor = 16
+    x, y = C.op.axis
+    (z,) = C.op.reduce_axis
+    yo, yi = s[C].split(y, factor=factor)
+    s[C].reorder(x, yo, yi, z)
+    s[C].tensorize(yi, _gemv_intrin(factor, L))
+    s[C].pragma(x, "import_c", GEMV_C)
+    f = tvm.build(s, [A, B, C], target=target, name="gemm_tensorized")
+    assert "gemv_update" in f.get_source("c")
+    a = rng.standard_normal((N, L)).astype("float32")
+    b = rng.standard_normal((M, L)).astype("float32")
+    c = nd(np.zeros((N, M), "float32"))
+    f["gemm_tensorized"](nd(a), nd(b), c)
+    np.testing.assert_allclose(c.numpy(), a @ b.T, rtol=1e-4, atol=1e-5)
