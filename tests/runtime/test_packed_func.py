@@ -10,6 +10,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -21,7 +22,13 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import Module, load_module
 from kiln.runtime.native import runtime_sources
-from kiln.runtime.packed_func import PackedFunc, TVMValue, convert, get_last_error
+from kiln.runtime.packed_func import (
+    PackedFunc,
+    TVMValue,
+    convert,
+    get_last_error,
+    set_last_error,
+)
 from kiln.runtime.registry import register_func, remove_global_func
 
 PARALLEL_C = r"""
@@ -112,6 +119,18 @@ int call_argument(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_cod
     TVMAPISetLastError("call_argument: first argument must be a function"); return -1;
   }
   return TVMFuncCall(args[0].v_handle, args + 1, codes + 1, n - 1, ret, ret_code);
+}
+
+static int bump(void* counter) { ++*(int64_t*)counter; return 0; }
+
+/* Run bump through TVMBackendRunOnce three times; the counter must end at 1. */
+int run_once_count(TVMValue* args, int* codes, int n, TVMValue* ret, int* ret_code, void* r) {
+  static void* once = NULL;
+  int64_t counter = 0;
+  for (int i = 0; i < 3; ++i) TVMBackendRunOnce(&once, bump, &counter, 0);
+  ret->v_int64 = counter;
+  *ret_code = kTVMArgInt;
+  return 0;
 }
 
 /* Allocate workspaces of awkward sizes; return the OR of their addresses mod 64. */
@@ -352,3 +371,26 @@ def test_env_lookup_survives_the_module_that_set_the_context() -> None:
         assert first["call_env_callback"]() == 14
     finally:
         remove_global_func("test.env_callback")
+
+
+def test_run_once_runs_its_function_once(kernels: Module) -> None:
+    assert kernels["run_once_count"]() == 1
+
+
+def test_last_error_is_per_thread(kernels: Module) -> None:
+    seen = {}
+
+    def fail_in_thread() -> None:
+        try:
+            kernels["always_fails"].prepare()()
+        except TVMError:
+            pass
+        set_last_error("thread-local marker")
+        seen["thread"] = get_last_error()
+
+    set_last_error("main thread marker")
+    worker = threading.Thread(target=fail_in_thread)
+    worker.start()
+    worker.join()
+    assert seen["thread"] == "thread-local marker"
+    assert get_last_error() == "main thread marker"
