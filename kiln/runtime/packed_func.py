@@ -1,7 +1,8 @@
 """PackedFunc: type-erased functions that cross the Python/C boundary, and the C ABI bridge.
 
 Entry points: :class:`PackedFunc`, :func:`convert`, :func:`convert_to_tvm_func`,
-:class:`TVMValue`, :func:`get_last_error`, :func:`install_runtime_hooks`.
+:class:`TVMValue`, :func:`pack_args`, :func:`value_from_c`, :func:`get_last_error`,
+:func:`set_last_error`, :func:`install_runtime_hooks`.
 
 A call passes ``n`` arguments as two arrays: ``TVMValue values[n]`` (a union of int64, double,
 pointer, string, dtype, device) and ``int type_codes[n]`` (TVM's codes, §3.1 of the reference).
@@ -42,13 +43,21 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
 
 __all__ = [
+    "KERNEL_PROTOTYPE",
+    "KilnFunction",
     "PackedFunc",
+    "TVMByteArray",
     "TVMValue",
     "TypeCode",
     "convert",
     "convert_to_tvm_func",
     "get_last_error",
     "install_runtime_hooks",
+    "object_from_handle",
+    "object_handle",
+    "pack_args",
+    "set_last_error",
+    "value_from_c",
 ]
 
 
