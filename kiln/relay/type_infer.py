@@ -358,6 +358,7 @@ class TypeInferencer:
         self.global_types: dict[str, Type] = {}
         self.global_vars: dict[str, GlobalVar] = {}
         self.pending: list = []
+        self.reuse_types = True  # reuse closed checked_type_ of sub-expressions (incremental)
         self._visitors = {
             Var: self.visit_var, Constant: self.visit_constant, Tuple: self.visit_tuple,
             TupleGetItem: self.visit_tuple_getitem, Call: self.visit_call, Let: self.visit_let,
@@ -409,7 +410,7 @@ class TypeInferencer:
         known = self.types.get(id(node))
         if known is not None:
             return known
-        if not isinstance(node, Var | Function):
+        if self.reuse_types and not isinstance(node, Var | Function | GlobalVar):
             cached = getattr(node, "checked_type_", None)
             if cached is not None and _is_closed(cached):
                 self.types[id(node)] = cached
@@ -432,7 +433,7 @@ class TypeInferencer:
         if ty is None:
             ty = var.type_annotation
             if ty is None:
-                cached = getattr(var, "checked_type_", None)
+                cached = getattr(var, "checked_type_", None) if self.reuse_types else None
                 ty = cached if cached is not None and _is_closed(cached) else IncompleteType()
             self.var_types[var] = ty
         return ty
@@ -665,9 +666,13 @@ class TypeInferencer:
             if done:
                 gvar.checked_type_ = ty
 
-    def infer(self, expr: RelayExpr) -> Type:
-        with deep_recursion():
-            return self.visit(expr)
+    def infer(self, expr: RelayExpr, reuse_types: bool = True) -> Type:
+        self.reuse_types = reuse_types
+        try:
+            with deep_recursion():
+                return self.visit(expr)
+        finally:
+            self.reuse_types = True
 
 
 def _already_typed(func: Any) -> bool:
@@ -675,16 +680,35 @@ def _already_typed(func: Any) -> bool:
     return ty is not None and _is_closed(ty, allow_type_vars=True)
 
 
+def _global_names_used(func: Function) -> set[str]:
+    from kiln.relay.expr_functor import post_order_visit
+
+    names: set[str] = set()
+    post_order_visit(func, lambda n: names.add(n.name_hint) if isinstance(n, GlobalVar) else None)
+    return names
+
+
 def infer_module(mod: Any) -> Any:
-    """Type every Relay function of ``mod`` not typed yet; returns a shallow copy of ``mod``."""
-    todo = [(gvar, func) for gvar, func in mod.functions.items()
-            if isinstance(func, Function) and not _already_typed(func)]
+    """Type every Relay function of ``mod`` not typed yet; returns a shallow copy of ``mod``.
+
+    A typed function that calls an untyped (new or replaced) one is typed again from scratch,
+    since the callee's type may have changed.
+    """
+    relay_funcs = [(g, f) for g, f in mod.functions.items() if isinstance(f, Function)]
+    todo = [(gvar, func, True) for gvar, func in relay_funcs if not _already_typed(func)]
     if todo:
+        changed = {gvar.name_hint for gvar, _, _ in todo}
+        todo += [(gvar, func, False) for gvar, func in relay_funcs
+                 if _already_typed(func) and _global_names_used(func) & changed]
         inferencer = TypeInferencer(mod)
-        for gvar, func in todo:
+        for gvar, func, reuse in todo:
+            if not reuse:
+                inferencer.global_types.pop(gvar.name_hint, None)
+                func.checked_type_ = None
+        for gvar, func, reuse in todo:
             global_type = inferencer.global_type(gvar)
             inferencer.global_vars[gvar.name_hint] = gvar
-            func_type = inferencer.infer(func)
+            func_type = inferencer.infer(func, reuse_types=reuse)
             inferencer.unify(global_type, func_type, func, "the definition of")
         inferencer.finish()
     for gvar, func in mod.functions.items():

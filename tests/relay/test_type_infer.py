@@ -328,3 +328,19 @@ def test_deep_chain_of_5000_nodes():
 def test_type_of_untyped_node_raises_clear_error():
     with pytest.raises(kiln.TVMError, match="InferType"):
         _ = relay.var("x").checked_type
+
+
+def test_replacing_a_callee_retypes_its_callers():
+    x = relay.var("x", shape=(2,))
+    mod = kiln.IRModule({"f": relay.Function([x], x)})
+    f = mod.get_global_var("f")
+    y = relay.var("y", shape=(2,))
+    mod["main"] = relay.Function([y], relay.Call(f, [y]))
+    mod = infer_mod(mod)
+    assert mod["main"].checked_type.ret_type == TensorType((2,))
+    z = relay.var("z", shape=(2,))
+    mod["f"] = relay.Function([z], relay.Tuple([z, z]))  # new signature
+    mod = infer_mod(mod)
+    pair = TupleType([TensorType((2,)), TensorType((2,))])
+    assert mod["main"].checked_type.ret_type == pair
+    assert mod["main"].body.checked_type == pair
