@@ -808,7 +808,7 @@ def system_lib(prefix: str = "") -> Module:
         root = library
         address = library._lookup(_BLOB_SYMBOL)
         if address is not None:
-            blob = _read_blob_at(address, None, "system library")
+            blob = _read_blob_at(address, _symbol_info(address)[1], "system library")
             root = deserialize_module_blob(blob, library)
         _system_libs[prefix] = root
     return root
