@@ -225,7 +225,27 @@ class Executable:
 
     @property
     def bytecode(self) -> str:
-        """``dis``-style listing of every function (format: :func:`bytecode.disassemble`)."""
+        """A ``dis``-style listing of every function, separated by blank lines.
+
+        Each function starts with ``fn @name(%param, ...) -> registers: R, instructions: N``;
+        each instruction line holds a ``>>`` marker when some If/Goto jumps there, the
+        instruction index, the opcode name (15 columns) and its operands: ``$k`` is register
+        k of the frame, ``a <- b`` means a receives b, jump offsets are relative with the
+        absolute target after ``->``, and function/kernel indices are followed by their
+        names in parentheses (see :func:`kiln.runtime.vm.bytecode.disassemble`).
+
+        Example
+        -------
+        >>> from kiln.runtime.vm.bytecode import If, LoadConsti, Ret
+        >>> f = VMFunction("main", ["x"], [LoadConsti(1, 1), If(0, 1, 1, 2), Ret(0), Ret(1)], 2)
+        >>> print(Executable([f]).bytecode)
+        fn @main(%x) -> registers: 2, instructions: 4
+               0 LoadConsti     $1 <- 1
+               1 If             $0 == $1 ? +1 : +2  -> 2 / 3
+          >>   2 Ret            $0
+          >>   3 Ret            $1
+        <BLANKLINE>
+        """
         names = {"functions": self.globals, "primitives": self.primitive_names}
         return "\n\n".join(
             bc.disassemble(f.name, f.params, f.instructions, f.register_file_size, names)
