@@ -99,6 +99,10 @@ class Analyzer:
     def _var_value(self, var: _e.Var) -> PrimExpr | None:
         return self._values.get(id(var))
 
+    def _var_range(self, var: _e.Var) -> Range | None:
+        entry = self._ranges.get(id(var))
+        return None if entry is None else entry[1]
+
     def _var_bound(self, var: _e.Var) -> Interval:
         key = id(var)
         bound = self._bounds.get(key)

@@ -200,12 +200,62 @@ class Simplifier(StmtExprMutator):
     def _is_atom_like(e: PrimExpr) -> bool:
         return not isinstance(e, _e.Add | _e.Sub | _e.Mul)
 
-    def poly_bound(self, p: Poly) -> Interval:
-        plain = self._plain_bound(p)
-        paired = self._paired_floordiv_bound(p)
-        if paired is None:
-            return plain
-        return (max(plain[0], paired[0]), min(plain[1], paired[1]))
+    def poly_bound(self, p: Poly, depth: int = 0) -> Interval:
+        bound = self._plain_bound(p)
+        for tighter in (self._paired_floordiv_bound(p), self._divmod_bound(p),
+                        self._symbolic_range_bound(p, depth)):
+            if tighter is not None:
+                bound = (max(bound[0], tighter[0]), min(bound[1], tighter[1]))
+        return bound
+
+    def _divmod_bound(self, p: Poly) -> Interval | None:
+        """``r*c*floordiv(x, c) - r*x`` is ``-r*floormod(x, c)``: bound it as such."""
+        for mono, coeff in p.items():
+            atom = self.atoms[mono[0]] if len(mono) == 1 else None
+            if not isinstance(atom, _e.FloorDiv) or not isinstance(atom.b, IntImm):
+                continue
+            c = atom.b.value
+            if c <= 0 or coeff % c:
+                continue
+            r = coeff // c
+            x = self.to_poly(atom.a)
+            if () in x or any(p.get(m, 0) != -r * v for m, v in x.items()):
+                continue
+            rest = self.add_poly(p, x, r)
+            del rest[mono]
+            mod = self.atom_poly(_e.FloorMod(atom.a, atom.b))
+            return self._plain_bound(self.add_poly(rest, mod, -r))
+        return None
+
+    def _symbolic_range_bound(self, p: Poly, depth: int) -> Interval | None:
+        """Replace loop variables by their symbolic ends (``i < n`` gives ``i - n <= -1``).
+
+        Each variable with a known Range and a linear term is replaced by the end of its range
+        that maximizes (then minimizes) the polynomial; the result is bounded again.
+        """
+        if depth >= 2:
+            return None
+        lows, highs = dict(p), dict(p)
+        changed = False
+        for mono, coeff in p.items():
+            atom = self.atoms[mono[0]] if len(mono) == 1 else None
+            if not isinstance(atom, _e.Var):
+                continue
+            rng = self.analyzer._var_range(atom)
+            if rng is None or isinstance(rng.extent, IntImm):
+                continue
+            lo = self.to_poly(self.analyzer.simplify(rng.min))
+            hi = self.to_poly(self.analyzer.simplify(rng.min + rng.extent - 1))
+            for target, end_for_positive, end_for_negative in ((highs, hi, lo), (lows, lo, hi)):
+                del target[mono]
+                end = end_for_positive if coeff > 0 else end_for_negative
+                summed = self.add_poly(target, end, coeff)
+                target.clear()
+                target.update(summed)
+            changed = True
+        if not changed:
+            return None
+        return (self.poly_bound(lows, depth + 1)[0], self.poly_bound(highs, depth + 1)[1])
 
     def _paired_floordiv_bound(self, p: Poly) -> Interval | None:
         """Bound ``c*floordiv(u, d) - c*floordiv(v, d) + rest`` through ``u - v``.
