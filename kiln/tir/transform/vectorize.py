@@ -8,8 +8,8 @@ A ``VECTORIZED`` loop of constant extent ``L`` disappears: its variable becomes
 folded (``Ramp(b, 1, L) * 4 + c`` is ``Ramp(b * 4 + c, 4, L)``) so a contiguous access keeps a
 ``Ramp(base, 1, L)`` index — a plain vector load/store for the code generator. A loop whose
 body cannot be expressed lane-wise (a data-dependent branch, an inner loop, an extern call)
-stays a serial loop, as does one whose extent is not a power of two. An ``UNROLLED`` loop of constant extent is replaced by copies of its
-body.
+stays a serial loop, as does one whose extent is not a power of two. An ``UNROLLED`` loop of
+constant extent is replaced by copies of its body.
 """
 
 from __future__ import annotations
