@@ -130,6 +130,30 @@ def test_recursive_sum_via_invoke(kernels):
     assert vm.frame_depth == 0
 
 
+def test_while_loop_with_less_than_kernel(kernels):
+    """main(n) = sum(range(n)) as a Goto loop whose condition is a bool less_i64 result."""
+    main = VMFunction("main", ["n"], [
+        LoadConsti(0, 1),                                   # i
+        LoadConsti(0, 2),                                   # acc
+        LoadConsti(1, 3),                                   # one
+        LoadConsti(1, 4),                                   # true
+        *alloc_tensor((1,), "bool", 5, 6, 7, 8),            # 4: loop head
+        InvokePacked(LESS_I64, 1, (1, 0, 8)),
+        If(8, 4, 1, 14),
+        *alloc_tensor((1,), "int64", 9, 10, 11, 12),
+        InvokePacked(ADD_I64, 1, (2, 1, 12)),
+        Move(12, 2),
+        *alloc_tensor((1,), "int64", 13, 14, 15, 16),
+        InvokePacked(ADD_I64, 1, (1, 3, 16)),
+        Move(16, 1),
+        Goto(-18),
+        Ret(2),                                             # 23
+    ], 17)
+    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    for n in (0, 1, 10, 250):
+        assert int(vm.run(np.array([n], "int64")).numpy()[0]) == sum(range(n))
+
+
 def test_closure_captures_and_is_invoked(kernels, rng):
     adder = VMFunction("add_captured", ["c", "x"], [
         *alloc_tensor((4,), "float32", 2, 3, 4, 5), InvokePacked(ADD_F32, 1, (0, 1, 5)), Ret(5),
