@@ -43,6 +43,7 @@ _LAZY = {
     "Module": ("kiln.runtime.module", "Module"),
     "load_module": ("kiln.runtime.module", "load_module"),
     "system_lib": ("kiln.runtime.module", "system_lib"),
+    "enabled": ("kiln.runtime.module", "enabled"),
     "vm": "kiln.runtime.vm",
     "graph_executor": "kiln.runtime.graph_executor",
     "profiling": "kiln.runtime.profiling",

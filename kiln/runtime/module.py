@@ -1,7 +1,7 @@
 """Module: a unit of compiled code holding PackedFuncs, loadable from and exportable to files.
 
 Entry points: :class:`Module`, :class:`DSOModule`, :class:`SystemLibModule`,
-:func:`load_module`, :func:`system_lib`, :func:`serialize_module_blob`,
+:func:`load_module`, :func:`system_lib`, :func:`enabled`, :func:`serialize_module_blob`,
 :func:`deserialize_module_blob`.
 
 Writing a Module subclass (the contract other runtime and codegen modules follow)
@@ -41,6 +41,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import importlib
+import importlib.util
 import os
 import struct
 import tarfile
@@ -66,6 +67,7 @@ __all__ = [
     "system_lib",
     "serialize_module_blob",
     "deserialize_module_blob",
+    "enabled",
 ]
 
 _BLOB_SYMBOL = "__tvm_dev_mblob"
@@ -158,6 +160,12 @@ class Module(Object):
 
     def __call__(self, *args: Any) -> Any:
         return self.entry_func(*args)
+
+    entry_name = _ENTRY_SYMBOL
+
+    def implements_function(self, name: str, query_imports: bool = False) -> bool:
+        """Whether ``get_function(name, query_imports)`` would succeed."""
+        return self._find_function(name, query_imports) is not None
 
     @property
     def entry_func(self) -> PackedFunc:
@@ -763,6 +771,26 @@ def load_module(path: str | os.PathLike, fmt: str = "") -> Module:
             f"(register runtime.module.loadfile_{fmt})"
         )
     return loader(path, fmt)
+
+
+_ENABLED_TARGETS = {"cpu": True, "c": True, "stackvm": True, "llvm": None}
+
+
+def enabled(target: str) -> bool:
+    """Whether kiln can build and run code for ``target`` here (TVM's ``runtime.enabled``).
+
+    Host targets are enabled; ``llvm`` needs llvmlite; GPU back ends are not part of kiln.
+
+    Example
+    -------
+    >>> enabled("c"), enabled("cuda")
+    (True, False)
+    """
+    kind = target.split()[0] if target else ""
+    status = _ENABLED_TARGETS.get(kind, False)
+    if status is None:
+        status = importlib.util.find_spec("llvmlite") is not None
+    return status
 
 
 # ---- system library ------------------------------------------------------------------------

@@ -278,6 +278,13 @@ def test_function_lookup_is_cached_and_checked(exported) -> None:
         lib[3]
 
 
+def test_implements_function_and_enabled_targets(exported) -> None:
+    lib = load_module(exported["so"])
+    assert lib.implements_function("add_f32") and not lib.implements_function("nope")
+    assert module_lib.enabled("llvm -mcpu=znver3") and module_lib.enabled("c")
+    assert not module_lib.enabled("cuda") and not module_lib.enabled("")
+
+
 def test_property_masks_and_unsupported_base_operations() -> None:
     source, offset = CSourceModule(ADD_C), OffsetModule(0.0)
     assert (source.is_dso_exportable, source.is_binary_serializable) == (True, False)
