@@ -85,7 +85,7 @@ def _scan_rel(types, attrs, op_name):
     return tensor_type(dims(data), dtype)
 
 
-define_op("sort", _sort_rel, OPAQUE, 1, A.SortAttrs, "sort along an axis", 6)
+define_op("sort", _sort_rel, OPAQUE, 1, A.ArgsortAttrs, "sort along an axis", 6)
 define_op("argsort", _argsort_rel, OPAQUE, 1, A.ArgsortAttrs, "indices that sort", 6)
 define_op("topk", _topk_rel, OPAQUE, 1, A.TopKAttrs, "k largest (or smallest)", 6)
 define_op("argwhere", _argwhere_rel, OPAQUE, 1, None, "indices of non-zero elements", 10)
@@ -93,12 +93,12 @@ define_op("cumsum", _scan_rel, OPAQUE, 1, A.ScanopAttrs, "running sum", 3)
 define_op("cumprod", _scan_rel, OPAQUE, 1, A.ScanopAttrs, "running product", 3)
 
 
-def sort(data: Any, axis: int = -1, is_ascend: bool = True) -> Any:
+def sort(data: Any, axis: int = -1, is_ascend: bool = 1) -> Any:
     """The values of ``data`` sorted along ``axis``."""
-    return call("sort", [data], A.SortAttrs(axis=int(axis), is_ascend=bool(is_ascend)))
+    return call("sort", [data], A.ArgsortAttrs(axis=int(axis), is_ascend=bool(is_ascend)))
 
 
-def argsort(data: Any, axis: int = -1, is_ascend: bool = True, dtype: str = "int32") -> Any:
+def argsort(data: Any, axis: int = -1, is_ascend: bool = 1, dtype: str = "int32") -> Any:
     """The indices that sort ``data`` along ``axis``."""
     return call("argsort", [data], A.ArgsortAttrs(axis=int(axis), is_ascend=bool(is_ascend),
                                                   dtype=dtype))

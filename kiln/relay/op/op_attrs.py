@@ -99,8 +99,7 @@ VarianceAttrs = _attrs("VarianceAttrs", "variance.", axis=None, keepdims=False,
                        exclude=False, unbiased=False)
 
 # ---- algorithm ----------------------------------------------------------------------------
-SortAttrs = _attrs("SortAttrs", "sort.", axis=-1, is_ascend=True)
-ArgsortAttrs = _attrs("ArgsortAttrs", "argsort.", axis=-1, is_ascend=True, dtype="int32")
+ArgsortAttrs = _attrs("ArgsortAttrs", "sort/argsort.", axis=-1, is_ascend=True, dtype="int32")
 TopKAttrs = _attrs("TopKAttrs", "topk.", k=None, axis=-1, ret_type="both", is_ascend=False,
                    dtype="int32")
 ScanopAttrs = _attrs("ScanopAttrs", "cumsum/cumprod.", axis=None, dtype="", exclusive=False)
@@ -111,61 +110,58 @@ BiasAddAttrs = _attrs("BiasAddAttrs", "bias_add.", axis=1)
 Conv1DAttrs = _attrs("Conv1DAttrs", "conv1d.", strides=(1,), padding=(0, 0), dilation=(1,),
                      **_CONV_COMMON, data_layout="NCW", kernel_layout="OIW", out_layout="",
                      out_dtype="")
-Conv2DAttrs = _attrs("Conv2DAttrs", "conv2d.", strides=(1, 1), padding=(0, 0, 0, 0),
+Conv2DAttrs = _attrs("Conv2DAttrs", "conv2d.", strides=(1, 1), padding=(0, 0),
                      dilation=(1, 1), **_CONV_COMMON, data_layout="NCHW",
-                     kernel_layout="OIHW", out_layout="", auto_scheduler_rewritten_layout="",
-                     meta_schedule_original_shape=(), out_dtype="")
-Conv3DAttrs = _attrs("Conv3DAttrs", "conv3d.", strides=(1, 1, 1), padding=(0, 0, 0, 0, 0, 0),
+                     kernel_layout="OIHW", out_layout="", out_dtype="")
+Conv3DAttrs = _attrs("Conv3DAttrs", "conv3d.", strides=(1, 1, 1), padding=(0, 0, 0),
                      dilation=(1, 1, 1), **_CONV_COMMON, data_layout="NCDHW",
-                     kernel_layout="OIDHW", out_layout="", auto_scheduler_rewritten_layout="",
-                     meta_schedule_original_shape=(), out_dtype="")
+                     kernel_layout="OIDHW", out_layout="", out_dtype="")
 Conv1DTransposeAttrs = _attrs("Conv1DTransposeAttrs", "conv1d_transpose.", channels=None,
-                              kernel_size=None, strides=(1,), padding=(0, 0),
-                              output_padding=(0,), dilation=(1,), groups=1,
+                              kernel_size=None, strides=(1,), output_padding=(0,),
+                              padding=(0,), dilation=(1,), groups=1,
                               data_layout="NCW", kernel_layout="IOW", out_layout="",
                               out_dtype="")
 Conv2DTransposeAttrs = _attrs("Conv2DTransposeAttrs", "conv2d_transpose.", channels=None,
-                              kernel_size=None, strides=(1, 1), padding=(0, 0, 0, 0),
-                              output_padding=(0, 0), dilation=(1, 1), groups=1,
+                              kernel_size=None, strides=(1, 1), output_padding=(0, 0),
+                              padding=(0, 0), dilation=(1, 1), groups=1,
                               data_layout="NCHW", kernel_layout="IOHW", out_layout="",
                               out_dtype="")
 ConvWinogradWeightTransformAttrs = _attrs("ConvWinogradWeightTransformAttrs",
                                           "winograd weight transform.", tile_size=4)
 ConvGemmWeightTransformAttrs = _attrs("ConvGemmWeightTransformAttrs",
-                                      "gemm weight transform.", tile_rows=4, tile_cols=16)
+                                      "gemm weight transform.", tile_N=4, tile_K=16)
 Conv2DWinogradAttrs = _attrs("Conv2DWinogradAttrs", "winograd conv2d.", tile_size=4,
-                             strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                             strides=(1, 1), padding=(0, 0), dilation=(1, 1),
                              **_CONV_COMMON, data_layout="NCHW", kernel_layout="OIHW",
-                             out_layout="", auto_scheduler_rewritten_layout="",
-                             meta_schedule_original_shape=(), out_dtype="")
+                             out_layout="", out_dtype="")
 MaxPool1DAttrs = _attrs("MaxPool1DAttrs", "max_pool1d.", pool_size=None, strides=(1,),
-                        dilation=(1,), padding=(0, 0), layout="NCW", out_layout="",
+                        dilation=(1,), padding=(0,), layout="NCW", out_layout="",
                         ceil_mode=False)
 MaxPool2DAttrs = _attrs("MaxPool2DAttrs", "max_pool2d.", pool_size=None, strides=(1, 1),
-                        dilation=(1, 1), padding=(0, 0, 0, 0), layout="NCHW", out_layout="",
+                        dilation=(1, 1), padding=(0, 0), layout="NCHW", out_layout="",
                         ceil_mode=False)
 MaxPool3DAttrs = _attrs("MaxPool3DAttrs", "max_pool3d.", pool_size=None, strides=(1, 1, 1),
-                        dilation=(1, 1, 1), padding=(0, 0, 0, 0, 0, 0), layout="NCDHW",
+                        dilation=(1, 1, 1), padding=(0, 0, 0), layout="NCDHW",
                         out_layout="", ceil_mode=False)
 AvgPool1DAttrs = _attrs("AvgPool1DAttrs", "avg_pool1d.", pool_size=None, strides=(1,),
-                        dilation=(1,), padding=(0, 0), layout="NCW", out_layout="",
+                        dilation=(1,), padding=(0,), layout="NCW", out_layout="",
                         ceil_mode=False, count_include_pad=False)
 AvgPool2DAttrs = _attrs("AvgPool2DAttrs", "avg_pool2d.", pool_size=None, strides=(1, 1),
-                        dilation=(1, 1), padding=(0, 0, 0, 0), layout="NCHW", out_layout="",
+                        dilation=(1, 1), padding=(0, 0), layout="NCHW", out_layout="",
                         ceil_mode=False, count_include_pad=False)
 AvgPool3DAttrs = _attrs("AvgPool3DAttrs", "avg_pool3d.", pool_size=None, strides=(1, 1, 1),
-                        dilation=(1, 1, 1), padding=(0, 0, 0, 0, 0, 0), layout="NCDHW",
+                        dilation=(1, 1, 1), padding=(0, 0, 0), layout="NCDHW",
                         out_layout="", ceil_mode=False, count_include_pad=False)
 GlobalPool2DAttrs = _attrs("GlobalPool2DAttrs", "global pooling.", layout="NCHW",
                            out_layout="")
-AdaptivePool1DAttrs = _attrs("AdaptivePool1DAttrs", "adaptive pool 1d.", output_size=None,
+AdaptivePool1DAttrs = _attrs("AdaptivePool1DAttrs", "adaptive pool 1d.", output_size=(),
                              layout="NCW", out_layout="")
-AdaptivePool2DAttrs = _attrs("AdaptivePool2DAttrs", "adaptive pool 2d.", output_size=None,
+AdaptivePool2DAttrs = _attrs("AdaptivePool2DAttrs", "adaptive pool 2d.", output_size=(),
                              layout="NCHW", out_layout="")
 SoftmaxAttrs = _attrs("SoftmaxAttrs", "softmax/log_softmax.", axis=-1)
 PadAttrs = _attrs("PadAttrs", "pad.", pad_width=None, pad_mode="constant")
 MirrorPadAttrs = _attrs("MirrorPadAttrs", "mirror_pad.", mode="SYMMETRIC", pad_width=None)
-LeakyReluAttrs = _attrs("LeakyReluAttrs", "leaky_relu.", alpha=0.01)
+LeakyReluAttrs = _attrs("LeakyReluAttrs", "leaky_relu.", alpha=0.25)
 PReluAttrs = _attrs("PReluAttrs", "prelu.", axis=1)
 DropoutAttrs = _attrs("DropoutAttrs", "dropout.", rate=0.5)
 BatchNormAttrs = _attrs("BatchNormAttrs", "batch_norm.", axis=1, epsilon=1e-5, center=True,
@@ -176,16 +172,15 @@ LayerNormAttrs = _attrs("LayerNormAttrs", "layer_norm.", axis=-1, epsilon=1e-5, 
                         scale=True)
 GroupNormAttrs = _attrs("GroupNormAttrs", "group_norm.", num_groups=0, axis=1, epsilon=1e-5,
                         center=True, scale=True)
-LRNAttrs = _attrs("LRNAttrs", "lrn.", size=5, axis=1, bias=2.0, alpha=1e-5, beta=0.75)
+LRNAttrs = _attrs("LRNAttrs", "lrn.", size=5, axis=1, bias=2.0, alpha=1e-4, beta=0.75)
 L2NormalizeAttrs = _attrs("L2NormalizeAttrs", "l2_normalize.", eps=0.0, axis=None)
-DenseAttrs = _attrs("DenseAttrs", "dense.", units=None, auto_scheduler_rewritten_layout="",
-                    meta_schedule_original_shape=(), out_dtype="")
+DenseAttrs = _attrs("DenseAttrs", "dense.", units=None, out_dtype="")
 MatmulAttrs = _attrs("MatmulAttrs", "matmul.", units=None, out_dtype="", transpose_a=False,
                      transpose_b=False)
 DensePackAttrs = _attrs("DensePackAttrs", "contrib_dense_pack.", units=None, out_dtype="",
                         weight_layout="NC")
 BatchMatmulAttrs = _attrs("BatchMatmulAttrs", "batch_matmul.", out_dtype="",
-                          transpose_a=False, transpose_b=True)
+                          transpose_a=False, transpose_b=False)
 UpSamplingAttrs = _attrs("UpSamplingAttrs", "upsampling.", scale_h=1.0, scale_w=1.0,
                          layout="NCHW", method="nearest_neighbor", align_corners=False)
 SubPixelAttrs = _attrs("SubPixelAttrs", "depth_to_space/space_to_depth.", block_size=1,

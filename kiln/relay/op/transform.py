@@ -663,7 +663,7 @@ def _tile_rel(types, attrs, op_name):
     return tensor_type([dim_op(lambda a, r=r: a * r, x) for x, r in zip(d, reps)], data.dtype)
 
 
-define_op("tile", _tile_rel, INJECTIVE, 1, A.TileAttrs, "repeat the whole tensor", 3)
+define_op("tile", _tile_rel, BROADCAST, 1, A.TileAttrs, "repeat the whole tensor", 3)
 
 
 def tile(data: Any, reps: Any) -> Any:
@@ -765,7 +765,7 @@ def _arange_rel(types, attrs, op_name):
     return tensor_type([max(0, math.ceil((stop - start) / step))], attrs.dtype)
 
 
-define_op("arange", _arange_rel, INJECTIVE, 3, A.ArangeAttrs, "evenly spaced values", 3)
+define_op("arange", _arange_rel, OPAQUE, 3, A.ArangeAttrs, "evenly spaced values", 3)
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: str = "float32") -> Any:
@@ -795,7 +795,7 @@ define_op("zeros", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of zeros", 3)
 define_op("ones", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of ones", 3)
 
 
-def full(fill_value: Any, shape: Any = None, dtype: str = "") -> Any:
+def full(fill_value: Any, shape: Any = (), dtype: str = "") -> Any:
     """A tensor of ``shape`` filled with ``fill_value``; an Expr shape gives ``dyn.full``."""
     fill_value = as_expr(fill_value, dtype or None)
     shape = _shape_arg(shape)
@@ -979,7 +979,7 @@ define_op("sequence_mask", _sequence_mask_rel, INJECTIVE, 2, A.SequenceMaskAttrs
           "mask positions past each sequence's length", 10)
 
 
-def sequence_mask(data: Any, valid_length: Any, mask_value: float = 0.0, axis: int = 0) -> Any:
+def sequence_mask(data: Any, valid_length: Any, mask_value: float = 0, axis: int = 0) -> Any:
     """Set ``data`` past ``valid_length`` (per batch entry) along ``axis`` to ``mask_value``."""
     return call("sequence_mask", [data, valid_length],
                 A.SequenceMaskAttrs(mask_value=float(mask_value), axis=int(axis)))

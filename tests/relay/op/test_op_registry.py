@@ -69,11 +69,11 @@ EXPECTED_PATTERNS = {
     "exp": 0, "nn.relu": 0, "cast": 0, "zeros": 0, "full_like": 0, "clip": 0,
     "add": 1, "less": 1, "where": 1, "nn.bias_add": 1, "broadcast_to": 1, "expand_dims": 1,
     "repeat": 1, "reshape": 2, "transpose": 2, "concatenate": 2, "take": 2, "split": 2,
-    "strided_slice": 2, "layout_transform": 2, "image.resize2d": 2, "nn.pad": 2,
+    "strided_slice": 2, "layout_transform": 2, "image.resize2d": 2, "nn.pad": 2, "tile": 1,
     "sum": 3, "argmax": 3, "mean": 3, "collapse_sum_like": 3,
     "nn.conv2d": 4, "nn.dense": 4, "nn.batch_matmul": 4, "nn.max_pool2d": 4, "one_hot": 4,
-    "nn.batch_norm": 4, "sort": 8, "topk": 8, "argwhere": 8, "nn.softmax": 8, "dyn.topk": 8,
-    "shape_of": 8, "scatter_nd": 8, "cumsum": 8, "dyn.reshape": 2,
+    "nn.batch_norm": 4, "nn.softmax": 4, "sort": 8, "topk": 8, "argwhere": 8, "dyn.topk": 8,
+    "shape_of": 8, "scatter_nd": 8, "cumsum": 8, "dyn.reshape": 2, "arange": 8, "nn.layer_norm": 8,
 }
 
 
@@ -154,7 +154,7 @@ def test_attrs_nodes_keyword_defaults_and_errors():
 
     attrs = Conv2DAttrs(channels=8)
     assert attrs.type_key == "relay.attrs.Conv2DAttrs"
-    assert (attrs.strides, attrs.padding, attrs.groups) == ((1, 1), (0, 0, 0, 0), 1)
+    assert (attrs.strides, attrs.padding, attrs.groups) == ((1, 1), (0, 0), 1)
     assert attrs["channels"] == 8 and attrs.kernel_layout == "OIHW"
     resize = Resize2DAttrs()
     assert (resize.method, resize.coordinate_transformation_mode, resize.cubic_alpha) == (

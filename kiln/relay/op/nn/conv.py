@@ -223,7 +223,7 @@ def _gemm_weight_rel(types, attrs, op_name):
     w = dims(weight)
     if len(w) != 4:
         fail(f"{op_name}: expects an HWIO weight, got shape {shape_str(w)}")
-    n, k = int(attrs.tile_rows), int(attrs.tile_cols)
+    n, k = int(attrs.tile_N), int(attrs.tile_K)
     big_k = dim_op(lambda a, b, c: a * b * c, w[0], w[1], w[2])
     big_n = w[3]
     k_pad = dim_op(lambda x: (x + k - 1) // k, big_k)
@@ -297,10 +297,10 @@ def conv3d(data: Any, weight: Any, strides: Any = (1, 1, 1), padding: Any = (0, 
 
 
 def conv1d_transpose(data: Any, weight: Any, strides: Any = (1,), padding: Any = (0,),
-                     output_padding: Any = (0,), dilation: Any = (1,), groups: int = 1,
-                     channels: int | None = None, kernel_size: Any = None,
-                     data_layout: str = "NCW", kernel_layout: str = "IOW",
-                     out_layout: str = "", out_dtype: str = "") -> Any:
+                     dilation: Any = (1,), groups: int = 1, channels: int | None = None,
+                     kernel_size: Any = None, data_layout: str = "NCW",
+                     kernel_layout: str = "IOW", out_layout: str = "",
+                     output_padding: Any = (0,), out_dtype: str = "") -> Any:
     """1-D transposed convolution (``IOW`` kernel by default)."""
     return call("nn.conv1d_transpose", [data, weight], A.Conv1DTransposeAttrs(
         **_conv_attrs(1, strides, padding, dilation, groups, channels, kernel_size),
@@ -340,12 +340,11 @@ def contrib_conv2d_winograd_without_weight_transform(
                     out_layout=out_layout, out_dtype=out_dtype))
 
 
-def contrib_conv2d_gemm_weight_transform(weights: Any, tile_rows: int, tile_cols: int) -> Any:
-    """Interleave an HWIO kernel into ``(N/tile_rows, K/tile_cols, tile_rows, tile_cols)``
-    tiles (padded) for the GEMM conv2d."""
+def contrib_conv2d_gemm_weight_transform(weights: Any, tile_N: int, tile_K: int) -> Any:  # noqa: N803
+    """Interleave an HWIO kernel into ``(N/tile_N, K/tile_K, tile_N, tile_K)`` tiles
+    (N and K padded up to whole tiles) for the GEMM conv2d."""
     return call("nn.contrib_conv2d_gemm_weight_transform", [weights],
-                A.ConvGemmWeightTransformAttrs(tile_rows=int(tile_rows),
-                                               tile_cols=int(tile_cols)))
+                A.ConvGemmWeightTransformAttrs(tile_N=int(tile_N), tile_K=int(tile_K)))
 
 
 def contrib_conv2d_gemm_without_weight_transform(

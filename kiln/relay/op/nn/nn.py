@@ -221,14 +221,14 @@ define_op("nn.bias_add", _bias_add_rel, BROADCAST, 2, A.BiasAddAttrs, "add a bia
 define_op("nn.relu", identity_rel, ELEMWISE, 1, None, "max(x, 0)", 1)
 define_op("nn.leaky_relu", identity_rel, ELEMWISE, 1, A.LeakyReluAttrs, "leaky relu", 3)
 define_op("nn.prelu", _prelu_rel, BROADCAST, 2, A.PReluAttrs, "parametric relu", 3)
-define_op("nn.softmax", _axis_identity_rel, OPAQUE, 1, A.SoftmaxAttrs, "softmax", 1)
-define_op("nn.fast_softmax", _axis_identity_rel, OPAQUE, 1, A.SoftmaxAttrs, "fast softmax", 1)
-define_op("nn.log_softmax", _axis_identity_rel, OPAQUE, 1, A.SoftmaxAttrs, "log softmax", 1)
+for _name in ("nn.softmax", "nn.fast_softmax", "nn.log_softmax"):
+    define_op(_name, _axis_identity_rel, OUT_ELEMWISE_FUSABLE, 1, A.SoftmaxAttrs, _name[3:], 1)
 define_op("nn.batch_flatten", _batch_flatten_rel, INJECTIVE, 1, None, "flatten to 2-D", 2)
 define_op("nn.pad", _pad_rel, INJECTIVE, 2, A.PadAttrs, "pad", 2)
 define_op("nn.mirror_pad", _mirror_pad_rel, INJECTIVE, 1, A.MirrorPadAttrs, "mirror pad", 2)
+# TVM registers no pattern for lrn and the norms; FuseOps treats them as opaque.
 define_op("nn.lrn", _axis_identity_rel, OPAQUE, 1, A.LRNAttrs, "local response norm", 2)
-define_op("nn.l2_normalize", _l2_normalize_rel, OUT_ELEMWISE_FUSABLE, 1, A.L2NormalizeAttrs,
+define_op("nn.l2_normalize", _l2_normalize_rel, OPAQUE, 1, A.L2NormalizeAttrs,
           "l2 normalize", 2)
 define_op("nn.dropout", _dropout_rel, OPAQUE, 1, A.DropoutAttrs, "dropout (identity at "
           "inference)", 1)
