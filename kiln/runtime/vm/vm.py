@@ -707,6 +707,10 @@ class VirtualMachine:
             raise TVMError(f"output {index} out of range; there is 1")
         return result
 
+    def get_outputs(self) -> list[Any]:
+        """Every output of the last invoke, in order."""
+        return [self.get_output(i) for i in range(self.get_num_outputs())]
+
     def get_num_outputs(self) -> int:
         result = self._last_result
         if result is None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from programs import alloc_tensor
+from vm_programs import alloc_tensor
 
 import kiln
 from kiln.runtime import ndarray as nd

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from programs import alloc_tensor
+from vm_programs import alloc_tensor
 
 import kiln
 from kiln.runtime import load_module

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from programs import alloc_tensor
+from vm_programs import alloc_tensor
 
 import kiln
 from kiln.runtime import ndarray as nd
@@ -224,7 +224,7 @@ def test_tuples_in_and_out_and_adt_flattening(kernels, rng):
     assert isinstance(out, ADT) and out.tag == 0 and len(out) == 2
     np.testing.assert_allclose(out[0].numpy(), x + y, rtol=1e-6)
     np.testing.assert_allclose(out[1].numpy(), x * y, rtol=1e-6)
-    assert vm.get_num_outputs() == 2
+    assert vm.get_num_outputs() == 2 and len(vm.get_outputs()) == 2
     np.testing.assert_allclose(vm.get_output(1).numpy(), x * y, rtol=1e-6)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from programs import alloc_tensor
+from vm_programs import alloc_tensor
 
 import kiln
 from kiln.runtime.error import TVMError
