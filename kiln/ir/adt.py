@@ -25,7 +25,9 @@ class Constructor(RelayExpr):
     """
 
     _fields = {"name_hint": str, "inputs": Type, "belong_to": GlobalTypeVar, "tag": int}
-    _sequal_ignore = ("span", "tag")
+    # A constructor is a reference to a global definition: compared by name and owner (its
+    # TypeData compares the signatures).
+    _sequal_ignore = ("span", "tag", "inputs")
 
     def __init__(self, name_hint: str, inputs: Sequence[Type], belong_to: GlobalTypeVar,
                  span: Span | None = None) -> None:

@@ -126,10 +126,11 @@ def _fields_to_compare(cls: type) -> list[tuple[str, bool]]:
     if cached is not None:
         return cached
     ignore = set(getattr(cls, "_sequal_ignore", ("span",))) | {"span"}
-    defs = set(getattr(cls, "_sequal_def_fields", ()))
-    # Definition fields go first, so variables are mapped before any use is compared.
+    defs = tuple(getattr(cls, "_sequal_def_fields", ()))
+    # Definition fields go first, in the order the class lists them (type parameters before
+    # the parameters whose annotations use them), so variables are mapped before any use.
     names = [n for n in cls._all_fields if n not in ignore]
-    plan = [(n, True) for n in names if n in defs] + [(n, False) for n in names if n not in defs]
+    plan = [(n, True) for n in defs if n in names] + [(n, False) for n in names if n not in defs]
     cls._sequal_plan = plan
     return plan
 

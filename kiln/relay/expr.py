@@ -255,7 +255,7 @@ class Function(BaseFunc):
     """
 
     _fields = {"params": Var, "body": RelayExpr, "ret_type": Type, "type_params": TypeVar}
-    _sequal_def_fields = ("params", "type_params")
+    _sequal_def_fields = ("type_params", "params")
 
     def __init__(self, params: Sequence[Var], body: RelayExpr, ret_type: Type | None = None,
                  type_params: Sequence[TypeVar] | None = None, attrs: Any = None,
