@@ -446,7 +446,8 @@ class Simplifier(StmtExprMutator):
         return self.add_poly(quotient, self.atom_poly(_e.FloorDiv(inner, IntImm(dtype, c))))
 
     def floormod_poly(self, p: Poly, c: int, dtype: str) -> Poly:
-        _, rest = self._split(p, c)
+        # (a*x + r) mod c == ((a mod c)*x + r) mod c
+        rest = {m: v % c if m else v for m, v in p.items() if not m or v % c}
         const = rest.get((), 0)
         if const:
             rest = dict(rest)
