@@ -122,11 +122,19 @@ TVM_DLL int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
 
 #else /* pthreads: one thread per task for each launch */
 
+/*
+ * Workers wait at a start gate until the team size is final: if a thread cannot be created,
+ * the team shrinks to the threads that exist (tasks split by env.num_task), so the barrier
+ * never waits for a task that will not come.
+ */
 typedef struct {
   FTVMParallelLambda flambda;
   void* cdata;
   TVMParallelGroupEnv env;
   pthread_barrier_t barrier;
+  pthread_mutex_t gate_lock;
+  pthread_cond_t gate;
+  int gate_open;
   int failed;
 } KilnLaunch;
 
@@ -139,9 +147,13 @@ static _Thread_local int kiln_inside_launch = 0;
 
 static void* kiln_run_task(void* arg) {
   KilnTask* task = (KilnTask*)arg;
+  KilnLaunch* launch = task->launch;
+  pthread_mutex_lock(&launch->gate_lock);
+  while (!launch->gate_open) pthread_cond_wait(&launch->gate, &launch->gate_lock);
+  pthread_mutex_unlock(&launch->gate_lock);
   kiln_inside_launch = 1;
-  if (task->launch->flambda(task->task_id, &task->launch->env, task->launch->cdata) != 0) {
-    __atomic_store_n(&task->launch->failed, 1, __ATOMIC_SEQ_CST);
+  if (launch->flambda(task->task_id, &launch->env, launch->cdata) != 0) {
+    __atomic_store_n(&launch->failed, 1, __ATOMIC_SEQ_CST);
   }
   return NULL;
 }
@@ -149,28 +161,39 @@ static void* kiln_run_task(void* arg) {
 TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
   int n = num_task > 0 ? num_task : KilnRuntimeNumThreads();
   if (kiln_inside_launch) n = 1; /* nested launch: run inline as a single task */
-  KilnLaunch launch;
-  launch.flambda = flambda;
-  launch.cdata = cdata;
-  launch.env.num_task = n;
-  launch.env.sync_handle = &launch.barrier;
-  launch.failed = 0;
-  pthread_barrier_init(&launch.barrier, NULL, (unsigned)n);
   KilnTask* tasks = (KilnTask*)calloc((size_t)n, sizeof(KilnTask));
   pthread_t* threads = (pthread_t*)calloc((size_t)n, sizeof(pthread_t));
   if (tasks == NULL || threads == NULL) {
     free(tasks), free(threads);
-    pthread_barrier_destroy(&launch.barrier);
     TVMAPISetLastError("TVMBackendParallelLaunch: out of memory");
     return -1;
   }
+  KilnLaunch launch;
+  launch.flambda = flambda;
+  launch.cdata = cdata;
+  launch.env.sync_handle = &launch.barrier;
+  launch.gate_open = 0;
+  launch.failed = 0;
+  pthread_mutex_init(&launch.gate_lock, NULL);
+  pthread_cond_init(&launch.gate, NULL);
+  int team = 1;
   for (int i = 0; i < n; ++i) tasks[i] = (KilnTask){&launch, i};
-  for (int i = 1; i < n; ++i) pthread_create(&threads[i], NULL, kiln_run_task, &tasks[i]);
+  while (team < n && pthread_create(&threads[team], NULL, kiln_run_task, &tasks[team]) == 0) {
+    ++team;
+  }
+  launch.env.num_task = team;
+  pthread_barrier_init(&launch.barrier, NULL, (unsigned)team);
+  pthread_mutex_lock(&launch.gate_lock);
+  launch.gate_open = 1;
+  pthread_cond_broadcast(&launch.gate);
+  pthread_mutex_unlock(&launch.gate_lock);
   int was_inside = kiln_inside_launch;
   kiln_run_task(&tasks[0]);
   kiln_inside_launch = was_inside;
-  for (int i = 1; i < n; ++i) pthread_join(threads[i], NULL);
+  for (int i = 1; i < team; ++i) pthread_join(threads[i], NULL);
   pthread_barrier_destroy(&launch.barrier);
+  pthread_cond_destroy(&launch.gate);
+  pthread_mutex_destroy(&launch.gate_lock);
   free(tasks), free(threads);
   return launch.failed ? -1 : 0;
 }
