@@ -18,7 +18,9 @@ A compiler builds an Executable directly from Python objects::
 5. primitive names ``vector<string>`` and per-primitive attrs ``map<u64, map<string,string>>``;
 6. code: ``u64 num_functions``; per function ``vector<string>{name, str(register_file_size),
    str(num_instructions)}``, ``vector<string> params``, ``vector<i64> param_device_indexes``,
-   then per instruction ``vector<i64>[hash, opcode, fields...]``.
+   then per instruction ``vector<i64>[hash, opcode, fields...]``. kiln's one addition: when a
+   function declares parameter types, its header vector has a 4th string, e.g.
+   ``"float32[1,10];?"`` (``-1`` = dynamic dimension, ``?`` = unchecked parameter).
 
 :meth:`Executable.load_exec` reads that back and checks everything a running VM relies on
 (:func:`verify_executable`): register, function, constant, kernel and device indices, jump
