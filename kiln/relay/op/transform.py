@@ -65,6 +65,13 @@ def _int_list(value: Any) -> list[int] | None:
     return [int(v) for v in value]
 
 
+def _optional_ints(values: Any) -> list:
+    """Slice bounds: ints, with None for "from the start / to the end"."""
+    if isinstance(values, int):
+        return [int(values)]
+    return [None if x is None else int(x) for x in values]
+
+
 def _shape_arg(shape: Any) -> Any:
     """A shape given as a Constant becomes a list; an Expr stays (dynamic); ints listify."""
     value = constant_value(shape)
@@ -310,6 +317,7 @@ def _concatenate_rel(types, attrs, op_name):
     out[axis] = 0
     for s in shapes:
         out[axis] = dim_op(lambda a, b: a + b, out[axis], s[axis])
+    dynamic_axis = any(is_any(s[axis]) for s in shapes)
     for i in range(ndim):
         if i == axis:
             continue
@@ -318,7 +326,12 @@ def _concatenate_rel(types, attrs, op_name):
             if not dims_equal(known[0], k):
                 fail(f"{op_name}: shapes {', '.join(shape_str(s) for s in shapes)} differ "
                      f"outside the concatenation axis {axis}")
-        out[i] = known[0] if known else DynDim()
+        # As TVM: a partly-Any axis stays Any unless the concatenation axis is itself dynamic,
+        # so a static output never hides an unchecked dynamic input extent.
+        if known and (len(known) == len(shapes) or dynamic_axis):
+            out[i] = known[0]
+        else:
+            out[i] = DynDim()
     return tensor_type(out, fields[0].dtype)
 
 
@@ -542,53 +555,69 @@ def scatter_nd(data: Any, indices: Any, updates: Any, mode: str = "update") -> A
 
 
 # ---- slicing ----------------------------------------------------------------------------------
+_MAX_INDEX = 2**63 - 1  # TVM's "to the end" marker for an omitted begin/end
+
+
 def _canonical_index(index: int, extent: int, stride: int) -> int:
     lo, hi = (-1, extent - 1) if stride < 0 else (0, extent)
     index = index + extent if index < 0 else index
     return min(max(index, lo), hi)
 
 
+def _slice_vectors(attrs, ndim, op_name):
+    """Axes and per-axis (begin, end, stride) as TVM's StridedSliceRel/ConvertToVec make them:
+    omitted trailing axes are whole, None entries and "size" mode resolved to end indices."""
+    begin, end = list(attrs.begin or ()), list(attrs.end or ())
+    strides = [int(x) for x in (attrs.strides or ())]
+    if attrs.axes is not None:
+        axes = [normalize_axis(a, ndim, op_name) for a in attrs.axes]
+        if not len(axes) == len(begin) == len(end):
+            fail(f"{op_name}: axes, begin and end must have one length")
+        strides += [1] * (len(axes) - len(strides))
+    else:
+        if max(len(begin), len(end), len(strides)) > ndim:
+            fail(f"{op_name}: begin {begin} / end {end} / strides {strides} are longer than "
+                 f"the rank {ndim}")
+        axes = list(range(ndim))
+        strides += [1] * (ndim - len(strides))
+        begin += [0 if strides[i] > 0 else _MAX_INDEX for i in range(len(begin), ndim)]
+        # as TVM: an omitted end with a negative stride is 0 (exclusive)
+        end += [_MAX_INDEX if strides[i] > 0 else 0 for i in range(len(end), ndim)]
+    if len(strides) != len(axes):
+        fail(f"{op_name}: strides {strides} do not match the {len(axes)} sliced axes")
+    size_mode = attrs.slice_mode == "size"
+    steps = [1] * len(axes) if size_mode else strides
+    starts = [(0 if steps[k] > 0 else _MAX_INDEX) if b is None else int(b)
+              for k, b in enumerate(begin)]
+    stops = []
+    for k, e in enumerate(end):
+        if e is None or (size_mode and int(e) < 0):
+            stops.append(0 if steps[k] < 0 else _MAX_INDEX)
+        else:
+            stops.append(starts[k] + int(e) if size_mode else int(e))
+    return axes, starts, stops, steps
+
+
 def _strided_slice_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
-    begin, end = list(attrs.begin or ()), list(attrs.end or ())
-    strides = list(attrs.strides or (1,))
     if attrs.slice_mode not in ("end", "size"):
         fail(f"{op_name}: slice_mode must be 'end' or 'size', got {attrs.slice_mode!r}")
-    if attrs.axes is not None:
-        axes = [normalize_axis(a, len(d), op_name) for a in attrs.axes]
-        if not len(axes) == len(begin) == len(end):
-            fail(f"{op_name}: axes, begin and end must have one length")
-    else:
-        axes = list(range(len(d)))
-        if len(begin) > len(d) or len(end) > len(d):
-            fail(f"{op_name}: begin {begin} / end {end} longer than the rank {len(d)}")
-    if len(strides) == 1 and len(axes) > 1:
-        strides = strides * len(axes)
+    axes, starts, stops, steps = _slice_vectors(attrs, len(d), op_name)
     out = list(d)
-    for k, axis in enumerate(axes):
-        if k >= len(begin) and k >= len(end):
-            continue
-        stride = 1 if attrs.slice_mode == "size" else (int(strides[k]) if k < len(strides) else 1)
-        if stride == 0:
+    for axis, start, stop, step in zip(axes, starts, stops, steps):
+        if step == 0:
             fail(f"{op_name}: stride on axis {axis} is 0")
         extent = d[axis]
         if not is_static(extent):
             out[axis] = DynDim()
             continue
-        b = int(begin[k]) if k < len(begin) else (extent - 1 if stride < 0 else 0)
-        b = _canonical_index(b, extent, stride)
-        if k >= len(end):
-            e = -1 if stride < 0 else extent
-        elif attrs.slice_mode == "size":
-            size = int(end[k])
-            e = extent if size < 0 else min(b + size, extent)
-        else:
-            e = _canonical_index(int(end[k]), extent, stride)
-        if (stride < 0 and e > b) or (stride > 0 and b > e):
-            fail(f"{op_name}: begin {b} and end {e} are inverted for stride {stride} on axis "
-                 f"{axis}")
-        out[axis] = (abs(e - b) + abs(stride) - 1) // abs(stride)
+        b = _canonical_index(start, extent, step)
+        e = _canonical_index(stop, extent, step)
+        if (step < 0 and e > b) or (step > 0 and b > e):
+            fail(f"{op_name}: begin {start} and end {stop} are inverted for stride {step} on "
+                 f"axis {axis} of extent {extent}")
+        out[axis] = (abs(e - b) + abs(step) - 1) // abs(step)
     return tensor_type(out, data.dtype)
 
 
@@ -621,7 +650,7 @@ def strided_slice(data: Any, begin: Any, end: Any, strides: Any = None, axes: An
         return call("dyn.strided_slice", [data, begin, end, strides],
                     A.StridedSliceAttrs(slice_mode=slice_mode))
     return call("strided_slice", [data], A.StridedSliceAttrs(
-        begin=_int_list(begin), end=_int_list(end), strides=_int_list(strides),
+        begin=_optional_ints(begin), end=_optional_ints(end), strides=_int_list(strides),
         slice_mode=slice_mode, axes=_int_list(axes)))
 
 

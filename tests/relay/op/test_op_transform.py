@@ -122,8 +122,11 @@ def test_concatenate_matches_numpy_and_any_axis():
         np.concatenate([np.zeros((2, 3)), np.zeros((4, 3))]).shape
     dyn = relay.concatenate([v((Any(), 3), name="c"), b], axis=0)
     assert shape_of(infer_expr(dyn)) == ("?", 3)
-    other = relay.concatenate([v((2, Any()), name="d"), v((2, 5), name="e")], axis=0)
-    assert shape_of(infer_expr(other)) == (4, 5)
+    # TVM's rule: [(1, 3), (1, ?)] -> (2, ?) and [(?, 3), (?, ?)] -> (?, 3)
+    other = relay.concatenate([v((1, 3), name="d"), v((1, Any()), name="e")], axis=0)
+    assert shape_of(infer_expr(other)) == (2, "?")
+    both = relay.concatenate([v((Any(), 3), name="d"), v((Any(), Any()), name="e")], axis=0)
+    assert shape_of(infer_expr(both)) == ("?", 3)
 
 
 def test_concatenate_errors():
@@ -223,6 +226,24 @@ def test_strided_slice_axes_size_mode_and_any():
     assert shape_of(infer_expr(neg)) == np.zeros((4, 6))[3:0:-1, 0:6:2].shape
     dyn = relay.strided_slice(v((Any(), 6)), [0, 1], [2, 4])
     assert shape_of(infer_expr(dyn)) == ("?", 3)
+
+
+def test_strided_slice_follows_tvm_defaults():
+    # a short strides list is padded with 1 (not broadcast)
+    padded = relay.strided_slice(v((4, 6)), [0, 0], [4, 6], [2])
+    assert shape_of(infer_expr(padded)) == (2, 6)
+    # an omitted end with a negative stride stops before index 0, as in TVM
+    rev = relay.strided_slice(v((5,)), [3], [], [-1])
+    assert shape_of(infer_expr(rev)) == (3,)
+    # None bounds mean "from the start" / "to the end"
+    assert shape_of(infer_expr(relay.strided_slice(v((5, 4)), [None, 1], [2, None]))) == (2, 3)
+    # size mode: end = begin + size before clamping; -1 runs to the end
+    assert shape_of(infer_expr(relay.strided_slice(v((5,)), [-2], [1], slice_mode="size"))) \
+        == (1,)
+    with pytest.raises(TypeInferenceError, match="inverted"):
+        infer_expr(relay.strided_slice(v((5,)), [-2], [3], slice_mode="size"))
+    with pytest.raises(TypeInferenceError, match="slice_mode"):
+        infer_expr(relay.strided_slice(v((5,)), [0], [3], slice_mode="stop"))
 
 
 def test_strided_slice_with_expr_bounds_is_dynamic():

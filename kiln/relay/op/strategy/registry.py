@@ -1,0 +1,182 @@
+"""Op strategies: which compute + schedule pairs implement an op on a target (TVM's design).
+
+Entry points: :class:`OpImplementation`, :class:`OpStrategy`, :func:`register_strategy`,
+:func:`strategy_for`, :func:`select_implementation`, :func:`register_tuned_selector`,
+:func:`register_target_schedule`, :func:`target_schedule`.
+
+A strategy function ``fstrategy(attrs, inputs, out_type, target) -> OpStrategy`` is registered
+per op and *target key* with ``@register_strategy("nn.dense", "cpu")``. An op's
+``FTVMStrategy`` attribute dispatches on ``target.keys`` in order and falls back to the
+``"generic"`` registration. :func:`select_implementation` runs the strategy and takes the
+implementation with the highest ``plevel`` unless a tuner's selector (AutoTVM records) picks
+another by name.
+
+Example
+-------
+>>> from kiln.relay.op.strategy import OpStrategy
+>>> s = OpStrategy()
+>>> s.add_implementation(lambda a, i, t: i, lambda a, o, t: None, name="copy.generic")
+>>> s.implementations[0].name
+'copy.generic'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.runtime.error import OpNotImplemented, TVMError
+
+__all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for",
+           "select_implementation", "register_tuned_selector", "register_target_schedule",
+           "target_schedule", "target_keys", "registered_keys"]
+
+
+@dataclass(frozen=True)
+class OpImplementation:
+    """One way to implement an op: ``compute(attrs, inputs, out_type) -> [Tensor]`` and
+    ``schedule(attrs, outs, target) -> Schedule``, under a name like ``dense_pack.x86``.
+
+    ``config`` holds the schedule's tunable knobs (tile sizes …) with their default values.
+    """
+
+    compute: Callable
+    schedule: Callable
+    name: str
+    plevel: int = 10
+    config: dict = field(default_factory=dict)
+
+
+class OpStrategy:
+    """The implementations an op has for one call (attrs, input shapes, target)."""
+
+    def __init__(self) -> None:
+        self.implementations: list[OpImplementation] = []
+
+    def add_implementation(self, compute: Callable, schedule: Callable, name: str = "default",
+                           plevel: int = 10, config: dict | None = None) -> None:
+        self.implementations.append(
+            OpImplementation(compute, schedule, name, plevel, dict(config or {})))
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{i.name}@{i.plevel}" for i in self.implementations)
+        return f"OpStrategy([{names}])"
+
+
+# op name -> target key -> strategy function
+_STRATEGIES: dict[str, dict[str, Callable]] = {}
+# schedule kind ("injective", "reduce") -> target key -> schedule(outs)
+_TARGET_SCHEDULES: dict[str, dict[str, Callable]] = {}
+_TUNED_SELECTORS: list[Callable] = []
+
+
+def target_keys(target: Any) -> tuple[str, ...]:
+    """The strategy keys of ``target`` (a Target, a string, or None for the current one)."""
+    from kiln.target import Target
+
+    if target is None:
+        target = Target.current(allow_none=True)
+        if target is None:
+            return ("cpu",)
+    if isinstance(target, str):
+        target = Target(target)
+    return tuple(target.keys)
+
+
+def _dispatch(op_name: str) -> Callable:
+    def fstrategy(attrs: Any, inputs: list, out_type: Any, target: Any) -> OpStrategy:
+        table = _STRATEGIES[op_name]
+        for key in (*target_keys(target), "generic"):
+            if key in table:
+                return table[key](attrs, inputs, out_type, target)
+        raise OpNotImplemented(f"operator {op_name} has no strategy for target keys "
+                               f"{target_keys(target)}")
+
+    fstrategy.__name__ = f"{op_name}_strategy"
+    return fstrategy
+
+
+def register_strategy(op_name: str, target_key: str = "generic") -> Callable:
+    """Decorator: ``fstrategy`` implements ``op_name`` on targets with ``target_key``."""
+    def decorate(fstrategy: Callable) -> Callable:
+        from kiln.ir.op import Op
+
+        table = _STRATEGIES.setdefault(op_name, {})
+        if target_key in table:
+            raise TVMError(f"strategy of {op_name} for key {target_key!r} registered twice")
+        table[target_key] = fstrategy
+        op = Op.get(op_name)
+        if op.get_attr("FTVMStrategy") is None:
+            op.set_attr("FTVMStrategy", _dispatch(op_name))
+        return fstrategy
+
+    return decorate
+
+
+def registered_keys(op_name: str) -> list[str]:
+    """Target keys that have a strategy for ``op_name``."""
+    return sorted(_STRATEGIES.get(op_name, {}))
+
+
+def strategy_for(op: Any, attrs: Any, inputs: list, out_type: Any, target: Any) -> OpStrategy:
+    """Run ``op``'s ``FTVMStrategy`` for this call."""
+    from kiln.ir.op import Op
+
+    op = Op.get(op) if isinstance(op, str) else op
+    fstrategy = op.get_attr("FTVMStrategy")
+    if fstrategy is None:
+        raise OpNotImplemented(f"operator {op.name} has no FTVMStrategy")
+    strategy = fstrategy(attrs, inputs, out_type, target)
+    if not strategy.implementations:
+        raise OpNotImplemented(f"operator {op.name}: the strategy has no implementation for "
+                               f"these inputs on {target}")
+    return strategy
+
+
+def register_tuned_selector(selector: Callable) -> Callable:
+    """``selector(op, attrs, inputs, out_type, target, implementations)`` may return the name
+    of the implementation a tuning record prefers (or None); the newest selector asks first."""
+    _TUNED_SELECTORS.insert(0, selector)
+    return selector
+
+
+def select_implementation(op: Any, attrs: Any, inputs: list, out_type: Any,
+                          target: Any) -> tuple[OpImplementation, list]:
+    """The chosen implementation and its output tensors for this call.
+
+    A tuned selector's choice wins; otherwise the highest ``plevel`` (the first registered on
+    a tie).
+    """
+    from kiln.ir.op import Op
+
+    op = Op.get(op) if isinstance(op, str) else op
+    impls = strategy_for(op, attrs, inputs, out_type, target).implementations
+    chosen = None
+    for selector in _TUNED_SELECTORS:
+        name = selector(op, attrs, inputs, out_type, target, impls)
+        chosen = next((i for i in impls if i.name == name), None)
+        if chosen is not None:
+            break
+    if chosen is None:
+        chosen = max(impls, key=lambda i: i.plevel)
+    outs = chosen.compute(attrs, inputs, out_type)
+    return chosen, list(outs) if isinstance(outs, list | tuple) else [outs]
+
+
+def register_target_schedule(kind: str, target_key: str) -> Callable:
+    """Decorator: ``schedule(outs)`` schedules fused groups of ``kind`` on ``target_key``."""
+    def decorate(fschedule: Callable) -> Callable:
+        _TARGET_SCHEDULES.setdefault(kind, {})[target_key] = fschedule
+        return fschedule
+
+    return decorate
+
+
+def target_schedule(kind: str, outs: Any, target: Any = None) -> Any:
+    """Schedule ``outs`` with the ``kind`` schedule of the first matching target key."""
+    table = _TARGET_SCHEDULES[kind]
+    for key in (*target_keys(target), "generic"):
+        if key in table:
+            return table[key](outs)
+    raise TVMError(f"no {kind} schedule registered")
