@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -366,6 +367,21 @@ def test_garbage_tar_is_a_clear_error(tmp_path: Path) -> None:
     junk.write_bytes(os.urandom(300))
     with pytest.raises(TVMError, match="not a valid tar archive"):
         load_module(junk)
+
+
+def test_tar_with_unsafe_or_missing_members_is_rejected(tmp_path: Path) -> None:
+    source = tmp_path / "k.c"
+    source.write_text("int k(void) { return 1; }\n")
+    with tarfile.open(tmp_path / "escape.tar", "w") as tar:
+        tar.add(source, arcname="../k.c")
+    with pytest.raises(TVMError, match="unexpected tar member '../k.c'"):
+        load_module(tmp_path / "escape.tar")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("no code here")
+    with tarfile.open(tmp_path / "empty.tar", "w") as tar:
+        tar.add(notes, arcname="notes.txt")
+    with pytest.raises(TVMError, match="no object or source files"):
+        load_module(tmp_path / "empty.tar")
 
 
 def test_unknown_format_is_a_clear_error(tmp_path: Path) -> None:
