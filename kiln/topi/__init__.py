@@ -21,9 +21,8 @@ Example
 
 from __future__ import annotations
 
-from kiln.topi import tag, utils
+from kiln.topi import arm_cpu, generic, image, nn, tag, utils, x86  # noqa: F401,E402,I001
 from kiln.topi.broadcast import *  # noqa: F403
 from kiln.topi.math import *  # noqa: F403
 from kiln.topi.reduction import *  # noqa: F403
 from kiln.topi.transform import *  # noqa: F403
-from kiln.topi import image, nn, generic, x86, arm_cpu  # noqa: E402,I001

@@ -22,7 +22,8 @@ from typing import Any
 from kiln import te
 from kiln.tir import op as _op
 from kiln.topi import tag
-from kiln.topi.utils import normalize_axes, prod as _prod
+from kiln.topi.utils import normalize_axes
+from kiln.topi.utils import prod as _prod
 
 
 def reduced_axes(ndim: int, axis: Any, exclude: bool = False) -> list[int]:
@@ -183,8 +184,9 @@ def _arg_reduce(data: te.Tensor, axis: Any, keepdims: bool, exclude: bool,
         flat = _op.const(0, "int32") if flat is None else _op.cast(flat, "int32")
         return reducer((flat, data(*full)), axis=red)
 
-    idx_val = te.compute(out_shape, body, name=name + "_red", tag=tag.COMM_REDUCE_IDX)
-    return idx_val[0]
+    idx_val = te.compute(out_shape, body, name=name + "_red_temp", tag=tag.COMM_REDUCE_IDX)
+    return te.compute(out_shape, lambda *i: idx_val[0](*i), name=name,
+                      tag=tag.COMM_REDUCE_IDX)
 
 
 def argmax(data: te.Tensor, axis: Any = None, keepdims: bool = False, exclude: bool = False,

@@ -25,8 +25,14 @@ from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
 from kiln.topi import tag
-from kiln.topi.utils import get_const_int, get_const_tuple, normalize_axes, prod, \
-    ravel_index, unravel_index
+from kiln.topi.utils import (
+    get_const_int,
+    get_const_tuple,
+    normalize_axes,
+    prod,
+    ravel_index,
+    unravel_index,
+)
 
 
 def _inj(shape: Sequence[Any], body: Any, name: str) -> te.Tensor:
@@ -101,23 +107,22 @@ def concatenate(xs: Sequence[te.Tensor], axis: int = 0) -> te.Tensor:
     shape[axis] = sum(sizes)
     starts = [sum(sizes[:k]) for k in range(len(xs))]
 
+    parts = [(t, start) for t, start, n in zip(xs, starts, sizes) if n > 0] or \
+        [(xs[0], 0)]
+
     def body(*i):
         pos = i[axis]
-        value = None
-        for t, start in reversed(list(zip(xs, starts))):
+
+        def read(t, start):
             local = list(i)
             local[axis] = pos - start
-            if value is None:
-                value = t(*local)
-            else:
-                value = _op.if_then_else(pos >= start, t(*local), value)
+            return t(*local)
+
+        value = read(*parts[-1])
+        for k in range(len(parts) - 2, -1, -1):
+            value = _op.if_then_else(pos < parts[k + 1][1], read(*parts[k]), value)
         return value
 
-    nonempty = [(t, s) for t, s, n in zip(xs, starts, sizes) if n > 0]
-    if nonempty and len(nonempty) < len(xs):
-        xs_used = [t for t, _ in nonempty]
-        starts_used = [s for _, s in nonempty]
-        xs, starts = xs_used, starts_used
     return _inj(shape, body, "T_concat")
 
 
@@ -443,7 +448,7 @@ def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tenso
         raise TVMError(f"layout_transform: {src_layout} and {dst_layout} name different axes")
     shape = get_const_tuple(x.shape)
     primal: dict[str, int] = {}
-    for (axis, factor), dim in zip(src, shape):
+    for (axis, _), dim in zip(src, shape):
         if axis.isupper():
             primal[axis] = primal.get(axis, 1) * dim
         else:
@@ -459,7 +464,7 @@ def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tenso
 
     def value_of(layout, idx, axis):
         total, big_factor = 0, {a.upper(): f for a, f in layout if a.islower()}
-        for (a, f), v in zip(layout, idx):
+        for (a, _), v in zip(layout, idx):
             if a == axis:
                 total = total + v * big_factor.get(axis, 1)
             elif a == axis.lower():

@@ -1,0 +1,30 @@
+"""Schedules for bare-metal ARM CPUs (TVM's ``topi.arm_cpu``): serial, no threads.
+
+Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``), and the
+generic schedules for everything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te
+from kiln.topi.utils import get_const_tuple, traverse_inline
+
+
+def schedule_injective(outs: Any) -> Any:
+    """Injective ops inlined; the innermost loop split by 4 lanes when it divides."""
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    sch = te.create_schedule([t.op for t in outs])
+    for t in outs:
+        traverse_inline(sch, t.op)
+        dims = get_const_tuple(t.shape)
+        if dims and isinstance(dims[-1], int) and dims[-1] % 4 == 0 and dims[-1] > 0:
+            _, inner = sch[t].split(sch[t].leaf_iter_vars[-1], factor=4)
+            sch[t].unroll(inner)
+    return sch
+
+
+schedule_reduce = schedule_injective
+
+__all__ = ["schedule_injective", "schedule_reduce"]

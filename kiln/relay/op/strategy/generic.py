@@ -1,0 +1,328 @@
+"""Generic strategies: a TOPI compute and a target-keyed schedule for every Tier-1 op.
+
+Entry points: :data:`COMPUTES` (op name → ``compute(attrs, inputs, out_type)``),
+:data:`SCHEDULE_KIND` (op name → ``"injective"``, ``"reduce"`` or ``"opaque"``),
+:data:`NO_KERNEL` (ops without a kernel, with the reason), :func:`schedule_injective`,
+:func:`schedule_reduce`.
+
+Every op in :data:`COMPUTES` gets a ``"generic"`` strategy (one implementation,
+``<op>.generic``) and, when injective, its ``FTVMCompute`` and ``FTVMSchedule`` as well.
+Faster target-specific implementations live in :mod:`.x86` and :mod:`.arm_cpu`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kiln import topi
+from kiln.relay.op.strategy.registry import (
+    OpStrategy,
+    register_strategy,
+    register_target_schedule,
+    target_schedule,
+)
+from kiln.tir import op as _op
+from kiln.topi import nn
+
+
+def out_shape(out_type: Any, index: int | None = None) -> list[Any]:
+    """The output shape (of field ``index`` of a tuple type) with static dims as ints."""
+    t = out_type.fields[index] if index is not None else out_type
+    return [int(d.value) if hasattr(d, "value") else d for d in t.shape]
+
+
+def _dtype(out_type: Any, index: int | None = None) -> str:
+    return str((out_type.fields[index] if index is not None else out_type).dtype)
+
+
+def _opt(value: Any) -> Any:
+    return None if value is None else (list(value) if isinstance(value, tuple | list) else value)
+
+
+# ---- computes: fn(attrs, inputs, out_type) -> list of tensors ---------------------------------
+COMPUTES: dict[str, Callable] = {}
+
+
+def _unary(fn: Callable) -> Callable:
+    return lambda attrs, inputs, out_type: [fn(inputs[0])]
+
+
+def _binary(fn: Callable) -> Callable:
+    return lambda attrs, inputs, out_type: [fn(inputs[0], inputs[1])]
+
+
+for _name in topi.math.UNARY:
+    COMPUTES[_name] = _unary(getattr(topi, _name))
+for _name in topi.broadcast.BINARY:
+    COMPUTES[_name] = _binary(getattr(topi, _name))
+
+
+def _reduce(fn: Callable) -> Callable:
+    return lambda a, i, t: [fn(i[0], _opt(a.axis), a.keepdims, a.exclude)]
+
+
+def _arg_reduce(fn: Callable) -> Callable:
+    return lambda a, i, t: [fn(i[0], _opt(a.axis), a.keepdims, a.exclude,
+                               a.select_last_index)]
+
+
+def _full_value(value: Any) -> Any:
+    return value
+
+
+COMPUTES.update({
+    "copy": _unary(topi.identity),
+    "sum": _reduce(topi.sum), "mean": _reduce(topi.mean), "max": _reduce(topi.max),
+    "min": _reduce(topi.min), "prod": _reduce(topi.prod), "all": _reduce(topi.all),
+    "any": _reduce(topi.any), "argmax": _arg_reduce(topi.argmax),
+    "argmin": _arg_reduce(topi.argmin),
+    "variance": lambda a, i, t: [topi.variance(i[0], i[1], _opt(a.axis), a.keepdims,
+                                               a.exclude, a.unbiased)],
+    "reshape": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
+    "contrib_reverse_reshape": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
+    "reshape_like": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
+    "nn.batch_flatten": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
+    "transpose": lambda a, i, t: [topi.transpose(i[0], _opt(a.axes))],
+    "squeeze": lambda a, i, t: [topi.squeeze(i[0], _opt(a.axis))],
+    "expand_dims": lambda a, i, t: [topi.expand_dims(i[0], a.axis, a.num_newaxis)],
+    "concatenate": lambda a, i, t: [topi.concatenate(list(i), a.axis)],
+    "stack": lambda a, i, t: [topi.stack(list(i), a.axis)],
+    "split": lambda a, i, t: topi.split(i[0], a.indices_or_sections
+                                        if isinstance(a.indices_or_sections, int)
+                                        else list(a.indices_or_sections), a.axis),
+    "take": lambda a, i, t: [topi.take(i[0], i[1], a.axis, a.batch_dims, a.mode)],
+    "gather": lambda a, i, t: [topi.gather(i[0], a.axis, i[1])],
+    "gather_nd": lambda a, i, t: [topi.gather_nd(i[0], i[1], a.batch_dims)],
+    "strided_slice": lambda a, i, t: [topi.strided_slice(
+        i[0], list(a.begin), _opt(a.end), _opt(a.strides), _opt(a.axes), a.slice_mode)],
+    "slice_like": lambda a, i, t: [topi.slice_like(i[0], i[1], _opt(a.axes))],
+    "tile": lambda a, i, t: [topi.tile(i[0], list(a.reps))],
+    "repeat": lambda a, i, t: [topi.repeat(i[0], a.repeats, a.axis)],
+    "reverse": lambda a, i, t: [topi.reverse(i[0], a.axis)],
+    "where": lambda a, i, t: [topi.where(i[0], i[1], i[2])],
+    "one_hot": lambda a, i, t: [topi.one_hot(i[0], i[1], i[2], a.depth, a.axis,
+                                             _dtype(t))],
+    "arange": lambda a, i, t: [_arange(i, out_shape(t), _dtype(t))],
+    "full": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), i[0])],
+    "zeros": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 0)],
+    "ones": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 1)],
+    "full_like": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), i[1])],
+    "zeros_like": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 0)],
+    "ones_like": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 1)],
+    "layout_transform": lambda a, i, t: [topi.layout_transform(i[0], a.src_layout,
+                                                               a.dst_layout)],
+    "broadcast_to": lambda a, i, t: [topi.broadcast_to(i[0], out_shape(t))],
+    "broadcast_to_like": lambda a, i, t: [topi.broadcast_to(i[0], out_shape(t))],
+    "collapse_sum_like": lambda a, i, t: [topi.collapse_sum(i[0], out_shape(t))],
+    "collapse_sum_to": lambda a, i, t: [topi.collapse_sum(i[0], out_shape(t))],
+    "cast": lambda a, i, t: [topi.cast(i[0], _dtype(t))],
+    "cast_like": lambda a, i, t: [topi.cast(i[0], _dtype(t))],
+    "reinterpret": lambda a, i, t: [topi.reinterpret(i[0], _dtype(t))],
+    "clip": lambda a, i, t: [topi.clip(i[0], a.a_min, a.a_max)],
+    "sequence_mask": lambda a, i, t: [topi.sequence_mask(i[0], i[1], a.mask_value,
+                                                         a.axis)],
+    "shape_of": lambda a, i, t: [topi.shape_of(i[0], _dtype(t))],
+    "ndarray_size": lambda a, i, t: [topi.ndarray_size(i[0], _dtype(t))],
+    "cumsum": lambda a, i, t: [topi.cumsum(i[0], a.axis, _dtype(t), bool(a.exclusive))],
+    "cumprod": lambda a, i, t: [topi.cumprod(i[0], a.axis, _dtype(t), bool(a.exclusive))],
+    # nn
+    "nn.relu": _unary(nn.relu),
+    "nn.leaky_relu": lambda a, i, t: [nn.leaky_relu(i[0], a.alpha)],
+    "nn.prelu": lambda a, i, t: [nn.prelu(i[0], i[1], a.axis)],
+    "nn.bias_add": lambda a, i, t: [nn.bias_add(i[0], i[1], a.axis)],
+    "nn.softmax": lambda a, i, t: [nn.softmax(i[0], a.axis)],
+    "nn.fast_softmax": lambda a, i, t: [nn.fast_softmax(i[0], a.axis)],
+    "nn.log_softmax": lambda a, i, t: [nn.log_softmax(i[0], a.axis)],
+    "nn.dropout": lambda a, i, t: [topi.identity(i[0]),
+                                   topi.full(out_shape(t, 1), _dtype(t, 1), 1)],
+    "nn.batch_norm": lambda a, i, t: nn.batch_norm(*i, a.axis, a.epsilon, a.center,
+                                                   a.scale),
+    "nn.layer_norm": lambda a, i, t: [nn.layer_norm(*i, a.axis, a.epsilon, a.center,
+                                                    a.scale)],
+    "nn.instance_norm": lambda a, i, t: [nn.instance_norm(*i, a.axis, a.epsilon, a.center,
+                                                          a.scale)],
+    "nn.group_norm": lambda a, i, t: [nn.group_norm(*i, a.num_groups, a.axis, a.epsilon,
+                                                    a.center, a.scale)],
+    "nn.l2_normalize": lambda a, i, t: [nn.l2_normalize(i[0], a.eps, _opt(a.axis))],
+    "nn.lrn": lambda a, i, t: [nn.lrn(i[0], a.size, a.axis, a.alpha, a.beta, a.bias)],
+    "nn.pad": lambda a, i, t: [nn.pad(i[0], [int(p[0]) for p in a.pad_width],
+                                      [int(p[1]) for p in a.pad_width], i[1],
+                                      pad_mode=a.pad_mode)],
+    "nn.mirror_pad": lambda a, i, t: [nn.mirror_pad(i[0], [int(p[0]) for p in a.pad_width],
+                                                    [int(p[1]) for p in a.pad_width],
+                                                    a.mode)],
+    "nn.upsampling": lambda a, i, t: [nn.upsampling(i[0], a.scale_h, a.scale_w, a.layout,
+                                                    a.method, a.align_corners)],
+    "nn.depth_to_space": lambda a, i, t: [nn.depth_to_space(i[0], a.block_size, a.layout,
+                                                            a.mode)],
+    "nn.space_to_depth": lambda a, i, t: [nn.space_to_depth(i[0], a.block_size, a.layout)],
+    "nn.dense": lambda a, i, t: [nn.dense(i[0], i[1], None, _dtype(t))],
+    "nn.matmul": lambda a, i, t: [nn.matmul(i[0], i[1], None, _dtype(t), a.transpose_a,
+                                            a.transpose_b)],
+    "nn.contrib_dense_pack": lambda a, i, t: [nn.dense_pack(i[0], i[1], None, _dtype(t))],
+    "nn.batch_matmul": lambda a, i, t: [nn.batch_matmul(i[0], i[1], _dtype(t),
+                                                        a.transpose_a, a.transpose_b)],
+    "image.resize1d": lambda a, i, t: [topi.image.resize1d(
+        i[0], _opt(a.roi), out_shape(t)[a.layout.index("W"):][:1], a.layout, a.method,
+        a.coordinate_transformation_mode, a.rounding_method, a.cubic_alpha,
+        a.cubic_exclude, a.extrapolation_value, _dtype(t))],
+    "image.resize2d": lambda a, i, t: [topi.image.resize2d(
+        i[0], _opt(a.roi), [out_shape(t)[a.layout.index("H")], out_shape(t)[a.layout.index(
+            "W")]], a.layout, a.method, a.coordinate_transformation_mode, a.rounding_method,
+        a.cubic_alpha, a.cubic_exclude, a.extrapolation_value, _dtype(t))],
+})
+
+
+def _arange(inputs: list, shape: list, dtype: str) -> Any:
+    start, step = inputs[0], inputs[2]
+    from kiln import te
+
+    return te.compute(shape, lambda i: _op.cast(start(), dtype) + _op.cast(i, dtype) *
+                      _op.cast(step(), dtype), name="T_arange", tag=topi.tag.INJECTIVE)
+
+
+def _conv(ndim: int) -> Callable:
+    def compute(a, i, t):
+        return [nn.conv(i[0], i[1], list(a.strides), list(a.padding), list(a.dilation),
+                        a.groups, a.data_layout, a.kernel_layout, _dtype(t),
+                        name=f"conv{ndim}d")]
+    return compute
+
+
+def _conv_transpose(a, i, t):
+    if a.data_layout not in ("NCW", "NCHW") or a.kernel_layout not in ("IOW", "IOHW"):
+        from kiln.runtime.error import OpNotImplemented
+
+        raise OpNotImplemented(f"conv transpose: layouts {a.data_layout}/{a.kernel_layout}; "
+                               "kiln computes NCW/IOW and NCHW/IOHW")
+    return [nn.conv_transpose(i[0], i[1], list(a.strides), list(a.padding),
+                              list(a.dilation), list(a.output_padding), a.groups, _dtype(t))]
+
+
+def _pool(kind: str) -> Callable:
+    def compute(a, i, t):
+        return [nn.pool(i[0], list(a.pool_size), list(a.strides), list(a.dilation),
+                        list(a.padding), kind, a.ceil_mode, a.layout,
+                        getattr(a, "count_include_pad", False))]
+    return compute
+
+
+def _global_pool(kind: str) -> Callable:
+    return lambda a, i, t: [nn.global_pool(i[0], kind, a.layout)]
+
+
+def _adaptive_pool(kind: str) -> Callable:
+    def compute(a, i, t):
+        n = sum(1 for c in a.layout if c in "DHW")
+        size = list(a.output_size) if a.output_size is not None else [None] * n
+        size = size * n if len(size) == 1 else size
+        return [nn.adaptive_pool(i[0], size, kind, a.layout)]
+    return compute
+
+
+COMPUTES.update({
+    "nn.conv1d": _conv(1), "nn.conv2d": _conv(2), "nn.conv3d": _conv(3),
+    "nn.conv1d_transpose": _conv_transpose, "nn.conv2d_transpose": _conv_transpose,
+    "nn.max_pool1d": _pool("max"), "nn.max_pool2d": _pool("max"),
+    "nn.max_pool3d": _pool("max"), "nn.avg_pool1d": _pool("avg"),
+    "nn.avg_pool2d": _pool("avg"), "nn.avg_pool3d": _pool("avg"),
+    "nn.global_max_pool2d": _global_pool("max"), "nn.global_avg_pool2d": _global_pool("avg"),
+    "nn.adaptive_max_pool1d": _adaptive_pool("max"),
+    "nn.adaptive_avg_pool1d": _adaptive_pool("avg"),
+    "nn.adaptive_max_pool2d": _adaptive_pool("max"),
+    "nn.adaptive_avg_pool2d": _adaptive_pool("avg"),
+})
+
+# Ops without a TOPI kernel in kiln, each with the reason.
+NO_KERNEL: dict[str, str] = {
+    "argwhere": "output shape depends on the data: needs the VM's shape function and a "
+                "dynamic-shape kernel",
+    **{name: "dynamic-shape op: its shape is known only at run time (VM shape functions); "
+             "kiln lowers only static shapes" for name in (
+                 "dyn.broadcast_to", "dyn.expand_dims", "dyn.full", "dyn.image.resize2d",
+                 "dyn.nn.pad", "dyn.nn.upsampling", "dyn.one_hot", "dyn.ones", "dyn.reshape",
+                 "dyn.squeeze", "dyn.strided_slice", "dyn.tile", "dyn.topk", "dyn.zeros")},
+}
+
+# "injective" ops fuse and use the injective schedule; "reduce" the reduction schedule;
+# everything else the generic default (producers inlined, root stages serial).
+_REDUCE = {"sum", "mean", "max", "min", "prod", "all", "any", "argmax", "argmin",
+           "variance", "collapse_sum_like", "collapse_sum_to"}
+_OPAQUE = {"nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul",
+           "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose",
+           "nn.conv2d_transpose", "nn.softmax", "nn.fast_softmax", "nn.log_softmax",
+           "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.l2_normalize", "nn.lrn",
+           "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of"}
+
+
+def schedule_kind(op_name: str) -> str:
+    if op_name in _REDUCE:
+        return "reduce"
+    if op_name in _OPAQUE or op_name.startswith(("nn.max_pool", "nn.avg_pool", "nn.global",
+                                                 "nn.adaptive")):
+        return "opaque"
+    return "injective"
+
+
+@register_target_schedule("injective", "generic")
+def _generic_injective(outs):
+    return topi.generic.schedule_injective(outs)
+
+
+@register_target_schedule("reduce", "generic")
+def _generic_reduce(outs):
+    return topi.generic.schedule_reduce(outs)
+
+
+@register_target_schedule("opaque", "generic")
+def _generic_opaque(outs):
+    return topi.generic.default_schedule(outs)
+
+
+def schedule_injective(attrs: Any, outs: Any, target: Any) -> Any:
+    """Schedule a fused injective group for ``target`` (TVM's strategy.schedule_injective)."""
+    return target_schedule("injective", outs, target)
+
+
+def schedule_reduce(attrs: Any, outs: Any, target: Any) -> Any:
+    """Schedule a fused group ending in a reduction for ``target``."""
+    return target_schedule("reduce", outs, target)
+
+
+def schedule_opaque(attrs: Any, outs: Any, target: Any) -> Any:
+    return target_schedule("opaque", outs, target)
+
+
+SCHEDULES = {"injective": schedule_injective, "reduce": schedule_reduce,
+             "opaque": schedule_opaque}
+
+
+def wrap_strategy(compute: Callable, schedule: Callable, name: str,
+                  config: dict | None = None) -> Callable:
+    """A strategy function with one implementation."""
+    def fstrategy(attrs, inputs, out_type, target):
+        strategy = OpStrategy()
+        strategy.add_implementation(compute, schedule, name=name, config=config)
+        return strategy
+
+    return fstrategy
+
+
+def _register_all() -> None:
+    from kiln.ir.op import Op
+
+    for op_name, compute in COMPUTES.items():
+        kind = schedule_kind(op_name)
+        schedule = SCHEDULES[kind]
+        register_strategy(op_name, "generic")(
+            wrap_strategy(compute, schedule, f"{op_name.split('.')[-1]}.generic"))
+        op = Op.get(op_name)
+        if op.get_attr("FTVMCompute") is None:
+            op.set_attr("FTVMCompute", compute)
+        if kind == "injective" and op.get_attr("FTVMSchedule") is None:
+            op.set_attr("FTVMSchedule", schedule)
+
+
+_register_all()
+_ = _full_value

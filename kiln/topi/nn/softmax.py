@@ -1,0 +1,48 @@
+"""Softmax computes (TVM's ``topi.nn.softmax``, ``log_softmax``, ``fast_softmax``).
+
+Entry points: :func:`softmax`, :func:`log_softmax`, :func:`fast_softmax`.
+"""
+
+from __future__ import annotations
+
+from kiln import te
+from kiln.tir import op as _op
+from kiln.topi.utils import normalize_axes
+
+
+def _parts(x: te.Tensor, axis: int):
+    axis = normalize_axes(axis, x.ndim)[0]
+    kept = [d for k, d in enumerate(x.shape) if k != axis]
+    k1 = te.reduce_axis((0, x.shape[axis]), name="k")
+    k2 = te.reduce_axis((0, x.shape[axis]), name="k")
+
+    def full(i, r):
+        return list(i[:axis]) + [r] + list(i[axis:])
+
+    xmax = te.compute(kept, lambda *i: te.max(x(*full(i, k1.var)), axis=k1),
+                      name="T_softmax_maxelem", tag="softmax_max")
+
+    def drop(i):
+        return i[:axis] + i[axis + 1:]
+
+    expsum = te.compute(kept, lambda *i: te.sum(_op.exp(x(*full(i, k2.var)) - xmax(*i)),
+                                                 axis=k2), name="T_softmax_expsum",
+                        tag="softmax_sum")
+    return axis, xmax, expsum, drop
+
+
+def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    _, xmax, expsum, drop = _parts(x, axis)
+    return te.compute(x.shape, lambda *i: _op.exp(x(*i) - xmax(*drop(i))) / expsum(*drop(i)),
+                      name="T_softmax_norm", tag="softmax_output")
+
+
+def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
+    """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
+    _, xmax, expsum, drop = _parts(x, axis)
+    return te.compute(x.shape, lambda *i: x(*i) - xmax(*drop(i)) - _op.log(expsum(*drop(i))),
+                      name="T_log_softmax", tag="log_softmax_output")
+
+
+fast_softmax = softmax
