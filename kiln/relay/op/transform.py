@@ -91,10 +91,27 @@ def _product(ds: Sequence[Any]) -> Any:
 
 # ---- reshape family -------------------------------------------------------------------------
 def infer_newshape(data: list, newshape: Sequence[int], allowzero: bool, op_name: str) -> list:
-    """Output shape of reshape with TVM's special values 0, -1, -2, -3, -4."""
+    """Output shape of reshape with TVM's special values 0, -1, -2, -3, -4.
+
+    The -1 extent is the product of the input dims not copied by 0/-2/-3/-4 divided by the
+    output dims not copied, so ``(?, 3, 4)`` with ``(0, -1)`` gives ``(?, 12)``.
+    """
     out: list = []
+    used_in: set[int] = set()
+    used_out: set[int] = set()
     src = 0
     infer_at = -1
+    shown = list(newshape)
+
+    def copy_input() -> None:
+        nonlocal src
+        if src >= len(data):
+            fail(f"{op_name}: newshape {shown} uses more dims than the input {shape_str(data)}")
+        used_in.add(src)
+        used_out.add(len(out))
+        out.append(data[src])
+        src += 1
+
     i = 0
     while i < len(newshape):
         v = int(newshape[i])
@@ -102,48 +119,49 @@ def infer_newshape(data: list, newshape: Sequence[int], allowzero: bool, op_name
             out.append(v)
             src += 1
         elif v == 0:
-            if src >= len(data):
-                fail(f"{op_name}: newshape {list(newshape)} copies more dims than the input has")
-            out.append(data[src])
-            src += 1
+            copy_input()
         elif v == -1:
             if infer_at >= 0:
-                fail(f"{op_name}: newshape {list(newshape)} has more than one -1")
+                fail(f"{op_name}: newshape {shown} has more than one -1")
             infer_at = len(out)
             out.append(1)
             src += 1
         elif v == -2:
-            out.extend(data[src:])
-            src = len(data)
+            while src < len(data):
+                copy_input()
         elif v == -3:
             if src + 1 >= len(data):
-                fail(f"{op_name}: -3 in newshape {list(newshape)} needs two input dims")
+                fail(f"{op_name}: -3 in newshape {shown} needs two input dims")
+            used_in.update((src, src + 1))
+            used_out.add(len(out))
             out.append(dim_op(lambda a, b: a * b, data[src], data[src + 1]))
             src += 2
         elif v == -4:
             if i + 2 >= len(newshape) or src >= len(data):
-                fail(f"{op_name}: -4 in newshape {list(newshape)} needs two following values")
+                fail(f"{op_name}: -4 in newshape {shown} needs two following values")
             d, d1, d2 = data[src], int(newshape[i + 1]), int(newshape[i + 2])
+            used_in.add(src)
+            src += 1
             if d1 == -1 and d2 == -1:
-                fail(f"{op_name}: -4 split of newshape {list(newshape)} has two -1")
+                fail(f"{op_name}: -4 split of newshape {shown} has two -1")
             if d1 == -1:
-                d1 = dim_op(lambda a, b: a // b, d, d2)
+                d1 = dim_op(lambda a, b=d2: a // b, d)
             elif d2 == -1:
-                d2 = dim_op(lambda a, b: a // b, d, d1)
+                d2 = dim_op(lambda a, b=d1: a // b, d)
             elif is_static(d) and d1 * d2 != d:
                 fail(f"{op_name}: -4 split {d1} x {d2} does not cover dimension {d}")
+            used_out.update((len(out), len(out) + 1))
             out.extend([d1, d2])
-            src += 1
             i += 2
         else:
-            fail(f"{op_name}: invalid value {v} in newshape {list(newshape)}")
+            fail(f"{op_name}: invalid value {v} in newshape {shown}")
         i += 1
     if infer_at >= 0:
-        total = _product(data)
-        known = _product(d for k, d in enumerate(out) if k != infer_at)
+        total = _product(x for k, x in enumerate(data) if k not in used_in)
+        known = _product(x for k, x in enumerate(out) if k not in used_out)
         if is_static(total) and is_static(known):
             if known == 0 or total % known:
-                fail(f"{op_name}: cannot reshape {shape_str(data)} into {list(newshape)}")
+                fail(f"{op_name}: cannot reshape {shape_str(data)} into {shown}")
             out[infer_at] = total // known
         else:
             out[infer_at] = DynDim()
@@ -248,7 +266,9 @@ def _squeeze_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     if attrs.axis is None:
-        return tensor_type([x for x in d if not (is_static(x) and x == 1)], data.dtype)
+        if not all(is_static(x) for x in d):
+            fail(f"{op_name}: axis needs to be given for a dynamic input {shape_str(d)}")
+        return tensor_type([x for x in d if x != 1], data.dtype)
     axes = {normalize_axis(a, len(d), op_name) for a in attrs.axis}
     for a in axes:
         if is_static(d[a]) and d[a] != 1:

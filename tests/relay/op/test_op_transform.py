@@ -35,7 +35,10 @@ def v(shape, dtype="float32", name="x"):
     ((2, 3, 4), (-4, 1, 2, -2), (1, 2, 3, 4)),
     ((6, 4), (-4, -1, 2, 4), (3, 2, 4)),
     ((Any(), 3, 4), (-1, 12), ("?", 12)),
-    ((Any(), 3, 4), (0, -1), ("?", "?")),  # as TVM: an Any input makes -1 unknown
+    ((Any(), 3, 4), (0, -1), ("?", 12)),  # the copied Any dim does not enter the -1
+    ((3, Any(), 4), (0, -1), (3, "?")),
+    ((Any(), 6), (-4, 2, -1, 0), (2, "?", 6)),
+    ((Any(), 3, 4), (-3, 0), ("?", 4)),
     ((2, 3, Any()), (6, -1), (6, "?")),
 ])
 def test_reshape_special_values(data, newshape, expected):
@@ -97,15 +100,17 @@ def test_transpose_rejects_non_permutation():
     ((1, 3, 1, 4), None, (3, 4)),
     ((1, 3, 1, 4), (0,), (3, 1, 4)),
     ((1, 3, 1, 4), (-2, 0), (3, 4)),
-    ((Any(), 1, 3), None, ("?", 3)),
+    ((Any(), 1, 3), (1,), ("?", 3)),
 ])
 def test_squeeze(shape, axis, expected):
     assert shape_of(infer_expr(relay.squeeze(v(shape), axis))) == expected
 
 
-def test_squeeze_of_non_unit_axis_fails():
+def test_squeeze_errors():
     with pytest.raises(TypeInferenceError, match="cannot squeeze axis 1"):
         infer_expr(relay.squeeze(v((1, 3)), (1,)))
+    with pytest.raises(TypeInferenceError, match="axis needs to be given for a dynamic input"):
+        infer_expr(relay.squeeze(v((Any(), 1))))
 
 
 @pytest.mark.parametrize("axis,num,expected", [(0, 1, (1, 2, 3)), (-1, 2, (2, 3, 1, 1)),
