@@ -260,6 +260,7 @@ class CodeGenC:
         self._used_names: set[str] = set()
         self._parallel_depth = 0
         self._func_name = ""
+        self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self.function_names: list[str] = []
 
     # -- public ----------------------------------------------------------------------------
@@ -483,6 +484,8 @@ class CodeGenC:
         if lanes == 1:
             return f"{data}[{access.base}]"
         vtype = self._vector_type(DataType(node.dtype))
+        if id(buffer.data) in self._vector_locals:
+            return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
             return f"(*({vtype}_u*)({data} + {access.base}))"
         index_vec = access.vector_index
@@ -569,6 +572,9 @@ class CodeGenC:
             self._line(f"{data}[{access.base}] = {value};")
             return
         vtype = self._vector_type(DataType(buffer.dtype).with_lanes(lanes))
+        if id(buffer.data) in self._vector_locals:
+            self._line(f"{data}[({access.base}) / {lanes}] = {value};")
+            return
         if access.contiguous:
             self._line(f"*({vtype}_u*)({data} + {access.base}) = {value};")
             return
@@ -655,7 +661,16 @@ class CodeGenC:
         if count_const:
             count = math.prod(int(e.value) for e in node.extents) * lanes
             if count * t.element_of.itemsize <= self.workspace_threshold:
-                self._line(f"{elem} {name}[{max(count, 1)}] __attribute__((aligned(64)));")
+                lanes_used = _uniform_vector_lanes(node.buffer_var, node.body)
+                if lanes_used and count % lanes_used == 0:
+                    # An array of vectors, indexed by constant-ish positions, lets gcc keep
+                    # the whole accumulator tile in registers (scalar replacement).
+                    vtype = self._vector_type(t.element_of.with_lanes(lanes_used))
+                    self._vector_locals[id(node.buffer_var)] = lanes_used
+                    self._line(f"{vtype} {name}[{count // lanes_used}] "
+                               "__attribute__((aligned(64)));")
+                else:
+                    self._line(f"{elem} {name}[{max(count, 1)}] __attribute__((aligned(64)));")
                 self.emit_stmt(node.body)
                 return
             count_text = str(count)
@@ -707,6 +722,46 @@ def _pointer_type(var: Any) -> str:
     annotation = getattr(var, "type_annotation", None)
     element = getattr(getattr(annotation, "element_type", None), "dtype", None)
     return f"{c_type(element)}*" if element is not None else "void*"
+
+
+def _uniform_vector_lanes(buffer_var: Any, body: Any) -> int | None:
+    """L when every access to ``buffer_var`` in ``body`` is a ``Ramp(base, 1, L)`` with
+    ``base`` a provable multiple of L (so the buffer can be an array of L-lane vectors)."""
+    from kiln.tir.stmt_functor import post_order_visit
+
+    lanes_seen: set[int] = set()
+    ok = [True]
+
+    def visit(node: Any) -> None:
+        kind = _node_name(node)
+        if kind in ("BufferLoad", "BufferStore") and node.buffer.data is buffer_var:
+            index = list(node.indices)
+            ramp = index[-1] if len(index) == 1 else None
+            if (ramp is None or _node_name(ramp) != "Ramp" or not _is_const_int(ramp.stride, 1)
+                    or not _multiple_of(ramp.base, ramp.lanes)):
+                ok[0] = False
+                return
+            lanes_seen.add(ramp.lanes)
+        elif kind == "Var" and node is buffer_var:
+            ok[0] = ok[0]  # a bare use (e.g. address_of) is caught by the access check
+        elif kind == "Call" and any(a is buffer_var for a in node.args):
+            ok[0] = False  # the pointer escapes (tvm_access_ptr, extern call)
+
+    post_order_visit(body, visit)
+    if ok[0] and len(lanes_seen) == 1:
+        return lanes_seen.pop()
+    return None
+
+
+def _multiple_of(expr: Any, factor: int) -> bool:
+    kind = _node_name(expr)
+    if kind == "IntImm":
+        return int(expr.value) % factor == 0
+    if kind == "Mul":
+        return _multiple_of(expr.a, factor) or _multiple_of(expr.b, factor)
+    if kind in ("Add", "Sub"):
+        return _multiple_of(expr.a, factor) and _multiple_of(expr.b, factor)
+    return False
 
 
 # -- buffer indexing ---------------------------------------------------------------------------
