@@ -110,10 +110,14 @@ class ExprWithOp(RelayExpr):
     def __call__(self, *args: Any) -> Call:
         return Call(self, list(args))
 
-    def __str__(self) -> str:
+    def astext(self, show_meta_data: bool = True, annotate: Any = None) -> str:
+        """The expression in the Relay text format."""
         from kiln.relay.base import astext
 
-        return astext(self)
+        return astext(self, show_meta_data)
+
+    def __str__(self) -> str:
+        return self.astext()
 
     def __repr__(self) -> str:
         return _short_text(self)
@@ -274,10 +278,14 @@ class Function(BaseFunc):
     def __call__(self, *args: Any) -> Call:
         return Call(self, list(args))
 
-    def __str__(self) -> str:
+    def astext(self, show_meta_data: bool = True, annotate: Any = None) -> str:
+        """The function in the Relay text format."""
         from kiln.relay.base import astext
 
-        return astext(self)
+        return astext(self, show_meta_data)
+
+    def __str__(self) -> str:
+        return self.astext()
 
     def __repr__(self) -> str:
         return _short_text(self)

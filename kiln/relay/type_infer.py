@@ -571,9 +571,13 @@ class TypeInferencer:
         return _UNIT
 
     def type_data(self, ctor: Constructor) -> TypeData | None:
-        if self.mod is not None:
-            return self.mod.type_definitions.get(ctor.belong_to)
-        return None
+        if self.mod is None:
+            return None
+        data = self.mod.type_definitions.get(ctor.belong_to)
+        if data is None and ctor.belong_to.name_hint in self.mod:  # an equal-named header
+            header = self.mod.get_global_type_var(ctor.belong_to.name_hint)
+            data = self.mod.type_definitions.get(header)
+        return data
 
     def constructor_type(self, ctor: Constructor) -> FuncType:
         data = self.type_data(ctor)
