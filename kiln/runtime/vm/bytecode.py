@@ -648,72 +648,68 @@ def _regs(regs: Sequence[int]) -> str:
     return "[" + ", ".join(f"${r}" for r in regs) + "]"
 
 
-def _format_operands(instr: Instruction, names: dict[str, Sequence[str]]) -> str:
-    """Operand text for one instruction; ``names`` gives function/primitive names for notes."""
-    functions, primitives = names.get("functions", ()), names.get("primitives", ())
+def _offset(value: int) -> str:
+    return f"+{value}" if value >= 0 else str(value)
 
-    def ref(table: Sequence[str], index: int) -> str:
-        return f" ({table[index]})" if 0 <= index < len(table) else ""
 
-    op = instr.opcode
-    if op == Opcode.Move:
-        return f"${instr.dst} <- ${instr.src}"
-    if op == Opcode.Ret:
-        return f"${instr.result}"
-    if op == Opcode.Invoke:
-        return (f"${instr.dst} <- func {instr.func_index}{ref(functions, instr.func_index)}"
-                f" {_regs(instr.args)}")
-    if op == Opcode.InvokeClosure:
-        return f"${instr.dst} <- closure ${instr.closure} {_regs(instr.args)}"
-    if op == Opcode.InvokePacked:
-        n_in = len(instr.args) - instr.output_size
-        return (f"packed {instr.packed_index}{ref(primitives, instr.packed_index)}"
-                f" in={_regs(instr.args[:n_in])} out={_regs(instr.args[n_in:])}")
-    if op == Opcode.AllocTensor:
-        return (f"${instr.dst} <- storage ${instr.storage} offset ${instr.offset}"
-                f" shape={list(instr.shape)} {dtype_str(instr.dtype)}")
-    if op == Opcode.AllocTensorReg:
-        return (f"${instr.dst} <- storage ${instr.storage} offset ${instr.offset}"
-                f" shape=${instr.shape_register} {dtype_str(instr.dtype)}")
-    if op == Opcode.AllocADT:
-        return f"${instr.dst} <- tag {instr.tag} {_regs(instr.datatype_fields)}"
-    if op == Opcode.AllocClosure:
-        return (f"${instr.dst} <- func {instr.func_index}{ref(functions, instr.func_index)}"
-                f" captures {_regs(instr.free_vars)}")
-    if op == Opcode.GetField:
-        return f"${instr.dst} <- ${instr.object}[{instr.field_index}]"
-    if op == Opcode.If:
-        return (f"${instr.test} == ${instr.target} ? +{instr.true_offset}"
-                f" : +{instr.false_offset}").replace("+-", "-")
-    if op == Opcode.LoadConst:
-        return f"${instr.dst} <- const {instr.const_index} on device {instr.device_index}"
-    if op == Opcode.Goto:
-        return f"+{instr.pc_offset}".replace("+-", "-")
-    if op == Opcode.GetTag:
-        return f"${instr.dst} <- tag of ${instr.object}"
-    if op == Opcode.LoadConsti:
-        return f"${instr.dst} <- {instr.val}"
-    if op == Opcode.Fatal:
-        return ""
-    if op == Opcode.AllocStorage:
-        shape = f" shape={list(instr.shape)}" if instr.shape else ""
-        return (f"${instr.dst} <- size ${instr.allocation_size} align {instr.alignment}"
-                f" {dtype_str(instr.dtype_hint)} on device {instr.device_index}{shape}")
-    if op == Opcode.ShapeOf:
-        return f"${instr.dst} <- shape of ${instr.tensor}"
-    if op == Opcode.ReshapeTensor:
-        return f"${instr.dst} <- ${instr.tensor} reshaped to ${instr.newshape}"
-    if op == Opcode.DeviceCopy:
-        return (f"${instr.dst} <- ${instr.src} from device {instr.src_device_index}"
-                f" to device {instr.dst_device_index}")
-    if op == Opcode.KillRegister:
-        return f"${instr.dst}"
-    raise TVMError(f"no listing rule for opcode {op!r}")
+def _packed_operands(i: Any, ref: Any) -> str:
+    n_in = len(i.args) - i.output_size
+    return (f"packed {i.packed_index}{ref('primitives', i.packed_index)}"
+            f" in={_regs(i.args[:n_in])} out={_regs(i.args[n_in:])}")
+
+
+# Operand text per opcode: f(instr, ref) where ref(table, index) is " (name)" or "".
+_OPERAND_TEXT = {
+    Opcode.Move: lambda i, ref: f"${i.dst} <- ${i.src}",
+    Opcode.Ret: lambda i, ref: f"${i.result}",
+    Opcode.Invoke: lambda i, ref: (f"${i.dst} <- func {i.func_index}"
+                                   f"{ref('functions', i.func_index)} {_regs(i.args)}"),
+    Opcode.InvokeClosure: lambda i, ref: f"${i.dst} <- closure ${i.closure} {_regs(i.args)}",
+    Opcode.InvokePacked: _packed_operands,
+    Opcode.AllocTensor: lambda i, ref: (f"${i.dst} <- storage ${i.storage} offset ${i.offset}"
+                                        f" shape={list(i.shape)} {dtype_str(i.dtype)}"),
+    Opcode.AllocTensorReg: lambda i, ref: (f"${i.dst} <- storage ${i.storage} offset "
+                                           f"${i.offset} shape=${i.shape_register} "
+                                           f"{dtype_str(i.dtype)}"),
+    Opcode.AllocADT: lambda i, ref: f"${i.dst} <- tag {i.tag} {_regs(i.datatype_fields)}",
+    Opcode.AllocClosure: lambda i, ref: (f"${i.dst} <- func {i.func_index}"
+                                         f"{ref('functions', i.func_index)} captures "
+                                         f"{_regs(i.free_vars)}"),
+    Opcode.GetField: lambda i, ref: f"${i.dst} <- ${i.object}[{i.field_index}]",
+    Opcode.If: lambda i, ref: (f"${i.test} == ${i.target} ? {_offset(i.true_offset)} : "
+                               f"{_offset(i.false_offset)}"),
+    Opcode.LoadConst: lambda i, ref: (f"${i.dst} <- const {i.const_index} on device "
+                                      f"{i.device_index}"),
+    Opcode.Goto: lambda i, ref: _offset(i.pc_offset),
+    Opcode.GetTag: lambda i, ref: f"${i.dst} <- tag of ${i.object}",
+    Opcode.LoadConsti: lambda i, ref: f"${i.dst} <- {i.val}",
+    Opcode.Fatal: lambda i, ref: "",
+    Opcode.AllocStorage: lambda i, ref: (f"${i.dst} <- size ${i.allocation_size} align "
+                                         f"{i.alignment} {dtype_str(i.dtype_hint)} on device "
+                                         f"{i.device_index}"
+                                         + (f" shape={list(i.shape)}" if i.shape else "")),
+    Opcode.ShapeOf: lambda i, ref: f"${i.dst} <- shape of ${i.tensor}",
+    Opcode.ReshapeTensor: lambda i, ref: f"${i.dst} <- ${i.tensor} reshaped to ${i.newshape}",
+    Opcode.DeviceCopy: lambda i, ref: (f"${i.dst} <- ${i.src} from device "
+                                       f"{i.src_device_index} to device {i.dst_device_index}"),
+    Opcode.KillRegister: lambda i, ref: f"${i.dst}",
+}
+assert len(_OPERAND_TEXT) == len(Opcode)
 
 
 def format_instruction(instr: Instruction, names: dict[str, Sequence[str]] | None = None) -> str:
-    """One instruction as ``OpName  operands`` (see :func:`disassemble` for the notation)."""
-    return f"{instr.opcode.name:<15}{_format_operands(instr, names or {})}".rstrip()
+    """One instruction as ``OpName  operands`` (see :func:`disassemble` for the notation).
+
+    ``names`` may map ``"functions"`` and ``"primitives"`` to name lists, shown after the
+    function and kernel indices they name.
+    """
+    names = names or {}
+
+    def ref(table: str, index: int) -> str:
+        known = names.get(table, ())
+        return f" ({known[index]})" if 0 <= index < len(known) else ""
+
+    return f"{instr.opcode.name:<15}{_OPERAND_TEXT[instr.opcode](instr, ref)}".rstrip()
 
 
 def jump_targets(instructions: Sequence[Instruction]) -> set[int]:

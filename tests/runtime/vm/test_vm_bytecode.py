@@ -71,6 +71,13 @@ def tvm_hash(opcode, fields):
 
 
 @pytest.mark.parametrize("instr, fields", TVM_FIELD_ORDER, ids=lambda v: type(v).__name__)
+def test_every_opcode_has_a_listing_line(instr, fields):
+    line = bc.format_instruction(instr)
+    assert line.split()[0] == instr.opcode.name
+    assert all(f"${r}" in line for r in instr.registers())
+
+
+@pytest.mark.parametrize("instr, fields", TVM_FIELD_ORDER, ids=lambda v: type(v).__name__)
 def test_instruction_hash_is_tvm_hash_combine(instr, fields):
     assert bc.instruction_hash(instr.opcode, fields) == tvm_hash(int(instr.opcode), fields)
 
