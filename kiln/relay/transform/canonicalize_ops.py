@@ -9,7 +9,8 @@ passes (FuseOps, FoldScaleAxis) see a plain broadcast add.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, Function

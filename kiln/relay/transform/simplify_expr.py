@@ -18,7 +18,8 @@ Every rewrite needs static types (run InferType first); a node with unknown type
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -16,7 +16,8 @@ Training-only or composite operators become plain arithmetic, as TVM writes them
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
