@@ -343,7 +343,16 @@ class _ScheduleLowering:
             body = _s.stmt_seq(stmt, body)
             for i in reversed(range(stage.op.num_outputs)):
                 buf = self.buffers[(id(stage), i)]
-                body = _s.BufferRealize(buf, self.realize[id(stage)], _op.const(True), body)
+                body = self._realize(stage, buf, self.realize[id(stage)], body)
+        return body
+
+    @staticmethod
+    def _realize(stage: Stage, buf: Buffer, bounds, body: _s.Stmt) -> _s.Stmt:
+        body = _s.BufferRealize(buf, bounds, _op.const(True), body)
+        if stage.storage_aligns:
+            values = [v for align in stage.storage_aligns for v in align]
+            body = _s.AttrStmt(buf, "buffer_dim_align",
+                               _e.Call("handle", "tir.tvm_tuple", values), body)
         return body
 
     def _nest(self, stage: Stage, loops, body: _s.Stmt, attach: bool = True) -> _s.Stmt:
@@ -541,10 +550,10 @@ class _ScheduleLowering:
                     if not any(buf is b for b in self.arg_buffers.values()):
                         bounds = self.realize.get(id(stage)) or [
                             Range.from_min_extent(0, d) for d in buf.shape]
-                        realizes.append((buf, bounds))
+                        realizes.append((stage, buf, bounds))
         body = _s.stmt_seq(stmts) if stmts else _s.Evaluate(0)
-        for buf, bounds in reversed(realizes):
-            body = _s.BufferRealize(buf, bounds, _op.const(True), body)
+        for stage, buf, bounds in reversed(realizes):
+            body = self._realize(stage, buf, bounds, body)
         return body
 
 

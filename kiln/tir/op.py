@@ -66,6 +66,7 @@ INTRINSICS: dict[str, str] = {
     "tir.type_annotation": "a typed null carrying only its dtype",
     "tir.isnullptr": "(handle): handle == NULL",
     "tir.ret": "(value): return value from the function",
+    "tir.tvm_tuple": "(values...): a tuple payload of an AttrStmt (buffer_dim_align)",
 }
 
 # DLTensor / TVMValue field kinds for tir.tvm_struct_get (TVM's builtin::TVMStructFieldKind).

@@ -9,7 +9,9 @@ and every ``BufferRealize`` is an ``Allocate`` of the realized region. The funct
 
 Index of ``B[i0, ..., ik]``: ``elem_offset + sum((i_d - min_d) * stride_d)`` where ``min_d``
 is the realize bound (0 for arguments) and strides are the buffer's own or row-major over the
-realized extents (padded by ``buffer_dim_align`` for ``storage_align``).
+realized extents, padded where an enclosing ``AttrStmt(buffer, "buffer_dim_align",
+tvm_tuple(dim, factor, offset, ...))`` (from ``Stage.storage_align``) asks that
+``stride[dim] % factor == offset``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class _Flattener(StmtExprMutator):
         self.analyzer = analyzer
         self.layouts: dict[int, _Layout] = {}
         self.flat_of_data: dict[int, Buffer] = {}
+        self.aligns: dict[int, list[tuple[int, int, int]]] = {}
 
     def _flat_buffer(self, buf: Buffer, size: PrimExpr) -> Buffer:
         flat = self.flat_of_data.get(id(buf.data))
@@ -103,6 +106,10 @@ class _Flattener(StmtExprMutator):
 
     def visit_AttrStmt(self, node):
         if node.attr_key == "buffer_dim_align":
+            # value: tvm_tuple(dim, factor, offset, dim, factor, offset, ...)
+            values = [int(v.value) for v in node.value.args]
+            self.aligns[id(node.node)] = [tuple(values[i:i + 3])
+                                          for i in range(0, len(values), 3)]
             return self.visit(node.body)
         return super().generic_visit(node)
 
@@ -110,7 +117,7 @@ class _Flattener(StmtExprMutator):
         buf = node.buffer
         extents = [self.analyzer.simplify(r.extent) for r in node.bounds]
         mins = [r.min for r in node.bounds]
-        aligns = getattr(buf, "_aligns", None) or _ALIGNS.get(id(buf), [])
+        aligns = self.aligns.get(id(buf), [])
         strides = row_major_strides(extents)
         if aligns:
             strides = _aligned_strides(extents, aligns, self.analyzer)
@@ -122,15 +129,6 @@ class _Flattener(StmtExprMutator):
         self.layouts[id(buf)] = _Layout(flat, mins, strides, IntImm("int32", 0))
         body = self.visit(node.body)
         return _s.Allocate(buf.data, buf.dtype, [size], _op.const(True), body)
-
-
-# storage_align requests, keyed by id(Buffer): [(dim, factor, offset)]
-_ALIGNS: dict[int, list[tuple[int, int, int]]] = {}
-
-
-def request_storage_align(buf: Buffer, aligns: list[tuple[int, int, int]]) -> None:
-    """Record ``storage_align`` requests for a buffer that will be realized."""
-    _ALIGNS[id(buf)] = list(aligns)
 
 
 def _aligned_strides(extents, aligns, analyzer: Analyzer) -> list[PrimExpr]:
