@@ -64,6 +64,8 @@ def _kind(value: Any) -> str:
         return "seq"
     if isinstance(value, dict):
         return "map"
+    if value is None or isinstance(value, str | int | float):
+        return "leaf"
     if hasattr(value, "numpy") and hasattr(value, "shape") and hasattr(value, "dtype"):
         return "nd"
     return "leaf"
