@@ -3,7 +3,8 @@
 Entry points: :class:`ExprFunctor` (one ``visit_<kind>`` method per node kind, dispatched by
 a class table, results memoized per node), :class:`ExprVisitor` (walks every node once),
 :class:`ExprMutator` (rebuilds only what changed: a sub-tree with no change comes back as the
-same object) and :func:`post_order_visit` (a callback on every node, children first).
+same object), :func:`post_order_visit` (a callback on every node, children first, iterative)
+and :func:`children_of` (a node's sub-expressions in evaluation order).
 
 Visitors recurse once per node; :func:`~kiln.relay.base.deep_recursion` lifts the recursion
 limit while a walk runs, so 100,000-node chains are fine. An exception that is not a kiln
@@ -43,7 +44,8 @@ from kiln.relay.expr import (
 )
 from kiln.runtime.error import TVMError
 
-__all__ = ["ExprFunctor", "ExprVisitor", "ExprMutator", "post_order_visit", "VisitorError"]
+__all__ = ["ExprFunctor", "ExprVisitor", "ExprMutator", "post_order_visit", "children_of",
+           "VisitorError"]
 
 
 class VisitorError(TVMError):
