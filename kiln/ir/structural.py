@@ -42,7 +42,7 @@ from kiln.runtime.object import Object
 
 __all__ = ["structural_equal", "structural_hash", "assert_structural_equal"]
 
-_SEQUENCE_KEYS = frozenset({"runtime.Array"})
+_SEQUENCE_KEYS = frozenset({"runtime.Array", "runtime.ShapeTuple"})
 _MAP_KEYS = frozenset({"runtime.Map"})
 _NDARRAY_KEYS = frozenset({"runtime.NDArray"})
 

@@ -163,3 +163,12 @@ def test_tensor_type_equality_matches_shape_and_dtype(shape_a, shape_b, dtype):
     assert structural_equal(lhs, rhs) == expected
     if expected:
         assert structural_hash(lhs) == structural_hash(rhs)
+
+
+def test_runtime_containers_compare_by_contents():
+    from kiln.runtime.container import Array, ShapeTuple
+
+    assert structural_equal(ShapeTuple([1, 2]), ShapeTuple([1, 2]))
+    assert not structural_equal(ShapeTuple([1, 2]), ShapeTuple([1, 3]))
+    assert structural_equal(Array([1, 2]), [1, 2])
+    assert structural_hash(Array([1, 2])) == structural_hash((1, 2))
