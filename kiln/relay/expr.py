@@ -155,6 +155,12 @@ class Constant(ExprWithOp):
     _fields = {"data": "ndarray"}
 
     def __init__(self, data: Any, span: Span | None = None) -> None:
+        from kiln.runtime import ndarray
+
+        if not isinstance(data, ndarray.NDArray):
+            if isinstance(data, Object):
+                raise TypeError(f"Constant holds an NDArray, got {type(data).__name__}")
+            data = ndarray.array(np.asarray(data))
         super().__init__(span, data)
         self.checked_type_ = None
 

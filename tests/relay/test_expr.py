@@ -150,3 +150,10 @@ def test_global_var_call_builds_call():
     gv = relay.GlobalVar("f")
     call = gv(relay.var("x"))
     assert isinstance(call, relay.Call) and call.op is gv
+
+
+def test_constant_wraps_numpy_data_in_an_ndarray():
+    const = relay.Constant(np.arange(4, dtype="int16"))
+    assert isinstance(const.data, kiln.nd.NDArray) and const.data.dtype == "int16"
+    with pytest.raises(TypeError, match="NDArray"):
+        relay.Constant(relay.var("x"))
