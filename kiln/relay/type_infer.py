@@ -506,6 +506,7 @@ class TypeInferencer:
         """``fn_type`` with its type params replaced by fresh placeholders."""
         if not fn_type.type_params:
             return fn_type
+        fn_type = self.solver.resolve(fn_type)[0]  # type params may hide behind solved holes
         fresh = {tv: IncompleteType(tv.kind) for tv in fn_type.type_params}
         return FuncType([substitute(a, fresh) for a in fn_type.arg_types],
                         substitute(fn_type.ret_type, fresh), (),
@@ -700,6 +701,8 @@ def infer_module(mod: Any) -> Any:
     """
     relay_funcs = [(g, f) for g, f in mod.functions.items() if isinstance(f, Function)]
     todo = [(gvar, func, True) for gvar, func in relay_funcs if not _already_typed(func)]
+    # Polymorphic functions first: their callers then instantiate the solved generic type.
+    todo.sort(key=lambda item: not item[1].type_params)
     if todo:
         changed = {gvar.name_hint for gvar, _, _ in todo}
         todo += [(gvar, func, False) for gvar, func in relay_funcs

@@ -344,3 +344,17 @@ def test_replacing_a_callee_retypes_its_callers():
     pair = TupleType([TensorType((2,)), TensorType((2,))])
     assert mod["main"].checked_type.ret_type == pair
     assert mod["main"].body.checked_type == pair
+
+
+def test_polymorphic_global_without_return_annotation():
+    a = TypeVar("a")
+    x = relay.var("x", a)
+    mod = kiln.IRModule()
+    y = relay.var("y", shape=(3,))
+    ident = relay.GlobalVar("id")
+    mod["main"] = relay.Function([y], relay.Tuple([relay.Call(ident, [y]),
+                                                   relay.Call(ident, [relay.const(1)])]))
+    mod[ident] = relay.Function([x], x, type_params=[a])  # defined after its caller
+    mod = infer_mod(mod)
+    assert mod["main"].checked_type.ret_type == TupleType(
+        [TensorType((3,)), TensorType((), "int32")])
