@@ -139,7 +139,7 @@ def split(x: te.Tensor, indices_or_sections: Any, axis: int = 0) -> list[te.Tens
     else:
         bounds = [0] + [get_const_int(v) for v in indices_or_sections] + [size]
     outs = []
-    for begin, end in zip(bounds[:-1], bounds[1:]):
+    for part, (begin, end) in enumerate(zip(bounds[:-1], bounds[1:])):
         shape = list(x.shape)
         shape[axis] = max(end - begin, 0)
 
@@ -148,7 +148,7 @@ def split(x: te.Tensor, indices_or_sections: Any, axis: int = 0) -> list[te.Tens
             src[axis] = i[axis] + begin
             return x(*src)
 
-        outs.append(_inj(shape, body, "T_split"))
+        outs.append(_inj(shape, body, f"T_split_{part}" if part else "T_split"))
     return outs
 
 

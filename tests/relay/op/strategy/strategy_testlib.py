@@ -1,0 +1,74 @@
+"""Build Relay ops through their strategies (generic computes) and run them, batched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kiln
+from kiln import te, topi
+from kiln.ir.op import Op
+from kiln.ir.type import TensorType, TupleType
+from kiln.relay.op.strategy import select_implementation
+
+
+def arg_type(value: Any) -> Any:
+    if isinstance(value, list):
+        return TupleType([arg_type(v) for v in value])
+    return TensorType(value.shape, str(value.dtype))
+
+
+def lower_case(case_id: int, op_name: str, attrs: Any, inputs: list, target: str = "c"):
+    """Placeholders, outputs and the chosen implementation for one call."""
+    op = Op.get(op_name)
+    out_type = op.get_attr("FTVMTypeRelation")([arg_type(v) for v in inputs], attrs)
+    holders, tensors = [], []
+    for k, value in enumerate(inputs):
+        group = value if isinstance(value, list) else [value]
+        made = [te.placeholder(v.shape, str(v.dtype), name=f"c{case_id}_{k}_{j}")
+                for j, v in enumerate(group)]
+        holders += list(zip(made, group))
+        tensors += made  # tuple arguments arrive flattened, as from the TE compiler
+    impl, outs = select_implementation(op, attrs, tensors, out_type, kiln.target.Target(target))
+    return holders, outs, impl
+
+
+def run_cases(cases: list, target: str = "c") -> list[list[np.ndarray]]:
+    """Every ``(op_name, attrs, inputs)`` computed; outputs per case.
+
+    Cases share builds (one C compile for many ops); a build never holds two outputs of one
+    name, since the generated wrapper names its arguments after the tensors.
+    """
+    lowered = [lower_case(k, *case[:3], target=target) for k, case in enumerate(cases)]
+    results: list = [None] * len(cases)
+    pending = list(range(len(cases)))
+    while pending:
+        batch, names, rest = [], set(), []
+        for k in pending:
+            out_names = {t.op.name for t in lowered[k][1]}
+            if out_names & names:
+                rest.append(k)
+                continue
+            names |= out_names
+            batch.append(k)
+        for k, arrays in zip(batch, _build_and_run([lowered[k] for k in batch], target)):
+            results[k] = arrays
+        pending = rest
+    return results
+
+
+def _build_and_run(lowered: list, target: str) -> list[list[np.ndarray]]:
+    holders = [h for hs, _, _ in lowered for h in hs]
+    outs = [t for _, os_, _ in lowered for t in os_]
+    sch = topi.generic.default_schedule(outs)
+    mod = kiln.build(sch, [h for h, _ in holders] + outs, target=target, name="kernel")
+    args = [kiln.nd.array(v) for _, v in holders]
+    results = [kiln.nd.empty([int(d) for d in t.shape], t.dtype) for t in outs]
+    mod["kernel"](*args, *results)
+    arrays = [r.numpy() for r in results]
+    spans, start = [], 0
+    for _, os_, _ in lowered:
+        spans.append(arrays[start:start + len(os_)])
+        start += len(os_)
+    return spans

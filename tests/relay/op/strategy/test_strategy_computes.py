@@ -1,0 +1,229 @@
+"""Every Relay op with a kernel, built through its strategy and checked against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from strategy_testlib import run_cases
+
+from kiln.relay.op import op_attrs as A
+
+RNG = np.random.default_rng(7)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+def pos(*shape):
+    return (RNG.random(shape) + 0.5).astype("float32")
+
+
+def unit(*shape):
+    return (RNG.random(shape) * 1.6 - 0.8).astype("float32")
+
+
+def i32(lo, hi, *shape):
+    return RNG.integers(lo, hi, shape).astype("int32")
+
+
+X = f32(2, 3, 4)
+P = pos(2, 3, 4)
+U = unit(2, 3, 4)
+B3 = f32(3, 1)
+B4 = f32(4)
+Z = f32(0, 3)
+I1 = i32(-9, 9, 3, 4)
+I2 = i32(1, 5, 3, 4)
+
+UNARY = {
+    "abs": (X, np.abs), "acos": (U, np.arccos), "acosh": (P + 1, np.arccosh),
+    "asin": (U, np.arcsin), "asinh": (X, np.arcsinh), "atan": (X, np.arctan),
+    "atanh": (U, np.arctanh), "ceil": (X, np.ceil), "cos": (X, np.cos), "cosh": (X, np.cosh),
+    "erf": (X, None), "exp": (X, np.exp), "fast_exp": (X, np.exp), "fast_tanh": (X, np.tanh),
+    "floor": (X, np.floor), "log": (P, np.log), "log10": (P, np.log10), "log2": (P, np.log2),
+    "negative": (X, np.negative), "round": (X * 3, np.round), "rsqrt": (P, lambda v: 1 /
+                                                                        np.sqrt(v)),
+    "sigmoid": (X, lambda v: 1 / (1 + np.exp(-v))), "sign": (X, np.sign),
+    "sin": (X, np.sin), "sinh": (X, np.sinh), "sqrt": (P, np.sqrt), "tan": (U, np.tan),
+    "tanh": (X, np.tanh), "trunc": (X * 3, np.trunc), "copy": (X, lambda v: v),
+    "bitwise_not": (I1, np.invert), "logical_not": (X > 0, np.logical_not),
+    "isnan": (np.array([0, np.nan, np.inf], "float32"), np.isnan),
+    "isinf": (np.array([0, np.nan, -np.inf], "float32"), np.isinf),
+    "isfinite": (np.array([0, np.nan, np.inf], "float32"), np.isfinite),
+    "nn.relu": (X, lambda v: np.maximum(v, 0)),
+}
+
+
+def _erf(v):
+    import math
+
+    return np.vectorize(math.erf)(v).astype("float32")
+
+
+def test_unary_ops_match_numpy():
+    names = list(UNARY)
+    cases = [(n, None, [UNARY[n][0]]) for n in names] + [("fast_erf", None, [X])]
+    results = run_cases(cases)
+    for name, (out,) in zip(names + ["fast_erf"], results):
+        data = UNARY.get(name, (X, None))[0]
+        fn = UNARY.get(name, (None, None))[1] or _erf
+        np.testing.assert_allclose(out, fn(data), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "power": np.power, "maximum": np.maximum, "minimum": np.minimum,
+    "floor_divide": np.floor_divide, "floor_mod": np.mod, "mod": np.fmod,
+    "trunc_divide": lambda a, b: np.trunc(a / b), "trunc_mod": np.fmod,
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less,
+    "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+}
+INT_BINARY = {
+    "floor_divide": np.floor_divide, "floor_mod": np.mod, "mod": np.fmod,
+    "trunc_divide": lambda a, b: np.trunc(a / b).astype("int32"), "trunc_mod": np.fmod,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift,
+    "right_shift": np.right_shift, "add": np.add, "divide": lambda a, b: np.trunc(
+        a / b).astype("int32"),
+}
+LOGICAL = {"logical_and": np.logical_and, "logical_or": np.logical_or,
+           "logical_xor": np.logical_xor}
+
+
+def test_binary_ops_broadcast_like_numpy():
+    lhs, rhs = P[0], pos(3, 1) + 0.3
+    cases = [(n, None, [lhs, rhs]) for n in BINARY]
+    cases += [(n, None, [I1, I2]) for n in INT_BINARY]
+    cases += [(n, None, [X[0] > 0, B4 > 0]) for n in LOGICAL]
+    cases += [("add", None, [Z, B3[:, 0]]), ("multiply", None, [np.float32(2.5), B4])]
+    results = run_cases(cases)
+    oracles = list(BINARY.values()) + list(INT_BINARY.values()) + list(LOGICAL.values())
+    names = list(BINARY) + list(INT_BINARY) + list(LOGICAL)
+    for name, fn, case, (out,) in zip(names, oracles, cases, results):
+        np.testing.assert_allclose(out, fn(*case[2]), rtol=1e-5, err_msg=name)
+    assert results[-2][0].shape == (0, 3)
+    np.testing.assert_allclose(results[-1][0], 2.5 * B4, rtol=1e-6)
+
+
+REDUCE = [
+    ("sum", dict(axis=(1,)), lambda v: v.sum(1)),
+    ("sum", dict(axis=None, keepdims=True), lambda v: v.sum(keepdims=True)),
+    ("mean", dict(axis=(-1, 0)), lambda v: v.mean((0, 2))),
+    ("max", dict(axis=(1,), exclude=True), lambda v: v.max((0, 2))),
+    ("min", dict(axis=(2,), keepdims=True), lambda v: v.min(2, keepdims=True)),
+    ("prod", dict(axis=(0,)), lambda v: v.prod(0)),
+]
+
+
+def test_reductions_match_numpy():
+    cases = [(n, A.ReduceAttrs(**kw), [X]) for n, kw, _ in REDUCE]
+    cases += [("all", A.ReduceAttrs(axis=(1,)), [X > -1]),
+              ("any", A.ReduceAttrs(axis=(0, 2)), [X > 1.5]),
+              ("argmax", A.ArgReduceAttrs(axis=(1,)), [X]),
+              ("argmin", A.ArgReduceAttrs(axis=(-1,), keepdims=True), [X]),
+              ("argmax", A.ArgReduceAttrs(axis=(1,), select_last_index=True),
+               [np.array([[1, 3, 3], [2, 2, 0]], "float32")]),
+              ("variance", A.VarianceAttrs(axis=(2,)), [X, X.mean(2, keepdims=True)]),
+              ("variance", A.VarianceAttrs(axis=(2,), unbiased=True),
+               [X, X.mean(2, keepdims=True)])]
+    results = run_cases(cases)
+    for (name, _, fn), (out,) in zip(REDUCE, results):
+        np.testing.assert_allclose(out, fn(X), rtol=1e-5, atol=1e-6, err_msg=name)
+    rest = [r[0] for r in results[len(REDUCE):]]
+    np.testing.assert_array_equal(rest[0], (X > -1).all(1))
+    np.testing.assert_array_equal(rest[1], (X > 1.5).any((0, 2)))
+    np.testing.assert_array_equal(rest[2], X.argmax(1))
+    np.testing.assert_array_equal(rest[3], X.argmin(-1)[..., None])
+    np.testing.assert_array_equal(rest[4], [2, 1])
+    np.testing.assert_allclose(rest[5], X.var(2), rtol=1e-5)
+    np.testing.assert_allclose(rest[6], X.var(2, ddof=1), rtol=1e-5)
+
+
+def test_transform_ops_match_numpy():
+    idx = np.array([[0, 2], [-1, 5]], "int32")
+    data5 = f32(5, 4)
+    cases = [
+        ("reshape", A.ReshapeAttrs(newshape=(4, -1)), [X], X.reshape(4, 6)),
+        ("reshape", A.ReshapeAttrs(newshape=(0, -3)), [X], X.reshape(2, 12)),
+        ("transpose", A.TransposeAttrs(axes=(1, -1, 0)), [X], X.transpose(1, 2, 0)),
+        ("transpose", A.TransposeAttrs(), [X], X.T),
+        ("squeeze", A.SqueezeAttrs(axis=(1,)), [B3], B3[:, 0]),
+        ("squeeze", A.SqueezeAttrs(), [f32(1, 3, 1)], None),
+        ("expand_dims", A.ExpandDimsAttrs(axis=-1, num_newaxis=2), [B4], B4[:, None, None]),
+        ("concatenate", A.ConcatenateAttrs(axis=-1), [[X, X[:, :, :1]]],
+         np.concatenate([X, X[:, :, :1]], -1)),
+        ("stack", A.StackAttrs(axis=1), [[B4, B4 * 2]], np.stack([B4, B4 * 2], 1)),
+        ("take", A.TakeAttrs(axis=1), [data5, idx], np.take(data5, np.clip(idx, 0, 3), 1)),
+        ("take", A.TakeAttrs(axis=0, mode="wrap"), [data5, idx],
+         np.take(data5, idx, 0, mode="wrap")),
+        ("take", A.TakeAttrs(), [data5, idx], np.take(data5, np.clip(idx, 0, 19))),
+        ("gather", A.GatherAttrs(axis=1), [data5, np.array([[0, 3], [1, 1], [2, 0], [3, 3],
+                                                            [0, 0]], "int32")], None),
+        ("gather_nd", A.GatherNDAttrs(), [data5, np.array([[0, 4], [1, 3]], "int32")],
+         data5[[0, 4], [1, 3]]),
+        ("strided_slice", A.StridedSliceAttrs(begin=(1, -1), end=(2, 0), strides=(1, -2)),
+         [X], X[1:2, -1:0:-2]),
+        ("strided_slice", A.StridedSliceAttrs(begin=(1,), end=(2,), axes=(2,)), [X],
+         X[:, :, 1:2]),
+        ("tile", A.TileAttrs(reps=(2, 1, 3)), [B3], np.tile(B3, (2, 1, 3))),
+        ("repeat", A.RepeatAttrs(repeats=2, axis=-1), [X], np.repeat(X, 2, -1)),
+        ("reverse", A.ReverseAttrs(axis=1), [X], X[:, ::-1]),
+        ("where", None, [X > 0, X, f32(4)], None),
+        ("one_hot", A.OneHotAttrs(depth=4, axis=-1, dtype="float32"),
+         [np.array([0, 3, 1], "int32"), np.float32(5), np.float32(-1)], None),
+        ("full", A.InitOpAttrs(shape=(2, 2), dtype="float32"), [np.float32(3.5)],
+         np.full((2, 2), 3.5, "float32")),
+        ("zeros_like", None, [X], np.zeros_like(X)),
+        ("ones_like", None, [X], np.ones_like(X)),
+        ("layout_transform", A.LayoutTransformAttrs(src_layout="NCHW", dst_layout="NCHW2c"),
+         [f32(1, 4, 2, 3)], None),
+        ("cast", A.CastAttrs(dtype="int32"), [X * 4], (X * 4).astype("int32")),
+        ("clip", A.ClipAttrs(a_min=-0.5, a_max=0.5), [X], np.clip(X, -0.5, 0.5)),
+        ("broadcast_to", A.InitOpAttrs(shape=(2, 3, 4)), [B4], np.broadcast_to(B4, (2, 3, 4))),
+        ("collapse_sum_like", None, [X, B4], X.sum((0, 1))),
+        ("sequence_mask", A.SequenceMaskAttrs(mask_value=-1.0, axis=1),
+         [f32(2, 3), np.array([1, 3], "int32")], None),
+        ("shape_of", A.ShapeOfAttrs(), [X], np.array([2, 3, 4], "int32")),
+        ("ndarray_size", A.NdarraySizeAttrs(dtype="int64"), [X], np.array(24, "int64")),
+        ("cumsum", A.ScanopAttrs(axis=1), [X], np.cumsum(X, 1)),
+        ("cumprod", A.ScanopAttrs(axis=0, exclusive=True), [P], None),
+        ("nn.batch_flatten", None, [X], X.reshape(2, 12)),
+        ("slice_like", A.SliceLikeAttrs(axes=(1,)), [X, f32(2, 2, 4)], X[:, :2]),
+        ("split", A.SplitAttrs(indices_or_sections=(1, 3), axis=2), [X], None),
+    ]
+    results = run_cases([c[:3] for c in cases])
+    expect_special = {
+        "squeeze": lambda ins: ins[0].reshape(3),
+        "gather": lambda ins: np.take_along_axis(ins[0], ins[1], 1),
+        "where": lambda ins: np.where(ins[0], ins[1], ins[2]),
+        "one_hot": lambda ins: np.where(np.eye(4)[ins[0]] > 0, 5, -1),
+        "layout_transform": lambda ins: ins[0].reshape(1, 2, 2, 2, 3).transpose(0, 1, 3, 4, 2),
+        "sequence_mask": lambda ins: np.where(np.arange(3)[None] >= ins[1][:, None], -1,
+                                              ins[0]),
+        "cumprod": lambda ins: np.concatenate([np.ones_like(ins[0][:1]),
+                                               np.cumprod(ins[0], 0)[:-1]]),
+    }
+    for (name, _, ins, expected), outs in zip(cases, results):
+        if name == "split":
+            for got, want in zip(outs, np.split(X, [1, 3], 2)):
+                np.testing.assert_array_equal(got, want)
+            continue
+        want = expected if expected is not None else expect_special[name](ins)
+        np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("target", ["llvm"])
+def test_representative_subset_on_llvm(target):
+    cases = [("add", None, [X, B4]), ("exp", None, [X]), ("sum", A.ReduceAttrs(axis=(1,)), [X]),
+             ("transpose", A.TransposeAttrs(axes=(2, 0, 1)), [X]),
+             ("argmax", A.ArgReduceAttrs(axis=(2,)), [X]),
+             ("nn.softmax", A.SoftmaxAttrs(axis=1), [X])]
+    results = run_cases(cases, target)
+    np.testing.assert_allclose(results[0][0], X + B4, rtol=1e-6)
+    np.testing.assert_allclose(results[1][0], np.exp(X), rtol=1e-5)
+    np.testing.assert_allclose(results[2][0], X.sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(results[3][0], X.transpose(2, 0, 1))
+    np.testing.assert_array_equal(results[4][0], X.argmax(2))
+    e = np.exp(X - X.max(1, keepdims=True))
+    np.testing.assert_allclose(results[5][0], e / e.sum(1, keepdims=True), rtol=1e-5)
