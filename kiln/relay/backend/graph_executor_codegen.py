@@ -1,0 +1,214 @@
+"""Graph executor codegen: a fused, typed ``main`` → TVM's graph JSON + kernels + params.
+
+Entry points: :func:`codegen` returning a :class:`GraphCodegenResult`.
+
+Walks ``main`` (graph normal form, lets allowed): parameters become ``"null"`` input nodes,
+constants become ``"null"`` nodes ``p0, p1, …`` whose values go to the params dict, each call
+of a primitive function becomes a ``"tvm_op"`` node calling its kernel (lowered by the
+:class:`~kiln.relay.backend.te_compiler.TECompiler`; equal functions share a kernel, node
+names get a numeric suffix), reshape-only primitives become ``__nop`` nodes sharing their
+input's storage, and ``device_copy`` becomes ``__copy``. Then the static memory plan assigns
+storage ids. The JSON layout is TVM's (``reference/tvm-relay-era.md`` §2.1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.ir.op import Op
+from kiln.ir.type import TensorType, TupleType
+from kiln.relay import expr as rx
+from kiln.relay.backend.graph_plan_memory import MemoryPlan, PlanNode, plan_memory
+from kiln.relay.backend.te_compiler import TECompiler, is_reshape_only
+from kiln.runtime.dtype import DataType
+from kiln.runtime.error import TVMError
+
+__all__ = ["codegen", "GraphCodegenResult"]
+
+
+@dataclass
+class _Node:
+    op: str
+    name: str
+    inputs: list[tuple[int, int]]
+    attrs: dict[str, str] = field(default_factory=dict)
+    types: list[TensorType] = field(default_factory=list)
+    device_type: int = 1
+
+
+@dataclass
+class GraphCodegenResult:
+    """The graph JSON text, the TE compiler holding the kernels, params and the memory plan."""
+
+    graph_json: str
+    compiler: TECompiler
+    params: dict[str, Any]
+    memory_plan: MemoryPlan
+    num_kernel_calls: int
+
+
+def _flat_types(ty: Any) -> list[TensorType]:
+    if isinstance(ty, TupleType):
+        return [t for f in ty.fields for t in _flat_types(f)]
+    if isinstance(ty, TensorType):
+        return [ty]
+    raise TVMError(f"the graph executor supports only tensors and tuples of tensors, got {ty!r}")
+
+
+def _nbytes(ty: TensorType) -> int:
+    try:
+        shape = ty.concrete_shape
+    except TVMError:
+        raise TVMError(f"Cannot allocate memory symbolic tensor shape {ty!r}: the graph "
+                       "executor needs static shapes; use the VM for dynamic shapes") from None
+    dtype = DataType(str(ty.dtype))
+    return math.prod(shape) * ((dtype.bits * dtype.lanes + 7) // 8)
+
+
+class _GraphBuilder:
+    def __init__(self, compiler: TECompiler) -> None:
+        self.compiler = compiler
+        self.nodes: list[_Node] = []
+        self.params: dict[str, Any] = {}
+        self.memo: dict[int, list[tuple[int, int]]] = {}
+        self.name_count: dict[str, int] = {}
+        self.kernel_calls = 0
+
+    def add(self, node: _Node) -> list[tuple[int, int]]:
+        self.nodes.append(node)
+        nid = len(self.nodes) - 1
+        return [(nid, i) for i in range(max(len(node.types), 1))]
+
+    def node_name(self, base: str) -> str:
+        count = self.name_count.get(base, 0)
+        self.name_count[base] = count + 1
+        return base if count == 0 else f"{base}{count}"
+
+    def visit(self, node: Any) -> list[tuple[int, int]]:
+        key = id(node)
+        if key not in self.memo:
+            method = getattr(self, "visit_" + type(node).__name__, None)
+            if method is None:
+                raise TVMError(f"the graph executor cannot run {type(node).__name__} "
+                               "(control flow, closures and ADTs need the VM)")
+            self.memo[key] = method(node)
+        return self.memo[key]
+
+    def visit_Var(self, node: rx.Var) -> list[tuple[int, int]]:
+        raise TVMError(f"free variable %{node.name_hint} in main")
+
+    def visit_Constant(self, node: rx.Constant) -> list[tuple[int, int]]:
+        name = f"p{len(self.params)}"
+        self.params[name] = node.data
+        return self.add(_Node("null", name, [], types=[node.checked_type]))
+
+    def visit_Tuple(self, node: rx.Tuple) -> list[tuple[int, int]]:
+        return [e for f in node.fields for e in self.visit(f)]
+
+    def visit_TupleGetItem(self, node: rx.TupleGetItem) -> list[tuple[int, int]]:
+        entries = self.visit(node.tuple_value)
+        sizes = [len(_flat_types(t)) for t in node.tuple_value.checked_type.fields]
+        start = sum(sizes[: node.index])
+        return entries[start: start + sizes[node.index]]
+
+    def visit_Let(self, node: rx.Let) -> list[tuple[int, int]]:
+        while isinstance(node, rx.Let):
+            self.memo[id(node.var)] = self.visit(node.value)
+            node = node.body
+        return self.visit(node)
+
+    def visit_Call(self, node: rx.Call) -> list[tuple[int, int]]:
+        func = node.op
+        if isinstance(func, Op) and func.name == "device_copy":
+            inputs = self.visit(node.args[0])
+            attrs = {"func_name": "__copy", "num_inputs": "1", "num_outputs": "1",
+                     "flatten_data": "0"}
+            return self.add(_Node("tvm_op", self.node_name("__copy"), inputs, attrs,
+                                  [node.checked_type]))
+        if isinstance(func, Op):  # an unfused op: give it its own primitive function
+            params = [rx.Var(f"p{i}", a.checked_type) for i, a in enumerate(node.args)]
+            func = rx.Function(params, rx.Call(func, params, node.attrs)).with_attr(
+                "Primitive", 1)
+            from kiln.relay.type_infer import infer_expr
+
+            infer_expr(func)
+        if not isinstance(func, rx.Function) or not func.attrs or not func.attrs.get(
+                "Primitive"):
+            raise TVMError("the graph executor can only call primitive (fused) functions; "
+                           "calls of other functions need the VM")
+        inputs = [e for a in node.args for e in self.visit(a)]
+        types = _flat_types(node.checked_type)
+        if is_reshape_only(func) and len(inputs) == 1:
+            attrs = {"func_name": "__nop", "num_inputs": "1", "num_outputs": "1",
+                     "flatten_data": "0"}
+            return self.add(_Node("tvm_op", self.node_name("reshape_nop"), inputs, attrs,
+                                  types))
+        lowered = self.compiler.lower(func)
+        self.kernel_calls += 1
+        attrs = {"num_outputs": str(len(types)), "num_inputs": str(len(inputs)),
+                 "flatten_data": "0", "func_name": lowered.name, "hash": lowered.hash}
+        return self.add(_Node("tvm_op", self.node_name(lowered.name), inputs, attrs, types))
+
+
+def codegen(main: rx.Function, compiler: TECompiler) -> GraphCodegenResult:
+    """Generate the graph for a fused, typed ``main`` function."""
+    builder = _GraphBuilder(compiler)
+    for param in main.params:
+        types = _flat_types(param.checked_type)
+        if len(types) != 1:
+            raise TVMError(f"graph input %{param.name_hint} must be a tensor, got "
+                           f"{param.checked_type!r}")
+        builder.memo[id(param)] = builder.add(_Node("null", param.name_hint, [], types=types))
+    from kiln.relay.base import deep_recursion
+
+    with deep_recursion():
+        heads = builder.visit(main.body)
+    nodes = builder.nodes
+
+    plan_nodes = [PlanNode("input" if n.op == "null" else
+                           "alias" if n.attrs.get("func_name") == "__nop" else "op",
+                           [_nbytes(t) for t in n.types], n.inputs, n.device_type)
+                  for n in nodes]
+    plan = plan_memory(plan_nodes, heads)
+
+    row_ptr = [0]
+    for n in nodes:
+        row_ptr.append(row_ptr[-1] + len(n.types))
+    entry_types = [t for n in nodes for t in n.types]
+    graph = {
+        "nodes": [_node_json(n) for n in nodes],
+        "arg_nodes": [i for i, n in enumerate(nodes) if n.op == "null"],
+        "heads": [[nid, idx, 0] for nid, idx in heads],
+        "attrs": {
+            "dltype": ["list_str", [str(t.dtype) for t in entry_types]],
+            "shape": ["list_shape", [list(t.concrete_shape) for t in entry_types]],
+            "storage_id": ["list_int", plan.storage_ids],
+        },
+        "node_row_ptr": row_ptr,
+    }
+    if any(n.device_type != 1 for n in nodes):
+        graph["attrs"]["device_index"] = ["list_int", [n.device_type for n in nodes
+                                                       for _ in n.types]]
+    return GraphCodegenResult(graph_json_text(graph), compiler, builder.params, plan,
+                              builder.kernel_calls)
+
+
+_FLAT_LIST = re.compile(r"\[[^\[\]{}]*\]")
+
+
+def graph_json_text(graph: dict) -> str:
+    """Indented JSON with innermost lists on one line (``[0, 0, 0]``), as TVM prints graphs."""
+    text = json.dumps(graph, indent=2)
+    return _FLAT_LIST.sub(lambda m: json.dumps(json.loads(m.group())), text)
+
+
+def _node_json(node: _Node) -> dict:
+    out: dict[str, Any] = {"op": node.op, "name": node.name}
+    if node.op != "null":
+        out["attrs"] = node.attrs
+    out["inputs"] = [[nid, idx, 0] for nid, idx in node.inputs]
+    return out
