@@ -126,6 +126,20 @@ def _to_dim(dim: _AnyValue) -> PrimExpr:
     return IntImm("int32" if value < 2**31 else "int64", value)
 
 
+_DTYPE_NAMES: dict[str, str] = {}
+
+
+def _dtype_name(dtype: _AnyValue) -> str:
+    """The canonical name of a dtype; TVMError for an unknown one (checked at the boundary)."""
+    text = str(dtype)
+    name = _DTYPE_NAMES.get(text)
+    if name is None:
+        from kiln.runtime.dtype import DataType
+
+        name = _DTYPE_NAMES[text] = str(DataType(text))
+    return name
+
+
 def shape_to_prim_exprs(shape: _AnyValue) -> tuple[PrimExpr, ...]:
     """Normalize a user shape (ints, IntImm, Any, tir Vars) to a tuple of PrimExpr."""
     if shape is None:
@@ -150,7 +164,7 @@ class TensorType(Type):
 
     def __init__(self, shape: Sequence[_AnyValue] = (), dtype: str = "float32",
                  span: Span | None = None) -> None:
-        super().__init__(span, shape_to_prim_exprs(shape), str(dtype))
+        super().__init__(span, shape_to_prim_exprs(shape), _dtype_name(dtype))
 
     @property
     def concrete_shape(self) -> tuple[int, ...]:

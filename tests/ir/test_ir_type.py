@@ -119,3 +119,9 @@ def test_symbolic_dims_from_tir_vars():
     assert ty.shape[0] is n and ty.is_dynamic
     assert TensorType((n, 4)) == ty
     assert TensorType((kiln.tir.Var("n", "int32"), 4)) != ty  # a different free variable
+
+
+def test_dtype_is_validated_and_canonical():
+    assert TensorType((1,), "int").dtype == "int32"
+    with pytest.raises(kiln.TVMError, match="flaot32"):
+        TensorType((1,), "flaot32")
