@@ -186,3 +186,16 @@ def constant_value(expr: Any) -> Any:
     import numpy as np
 
     return np.asarray(data.numpy() if hasattr(data, "numpy") else data)
+
+
+def shape_arg(shape: Any) -> Any:
+    """A shape argument as TVM's constructors take it: a Constant becomes a list of ints, any
+    other Relay expression stays (the op goes dynamic), an int becomes ``[int]``."""
+    value = constant_value(shape)
+    if value is not None:
+        return [int(v) for v in value.reshape(-1)]
+    if is_expr(shape):
+        return shape
+    if isinstance(shape, int):
+        return [int(shape)]
+    return [int(v) for v in shape]

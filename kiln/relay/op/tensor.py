@@ -22,12 +22,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.relay.op.op import BROADCAST, ELEMWISE, as_expr, call, define_op
+from kiln.relay.op import op_attrs as A
+from kiln.relay.op.op import (
+    BROADCAST,
+    ELEMWISE,
+    INJECTIVE,
+    OPAQUE,
+    as_expr,
+    call,
+    define_op,
+    is_expr,
+    shape_arg,
+)
 from kiln.relay.op.type_relations import (
     broadcast_comp_rel,
     broadcast_rel,
     identity_comp_rel,
     identity_rel,
+    tensor_arg,
+    tensor_type,
 )
 
 # name -> description; all ELEMWISE with the input's type.
@@ -146,4 +159,83 @@ for _name, _doc in {**UNARY_OPS, **CLASSIFY_OPS}.items():
 for _name, _doc in {**BINARY_OPS, **COMPARE_OPS}.items():
     globals()[_name] = _binary_constructor(_name, _doc)
 
-__all__ = [*UNARY_OPS, *CLASSIFY_OPS, *BINARY_OPS, *COMPARE_OPS]
+
+# ---- fills, copies and shapes (TVM keeps these in tensor.py too) ----------------------------
+def _init_rel(types, attrs, op_name):
+    return tensor_type(list(attrs.shape), attrs.dtype)
+
+
+define_op("zeros", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of zeros", 3)
+define_op("ones", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of ones", 3)
+
+def _make_init(name: str):
+    def constructor(shape: Any, dtype: str = "float32") -> Any:
+        shape = shape_arg(shape)
+        if is_expr(shape):
+            return call(f"dyn.{name}", [shape], A.InitOpAttrs(dtype=dtype))
+        return call(name, [], A.InitOpAttrs(shape=tuple(shape), dtype=dtype))
+
+    constructor.__name__ = constructor.__qualname__ = name
+    constructor.__doc__ = (f"A tensor of {name} with ``shape`` and ``dtype``; an Expr shape "
+                           f"gives ``dyn.{name}``.")
+    return constructor
+
+
+zeros = _make_init("zeros")
+ones = _make_init("ones")
+
+
+define_op("zeros_like", identity_rel, ELEMWISE, 1, None, "like-shaped zeros", 3)
+define_op("ones_like", identity_rel, ELEMWISE, 1, None, "like-shaped ones", 3)
+
+def zeros_like(data: Any) -> Any:
+    """Zeros shaped and typed like ``data``."""
+    return call("zeros_like", [data])
+
+
+def ones_like(data: Any) -> Any:
+    """Ones shaped and typed like ``data``."""
+    return call("ones_like", [data])
+
+
+def _shape_of_rel(types, attrs, op_name):
+    data = tensor_arg(types, 0, op_name)
+    return tensor_type([len(data.shape)], attrs.dtype)
+
+
+def _ndarray_size_rel(types, attrs, op_name):
+    tensor_arg(types, 0, op_name)
+    return tensor_type([], attrs.dtype)
+
+
+define_op("shape_of", _shape_of_rel, OPAQUE, 1, A.ShapeOfAttrs, "the shape as a tensor", 10)
+define_op("ndarray_size", _ndarray_size_rel, INJECTIVE, 1, A.NdarraySizeAttrs,
+          "number of elements", 10)
+
+
+def shape_of(data: Any, dtype: str = "int32") -> Any:
+    """The shape of ``data`` as a 1-D tensor of ``dtype``."""
+    return call("shape_of", [data], A.ShapeOfAttrs(dtype=dtype))
+
+
+def ndarray_size(data: Any, dtype: str = "int32") -> Any:
+    """The number of elements of ``data`` as a scalar of ``dtype``."""
+    return call("ndarray_size", [data], A.NdarraySizeAttrs(dtype=dtype))
+
+
+define_op("copy", identity_rel, ELEMWISE, 1, None, "copy a tensor", 3)
+define_op("clip", identity_rel, ELEMWISE, 1, A.ClipAttrs, "clamp to [a_min, a_max]", 3)
+
+
+def copy(data: Any) -> Any:
+    """A copy of ``data``."""
+    return call("copy", [data])
+
+
+def clip(a: Any, a_min: float, a_max: float) -> Any:
+    """Clamp ``a`` elementwise to ``[a_min, a_max]``."""
+    return call("clip", [a], A.ClipAttrs(a_min=float(a_min), a_max=float(a_max)))
+
+
+__all__ = [*UNARY_OPS, *CLASSIFY_OPS, *BINARY_OPS, *COMPARE_OPS, "zeros", "ones", "zeros_like",
+           "ones_like", "shape_of", "ndarray_size", "copy", "clip"]

@@ -5,11 +5,11 @@ Entry points (TVM's names and signatures): :func:`reshape`, :func:`reshape_like`
 :func:`concatenate`, :func:`stack`, :func:`split`, :func:`take`, :func:`gather`,
 :func:`gather_nd`, :func:`scatter_elements`, :func:`scatter_nd`, :func:`strided_slice`,
 :func:`slice_like`, :func:`tile`, :func:`repeat`, :func:`reverse`, :func:`where`,
-:func:`one_hot`, :func:`arange`, :func:`full`, :func:`full_like`, :func:`zeros`,
-:func:`zeros_like`, :func:`ones`, :func:`ones_like`, :func:`layout_transform`,
+:func:`one_hot`, :func:`arange`, :func:`full`, :func:`full_like`, :func:`layout_transform`,
 :func:`broadcast_to`, :func:`broadcast_to_like`, :func:`collapse_sum_like`,
 :func:`collapse_sum_to`, :func:`cast`, :func:`cast_like`, :func:`reinterpret`,
-:func:`sequence_mask`, :func:`shape_of`, :func:`ndarray_size`, :func:`copy`, :func:`clip`.
+:func:`sequence_mask`. (zeros/ones/*_like, clip, copy, shape_of and ndarray_size live in
+:mod:`kiln.relay.op.tensor`, as in TVM.)
 
 Each op's relation sits right above its constructor; the ``define_op`` line under the relation
 registers the op with its pattern kind. Constructors that take a shape dispatch to the
@@ -36,6 +36,7 @@ from kiln.relay.op.op import (
     constant_value,
     define_op,
     is_expr,
+    shape_arg,
 )
 from kiln.relay.op.type_relations import (
     Any as DynDim,
@@ -47,7 +48,6 @@ from kiln.relay.op.type_relations import (
     dims,
     dims_equal,
     fail,
-    identity_rel,
     is_any,
     is_static,
     normalize_axis,
@@ -70,16 +70,6 @@ def _optional_ints(values: Any) -> list:
     if isinstance(values, int):
         return [int(values)]
     return [None if x is None else int(x) for x in values]
-
-
-def _shape_arg(shape: Any) -> Any:
-    """A shape given as a Constant becomes a list; an Expr stays (dynamic); ints listify."""
-    value = constant_value(shape)
-    if value is not None:
-        return [int(v) for v in value.reshape(-1)]
-    if is_expr(shape):
-        return shape
-    return _int_list(shape)
 
 
 def _product(ds: Sequence[Any]) -> Any:
@@ -198,7 +188,7 @@ def reshape(data: Any, newshape: Any, allowzero: bool = False) -> Any:
     >>> from kiln import relay
     >>> y = relay.reshape(relay.var("x", shape=(2, 3, 4)), newshape=(-1, 4))
     """
-    newshape = _shape_arg(newshape)
+    newshape = shape_arg(newshape)
     if is_expr(newshape):
         return call("dyn.reshape", [data, newshape], A.ReshapeAttrs(allowzero=allowzero))
     return call("reshape", [data], A.ReshapeAttrs(newshape=tuple(newshape),
@@ -658,7 +648,7 @@ def strided_slice(data: Any, begin: Any, end: Any, strides: Any = None, axes: An
     """
     strides = strides or [1]
     if any(is_expr(v) for v in (begin, end, strides)):
-        from kiln.relay.op.tensor import add, greater_equal, less
+        from kiln.relay.op.tensor import add, greater_equal, less, shape_of
 
         if axes is not None:
             raise ValueError("strided_slice: axes is not supported with dynamic begin/end")
@@ -717,7 +707,7 @@ define_op("tile", _tile_rel, BROADCAST, 1, A.TileAttrs, "repeat the whole tensor
 
 def tile(data: Any, reps: Any) -> Any:
     """Repeat ``data`` ``reps[i]`` times along axis i; Expr reps give ``dyn.tile``."""
-    reps = _shape_arg(reps)
+    reps = shape_arg(reps)
     if is_expr(reps):
         return call("dyn.tile", [data, reps])
     return call("tile", [data], A.TileAttrs(reps=tuple(reps)))
@@ -835,39 +825,16 @@ def _full_rel(types, attrs, op_name):
     return tensor_type(list(attrs.shape), attrs.dtype or fill.dtype)
 
 
-def _init_rel(types, attrs, op_name):
-    return tensor_type(list(attrs.shape), attrs.dtype)
-
-
 define_op("full", _full_rel, ELEMWISE, 1, A.InitOpAttrs, "tensor filled with a value", 3)
-define_op("zeros", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of zeros", 3)
-define_op("ones", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of ones", 3)
 
 
 def full(fill_value: Any, shape: Any = (), dtype: str = "") -> Any:
     """A tensor of ``shape`` filled with ``fill_value``; an Expr shape gives ``dyn.full``."""
     fill_value = as_expr(fill_value, dtype or None)
-    shape = _shape_arg(shape)
+    shape = shape_arg(shape)
     if is_expr(shape):
         return call("dyn.full", [fill_value, shape], A.InitOpAttrs(dtype=dtype))
     return call("full", [fill_value], A.InitOpAttrs(shape=tuple(shape), dtype=dtype))
-
-
-def _make_init(name: str):
-    def constructor(shape: Any, dtype: str = "float32") -> Any:
-        shape = _shape_arg(shape)
-        if is_expr(shape):
-            return call(f"dyn.{name}", [shape], A.InitOpAttrs(dtype=dtype))
-        return call(name, [], A.InitOpAttrs(shape=tuple(shape), dtype=dtype))
-
-    constructor.__name__ = constructor.__qualname__ = name
-    constructor.__doc__ = (f"A tensor of {name} with ``shape`` and ``dtype``; an Expr shape "
-                           f"gives ``dyn.{name}``.")
-    return constructor
-
-
-zeros = _make_init("zeros")
-ones = _make_init("ones")
 
 
 def _full_like_rel(types, attrs, op_name):
@@ -878,23 +845,11 @@ def _full_like_rel(types, attrs, op_name):
 
 
 define_op("full_like", _full_like_rel, ELEMWISE, 2, None, "like-shaped fill", 3)
-define_op("zeros_like", identity_rel, ELEMWISE, 1, None, "like-shaped zeros", 3)
-define_op("ones_like", identity_rel, ELEMWISE, 1, None, "like-shaped ones", 3)
 
 
 def full_like(data: Any, fill_value: Any) -> Any:
     """A tensor shaped and typed like ``data`` filled with the scalar ``fill_value``."""
     return call("full_like", [data, as_expr(fill_value)])
-
-
-def zeros_like(data: Any) -> Any:
-    """Zeros shaped and typed like ``data``."""
-    return call("zeros_like", [data])
-
-
-def ones_like(data: Any) -> Any:
-    """Ones shaped and typed like ``data``."""
-    return call("ones_like", [data])
 
 
 # ---- layout and broadcasting --------------------------------------------------------------------
@@ -931,7 +886,7 @@ define_op("broadcast_to_like", _broadcast_to_like_rel, BROADCAST, 2, None,
 
 def broadcast_to(data: Any, shape: Any) -> Any:
     """Broadcast ``data`` to ``shape``; an Expr shape gives ``dyn.broadcast_to``."""
-    shape = _shape_arg(shape)
+    shape = shape_arg(shape)
     if is_expr(shape):
         return call("dyn.broadcast_to", [data, shape])
     return call("broadcast_to", [data], A.InitOpAttrs(shape=tuple(shape)))
@@ -1034,51 +989,11 @@ def sequence_mask(data: Any, valid_length: Any, mask_value: float = 0, axis: int
                 A.SequenceMaskAttrs(mask_value=float(mask_value), axis=int(axis)))
 
 
-def _shape_of_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    return tensor_type([len(data.shape)], attrs.dtype)
-
-
-def _ndarray_size_rel(types, attrs, op_name):
-    tensor_arg(types, 0, op_name)
-    return tensor_type([], attrs.dtype)
-
-
-define_op("shape_of", _shape_of_rel, OPAQUE, 1, A.ShapeOfAttrs, "the shape as a tensor", 10)
-define_op("ndarray_size", _ndarray_size_rel, INJECTIVE, 1, A.NdarraySizeAttrs,
-          "number of elements", 10)
-
-
-def shape_of(data: Any, dtype: str = "int32") -> Any:
-    """The shape of ``data`` as a 1-D tensor of ``dtype``."""
-    return call("shape_of", [data], A.ShapeOfAttrs(dtype=dtype))
-
-
-def ndarray_size(data: Any, dtype: str = "int32") -> Any:
-    """The number of elements of ``data`` as a scalar of ``dtype``."""
-    return call("ndarray_size", [data], A.NdarraySizeAttrs(dtype=dtype))
-
-
-define_op("copy", identity_rel, ELEMWISE, 1, None, "copy a tensor", 3)
-define_op("clip", identity_rel, ELEMWISE, 1, A.ClipAttrs, "clamp to [a_min, a_max]", 3)
-
-
-def copy(data: Any) -> Any:
-    """A copy of ``data``."""
-    return call("copy", [data])
-
-
-def clip(a: Any, a_min: float, a_max: float) -> Any:
-    """Clamp ``a`` elementwise to ``[a_min, a_max]``."""
-    return call("clip", [a], A.ClipAttrs(a_min=float(a_min), a_max=float(a_max)))
-
-
 __all__ = [
     "reshape", "reverse_reshape", "reshape_like", "transpose", "squeeze", "expand_dims",
     "concatenate", "stack", "split", "take", "gather", "gather_nd", "scatter_elements",
     "scatter_nd", "strided_slice", "slice_like", "tile", "repeat", "reverse", "where",
-    "one_hot", "arange", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
-    "layout_transform", "broadcast_to", "broadcast_to_like", "collapse_sum_like",
-    "collapse_sum_to", "cast", "cast_like", "reinterpret", "sequence_mask", "shape_of",
-    "ndarray_size", "copy", "clip", "infer_newshape",
+    "one_hot", "arange", "full", "full_like", "layout_transform", "broadcast_to",
+    "broadcast_to_like", "collapse_sum_like", "collapse_sum_to", "cast", "cast_like",
+    "reinterpret", "sequence_mask", "infer_newshape",
 ]

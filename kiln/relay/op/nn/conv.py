@@ -171,8 +171,15 @@ def _conv_transpose_rel(types, attrs, op_name, n):
     groups = int(attrs.groups)
     if is_static(d[1]) and is_static(w[0]) and d[1] != w[0]:
         fail(f"{op_name}: data has {d[1]} channels but the weight expects {w[0]}")
-    out_c = int(attrs.channels) if attrs.channels is not None else dim_op(
-        lambda o: o * groups, w[1])
+    if attrs.channels is not None:
+        out_c = int(attrs.channels)
+        if is_static(w[1]) and out_c // groups != w[1]:
+            fail(f"{op_name}: channels={out_c} // groups={groups} does not match the weight's "
+                 f"{w[1]} output channels per group")
+    else:
+        # TVM's relation says w[1] here, which is wrong for groups > 1 (its compute gives
+        # w[1] * groups); kiln uses the compute's extent.
+        out_c = dim_op(lambda o: o * groups, w[1])
     _check_kernel_size(attrs, w[2:], op_name)
     spatial = [
         dim_op(lambda x, k, i=i: (x - 1) * int(strides[i]) + (k - 1) * int(dilation[i]) + 1
