@@ -256,9 +256,17 @@ def assert_structural_equal(lhs: Any, rhs: Any, map_free_vars: bool = False) -> 
     except _Mismatch as err:
         raise ValueError(
             f"StructuralEqual check failed at {_render_path(err.path)}: {err.reason}\n"
-            f"  lhs: {err.lhs!r}\n  rhs: {err.rhs!r}\n"
-            f"lhs root:\n{lhs!r}\nrhs root:\n{rhs!r}"
+            f"  lhs: {_clip(err.lhs)}\n  rhs: {_clip(err.rhs)}\n"
+            f"lhs root:\n{_clip(lhs)}\nrhs root:\n{_clip(rhs)}"
         ) from None
+
+
+def _clip(value: Any, max_lines: int = 40) -> str:
+    """``repr(value)``, cut to its first lines so huge graphs keep the message readable."""
+    lines = repr(value).splitlines()
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"]
+    return "\n".join(lines)
 
 
 _KEY_HASHES: dict[str, int] = {}

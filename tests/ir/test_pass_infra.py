@@ -214,3 +214,43 @@ def test_debug_level_prints_pass_names_and_ir(monkeypatch, capsys):
 def test_sequential_rejects_non_passes():
     with pytest.raises(TypeError, match="Sequential holds passes"):
         transform.Sequential([lambda mod: mod])
+
+
+def test_function_pass_on_a_class():
+    @relay.transform.function_pass(opt_level=0, name="AddOne")
+    class AddConstant:
+        def __init__(self, value):
+            self.value = value
+
+        def transform_function(self, func, mod, ctx):
+            return relay.Function(func.params, add(func.body, relay.const(self.value)))
+
+    out = AddConstant(1.0)(_module())
+    assert out["main"].body.op.name == "add" and out["main"].body.args[1].data.numpy() == 1.0
+    assert AddConstant(2.0).info.name == "AddOne"
+
+
+def test_print_ir_prints_and_returns_the_module(capsys):
+    mod = _module()
+    assert transform.PrintIR("after")(mod) is mod
+    out = capsys.readouterr().out
+    assert "PrintIR(after)" in out and "@main" in out
+
+
+def test_override_instruments_swaps_hooks():
+    events: list = []
+
+    @transform.pass_instrument
+    class Tag:
+        def __init__(self, name):
+            self.name = name
+
+        def enter_pass_ctx(self):
+            events.append(("enter", self.name))
+
+        def exit_pass_ctx(self):
+            events.append(("exit", self.name))
+
+    with transform.PassContext(instruments=[Tag("a")]) as ctx:
+        ctx.override_instruments([Tag("b")])
+    assert events == [("enter", "a"), ("exit", "a"), ("enter", "b"), ("exit", "b")]
