@@ -91,6 +91,9 @@ BINARY_FORMATS: dict[str, str | dict[str, str]] = {
 # Binary nodes that GCC's vector extensions do directly on whole vectors (C semantics per lane).
 _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT", "GE"}
 
+# Logical ops on vector masks (all-ones / zero lanes) are bitwise in GCC's vector C.
+_VECTOR_MASK_BINARY = {"And": "({a} & {b})", "Or": "({a} | {b})"}
+
 # tir.<name>(x) -> <C name>{f}(x): "f" for float32, "" for float64.
 UNARY_MATH = {
     name: name
@@ -155,6 +158,35 @@ static inline int32_t kiln_q_multiply_shift(int32_t x, int32_t y, int32_t q, int
   int32_t total = q - s;
   int64_t round = total > 0 ? ((int64_t)1 << (total - 1)) : 0;
   return (int32_t)((prod + round) >> total);
+}
+static inline float kiln_pow2i(int32_t n) {
+  int32_t bits = (n + 127) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+/* expf that gcc can vectorize (libm's cannot be inlined): Cody-Waite reduction
+ * x = n*ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for exp(r) (Cephes' coefficients),
+ * scaled by 2^n in two steps so subnormal results come out right. Max error 1 ulp. */
+static inline float kiln_expf(float x) {
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  int32_t ni = (int32_t)n;
+  int32_t half = ni >> 1;
+  y = y * kiln_pow2i(half) * kiln_pow2i(ni - half);
+  y = x > 88.72283935546875f ? INFINITY : y;
+  y = x < -103.972084045410156f ? 0.0f : y;
+  return x != x ? x : y;
 }
 /* Report a bad packed-call argument: message, then the offending values (no libc needed). */
 static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
@@ -337,6 +369,8 @@ class CodeGenC:
     def _binary(self, node: Any, kind: str) -> str:
         a_type = DataType(node.a.dtype)
         a, b = self.expr(node.a), self.expr(node.b)
+        if a_type.lanes > 1 and kind in _VECTOR_MASK_BINARY:
+            return _VECTOR_MASK_BINARY[kind].format(a=a, b=b)
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
             return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
                                   lambda x, y: self._binary_scalar(kind, a_type, x, y))
@@ -352,17 +386,37 @@ class CodeGenC:
 
     def _per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
                   lane_rule) -> str:
-        """A vector result computed lane by lane (for ops C vectors lack)."""
+        """A vector result computed lane by lane (for ops C vectors lack).
+
+        The lanes go through plain arrays: gcc's loop vectorizer turns the lane loop back
+        into vector code (e.g. an inlined ``kiln_expf``), which it does not do for
+        subscripted vector variables.
+        """
         result = DataType(dtype)
-        self._vector_type(result)
+        lanes_count = result.lanes
         decls, lanes = [], []
         for index, (op_type, text) in enumerate(zip(operand_types, operands)):
-            op_c = self._vector_type(DataType(op_type))
-            decls.append(f"{op_c} _v{index} = {text};")
-            lanes.append(f"_v{index}[_l]" if DataType(op_type).lanes > 1 else f"_v{index}")
+            op_dtype = DataType(op_type)
+            if op_dtype.lanes > 1 and op_dtype.is_bool:
+                # a comparison's mask: GCC types it as an integer vector of the operands' width
+                decls.append(f"__auto_type _v{index} = {text}; long long _a{index}"
+                             f"[{lanes_count}]; for (int _l = 0; _l < {lanes_count}; ++_l) "
+                             f"_a{index}[_l] = _v{index}[_l];")
+                lanes.append(f"_a{index}[_l]")
+            elif op_dtype.lanes > 1:
+                op_c = self._vector_type(op_dtype)
+                decls.append(f"{op_c} _v{index} = {text}; {c_type(op_dtype.element_of)} "
+                             f"_a{index}[{lanes_count}]; __builtin_memcpy(_a{index}, &_v{index}, "
+                             f"sizeof _a{index});")
+                lanes.append(f"_a{index}[_l]")
+            else:
+                decls.append(f"{c_type(op_dtype)} _a{index} = {text};")
+                lanes.append(f"_a{index}")
         body = lane_rule(*lanes)
-        return (f"({{ {' '.join(decls)} {c_type(result)} _r; "
-                f"for (int _l = 0; _l < {result.lanes}; ++_l) _r[_l] = {body}; _r; }})")
+        vtype = self._vector_type(result)
+        return (f"({{ {' '.join(decls)} {c_type(result.element_of)} _o[{lanes_count}]; "
+                f"for (int _l = 0; _l < {lanes_count}; ++_l) _o[_l] = {body}; "
+                f"{vtype} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
 
     def _vector_type(self, dtype: DataType) -> str:
         """Declare (once) and name the GCC vector type for a vector dtype."""
@@ -503,7 +557,9 @@ class CodeGenC:
         t = DataType(node.dtype)
         texts = [self.expr(a) for a in args]
         short = op[4:] if op.startswith("tir.") else op
-        if short in UNARY_MATH and len(args) == 1:
+        if op == "tir.exp" and t.element_of == DataType("float32"):
+            rule = "kiln_expf({0})"
+        elif short in UNARY_MATH and len(args) == 1:
             rule = f"{UNARY_MATH[short]}{{f}}({{0}})"
         elif op in INTRINSIC_FORMATS:
             rule = INTRINSIC_FORMATS[op]
@@ -1106,7 +1162,9 @@ def compile_options(target: Any) -> list[str]:
     mcpu = getattr(target, "mcpu", "") if target is not None else ""
     march = f"-march={mcpu}" if mcpu and not mcpu.startswith(("cortex-", "arm")) \
         else "-march=native"
-    options = ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno"]
+    # Neither flag changes a result: no errno from libm, no FP exception traps (which lets
+    # gcc if-convert and vectorize float selects, e.g. in kiln_expf).
+    options = ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
     if cc.openmp_available():
         options.append("-fopenmp")
     return options

@@ -87,6 +87,14 @@ def make_kernels() -> dict[str, tir.PrimFunc]:
     gather = tir.BufferStore(V_out, V_in[tir.Ramp(i * 16, 2, 8)], [tir.Ramp(i * 8, 1, 8)])
     funcs["vec_gather"] = tir.PrimFunc([V_in, V_out], tir.For(i, 0, 4, SERIAL, gather))
 
+    # vector select on a mask built from two comparisons (And of vector conditions)
+    lanes = tir.Ramp(i * 8, 1, 8)
+    value = V_in[lanes]
+    zero = tir.Broadcast(tir.const(0.0, "float32"), 8)
+    mask = tir.And(value > zero, value < tir.Broadcast(tir.const(1.0, "float32"), 8))
+    funcs["vec_select"] = tir.PrimFunc([V_in, V_out], tir.For(i, 0, 4, SERIAL, tir.BufferStore(
+        V_out, tir.Select(mask, value, zero - value), [lanes])))
+
     # integer arithmetic: floordiv/floormod with negatives, min/max, select, cast.
     I_in = tir.decl_buffer((12,), "int32", name="I_in")
     I_out = tir.decl_buffer((5, 12), "int32", name="I_out")

@@ -27,7 +27,7 @@ def test_source_is_readable(source):
     assert ("int32_t exp_scale_unpacked(float* restrict A, float* restrict B, int32_t n) {"
             in source)
     assert "  for (int32_t i = 0; i < n; ++i) {\n    for (int32_t j = 0; j < 4; ++j) {" in source
-    assert "B[i * 4 + j] = (expf(A[i * 4 + j]) * 2.0f);" in source
+    assert "B[i * 4 + j] = (kiln_expf(A[i * 4 + j]) * 2.0f);" in source
 
 
 def test_packed_wrapper_calls_unpacked_twin(source):

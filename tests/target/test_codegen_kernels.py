@@ -61,6 +61,23 @@ def test_vector_ramp_broadcast_and_gather(built):
     np.testing.assert_array_equal(gathered, expected)
 
 
+def test_vector_select_with_mask(built):
+    a = (rng.standard_normal(64) * 2).astype("float32")
+    _, out = run(built, "vec_select", a, np.zeros(32, "float32"))
+    x = a[:32]
+    np.testing.assert_array_equal(out, np.where((x > 0) & (x < 1), x, -x))
+
+
+def test_exp_accuracy_over_the_float32_range(built):
+    """float32 exp (kiln_expf in C) stays within 1e-6 relative, subnormals and limits too."""
+    a = np.concatenate([np.linspace(-110, 90, 4092), [np.inf, -np.inf, 0.0, -0.0]])
+    a = a.astype("float32").reshape(-1, 4)
+    _, out = run(built, "exp_scale", a, np.zeros_like(a))
+    with np.errstate(over="ignore"):
+        expected = np.exp(a) * 2
+    np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-44)
+
+
 def test_integer_ops_floor_semantics(built):
     x = np.arange(-6, 6, dtype="int32")
     _, out = run(built, "int_ops", x, np.zeros((5, 12), "int32"))
