@@ -16,7 +16,9 @@ Classes tune the comparison with three class attributes:
     fields whose values (a variable, or a list of them) *define* variables: Function ``params``,
     Let ``var``, FuncType ``type_params``. A TIR node declares e.g.
     ``_sequal_def_fields = ("loop_var",)`` on ``For`` or ``("params",)`` on ``PrimFunc``.
-    Definition fields are compared before every other field of the node.
+    Definition fields are compared before every other field of the node, in the order the
+    tuple lists them (``("type_params", "params")``: type parameters are mapped before the
+    parameter annotations that mention them).
 ``_sequal_var = True``
     marks a variable class (relay.Var, TypeVar, tir.Var). A variable met in a definition field
     is mapped to the variable at the same place on the other side, and every later use must

@@ -172,3 +172,13 @@ def test_runtime_containers_compare_by_contents():
     assert not structural_equal(ShapeTuple([1, 2]), ShapeTuple([1, 3]))
     assert structural_equal(Array([1, 2]), [1, 2])
     assert structural_hash(Array([1, 2])) == structural_hash((1, 2))
+
+
+def test_polymorphic_functions_map_type_params_before_params():
+    def identity(name):
+        a = TypeVar(name)
+        x = relay.var("x", a)
+        return relay.Function([x], x, a, [a])
+
+    assert structural_equal(identity("a"), identity("b"))
+    assert structural_hash(identity("a")) == structural_hash(identity("b"))
