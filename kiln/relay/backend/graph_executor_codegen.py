@@ -142,6 +142,8 @@ class _GraphBuilder:
                            "calls of other functions need the VM")
         inputs = [e for a in node.args for e in self.visit(a)]
         types = _flat_types(node.checked_type)
+        for ty in types:
+            _nbytes(ty)  # refuses symbolic shapes before lowering, with a hint
         if is_reshape_only(func) and len(inputs) == 1:
             attrs = {"func_name": "__nop", "num_inputs": "1", "num_outputs": "1",
                      "flatten_data": "0"}
@@ -159,6 +161,8 @@ def codegen(main: rx.Function, compiler: TECompiler) -> GraphCodegenResult:
     builder = _GraphBuilder(compiler)
     for param in main.params:
         types = _flat_types(param.checked_type)
+        for ty in types:
+            _nbytes(ty)
         if len(types) != 1:
             raise TVMError(f"graph input %{param.name_hint} must be a tensor, got "
                            f"{param.checked_type!r}")
