@@ -69,7 +69,8 @@ def test_dense_family_matches_numpy():
     cases = [
         ("nn.dense", A.DenseAttrs(), [a, b], a @ b.T),
         ("nn.matmul", A.MatmulAttrs(transpose_a=True), [a.T.copy(), b.T.copy()], a @ b.T),
-        ("nn.batch_matmul", A.BatchMatmulAttrs(transpose_b=True), [bx, by], bx @ by.transpose(0, 2, 1)),
+        ("nn.batch_matmul", A.BatchMatmulAttrs(transpose_b=True), [bx, by],
+         bx @ by.transpose(0, 2, 1)),
         ("nn.contrib_dense_pack", A.DensePackAttrs(weight_layout="NC2n"), [a, packed],
          a @ b.T),
     ]
@@ -187,7 +188,6 @@ def test_pad_and_pixel_ops_match_numpy():
 
 def _onnx_resize(x, sizes, mode, ctm, nearest_mode="floor", cubic_a=-0.75, exclude=0,
                  roi=None, extrapolation=0.0):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -241,7 +241,7 @@ def test_resize_matches_onnxruntime():
     cases = [(n, (A.Resize2DAttrs if n.endswith("2d") else A.Resize1DAttrs)(**kw), [data])
              for n, kw, data, _ in specs]
     results = run_cases(cases)
-    for (name, kw, data, onnx_args), (out,) in zip(specs, results):
+    for (_, kw, data, onnx_args), (out,) in zip(specs, results):
         sizes = list(data.shape[:2]) + list(kw["size"])
         want = _onnx_resize(data, sizes, *onnx_args)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(onnx_args))
