@@ -135,6 +135,12 @@ INTRINSIC_FORMATS = {
     "tir.q_multiply_shift": "kiln_q_multiply_shift({0}, {1}, {2}, {3})",
 }
 
+# float32 rules that use kiln_expf (vectorizable) instead of libm's expf.
+_FLOAT32_FAST = {
+    "tir.exp": "kiln_expf({0})",
+    "tir.sigmoid": "(1.0f / (1.0f + kiln_expf(-{0})))",
+}
+
 # Helpers every translation unit carries (static inline, so unused ones cost nothing).
 _PRELUDE_HELPERS = r"""
 static inline int32_t kiln_floordiv_32(int32_t a, int32_t b) {
@@ -557,8 +563,8 @@ class CodeGenC:
         t = DataType(node.dtype)
         texts = [self.expr(a) for a in args]
         short = op[4:] if op.startswith("tir.") else op
-        if op == "tir.exp" and t.element_of == DataType("float32"):
-            rule = "kiln_expf({0})"
+        if op in _FLOAT32_FAST and t.element_of == DataType("float32"):
+            rule = _FLOAT32_FAST[op]
         elif short in UNARY_MATH and len(args) == 1:
             rule = f"{UNARY_MATH[short]}{{f}}({{0}})"
         elif op in INTRINSIC_FORMATS:

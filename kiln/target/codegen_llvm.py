@@ -539,6 +539,8 @@ class CodeGenLLVM:
         if method is not None:
             return method(node)
         args = [self.expr(a) for a in node.args]
+        if op == "tir.exp" and DataType(node.dtype).element_of == DataType("float32"):
+            return self._expf(args[0])
         if op in LLVM_INTRINSICS:
             return self._call_intrinsic(LLVM_INTRINSICS[op], args)
         if op in LIBM_FUNCTIONS:
@@ -551,11 +553,46 @@ class CodeGenLLVM:
             return ir.Constant(like.type, [value] * like.type.count)
         return ir.Constant(like.type, value)
 
+    def _expf(self, x):
+        """float32 exp as straight-line vector-friendly IR (the C target's ``kiln_expf``):
+        Cody-Waite reduction, Cephes' degree-6 polynomial, two-step 2^n scaling. 1 ulp."""
+        ir, b = self.ir, self.builder
+        c = functools.partial(self._float_const, x)
+        lanes = x.type.count if isinstance(x.type, ir.VectorType) else 1
+        int_t = ir.VectorType(self.i32, lanes) if lanes > 1 else self.i32
+
+        def ic(value: int):
+            return ir.Constant(int_t, [value] * lanes if lanes > 1 else value)
+
+        xc = b.select(b.fcmp_ordered("<", x, c(-104.0)), c(-104.0), x)
+        xc = b.select(b.fcmp_ordered(">", xc, c(89.0)), c(89.0), xc)
+        shifter = c(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to nearest
+        n = b.fsub(b.fadd(b.fmul(xc, c(1.44269504088896341)), shifter), shifter)
+        r = b.fsub(xc, b.fmul(n, c(0.693359375)))
+        r = b.fadd(r, b.fmul(n, c(2.12194440e-4)))
+        poly = c(1.9875691500e-4)
+        for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                            1.6666665459e-1, 5.0000001201e-1):
+            poly = b.fadd(b.fmul(poly, r), c(coefficient))
+        y = b.fadd(b.fadd(b.fmul(b.fmul(poly, r), r), r), c(1.0))
+        whole = b.fptosi(n, int_t)
+        half = b.ashr(whole, ic(1))
+
+        def pow2(k):
+            return b.bitcast(b.shl(b.add(k, ic(127)), ic(23)), x.type)
+
+        y = b.fmul(b.fmul(y, pow2(half)), pow2(b.sub(whole, half)))
+        y = b.select(b.fcmp_ordered(">", x, c(88.72283935546875)), c(math.inf), y)
+        y = b.select(b.fcmp_ordered("<", x, c(-103.972084045410156)), c(0.0), y)
+        return b.select(b.fcmp_unordered("uno", x, x), x, y)
+
     def call_sigmoid(self, node: Any):
         b = self.builder
         x = self.expr(node.args[0])
         one = self._float_const(x, 1.0)
-        e = self._call_intrinsic("llvm.exp", [b.fsub(self._float_const(x, 0.0), x)])
+        negated = b.fsub(self._float_const(x, 0.0), x)
+        e = (self._expf(negated) if DataType(node.dtype).element_of == DataType("float32")
+             else self._call_intrinsic("llvm.exp", [negated]))
         return b.fdiv(one, b.fadd(one, e))
 
     def call_rsqrt(self, node: Any):
