@@ -87,3 +87,41 @@ def tensor_shape(expr: Any) -> tuple[int, ...] | None:
     if not isinstance(ty, TensorType) or ty.is_dynamic:
         return None
     return ty.concrete_shape
+
+
+def fresh_copy(expr: Any, binds: dict | None = None) -> Any:
+    """A copy of ``expr`` whose bound variables are new, with free variables in ``binds``
+    replaced (so a function body can be inlined more than once and stay well formed)."""
+    from kiln.relay.expr_functor import ExprMutator
+
+    mapping = dict(binds or {})
+
+    def renamed(var: Any) -> Any:
+        new = mapping[var] = type(var)(var.name_hint, var.type_annotation)
+        return new
+
+    class _Copier(ExprMutator):
+        def visit_var(self, node: Any) -> Any:
+            return mapping.get(node, node)
+
+        def visit_let(self, node: Any) -> Any:
+            from kiln.relay.expr import Let
+
+            var = renamed(node.var)
+            return Let(var, self.visit(node.value), self.visit(node.body), node.span)
+
+        def visit_function(self, node: Any) -> Any:
+            if node.attrs is not None and node.get_attr("Primitive"):
+                return node
+            params = [renamed(p) for p in node.params]
+            return Function(params, self.visit(node.body), node.ret_type, node.type_params,
+                            node.attrs, node.span)
+
+        def visit_pattern(self, pattern: Any) -> Any:
+            from kiln.relay.adt import PatternVar
+
+            if isinstance(pattern, PatternVar):
+                return PatternVar(renamed(pattern.var))
+            return super().visit_pattern(pattern)
+
+    return _Copier().visit(expr)
