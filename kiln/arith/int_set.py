@@ -60,6 +60,10 @@ def _uses(expr: PrimExpr, dom_map: dict[int, Any]) -> bool:
     return bool(found)
 
 
+def _is_point(bounds: tuple[Any, Any]) -> bool:
+    return bounds[0] is not None and bounds[0] is bounds[1]
+
+
 class _Evaluator:
     def __init__(self, dom_map: dict, analyzer: Analyzer) -> None:
         self.dom: dict[int, IntervalSet] = {}
@@ -105,9 +109,9 @@ class _Evaluator:
 
     def eval_Mul(self, e):
         a, b = self.eval(e.a), self.eval(e.b)
-        if b[0] is not b[1] and a[0] is a[1]:
+        if not _is_point(b) and _is_point(a):
             a, b = b, a
-        if b[0] is not b[1]:
+        if not _is_point(b):
             return (None, None)
         sign = self._sign(b[0])
         if sign == 0:
@@ -117,7 +121,7 @@ class _Evaluator:
 
     def _div(self, e, fn):
         a, b = self.eval(e.a), self.eval(e.b)
-        if b[0] is not b[1] or self._sign(b[0]) <= 0:
+        if not _is_point(b) or self._sign(b[0]) <= 0:
             return (None, None)
         return (self._both(fn, a[0], b[0]), self._both(fn, a[1], b[0]))
 
@@ -129,13 +133,13 @@ class _Evaluator:
 
     def eval_FloorMod(self, e):
         a, b = self.eval(e.a), self.eval(e.b)
-        if b[0] is b[1] and isinstance(b[0], IntImm) and b[0].value > 0 and \
+        if _is_point(b) and isinstance(b[0], IntImm) and b[0].value > 0 and \
                 a[0] is not None and a[1] is not None:
             same = self.analyzer.can_prove_equal(_op.floordiv(a[0], b[0]),
                                                  _op.floordiv(a[1], b[0]))
             if same:
                 return (_op.floormod(a[0], b[0]), _op.floormod(a[1], b[0]))
-        if b[0] is b[1] and self._sign(b[0]) > 0:
+        if _is_point(b) and self._sign(b[0]) > 0:
             return (IntImm(e.dtype, 0), _op.subtract(b[0], 1))
         return (None, None)
 
