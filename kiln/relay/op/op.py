@@ -33,7 +33,10 @@ __all__ = [
     "register_shape_func",
     "register_gradient",
     "register_stateful",
+    "register_schedule",
     "register_injective_schedule",
+    "register_broadcast_schedule",
+    "register_reduce_schedule",
     "call",
     "as_expr",
     "is_expr",
@@ -128,9 +131,28 @@ def register_strategy(op_name: str, strategy: Callable | None = None, level: int
     return register_op_attr(op_name, "FTVMStrategy", strategy, level)
 
 
-def register_injective_schedule(op_name: str, schedule: Callable, level: int = 10) -> None:
-    """Set the schedule used when ``op_name`` is scheduled as an injective op."""
-    register_op_attr(op_name, "FTVMSchedule", schedule, level)
+def register_schedule(op_name: str, schedule: Callable | None = None, level: int = 10):
+    """Set the schedule (``FTVMSchedule``) of ``op_name`` (decorator when None)."""
+    return register_op_attr(op_name, "FTVMSchedule", schedule, level)
+
+
+def register_injective_schedule(op_name: str, level: int = 10) -> None:
+    """Schedule ``op_name`` with the generic injective schedule (TVM's helper of this name)."""
+    from kiln.relay.op.strategy import schedule_injective  # the strategy layer sits above
+
+    register_op_attr(op_name, "FTVMSchedule", schedule_injective, level)
+
+
+def register_broadcast_schedule(op_name: str, level: int = 10) -> None:
+    """Schedule ``op_name`` like a broadcast op (the injective schedule, as in TVM)."""
+    register_injective_schedule(op_name, level)
+
+
+def register_reduce_schedule(op_name: str, level: int = 10) -> None:
+    """Schedule ``op_name`` with the generic reduction schedule."""
+    from kiln.relay.op.strategy import schedule_reduce
+
+    register_op_attr(op_name, "FTVMSchedule", schedule_reduce, level)
 
 
 def register_shape_func(

@@ -166,5 +166,17 @@ def mean_std(data: Any, axis: Any = None, keepdims: bool = False, exclude: bool 
     return TupleWrapper(Tuple([pair[0], sqrt(pair[1])]), 2)
 
 
+def logsumexp(data: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """``log(sum(exp(data), axis))`` computed stably: ``max + log(sum(exp(data - max)))``."""
+    from kiln.relay.op.tensor import add, exp, log, subtract  # type: ignore[attr-defined]
+    from kiln.relay.op.transform import squeeze
+
+    peak = globals()["max"](data, axis, True)
+    total = globals()["sum"](exp(subtract(data, peak)), axis, keepdims)
+    if not keepdims:
+        peak = squeeze(peak, axis=_axis_list(axis))
+    return add(log(total), peak)
+
+
 __all__ = [*REDUCE_OPS, *ARG_REDUCE_OPS, "variance", "std", "mean_variance", "mean_std",
-           "reduce_axes"]
+           "logsumexp", "reduce_axes"]

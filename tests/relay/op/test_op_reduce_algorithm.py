@@ -76,6 +76,11 @@ def test_variance_and_mean_variance():
     assert shape_of(infer_expr(relay.op.std(v((5, 2)), axis=0))) == (2,)
 
 
+def test_logsumexp_keeps_the_reduced_shape():
+    assert shape_of(infer_expr(relay.op.logsumexp(v((2, 3, 4)), axis=1))) == (2, 4)
+    assert shape_of(infer_expr(relay.op.logsumexp(v((2, 3)), axis=1, keepdims=True))) == (2, 1)
+
+
 def test_sort_argsort():
     ty = infer_expr(relay.sort(v((3, 4))))
     assert shape_of(ty) == (3, 4) and ty.dtype == "float32"

@@ -140,6 +140,12 @@ def test_register_helpers_attach_beside_the_op():
     assert op.get_attr("TOpIsStateful") is True
 
 
+def test_injective_schedule_helper_registers_a_schedule():
+    register("test.registry_schedule")
+    relay_op.register_injective_schedule("test.registry_schedule")
+    assert callable(Op.get("test.registry_schedule").get_attr("FTVMSchedule"))
+
+
 def test_op_description_fields():
     op = Op.get("nn.conv2d")
     assert op.num_inputs == 2
