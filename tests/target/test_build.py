@@ -287,3 +287,58 @@ def test_tensorize_with_import_c_micro_kernel(target):
     c = nd(np.zeros((N, M), "float32"))
     f["gemm_tensorized"](nd(a), nd(b), c)
     np.testing.assert_allclose(c.numpy(), a @ b.T, rtol=1e-4, atol=1e-5)
+
+
+# -- the intrinsic tables: every math function against NumPy, scalar and vectorized ---------
+
+_UNARY = {
+    "exp": np.exp, "exp2": np.exp2, "exp10": lambda x: np.power(10.0, x), "log": np.log,
+    "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "expm1": np.expm1,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "sin": np.sin, "cos": np.cos,
+    "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asin": np.arcsin,
+    "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "floor": np.floor,
+    "ceil": np.ceil, "trunc": np.trunc, "round": np.round, "nearbyint": np.rint,
+    "fabs": np.fabs, "erf": None,  # erf: math.erf lane by lane
+}
+# inputs inside every function's domain (acosh needs >= 1, asin/acos/atanh |x| < 1)
+_DOMAIN = {"acosh": (1.0, 4.0), "asin": (-0.9, 0.9), "acos": (-0.9, 0.9),
+           "atanh": (-0.9, 0.9), "log": (0.1, 4.0), "log2": (0.1, 4.0), "log10": (0.1, 4.0),
+           "log1p": (0.1, 4.0), "sqrt": (0.1, 4.0), "rsqrt": (0.1, 4.0)}
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def math_module(request):
+    funcs = {}
+    for name in _UNARY:
+        for dtype, lanes in (("float32", 8), ("float64", 1)):
+            A = te.placeholder((16,), name="A", dtype=dtype)
+            fn = getattr(te, name)
+            B = te.compute((16,), lambda i: fn(A[i]), name="B")  # noqa: B023 - used at once
+            s = te.create_schedule(B.op)
+            if lanes > 1:
+                _, inner = s[B].split(B.op.axis[0], factor=lanes)
+                s[B].vectorize(inner)
+            symbol = f"{name}_{dtype}"
+            funcs[symbol] = tvm.lower(s, [A, B], name=symbol)[symbol]
+    from kiln.target import Target
+    from kiln.target.build import build_module
+
+    return build_module(funcs, Target(request.param))
+
+
+@pytest.mark.parametrize("name", sorted(_UNARY))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_math_intrinsics_match_numpy(math_module, name, dtype):
+    import math
+
+    low, high = _DOMAIN.get(name, (-3.0, 3.0))
+    x = np.linspace(low, high, 16).astype(dtype)
+    if name in ("round", "nearbyint"):
+        x = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.4, 0.6] * 2, dtype)
+    out = nd(np.zeros(16, dtype))
+    math_module[f"{name}_{dtype}"](nd(x), out)
+    reference = _UNARY[name] or np.vectorize(math.erf)
+    expected = reference(x.astype("float64")).astype(dtype)
+    tol = 2e-6 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(out.numpy(), expected, rtol=tol, atol=tol)
