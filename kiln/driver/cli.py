@@ -1,0 +1,366 @@
+"""The ``kiln`` command (also ``python -m kiln``): compile, run and benchmark models.
+
+Entry point: :func:`main`. Subcommands:
+
+- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm]
+  [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file (``.rly``/``.txt``).
+  The package is a tar holding ``model.so`` (kernels plus the graph/params or VM bytecode blob)
+  and ``metadata.json`` (executor, target, inputs, outputs, compile statistics).
+- ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
+  [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
+- ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
+
+Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "parse_input_shapes"]
+
+
+class CLIError(Exception):
+    """A user-facing error: a message and a hint."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _progress(message: str) -> None:
+    print(f"[kiln] {message}", file=sys.stderr, flush=True)
+
+
+def parse_input_shapes(text: str | None) -> dict[str, list[int]]:
+    """``"x:[1,3,224,224] y:[1,10]"`` → ``{"x": [1, 3, 224, 224], "y": [1, 10]}``."""
+    if not text:
+        return {}
+    shapes = {}
+    for item in re.findall(r"[^\s:]+:\[[^\]]*\]|\S+", text.strip()):
+        m = re.fullmatch(r"([^\s:]+):\[([0-9,\s]*)\]", item)
+        if m is None:
+            raise CLIError(f"bad input shape {item!r}", "write shapes as name:[d0,d1,...], "
+                           'e.g. --input-shapes "x:[1,3,224,224]"')
+        dims = [d for d in m.group(2).replace(" ", "").split(",") if d]
+        shapes[m.group(1)] = [int(d) for d in dims]
+    return shapes
+
+
+# ---- compile ----------------------------------------------------------------------------
+def _load_model(path: Path, shapes: dict[str, list[int]]):
+    if not path.exists():
+        raise CLIError(f"no such model file: {path}", "check the path")
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        try:
+            import onnx  # noqa: F401
+        except ImportError:
+            raise CLIError("reading ONNX models needs the onnx package",
+                           "pip install kiln[onnx]") from None
+        from kiln.relay.frontend import from_onnx
+
+        return from_onnx(str(path), shape=shapes or None)
+    if suffix in (".rly", ".txt", ".relay"):
+        from kiln.relay.parser import parse
+
+        return parse(path.read_text(), str(path)), {}
+    raise CLIError(f"unknown model format {suffix!r}",
+                   "kiln compile reads .onnx files and Relay text (.rly)")
+
+
+def _io_info(mod) -> tuple[list[dict], list[dict]]:
+    from kiln.ir.type import TensorType, TupleType
+    from kiln.relay.transform import InferType
+
+    mod = InferType()(mod)
+    main_fn = mod["main"]
+
+    def describe(ty, name):
+        if isinstance(ty, TensorType):
+            dims = [int(d) if hasattr(d, "value") else -1 for d in ty.shape]
+            return [{"name": name, "shape": dims, "dtype": str(ty.dtype)}]
+        if isinstance(ty, TupleType):
+            return [x for i, f in enumerate(ty.fields) for x in describe(f, f"{name}.{i}")]
+        return [{"name": name, "shape": None, "dtype": repr(ty)}]
+
+    inputs = [x for p in main_fn.params for x in describe(p.checked_type, p.name_hint)]
+    outputs = describe(main_fn.checked_type.ret_type, "output")
+    return inputs, outputs
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import kiln
+    from kiln import relay
+
+    shapes = parse_input_shapes(args.input_shapes)
+    start = time.perf_counter()
+    _progress(f"loading {args.model}")
+    mod, params = _load_model(Path(args.model), shapes)
+    inputs, outputs = _io_info(mod)
+    target = args.target
+    with tempfile.TemporaryDirectory() as tmp:
+        lib_path = Path(tmp) / "model.so"
+        _progress(f"optimizing and compiling for {target} ({args.executor} executor)")
+        with kiln.transform.PassContext(opt_level=args.opt_level):
+            if args.executor == "graph":
+                factory = relay.build(mod, target=target, params=params)
+                factory.export_library(str(lib_path))
+                stats = dict(factory.stats)
+                summary = (f"{stats['kernels']} fused kernels, {stats['kernel_calls']} kernel "
+                           f"calls, {stats['planned_bytes']} bytes planned (lower bound "
+                           f"{stats['peak_live_bytes']})")
+            else:
+                exe = relay.vm.compile(mod, target=target, params=params)
+                exe.mod.export_library(str(lib_path))
+                stats = {"functions": len(exe.globals), "kernels": len(exe.primitive_ops)}
+                summary = f"{stats['functions']} VM functions, {stats['kernels']} kernels"
+        stats["compile_seconds"] = round(time.perf_counter() - start, 3)
+        meta = {"kiln_version": kiln.__version__, "executor": args.executor,
+                "target": str(target), "inputs": inputs, "outputs": outputs, "stats": stats}
+        meta_path = Path(tmp) / "metadata.json"
+        meta_path.write_text(json.dumps(meta, indent=2))
+        with tarfile.open(args.output, "w") as tar:
+            tar.add(lib_path, "model.so")
+            tar.add(meta_path, "metadata.json")
+    n_ops = _count_op_calls(mod["main"])
+    print(f"compiled {args.model} -> {args.output}: {n_ops} operator calls, {summary}, "
+          f"{stats['compile_seconds']:.2f} s")
+    return 0
+
+
+def _count_op_calls(func) -> int:
+    from kiln.ir.op import Op
+    from kiln.relay.analysis import post_order_visit
+    from kiln.relay.expr import Call
+
+    calls = []
+    post_order_visit(func, lambda n: calls.append(n) if isinstance(n, Call) and isinstance(
+        n.op, Op) else None)
+    return len(calls)
+
+
+# ---- run --------------------------------------------------------------------------------
+def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
+    if not path.exists():
+        raise CLIError(f"no such package: {path}", "create one with `kiln compile`")
+    try:
+        with tarfile.open(path) as tar:
+            names = set(tar.getnames())
+            if not {"model.so", "metadata.json"} <= names:
+                raise CLIError(f"{path} is not a kiln package (missing model.so or "
+                               "metadata.json)", "create one with `kiln compile`")
+            for name in ("model.so", "metadata.json"):
+                tar.extract(name, workdir, filter="data")
+    except tarfile.TarError as err:
+        raise CLIError(f"{path} is not a readable tar archive: {err}",
+                       "create one with `kiln compile`") from None
+    try:
+        meta = json.loads((Path(workdir) / "metadata.json").read_text())
+    except json.JSONDecodeError as err:
+        raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
+    return meta, str(Path(workdir) / "model.so")
+
+
+def _make_inputs(meta: dict, path: str | None) -> dict[str, np.ndarray]:
+    if path:
+        try:
+            data = dict(np.load(path))
+        except Exception as err:  # numpy raises several kinds for a bad file
+            raise CLIError(f"cannot read inputs from {path}: {err}",
+                           "give an .npz file saved with numpy.savez") from None
+        return data
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for info in meta["inputs"]:
+        shape = info["shape"]
+        if shape is None or any(d < 0 for d in shape):
+            raise CLIError(f"input {info['name']} has a dynamic shape {shape}",
+                           "pass --inputs with concrete arrays")
+        dtype = np.dtype(info["dtype"])
+        inputs[info["name"]] = (rng.standard_normal(shape).astype(dtype) if dtype.kind == "f"
+                                else rng.integers(0, 4, shape).astype(dtype))
+    return inputs
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kiln.runtime import load_module
+    from kiln.runtime.device import cpu
+
+    with tempfile.TemporaryDirectory() as tmp:
+        meta, lib_path = _open_package(Path(args.package), tmp)
+        inputs = _make_inputs(meta, args.inputs)
+        module = load_module(lib_path)
+        dev = cpu(0)
+        if meta["executor"] == "graph":
+            from kiln.contrib.graph_executor import GraphModule
+
+            gmod = GraphModule(module["default"](dev))
+            for name, value in inputs.items():
+                gmod.set_input(name, value)
+            gmod.run()
+            outputs = [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())]
+            timer = (lambda: gmod.benchmark(dev, repeat=args.repeat, number=1))
+            if args.profile:
+                from kiln.contrib.debugger.debug_executor import GraphModuleDebug
+
+                debug = GraphModuleDebug(module["debug_create"]("default", dev), [dev],
+                                         module["get_graph_json"](), None)
+                for name, value in inputs.items():
+                    debug.set_input(name, value)
+                print(debug.profile())
+        else:
+            from kiln.runtime.vm import VirtualMachine
+
+            vm = VirtualMachine(module, dev)
+            ordered = [inputs[i["name"]] for i in meta["inputs"]]
+            result = vm.run(*ordered)
+            outputs = [r.numpy() for r in (result if isinstance(result, list | tuple)
+                                           else [result])] if not hasattr(result, "numpy") \
+                else [result.numpy()]
+            timer = (lambda: vm.benchmark(dev, *ordered, repeat=args.repeat, number=1))
+            if args.profile:
+                print(vm.profile(*ordered))
+    for i, out in enumerate(outputs):
+        flat = out.reshape(-1)
+        print(f"output {i}: shape {list(out.shape)} {out.dtype}, first values "
+              f"{np.array2string(flat[:8], precision=4)}")
+    if args.outputs:
+        np.savez(args.outputs, **{f"output_{i}": o for i, o in enumerate(outputs)})
+        print(f"saved outputs to {args.outputs}")
+    if args.print_time:
+        result = timer()
+        print(f"time: median {result.median * 1e3:.3f} ms, mean {result.mean * 1e3:.3f} ms "
+              f"over {len(result.results)} runs")
+    return 0
+
+
+# ---- bench ------------------------------------------------------------------------------
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise CLIError("kiln bench compares against onnxruntime, which is not installed",
+                       "pip install kiln[bench]") from None
+    import kiln
+    from kiln import relay
+    from kiln.contrib.graph_executor import GraphModule
+
+    shapes = parse_input_shapes(args.input_shapes)
+    mod, params = _load_model(Path(args.model), shapes)
+    inputs, _ = _io_info(mod)
+    feed = _make_inputs({"inputs": inputs}, None)
+    _progress("compiling with kiln")
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=args.target, params=params)
+    dev = kiln.cpu(0)
+    gmod = GraphModule(lib["default"](dev))
+    for name, value in feed.items():
+        gmod.set_input(name, value)
+    kiln_result = gmod.benchmark(dev, repeat=args.repeat, number=args.number)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    session = ort.InferenceSession(args.model, opts, providers=["CPUExecutionProvider"])
+    times = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        for _ in range(args.number):
+            session.run(None, feed)
+        times.append((time.perf_counter() - start) / args.number)
+    ort_median = float(np.median(times))
+    print(f"kiln        median {kiln_result.median * 1e3:.3f} ms")
+    print(f"onnxruntime median {ort_median * 1e3:.3f} ms ({args.threads} threads)")
+    print(f"ratio kiln/onnxruntime: {kiln_result.median / ort_median:.2f}")
+    return 0
+
+
+# ---- entry ------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    import kiln
+
+    parser = argparse.ArgumentParser(
+        prog="kiln", description="kiln: compile deep-learning models to native code and run "
+        "them (a Relay-era TVM in Python).")
+    parser.add_argument("--version", action="version", version=f"kiln {kiln.__version__}")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="compile a model into a package (.tar)",
+                       description="Compile an ONNX model or a Relay text file into a package "
+                       "holding the kernels, the graph or VM bytecode, and the params.")
+    p.add_argument("model", help="model file: .onnx or Relay text (.rly)")
+    p.add_argument("--target", default="c", help='target string, e.g. "llvm -mcpu=znver3" '
+                   "or c (default: c)")
+    p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
+    p.add_argument("--executor", choices=["graph", "vm"], default="graph",
+                   help="graph (static shapes, fastest) or vm (control flow, dynamic shapes)")
+    p.add_argument("--opt-level", type=int, default=3, choices=range(0, 5),
+                   help="optimization level 0-4 (default 3)")
+    p.add_argument("-o", "--output", default="model.tar", help="package path (default "
+                   "model.tar)")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser("run", help="run a compiled package",
+                       description="Run a package made by `kiln compile` on the CPU.")
+    p.add_argument("package", help="package made by kiln compile")
+    p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
+    p.add_argument("--outputs", help="save outputs to this .npz file")
+    p.add_argument("--print-time", action="store_true", help="time the model")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+    p.add_argument("--profile", action="store_true", help="print the per-operator time table")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="compare kiln with onnxruntime on an ONNX model",
+                       description="Compile an ONNX model with kiln and time it against "
+                       "onnxruntime in the same process.")
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--target", default="c", help="kiln target (default: c)")
+    p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224]"')
+    p.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default 2)")
+    p.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
+    p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the kiln command line; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except CLIError as err:
+        if args.verbose:
+            raise
+        print(f"kiln {args.command}: error: {err}", file=sys.stderr)
+        if err.hint:
+            print(f"hint: {err.hint}", file=sys.stderr)
+        return 1
+    except Exception as err:  # a compiler error: one line unless --verbose
+        if args.verbose:
+            raise
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        print(f"kiln {args.command}: error: {type(err).__name__}: {message}", file=sys.stderr)
+        print("hint: rerun with --verbose for the full traceback", file=sys.stderr)
+        return 1
+
+
+def _console_entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _console_entry()
+
