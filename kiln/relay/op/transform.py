@@ -154,7 +154,8 @@ def infer_newshape(data: list, newshape: Sequence[int], allowzero: bool, op_name
                 fail(f"{op_name}: cannot reshape {shape_str(data)} into {shown}")
             out[infer_at] = total // known
         else:
-            out[infer_at] = DynDim()
+            # Any stays Any; a symbolic extent divides symbolically (as TVM's indexdiv)
+            out[infer_at] = dim_op(lambda a, b: a // b, total, known)
     total, new_total = _product(data), _product(out)
     if is_static(total) and is_static(new_total) and total != new_total:
         fail(f"{op_name}: cannot reshape {shape_str(data)} ({total} elements) into "
