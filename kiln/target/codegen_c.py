@@ -288,7 +288,8 @@ class CodeGenC:
     emit_packed = True
     restrict = "restrict"
 
-    def __init__(self) -> None:
+    def __init__(self, system_lib: bool = False) -> None:
+        self.system_lib = system_lib
         self._functions: list[str] = []
         self._imported_c: list[str] = []
         self._vector_types: dict[str, str] = {}
@@ -334,6 +335,8 @@ class CodeGenC:
                      for src in self._imported_c)
         parts.extend(self._functions)
         parts.append(_entry_symbol(self.function_names))
+        if self.system_lib:
+            parts.append(_system_lib_registration(self.function_names))
         return "\n\n".join(parts) + "\n"
 
     # -- names -----------------------------------------------------------------------------
@@ -1109,8 +1112,18 @@ def _entry_symbol(names: Sequence[str]) -> str:
     return f'__attribute__((weak)) const char* __tvm_main__ = "{names[0]}";'
 
 
+def _system_lib_registration(names: Sequence[str]) -> str:
+    """A load-time constructor registering every packed function with the system library
+    (``-system-lib`` targets; found again with ``kiln.runtime.system_lib()``)."""
+    lines = ["static void __attribute__((constructor)) kiln_register_system_lib(void) {"]
+    lines += [f'  TVMBackendRegisterSystemLibSymbol("{name}", (void*)&{name});' for name in names]
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
-                imported_c: Sequence[str] = (), kind: str = "llvm") -> str:
+                imported_c: Sequence[str] = (), kind: str = "llvm",
+                system_lib: bool = False) -> str:
     """C glue for kernels compiled elsewhere: ``(name, signature, unpacked C param types)``
     become a prototype of ``name_unpacked`` plus the packed wrapper ``name``."""
     parts = [_preamble(kind), _PRELUDE_HELPERS.strip()]
@@ -1118,7 +1131,10 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
     for name, signature, param_types in functions:
         parts.append(f"int32_t {name}_unpacked({', '.join(param_types) or 'void'});")
         parts.append(_packed_wrapper(name, signature))
-    parts.append(_entry_symbol([name for name, _, _ in functions]))
+    names = [name for name, _, _ in functions]
+    parts.append(_entry_symbol(names))
+    if system_lib:
+        parts.append(_system_lib_registration(names))
     return "\n\n".join(parts) + "\n"
 
 
@@ -1148,7 +1164,8 @@ def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tupl
     if bare_metal is None:
         mcpu = getattr(target, "mcpu", "") if target is not None else ""
         bare_metal = mcpu.startswith("cortex-m")
-    cg = CodeGenCBareMetal() if bare_metal else CodeGenC()
+    system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
+    cg = CodeGenCBareMetal(system_lib) if bare_metal else CodeGenC(system_lib)
     for symbol, func in functions_of(mod):
         comment = func.attrs.get("kiln.source") or f"{symbol}: {_describe(func)}"
         cg.add_function(func, symbol, comment)

@@ -961,7 +961,8 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     from kiln.target.build import NativeModule
 
     cg, ref, tm = emit_llvm(mod, target)
-    glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, kind="llvm")
+    system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
+    glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
     text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
     options = codegen_c.compile_options(target)

@@ -214,6 +214,18 @@ def test_build_errors():
         tvm.build(s, args, target="nope")
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_system_lib_registers_functions(target):
+    s, args = _double()
+    symbol = f"syslib_double_{target}"
+    tvm.build(s, args, target=f"{target} -system-lib", name=symbol)
+    lib = tvm.runtime.system_lib()
+    a = nd(np.arange(4, dtype="float32"))
+    b = nd(np.zeros(4, "float32"))
+    lib[symbol](a, b)
+    assert b.numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
 def test_debug_level_3_prints_lowered_tir(monkeypatch, capfd):
     monkeypatch.setenv("KILN_DEBUG", "3")
     s, args = _double()
