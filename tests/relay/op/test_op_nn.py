@@ -221,6 +221,12 @@ def test_batch_flatten_pad_mirror_pad():
     assert shape_of(infer_expr(call)) == np.pad(np.zeros((2, 3)), ((1, 1), (0, 2))).shape
     mirror = relay.nn.mirror_pad(v((2, 3)), ((1, 1), (2, 2)), mode="REFLECT")
     assert shape_of(infer_expr(mirror)) == (4, 7)
+    crop = relay.nn.pad(v((4, 3)), ((-1, 0), (0, 0)))
+    assert shape_of(infer_expr(crop)) == (3, 3)
+    with pytest.raises(TypeInferenceError, match="negative extent"):
+        infer_expr(relay.nn.pad(v((1, 3)), ((-2, 0), (0, 0))))
+    with pytest.raises(TypeInferenceError, match="negative padding"):
+        infer_expr(relay.nn.mirror_pad(v((4, 3)), ((-1, 0), (0, 0))))
     with pytest.raises(TypeInferenceError, match="one \\(before, after\\) pair per axis"):
         infer_expr(relay.nn.pad(v((2, 3)), ((1, 1),), pad_value=0.0))
     dyn = relay.nn.pad(v((2, 3)), v((2, 2), "int64", "p"), 0.0)

@@ -101,17 +101,20 @@ def _batch_flatten_rel(types, attrs, op_name):
 _PAD_MODES = ("constant", "edge", "reflect")
 
 
-def _padded_shape(data, pad_width, op_name):
+def _padded_shape(data, pad_width, op_name, allow_negative):
     d = dims(data)
-    width = [list(p) for p in pad_width]
+    width = [[int(w) for w in p] for p in pad_width]
     if len(width) != len(d) or any(len(p) != 2 for p in width):
         fail(f"{op_name}: pad_width must hold one (before, after) pair per axis of "
              f"{shape_str(d)}, got {width}")
     out = []
     for x, (before, after) in zip(d, width):
-        if int(before) < 0 or int(after) < 0:
+        if not allow_negative and (before < 0 or after < 0):
             fail(f"{op_name}: negative padding {width}")
-        out.append(dim_op(lambda v, b=int(before), a=int(after): v + b + a, x))
+        extent = dim_op(lambda v, b=before, a=after: v + b + a, x)
+        if is_static(extent) and extent < 0:  # nn.pad crops with negative widths, down to 0
+            fail(f"{op_name}: padding {width} leaves a negative extent for {shape_str(d)}")
+        out.append(extent)
     return tensor_type(out, data.dtype)
 
 
@@ -121,14 +124,14 @@ def _pad_rel(types, attrs, op_name):
         fail(f"{op_name}: pad_mode must be one of {_PAD_MODES}, got {attrs.pad_mode!r}")
     if tensor_arg(types, 1, op_name).shape:
         fail(f"{op_name}: pad_value must be a scalar")
-    return _padded_shape(data, attrs.pad_width, op_name)
+    return _padded_shape(data, attrs.pad_width, op_name, True)
 
 
 def _mirror_pad_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     if attrs.mode not in ("SYMMETRIC", "REFLECT"):
         fail(f"{op_name}: mode must be SYMMETRIC or REFLECT, got {attrs.mode!r}")
-    return _padded_shape(data, attrs.pad_width, op_name)
+    return _padded_shape(data, attrs.pad_width, op_name, False)
 
 
 def _dropout_rel(types, attrs, op_name):
