@@ -58,8 +58,8 @@ _LAZY: dict[str, Any] = {
     "DefuseOps": ("kiln.relay.transform.defuse_ops", "DefuseOps"),
     "LabelOps": ("kiln.relay.transform.label_ops", "LabelOps"),
     "AnnotateSpans": ("kiln.relay.transform.annotate_spans", "AnnotateSpans"),
-    "Gradient": ("kiln.relay.transform.gradient", "Gradient"),
-    "gradient": ("kiln.relay.transform.gradient", "gradient"),
+    "Gradient": ("kiln.relay.transform.autodiff", "Gradient"),
+    "gradient": ("kiln.relay.transform.autodiff", "gradient"),
 }
 
 _lazy_getattr, __dir__ = attach(__name__, _LAZY)
