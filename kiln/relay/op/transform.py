@@ -406,14 +406,15 @@ def _split_rel(types, attrs, op_name):
         pieces = [dim_op(lambda a, s=spec: a // s, extent)] * spec
     else:
         begin = 0
-        for index in spec:
+        for index in spec:  # as TVM: strictly ascending, inside the axis, no empty piece
             index = int(index)
-            if index < begin:
-                fail(f"{op_name}: indices {list(spec)} must be increasing")
+            if index <= begin:
+                fail(f"{op_name}: indices {list(spec)} must be a strictly ascending list of "
+                     "positive indices")
             pieces.append(index - begin)
             begin = index
-        if is_static(extent) and begin > extent:
-            fail(f"{op_name}: index {begin} is past the extent {extent} of axis {axis}")
+        if is_static(extent) and begin >= extent:
+            fail(f"{op_name}: index {begin} is not inside axis {axis} of extent {extent}")
         pieces.append(dim_op(lambda a, b=begin: a - b, extent))
     fields = []
     for piece in pieces:

@@ -161,9 +161,13 @@ def test_split_by_sections_and_indices():
     assert [shape_of(t) for t in ty.fields] == [("?", 4), ("?", 4)]
 
 
-def test_split_indivisible_fails():
+def test_split_errors():
     with pytest.raises(TypeInferenceError, match="not divisible into 4 sections"):
         infer_expr(relay.split(v((6, 4)), 4).astuple())
+    with pytest.raises(TypeInferenceError, match="strictly ascending"):
+        infer_expr(relay.split(v((6, 4)), (3, 2)).astuple())
+    with pytest.raises(TypeInferenceError, match="not inside axis 0"):
+        infer_expr(relay.split(v((6, 4)), (2, 6)).astuple())
 
 
 # ---- indexing ---------------------------------------------------------------------------------
