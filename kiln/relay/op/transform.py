@@ -770,6 +770,8 @@ def _one_hot_rel(types, attrs, op_name):
     if on.shape or off.shape:
         fail(f"{op_name}: on_value and off_value must be scalars")
     d = dims(indices)
+    if len(types) != 4 and int(attrs.depth) <= 0:
+        fail(f"{op_name}: depth must be positive, got {attrs.depth}")
     depth = DynDim() if len(types) == 4 else int(attrs.depth)  # dyn.one_hot: depth is input 3
     axis = len(d) if int(attrs.axis) == -1 else normalize_axis(attrs.axis, len(d) + 1, op_name)
     return tensor_type(d[:axis] + [depth] + d[axis:], attrs.dtype or on.dtype)
@@ -794,16 +796,18 @@ def one_hot(indices: Any, on_value: Any, off_value: Any, depth: Any, axis: int,
 
 # ---- creation -----------------------------------------------------------------------------------
 def _arange_rel(types, attrs, op_name):
-    for k in range(3):
-        if tensor_arg(types, k, op_name).shape:
-            fail(f"{op_name}: start, stop and step must be scalars")
+    for k, what in enumerate(("start", "stop", "step")):
+        arg = tensor_arg(types, k, op_name)
+        if arg.shape or str(arg.dtype) != str(attrs.dtype):
+            fail(f"{op_name}: {what} must be a {attrs.dtype} scalar, got {arg}")
     values = [constant_value(e) for e in (attrs.start, attrs.stop, attrs.step)]
     if any(v is None for v in values):
         return tensor_type([DynDim()], attrs.dtype)
     start, stop, step = (float(v) for v in values)
-    if step == 0:
-        fail(f"{op_name}: step must not be 0")
-    return tensor_type([max(0, math.ceil((stop - start) / step))], attrs.dtype)
+    length = math.ceil((stop - start) / step) if step else 0
+    if length <= 0:  # TVM rejects empty and infinite ranges
+        fail(f"{op_name}: invalid range start={start:g}, stop={stop:g}, step={step:g}")
+    return tensor_type([length], attrs.dtype)
 
 
 define_op("arange", _arange_rel, OPAQUE, 3, A.ArangeAttrs, "evenly spaced values", 3)

@@ -307,6 +307,13 @@ def test_arange_of_non_constant_is_any():
     assert shape_of(infer_expr(relay.arange(v((), name="n")))) == ("?",)
 
 
+def test_arange_errors():
+    with pytest.raises(TypeInferenceError, match="invalid range"):
+        infer_expr(relay.arange(relay.const(5.0), relay.const(1.0)))
+    with pytest.raises(TypeInferenceError, match="must be a float32 scalar"):
+        infer_expr(relay.arange(v((), "int32", "n")))
+
+
 def test_full_zeros_ones_and_likes():
     ty = infer_expr(relay.full(relay.const(1, "int32"), (2, 3)))
     assert shape_of(ty) == (2, 3) and ty.dtype == "int32"
