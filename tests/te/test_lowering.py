@@ -240,3 +240,74 @@ def test_split_needs_factor_or_nparts(two_stage):
     A, B, C, s = two_stage
     with pytest.raises(TVMError, match="exactly one of factor= or nparts="):
         s[C].split(C.op.axis[0])
+
+
+# ---- API surface ----------------------------------------------------------------------------
+
+def test_tensor_indexing_and_properties():
+    A = te.placeholder((4, 8), name="A", dtype="int8")
+    assert (A.ndim, A.dtype, A.op.name) == (2, "int8", "A")
+    i, j = te.var("i"), te.var("j")
+    load = A[i][j]
+    assert isinstance(load, tir.ProducerLoad) and load.indices[1] is j
+    assert A(i, j).dtype == "int8"
+    with pytest.raises(TVMError, match="has 2 dimensions"):
+        A[i, j, i]
+    with pytest.raises(TVMError, match="non-negative"):
+        te.placeholder((-1,), name="bad")
+
+
+def test_compute_names_axes_after_parameters_and_varargs():
+    A = te.placeholder((2, 3, 4), name="A")
+    B = te.compute((2, 3, 4), lambda *idx: A[idx] * 2.0, name="B")
+    assert [iv.var.name for iv in B.op.axis] == ["i0", "i1", "i2"]
+    assert B.op.input_tensors == [A]
+    n = te.size_var("n")
+    assert isinstance(n, tir.SizeVar)
+    tx = te.thread_axis("threadIdx.x")
+    assert tx.thread_tag == "threadIdx.x" and tx.iter_type == tir.IterVar.ThreadIndex
+
+
+def test_split_by_nparts_and_fuse_then_split():
+    A = te.placeholder((8, 16), name="A")
+    B = te.compute((8, 16), lambda i, j: A[i, j] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], nparts=2)
+    fused = s[B].fuse(ii, B.op.axis[1])
+    s[B].split(fused, factor=32)
+    f = lowered(s, [A, B])
+    assert [lp.extent.value for lp in nodes(f.body, tir.For)] == [32, 2, 2]
+
+
+def test_cache_write_after_split_is_rejected():
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=2)
+    with pytest.raises(TVMError, match="before scheduling"):
+        s.cache_write(B, "local")
+
+
+def test_unknown_tensor_in_schedule():
+    A = te.placeholder((8,), name="A")
+    B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
+    other = te.compute((8,), lambda i: A[i] * 3.0, name="other")
+    s = te.create_schedule(B.op)
+    with pytest.raises(TVMError, match="not part of this schedule"):
+        s[other]
+
+
+def test_lowering_is_deterministic_for_the_compile_cache():
+    from kiln.ir.structural import structural_equal, structural_hash
+
+    def make(scale):
+        A = te.placeholder((64,), name="A")
+        B = te.compute((64,), lambda i: A[i] * scale, name="B")
+        s = te.create_schedule(B.op)
+        s[B].split(B.op.axis[0], factor=8)
+        return lowered(s, [A, B])
+
+    first, second, different = make(2.0), make(2.0), make(3.0)
+    assert structural_equal(first, second)
+    assert structural_hash(first) == structural_hash(second)
+    assert structural_hash(first) != structural_hash(different)
