@@ -25,4 +25,6 @@ from kiln.topi import arm_cpu, generic, image, nn, tag, utils, x86  # noqa: F401
 from kiln.topi.broadcast import *  # noqa: F403
 from kiln.topi.math import *  # noqa: F403
 from kiln.topi.reduction import *  # noqa: F403
+from kiln.topi.scatter import *  # noqa: F403
+from kiln.topi.sort import *  # noqa: F403
 from kiln.topi.transform import *  # noqa: F403

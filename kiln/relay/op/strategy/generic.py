@@ -157,6 +157,12 @@ COMPUTES.update({
     "nn.depth_to_space": lambda a, i, t: [nn.depth_to_space(i[0], a.block_size, a.layout,
                                                             a.mode)],
     "nn.space_to_depth": lambda a, i, t: [nn.space_to_depth(i[0], a.block_size, a.layout)],
+    "argsort": lambda a, i, t: [topi.argsort(i[0], a.axis, a.is_ascend, _dtype(t))],
+    "sort": lambda a, i, t: [topi.sort(i[0], a.axis, a.is_ascend)],
+    "topk": lambda a, i, t: topi.topk(i[0], a.k, a.axis, a.ret_type, a.is_ascend, a.dtype),
+    "scatter_elements": lambda a, i, t: [topi.scatter_elements(i[0], i[1], i[2], a.axis,
+                                                               a.reduction)],
+    "scatter_nd": lambda a, i, t: [topi.scatter_nd(i[0], i[1], i[2], a.mode)],
     "nn.dense": lambda a, i, t: [nn.dense(i[0], i[1], None, _dtype(t))],
     "nn.matmul": lambda a, i, t: [nn.matmul(i[0], i[1], None, _dtype(t), a.transpose_a,
                                             a.transpose_b)],
@@ -253,7 +259,8 @@ _OPAQUE = {"nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul",
            "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose",
            "nn.conv2d_transpose", "nn.softmax", "nn.fast_softmax", "nn.log_softmax",
            "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.l2_normalize", "nn.lrn",
-           "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of"}
+           "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of", "argsort",
+           "sort", "topk", "scatter_elements", "scatter_nd"}
 
 
 def schedule_kind(op_name: str) -> str:
