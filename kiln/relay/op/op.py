@@ -33,6 +33,9 @@ __all__ = [
     "register_shape_func",
     "register_gradient",
     "register_stateful",
+    "register_alter_op_layout",
+    "register_convert_op_layout",
+    "register_legalize",
     "register_schedule",
     "register_injective_schedule",
     "register_broadcast_schedule",
@@ -170,6 +173,23 @@ def register_shape_func(
 def register_gradient(op_name: str, fgradient: Callable | None = None, level: int = 10):
     """Set the gradient (``FPrimalGradient``) of ``op_name`` (decorator when None)."""
     return register_op_attr(op_name, "FPrimalGradient", fgradient, level)
+
+
+def register_alter_op_layout(op_name: str, alter_layout: Callable | None = None,
+                             level: int = 10):
+    """Set ``FTVMAlterOpLayout`` (used by AlterOpLayout) of ``op_name`` (decorator when None)."""
+    return register_op_attr(op_name, "FTVMAlterOpLayout", alter_layout, level)
+
+
+def register_convert_op_layout(op_name: str, convert_layout: Callable | None = None,
+                               level: int = 10):
+    """Set ``FTVMConvertOpLayout`` (used by ConvertLayout) (decorator when None)."""
+    return register_op_attr(op_name, "FTVMConvertOpLayout", convert_layout, level)
+
+
+def register_legalize(op_name: str, legal_op: Callable | None = None, level: int = 10):
+    """Set ``FTVMLegalize`` (used by Legalize) of ``op_name`` (decorator when None)."""
+    return register_op_attr(op_name, "FTVMLegalize", legal_op, level)
 
 
 def register_stateful(op_name: str, stateful: bool, level: int = 10) -> None:

@@ -48,6 +48,8 @@ def _resize_rel(types, attrs, op_name, letters):
         size = list(attrs.size)
         if len(size) != len(axes):
             fail(f"{op_name}: size needs {len(axes)} values, got {size}")
+        if attrs.roi is not None and len(attrs.roi) != 2 * len(axes):
+            fail(f"{op_name}: roi needs {2 * len(axes)} values, got {list(attrs.roi)}")
         for axis, extent in zip(axes, size):
             d[axis] = int(extent)
     return tensor_type(d, attrs.out_dtype or data.dtype)
