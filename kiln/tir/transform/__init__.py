@@ -20,8 +20,8 @@ _LAZY = {
     "UnrollLoop": ("kiln.tir.transform.vectorize", "UnrollLoop"),
     "ConvertForLoopsToSerial": ("kiln.tir.transform.vectorize", "ConvertForLoopsToSerial"),
     "LowerIntrin": ("kiln.tir.transform.lower_intrin", "LowerIntrin"),
-    "MakePackedAPI": ("kiln.tir.transform.make_packed_api", "MakePackedAPI"),
-    "make_packed_api": ("kiln.tir.transform.make_packed_api", "make_packed_api"),
+    "MakePackedAPI": ("kiln.tir.transform.packed_api", "MakePackedAPI"),
+    "make_packed_api": ("kiln.tir.transform.packed_api", "make_packed_api"),
     "LOWER_PIPELINE": ("kiln.te.lowering", "LOWER_PIPELINE"),
 }
 
