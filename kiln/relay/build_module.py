@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kiln.ir.module import IRModule
-from kiln.ir.transform import PassContext, Sequential
+from kiln.ir.transform import Sequential
 from kiln.relay import expr as rx
 from kiln.relay.backend.executor_config import Executor, Runtime
 from kiln.runtime.error import TVMError

@@ -17,7 +17,8 @@ from kiln.runtime.error import TVMError
 
 __all__ = ["BinaryWriter", "BinaryReader"]
 
-_U8, _U16, _I32, _U32 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<i"), struct.Struct("<I")
+_U8, _U16 = struct.Struct("<B"), struct.Struct("<H")
+_I32, _U32 = struct.Struct("<i"), struct.Struct("<I")
 _I64, _U64, _F64 = struct.Struct("<q"), struct.Struct("<Q"), struct.Struct("<d")
 
 

@@ -7,8 +7,8 @@ import kiln as tvm
 from kiln import relay
 from kiln.ir.structural import assert_structural_equal
 from kiln.relay.parser import parse, parse_expr, parse_type
-from kiln.relay.printer import astext
 from kiln.relay.prelude import Prelude
+from kiln.relay.printer import astext
 from kiln.runtime.error import DiagnosticError
 
 
@@ -69,7 +69,8 @@ def test_prelude_module_round_trips_and_matches_by_constructor():
 
 def test_types_parse():
     assert parse_type("Tensor[(1, ?), float32]").shape[1].__class__.__name__ == "Any"
-    assert str(parse_type("(int32, Tensor[(2,), int8])")) == "(Tensor[(), int32], Tensor[(2,), int8])"
+    text = str(parse_type("(int32, Tensor[(2,), int8])"))
+    assert text == "(Tensor[(), int32], Tensor[(2,), int8])"
 
 
 @pytest.mark.parametrize("text, message", [

@@ -83,7 +83,7 @@ def test_no_two_live_entries_share_storage(graph):
     for src, _ in outputs:
         last[src] = end
     alias_of = {}
-    for nid, node in enumerate(nodes):
+    for nid in range(end):
         root = nid
         while nodes[root].kind == "alias":
             root = nodes[root].inputs[0][0]
