@@ -141,6 +141,16 @@ _FLOAT32_FAST = {
     "tir.sigmoid": "(1.0f / (1.0f + kiln_expf(-{0})))",
 }
 
+# PrimFuncs already in packed form (MakePackedAPI output) carry attrs["calling_conv"] == 1
+# and these six params.
+PACKED_CALLING_CONV = 1
+_PACKED_PARAM_TYPES = ("TVMValue*", "int*", "int32_t", "TVMValue*", "int*", "void*")
+# tir.tvm_struct_get field kinds (TVM's builtin::TVMStructFieldKind) -> DLTensor member
+_DLTENSOR_FIELDS = {0: "", 1: "data", 2: "shape", 3: "strides", 4: "ndim", 5: "dtype.code",
+                    6: "dtype.bits", 7: "dtype.lanes", 8: "byte_offset", 9: "device.device_id",
+                    10: "device.device_type"}
+_VALUE_CONTENT = 12
+
 # Helpers every translation unit carries (static inline, so unused ones cost nothing).
 _PRELUDE_HELPERS = r"""
 static inline int32_t kiln_floordiv_32(int32_t a, int32_t b) {
@@ -300,6 +310,7 @@ class CodeGenC:
         self._parallel_depth = 0
         self._func_name = ""
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
+        self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.function_names: list[str] = []
 
     # -- public ----------------------------------------------------------------------------
@@ -309,11 +320,16 @@ class CodeGenC:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise TVMError(f"C codegen: {name!r} is not a valid C function name")
         self._func_name = name
-        self._names, self._used_names = {}, set()
-        signature = function_signature(func)
+        self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
+        if func.attrs.get("calling_conv") == PACKED_CALLING_CONV:
+            self._add_packed_form(func, name)
+            return
+        signature = function_signature(func)
+        for buf in signature.buffers:
+            self._pointer_types[id(buf.data)] = f"{c_type(buf.dtype)}*"
         params = [
             f"{c_type(buf.dtype)}* {self.restrict} {self._bind(buf.data, buf.name)}"
             for buf in signature.buffers
@@ -326,6 +342,22 @@ class CodeGenC:
         self._functions.append("\n".join(self._lines))
         if self.emit_packed:
             self._functions.append(_packed_wrapper(name, signature))
+        self.function_names.append(name)
+
+    def _add_packed_form(self, func: Any, name: str) -> None:
+        """A PrimFunc already in packed form (after MakePackedAPI): emit it as it is."""
+        if len(func.params) != len(_PACKED_PARAM_TYPES):
+            raise TVMError(f"C codegen: packed function {name} must take the 6 packed params")
+        params = []
+        for var, ctype in zip(func.params, _PACKED_PARAM_TYPES):
+            params.append(f"{ctype} {self._bind(var)}")
+            self._pointer_types[id(var)] = ctype
+        self._lines.append(f"int32_t {name}({', '.join(params)}) {{")
+        self._indent = 1
+        self.emit_stmt(func.body)
+        self._line("return 0;")
+        self._lines.append("}")
+        self._functions.append("\n".join(self._lines))
         self.function_names.append(name)
 
     def finish(self) -> str:
@@ -539,9 +571,16 @@ class CodeGenC:
             return f"({{ {' '.join(decls)} {picked}; }})"
         return f"({{ {' '.join(decls)} ({self._vector_type(t)}){{{picked}}}; }})"
 
+    def _data(self, buffer: Any) -> str:
+        """The buffer's data pointer, cast when its variable was declared with another type."""
+        data = self._var_name(buffer.data)
+        want = f"{c_type(buffer.dtype)}*"
+        have = self._pointer_types.get(id(buffer.data), want)
+        return data if have == want else f"(({want}){data})"
+
     def expr_BufferLoad(self, node: Any) -> str:
         buffer = node.buffer
-        data = self._var_name(buffer.data)
+        data = self._data(buffer)
         access = _flat_access(self, buffer, node.indices)
         lanes = DataType(node.dtype).lanes
         if lanes == 1:
@@ -609,6 +648,24 @@ class CodeGenC:
     def call_type_annotation(self, node: Any) -> str:
         return "0"
 
+    def call_isnullptr(self, node: Any) -> str:
+        return f"({self.expr(node.args[0])} == NULL)"
+
+    def call_tvm_struct_get(self, node: Any) -> str:
+        handle, index, kind = (self.expr(node.args[0]), self.expr(node.args[1]),
+                               int(node.args[2].value))
+        if kind == _VALUE_CONTENT:
+            t = DataType(node.dtype)
+            member = "v_handle" if t.is_handle else ("v_float64" if t.is_float else "v_int64")
+            value = f"((TVMValue*){handle})[{index}].{member}"
+            return value if t.is_handle else f"(({c_type(t)}){value})"
+        if kind not in _DLTENSOR_FIELDS:
+            raise TVMError(f"C codegen: tvm_struct_get of unknown field kind {kind}")
+        field = _DLTENSOR_FIELDS[kind]
+        if kind == 0:
+            return f"((void*)&((DLTensor*){handle})[{index}])"
+        return f"((DLTensor*){handle})[{index}].{field}"
+
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
         """Append the C lines of a TIR statement."""
@@ -629,7 +686,7 @@ class CodeGenC:
 
     def stmt_BufferStore(self, node: Any) -> None:
         buffer = node.buffer
-        data = self._var_name(buffer.data)
+        data = self._data(buffer)
         value = self.expr(node.value)
         lanes = DataType(node.value.dtype).lanes
         access = _flat_access(self, buffer, node.indices)
@@ -657,7 +714,10 @@ class CodeGenC:
         ctype = self._vector_type(t) if t.lanes > 1 else c_type(t)
         if t.is_handle:
             ctype = _pointer_type(node.var)
-        self._line(f"{ctype} {self._bind(node.var)} = {value};")
+        name = self._bind(node.var)
+        if t.is_handle:
+            self._pointer_types[id(node.var)] = ctype
+        self._line(f"{ctype} {name} = {value};")
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:
@@ -672,9 +732,9 @@ class CodeGenC:
         self.emit_stmt(node.body)
 
     def stmt_AssertStmt(self, node: Any) -> None:
-        message = node.message.value if _node_name(node.message) == "StringImm" else "assert"
+        message = _assert_message(node, self._func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
-        self._line(f"  TVMAPISetLastError({_c_string(f'{self._func_name}: {message}')});")
+        self._line(f"  TVMAPISetLastError({_c_string(message)});")
         self._line("  return -1;")
         self._line("}")
         self.emit_stmt(node.body)
@@ -721,6 +781,7 @@ class CodeGenC:
         t = DataType(node.dtype)
         elem = c_type(t.element_of)
         name = self._bind(node.buffer_var)
+        self._pointer_types[id(node.buffer_var)] = f"{elem}*"
         count_const = all(_is_const_int(e) for e in node.extents)
         lanes = t.lanes
         if count_const:
@@ -781,6 +842,12 @@ class CodeGenCBareMetal(CodeGenC):
                         t: DataType) -> None:
         self._line(f"{elem} {name}[{count}] __attribute__((aligned(16)));")
         self.emit_stmt(node.body)
+
+
+def _assert_message(node: Any, func_name: str) -> str:
+    """The error text of a failed AssertStmt, prefixed by the function unless it names it."""
+    message = node.message.value if _node_name(node.message) == "StringImm" else "assertion"
+    return message if func_name in message else f"{func_name}: {message}"
 
 
 def _pointer_type(var: Any) -> str:
@@ -1123,7 +1190,7 @@ def _system_lib_registration(names: Sequence[str]) -> str:
 
 def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
                 imported_c: Sequence[str] = (), kind: str = "llvm",
-                system_lib: bool = False) -> str:
+                system_lib: bool = False, packed_names: Sequence[str] = ()) -> str:
     """C glue for kernels compiled elsewhere: ``(name, signature, unpacked C param types)``
     become a prototype of ``name_unpacked`` plus the packed wrapper ``name``."""
     parts = [_preamble(kind), _PRELUDE_HELPERS.strip()]
@@ -1131,7 +1198,10 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
     for name, signature, param_types in functions:
         parts.append(f"int32_t {name}_unpacked({', '.join(param_types) or 'void'});")
         parts.append(_packed_wrapper(name, signature))
-    names = [name for name, _, _ in functions]
+    names = [name for name, _, _ in functions] + list(packed_names)
+    parts.extend(f"int32_t {name}(TVMValue* args, int* type_codes, int num_args, "
+                 "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle);"
+                 for name in packed_names)
     parts.append(_entry_symbol(names))
     if system_lib:
         parts.append(_system_lib_registration(names))

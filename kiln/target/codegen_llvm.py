@@ -105,6 +105,11 @@ LIBM_FUNCTIONS = {
 }
 
 
+# tir.tvm_struct_get field kind -> member path inside the DLTensor struct
+_DLTENSOR_PATHS = {0: (), 1: (0,), 2: (4,), 3: (5,), 4: (2,), 5: (3, 0), 6: (3, 1), 7: (3, 2),
+                   8: (6,), 9: (1, 1), 10: (1, 0)}
+
+
 def _mangle(ty) -> str:
     ir, _ = _llvmlite()
     if isinstance(ty, ir.VectorType):
@@ -149,6 +154,7 @@ class CodeGenLLVM:
         self.imported_c: list[str] = []
         self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
         self.signatures: list[tuple[str, codegen_c.FunctionSignature, list[str]]] = []
+        self.packed_names: list[str] = []  # functions that arrived in packed form
         self._strings: dict[str, Any] = {}
         self._lambda_count = 0
         self.vars: dict[int, Any] = {}
@@ -182,8 +188,11 @@ class CodeGenLLVM:
     def add_function(self, func: Any, name: str) -> None:
         """Emit ``i32 @<name>_unpacked(...)`` for one PrimFunc."""
         ir = self.ir
-        signature = codegen_c.function_signature(func)
         self._func_name = name
+        if func.attrs.get("calling_conv") == codegen_c.PACKED_CALLING_CONV:
+            self._add_packed_form(func, name)
+            return
+        signature = codegen_c.function_signature(func)
         arg_types = [self.ltype(b.dtype, storage=True).as_pointer() for b in signature.buffers]
         arg_types += [self.ltype(v.dtype) for v in signature.scalars]
         fn = ir.Function(self.module, ir.FunctionType(self.i32, arg_types), f"{name}_unpacked")
@@ -197,6 +206,24 @@ class CodeGenLLVM:
         c_params = [f"{codegen_c.c_type(b.dtype)}* {b.name}" for b in signature.buffers]
         c_params += [f"{codegen_c.c_type(v.dtype)} {v.name}" for v in signature.scalars]
         self.signatures.append((name, signature, c_params))
+        self._enter_function(fn)
+        self.emit_stmt(func.body)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(self.const("int32", 0))
+
+    def _add_packed_form(self, func: Any, name: str) -> None:
+        """A PrimFunc already in packed form (after MakePackedAPI): emit it as it is."""
+        ir = self.ir
+        types = [self.void_ptr, self.void_ptr, self.i32, self.void_ptr, self.void_ptr,
+                 self.void_ptr]
+        if len(func.params) != len(types):
+            raise TVMError(f"LLVM codegen: packed function {name} must take the 6 packed params")
+        fn = ir.Function(self.module, ir.FunctionType(self.i32, types), name)
+        self.vars = {}
+        for arg, var in zip(fn.args, func.params):
+            arg.name = var.name
+            self.vars[id(var)] = arg
+        self.packed_names.append(name)
         self._enter_function(fn)
         self.emit_stmt(func.body)
         if not self.builder.block.is_terminated:
@@ -233,7 +260,7 @@ class CodeGenLLVM:
 
     def _return_error(self, message: str) -> None:
         set_error = self._declare("TVMAPISetLastError", self.ir.VoidType(), [self.void_ptr])
-        self.builder.call(set_error, [self._string(f"{self._func_name}: {message}")])
+        self.builder.call(set_error, [self._string(message)])
         self.builder.ret(self.const("int32", -1))
 
     # -- expressions -----------------------------------------------------------------------
@@ -714,6 +741,37 @@ class CodeGenLLVM:
     def call_type_annotation(self, node: Any):
         return self.const("int32", 0)
 
+    def _dltensor_type(self):
+        ir = self.ir
+        return ir.LiteralStructType([
+            self.void_ptr, ir.LiteralStructType([self.i32, self.i32]), self.i32,
+            ir.LiteralStructType([self.i8, self.i8, ir.IntType(16)]),
+            self.i64.as_pointer(), self.i64.as_pointer(), self.i64])
+
+    def call_tvm_struct_get(self, node: Any):
+        b = self.builder
+        handle, index = self.expr(node.args[0]), self.expr(node.args[1])
+        kind = int(node.args[2].value)
+        t = DataType(node.dtype)
+        if kind == codegen_c._VALUE_CONTENT:
+            slot_t = self.void_ptr if t.is_handle else (
+                self.ir.DoubleType() if t.is_float else self.i64)
+            slots = b.bitcast(handle, slot_t.as_pointer())
+            value = b.load(b.gep(slots, [index]))
+            if t.is_handle:
+                return value
+            return self._convert(value, DataType("float64" if t.is_float else "int64"), t)
+        path = _DLTENSOR_PATHS.get(kind)
+        if path is None:
+            raise TVMError(f"LLVM codegen: tvm_struct_get of unknown field kind {kind}")
+        tensors = b.bitcast(handle, self._dltensor_type().as_pointer())
+        indices = [index] + [self.const("int32", i) for i in path]
+        address = b.gep(tensors, indices)
+        if kind == 0:
+            return b.bitcast(address, self.void_ptr)
+        value = b.load(address)
+        return b.bitcast(value, self.void_ptr) if t.is_handle else value
+
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
         """Emit a TIR statement at the builder's position."""
@@ -752,8 +810,7 @@ class CodeGenLLVM:
         ok = self.function.append_basic_block("assert_ok")
         b.cbranch(self.expr(node.condition), ok, fail)
         b.position_at_end(fail)
-        message = node.message.value if _node_name(node.message) == "StringImm" else "assert"
-        self._return_error(message)
+        self._return_error(codegen_c._assert_message(node, self._func_name))
         b.position_at_end(ok)
         self.emit_stmt(node.body)
 
@@ -962,11 +1019,12 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
 
     cg, ref, tm = emit_llvm(mod, target)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
-    glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib)
+    glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
+                                 packed_names=cg.packed_names)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
     text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
     options = codegen_c.compile_options(target)
-    names = [name for name, _, _ in cg.signatures]
+    names = [name for name, _, _ in cg.signatures] + cg.packed_names
     return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": tm.emit_object(ref)}, names,
                         options, text)
 

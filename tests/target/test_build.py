@@ -354,3 +354,22 @@ def test_math_intrinsics_match_numpy(math_module, name, dtype):
     expected = reference(x.astype("float64")).astype(dtype)
     tol = 2e-6 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(out.numpy(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_functions_already_in_packed_form(target):
+    """MakePackedAPI output (tvm_struct_get, asserts) is emitted as the packed function."""
+    from kiln.target import Target
+    from kiln.target.build import build_module
+    from kiln.tir.transform.packed_api import make_packed_api
+
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    packed = make_packed_api(tvm.lower(te.create_schedule(B.op), [A, B], name="dbl")["dbl"])
+    module = build_module({"dbl": packed}, Target(target))
+    b = nd(np.zeros(5, "float32"))
+    module["dbl"](nd(np.arange(5, dtype="float32")), b)
+    assert b.numpy().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    with pytest.raises(TVMError, match=r"dbl.B.shape\[0\] has an unsatisfied constraint"):
+        module["dbl"](nd(np.zeros(5, "float32")), nd(np.zeros(4, "float32")))
