@@ -40,8 +40,11 @@ class OpAttrs(Attrs):
 
 
 def _freeze(value: Any) -> Any:
-    """Lists become tuples so attrs stay immutable and hashable-by-content."""
-    if isinstance(value, list):
+    """Lists become tuples (attrs stay immutable); NumPy scalars/arrays become Python values
+    so attrs print, compare and serialize the same whatever the frontend passed."""
+    if type(value).__module__ == "numpy":
+        value = value.tolist()
+    if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     return value
 

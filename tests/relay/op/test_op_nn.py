@@ -269,3 +269,11 @@ def test_upsampling_and_subpixel():
     assert shape_of(infer_expr(relay.nn.space_to_depth(v((1, 3, 4, 6)), 2))) == (1, 12, 2, 3)
     with pytest.raises(TypeInferenceError, match="not divisible by block_size"):
         infer_expr(relay.nn.depth_to_space(v((1, 6, 2, 3)), 2))
+
+
+def test_numpy_arguments_become_python_values_in_attrs():
+    call = relay.nn.conv2d(v((1, 3, 8, 8)), v((4, 3, 3, 3), name="w"), strides=np.array([2, 2]),
+                           padding=[np.int64(1)] * 4, channels=np.int64(4))
+    assert call.attrs.strides == (2, 2) and type(call.attrs.strides[0]) is int
+    assert type(call.attrs.channels) is int and call.attrs.padding == (1, 1, 1, 1)
+    assert shape_of(infer_expr(call)) == (1, 4, 4, 4)
