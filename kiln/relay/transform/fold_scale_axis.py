@@ -1,0 +1,272 @@
+"""Folding per-channel scales into weights (TVM's ``relay.transform.FoldScaleAxis``).
+
+Entry points: :func:`FoldScaleAxis` (backward, forward, then FoldConstant, as TVM),
+:func:`BackwardFoldScaleAxis`, :func:`ForwardFoldScaleAxis`, and the expression rewrites
+:func:`backward_fold_scale_axis`, :func:`forward_fold_scale_axis`.
+
+A *channel scale* is a constant that varies only along one axis of the tensor it multiplies
+(or is a scalar). With ``s`` such a constant:
+
+backward (a scale applied to a conv/dense result moves into the weight's output channels)
+    ``conv2d(x, w) * s``            → ``conv2d(x, w * s_O)``
+    ``(conv2d(x, w) + b) * s``      → ``conv2d(x, w * s_O) + b * s``
+    ``relu(conv2d(x, w)) * s``      → ``relu(conv2d(x, w * s_O))``   (only when ``s > 0``)
+    ``dense(x, w) * s``             → ``dense(x, w * s[:, None])``
+forward (a scale applied to a conv/dense input moves into the weight's input channels)
+    ``conv2d(x * s, w)``            → ``conv2d(x, w * s_I)``          (``groups == 1``)
+    ``conv2d(relu(x * s), w)``      → ``conv2d(relu(x), w * s_I)``   (only when ``s > 0``)
+    ``dense(x * s, w)``             → ``dense(x, w * s[None, :])``
+
+``s_O``/``s_I`` is ``s`` reshaped onto the kernel layout's ``O``/``I`` axis. The rewritten
+intermediate must have no other consumer. Weights stay expressions (``w * s_O``); run
+FoldConstant afterwards to fold constant weights, as TVM's pipeline does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from kiln.relay import op as _op
+from kiln.relay.expr import Call, Constant, Function, const
+from kiln.relay.expr_functor import ExprMutator, children_of
+from kiln.relay.transform.pass_util import (
+    is_op_call,
+    relay_function_pass,
+    relay_module_pass,
+    tensor_shape,
+)
+
+__all__ = ["FoldScaleAxis", "BackwardFoldScaleAxis", "ForwardFoldScaleAxis",
+           "backward_fold_scale_axis", "forward_fold_scale_axis"]
+
+
+def channel_vector(scale: Any, ndim: int, axis: int, channels: int) -> np.ndarray | None:
+    """The per-channel values of ``scale`` if it is a constant varying only along ``axis`` of
+    an ``ndim``-d tensor with ``channels`` channels (None otherwise)."""
+    if not isinstance(scale, Constant):
+        return None
+    value = scale.data.numpy()
+    if value.ndim > ndim:
+        return None
+    shape = (1,) * (ndim - value.ndim) + value.shape
+    if any(extent != 1 for i, extent in enumerate(shape) if i != axis):
+        return None
+    if shape[axis] not in (1, channels):
+        return None
+    return np.broadcast_to(value.reshape(-1), (channels,)).copy()
+
+
+def _on_axis(vector: np.ndarray, ndim: int, axis: int) -> Any:
+    shape = [1] * ndim
+    shape[axis] = vector.size
+    return const(vector.reshape(shape))
+
+
+def _conv_axes(call: Call) -> tuple[int, int, int]:
+    """(channel axis of the output, O axis and I axis of the kernel) of a conv2d call."""
+    attrs = call.attrs
+    out_layout = str(attrs.out_layout or attrs.data_layout)
+    kernel = str(attrs.kernel_layout)
+    return out_layout.index("C"), kernel.index("O"), kernel.index("I")
+
+
+def _scale_of_multiply(call: Call, is_producer: Any) -> tuple[Call, Any] | None:
+    """``(producer, scale)`` when ``call`` multiplies a matching producer by a constant."""
+    lhs, rhs = call.args
+    if is_producer(lhs) and isinstance(rhs, Constant):
+        return lhs, rhs
+    if is_producer(rhs) and isinstance(lhs, Constant):
+        return rhs, lhs
+    return None
+
+
+def _consumers(expr: Any) -> Counter:
+    counts: Counter = Counter()
+    seen: set[int] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        for child in children_of(node):
+            counts[child] += 1
+            stack.append(child)
+    return counts
+
+
+class _ScaleFolder(ExprMutator):
+    def __init__(self, root: Any) -> None:
+        super().__init__()
+        self.consumers = _consumers(root)
+
+    def single_use(self, node: Any) -> bool:
+        return self.consumers[node] == 1
+
+    def visit_function(self, node: Function) -> Any:
+        return node if node.get_attr("Primitive") else super().visit_function(node)
+
+    def visit_call(self, node: Call) -> Any:
+        folded = self.fold(node)
+        return folded if folded is not None else super().visit_call(node)
+
+    def fold(self, node: Call) -> Any:
+        raise NotImplementedError
+
+
+class _BackwardFolder(_ScaleFolder):
+    def fold(self, node: Call) -> Any:
+        if not is_op_call(node, "multiply"):
+            return None
+        found = _scale_of_multiply(node, lambda e: is_op_call(
+            e, "nn.conv2d", "nn.dense", "add", "nn.relu") and self.single_use(e))
+        if found is None:
+            return None
+        producer, scale = found
+        out_shape = tensor_shape(node)
+        if out_shape is None or tensor_shape(producer) != out_shape:
+            return None  # the scale broadcasts the producer up: not a per-channel scale
+        return self.fold_into(producer, scale, out_shape)
+
+    def fold_into(self, producer: Call, scale: Any, out_shape: tuple) -> Any:
+        if is_op_call(producer, "nn.conv2d"):
+            axis, out_axis, _ = _conv_axes(producer)
+            vector = channel_vector(scale, len(out_shape), axis, out_shape[axis])
+            if vector is None:
+                return None
+            weight = _op.multiply(self.visit(producer.args[1]),
+                                  _on_axis(vector, len(producer.attrs.kernel_layout),
+                                           out_axis))
+            return Call(producer.op, [self.visit(producer.args[0]), weight], producer.attrs)
+        if is_op_call(producer, "nn.dense"):
+            vector = channel_vector(scale, len(out_shape), len(out_shape) - 1, out_shape[-1])
+            if vector is None:
+                return None
+            weight = _op.multiply(self.visit(producer.args[1]), const(vector.reshape(-1, 1)))
+            return Call(producer.op, [self.visit(producer.args[0]), weight], producer.attrs)
+        if is_op_call(producer, "nn.relu"):
+            inner = producer.args[0]
+            if not bool(np.all(scale.data.numpy() > 0)) or not self.single_use(inner) or \
+                    not is_op_call(inner, "nn.conv2d", "nn.dense", "add"):
+                return None
+            folded = self.fold_into(inner, scale, out_shape)
+            return None if folded is None else Call(producer.op, [folded], producer.attrs)
+        # add: (conv + b) * s = conv * s + b * s
+        conv, bias = producer.args
+        if not (is_op_call(conv, "nn.conv2d", "nn.dense") and self.single_use(conv)) or \
+                tensor_shape(conv) != out_shape:
+            return None
+        folded = self.fold_into(conv, scale, out_shape)
+        if folded is None:
+            return None
+        return _op.add(folded, _op.multiply(self.visit(bias), scale))
+
+
+class _ForwardFolder(_ScaleFolder):
+    def fold(self, node: Call) -> Any:
+        if not is_op_call(node, "nn.conv2d", "nn.dense"):
+            return None
+        data, weight = node.args
+        through_relu = is_op_call(data, "nn.relu") and self.single_use(data)
+        scaled = data.args[0] if through_relu else data
+        if not (is_op_call(scaled, "multiply") and self.single_use(scaled)):
+            return None
+        found = _scale_of_multiply(scaled, lambda e: True)
+        in_shape = tensor_shape(scaled)
+        if found is None or in_shape is None:
+            return None
+        source, scale = found
+        if tensor_shape(source) != in_shape:
+            return None
+        if through_relu and not bool(np.all(scale.data.numpy() > 0)):
+            return None
+        if is_op_call(node, "nn.conv2d"):
+            if int(node.attrs.groups) != 1:
+                return None
+            axis = str(node.attrs.data_layout).index("C")
+            vector = channel_vector(scale, len(in_shape), axis, in_shape[axis])
+            kernel_axis = _conv_axes(node)[2]
+            factor = None if vector is None else \
+                _on_axis(vector, len(node.attrs.kernel_layout), kernel_axis)
+        else:
+            vector = channel_vector(scale, len(in_shape), len(in_shape) - 1, in_shape[-1])
+            factor = None if vector is None else const(vector.reshape(1, -1))
+        if factor is None:
+            return None
+        new_data = self.visit(source)
+        if through_relu:
+            new_data = Call(data.op, [new_data], data.attrs)
+        return Call(node.op, [new_data, _op.multiply(self.visit(weight), factor)], node.attrs)
+
+
+def backward_fold_scale_axis(expr: Any) -> Any:
+    """Fold channel scales applied after conv2d/dense into their weights (type-checked expr).
+
+    Example
+    -------
+    >>> import numpy as np, kiln
+    >>> from kiln import relay
+    >>> x, w = relay.var("x", shape=(1, 2)), relay.var("w", shape=(3, 2))
+    >>> y = relay.multiply(relay.nn.dense(x, w), relay.const(np.ones(3, "float32")))
+    >>> mod = kiln.relay.transform.InferType()(kiln.IRModule.from_expr(y))
+    >>> backward_fold_scale_axis(mod["main"]).body.op.name
+    'nn.dense'
+    """
+    return _BackwardFolder(expr).visit(expr)
+
+
+def forward_fold_scale_axis(expr: Any) -> Any:
+    """Fold channel scales applied before conv2d/dense into their weights (type-checked expr).
+
+    Example
+    -------
+    >>> import numpy as np, kiln
+    >>> from kiln import relay
+    >>> x, w = relay.var("x", shape=(1, 2)), relay.var("w", shape=(3, 2))
+    >>> y = relay.nn.dense(relay.multiply(x, relay.const(np.ones(2, "float32"))), w)
+    >>> mod = kiln.relay.transform.InferType()(kiln.IRModule.from_expr(y))
+    >>> forward_fold_scale_axis(mod["main"]).body.args[0].name_hint
+    'x'
+    """
+    return _ForwardFolder(expr).visit(expr)
+
+
+def BackwardFoldScaleAxis():  # noqa: N802 (TVM's name)
+    """The pass folding scales that follow conv2d/dense into their weights."""
+    return relay_function_pass("BackwardFoldScaleAxis", 3,
+                               lambda func, mod, ctx: backward_fold_scale_axis(func),
+                               required=("InferType",), needs_types=True)
+
+
+def ForwardFoldScaleAxis():  # noqa: N802 (TVM's name)
+    """The pass folding scales that precede conv2d/dense into their weights."""
+    return relay_function_pass("ForwardFoldScaleAxis", 3,
+                               lambda func, mod, ctx: forward_fold_scale_axis(func),
+                               required=("InferType",), needs_types=True)
+
+
+def FoldScaleAxis():  # noqa: N802 (TVM's name)
+    """Backward folding, forward folding, then FoldConstant (TVM's sequence).
+
+    Example
+    -------
+    >>> import numpy as np, kiln
+    >>> from kiln import relay
+    >>> x, w = relay.var("x", shape=(1, 2)), relay.var("w", shape=(3, 2))
+    >>> y = relay.multiply(relay.nn.dense(x, w), relay.const(np.full(3, 2.0, "float32")))
+    >>> FoldScaleAxis()(kiln.IRModule.from_expr(y))["main"].body.op.name
+    'nn.dense'
+    """
+    from kiln.relay.transform.fold_constant import FoldConstant
+
+    steps = (BackwardFoldScaleAxis(), ForwardFoldScaleAxis(), FoldConstant())
+
+    def run(mod: Any, ctx: Any) -> Any:
+        for step in steps:
+            mod = step(mod)
+        return mod
+
+    return relay_module_pass("FoldScaleAxis", 3, run, required=("InferType",))
