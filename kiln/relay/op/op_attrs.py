@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.ir.attrs import Attrs
+from kiln.runtime.container import Array
 from kiln.runtime.object import register_object
 
 _KINDS = {bool: bool, int: int, float: float, str: str}
@@ -38,13 +39,18 @@ class OpAttrs(Attrs):
         values = {**self._defaults, **kwargs}
         super().__init__(**{name: _freeze(values.get(name)) for name in self._all_fields})
 
+    @classmethod
+    def _from_fields(cls, values: dict[str, Any]) -> OpAttrs:
+        # load_json hands over lists; freeze them so a round trip is structurally equal
+        return super()._from_fields({k: _freeze(v) for k, v in values.items()})
+
 
 def _freeze(value: Any) -> Any:
     """Lists become tuples (attrs stay immutable); NumPy scalars/arrays become Python values
     so attrs print, compare and serialize the same whatever the frontend passed."""
     if type(value).__module__ == "numpy":
         value = value.tolist()
-    if isinstance(value, list | tuple):
+    if isinstance(value, list | tuple | Array):
         return tuple(_freeze(v) for v in value)
     return value
 

@@ -167,3 +167,19 @@ def test_attrs_nodes_keyword_defaults_and_errors():
         "linear", "half_pixel", -0.5)
     with pytest.raises(TypeError, match="no field"):
         Conv2DAttrs(kernel=3)
+
+
+def test_calls_round_trip_through_json_with_equal_attrs():
+    import kiln as tvm
+    from kiln import relay
+
+    x = relay.var("x", shape=(1, 3, 8, 8))
+    calls = [relay.nn.conv2d(x, relay.var("w", shape=(4, 3, 3, 3)), padding=1),
+             relay.strided_slice(x, [0, None], [1, 2]), relay.sum(x, axis=1),
+             relay.nn.pad(x, ((0, 0), (0, 0), (1, 1), (2, 2)))]
+    for call in calls:
+        loaded = tvm.ir.load_json(tvm.ir.save_json(call))
+        assert loaded.op is call.op
+        assert type(loaded.attrs) is type(call.attrs)
+        assert tvm.ir.structural_equal(loaded, call, map_free_vars=True)
+        assert tvm.ir.structural_hash(loaded.attrs) == tvm.ir.structural_hash(call.attrs)
