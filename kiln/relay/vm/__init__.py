@@ -1,0 +1,22 @@
+"""The Relay VM compiler and executor (TVM's ``tvm.relay.vm`` / ``relay.backend.vm``).
+
+Entry points: :func:`compile`, :class:`VMCompiler`, :class:`VMExecutor`; :class:`Executable`
+and :class:`VirtualMachine` are re-exported from :mod:`kiln.runtime.vm`.
+
+Example
+-------
+>>> import numpy as np, kiln
+>>> from kiln import relay
+>>> x = relay.var("x", shape=(2,))
+>>> exe = relay.vm.compile(kiln.IRModule.from_expr(relay.Function([x], x * x)), "c")
+>>> VirtualMachine(exe, kiln.cpu(0)).run(np.array([1, 2], "float32")).numpy()
+array([1., 4.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from kiln.relay.vm.compiler import VMCompiler, compile
+from kiln.relay.vm.executor import VMExecutor
+from kiln.runtime.vm import Executable, VirtualMachine
+
+__all__ = ["compile", "VMCompiler", "VMExecutor", "Executable", "VirtualMachine"]

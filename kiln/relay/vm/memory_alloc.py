@@ -1,0 +1,146 @@
+"""ManifestAlloc: where the output tensors of each kernel call live.
+
+Entry points: :class:`ManifestAlloc` (one per compiled VM function), :func:`storage_bytes`,
+:data:`ALIGNMENT`.
+
+TVM rewrites every primitive call into ``alloc_storage`` / ``alloc_tensor`` /
+``invoke_tvm_op`` in Relay and then maps those to instructions. kiln makes the same decisions
+while emitting bytecode, which lets it coalesce storage:
+
+- **internal static tensors** — a static-shaped kernel output whose only uses are as inputs of
+  other kernels — live in one *arena*: a single ``AllocStorage`` at function entry, each tensor
+  an ``AllocTensor`` at an offset. When ``memory.kill`` (from ManifestLifetimes) ends a
+  tensor's life, its slot is free for a later tensor of at most its size (best fit, like the
+  graph executor's token allocator). The arena's size is patched into the prologue once the
+  whole function is emitted; a function with no such tensor has no prologue.
+- **escaping static tensors** (returned, put in a tuple or ADT, captured, passed to a function)
+  must outlive the frame's arena slot reuse, so each gets its own ``AllocStorage`` of its exact
+  size; the allocator pools those blocks.
+- **dynamic tensors** get their own ``AllocStorage`` sized from a register and an
+  ``AllocTensorReg`` shaped by a shape register, both computed by the op's shape function
+  (:mod:`kiln.relay.vm.shape_func`).
+
+Example
+-------
+>>> storage_bytes((2, 3), "float32")
+24
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kiln.runtime.vm import bytecode as bc
+
+__all__ = ["ManifestAlloc", "storage_bytes", "ALIGNMENT"]
+
+ALIGNMENT = 64  # bytes: every tensor starts on a cache line (TVM's kAllocAlignment)
+
+
+def storage_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    """Bytes of a dense tensor (TVM: prod(shape) * ceil(bits * lanes / 8))."""
+    from kiln.runtime.ndarray import DataType
+
+    dt = DataType(dtype)
+    return int(np.prod(shape, dtype=np.int64)) * ((dt.bits * dt.lanes + 7) // 8)
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+class ManifestAlloc:
+    """Allocation decisions for one VM function; emits through ``emitter``.
+
+    ``emitter`` provides ``emit(instr)``, ``new_register()`` and ``instructions`` (the list
+    being built). Call :meth:`prologue` before the body and :meth:`finish` after it.
+    """
+
+    def __init__(self, emitter: Any, device_index: int = 0) -> None:
+        self.emitter = emitter
+        self.device_index = device_index
+        self.arena_register = -1
+        self._prologue_at = -1
+        self._arena_size = 0
+        self._free_slots: list[tuple[int, int]] = []  # (size, offset), freed by kills
+        self._slot_of_register: dict[int, tuple[int, int]] = {}
+        self.storage_allocations = 0
+
+    def prologue(self) -> None:
+        """Reserve the arena's ``LoadConsti size; AllocStorage`` at the function start."""
+        em = self.emitter
+        self._prologue_at = len(em.instructions)
+        size_register = em.new_register()
+        self.arena_register = em.new_register()
+        em.emit(bc.LoadConsti(0, size_register))
+        em.emit(bc.AllocStorage(size_register, ALIGNMENT, "float32", self.device_index,
+                                self.arena_register))
+
+    def finish(self) -> None:
+        """Patch the arena size in, or drop the prologue when no tensor used the arena."""
+        em = self.emitter
+        at = self._prologue_at
+        if at < 0:
+            return
+        if self._arena_size == 0:
+            # jumps are relative and none crosses the prologue, so removing it is safe
+            del em.instructions[at: at + 2]
+            return
+        load = em.instructions[at]
+        em.instructions[at] = bc.LoadConsti(self._arena_size, load.dst)
+        self.storage_allocations += 1
+
+    def static_tensor(self, shape: tuple[int, ...], dtype: str, internal: bool) -> int:
+        """Emit the allocation of a static tensor; returns its register."""
+        em = self.emitter
+        nbytes = storage_bytes(shape, dtype)
+        offset_register = em.new_register()
+        dst = em.new_register()
+        if internal and self._prologue_at >= 0:
+            offset, size = self._take_slot(_round_up(max(nbytes, 1), ALIGNMENT))
+            em.emit(bc.LoadConsti(offset, offset_register))
+            em.emit(bc.AllocTensor(self.arena_register, offset_register, shape, dtype, dst))
+            self._slot_of_register[dst] = (size, offset)
+            return dst
+        size_register = em.new_register()
+        storage = em.new_register()
+        em.emit(bc.LoadConsti(nbytes, size_register))
+        em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index, storage))
+        em.emit(bc.LoadConsti(0, offset_register))
+        em.emit(bc.AllocTensor(storage, offset_register, shape, dtype, dst))
+        self.storage_allocations += 1
+        return dst
+
+    def dynamic_tensor(self, shape_register: int, size_register: int, dtype: str) -> int:
+        """Emit the allocation of a tensor whose shape and byte size are in registers."""
+        em = self.emitter
+        storage, offset_register, dst = (em.new_register() for _ in range(3))
+        em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index, storage))
+        em.emit(bc.LoadConsti(0, offset_register))
+        em.emit(bc.AllocTensorReg(storage, offset_register, shape_register, dtype, dst))
+        self.storage_allocations += 1
+        return dst
+
+    def release(self, register: int) -> None:
+        """A kill ended the tensor in ``register``: its arena slot may be reused."""
+        slot = self._slot_of_register.pop(register, None)
+        if slot is not None:
+            self._free_slots.append(slot)
+
+    def _take_slot(self, size: int) -> tuple[int, int]:
+        """(offset, slot size): the smallest free slot that fits, else a new one at the end."""
+        fitting = [s for s in self._free_slots if s[0] >= size]
+        if fitting:
+            best = min(fitting)
+            self._free_slots.remove(best)
+            return best[1], best[0]
+        offset = self._arena_size
+        self._arena_size += size
+        return offset, size
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the function's arena (0 when it has none)."""
+        return self._arena_size

@@ -1,0 +1,502 @@
+"""Shape functions: kernels that compute output shapes of dynamic (``Any``) primitives.
+
+Entry points: :func:`emit_shape_function` (used by the VM compiler), :func:`lower_dynamic`
+(a primitive function lowered with symbolic shapes), :func:`shape_rule`.
+
+Each operator whose output shape depends on its input shapes has an ``FShapeFunc`` in the op
+registry (registered here): ``rule(attrs, in_dims, out_types) -> out_dims``, where ``in_dims``
+holds, per flattened input tensor, its dimensions as int64 ``PrimExpr``\\ s and ``out_dims`` the
+same for each output. Elementwise and broadcast ops need none (their rule follows from the
+pattern kind). For a fused primitive function the rules compose along its body into one
+expression per output dimension; the expressions become a small TE kernel:
+
+- inputs: one int64 ``[ndim]`` shape tensor per dynamic input (``ShapeOf`` at run time);
+- outputs, per output tensor: its int64 ``[ndim]`` shape and an int64 ``[1]`` byte size.
+
+The kernel is lowered and compiled with the model's other kernels (one library), so shape
+computation runs as native code called by ``InvokePacked``, like TVM's shape functions. Static
+dimensions known from the types are folded in as constants.
+
+Example
+-------
+>>> shape_rule("nn.dense") is not None
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.ir.op import Op
+from kiln.ir.structural import structural_equal, structural_hash
+from kiln.ir.type import TensorType, TupleType
+from kiln.relay import expr as rx
+from kiln.relay.op.op import OpPattern
+from kiln.runtime.error import TVMError
+from kiln.runtime.vm import bytecode as bc
+
+__all__ = ["emit_shape_function", "lower_dynamic", "shape_rule", "SHAPE_RULES"]
+
+
+def _i64(value: int) -> Any:
+    from kiln import tir
+
+    return tir.const(int(value), "int64")
+
+
+def _broadcast(dims_list: list[list[Any]]) -> list[Any]:
+    """NumPy broadcasting of several dimension lists."""
+    from kiln import tir
+
+    ndim = max(len(d) for d in dims_list)
+    out = []
+    for k in range(ndim):
+        result = None
+        for dims in dims_list:
+            offset = k - (ndim - len(dims))
+            if offset < 0:
+                continue
+            d = dims[offset]
+            result = d if result is None else tir.Select(result == _i64(1), d, result)
+        out.append(result)
+    return out
+
+
+def _prod(dims: list[Any]) -> Any:
+    result = _i64(1)
+    for d in dims:
+        result = result * d
+    return result
+
+
+def _axes(axis: Any, ndim: int) -> list[int]:
+    if axis is None:
+        return list(range(ndim))
+    axis = [axis] if isinstance(axis, int) else list(axis)
+    return sorted(int(a) % ndim for a in axis)
+
+
+# -- per-op rules: (attrs, in_dims, out_types) -> out_dims --------------------------------
+
+
+def _dense(attrs, ins, outs):
+    return [ins[0][:-1] + [ins[1][0]]]
+
+
+def _matmul(attrs, ins, outs):
+    a, b = ins
+    rows = a[-1] if getattr(attrs, "transpose_a", False) else a[-2]
+    cols = b[-2] if getattr(attrs, "transpose_b", False) else b[-1]
+    return [_broadcast([a[:-2], b[:-2]]) + [rows, cols]]
+
+
+def _batch_matmul(attrs, ins, outs):
+    a, b = ins
+    rows = a[-1] if getattr(attrs, "transpose_a", False) else a[-2]
+    cols = b[-2] if getattr(attrs, "transpose_b", True) else b[-1]
+    return [_broadcast([a[:1], b[:1]]) + [rows, cols]]
+
+
+def _reshape(attrs, ins, outs):
+    """TVM's newshape codes: 0 copy, -1 infer, -2 copy the rest, -3 merge two, -4 split."""
+    from kiln import tir
+
+    data = ins[0]
+    newshape = [int(v) for v in attrs.newshape]
+    out: list[Any] = []
+    infer_at = -1
+    src = 0
+    i = 0
+    while i < len(newshape):
+        code = newshape[i]
+        if code > 0:
+            out.append(_i64(code))
+            src += 1
+        elif code == 0:
+            out.append(data[src])
+            src += 1
+        elif code == -1:
+            infer_at = len(out)
+            out.append(None)
+            src += 1
+        elif code == -2:
+            out.extend(data[src:])
+            src = len(data)
+        elif code == -3:
+            out.append(data[src] * data[src + 1])
+            src += 2
+        elif code == -4:
+            first, second = newshape[i + 1], newshape[i + 2]
+            if first == -1:
+                out += [tir.floordiv(data[src], _i64(second)), _i64(second)]
+            elif second == -1:
+                out += [_i64(first), tir.floordiv(data[src], _i64(first))]
+            else:
+                out += [_i64(first), _i64(second)]
+            src += 1
+            i += 2
+        else:
+            raise TVMError(f"reshape: bad newshape code {code}")
+        i += 1
+    if infer_at >= 0:
+        known = _prod([d for d in out if d is not None])
+        out[infer_at] = tir.floordiv(_prod(data), known)
+    return [out]
+
+
+def _concatenate(attrs, ins, outs):
+    axis = int(attrs.axis) % len(ins[0])
+    out = list(ins[0])
+    total = ins[0][axis]
+    for dims in ins[1:]:
+        total = total + dims[axis]
+    out[axis] = total
+    return [out]
+
+
+def _transpose(attrs, ins, outs):
+    data = ins[0]
+    axes = getattr(attrs, "axes", None)
+    axes = list(range(len(data)))[::-1] if not axes else [int(a) % len(data) for a in axes]
+    return [[data[a] for a in axes]]
+
+
+def _expand_dims(attrs, ins, outs):
+    data = list(ins[0])
+    axis = int(attrs.axis)
+    axis = axis if axis >= 0 else len(data) + axis + 1
+    return [data[:axis] + [_i64(1)] * int(attrs.num_newaxis) + data[axis:]]
+
+
+def _squeeze(attrs, ins, outs):
+    data = ins[0]
+    axis = getattr(attrs, "axis", None)
+    if axis is None:
+        raise TVMError("squeeze with axis=None on a dynamic shape cannot know which dims are 1")
+    drop = set(_axes(axis, len(data)))
+    return [[d for k, d in enumerate(data) if k not in drop]]
+
+
+def _reduce(attrs, ins, outs):
+    data = ins[0]
+    axes = set(_axes(getattr(attrs, "axis", None), len(data)))
+    if getattr(attrs, "exclude", False):
+        axes = set(range(len(data))) - axes
+    keep = getattr(attrs, "keepdims", False)
+    return [[(_i64(1) if k in axes else d) for k, d in enumerate(data)
+             if keep or k not in axes]]
+
+
+def _strided_slice(attrs, ins, outs):
+    from kiln import tir
+
+    data = ins[0]
+    ndim = len(data)
+    axes = list(attrs.axes) if getattr(attrs, "axes", None) is not None else list(range(ndim))
+    begin, end = list(attrs.begin), list(attrs.end)
+    strides = list(attrs.strides or [1]) if attrs.strides is not None else [1]
+    out = list(data)
+    for n, axis in enumerate(axes[: len(begin)]):
+        dim = data[axis]
+        stride = int(strides[n] if n < len(strides) else strides[-1])
+        if stride <= 0:
+            raise TVMError("strided_slice on a dynamic shape supports positive strides only")
+        b = int(begin[n])
+        e = None if n >= len(end) or end[n] is None else int(end[n])
+        lo = dim + _i64(b) if b < 0 else _i64(b)
+        if getattr(attrs, "slice_mode", "end") == "size":
+            hi = dim if e is None or e < 0 else lo + _i64(e)
+        else:
+            hi = dim if e is None else (dim + _i64(e) if e < 0 else _i64(e))
+        lo = tir.Max(tir.Min(lo, dim), _i64(0))
+        hi = tir.Max(tir.Min(hi, dim), lo)
+        out[axis] = tir.floordiv(hi - lo + _i64(stride - 1), _i64(stride))
+    return [out]
+
+
+def _take(attrs, ins, outs):
+    data, indices = ins
+    axis = getattr(attrs, "axis", None)
+    if axis is None:
+        return [list(indices)]
+    axis = int(axis) % len(data)
+    return [data[:axis] + list(indices) + data[axis + 1:]]
+
+
+def _batch_flatten(attrs, ins, outs):
+    return [[ins[0][0], _prod(ins[0][1:])]]
+
+
+def _same_batch(attrs, ins, outs):
+    """Ops (conv, pooling) whose only dynamic dimension is the batch of input 0."""
+    out_type = outs[0]
+    return [[ins[0][0]] + [_i64(int(d)) if isinstance(getattr(d, "value", None), int)
+                           else None for d in list(out_type.shape)[1:]]]
+
+
+def _identity(attrs, ins, outs):
+    return [list(ins[0])]
+
+
+SHAPE_RULES: dict[str, Any] = {
+    "nn.dense": _dense,
+    "nn.matmul": _matmul,
+    "nn.batch_matmul": _batch_matmul,
+    "reshape": _reshape,
+    "concatenate": _concatenate,
+    "transpose": _transpose,
+    "expand_dims": _expand_dims,
+    "squeeze": _squeeze,
+    "strided_slice": _strided_slice,
+    "take": _take,
+    "nn.batch_flatten": _batch_flatten,
+    "nn.softmax": _identity,
+    "nn.log_softmax": _identity,
+    "nn.bias_add": _identity,
+    "cast": _identity,
+    "clip": _identity,
+    **{name: _reduce for name in ("sum", "mean", "max", "min", "prod", "argmax", "argmin",
+                                  "all", "any", "variance")},
+    **{name: _same_batch for name in ("nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d",
+                                      "nn.global_avg_pool2d", "nn.global_max_pool2d",
+                                      "nn.conv1d", "nn.max_pool1d", "nn.avg_pool1d")},
+}
+
+
+def _register() -> None:
+    from kiln.relay.op.op import register_shape_func
+
+    for name, rule in SHAPE_RULES.items():
+        try:
+            Op.get(name)
+        except Exception:  # noqa: BLE001 - an op this kiln does not define
+            continue
+        if Op.get(name).get_attr("FShapeFunc") is None:
+            register_shape_func(name, False, rule)
+
+
+_register()
+
+
+def shape_rule(op_name: str) -> Any:
+    """The ``FShapeFunc`` of an operator, or None."""
+    return Op.get(op_name).get_attr("FShapeFunc")
+
+
+# -- composing the rules over a primitive function ----------------------------------------
+
+
+def _flat_types(ty: Any) -> list[TensorType]:
+    if isinstance(ty, TupleType):
+        return [t for f in ty.fields for t in _flat_types(f)]
+    return [ty]
+
+
+def _with_static(dims: list[Any], ty: TensorType) -> list[Any]:
+    """Known dimensions of ``ty`` replace computed ones (constants fold away)."""
+    out = []
+    for k, d in enumerate(ty.shape):
+        value = getattr(d, "value", None)
+        out.append(_i64(value) if isinstance(value, int) else dims[k])
+    return out
+
+
+class _ShapeBuilder:
+    """Walks a primitive function body; each node maps to dims lists of its flat outputs."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, list[list[Any]]] = {}
+
+    def visit(self, node: Any) -> list[list[Any]]:
+        key = id(node)
+        if key not in self.memo:
+            self.memo[key] = self._visit(node)
+        return self.memo[key]
+
+    def _visit(self, node: Any) -> list[list[Any]]:
+        if isinstance(node, rx.Constant):
+            return [[_i64(d) for d in node.data.shape]]
+        if isinstance(node, rx.Tuple):
+            return [d for f in node.fields for d in self.visit(f)]
+        if isinstance(node, rx.TupleGetItem):
+            fields = self.visit(node.tuple_value)
+            sizes = [len(_flat_types(t)) for t in node.tuple_value.checked_type.fields]
+            start = sum(sizes[: node.index])
+            return fields[start: start + sizes[node.index]]
+        if isinstance(node, rx.Let):
+            self.memo[id(node.var)] = self.visit(node.value)
+            return self.visit(node.body)
+        if isinstance(node, rx.Call) and isinstance(node.op, Op):
+            return self._call(node)
+        raise TVMError(f"no shape function for {type(node).__name__} in a primitive function")
+
+    def _call(self, call: rx.Call) -> list[list[Any]]:
+        ins = [d for a in call.args for d in self.visit(a)]
+        out_types = _flat_types(call.checked_type)
+        rule = call.op.get_attr("FShapeFunc")
+        if rule is not None:
+            outs = rule(call.attrs, ins, out_types)
+        else:
+            pattern = call.op.get_attr("TOpPattern")
+            pattern = int(OpPattern.OPAQUE if pattern is None else pattern)
+            if pattern > OpPattern.BROADCAST and any(
+                    not isinstance(getattr(d, "value", None), int)
+                    for t in out_types for d in t.shape):
+                raise TVMError(f"operator {call.op.name} has no shape function, so it cannot "
+                               "produce a dynamic (Any) shape in the VM")
+            outs = [_broadcast(ins) if ins else [] for _ in out_types]
+        return [_with_static(d, t) for d, t in zip(outs, out_types)]
+
+
+def _dynamic_params(func: rx.Function) -> list[tuple[int, TensorType]]:
+    """(flat input index, type) of each input tensor with a dynamic dimension."""
+    flat = [t for p in func.params for t in _flat_types(p.checked_type)]
+    return [(i, t) for i, t in enumerate(flat)
+            if any(not isinstance(getattr(d, "value", None), int) for d in t.shape)]
+
+
+def _build_shape_kernel(func: rx.Function, name: str) -> tuple[Any, list[bool]]:
+    """The PrimFunc computing output shapes and sizes; per output, whether it is dynamic."""
+    from kiln import te, tir
+    from kiln.runtime.ndarray import DataType
+    from kiln.te.lowering import lower
+
+    builder = _ShapeBuilder()
+    dynamic_inputs = dict(_dynamic_params(func))
+    shape_inputs = []
+    flat_index = 0
+    for param in func.params:
+        dims_list = []
+        for ty in _flat_types(param.checked_type):
+            if flat_index in dynamic_inputs:
+                ph = te.placeholder((len(ty.shape),), "int64", name=f"shape_{flat_index}")
+                shape_inputs.append(ph)
+                dims_list.append(_with_static([ph[k] for k in range(len(ty.shape))], ty))
+            else:
+                dims_list.append([_i64(int(d.value)) for d in ty.shape])
+            flat_index += 1
+        builder.memo[id(param)] = dims_list
+    out_dims = builder.visit(func.body)
+    out_types = _flat_types(func.body.checked_type)
+    outputs, dynamic = [], []
+    for k, (dims, ty) in enumerate(zip(out_dims, out_types)):
+        is_dynamic = any(not isinstance(getattr(d, "value", None), int) for d in ty.shape)
+        dynamic.append(is_dynamic)
+        if not is_dynamic:
+            continue
+
+        def pick(i, dims=dims):
+            value = dims[-1]
+            for j in range(len(dims) - 2, -1, -1):
+                value = tir.Select(i == j, dims[j], value)
+            return value
+
+        dt = DataType(str(ty.dtype))
+        itemsize = (dt.bits * dt.lanes + 7) // 8
+        outputs.append(te.compute((len(dims),), pick, name=f"out_shape_{k}"))
+        outputs.append(te.compute((1,), lambda _, dims=dims: _prod(dims) * _i64(itemsize),
+                                  name=f"out_bytes_{k}"))
+    sch = te.create_schedule([o.op for o in outputs])
+    lowered = lower(sch, shape_inputs + outputs, name=name)
+    from kiln.ir.module import IRModule
+
+    prim = lowered[name] if isinstance(lowered, IRModule) else lowered
+    return prim, dynamic
+
+
+def _cached(tec: Any, table: str, func: rx.Function, make: Any) -> Any:
+    cache = tec.__dict__.setdefault(table, {})
+    key = structural_hash(func)
+    for seen, value in cache.get(key, ()):
+        if structural_equal(seen, func):
+            return value
+    value = make(f"{key & (2**64 - 1):016x}")
+    cache.setdefault(key, []).append((func, value))
+    return value
+
+
+def lower_dynamic(tec: Any, func: rx.Function) -> Any:
+    """Lower a primitive function with dynamic dims (symbolic shape variables) into ``tec``."""
+    from kiln import te
+    from kiln.ir.module import IRModule
+    from kiln.relay.backend.te_compiler import LoweredFunc, _ComputeBuilder
+    from kiln.relay.op.strategy import target_schedule
+    from kiln.relay.transform.fuse_ops import fused_function_name
+    from kiln.te.lowering import lower
+
+    def make(hash_text: str) -> Any:
+        name = tec._unique(tec.prefix + fused_function_name(func) + "_dyn")
+        builder = _ComputeBuilder(tec.target)
+        inputs = []
+        for param in func.params:
+            tensors = []
+            for ty in _flat_types(param.checked_type):
+                shape = tuple(
+                    int(d.value) if isinstance(getattr(d, "value", None), int)
+                    else te.var(f"{param.name_hint}_n{k}_{len(inputs)}", "int64")
+                    for k, d in enumerate(ty.shape))
+                tensors.append(te.placeholder(shape, str(ty.dtype), name=param.name_hint))
+            builder.memo[id(param)] = tensors
+            inputs.extend(tensors)
+        outputs = builder.visit(func.body)
+        outputs = [te.compute(o.shape, lambda *i, o=o: o(*i), name="copy")
+                   if any(o is i for i in inputs) else o for o in outputs]
+        anchor = builder.anchor
+        if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
+            sch = anchor[1].schedule(anchor[2], outputs, tec.target)
+        else:
+            sch = target_schedule("injective", outputs, tec.target)
+        lowered = lower(sch, inputs + outputs, name=name)
+        prim = lowered[name] if isinstance(lowered, IRModule) else lowered
+        kernel = LoweredFunc(name, prim, hash_text, len(inputs), len(outputs))
+        tec.lowered.append(kernel)
+        return kernel
+
+    return _cached(tec, "_kiln_vm_dynamic", func, make)
+
+
+def _shape_kernel(tec: Any, func: rx.Function) -> tuple[Any, list[bool]]:
+    from kiln.relay.backend.te_compiler import LoweredFunc
+    from kiln.relay.transform.fuse_ops import fused_function_name
+
+    def make(hash_text: str) -> Any:
+        name = tec._unique(tec.prefix + fused_function_name(func) + "_shape_func")
+        prim, dynamic = _build_shape_kernel(func, name)
+        tec.lowered.append(LoweredFunc(name, prim, hash_text, 0, 0))
+        return name, dynamic
+
+    return _cached(tec, "_kiln_vm_shape_funcs", func, make)
+
+
+def emit_shape_function(compiler: Any, func: rx.Function,
+                        args: list[int]) -> list[tuple[int, int] | None]:
+    """Emit ShapeOf + InvokePacked of ``func``'s shape function.
+
+    Returns, per flat output, ``(shape register, byte-size register)``, or None for an output
+    whose shape is static.
+    """
+    name, dynamic = _shape_kernel(compiler.ctx.tec, func)
+    flat_args: list[int] = []
+    for param, register in zip(func.params, args):
+        if isinstance(param.checked_type, TupleType):
+            for k in range(len(_flat_types(param.checked_type))):
+                flat_args.append(compiler._emit_dst(
+                    lambda d, k=k, r=register: bc.GetField(r, k, d)))
+        else:
+            flat_args.append(register)
+    inputs = [compiler._emit_dst(lambda d, r=flat_args[i]: bc.ShapeOf(r, d))
+              for i, _ in _dynamic_params(func)]
+    out_types = _flat_types(func.body.checked_type)
+    results: list[tuple[int, int] | None] = []
+    out_registers: list[int] = []
+    for ty, is_dynamic in zip(out_types, dynamic):
+        if not is_dynamic:
+            results.append(None)
+            continue
+        shape_reg = compiler.alloc.static_tensor((len(ty.shape),), "int64", False)
+        size_reg = compiler.alloc.static_tensor((1,), "int64", False)
+        out_registers += [shape_reg, size_reg]
+        results.append((shape_reg, size_reg))
+    packed = compiler.ctx.packed_index(name)
+    compiler.emit(bc.InvokePacked(packed, len(out_registers), tuple(inputs + out_registers)))
+    return results
