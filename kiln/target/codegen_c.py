@@ -311,6 +311,7 @@ class CodeGenC:
         self._func_name = ""
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
+        self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self.function_names: list[str] = []
 
     # -- public ----------------------------------------------------------------------------
@@ -363,12 +364,14 @@ class CodeGenC:
     def finish(self) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions."""
         parts = [_preamble("c"), *self._vector_types.values(), _PRELUDE_HELPERS.strip()]
+        if self.uses_module_ctx:
+            parts.append(_MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
                      for src in self._imported_c)
         parts.extend(self._functions)
         parts.append(_entry_symbol(self.function_names))
         if self.system_lib:
-            parts.append(_system_lib_registration(self.function_names))
+            parts.append(_system_lib_registration(self.function_names, self.uses_module_ctx))
         return "\n\n".join(parts) + "\n"
 
     # -- names -----------------------------------------------------------------------------
@@ -648,6 +651,38 @@ class CodeGenC:
     def call_type_annotation(self, node: Any) -> str:
         return "0"
 
+    def call_tvm_call_packed(self, node: Any) -> str:
+        """Call a global PackedFunc by name (found once through the module context);
+        Buffer arguments become stack DLTensors. The value is the call's return code."""
+        self.uses_module_ctx = True
+        name = node.args[0].value
+        decls, fills = [], []
+        for index, arg in enumerate(node.args[1:]):
+            kind = _node_name(arg)
+            if kind == "Buffer":
+                dims = ", ".join(f"(int64_t){self.expr(d)}" for d in arg.shape) or "0"
+                code, bits, lanes = DataType(arg.dtype).as_tuple()
+                decls.append(f"int64_t _s{index}[] = {{{dims}}}; DLTensor _t{index} = "
+                             f"{{{self._var_name(arg.data)}, {{kDLCPU, 0}}, {len(arg.shape)}, "
+                             f"{{{code}, {bits}, {lanes}}}, _s{index}, NULL, 0}};")
+                fills.append(f"_a[{index}].v_handle = &_t{index}; _c[{index}] = 7;")
+            elif kind == "StringImm":
+                fills.append(f"_a[{index}].v_str = {_c_string(arg.value)}; _c[{index}] = 11;")
+            elif DataType(arg.dtype).is_float:
+                fills.append(f"_a[{index}].v_float64 = {self.expr(arg)}; _c[{index}] = 2;")
+            elif DataType(arg.dtype).is_handle:
+                fills.append(f"_a[{index}].v_handle = {self.expr(arg)}; _c[{index}] = 3;")
+            else:
+                fills.append(f"_a[{index}].v_int64 = (int64_t){self.expr(arg)}; "
+                             f"_c[{index}] = 0;")
+        count = max(len(node.args) - 1, 1)
+        return (f"({{ static TVMFunctionHandle _f = NULL; int32_t _rc = 0; "
+                f"if (_f == NULL) _rc = TVMBackendGetFuncFromEnv(__tvm_module_ctx, "
+                f"{_c_string(name)}, &_f); {' '.join(decls)} TVMValue _a[{count}]; "
+                f"int _c[{count}]; {' '.join(fills)} TVMValue _r; int _rt; "
+                f"if (_rc == 0) _rc = TVMFuncCall(_f, _a, _c, {len(node.args) - 1}, &_r, &_rt); "
+                f"_rc; }})")
+
     def call_isnullptr(self, node: Any) -> str:
         return f"({self.expr(node.args[0])} == NULL)"
 
@@ -681,6 +716,10 @@ class CodeGenC:
 
     def stmt_Evaluate(self, node: Any) -> None:
         if _node_name(node.value) in ("IntImm", "FloatImm"):
+            return
+        if (_node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed"
+                and self._parallel_depth == 0):
+            self._line(f"if ({self.expr(node.value)} != 0) return -1;")
             return
         self._line(f"{self.expr(node.value)};")
 
@@ -1179,21 +1218,31 @@ def _entry_symbol(names: Sequence[str]) -> str:
     return f'__attribute__((weak)) const char* __tvm_main__ = "{names[0]}";'
 
 
-def _system_lib_registration(names: Sequence[str]) -> str:
+_MODULE_CTX = ("/* set by the loader; tvm_call_packed looks names up through it */\n"
+               "__attribute__((weak)) void* __tvm_module_ctx = NULL;")
+
+
+def _system_lib_registration(names: Sequence[str], module_ctx: bool = False) -> str:
     """A load-time constructor registering every packed function with the system library
     (``-system-lib`` targets; found again with ``kiln.runtime.system_lib()``)."""
     lines = ["static void __attribute__((constructor)) kiln_register_system_lib(void) {"]
     lines += [f'  TVMBackendRegisterSystemLibSymbol("{name}", (void*)&{name});' for name in names]
+    if module_ctx:
+        lines.append('  TVMBackendRegisterSystemLibSymbol("__tvm_module_ctx", '
+                     '(void*)&__tvm_module_ctx);')
     lines.append("}")
     return "\n".join(lines)
 
 
 def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
                 imported_c: Sequence[str] = (), kind: str = "llvm",
-                system_lib: bool = False, packed_names: Sequence[str] = ()) -> str:
+                system_lib: bool = False, packed_names: Sequence[str] = (),
+                module_ctx: bool = False) -> str:
     """C glue for kernels compiled elsewhere: ``(name, signature, unpacked C param types)``
     become a prototype of ``name_unpacked`` plus the packed wrapper ``name``."""
     parts = [_preamble(kind), _PRELUDE_HELPERS.strip()]
+    if module_ctx:
+        parts.append(_MODULE_CTX)
     parts.extend("/* imported by pragma import_c */\n" + src.strip() for src in imported_c)
     for name, signature, param_types in functions:
         parts.append(f"int32_t {name}_unpacked({', '.join(param_types) or 'void'});")
@@ -1204,7 +1253,7 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
                  for name in packed_names)
     parts.append(_entry_symbol(names))
     if system_lib:
-        parts.append(_system_lib_registration(names))
+        parts.append(_system_lib_registration(names, module_ctx))
     return "\n\n".join(parts) + "\n"
 
 

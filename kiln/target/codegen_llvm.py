@@ -155,6 +155,7 @@ class CodeGenLLVM:
         self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
         self.signatures: list[tuple[str, codegen_c.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []  # functions that arrived in packed form
+        self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._strings: dict[str, Any] = {}
         self._lambda_count = 0
         self.vars: dict[int, Any] = {}
@@ -683,6 +684,95 @@ class CodeGenLLVM:
     def call_reinterpret(self, node: Any):
         return self.builder.bitcast(self.expr(node.args[0]), self.ltype(node.dtype))
 
+    def call_tvm_call_packed(self, node: Any):
+        """Call a global PackedFunc by name; Buffer arguments become stack DLTensors.
+
+        The function handle is looked up once (through ``__tvm_module_ctx``, defined in the C
+        glue) and cached in a private global. The value is the call's return code."""
+        ir, b = self.ir, self.builder
+        self.uses_module_ctx = True
+        ctx = self.module.globals.get("__tvm_module_ctx")
+        if ctx is None:
+            ctx = ir.GlobalVariable(self.module, self.void_ptr, "__tvm_module_ctx")
+        cache = ir.GlobalVariable(self.module, self.void_ptr,
+                                  f".kiln_packed_fn{len(self.module.globals)}")
+        cache.linkage = "private"
+        cache.initializer = ir.Constant(self.void_ptr, None)
+        args = list(node.args[1:])
+        count = max(len(args), 1)
+        values = self._alloca_builder.alloca(ir.ArrayType(self.i64, count), name="packed_args")
+        codes = self._alloca_builder.alloca(ir.ArrayType(self.i32, count), name="packed_codes")
+        zero = self.const("int32", 0)
+        for index, arg in enumerate(args):
+            slot = b.gep(values, [zero, self.const("int32", index)])
+            code, value = self._packed_arg(arg)
+            b.store(value, b.bitcast(slot, value.type.as_pointer()))
+            b.store(self.const("int32", code), b.gep(codes, [zero, self.const("int32", index)]))
+        get_env = self._declare("TVMBackendGetFuncFromEnv", self.i32,
+                                [self.void_ptr, self.void_ptr, self.void_ptr.as_pointer()])
+        lookup = self.function.append_basic_block("packed_lookup")
+        call = self.function.append_basic_block("packed_call")
+        done = self.function.append_basic_block("packed_done")
+        b.cbranch(b.icmp_unsigned("==", b.load(cache), ir.Constant(self.void_ptr, None)),
+                  lookup, call)
+        b.position_at_end(lookup)
+        found = b.call(get_env, [b.load(ctx), self._string(node.args[0].value), cache])
+        b.cbranch(b.icmp_signed("==", found, zero), call, done)
+        b.position_at_end(call)
+        func_call = self._declare("TVMFuncCall", self.i32, [
+            self.void_ptr, self.void_ptr, self.i32.as_pointer(), self.i32, self.void_ptr,
+            self.i32.as_pointer()])
+        ret_value = self._alloca_builder.alloca(self.i64, name="packed_ret")
+        ret_code = self._alloca_builder.alloca(self.i32, name="packed_ret_code")
+        rc = b.call(func_call, [b.load(cache), b.bitcast(values, self.void_ptr),
+                                b.bitcast(codes, self.i32.as_pointer()),
+                                self.const("int32", len(args)),
+                                b.bitcast(ret_value, self.void_ptr), ret_code])
+        call_end = b.block
+        b.branch(done)
+        b.position_at_end(done)
+        result = b.phi(self.i32)
+        result.add_incoming(found, lookup)
+        result.add_incoming(rc, call_end)
+        return result
+
+    def _packed_arg(self, arg: Any):
+        """(type code, value to store in the TVMValue slot) of one call_packed argument."""
+        b = self.builder
+        kind = _node_name(arg)
+        if kind == "Buffer":
+            tensor = self._alloca_builder.alloca(self._dltensor_type(), name="packed_tensor")
+            dims = self._alloca_builder.alloca(self.ir.ArrayType(self.i64, max(len(arg.shape),
+                                                                            1)))
+            zero = self.const("int32", 0)
+            for index, dim in enumerate(arg.shape):
+                b.store(self._as_i64(self.expr(dim), dim.dtype),
+                        b.gep(dims, [zero, self.const("int32", index)]))
+            code, bits, lanes = DataType(arg.dtype).as_tuple()
+            fields = [
+                ((0,), b.bitcast(self.expr_Var(arg.data), self.void_ptr)),
+                ((1, 0), self.const("int32", 1)), ((1, 1), self.const("int32", 0)),
+                ((2,), self.const("int32", len(arg.shape))),
+                ((3, 0), self.ir.Constant(self.i8, code)),
+                ((3, 1), self.ir.Constant(self.i8, bits)),
+                ((3, 2), self.ir.Constant(self.ir.IntType(16), lanes)),
+                ((4,), b.bitcast(dims, self.i64.as_pointer())),
+                ((5,), self.ir.Constant(self.i64.as_pointer(), None)),
+                ((6,), self.ir.Constant(self.i64, 0)),
+            ]
+            for path, value in fields:
+                b.store(value, b.gep(tensor, [zero] + [self.const("int32", i) for i in path]))
+            return 7, b.bitcast(tensor, self.void_ptr)
+        if kind == "StringImm":
+            return 11, self._string(arg.value)
+        t = DataType(arg.dtype)
+        value = self.expr(arg)
+        if t.is_handle:
+            return 3, value
+        if t.is_float:
+            return 2, self._convert(value, t, DataType("float64"))
+        return 0, self._convert(value, t, DataType("int64"))
+
     def call_isnullptr(self, node: Any):
         x = self.expr(node.args[0])
         return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
@@ -789,8 +879,17 @@ class CodeGenLLVM:
             self.emit_stmt(stmt)
 
     def stmt_Evaluate(self, node: Any) -> None:
-        if _node_name(node.value) not in ("IntImm", "FloatImm"):
-            self.expr(node.value)
+        if _node_name(node.value) in ("IntImm", "FloatImm"):
+            return
+        value = self.expr(node.value)
+        if _node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed":
+            fail = self.function.append_basic_block("packed_fail")
+            ok = self.function.append_basic_block("packed_ok")
+            self.builder.cbranch(self.builder.icmp_signed("!=", value, self.const("int32", 0)),
+                                 fail, ok)
+            self.builder.position_at_end(fail)
+            self.builder.ret(self.const("int32", -1))
+            self.builder.position_at_end(ok)
 
     def stmt_LetStmt(self, node: Any) -> None:
         self.vars[id(node.var)] = self.expr(node.value)
@@ -1020,7 +1119,7 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     cg, ref, tm = emit_llvm(mod, target)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
     glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
-                                 packed_names=cg.packed_names)
+                                 packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
     text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
     options = codegen_c.compile_options(target)

@@ -373,3 +373,29 @@ def test_functions_already_in_packed_form(target):
     assert b.numpy().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
     with pytest.raises(TVMError, match=r"dbl.B.shape\[0\] has an unsatisfied constraint"):
         module["dbl"](nd(np.zeros(5, "float32")), nd(np.zeros(4, "float32")))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_extern_op_calls_a_registered_packed_function(target):
+    calls = []
+
+    @tvm.register_func("kiln_test.add_scaled", override=True)
+    def add_scaled(x, y, scale):
+        calls.append(scale)
+        y.copyfrom(x.numpy() + scale)
+
+    A = te.placeholder((4, 3), name="A")
+    B = te.extern((4, 3), [A], lambda ins, outs: tvm.tir.call_packed(
+        "kiln_test.add_scaled", ins[0], outs[0], 2.5), name="B")
+    f = tvm.build(te.create_schedule(B.op), [A, B], target=target, name="ext")
+    a = rng.standard_normal((4, 3)).astype("float32")
+    b = nd(np.zeros((4, 3), "float32"))
+    f["ext"](nd(a), b)
+    np.testing.assert_allclose(b.numpy(), a + 2.5, rtol=1e-6)
+    assert calls == [2.5]
+
+    missing = te.extern((4, 3), [A], lambda ins, outs: tvm.tir.call_packed(
+        "kiln_test.no_such_function", ins[0], outs[0]), name="B")
+    g = tvm.build(te.create_schedule(missing.op), [A, missing], target=target, name="ext2")
+    with pytest.raises(TVMError, match="kiln_test.no_such_function"):
+        g["ext2"](nd(a), b)
