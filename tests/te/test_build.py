@@ -255,3 +255,18 @@ def test_lowered_module_builds_like_the_schedule(rand):
     b = kiln.nd.empty((16,))
     func["root"](kiln.nd.array(a), b)
     np.testing.assert_allclose(b.numpy(), np.sqrt(a), rtol=1e-6)
+
+
+def test_extern_packed_function_call(rand):
+    def add_one(src, dst):
+        dst.copyfrom(src.numpy() + 1)
+
+    kiln.register_func("tests.te.add_one", add_one, override=True)
+    A = te.placeholder((8,), name="A")
+    B = te.extern((8,), [A], lambda ins, outs: tir.call_packed("tests.te.add_one", ins[0],
+                                                                 outs[0]), name="B")
+    C = te.compute((8,), lambda i: B[i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    a = rand(8)
+    (c,) = run(s, [A, C], [a], [((8,), "float32")])
+    np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
