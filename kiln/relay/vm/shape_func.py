@@ -355,9 +355,26 @@ def _dynamic_params(func: rx.Function) -> list[tuple[int, TensorType]]:
             if any(not isinstance(getattr(d, "value", None), int) for d in t.shape)]
 
 
+def _selector(dims: list[Any]) -> Any:
+    """fcompute of a shape tensor: element i is dims[i]."""
+    from kiln import tir
+
+    def pick(i):
+        value = dims[-1]
+        for j in range(len(dims) - 2, -1, -1):
+            value = tir.Select(i == j, dims[j], value)
+        return value
+
+    return pick
+
+
+def _constant(value: Any) -> Any:
+    return lambda _: value
+
+
 def _build_shape_kernel(func: rx.Function, name: str) -> tuple[Any, list[bool]]:
     """The PrimFunc computing output shapes and sizes; per output, whether it is dynamic."""
-    from kiln import te, tir
+    from kiln import te
     from kiln.runtime.ndarray import DataType
     from kiln.te.lowering import lower
 
@@ -385,16 +402,10 @@ def _build_shape_kernel(func: rx.Function, name: str) -> tuple[Any, list[bool]]:
         if not is_dynamic:
             continue
 
-        def pick(i, dims=dims):
-            value = dims[-1]
-            for j in range(len(dims) - 2, -1, -1):
-                value = tir.Select(i == j, dims[j], value)
-            return value
-
         dt = DataType(str(ty.dtype))
         itemsize = (dt.bits * dt.lanes + 7) // 8
-        outputs.append(te.compute((len(dims),), pick, name=f"out_shape_{k}"))
-        outputs.append(te.compute((1,), lambda _, dims=dims: _prod(dims) * _i64(itemsize),
+        outputs.append(te.compute((len(dims),), _selector(dims), name=f"out_shape_{k}"))
+        outputs.append(te.compute((1,), _constant(_prod(dims) * _i64(itemsize)),
                                   name=f"out_bytes_{k}"))
     sch = te.create_schedule([o.op for o in outputs])
     lowered = lower(sch, shape_inputs + outputs, name=name)
@@ -493,8 +504,8 @@ def emit_shape_function(compiler: Any, func: rx.Function,
         if not is_dynamic:
             results.append(None)
             continue
-        shape_reg = compiler.alloc.static_tensor((len(ty.shape),), "int64", False)
-        size_reg = compiler.alloc.static_tensor((1,), "int64", False)
+        shape_reg = compiler.alloc.static_tensor((len(ty.shape),), "int64", True)
+        size_reg = compiler.alloc.static_tensor((1,), "int64", True)
         out_registers += [shape_reg, size_reg]
         results.append((shape_reg, size_reg))
     packed = compiler.ctx.packed_index(name)
