@@ -12,6 +12,7 @@ MakePackedAPI is not part of it: code generators apply
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from kiln.runtime.config import debug_level
@@ -85,6 +86,8 @@ def lower(inp: Any, args: list | None = None, name: str = "main", binds: dict | 
           simple_mode: bool = False):
     """Lower a schedule to an IRModule holding one PrimFunc named ``name``.
 
+    ``inp`` may also be a PrimFunc (or an IRModule of them) that only needs the passes.
+
     Example
     -------
     >>> import kiln as tvm
@@ -97,6 +100,16 @@ def lower(inp: Any, args: list | None = None, name: str = "main", binds: dict | 
     >>> print(mod["double"].script().splitlines()[-1].strip())
     B[i.outer * 16 + i.inner] = A[i.outer * 16 + i.inner] * 2.0
     """
+    from kiln.ir.expr import GlobalVar
+    from kiln.ir.module import IRModule
+
+    if isinstance(inp, IRModule):
+        out = IRModule({})
+        for gvar in inp.get_global_vars():
+            func = inp[gvar]
+            out[gvar.name_hint] = _run_pipeline(func, gvar.name_hint) \
+                if isinstance(func, PrimFunc) else func
+        return out
     if isinstance(inp, PrimFunc):
         func = inp
     else:
@@ -109,17 +122,14 @@ def lower(inp: Any, args: list | None = None, name: str = "main", binds: dict | 
         body = schedule_to_stmt(inp, tensor_buffers)
         func = PrimFunc(params, body, None, buffer_map,
                         {"global_symbol": name, "tir.noalias": True})
+    return IRModule({GlobalVar(name): _run_pipeline(func, name)})
+
+
+def _run_pipeline(func: PrimFunc, name: str) -> PrimFunc:
     for pass_name, run in LOWER_PIPELINE:
         func = run(func)
         if debug_level() >= 2:
-            import sys
-
             print(f"[kiln] after {pass_name}:\n{func.script()}", file=sys.stderr)
     if debug_level() >= 3:
-        import sys
-
         print(f"[kiln] lowered {name}:\n{func.script()}", file=sys.stderr)
-    from kiln.ir.expr import GlobalVar
-    from kiln.ir.module import IRModule
-
-    return IRModule({GlobalVar(name): func})
+    return func

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.ir.expr import PrimExpr, Range
+from kiln.ir.expr import PrimExpr
 from kiln.runtime.error import TVMError
-from kiln.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from kiln.te.tensor import ComputeOp, Operation, Tensor
 from kiln.tir import expr as _e
 from kiln.tir.op import convert_expr
 from kiln.tir.stmt import ForKind
@@ -503,4 +503,3 @@ def create_schedule(ops: Operation | Tensor | list) -> Schedule:
     return Schedule(ops)
 
 
-_ = (PlaceholderOp, Range)

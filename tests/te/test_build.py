@@ -270,3 +270,23 @@ def test_extern_packed_function_call(rand):
     a = rand(8)
     (c,) = run(s, [A, C], [a], [((8,), "float32")])
     np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
+
+
+def test_reduction_over_offset_axis_split_with_tail(rand):
+    A = te.placeholder((6, 20), name="A")
+    k = te.reduce_axis((3, 17), name="k")
+    B = te.compute((6,), lambda i: te.sum(A[i, k] * 2.0, axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=5)
+    s[B].reorder(ko, B.op.axis[0], ki)
+    a = rand(6, 20)
+    (b,) = run(s, [A, B], [a], [((6,), "float32")])
+    np.testing.assert_allclose(b, (a[:, 3:17] * 2).sum(1), rtol=1e-5)
+
+
+def test_lower_accepts_primfunc_modules():
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    mod = kiln.lower(te.create_schedule(B.op), [A, B], name="g")
+    again = kiln.lower(mod)
+    assert isinstance(again["g"], tir.PrimFunc)

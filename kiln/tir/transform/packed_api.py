@@ -56,7 +56,6 @@ from typing import Any
 from kiln.ir.expr import IntImm, PrimExpr
 from kiln.ir.type import PointerType, PrimType
 from kiln.runtime.dtype import DataType
-from kiln.runtime.error import TVMError
 from kiln.tir import expr as _e
 from kiln.tir import op as _op
 from kiln.tir import stmt as _s
@@ -262,4 +261,3 @@ def MakePackedAPI(device_type: int = 1):  # noqa: N802 - TVM's pass name
     return prim_func_pass(run, "tir.MakePackedAPI")
 
 
-_ = TVMError

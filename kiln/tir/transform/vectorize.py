@@ -15,13 +15,13 @@ constant extent is replaced by copies of its body.
 from __future__ import annotations
 
 from kiln.arith.analyzer import Analyzer
-from kiln.ir.expr import FloatImm, IntImm, PrimExpr
+from kiln.ir.expr import IntImm, PrimExpr
 from kiln.runtime.dtype import DataType
 from kiln.tir import expr as _e
 from kiln.tir import op as _op
 from kiln.tir import stmt as _s
 from kiln.tir.function import PrimFunc
-from kiln.tir.stmt_functor import StmtExprMutator, post_order_visit, substitute
+from kiln.tir.stmt_functor import StmtExprMutator, substitute
 from kiln.tir.transform.base import prim_func_pass
 
 __all__ = ["VectorizeLoop", "UnrollLoop", "ConvertForLoopsToSerial", "vectorize_stmt",
@@ -280,4 +280,3 @@ def ConvertForLoopsToSerial():  # noqa: N802 - TVM's pass name
                           "tir.ConvertForLoopsToSerial")
 
 
-_ = (FloatImm, post_order_visit)
