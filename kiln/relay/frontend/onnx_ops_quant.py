@@ -1,0 +1,87 @@
+"""ONNX converters: linear quantization (QuantizeLinear, DequantizeLinear,
+DynamicQuantizeLinear), expressed with float arithmetic, rounding and saturating casts.
+
+Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on import.
+
+Example
+-------
+>>> from kiln.relay.frontend import onnx_ops_quant
+>>> from kiln.relay.frontend.onnx_registry import CONVERTERS
+>>> "DequantizeLinear" in CONVERTERS
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import relay
+from kiln.relay.frontend.onnx_registry import register_function, unsupported
+
+__all__: list[str] = []
+
+
+def _const(value, dtype: str):
+    return relay.const(np.asarray(value, dtype=dtype), dtype)
+
+
+def _per_axis(param, x, axis, ctx):
+    """Reshape a 1-D per-axis scale/zero point so it broadcasts along ``axis`` of ``x``."""
+    rank = ctx.rank(x)
+    if ctx.rank(param) != 1 or rank <= 1:
+        return param
+    axis = axis + rank if axis < 0 else axis
+    return relay.reshape(param, [-1] + [1] * (rank - axis - 1))
+
+
+def _saturate(values, dtype):
+    info = np.iinfo(dtype)
+    return relay.cast(relay.clip(values, float(info.min), float(info.max)), dtype)
+
+
+def _quantize(inputs, attrs, ctx):
+    x, scale = inputs[0], inputs[1]
+    zero_point = inputs[2] if len(inputs) > 2 else None
+    if attrs.get("block_size", 0):
+        raise unsupported("QuantizeLinear", "blocked quantization")
+    dtype = ctx.dtype(zero_point) if zero_point is not None else "uint8"
+    if not dtype.startswith(("int", "uint")):
+        raise unsupported("QuantizeLinear", f"output type {dtype}")
+    axis = attrs.get("axis", 1)
+    scale = _per_axis(scale, x, axis, ctx)
+    x = relay.cast(x, "float32")
+    values = relay.round(relay.divide(x, relay.cast(scale, "float32")))
+    if zero_point is not None:
+        values = relay.add(values, relay.cast(_per_axis(zero_point, x, axis, ctx), "float32"))
+    return _saturate(values, dtype)
+
+
+def _dequantize(inputs, attrs, ctx):
+    x, scale = inputs[0], inputs[1]
+    zero_point = inputs[2] if len(inputs) > 2 else None
+    if attrs.get("block_size", 0):
+        raise unsupported("DequantizeLinear", "blocked quantization")
+    axis = attrs.get("axis", 1)
+    out_dtype = ctx.dtype(scale)
+    values = relay.cast(x, "float32")
+    if zero_point is not None:
+        zero = relay.cast(_per_axis(zero_point, x, axis, ctx), "float32")
+        values = relay.subtract(values, zero)
+    out = relay.multiply(values, relay.cast(_per_axis(scale, x, axis, ctx), "float32"))
+    return relay.cast(out, out_dtype) if out_dtype != "float32" else out
+
+
+def _dynamic_quantize(inputs, attrs, ctx):
+    x = inputs[0]
+    zero = _const(0, "float32")
+    high = relay.maximum(zero, relay.max(x))
+    low = relay.minimum(zero, relay.min(x))
+    scale = relay.divide(relay.subtract(high, low), _const(255, "float32"))
+    zero_point = _saturate(relay.round(relay.divide(relay.negative(low), scale)), "uint8")
+    values = relay.add(relay.round(relay.divide(x, scale)), relay.cast(zero_point, "float32"))
+    return [_saturate(values, "uint8"), scale, zero_point]
+
+
+register_function("QuantizeLinear", _quantize)
+register_function("DequantizeLinear", _dequantize)
+register_function("DynamicQuantizeLinear", _dynamic_quantize, since=11)

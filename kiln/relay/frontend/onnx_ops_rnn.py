@@ -1,0 +1,274 @@
+"""ONNX converters: the recurrent layers RNN, GRU and LSTM, unrolled over a static sequence.
+
+Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on import.
+
+Each direction runs the cell once per time step with Relay ``dense`` calls; forward,
+reverse and bidirectional layers, custom activations (with their alpha/beta), ``clip``,
+``layout=1``, LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the
+ONNX operator definitions. ``sequence_lens`` masks the state updates of forward directions.
+
+Example
+-------
+>>> from kiln.relay.frontend import onnx_ops_rnn
+>>> from kiln.relay.frontend.onnx_registry import CONVERTERS
+>>> sorted(n for n in CONVERTERS if n in ("GRU", "LSTM", "RNN"))
+['GRU', 'LSTM', 'RNN']
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kiln import relay
+from kiln.relay.frontend.common import is_static
+from kiln.relay.frontend.onnx_registry import register_function, unsupported
+
+__all__: list[str] = []
+
+
+def _const(value, dtype: str):
+    return relay.const(np.asarray(value, dtype=dtype), dtype)
+
+
+ACTIVATIONS = {
+    "relu": lambda x, a, b, dt: relay.nn.relu(x),
+    "tanh": lambda x, a, b, dt: relay.tanh(x),
+    "sigmoid": lambda x, a, b, dt: relay.sigmoid(x),
+    "affine": lambda x, a, b, dt: relay.add(relay.multiply(_const(a, dt), x), _const(b, dt)),
+    "leakyrelu": lambda x, a, b, dt: relay.nn.leaky_relu(x, a),
+    "thresholdedrelu": lambda x, a, b, dt: relay.where(
+        relay.greater(x, _const(a, dt)), x, relay.zeros_like(x)),
+    "scaledtanh": lambda x, a, b, dt: relay.multiply(
+        _const(a, dt), relay.tanh(relay.multiply(_const(b, dt), x))),
+    "hardsigmoid": lambda x, a, b, dt: relay.clip(
+        relay.add(relay.multiply(_const(a, dt), x), _const(b, dt)), 0.0, 1.0),
+    "elu": lambda x, a, b, dt: relay.where(
+        relay.less(x, _const(0, dt)),
+        relay.multiply(_const(a, dt), relay.subtract(relay.exp(x), _const(1, dt))), x),
+    "softsign": lambda x, a, b, dt: relay.divide(x, relay.add(_const(1, dt), relay.abs(x))),
+    "softplus": lambda x, a, b, dt: relay.log(relay.add(_const(1, dt), relay.exp(x))),
+}
+
+# Default alpha/beta of the activations that take them (ONNX operator definitions).
+ACTIVATION_DEFAULTS = {"leakyrelu": (0.01, 0.0), "thresholdedrelu": (1.0, 0.0),
+                       "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, 0.0),
+                       "affine": (1.0, 0.0)}
+
+
+def _activation_list(attrs, defaults, num_directions, op_name):
+    names = list(attrs.get("activations", defaults * num_directions))
+    alphas = list(attrs.get("activation_alpha", []))
+    betas = list(attrs.get("activation_beta", []))
+    result = []
+    for name in names:
+        key = name.lower()
+        if key not in ACTIVATIONS:
+            raise unsupported(op_name, f"activation {name!r}")
+        alpha, beta = ACTIVATION_DEFAULTS.get(key, (0.0, 0.0))
+        if key in ACTIVATION_DEFAULTS:
+            alpha = alphas.pop(0) if alphas else alpha
+            beta = betas.pop(0) if betas and key in ("scaledtanh", "hardsigmoid",
+                                                     "affine") else beta
+        result.append(lambda x, dt, f=ACTIVATIONS[key], a=alpha, b=beta: f(x, a, b, dt))
+    per_direction = len(defaults)
+    return [result[i * per_direction:(i + 1) * per_direction] for i in range(num_directions)]
+
+
+class _Layer:
+    """The unpacked inputs of a recurrent layer, time-major, one slice per direction."""
+
+    def __init__(self, inputs, attrs, ctx, gates, op_name, state_count):
+        x = inputs[0]
+        self.layout = attrs.get("layout", 0)
+        if self.layout:
+            x = relay.transpose(x, (1, 0, 2))
+        shape = ctx.shape(x)
+        if not is_static(shape[:1]):
+            raise unsupported(op_name, "a sequence length unknown at conversion time")
+        self.steps, self.batch = shape[0], shape[1]
+        self.dtype = ctx.dtype(x)
+        self.hidden = attrs.get("hidden_size") or ctx.shape(inputs[2])[-1]
+        direction = attrs.get("direction", "forward")
+        self.directions = {"forward": ["forward"], "reverse": ["reverse"],
+                           "bidirectional": ["forward", "reverse"]}[direction]
+        self.clip = attrs.get("clip")
+        self.xs = [relay.squeeze(s, [0]) for s in _split(x, self.steps, 0)]
+        count = len(self.directions)
+
+        def per_direction(index):
+            value = inputs[index] if len(inputs) > index else None
+            return [None] * count if value is None else _split(value, count, 0, squeeze=True)
+
+        self.w, self.r = per_direction(1), per_direction(2)
+        self.b = per_direction(3)
+        self.lens = inputs[4] if len(inputs) > 4 else None
+        self.initial = [per_direction(5 + i) for i in range(state_count)]
+        self.gates = gates
+        self.ctx = ctx
+
+    def zeros(self):
+        return relay.zeros((self.batch, self.hidden), self.dtype)
+
+    def clipped(self, x):
+        return relay.clip(x, -self.clip, self.clip) if self.clip is not None else x
+
+    def step_mask(self, t):
+        """(batch, 1) bool: whether step ``t`` lies inside each sequence (None: all do)."""
+        if self.lens is None:
+            return None
+        value = self.ctx.value(self.lens)
+        if value is not None and np.all(value == self.steps):
+            return None
+        mask = relay.less(_const(t, "int32"), relay.cast(self.lens, "int32"))
+        return relay.expand_dims(mask, 1)
+
+    def order(self, direction):
+        if direction == "reverse" and self.step_mask(0) is not None:
+            raise unsupported("RNN", "sequence_lens with a reverse direction")
+        steps = range(self.steps)
+        return list(reversed(steps)) if direction == "reverse" else list(steps)
+
+    def finish(self, outputs_per_direction, finals_per_direction):
+        """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H)."""
+        ys = [relay.stack(outs, 0) for outs in outputs_per_direction]
+        y = relay.stack(ys, 1)
+        finals = [relay.stack(list(states), 0) for states in zip(*finals_per_direction)]
+        if self.layout:
+            y = relay.transpose(y, (2, 0, 1, 3))
+            finals = [relay.transpose(f, (1, 0, 2)) for f in finals]
+        return [y, *finals]
+
+
+def _split(x, parts, axis, squeeze=False):
+    if parts == 1:
+        pieces = [x]
+    else:
+        tuple_value = relay.split(x, parts, axis)
+        pieces = [tuple_value[i] for i in range(parts)]
+    return [relay.squeeze(p, [axis]) for p in pieces] if squeeze else pieces
+
+
+def _gate_weights(matrix, count):
+    return _split(matrix, count, 0)
+
+
+def _bias_pairs(bias, hidden_count):
+    """(input bias chunks, recurrent bias chunks) from ONNX's concatenated [Wb, Rb]."""
+    if bias is None:
+        return None, None
+    wb, rb = _split(bias, 2, 0)
+    return _split(wb, hidden_count, 0), _split(rb, hidden_count, 0)
+
+
+def _linear(x, weight, bias=None):
+    out = relay.nn.dense(x, weight)
+    return relay.add(out, bias) if bias is not None else out
+
+
+def _masked(mask, new, old):
+    return new if mask is None else relay.where(mask, new, old)
+
+
+def _rnn(inputs, attrs, ctx):
+    layer = _Layer(inputs, attrs, ctx, 1, "RNN", 1)
+    acts = _activation_list(attrs, ["Tanh"], len(layer.directions), "RNN")
+    ys, finals = [], []
+    for d, direction in enumerate(layer.directions):
+        f = acts[d][0]
+        wb, rb = _bias_pairs(layer.b[d], 1)
+        bias = relay.add(wb[0], rb[0]) if wb is not None else None
+        h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
+        outs = [None] * layer.steps
+        for t in layer.order(direction):
+            new = f(layer.clipped(relay.add(_linear(layer.xs[t], layer.w[d], bias),
+                                            _linear(h, layer.r[d]))), layer.dtype)
+            mask = layer.step_mask(t)
+            outs[t] = _masked(mask, new, relay.zeros_like(new))
+            h = _masked(mask, new, h)
+        ys.append(outs)
+        finals.append([h])
+    return layer.finish(ys, finals)
+
+
+def _gru(inputs, attrs, ctx):
+    layer = _Layer(inputs, attrs, ctx, 3, "GRU", 1)
+    acts = _activation_list(attrs, ["Sigmoid", "Tanh"], len(layer.directions), "GRU")
+    linear_before_reset = attrs.get("linear_before_reset", 0)
+    ys, finals = [], []
+    for d, direction in enumerate(layer.directions):
+        f, g = acts[d]
+        wz, wr, wh = _gate_weights(layer.w[d], 3)
+        rz, rr, rh = _gate_weights(layer.r[d], 3)
+        wb, rb = _bias_pairs(layer.b[d], 3)
+        wb = wb or [None] * 3
+        rb = rb or [None] * 3
+        h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
+        outs = [None] * layer.steps
+        for t in layer.order(direction):
+            x = layer.xs[t]
+            z = f(layer.clipped(relay.add(_linear(x, wz, wb[0]), _linear(h, rz, rb[0]))),
+                  layer.dtype)
+            r = f(layer.clipped(relay.add(_linear(x, wr, wb[1]), _linear(h, rr, rb[1]))),
+                  layer.dtype)
+            if linear_before_reset:
+                recurrent = relay.multiply(r, _linear(h, rh, rb[2]))
+            else:
+                recurrent = _linear(relay.multiply(r, h), rh, rb[2])
+            candidate = g(layer.clipped(relay.add(_linear(x, wh, wb[2]), recurrent)),
+                          layer.dtype)
+            one = _const(1, layer.dtype)
+            new = relay.add(relay.multiply(relay.subtract(one, z), candidate),
+                            relay.multiply(z, h))
+            mask = layer.step_mask(t)
+            outs[t] = _masked(mask, new, relay.zeros_like(new))
+            h = _masked(mask, new, h)
+        ys.append(outs)
+        finals.append([h])
+    return layer.finish(ys, finals)
+
+
+def _lstm(inputs, attrs, ctx):
+    layer = _Layer(inputs, attrs, ctx, 4, "LSTM", 2)
+    acts = _activation_list(attrs, ["Sigmoid", "Tanh", "Tanh"], len(layer.directions), "LSTM")
+    peepholes = inputs[7] if len(inputs) > 7 else None
+    peep = [None] * len(layer.directions) if peepholes is None else \
+        _split(peepholes, len(layer.directions), 0, squeeze=True)
+    input_forget = attrs.get("input_forget", 0)
+    ys, finals = [], []
+    for d, direction in enumerate(layer.directions):
+        f, g, hact = acts[d]
+        w_gates = _gate_weights(layer.w[d], 4)  # i, o, f, c
+        r_gates = _gate_weights(layer.r[d], 4)
+        wb, rb = _bias_pairs(layer.b[d], 4)
+        biases = [relay.add(a, b) for a, b in zip(wb, rb)] if wb is not None else [None] * 4
+        p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
+        h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
+        c = layer.initial[1][d] if layer.initial[1][d] is not None else layer.zeros()
+        outs = [None] * layer.steps
+        for t in layer.order(direction):
+            x = layer.xs[t]
+            pre = [relay.add(_linear(x, w, b), _linear(h, r))
+                   for w, r, b in zip(w_gates, r_gates, biases)]
+            if p_i is not None:
+                pre[0] = relay.add(pre[0], relay.multiply(p_i, c))
+                pre[2] = relay.add(pre[2], relay.multiply(p_f, c))
+            i = f(layer.clipped(pre[0]), layer.dtype)
+            forget = f(layer.clipped(pre[2]), layer.dtype)
+            if input_forget:
+                forget = relay.subtract(_const(1, layer.dtype), i)
+            candidate = g(layer.clipped(pre[3]), layer.dtype)
+            new_c = relay.add(relay.multiply(forget, c), relay.multiply(i, candidate))
+            o_pre = pre[1] if p_o is None else relay.add(pre[1], relay.multiply(p_o, new_c))
+            o = f(layer.clipped(o_pre), layer.dtype)
+            new_h = relay.multiply(o, hact(new_c, layer.dtype))
+            mask = layer.step_mask(t)
+            outs[t] = _masked(mask, new_h, relay.zeros_like(new_h))
+            h, c = _masked(mask, new_h, h), _masked(mask, new_c, c)
+        ys.append(outs)
+        finals.append([h, c])
+    return layer.finish(ys, finals)
+
+
+register_function("RNN", _rnn)
+register_function("GRU", _gru)
+register_function("LSTM", _lstm)
