@@ -7,10 +7,13 @@ Entry points: :func:`schedule_injective`, :func:`schedule_reduce` (:mod:`.inject
 
 from __future__ import annotations
 
+from kiln.topi.x86.conv2d import conv2d_nchw, schedule_conv2d_nchw
+from kiln.topi.x86.dense import dense_pack, schedule_dense_pack
 from kiln.topi.x86.injective import (
                                      schedule_injective,
                                      schedule_injective_from_existing,
                                      schedule_reduce,
 )
 
-__all__ = ["schedule_injective", "schedule_injective_from_existing", "schedule_reduce"]
+__all__ = ["schedule_injective", "schedule_injective_from_existing", "schedule_reduce",
+           "dense_pack", "schedule_dense_pack", "conv2d_nchw", "schedule_conv2d_nchw"]

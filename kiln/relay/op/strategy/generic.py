@@ -18,6 +18,7 @@ from typing import Any
 from kiln import topi
 from kiln.relay.op.strategy.registry import (
     OpStrategy,
+    register_implementation,
     register_strategy,
     register_target_schedule,
     target_schedule,
@@ -307,10 +308,12 @@ SCHEDULES = {"injective": schedule_injective, "reduce": schedule_reduce,
 
 def wrap_strategy(compute: Callable, schedule: Callable, name: str,
                   config: dict | None = None) -> Callable:
-    """A strategy function with one implementation."""
+    """A strategy function with one (registered) implementation."""
+    impl = register_implementation(compute, schedule, name, config=config)
+
     def fstrategy(attrs, inputs, out_type, target):
         strategy = OpStrategy()
-        strategy.add_implementation(compute, schedule, name=name, config=config)
+        strategy.add(impl)
         return strategy
 
     return fstrategy

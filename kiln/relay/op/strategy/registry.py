@@ -29,6 +29,7 @@ from typing import Any
 from kiln.runtime.error import OpNotImplemented, TVMError
 
 __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for",
+           "register_implementation", "IMPLEMENTATIONS",
            "select_implementation", "register_tuned_selector", "register_target_schedule",
            "target_schedule", "target_keys", "registered_keys"]
 
@@ -59,9 +60,29 @@ class OpStrategy:
         self.implementations.append(
             OpImplementation(compute, schedule, name, plevel, dict(config or {})))
 
+    def add(self, impl: OpImplementation) -> None:
+        """Add a registered implementation (see :func:`register_implementation`)."""
+        self.implementations.append(impl)
+
     def __repr__(self) -> str:
         names = ", ".join(f"{i.name}@{i.plevel}" for i in self.implementations)
         return f"OpStrategy([{names}])"
+
+
+# implementation name ("dense_pack.x86") -> its compute + schedule pair and knobs
+IMPLEMENTATIONS: dict[str, OpImplementation] = {}
+
+
+def register_implementation(compute: Callable, schedule: Callable, name: str,
+                            plevel: int = 10, config: dict | None = None) -> OpImplementation:
+    """Record a compute + schedule pair under ``name`` (one name, one pair)."""
+    impl = OpImplementation(compute, schedule, name, plevel, dict(config or {}))
+    present = IMPLEMENTATIONS.get(name)
+    if present is not None and (present.compute is not compute or
+                                present.schedule is not schedule):
+        raise TVMError(f"implementation {name!r} registered twice with different halves")
+    IMPLEMENTATIONS[name] = impl
+    return impl
 
 
 # op name -> target key -> strategy function

@@ -1,12 +1,22 @@
 """x86 (target key ``cpu``) strategies: parallel, vectorized schedules.
 
-Entry points: the ``cpu`` schedules for injective and reduction groups.
+Entry points: the ``cpu`` schedules for injective and reduction groups, and the ``cpu``
+strategies of ``nn.dense`` (``dense_pack.x86``), ``nn.contrib_dense_pack`` and ``nn.conv2d``
+(``conv2d_nchw.x86`` for NCHW/OIHW, groups 1), each beside its generic fallback.
 """
 
 from __future__ import annotations
 
 from kiln import topi
-from kiln.relay.op.strategy.registry import register_target_schedule
+from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
+from kiln.relay.op.strategy.registry import (
+    OpStrategy,
+    register_implementation,
+    register_strategy,
+    register_target_schedule,
+)
+from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import dense as x86_dense
 
 
 @register_target_schedule("injective", "cpu")
@@ -17,3 +27,56 @@ def schedule_injective_cpu(outs):
 @register_target_schedule("reduce", "cpu")
 def schedule_reduce_cpu(outs):
     return topi.x86.schedule_reduce(outs)
+
+
+def _dtype(out_type) -> str:
+    return str(out_type.dtype)
+
+
+DENSE_PACK = register_implementation(
+    lambda attrs, inputs, out_type: [x86_dense.dense_pack(inputs[0], inputs[1], None,
+                                                          _dtype(out_type))],
+    lambda attrs, outs, target: x86_dense.schedule_dense_pack(outs),
+    "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG)
+PREPACKED_DENSE = register_implementation(
+    COMPUTES["nn.contrib_dense_pack"],
+    lambda attrs, outs, target: x86_dense.schedule_dense_pack(outs),
+    "contrib_dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG)
+CONV2D_NCHW = register_implementation(
+    lambda a, i, t: [x86_conv2d.conv2d_nchw(i[0], i[1], list(a.strides), list(a.padding),
+                                            list(a.dilation), _dtype(t))],
+    lambda attrs, outs, target: x86_conv2d.schedule_conv2d_nchw(outs),
+    "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG)
+_GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,
+                                          f"{name.split('.')[-1]}.generic")
+            for name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d")}
+
+
+def _static_2d(tensor) -> bool:
+    return all(hasattr(d, "value") for d in tensor.shape)
+
+
+@register_strategy("nn.dense", "cpu")
+def dense_strategy_cpu(attrs, inputs, out_type, target):
+    strategy = OpStrategy()
+    strategy.add(_GENERIC["nn.dense"])
+    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
+        strategy.add(DENSE_PACK)
+    return strategy
+
+
+@register_strategy("nn.contrib_dense_pack", "cpu")
+def dense_pack_strategy_cpu(attrs, inputs, out_type, target):
+    strategy = OpStrategy()
+    strategy.add(_GENERIC["nn.contrib_dense_pack"])
+    strategy.add(PREPACKED_DENSE)
+    return strategy
+
+
+@register_strategy("nn.conv2d", "cpu")
+def conv2d_strategy_cpu(attrs, inputs, out_type, target):
+    strategy = OpStrategy()
+    strategy.add(_GENERIC["nn.conv2d"])
+    if attrs.groups == 1 and attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW":
+        strategy.add(CONV2D_NCHW)
+    return strategy

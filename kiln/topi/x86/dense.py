@@ -1,0 +1,87 @@
+"""x86 dense with a packed weight (``dense_pack.x86``): register-blocked, vectorized, parallel.
+
+Entry points: :func:`dense_pack` (compute), :func:`schedule_dense_pack` (schedule),
+:data:`DEFAULT_CONFIG` (the knobs: ``tile_y`` rows × ``tile_x`` packed columns per register
+block, ``tile_k`` reduction steps per unrolled chunk).
+
+The weight ``[N, K]`` is packed as ``[N / tile_x, K, tile_x]`` (Relay folds this at compile
+time for constant weights), so the innermost loop reads ``tile_x`` contiguous floats: two AVX2
+vectors for ``tile_x = 16``. Each parallel task computes one ``tile_y × tile_x`` output block
+in a local accumulator (``cache_write``), looping ``k`` outside the unrolled rows and the
+vectorized columns; a bias/activation epilogue is computed in the same task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te
+from kiln.topi.nn.dense import dense_pack as _dense_pack_compute
+from kiln.topi.nn.dense import pack_weight
+from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
+
+DEFAULT_CONFIG = {"tile_y": 4, "tile_x": 16, "tile_k": 4}
+
+
+def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None,
+               out_dtype: str | None = None, config: dict | None = None) -> te.Tensor:
+    """``data @ weight.T (+ bias)`` through a ``[N / tile_x, K, tile_x]`` packed weight."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    n = get_const_int(weight.shape[0])
+    lanes = divisor_at_most(n, cfg["tile_x"])
+    return _dense_pack_compute(data, pack_weight(weight, lanes), bias, out_dtype)
+
+
+def schedule_dense_pack(outs: Any, config: dict | None = None) -> Any:
+    """Schedule every ``dense_pack`` op in ``outs`` (and its fused epilogue)."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    sch = te.create_schedule([t.op for t in outs])
+
+    def visit(op):
+        if op.tag == "dense_pack":
+            _schedule_block(sch, op.output(0), outs[0], cfg)
+
+    traverse_inline(sch, outs[0].op, visit)
+    return sch
+
+
+def _schedule_block(sch: Any, dense: te.Tensor, out: te.Tensor, cfg: dict) -> None:
+    packed = dense.op.input_tensors[1]
+    if packed.op.name == "weight_pack" and packed.op in sch:
+        stage = sch[packed]
+        z, _, x = stage.leaf_iter_vars
+        stage.parallel(z)
+        stage.vectorize(x)
+    m = get_const_int(dense.shape[0])
+    lanes = get_const_int(packed.shape[2])
+    ty = divisor_at_most(m, cfg["tile_y"])
+    k = get_const_int(dense.op.reduce_axis[0].dom.extent)
+    tk = divisor_at_most(k, cfg["tile_k"])
+    # When the dense op is itself the output, accumulate each block locally first.
+    block_tensor = sch.cache_write(dense, "local") if out.op is dense.op else dense
+    # The output block loops: (rows / ty) x (cols / lanes) tasks, in parallel.
+    o = sch[out]
+    y, x = o.leaf_iter_vars[0], o.leaf_iter_vars[1]
+    yo, yi = o.split(y, factor=ty)
+    xo, xi = o.split(x, factor=lanes)
+    o.reorder(yo, xo, yi, xi)
+    task = o.fuse(yo, xo)
+    o.parallel(task)
+    o.vectorize(xi)
+    block = sch[block_tensor]
+    block.compute_at(o, task)
+    _register_block(block, tk)
+
+
+def _register_block(block: Any, tk: int) -> None:
+    leaves = list(block.leaf_iter_vars)
+    data_axes = [iv for iv in leaves if iv.iter_type == 0]
+    red = [iv for iv in leaves if iv.iter_type != 0]
+    if len(data_axes) < 2 or not red:
+        return
+    yc, xc = data_axes[-2], data_axes[-1]
+    ko, ki = block.split(red[0], factor=tk)
+    block.reorder(ko, ki, yc, xc)
+    block.unroll(yc)
+    block.vectorize(xc)
