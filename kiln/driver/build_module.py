@@ -80,9 +80,9 @@ def build(inputs: Any, args: Sequence[Any] | None = None, target: Any = None,
     >>> n = te.var("n")
     >>> A = te.placeholder((n,), name="A")
     >>> B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
-    >>> f = tvm.build(te.create_schedule(B.op), [A, B], target="c", name="double")
+    >>> f = tvm.build(te.create_schedule(B.op), [A, B], target="c", name="double_it")
     >>> a = tvm.nd.array(np.arange(4, dtype="float32")); b = tvm.nd.empty((4,))
-    >>> f["double"](a, b); b.numpy().tolist()
+    >>> f["double_it"](a, b); b.numpy().tolist()
     [0.0, 2.0, 4.0, 6.0]
     """
     from kiln.target import Target

@@ -10,10 +10,9 @@ Every PrimFunc ``f`` becomes two C functions:
   pointers of its buffers (inputs then outputs) and then its symbolic shape variables; AOT and
   bare-metal callers use it directly;
 * ``int32_t f(TVMValue* args, int* type_codes, int num_args, TVMValue* out_ret_value,
-  int* out_ret_tcode, void* resource_handle)`` -- TVM's packed kernel ABI: it checks the
-  argument count, every tensor's type code, ndim, dtype, shape, strides and device, binds the
-  symbolic shapes, and calls the unpacked twin. A failed check calls ``TVMAPISetLastError``
-  with a message naming the argument and returns -1.
+  int* out_ret_tcode, void* resource_handle)`` -- TVM's packed kernel ABI, written by
+  :mod:`kiln.target.c_abi`: it checks every argument (naming it in the error) and calls the
+  unpacked twin. A PrimFunc already in packed form (MakePackedAPI output) is emitted as is.
 
 The emitter dispatches on the TIR node's class name through :data:`BINARY_FORMATS`,
 :data:`UNARY_MATH` / :data:`INTRINSIC_FORMATS` and one ``emit_<Node>`` method per structural
@@ -29,9 +28,31 @@ from typing import Any
 
 import numpy as np
 
-from kiln.runtime.dtype import DataType, DataTypeCode
+from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
+from kiln.target.c_abi import (
+    _DLTENSOR_FIELDS,
+    _MODULE_CTX,
+    _PACKED_PARAM_TYPES,
+    _PRELUDE_HELPERS,
+    _VALUE_CONTENT,
+    C_RESERVED,
+    PACKED_CALLING_CONV,
+    _assert_message,
+    _c_string,
+    _entry_symbol,
+    _float_suffix,
+    _is_const_int,
+    _node_name,
+    _packed_wrapper,
+    _preamble,
+    _system_lib_registration,
+    c_type,
+    function_signature,
+    functions_of,
+    packed_glue,
+)
 
 __all__ = [
     "CodeGenC",
@@ -48,24 +69,6 @@ __all__ = [
 
 # -- tables -----------------------------------------------------------------------------------
 
-# Scalar C types by (type code, bits).
-_C_SCALAR = {
-    (DataTypeCode.INT, 8): "int8_t",
-    (DataTypeCode.INT, 16): "int16_t",
-    (DataTypeCode.INT, 32): "int32_t",
-    (DataTypeCode.INT, 64): "int64_t",
-    (DataTypeCode.UINT, 1): "bool",
-    (DataTypeCode.UINT, 8): "uint8_t",
-    (DataTypeCode.UINT, 16): "uint16_t",
-    (DataTypeCode.UINT, 32): "uint32_t",
-    (DataTypeCode.UINT, 64): "uint64_t",
-    (DataTypeCode.FLOAT, 16): "_Float16",
-    (DataTypeCode.FLOAT, 32): "float",
-    (DataTypeCode.FLOAT, 64): "double",
-    (DataTypeCode.BFLOAT, 16): "uint16_t",
-    (DataTypeCode.HANDLE, 64): "void*",
-    (DataTypeCode.HANDLE, 0): "void*",
-}
 
 # Two-operand nodes. "int"/"float" entries are picked by the operands' type code.
 BINARY_FORMATS: dict[str, str | dict[str, str]] = {
@@ -141,127 +144,18 @@ _FLOAT32_FAST = {
     "tir.sigmoid": "(1.0f / (1.0f + kiln_expf(-{0})))",
 }
 
-# PrimFuncs already in packed form (MakePackedAPI output) carry attrs["calling_conv"] == 1
-# and these six params.
-PACKED_CALLING_CONV = 1
-_PACKED_PARAM_TYPES = ("TVMValue*", "int*", "int32_t", "TVMValue*", "int*", "void*")
-# tir.tvm_struct_get field kinds (TVM's builtin::TVMStructFieldKind) -> DLTensor member
-_DLTENSOR_FIELDS = {0: "", 1: "data", 2: "shape", 3: "strides", 4: "ndim", 5: "dtype.code",
-                    6: "dtype.bits", 7: "dtype.lanes", 8: "byte_offset", 9: "device.device_id",
-                    10: "device.device_type"}
-_VALUE_CONTENT = 12
-
-# Helpers every translation unit carries (static inline, so unused ones cost nothing).
-_PRELUDE_HELPERS = r"""
-static inline int32_t kiln_floordiv_32(int32_t a, int32_t b) {
-  int32_t q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int64_t kiln_floordiv_64(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-static inline int32_t kiln_floormod_32(int32_t a, int32_t b) {
-  int32_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-static inline int64_t kiln_floormod_64(int64_t a, int64_t b) {
-  int64_t r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-static inline int32_t kiln_q_multiply_shift(int32_t x, int32_t y, int32_t q, int32_t s) {
-  int64_t prod = (int64_t)x * (int64_t)y;
-  int32_t total = q - s;
-  int64_t round = total > 0 ? ((int64_t)1 << (total - 1)) : 0;
-  return (int32_t)((prod + round) >> total);
-}
-static inline float kiln_pow2i(int32_t n) {
-  int32_t bits = (n + 127) << 23;
-  float f;
-  __builtin_memcpy(&f, &bits, sizeof f);
-  return f;
-}
-/* expf that gcc can vectorize (libm's cannot be inlined): Cody-Waite reduction
- * x = n*ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for exp(r) (Cephes' coefficients),
- * scaled by 2^n in two steps so subnormal results come out right. Max error 1 ulp. */
-static inline float kiln_expf(float x) {
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 89.0f ? 89.0f : xc;
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  int32_t ni = (int32_t)n;
-  int32_t half = ni >> 1;
-  y = y * kiln_pow2i(half) * kiln_pow2i(ni - half);
-  y = x > 88.72283935546875f ? INFINITY : y;
-  y = x < -103.972084045410156f ? 0.0f : y;
-  return x != x ? x : y;
-}
-/* Report a bad packed-call argument: message, then the offending values (no libc needed). */
-static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
-  char buf[512];
-  int pos = 0;
-  while (*msg && pos < 400) buf[pos++] = *msg++;
-  for (int i = 0; i < count && pos < 480; ++i) {
-    char digits[24];
-    int n = 0;
-    uint64_t v = got[i] < 0 ? (uint64_t)(-(got[i] + 1)) + 1 : (uint64_t)got[i];
-    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v);
-    if (i) { buf[pos++] = ','; buf[pos++] = ' '; }
-    if (got[i] < 0) buf[pos++] = '-';
-    while (n) buf[pos++] = digits[--n];
-  }
-  buf[pos] = '\0';
-  TVMAPISetLastError(buf);
-  return -1;
-}
-"""
-
-_TYPE_CODE_TENSOR = (7, 13)  # kTVMDLTensorHandle, kTVMNDArrayHandle
-_TYPE_CODE_INT, _TYPE_CODE_FLOAT = 0, 2
 
 
-def c_type(dtype: Any) -> str:
-    """The C spelling of a scalar dtype, or the vector typedef name of a vector dtype.
-
-    Example
-    -------
-    >>> c_type("float32"), c_type("int64"), c_type("float32x8")
-    ('float', 'int64_t', 'float32x8')
-    """
-    t = DataType(dtype)
-    if t.lanes > 1:
-        return str(t).replace(" ", "")
-    try:
-        return _C_SCALAR[(t.type_code, t.bits)]
-    except KeyError:
-        raise TVMError(f"C codegen: no C type for dtype {t}") from None
 
 
-def _float_suffix(dtype: DataType) -> str:
-    return "f" if dtype.bits == 32 else ""
 
 
-def _c_string(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return '"' + escaped + '"'
 
 
-def _node_name(node: Any) -> str:
-    return type(node).__name__
 
 
-def _is_const_int(node: Any, value: int | None = None) -> bool:
-    if _node_name(node) != "IntImm":
-        return False
-    return value is None or node.value == value
+
+
 
 
 # -- the emitter -------------------------------------------------------------------------------
@@ -318,8 +212,9 @@ class CodeGenC:
     def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
         """Emit ``name_unpacked`` (and the packed ``name``) for one PrimFunc."""
         name = name or func.attrs.get("global_symbol") or "default_function"
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise TVMError(f"C codegen: {name!r} is not a valid C function name")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_RESERVED:
+            raise TVMError(f"C codegen: {name!r} is not a valid C function name (use letters, "
+                           "digits and '_', not a C keyword)")
         self._func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
@@ -377,7 +272,7 @@ class CodeGenC:
     # -- names -----------------------------------------------------------------------------
     def _bind(self, var: Any, hint: str | None = None) -> str:
         base = re.sub(r"\W", "_", hint or var.name) or "v"
-        if base[0].isdigit():
+        if base[0].isdigit() or base in C_RESERVED or base.startswith(("_", "kiln_")):
             base = "v_" + base
         name, suffix = base, 0
         while name in self._used_names:
@@ -883,10 +778,6 @@ class CodeGenCBareMetal(CodeGenC):
         self.emit_stmt(node.body)
 
 
-def _assert_message(node: Any, func_name: str) -> str:
-    """The error text of a failed AssertStmt, prefixed by the function unless it names it."""
-    message = node.message.value if _node_name(node.message) == "StringImm" else "assertion"
-    return message if func_name in message else f"{func_name}: {message}"
 
 
 def _pointer_type(var: Any) -> str:
@@ -1000,278 +891,31 @@ def _flat_access(cg: CodeGenC, buffer: Any, indices: Iterable[Any]) -> _Access:
 # -- the packed wrapper ------------------------------------------------------------------------
 
 
-class FunctionSignature:
-    """What a PrimFunc takes: tensor buffers, then scalar params, then free shape variables."""
-
-    __slots__ = ("params", "buffers", "scalars", "param_kinds")
-
-    def __init__(self, params: list, buffers: list, scalars: list, param_kinds: list) -> None:
-        self.params, self.buffers, self.scalars = params, buffers, scalars
-        self.param_kinds = param_kinds  # per packed argument: ("tensor", buf) / ("scalar", var)
 
 
-def function_signature(func: Any) -> FunctionSignature:
-    """Split a PrimFunc's params into tensor buffers and scalars; find free shape vars."""
-    buffers, scalars, kinds = [], [], []
-    for param in func.params:
-        buffer = func.buffer_map.get(param)
-        if buffer is not None:
-            buffers.append(buffer)
-            kinds.append(("tensor", buffer))
-        else:
-            scalars.append(param)
-            kinds.append(("scalar", param))
-    seen = {id(v) for v in scalars}
-    for buffer in buffers:
-        for expr in [*buffer.shape, *buffer.strides, buffer.elem_offset]:
-            for var in _free_vars(expr):
-                if id(var) not in seen:
-                    seen.add(id(var))
-                    scalars.append(var)
-    return FunctionSignature(list(func.params), buffers, scalars, kinds)
 
 
-def _free_vars(expr: Any) -> list:
-    """Vars in a shape expression, in order of first appearance."""
-    if expr is None:
-        return []
-    kind = _node_name(expr)
-    if kind in ("Var", "SizeVar"):
-        return [expr]
-    out = []
-    for field in ("a", "b", "value"):
-        child = getattr(expr, field, None) if kind not in ("IntImm", "FloatImm") else None
-        if child is not None and hasattr(child, "dtype"):
-            out.extend(_free_vars(child))
-    return out
 
 
-class _WrapperEmitter:
-    """Writes the packed-ABI function that checks arguments and calls ``<name>_unpacked``."""
-
-    def __init__(self, name: str, signature: FunctionSignature) -> None:
-        self.name, self.sig = name, signature
-        self.lines: list[str] = []
-        self.bound: dict[int, str] = {}  # id(shape var) -> C expression holding its value
-
-    def fail(self, condition: str, message: str, values: Sequence[str] = ()) -> None:
-        got = ", ".join(f"(int64_t)({v})" for v in values)
-        values_arg = f"(const int64_t[]){{{got}}}, {len(values)}" if values else "NULL, 0"
-        self.lines.append(f"  if ({condition}) {{")
-        self.lines.append(
-            f"    return kiln_arg_error({_c_string(f'{self.name}: {message}')}, {values_arg});")
-        self.lines.append("  }")
-
-    def shape_text(self, expr: Any) -> str:
-        """C text of a shape expression over already bound vars (for equality checks)."""
-        kind = _node_name(expr)
-        if kind == "IntImm":
-            return str(int(expr.value))
-        if kind in ("Var", "SizeVar"):
-            return self.bound[id(expr)]
-        rule = BINARY_FORMATS.get(kind)
-        if isinstance(rule, str):
-            return rule.format(a=self.shape_text(expr.a), b=self.shape_text(expr.b))
-        raise TVMError(f"C codegen: unsupported shape expression {kind} in {self.name}")
-
-    def emit(self) -> str:
-        sig, name = self.sig, self.name
-        arg_names = ", ".join(item.name for _, item in sig.param_kinds)
-        self.lines = [
-            f"int32_t {name}(TVMValue* args, int* type_codes, int num_args, "
-            "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle) {",
-            "  (void)out_ret_value; (void)out_ret_tcode; (void)resource_handle;",
-        ]
-        count = len(sig.param_kinds)
-        self.fail(f"num_args != {count}",
-                  f"expected {count} arguments ({arg_names}), got ", ["num_args"])
-        deferred: list[tuple[str, str, str]] = []
-        for index, (kind, item) in enumerate(sig.param_kinds):
-            if kind == "tensor":
-                deferred.extend(self.tensor(index, item))
-            else:
-                self.scalar(index, item)
-        for condition_lhs, expected, message in deferred:
-            expected_text = self.shape_text(expected)
-            self.fail(f"{condition_lhs} != {expected_text}", message,
-                      [condition_lhs, expected_text])
-        call_args = [f"{_arg_name(('tensor', b))}_data" for b in sig.buffers]
-        for var in sig.scalars:
-            if id(var) not in self.bound:
-                raise TVMError(
-                    f"C codegen: {name}: shape variable {var.name!r} is not determined by any "
-                    "argument; pass it as a parameter")
-            call_args.append(f"({c_type(var.dtype)})({self.bound[id(var)]})")
-        self.lines.append(f"  return {name}_unpacked({', '.join(call_args)});")
-        self.lines.append("}")
-        return "\n".join(self.lines)
-
-    def scalar(self, index: int, var: Any) -> None:
-        t = DataType(var.dtype)
-        arg = _arg_name(("scalar", var))
-        codes = (_TYPE_CODE_INT,) if not t.is_float else (_TYPE_CODE_FLOAT, _TYPE_CODE_INT)
-        check = " && ".join(f"type_codes[{index}] != {code}" for code in codes)
-        self.fail(check, f"argument {var.name} (#{index}): expected "
-                  f"{'a float' if t.is_float else 'an int'}, got type code ",
-                  [f"type_codes[{index}]"])
-        if t.is_float:
-            value = (f"(type_codes[{index}] == {_TYPE_CODE_FLOAT} ? args[{index}].v_float64 "
-                     f": (double)args[{index}].v_int64)")
-        else:
-            value = f"args[{index}].v_int64"
-        self.lines.append(f"  {c_type(t)} {arg}_value = ({c_type(t)}){value};")
-        self.bound[id(var)] = f"{arg}_value"
-
-    def tensor(self, index: int, buffer: Any) -> list[tuple[str, str, str]]:
-        arg = _arg_name(("tensor", buffer))
-        t = DataType(buffer.dtype)
-        what = f"argument {buffer.name} (#{index})"
-        code_check = " && ".join(f"type_codes[{index}] != {c}" for c in _TYPE_CODE_TENSOR)
-        self.fail(code_check, f"{what}: expected a tensor (DLTensor), got type code ",
-                  [f"type_codes[{index}]"])
-        tensor = f"{arg}_tensor"
-        self.lines.append(f"  DLTensor* {tensor} = (DLTensor*)args[{index}].v_handle;")
-        self.fail(f"{tensor} == NULL", f"{what}: got a NULL tensor")
-        ndim = len(buffer.shape)
-        self.fail(f"{tensor}->ndim != {ndim}", f"{what}: expected ndim {ndim}, got ",
-                  [f"{tensor}->ndim"])
-        code, bits, lanes = t.as_tuple()
-        self.fail(f"{tensor}->dtype.code != {code} || {tensor}->dtype.bits != {bits} || "
-                  f"{tensor}->dtype.lanes != {lanes}",
-                  f"{what}: expected dtype {t} (code {code}, bits {bits}, lanes {lanes}), "
-                  "got code, bits, lanes = ",
-                  [f"{tensor}->dtype.code", f"{tensor}->dtype.bits", f"{tensor}->dtype.lanes"])
-        self.fail(f"{tensor}->device.device_type != 1",
-                  f"{what}: expected a CPU tensor (device type 1), got device type ",
-                  [f"{tensor}->device.device_type"])
-        deferred = []
-        for dim, extent in enumerate(buffer.shape):
-            actual = f"{tensor}->shape[{dim}]"
-            kind = _node_name(extent)
-            if kind == "IntImm":
-                self.fail(f"{actual} != {int(extent.value)}",
-                          f"{what}: expected shape[{dim}] == {int(extent.value)}, got ", [actual])
-            elif kind in ("Var", "SizeVar") and id(extent) not in self.bound:
-                self.bound[id(extent)] = actual
-                self.fail(f"{actual} < 0", f"{what}: negative shape[{dim}] ", [actual])
-            else:
-                deferred.append((actual, extent,
-                                 f"{what}: shape[{dim}] must equal {extent!r}; got, expected = "))
-        self.strides(tensor, what, buffer)
-        ctype = c_type(t)
-        self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*)((char*){tensor}->data + "
-                          f"{tensor}->byte_offset);")
-        return deferred
-
-    def strides(self, tensor: str, what: str, buffer: Any) -> None:
-        if buffer.strides:
-            for dim, stride in enumerate(buffer.strides):
-                if _node_name(stride) in ("Var", "SizeVar") and id(stride) not in self.bound:
-                    compact = " * ".join(f"{tensor}->shape[{d}]"
-                                         for d in range(dim + 1, len(buffer.shape))) or "1"
-                    self.bound[id(stride)] = (f"({tensor}->strides ? {tensor}->strides[{dim}] "
-                                              f": {compact})")
-            return
-        if len(buffer.shape) <= 1:
-            self.fail(f"{tensor}->strides != NULL && {tensor}->ndim == 1 && "
-                      f"{tensor}->shape[0] > 1 && {tensor}->strides[0] != 1",
-                      f"{what}: expected a compact tensor, got stride ",
-                      [f"{tensor}->strides[0]"])
-            return
-        checks = []
-        expected = "1"
-        for dim in reversed(range(len(buffer.shape))):
-            checks.append(f"({tensor}->shape[{dim}] > 1 && {tensor}->strides[{dim}] != "
-                          f"{expected})")
-            expected = f"{expected} * {tensor}->shape[{dim}]"
-        self.fail(f"{tensor}->strides != NULL && ({' || '.join(checks)})",
-                  f"{what}: expected a compact row-major tensor (strides must be NULL or "
-                  "compact)")
 
 
-def _arg_name(kind_item: tuple[str, Any]) -> str:
-    kind, item = kind_item
-    raw = item.name
-    return "arg_" + re.sub(r"\W", "_", raw)
 
 
-def _packed_wrapper(name: str, signature: FunctionSignature) -> str:
-    return _WrapperEmitter(name, signature).emit()
 
 
-def _preamble(kind: str) -> str:
-    return "\n".join([
-        f"/* Generated by kiln (target {kind}). */",
-        "#include <stdint.h>",
-        "#include <stdbool.h>",
-        "#include <math.h>",
-        "#include <tvm/runtime/c_runtime_api.h>",
-        "#include <tvm/runtime/c_backend_api.h>",
-        "#ifndef NULL\n#define NULL ((void*)0)\n#endif",
-    ])
 
 
-def _entry_symbol(names: Sequence[str]) -> str:
-    """``__tvm_main__`` names the module's entry function (weak: modules link together)."""
-    if not names:
-        return ""
-    return f'__attribute__((weak)) const char* __tvm_main__ = "{names[0]}";'
 
 
-_MODULE_CTX = ("/* set by the loader; tvm_call_packed looks names up through it */\n"
-               "__attribute__((weak)) void* __tvm_module_ctx = NULL;")
 
 
-def _system_lib_registration(names: Sequence[str], module_ctx: bool = False) -> str:
-    """A load-time constructor registering every packed function with the system library
-    (``-system-lib`` targets; found again with ``kiln.runtime.system_lib()``)."""
-    lines = ["static void __attribute__((constructor)) kiln_register_system_lib(void) {"]
-    lines += [f'  TVMBackendRegisterSystemLibSymbol("{name}", (void*)&{name});' for name in names]
-    if module_ctx:
-        lines.append('  TVMBackendRegisterSystemLibSymbol("__tvm_module_ctx", '
-                     '(void*)&__tvm_module_ctx);')
-    lines.append("}")
-    return "\n".join(lines)
 
 
-def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
-                imported_c: Sequence[str] = (), kind: str = "llvm",
-                system_lib: bool = False, packed_names: Sequence[str] = (),
-                module_ctx: bool = False) -> str:
-    """C glue for kernels compiled elsewhere: ``(name, signature, unpacked C param types)``
-    become a prototype of ``name_unpacked`` plus the packed wrapper ``name``."""
-    parts = [_preamble(kind), _PRELUDE_HELPERS.strip()]
-    if module_ctx:
-        parts.append(_MODULE_CTX)
-    parts.extend("/* imported by pragma import_c */\n" + src.strip() for src in imported_c)
-    for name, signature, param_types in functions:
-        parts.append(f"int32_t {name}_unpacked({', '.join(param_types) or 'void'});")
-        parts.append(_packed_wrapper(name, signature))
-    names = [name for name, _, _ in functions] + list(packed_names)
-    parts.extend(f"int32_t {name}(TVMValue* args, int* type_codes, int num_args, "
-                 "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle);"
-                 for name in packed_names)
-    parts.append(_entry_symbol(names))
-    if system_lib:
-        parts.append(_system_lib_registration(names, module_ctx))
-    return "\n\n".join(parts) + "\n"
 
 
 # -- module-level entry points -----------------------------------------------------------------
 
 
-def functions_of(mod: Any) -> list[tuple[str, Any]]:
-    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them."""
-    if _node_name(mod) == "PrimFunc":
-        return [(mod.attrs.get("global_symbol") or "default_function", mod)]
-    items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
-    out = []
-    for gvar, func in items:
-        if _node_name(func) != "PrimFunc":
-            raise TVMError(f"codegen: {gvar!r} is a {_node_name(func)}, not a tir.PrimFunc")
-        symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
-        out.append((symbol, func))
-    return out
 
 
 def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tuple[str, list[str]]:

@@ -26,7 +26,7 @@ from typing import Any
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
-from kiln.target import codegen_c
+from kiln.target import c_abi, codegen_c
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
 
@@ -153,7 +153,7 @@ class CodeGenLLVM:
         self.void_ptr = self.i8.as_pointer()
         self.imported_c: list[str] = []
         self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
-        self.signatures: list[tuple[str, codegen_c.FunctionSignature, list[str]]] = []
+        self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []  # functions that arrived in packed form
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._strings: dict[str, Any] = {}
@@ -190,10 +190,10 @@ class CodeGenLLVM:
         """Emit ``i32 @<name>_unpacked(...)`` for one PrimFunc."""
         ir = self.ir
         self._func_name = name
-        if func.attrs.get("calling_conv") == codegen_c.PACKED_CALLING_CONV:
+        if func.attrs.get("calling_conv") == c_abi.PACKED_CALLING_CONV:
             self._add_packed_form(func, name)
             return
-        signature = codegen_c.function_signature(func)
+        signature = c_abi.function_signature(func)
         arg_types = [self.ltype(b.dtype, storage=True).as_pointer() for b in signature.buffers]
         arg_types += [self.ltype(v.dtype) for v in signature.scalars]
         fn = ir.Function(self.module, ir.FunctionType(self.i32, arg_types), f"{name}_unpacked")
@@ -204,8 +204,8 @@ class CodeGenLLVM:
             if index < len(signature.buffers):
                 arg.add_attribute("noalias")
             self.vars[id(var)] = arg
-        c_params = [f"{codegen_c.c_type(b.dtype)}* {b.name}" for b in signature.buffers]
-        c_params += [f"{codegen_c.c_type(v.dtype)} {v.name}" for v in signature.scalars]
+        c_params = [f"{c_abi.c_type(b.dtype)}* {b.name}" for b in signature.buffers]
+        c_params += [f"{c_abi.c_type(v.dtype)} {v.name}" for v in signature.scalars]
         self.signatures.append((name, signature, c_params))
         self._enter_function(fn)
         self.emit_stmt(func.body)
@@ -805,8 +805,8 @@ class CodeGenLLVM:
         args = [self.expr(a) for a in node.args[1:]]
         is_void = str(node.dtype) == "void"
         ret = self.ir.VoidType() if is_void else self.ltype(node.dtype)
-        c_ret = "void" if is_void else codegen_c.c_type(node.dtype)
-        c_args = [codegen_c.c_type(a.dtype) for a in node.args[1:]]
+        c_ret = "void" if is_void else c_abi.c_type(node.dtype)
+        c_args = [c_abi.c_type(a.dtype) for a in node.args[1:]]
         self.externs[name] = (c_ret, c_args)
         fn = self._declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
         result = self.builder.call(fn, args)
@@ -843,7 +843,7 @@ class CodeGenLLVM:
         handle, index = self.expr(node.args[0]), self.expr(node.args[1])
         kind = int(node.args[2].value)
         t = DataType(node.dtype)
-        if kind == codegen_c._VALUE_CONTENT:
+        if kind == c_abi._VALUE_CONTENT:
             slot_t = self.void_ptr if t.is_handle else (
                 self.ir.DoubleType() if t.is_float else self.i64)
             slots = b.bitcast(handle, slot_t.as_pointer())
@@ -909,7 +909,7 @@ class CodeGenLLVM:
         ok = self.function.append_basic_block("assert_ok")
         b.cbranch(self.expr(node.condition), ok, fail)
         b.position_at_end(fail)
-        self._return_error(codegen_c._assert_message(node, self._func_name))
+        self._return_error(c_abi._assert_message(node, self._func_name))
         b.position_at_end(ok)
         self.emit_stmt(node.body)
 
@@ -1091,7 +1091,7 @@ def emit_llvm(mod: Any, target: Any = None):
     """
     _, llvm = _initialized()
     cg = CodeGenLLVM()
-    for symbol, func in codegen_c.functions_of(mod):
+    for symbol, func in c_abi.functions_of(mod):
         cg.add_function(func, symbol)
     tm = host_target_machine(target)
     cg.module.triple = tm.triple
@@ -1118,7 +1118,7 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
 
     cg, ref, tm = emit_llvm(mod, target)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
-    glue = codegen_c.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
+    glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
                                  packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
     text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}

@@ -138,3 +138,17 @@ def test_export_library_and_load_back(tmp_path):
 def test_invalid_function_name():
     with pytest.raises(TVMError, match="not a valid C function name"):
         emit_c(_tiny_func(1.0).with_attr("global_symbol", "bad-name"))
+    with pytest.raises(TVMError, match="not a C keyword"):
+        emit_c(_tiny_func(1.0).with_attr("global_symbol", "double"))
+
+
+def test_buffers_named_like_c_keywords_still_compile():
+    data = tir.decl_buffer((2,), "float32", name="float")
+    out = tir.decl_buffer((2,), "float32", name="int")
+    i = tir.Var("_l", "int32")
+    body = tir.For(i, 0, 2, tir.ForKind.SERIAL, tir.BufferStore(out, data[i] + 1.0, [i]))
+    f = tir.PrimFunc([data, out], body).with_attr("global_symbol", "keywords")
+    module = build_module(f, Target("c"))
+    result = kiln.nd.array(np.zeros(2, "float32"))
+    module["keywords"](kiln.nd.array(np.array([1, 2], "float32")), result)
+    assert result.numpy().tolist() == [2.0, 3.0]
