@@ -184,7 +184,10 @@ def _broadcast(types: Sequence[_AnyT], op_name: str, out_dtype: str | None) -> T
     rhs = tensor_arg(types, 1, op_name)
     if str(lhs.dtype) != str(rhs.dtype):
         fail(f"{op_name}: data types {lhs.dtype} and {rhs.dtype} do not match")
-    shape = broadcast_shape(dims(lhs), dims(rhs), op_name)
+    d1, d2 = dims(lhs), dims(rhs)
+    shape = broadcast_shape(d1, d2, op_name)
+    if out_dtype is None and len(shape) == len(d1) and all(map(dims_equal, shape, d1)):
+        return lhs  # the common same-shape case: reuse the input type
     return tensor_type(shape, out_dtype or lhs.dtype)
 
 
