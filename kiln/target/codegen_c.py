@@ -259,6 +259,9 @@ class CodeGenC:
     def finish(self) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions."""
         parts = [_preamble("c"), *self._vector_types.values(), _PRELUDE_HELPERS.strip()]
+        if self.use_openmp:
+            # the kiln runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS)
+            parts.append("#ifdef _OPENMP\nint KilnRuntimeNumThreads(void);\n#endif")
         if self.uses_module_ctx:
             parts.append(_MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
@@ -698,7 +701,8 @@ class CodeGenC:
         nested_parallel = False
         if kind == 1 and self.use_openmp and self._parallel_depth == 0:
             self._lines.append("#ifdef _OPENMP")
-            self._lines.append("#pragma omp parallel for schedule(static)")
+            self._lines.append("#pragma omp parallel for schedule(static) "
+                               "num_threads(KilnRuntimeNumThreads())")
             self._lines.append("#endif")
             nested_parallel = True
         elif kind == 2:

@@ -38,7 +38,8 @@ def test_packed_wrapper_calls_unpacked_twin(source):
 
 
 def test_parallel_vectorized_unrolled_and_allocations(source):
-    assert "#ifdef _OPENMP\n#pragma omp parallel for schedule(static)\n#endif" in source
+    assert ("#ifdef _OPENMP\n#pragma omp parallel for schedule(static) "
+            "num_threads(KilnRuntimeNumThreads())\n#endif") in source
     assert "#pragma GCC ivdep" in source
     assert "#pragma GCC unroll 12" in source
     assert "float acc[1] __attribute__((aligned(64)));" in source
