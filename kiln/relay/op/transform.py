@@ -711,7 +711,7 @@ def tile(data: Any, reps: Any) -> Any:
     """Repeat ``data`` ``reps[i]`` times along axis i; Expr reps give ``dyn.tile``."""
     reps = shape_arg(reps)
     if is_expr(reps):
-        return call("dyn.tile", [data, reps])
+        return call("dyn.tile", [data, reps], A.TileAttrs())
     return call("tile", [data], A.TileAttrs(reps=tuple(reps)))
 
 
@@ -894,7 +894,7 @@ def broadcast_to(data: Any, shape: Any) -> Any:
     """Broadcast ``data`` to ``shape``; an Expr shape gives ``dyn.broadcast_to``."""
     shape = shape_arg(shape)
     if is_expr(shape):
-        return call("dyn.broadcast_to", [data, shape])
+        return call("dyn.broadcast_to", [data, shape], A.InitOpAttrs())
     return call("broadcast_to", [data], A.InitOpAttrs(shape=tuple(shape)))
 
 

@@ -108,7 +108,7 @@ def _pad_rel(types, attrs, op_name):
 
 
 define_op("dyn.reshape", _reshape_rel, INJECTIVE, 2, A.ReshapeAttrs, "reshape", 3)
-define_op("dyn.broadcast_to", _broadcast_to_rel, BROADCAST, 2, None, "broadcast", 4)
+define_op("dyn.broadcast_to", _broadcast_to_rel, BROADCAST, 2, A.InitOpAttrs, "broadcast", 4)
 define_op("dyn.expand_dims", _expand_dims_rel, INJECTIVE, 2, A.DynExpandDimsAttrs,
           "insert axes", 1)
 define_op("dyn.full", _full_rel, ELEMWISE, 2, A.InitOpAttrs, "fill", 3)
@@ -118,7 +118,7 @@ define_op("dyn.one_hot", _one_hot_rel, OUT_ELEMWISE_FUSABLE, 4, A.OneHotAttrs, "
 define_op("dyn.squeeze", _squeeze_rel, INJECTIVE, 2, A.SqueezeAttrs, "drop unit axes", 3)
 define_op("dyn.strided_slice", _strided_slice_rel, INJECTIVE, 4, A.StridedSliceAttrs,
           "slice", 4)
-define_op("dyn.tile", _tile_rel, INJECTIVE, 2, None, "tile", 3)
+define_op("dyn.tile", _tile_rel, INJECTIVE, 2, A.TileAttrs, "tile", 3)
 define_op("dyn.topk", _topk_rel, OPAQUE, 2, A.TopKAttrs, "top k", 6)
 define_op("dyn.image.resize2d", _resize2d_rel, INJECTIVE, 3, A.Resize2DAttrs, "resize", 5)
 define_op("dyn.nn.pad", _pad_rel, INJECTIVE, 3, A.PadAttrs, "pad", 2)
