@@ -20,7 +20,7 @@ from kiln.runtime import config
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import Module
 
-__all__ = ["build", "to_ir_module"]
+__all__ = ["build", "to_ir_module", "describe_schedule"]
 
 
 def _default_target():
@@ -44,7 +44,10 @@ def to_ir_module(inputs: Any, args: Sequence[Any] | None = None,
             raise TVMError("build: a schedule needs `args`, the tensors of the function")
         from kiln.te.lowering import lower
 
-        return lower(inputs, list(args), name=name, binds=binds)
+        mod = lower(inputs, list(args), name=name, binds=binds)
+        source = describe_schedule(inputs)
+        return {gvar.name_hint: mod[gvar].with_attr("kiln.source", source)
+                for gvar in mod.get_global_vars()}
     if kind == "PrimFunc":
         func = inputs
         if not func.attrs.get("global_symbol"):
@@ -56,6 +59,19 @@ def to_ir_module(inputs: Any, args: Sequence[Any] | None = None,
         f"build: expected a te.Schedule, tir.PrimFunc, IRModule or dict of target -> IRModule, "
         f"got {kind}"
     )
+
+
+def describe_schedule(schedule: Any) -> str:
+    """One line per computed stage, ``B[i] = exp(A[i])``: the comment atop generated code."""
+    lines = []
+    for stage in schedule.stages:
+        op = stage.op
+        body = getattr(op, "body", None)
+        if not body:
+            continue
+        axes = ", ".join(iv.var.name for iv in op.axis)
+        lines.append(f"{op.name}[{axes}] = {body[0]!r}")
+    return "; ".join(lines)
 
 
 def build(inputs: Any, args: Sequence[Any] | None = None, target: Any = None,

@@ -190,6 +190,12 @@ def test_build_schedule_primfunc_and_irmodule(target):
         assert b.numpy().tolist() == [0.0, 2.0, 4.0, 6.0]
 
 
+def test_c_source_carries_the_compute_expression():
+    s, args = _double()
+    source = tvm.build(s, args, target="c", name="dbl_src").get_source()
+    assert "/* B[i] = A[i] * 2.0 */\nint32_t dbl_src_unpacked(float* restrict A, " in source
+
+
 def test_build_uses_target_scope_and_dict_inputs():
     from kiln.target import Target
 
