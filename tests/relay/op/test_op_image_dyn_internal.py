@@ -109,8 +109,13 @@ def test_annotations_are_identity_and_non_computational():
 
 
 def test_memory_and_vm_ops():
-    storage_ty = rel("memory.alloc_storage")([TensorType((), "int64")] * 2, None)
-    assert storage_ty is annotation.STORAGE_TYPE
+    storage = annotation.alloc_storage(64, [4, 4], 64, None)
+    assert len(storage.args) == 3 and storage.attrs.dtype == "float32"
+    assert infer_expr(storage) is annotation.STORAGE_TYPE
+    storage_ty = annotation.STORAGE_TYPE
+    with pytest.raises(TypeInferenceError, match="alignment must be an int64 scalar"):
+        rel("memory.alloc_storage")([TensorType((), "int64"), TensorType((2,), "int64"),
+                                     TensorType((), "int32")], None)
     tensor = annotation.alloc_tensor(v((), name="st"), 0, [2, 3], "float32")
     assert tensor.attrs.const_shape == (2, 3)
     assert shape_of(rel("memory.alloc_tensor")(

@@ -36,9 +36,11 @@ def _unit_rel(types, attrs, op_name):
 
 
 def _alloc_storage_rel(types, attrs, op_name):
-    for index, what in ((0, "size"), (1, "alignment")):
-        if tensor_arg(types, index, op_name).shape:
-            fail(f"{op_name}: {what} must be a scalar")
+    tensor_arg(types, 1, op_name)  # the (constant) shape the storage is sized for
+    for index, what in ((0, "size"), (2, "alignment")):
+        arg = tensor_arg(types, index, op_name)
+        if arg.shape or str(arg.dtype) != "int64":
+            fail(f"{op_name}: {what} must be an int64 scalar, got {arg}")
     return STORAGE_TYPE
 
 
@@ -84,14 +86,14 @@ for _name, _attrs, _doc in _NON_COMPUTATIONAL:
     register_op_attr(_name, "TNonComputational", True)
 
 _INTERNAL = (
-    ("memory.alloc_storage", _alloc_storage_rel, 2, A.AllocStorageAttrs, True),
+    ("memory.alloc_storage", _alloc_storage_rel, 3, A.AllocStorageAttrs, True),
     ("memory.alloc_tensor", _alloc_tensor_rel, 3, A.AllocTensorAttrs, True),
     ("memory.kill", _unit_rel, 1, None, True),
     ("vm.invoke_tvm_op", _unit_rel, 3, None, True),
     ("vm.shape_of", _vm_shape_of_rel, 1, A.ShapeOfAttrs, False),
     ("vm.reshape_tensor", _reshape_tensor_rel, 2, A.ReshapeTensorAttrs, False),
     ("call_lowered", _call_lowered_rel, 2, A.CallLoweredAttrs, False),
-    ("debug", _identity_any_rel, -1, A.DebugAttrs, True),
+    ("debug", _identity_any_rel, 1, A.DebugAttrs, True),
 )
 for _name, _rel, _arity, _attrs, _stateful in _INTERNAL:
     define_op(_name, _rel, OPAQUE, _arity, _attrs, _name)
@@ -137,10 +139,13 @@ def device_copy(data: Any, src_device: Any, dst_device: Any) -> Any:
                                                          dst_virtual_device=dst_device))
 
 
-def alloc_storage(size: Any, alignment: Any, virtual_device: Any,
+def alloc_storage(size: Any, shape: Any, alignment: Any, virtual_device: Any,
                   dtype_hint: str = "float32") -> Any:
-    """Allocate a storage block of ``size`` bytes (``memory.alloc_storage``)."""
-    return call("memory.alloc_storage", [as_expr(size, "int64"), as_expr(alignment, "int64")],
+    """Allocate a storage block of ``size`` bytes for a tensor of ``shape``
+    (``memory.alloc_storage``; TVM v0.16's operator arguments: size, shape, alignment)."""
+    shape = as_expr(list(shape), "int64") if isinstance(shape, list | tuple) else shape
+    return call("memory.alloc_storage",
+                [as_expr(size, "int64"), shape, as_expr(alignment, "int64")],
                 A.AllocStorageAttrs(dtype=dtype_hint, virtual_device=virtual_device))
 
 
