@@ -432,7 +432,7 @@ def split(data: Any, indices_or_sections: Any, axis: int = 0) -> Any:
     TupleWrapper over the tuple-typed call."""
     from kiln.relay.expr import TupleWrapper
 
-    if isinstance(indices_or_sections, int):
+    if not hasattr(indices_or_sections, "__len__"):  # an int (Python or NumPy)
         spec: Any = int(indices_or_sections)
         size = spec
     else:
