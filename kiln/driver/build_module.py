@@ -67,7 +67,7 @@ def describe_schedule(schedule: Any) -> str:
     for stage in schedule.stages:
         op = stage.op
         body = getattr(op, "body", None)
-        if not body:
+        if not body or not hasattr(op, "axis"):
             continue
         axes = ", ".join(iv.var.name for iv in op.axis)
         lines.append(f"{op.name}[{axes}] = {body[0]!r}")
