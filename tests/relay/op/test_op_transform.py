@@ -53,6 +53,17 @@ def test_reshape_matches_numpy_when_only_minus_one():
             np.zeros(shape).reshape(new).shape
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.randoms(use_true_random=False))
+def test_reshape_with_minus_one_matches_numpy(shape, rng):
+    total = int(np.prod(shape))
+    factors = [f for f in range(1, total + 1) if total % f == 0]
+    first = rng.choice(factors)
+    newshape = [first, -1, 1] if rng.random() < 0.5 else [-1, first]
+    expected = np.zeros(shape).reshape(newshape).shape
+    assert shape_of(infer_expr(relay.reshape(v(tuple(shape)), newshape))) == expected
+
+
 @pytest.mark.parametrize("newshape,match", [
     ((5, -1), "cannot reshape"),
     ((-1, -1), "more than one -1"),
