@@ -211,6 +211,8 @@ def test_bias_add_and_prelu_check_the_vector():
     with pytest.raises(TypeInferenceError, match=r"bias must have shape \(3,\)"):
         infer_expr(relay.nn.bias_add(v((2, 3, 4)), v((4,), name="b")))
     assert shape_of(infer_expr(relay.nn.prelu(v((2, 3, 4)), v((3,), name="a")))) == (2, 3, 4)
+    with pytest.raises(TypeInferenceError, match="bias must have dtype float32"):
+        infer_expr(relay.nn.bias_add(v((2, 3)), v((3,), "float16", "b")))
 
 
 def test_batch_flatten_pad_mirror_pad():

@@ -51,11 +51,14 @@ from kiln.relay.op.type_relations import (
 
 
 def _check_vector(types, index, extent, op_name, what):
-    """``types[index]`` must be a vector of ``extent`` elements."""
+    """``types[index]`` must be a vector of ``extent`` elements of the data's dtype."""
     vec = tensor_arg(types, index, op_name)
     v = dims(vec)
     if len(v) != 1 or not (is_any(v[0]) or is_any(extent) or dims_equal(v[0], extent)):
         fail(f"{op_name}: {what} must have shape ({extent},), got {shape_str(v)}")
+    dtype = str(types[0].dtype)
+    if str(vec.dtype) != dtype:
+        fail(f"{op_name}: {what} must have dtype {dtype}, got {vec.dtype}")
 
 
 def _bias_add_rel(types, attrs, op_name):
