@@ -183,3 +183,18 @@ def test_calls_round_trip_through_json_with_equal_attrs():
         assert type(loaded.attrs) is type(call.attrs)
         assert tvm.ir.structural_equal(loaded, call, map_free_vars=True)
         assert tvm.ir.structural_hash(loaded.attrs) == tvm.ir.structural_hash(call.attrs)
+
+
+# Tier-1 ops whose Python constructor has a different name in TVM.
+CONSTRUCTOR_NAMES = {"contrib_reverse_reshape": "reverse_reshape"}
+
+
+@pytest.mark.parametrize("name", [n for n in TIER1 if not n.startswith("dyn.")])
+def test_every_tier1_op_has_a_constructor_in_tvms_namespace(name):
+    from kiln import relay
+
+    *path, leaf = name.split(".")
+    namespace = relay
+    for part in path:
+        namespace = getattr(namespace, part)
+    assert callable(getattr(namespace, CONSTRUCTOR_NAMES.get(leaf, leaf)))
