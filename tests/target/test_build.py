@@ -405,3 +405,23 @@ def test_extern_op_calls_a_registered_packed_function(target):
     g = tvm.build(te.create_schedule(missing.op), [A, missing], target=target, name="ext2")
     with pytest.raises(TVMError, match="kiln_test.no_such_function"):
         g["ext2"](nd(a), b)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_mixed_dtypes_bool_int8_uint8_float64(target):
+    A = te.placeholder((16,), name="A", dtype="int8")
+    B = te.compute((16,), lambda i: A[i] > tvm.tir.const(0, "int8"), name="B")
+    C = te.compute((16,), lambda i: tvm.tir.Select(
+        B[i], A[i].astype("uint8") * tvm.tir.const(3, "uint8"), tvm.tir.const(7, "uint8")),
+        name="C")
+    D = te.compute((16,), lambda i: C[i].astype("float64") / 2.0
+                   + A[i].astype("int16").astype("float64"), name="D")
+    f = tvm.build(te.create_schedule(D.op), [A, B, C, D], target=target, name="mixed")
+    a = np.arange(-8, 8, dtype="int8")
+    b, c, d = nd(np.zeros(16, "bool")), nd(np.zeros(16, "uint8")), nd(np.zeros(16))
+    f["mixed"](nd(a), b, c, d)
+    positive = a > 0
+    tripled = np.where(positive, a.astype("uint8") * np.uint8(3), np.uint8(7))
+    np.testing.assert_array_equal(b.numpy(), positive)
+    np.testing.assert_array_equal(c.numpy(), tripled)
+    np.testing.assert_allclose(d.numpy(), tripled / 2.0 + a)
