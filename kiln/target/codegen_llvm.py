@@ -110,6 +110,34 @@ _DLTENSOR_PATHS = {0: (), 1: (0,), 2: (4,), 3: (5,), 4: (2,), 5: (3, 0), 6: (3, 
                    8: (6,), 9: (1, 1), 10: (1, 0)}
 
 
+def _used_var_ids(stmt: Any) -> set[int]:
+    """ids of every Var a statement reads, buffers' data and shape variables included (what
+    an outlined parallel body must capture; nothing else dominates the lambda's code)."""
+    from kiln.tir.stmt_functor import post_order_visit
+
+    used: set[int] = set()
+
+    def add_buffer(buffer: Any) -> None:
+        used.add(id(buffer.data))
+        for expr in [*buffer.shape, *buffer.strides, buffer.elem_offset]:
+            if expr is not None:
+                post_order_visit(expr, visit)
+
+    def visit(node: Any) -> None:
+        kind = _node_name(node)
+        if kind in ("Var", "SizeVar"):
+            used.add(id(node))
+        elif kind in ("BufferLoad", "BufferStore"):
+            add_buffer(node.buffer)
+        elif kind == "Call":
+            for arg in node.args:
+                if _node_name(arg) == "Buffer":
+                    add_buffer(arg)
+
+    post_order_visit(stmt, visit)
+    return used
+
+
 def _mangle(ty) -> str:
     ir, _ = _llvmlite()
     if isinstance(ty, ir.VectorType):
@@ -983,8 +1011,9 @@ class CodeGenLLVM:
     def _parallel_for(self, node: Any) -> None:
         """Outline the loop body into ``int lambda(task_id, penv, cdata)`` and launch it."""
         ir, b = self.ir, self.builder
+        used = _used_var_ids(node)
         captured = [(key, value) for key, value in self.vars.items()
-                    if not isinstance(value, ir.Constant)]
+                    if key in used and not isinstance(value, ir.Constant)]
         begin, extent = self.expr(node.min), self.expr(node.extent)
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
                                                                           extent.type])

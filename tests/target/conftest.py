@@ -143,6 +143,13 @@ def make_kernels() -> dict[str, tir.PrimFunc]:
                         tir.stmt_seq(zero, blocks))
     funcs["gemv_import_c"] = tir.PrimFunc([W, xv, yv], body)
 
+    # a serial loop with a let, then a parallel loop: the outlined body must capture only
+    # what it reads (the let's value does not dominate the second loop)
+    t = tir.Var("t", "float32")
+    first = tir.For(i, 0, 8, SERIAL, tir.LetStmt(t, S_in[i] * 2.0, tir.BufferStore(S_out, t, [i])))
+    second = tir.For(j, 0, 8, PARALLEL, tir.BufferStore(S_out, S_out[j] + 1.0, [j]))
+    funcs["let_then_parallel"] = tir.PrimFunc([S_in, S_out], tir.stmt_seq(first, second))
+
     # 64-bit integers
     L_in = tir.decl_buffer((4,), "int64", name="L_in")
     L_out = tir.decl_buffer((4,), "int64", name="L_out")

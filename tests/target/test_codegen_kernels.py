@@ -98,6 +98,12 @@ def test_scalar_parameters(built):
     np.testing.assert_allclose(out, a * 2.5 + 3, rtol=1e-6)
 
 
+def test_parallel_loop_after_a_loop_with_a_let(built):
+    a = rng.standard_normal(8).astype("float32")
+    _, out = run(built, "let_then_parallel", a, np.zeros(8, "float32"))
+    np.testing.assert_allclose(out, a * 2 + 1, rtol=1e-6)
+
+
 def test_int64_arithmetic(built):
     a = np.array([-7, 0, 5, 2**20], dtype="int64")
     _, out = run(built, "int64_ops", a, np.zeros(4, "int64"))
