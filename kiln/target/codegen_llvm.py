@@ -979,13 +979,18 @@ class CodeGenLLVM:
             self._parallel_for(node)
             return
         if kind == 3 and _node_name(extent) == "IntImm" and extent.value <= self.unroll_limit:
-            begin = self.expr(node.min)
+            begin = self._loop_bound(node, node.min)
             for step in range(int(extent.value)):
                 self.vars[id(node.loop_var)] = self.builder.add(
                     begin, self.ir.Constant(begin.type, step))
                 self.emit_stmt(node.body)
             return
-        self._serial_loop(node.loop_var, self.expr(node.min), self.expr(extent), node.body)
+        self._serial_loop(node.loop_var, self._loop_bound(node, node.min),
+                          self._loop_bound(node, extent), node.body)
+
+    def _loop_bound(self, node: Any, expr: Any):
+        """A loop bound in the loop variable's type (min/extent may be narrower or wider)."""
+        return self._convert(self.expr(expr), DataType(expr.dtype), DataType(node.loop_var.dtype))
 
     def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None) -> None:
         """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable."""
@@ -1014,7 +1019,7 @@ class CodeGenLLVM:
         used = _used_var_ids(node)
         captured = [(key, value) for key, value in self.vars.items()
                     if key in used and not isinstance(value, ir.Constant)]
-        begin, extent = self.expr(node.min), self.expr(node.extent)
+        begin, extent = self._loop_bound(node, node.min), self._loop_bound(node, node.extent)
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
                                                                           extent.type])
         closure = self._alloca_builder.alloca(closure_t, name="closure")
