@@ -25,6 +25,7 @@ from kiln.relay.op.strategy.registry import (
 )
 from kiln.tir import op as _op
 from kiln.topi import nn
+from kiln.topi.nn import winograd
 
 
 def out_shape(out_type: Any, index: int | None = None) -> list[Any]:
@@ -241,6 +242,34 @@ COMPUTES.update({
     "nn.adaptive_avg_pool2d": _adaptive_pool("avg"),
 })
 
+def _winograd_conv(a, i, t):
+    from kiln.runtime.error import OpNotImplemented
+
+    if a.data_layout != "NCHW" or tuple(a.strides) != (1, 1) or tuple(a.dilation) != (1, 1):
+        raise OpNotImplemented("winograd conv2d: kiln computes NCHW, stride 1, dilation 1")
+    return [winograd.conv2d_winograd_nchw(i[0], i[1], a.tile_size, list(a.padding),
+                                          _dtype(t))]
+
+
+def _gemm_conv(a, i, t):
+    from kiln.runtime.error import OpNotImplemented
+
+    if a.data_layout != "NHWC":
+        raise OpNotImplemented("gemm conv2d: kiln computes NHWC data")
+    return [winograd.conv2d_gemm_nhwc(i[0], i[1], list(a.strides), list(a.padding),
+                                      list(a.dilation), list(a.kernel_size), a.channels,
+                                      _dtype(t))]
+
+
+COMPUTES.update({
+    "nn.contrib_conv2d_winograd_weight_transform": lambda a, i, t: [
+        winograd.winograd_weight_transform(i[0], a.tile_size)],
+    "nn.contrib_conv2d_winograd_without_weight_transform": _winograd_conv,
+    "nn.contrib_conv2d_gemm_weight_transform": lambda a, i, t: [
+        winograd.gemm_weight_transform(i[0], a.tile_N, a.tile_K)],
+    "nn.contrib_conv2d_gemm_without_weight_transform": _gemm_conv,
+})
+
 # Ops without a TOPI kernel in kiln, each with the reason.
 NO_KERNEL: dict[str, str] = {
     "argwhere": "output shape depends on the data: needs the VM's shape function and a "
@@ -261,7 +290,11 @@ _OPAQUE = {"nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul",
            "nn.conv2d_transpose", "nn.softmax", "nn.fast_softmax", "nn.log_softmax",
            "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.l2_normalize", "nn.lrn",
            "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of", "argsort",
-           "sort", "topk", "scatter_elements", "scatter_nd"}
+           "sort", "topk", "scatter_elements", "scatter_nd",
+           "nn.contrib_conv2d_winograd_weight_transform",
+           "nn.contrib_conv2d_winograd_without_weight_transform",
+           "nn.contrib_conv2d_gemm_weight_transform",
+           "nn.contrib_conv2d_gemm_without_weight_transform"}
 
 
 def schedule_kind(op_name: str) -> str:
@@ -307,9 +340,9 @@ SCHEDULES = {"injective": schedule_injective, "reduce": schedule_reduce,
 
 
 def wrap_strategy(compute: Callable, schedule: Callable, name: str,
-                  config: dict | None = None) -> Callable:
+                  config: dict | None = None, op_name: str | None = None) -> Callable:
     """A strategy function with one (registered) implementation."""
-    impl = register_implementation(compute, schedule, name, config=config)
+    impl = register_implementation(compute, schedule, name, config=config, op_name=op_name)
 
     def fstrategy(attrs, inputs, out_type, target):
         strategy = OpStrategy()
@@ -326,7 +359,8 @@ def _register_all() -> None:
         kind = schedule_kind(op_name)
         schedule = SCHEDULES[kind]
         register_strategy(op_name, "generic")(
-            wrap_strategy(compute, schedule, f"{op_name.split('.')[-1]}.generic"))
+            wrap_strategy(compute, schedule, f"{op_name.split('.')[-1]}.generic",
+                          op_name=op_name))
         op = Op.get(op_name)
         if op.get_attr("FTVMCompute") is None:
             op.set_attr("FTVMCompute", compute)

@@ -29,7 +29,7 @@ from typing import Any
 from kiln.runtime.error import OpNotImplemented, TVMError
 
 __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for",
-           "register_implementation", "IMPLEMENTATIONS",
+           "register_implementation", "IMPLEMENTATIONS", "IMPLEMENTATIONS_OF",
            "select_implementation", "register_tuned_selector", "register_target_schedule",
            "target_schedule", "target_keys", "registered_keys"]
 
@@ -71,17 +71,22 @@ class OpStrategy:
 
 # implementation name ("dense_pack.x86") -> its compute + schedule pair and knobs
 IMPLEMENTATIONS: dict[str, OpImplementation] = {}
+# op name -> names of the implementations its strategies offer
+IMPLEMENTATIONS_OF: dict[str, list[str]] = {}
 
 
 def register_implementation(compute: Callable, schedule: Callable, name: str,
-                            plevel: int = 10, config: dict | None = None) -> OpImplementation:
-    """Record a compute + schedule pair under ``name`` (one name, one pair)."""
+                            plevel: int = 10, config: dict | None = None,
+                            op_name: str | None = None) -> OpImplementation:
+    """Record a compute + schedule pair under ``name`` (one name, one pair) for ``op_name``."""
     impl = OpImplementation(compute, schedule, name, plevel, dict(config or {}))
     present = IMPLEMENTATIONS.get(name)
     if present is not None and (present.compute is not compute or
                                 present.schedule is not schedule):
         raise TVMError(f"implementation {name!r} registered twice with different halves")
     IMPLEMENTATIONS[name] = impl
+    if op_name is not None and name not in IMPLEMENTATIONS_OF.setdefault(op_name, []):
+        IMPLEMENTATIONS_OF[op_name].append(name)
     return impl
 
 

@@ -37,18 +37,19 @@ DENSE_PACK = register_implementation(
     lambda attrs, inputs, out_type: [x86_dense.dense_pack(inputs[0], inputs[1], None,
                                                           _dtype(out_type))],
     lambda attrs, outs, target: x86_dense.schedule_dense_pack(outs),
-    "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG)
+    "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG, op_name="nn.dense")
 PREPACKED_DENSE = register_implementation(
     COMPUTES["nn.contrib_dense_pack"],
     lambda attrs, outs, target: x86_dense.schedule_dense_pack(outs),
-    "contrib_dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG)
+    "contrib_dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG,
+    op_name="nn.contrib_dense_pack")
 CONV2D_NCHW = register_implementation(
     lambda a, i, t: [x86_conv2d.conv2d_nchw(i[0], i[1], list(a.strides), list(a.padding),
                                             list(a.dilation), _dtype(t))],
     lambda attrs, outs, target: x86_conv2d.schedule_conv2d_nchw(outs),
-    "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG)
+    "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG, op_name="nn.conv2d")
 _GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,
-                                          f"{name.split('.')[-1]}.generic")
+                                          f"{name.split('.')[-1]}.generic", op_name=name)
             for name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d")}
 
 

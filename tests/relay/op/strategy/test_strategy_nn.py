@@ -245,3 +245,26 @@ def test_resize_matches_onnxruntime():
         sizes = list(data.shape[:2]) + list(kw["size"])
         want = _onnx_resize(data, sizes, *onnx_args)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(onnx_args))
+
+
+def test_winograd_and_gemm_convolutions_match_torch():
+    x, w = f32(1, 3, 7, 9), f32(4, 3, 3, 3)
+    u = run_cases([("nn.contrib_conv2d_winograd_weight_transform",
+                    A.ConvWinogradWeightTransformAttrs(tile_size=4), [w])])[0][0]
+    assert u.shape == (6, 6, 4, 3)
+    conv = run_cases([("nn.contrib_conv2d_winograd_without_weight_transform",
+                       A.Conv2DWinogradAttrs(tile_size=4, padding=(1, 1, 1, 1), channels=4,
+                                             kernel_size=(3, 3)), [x, u])])[0][0]
+    ref = F.conv2d(t(x), t(w), padding=1).numpy()
+    np.testing.assert_allclose(conv, ref, rtol=1e-4, atol=1e-4)
+    w_hwio = w.transpose(2, 3, 1, 0).copy()
+    packed = run_cases([("nn.contrib_conv2d_gemm_weight_transform",
+                         A.ConvGemmWeightTransformAttrs(tile_N=4, tile_K=8), [w_hwio])])[0][0]
+    assert packed.shape == (1, 4, 4, 8)
+    xn = x.transpose(0, 2, 3, 1).copy()
+    attrs = A.Conv2DAttrs(strides=(2, 1), padding=(1, 1, 0, 0), channels=4,
+                          kernel_size=(3, 3), data_layout="NHWC", kernel_layout="HWIO")
+    got = run_cases([("nn.contrib_conv2d_gemm_without_weight_transform", attrs,
+                      [xn, packed])])[0][0]
+    ref2 = F.conv2d(F.pad(t(x), (1, 0, 1, 0)), t(w), stride=(2, 1)).permute(0, 2, 3, 1)
+    np.testing.assert_allclose(got, ref2.numpy(), rtol=1e-4, atol=1e-4)

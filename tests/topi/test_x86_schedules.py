@@ -1,0 +1,98 @@
+"""x86 schedules (parallel, vectorized, register-blocked) give the NumPy answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from topi_testlib import run_many
+
+from kiln import topi
+from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import dense as x86_dense
+
+RNG = np.random.default_rng(5)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_dense_pack_with_and_without_epilogue(target):
+    a, w, b = f32(6, 40), f32(48, 40), f32(48)
+    a1 = f32(1, 24)
+    w1 = f32(20, 24)
+
+    def plain(x, y):
+        return x86_dense.dense_pack(x, y)
+
+    def with_epilogue(x, y, z):
+        return topi.nn.relu(x86_dense.dense_pack(x, y, z))
+
+    def odd_config(x, y):
+        return x86_dense.dense_pack(x, y, config={"tile_x": 8})
+
+    cases = [(plain, [a, w]), (with_epilogue, [a, w, b]), (plain, [a1, w1])]
+    results = run_many(cases, target, x86_dense.schedule_dense_pack)
+    np.testing.assert_allclose(results[0][0], a @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(results[1][0], np.maximum(a @ w.T + b, 0), rtol=1e-4,
+                               atol=1e-4)
+    np.testing.assert_allclose(results[2][0], a1 @ w1.T, rtol=1e-4, atol=1e-4)
+    odd = run_many([(odd_config, [a, w])], target,
+                   lambda outs: x86_dense.schedule_dense_pack(outs, {"tile_x": 8,
+                                                                     "tile_y": 3}))
+    np.testing.assert_allclose(odd[0][0], a @ w.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_conv2d_nchw_x86_with_and_without_epilogue(target):
+    x, w, b = f32(1, 5, 9, 10), f32(6, 5, 3, 3), f32(6)
+    x2, w2 = f32(2, 3, 11, 11), f32(4, 3, 5, 5)
+
+    def plain(d, k):
+        return x86_conv2d.conv2d_nchw(d, k, 1, 1, 1)
+
+    def fused(d, k, bias):
+        return topi.nn.relu(topi.nn.bias_add(x86_conv2d.conv2d_nchw(d, k, 1, 1, 1), bias))
+
+    def strided(d, k):
+        return x86_conv2d.conv2d_nchw(d, k, 2, 2, 1)
+
+    results = run_many([(plain, [x, w]), (fused, [x, w, b]), (strided, [x2, w2])], target,
+                       x86_conv2d.schedule_conv2d_nchw)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1)
+    np.testing.assert_allclose(results[0][0], ref.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(results[1][0], torch.relu(ref + torch.from_numpy(b)[:, None,
+                                                                                   None]),
+                               rtol=1e-4, atol=1e-4)
+    ref2 = torch.nn.functional.conv2d(torch.from_numpy(x2), torch.from_numpy(w2), stride=2,
+                                      padding=2)
+    np.testing.assert_allclose(results[2][0], ref2.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_injective_and_reduce_schedules(target):
+    x, y = f32(3, 16), f32(16)
+    odd = f32(5, 7)
+    cases = [(lambda a, b: topi.exp(topi.add(a, b)), [x, y]),
+             (lambda a: topi.multiply(a, 2.0), [odd]),
+             (lambda a: topi.negative(a), [np.zeros((0, 8), "float32")])]
+    results = run_many(cases, target, topi.x86.schedule_injective)
+    np.testing.assert_allclose(results[0][0], np.exp(x + y), rtol=1e-5)
+    np.testing.assert_allclose(results[1][0], odd * 2)
+    assert results[2][0].shape == (0, 8)
+    reduced = run_many([(lambda a: topi.sum(a, axis=1), [x]),
+                        (lambda a: topi.argmax(a, axis=0), [x]),
+                        (lambda a: topi.max(a, axis=None), [odd])], target,
+                       topi.x86.schedule_reduce)
+    np.testing.assert_allclose(reduced[0][0], x.sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(reduced[1][0], x.argmax(0))
+    np.testing.assert_allclose(reduced[2][0], odd.max())
+
+
+def test_arm_cpu_injective_schedule_builds_without_threads():
+    x = f32(4, 8)
+    results = run_many([(lambda a: topi.sigmoid(a), [x])], "c -keys=arm_cpu",
+                       topi.arm_cpu.schedule_injective)
+    np.testing.assert_allclose(results[0][0], 1 / (1 + np.exp(-x)), rtol=1e-5)
