@@ -7,15 +7,15 @@ TVM rewrites every primitive call into ``alloc_storage`` / ``alloc_tensor`` /
 ``invoke_tvm_op`` in Relay and then maps those to instructions. kiln makes the same decisions
 while emitting bytecode, which lets it coalesce storage:
 
-- **internal static tensors** — a static-shaped kernel output whose only uses are as inputs of
-  other kernels — live in one *arena*: a single ``AllocStorage`` at function entry, each tensor
-  an ``AllocTensor`` at an offset. When ``memory.kill`` (from ManifestLifetimes) ends a
-  tensor's life, its slot is free for a later tensor of at most its size (best fit, like the
-  graph executor's token allocator). The arena's size is patched into the prologue once the
-  whole function is emitted; a function with no such tensor has no prologue.
-- **escaping static tensors** (returned, put in a tuple or ADT, captured, passed to a function)
-  must outlive the frame's arena slot reuse, so each gets its own ``AllocStorage`` of its exact
-  size; the allocator pools those blocks.
+- **static tensors** live in one *arena* per function invocation: a single ``AllocStorage``
+  at function entry, each tensor an ``AllocTensor`` at an offset. A tensor whose only uses are
+  as inputs of other kernels is *reusable*: when ``memory.kill`` (from ManifestLifetimes) ends
+  it, its slot is free for a later tensor of at most its size (best fit, like the graph
+  executor's token allocator). Any other static tensor (returned, put in a tuple or ADT,
+  captured, passed to a function) keeps its own slot for the whole invocation. The arena's
+  size is patched into the prologue once the function is emitted; a function without static
+  tensors has no prologue. (An escaping tensor keeps the whole arena alive while it lives —
+  the price of one allocation per call instead of one per tensor.)
 - **dynamic tensors** get their own ``AllocStorage`` sized from a register and an
   ``AllocTensorReg`` shaped by a shape register, both computed by the op's shape function
   (:mod:`kiln.relay.vm.shape_func`).
@@ -92,25 +92,31 @@ class ManifestAlloc:
         em.instructions[at] = bc.LoadConsti(self._arena_size, load.dst)
         self.storage_allocations += 1
 
-    def static_tensor(self, shape: tuple[int, ...], dtype: str, internal: bool) -> int:
-        """Emit the allocation of a static tensor; returns its register."""
+    def static_tensor(self, shape: tuple[int, ...], dtype: str, reusable: bool) -> int:
+        """Emit the allocation of a static tensor in the arena; returns its register.
+
+        A ``reusable`` tensor's slot returns to the free list when a kill ends it; any other
+        tensor keeps its slot for the whole invocation (it may outlive the kill of its name).
+        """
         em = self.emitter
         nbytes = storage_bytes(shape, dtype)
         offset_register = em.new_register()
         dst = em.new_register()
-        if internal and self._prologue_at >= 0:
-            offset, size = self._take_slot(_round_up(max(nbytes, 1), ALIGNMENT))
-            em.emit(bc.LoadConsti(offset, offset_register))
-            em.emit(bc.AllocTensor(self.arena_register, offset_register, shape, dtype, dst))
-            self._slot_of_register[dst] = (size, offset)
+        if self._prologue_at < 0:
+            size_register = em.new_register()
+            storage = em.new_register()
+            em.emit(bc.LoadConsti(nbytes, size_register))
+            em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index,
+                                    storage))
+            em.emit(bc.LoadConsti(0, offset_register))
+            em.emit(bc.AllocTensor(storage, offset_register, shape, dtype, dst))
+            self.storage_allocations += 1
             return dst
-        size_register = em.new_register()
-        storage = em.new_register()
-        em.emit(bc.LoadConsti(nbytes, size_register))
-        em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index, storage))
-        em.emit(bc.LoadConsti(0, offset_register))
-        em.emit(bc.AllocTensor(storage, offset_register, shape, dtype, dst))
-        self.storage_allocations += 1
+        offset, size = self._take_slot(_round_up(max(nbytes, 1), ALIGNMENT))
+        em.emit(bc.LoadConsti(offset, offset_register))
+        em.emit(bc.AllocTensor(self.arena_register, offset_register, shape, dtype, dst))
+        if reusable:
+            self._slot_of_register[dst] = (size, offset)
         return dst
 
     def dynamic_tensor(self, shape_register: int, size_register: int, dtype: str) -> int:

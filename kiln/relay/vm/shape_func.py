@@ -426,12 +426,25 @@ def _cached(tec: Any, table: str, func: rx.Function, make: Any) -> Any:
     return value
 
 
+def _dynamic_schedule(anchor: Any, outputs: list, target: Any) -> Any:
+    """The anchor op's schedule, or the injective one; a schedule tuned for constant shapes
+    (packed GEMM tiles …) may reject symbolic ones, and then the plain loop nest is used."""
+    from kiln import te
+    from kiln.relay.op.strategy import target_schedule
+
+    try:
+        if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
+            return anchor[1].schedule(anchor[2], outputs, target)
+        return target_schedule("injective", outputs, target)
+    except TVMError:
+        return te.create_schedule([o.op for o in outputs])
+
+
 def lower_dynamic(tec: Any, func: rx.Function) -> Any:
     """Lower a primitive function with dynamic dims (symbolic shape variables) into ``tec``."""
     from kiln import te
     from kiln.ir.module import IRModule
     from kiln.relay.backend.te_compiler import LoweredFunc, _ComputeBuilder
-    from kiln.relay.op.strategy import target_schedule
     from kiln.relay.transform.fuse_ops import fused_function_name
     from kiln.te.lowering import lower
 
@@ -452,11 +465,7 @@ def lower_dynamic(tec: Any, func: rx.Function) -> Any:
         outputs = builder.visit(func.body)
         outputs = [te.compute(o.shape, lambda *i, o=o: o(*i), name="copy")
                    if any(o is i for i in inputs) else o for o in outputs]
-        anchor = builder.anchor
-        if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
-            sch = anchor[1].schedule(anchor[2], outputs, tec.target)
-        else:
-            sch = target_schedule("injective", outputs, tec.target)
+        sch = _dynamic_schedule(builder.anchor, outputs, tec.target)
         lowered = lower(sch, inputs + outputs, name=name)
         prim = lowered[name] if isinstance(lowered, IRModule) else lowered
         kernel = LoweredFunc(name, prim, hash_text, len(inputs), len(outputs))

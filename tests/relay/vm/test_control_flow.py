@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from vm_testlib import check_against_interpreter, compile_vm
 
 import kiln
 from kiln import relay
 from kiln.relay.prelude import Prelude
 from kiln.runtime.vm import Opcode
-
-from vm_testlib import check_against_interpreter, compile_vm
 
 
 def _opcodes(exe, name="main"):
