@@ -1136,13 +1136,29 @@ def emit_llvm(mod: Any, target: Any = None):
     except RuntimeError as err:
         raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{cg.module}") from None
     opt_level = getattr(target, "opt_level", 3) if target is not None else 3
-    tuning = llvm.create_pipeline_tuning_options(speed_level=min(max(opt_level, 0), 3))
-    tuning.loop_vectorization = opt_level >= 2
-    tuning.slp_vectorization = opt_level >= 2
-    tuning.loop_unrolling = opt_level >= 2
-    passes = llvm.create_pass_builder(tm, tuning)
-    passes.getModulePassManager().run(ref, passes)
+    _optimize(llvm, ref, tm, min(max(opt_level, 0), 3))
     return cg, ref, tm
+
+
+def _optimize(llvm, ref, tm, opt_level: int) -> None:
+    """Run LLVM's standard O<n> pipeline with loop and SLP vectorization."""
+    vectorize = opt_level >= 2
+    if hasattr(llvm, "create_pass_builder"):  # llvmlite >= 0.44: the new pass manager
+        tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        tuning.loop_vectorization = vectorize
+        tuning.slp_vectorization = vectorize
+        tuning.loop_unrolling = vectorize
+        passes = llvm.create_pass_builder(tm, tuning)
+        passes.getModulePassManager().run(ref, passes)
+        return
+    builder = llvm.create_pass_manager_builder()  # older llvmlite: the legacy one
+    builder.opt_level = opt_level
+    builder.loop_vectorize = vectorize
+    builder.slp_vectorize = vectorize
+    manager = llvm.create_module_pass_manager()
+    tm.add_analysis_passes(manager)
+    builder.populate(manager)
+    manager.run(ref)
 
 
 @register_func("target.build.llvm", override=True)
