@@ -56,7 +56,8 @@ def _alloc_tensor_rel(types, attrs, op_name):
 
 
 def _vm_shape_of_rel(types, attrs, op_name):
-    return tensor_type([len(tensor_arg(types, 0, op_name).shape)], "int64")
+    dtype = getattr(attrs, "dtype", None) or "int64"
+    return tensor_type([len(tensor_arg(types, 0, op_name).shape)], dtype)
 
 
 def _reshape_tensor_rel(types, attrs, op_name):
