@@ -7,7 +7,10 @@ type relation and pattern kind.
 - unary ops keep the input type (``IdentityRel``) and are ``ELEMWISE``;
 - ``isnan``/``isinf``/``isfinite`` give a bool tensor of the input's shape;
 - binary arithmetic and logic broadcast two tensors of one dtype (``BROADCAST``);
-- comparisons broadcast and give bool.
+- comparisons broadcast and give bool;
+- as in TVM this module also holds ``zeros``/``ones`` (shape from attrs, or ``dyn.*`` for an
+  Expr shape), ``zeros_like``/``ones_like``, ``clip``, ``copy``, ``shape_of`` and
+  ``ndarray_size``.
 
 Example
 -------
@@ -168,6 +171,7 @@ def _init_rel(types, attrs, op_name):
 define_op("zeros", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of zeros", 3)
 define_op("ones", _init_rel, ELEMWISE, 0, A.InitOpAttrs, "tensor of ones", 3)
 
+
 def _make_init(name: str):
     def constructor(shape: Any, dtype: str = "float32") -> Any:
         shape = shape_arg(shape)
@@ -184,9 +188,9 @@ def _make_init(name: str):
 zeros = _make_init("zeros")
 ones = _make_init("ones")
 
-
 define_op("zeros_like", identity_rel, ELEMWISE, 1, None, "like-shaped zeros", 3)
 define_op("ones_like", identity_rel, ELEMWISE, 1, None, "like-shaped ones", 3)
+
 
 def zeros_like(data: Any) -> Any:
     """Zeros shaped and typed like ``data``."""
