@@ -93,15 +93,15 @@ LLVM_INTRINSICS = {
     "tir.sin": "llvm.sin", "tir.cos": "llvm.cos", "tir.fabs": "llvm.fabs",
     "tir.floor": "llvm.floor", "tir.ceil": "llvm.ceil", "tir.trunc": "llvm.trunc",
     "tir.nearbyint": "llvm.nearbyint", "tir.round": "llvm.nearbyint", "tir.pow": "llvm.pow",
-    "tir.copysign": "llvm.copysign", "tir.popcount": "llvm.ctpop", "tir.tan": "llvm.tan",
-    "tir.tanh": "llvm.tanh", "tir.asin": "llvm.asin", "tir.acos": "llvm.acos",
-    "tir.atan": "llvm.atan", "tir.sinh": "llvm.sinh", "tir.cosh": "llvm.cosh",
+    "tir.copysign": "llvm.copysign", "tir.popcount": "llvm.ctpop",
 }
 # tir intrinsic -> libm function (``f`` suffix for float32), called lane by lane on vectors.
 LIBM_FUNCTIONS = {
     f"tir.{name}": name
+    # (tan, tanh, asin ... are LLVM intrinsics only since LLVM 19; libm works everywhere)
     for name in ("erf", "log1p", "expm1", "asinh", "acosh", "atanh", "atan2", "fmod", "hypot",
-                 "nextafter", "cbrt", "ldexp")
+                 "nextafter", "cbrt", "ldexp", "tan", "tanh", "asin", "acos", "atan", "sinh",
+                 "cosh")
 }
 
 
