@@ -109,7 +109,9 @@ def resize2d(data: Any, size: Any, roi: Any = None, layout: str = "NCHW",
                   cubic_exclude=int(cubic_exclude),
                   extrapolation_value=float(extrapolation_value), out_dtype=out_dtype or "")
     if is_expr(size) or is_expr(roi):
-        return call("dyn.image.resize2d", [data, as_expr(size), as_expr(roi, "float32")],
+        size = size if is_expr(size) else as_expr(list(size), "int64")
+        roi = roi if is_expr(roi) else as_expr([float(r) for r in roi], "float32")
+        return call("dyn.image.resize2d", [data, size, roi],
                     A.Resize2DAttrs(**fields))
     return call("image.resize2d", [data], A.Resize2DAttrs(
         size=size, roi=tuple(float(r) for r in roi), **fields))
