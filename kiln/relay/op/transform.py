@@ -272,6 +272,9 @@ define_op("squeeze", _squeeze_rel, INJECTIVE, 1, A.SqueezeAttrs, "drop unit axes
 
 def squeeze(data: Any, axis: Any = None) -> Any:
     """Remove unit axes (all of them when ``axis`` is None); an Expr axis -> ``dyn.squeeze``."""
+    value = constant_value(axis)
+    if value is not None:
+        axis = [int(a) for a in value.reshape(-1)]
     if is_expr(axis):
         return call("dyn.squeeze", [data, axis], A.SqueezeAttrs())
     return call("squeeze", [data], A.SqueezeAttrs(axis=_int_list(axis)))

@@ -387,7 +387,7 @@ def upsampling(data: Any, scale_h: Any = 1, scale_w: Any = 1, layout: str = "NCH
         value = constant_value(s)
         scales.append(float(value) if value is not None else s)
     if any(is_expr(s) for s in scales):
-        scales = [as_expr(s, "float32") for s in scales]
+        scales = [as_expr(s, "float64") for s in scales]
         return call("dyn.nn.upsampling", [data, *scales], A.UpSamplingAttrs(
             layout=layout, method=method, align_corners=bool(align_corners)))
     return call("nn.upsampling", [data], A.UpSamplingAttrs(
