@@ -116,9 +116,11 @@ def dims_equal(a: Dim, b: Dim) -> bool:
     """Whether two dims are provably equal (same constant or the same symbolic node)."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    if isinstance(a, int) or isinstance(b, int):
-        return False
-    return a is b
+    if isinstance(a, int) or isinstance(b, int) or is_any(a) or is_any(b):
+        return a is b
+    from kiln.ir.structural import structural_equal  # symbolic extents: same expression
+
+    return a is b or structural_equal(a, b, map_free_vars=False)
 
 
 def shape_str(shape: Sequence[Dim]) -> str:
