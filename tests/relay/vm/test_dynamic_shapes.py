@@ -1,0 +1,163 @@
+"""VM compiler: ``Any`` dimensions through shape-function kernels (oracle: NumPy)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from vm_testlib import compile_vm
+
+import kiln
+from kiln import relay
+from kiln.runtime.vm import Opcode
+
+ANY = relay.Any()
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    """An MLP with a dynamic batch: dense → bias_add → relu → dense → softmax."""
+    x = relay.var("x", shape=(ANY, 8))
+    w1, b1 = relay.var("w1", shape=(16, 8)), relay.var("b1", shape=(16,))
+    w2 = relay.var("w2", shape=(4, 16))
+    hidden = relay.nn.relu(relay.nn.bias_add(relay.nn.dense(x, w1), b1))
+    out = relay.nn.softmax(relay.nn.dense(hidden, w2))
+    mod = kiln.IRModule.from_expr(relay.Function([x, w1, b1, w2], out))
+    return compile_vm(mod)
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 17])
+def test_any_batch_mlp_runs_at_several_batch_sizes(mlp, batch, rng):
+    exe, vm = mlp
+    w1 = rng.standard_normal((16, 8), dtype="float32")
+    b1 = rng.standard_normal(16, dtype="float32")
+    w2 = rng.standard_normal((4, 16), dtype="float32")
+    x = rng.standard_normal((batch, 8), dtype="float32")
+    out = vm.run(x, w1, b1, w2)
+    expected = _softmax(np.maximum(x @ w1.T + b1, 0) @ w2.T)
+    assert out.shape == (batch, 4)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-6)
+    opcodes = [i.opcode for i in exe.function("main").instructions]
+    assert Opcode.ShapeOf in opcodes and Opcode.AllocTensorReg in opcodes
+
+
+def test_any_batch_rejects_a_wrong_static_dim(mlp):
+    _, vm = mlp
+    with pytest.raises(kiln.TVMError, match="expects"):
+        vm.run(np.zeros((2, 7), "float32"), np.zeros((16, 8), "float32"),
+               np.zeros(16, "float32"), np.zeros((4, 16), "float32"))
+
+
+def _run(func, *args):
+    _, vm = compile_vm(kiln.IRModule.from_expr(func))
+    return vm.run(*args)
+
+
+@pytest.mark.parametrize("newshape, expected", [
+    ((-1,), lambda a: a.reshape(-1)),
+    ((0, -1, 2), lambda a: a.reshape(a.shape[0], -1, 2)),
+    ((-1, 2), lambda a: a.reshape(-1, 2)),
+])
+def test_reshape_with_dynamic_shapes(newshape, expected, rng):
+    """reshape after dense is its own group: a zero-copy ReshapeTensor shaped at run time."""
+    x = relay.var("x", shape=(ANY, 3))
+    w = relay.var("w", shape=(4, 3))
+    func = relay.Function([x, w], relay.reshape(relay.nn.dense(x, w), newshape))
+    exe, vm = compile_vm(kiln.IRModule.from_expr(func))
+    assert Opcode.ReshapeTensor in [i.opcode for i in exe.function("main").instructions]
+    weight = rng.standard_normal((4, 3), dtype="float32")
+    for rows in (2, 6):
+        data = rng.standard_normal((rows, 3), dtype="float32")
+        out = vm.run(data, weight)
+        np.testing.assert_allclose(out.numpy(), expected(data @ weight.T), rtol=1e-5)
+
+
+def test_broadcast_between_dynamic_dims(rng):
+    x = relay.var("x", shape=(ANY, 1))
+    y = relay.var("y", shape=(1, ANY))
+    a = rng.standard_normal((5, 1), dtype="float32")
+    b = rng.standard_normal((1, 3), dtype="float32")
+    out = _run(relay.Function([x, y], relay.multiply(x, y)), a, b)
+    np.testing.assert_allclose(out.numpy(), a * b, rtol=1e-6)
+
+
+def test_take_with_dynamic_indices(rng):
+    data = relay.var("data", shape=(5, 3))
+    idx = relay.var("idx", shape=(ANY,), dtype="int32")
+    a = rng.standard_normal((5, 3), dtype="float32")
+    i = np.array([4, 0, 2, 2], "int32")
+    out = _run(relay.Function([data, idx], relay.take(data, idx, axis=0)), a, i)
+    np.testing.assert_allclose(out.numpy(), a[i], rtol=1e-6)
+
+
+def test_transpose_expand_dims_and_reduce(rng):
+    x = relay.var("x", shape=(ANY, 3))
+    body = relay.sum(relay.expand_dims(relay.transpose(x), 0), axis=2, keepdims=True)
+    a = rng.standard_normal((4, 3), dtype="float32")
+    out = _run(relay.Function([x], body), a)
+    np.testing.assert_allclose(out.numpy(), a.T[None].sum(axis=2, keepdims=True), rtol=1e-5)
+
+
+def test_op_without_shape_function_is_a_clear_error():
+    x2 = relay.var("x", shape=(ANY, 4))
+    func = relay.Function([x2], relay.cumsum(x2, axis=0))
+    with pytest.raises(kiln.TVMError, match="shape function"):
+        compile_vm(kiln.IRModule.from_expr(func))
+
+
+# -- the shape functions themselves, compiled and run on shape tensors ---------------------
+
+
+def _shape_of_output(body_fn, arg_types, arg_shapes):
+    """Run the shape function kernel of ``body_fn(*vars)`` on concrete input shapes."""
+    from kiln.relay import transform
+    from kiln.relay.vm.shape_func import _build_shape_kernel, _dynamic_params
+    from kiln.target.build import build_module
+
+    params = [relay.var(f"p{i}", t) for i, t in enumerate(arg_types)]
+    func = relay.Function(params, body_fn(*params)).with_attr("Primitive", 1)
+    func = transform.InferType()(kiln.IRModule.from_expr(func))["main"]
+    prim, dynamic = _build_shape_kernel(func, "shape_fn")
+    lib = build_module(kiln.IRModule({"shape_fn": prim}), kiln.target.Target("c"))
+    flat = [s for s, t in zip(arg_shapes, arg_types)]
+    ins = [kiln.nd.array(np.array(flat[i], "int64")) for i, _ in _dynamic_params(func)]
+    ndim = len(func.body.checked_type.shape)
+    shape, size = kiln.nd.empty((ndim,), "int64"), kiln.nd.empty((1,), "int64")
+    lib["shape_fn"](*ins, shape, size)
+    return tuple(shape.numpy()), int(size.numpy()[0])
+
+
+def _t(*shape, dtype="float32"):
+    return relay.TensorType(shape, dtype)
+
+
+@pytest.mark.parametrize("case", [
+    ("concatenate", lambda a, b: relay.concatenate([a, b], 1), [_t(2, ANY), _t(2, ANY)],
+     [(2, 3), (2, 5)], lambda a, b: np.concatenate([a, b], 1)),
+    ("strided_slice", lambda a: relay.strided_slice(a, [1], [-1], [2], axes=[0]), [_t(ANY, 3)],
+     [(9, 3)], lambda a: a[1:-1:2]),
+    ("batch_matmul", lambda a, b: relay.nn.batch_matmul(a, b), [_t(ANY, 2, 3), _t(ANY, 4, 3)],
+     [(5, 2, 3), (5, 4, 3)], lambda a, b: a @ b.transpose(0, 2, 1)),
+    ("reshape -3", lambda a: relay.reshape(a, (-3, -2)), [_t(ANY, ANY, 2)], [(3, 4, 2)],
+     lambda a: a.reshape(12, 2)),
+    ("reshape -4", lambda a: relay.reshape(a, (-4, 2, -1, 0)), [_t(ANY, 5)], [(6, 5)],
+     lambda a: a.reshape(2, 3, 5)),
+    ("squeeze", lambda a: relay.squeeze(a, [1]), [_t(ANY, 1, 4)], [(3, 1, 4)],
+     lambda a: a.squeeze(1)),
+    ("mean exclude", lambda a: relay.mean(a, axis=[0], exclude=True), [_t(ANY, 2, ANY)],
+     [(3, 2, 7)], lambda a: a.mean(axis=(1, 2))),
+    ("take flat", lambda a, i: relay.take(a, i), [_t(3, 4), _t(ANY, ANY, dtype="int32")],
+     [(3, 4), (2, 5)], lambda a, i: np.take(a, i.astype("int64"))),
+])
+def test_shape_function_matches_numpy(case):
+    _, body_fn, types, shapes, numpy_fn = case
+    arrays = [np.zeros(s, "float32") if t.dtype == "float32" else np.zeros(s, "int32")
+              for s, t in zip(shapes, types)]
+    expected = numpy_fn(*arrays)
+    shape, size = _shape_of_output(body_fn, types, shapes)
+    assert shape == expected.shape
+    assert size == expected.size * 4
