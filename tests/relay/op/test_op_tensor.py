@@ -100,3 +100,14 @@ def test_python_scalars_become_constants():
     call = relay.add(relay.var("a", shape=(2,)), 1.0)
     assert isinstance(call.args[1], relay.Constant)
     assert shape_of(infer_expr(call)) == (2,)
+
+
+def test_symbolic_extents_compare_structurally():
+    import kiln
+
+    n = kiln.tir.Var("n", "int32")
+    ty = infer_expr(relay.add(relay.var("a", shape=(n * 2, 3)), relay.var("b", shape=(n * 2, 3))))
+    assert str(ty.shape[1]) == "3" and not isinstance(ty.shape[0], Any)
+    other = kiln.tir.Var("m", "int32")
+    with pytest.raises(TypeInferenceError, match="not broadcast-compatible"):
+        infer_expr(relay.add(relay.var("a", shape=(n,)), relay.var("b", shape=(other,))))
