@@ -1,31 +1,18 @@
 """Layout strings (``NCHW``, ``NCHW8c``, ``OIHW4i8o``) and NumPy layout transforms.
 
-Entry points: :func:`parse_layout`, :func:`layout_transform`. Upper-case letters are primal
-axes; a lower-case letter with a factor (``8c``) is a sub-axis of its primal (``C``), so
-``C = c_outer * 8 + c``.
+Entry point: :func:`layout_transform`. Layout strings are parsed by the op layer's
+:func:`~kiln.relay.op.layout.parse_layout`: upper-case letters are primal axes; a lower-case
+letter with a factor (``8c``) is a sub-axis of its primal (``C``), so ``C = c_outer * 8 + c``.
 """
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from kiln.relay.op.layout import parse_layout
 from kiln.runtime.error import TVMError
 
-__all__ = ["parse_layout", "layout_transform"]
-
-
-def parse_layout(layout: str) -> list[tuple[str, int | None]]:
-    """``"NCHW8c"`` → ``[("N", None), ("C", None), ("H", None), ("W", None), ("c", 8)]``."""
-    axes = []
-    for factor, name in re.findall(r"(\d*)([A-Za-z])", layout):
-        if name.islower() and not factor:
-            raise TVMError(f"layout {layout!r}: sub-axis {name!r} needs a factor")
-        axes.append((name, int(factor) if factor else None))
-    if "".join(f"{f or ''}{n}" for n, f in axes) != layout:
-        raise TVMError(f"malformed layout string {layout!r}")
-    return axes
+__all__ = ["layout_transform"]
 
 
 def _to_primal(x: np.ndarray, layout: list[tuple[str, int | None]]) -> tuple[np.ndarray, str]:
@@ -50,7 +37,8 @@ def _to_primal(x: np.ndarray, layout: list[tuple[str, int | None]]) -> tuple[np.
 
 def layout_transform(x: np.ndarray, src: str, dst: str) -> np.ndarray:
     """Transform ``x`` from layout ``src`` to ``dst`` (e.g. NCHW → NCHW8c)."""
-    src_axes, dst_axes = parse_layout(src), parse_layout(dst)
+    src_axes = parse_layout(src, "layout_transform")
+    dst_axes = parse_layout(dst, "layout_transform")
     if x.ndim != len(src_axes):
         raise TVMError(f"layout_transform: {src} has {len(src_axes)} axes, data has {x.ndim}")
     primal_x, primal = _to_primal(x, src_axes)
