@@ -2,3 +2,9 @@
 
 Entry point: :mod:`kiln.contrib.debugger.debug_executor`.
 """
+
+from __future__ import annotations
+
+from kiln._lazy import attach
+
+__getattr__, __dir__ = attach(__name__, {"debug_executor": "kiln.contrib.debugger.debug_executor"})
