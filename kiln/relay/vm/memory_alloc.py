@@ -110,6 +110,7 @@ class ManifestAlloc:
                                     storage))
             em.emit(bc.LoadConsti(0, offset_register))
             em.emit(bc.AllocTensor(storage, offset_register, shape, dtype, dst))
+            em.emit(bc.KillRegister(storage))
             self.storage_allocations += 1
             return dst
         offset, size = self._take_slot(_round_up(max(nbytes, 1), ALIGNMENT))
@@ -126,6 +127,7 @@ class ManifestAlloc:
         em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index, storage))
         em.emit(bc.LoadConsti(0, offset_register))
         em.emit(bc.AllocTensorReg(storage, offset_register, shape_register, dtype, dst))
+        em.emit(bc.KillRegister(storage))  # the tensor holds the storage; a kill then frees it
         self.storage_allocations += 1
         return dst
 
