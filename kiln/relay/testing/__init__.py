@@ -1,0 +1,68 @@
+"""Model workloads and test helpers with TVM's names (``tvm.relay.testing``).
+
+Entry points: :func:`run_infer_type`, :func:`run_opt_pass`, :func:`create_workload`, and the
+workload modules :mod:`~kiln.relay.testing.mlp` and :mod:`~kiln.relay.testing.resnet`
+(``get_workload(batch_size=1, ...) -> (mod, params)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kiln._lazy import attach
+
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "mlp", "resnet"]
+
+__getattr__, __dir__ = attach(__name__, {"mlp": "kiln.relay.testing.mlp",
+                                         "resnet": "kiln.relay.testing.resnet"})
+
+
+def run_opt_pass(expr: Any, opt_pass: Any) -> Any:
+    """Run a pass (or a list of passes) on an expression; returns the transformed ``main``
+    (or the expression itself when it is not a function)."""
+    from kiln.ir.module import IRModule
+    from kiln.ir.transform import Sequential
+    from kiln.relay import expr as rx
+    from kiln.relay.transform import InferType
+
+    passes = list(opt_pass) if isinstance(opt_pass, list | tuple) else [opt_pass]
+    mod = IRModule.from_expr(expr)
+    mod = Sequential([InferType(), *passes, InferType()])(mod)
+    main = mod["main"]
+    return main if isinstance(expr, rx.Function) else main.body
+
+
+def run_infer_type(expr: Any) -> Any:
+    """``expr`` with every node's ``checked_type`` filled in."""
+    return run_opt_pass(expr, [])
+
+
+def create_workload(net: Any, seed: int = 0) -> tuple[Any, dict]:
+    """An IRModule of ``net`` plus random parameters for every input but the first ("data").
+
+    Weights use Xavier-uniform scaling; batch-norm means are 0, variances 1, gammas 1 and
+    betas 0, as TVM's initializer does.
+    """
+    from kiln.ir.module import IRModule
+    from kiln.relay.transform import InferType
+    from kiln.runtime.ndarray import array
+
+    mod = InferType()(IRModule.from_expr(net))
+    rng = np.random.default_rng(seed)
+    params = {}
+    for param in mod["main"].params[1:]:
+        ty = param.checked_type
+        shape, dtype, name = ty.concrete_shape, str(ty.dtype), param.name_hint
+        if name.endswith(("_gamma", "_moving_var")):
+            value = np.ones(shape, dtype)
+        elif name.endswith(("_beta", "_moving_mean", "_bias")):
+            value = np.zeros(shape, dtype)
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+            fan_out = shape[0]
+            bound = np.sqrt(6.0 / (fan_in + fan_out))
+            value = rng.uniform(-bound, bound, shape).astype(dtype)
+        params[name] = array(value)
+    return mod, params
