@@ -353,8 +353,18 @@ class _WrapperEmitter:
                                  f"{what}: shape[{dim}] must equal {extent!r}; got, expected = "))
         self.strides(tensor, what, buffer)
         ctype = c_type(t)
-        self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*)((char*){tensor}->data + "
-                          f"{tensor}->byte_offset);")
+        offset = buffer.elem_offset
+        if _node_name(offset) in ("Var", "SizeVar") and id(offset) not in self.bound:
+            # The kernel indexes from elem_offset: it takes byte_offset, the pointer does not.
+            itemsize = max(t.itemsize, 1)
+            self.fail(f"{tensor}->byte_offset % {itemsize} != 0",
+                      f"{what}: byte_offset is not a multiple of the element size, got ",
+                      [f"{tensor}->byte_offset"])
+            self.bound[id(offset)] = f"({tensor}->byte_offset / {itemsize})"
+            self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*){tensor}->data;")
+        else:
+            self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*)((char*){tensor}->data + "
+                              f"{tensor}->byte_offset);")
         return deferred
 
     def strides(self, tensor: str, what: str, buffer: Any) -> None:

@@ -425,3 +425,23 @@ def test_mixed_dtypes_bool_int8_uint8_float64(target):
     np.testing.assert_array_equal(b.numpy(), positive)
     np.testing.assert_array_equal(c.numpy(), tripled)
     np.testing.assert_allclose(d.numpy(), tripled / 2.0 + a)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_symbolic_elem_offset_binds_from_byte_offset(target):
+    from test_codegen_kernels import _call_raw, _dltensor
+
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] * 2.0, name="B")
+    A_buf = tir.decl_buffer((4,), "float32", name="A_buf", offset_factor=1)
+    f = tvm.build(te.create_schedule(B.op), [A, B], target=target, name="offset",
+                  binds={A: A_buf})
+    base = np.arange(5, dtype="float32")
+    a_tensor, keep_a = _dltensor(base[:4])
+    a_tensor.byte_offset = 4  # the view starts at base[1]
+    out = np.zeros(4, "float32")
+    b_tensor, keep_b = _dltensor(out)
+    assert _call_raw(f["offset"], [a_tensor, b_tensor]) == 0
+    np.testing.assert_array_equal(out, base[1:] * 2)
+    a_tensor.byte_offset = 2
+    assert _call_raw(f["offset"], [a_tensor, b_tensor]) == -1
