@@ -109,7 +109,10 @@ def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = ""
     """
     dims = _shape(shape)
     params = inspect.signature(fcompute).parameters.values()
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    while len(positional) > len(dims) and positional[-1].default is not inspect.Parameter.empty:
+        positional.pop()  # trailing defaults (``lambda i, o=o: ...``) are not indices
+    names = [p.name for p in positional]
     if any(p.kind == p.VAR_POSITIONAL for p in params):
         names += [f"i{k}" for k in range(len(names), len(dims))]
     if len(names) != len(dims):
