@@ -320,7 +320,9 @@ class CodeGenLLVM:
         if kind in ("And", "Or"):
             return b.and_(lhs, rhs) if kind == "And" else b.or_(lhs, rhs)
         if t.is_float:
-            return getattr(b, _FLOAT_BINARY[kind])(lhs, rhs)
+            # "contract" lets a*b+c become one FMA, as gcc does for the C target (GNU C's
+            # default -ffp-contract=fast); nothing else is relaxed.
+            return getattr(b, _FLOAT_BINARY[kind])(lhs, rhs, flags=("contract",))
         table = _INT_BINARY if kind in _INT_BINARY else (
             _UNSIGNED_BINARY if t.is_uint else _SIGNED_BINARY)
         return getattr(b, table[kind])(lhs, rhs)
