@@ -238,6 +238,21 @@ def _identity(attrs, ins, outs):
     return [list(ins[0])]
 
 
+def _arange(attrs, ins, outs, data):
+    """ceil((stop - start) / step), at least 0; reads the three scalar inputs."""
+    from kiln import tir
+
+    start, stop, step = (t() for t in data[:3])
+    count = tir.ceil(tir.Cast("float64", stop - start) / tir.Cast("float64", step))
+    return [[tir.Max(tir.Cast("int64", count), _i64(0))]]
+
+
+# Rules that read input values, not only shapes (TVM's TShapeDataDependent).
+DATA_DEPENDENT_RULES: dict[str, Any] = {
+    "arange": _arange,
+}
+
+
 SHAPE_RULES: dict[str, Any] = {
     "nn.dense": _dense,
     "nn.matmul": _matmul,
@@ -266,13 +281,14 @@ SHAPE_RULES: dict[str, Any] = {
 def _register() -> None:
     from kiln.relay.op.op import register_shape_func
 
-    for name, rule in SHAPE_RULES.items():
-        try:
-            Op.get(name)
-        except Exception:  # noqa: BLE001 - an op this kiln does not define
-            continue
-        if Op.get(name).get_attr("FShapeFunc") is None:
-            register_shape_func(name, False, rule)
+    for table, data_dependent in ((SHAPE_RULES, False), (DATA_DEPENDENT_RULES, True)):
+        for name, rule in table.items():
+            try:
+                op = Op.get(name)
+            except Exception:  # noqa: BLE001 - an op this kiln does not define
+                continue
+            if op.get_attr("FShapeFunc") is None:
+                register_shape_func(name, data_dependent, rule)
 
 
 _register()
@@ -306,6 +322,7 @@ class _ShapeBuilder:
 
     def __init__(self) -> None:
         self.memo: dict[int, list[list[Any]]] = {}
+        self.data: dict[int, list[Any]] = {}  # param id -> its input data tensors
 
     def visit(self, node: Any) -> list[list[Any]]:
         key = id(node)
@@ -334,7 +351,13 @@ class _ShapeBuilder:
         ins = [d for a in call.args for d in self.visit(a)]
         out_types = _flat_types(call.checked_type)
         rule = call.op.get_attr("FShapeFunc")
-        if rule is not None:
+        if rule is not None and call.op.get_attr("TShapeDataDependent"):
+            data = [t for a in call.args for t in self.data.get(id(a), [None])]
+            if any(t is None for t in data):
+                raise TVMError(f"the shape of {call.op.name} depends on input values, which "
+                               "must be parameters of its primitive function")
+            outs = rule(call.attrs, ins, out_types, data)
+        elif rule is not None:
             outs = rule(call.attrs, ins, out_types)
         else:
             pattern = call.op.get_attr("TOpPattern")
@@ -348,11 +371,34 @@ class _ShapeBuilder:
         return [_with_static(d, t) for d, t in zip(outs, out_types)]
 
 
+def needs_input_data(func: rx.Function) -> bool:
+    """Whether an op of ``func`` has a data-dependent shape function."""
+    from kiln.relay.expr_functor import post_order_visit
+
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, rx.Call) and
+                     isinstance(n.op, Op) and n.op.get_attr("TShapeDataDependent") else None)
+    return bool(found)
+
+
 def _dynamic_params(func: rx.Function) -> list[tuple[int, TensorType]]:
-    """(flat input index, type) of each input tensor with a dynamic dimension."""
+    """(flat input index, type) of each input the shape function takes.
+
+    Normally the inputs with a dynamic dimension (their shapes are passed); for a
+    data-dependent function every input (its values are passed).
+    """
     flat = [t for p in func.params for t in _flat_types(p.checked_type)]
+    if needs_input_data(func):
+        return list(enumerate(flat))
     return [(i, t) for i, t in enumerate(flat)
             if any(not isinstance(getattr(d, "value", None), int) for d in t.shape)]
+
+
+def _symbolic_shape(ty: TensorType, prefix: str) -> tuple:
+    from kiln import te
+
+    return tuple(int(d.value) if isinstance(getattr(d, "value", None), int)
+                 else te.var(f"{prefix}_n{k}", "int64") for k, d in enumerate(ty.shape))
 
 
 def _selector(dims: list[Any]) -> Any:
@@ -374,18 +420,25 @@ def _constant(value: Any) -> Any:
 
 def _build_shape_kernel(func: rx.Function, name: str) -> tuple[Any, list[bool]]:
     """The PrimFunc computing output shapes and sizes; per output, whether it is dynamic."""
-    from kiln import te
+    from kiln import te, tir
     from kiln.runtime.ndarray import DataType
     from kiln.te.lowering import lower
 
     builder = _ShapeBuilder()
     dynamic_inputs = dict(_dynamic_params(func))
+    by_value = needs_input_data(func)
     shape_inputs = []
     flat_index = 0
     for param in func.params:
-        dims_list = []
+        dims_list, data = [], []
         for ty in _flat_types(param.checked_type):
-            if flat_index in dynamic_inputs:
+            if by_value:
+                ph = te.placeholder(_symbolic_shape(ty, f"in{flat_index}"), str(ty.dtype),
+                                    name=f"data_{flat_index}")
+                shape_inputs.append(ph)
+                data.append(ph)
+                dims_list.append(_with_static([tir.Cast("int64", d) for d in ph.shape], ty))
+            elif flat_index in dynamic_inputs:
                 ph = te.placeholder((len(ty.shape),), "int64", name=f"shape_{flat_index}")
                 shape_inputs.append(ph)
                 dims_list.append(_with_static([ph[k] for k in range(len(ty.shape))], ty))
@@ -393,6 +446,8 @@ def _build_shape_kernel(func: rx.Function, name: str) -> tuple[Any, list[bool]]:
                 dims_list.append([_i64(int(d.value)) for d in ty.shape])
             flat_index += 1
         builder.memo[id(param)] = dims_list
+        if data:
+            builder.data[id(param)] = data
     out_dims = builder.visit(func.body)
     out_types = _flat_types(func.body.checked_type)
     outputs, dynamic = [], []
@@ -426,6 +481,36 @@ def _cached(tec: Any, table: str, func: rx.Function, make: Any) -> Any:
     return value
 
 
+class _SymbolicOutputs:
+    """Mixin for the TE compiler's compute builder: ``Any`` output dimensions become shape
+    variables (as TVM's lowering does), so computes sized from the output type still work;
+    the variables are bound from the output buffers the VM allocates."""
+
+    def visit_Call(self, node: rx.Call) -> list:  # noqa: N802 (the builder's method name)
+        from kiln.relay.op.strategy import select_implementation
+
+        if not isinstance(node.op, Op):
+            raise TVMError(f"a primitive function may only call operators, found {node.op!r}")
+        inputs = [t for a in node.args for t in self.visit(a)]
+        out_type = _symbolic_type(node.checked_type, f"out{len(self.memo)}")
+        impl, outs = select_implementation(node.op, node.attrs, inputs, out_type, self.target)
+        pattern = node.op.get_attr("TOpPattern")
+        pattern = int(OpPattern.OPAQUE if pattern is None else pattern)
+        if pattern >= OpPattern.COMM_REDUCE and self.anchor is not None \
+                and self.anchor[0] >= OpPattern.COMM_REDUCE:
+            raise TVMError("Cannot apply TOPI schedule to a primitive function with two "
+                           f"complicated ops ({self.anchor[1].name} and {impl.name})")
+        if self.anchor is None or pattern >= self.anchor[0]:
+            self.anchor = (pattern, impl, node.attrs, outs)
+        return outs
+
+
+def _symbolic_type(ty: Any, prefix: str) -> Any:
+    if isinstance(ty, TupleType):
+        return TupleType([_symbolic_type(f, f"{prefix}_{k}") for k, f in enumerate(ty.fields)])
+    return TensorType(_symbolic_shape(ty, prefix), ty.dtype)
+
+
 def _dynamic_schedule(anchor: Any, outputs: list, target: Any) -> Any:
     """The anchor op's schedule, or the injective one; a schedule tuned for constant shapes
     (packed GEMM tiles …) may reject symbolic ones, and then the plain loop nest is used."""
@@ -450,7 +535,8 @@ def lower_dynamic(tec: Any, func: rx.Function) -> Any:
 
     def make(hash_text: str) -> Any:
         name = tec._unique(tec.prefix + fused_function_name(func) + "_dyn")
-        builder = _ComputeBuilder(tec.target)
+        builder = type("DynamicComputeBuilder", (_SymbolicOutputs, _ComputeBuilder), {})(
+            tec.target)
         inputs = []
         for param in func.params:
             tensors = []
@@ -504,8 +590,11 @@ def emit_shape_function(compiler: Any, func: rx.Function,
                     lambda d, k=k, r=register: bc.GetField(r, k, d)))
         else:
             flat_args.append(register)
-    inputs = [compiler._emit_dst(lambda d, r=flat_args[i]: bc.ShapeOf(r, d))
-              for i, _ in _dynamic_params(func)]
+    if needs_input_data(func):
+        inputs = [flat_args[i] for i, _ in _dynamic_params(func)]
+    else:
+        inputs = [compiler._emit_dst(lambda d, r=flat_args[i]: bc.ShapeOf(r, d))
+                  for i, _ in _dynamic_params(func)]
     out_types = _flat_types(func.body.checked_type)
     results: list[tuple[int, int] | None] = []
     out_registers: list[int] = []

@@ -161,3 +161,13 @@ def test_shape_function_matches_numpy(case):
     shape, size = _shape_of_output(body_fn, types, shapes)
     assert shape == expected.shape
     assert size == expected.size * 4
+
+
+@pytest.mark.parametrize("start, stop", [(0.0, 3.0), (1.0, 1.2), (2.0, 1.0)])
+def test_arange_shape_depends_on_input_values(start, stop):
+    """arange's length is read from its inputs by a data-dependent shape function kernel."""
+    s = relay.var("s", shape=(), dtype="float32")
+    e = relay.var("e", shape=(), dtype="float32")
+    body = relay.multiply(relay.arange(s, e, relay.const(0.5)), relay.const(2.0))
+    out = _run(relay.Function([s, e], body), np.float32(start), np.float32(stop))
+    np.testing.assert_allclose(out.numpy(), np.arange(start, stop, 0.5, dtype="float32") * 2)
