@@ -273,3 +273,22 @@ def test_sort_family_and_scatters_match_numpy():
         ref_set[ind_nd[0, y], ind_nd[1, y]] = upd_nd[y]
     np.testing.assert_allclose(results[7][0], ref_add, rtol=1e-6)
     np.testing.assert_allclose(results[8][0], ref_set, rtol=1e-6)
+
+
+def test_like_and_init_ops_match_numpy():
+    like = f32(2, 12)
+    cases = [
+        ("zeros", A.InitOpAttrs(shape=(2, 3), dtype="int32"), [], np.zeros((2, 3), "int32")),
+        ("ones", A.InitOpAttrs(shape=(3,), dtype="float32"), [], np.ones(3, "float32")),
+        ("full_like", None, [X, np.float32(-2)], np.full_like(X, -2)),
+        ("cast_like", None, [X * 3, I1], (X * 3).astype("int32")),
+        ("broadcast_to_like", None, [B3, f32(2, 3, 4)], np.broadcast_to(B3, (2, 3, 4))),
+        ("collapse_sum_to", A.InitOpAttrs(shape=(3, 1)), [X, B3], X.sum((0, 2))[:, None]),
+        ("reshape_like", A.ReshapeLikeAttrs(), [X, like], X.reshape(2, 12)),
+        ("contrib_reverse_reshape", A.ReshapeAttrs(newshape=(-1, 0)), [X], X.reshape(6, 4)),
+        ("copy", None, [np.zeros((0, 2), "float32")], np.zeros((0, 2), "float32")),
+    ]
+    results = run_cases([c[:3] for c in cases])
+    for (name, _, _, want), (out,) in zip(cases, results):
+        np.testing.assert_allclose(out, want, rtol=1e-6, err_msg=name)
+        assert out.dtype == want.dtype, name
