@@ -96,3 +96,25 @@ def test_arm_cpu_injective_schedule_builds_without_threads():
     results = run_many([(lambda a: topi.sigmoid(a), [x])], "c -keys=arm_cpu",
                        topi.arm_cpu.schedule_injective)
     np.testing.assert_allclose(results[0][0], 1 / (1 + np.exp(-x)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_depthwise_conv2d_x86(target):
+    from kiln.topi.x86 import depthwise
+
+    x, w, b = f32(1, 4, 9, 14), f32(8, 1, 3, 3), f32(8)
+
+    def plain(d, k):
+        return topi.nn.conv2d(d, k, 1, 1, 1, groups=4)
+
+    def fused(d, k, bias):
+        return topi.nn.relu(topi.nn.bias_add(topi.nn.conv2d(d, k, 2, 1, 1, groups=4), bias))
+
+    results = run_many([(plain, [x, w]), (fused, [x, w, b])], target,
+                       depthwise.schedule_depthwise_conv2d_nchw)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1,
+                                     groups=4)
+    np.testing.assert_allclose(results[0][0], ref.numpy(), rtol=1e-4, atol=1e-4)
+    ref2 = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                                      padding=1, groups=4) + torch.from_numpy(b)[:, None, None]
+    np.testing.assert_allclose(results[1][0], torch.relu(ref2).numpy(), rtol=1e-4, atol=1e-4)

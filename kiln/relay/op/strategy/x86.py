@@ -2,7 +2,8 @@
 
 Entry points: the ``cpu`` schedules for injective and reduction groups, and the ``cpu``
 strategies of ``nn.dense`` (``dense_pack.x86``), ``nn.contrib_dense_pack`` and ``nn.conv2d``
-(``conv2d_nchw.x86`` for NCHW/OIHW, groups 1), each beside its generic fallback.
+(``conv2d_nchw.x86`` for NCHW/OIHW with groups 1, ``depthwise_conv2d_nchw.x86`` when groups
+equal the channels), each beside its generic fallback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kiln.relay.op.strategy.registry import (
 )
 from kiln.topi.x86 import conv2d as x86_conv2d
 from kiln.topi.x86 import dense as x86_dense
+from kiln.topi.x86 import depthwise as x86_depthwise
 
 
 @register_target_schedule("injective", "cpu")
@@ -48,6 +50,11 @@ CONV2D_NCHW = register_implementation(
                                             list(a.dilation), _dtype(t))],
     lambda attrs, outs, target: x86_conv2d.schedule_conv2d_nchw(outs),
     "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG, op_name="nn.conv2d")
+DEPTHWISE_NCHW = register_implementation(
+    COMPUTES["nn.conv2d"],
+    lambda attrs, outs, target: x86_depthwise.schedule_depthwise_conv2d_nchw(outs),
+    "depthwise_conv2d_nchw.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
+    op_name="nn.conv2d")
 _GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,
                                           f"{name.split('.')[-1]}.generic", op_name=name)
             for name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d")}
@@ -78,6 +85,10 @@ def dense_pack_strategy_cpu(attrs, inputs, out_type, target):
 def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
     strategy.add(_GENERIC["nn.conv2d"])
-    if attrs.groups == 1 and attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW":
+    nchw = attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
+    channels = inputs[0].shape[1] if len(inputs[0].shape) == 4 else None
+    if nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+    elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
+        strategy.add(DEPTHWISE_NCHW)
     return strategy
