@@ -99,6 +99,15 @@ static inline int32_t kiln_q_multiply_shift(int32_t x, int32_t y, int32_t q, int
   int64_t round = total > 0 ? ((int64_t)1 << (total - 1)) : 0;
   return (int32_t)((prod + round) >> total);
 }
+/* Keep a value in a vector register: an empty asm that "changes" it stops gcc from
+ * re-reading it from memory at every use (which it prefers, and which starves FMA loops). */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define KILN_IN_REGISTER(v) __asm__("" : "+x"(v))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define KILN_IN_REGISTER(v) __asm__("" : "+w"(v))
+#else
+#define KILN_IN_REGISTER(v) ((void)0)
+#endif
 static inline float kiln_pow2i(int32_t n) {
   int32_t bits = (n + 127) << 23;
   float f;

@@ -213,6 +213,8 @@ class CodeGenC:
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
+        self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
+        self._shared_count = 0
         self.function_names: list[str] = []
 
     # -- public ----------------------------------------------------------------------------
@@ -497,7 +499,8 @@ class CodeGenC:
         if id(buffer.data) in self._vector_locals:
             return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
-            return f"(*({vtype}_u*)({data} + {access.base}))"
+            text = f"(*({vtype}_u*)({data} + {access.base}))"
+            return self._shared_loads.get(text, text)
         index_vec = access.vector_index
         elems = ", ".join(f"{data}[_i[{lane}]]" for lane in range(lanes))
         itype = self._vector_type(DataType("int64").with_lanes(lanes))
@@ -616,8 +619,46 @@ class CodeGenC:
         method(node)
 
     def stmt_SeqStmt(self, node: Any) -> None:
-        for stmt in node.seq:
+        first_use = self._share_vector_loads(node.seq)
+        for index, stmt in enumerate(node.seq):
+            for text, name in first_use.get(index, ()):
+                vtype = text[text.index("(*(") + 3:text.index("_u*)")]
+                self._line(f"{vtype} {name} = {text}; KILN_IN_REGISTER({name});")
+                self._shared_loads[text] = name
             self.emit_stmt(stmt)
+        for pairs in first_use.values():
+            for text, _ in pairs:
+                self._shared_loads.pop(text, None)
+
+    def _share_vector_loads(self, seq: Sequence[Any]) -> dict[int, list[tuple[str, str]]]:
+        """Vector loads repeated across a run of stores (an unrolled micro-kernel's B panel)
+        are read once into a register-pinned local; gcc would otherwise re-read memory at
+        every use, which makes a GEMM inner loop load-bound. Only buffers that the run does
+        not store to qualify. Returns statement index -> (load text, local name)."""
+        if len(seq) < 2 or not all(_node_name(s) == "BufferStore" for s in seq):
+            return {}
+        stored = {id(s.buffer.data) for s in seq}
+        first: dict[str, int] = {}
+        uses: dict[str, int] = {}
+        for index, stmt in enumerate(seq):
+            loads, guarded = _loads_of(stmt.value)
+            if guarded:
+                continue  # a guarded or let-bound load must stay where it is
+            for load in loads:
+                if (DataType(load.dtype).lanes == 1 or id(load.buffer.data) in stored
+                        or id(load.buffer.data) in self._vector_locals):
+                    continue
+                text = self.expr_BufferLoad(load)
+                if not text.startswith("(*("):
+                    continue
+                first.setdefault(text, index)
+                uses[text] = uses.get(text, 0) + 1
+        out: dict[int, list[tuple[str, str]]] = {}
+        for text, count in uses.items():
+            if count > 1 and text not in self._shared_loads:
+                self._shared_count += 1
+                out.setdefault(first[text], []).append((text, f"_shared{self._shared_count}"))
+        return out
 
     def stmt_Evaluate(self, node: Any) -> None:
         if _node_name(node.value) in ("IntImm", "FloatImm"):
@@ -795,6 +836,24 @@ def _pointer_type(var: Any) -> str:
     annotation = getattr(var, "type_annotation", None)
     element = getattr(getattr(annotation, "element_type", None), "dtype", None)
     return f"{c_type(element)}*" if element is not None else "void*"
+
+
+def _loads_of(expr: Any) -> tuple[list[Any], bool]:
+    """The BufferLoads in ``expr``, and whether any sits under a Let or an if_then_else."""
+    from kiln.tir.stmt_functor import post_order_visit
+
+    loads: list[Any] = []
+    guarded = [False]
+
+    def collect(node: Any) -> None:
+        kind = _node_name(node)
+        if kind == "BufferLoad":
+            loads.append(node)
+        elif kind == "Let" or (kind == "Call" and node.op == "tir.if_then_else"):
+            guarded[0] = True
+
+    post_order_visit(expr, collect)
+    return loads, guarded[0]
 
 
 def _uniform_vector_lanes(buffer_var: Any, body: Any) -> int | None:
