@@ -263,7 +263,7 @@ class IRModule(Object):
         except ImportError:
             astext = None
         if astext is not None:
-            return astext(self)
+            return astext(self, show_meta_data)
         lines = [repr(data) for data in self.type_definitions.values()]
         for var, func in self.functions.items():
             lines.append(f"def @{var.name_hint} = {func!r}")
