@@ -445,3 +445,43 @@ def test_symbolic_elem_offset_binds_from_byte_offset(target):
     np.testing.assert_array_equal(out, base[1:] * 2)
     a_tensor.byte_offset = 2
     assert _call_raw(f["offset"], [a_tensor, b_tensor]) == -1
+
+
+def _tiled_gemm(size: int, bn: int = 16, mb: int = 4):
+    """benchmarks/gemm.py's schedule: packed B, register tile via cache_write, unrolled."""
+    A = te.placeholder((size, size), name="A")
+    B = te.placeholder((size, size), name="B")
+    k = te.reduce_axis((0, size), name="k")
+    packed = te.compute((size // bn, size, bn), lambda x, y, z: B[y, x * bn + z], name="packed")
+    C = te.compute((size, size), lambda i, j: te.sum(
+        A[i, k] * packed[j // bn, k, tvm.tir.indexmod(j, bn)], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], mb, bn)
+    s[CC].compute_at(s[C], no)
+    mc, nc = s[CC].op.axis
+    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=4)
+    nco, nci = s[CC].split(nc, factor=8)
+    s[CC].reorder(ko, ki, mc, nco, nci)
+    s[CC].vectorize(nci)
+    for axis in (nco, mc, ki):
+        s[CC].unroll(axis)
+    s[C].vectorize(s[C].split(ni, factor=8)[1])
+    s[packed].parallel(s[packed].op.axis[0])
+    s[C].parallel(mo)
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_register_tiled_gemm_schedule(target):
+    s, args = _tiled_gemm(64)
+    f = tvm.build(s, args, target=target, name="tiled_gemm")
+    if target == "c":
+        source = f.get_source()
+        assert "float32x8 C_local[8]" in source  # the accumulator tile is an array of vectors
+        assert "KILN_IN_REGISTER(_shared1)" in source  # B rows are read once per k step
+    a = rng.standard_normal((64, 64)).astype("float32")
+    b = rng.standard_normal((64, 64)).astype("float32")
+    c = nd(np.zeros((64, 64), "float32"))
+    f["tiled_gemm"](nd(a), nd(b), c)
+    np.testing.assert_allclose(c.numpy(), a @ b, rtol=1e-4, atol=1e-4)
