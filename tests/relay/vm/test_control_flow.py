@@ -9,6 +9,7 @@ from vm_testlib import check_against_interpreter, compile_vm
 import kiln
 from kiln import relay
 from kiln.relay.prelude import Prelude
+from kiln.runtime.container import ADT
 from kiln.runtime.vm import Opcode
 
 
@@ -57,12 +58,49 @@ def test_recursive_sum_matches_interpreter():
     check_against_interpreter(_sum_module(), np.array(10, "int64"))
 
 
-def test_tail_recursion_to_depth_100000():
+def test_tail_recursive_kernel_loop_runs_in_one_frame():
     exe, vm = compile_vm(_sum_module())
     # the recursive call is an Invoke whose result flows only through Move/Goto/Kill to Ret
     assert Opcode.Invoke in _opcodes(exe, "sum_up")
-    n = 100_000
+    n = 3000
     assert int(vm.run(np.array(n, "int64")).numpy()) == n * (n + 1) // 2
+    assert vm.frame_depth == 0
+
+
+def test_tail_recursion_to_depth_100000(prelude):
+    """``count(n, acc) = match n { z => acc, s(m) => count(m, s(acc)) }`` on a nat of depth
+    100,000: each step is a tail call, so the VM reuses one frame instead of 100,000."""
+    p = prelude
+    mod = p.mod.copy()
+    count = relay.GlobalVar("count_down")
+    nat = relay.TypeCall(p.nat, [])
+    n, acc, m = relay.var("n", nat), relay.var("acc", nat), relay.var("m", nat)
+    body = relay.Match(n, [
+        relay.Clause(relay.PatternConstructor(p.z, []), acc),
+        relay.Clause(relay.PatternConstructor(p.s, [relay.PatternVar(m)]), count(m, p.s(acc))),
+    ])
+    mod[count] = relay.Function([n, acc], body, nat)
+    x = relay.var("x", nat)
+    mod["main"] = relay.Function([x], count(x, p.z()))
+    _, vm = compile_vm(mod)
+    depth = 100_000
+    value = ADT(p.z.tag, [])
+    for _ in range(depth):
+        value = ADT(p.s.tag, [value])
+    pushed_depths = []
+    push = vm._push  # spy: every non-tail call pushes a frame
+
+    def spy(*args):
+        pushed_depths.append(vm.frame_depth)
+        return push(*args)
+
+    vm._push = spy
+    result = vm.run(value)
+    assert pushed_depths == []  # main -> count_down and all 100,000 steps reuse one frame
+    seen = 0
+    while result.tag == p.s.tag:
+        result, seen = result.fields[0], seen + 1
+    assert seen == depth and result.tag == p.z.tag
     assert vm.frame_depth == 0
 
 
