@@ -238,6 +238,91 @@ def _identity(attrs, ins, outs):
     return [list(ins[0])]
 
 
+def _like_second(attrs, ins, outs):
+    return [list(ins[1])]
+
+
+def _static_attr_shape(attrs, ins, outs):
+    return [[_i64(int(d)) for d in attrs.shape]]
+
+
+def _tile(attrs, ins, outs):
+    data, reps = list(ins[0]), [int(r) for r in attrs.reps]
+    ndim = max(len(data), len(reps))
+    data = [_i64(1)] * (ndim - len(data)) + data
+    reps = [1] * (ndim - len(reps)) + reps
+    return [[d * _i64(r) for d, r in zip(data, reps)]]
+
+
+def _repeat(attrs, ins, outs):
+    out = list(ins[0])
+    axis = int(attrs.axis) % len(out)
+    out[axis] = out[axis] * _i64(int(attrs.repeats))
+    return [out]
+
+
+def _split(attrs, ins, outs):
+    from kiln import tir
+
+    data = list(ins[0])
+    axis = int(attrs.axis) % len(data)
+    sections = attrs.indices_or_sections
+    result = []
+    if isinstance(sections, int):
+        for _ in range(sections):
+            out = list(data)
+            out[axis] = tir.floordiv(data[axis], _i64(sections))
+            result.append(out)
+        return result
+    bounds = [0] + [int(i) for i in sections]
+    for k, begin in enumerate(bounds):
+        out = list(data)
+        end = _i64(bounds[k + 1]) if k + 1 < len(bounds) else data[axis]
+        out[axis] = end - _i64(begin)
+        result.append(out)
+    return result
+
+
+def _stack(attrs, ins, outs):
+    data = list(ins[0])
+    axis = int(attrs.axis)
+    axis = axis if axis >= 0 else len(data) + axis + 1
+    return [data[:axis] + [_i64(len(ins))] + data[axis:]]
+
+
+def _pad(attrs, ins, outs):
+    return [[d + _i64(int(before) + int(after))
+             for d, (before, after) in zip(ins[0], attrs.pad_width)]]
+
+
+def _one_hot(attrs, ins, outs):
+    indices = list(ins[0])
+    axis = int(attrs.axis)
+    axis = len(indices) if axis == -1 else axis
+    return [indices[:axis] + [_i64(int(attrs.depth))] + indices[axis:]]
+
+
+def _topk(attrs, ins, outs):
+    out = list(ins[0])
+    axis = int(attrs.axis) % len(out)
+    k = int(attrs.k)
+    if k >= 1:
+        out[axis] = _i64(k)
+    return [list(out) for _ in outs]
+
+
+def _gather(attrs, ins, outs):
+    return [list(ins[1])]
+
+
+def _batch_norm(attrs, ins, outs):
+    return [list(ins[0]), list(ins[3]), list(ins[4])][: len(outs)]
+
+
+def _same_for_every_output(attrs, ins, outs):
+    return [list(ins[0]) for _ in outs]
+
+
 def _arange(attrs, ins, outs, data):
     """ceil((stop - start) / step), at least 0; reads the three scalar inputs."""
     from kiln import tir
@@ -265,16 +350,38 @@ SHAPE_RULES: dict[str, Any] = {
     "strided_slice": _strided_slice,
     "take": _take,
     "nn.batch_flatten": _batch_flatten,
-    "nn.softmax": _identity,
-    "nn.log_softmax": _identity,
-    "nn.bias_add": _identity,
-    "cast": _identity,
-    "clip": _identity,
+    "tile": _tile,
+    "repeat": _repeat,
+    "split": _split,
+    "stack": _stack,
+    "nn.pad": _pad,
+    "nn.mirror_pad": _pad,
+    "one_hot": _one_hot,
+    "topk": _topk,
+    "gather": _gather,
+    "nn.batch_norm": _batch_norm,
+    "nn.dropout": _same_for_every_output,
+    "broadcast_to": _static_attr_shape,
+    "collapse_sum_to": _static_attr_shape,
+    "broadcast_to_like": _like_second,
+    "reshape_like": _like_second,
+    "collapse_sum_like": _like_second,
+    **{name: _identity for name in (
+        "nn.softmax", "nn.log_softmax", "nn.fast_softmax", "nn.bias_add", "cast", "clip",
+        "nn.prelu", "cumsum", "cumprod", "sort", "argsort", "reverse", "sequence_mask",
+        "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.lrn", "nn.l2_normalize",
+        "scatter_elements", "scatter_nd")},
     **{name: _reduce for name in ("sum", "mean", "max", "min", "prod", "argmax", "argmin",
                                   "all", "any", "variance")},
     **{name: _same_batch for name in ("nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d",
                                       "nn.global_avg_pool2d", "nn.global_max_pool2d",
-                                      "nn.conv1d", "nn.max_pool1d", "nn.avg_pool1d")},
+                                      "nn.conv1d", "nn.max_pool1d", "nn.avg_pool1d",
+                                      "nn.conv3d", "nn.avg_pool3d", "nn.max_pool3d",
+                                      "nn.conv2d_transpose", "nn.conv1d_transpose",
+                                      "nn.adaptive_avg_pool2d", "nn.adaptive_max_pool2d",
+                                      "nn.adaptive_avg_pool1d", "nn.adaptive_max_pool1d",
+                                      "image.resize2d", "image.resize1d", "nn.upsampling",
+                                      "nn.depth_to_space", "nn.space_to_depth")},
 }
 
 

@@ -152,6 +152,16 @@ def _t(*shape, dtype="float32"):
      [(3, 2, 7)], lambda a: a.mean(axis=(1, 2))),
     ("take flat", lambda a, i: relay.take(a, i), [_t(3, 4), _t(ANY, ANY, dtype="int32")],
      [(3, 4), (2, 5)], lambda a, i: np.take(a, i.astype("int64"))),
+    ("tile", lambda a: relay.tile(a, (2, 3)), [_t(ANY, 2)], [(4, 2)],
+     lambda a: np.tile(a, (2, 3))),
+    ("repeat", lambda a: relay.repeat(a, 3, 0), [_t(ANY, 2)], [(4, 2)],
+     lambda a: np.repeat(a, 3, 0)),
+    ("pad", lambda a: relay.nn.pad(a, ((1, 2), (0, 1))), [_t(ANY, 2)], [(4, 2)],
+     lambda a: np.pad(a, ((1, 2), (0, 1)))),
+    ("stack", lambda a, b: relay.stack([a, b], 1), [_t(ANY, 2), _t(ANY, 2)],
+     [(4, 2), (4, 2)], lambda a, b: np.stack([a, b], 1)),
+    ("broadcast_to", lambda a: relay.broadcast_to(a, (3, 4)), [_t(ANY, 1)], [(1, 1)],
+     lambda a: np.broadcast_to(a, (3, 4))),
 ])
 def test_shape_function_matches_numpy(case):
     _, body_fn, types, shapes, numpy_fn = case
