@@ -79,9 +79,8 @@ def kiln_conv_prepacked(attrs, x, wt, out_shape, target):
     from kiln.topi.x86 import conv2d as x86_conv2d
 
     impl = IMPLEMENTATIONS["conv2d_nchw.x86"]
-    bn = x86_conv2d.DEFAULT_CONFIG["oc_bn"]
     o, c, kh, kw = wt.shape
-    bn = max(d for d in range(1, bn + 1) if o % d == 0)
+    bn, _ = x86_conv2d.block_shape(o, out_shape[3], x86_conv2d.DEFAULT_CONFIG)
     packed = wt.reshape(o // bn, bn, c, kh, kw).transpose(0, 2, 3, 4, 1).copy()
     data = te.placeholder(x.shape, name="data")
     weight = te.placeholder(packed.shape, name="packed")

@@ -27,6 +27,17 @@ from kiln.topi.x86.injective import schedule_injective_from_existing
 DEFAULT_CONFIG = {"oc_bn": 16, "tile_ow": 4, "unroll_kw": True}
 
 
+def block_shape(out_channels: int, out_width: int, cfg: dict) -> tuple[int, int]:
+    """``(oc_bn, tile_ow)``: the preferred block if it divides the output, else the widest
+    block whose ``tile_ow × oc_bn / 8`` vector accumulators still fit in 12 AVX2 registers."""
+    candidates = [(cfg["oc_bn"], cfg["tile_ow"]), (16, 4), (16, 6), (16, 5), (16, 3), (8, 7),
+                  (8, 6), (8, 5), (16, 2), (8, 3), (8, 2), (4, 7), (4, 3), (4, 2)]
+    for bn, tile in candidates:
+        if out_channels % bn == 0 and out_width % tile == 0:
+            return bn, tile
+    return divisor_at_most(out_channels, cfg["oc_bn"]), 1
+
+
 def pack_kernel(kernel: te.Tensor, oc_bn: int) -> te.Tensor:
     """``[O, C, KH, KW]`` → ``[O / oc_bn, C, KH, KW, oc_bn]``."""
     o, c, kh, kw = get_const_tuple(kernel.shape)
@@ -63,7 +74,13 @@ def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
                 config: dict | None = None) -> te.Tensor:
     """NCHW/OIHW conv2d (groups 1) through the channel-blocked core."""
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    bn = divisor_at_most(get_const_int(kernel.shape[0]), cfg["oc_bn"])
+    _, _, _, w = get_const_tuple(data.shape)
+    _, _, _, kw = get_const_tuple(kernel.shape)
+    sw = _tuple(strides, 2, "strides")[1]
+    dw = _tuple(dilation, 2, "dilation")[1]
+    (_, pl), (_, pr) = get_pad_tuple(padding, 2)
+    ow = conv_output_size(w, kw, sw, dw, pl, pr)
+    bn, _ = block_shape(get_const_int(kernel.shape[0]), ow, cfg)
     return conv2d_nchw_packed(data, pack_kernel(kernel, bn), strides, padding, dilation,
                               out_dtype)
 
@@ -134,10 +151,10 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
         stage.compute_root()
         n, c, h, _ = stage.leaf_iter_vars
         stage.parallel(stage.fuse(n, c, h))
-    ow = get_const_int(conv.shape[3])
-    # Prefer tile_ow columns; widths like 7 or 14 take 7 (14 vector accumulators fit AVX2).
-    prefs = [cfg["tile_ow"], 7, 6, 5, 8, 3, 2, 1]
-    t_ow = next(t for t in prefs if ow % t == 0)
+    ow, bn = get_const_int(conv.shape[3]), get_const_int(conv.shape[4])
+    t_ow = next((t for b, t in [block_shape(bn, ow, cfg)] if b == bn), 1)
+    if t_ow == 1:
+        t_ow = max(t for t in range(1, 8) if ow % t == 0 and t * bn <= 96)
     acc = sch.cache_write(conv, "local")
     o = sch[conv]
     n, f, y, x, fi = o.leaf_iter_vars
