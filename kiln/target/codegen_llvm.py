@@ -31,6 +31,7 @@ from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
+from kiln.target.llvm_intrinsics import LLVMIntrinsics
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
 
@@ -90,28 +91,8 @@ _UNSIGNED_BINARY = {"Div": "udiv", "Mod": "urem"}
 _FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mod": "frem"}
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
-# tir intrinsic -> LLVM intrinsic (overloaded on the operand type, vectors included).
-LLVM_INTRINSICS = {
-    "tir.exp": "llvm.exp", "tir.exp2": "llvm.exp2", "tir.log": "llvm.log",
-    "tir.log2": "llvm.log2", "tir.log10": "llvm.log10", "tir.sqrt": "llvm.sqrt",
-    "tir.sin": "llvm.sin", "tir.cos": "llvm.cos", "tir.fabs": "llvm.fabs",
-    "tir.floor": "llvm.floor", "tir.ceil": "llvm.ceil", "tir.trunc": "llvm.trunc",
-    "tir.nearbyint": "llvm.nearbyint", "tir.round": "llvm.nearbyint", "tir.pow": "llvm.pow",
-    "tir.copysign": "llvm.copysign", "tir.popcount": "llvm.ctpop",
-}
-# tir intrinsic -> libm function (``f`` suffix for float32), called lane by lane on vectors.
-LIBM_FUNCTIONS = {
-    f"tir.{name}": name
-    # (tan, tanh, asin ... are LLVM intrinsics only since LLVM 19; libm works everywhere)
-    for name in ("erf", "log1p", "expm1", "asinh", "acosh", "atanh", "atan2", "fmod", "hypot",
-                 "nextafter", "cbrt", "ldexp", "tan", "tanh", "asin", "acos", "atan", "sinh",
-                 "cosh")
-}
 
 
-# tir.tvm_struct_get field kind -> member path inside the DLTensor struct
-_DLTENSOR_PATHS = {0: (), 1: (0,), 2: (4,), 3: (5,), 4: (2,), 5: (3, 0), 6: (3, 1), 7: (3, 2),
-                   8: (6,), 9: (1, 1), 10: (1, 0)}
 
 
 def _used_var_ids(stmt: Any) -> set[int]:
@@ -142,24 +123,13 @@ def _used_var_ids(stmt: Any) -> set[int]:
     return used
 
 
-def _mangle(ty) -> str:
-    ir, _ = _llvmlite()
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{_mangle(ty.element)}"
-    if isinstance(ty, ir.FloatType):
-        return "f32"
-    if isinstance(ty, ir.DoubleType):
-        return "f64"
-    if isinstance(ty, ir.HalfType):
-        return "f16"
-    return f"i{ty.width}"
 
 
 def _node_name(node: Any) -> str:
     return type(node).__name__
 
 
-class CodeGenLLVM:
+class CodeGenLLVM(LLVMIntrinsics):
     """TIR PrimFuncs -> one LLVM module of ``<name>_unpacked`` functions.
 
     Example
@@ -573,328 +543,38 @@ class CodeGenLLVM:
             b.store(elem, b.gep(ptr, [offset], inbounds=True), align=align)
 
     # -- calls -----------------------------------------------------------------------------
-    def _call_intrinsic(self, base: str, args: Sequence[Any], overload=None):
-        ty = overload or args[0].type
-        fn = self._declare(f"{base}.{_mangle(ty)}", ty if base != "llvm.ctpop" else ty,
-                           [a.type for a in args])
-        return self.builder.call(fn, list(args))
 
-    def _call_libm(self, name: str, args: Sequence[Any], dtype: Any):
-        """Call a libm function, lane by lane for vectors."""
-        b = self.builder
-        t = DataType(dtype)
-        scalar_t = self.ltype(t.element_of)
-        suffix = "f" if t.element_of.bits == 32 else ""
-        fn = self._declare(name + suffix, scalar_t, [scalar_t] * len(args))
-        if t.lanes == 1:
-            return b.call(fn, list(args))
-        out = self.ir.Constant(self.ltype(t), None)
-        for lane in range(t.lanes):
-            index = self.const("int32", lane)
-            lane_args = [b.extract_element(a, index) for a in args]
-            out = b.insert_element(out, b.call(fn, lane_args), index)
-        return out
 
-    def expr_Call(self, node: Any):
-        op = node.op
-        method = getattr(self, "call_" + op.replace("tir.", "").replace(".", "_"), None)
-        if method is not None:
-            return method(node)
-        args = [self.expr(a) for a in node.args]
-        if op == "tir.exp" and DataType(node.dtype).element_of == DataType("float32"):
-            return self._expf(args[0])
-        if op in LLVM_INTRINSICS:
-            return self._call_intrinsic(LLVM_INTRINSICS[op], args)
-        if op in LIBM_FUNCTIONS:
-            return self._call_libm(LIBM_FUNCTIONS[op], args, node.dtype)
-        raise TVMError(f"LLVM codegen: no rule for TIR intrinsic Call {op!r}")
 
-    def _float_const(self, like, value: float):
-        ir = self.ir
-        if isinstance(like.type, ir.VectorType):
-            return ir.Constant(like.type, [value] * like.type.count)
-        return ir.Constant(like.type, value)
 
-    def _expf(self, x):
-        """float32 exp as straight-line vector-friendly IR (the C target's ``kiln_expf``):
-        Cody-Waite reduction, Cephes' degree-6 polynomial, two-step 2^n scaling. 1 ulp."""
-        ir, b = self.ir, self.builder
-        c = functools.partial(self._float_const, x)
-        lanes = x.type.count if isinstance(x.type, ir.VectorType) else 1
-        int_t = ir.VectorType(self.i32, lanes) if lanes > 1 else self.i32
 
-        def ic(value: int):
-            return ir.Constant(int_t, [value] * lanes if lanes > 1 else value)
 
-        xc = b.select(b.fcmp_ordered("<", x, c(-104.0)), c(-104.0), x)
-        xc = b.select(b.fcmp_ordered(">", xc, c(89.0)), c(89.0), xc)
-        shifter = c(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to nearest
-        n = b.fsub(b.fadd(b.fmul(xc, c(1.44269504088896341)), shifter), shifter)
-        r = b.fsub(xc, b.fmul(n, c(0.693359375)))
-        r = b.fadd(r, b.fmul(n, c(2.12194440e-4)))
-        poly = c(1.9875691500e-4)
-        for coefficient in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                            1.6666665459e-1, 5.0000001201e-1):
-            poly = b.fadd(b.fmul(poly, r), c(coefficient))
-        y = b.fadd(b.fadd(b.fmul(b.fmul(poly, r), r), r), c(1.0))
-        whole = b.fptosi(n, int_t)
-        half = b.ashr(whole, ic(1))
 
-        def pow2(k):
-            return b.bitcast(b.shl(b.add(k, ic(127)), ic(23)), x.type)
 
-        y = b.fmul(b.fmul(y, pow2(half)), pow2(b.sub(whole, half)))
-        y = b.select(b.fcmp_ordered(">", x, c(88.72283935546875)), c(math.inf), y)
-        y = b.select(b.fcmp_ordered("<", x, c(-103.972084045410156)), c(0.0), y)
-        return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
-    def call_sigmoid(self, node: Any):
-        b = self.builder
-        x = self.expr(node.args[0])
-        one = self._float_const(x, 1.0)
-        negated = b.fsub(self._float_const(x, 0.0), x)
-        e = (self._expf(negated) if DataType(node.dtype).element_of == DataType("float32")
-             else self._call_intrinsic("llvm.exp", [negated]))
-        return b.fdiv(one, b.fadd(one, e))
 
-    def call_rsqrt(self, node: Any):
-        x = self.expr(node.args[0])
-        return self.builder.fdiv(self._float_const(x, 1.0),
-                                 self._call_intrinsic("llvm.sqrt", [x]))
 
-    def call_exp10(self, node: Any):
-        x = self.expr(node.args[0])
-        return self._call_intrinsic("llvm.pow", [self._float_const(x, 10.0), x])
 
-    def call_isnan(self, node: Any):
-        x = self.expr(node.args[0])
-        return self.builder.fcmp_unordered("uno", x, x)
 
-    def call_isinf(self, node: Any):
-        x = self._call_intrinsic("llvm.fabs", [self.expr(node.args[0])])
-        return self.builder.fcmp_ordered("==", x, self._float_const(x, math.inf))
 
-    def call_isfinite(self, node: Any):
-        x = self._call_intrinsic("llvm.fabs", [self.expr(node.args[0])])
-        return self.builder.fcmp_ordered("<", x, self._float_const(x, math.inf))
 
-    def call_abs(self, node: Any):
-        x = self.expr(node.args[0])
-        if DataType(node.dtype).is_float:
-            return self._call_intrinsic("llvm.fabs", [x])
-        zero = self.ir.Constant(x.type, None)
-        return self.builder.select(self.builder.icmp_signed("<", x, zero),
-                                   self.builder.sub(zero, x), x)
 
-    def call_clz(self, node: Any):
-        x = self.expr(node.args[0])
-        fn = self._declare(f"llvm.ctlz.{_mangle(x.type)}", x.type, [x.type, self.i1])
-        return self.builder.call(fn, [x, self.ir.Constant(self.i1, 0)])
 
-    def _bitwise(self, node: Any, method: str):
-        return getattr(self.builder, method)(self.expr(node.args[0]), self.expr(node.args[1]))
 
-    def call_bitwise_and(self, node: Any):
-        return self._bitwise(node, "and_")
 
-    def call_bitwise_or(self, node: Any):
-        return self._bitwise(node, "or_")
 
-    def call_bitwise_xor(self, node: Any):
-        return self._bitwise(node, "xor")
 
-    def call_shift_left(self, node: Any):
-        return self._bitwise(node, "shl")
 
-    def call_shift_right(self, node: Any):
-        return self._bitwise(node, "lshr" if DataType(node.dtype).is_uint else "ashr")
 
-    def call_bitwise_not(self, node: Any):
-        return self.builder.not_(self.expr(node.args[0]))
 
-    def call_likely(self, node: Any):
-        return self.expr(node.args[0])
 
-    def call_reinterpret(self, node: Any):
-        return self.builder.bitcast(self.expr(node.args[0]), self.ltype(node.dtype))
 
-    def call_tvm_call_packed(self, node: Any):
-        """Call a global PackedFunc by name; Buffer arguments become stack DLTensors.
 
-        The function handle is looked up once (through ``__tvm_module_ctx``, defined in the C
-        glue) and cached in a private global. The value is the call's return code."""
-        ir, b = self.ir, self.builder
-        self.uses_module_ctx = True
-        ctx = self.module.globals.get("__tvm_module_ctx")
-        if ctx is None:
-            ctx = ir.GlobalVariable(self.module, self.void_ptr, "__tvm_module_ctx")
-        cache = ir.GlobalVariable(self.module, self.void_ptr,
-                                  f".kiln_packed_fn{len(self.module.globals)}")
-        cache.linkage = "private"
-        cache.initializer = ir.Constant(self.void_ptr, None)
-        args = list(node.args[1:])
-        count = max(len(args), 1)
-        values = self._alloca_builder.alloca(ir.ArrayType(self.i64, count), name="packed_args")
-        codes = self._alloca_builder.alloca(ir.ArrayType(self.i32, count), name="packed_codes")
-        zero = self.const("int32", 0)
-        for index, arg in enumerate(args):
-            slot = b.gep(values, [zero, self.const("int32", index)])
-            code, value = self._packed_arg(arg)
-            b.store(value, b.bitcast(slot, value.type.as_pointer()))
-            b.store(self.const("int32", code), b.gep(codes, [zero, self.const("int32", index)]))
-        get_env = self._declare("TVMBackendGetFuncFromEnv", self.i32,
-                                [self.void_ptr, self.void_ptr, self.void_ptr.as_pointer()])
-        lookup = self.function.append_basic_block("packed_lookup")
-        call = self.function.append_basic_block("packed_call")
-        done = self.function.append_basic_block("packed_done")
-        b.cbranch(b.icmp_unsigned("==", b.load(cache), ir.Constant(self.void_ptr, None)),
-                  lookup, call)
-        b.position_at_end(lookup)
-        found = b.call(get_env, [b.load(ctx), self._string(node.args[0].value), cache])
-        b.cbranch(b.icmp_signed("==", found, zero), call, done)
-        b.position_at_end(call)
-        func_call = self._declare("TVMFuncCall", self.i32, [
-            self.void_ptr, self.void_ptr, self.i32.as_pointer(), self.i32, self.void_ptr,
-            self.i32.as_pointer()])
-        ret_value = self._alloca_builder.alloca(self.i64, name="packed_ret")
-        ret_code = self._alloca_builder.alloca(self.i32, name="packed_ret_code")
-        rc = b.call(func_call, [b.load(cache), b.bitcast(values, self.void_ptr),
-                                b.bitcast(codes, self.i32.as_pointer()),
-                                self.const("int32", len(args)),
-                                b.bitcast(ret_value, self.void_ptr), ret_code])
-        call_end = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        result = b.phi(self.i32)
-        result.add_incoming(found, lookup)
-        result.add_incoming(rc, call_end)
-        return result
 
-    def _packed_arg(self, arg: Any):
-        """(type code, value to store in the TVMValue slot) of one call_packed argument."""
-        b = self.builder
-        kind = _node_name(arg)
-        if kind == "Buffer":
-            tensor = self._alloca_builder.alloca(self._dltensor_type(), name="packed_tensor")
-            dims = self._alloca_builder.alloca(self.ir.ArrayType(self.i64, max(len(arg.shape),
-                                                                            1)))
-            zero = self.const("int32", 0)
-            for index, dim in enumerate(arg.shape):
-                b.store(self._as_i64(self.expr(dim), dim.dtype),
-                        b.gep(dims, [zero, self.const("int32", index)]))
-            code, bits, lanes = DataType(arg.dtype).as_tuple()
-            fields = [
-                ((0,), b.bitcast(self.expr_Var(arg.data), self.void_ptr)),
-                ((1, 0), self.const("int32", 1)), ((1, 1), self.const("int32", 0)),
-                ((2,), self.const("int32", len(arg.shape))),
-                ((3, 0), self.ir.Constant(self.i8, code)),
-                ((3, 1), self.ir.Constant(self.i8, bits)),
-                ((3, 2), self.ir.Constant(self.ir.IntType(16), lanes)),
-                ((4,), b.bitcast(dims, self.i64.as_pointer())),
-                ((5,), self.ir.Constant(self.i64.as_pointer(), None)),
-                ((6,), self.ir.Constant(self.i64, 0)),
-            ]
-            for path, value in fields:
-                b.store(value, b.gep(tensor, [zero] + [self.const("int32", i) for i in path]))
-            return 7, b.bitcast(tensor, self.void_ptr)
-        if kind == "StringImm":
-            return 11, self._string(arg.value)
-        t = DataType(arg.dtype)
-        value = self.expr(arg)
-        if t.is_handle:
-            return 3, value
-        if t.is_float:
-            return 2, self._convert(value, t, DataType("float64"))
-        return 0, self._convert(value, t, DataType("int64"))
 
-    def call_isnullptr(self, node: Any):
-        x = self.expr(node.args[0])
-        return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
 
-    def call_if_then_else(self, node: Any):
-        """Only the taken side is evaluated (a guarded load may be out of bounds)."""
-        b = self.builder
-        cond = self.expr(node.args[0])
-        then_block = self.function.append_basic_block("if_then")
-        else_block = self.function.append_basic_block("if_else")
-        done = self.function.append_basic_block("if_done")
-        b.cbranch(cond, then_block, else_block)
-        b.position_at_end(then_block)
-        then_value = self.expr(node.args[1])
-        then_end = b.block
-        b.branch(done)
-        b.position_at_end(else_block)
-        else_value = self.expr(node.args[2])
-        else_end = b.block
-        b.branch(done)
-        b.position_at_end(done)
-        phi = b.phi(then_value.type)
-        phi.add_incoming(then_value, then_end)
-        phi.add_incoming(else_value, else_end)
-        return phi
 
-    def call_call_extern(self, node: Any):
-        """Call a C function through a glue trampoline, so ``static`` import_c code works."""
-        name = node.args[0].value
-        args = [self.expr(a) for a in node.args[1:]]
-        is_void = str(node.dtype) == "void"
-        ret = self.ir.VoidType() if is_void else self.ltype(node.dtype)
-        c_ret = "void" if is_void else c_abi.c_type(node.dtype)
-        c_args = [c_abi.c_type(a.dtype) for a in node.args[1:]]
-        self.externs[name] = (c_ret, c_args)
-        fn = self._declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
-        result = self.builder.call(fn, args)
-        return self.const("int32", 0) if is_void else result
 
-    call_call_pure_extern = call_call_extern
-
-    def call_tvm_access_ptr(self, node: Any):
-        ptype, data, offset = node.args[0], node.args[1], node.args[2]
-        elem = self.ltype(ptype.dtype, storage=True)
-        ptr = self.builder.bitcast(self.expr_Var(data), elem.as_pointer())
-        address = self.builder.gep(ptr, [self._as_i64(self.expr(offset), offset.dtype)])
-        return self.builder.bitcast(address, self.void_ptr) if str(node.dtype) == "handle" \
-            else address
-
-    def call_address_of(self, node: Any):
-        load = node.args[0]
-        ptr = self._element_pointer(load.buffer)
-        offset, _ = self._lane_offsets(load.buffer, load.indices, 1)
-        return self.builder.gep(ptr, [offset])
-
-    def call_type_annotation(self, node: Any):
-        return self.const("int32", 0)
-
-    def _dltensor_type(self):
-        ir = self.ir
-        return ir.LiteralStructType([
-            self.void_ptr, ir.LiteralStructType([self.i32, self.i32]), self.i32,
-            ir.LiteralStructType([self.i8, self.i8, ir.IntType(16)]),
-            self.i64.as_pointer(), self.i64.as_pointer(), self.i64])
-
-    def call_tvm_struct_get(self, node: Any):
-        b = self.builder
-        handle, index = self.expr(node.args[0]), self.expr(node.args[1])
-        kind = int(node.args[2].value)
-        t = DataType(node.dtype)
-        if kind == c_abi._VALUE_CONTENT:
-            slot_t = self.void_ptr if t.is_handle else (
-                self.ir.DoubleType() if t.is_float else self.i64)
-            slots = b.bitcast(handle, slot_t.as_pointer())
-            value = b.load(b.gep(slots, [index]))
-            if t.is_handle:
-                return value
-            return self._convert(value, DataType("float64" if t.is_float else "int64"), t)
-        path = _DLTENSOR_PATHS.get(kind)
-        if path is None:
-            raise TVMError(f"LLVM codegen: tvm_struct_get of unknown field kind {kind}")
-        tensors = b.bitcast(handle, self._dltensor_type().as_pointer())
-        indices = [index] + [self.const("int32", i) for i in path]
-        address = b.gep(tensors, indices)
-        if kind == 0:
-            return b.bitcast(address, self.void_ptr)
-        value = b.load(address)
-        return b.bitcast(value, self.void_ptr) if t.is_handle else value
 
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
