@@ -35,7 +35,6 @@ array([2., 2., 2.], dtype=float32)
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import numpy as np
@@ -75,6 +74,7 @@ OPTIMIZE_PASSES = (
 
 
 def _available_pass(name: str) -> Any:
+    """The pass named ``name``, or None while this kiln does not have it yet."""
     from kiln.relay import transform
 
     try:
@@ -183,7 +183,7 @@ class _ModuleContext:
         self._constant_index: dict[int, int] = {}
         self.primitive_names: list[str] = []
         self._primitive_index: dict[str, int] = {}
-        self._constructor_funcs: dict[int, int] = {}
+        self._constructor_funcs: dict[tuple[str, int], int] = {}
         self.shape_funcs: dict[str, Any] = {}
         self.arena_bytes: dict[str, int] = {}
 
@@ -208,15 +208,16 @@ class _ModuleContext:
 
     def constructor_function(self, con: Constructor) -> int:
         """A VMFunction building ``con`` from its arguments (a constructor used as a value)."""
-        if con.tag not in self._constructor_funcs:
+        key = (con.belong_to.name_hint, con.tag)
+        if key not in self._constructor_funcs:
             arity = len(con.inputs)
             name = f"constructor_{con.name_hint}_{con.tag}"
             index = self.reserve(name)
             code = [bc.AllocADT(con.tag, tuple(range(arity)), arity), bc.Ret(arity)]
             self.functions[index] = VMFunction(name, [f"arg{i}" for i in range(arity)], code,
                                                arity + 1)
-            self._constructor_funcs[con.tag] = index
-        return self._constructor_funcs[con.tag]
+            self._constructor_funcs[key] = index
+        return self._constructor_funcs[key]
 
 
 class _FunctionCompiler:
@@ -273,8 +274,8 @@ class _FunctionCompiler:
         from kiln.relay.analysis.variables import free_vars
 
         captured = [v for v in free_vars(func) if v is not self_var]
-        index = self.ctx.reserve(f"{self.name}_lifted_{len(self.ctx.functions)}")
-        name = f"{self.name}_lifted_{index}"
+        name = f"{self.name}_lifted_{len(self.ctx.functions)}"
+        index = self.ctx.reserve(name)
         sub = _FunctionCompiler(self.ctx, name, index)
         self.ctx.functions[index] = sub.compile(func, captured, self_var)
         regs = tuple(self.lookup(v) for v in captured)
@@ -293,8 +294,10 @@ class _FunctionCompiler:
         """Emit code computing ``expr``; returns the register holding its value."""
         method = self._VISIT.get(type(expr))
         if method is None:
-            raise TVMError(f"the Relay VM cannot compile {type(expr).__name__} "
-                           f"({rx._short_text(expr) if hasattr(rx, '_short_text') else expr})")
+            hint = (" (references are supported by the interpreter only)"
+                    if type(expr).__name__.startswith("Ref") else "")
+            raise TVMError(f"@{self.name}: the Relay VM cannot compile "
+                           f"{type(expr).__name__}{hint}")
         return method(self, expr)
 
     def visit_var(self, var: rx.Var) -> int:
@@ -643,5 +646,3 @@ def compile(mod: Any, target: Any = None, target_host: Any = None,  # noqa: A001
     compiler.codegen()
     return compiler.get_exec()
 
-
-_ = builtins  # the module defines compile(); builtins.compile stays reachable

@@ -213,6 +213,15 @@ def test_adt_pattern_matching(which):
     assert Opcode.GetTag in _opcodes(exe, "area") and Opcode.Fatal in _opcodes(exe, "area")
 
 
+def test_constructor_used_as_a_function_value():
+    mod, area_fn, _, rect, _ = _shape_module()
+    make = relay.var("make")
+    mod["main"] = relay.Function([], relay.Let(
+        make, rect, area_fn(make(relay.const(2.0), relay.const(4.0)))))
+    _, vm = check_against_interpreter(mod)
+    assert float(vm.run().numpy()) == 8.0
+
+
 def test_incomplete_match_is_a_fatal_error():
     mod, _, circle, rect, _ = _shape_module()
     header = mod.get_global_type_var("Shape")
