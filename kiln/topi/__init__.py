@@ -13,9 +13,9 @@ Example
 >>> A = te.placeholder((4,), name="A")
 >>> B = topi.add(topi.exp(A), 1.0)
 >>> s = topi.generic.schedule_injective([B])
->>> f = kiln.build(s, [A, B], target="c")
+>>> f = kiln.build(s, [A, B], target="c", name="exp_plus_one")
 >>> a = kiln.nd.array(np.zeros(4, "float32")); b = kiln.nd.empty((4,), "float32")
->>> f(a, b); b.numpy().tolist()
+>>> f["exp_plus_one"](a, b); b.numpy().tolist()
 [2.0, 2.0, 2.0, 2.0]
 """
 

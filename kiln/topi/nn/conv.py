@@ -55,7 +55,17 @@ def conv_output_size(size: int, kernel: int, stride: int, dilation: int, before:
 def conv(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilation: Any,
          groups: int, data_layout: str, kernel_layout: str, out_dtype: str | None = None,
          name: str = "conv") -> te.Tensor:
-    """The general convolution; layouts name each axis (N, C, D/H/W; O, I, D/H/W)."""
+    """The general convolution; layouts name each axis (N, C, D/H/W; O, I, D/H/W).
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> x = te.placeholder((1, 4, 8, 8), name="x")
+    >>> w = te.placeholder((8, 2, 3, 3), name="w")
+    >>> y = topi.nn.conv(x, w, 1, 1, 1, 2, "NCHW", "OIHW")
+    >>> [int(d) for d in y.shape], y.op.tag
+    ([1, 8, 8, 8], 'conv2d_nchw')
+    """
     spatial = [a for a in data_layout if a in _SPATIAL]
     nsp = len(spatial)
     if sorted(data_layout) != sorted("NC" + "".join(spatial)) or \

@@ -43,7 +43,15 @@ def matmul(a: te.Tensor, b: te.Tensor, bias: te.Tensor | None = None,
 
 def dense(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None,
           out_dtype: str | None = None) -> te.Tensor:
-    """``data @ weight.T (+ bias)``: data ``[M, K]``, weight ``[N, K]``."""
+    """``data @ weight.T (+ bias)``: data ``[M, K]``, weight ``[N, K]``.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> y = topi.nn.dense(te.placeholder((2, 8)), te.placeholder((4, 8)))
+    >>> [int(d) for d in y.shape]
+    [2, 4]
+    """
     return matmul(data, weight, bias, out_dtype, False, True)
 
 

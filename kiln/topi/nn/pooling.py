@@ -30,7 +30,16 @@ def _all(conds: list) -> Any:
 def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, padding: Any,
          pool_type: str, ceil_mode: bool = False, layout: str = "NCHW",
          count_include_pad: bool = True) -> te.Tensor:
-    """Max or average pooling over the spatial axes named in ``layout``."""
+    """Max or average pooling over the spatial axes named in ``layout``.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> x = te.placeholder((1, 2, 7, 7))
+    >>> y = topi.nn.pool(x, (3, 3), 2, 1, 1, "max", ceil_mode=True)
+    >>> [int(d) for d in y.shape]
+    [1, 2, 4, 4]
+    """
     if pool_type not in ("max", "avg"):
         raise TVMError(f"pool: pool_type must be 'max' or 'avg', got {pool_type!r}")
     spatial = [k for k, a in enumerate(layout) if a in _SPATIAL]

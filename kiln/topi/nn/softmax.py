@@ -32,7 +32,14 @@ def _parts(x: te.Tensor, axis: int):
 
 
 def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``."""
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> topi.nn.softmax(te.placeholder((2, 5)), axis=-1).op.tag
+    'softmax_output'
+    """
     _, xmax, expsum, drop = _parts(x, axis)
     return te.compute(x.shape, lambda *i: _op.exp(x(*i) - xmax(*drop(i))) / expsum(*drop(i)),
                       name="T_softmax_norm", tag="softmax_output")

@@ -33,7 +33,16 @@ def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None
 
 
 def schedule_dense_pack(outs: Any, config: dict | None = None) -> Any:
-    """Schedule every ``dense_pack`` op in ``outs`` (and its fused epilogue)."""
+    """Schedule every ``dense_pack`` op in ``outs`` (and its fused epilogue).
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> y = topi.nn.relu(topi.x86.dense_pack(te.placeholder((8, 64)), te.placeholder((32, 64))))
+    >>> s = topi.x86.schedule_dense_pack([y], {"tile_y": 2})
+    >>> [iv.var.name for iv in s[y].leaf_iter_vars]
+    ['i0.outer.i1.outer.fused', 'i0.inner', 'i1.inner']
+    """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])

@@ -124,7 +124,14 @@ def _dispatch(op_name: str) -> Callable:
 
 
 def register_strategy(op_name: str, target_key: str = "generic") -> Callable:
-    """Decorator: ``fstrategy`` implements ``op_name`` on targets with ``target_key``."""
+    """Decorator: ``fstrategy`` implements ``op_name`` on targets with ``target_key``.
+
+    Example (registers nothing new: the generic ``add`` strategy already exists)
+    -------
+    >>> from kiln.relay.op.strategy import registered_keys
+    >>> registered_keys("add")
+    ['generic']
+    """
     def decorate(fstrategy: Callable) -> Callable:
         from kiln.ir.op import Op
 
@@ -173,6 +180,18 @@ def select_implementation(op: Any, attrs: Any, inputs: list, out_type: Any,
 
     A tuned selector's choice wins; otherwise the highest ``plevel`` (the first registered on
     a tie).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> from kiln.ir.type import TensorType
+    >>> from kiln.relay.op.op_attrs import DenseAttrs
+    >>> from kiln.relay.op.strategy import select_implementation
+    >>> x, w = te.placeholder((4, 32)), te.placeholder((16, 32))
+    >>> impl, outs = select_implementation("nn.dense", DenseAttrs(), [x, w],
+    ...                                    TensorType((4, 16), "float32"), "llvm")
+    >>> impl.name, impl.config["tile_x"]
+    ('dense_pack.x86', 16)
     """
     from kiln.ir.op import Op
 
