@@ -571,8 +571,9 @@ class VMCompiler:
         mod = self.optimize(mod, target)
         tec = TECompiler(target, "vm_mod")
         ctx = _ModuleContext(mod, tec)
+        used = _reachable_from_main(mod)
         funcs = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, rx.Function)
-                 and not f.get_attr("Primitive")]
+                 and not f.get_attr("Primitive") and gv.name_hint in used]
         for gvar, _ in funcs:
             ctx.reserve(gvar.name_hint)
         with target:
@@ -600,6 +601,29 @@ class VMCompiler:
         return self._exec
 
     get_executable = get_exec
+
+
+def _reachable_from_main(mod: IRModule) -> set[str]:
+    """Names of the global functions ``main`` can reach (all of them without a ``main``).
+
+    TVM's VM pipeline starts with RemoveUnusedFunctions; skipping the rest here keeps, e.g.,
+    the unused prelude functions out of the executable and its kernel library.
+    """
+    from kiln.relay.expr_functor import post_order_visit
+
+    names = {gv.name_hint for gv in mod.get_global_vars()}
+    if "main" not in names:
+        return names
+    seen: set[str] = set()
+    stack = ["main"]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in names:
+            continue
+        seen.add(name)
+        post_order_visit(mod[name], lambda node: stack.append(node.name_hint)
+                         if isinstance(node, GlobalVar) else None)
+    return seen
 
 
 def _as_module(mod: Any) -> IRModule:

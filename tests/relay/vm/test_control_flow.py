@@ -275,3 +275,12 @@ def test_constants_are_loaded_from_the_pool(rng):
     mod = kiln.IRModule.from_expr(relay.Function([x], relay.multiply(x, relay.const(weight))))
     exe, _ = check_against_interpreter(mod, rng.standard_normal(3, dtype="float32"))
     assert len(exe.constants) == 1 and Opcode.LoadConst in _opcodes(exe)
+
+
+def test_functions_main_cannot_reach_are_left_out(prelude):
+    p = prelude
+    mod = p.mod.copy()
+    mod["main"] = relay.Function([], p.hd(_int_list(p, [7, 8])))
+    exe, vm = compile_vm(mod)
+    assert sorted(exe.globals) == ["hd", "main"]
+    assert int(vm.run().numpy()) == 7
