@@ -11,11 +11,12 @@ from kiln.topi.x86.conv2d import conv2d_nchw, schedule_conv2d_nchw
 from kiln.topi.x86.dense import dense_pack, schedule_dense_pack
 from kiln.topi.x86.depthwise import schedule_depthwise_conv2d_nchw
 from kiln.topi.x86.injective import (
-                                     schedule_injective,
-                                     schedule_injective_from_existing,
-                                     schedule_reduce,
+    schedule_injective,
+    schedule_injective_from_existing,
+    schedule_opaque,
+    schedule_reduce,
 )
 
 __all__ = ["schedule_injective", "schedule_injective_from_existing", "schedule_reduce",
            "dense_pack", "schedule_dense_pack", "conv2d_nchw", "schedule_conv2d_nchw",
-           "schedule_depthwise_conv2d_nchw"]
+           "schedule_depthwise_conv2d_nchw", "schedule_opaque"]

@@ -58,6 +58,26 @@ def schedule_injective(outs: Any) -> Any:
     return sch
 
 
+def schedule_opaque(outs: Any) -> Any:
+    """Other ops (pools, softmax, norms, sorts …): every root stage runs its leading
+    data-parallel loops (up to two, fused) in parallel; injective producers are inlined."""
+    from kiln.te.tensor import ComputeOp
+    from kiln.topi.generic import default_schedule
+
+    sch = default_schedule(outs)
+    for stage in sch.stages:
+        if not isinstance(stage.op, ComputeOp) or stage.attach_type != "root":
+            continue
+        dims = _static([iv.dom.extent for iv in stage.op.axis])
+        if not dims or 0 in dims:
+            continue
+        lead = stage.leaf_iter_vars[:min(2, len(dims))]
+        extent = dims[0] * (dims[1] if len(lead) > 1 else 1)
+        if extent >= DEFAULT_CONFIG["min_parallel_extent"]:
+            stage.parallel(stage.fuse(*lead) if len(lead) > 1 else lead[0])
+    return sch
+
+
 def schedule_reduce(outs: Any) -> Any:
     """Reductions: the kept (outer) axes fused and run in parallel."""
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]

@@ -31,6 +31,11 @@ def schedule_reduce_cpu(outs):
     return topi.x86.schedule_reduce(outs)
 
 
+@register_target_schedule("opaque", "cpu")
+def schedule_opaque_cpu(outs):
+    return topi.x86.schedule_opaque(outs)
+
+
 def _dtype(out_type) -> str:
     return str(out_type.dtype)
 
