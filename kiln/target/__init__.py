@@ -1,7 +1,9 @@
 """kiln.target: compilation targets and native code generation (TVM's ``tvm.target``).
 
 ``Target`` parses TVM target strings; ``codegen_c`` and ``codegen_llvm`` turn TIR PrimFuncs
-into runtime Modules; ``build_module`` holds the table of target kinds -> build functions.
+into runtime Modules (``c_abi``: the packed wrapper and C glue both share;
+``c_intrinsics`` / ``llvm_intrinsics``: how each lowers ``tir.Call``); ``build`` holds the
+table of target kinds -> build functions and the NativeModule they return.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ _LAZY = {
     "codegen": "kiln.target.build",
     "codegen_c": "kiln.target.codegen_c",
     "codegen_llvm": "kiln.target.codegen_llvm",
+    "c_abi": "kiln.target.c_abi",
+    "c_intrinsics": "kiln.target.c_intrinsics",
+    "llvm_intrinsics": "kiln.target.llvm_intrinsics",
     "build_module": ("kiln.target.build", "build_module"),
     "BUILD_FUNCTIONS": ("kiln.target.build", "BUILD_FUNCTIONS"),
 }
