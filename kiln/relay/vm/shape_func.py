@@ -598,15 +598,22 @@ class _SymbolicOutputs:
 
         if not isinstance(node.op, Op):
             raise TVMError(f"a primitive function may only call operators, found {node.op!r}")
+        from kiln.relay.vm.dynamic_compute import DYNAMIC_COMPUTES
+
         inputs = [t for a in node.args for t in self.visit(a)]
         out_type = _symbolic_type(node.checked_type, f"out{len(self.memo)}")
-        impl, outs = select_implementation(node.op, node.attrs, inputs, out_type, self.target)
+        compute = DYNAMIC_COMPUTES.get(node.op.name)
+        if compute is not None:  # TOPI's compute for this op needs constant shapes
+            impl, outs = None, compute(node.attrs, inputs, out_type)
+        else:
+            impl, outs = select_implementation(node.op, node.attrs, inputs, out_type,
+                                               self.target)
         pattern = node.op.get_attr("TOpPattern")
         pattern = int(OpPattern.OPAQUE if pattern is None else pattern)
         if pattern >= OpPattern.COMM_REDUCE and self.anchor is not None \
                 and self.anchor[0] >= OpPattern.COMM_REDUCE:
             raise TVMError("Cannot apply TOPI schedule to a primitive function with two "
-                           f"complicated ops ({self.anchor[1].name} and {impl.name})")
+                           f"complicated ops (in {node.op.name})")
         if self.anchor is None or pattern >= self.anchor[0]:
             self.anchor = (pattern, impl, node.attrs, outs)
         return outs
@@ -626,6 +633,8 @@ def _dynamic_schedule(anchor: Any, outputs: list, target: Any) -> Any:
 
     try:
         if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
+            if anchor[1] is None:  # a kiln.relay.vm.dynamic_compute kernel: no tuned schedule
+                return te.create_schedule([o.op for o in outputs])
             return anchor[1].schedule(anchor[2], outputs, target)
         return target_schedule("injective", outputs, target)
     except TVMError:

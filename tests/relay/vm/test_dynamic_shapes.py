@@ -76,6 +76,49 @@ def test_reshape_with_dynamic_shapes(newshape, expected, rng):
         np.testing.assert_allclose(out.numpy(), expected(data @ weight.T), rtol=1e-5)
 
 
+def test_reshape_fused_with_elementwise_on_dynamic_shapes(rng):
+    x = relay.var("x", shape=(ANY, 4))
+    func = relay.Function([x], relay.reshape(relay.add(x, relay.const(1.0)), (-1, 2)))
+    for rows in (1, 5):
+        data = rng.standard_normal((rows, 4), dtype="float32")
+        np.testing.assert_allclose(_run(func, data).numpy(), (data + 1).reshape(-1, 2))
+
+
+def test_concatenate_dynamic_inputs(rng):
+    x = relay.var("x", shape=(ANY, 3))
+    y = relay.var("y", shape=(ANY, 3))
+    z = relay.var("z", shape=(ANY, 3))
+    func = relay.Function([x, y, z], relay.concatenate([x, y, z], axis=0))
+    a, b, c = (rng.standard_normal((n, 3), dtype="float32") for n in (2, 4, 1))
+    np.testing.assert_array_equal(_run(func, a, b, c).numpy(), np.concatenate([a, b, c]))
+
+
+def test_concatenate_along_a_dynamic_inner_axis(rng):
+    x = relay.var("x", shape=(2, ANY))
+    y = relay.var("y", shape=(2, ANY))
+    a, b = rng.standard_normal((2, 3), dtype="float32"), rng.standard_normal((2, 5),
+                                                                             dtype="float32")
+    out = _run(relay.Function([x, y], relay.concatenate([x, y], axis=1)), a, b)
+    np.testing.assert_array_equal(out.numpy(), np.concatenate([a, b], axis=1))
+
+
+@pytest.mark.parametrize("rows", [7, 2])
+def test_strided_slice_of_a_dynamic_dim(rows, rng):
+    x = relay.var("x", shape=(ANY, 4))
+    a = rng.standard_normal((rows, 4), dtype="float32")
+    out = _run(relay.Function([x], relay.strided_slice(x, [1, 0], [-1, 4], [2, 1])), a)
+    np.testing.assert_array_equal(out.numpy(), a[1:-1:2])
+
+
+def test_batch_matmul_with_dynamic_batch(rng):
+    x = relay.var("x", shape=(ANY, 2, 3))
+    y = relay.var("y", shape=(ANY, 4, 3))
+    a = rng.standard_normal((3, 2, 3), dtype="float32")
+    b = rng.standard_normal((3, 4, 3), dtype="float32")
+    out = _run(relay.Function([x, y], relay.nn.batch_matmul(x, y)), a, b)
+    np.testing.assert_allclose(out.numpy(), a @ b.transpose(0, 2, 1), rtol=1e-5, atol=1e-6)
+
+
 def test_broadcast_between_dynamic_dims(rng):
     x = relay.var("x", shape=(ANY, 1))
     y = relay.var("y", shape=(1, ANY))

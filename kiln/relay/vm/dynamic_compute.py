@@ -1,0 +1,111 @@
+"""TE computes for ops whose TOPI compute needs constant shapes, used when the VM lowers a
+primitive function with ``Any`` dimensions.
+
+Entry point: :data:`DYNAMIC_COMPUTES` (op name → ``compute(attrs, inputs, out_type)``), read
+by :func:`kiln.relay.vm.shape_func.lower_dynamic`.
+
+The output type's ``Any`` dimensions arrive as shape variables (bound at run time from the
+output buffer the VM allocated from the op's shape function), so each compute only has to
+express the indexing with symbolic extents.
+
+Example
+-------
+>>> sorted(DYNAMIC_COMPUTES)[:2]
+['concatenate', 'nn.batch_matmul']
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DYNAMIC_COMPUTES"]
+
+
+def _shape(out_type: Any) -> list[Any]:
+    return [int(d.value) if isinstance(getattr(d, "value", None), int) else d
+            for d in out_type.shape]
+
+
+def _reshape(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te
+    from kiln.topi.utils import ravel_index, unravel_index
+
+    data = inputs[0]
+    shape = _shape(out_type)
+    return [te.compute(shape, lambda *i: data(*unravel_index(ravel_index(i, shape),
+                                                             data.shape)),
+                       name="T_reshape_dyn", tag="injective")]
+
+
+def _concatenate(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te, tir
+
+    axis = int(attrs.axis) % len(inputs[0].shape)
+    starts, total = [], 0
+    for t in inputs:
+        starts.append(total)
+        total = total + t.shape[axis]
+
+    ends = starts[1:] + [total]
+
+    def pick(*i):
+        value = None
+        for t, start, end in reversed(list(zip(inputs, starts, ends))):
+            index = list(i)
+            index[axis] = i[axis] - start
+            here = t(*index)
+            # lazy select: only the input that owns this position is read
+            value = here if value is None else tir.if_then_else(i[axis] < end, here, value)
+        return value
+
+    return [te.compute(_shape(out_type), pick, name="T_concat_dyn", tag="injective")]
+
+
+def _strided_slice(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te, tir
+
+    data = inputs[0]
+    ndim = len(data.shape)
+    axes = list(attrs.axes) if getattr(attrs, "axes", None) is not None else list(range(ndim))
+    strides = list(attrs.strides) if attrs.strides is not None else []
+    starts: list[Any] = [0] * ndim
+    steps = [1] * ndim
+    for n, axis in enumerate(axes[: len(attrs.begin)]):
+        dim = data.shape[axis]
+        step = int(strides[n]) if n < len(strides) else (int(strides[-1]) if strides else 1)
+        begin = int(attrs.begin[n])
+        lo = dim + begin if begin < 0 else tir.const(begin, "int64")
+        starts[axis] = tir.Max(tir.Min(lo, dim), tir.const(0, "int64"))
+        steps[axis] = step
+    return [te.compute(_shape(out_type),
+                       lambda *i: data(*[b + s * k for b, s, k in zip(starts, steps, i)]),
+                       name="T_strided_slice_dyn", tag="injective")]
+
+
+def _batch_matmul(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te
+
+    x, y = inputs
+    transpose_a = bool(getattr(attrs, "transpose_a", False))
+    transpose_b = bool(getattr(attrs, "transpose_b", True))
+    depth = x.shape[1] if transpose_a else x.shape[2]
+    k = te.reduce_axis((0, depth), name="k")
+    x_one = isinstance(getattr(x.shape[0], "value", None), int) and x.shape[0].value == 1
+    y_one = isinstance(getattr(y.shape[0], "value", None), int) and y.shape[0].value == 1
+    dtype = str(out_type.dtype)
+
+    def body(b, i, j):
+        xb, yb = (0 if x_one else b), (0 if y_one else b)
+        left = x[xb, k, i] if transpose_a else x[xb, i, k]
+        right = y[yb, j, k] if transpose_b else y[yb, k, j]
+        return te.sum(left.astype(dtype) * right.astype(dtype), axis=k)
+
+    return [te.compute(_shape(out_type), body, name="T_batch_matmul_dyn", tag="batch_matmul")]
+
+
+DYNAMIC_COMPUTES: dict[str, Any] = {
+    "reshape": _reshape,
+    "concatenate": _concatenate,
+    "strided_slice": _strided_slice,
+    "nn.batch_matmul": _batch_matmul,
+}
