@@ -140,7 +140,9 @@ class NativeModule(Module):
         return paths
 
     def link_options(self) -> list[str]:
-        return [o for o in self.options if o == "-fopenmp"]
+        """The flags this module was built with (export_library's single gcc call both
+        compiles the exported C and links, so -march, -std, -fopenmp ... all apply)."""
+        return [o for o in self.options if o != "-fPIC"]
 
     def __repr__(self) -> str:
         return f"Module({self.type_key}, functions={self.function_names})"
