@@ -40,24 +40,27 @@ def _dtype(out_type) -> str:
     return str(out_type.dtype)
 
 
+# Each tunable implementation's compute and schedule take an optional ``config`` (the knobs
+# of its DEFAULT_CONFIG); a tuner passes the same config to both halves.
 DENSE_PACK = register_implementation(
-    lambda attrs, inputs, out_type: [x86_dense.dense_pack(inputs[0], inputs[1], None,
-                                                          _dtype(out_type))],
-    lambda attrs, outs, target: x86_dense.schedule_dense_pack(outs),
+    lambda attrs, inputs, out_type, config=None: [x86_dense.dense_pack(
+        inputs[0], inputs[1], None, _dtype(out_type), config)],
+    lambda attrs, outs, target, config=None: x86_dense.schedule_dense_pack(outs, config),
     "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG, op_name="nn.dense")
 PREPACKED_DENSE = register_implementation(
     COMPUTES["nn.contrib_dense_pack"],
-    lambda attrs, outs, target: x86_dense.schedule_dense_pack(outs),
+    lambda attrs, outs, target, config=None: x86_dense.schedule_dense_pack(outs, config),
     "contrib_dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG,
     op_name="nn.contrib_dense_pack")
 CONV2D_NCHW = register_implementation(
-    lambda a, i, t: [x86_conv2d.conv2d_nchw(i[0], i[1], list(a.strides), list(a.padding),
-                                            list(a.dilation), _dtype(t))],
-    lambda attrs, outs, target: x86_conv2d.schedule_conv2d_nchw(outs),
+    lambda a, i, t, config=None: [x86_conv2d.conv2d_nchw(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t), config)],
+    lambda attrs, outs, target, config=None: x86_conv2d.schedule_conv2d_nchw(outs, config),
     "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG, op_name="nn.conv2d")
 DEPTHWISE_NCHW = register_implementation(
     COMPUTES["nn.conv2d"],
-    lambda attrs, outs, target: x86_depthwise.schedule_depthwise_conv2d_nchw(outs),
+    lambda attrs, outs, target, config=None: x86_depthwise.schedule_depthwise_conv2d_nchw(
+        outs, config),
     "depthwise_conv2d_nchw.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
     op_name="nn.conv2d")
 _GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,

@@ -121,3 +121,21 @@ def test_schedule_functions_dispatch_by_target_key():
 def test_committed_coverage_table_is_current():
     path = pathlib.Path(__file__).resolve().parents[4] / "docs" / "ops_coverage.md"
     assert path.read_text() == coverage.coverage_markdown()
+
+
+def test_a_tuner_can_pass_knobs_to_both_halves():
+    import numpy as np
+
+    impl = registry.IMPLEMENTATIONS["dense_pack.x86"]
+    inputs, out_type = DENSE_INPUTS
+    config = {"tile_x": 8, "tile_y": 2, "tile_k": 2}
+    outs = impl.compute(A.DenseAttrs(), inputs, out_type, config)
+    packed = outs[0].op.input_tensors[1]
+    assert int(packed.shape[2]) == 8
+    sch = impl.schedule(A.DenseAttrs(), outs, Target("llvm"), config)
+    mod = kiln.build(sch, inputs + outs, target="llvm", name="dense")
+    x = np.random.default_rng(2).standard_normal((4, 32)).astype("float32")
+    w = np.random.default_rng(3).standard_normal((16, 32)).astype("float32")
+    out = kiln.nd.empty((4, 16), "float32")
+    mod["dense"](kiln.nd.array(x), kiln.nd.array(w), out)
+    np.testing.assert_allclose(out.numpy(), x @ w.T, rtol=1e-4, atol=1e-4)
