@@ -222,3 +222,41 @@ def test_arange_shape_depends_on_input_values(start, stop):
     body = relay.multiply(relay.arange(s, e, relay.const(0.5)), relay.const(2.0))
     out = _run(relay.Function([s, e], body), np.float32(start), np.float32(stop))
     np.testing.assert_allclose(out.numpy(), np.arange(start, stop, 0.5, dtype="float32") * 2)
+
+
+_BATCH_OPS = {
+    "conv2d": lambda x: relay.nn.conv2d(x, relay.const(np.linspace(-1, 1, 108, dtype="float32")
+                                                       .reshape(4, 3, 3, 3)), padding=(1, 1)),
+    "max_pool2d": lambda x: relay.nn.max_pool2d(x, (2, 2), (2, 2)),
+    "global_avg_pool2d": lambda x: relay.nn.global_avg_pool2d(x),
+    "batch_flatten+softmax": lambda x: relay.nn.softmax(relay.nn.batch_flatten(x)),
+    "sum": lambda x: relay.sum(x, axis=(2, 3)),
+    "mean keepdims": lambda x: relay.mean(x, axis=1, keepdims=True),
+    "argmax": lambda x: relay.argmax(x, axis=1),
+    "transpose": lambda x: relay.transpose(x, (0, 2, 3, 1)),
+    "take": lambda x: relay.take(x, relay.const(np.array([0, 2], "int32")), axis=1),
+    "expand/squeeze": lambda x: relay.squeeze(relay.expand_dims(x, 1), [1]),
+    "split": lambda x: relay.split(x, 3, axis=1)[1],
+    "tile": lambda x: relay.tile(x, (1, 1, 1, 2)),
+    "pad": lambda x: relay.nn.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))),
+    "stack": lambda x: relay.stack([x, x], 1),
+    "where": lambda x: relay.where(relay.greater(x, relay.const(0.0)), x,
+                                   relay.zeros_like(x)),
+    "layer_norm": lambda x: relay.nn.layer_norm(x, relay.const(np.ones(8, "float32")),
+                                                relay.const(np.zeros(8, "float32"))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_BATCH_OPS))
+def test_ops_with_an_any_batch_match_the_static_program(name, rng):
+    """Oracle: the interpreter on the same program with the batch fixed."""
+    from kiln.relay.backend.interpreter import Interpreter
+
+    data = rng.standard_normal((2, 3, 8, 8), dtype="float32")
+    dynamic = relay.var("x", shape=(ANY, 3, 8, 8))
+    static = relay.var("x", shape=(2, 3, 8, 8))
+    out = _run(relay.Function([dynamic], _BATCH_OPS[name](dynamic)), data)
+    mod = kiln.IRModule.from_expr(relay.Function([static], _BATCH_OPS[name](static)))
+    expected = Interpreter(mod).evaluate()(data).numpy()
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
