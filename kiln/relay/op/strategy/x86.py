@@ -100,3 +100,36 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
         strategy.add(DEPTHWISE_NCHW)
     return strategy
+
+
+def alter_dense_layout(attrs, inputs, tinfos, out_type):
+    """``FTVMAlterOpLayout`` of ``nn.dense`` on cpu targets: use ``contrib_dense_pack`` with the
+    weight behind a ``layout_transform`` to ``NC{n}n``, which FoldConstant folds away for a
+    constant weight (so ``dense_pack.x86`` packs nothing at run time). None elsewhere."""
+    from kiln.relay.op.nn.conv import contrib_dense_pack
+    from kiln.relay.op.strategy.registry import target_keys
+    from kiln.relay.op.transform import layout_transform
+    from kiln.target import Target
+
+    target = Target.current(allow_none=True)
+    keys = target_keys(target)
+    if "cpu" not in keys or "arm_cpu" in keys or len(tinfos[1].shape) != 2:
+        return None
+    units = tinfos[1].shape[0]
+    if not hasattr(units, "value"):
+        return None
+    lanes = x86_dense.DEFAULT_CONFIG["tile_x"]
+    lanes = max(d for d in range(1, lanes + 1) if int(units.value) % d == 0)
+    weight = layout_transform(inputs[1], "NC", f"NC{lanes}n")
+    return contrib_dense_pack(inputs[0], weight, f"NC{lanes}n", attrs.units, attrs.out_dtype)
+
+
+def _register_alter_layouts() -> None:
+    from kiln.ir.op import Op
+
+    op = Op.get("nn.dense")
+    if op.get_attr("FTVMAlterOpLayout") is None:
+        op.set_attr("FTVMAlterOpLayout", alter_dense_layout)
+
+
+_register_alter_layouts()

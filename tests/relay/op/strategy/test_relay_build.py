@@ -36,3 +36,29 @@ def test_small_cnn_through_relay_build_matches_torch():
                                           2).reshape(1, -1), t["wd"]), -1)
     np.testing.assert_allclose(module.get_output(0).numpy(), ref.numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_dense_alter_layout_packs_the_weight_for_cpu_targets():
+    from kiln.ir.type import TensorType
+    from kiln.relay.op.op_attrs import DenseAttrs
+    from kiln.relay.op.strategy.x86 import alter_dense_layout
+
+    x, w = relay.var("x", shape=(3, 20)), relay.var("w", shape=(32, 20))
+    types = [TensorType((3, 20)), TensorType((32, 20))]
+    with kiln.target.Target("c -keys=arm_cpu"):
+        assert alter_dense_layout(DenseAttrs(), [x, w], types, TensorType((3, 32))) is None
+    with kiln.target.Target("llvm"):
+        altered = alter_dense_layout(DenseAttrs(), [x, w], types, TensorType((3, 32)))
+    assert altered.op.name == "nn.contrib_dense_pack"
+    assert altered.args[1].attrs.dst_layout == "NC16n"
+    mod = kiln.IRModule.from_expr(relay.Function([x, w], altered))
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm")
+    module = graph_executor.GraphModule(lib["default"](kiln.cpu(0)))
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 20)).astype("float32")
+    b = rng.standard_normal((32, 20)).astype("float32")
+    module.set_input("x", a)
+    module.set_input("w", b)
+    module.run()
+    np.testing.assert_allclose(module.get_output(0).numpy(), a @ b.T, rtol=1e-4, atol=1e-4)
