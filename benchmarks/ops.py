@@ -191,8 +191,9 @@ def main() -> None:
         result = bench_conv(*spec, target, repeat, number)
         _print(label, result)
         rows.append((label, result))
-    ratios = [r[1][1] / r[1][2] for r in rows]
-    print(f"geometric mean kiln/ort: {float(np.exp(np.mean(np.log(ratios)))):.2f}")
+    for column, label in ((2, "ort"), (3, "torch")):
+        ratios = [r[1][1] / r[1][column] for r in rows]
+        print(f"geometric mean kiln/{label}: {float(np.exp(np.mean(np.log(ratios)))):.2f}")
 
 
 def _print(label, result) -> None:
