@@ -36,9 +36,11 @@ def _all(conds: list) -> Any:
 
 
 def _scatter(data: te.Tensor, updates_at: Callable, match: Callable, red: list,
-             position: Any, mode: str, name: str) -> te.Tensor:
-    """Shared reduction: ``match(i)`` says whether update ``red`` lands on output ``i``."""
+             position_of: Callable, mode: str, name: str) -> te.Tensor:
+    """Shared reduction: ``match(i, axes)`` says whether the update at reduction ``axes``
+    lands on output ``i``; ``position_of(axes)`` is that update's flat position."""
     dtype = data.dtype
+    position = position_of(red)
     if mode in ("update", "mean"):
         last = te.compute(data.shape, lambda *i: te.max(
             _op.if_then_else(match(i), position, -1), axis=red), name=name + "_last")
@@ -51,7 +53,6 @@ def _scatter(data: te.Tensor, updates_at: Callable, match: Callable, red: list,
                 return te.sum(_op.if_then_else(hit, updates_at(i, red2), _op.const(0, dtype)),
                               axis=red2)
 
-            position_of = _POSITION[id(red)]
             picked = te.compute(data.shape, body, name=name + "_pick")
             return te.compute(data.shape, lambda *i: _op.if_then_else(
                 last(*i) >= 0, picked(*i), data(*i)), name=name, tag="scatter")
@@ -73,9 +74,6 @@ def _scatter(data: te.Tensor, updates_at: Callable, match: Callable, red: list,
                       tag="scatter")
 
 
-_POSITION: dict[int, Callable] = {}
-
-
 def scatter_elements(data: te.Tensor, indices: te.Tensor, updates: te.Tensor, axis: int = 0,
                      reduction: str = "update") -> te.Tensor:
     """``out[.., indices[q], ..] (op)= updates[q]`` along ``axis`` (ONNX ScatterElements)."""
@@ -86,8 +84,6 @@ def scatter_elements(data: te.Tensor, indices: te.Tensor, updates: te.Tensor, ax
 
     def position_of(rs):
         return rs[0].var
-
-    _POSITION[id(red)] = position_of
 
     def match(i, rs=red):
         q = list(i)
@@ -103,7 +99,8 @@ def scatter_elements(data: te.Tensor, indices: te.Tensor, updates: te.Tensor, ax
         q[axis] = rs[0].var
         return updates(*[_op.min(v, ishape[d] - 1) for d, v in enumerate(q)])
 
-    return _scatter(data, updates_at, match, red, red[0].var, reduction, "T_scatter_elements")
+    return _scatter(data, updates_at, match, red, position_of, reduction,
+                    "T_scatter_elements")
 
 
 def scatter_nd(data: te.Tensor, indices: te.Tensor, updates: te.Tensor,
@@ -119,8 +116,6 @@ def scatter_nd(data: te.Tensor, indices: te.Tensor, updates: te.Tensor,
             flat = flat * n + r.var
         return flat
 
-    _POSITION[id(red)] = position_of
-
     def match(i, rs=red):
         ys = [r.var for r in rs]
         conds = [_op.equal(_op.cast(indices(k, *ys), "int32"), i[k]) for k in range(m)]
@@ -129,7 +124,7 @@ def scatter_nd(data: te.Tensor, indices: te.Tensor, updates: te.Tensor,
     def updates_at(i, rs=red):
         return updates(*([r.var for r in rs] + list(i[m:])))
 
-    return _scatter(data, updates_at, match, red, position_of(red), mode, "T_scatter_nd")
+    return _scatter(data, updates_at, match, red, position_of, mode, "T_scatter_nd")
 
 
 __all__ = ["scatter_elements", "scatter_nd"]
