@@ -11,7 +11,7 @@ express the indexing with symbolic extents.
 Example
 -------
 >>> sorted(DYNAMIC_COMPUTES)[:2]
-['concatenate', 'nn.batch_matmul']
+['concatenate', 'dyn.broadcast_to']
 """
 
 from __future__ import annotations
@@ -103,7 +103,59 @@ def _batch_matmul(attrs: Any, inputs: list, out_type: Any) -> list:
     return [te.compute(_shape(out_type), body, name="T_batch_matmul_dyn", tag="batch_matmul")]
 
 
+def _fill(value_of: Any):
+    """dyn.zeros / dyn.ones / dyn.full: a constant (or a scalar input) over a run-time shape."""
+    def compute(attrs: Any, inputs: list, out_type: Any) -> list:
+        from kiln import te
+
+        dtype = str(out_type.dtype)
+        value = value_of(inputs, dtype)
+        return [te.compute(_shape(out_type), lambda *i: value, name="T_full_dyn",
+                           tag="elemwise")]
+
+    return compute
+
+
+def _const(number: float):
+    def value_of(inputs: list, dtype: str) -> Any:
+        from kiln import tir
+
+        return tir.const(number, dtype)
+
+    return value_of
+
+
+def _scalar_input(inputs: list, dtype: str) -> Any:
+    from kiln import tir
+
+    return tir.Cast(dtype, inputs[0]())
+
+
+def _broadcast_to(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te, tir
+
+    data = inputs[0]
+    shape = _shape(out_type)
+    lead = len(shape) - len(data.shape)
+
+    def pick(*i):
+        index = []
+        for k, dim in enumerate(data.shape):
+            if isinstance(getattr(dim, "value", None), int):
+                index.append(0 if dim.value == 1 else i[lead + k])
+            else:
+                index.append(tir.if_then_else(dim == 1, 0, i[lead + k]))
+        return data(*index)
+
+    return [te.compute(shape, pick, name="T_broadcast_to_dyn", tag="broadcast")]
+
+
 DYNAMIC_COMPUTES: dict[str, Any] = {
+    "dyn.zeros": _fill(_const(0)),
+    "dyn.ones": _fill(_const(1)),
+    "dyn.full": _fill(_scalar_input),
+    "dyn.reshape": _reshape,
+    "dyn.broadcast_to": _broadcast_to,
     "reshape": _reshape,
     "concatenate": _concatenate,
     "strided_slice": _strided_slice,

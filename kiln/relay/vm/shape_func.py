@@ -332,9 +332,41 @@ def _arange(attrs, ins, outs, data):
     return [[tir.Max(tir.Cast("int64", count), _i64(0))]]
 
 
+def _values_of(tensor: Any, count: int) -> list[Any]:
+    from kiln import tir
+
+    return [tir.Cast("int64", tensor[k]) for k in range(count)]
+
+
+def _shape_from_input(index: int):
+    """dyn.zeros/ones/full/broadcast_to: the output shape is the values of input ``index``."""
+    def rule(attrs, ins, outs, data):
+        return [_values_of(data[index], len(outs[0].shape))]
+
+    return rule
+
+
+def _dyn_reshape(attrs, ins, outs, data):
+    """reshape to the run-time values of a newshape tensor (0 copies, -1 infers)."""
+    from kiln import tir
+
+    src, codes = ins[0], _values_of(data[1], len(outs[0].shape))
+    one, zero, minus_one = _i64(1), _i64(0), _i64(-1)
+    resolved = [tir.Select(c == zero, src[k] if k < len(src) else one, c)
+                for k, c in enumerate(codes)]
+    known = _prod([tir.Select(r == minus_one, one, r) for r in resolved])
+    inferred = tir.floordiv(_prod(src), known)
+    return [[tir.Select(r == minus_one, inferred, r) for r in resolved]]
+
+
 # Rules that read input values, not only shapes (TVM's TShapeDataDependent).
 DATA_DEPENDENT_RULES: dict[str, Any] = {
     "arange": _arange,
+    "dyn.zeros": _shape_from_input(0),
+    "dyn.ones": _shape_from_input(0),
+    "dyn.full": _shape_from_input(1),
+    "dyn.broadcast_to": _shape_from_input(1),
+    "dyn.reshape": _dyn_reshape,
 }
 
 
@@ -469,7 +501,7 @@ class _ShapeBuilder:
         else:
             pattern = call.op.get_attr("TOpPattern")
             pattern = int(OpPattern.OPAQUE if pattern is None else pattern)
-            if pattern > OpPattern.BROADCAST and any(
+            if (pattern > OpPattern.BROADCAST or call.op.name.startswith("dyn.")) and any(
                     not isinstance(getattr(d, "value", None), int)
                     for t in out_types for d in t.shape):
                 raise TVMError(f"operator {call.op.name} has no shape function, so it cannot "

@@ -260,3 +260,33 @@ def test_ops_with_an_any_batch_match_the_static_program(name, rng):
     expected = Interpreter(mod).evaluate()(data).numpy()
     assert out.shape == expected.shape
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_zeros_ones_full_with_a_shape_tensor():
+    s = relay.var("s", shape=(2,), dtype="int64")
+    shape = np.array([3, 2], "int64")
+    ones = _run(relay.Function([s], relay.add(relay.ones(s, "float32"), relay.const(1.0))),
+                shape)
+    np.testing.assert_array_equal(ones.numpy(), np.full((3, 2), 2.0, "float32"))
+    zeros = _run(relay.Function([s], relay.zeros(s, "float32")), np.array([1, 4], "int64"))
+    np.testing.assert_array_equal(zeros.numpy(), np.zeros((1, 4), "float32"))
+    full = _run(relay.Function([s], relay.full(relay.const(7.0), s, "float32")), shape)
+    np.testing.assert_array_equal(full.numpy(), np.full((3, 2), 7.0, "float32"))
+
+
+@pytest.mark.parametrize("newshape", [[-1, 3], [2, 0], [3, 2]])
+def test_dyn_reshape_reads_the_new_shape_at_run_time(newshape):
+    x = relay.var("x", shape=(6, 1))
+    s = relay.var("s", shape=(2,), dtype="int64")
+    data = np.arange(6, dtype="float32").reshape(6, 1)
+    out = _run(relay.Function([x, s], relay.reshape(x, s)), data, np.array(newshape, "int64"))
+    expected_shape = [d if d != 0 else data.shape[k] for k, d in enumerate(newshape)]
+    np.testing.assert_array_equal(out.numpy(), data.reshape(expected_shape))
+
+
+def test_dyn_broadcast_to():
+    x = relay.var("x", shape=(1, 3))
+    s = relay.var("s", shape=(2,), dtype="int64")
+    data = np.arange(3, dtype="float32")[None]
+    out = _run(relay.Function([x, s], relay.broadcast_to(x, s)), data, np.array([4, 3], "int64"))
+    np.testing.assert_array_equal(out.numpy(), np.broadcast_to(data, (4, 3)))
