@@ -46,6 +46,10 @@ _CPU_OPTIONS: dict[str, type] = {
     "unpacked-api": bool,
     "interface-api": str,
     "fast-math": bool,
+    # TVM 0.8 put the executor in the target string ("c -executor=aot -unpacked-api=1")
+    "executor": str,
+    "workspace-byte-alignment": int,
+    "constants-byte-alignment": int,
 }
 _GPU_OPTIONS: dict[str, type] = {
     "arch": str,
