@@ -290,3 +290,38 @@ def test_dyn_broadcast_to():
     data = np.arange(3, dtype="float32")[None]
     out = _run(relay.Function([x, s], relay.broadcast_to(x, s)), data, np.array([4, 3], "int64"))
     np.testing.assert_array_equal(out.numpy(), np.broadcast_to(data, (4, 3)))
+
+
+_ROW_OPS = {
+    "topk": lambda x: relay.topk(x, 2, axis=1, ret_type="values"),
+    "cumsum": lambda x: relay.cumsum(x, axis=1),
+    "sort": lambda x: relay.sort(x, axis=1),
+    "argsort": lambda x: relay.argsort(x, axis=1),
+    "one_hot": lambda x: relay.one_hot(relay.cast(x, "int32"), relay.const(1.0),
+                                       relay.const(0.0), 3, -1, "float32"),
+    "gather": lambda x: relay.gather(x, 1, relay.cast(relay.zeros_like(x), "int32")),
+    "concatenate+strided_slice": lambda x: relay.strided_slice(
+        relay.concatenate([x, x], 1), [0, 2], [5, 6]),
+    "repeat": lambda x: relay.repeat(x, 2, 0),
+    "batch_norm": lambda x: relay.nn.batch_norm(
+        x, *[relay.const(np.full(4, 1.5, "float32"))] * 4)[0],
+    "log_softmax": lambda x: relay.nn.log_softmax(x),
+    "reverse": lambda x: relay.reverse(x, 1),
+    "prelu": lambda x: relay.nn.prelu(x, relay.const(np.full(4, 0.1, "float32"))),
+    "dropout": lambda x: relay.nn.dropout(x),
+    "variance": lambda x: relay.variance(x, axis=1),
+    "max over the dynamic axis": lambda x: relay.max(x, axis=0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_ROW_OPS))
+def test_ops_with_dynamic_rows_match_the_static_program(name, rng):
+    from kiln.relay.backend.interpreter import Interpreter
+
+    data = rng.standard_normal((3, 4), dtype="float32")
+    out = _run(relay.Function([x := relay.var("x", shape=(ANY, 4))], _ROW_OPS[name](x)), data)
+    static = relay.var("x", shape=(3, 4))
+    mod = kiln.IRModule.from_expr(relay.Function([static], _ROW_OPS[name](static)))
+    expected = Interpreter(mod).evaluate()(data).numpy()
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
