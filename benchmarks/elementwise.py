@@ -40,6 +40,10 @@ def main() -> None:
     opts = parser.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KILN_NUM_THREADS"):
         os.environ[var] = str(opts.threads)
+    # Idle OpenMP workers sleep instead of spinning: on a shared, oversubscribed machine a
+    # spinning worker steals the core its partner needs and a 1 ms kernel takes a scheduler
+    # quantum (10-20x slower). Set OMP_WAIT_POLICY=active to measure spinning instead.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
     import numpy as np
 
@@ -68,7 +72,8 @@ def main() -> None:
             start = time.perf_counter()
             func(a, b, c, d)
             best[name] = min(best[name], time.perf_counter() - start)
-    print(f"exp(a) * b + c on {opts.size} float32, threads: {opts.threads}")
+    print(f"exp(a) * b + c on {opts.size} float32, threads: {opts.threads}, "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     print(f"numpy:     {best['numpy'] * 1e3:8.3f} ms")
     for name in kernels:
         ratio = best["numpy"] / best[name]

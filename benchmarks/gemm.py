@@ -80,6 +80,10 @@ def main() -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "KILN_NUM_THREADS"):
         os.environ[var] = str(opts.threads)
+    # Idle OpenMP workers sleep instead of spinning: on a shared, oversubscribed machine a
+    # spinning worker steals the core its partner needs and a 1 ms kernel takes a scheduler
+    # quantum (10-20x slower). Set OMP_WAIT_POLICY=active to measure spinning instead.
+    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
     import numpy as np
 
@@ -95,7 +99,8 @@ def main() -> None:
     flops = 2.0 * size ** 3
 
     print(f"machine: {machine_name()}, threads: {opts.threads}, "
-          f"matmul {size}x{size}x{size} float32, tile {opts.mb}x{opts.bn}")
+          f"matmul {size}x{size}x{size} float32, tile {opts.mb}x{opts.bn}, "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     kernels = {}
     for target in opts.targets.split(","):
         s, args = gemm_schedule(size, opts.bn, opts.mb)
