@@ -41,7 +41,7 @@ def schedule_dense_pack(outs: Any, config: dict | None = None) -> Any:
     >>> y = topi.nn.relu(topi.x86.dense_pack(te.placeholder((8, 64)), te.placeholder((32, 64))))
     >>> s = topi.x86.schedule_dense_pack([y], {"tile_y": 2})
     >>> [iv.var.name for iv in s[y].leaf_iter_vars]
-    ['i0.outer.i1.outer.fused', 'i0.inner', 'i1.inner']
+    ['i1.outer.i0.outer.fused', 'i0.inner', 'i1.inner']
     """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
@@ -74,8 +74,9 @@ def _schedule_block(sch: Any, dense: te.Tensor, out: te.Tensor, cfg: dict) -> No
     y, x = o.leaf_iter_vars[0], o.leaf_iter_vars[1]
     yo, yi = o.split(y, factor=ty)
     xo, xi = o.split(x, factor=lanes)
-    o.reorder(yo, xo, yi, xi)
-    task = o.fuse(yo, xo)
+    # Column blocks outermost: consecutive tasks reuse one packed weight block from cache.
+    o.reorder(xo, yo, yi, xi)
+    task = o.fuse(xo, yo)
     o.parallel(task)
     o.vectorize(xi)
     block = sch[block_tensor]
