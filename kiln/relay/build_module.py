@@ -41,6 +41,7 @@ OPTIMIZE_PASSES = (
     "FoldScaleAxis",
     "SimplifyExpr",
     "CanonicalizeOps",
+    "AlterOpLayout",
     "FoldConstant",
 )
 

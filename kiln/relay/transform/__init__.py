@@ -46,6 +46,7 @@ _LAZY: dict[str, Any] = {
     "ForwardFoldScaleAxis": ("kiln.relay.transform.fold_scale_axis", "ForwardFoldScaleAxis"),
     "BackwardFoldScaleAxis": ("kiln.relay.transform.fold_scale_axis", "BackwardFoldScaleAxis"),
     "CanonicalizeOps": ("kiln.relay.transform.canonicalize_ops", "CanonicalizeOps"),
+    "AlterOpLayout": ("kiln.relay.transform.alter_op_layout", "AlterOpLayout"),
     "ToANormalForm": ("kiln.relay.transform.normal_forms", "ToANormalForm"),
     "ToANormalFormExpr": ("kiln.relay.transform.normal_forms", "ToANormalFormExpr"),
     "ToGraphNormalForm": ("kiln.relay.transform.normal_forms", "ToGraphNormalForm"),

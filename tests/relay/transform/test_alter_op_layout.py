@@ -1,0 +1,37 @@
+"""AlterOpLayout: ops take their target-preferred layout forms, numerics unchanged."""
+
+import numpy as np
+
+import kiln as tvm
+from kiln import relay
+from kiln.relay.backend.interpreter import Interpreter
+from kiln.relay.transform import FoldConstant, InferType
+from kiln.relay.transform.alter_op_layout import AlterOpLayout
+
+
+def _dense_module():
+    x = relay.var("x", shape=(2, 64))
+    w = relay.const(np.random.default_rng(0).standard_normal((32, 64)).astype("float32"))
+    return tvm.IRModule.from_expr(relay.Function([x], relay.nn.relu(relay.nn.dense(x, w))))
+
+
+def _run(mod, target, opt_level=3):
+    with tvm.target.Target(target), tvm.transform.PassContext(opt_level=opt_level):
+        return FoldConstant()(AlterOpLayout()(InferType()(mod)))
+
+
+def test_dense_becomes_dense_pack_on_cpu_and_the_weight_is_folded():
+    mod = _dense_module()
+    altered = _run(mod, "llvm")
+    dense = altered["main"].body.args[0]
+    assert dense.op.name == "nn.contrib_dense_pack"
+    assert isinstance(dense.args[1], relay.Constant)  # layout_transform folded away
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype("float32")
+    np.testing.assert_allclose(Interpreter(altered).evaluate()(x).numpy(),
+                               Interpreter(mod).evaluate()(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_arm_cpu_and_low_opt_level_keep_plain_dense():
+    mod = _dense_module()
+    assert _run(mod, "c -keys=arm_cpu")["main"].body.args[0].op.name == "nn.dense"
+    assert _run(mod, "llvm", opt_level=2)["main"].body.args[0].op.name == "nn.dense"
