@@ -68,7 +68,7 @@ class NativeModule(Module):
 
     def __init__(self, kind: str, sources: dict[str, str], objects: dict[str, bytes],
                  function_names: Sequence[str], options: Sequence[str],
-                 text: dict[str, str]) -> None:
+                 text: dict[str, str], foreign_triple: str | None = None) -> None:
         super().__init__()
         self.type_key = kind
         self.sources = dict(sources)
@@ -76,8 +76,12 @@ class NativeModule(Module):
         self.function_names = list(function_names)
         self.options = list(options)
         self.text = dict(text)  # fmt -> source text for get_source
-        self.library_path = self._compile()
-        self.dso = DSOModule(str(self.library_path))
+        # Code for another machine (-mtriple) is kept for export and source, never loaded.
+        self.foreign_triple = foreign_triple
+        self.library_path = None if foreign_triple else self._compile()
+        self.dso = None if foreign_triple else DSOModule(str(self.library_path))
+        if foreign_triple:
+            self._property_mask = ModuleProperty.DSO_EXPORTABLE
 
     @classmethod
     def from_c_source(cls, source: str, names: Sequence[str], options: Sequence[str],
@@ -105,6 +109,12 @@ class NativeModule(Module):
         return self.type_key
 
     def _get_function(self, name: str) -> Any:
+        if self.dso is None:
+            raise TVMError(
+                f"Module[{self.type_key}] holds code for {self.foreign_triple}, which this "
+                "machine cannot run; export it with export_library(..., fcompile=<a cross "
+                "compiler>) or save its object file"
+            )
         return self.dso._get_function(name)
 
     def get_source(self, fmt: str = "") -> str:

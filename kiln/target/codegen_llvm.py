@@ -78,7 +78,13 @@ def host_target_machine(target: Any = None):
         if mattr:
             features = f"{features},{mattr}" if features else mattr
     triple = (getattr(target, "attrs", {}) or {}).get("mtriple") if target is not None else None
-    llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
+    if triple:  # cross compilation needs every backend, not just the native one
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+    try:
+        llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
+    except RuntimeError as err:
+        raise TVMError(f"LLVM cannot generate code for -mtriple={triple}: {err}") from None
     return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
                                              codemodel="default")
 
@@ -860,8 +866,17 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
     options = codegen_c.compile_options(target)
     names = [name for name, _, _ in cg.signatures] + cg.packed_names
+    host = _initialized()[1].get_process_triple()
+    foreign = None if _same_machine(tm.triple, host) else tm.triple
     return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": tm.emit_object(ref)}, names,
-                        options, text)
+                        options, text, foreign_triple=foreign)
+
+
+def _same_machine(triple: str, host: str) -> bool:
+    """Whether code for ``triple`` runs here (same architecture and OS as the host)."""
+    arch, _, rest = triple.partition("-")
+    host_arch, _, host_rest = host.partition("-")
+    return arch == host_arch and ("linux" in rest) == ("linux" in host_rest)
 
 
 def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:

@@ -91,3 +91,17 @@ def test_unroll_emits_straight_line_code():
     cg.add_function(tir.PrimFunc([A], body), "fill")
     text = str(cg.module)
     assert "phi" not in text and text.count("store i32") == 4
+
+
+def test_cross_compilation_keeps_code_but_does_not_load(tmp_path, kernels):
+    module = build_module({"vec_scale": kernels["vec_scale"]},
+                          Target("llvm -mtriple=aarch64-linux-gnu -mcpu=cortex-a72"))
+    assert 'target triple = "aarch64-linux-gnu"' in module.get_source("ll")
+    assert not module.is_runnable and module.is_dso_exportable
+    with pytest.raises(TVMError, match="holds code for aarch64-linux-gnu"):
+        module["vec_scale"]
+    module.save(str(tmp_path / "k.o"))
+    header = (tmp_path / "k.o").read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and header[18:20] == b"\xb7\x00"  # EM_AARCH64
+    with pytest.raises(TVMError, match="LLVM cannot generate code for -mtriple=nonsense"):
+        build_module({"vec_scale": kernels["vec_scale"]}, Target("llvm -mtriple=nonsense-x-y"))
