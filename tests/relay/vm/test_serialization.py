@@ -76,3 +76,14 @@ def test_export_library_then_load_module_in_a_fresh_process(program, tmp_path):
                    timeout=120)
     here = VirtualMachine(program, kiln.cpu(0)).run(x, w)[0].numpy()
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), here)
+
+
+def test_compiling_twice_gives_identical_bytecode():
+    def build():
+        x = relay.var("x", shape=(relay.Any(), 4))
+        w = relay.var("w", shape=(3, 4))
+        y = relay.nn.relu(relay.nn.dense(x, w))
+        mod = kiln.IRModule.from_expr(relay.Function([x, w], relay.Tuple([y, relay.exp(y)])))
+        return relay.vm.compile(mod, "c").save()[0]
+
+    assert build() == build()
