@@ -150,7 +150,44 @@ def _broadcast_to(attrs: Any, inputs: list, out_type: Any) -> list:
     return [te.compute(shape, pick, name="T_broadcast_to_dyn", tag="broadcast")]
 
 
+def _argwhere(attrs: Any, inputs: list, out_type: Any) -> list:
+    """Row k holds the coordinates of the k-th non-zero element (row-major order).
+
+    Without a scan primitive this counts in two reduction stages: ``rank[p]`` = non-zeros
+    before flat position p, then row k sums the coordinates of the one non-zero position
+    whose rank is k. Quadratic in the element count, which suits the masks argwhere sees.
+    """
+    from kiln import te, tir
+    from kiln.topi.utils import unravel_index
+
+    cond = inputs[0]
+    dims = list(cond.shape)
+    total = 1
+    for d in dims:
+        total = total * d
+    dtype = str(out_type.dtype)
+
+    def nonzero(flat):
+        return cond(*unravel_index(flat, dims)) != tir.const(0, cond.dtype)
+
+    q = te.reduce_axis((0, total), name="q")
+    rank = te.compute((total,), lambda p: te.sum(
+        tir.Cast("int64", tir.all(q < p, nonzero(q))), axis=q), name="nonzero_rank")
+    p = te.reduce_axis((0, total), name="p")
+
+    def row(k, d):
+        hit = tir.all(nonzero(p), rank[p] == tir.Cast("int64", k))
+        coordinate = unravel_index(p, dims)
+        value = coordinate[-1]
+        for axis in range(len(dims) - 2, -1, -1):
+            value = tir.Select(d == axis, coordinate[axis], value)
+        return te.sum(tir.Select(hit, tir.Cast(dtype, value), tir.const(0, dtype)), axis=p)
+
+    return [te.compute(_shape(out_type), row, name="T_argwhere_dyn", tag="argwhere")]
+
+
 DYNAMIC_COMPUTES: dict[str, Any] = {
+    "argwhere": _argwhere,
     "dyn.zeros": _fill(_const(0)),
     "dyn.ones": _fill(_const(1)),
     "dyn.full": _fill(_scalar_input),

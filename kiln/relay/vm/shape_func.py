@@ -359,9 +359,22 @@ def _dyn_reshape(attrs, ins, outs, data):
     return [[tir.Select(r == minus_one, inferred, r) for r in resolved]]
 
 
+def _argwhere(attrs, ins, outs, data):
+    """(number of non-zero elements, ndim): a counting stage inside the shape kernel."""
+    from kiln import te, tir
+
+    cond = data[0]
+    axes = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(cond.shape)]
+    count = te.compute((1,), lambda _: te.sum(
+        tir.Cast("int64", cond(*axes) != tir.const(0, cond.dtype)), axis=axes),
+        name="nonzero_count")
+    return [[count[0], _i64(len(cond.shape))]]
+
+
 # Rules that read input values, not only shapes (TVM's TShapeDataDependent).
 DATA_DEPENDENT_RULES: dict[str, Any] = {
     "arange": _arange,
+    "argwhere": _argwhere,
     "dyn.zeros": _shape_from_input(0),
     "dyn.ones": _shape_from_input(0),
     "dyn.full": _shape_from_input(1),

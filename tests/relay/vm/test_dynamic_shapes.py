@@ -325,3 +325,15 @@ def test_ops_with_dynamic_rows_match_the_static_program(name, rng):
     expected = Interpreter(mod).evaluate()(data).numpy()
     assert out.shape == expected.shape
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (5,)])
+def test_argwhere_output_length_depends_on_the_data(shape, rng):
+    x = relay.var("x", shape=tuple(ANY for _ in shape))
+    func = relay.Function([x], relay.argwhere(relay.greater(x, relay.const(0.0))))
+    _, vm = compile_vm(kiln.IRModule.from_expr(func))
+    data = rng.standard_normal(shape, dtype="float32")
+    for values in (data, -np.abs(data), np.abs(data) + 1):
+        out = vm.run(values).numpy()
+        np.testing.assert_array_equal(out, np.argwhere(values > 0))
+        assert out.dtype == np.int32
