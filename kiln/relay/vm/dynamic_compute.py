@@ -11,7 +11,7 @@ express the indexing with symbolic extents.
 Example
 -------
 >>> sorted(DYNAMIC_COMPUTES)[:2]
-['concatenate', 'dyn.broadcast_to']
+['argwhere', 'concatenate']
 """
 
 from __future__ import annotations
