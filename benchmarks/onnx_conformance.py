@@ -52,12 +52,12 @@ def main() -> None:
     args = parser.parse_args()
 
     cases = [c for c in harness.node_cases() if args.filter in c.name]
-    kiln_outcomes, ort_outcomes = {}, {}
+    kiln_outcomes, ort_outcomes = [], []
     start = time.perf_counter()
     for case in cases:
-        kiln_outcomes[case] = _timed(lambda c: harness.run_kiln(c, args.executor), case,
-                                     args.timeout)
-        ort_outcomes[case] = _timed(harness.run_onnxruntime, case, args.timeout)
+        kiln_outcomes.append((case, _timed(lambda c: harness.run_kiln(c, args.executor), case,
+                                           args.timeout)))
+        ort_outcomes.append((case, _timed(harness.run_onnxruntime, case, args.timeout)))
     elapsed = time.perf_counter() - start
 
     kiln_ops, kiln_totals = harness.summarize(kiln_outcomes)
@@ -69,7 +69,7 @@ def main() -> None:
               f"{o['pass']:>14}/{o['fail']}/{o['error']}")
     if args.failures:
         print("\nkiln failures:")
-        for case, outcome in kiln_outcomes.items():
+        for case, outcome in kiln_outcomes:
             if outcome.status != "pass":
                 print(f"  {case.name:60} {outcome.status:5} {outcome.reason}")
     print(f"\n{len(cases)} cases in {elapsed:.0f} s (executor: {args.executor})")

@@ -57,6 +57,17 @@ def op_type_of(case) -> str:
     return f"{nodes[0].op_type}(multi-node)"
 
 
+def case_data(case) -> tuple[list, list]:
+    """The case's first data set as (inputs, expected outputs); NumPy scalars become 0-d
+    arrays, sequences and optionals stay Python lists/None."""
+    inputs, expected = case.data_sets[0]
+
+    def as_array(value):
+        return np.asarray(value) if isinstance(value, np.generic) else value
+
+    return [as_array(x) for x in inputs], [as_array(y) for y in expected]
+
+
 def _graph_inputs(case) -> list:
     initializers = {init.name for init in case.model.graph.initializer}
     return [i for i in case.model.graph.input if i.name not in initializers]
@@ -99,7 +110,7 @@ def run_kiln(case, executor: str = "interpreter") -> Outcome:
     graph executor)."""
     from kiln.relay.frontend import from_onnx
 
-    inputs, expected = case.data_sets[0]
+    inputs, expected = case_data(case)
     formal = _graph_inputs(case)
     if any(not isinstance(x, np.ndarray) for x in inputs):
         return Outcome("error", "a non-tensor input (sequence/optional)")
@@ -107,8 +118,12 @@ def run_kiln(case, executor: str = "interpreter") -> Outcome:
         shape = {f.name: x.shape for f, x in zip(formal, inputs)}
         mod, params = from_onnx(case.model, shape=shape)
         if executor == "interpreter":
+            from kiln import relay
             from kiln.relay.backend.interpreter import Interpreter
 
+            # A-normal form: the interpreter then computes a value shared by several
+            # consumers once instead of once per use.
+            mod = relay.transform.ToANormalForm()(mod)
             with np.errstate(all="ignore"):
                 actual = _as_list(Interpreter(mod).evaluate()(*inputs))
         else:
@@ -137,7 +152,7 @@ def run_onnxruntime(case) -> Outcome:
     """Run the case on onnxruntime (CPU) and compare with the same rules."""
     import onnxruntime as ort
 
-    inputs, expected = case.data_sets[0]
+    inputs, expected = case_data(case)
     formal = _graph_inputs(case)
     try:
         options = ort.SessionOptions()
@@ -150,11 +165,11 @@ def run_onnxruntime(case) -> Outcome:
     return compare(actual, list(expected), case.rtol, case.atol)
 
 
-def summarize(outcomes: dict) -> tuple[dict, Counter]:
-    """Per-op-type status counts and totals from ``{case: Outcome}``."""
+def summarize(outcomes: list) -> tuple[dict, Counter]:
+    """Per-op-type status counts and totals from ``[(case, Outcome), ...]``."""
     per_op: dict = defaultdict(Counter)
     totals: Counter = Counter()
-    for case, outcome in outcomes.items():
+    for case, outcome in outcomes:
         per_op[op_type_of(case)][outcome.status] += 1
         totals[outcome.status] += 1
     return dict(per_op), totals

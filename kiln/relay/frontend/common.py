@@ -83,9 +83,11 @@ def fold_constant(expr: Any, mod: Any = None) -> rx.Constant:
     from kiln.relay.backend.interpreter import Interpreter
 
     value = Interpreter(mod).evaluate(expr)
-    if not hasattr(value, "numpy"):
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    if not isinstance(value, (np.ndarray, np.generic)):
         raise TVMError(f"expected a tensor value when folding, got {type(value).__name__}")
-    return rx.const(value.numpy())
+    return rx.const(np.asarray(value), np.asarray(value).dtype.name)
 
 
 def new_var(name: str, shape: Any = None, dtype: str = "float32") -> rx.Var:

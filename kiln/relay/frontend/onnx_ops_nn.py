@@ -383,3 +383,88 @@ class Upsample(OnnxOpConverter):
         scales = _known(ctx, inputs[1])
         attrs = {"nearest_mode": "floor", **attrs}
         return _resize(inputs[0], None, scales, None, attrs, ctx, "asymmetric")
+
+
+def _rms_norm(inputs, attrs, ctx):
+    x, scale = inputs[0], inputs[1]
+    rank = ctx.rank(x)
+    axis = attrs.get("axis", -1)
+    axes = list(range(axis + rank if axis < 0 else axis, rank))
+    mean_square = relay.mean(relay.multiply(x, x), axes, True)
+    inv_rms = relay.rsqrt(relay.add(mean_square, _const(attrs.get("epsilon", 1e-5),
+                                                        ctx.dtype(x))))
+    return relay.multiply(relay.multiply(x, inv_rms), scale)
+
+
+register_function("RMSNormalization", _rms_norm, since=23)
+
+
+# ---- losses -------------------------------------------------------------------------------
+def _nll(log_prob, target, weight, attrs, ctx):
+    """Negative log-likelihood of ``target`` classes (axis 1 of ``log_prob``), ONNX style:
+    per-class weights, an ignored class, and none/sum/mean reduction."""
+    dtype = ctx.dtype(log_prob)
+    target = relay.cast(target, "int64")
+    ignore = attrs.get("ignore_index")
+    keep = None
+    if ignore is not None:
+        keep = relay.not_equal(target, _const(ignore, "int64"))
+        target = relay.where(keep, target, relay.zeros_like(target))
+    picked = relay.squeeze(relay.gather(log_prob, 1, relay.expand_dims(target, 1)), [1])
+    weights = relay.take(weight, target, axis=0) if weight is not None else \
+        relay.ones_like(picked)
+    if keep is not None:
+        weights = relay.where(keep, weights, relay.zeros_like(weights))
+    loss = relay.negative(relay.multiply(picked, weights))
+    reduction = attrs.get("reduction", "mean")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return relay.sum(loss)
+    if weight is None and keep is None:
+        return relay.mean(loss)
+    return relay.divide(relay.sum(loss), relay.cast(relay.sum(weights), dtype))
+
+
+def _nll_loss(inputs, attrs, ctx):
+    weight = inputs[2] if len(inputs) > 2 else None
+    return _nll(inputs[0], inputs[1], weight, attrs, ctx)
+
+
+def _softmax_cross_entropy(inputs, attrs, ctx):
+    log_prob = relay.nn.log_softmax(inputs[0], axis=1)
+    weight = inputs[2] if len(inputs) > 2 else None
+    loss = _nll(log_prob, inputs[1], weight, attrs, ctx)
+    return [loss, log_prob] if ctx.num_outputs > 1 else loss
+
+
+register_function("NegativeLogLikelihoodLoss", _nll_loss, since=12)
+register_function("SoftmaxCrossEntropyLoss", _softmax_cross_entropy, since=12)
+
+
+# ---- signal windows -----------------------------------------------------------------------
+# Cosine-sum windows: w[n] = sum_k (-1)^k a_k cos(2 pi k n / N), N = size (periodic) or size-1.
+WINDOWS = {"HannWindow": (0.5, 0.5), "HammingWindow": (25 / 46, 21 / 46),
+           "BlackmanWindow": (0.42, 0.5, 0.08)}
+
+
+def _window(coefficients):
+    def convert(inputs, attrs, ctx):
+        from kiln.relay.frontend.onnx import onnx_dtype
+
+        size = relay.cast(relay.reshape(inputs[0], []), "float32")
+        n = relay.arange(_const(0, "float32"), size, _const(1, "float32"), dtype="float32")
+        period = size if attrs.get("periodic", 1) else relay.subtract(size, _const(1, "float32"))
+        phase = relay.divide(relay.multiply(_const(2 * np.pi, "float32"), n), period)
+        total = None
+        for k, a in enumerate(coefficients):
+            term = relay.multiply(_const((-1) ** k * a, "float32"),
+                                  relay.cos(relay.multiply(_const(k, "float32"), phase)))
+            total = term if total is None else relay.add(total, term)
+        return relay.cast(total, onnx_dtype(attrs.get("output_datatype", 1)))
+
+    return convert
+
+
+for _name, _coefficients in WINDOWS.items():
+    register_function(_name, _window(_coefficients), since=17)

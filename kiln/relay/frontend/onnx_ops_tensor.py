@@ -457,11 +457,26 @@ class Pad(OnnxOpConverter):
     @classmethod
     def _impl_v11(cls, inputs, attrs, ctx):
         x = inputs[0]
+        if ctx.value(inputs[1]) is None and (len(inputs) < 4 or inputs[3] is None):
+            return cls._dynamic(x, inputs[1], inputs[2] if len(inputs) > 2 else None,
+                                attrs.get("mode", "constant"), ctx)
         pads = _ints(ctx, inputs[1], "Pad", "pads")
         value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else \
             _const(0, ctx.dtype(x))
         axes = _ints(ctx, inputs[3] if len(inputs) > 3 else None, "Pad", "axes")
         return _pad(x, pads, value, attrs.get("mode", "constant"), ctx, axes)
+
+
+    @staticmethod
+    def _dynamic(x, pads, value, mode, ctx):
+        """Pads known only at run time: ``dyn.nn.pad`` with a (rank, 2) pad-width tensor."""
+        if mode not in PAD_MODES:
+            raise unsupported("Pad", f"mode {mode!r}")
+        rank = ctx.rank(x)
+        width = relay.transpose(relay.reshape(relay.cast(pads, "int64"), [2, rank]), (1, 0))
+        if value is None:
+            value = _const(0, ctx.dtype(x))
+        return relay.nn.pad(x, width, relay.reshape(value, []), PAD_MODES[mode])
 
 
 # ---- casting and selection ----------------------------------------------------------------
@@ -525,13 +540,15 @@ register_function("OneHot", _one_hot)
 
 
 def _trilu(inputs, attrs, ctx):
+    """Keep elements on or above (upper) / below (lower) diagonal k: col - row >= k / <= k."""
     x = inputs[0]
-    k = _ints(ctx, inputs[1] if len(inputs) > 1 else None, "Trilu", "k")
-    k = k[0] if k else 0
+    k = inputs[1] if len(inputs) > 1 and inputs[1] is not None else _const(0, "int64")
     rows, cols = _static_shape(ctx, x, "Trilu")[-2:]
-    ones = np.ones((rows, cols), bool)
-    mask = np.triu(ones, k) if attrs.get("upper", 1) else np.tril(ones, k)
-    return relay.where(relay.const(mask), x, relay.zeros_like(x))
+    offset = _const(np.arange(cols)[None, :] - np.arange(rows)[:, None], "int64")
+    k = relay.cast(relay.reshape(k, []), "int64")
+    keep = relay.greater_equal(offset, k) if attrs.get("upper", 1) else \
+        relay.less_equal(offset, k)
+    return relay.where(keep, x, relay.zeros_like(x))
 
 
 register_function("Trilu", _trilu)
