@@ -186,7 +186,65 @@ def _argwhere(attrs: Any, inputs: list, out_type: Any) -> list:
     return [te.compute(_shape(out_type), row, name="T_argwhere_dyn", tag="argwhere")]
 
 
+def _dyn_tile(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te
+    from kiln.tir.op import floormod
+
+    data = inputs[0]
+    shape = _shape(out_type)
+    lead = len(shape) - len(data.shape)
+    return [te.compute(shape, lambda *i: data(*[floormod(i[lead + k], d)
+                                                for k, d in enumerate(data.shape)]),
+                       name="T_tile_dyn", tag="injective")]
+
+
+def _dyn_one_hot(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te, tir
+
+    indices, on, off = inputs[0], inputs[1], inputs[2]
+    ndim = len(out_type.shape)
+    axis = ndim - 1 if int(attrs.axis) == -1 else int(attrs.axis)
+    dtype = str(out_type.dtype)
+
+    def body(*i):
+        where = list(i[:axis]) + list(i[axis + 1:])
+        hit = tir.Cast("int64", indices(*where)) == tir.Cast("int64", i[axis])
+        return tir.Select(hit, tir.Cast(dtype, on()), tir.Cast(dtype, off()))
+
+    return [te.compute(_shape(out_type), body, name="T_one_hot_dyn", tag="injective")]
+
+
+def _dyn_pad(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te, tir
+
+    data, widths, pad_value = inputs[0], inputs[1], inputs[2]
+
+    def body(*i):
+        before = [tir.Cast("int64", widths[k, 0]) for k in range(len(i))]
+        inside = tir.all(*[tir.all(i[k] >= before[k], i[k] < before[k] + d)
+                           for k, d in enumerate(data.shape)])
+        source = [i[k] - before[k] for k in range(len(i))]
+        return tir.if_then_else(inside, data(*source), tir.Cast(data.dtype, pad_value()))
+
+    return [te.compute(_shape(out_type), body, name="T_pad_dyn", tag="injective")]
+
+
+def _dyn_strided_slice(attrs: Any, inputs: list, out_type: Any) -> list:
+    from kiln import te
+    from kiln.relay.vm.shape_func import dyn_slice_bounds
+
+    data, begin, end, strides = inputs
+    bounds = dyn_slice_bounds(list(data.shape), begin, end, strides)
+    return [te.compute(_shape(out_type),
+                       lambda *i: data(*[lo + step * k for (lo, step, _), k in zip(bounds, i)]),
+                       name="T_strided_slice_dyn", tag="injective")]
+
+
 DYNAMIC_COMPUTES: dict[str, Any] = {
+    "dyn.tile": _dyn_tile,
+    "dyn.one_hot": _dyn_one_hot,
+    "dyn.nn.pad": _dyn_pad,
+    "dyn.strided_slice": _dyn_strided_slice,
     "argwhere": _argwhere,
     "dyn.zeros": _fill(_const(0)),
     "dyn.ones": _fill(_const(1)),

@@ -371,6 +371,56 @@ def _argwhere(attrs, ins, outs, data):
     return [[count[0], _i64(len(cond.shape))]]
 
 
+def _dyn_tile(attrs, ins, outs, data):
+    data_dims = list(ins[0])
+    reps = _values_of(data[1], int(ins[1][0].value))  # the reps tensor has a static length
+    ndim = max(len(data_dims), len(reps))
+    data_dims = [_i64(1)] * (ndim - len(data_dims)) + data_dims
+    reps = [_i64(1)] * (ndim - len(reps)) + reps
+    return [[d * r for d, r in zip(data_dims, reps)]]
+
+
+def _dyn_one_hot(attrs, ins, outs, data):
+    from kiln import tir
+
+    indices = list(ins[0])
+    axis = int(attrs.axis)
+    axis = len(indices) if axis == -1 else axis
+    depth = tir.Cast("int64", data[3]())
+    return [indices[:axis] + [depth] + indices[axis:]]
+
+
+def _dyn_pad(attrs, ins, outs, data):
+    from kiln import tir
+
+    widths = data[1]
+    return [[d + tir.Cast("int64", widths[k, 0]) + tir.Cast("int64", widths[k, 1])
+             for k, d in enumerate(ins[0])]]
+
+
+def dyn_slice_bounds(dims: list[Any], begin: Any, end: Any, strides: Any) -> list[tuple]:
+    """Per axis (start, stride, length) of a strided slice whose bounds are run-time tensors
+    (positive strides; NumPy clamping and negative indices)."""
+    from kiln import tir
+
+    zero = _i64(0)
+    result = []
+    for k, dim in enumerate(dims):
+        b, e = tir.Cast("int64", begin[k]), tir.Cast("int64", end[k])
+        step = tir.Cast("int64", strides[k])
+        b = tir.Select(b < zero, b + dim, b)
+        e = tir.Select(e < zero, e + dim, e)
+        lo = tir.Max(tir.Min(b, dim), zero)
+        hi = tir.Max(tir.Min(e, dim), lo)
+        result.append((lo, step, tir.floordiv(hi - lo + step - _i64(1), step)))
+    return result
+
+
+def _dyn_strided_slice(attrs, ins, outs, data):
+    bounds = dyn_slice_bounds(list(ins[0]), data[1], data[2], data[3])
+    return [[length for _, _, length in bounds]]
+
+
 # Rules that read input values, not only shapes (TVM's TShapeDataDependent).
 DATA_DEPENDENT_RULES: dict[str, Any] = {
     "arange": _arange,
@@ -380,6 +430,10 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
     "dyn.full": _shape_from_input(1),
     "dyn.broadcast_to": _shape_from_input(1),
     "dyn.reshape": _dyn_reshape,
+    "dyn.tile": _dyn_tile,
+    "dyn.one_hot": _dyn_one_hot,
+    "dyn.nn.pad": _dyn_pad,
+    "dyn.strided_slice": _dyn_strided_slice,
 }
 
 

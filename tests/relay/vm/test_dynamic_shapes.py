@@ -337,3 +337,33 @@ def test_argwhere_output_length_depends_on_the_data(shape, rng):
         out = vm.run(values).numpy()
         np.testing.assert_array_equal(out, np.argwhere(values > 0))
         assert out.dtype == np.int32
+
+
+def _run_params(params, body, *args):
+    return _run(relay.Function(params, body), *args).numpy()
+
+
+def test_dyn_tile_one_hot_pad_and_strided_slice_read_their_tensors_at_run_time():
+    x = relay.var("x", shape=(6, 4))
+    data = np.arange(24, dtype="float32").reshape(6, 4)
+    reps = relay.var("reps", shape=(2,), dtype="int64")
+    np.testing.assert_array_equal(
+        _run_params([x, reps], relay.tile(x, reps), data, np.array([2, 3], "int64")),
+        np.tile(data, (2, 3)))
+    idx = relay.var("idx", shape=(3,), dtype="int32")
+    depth = relay.var("depth", shape=(), dtype="int32")
+    body = relay.one_hot(idx, relay.const(1.0), relay.const(0.0), depth, -1, "float32")
+    np.testing.assert_array_equal(
+        _run_params([idx, depth], body, np.array([0, 2, 1], "int32"), np.int32(4)),
+        np.eye(4, dtype="float32")[[0, 2, 1]])
+    widths = relay.var("widths", shape=(2, 2), dtype="int64")
+    np.testing.assert_array_equal(
+        _run_params([x, widths], relay.nn.pad(x, widths, relay.const(-1.0)), data,
+                    np.array([[1, 0], [2, 1]], "int64")),
+        np.pad(data, ((1, 0), (2, 1)), constant_values=-1))
+    b, e, s = (relay.var(n, shape=(2,), dtype="int64") for n in "bes")
+    np.testing.assert_array_equal(
+        _run_params([x, b, e, s], relay.strided_slice(x, b, e, s), data,
+                    np.array([1, 0], "int64"), np.array([-1, 4], "int64"),
+                    np.array([2, 3], "int64")),
+        data[1:-1:2, 0:4:3])
