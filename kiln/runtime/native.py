@@ -13,10 +13,16 @@ friends forward to :mod:`kiln.runtime.registry`).
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from pathlib import Path
 
 from kiln.runtime import cc, config
+
+# libgomp spins while waiting for work by default; when the machine is oversubscribed a
+# parallel kernel then loses whole scheduler slices (a 50 us dense measured 21 ms). Passive
+# waiting costs a few microseconds per launch and never that. Users may still override it.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 __all__ = ["load_runtime_lib", "include_dirs", "runtime_sources"]
 

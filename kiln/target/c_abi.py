@@ -256,6 +256,18 @@ class _WrapperEmitter:
         self.name, self.sig = name, signature
         self.lines: list[str] = []
         self.bound: dict[int, str] = {}  # id(shape var) -> C expression holding its value
+        self.arg_names: dict[int, str] = {}  # id(buffer or var) -> unique C identifier
+
+    def arg_name(self, item: Any) -> str:
+        """A C identifier for an argument, unique even when two arguments share a name."""
+        name = self.arg_names.get(id(item))
+        if name is None:
+            base = "arg_" + re.sub(r"\W", "_", item.name)
+            name, k = base, 1
+            while name in self.arg_names.values():
+                name, k = f"{base}_{k}", k + 1
+            self.arg_names[id(item)] = name
+        return name
 
     def fail(self, condition: str, message: str, values: Sequence[str] = ()) -> None:
         got = ", ".join(f"(int64_t)({v})" for v in values)
@@ -298,7 +310,7 @@ class _WrapperEmitter:
             expected_text = self.shape_text(expected)
             self.fail(f"{condition_lhs} != {expected_text}", message,
                       [condition_lhs, expected_text])
-        call_args = [f"{_arg_name(('tensor', b))}_data" for b in sig.buffers]
+        call_args = [f"{self.arg_name(b)}_data" for b in sig.buffers]
         for var in sig.scalars:
             if id(var) not in self.bound:
                 raise TVMError(
@@ -311,7 +323,7 @@ class _WrapperEmitter:
 
     def scalar(self, index: int, var: Any) -> None:
         t = DataType(var.dtype)
-        arg = _arg_name(("scalar", var))
+        arg = self.arg_name(var)
         codes = (_TYPE_CODE_INT,) if not t.is_float else (_TYPE_CODE_FLOAT, _TYPE_CODE_INT)
         check = " && ".join(f"type_codes[{index}] != {code}" for code in codes)
         self.fail(check, f"argument {var.name} (#{index}): expected "
@@ -326,7 +338,7 @@ class _WrapperEmitter:
         self.bound[id(var)] = f"{arg}_value"
 
     def tensor(self, index: int, buffer: Any) -> list[tuple[str, str, str]]:
-        arg = _arg_name(("tensor", buffer))
+        arg = self.arg_name(buffer)
         t = DataType(buffer.dtype)
         what = f"argument {buffer.name} (#{index})"
         code_check = " && ".join(f"type_codes[{index}] != {c}" for c in _TYPE_CODE_TENSOR)
@@ -402,12 +414,6 @@ class _WrapperEmitter:
                   "compact)")
 
 
-def _arg_name(kind_item: tuple[str, Any]) -> str:
-    kind, item = kind_item
-    raw = item.name
-    return "arg_" + re.sub(r"\W", "_", raw)
-
-
 def _packed_wrapper(name: str, signature: FunctionSignature) -> str:
     return _WrapperEmitter(name, signature).emit()
 
@@ -428,7 +434,7 @@ def _entry_symbol(names: Sequence[str]) -> str:
     """``__tvm_main__`` names the module's entry function (weak: modules link together)."""
     if not names:
         return ""
-    return f'__attribute__((weak)) const char* __tvm_main__ = "{names[0]}";'
+    return f'__attribute__((weak)) const char __tvm_main__[] = "{names[0]}";'
 
 
 _MODULE_CTX = ("/* set by the loader; tvm_call_packed looks names up through it */\n"

@@ -70,14 +70,17 @@ def host_target_machine(target: Any = None):
     _, llvm = _initialized()
     mcpu = getattr(target, "mcpu", "") if target is not None else ""
     mattr = ",".join(getattr(target, "mattr", []) or []) if target is not None else ""
-    if mcpu:
+    triple = (getattr(target, "attrs", {}) or {}).get("mtriple") if target is not None else None
+    if mcpu and mcpu != "native":
         features = mattr
-    else:
+        if not triple and llvm.get_process_triple().startswith("x86_64"):
+            # an unknown CPU name would select a 32-bit subtarget and abort the process
+            features = f"+64bit,{features}" if features else "+64bit"
+    else:  # -mcpu=native or none: the host CPU with its features
         mcpu = llvm.get_host_cpu_name()
         features = llvm.get_host_cpu_features().flatten()
         if mattr:
             features = f"{features},{mattr}" if features else mattr
-    triple = (getattr(target, "attrs", {}) or {}).get("mtriple") if target is not None else None
     if triple:  # cross compilation needs every backend, not just the native one
         llvm.initialize_all_targets()
         llvm.initialize_all_asmprinters()
