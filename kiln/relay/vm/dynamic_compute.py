@@ -250,6 +250,8 @@ DYNAMIC_COMPUTES: dict[str, Any] = {
     "dyn.ones": _fill(_const(1)),
     "dyn.full": _fill(_scalar_input),
     "dyn.reshape": _reshape,
+    "dyn.expand_dims": _reshape,  # adding or dropping 1-dims keeps the row-major order
+    "dyn.squeeze": _reshape,
     "dyn.broadcast_to": _broadcast_to,
     "reshape": _reshape,
     "concatenate": _concatenate,

@@ -421,6 +421,51 @@ def _dyn_strided_slice(attrs, ins, outs, data):
     return [[length for _, _, length in bounds]]
 
 
+def _dyn_expand_dims(attrs, ins, outs, data):
+    """num_newaxis ones inserted at the run-time axis (negative counts from the end)."""
+    from kiln import tir
+
+    dims, new = list(ins[0]), int(attrs.num_newaxis)
+    axis = tir.Cast("int64", data[1]())
+    axis = tir.Select(axis < _i64(0), axis + _i64(len(dims) + 1), axis)
+    out = []
+    for j in range(len(dims) + new):
+        before = dims[j] if j < len(dims) else _i64(1)
+        after = dims[j - new] if j >= new else _i64(1)
+        out.append(tir.Select(_i64(j) < axis, before,
+                              tir.Select(_i64(j) < axis + _i64(new), _i64(1), after)))
+    return [out]
+
+
+def _dyn_squeeze(attrs, ins, outs, data):
+    """The dims left after dropping the run-time axes (each must be 1)."""
+    from kiln import tir
+
+    dims = list(ins[0])
+    count = int(ins[1][0].value) if ins[1] else 0
+    axes = [tir.Cast("int64", data[1][k]) for k in range(count)]
+    axes = [tir.Select(a < _i64(0), a + _i64(len(dims)), a) for a in axes]
+
+    def dropped(k):
+        flag = tir.const(False, "bool")
+        for a in axes:
+            flag = tir.any(flag, a == _i64(k))
+        return flag
+
+    # output dim j is the j-th kept input dim: kept index = j + (dropped axes at or before it)
+    out = []
+    for j in range(len(dims) - count):
+        value = dims[-1]
+        for k in range(len(dims) - 1, -1, -1):
+            kept_before = _i64(0)
+            for m in range(k):
+                kept_before = kept_before + tir.Select(dropped(m), _i64(0), _i64(1))
+            is_jth = tir.all(tir.Not(dropped(k)), kept_before == _i64(j))
+            value = tir.Select(is_jth, dims[k], value)
+        out.append(value)
+    return [out]
+
+
 # Rules that read input values, not only shapes (TVM's TShapeDataDependent).
 DATA_DEPENDENT_RULES: dict[str, Any] = {
     "arange": _arange,
@@ -434,6 +479,8 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
     "dyn.one_hot": _dyn_one_hot,
     "dyn.nn.pad": _dyn_pad,
     "dyn.strided_slice": _dyn_strided_slice,
+    "dyn.expand_dims": _dyn_expand_dims,
+    "dyn.squeeze": _dyn_squeeze,
 }
 
 

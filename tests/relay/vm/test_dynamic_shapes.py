@@ -367,3 +367,21 @@ def test_dyn_tile_one_hot_pad_and_strided_slice_read_their_tensors_at_run_time()
                     np.array([1, 0], "int64"), np.array([-1, 4], "int64"),
                     np.array([2, 3], "int64")),
         data[1:-1:2, 0:4:3])
+
+
+@pytest.mark.parametrize("axis", [0, 2, 3, -1])
+def test_dyn_expand_dims_at_a_run_time_axis(axis):
+    x = relay.var("x", shape=(6, 1, 4))
+    a = relay.var("a", shape=(), dtype="int64")
+    data = np.arange(24, dtype="float32").reshape(6, 1, 4)
+    out = _run_params([x, a], relay.expand_dims(x, a), data, np.int64(axis))
+    np.testing.assert_array_equal(out, np.expand_dims(data, axis))
+
+
+@pytest.mark.parametrize("axis", [1, -2])
+def test_dyn_squeeze_of_a_run_time_axis(axis):
+    x = relay.var("x", shape=(6, 1, 4))
+    ax = relay.var("ax", shape=(1,), dtype="int64")
+    data = np.arange(24, dtype="float32").reshape(6, 1, 4)
+    out = _run_params([x, ax], relay.squeeze(x, ax), data, np.array([axis], "int64"))
+    np.testing.assert_array_equal(out, data.squeeze(axis))
