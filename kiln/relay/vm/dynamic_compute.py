@@ -231,7 +231,7 @@ def _dyn_pad(attrs: Any, inputs: list, out_type: Any) -> list:
 
 def _dyn_strided_slice(attrs: Any, inputs: list, out_type: Any) -> list:
     from kiln import te
-    from kiln.relay.vm.shape_func import dyn_slice_bounds
+    from kiln.relay.vm.shape_rules import dyn_slice_bounds
 
     data, begin, end, strides = inputs
     bounds = dyn_slice_bounds(list(data.shape), begin, end, strides)
