@@ -176,3 +176,9 @@ def built(request, kernels):
     from kiln.target.build import build_module
 
     return request.param, build_module(dict(kernels), Target(request.param))
+
+
+@pytest.fixture
+def micro_kernel_c() -> str:
+    """The hand-written micro-kernel the import_c kernels embed."""
+    return MICRO_KERNEL_C

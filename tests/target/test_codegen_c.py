@@ -48,10 +48,8 @@ def test_parallel_vectorized_unrolled_and_allocations(source):
     assert "typedef float float32x8 __attribute__((vector_size(32)));" in source
 
 
-def test_import_c_source_is_emitted_verbatim(source):
-    from conftest import MICRO_KERNEL_C
-
-    assert MICRO_KERNEL_C.strip() in source
+def test_import_c_source_is_emitted_verbatim(source, micro_kernel_c):
+    assert micro_kernel_c.strip() in source
     assert source.count("static inline int32_t gemv4_update") == 1
 
 
