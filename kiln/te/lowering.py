@@ -64,7 +64,8 @@ def _arg_buffers(args, binds: dict | None) -> tuple[list, dict[int, Buffer], dic
     buffer_map: dict = {}
     for arg in args:
         if isinstance(arg, Tensor):
-            buf = binds.get(arg) or decl_buffer(arg.shape, arg.dtype, name=arg.name)
+            name = arg.name.replace(".", "_")  # one buffer per output: "T_v0", "T_v1"
+            buf = binds.get(arg) or decl_buffer(arg.shape, arg.dtype, name=name)
             tensor_buffers[id(arg)] = buf
             params.append(buf.data)
             buffer_map[buf.data] = buf

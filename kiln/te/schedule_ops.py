@@ -163,7 +163,7 @@ class _ScheduleLowering:
                         continue  # reported if read (buffer_of)
                     if stage.is_output:
                         raise TVMError(f"output {op.name} is not in the argument list")
-                    name = op.name if op.num_outputs == 1 else f"{op.name}.v{i}"
+                    name = op.name if op.num_outputs == 1 else f"{op.name}_v{i}"
                     buf = decl_buffer(tensor.shape, tensor.dtype, name=name,
                                       scope=stage.scope or "global")
                 self.buffers[(id(stage), i)] = buf

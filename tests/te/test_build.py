@@ -11,9 +11,9 @@ import kiln
 from kiln import te, tir
 
 
-def run(s, args, inputs, outputs, name="f"):
-    """Build ``s`` for C, call it on NumPy inputs, return the output arrays."""
-    func = kiln.build(s, args, target="c", name=name)
+def run(s, args, inputs, outputs, name="f", target="c"):
+    """Build ``s`` for ``target``, call it on NumPy inputs, return the output arrays."""
+    func = kiln.build(s, args, target=target, name=name)
     nd_args = [kiln.nd.array(x) for x in inputs]
     nd_args += [kiln.nd.empty(shape, dtype=dtype) for shape, dtype in outputs]
     func[name](*nd_args)
@@ -64,7 +64,8 @@ def test_row_sum_and_max_reductions(rand):
     np.testing.assert_array_equal(maxes, a.max(1))
 
 
-def test_argmax_tuple_reducer(rand):
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_argmax_tuple_reducer(rand, target):
     def combine(x, y):
         take_x = x[1] >= y[1]
         return tir.Select(take_x, x[0], y[0]), tir.Select(take_x, x[1], y[1])
@@ -81,12 +82,14 @@ def test_argmax_tuple_reducer(rand):
     s = te.create_schedule(T0.op)
     a = rand(n, m)
     indices = np.tile(np.arange(m, dtype="int32"), (n, 1))
-    pos, val = run(s, [idx, A, T0, T1], [indices, a], [((n,), "int32"), ((n,), "float32")])
+    pos, val = run(s, [idx, A, T0, T1], [indices, a], [((n,), "int32"), ((n,), "float32")],
+                   target=target)
     np.testing.assert_array_equal(pos, a.argmax(1))
     np.testing.assert_array_equal(val, a.max(1))
 
 
-def test_gemm_tutorial_schedule(rand):
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_gemm_tutorial_schedule(rand, target):
     M = N = K = 64
     bn = 16
     A = te.placeholder((M, K), name="A")
@@ -109,7 +112,7 @@ def test_gemm_tutorial_schedule(rand):
     s[packedB].vectorize(s[packedB].op.axis[2])
     s[packedB].parallel(s[packedB].op.axis[0])
     a, b = rand(M, K), rand(K, N)
-    (c,) = run(s, [A, B, C], [a, b], [((M, N), "float32")], name="mmult")
+    (c,) = run(s, [A, B, C], [a, b], [((M, N), "float32")], name="mmult", target=target)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4)
 
 
@@ -150,7 +153,8 @@ def test_scan_cumulative_sum(rand):
     np.testing.assert_allclose(out, np.cumsum(x, 0), rtol=1e-5)
 
 
-def test_symbolic_shapes_read_from_the_tensor(rand):
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_symbolic_shapes_read_from_the_tensor(rand, target):
     n, m = te.var("n"), te.var("m")
     A = te.placeholder((n, m), name="A")
     B = te.compute((n, m), lambda i, j: A[i, j] + 3.0, name="B")
@@ -158,7 +162,7 @@ def test_symbolic_shapes_read_from_the_tensor(rand):
     AL = s.cache_read(A, "local", [B])
     jo, ji = s[B].split(B.op.axis[1], factor=4)
     s[AL].compute_at(s[B], jo)
-    func = kiln.build(s, [A, B], target="c", name="f")
+    func = kiln.build(s, [A, B], target=target, name="f")
     for shape in ((5, 10), (3, 8), (1, 1)):
         a = rand(*shape)
         b = kiln.nd.empty(shape)
