@@ -58,11 +58,15 @@ def op_type_of(case) -> str:
 
 
 def case_data(case) -> tuple[list, list]:
-    """The case's first data set as (inputs, expected outputs); NumPy scalars become 0-d
-    arrays, sequences and optionals stay Python lists/None."""
+    """The case's first data set as (inputs, expected outputs); NumPy scalars and TensorProtos
+    become arrays, sequences and optionals stay Python lists/None."""
+    from onnx import TensorProto, numpy_helper
+
     inputs, expected = case.data_sets[0]
 
     def as_array(value):
+        if isinstance(value, TensorProto):
+            return numpy_helper.to_array(value)
         return np.asarray(value) if isinstance(value, np.generic) else value
 
     return [as_array(x) for x in inputs], [as_array(y) for y in expected]

@@ -36,6 +36,7 @@ import numpy as np
 from kiln.ir.module import IRModule
 from kiln.relay import expr as rx
 from kiln.relay.frontend import (  # noqa: F401  (each module registers its converters)
+    onnx_ops_attention,
     onnx_ops_control,
     onnx_ops_math,
     onnx_ops_nn,
@@ -328,7 +329,9 @@ class GraphConverter:
                 raise TVMError(f"the converter produced {len(outputs)} outputs, the node "
                                f"names {len(node.output)}")
             if all(isinstance(i, rx.Constant) for i in inputs if i is not None):
-                outputs = [_fold(out, self.module) for out in outputs]
+                # a subgraph may capture outer values: fold only closed results
+                closed = not any(a.type in (5, 10) for a in node.attribute)
+                outputs = [_fold(out, self.module, check_closed=not closed) for out in outputs]
         except OpError as exc:
             raise type(exc)(f"{where}: {exc}") from exc
         except TVMError as exc:
@@ -348,12 +351,15 @@ def _as_output_list(result: Any) -> list[Any]:
     return [result]
 
 
-def _fold(expr: Any, mod: IRModule) -> Any:
+def _fold(expr: Any, mod: IRModule, check_closed: bool = False) -> Any:
     """Evaluate a closed expression to a Constant (tensors only; other values are kept)."""
     from kiln.ir.type import TensorType
+    from kiln.relay.analysis import free_vars
     from kiln.relay.frontend.common import fold_constant
 
     if isinstance(expr, rx.Constant) or not isinstance(infer_type(expr, mod), TensorType):
+        return expr
+    if check_closed and free_vars(expr):
         return expr
     return fold_constant(expr, mod)
 

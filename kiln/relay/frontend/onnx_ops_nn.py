@@ -115,7 +115,9 @@ def _conv_transpose(inputs, attrs, ctx):
         for i in range(n):
             total = (strides[i] * (in_dims[i] - 1) + output_padding[i]
                      + (kernel[i] - 1) * dilations[i] + 1 - target[i])
-            total = max(total, 0)
+            if total < 0:  # the requested output is larger: the excess goes to the end
+                output_padding[i] -= total
+                total = 0
             if auto_pad == "SAME_UPPER" or (auto_pad in ("", "NOTSET") and
                                             "output_shape" in attrs):
                 begins.append(total // 2)
@@ -191,12 +193,34 @@ register_function("GlobalLpPool", _global_lp_pool)
 # ---- normalization ------------------------------------------------------------------------
 def _batch_norm(inputs, attrs, ctx):
     x, scale, bias, mean, var = inputs[:5]
+    if attrs.get("training_mode", 0):
+        return _batch_norm_training(x, scale, bias, mean, var, attrs, ctx)
     out = relay.nn.batch_norm(x, scale, bias, mean, var, axis=1,
                               epsilon=attrs.get("epsilon", 1e-5))
     return out[0]
 
 
 register_function("BatchNormalization", _batch_norm)
+
+
+def _batch_norm_training(x, scale, bias, mean, var, attrs, ctx):
+    """Training mode: normalize with the batch statistics and update the running ones."""
+    rank = ctx.rank(x)
+    axes = [0, *range(2, rank)]
+    channel_shape = [-1] + [1] * (rank - 2)
+    dtype = ctx.dtype(x)
+    batch_mean = relay.mean(x, axes)
+    batch_var = relay.variance(x, axes)
+    inv_std = relay.rsqrt(relay.add(batch_var, _const(attrs.get("epsilon", 1e-5), dtype)))
+    normed = relay.multiply(relay.subtract(x, relay.reshape(batch_mean, channel_shape)),
+                            relay.reshape(inv_std, channel_shape))
+    out = relay.add(relay.multiply(normed, relay.reshape(scale, channel_shape)),
+                    relay.reshape(bias, channel_shape))
+    momentum = attrs.get("momentum", 0.9)
+    keep, take = _const(momentum, dtype), _const(1 - momentum, dtype)
+    running_mean = relay.add(relay.multiply(mean, keep), relay.multiply(batch_mean, take))
+    running_var = relay.add(relay.multiply(var, keep), relay.multiply(batch_var, take))
+    return [out, running_mean, running_var]
 
 
 def _instance_norm(inputs, attrs, ctx):
@@ -348,9 +372,28 @@ def _known(ctx, expr):
         return None
     value = ctx.value(expr)
     if value is None:
-        raise unsupported("Resize", "scales or sizes computed at run time")
+        return expr
     value = value.reshape(-1)
     return value if value.size else None
+
+
+def _dynamic_resize(x, sizes, scales, attrs, ctx):
+    """Resize with sizes/scales known only at run time: ``dyn.image.resize2d``."""
+    rank = ctx.rank(x)
+    if rank != 4 or "axes" in attrs:
+        raise unsupported("Resize", "run-time scales or sizes on a non-4-D input or with axes")
+    if sizes is None:
+        shape = relay.cast(relay.shape_of(x, "int64"), "float32")
+        sizes = relay.cast(relay.floor(relay.multiply(shape, relay.cast(scales, "float32"))),
+                           "int64")
+    size = relay.strided_slice(relay.cast(sizes, "int64"), [2], [4])
+    mode = attrs.get("mode", "nearest")
+    rounding = attrs.get("nearest_mode", "round_prefer_floor") if mode == "nearest" else ""
+    return relay.image.resize2d(
+        x, size, None, "NCHW", RESIZE_METHODS[mode],
+        attrs.get("coordinate_transformation_mode", "half_pixel"), rounding,
+        attrs.get("cubic_coeff_a", -0.75), attrs.get("exclude_outside", 0),
+        attrs.get("extrapolation_value", 0.0))
 
 
 @register("Resize")
@@ -359,13 +402,18 @@ class Resize(OnnxOpConverter):
 
     @classmethod
     def _impl_v10(cls, inputs, attrs, ctx):
-        return _resize(inputs[0], None, _known(ctx, inputs[1]), None, attrs, ctx,
-                       "asymmetric")
+        scales = _known(ctx, inputs[1])
+        if isinstance(scales, relay.Expr):
+            attrs = {"coordinate_transformation_mode": "asymmetric", **attrs}
+            return _dynamic_resize(inputs[0], None, scales, attrs, ctx)
+        return _resize(inputs[0], None, scales, None, attrs, ctx, "asymmetric")
 
     @classmethod
     def _impl_v11(cls, inputs, attrs, ctx):
         get = [inputs[i] if len(inputs) > i else None for i in range(4)]
         roi, scales, sizes = (_known(ctx, e) for e in get[1:])
+        if any(isinstance(v, relay.Expr) for v in (scales, sizes)):
+            return _dynamic_resize(inputs[0], sizes, scales, attrs, ctx)
         return _resize(inputs[0], sizes, scales, roi, attrs, ctx)
 
 
@@ -382,6 +430,9 @@ class Upsample(OnnxOpConverter):
     def _impl_v9(cls, inputs, attrs, ctx):
         scales = _known(ctx, inputs[1])
         attrs = {"nearest_mode": "floor", **attrs}
+        if isinstance(scales, relay.Expr):
+            attrs = {"coordinate_transformation_mode": "asymmetric", **attrs}
+            return _dynamic_resize(inputs[0], None, scales, attrs, ctx)
         return _resize(inputs[0], None, scales, None, attrs, ctx, "asymmetric")
 
 

@@ -232,10 +232,10 @@ def _expand(inputs, attrs, ctx):
     value = ctx.value(shape)
     in_shape = ctx.shape(x)
     if value is None or not is_static(in_shape):
+        # bidirectional broadcast against a ones tensor of the requested shape
         if value is not None:
             shape = [int(v) for v in value.reshape(-1)]
-            return relay.multiply(x, relay.ones(shape, ctx.dtype(x)))
-        return relay.broadcast_to(x, shape)
+        return relay.where(relay.ones(shape, "bool"), x, x)
     target = np.broadcast_shapes(tuple(in_shape), tuple(int(v) for v in value.reshape(-1)))
     return relay.broadcast_to(x, list(target))
 
@@ -266,6 +266,10 @@ def _split_indices(sizes):
 
 
 def _split(x, axis, sizes, ctx):
+    if 0 in sizes:  # relay.split has no empty parts: slice each one
+        starts = [0, *np.cumsum(sizes)[:-1].astype(int)]
+        return [relay.strided_slice(x, [int(b)], [int(b) + n], axes=[axis])
+                for b, n in zip(starts, sizes)]
     outputs = relay.split(x, _split_indices(sizes), axis) if len(sizes) > 1 else [x]
     return [outputs[i] for i in range(len(sizes))]
 
@@ -309,21 +313,22 @@ def _slice(x, starts, ends, axes, steps, ctx):
     steps = steps or [1] * len(starts)
     if not all(isinstance(shape[a], int) for a in axes):
         return relay.strided_slice(x, starts, ends, steps, axes=axes)
-    begin, end, stride, gathers = [], [], [], []
+    # full-rank bounds: untouched axes keep their whole extent
+    begin = [0] * rank
+    end = [d if isinstance(d, int) else 2**31 - 1 for d in shape]
+    stride = [1] * rank
+    gathers = []
     for axis, start, stop, step in zip(axes, starts, ends, steps):
         picked = range(shape[axis])[slice(start, stop, step)]
         if step > 0:
-            begin.append(picked.start if len(picked) else 0)
-            end.append(picked.stop if len(picked) else 0)
-            stride.append(step)
+            begin[axis] = picked.start if len(picked) else 0
+            end[axis] = picked.stop if len(picked) else 0
+            stride[axis] = step
         else:
-            begin.append(0)
-            end.append(shape[axis])
-            stride.append(1)
             gathers.append((axis, list(picked)))
-    out = relay.strided_slice(x, begin, end, stride, axes=axes)
+    out = relay.strided_slice(x, begin, end, stride)
     for axis, indices in gathers:
-        out = relay.take(out, _const(indices, "int64"), axis=axis)
+        out = relay.take(out, _const(indices, "int64"), axis=axis, mode="fast")
     return out
 
 
@@ -348,14 +353,24 @@ class Slice(OnnxOpConverter):
 
     @staticmethod
     def _dynamic(x, starts, ends, axes, steps, ctx):
-        if axes is not None and ctx.value(axes) is not None and \
-                list(ctx.value(axes).reshape(-1)) != list(range(ctx.rank(x))):
-            raise unsupported("Slice", "run-time bounds on a subset of the axes")
+        """Bounds known only at run time: ``dyn.strided_slice`` on full-rank bound vectors."""
         rank = ctx.rank(x)
-        if steps is None:
-            steps = _const([1] * rank, "int64")
-        return relay.strided_slice(x, relay.cast(starts, "int64"), relay.cast(ends, "int64"),
-                                   relay.cast(steps, "int64"))
+        if axes is None:
+            axes_list = list(range(ctx.shape(starts)[0]))
+        else:
+            axes_list = _ints(ctx, axes, "Slice", "axes")
+        axes_list = [a + rank if a < 0 else a for a in axes_list]
+
+        def full(values, default):
+            if values is None:
+                values = _const([default] * len(axes_list), "int64")
+            values = relay.cast(values, "int64")
+            pieces = [relay.take(values, _const([axes_list.index(axis)], "int64"))
+                      if axis in axes_list else _const([default], "int64")
+                      for axis in range(rank)]
+            return relay.concatenate(pieces, 0)
+
+        return relay.strided_slice(x, full(starts, 0), full(ends, 2**62), full(steps, 1))
 
 
 # ---- gather and scatter -------------------------------------------------------------------

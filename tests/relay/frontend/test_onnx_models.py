@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from conftest import evaluate_main  # noqa: E402
+
 from kiln.relay.frontend import from_onnx  # noqa: E402
 
 
