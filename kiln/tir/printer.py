@@ -111,6 +111,11 @@ class _Printer:
         axes = ", ".join(self.name(iv.var) for iv in e.axis)
         return f"T.reduce({self.expr(e.source[e.value_index])}, axis=[{axes}])"
 
+    def shape(self, dims) -> str:
+        """A shape as a Python tuple: ``(4,)``, ``(4, 8)``."""
+        items = [self.expr(x) for x in dims]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+
     # statements ----------------------------------------------------------------------------
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -166,8 +171,7 @@ class _Printer:
 
     def stmt_DeclBuffer(self, s, d):
         b = s.buffer
-        shape = ", ".join(self.expr(x) for x in b.shape)
-        self.emit(d, f"{self.name(b.data)} = T.decl_buffer(({shape},), {b.dtype!r})")
+        self.emit(d, f"{self.name(b.data)} = T.decl_buffer({self.shape(b.shape)}, {b.dtype!r})")
         self.stmt(s.body, d)
 
     def stmt_BufferRealize(self, s, d):
@@ -199,9 +203,8 @@ class _Printer:
         for p in f.params:
             buf = f.buffer_map.get(p)
             if buf is not None:
-                shape = ", ".join(self.expr(x) for x in buf.shape)
                 self.name(buf.data)
-                params.append(f"{self.name(p)}: T.Buffer(({shape},), {buf.dtype!r})")
+                params.append(f"{self.name(p)}: T.Buffer({self.shape(buf.shape)}, {buf.dtype!r})")
             else:
                 params.append(f"{self.name(p)}: T.{p.dtype}")
         self.emit(0, "@T.prim_func")

@@ -117,7 +117,7 @@ def test_printer_and_script():
                    tir.BufferStore(A, A[i, 0] * 2.0, [i, 1]))
     func = tir.PrimFunc([A.data], loop, buffer_map={A.data: A}).with_attr("global_symbol", "f")
     text = func.script()
-    assert "def f(A: T.Buffer((4, 8,), 'float32')):" in text
+    assert "def f(A: T.Buffer((4, 8), 'float32')):" in text
     assert "for i in T.parallel(4):" in text
     assert "A[i, 1] = A[i, 0] * 2.0" in text
     assert str(func) == text
