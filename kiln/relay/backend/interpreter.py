@@ -148,12 +148,21 @@ class Interpreter:
     # -- evaluation -------------------------------------------------------------------------
     def eval(self, node: Any, env: dict) -> Any:
         while isinstance(node, rx.Let):  # let chains loop instead of recursing
-            env = {**env, node.var: self.eval(node.value, env)}
+            env = self._bind_let(node, env)
             node = node.body
         method = getattr(self, "eval_" + type(node).__name__, None)
         if method is None:
             raise TVMError(f"the interpreter cannot evaluate {type(node).__name__}")
         return method(node, env)
+
+    def _bind_let(self, node: rx.Let, env: dict) -> dict:
+        """``env`` extended by the let's binding; a function value sees itself (let-rec)."""
+        if isinstance(node.value, rx.Function):
+            closure = Closure(node.value, {})
+            env = {**env, node.var: closure}
+            closure.env = env
+            return env
+        return {**env, node.var: self.eval(node.value, env)}
 
     def eval_Var(self, node: rx.Var, env: dict) -> Any:
         try:
@@ -261,7 +270,7 @@ class Interpreter:
         """Evaluate ``node`` in tail position of global ``self_name``."""
         while True:
             while isinstance(node, rx.Let):
-                env = {**env, node.var: self.eval(node.value, env)}
+                env = self._bind_let(node, env)
                 node = node.body
             if isinstance(node, rx.If):
                 cond = self.eval(node.cond, env)

@@ -132,3 +132,13 @@ def test_incomplete_match_failure_is_reported():
     p.mod["main"] = relay.Function([], relay.Let(empty, p.Nil(), p.hd(empty)))
     with pytest.raises(TVMError, match="match failed"):
         Interpreter(p.mod).evaluate()()
+
+
+def test_let_bound_function_can_call_itself():
+    n = relay.var("n", shape=(), dtype="int32")
+    f = relay.var("f")
+    body = relay.If(relay.less(n, relay.const(1)), relay.const(0),
+                    relay.add(n, f(relay.subtract(n, relay.const(1)))))
+    fn = relay.Function([n], body, relay.TensorType((), "int32"))
+    prog = relay.Function([], relay.Let(f, fn, f(relay.const(10))))
+    assert run(prog).numpy() == 55
