@@ -12,6 +12,7 @@ _LAZY = {
     "te_compiler": "kiln.relay.backend.te_compiler",
     "graph_executor_codegen": "kiln.relay.backend.graph_executor_codegen",
     "graph_plan_memory": "kiln.relay.backend.graph_plan_memory",
+    "vm": "kiln.relay.vm",
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)
