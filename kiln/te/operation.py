@@ -81,7 +81,9 @@ def reduce_axis(dom: Any, name: str = "rv", thread_tag: str = "", span=None) -> 
     >>> te.reduce_axis((0, 16), name="k").dom.extent
     16
     """
-    return _e.IterVar(_range(dom), _e.Var(name, "int32"), _e.IterVarType.CommReduce, thread_tag)
+    rng = _range(dom)
+    return _e.IterVar(rng, _e.Var(name, rng.extent.dtype), _e.IterVarType.CommReduce,
+                      thread_tag)
 
 
 def thread_axis(dom: Any = None, tag: str = "", name: str = "", span=None) -> _e.IterVar:

@@ -19,7 +19,7 @@ from kiln.ir.expr import PrimExpr
 from kiln.runtime.error import TVMError
 from kiln.te.tensor import ComputeOp, Operation, Tensor
 from kiln.tir import expr as _e
-from kiln.tir.op import convert_expr
+from kiln.tir.op import const, convert_expr
 from kiln.tir.stmt import ForKind
 from kiln.tir.stmt_functor import StmtExprMutator, substitute
 
@@ -110,7 +110,9 @@ class Stage:
         self._check_leaf(parent, "split")
         if (factor is None) == (nparts is None):
             raise TVMError("split: give exactly one of factor= or nparts=")
-        amount = convert_expr(factor if factor is not None else nparts)
+        amount = factor if factor is not None else nparts
+        amount = const(amount, parent.var.dtype) if isinstance(amount, int) else \
+            convert_expr(amount)
         if isinstance(amount, _e.IntImm) and amount.value <= 0:
             raise TVMError(f"split: the factor must be positive, got {amount.value}")
         name = parent.var.name

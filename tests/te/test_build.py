@@ -294,3 +294,21 @@ def test_lower_accepts_primfunc_modules():
     mod = kiln.lower(te.create_schedule(B.op), [A, B], name="g")
     again = kiln.lower(mod)
     assert isinstance(again["g"], tir.PrimFunc)
+
+
+def test_int64_shapes_and_scalar_tensors(rand):
+    four, six = tir.const(4, "int64"), tir.const(6, "int64")
+    A = te.placeholder((four, six), name="A")
+    k = te.reduce_axis((0, six), name="k")
+    B = te.compute((four,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=2)
+    assert s[B].leaf_iter_vars[1].var.dtype == "int64" and k.var.dtype == "int64"
+    a = rand(4, 6)
+    (b,) = run(s, [A, B], [a], [((4,), "float32")])
+    np.testing.assert_allclose(b, a.sum(1), rtol=1e-5)
+    S = te.placeholder((), name="S")
+    T = te.compute((), lambda: S() * 2.0, name="T")
+    (t,) = run(te.create_schedule(T.op), [S, T], [np.array(3.0, dtype="float32")],
+               [((), "float32")])
+    assert t == 6.0
