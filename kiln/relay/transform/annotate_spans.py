@@ -15,6 +15,7 @@ from typing import Any
 
 from kiln.ir.base import SourceName, Span
 from kiln.ir.op import Op
+from kiln.relay.base import deep_recursion
 from kiln.relay.expr import Call, Constant, Function
 from kiln.relay.expr_functor import ExprMutator
 from kiln.relay.transform.pass_util import relay_module_pass
@@ -72,7 +73,8 @@ def annotate_spans(mod: Any) -> Any:
     """A copy of ``mod`` whose calls carry spans into the module's printed text."""
     from kiln.relay.transform.pass_util import infer
 
-    text = mod.astext()
+    with deep_recursion():  # the printer recurses once per node
+        text = mod.astext()
     lines = text.splitlines()
     source = SourceName(SOURCE_NAME)
     result = mod.copy()

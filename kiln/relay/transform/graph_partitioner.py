@@ -236,8 +236,8 @@ def build_forward_graph(expr: Any) -> IndexedForwardGraph:
     >>> x = relay.var("x", shape=(2,))
     >>> f = relay.Function([x], relay.exp(x))
     >>> _ = infer_expr(f)
-    >>> [n.pattern.name for n in build_forward_graph(f).post_dfs_order]
-    ['OPAQUE', 'ELEMWISE']
+    >>> [(type(n.ref).__name__, n.pattern.name) for n in build_forward_graph(f).post_dfs_order]
+    [('Var', 'OPAQUE'), ('Call', 'ELEMWISE'), ('Function', 'OPAQUE')]
     """
     return _GraphBuilder().build(expr)
 
@@ -415,12 +415,17 @@ class GraphPartitioner:
             self._merge(self.groups[node.index], target)
             stack.extend(consumer for consumer, _ in node.outputs)
 
-    def count_fused_nodes(self, child: ForwardNode, dom_parent: ForwardNode) -> int:
-        """The size of the group that fusing ``child`` into ``dom_parent`` would make."""
+    def count_fused_nodes(self, child: ForwardNode, dom_parent: ForwardNode,
+                          limit: int) -> int:
+        """The size of the group that fusing ``child`` into ``dom_parent`` would make.
+
+        Counting stops once it passes ``limit`` (only the comparison matters), which keeps
+        the walk short on graphs whose post-dominators are far away.
+        """
         total = self.groups[dom_parent.index].find_root().num_nodes
         self._visited = set()
         stack = [child]
-        while stack:
+        while stack and total <= limit:
             node = stack.pop()
             if node is dom_parent or node.index in self._visited:
                 continue
@@ -440,37 +445,38 @@ class GraphPartitioner:
             if group.pattern == OpPattern.OPAQUE or dom_node.parent is None:
                 continue
             dom_parent = dom_node.parent.gnode
-            if self.count_fused_nodes(graph_node, dom_parent) > self.max_fuse_depth:
+            cond = self.fusion_condition(phase, group, self.groups[dom_parent.index], dom_node)
+            # (TVM counts the group size first; asking the cheap questions first is the same)
+            if cond is None or self.count_fused_nodes(
+                    graph_node, dom_parent, self.max_fuse_depth) > self.max_fuse_depth:
                 continue
-            parent_group = self.groups[dom_parent.index]
-            if phase == 2:
-                self._fuse_into_tuple(graph_node, dom_parent, group, parent_group)
-                continue
-            if group.find_root() is parent_group.find_root():
-                continue
-            if parent_group.pattern == OpPattern.TUPLE:
-                continue
-            if group.pattern == OpPattern.OUT_ELEMWISE_FUSABLE:
-                if phase == 0 and dom_node.pattern == OpPattern.ELEMWISE and \
-                        self.check_path(graph_node, dom_parent, _at_most_broadcast):
-                    self.commit_fuse(graph_node, dom_parent)
-            elif group.pattern <= OpPattern.BROADCAST:
-                if (dom_node.pattern <= OpPattern.INJECTIVE or
-                        dom_node.pattern == OpPattern.COMM_REDUCE) and \
-                        self.check_path(graph_node, dom_parent, _broadcast_path):
-                    self.commit_fuse(graph_node, dom_parent)
-            elif group.pattern in (OpPattern.INJECTIVE, OpPattern.TUPLE):
-                if phase == 1 and self.check_path(graph_node, dom_parent, _at_most_injective):
-                    self.commit_fuse(graph_node, dom_parent)
-            # COMM_REDUCE never starts a fusion; it only absorbs its producers
+            if self.check_path(graph_node, dom_parent, cond):
+                self.commit_fuse(graph_node, dom_parent)
 
-    def _fuse_into_tuple(self, graph_node: ForwardNode, dom_parent: ForwardNode,
-                         group: Group, parent_group: Group) -> None:
-        if group.pattern > OpPattern.INJECTIVE:
-            return
-        root = parent_group.find_root()
-        if root.pattern == OpPattern.TUPLE:
-            return
-        if parent_group.pattern == OpPattern.TUPLE and root.pattern <= OpPattern.INJECTIVE and \
-                self.check_path(graph_node, dom_parent, _at_most_injective):
-            self.commit_fuse(graph_node, dom_parent)
+    @staticmethod
+    def fusion_condition(phase: int, group: Group, parent_group: Group,
+                         dom_node: DominatorNode) -> Callable | None:
+        """The condition every node between a node and its post-dominator must meet for the
+        node to fuse in this phase, or None when the node does not try to fuse."""
+        if phase == 2:
+            root = parent_group.find_root()
+            if group.pattern > OpPattern.INJECTIVE or root.pattern == OpPattern.TUPLE:
+                return None
+            if parent_group.pattern == OpPattern.TUPLE and root.pattern <= OpPattern.INJECTIVE:
+                return _at_most_injective
+            return None
+        if group.find_root() is parent_group.find_root() or \
+                parent_group.pattern == OpPattern.TUPLE:
+            return None
+        if group.pattern == OpPattern.OUT_ELEMWISE_FUSABLE:
+            if phase == 0 and dom_node.pattern == OpPattern.ELEMWISE:
+                return _at_most_broadcast
+            return None
+        if group.pattern <= OpPattern.BROADCAST:
+            if dom_node.pattern <= OpPattern.INJECTIVE or \
+                    dom_node.pattern == OpPattern.COMM_REDUCE:
+                return _broadcast_path
+            return None
+        if group.pattern in (OpPattern.INJECTIVE, OpPattern.TUPLE) and phase == 1:
+            return _at_most_injective
+        return None  # COMM_REDUCE never starts a fusion; it only absorbs its producers

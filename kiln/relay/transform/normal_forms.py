@@ -190,8 +190,9 @@ def ToANormalForm():  # noqa: N802 (TVM's name)
 
 class _GraphNormalizer(ExprMutator):
     def visit_let(self, node: Let) -> Any:
+        recursive = _uses(node.value, node.var)  # the original value: small, not inlined
         value = self.visit(node.value)
-        if _uses(value, node.var):  # a recursive binding must stay a let
+        if recursive:  # a recursive binding must stay a let
             return Let(node.var, value, self.visit(node.body), node.span)
         self.memo_map[node.var] = value
         return self.visit(node.body)
