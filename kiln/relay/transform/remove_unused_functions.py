@@ -4,7 +4,8 @@ Entry point: :func:`RemoveUnusedFunctions`.
 
 A global function is kept when it is reachable from an entry function (``main`` unless
 ``entry_functions`` names others) through references to global variables — in calls or as
-values. Everything else is removed; type definitions stay.
+values. Everything else is removed; type definitions stay. Naming an entry function the
+module lacks is an error.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from kiln.ir.expr import GlobalVar
 from kiln.relay.expr_functor import post_order_visit
 from kiln.relay.transform.pass_util import relay_module_pass
+from kiln.runtime.error import TVMError
 
 __all__ = ["RemoveUnusedFunctions"]
 
@@ -30,6 +32,10 @@ def _referenced(func: Any) -> set[str]:
 def remove_unused_functions(mod: Any, entry_functions: Sequence[str] | None = None) -> Any:
     """A copy of ``mod`` holding only the functions reachable from the entries."""
     entries = list(entry_functions) if entry_functions else ["main"]
+    missing = [name for name in entries if name not in mod]
+    if entry_functions and missing:
+        raise TVMError(f"RemoveUnusedFunctions: entry function(s) {missing} are not in the "
+                       f"module (it has {sorted(gv.name_hint for gv in mod.functions)})")
     reachable: set[str] = set()
     stack = [name for name in entries if name in mod]
     while stack:

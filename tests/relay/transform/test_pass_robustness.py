@@ -128,3 +128,17 @@ def test_anf_then_graph_form_round_trips_a_5000_node_graph():
     anf = T.ToANormalForm()(mod)
     assert isinstance(anf["main"].body, relay.Let)
     assert_structural_equal(T.ToGraphNormalForm()(anf), mod)
+
+
+def test_bad_input_raises_clear_errors():
+    with pytest.raises(TypeError, match="IRModule"):
+        T.FuseOps()(relay.var("x"))
+    x = relay.var("x", shape=(2, 3))
+    ill_typed = kiln.IRModule.from_expr(relay.Function([x], relay.add(x, relay.ones((4,),
+                                                                               "float32"))))
+    for make in (T.FuseOps, T.FoldConstant, T.SimplifyInference, T.FoldScaleAxis):
+        with pytest.raises(kiln.TVMError):
+            make()(ill_typed)
+    mod = kiln.IRModule.from_expr(relay.Function([x], x))
+    with pytest.raises(kiln.TVMError, match="not in the module"):
+        T.RemoveUnusedFunctions(["mian"])(mod)
