@@ -192,3 +192,14 @@ def test_convert_for_loops_to_serial(kind):
 
     f = transform.ConvertForLoopsToSerial()(loop_func(8, kind, body, shape=(8,)))
     assert f.body.kind == tir.ForKind.SERIAL
+
+
+def test_make_packed_api_binds_symbolic_strides_and_elem_offset():
+    s0 = tir.Var("s0", "int32")
+    A = tir.decl_buffer((4, 4), "float32", name="A", strides=[s0, 1], offset_factor=1)
+    body = tir.BufferStore(A, 1.0, [0, 0])
+    f = _packed(tir.PrimFunc([A.data], body, buffer_map={A.data: A}))
+    bound = {let.var.name: let for let in nodes(f.body, tir.LetStmt)}
+    assert bound["s0"].var is s0 and bound["A_elem_offset"].var is A.elem_offset
+    messages = [a.message.value for a in nodes(f.body, tir.AssertStmt)]
+    assert not any("byte_offset" in m or "compact" in m for m in messages)

@@ -35,9 +35,12 @@ front of the original body (statement order as listed):
    ``assert <dim> == value, "Argument <f>.A.shape[d] has an unsatisfied constraint: ..."``;
    ``let A.strides: handle = struct_get(h, 0, kArrStrides)`` and, when it is not NULL
    (``IfThenElse(!isnullptr(A.strides), AssertStmt(...))``), every stride must be compact
-   row-major: ``"<f>.A.strides: expected to be compact array"``;
+   row-major: ``"<f>.A.strides: expected to be compact array"`` — unless the buffer declares
+   symbolic strides, which are then bound (``let s1: int32 = if_then_else(isnullptr(A.strides),
+   <compact stride>, A.strides_buf[d])``);
    ``assert struct_get(h, 0, kArrByteOffset):uint64 == 0, "Argument <f>.A.byte_offset has an
-   unsatisfied constraint"``;
+   unsatisfied constraint"``, or, for a buffer whose ``elem_offset`` is a Var,
+   ``let elem_offset = byte_offset / itemsize``;
    device: ``assert struct_get(h, 0, kArrDeviceType):int32 == device_type, "Argument
    <f>.A.device_type has an unsatisfied constraint"``; the first buffer binds
    ``let dev_id: int32 = struct_get(h, 0, kArrDeviceId)``, later ones assert equality;
@@ -164,7 +167,26 @@ def _bind_buffer(b: _Builder, fname: str, buf: Buffer, handle: _e.Var, defined: 
     strides_var = _e.Var(f"{buf.name}.strides", PointerType(PrimType("int64")))
     b.let(strides_var, _struct_get(handle, 0, kArrStrides, "handle"))
     strides_buf = Buffer(strides_var, "int64", [ndim], [], 0, f"{buf.name}.strides")
-    if ndim:
+    symbolic_strides = [st for st in buf.strides if isinstance(st, _e.Var)]
+    if buf.strides and symbolic_strides:
+        # strided buffer (binds with strides=[te.var(...), 1]): read each stride variable,
+        # falling back to the compact stride when the tensor has no strides array
+        compact: PrimExpr = _op.const(1, "int64")
+        compact_strides = []
+        for d in reversed(range(ndim)):
+            compact_strides.append(compact)
+            compact = _op.multiply(compact, _op.cast(buf.shape[d], "int64"))
+        compact_strides.reverse()
+        for d, stride in enumerate(buf.strides):
+            value = _op.cast(_op.if_then_else(_isnull(strides_var), compact_strides[d],
+                                              _e.BufferLoad(strides_buf, [d])), stride.dtype)
+            if isinstance(stride, _e.Var) and id(stride) not in defined:
+                defined[id(stride)] = stride
+                b.let(stride, value)
+            else:
+                b.check(_op.equal(stride, value),
+                        f"Argument {label}.strides[{d}] has an unsatisfied constraint")
+    elif ndim:
         expected: PrimExpr = _op.const(1, "int64")
         conds = []
         for d in reversed(range(ndim)):
@@ -172,10 +194,15 @@ def _bind_buffer(b: _Builder, fname: str, buf: Buffer, handle: _e.Var, defined: 
             expected = _op.multiply(expected, _op.cast(buf.shape[d], "int64"))
         b.check_if(_op.logical_not(_isnull(strides_var)), _op.all(*conds),
                    f"{label}.strides: expected to be compact array")
-    b.check(_op.equal(_struct_get(handle, 0, kArrByteOffset, "uint64"),
-                      _op.const(0, "uint64")),
-            f"Argument {label}.byte_offset has an unsatisfied constraint: "
-            f"0 == {label}.byte_offset")
+    byte_offset = _struct_get(handle, 0, kArrByteOffset, "uint64")
+    if isinstance(buf.elem_offset, _e.Var):
+        itemsize = DataType(buf.dtype).itemsize
+        b.let(buf.elem_offset, _op.cast(_op.floordiv(byte_offset, _op.const(itemsize, "uint64")),
+                                        buf.elem_offset.dtype))
+    else:
+        b.check(_op.equal(byte_offset, _op.const(0, "uint64")),
+                f"Argument {label}.byte_offset has an unsatisfied constraint: "
+                f"0 == {label}.byte_offset")
     b.check(_op.equal(_struct_get(handle, 0, kArrDeviceType, "int32"), device_type),
             f"Argument {label}.device_type has an unsatisfied constraint: "
             f"{device_type} == {label}.device_type")
