@@ -6,7 +6,8 @@ A rule is ``rule(orig, grad) -> [grad of each argument]``: ``orig`` is the type-
 being differentiated, ``grad`` the adjoint of its result. Rules are registered on the op as
 ``"FPrimalGradient"`` (TVM's key, through :func:`kiln.relay.op.op.register_gradient`) and under
 the alias ``"FTVMGradient"``. Broadcasting binary ops sum the adjoint back to each argument's
-shape with ``collapse_sum_like``.
+shape with ``collapse_sum_like``. ``nn.conv2d`` (groups 1, NCHW/OIHW, no dilation) differentiates to a
+transposed convolution for the data and a batch/channel-swapped convolution for the weight.
 """
 
 from __future__ import annotations
@@ -191,6 +192,39 @@ def _batch_matmul_grad(orig: Call, grad: Any) -> list:
     da = _op.transpose(da, (0, 2, 1)) if orig.attrs.transpose_a else da
     db = _op.transpose(db, (0, 2, 1)) if orig.attrs.transpose_b else db
     return [da, db]
+
+
+def _conv2d_geometry(orig: Call) -> tuple:
+    attrs = orig.attrs
+    if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" or \
+            str(attrs.kernel_layout) != "OIHW" or any(int(d) != 1 for d in attrs.dilation):
+        raise TVMError("gradient: nn.conv2d is differentiable for groups=1, dilation 1 and "
+                       "NCHW/OIHW layouts only")
+    strides = [int(v) for v in attrs.strides]
+    padding = [int(v) for v in attrs.padding]  # top, left, bottom, right
+    return strides, padding
+
+
+@_register("nn.conv2d")
+def _conv2d_grad(orig: Call, grad: Any) -> list:
+    data, weight = orig.args
+    strides, padding = _conv2d_geometry(orig)
+    n, c, height, width = type_of(data).concrete_shape
+    out_c, _, kh, kw = type_of(weight).concrete_shape
+    oh, ow = type_of(orig).concrete_shape[2:]
+    # d data: the transposed convolution, padded at the end to reach the input's size
+    natural = [(oh - 1) * strides[0] - padding[0] - padding[2] + kh,
+               (ow - 1) * strides[1] - padding[1] - padding[3] + kw]
+    d_data = _op.nn.conv2d_transpose(grad, weight, strides=strides, padding=padding,
+                                     channels=c, kernel_size=(kh, kw),
+                                     output_padding=(height - natural[0], width - natural[1]))
+    # d weight: correlate the input with the output adjoint (batch and channels swapped),
+    # the forward stride becoming the dilation; cut the extra rows a stride can leave
+    swapped = _op.nn.conv2d(_op.transpose(data, (1, 0, 2, 3)), _op.transpose(grad, (1, 0, 2, 3)),
+                            padding=padding, dilation=strides)
+    d_weight = _op.strided_slice(_op.transpose(swapped, (1, 0, 2, 3)), [0, 0, 0, 0],
+                                 [out_c, c, kh, kw])
+    return [d_data, d_weight]
 
 
 @_register("reshape", "squeeze", "expand_dims", "contrib_reverse_reshape", "nn.batch_flatten")

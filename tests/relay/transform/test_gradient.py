@@ -73,6 +73,10 @@ CASES = {
     "broadcast_to": (lambda x: relay.broadcast_to(x, (2, 3)), [(1, 3)], (2, 3)),
     "softmax": (lambda x: relay.nn.softmax(x), [(2, 4)], (2, 4)),
     "log_softmax": (lambda x: relay.nn.log_softmax(x, axis=0), [(3, 2)], (3, 2)),
+    "conv2d": (lambda x, w: relay.nn.conv2d(x, w, padding=(1, 1)), [(1, 2, 4, 4), (3, 2, 3, 3)],
+               (1, 3, 4, 4)),
+    "conv2d_strided": (lambda x, w: relay.nn.conv2d(x, w, strides=(2, 2), padding=(1, 0)),
+                       [(2, 2, 5, 6), (3, 2, 3, 2)], (2, 3, 3, 3)),
     "shared_node_and_tuple": (
         lambda x, y: relay.TupleGetItem(relay.Tuple([relay.multiply(relay.exp(x), y),
                                                      relay.exp(x)]), 0),
@@ -111,6 +115,10 @@ def test_unsupported_programs_raise_clear_errors():
         gradient(relay.Function([c, x], relay.If(c, x, relay.exp(x))))
     with pytest.raises(TVMError, match="no registered gradient"):
         gradient(relay.Function([x], relay.sum(relay.round(x))))
+    data, weight = relay.var("d", shape=(1, 4, 4, 4)), relay.var("w", shape=(4, 2, 3, 3))
+    grouped = relay.sum(relay.nn.conv2d(data, weight, groups=2))
+    with pytest.raises(TVMError, match="groups=1"):
+        gradient(relay.Function([data, weight], grouped))
     with pytest.raises(TVMError, match="mode"):
         gradient(relay.Function([x], x), mode="sideways")
     with pytest.raises(TVMError, match="Function"):
