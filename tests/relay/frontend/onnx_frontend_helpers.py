@@ -1,9 +1,8 @@
-"""Fixtures for the ONNX frontend tests: run a converted module on the reference interpreter."""
+"""Helpers for the ONNX frontend tests: run a converted module on the reference interpreter."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 
 def evaluate_main(mod, *args) -> list[np.ndarray]:
@@ -17,8 +16,3 @@ def evaluate_main(mod, *args) -> list[np.ndarray]:
     if hasattr(result, "numpy"):
         return [result.numpy()]
     return [r.numpy() for r in result]
-
-
-@pytest.fixture
-def run_relay():
-    return evaluate_main

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from conftest import evaluate_main  # noqa: E402
+from onnx_frontend_helpers import evaluate_main  # noqa: E402
 
 from kiln.relay.frontend import from_onnx  # noqa: E402
 
