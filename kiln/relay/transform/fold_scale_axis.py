@@ -154,15 +154,14 @@ class _BackwardFolder(_ScaleFolder):
                 return None
             folded = self.fold_into(inner, scale, out_shape)
             return None if folded is None else Call(producer.op, [folded], producer.attrs)
-        # add: (conv + b) * s = conv * s + b * s
-        conv, bias = producer.args
-        if not (is_op_call(conv, "nn.conv2d", "nn.dense") and self.single_use(conv)) or \
-                tensor_shape(conv) != out_shape:
-            return None
-        folded = self.fold_into(conv, scale, out_shape)
-        if folded is None:
-            return None
-        return _op.add(folded, _op.multiply(self.visit(bias), scale))
+        # add: (conv + b) * s = conv * s + b * s, with the conv on either side
+        for conv, bias in (producer.args, producer.args[::-1]):
+            if is_op_call(conv, "nn.conv2d", "nn.dense") and self.single_use(conv) and \
+                    tensor_shape(conv) == out_shape:
+                folded = self.fold_into(conv, scale, out_shape)
+                if folded is not None:
+                    return _op.add(folded, _op.multiply(self.visit(bias), scale))
+        return None
 
 
 class _ForwardFolder(_ScaleFolder):

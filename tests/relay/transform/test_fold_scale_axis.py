@@ -51,6 +51,16 @@ def test_backward_conv_bias_relu_scale_folds_into_constant_weights():
     assert ops_of(func) == ["nn.conv2d", "add", "nn.relu"]
 
 
+def test_backward_bias_first_add_and_shared_input():
+    x = relay.var("x", shape=(1, 3, 5, 5))
+    w = relay.var("w", shape=(4, 3, 3, 3))
+    body = relay.multiply(relay.add(relay.const(rand(4, 1, 1)), conv(x, w)),
+                          relay.const(rand(4, 1, 1)))
+    func = run_both(relay.add(body, relay.sum(x)), [x, w], [rand(1, 3, 5, 5),
+                                                          rand(4, 3, 3, 3)])
+    assert "multiply" in ops_of(func.body.args[0].args[0].args[1])  # the weight is scaled
+
+
 def test_backward_negative_scale_does_not_cross_relu():
     x = relay.var("x", shape=(1, 3, 5, 5))
     w = relay.var("w", shape=(4, 3, 3, 3))
