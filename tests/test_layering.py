@@ -102,3 +102,15 @@ def test_module_size_budget():
         print(f"modules past {REPORT_LINES} lines:", large)
     too_large = {k: v for k, v in large.items() if v > MAX_LINES}
     assert not too_large, f"modules past {MAX_LINES} lines; split them: {too_large}"
+
+
+def test_test_module_basenames_are_unique():
+    # pytest imports test files by basename (rootdir "prepend" mode): two test_x.py in
+    # different folders collide at collection time.
+    tests = Path(__file__).parent
+    names: dict[str, list[str]] = {}
+    for path in tests.rglob("*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    dupes = {n: p for n, p in names.items() if len(p) > 1 and n not in ("conftest.py",
+                                                                         "__init__.py")}
+    assert not dupes, dupes
