@@ -6,8 +6,9 @@ A rule is ``rule(orig, grad) -> [grad of each argument]``: ``orig`` is the type-
 being differentiated, ``grad`` the adjoint of its result. Rules are registered on the op as
 ``"FPrimalGradient"`` (TVM's key, through :func:`kiln.relay.op.op.register_gradient`) and under
 the alias ``"FTVMGradient"``. Broadcasting binary ops sum the adjoint back to each argument's
-shape with ``collapse_sum_like``. ``nn.conv2d`` (groups 1, NCHW/OIHW, no dilation) differentiates to a
-transposed convolution for the data and a batch/channel-swapped convolution for the weight.
+shape with ``collapse_sum_like``. ``nn.conv2d`` (groups 1, NCHW/OIHW, no dilation)
+differentiates to a transposed convolution for the data and a batch/channel-swapped
+convolution for the weight.
 """
 
 from __future__ import annotations
