@@ -397,9 +397,9 @@ def _reduce_axes(inputs, attrs, ctx, axes_from_input):
     if axes_from_input:
         if len(inputs) > 1 and inputs[1] is not None:
             value = ctx.value(inputs[1])
-            if value is None:
-                raise unsupported("Reduce*", "axes computed at run time")
-            axes = [int(a) for a in value.reshape(-1)]
+            if value is None and ctx.shape(inputs[1]) != (0,):
+                return inputs[1]  # known only at run time
+            axes = [] if value is None else [int(a) for a in value.reshape(-1)]
         else:
             axes = []
     else:
@@ -444,6 +444,8 @@ def _make_reducer(name, fn):
         axes = _reduce_axes(inputs, attrs, ctx, from_input)
         if axes is None:
             return x
+        if isinstance(axes, relay.Expr):
+            return _runtime_axes_reduce(x, axes, bool(attrs.get("keepdims", 1)), name, ctx)
         dtype = ctx.dtype(x)
         if dtype == "bool":
             x = relay.cast(x, "int32")
@@ -461,6 +463,49 @@ def _make_reducer(name, fn):
 
 for _name, _fn in REDUCERS.items():
     _make_reducer(_name, _fn)
+
+
+# Reductions split as (elementwise before, per-axis combine, elementwise after), so that
+# reducing one axis at a time gives the same result as reducing them together.
+REDUCER_PARTS = {
+    "ReduceSum": (None, relay.sum, None), "ReduceMean": (None, relay.mean, None),
+    "ReduceMax": (None, relay.max, None), "ReduceMin": (None, relay.min, None),
+    "ReduceProd": (None, relay.prod, None), "ReduceL1": (relay.abs, relay.sum, None),
+    "ReduceL2": (lambda x: relay.multiply(x, x), relay.sum, relay.sqrt),
+    "ReduceSumSquare": (lambda x: relay.multiply(x, x), relay.sum, None),
+    "ReduceLogSum": (None, relay.sum, relay.log),
+    "ReduceLogSumExp": (None, _log_sum_exp, None),
+}
+
+
+def _runtime_axes_reduce(x, axes, keepdims, name, ctx):
+    """Reduce over axes known only at run time: per axis, a Relay If chooses between
+    reducing it (kept as size 1) and leaving it; dropping the reduced axes (keepdims=0)
+    reshapes to the shape of the axes not listed. Shapes become dynamic."""
+    before, combine, after = REDUCER_PARTS[name]
+    rank = ctx.rank(x)
+    count = ctx.shape(axes)[0]
+    axes = relay.cast(axes, "int64")
+    axes = relay.where(relay.less(axes, _const(0, "int64")),
+                       relay.add(axes, _const(rank, "int64")), axes)
+    hits = relay.equal(relay.reshape(axes, [-1, 1]), _const(np.arange(rank)[None, :], "int64"))
+    listed = relay.greater(relay.max(relay.cast(hits, "int32"), [0]), _const(0, "int32"))
+
+    def dynamic(e):
+        return relay.reshape(e, relay.shape_of(e, "int64"))
+
+    out = before(x) if before else x
+    for axis in range(rank):
+        flag = relay.take(listed, _const(axis, "int64"))
+        out = relay.If(flag, dynamic(combine(out, [axis], True)), dynamic(out))
+    out = after(out) if after else out
+    if not keepdims:
+        # unlisted axes first, in order: sort by listed * rank + axis
+        key = relay.add(relay.multiply(relay.cast(listed, "int64"), _const(rank, "int64")),
+                        _const(np.arange(rank), "int64"))
+        kept = relay.strided_slice(relay.argsort(key, dtype="int64"), [0], [rank - count])
+        out = relay.reshape(out, relay.take(relay.shape_of(out, "int64"), kept))
+    return out
 
 
 def _arg_reduce(fn):
@@ -486,13 +531,27 @@ register_function("ArgMin", _arg_reduce(relay.argmin))
 
 def _cumsum(inputs, attrs, ctx):
     x, axis = inputs
+    attrs = {**attrs, "_dtype": ctx.dtype(x)}
     axis_value = ctx.value(axis)
     if axis_value is None:
-        raise unsupported("CumSum", "an axis computed at run time")
-    axis = int(axis_value.reshape(-1)[0])
+        # one branch per possible axis, chosen at run time
+        rank = ctx.rank(x)
+        index = relay.cast(relay.reshape(axis, []), "int64")
+        index = relay.where(relay.less(index, _const(0, "int64")),
+                            relay.add(index, _const(rank, "int64")), index)
+        out = _cumsum_static(x, rank - 1, attrs)
+        for candidate in reversed(range(rank - 1)):
+            out = relay.If(relay.equal(index, _const(candidate, "int64")),
+                           _cumsum_static(x, candidate, attrs), out)
+        return out
+    return _cumsum_static(x, int(axis_value.reshape(-1)[0]), attrs)
+
+
+def _cumsum_static(x, axis, attrs):
     if attrs.get("reverse", 0):
         x = relay.reverse(x, axis)
-    out = relay.cumsum(x, axis=axis, exclusive=bool(attrs.get("exclusive", 0)))
+    out = relay.cumsum(x, axis=axis, dtype=attrs["_dtype"],
+                       exclusive=bool(attrs.get("exclusive", 0)))
     return relay.reverse(out, axis) if attrs.get("reverse", 0) else out
 
 

@@ -200,6 +200,8 @@ class Squeeze(OnnxOpConverter):
 
     @classmethod
     def _impl_v13(cls, inputs, attrs, ctx):
+        if len(inputs) > 1 and inputs[1] is not None and ctx.value(inputs[1]) is None:
+            return _runtime_squeeze(inputs[0], inputs[1], ctx)
         axes = _ints(ctx, inputs[1] if len(inputs) > 1 else None, "Squeeze", "axes")
         if axes is None:
             shape = ctx.shape(inputs[0])
@@ -224,7 +226,41 @@ class Unsqueeze(OnnxOpConverter):
 
     @classmethod
     def _impl_v13(cls, inputs, attrs, ctx):
+        if ctx.value(inputs[1]) is None:
+            return _runtime_unsqueeze(inputs[0], inputs[1], ctx)
         return _unsqueeze(inputs[0], _ints(ctx, inputs[1], "Unsqueeze", "axes"), ctx)
+
+
+def _listed_axes(axes, rank):
+    """(rank,) bool: which of ``rank`` axes the run-time ``axes`` list names."""
+    axes = relay.cast(axes, "int64")
+    axes = relay.where(relay.less(axes, _const(0, "int64")),
+                       relay.add(axes, _const(rank, "int64")), axes)
+    hits = relay.equal(relay.reshape(axes, [-1, 1]), _const(np.arange(rank)[None, :], "int64"))
+    return relay.greater(relay.max(relay.cast(hits, "int32"), [0]), _const(0, "int32"))
+
+
+def _runtime_squeeze(x, axes, ctx):
+    """Squeeze axes known at run time: reshape to the dims of the axes not listed."""
+    rank, count = ctx.rank(x), ctx.shape(axes)[0]
+    listed = _listed_axes(axes, rank)
+    key = relay.add(relay.multiply(relay.cast(listed, "int64"), _const(rank, "int64")),
+                    _const(np.arange(rank), "int64"))
+    kept = relay.strided_slice(relay.argsort(key, dtype="int64"), [0], [rank - count])
+    return relay.reshape(x, relay.take(relay.shape_of(x, "int64"), kept))
+
+
+def _runtime_unsqueeze(x, axes, ctx):
+    """Unsqueeze axes known at run time: output dim j is 1 where listed, else the next input
+    dim (input index j - number of listed positions before j)."""
+    out_rank = ctx.rank(x) + ctx.shape(axes)[0]
+    listed = _listed_axes(axes, out_rank)
+    listed_count = relay.cumsum(relay.cast(listed, "int64"), axis=0)
+    source = relay.subtract(_const(np.arange(out_rank), "int64"), listed_count)
+    source = relay.maximum(source, _const(0, "int64"))
+    in_shape = relay.concatenate([relay.shape_of(x, "int64"), _const([1], "int64")], 0)
+    dims = relay.where(listed, _const(1, "int64"), relay.take(in_shape, source, mode="clip"))
+    return relay.reshape(x, dims)
 
 
 def _expand(inputs, attrs, ctx):
