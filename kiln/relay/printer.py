@@ -50,6 +50,7 @@ from kiln.ir.type import (
 )
 from kiln.relay import adt
 from kiln.relay import expr as rx
+from kiln.relay.base import deep_recursion
 
 __all__ = ["astext", "type_text", "scalar_text"]
 
@@ -76,13 +77,11 @@ def astext(node: Any, show_meta_data: bool = True) -> str:
       nn.relu(%a)
     }
     """
-    printer = _Printer()
-    if isinstance(node, IRModule):
-        body = printer.module(node)
-    elif isinstance(node, Type):
+    if isinstance(node, Type):
         return type_text(node)
-    else:
-        body = printer.toplevel_expr(node)
+    printer = _Printer()
+    with deep_recursion():  # the printer recurses once per nested node
+        body = printer.module(node) if isinstance(node, IRModule) else printer.toplevel_expr(node)
     text = f"{VERSION_HEADER}\n{body}"
     if printer.meta:
         if show_meta_data:

@@ -91,3 +91,13 @@ def test_malformed_text_raises_diagnostic_with_location(text, message):
 def test_garbage_metadata_is_a_clear_error():
     with pytest.raises(DiagnosticError, match="malformed metadata"):
         parse("def @main() { 1 }\n#[metadata]\n{not json")
+
+
+def test_deep_chain_prints_and_parses():
+    x = relay.var("x", shape=(2,))
+    y = x
+    for _ in range(3000):
+        y = relay.nn.relu(y)
+    func = relay.Function([x], y)
+    assert len(astext(func).splitlines()) == 3003
+    _roundtrip(func)
