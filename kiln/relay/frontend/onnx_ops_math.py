@@ -425,6 +425,10 @@ REDUCERS = {
     "ReduceLogSumExp": lambda x, axes, keep, ctx: _log_sum_exp(x, axes, keep),
 }
 
+# The value of a reduction over an empty set (max/min have no NumPy identity).
+EMPTY_REDUCTION = {"ReduceMax": -np.inf, "ReduceMin": np.inf, "ReduceLogSumExp": -np.inf,
+                   "ReduceLogSum": -np.inf}
+
 # The opset from which each reduction takes its axes as an input instead of an attribute.
 AXES_INPUT_SINCE = {name: 18 for name in REDUCERS}
 AXES_INPUT_SINCE["ReduceSum"] = 13
@@ -432,7 +436,7 @@ AXES_INPUT_SINCE["ReduceSum"] = 13
 
 def _log_sum_exp(x, axes, keep):
     peak = relay.max(x, axes, True)
-    peak = relay.where(relay.isinf(peak), relay.zeros_like(peak), peak)
+    peak = relay.where(relay.isinf(peak), relay.cast_like(relay.const(0.0), peak), peak)
     total = relay.log(relay.sum(relay.exp(relay.subtract(x, peak)), axes, True))
     out = relay.add(total, peak)
     return out if keep else relay.squeeze(out, axes)
@@ -447,6 +451,14 @@ def _make_reducer(name, fn):
         if isinstance(axes, relay.Expr):
             return _runtime_axes_reduce(x, axes, bool(attrs.get("keepdims", 1)), name, ctx)
         dtype = ctx.dtype(x)
+        shape = ctx.shape(x)
+        if name in EMPTY_REDUCTION and any(shape[a] == 0 for a in axes):
+            keep = bool(attrs.get("keepdims", 1))
+            rank = len(shape)
+            normal = {a + rank if a < 0 else a for a in axes}
+            out_shape = [1 if i in normal else d for i, d in enumerate(shape)
+                         if keep or i not in normal]
+            return relay.full(_const(EMPTY_REDUCTION[name], dtype), out_shape, dtype)
         if dtype == "bool":
             x = relay.cast(x, "int32")
         out = fn(x, axes, bool(attrs.get("keepdims", 1)), ctx)
@@ -495,9 +507,19 @@ def _runtime_axes_reduce(x, axes, keepdims, name, ctx):
         return relay.reshape(e, relay.shape_of(e, "int64"))
 
     out = before(x) if before else x
-    for axis in range(rank):
+    shape = ctx.shape(x)
+    dtype = ctx.dtype(x)
+    # empty axes first, while the shape is still static: their reduction is the identity
+    for axis in sorted(range(rank), key=lambda a: shape[a] != 0):
         flag = relay.take(listed, _const(axis, "int64"))
-        out = relay.If(flag, dynamic(combine(out, [axis], True)), dynamic(out))
+        if shape[axis] == 0 and name in EMPTY_REDUCTION:
+            filled = [1 if a == axis else d for a, d in enumerate(ctx.shape(out))]
+            value = EMPTY_REDUCTION[name] if dtype != "bool" else name == "ReduceMin"
+            value = 0 if name == "ReduceLogSum" else value  # the log comes after
+            reduced = relay.full(_const(value, dtype), filled, dtype)
+        else:
+            reduced = combine(out, [axis], True)
+        out = relay.If(flag, dynamic(reduced), dynamic(out))
     out = after(out) if after else out
     if not keepdims:
         # unlisted axes first, in order: sort by listed * rank + axis
@@ -552,6 +574,8 @@ def _cumsum_static(x, axis, attrs):
         x = relay.reverse(x, axis)
     out = relay.cumsum(x, axis=axis, dtype=attrs["_dtype"],
                        exclusive=bool(attrs.get("exclusive", 0)))
+    # the explicit cast pins the dtype for evaluators whose cumsum widens small ints
+    out = relay.cast(out, attrs["_dtype"])
     return relay.reverse(out, axis) if attrs.get("reverse", 0) else out
 
 

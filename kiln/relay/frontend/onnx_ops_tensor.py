@@ -333,11 +333,24 @@ class Split(OnnxOpConverter):
     @classmethod
     def _impl_v13(cls, inputs, attrs, ctx):
         axis = attrs.get("axis", 0)
+        if len(inputs) > 1 and inputs[1] is not None and ctx.value(inputs[1]) is None:
+            return _split_dynamic(inputs[0], inputs[1], axis, ctx)
         sizes = _ints(ctx, inputs[1] if len(inputs) > 1 else None, "Split", "split")
         if sizes is None:
             parts = attrs.get("num_outputs", ctx.num_outputs)
             sizes = _equal_sizes(ctx, inputs[0], axis, parts, "Split")
         return _split(inputs[0], axis, sizes, ctx)
+
+
+def _split_dynamic(x, sizes, axis, ctx):
+    """Split at sizes known only at run time: one ``dyn.strided_slice`` per part."""
+    sizes = relay.cast(sizes, "int64")
+    ends = relay.cumsum(sizes, axis=0, dtype="int64")
+    starts = relay.subtract(ends, sizes)
+    axes = _const([axis], "int64")
+    return [Slice._dynamic(x, relay.take(starts, _const([i], "int64")),
+                           relay.take(ends, _const([i], "int64")), axes, None, ctx)
+            for i in range(ctx.shape(sizes)[0])]
 
 
 def _slice(x, starts, ends, axes, steps, ctx):
@@ -391,6 +404,8 @@ class Slice(OnnxOpConverter):
     def _dynamic(x, starts, ends, axes, steps, ctx):
         """Bounds known only at run time: ``dyn.strided_slice`` on full-rank bound vectors."""
         rank = ctx.rank(x)
+        if axes is not None and ctx.value(axes) is None:
+            return _slice_runtime_axes(x, starts, ends, axes, steps, ctx)
         if axes is None:
             axes_list = list(range(ctx.shape(starts)[0]))
         else:
@@ -407,6 +422,27 @@ class Slice(OnnxOpConverter):
             return relay.concatenate(pieces, 0)
 
         return relay.strided_slice(x, full(starts, 0), full(ends, 2**62), full(steps, 1))
+
+
+def _slice_runtime_axes(x, starts, ends, axes, steps, ctx):
+    """Slice whose axes are known only at run time: each axis takes its bound from the
+    position that names it, or the whole extent when none does."""
+    rank = ctx.rank(x)
+    axes = relay.cast(axes, "int64")
+    axes = relay.where(relay.less(axes, _const(0, "int64")),
+                       relay.add(axes, _const(rank, "int64")), axes)
+    hits = relay.cast(relay.equal(relay.reshape(axes, [-1, 1]),
+                                  _const(np.arange(rank)[None, :], "int64")), "int32")
+    listed = relay.greater(relay.max(hits, [0]), _const(0, "int32"))
+    position = relay.argmax(hits, axis=[0])
+
+    def full(values, default):
+        if values is None:
+            return _const([default] * rank, "int64")
+        picked = relay.take(relay.cast(values, "int64"), position)
+        return relay.where(listed, picked, _const([default] * rank, "int64"))
+
+    return relay.strided_slice(x, full(starts, 0), full(ends, 2**62), full(steps, 1))
 
 
 # ---- gather and scatter -------------------------------------------------------------------
@@ -577,13 +613,16 @@ def _one_hot(inputs, attrs, ctx):
     indices, depth, values = inputs
     depth_value = ctx.value(depth)
     if depth_value is None:
-        raise unsupported("OneHot", "a depth computed at run time")
-    depth = int(np.asarray(depth_value).reshape(-1)[0])
+        depth = relay.cast(relay.reshape(depth, []), "int64")
+        depth_expr = depth
+    else:
+        depth = int(np.asarray(depth_value).reshape(-1)[0])
+        depth_expr = _const(depth, "int64")
     dtype = ctx.dtype(values)
     off, on = relay.take(values, _const(0, "int32")), relay.take(values, _const(1, "int32"))
     indices = relay.cast(indices, "int64")
     indices = relay.where(relay.less(indices, _const(0, "int64")),
-                          relay.add(indices, _const(depth, "int64")), indices)
+                          relay.add(indices, depth_expr), indices)
     return relay.one_hot(indices, on, off, depth, attrs.get("axis", -1), dtype)
 
 
