@@ -23,7 +23,7 @@ import numpy as np
 
 from kiln import relay
 from kiln.relay.frontend.onnx_ops_math import matmul
-from kiln.relay.frontend.onnx_registry import register_function, unsupported
+from kiln.relay.frontend.onnx_registry import register_function
 
 __all__: list[str] = []
 
@@ -82,6 +82,25 @@ def _attention_bias(mask, is_causal, nonpad, past_len, q_len, kv_len, batch, dty
     return bias
 
 
+def _window_bias(left, right, nonpad, past_len, q_len, kv_len, dtype):
+    """Sliding window: query at absolute position p = offset + i sees keys j with
+    p - left <= j <= p + right (-1: unbounded on that side)."""
+    diff = np.arange(q_len).reshape(q_len, 1) - np.arange(kv_len).reshape(1, kv_len)
+    if nonpad is not None and past_len == 0:
+        offset = relay.reshape(relay.subtract(relay.cast(nonpad, "int64"),
+                                              _const(q_len, "int64")), [-1, 1, 1, 1])
+        diff = relay.add(_const(diff, "int64"), offset)
+    else:
+        diff = _const(diff + past_len, "int64")
+    allowed = None
+    if left >= 0:
+        allowed = relay.less_equal(diff, _const(left, "int64"))
+    if right >= 0:
+        upper = relay.less_equal(relay.negative(diff), _const(right, "int64"))
+        allowed = upper if allowed is None else relay.logical_and(allowed, upper)
+    return _additive(allowed, dtype)
+
+
 def _attention(inputs, attrs, ctx):
     from kiln.relay.frontend.onnx import onnx_dtype
 
@@ -90,8 +109,6 @@ def _attention(inputs, attrs, ctx):
 
     q, k, v = inputs[:3]
     mask, past_key, past_value, nonpad = optional(3), optional(4), optional(5), optional(6)
-    if attrs.get("left_window_size", -1) >= 0 or attrs.get("right_window_size", -1) >= 0:
-        raise unsupported("Attention", "sliding windows")
     dtype = ctx.dtype(q)
     rank3 = ctx.rank(q) == 3
     if rank3:
@@ -110,6 +127,10 @@ def _attention(inputs, attrs, ctx):
     kv_heads, kv_len = ctx.shape(k)[1], ctx.shape(k)[2]
     bias = _attention_bias(mask, attrs.get("is_causal", 0), nonpad, past_len, q_len, kv_len,
                            batch, dtype, ctx)
+    left, right = attrs.get("left_window_size", -1), attrs.get("right_window_size", -1)
+    if left >= 0 or right >= 0:
+        window = _window_bias(left, right, nonpad, past_len, q_len, kv_len, dtype)
+        bias = window if bias is None else relay.add(bias, window)
     if q_heads != kv_heads:
         k = relay.repeat(k, q_heads // kv_heads, 1)
         v = relay.repeat(v, q_heads // kv_heads, 1)

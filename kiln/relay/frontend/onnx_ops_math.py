@@ -298,10 +298,13 @@ class Hardmax(OnnxOpConverter):
 def matmul(a, b, ctx):
     """NumPy-style matmul (broadcast batch dims, 1-D operands promoted) in Relay."""
     a_shape, b_shape = ctx.shape(a), ctx.shape(b)
-    if len(a_shape) == 1:
-        return relay.squeeze(matmul(relay.expand_dims(a, 0), b, ctx), [-2])
-    if len(b_shape) == 1:
-        return relay.squeeze(matmul(a, relay.expand_dims(b, 1), ctx), [-1])
+    if len(a_shape) == 1 or len(b_shape) == 1:
+        a2 = relay.expand_dims(a, 0) if len(a_shape) == 1 else a
+        b2 = relay.expand_dims(b, 1) if len(b_shape) == 1 else b
+        out = matmul(a2, b2, ctx)
+        drop = ([-1] if len(b_shape) == 1 else []) + ([-2] if len(a_shape) == 1 else [])
+        rank = ctx.rank(out)
+        return relay.squeeze(out, sorted({d + rank for d in drop}))
     if len(a_shape) == 2 and len(b_shape) == 2:
         return relay.nn.matmul(a, b)
     batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))

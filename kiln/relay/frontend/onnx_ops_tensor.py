@@ -231,11 +231,15 @@ class Unsqueeze(OnnxOpConverter):
         return _unsqueeze(inputs[0], _ints(ctx, inputs[1], "Unsqueeze", "axes"), ctx)
 
 
+def _wrap_axes(axes, rank):
+    axes = relay.cast(axes, "int64")
+    return relay.where(relay.less(axes, _const(0, "int64")),
+                       relay.add(axes, _const(rank, "int64")), axes)
+
+
 def _listed_axes(axes, rank):
     """(rank,) bool: which of ``rank`` axes the run-time ``axes`` list names."""
-    axes = relay.cast(axes, "int64")
-    axes = relay.where(relay.less(axes, _const(0, "int64")),
-                       relay.add(axes, _const(rank, "int64")), axes)
+    axes = _wrap_axes(axes, rank)
     hits = relay.equal(relay.reshape(axes, [-1, 1]), _const(np.arange(rank)[None, :], "int64"))
     return relay.greater(relay.max(relay.cast(hits, "int32"), [0]), _const(0, "int32"))
 
@@ -544,9 +548,10 @@ class Pad(OnnxOpConverter):
     @classmethod
     def _impl_v11(cls, inputs, attrs, ctx):
         x = inputs[0]
-        if ctx.value(inputs[1]) is None and (len(inputs) < 4 or inputs[3] is None):
+        axes = inputs[3] if len(inputs) > 3 else None
+        if ctx.value(inputs[1]) is None or (axes is not None and ctx.value(axes) is None):
             return cls._dynamic(x, inputs[1], inputs[2] if len(inputs) > 2 else None,
-                                attrs.get("mode", "constant"), ctx)
+                                attrs.get("mode", "constant"), ctx, axes)
         pads = _ints(ctx, inputs[1], "Pad", "pads")
         value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else \
             _const(0, ctx.dtype(x))
@@ -555,12 +560,25 @@ class Pad(OnnxOpConverter):
 
 
     @staticmethod
-    def _dynamic(x, pads, value, mode, ctx):
+    def _dynamic(x, pads, value, mode, ctx, axes=None):
         """Pads known only at run time: ``dyn.nn.pad`` with a (rank, 2) pad-width tensor."""
         if mode not in PAD_MODES:
             raise unsupported("Pad", f"mode {mode!r}")
         rank = ctx.rank(x)
-        width = relay.transpose(relay.reshape(relay.cast(pads, "int64"), [2, rank]), (1, 0))
+        pads = relay.cast(pads, "int64")
+        if axes is not None:
+            count = ctx.shape(axes)[0]
+            listed = _listed_axes(axes, rank)
+            hits = relay.cast(relay.equal(
+                relay.reshape(_wrap_axes(axes, rank), [-1, 1]),
+                _const(np.arange(rank)[None, :], "int64")), "int32")
+            position = relay.cast(relay.argmax(hits, axis=[0]), "int64")
+            zeros = _const([0] * rank, "int64")
+            before = relay.where(listed, relay.take(pads, position), zeros)
+            after = relay.where(listed, relay.take(pads, relay.add(
+                position, _const(count, "int64"))), zeros)
+            pads = relay.concatenate([before, after], 0)
+        width = relay.transpose(relay.reshape(pads, [2, rank]), (1, 0))
         if value is None:
             value = _const(0, ctx.dtype(x))
         return relay.nn.pad(x, width, relay.reshape(value, []), PAD_MODES[mode])
@@ -647,9 +665,10 @@ register_function("Trilu", _trilu)
 def _compress(inputs, attrs, ctx):
     x, condition = inputs
     value = ctx.value(condition)
-    if value is None:
-        raise unsupported("Compress", "a condition computed at run time")
-    indices = _const(np.nonzero(value.reshape(-1))[0], "int64")
+    if value is None:  # the output length is known only at run time
+        indices = relay.reshape(relay.cast(relay.argwhere(condition), "int64"), [-1])
+    else:
+        indices = _const(np.nonzero(value.reshape(-1))[0], "int64")
     axis = attrs.get("axis")
     if axis is None:
         return relay.take(relay.reshape(x, [-1]), indices, axis=0)
@@ -661,16 +680,14 @@ register_function("Compress", _compress)
 
 def _reverse_sequence(inputs, attrs, ctx):
     x, lengths = inputs
-    value = ctx.value(lengths)
     batch_axis, time_axis = attrs.get("batch_axis", 1), attrs.get("time_axis", 0)
     shape = _static_shape(ctx, x, "ReverseSequence")
-    if value is None:
-        raise unsupported("ReverseSequence", "sequence lengths computed at run time")
     grid = np.indices(shape)
-    time, batch = grid[time_axis], grid[batch_axis]
-    lens = value.reshape(-1)[batch]
-    index = np.where(time < lens, lens - 1 - time, time)
-    return relay.gather(x, time_axis, _const(index, "int64"))
+    time, batch = _const(grid[time_axis], "int64"), _const(grid[batch_axis], "int64")
+    lens = relay.take(relay.cast(lengths, "int64"), batch)
+    index = relay.where(relay.less(time, lens),
+                        relay.subtract(relay.subtract(lens, _const(1, "int64")), time), time)
+    return relay.gather(x, time_axis, index)
 
 
 register_function("ReverseSequence", _reverse_sequence)
