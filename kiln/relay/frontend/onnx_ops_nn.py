@@ -377,20 +377,50 @@ def _known(ctx, expr):
     return value if value.size else None
 
 
-def _dynamic_resize(x, sizes, scales, attrs, ctx):
-    """Resize with sizes/scales known only at run time: ``dyn.image.resize2d``."""
+def _dynamic_resize(x, sizes, scales, attrs, ctx, roi=None):
+    """Resize with sizes/scales known only at run time: ``dyn.image.resize2d``; ``axes`` and
+    ``keep_aspect_ratio_policy`` are applied to the run-time values."""
     rank = ctx.rank(x)
-    if rank != 4 or "axes" in attrs:
-        raise unsupported("Resize", "run-time scales or sizes on a non-4-D input or with axes")
+    if rank != 4:
+        raise unsupported("Resize", "run-time scales or sizes on a non-4-D input")
+    axes = [a + rank if a < 0 else a for a in attrs.get("axes", range(rank))]
+    shape = relay.cast(relay.shape_of(x, "int64"), "float32")
+
+    def full(values, default):
+        """A (rank,) vector: ``values`` at the listed axes, ``default`` elsewhere."""
+        values = relay.cast(values, "float32")
+        return relay.concatenate([
+            relay.take(values, _const([axes.index(i)], "int64")) if i in axes else
+            relay.strided_slice(default, [i], [i + 1]) for i in range(rank)], 0)
+
     if sizes is None:
-        shape = relay.cast(relay.shape_of(x, "int64"), "float32")
-        sizes = relay.cast(relay.floor(relay.multiply(shape, relay.cast(scales, "float32"))),
-                           "int64")
+        target = relay.floor(relay.multiply(shape, full(scales, _const([1.0] * rank,
+                                                                        "float32"))))
+    else:
+        target = full(sizes, shape)
+        policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            listed = _const(axes, "int64")
+            ratios = relay.take(relay.divide(target, shape), listed)
+            ratio = relay.min(ratios) if policy == "not_larger" else relay.max(ratios)
+            scaled = relay.floor(relay.add(relay.multiply(shape, ratio),
+                                           _const(0.5, "float32")))
+            mask = relay.const(np.isin(np.arange(rank), axes))
+            target = relay.where(mask, scaled, shape)
+    sizes = relay.cast(target, "int64")
     size = relay.strided_slice(relay.cast(sizes, "int64"), [2], [4])
     mode = attrs.get("mode", "nearest")
     rounding = attrs.get("nearest_mode", "round_prefer_floor") if mode == "nearest" else ""
+    coordinates = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if coordinates == "tf_crop_and_resize" and roi is not None:
+        # ONNX lists (starts, ends) over the listed axes; Relay wants (h0, w0, h1, w1)
+        count = len(axes)
+        order = [axes.index(2), axes.index(3), axes.index(2) + count, axes.index(3) + count]
+        roi = relay.take(relay.cast(roi, "float32"), _const(order, "int64"))
+    else:
+        roi = None
     return relay.image.resize2d(
-        x, size, None, "NCHW", RESIZE_METHODS[mode],
+        x, size, roi, "NCHW", RESIZE_METHODS[mode],
         attrs.get("coordinate_transformation_mode", "half_pixel"), rounding,
         attrs.get("cubic_coeff_a", -0.75), attrs.get("exclude_outside", 0),
         attrs.get("extrapolation_value", 0.0))
@@ -413,7 +443,7 @@ class Resize(OnnxOpConverter):
         get = [inputs[i] if len(inputs) > i else None for i in range(4)]
         roi, scales, sizes = (_known(ctx, e) for e in get[1:])
         if any(isinstance(v, relay.Expr) for v in (scales, sizes)):
-            return _dynamic_resize(inputs[0], sizes, scales, attrs, ctx)
+            return _dynamic_resize(inputs[0], sizes, scales, attrs, ctx, get[1])
         return _resize(inputs[0], sizes, scales, roi, attrs, ctx)
 
 
