@@ -163,6 +163,27 @@ def test_loop_with_constant_trip_count_and_scan_output():
     _check_against_reference(model, feeds)
 
 
+@pytest.mark.parametrize("trips", [0, 1, 4])
+def test_loop_with_runtime_trip_count_becomes_a_recursive_function(trips):
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Mul", ["acc_in", "x"], ["acc_out"]),
+         helper.make_node("Identity", ["acc_out"], ["scan"])], "body",
+        [_info("i", [], TensorProto.INT64), _info("cond_in", [], TensorProto.BOOL),
+         _info("acc_in", [2])],
+        [_info("cond_out", [], TensorProto.BOOL), _info("acc_out", [2]), _info("scan", [2])])
+    model = _model([helper.make_node("Loop", ["m", "", "acc0"], ["acc", "scans"], body=body)],
+                   [_info("m", [], TensorProto.INT64), _info("acc0", [2]), _info("x", [2])],
+                   [_info("acc", [2]), _info("scans", ["n", 2])])
+    x = np.array([2, 3], "float32")
+    mod, _ = from_onnx(model)
+    acc, scans = evaluate_main(mod, np.array(trips, "int64"), np.ones(2, "float32"), x)
+    np.testing.assert_allclose(acc, x ** trips)
+    np.testing.assert_allclose(scans, np.array([x ** k for k in range(1, trips + 1)],
+                                               "float32").reshape(trips, 2))
+    assert any(gv.name_hint.startswith("onnx_loop") for gv in mod.get_global_vars())
+
+
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 def test_lstm_directions_match_the_reference(direction):
     dirs, hidden, inp = (2 if direction == "bidirectional" else 1), 3, 4
