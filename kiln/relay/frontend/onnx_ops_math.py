@@ -210,6 +210,12 @@ def _shrink(inputs, attrs, ctx):
                        relay.where(relay.greater(x, lambd), relay.subtract(x, bias), zero))
 
 
+def _swish(inputs, attrs, ctx):
+    x = inputs[0]
+    return relay.multiply(x, relay.sigmoid(relay.multiply(_scalar(ctx, x, attrs.get("alpha", 1.0)),
+                                                          x)))
+
+
 def _prelu(inputs, attrs, ctx):
     x, slope = inputs
     return relay.where(relay.less(x, _scalar(ctx, x, 0)), relay.multiply(x, slope), x)
@@ -218,7 +224,8 @@ def _prelu(inputs, attrs, ctx):
 for _name, _fn in {"LeakyRelu": _leaky_relu, "Elu": _elu, "Celu": _celu, "Selu": _selu,
                    "ThresholdedRelu": _thresholded_relu, "HardSigmoid": _hard_sigmoid,
                    "HardSwish": _hard_swish, "Softplus": _softplus, "Softsign": _softsign,
-                   "Mish": _mish, "Gelu": _gelu, "Shrink": _shrink, "PRelu": _prelu}.items():
+                   "Mish": _mish, "Gelu": _gelu, "Shrink": _shrink, "PRelu": _prelu,
+                   "Swish": _swish}.items():
     register_function(_name, _fn)
 
 
@@ -555,6 +562,16 @@ register_function("ArgMin", _arg_reduce(relay.argmin))
 
 
 def _cumsum(inputs, attrs, ctx):
+    return _scan_op(inputs, {**attrs, "_fn": relay.cumsum}, ctx)
+
+
+def _cumprod(inputs, attrs, ctx):
+    return _scan_op(inputs, {**attrs, "_fn": relay.cumprod}, ctx)
+
+
+def _scan_op(inputs, attrs, ctx):
+    """CumSum / CumProd (``attrs["_fn"]``); an axis known only at run time picks one branch
+    per possible axis."""
     x, axis = inputs
     attrs = {**attrs, "_dtype": ctx.dtype(x)}
     axis_value = ctx.value(axis)
@@ -575,7 +592,7 @@ def _cumsum(inputs, attrs, ctx):
 def _cumsum_static(x, axis, attrs):
     if attrs.get("reverse", 0):
         x = relay.reverse(x, axis)
-    out = relay.cumsum(x, axis=axis, dtype=attrs["_dtype"],
+    out = attrs["_fn"](x, axis=axis, dtype=attrs["_dtype"],
                        exclusive=bool(attrs.get("exclusive", 0)))
     # the explicit cast pins the dtype for evaluators whose cumsum widens small ints
     out = relay.cast(out, attrs["_dtype"])
@@ -583,3 +600,4 @@ def _cumsum_static(x, axis, attrs):
 
 
 register_function("CumSum", _cumsum)
+register_function("CumProd", _cumprod, since=26)

@@ -166,6 +166,25 @@ register_function("MaxPool", _pool(MAX_POOL, "MaxPool"))
 register_function("AveragePool", _pool(AVG_POOL, "AveragePool", count_include_pad=True))
 
 
+def _lp_pool(inputs, attrs, ctx):
+    """LpPool: (sum over the window of |x|^p)^(1/p), as an average pool counting pads."""
+    x = inputs[0]
+    kernel = list(attrs["kernel_shape"])
+    n = len(kernel)
+    strides, dilations, pads = _window_params(x, attrs, kernel, ctx, "LpPool")
+    dtype = ctx.dtype(x)
+    p = attrs.get("p", 2)
+    powered = relay.power(relay.abs(x), _const(p, dtype))
+    mean = AVG_POOL[n](powered, pool_size=kernel, strides=strides, dilation=dilations,
+                       padding=pads, layout=LAYOUTS[n], ceil_mode=bool(attrs.get("ceil_mode", 0)),
+                       count_include_pad=True)
+    total = relay.multiply(mean, _const(int(np.prod(kernel)), dtype))
+    return relay.power(total, _const(1.0 / p, dtype))
+
+
+register_function("LpPool", _lp_pool)
+
+
 def _global_pool(reduce_fn):
     def convert(inputs, attrs, ctx):
         x = inputs[0]

@@ -82,6 +82,24 @@ def _dynamic_quantize(inputs, attrs, ctx):
     return [_saturate(values, "uint8"), scale, zero_point]
 
 
+def _qlinear_matmul(inputs, attrs, ctx):
+    """QLinearMatMul: dequantize both operands, multiply in float32, requantize."""
+    from kiln.relay.frontend.onnx_ops_math import matmul
+
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = inputs
+    a_real = relay.multiply(relay.subtract(relay.cast(a, "float32"),
+                                           relay.cast(a_zero, "float32")),
+                            relay.cast(a_scale, "float32"))
+    b_real = relay.multiply(relay.subtract(relay.cast(b, "float32"),
+                                           relay.cast(b_zero, "float32")),
+                            relay.cast(b_scale, "float32"))
+    product = matmul(a_real, b_real, ctx)
+    values = relay.add(relay.round(relay.divide(product, relay.cast(y_scale, "float32"))),
+                       relay.cast(y_zero, "float32"))
+    return _saturate(values, ctx.dtype(y_zero))
+
+
+register_function("QLinearMatMul", _qlinear_matmul, since=10)
 register_function("QuantizeLinear", _quantize)
 register_function("DequantizeLinear", _dequantize)
 register_function("DynamicQuantizeLinear", _dynamic_quantize, since=11)

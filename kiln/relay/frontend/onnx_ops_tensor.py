@@ -590,6 +590,8 @@ def _cast(inputs, attrs, ctx):
 
 
 register_function("Cast", _cast)
+register_function("BitCast", lambda inputs, attrs, ctx: relay.reinterpret(
+    inputs[0], _onnx_dtype(required(attrs, "to", "BitCast"))), since=26)
 register_function("CastLike", lambda inputs, attrs, ctx: relay.cast(inputs[0],
                                                                     ctx.dtype(inputs[1])))
 register_function("Where", lambda inputs, attrs, ctx: relay.where(*inputs))
