@@ -8,7 +8,7 @@ pass/fail/error per op type and the totals of both.
 Usage::
 
     python benchmarks/onnx_conformance.py [--executor interpreter|graph] [--filter SUBSTR]
-                                          [--timeout SECONDS] [--failures]
+                                          [--timeout SECONDS] [--failures] [--progress]
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ def main() -> None:
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     parser.add_argument("--timeout", type=int, default=60, help="seconds per case")
     parser.add_argument("--failures", action="store_true", help="list every failing case")
+    parser.add_argument("--progress", action="store_true",
+                        help="print each case's kiln outcome as it finishes")
     args = parser.parse_args()
 
     cases = [c for c in harness.node_cases() if args.filter in c.name]
@@ -57,6 +59,9 @@ def main() -> None:
     for case in cases:
         kiln_outcomes.append((case, _timed(lambda c: harness.run_kiln(c, args.executor), case,
                                            args.timeout)))
+        if args.progress:
+            outcome = kiln_outcomes[-1][1]
+            print(f"  {case.name:60} {outcome.status:5} {outcome.reason}", flush=True)
         ort_outcomes.append((case, _timed(harness.run_onnxruntime, case, args.timeout)))
     elapsed = time.perf_counter() - start
 
