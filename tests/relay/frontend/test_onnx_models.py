@@ -172,3 +172,15 @@ def test_lstm_gru_sequence_model_matches_pytorch(tmp_path):
     got = _run_kiln(tmp_path / "seq.onnx", {"x": x.numpy()})
     for a, b in zip(got, _torch_outputs(model, (x,))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_mlp_with_symbolic_batch_runs_without_pinning(tmp_path):
+    torch.manual_seed(5)
+    model = MLP()
+    x = torch.randn(5, 16)
+    _export(model, (x,), tmp_path / "mlp_any.onnx", ["x"], ["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
+    mod, _ = from_onnx(str(tmp_path / "mlp_any.onnx"))
+    assert str(mod["main"].checked_type.ret_type) == "Tensor[(?, 4), float32]"
+    got = evaluate_main(mod, x.numpy())[0]
+    np.testing.assert_allclose(got, _torch_outputs(model, (x,))[0], rtol=1e-4, atol=1e-4)
