@@ -1,6 +1,8 @@
-"""ONNX converter: Attention (opset 23+), scaled dot-product attention with masks and caches.
+"""ONNX converters: Attention (opset 23+), scaled dot-product attention with masks and caches,
+and RotaryEmbedding (opset 23+).
 
-Entry points: the ``Attention`` converter registered in :data:`~.onnx_registry.CONVERTERS`.
+Entry points: the ``Attention`` and ``RotaryEmbedding`` converters registered in
+:data:`~.onnx_registry.CONVERTERS`.
 
 Follows the ONNX operator definition: 3-D inputs are split into ``q_num_heads`` /
 ``kv_num_heads`` heads, past key/value caches are concatenated on the sequence axis, boolean
@@ -157,3 +159,46 @@ def _attention(inputs, attrs, ctx):
 
 
 register_function("Attention", _attention, since=23)
+
+
+def _rotary_embedding(inputs, attrs, ctx):
+    """RotaryEmbedding: rotate (first half, second half) or interleaved pairs of the first
+    ``rotary_embedding_dim`` features of each head by the cached cos/sin of its position."""
+    x, cos, sin = inputs[:3]
+    positions = inputs[3] if len(inputs) > 3 else None
+    rank = ctx.rank(x)
+    in_shape = ctx.shape(x)
+    if rank == 4:  # (batch, heads, seq, head) -> (batch, seq, heads, head)
+        x = relay.transpose(x, (0, 2, 1, 3))
+    else:
+        batch, seq, hidden = in_shape
+        heads = attrs["num_heads"]
+        x = relay.reshape(x, [batch, seq, heads, hidden // heads])
+    batch, seq, heads, head = ctx.shape(x)
+    dim = attrs.get("rotary_embedding_dim", 0) or head
+    if positions is not None:
+        cos = relay.take(cos, positions, axis=0)
+        sin = relay.take(sin, positions, axis=0)
+    cos, sin = relay.expand_dims(cos, 2), relay.expand_dims(sin, 2)
+    rotate = relay.strided_slice(x, [0, 0, 0, 0], [batch, seq, heads, dim])
+    if attrs.get("interleaved", 0):
+        x1 = relay.strided_slice(rotate, [0, 0, 0, 0], [batch, seq, heads, dim], [1, 1, 1, 2])
+        x2 = relay.strided_slice(rotate, [0, 0, 0, 1], [batch, seq, heads, dim], [1, 1, 1, 2])
+    else:
+        x1 = relay.strided_slice(rotate, [0, 0, 0, 0], [batch, seq, heads, dim // 2])
+        x2 = relay.strided_slice(rotate, [0, 0, 0, dim // 2], [batch, seq, heads, dim])
+    real = relay.subtract(relay.multiply(cos, x1), relay.multiply(sin, x2))
+    imag = relay.add(relay.multiply(sin, x1), relay.multiply(cos, x2))
+    if attrs.get("interleaved", 0):
+        rotated = relay.reshape(relay.stack([real, imag], -1), [batch, seq, heads, dim])
+    else:
+        rotated = relay.concatenate([real, imag], -1)
+    if dim < head:
+        rest = relay.strided_slice(x, [0, 0, 0, dim], [batch, seq, heads, head])
+        rotated = relay.concatenate([rotated, rest], -1)
+    if rank == 4:
+        return relay.transpose(rotated, (0, 2, 1, 3))
+    return relay.reshape(rotated, list(in_shape))
+
+
+register_function("RotaryEmbedding", _rotary_embedding, since=23)
