@@ -100,6 +100,41 @@ def _qlinear_matmul(inputs, attrs, ctx):
 
 
 register_function("QLinearMatMul", _qlinear_matmul, since=10)
+
+
+def _centered_int32(x, zero_point, ctx, axis=None):
+    """``x - zero_point`` in int32 (a 1-D zero point broadcasts along ``axis``)."""
+    x = relay.cast(x, "int32")
+    if zero_point is None:
+        return x
+    zero_point = relay.cast(zero_point, "int32")
+    if axis is not None and ctx.rank(zero_point) == 1:
+        zero_point = relay.reshape(zero_point, [-1] + [1] * (ctx.rank(x) - axis - 1))
+    return relay.subtract(x, zero_point)
+
+
+def _matmul_integer(inputs, attrs, ctx):
+    from kiln.relay.frontend.onnx_ops_math import matmul
+
+    a, b = inputs[0], inputs[1]
+    a_zero = inputs[2] if len(inputs) > 2 else None
+    b_zero = inputs[3] if len(inputs) > 3 else None
+    return matmul(_centered_int32(a, a_zero, ctx, axis=0 if ctx.rank(a) == 1 else ctx.rank(a) - 2),
+                  _centered_int32(b, b_zero, ctx), ctx)
+
+
+def _conv_integer(inputs, attrs, ctx):
+    from kiln.relay.frontend.onnx_ops_nn import _conv
+
+    x, w = inputs[0], inputs[1]
+    x_zero = inputs[2] if len(inputs) > 2 else None
+    w_zero = inputs[3] if len(inputs) > 3 else None
+    return _conv([_centered_int32(x, x_zero, ctx), _centered_int32(w, w_zero, ctx, axis=0)],
+                 attrs, ctx)
+
+
+register_function("MatMulInteger", _matmul_integer, since=10)
+register_function("ConvInteger", _conv_integer, since=10)
 register_function("QuantizeLinear", _quantize)
 register_function("DequantizeLinear", _dequantize)
 register_function("DynamicQuantizeLinear", _dynamic_quantize, since=11)
