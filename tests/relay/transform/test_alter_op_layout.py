@@ -36,3 +36,25 @@ def test_arm_cpu_and_low_opt_level_keep_plain_dense():
     mod = _dense_module()
     assert _run(mod, "c -keys=arm_cpu")["main"].body.args[0].op.name == "nn.dense"
     assert _run(mod, "llvm", opt_level=2)["main"].body.args[0].op.name == "nn.dense"
+
+
+def test_conv2d_takes_a_prepacked_kernel_on_cpu():
+    x = relay.var("x", shape=(1, 8, 10, 10))
+    w = relay.const(np.random.default_rng(2).standard_normal((32, 8, 3, 3)).astype("float32"))
+    y = relay.nn.conv2d(x, w, padding=(1, 1), channels=32, kernel_size=(3, 3))
+    mod = tvm.IRModule.from_expr(relay.Function([x], y))
+    altered = _run(mod, "llvm")
+    conv = altered["main"].body
+    assert conv.attrs.kernel_layout.startswith("OIHW") and conv.attrs.kernel_layout.endswith("o")
+    assert isinstance(conv.args[1], relay.Constant) and conv.args[1].data.ndim == 5
+    xv = np.random.default_rng(3).standard_normal((1, 8, 10, 10)).astype("float32")
+    np.testing.assert_allclose(Interpreter(altered).evaluate()(xv).numpy(),
+                               Interpreter(mod).evaluate()(xv).numpy(), rtol=1e-4, atol=1e-4)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="c")
+    from kiln.contrib import graph_executor
+
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.run(x=xv)
+    np.testing.assert_allclose(m.get_output(0).numpy(), Interpreter(mod).evaluate()(xv).numpy(),
+                               rtol=1e-4, atol=1e-4)

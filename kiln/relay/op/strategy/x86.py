@@ -8,6 +8,8 @@ equal the channels), each beside its generic fallback.
 
 from __future__ import annotations
 
+import re
+
 from kiln import topi
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
@@ -57,6 +59,12 @@ CONV2D_NCHW = register_implementation(
         i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t), config)],
     lambda attrs, outs, target, config=None: x86_conv2d.schedule_conv2d_nchw(outs, config),
     "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG, op_name="nn.conv2d")
+CONV2D_NCHW_PREPACKED = register_implementation(
+    lambda a, i, t, config=None: [x86_conv2d.conv2d_nchw_packed(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t))],
+    lambda attrs, outs, target, config=None: x86_conv2d.schedule_conv2d_nchw(outs, config),
+    "conv2d_nchw_prepacked.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG,
+    op_name="nn.conv2d")
 DEPTHWISE_NCHW = register_implementation(
     COMPUTES["nn.conv2d"],
     lambda attrs, outs, target, config=None: x86_depthwise.schedule_depthwise_conv2d_nchw(
@@ -95,7 +103,10 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     strategy.add(_GENERIC["nn.conv2d"])
     nchw = attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
     channels = inputs[0].shape[1] if len(inputs[0].shape) == 4 else None
-    if nchw and attrs.groups == 1:
+    prepacked = attrs.data_layout == "NCHW" and _PACKED_KERNEL.fullmatch(attrs.kernel_layout)
+    if prepacked and attrs.groups == 1 and attrs.out_layout in ("", "NCHW"):
+        strategy.add(CONV2D_NCHW_PREPACKED)
+    elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
         strategy.add(DEPTHWISE_NCHW)
@@ -124,12 +135,45 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     return contrib_dense_pack(inputs[0], weight, f"NC{lanes}n", attrs.units, attrs.out_dtype)
 
 
+# OIHW with output channels blocked by n: the layout conv2d_nchw_prepacked.x86 consumes
+_PACKED_KERNEL = re.compile(r"OIHW(\d+)o")
+
+
+def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
+    """``FTVMAlterOpLayout`` of ``nn.conv2d`` on cpu targets: NCHW/OIHW convolutions (groups 1)
+    take their kernel in ``OIHW{n}o`` behind a ``layout_transform`` that FoldConstant folds for
+    a constant weight, so the channel-blocked schedule packs nothing at run time."""
+    from kiln.relay.op.nn.conv import conv2d
+    from kiln.relay.op.strategy.registry import target_keys
+    from kiln.relay.op.transform import layout_transform
+    from kiln.target import Target
+
+    keys = target_keys(Target.current(allow_none=True))
+    if "cpu" not in keys or "arm_cpu" in keys or attrs.groups != 1:
+        return None
+    if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
+        return None
+    dims = [*tinfos[1].shape, *out_type.shape]
+    if not all(hasattr(d, "value") for d in dims):
+        return None
+    out_channels, out_width = int(out_type.shape[1].value), int(out_type.shape[3].value)
+    bn, _ = x86_conv2d.block_shape(out_channels, out_width, x86_conv2d.DEFAULT_CONFIG)
+    if bn <= 1:
+        return None
+    kernel_layout = f"OIHW{bn}o"
+    weight = layout_transform(inputs[1], "OIHW", kernel_layout)
+    return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
+                  attrs.channels, attrs.kernel_size, "NCHW", kernel_layout, "",
+                  attrs.out_dtype)
+
+
 def _register_alter_layouts() -> None:
     from kiln.ir.op import Op
 
-    op = Op.get("nn.dense")
-    if op.get_attr("FTVMAlterOpLayout") is None:
-        op.set_attr("FTVMAlterOpLayout", alter_dense_layout)
+    for name, alter in (("nn.dense", alter_dense_layout), ("nn.conv2d", alter_conv2d_layout)):
+        op = Op.get(name)
+        if op.get_attr("FTVMAlterOpLayout") is None:
+            op.set_attr("FTVMAlterOpLayout", alter)
 
 
 _register_alter_layouts()
