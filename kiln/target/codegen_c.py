@@ -123,6 +123,13 @@ _VECTOR_MASK_BINARY = {"And": "({a} & {b})", "Or": "({a} | {b})"}
 # -- the emitter -------------------------------------------------------------------------------
 
 
+
+def _fits_vector_register(vtype: str) -> bool:
+    """Whether a C vector type (``float32x8``) fits one AVX2 register (32 bytes); wider
+    values cannot take the register-pinning asm constraint without AVX-512."""
+    m = re.fullmatch(r"[a-z]+?(\d+)x(\d+)", vtype)
+    return m is not None and int(m.group(1)) * int(m.group(2)) <= 256
+
 class CodeGenC(CIntrinsics):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
@@ -490,7 +497,8 @@ class CodeGenC(CIntrinsics):
         for index, stmt in enumerate(node.seq):
             for text, name in first_use.get(index, ()):
                 vtype = text[text.index("(*(") + 3:text.index("_u*)")]
-                self._line(f"{vtype} {name} = {text}; KILN_IN_REGISTER({name});")
+                pin = f" KILN_IN_REGISTER({name});" if _fits_vector_register(vtype) else ""
+                self._line(f"{vtype} {name} = {text};{pin}")
                 self._shared_loads[text] = name
             self.emit_stmt(stmt)
         for pairs in first_use.values():
