@@ -4,7 +4,8 @@ Entry points: :func:`CanonicalizeOps` (the pass) and :func:`canonicalize_ops` (o
 expression).
 
 ``nn.bias_add(x, b, axis)`` becomes ``add(x, expand_dims(b, 1, ndim - axis - 1))``, so later
-passes (FuseOps, FoldScaleAxis) see a plain broadcast add.
+passes (FuseOps, FoldScaleAxis) see a plain broadcast add; a 2-D ``nn.matmul`` becomes
+``nn.dense`` over the transposed weight (TVM's ``relay.nn.matmul`` makes the same choice).
 """
 
 from __future__ import annotations
@@ -29,8 +30,22 @@ def bias_add_to_add(call: Call, data_type: Any) -> Any:
     return _op.add(call.args[0], expand_bias_to_match_axis(call.args[1], ndim, axis))
 
 
+def matmul_to_dense(call: Call, data_type: Any) -> Any:
+    """A 2-D ``nn.matmul(a, b)`` is ``nn.dense(a, transpose(b))`` (``dense`` when transpose_b),
+    which has the packed CPU schedule; a constant weight's transpose folds away."""
+    attrs = call.attrs
+    b_type = type_of(call.args[1])
+    if attrs.transpose_a or len(data_type.shape) != 2 or b_type is None or len(b_type.shape) != 2:
+        return call
+    weight = call.args[1] if attrs.transpose_b else _op.transpose(call.args[1], (1, 0))
+    return _op.nn.dense(call.args[0], weight, attrs.units, attrs.out_dtype)
+
+
 # op name -> rewrite(call, type of its first argument)
-_CANONICAL_FORMS: dict[str, Callable[[Call, Any], Any]] = {"nn.bias_add": bias_add_to_add}
+_CANONICAL_FORMS: dict[str, Callable[[Call, Any], Any]] = {
+    "nn.bias_add": bias_add_to_add,
+    "nn.matmul": matmul_to_dense,
+}
 
 
 class _Canonicalizer(ExprMutator):

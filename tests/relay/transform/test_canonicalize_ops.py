@@ -37,3 +37,24 @@ def test_bias_add_inside_a_closure_is_rewritten_too():
     y = relay.var("y", shape=(2, 5, 1))
     after = canon(relay.Function([y, b], inner(y)))
     assert after["main"].body.op.body.op.name == "add"
+
+
+def test_2d_matmul_becomes_dense_and_keeps_its_value():
+    import numpy as np
+
+    from kiln.relay.backend.interpreter import Interpreter
+
+    a = relay.var("a", shape=(3, 5))
+    b = relay.var("b", shape=(5, 4))
+    c = relay.var("c", shape=(4, 5))
+    mod = kiln.IRModule.from_expr(relay.Function([a, b, c], relay.Tuple([
+        relay.nn.matmul(a, b), relay.nn.matmul(a, c, transpose_b=True)])))
+    out = CanonicalizeOps()(InferType()(mod))
+    plain, transposed = out["main"].body.fields
+    assert plain.op.name == "nn.dense" and plain.args[1].op.name == "transpose"
+    assert transposed.op.name == "nn.dense" and transposed.args[1] is out["main"].params[2]
+    rng = np.random.default_rng(0)
+    av, bv, cv = (rng.standard_normal(s).astype("float32") for s in ((3, 5), (5, 4), (4, 5)))
+    got = Interpreter(out).evaluate()(av, bv, cv)
+    np.testing.assert_allclose(got[0].numpy(), av @ bv, rtol=1e-5)
+    np.testing.assert_allclose(got[1].numpy(), av @ cv.T, rtol=1e-5)
