@@ -60,17 +60,9 @@ from kiln.runtime.vm.executable import Executable, VMFunction
 
 __all__ = ["compile", "VMCompiler", "OPTIMIZE_PASSES"]
 
-# The optimization passes run before FuseOps, in order (those this kiln does not have yet are
-# skipped; each is gated by its own opt level in the PassContext).
-OPTIMIZE_PASSES = (
-    "SimplifyInference",
-    "EliminateCommonSubexpr",
-    "FoldConstant",
-    "FoldScaleAxis",
-    "SimplifyExpr",
-    "CanonicalizeOps",
-    "FoldConstant",
-)
+# The optimization passes run before FuseOps: relay.build's pipeline, so both executors run
+# the same kernels (each pass is gated by its own opt level in the PassContext).
+from kiln.relay.build_module import OPTIMIZE_PASSES  # noqa: E402
 
 
 def _available_pass(name: str) -> Any:

@@ -113,6 +113,15 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     return strategy
 
 
+def _foldable_weight(weight, tinfos) -> bool:
+    """Alter only where it pays: the weight is computed from constants (FoldConstant then packs
+    it once at compile time) and every shape is static (the packed kernels need constants)."""
+    from kiln.relay.analysis import free_vars
+
+    shapes_static = all(hasattr(d, "value") for t in tinfos for d in t.shape)
+    return shapes_static and not free_vars(weight)
+
+
 def alter_dense_layout(attrs, inputs, tinfos, out_type):
     """``FTVMAlterOpLayout`` of ``nn.dense`` on cpu targets: use ``contrib_dense_pack`` with the
     weight behind a ``layout_transform`` to ``NC{n}n``, which FoldConstant folds away for a
@@ -125,6 +134,8 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     target = Target.current(allow_none=True)
     keys = target_keys(target)
     if "cpu" not in keys or "arm_cpu" in keys or len(tinfos[1].shape) != 2:
+        return None
+    if not _foldable_weight(inputs[1], tinfos):
         return None
     units = tinfos[1].shape[0]
     if not hasattr(units, "value"):
@@ -150,6 +161,8 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
 
     keys = target_keys(Target.current(allow_none=True))
     if "cpu" not in keys or "arm_cpu" in keys or attrs.groups != 1:
+        return None
+    if not _foldable_weight(inputs[1], tinfos):
         return None
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
         return None

@@ -44,13 +44,18 @@ def test_dense_alter_layout_packs_the_weight_for_cpu_targets():
     from kiln.relay.op.strategy.x86 import alter_dense_layout
 
     x, w = relay.var("x", shape=(3, 20)), relay.var("w", shape=(32, 20))
+    weight = relay.const(np.random.default_rng(0).standard_normal((32, 20)).astype("float32"))
     types = [TensorType((3, 20)), TensorType((32, 20))]
     with kiln.target.Target("c -keys=arm_cpu"):
-        assert alter_dense_layout(DenseAttrs(), [x, w], types, TensorType((3, 32))) is None
+        assert alter_dense_layout(DenseAttrs(), [x, weight], types, TensorType((3, 32))) is None
     with kiln.target.Target("llvm"):
-        altered = alter_dense_layout(DenseAttrs(), [x, w], types, TensorType((3, 32)))
-    assert altered.op.name == "nn.contrib_dense_pack"
-    assert altered.args[1].attrs.dst_layout == "NC16n"
+        # a run-time weight would be packed at every call anyway: no alteration
+        assert alter_dense_layout(DenseAttrs(), [x, w], types, TensorType((3, 32))) is None
+        packed = alter_dense_layout(DenseAttrs(), [x, weight], types, TensorType((3, 32)))
+    assert packed.op.name == "nn.contrib_dense_pack"
+    assert packed.args[1].attrs.dst_layout == "NC16n" and packed.args[1].args[0] is weight
+    # the same packed form over a run-time weight runs through relay.build
+    altered = relay.nn.contrib_dense_pack(x, relay.layout_transform(w, "NC", "NC16n"), "NC16n")
     mod = kiln.IRModule.from_expr(relay.Function([x, w], altered))
     with kiln.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm")
