@@ -65,6 +65,25 @@ class Closure:
     name: GlobalVar | None = None  # set for global functions (enables the tail-call loop)
 
 
+class _Env(dict):
+    """Variable bindings plus the memo of one function invocation: a node shared by several
+    consumers (graph form) is evaluated once per invocation, not once per use."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self, bindings: Any = (), memo: dict | None = None) -> None:
+        super().__init__(bindings)
+        self.memo = {} if memo is None else memo
+
+    def extend(self, bindings: dict) -> _Env:
+        """These bindings added, in the same invocation (same memo)."""
+        return _Env({**self, **bindings}, self.memo)
+
+
+# node kinds whose value is memoized within an invocation (pure, possibly shared)
+_MEMOIZED = (rx.Call, rx.Tuple, rx.TupleGetItem)
+
+
 class _TailCall(Exception):
     """Raised to restart the current global function with new arguments (self tail call)."""
 
@@ -123,7 +142,7 @@ class Interpreter:
 
     def _eval_top(self, expr: Any) -> Any:
         with deep_recursion():
-            return self.eval(expr, {})
+            return self.eval(expr, _Env())
 
     def _call_from_python(self, closure: Closure, args: tuple, kwargs: dict) -> Any:
         params = closure.func.params
@@ -150,19 +169,25 @@ class Interpreter:
         while isinstance(node, rx.Let):  # let chains loop instead of recursing
             env = self._bind_let(node, env)
             node = node.body
+        memoized = isinstance(node, _MEMOIZED)
+        if memoized and id(node) in env.memo:
+            return env.memo[id(node)]
         method = getattr(self, "eval_" + type(node).__name__, None)
         if method is None:
             raise TVMError(f"the interpreter cannot evaluate {type(node).__name__}")
-        return method(node, env)
+        value = method(node, env)
+        if memoized:
+            env.memo[id(node)] = value
+        return value
 
     def _bind_let(self, node: rx.Let, env: dict) -> dict:
         """``env`` extended by the let's binding; a function value sees itself (let-rec)."""
         if isinstance(node.value, rx.Function):
             closure = Closure(node.value, {})
-            env = {**env, node.var: closure}
+            env = env.extend({node.var: closure})
             closure.env = env
             return env
-        return {**env, node.var: self.eval(node.value, env)}
+        return env.extend({node.var: self.eval(node.value, env)})
 
     def eval_Var(self, node: rx.Var, env: dict) -> Any:
         try:
@@ -224,7 +249,7 @@ class Interpreter:
         for clause in node.clauses:
             bindings: dict = {}
             if _match(clause.lhs, data, bindings):
-                return self.eval(clause.rhs, {**env, **bindings})
+                return self.eval(clause.rhs, env.extend(bindings))
         raise TVMError("match failed: no clause matches the value "
                        f"{data!r} (an incomplete match?)")
 
@@ -257,7 +282,7 @@ class Interpreter:
             params = closure.func.params
             if len(args) != len(params):
                 raise TVMError(f"function expects {len(params)} arguments, got {len(args)}")
-            env = {**closure.env, **dict(zip(params, args))}
+            env = _Env({**closure.env, **dict(zip(params, args))})  # a new invocation
             body = closure.func.body
             if closure.name is None:
                 return self.eval(body, env)
@@ -281,7 +306,7 @@ class Interpreter:
                 for clause in node.clauses:
                     bindings: dict = {}
                     if _match(clause.lhs, data, bindings):
-                        env, node = {**env, **bindings}, clause.rhs
+                        env, node = env.extend(bindings), clause.rhs
                         break
                 else:
                     raise TVMError(f"match failed: no clause matches the value {data!r}")

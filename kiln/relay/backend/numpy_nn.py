@@ -167,7 +167,8 @@ def _pool_eval(attrs, args, out_type, nd, kind):
         extra.append(max(0, (out - 1) * strides[i] + span - size))
     full_pads = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
     inside = np.pad(np.ones(x.shape[2:]), [(p[0], p[1] + e) for p, e in zip(pads, extra)])
-    in_pad = np.pad(np.ones(x.shape[2:]), pads)
+    # ones over the input and its explicit padding, zeros over the ceil_mode extension
+    in_pad = np.ones([n + a + b for n, (a, b) in zip(x.shape[2:], pads)])
     in_pad = np.pad(in_pad, [(0, e) for e in extra])
     fill = -np.inf if kind == "max" else 0.0
     xp = np.pad(x, full_pads, constant_values=fill)

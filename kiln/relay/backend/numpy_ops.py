@@ -185,8 +185,14 @@ def _reduce(func: Callable) -> Callable:
     def impl(attrs, args, out_type):
         x = args[0]
         axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
-        result = func(x, axis=axes, keepdims=bool(attrs.keepdims)) if axes or x.ndim == 0 \
-            else x.copy()
+        extra = {}
+        if func in (np.max, np.min) and x.size == 0:  # TIR starts from the dtype's extremes
+            info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
+            extra["initial"] = info.min if func is np.max else info.max
+            if x.dtype.kind == "f":
+                extra["initial"] = -np.inf if func is np.max else np.inf
+        result = func(x, axis=axes, keepdims=bool(attrs.keepdims), **extra) \
+            if axes or x.ndim == 0 else x.copy()
         return np.asarray(result).astype(_out_dtype(out_type), copy=False)
 
     return impl
@@ -237,10 +243,86 @@ def _static_shape(out_type: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in out_type.shape)
 
 
-@register_numpy("reshape", "reshape_like", "contrib_reverse_reshape", "nn.batch_flatten",
-                "squeeze", "expand_dims")
-def _reshape_to_out(attrs, args, out_type):
-    return np.reshape(args[0], _static_shape(out_type))
+def relay_reshape_shape(shape: tuple[int, ...], newshape: Any) -> list[int]:
+    """Resolve Relay's reshape special values against ``shape``: 0 copies a dimension, -1
+    infers one, -2 copies the rest, -3 merges two, -4 splits one into the next two values."""
+    out: list[int] = []
+    src, spec, i = 0, [int(v) for v in newshape], 0
+    infer_at = None
+    while i < len(spec):
+        value = spec[i]
+        if value > 0:
+            out.append(value)
+            src += 1
+        elif value == 0:
+            out.append(shape[src])
+            src += 1
+        elif value == -1:
+            infer_at = len(out)
+            out.append(1)
+            src += 1
+        elif value == -2:
+            out.extend(shape[src:])
+            src = len(shape)
+        elif value == -3:
+            out.append(shape[src] * shape[src + 1])
+            src += 2
+        elif value == -4:
+            first, second = spec[i + 1], spec[i + 2]
+            whole = shape[src]
+            first = whole // second if first == -1 else first
+            second = whole // first if second == -1 else second
+            out.extend([first, second])
+            src += 1
+            i += 2
+        else:
+            raise TVMError(f"reshape: invalid value {value} in newshape {newshape}")
+        i += 1
+    if infer_at is not None:
+        known = int(np.prod([d for k, d in enumerate(out) if k != infer_at]))
+        out[infer_at] = int(np.prod(shape)) // known if known else 0
+    return out
+
+
+@register_numpy("reshape")
+def _reshape(attrs, args, out_type):
+    return np.reshape(args[0], relay_reshape_shape(args[0].shape, attrs.newshape))
+
+
+@register_numpy("contrib_reverse_reshape")
+def _reverse_reshape(attrs, args, out_type):
+    shape = relay_reshape_shape(args[0].shape[::-1], list(attrs.newshape)[::-1])
+    return np.reshape(args[0], shape[::-1])
+
+
+@register_numpy("reshape_like")
+def _reshape_like(attrs, args, out_type):
+    x, like = args
+    lhs_end = x.ndim if attrs.lhs_end is None else int(attrs.lhs_end) % (x.ndim + 1)
+    rhs_end = like.ndim if attrs.rhs_end is None else int(attrs.rhs_end) % (like.ndim + 1)
+    shape = (x.shape[:int(attrs.lhs_begin)] + like.shape[int(attrs.rhs_begin):rhs_end]
+             + x.shape[lhs_end:])
+    return np.reshape(x, shape)
+
+
+@register_numpy("nn.batch_flatten")
+def _batch_flatten(attrs, args, out_type):
+    return np.reshape(args[0], (args[0].shape[0], -1))
+
+
+@register_numpy("squeeze")
+def _squeeze(attrs, args, out_type):
+    axis = None if attrs.axis is None else tuple(int(a) for a in attrs.axis)
+    return np.squeeze(args[0], axis=axis)
+
+
+@register_numpy("expand_dims")
+def _expand_dims(attrs, args, out_type):
+    x, axis = args[0], int(attrs.axis)
+    axis = axis if axis >= 0 else x.ndim + axis + 1
+    for _ in range(int(attrs.num_newaxis)):
+        x = np.expand_dims(x, axis)
+    return x
 
 
 @register_numpy("transpose")
@@ -283,20 +365,29 @@ def _collapse_sum(attrs, args, out_type):
     return x.sum(axis=axes, keepdims=True) if axes else x
 
 
+def _fill_shape(attrs, args, out_type) -> tuple[int, ...]:
+    """The shape of a fill op: the ``*_like`` argument's, else the attrs', else the type's."""
+    if args and isinstance(args[0], np.ndarray) and getattr(attrs, "shape", None) is None:
+        return args[0].shape
+    shape = getattr(attrs, "shape", None)
+    return tuple(int(d) for d in shape) if shape is not None else _static_shape(out_type)
+
+
 @register_numpy("zeros", "zeros_like")
 def _zeros(attrs, args, out_type):
-    return np.zeros(_static_shape(out_type), dtype=_out_dtype(out_type))
+    return np.zeros(_fill_shape(attrs, args, out_type), dtype=_out_dtype(out_type))
 
 
 @register_numpy("ones", "ones_like")
 def _ones(attrs, args, out_type):
-    return np.ones(_static_shape(out_type), dtype=_out_dtype(out_type))
+    return np.ones(_fill_shape(attrs, args, out_type), dtype=_out_dtype(out_type))
 
 
 @register_numpy("full", "full_like")
 def _full(attrs, args, out_type):
     fill_value = np.asarray(args[-1]).item()
-    return np.full(_static_shape(out_type), fill_value, dtype=_out_dtype(out_type))
+    shape = args[0].shape if len(args) == 2 else _fill_shape(attrs, [], out_type)
+    return np.full(shape, fill_value, dtype=_out_dtype(out_type))
 
 
 @register_numpy("tile")
@@ -433,7 +524,7 @@ def _scan(func: Callable, identity: int) -> Callable:
         axis = attrs.axis
         if axis is None:
             x, axis = x.reshape(-1), 0
-        out = func(x, axis=int(axis))
+        out = func(x, axis=int(axis)).astype(x.dtype)  # NumPy widens int32 sums
         if attrs.exclusive:
             out = np.concatenate(
                 [np.full_like(np.take(out, [0], axis=axis), identity),
@@ -503,9 +594,13 @@ def _scatter_nd(attrs, args, out_type):
     m = indices.shape[0]
     flat_idx = indices.reshape(m, -1).astype(np.int64)
     flat_upd = updates.reshape((flat_idx.shape[1],) + data.shape[m:])
+    combine = {"update": lambda old, new: new, "add": np.add, "mul": np.multiply,
+               "min": np.minimum, "max": np.maximum}.get(attrs.mode)
+    if combine is None:
+        raise TVMError(f"scatter_nd: unknown mode {attrs.mode!r}")
     for j in range(flat_idx.shape[1]):
         target = tuple(flat_idx[:, j])
-        out[target] = flat_upd[j] if attrs.mode == "update" else out[target] + flat_upd[j]
+        out[target] = combine(out[target], flat_upd[j])
     return out
 
 

@@ -142,3 +142,43 @@ def test_let_bound_function_can_call_itself():
     fn = relay.Function([n], body, relay.TensorType((), "int32"))
     prog = relay.Function([], relay.Let(f, fn, f(relay.const(10))))
     assert run(prog).numpy() == 55
+
+
+def test_shared_subexpressions_are_evaluated_once():
+    x = relay.var("x", shape=(2,))
+    y = x
+    for _ in range(40):  # 2**40 evaluations without sharing
+        y = relay.add(y, y)
+    out = run(relay.Function([x], y), np.ones(2, "float32"))
+    np.testing.assert_allclose(out.numpy(), [2.0 ** 40] * 2)
+
+
+def test_avg_pool_count_include_pad_matches_pytorch():
+    x = relay.var("x", shape=(1, 1, 3, 3))
+    f = relay.Function([x], relay.nn.avg_pool2d(x, pool_size=(3, 3), padding=(1, 1),
+                                                count_include_pad=True))
+    xv = np.arange(9, dtype="float32").reshape(1, 1, 3, 3)
+    ref = torch.nn.functional.avg_pool2d(torch.tensor(xv), 3, 1, 1, count_include_pad=True)
+    np.testing.assert_allclose(run(f, xv).numpy(), ref.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode, combine", [("add", np.add), ("mul", np.multiply),
+                                           ("min", np.minimum), ("max", np.maximum)])
+def test_scatter_nd_modes(mode, combine):
+    data = relay.var("d", shape=(4,))
+    idx = relay.const(np.array([[1, 3]], "int64"))
+    upd = relay.const(np.array([5.0, -2.0], "float32"))
+    f = relay.Function([data], relay.scatter_nd(data, idx, upd, mode=mode))
+    dv = np.array([1.0, 2.0, 3.0, 4.0], "float32")
+    expected = dv.copy()
+    expected[[1, 3]] = combine(dv[[1, 3]], [5.0, -2.0])
+    np.testing.assert_allclose(run(f, dv).numpy(), expected)
+
+
+@pytest.mark.parametrize("newshape, shape", [((0, -1), (2, 12)), ((-3, 4), (6, 4)),
+                                             ((-4, 1, 2, -2), (1, 2, 3, 4)), ((-2,), (2, 3, 4))])
+def test_reshape_special_values(newshape, shape):
+    x = relay.var("x", shape=(2, 3, 4))
+    xv = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    out = run(relay.Function([x], relay.reshape(x, newshape)), xv)
+    np.testing.assert_array_equal(out.numpy(), xv.reshape(shape))
