@@ -314,6 +314,11 @@ def matmul(a, b, ctx):
         return relay.squeeze(out, sorted({d + rank for d in drop}))
     if len(a_shape) == 2 and len(b_shape) == 2:
         return relay.nn.matmul(a, b)
+    if len(b_shape) == 2 and all(isinstance(d, int) for d in a_shape):
+        # (..., M, K) x (K, N): one dense over the flattened rows, as TVM's frontend does
+        rows = relay.reshape(a, (-1, a_shape[-1]))
+        out = relay.nn.dense(rows, relay.transpose(b, (1, 0)))
+        return relay.reshape(out, (*a_shape[:-1], b_shape[-1]))
     batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
     a_full = relay.broadcast_to(a, (*batch, *a_shape[-2:]))
     b_full = relay.broadcast_to(b, (*batch, *b_shape[-2:]))
