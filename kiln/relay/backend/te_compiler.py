@@ -137,8 +137,12 @@ def lower_primitive(func: rx.Function, target: Any, name: str) -> Any:
     builder = _ComputeBuilder(target)
     inputs = []
     for param in func.params:
-        tensors = [te.placeholder(tuple(t.concrete_shape), str(t.dtype), name=param.name_hint)
-                   for t in _flat_types(param.checked_type)]
+        types = _flat_types(param.checked_type)
+        # a tuple parameter flattens to one placeholder per field, each with its own name
+        names = [param.name_hint] if len(types) == 1 else [
+            f"{param.name_hint}_{i}" for i in range(len(types))]
+        tensors = [te.placeholder(tuple(t.concrete_shape), str(t.dtype), name=name)
+                   for t, name in zip(types, names)]
         builder.memo[id(param)] = tensors
         inputs.extend(tensors)
     outputs = builder.visit(func.body)
