@@ -6,8 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_onnx_models import MLP, ConvBN, Encoder, SequenceModel, SmallResNet, _export, \
-    _randomize_bn, _torch_outputs
+from test_onnx_models import (
+    MLP,
+    ConvBN,
+    Encoder,
+    SequenceModel,
+    SmallResNet,
+    _export,
+    _randomize_bn,
+    _torch_outputs,
+)
 
 import kiln
 from kiln import relay
