@@ -1,17 +1,24 @@
-"""kiln quickstart: build a small CNN in Relay, compile it to native code, run it, time it.
+"""kiln quickstart: compile a small ONNX CNN to native code, run it, time it.
 
     python examples/quickstart.py
 
-Uses the LLVM backend when llvmlite is installed (``pip install kiln[llvm]``), else the C
-backend through the system compiler. The result is checked against kiln's reference
-interpreter (NumPy semantics).
+The model (conv → relu → max-pool → conv → relu → global-average-pool → dense → softmax, with
+fixed random weights) is written with ``onnx.helper`` into a temporary ``.onnx`` file, imported
+with ``relay.frontend.from_onnx``, compiled with ``relay.build`` and run on the graph executor.
+The result is checked against kiln's reference interpreter (NumPy semantics). Uses the LLVM
+backend when llvmlite is installed (``pip install kiln[llvm]``), else the C backend through the
+system compiler.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
 
 import kiln as tvm
 from kiln import relay
@@ -19,32 +26,41 @@ from kiln.contrib import graph_executor
 from kiln.target.codegen_llvm import llvm_available
 
 
-def small_cnn(batch: int = 1):
-    """conv(3→16) + bias + relu → max pool → conv(16→32) + relu → global pool → dense(10)."""
+def small_cnn_onnx(path: Path) -> None:
+    """Write the example CNN (input ``image``: 1×3×32×32) as an ONNX model."""
     rng = np.random.default_rng(0)
-    data = relay.var("data", shape=(batch, 3, 32, 32))
-    params = {
+    weights = {
         "w1": rng.standard_normal((16, 3, 3, 3)).astype("float32") * 0.2,
         "b1": rng.standard_normal(16).astype("float32") * 0.1,
         "w2": rng.standard_normal((32, 16, 3, 3)).astype("float32") * 0.1,
         "fc_w": rng.standard_normal((10, 32)).astype("float32") * 0.2,
         "fc_b": rng.standard_normal(10).astype("float32") * 0.1,
     }
-    v = {name: relay.var(name, shape=value.shape) for name, value in params.items()}
-    x = relay.nn.conv2d(data, v["w1"], padding=(1, 1), channels=16, kernel_size=(3, 3))
-    x = relay.nn.relu(relay.nn.bias_add(x, v["b1"]))
-    x = relay.nn.max_pool2d(x, pool_size=(2, 2), strides=(2, 2))
-    x = relay.nn.relu(relay.nn.conv2d(x, v["w2"], padding=(1, 1), channels=32,
-                                      kernel_size=(3, 3)))
-    x = relay.nn.batch_flatten(relay.nn.global_avg_pool2d(x))
-    x = relay.nn.bias_add(relay.nn.dense(x, v["fc_w"]), v["fc_b"])
-    func = relay.Function([data, *v.values()], relay.nn.softmax(x))
-    return tvm.IRModule.from_expr(func), params
+    nodes = [
+        helper.make_node("Conv", ["image", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "small_cnn",
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])],
+        [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def main() -> None:
     target = "llvm" if llvm_available() else "c"
-    mod, params = small_cnn()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "small_cnn.onnx"
+        small_cnn_onnx(path)
+        mod, params = relay.frontend.from_onnx(str(path))
     print(mod.astext(show_meta_data=False))
 
     start = time.perf_counter()
@@ -55,7 +71,7 @@ def main() -> None:
     dev = tvm.cpu(0)
     module = graph_executor.GraphModule(lib["default"](dev))
     image = np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype("float32")
-    module.set_input("data", image)
+    module.set_input("image", image)
     module.run()
     probs = module.get_output(0).numpy()
 
