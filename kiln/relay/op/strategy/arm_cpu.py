@@ -39,5 +39,5 @@ def _generic_only(op_name: str):
     register_strategy(op_name, "arm_cpu")(fstrategy)
 
 
-for _name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d"):
+for _name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d", "nn.batch_matmul"):
     _generic_only(_name)

@@ -18,6 +18,7 @@ from kiln.relay.op.strategy.registry import (
     register_strategy,
     register_target_schedule,
 )
+from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv2d as x86_conv2d
 from kiln.topi.x86 import dense as x86_dense
 from kiln.topi.x86 import depthwise as x86_depthwise
@@ -71,9 +72,16 @@ DEPTHWISE_NCHW = register_implementation(
         outs, config),
     "depthwise_conv2d_nchw.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
     op_name="nn.conv2d")
+BATCH_MATMUL_PACK = register_implementation(
+    lambda a, i, t, config=None: [x86_batch_matmul.batch_matmul_pack(
+        i[0], i[1], _dtype(t), bool(a.transpose_b), config)],
+    lambda attrs, outs, target, config=None: x86_batch_matmul.schedule_batch_matmul_pack(
+        outs, config),
+    "batch_matmul_pack.x86", plevel=15, config=x86_batch_matmul.DEFAULT_CONFIG,
+    op_name="nn.batch_matmul")
 _GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,
                                           f"{name.split('.')[-1]}.generic", op_name=name)
-            for name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d")}
+            for name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d", "nn.batch_matmul")}
 
 
 def _static_2d(tensor) -> bool:
@@ -86,6 +94,16 @@ def dense_strategy_cpu(attrs, inputs, out_type, target):
     strategy.add(_GENERIC["nn.dense"])
     if _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
         strategy.add(DENSE_PACK)
+    return strategy
+
+
+@register_strategy("nn.batch_matmul", "cpu")
+def batch_matmul_strategy_cpu(attrs, inputs, out_type, target):
+    strategy = OpStrategy()
+    strategy.add(_GENERIC["nn.batch_matmul"])
+    static = all(_static_2d(t) for t in inputs)
+    if static and not attrs.transpose_a and len(inputs[0].shape) == 3:
+        strategy.add(BATCH_MATMUL_PACK)
     return strategy
 
 
