@@ -48,7 +48,29 @@ def _short_text(expr: Any) -> str:
     return expr_to_text(expr)
 
 
-class ExprWithOp(RelayExpr):
+class _CallableText:
+    """Calling builds a Relay call; ``str``/``astext`` print the Relay text format (shared by
+    expressions and functions)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any) -> Call:
+        return Call(self, list(args))
+
+    def astext(self, show_meta_data: bool = True, annotate: Any = None) -> str:
+        """The expression in the Relay text format."""
+        from kiln.relay.base import astext
+
+        return astext(self, show_meta_data)
+
+    def __str__(self) -> str:
+        return self.astext()
+
+    def __repr__(self) -> str:
+        return _short_text(self)
+
+
+class ExprWithOp(_CallableText, RelayExpr):
     """Relay expressions that support Python operators (all but functions)."""
 
     def astype(self, dtype: str) -> Call:
@@ -107,20 +129,6 @@ class ExprWithOp(RelayExpr):
     def __iter__(self):
         raise TypeError("a Relay expression is not iterable; index a tuple with expr[i]")
 
-    def __call__(self, *args: Any) -> Call:
-        return Call(self, list(args))
-
-    def astext(self, show_meta_data: bool = True, annotate: Any = None) -> str:
-        """The expression in the Relay text format."""
-        from kiln.relay.base import astext
-
-        return astext(self, show_meta_data)
-
-    def __str__(self) -> str:
-        return self.astext()
-
-    def __repr__(self) -> str:
-        return _short_text(self)
 
 
 @register_object("relay.Var")
@@ -250,7 +258,7 @@ class If(ExprWithOp):
 
 
 @register_object("relay.Function")
-class Function(BaseFunc):
+class Function(_CallableText, BaseFunc):
     """A function: ``fn (params) -> ret_type { body }``.
 
     Function attributes (``Primitive``, ``Closure``, ``Inline``, ``global_symbol``,
@@ -281,20 +289,6 @@ class Function(BaseFunc):
         Object.__init__(self, span, attrs, params, body, ret_type, tuple(type_params or ()))
         self.checked_type_ = None
 
-    def __call__(self, *args: Any) -> Call:
-        return Call(self, list(args))
-
-    def astext(self, show_meta_data: bool = True, annotate: Any = None) -> str:
-        """The function in the Relay text format."""
-        from kiln.relay.base import astext
-
-        return astext(self, show_meta_data)
-
-    def __str__(self) -> str:
-        return self.astext()
-
-    def __repr__(self) -> str:
-        return _short_text(self)
 
 
 @register_object("relay.RefCreate")
