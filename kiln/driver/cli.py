@@ -192,6 +192,14 @@ def _make_inputs(meta: dict, path: str | None) -> dict[str, np.ndarray]:
     return inputs
 
 
+def _flatten_outputs(value) -> list[np.ndarray]:
+    """A VM result (NDArray, or an ADT/tuple of them, nested) as a flat list of arrays."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    fields = getattr(value, "fields", value)
+    return [array for field in fields for array in _flatten_outputs(field)]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from kiln.runtime import load_module
     from kiln.runtime.device import cpu
@@ -224,9 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             vm = VirtualMachine(module, dev)
             ordered = [inputs[i["name"]] for i in meta["inputs"]]
             result = vm.run(*ordered)
-            outputs = [r.numpy() for r in (result if isinstance(result, list | tuple)
-                                           else [result])] if not hasattr(result, "numpy") \
-                else [result.numpy()]
+            outputs = _flatten_outputs(result)
             timer = (lambda: vm.benchmark(dev, *ordered, repeat=args.repeat, number=1))
             if args.profile:
                 print(vm.profile(*ordered))

@@ -74,7 +74,7 @@ def optimize(mod: IRModule, target: Any = None, params: dict | None = None) -> I
     from kiln.relay import transform
 
     if params:
-        mod = mod.copy() if hasattr(mod, "copy") else mod
+        mod = mod.copy()
         mod["main"] = bind_params_by_name(mod["main"], params)
     passes = [transform.InferType()]
     passes += [getattr(transform, name)() for name in OPTIMIZE_PASSES]
@@ -208,9 +208,6 @@ class _GraphExecutorEvaluator:
         mod = self.mod if expr is None else IRModule.from_expr(
             rx.bind(expr, binds) if binds else expr, self.mod.functions,
             self.mod.type_definitions)
-        if isinstance(expr, rx.Function) is False and expr is not None \
-                and not isinstance(expr, rx.Function):
-            pass
         lib = build(mod, self.target, params=self.params)
         gmod = GraphModule(lib["default"](self.device))
         names = [p.name_hint for p in lib.ir_mod["main"].params]
@@ -243,7 +240,7 @@ def create_executor(kind: str = "debug", mod: IRModule | None = None, device: An
         from kiln.relay.backend.interpreter import Interpreter
 
         if params:
-            mod = mod.copy() if hasattr(mod, "copy") else mod
+            mod = mod.copy()
             mod["main"] = bind_params_by_name(mod["main"], params)
         return Interpreter(mod, device, target)
     if kind == "graph":

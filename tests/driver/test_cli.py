@@ -82,3 +82,20 @@ def test_input_shape_parsing():
     assert parse_input_shapes("x:[1,3,224,224] y:[1, 10]") == {"x": [1, 3, 224, 224],
                                                                "y": [1, 10]}
     assert main(["compile", "m.rly", "--input-shapes", "x:[1,a]"]) == 1
+
+
+def test_vm_package_with_a_tuple_output_runs(tmp_path, capsys):
+    (tmp_path / "pair.rly").write_text("""#[version = "0.0.5"]
+def @main(%x: Tensor[(2, 3), float32]) {
+  (nn.relu(%x), negative(%x))
+}
+""")
+    out = tmp_path / "pair.tar"
+    assert main(["compile", str(tmp_path / "pair.rly"), "--executor", "vm", "-o", str(out)]) == 0
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype("float32")
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                 str(tmp_path / "out.npz")]) == 0
+    saved = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(saved["output_0"], np.maximum(x, 0))
+    np.testing.assert_allclose(saved["output_1"], -x)
