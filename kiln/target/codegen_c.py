@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from kiln.arith import Analyzer
+from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -177,6 +179,8 @@ class CodeGenC(CIntrinsics):
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
         self._shared_count = 0
+        self._temp_count = 0
+        self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
         self.function_names: list[str] = []
 
     # -- public ----------------------------------------------------------------------------
@@ -189,6 +193,7 @@ class CodeGenC(CIntrinsics):
         self._func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
+        self._analyzer = Analyzer()
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
         if func.attrs.get("calling_conv") == PACKED_CALLING_CONV:
@@ -473,6 +478,65 @@ class CodeGenC(CIntrinsics):
 
 
 
+    def call_if_then_else(self, node: Any) -> str:
+        """``cond ? a : b``; when both arms are safe to evaluate, evaluate them first.
+
+        A load under ``?:`` is conditional, so gcc's vectorizer makes it a masked load
+        (``vmaskmovps``). GCC 12.2 picks the wrong mask for masked loads of interleaved
+        groups (an outer loop vectorized over a fully unrolled small inner loop; GCC PR
+        tree-optimization/114375), which silently broke scatter's "update" select. Loads
+        that are provably in bounds need no mask: hoisted out of the ``?:`` they become
+        plain loads and a blend, which is both correct and faster.
+        """
+        cond, then, other = node.args
+        texts = [self.expr(a) for a in node.args]
+        lanes = DataType(node.dtype).lanes
+        if lanes > 1:
+            return self._per_lane(node.dtype, [a.dtype for a in node.args], texts,
+                                  lambda c, t, f: f"({c} ? {t} : {f})")
+        loading = [bool(_loads_of(arm)[0]) for arm in (then, other)]
+        if not any(loading) or not (self._speculable(then) and self._speculable(other)):
+            return f"({texts[0]} ? {texts[1]} : {texts[2]})"
+        ctype = c_type(DataType(node.dtype))
+        decls = []
+        for slot, has_load in ((1, loading[0]), (2, loading[1])):
+            if has_load:
+                self._temp_count += 1
+                name = f"_arm{self._temp_count}"
+                decls.append(f"{ctype} {name} = {texts[slot]};")
+                texts[slot] = name
+        return f"({{ {' '.join(decls)} {texts[0]} ? {texts[1]} : {texts[2]}; }})"
+
+    def _speculable(self, expr: Any) -> bool:
+        """Whether evaluating ``expr`` cannot fault: no integer division, no calls other than
+        pure math, every load's indices provably inside its buffer."""
+        kind = _node_name(expr)
+        if kind in _SPECULABLE_LEAVES:
+            return True
+        if kind in _INT_DIVISIONS and not DataType(expr.dtype).is_float:
+            return False
+        if kind == "BufferLoad":
+            return self._in_bounds(expr.buffer, expr.indices) and all(
+                self._speculable(i) for i in expr.indices)
+        if kind == "Call":
+            short = expr.op[4:] if expr.op.startswith("tir.") else expr.op
+            if short == "if_then_else":
+                return self._speculable(expr.args[0])  # its arms stay conditional
+            return short in _PURE_CALLS and all(self._speculable(a) for a in expr.args)
+        children = [getattr(expr, f) for f in _OPERAND_FIELDS.get(kind, ())]
+        return kind in _OPERAND_FIELDS and all(self._speculable(c) for c in children)
+
+    def _in_bounds(self, buffer: Any, indices: Sequence[Any]) -> bool:
+        if len(indices) != len(buffer.shape):
+            return False
+        for index, extent in zip(indices, buffer.shape):
+            if DataType(index.dtype).lanes > 1 or not _is_const_int(extent):
+                return False
+            bound = self._analyzer.const_int_bound(index)
+            if bound.min_value < 0 or bound.max_value >= int(extent.value):
+                return False
+        return True
+
     def call_address_of(self, node: Any) -> str:
         load = node.args[0]
         access = _flat_access(self, load.buffer, load.indices)
@@ -634,7 +698,9 @@ class CodeGenC(CIntrinsics):
             self._lines.append(f"#pragma GCC unroll {max(int(node.extent.value), 1)}")
         self._line(f"for ({loop_type} {name} = {begin}; {name} < {end}; ++{name}) {{")
         self._parallel_depth += nested_parallel
-        self._block(node.body)
+        with self._analyzer.constraint_scope(node.loop_var,
+                                             Range.from_min_extent(node.min, node.extent)):
+            self._block(node.body)
         self._parallel_depth -= nested_parallel
         self._line("}")
 
@@ -705,6 +771,17 @@ class CodeGenCBareMetal(CodeGenC):
         self.emit_stmt(node.body)
 
 
+
+
+# What :meth:`CodeGenC._speculable` may evaluate unconditionally.
+_SPECULABLE_LEAVES = {"Var", "SizeVar", "IntImm", "FloatImm", "StringImm"}
+_INT_DIVISIONS = {"Div", "Mod", "FloorDiv", "FloorMod"}
+_OPERAND_FIELDS: dict[str, tuple[str, ...]] = {
+    **{kind: ("a", "b") for kind in BINARY_FORMATS}, "Not": ("a",), "Cast": ("value",),
+    "Select": ("condition", "true_value", "false_value"),
+}
+_PURE_CALLS = set(UNARY_MATH) | {"fabs", "abs", "isnan", "isinf", "isfinite", "likely",
+                                 "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
 
 
 def _pointer_type(var: Any) -> str:

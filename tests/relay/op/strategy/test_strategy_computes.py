@@ -229,7 +229,8 @@ def test_representative_subset_on_llvm(target):
     np.testing.assert_allclose(results[5][0], e / e.sum(1, keepdims=True), rtol=1e-5)
 
 
-def test_sort_family_and_scatters_match_numpy():
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_sort_family_and_scatters_match_numpy(target):
     x = f32(3, 5)
     x[0, 1] = x[0, 3]  # a tie: the sort is stable
     data = f32(4, 3)
@@ -250,8 +251,7 @@ def test_sort_family_and_scatters_match_numpy():
         ("scatter_nd", A.ScatterNDAttrs(mode="add"), [data, ind_nd, upd_nd]),
         ("scatter_nd", A.ScatterNDAttrs(mode="update"), [data, ind_nd, upd_nd]),
     ]
-    # The C backend currently miscompiles the "update" scatter (see the report); llvm is right.
-    results = run_cases(cases, "llvm")
+    results = run_cases(cases, target)
     np.testing.assert_array_equal(results[0][0], np.argsort(x, 1, kind="stable"))
     np.testing.assert_array_equal(results[1][0], -np.sort(-x, 0))
     np.testing.assert_array_equal(results[2][0], -np.sort(-x, 1)[:, :2])
