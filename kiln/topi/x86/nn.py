@@ -1,0 +1,146 @@
+"""x86 softmax and normalizations: per-row reductions fused with the row's epilogue.
+
+Entry points: :func:`softmax` (compute: ``exp`` evaluated once per element),
+:func:`schedule_softmax` (softmax, log_softmax, fast_softmax), :func:`schedule_norm`
+(layer/group/instance norm, l2_normalize, lrn, and the injective batch_norm),
+:data:`DEFAULT_CONFIG`.
+
+Each parallel task owns one *row*: the leading ``rows`` output axes, fused. Inside the task
+the row's reductions (max and exp-sum, or sum and squared-deviation sum) run first, each
+vectorized by :func:`kiln.topi.x86.reduction.schedule_reduction_stage`, into small per-task
+buffers; then the row's output is written in vectors. The row is read from cache for every
+pass after the first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te
+from kiln.te.tensor import ComputeOp
+from kiln.tir import op as _op
+from kiln.topi.utils import normalize_axes, traverse_inline
+from kiln.topi.x86.reduction import DEFAULT_CONFIG as _REDUCE_CONFIG
+from kiln.topi.x86.reduction import lanes_dividing, schedule_reduction_stage
+
+# ``vector_lanes``: lanes of the output's innermost axis; the reduction knobs are shared with
+# :mod:`kiln.topi.x86.reduction`.
+DEFAULT_CONFIG = {**_REDUCE_CONFIG}
+
+
+def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``, with ``exp(x - max)`` stored once
+    (the generic compute evaluates it twice: in the sum and in the output).
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> y = topi.x86.nn.softmax(te.placeholder((2, 5)))
+    >>> y.op.tag, [t.op.name for t in y.op.input_tensors]
+    ('softmax_output', ['T_softmax_exp', 'T_softmax_expsum'])
+    """
+    axis = normalize_axes(axis, x.ndim)[0]
+    kept = [d for k, d in enumerate(x.shape) if k != axis]
+    k_max = te.reduce_axis((0, x.shape[axis]), name="k")
+    k_sum = te.reduce_axis((0, x.shape[axis]), name="k")
+
+    def full(i, r):
+        return list(i[:axis]) + [r] + list(i[axis:])
+
+    def drop(i):
+        return list(i[:axis]) + list(i[axis + 1:])
+
+    xmax = te.compute(kept, lambda *i: te.max(x(*full(i, k_max.var)), axis=k_max),
+                      name="T_softmax_maxelem", tag="softmax_max")
+    shifted = te.compute(x.shape, lambda *i: _op.exp(x(*i) - xmax(*drop(i))),
+                         name="T_softmax_exp", tag="softmax_exp")
+    expsum = te.compute(kept, lambda *i: te.sum(shifted(*full(i, k_sum.var)), axis=k_sum),
+                        name="T_softmax_expsum", tag="softmax_sum")
+    return te.compute(x.shape, lambda *i: shifted(*i) / expsum(*drop(i)),
+                      name="T_softmax_norm", tag="softmax_output")
+
+
+def schedule_rows(outs: Any, rows: int, config: dict | None = None) -> Any:
+    """Schedule ``outs[0]`` row by row: its first ``rows`` axes fused and parallel, every
+    stage it reads (reductions and stored intermediates) computed per row, the output's
+    innermost axis vectorized. ``rows == 0`` runs the reductions whole, then the output."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    sch = te.create_schedule([t.op for t in outs])
+    out = outs[0]
+    traverse_inline(sch, out.op)
+    producers = [st for st in sch.stages if isinstance(st.op, ComputeOp) and
+                 st.attach_type == "root" and not st.is_output]
+    stage = sch[out]
+    axes = list(stage.leaf_iter_vars)
+    rows = min(rows, len(axes) - 1) if axes else 0
+    row_loop = stage.fuse(*axes[:rows]) if rows > 1 else (axes[0] if rows == 1 else None)
+    _vectorize_innermost(stage, out, cfg)
+    attach = None
+    if row_loop is not None:
+        stage.parallel(row_loop)
+        attach = (stage, row_loop)
+    for producer in producers:
+        tensor = producer.op.output(0)
+        if producer.op.reduce_axis:
+            schedule_reduction_stage(sch, tensor, cfg, attach)
+        elif attach is not None:
+            _vectorize_innermost(producer, tensor, cfg)
+            producer.compute_at(*attach)
+    for extra in outs[1:]:
+        from kiln.topi.x86.injective import schedule_injective_from_existing
+
+        schedule_injective_from_existing(sch, extra)
+    if row_loop is None:
+        _parallel_outer(stage)
+    return sch
+
+
+def _vectorize_innermost(stage: Any, tensor: te.Tensor, cfg: dict) -> None:
+    extent = tensor.shape[-1] if tensor.ndim else None
+    lanes = lanes_dividing(int(getattr(extent, "value", 0) or 0), cfg["vector_lanes"])
+    if lanes:
+        _, inner = stage.split(stage.leaf_iter_vars[-1], factor=lanes)
+        stage.vectorize(inner)
+
+
+def _parallel_outer(stage: Any) -> None:
+    leaves = list(stage.leaf_iter_vars)
+    if len(leaves) > 1:
+        stage.parallel(leaves[0])
+
+
+def schedule_softmax(outs: Any, axis: int = -1, config: dict | None = None) -> Any:
+    """softmax / log_softmax / fast_softmax along ``axis``: one parallel task per row of the
+    axes before ``axis``; max, exp-sum and the normalized row computed inside it.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> y = topi.x86.nn.softmax(te.placeholder((4, 64)))
+    >>> s = topi.x86.nn.schedule_softmax([y], axis=-1)
+    >>> s[y].leaf_iter_vars[0].var.name
+    'i0'
+    """
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    axis = normalize_axes(axis, outs[0].ndim)[0]
+    return schedule_rows(outs, axis, config)
+
+
+def schedule_norm(outs: Any, axes: Any, config: dict | None = None) -> Any:
+    """Normalizations whose statistics span ``axes`` (layer/group/instance norm,
+    l2_normalize, lrn's window): one parallel task per row of the axes before the first of
+    ``axes``, its statistics reduced in vectors inside it.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> x, g, b = te.placeholder((8, 32)), te.placeholder((32,)), te.placeholder((32,))
+    >>> y = topi.nn.layer_norm(x, g, b, axis=-1)
+    >>> s = topi.x86.nn.schedule_norm([y], [-1])
+    >>> sorted(st.op.name for st in s.stages if st.attach_type == "scope")
+    ['T_sum', 'T_sum', 'T_sum.rf', 'T_sum.rf']
+    """
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    axes = normalize_axes(axes, outs[0].ndim)
+    return schedule_rows(outs, min(axes) if axes else 0, config)

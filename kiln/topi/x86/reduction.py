@@ -1,0 +1,184 @@
+"""x86 reductions: parallel over the kept axes, vectorized over the contiguous axis.
+
+Entry points: :func:`schedule_reduce` (sum/mean/max/min/prod/argmax/argmin/variance groups),
+:func:`schedule_reduction_stage` (one reduction stage, at the root or inside a consumer's
+loop; the pools and the softmax/norm schedules reuse it), :func:`innermost_reduced`,
+:data:`DEFAULT_CONFIG`.
+
+Knobs: ``vector_lanes`` (lanes of a vectorized kept axis), ``rfactor_lanes`` (the most
+partial accumulators of a reduction over the innermost axis) and ``min_parallel_extent``.
+
+Two shapes of reduction, two recipes:
+
+* the reduced axis is *not* the input's innermost (``sum(x, axis=0)``): the reduction loops
+  move outside the innermost kept axis, which is split into vectors, so every step adds one
+  contiguous vector of the input to a vector of accumulators;
+* the reduced axis *is* the innermost (``sum(x, axis=-1)``, or all axes to a scalar): the
+  reduction is split by ``L`` lanes and ``rfactor``-ed into ``L`` partial results per output,
+  summed by vectors, and the ``L`` partials are combined at the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te
+from kiln.tir import expr as _e
+from kiln.tir.stmt_functor import post_order_visit
+from kiln.topi import tag
+from kiln.topi.utils import get_const_tuple, traverse_inline
+
+DEFAULT_CONFIG = {"vector_lanes": 8, "rfactor_lanes": 32, "min_parallel_extent": 2}
+
+
+def _extent(iv: Any) -> int | None:
+    ext = iv.dom.extent
+    return int(ext.value) if isinstance(ext, _e.IntImm) else None
+
+
+def lanes_dividing(extent: int | None, most: int, least: int = 4) -> int:
+    """The largest power of two in ``[least, most]`` that divides ``extent`` (0 if none)."""
+    lanes = most
+    while extent and lanes >= least:
+        if extent % lanes == 0:
+            return lanes
+        lanes //= 2
+    return 0
+
+
+def innermost_reduced(op: Any) -> bool:
+    """Whether the last index of some tensor read by reduction ``op`` is a reduction variable
+    (the reduction then walks memory contiguously and needs partial sums to vectorize)."""
+    red_vars = {id(iv.var) for iv in op.reduce_axis}
+    found = []
+
+    def uses_reduce_var(expr: Any) -> bool:
+        hit = []
+        post_order_visit(expr, lambda n: hit.append(1) if id(n) in red_vars else None)
+        return bool(hit)
+
+    def visit(node: Any) -> None:
+        if isinstance(node, _e.ProducerLoad) and node.indices and \
+                uses_reduce_var(node.indices[-1]):
+            found.append(node)
+
+    for body in op.body:
+        post_order_visit(body, visit)
+    return bool(found)
+
+
+def _fuse_parallel(stage: Any, axes: list, extents: list[int | None], cfg: dict) -> Any:
+    """Fuse ``axes`` into one loop and run it in parallel when it is long enough."""
+    if not axes:
+        return None
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    total = 1
+    for e in extents:
+        total = total * e if e is not None and total is not None else None
+    if total is not None and total >= cfg["min_parallel_extent"]:
+        stage.parallel(fused)
+    return fused
+
+
+def schedule_reduction_stage(sch: Any, tensor: te.Tensor, config: dict | None = None,
+                             attach: tuple[Any, Any] | None = None) -> None:
+    """Schedule one reduction stage: vectorized, and parallel over its kept axes when it
+    runs at the root. ``attach=(consumer_stage, loop)`` computes it inside that loop instead
+    (the consumer's loop then carries the parallelism).
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> x = te.placeholder((64, 1000))
+    >>> y = topi.sum(x, axis=1)
+    >>> s = te.create_schedule(y.op)
+    >>> schedule_reduction_stage(s, y)
+    >>> [st.op.name for st in s.stages][-2:]
+    ['T_sum.rf', 'T_sum']
+    """
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    stage = sch[tensor]
+    op = stage.op
+    data_axes, red_axes = list(op.axis), list(op.reduce_axis)
+    single = op.num_outputs == 1
+    if red_axes and single and innermost_reduced(op):
+        extent = _extent(red_axes[-1]) or 0
+        lanes = lanes_dividing(extent, min(cfg["rfactor_lanes"], extent // 2))
+        if lanes:
+            _rfactor_innermost(sch, tensor, red_axes[-1], lanes, cfg, attach)
+            return
+    outer, extents = data_axes, [_extent(iv) for iv in data_axes]
+    if data_axes and red_axes and not innermost_reduced(op):
+        outer, extents = data_axes[:-1], extents[:-1]
+        inner = data_axes[-1]
+        lanes = lanes_dividing(_extent(inner), cfg["vector_lanes"])
+        if lanes and single:
+            io, ii = stage.split(inner, factor=lanes)
+            stage.reorder(*outer, io, *red_axes, ii)
+            stage.vectorize(ii)
+            if not outer:
+                outer, extents = [io], [_extent(inner) // lanes]
+        else:
+            stage.reorder(*outer, *red_axes, inner)
+    if attach is not None:
+        stage.compute_at(*attach)
+        return
+    _fuse_parallel(stage, outer, extents, cfg)
+
+
+def _rfactor_innermost(sch: Any, tensor: te.Tensor, axis: Any, lanes: int, cfg: dict,
+                       attach: tuple[Any, Any] | None) -> None:
+    """``lanes`` partial reductions per output (vectorized), then one short final sum."""
+    ndim = len(sch[tensor].op.axis)
+    _, inner = sch[tensor].split(axis, factor=lanes)
+    partial = sch.rfactor(tensor, inner, factor_axis=ndim)
+    rf = sch[partial]
+    leaves = list(rf.leaf_iter_vars)
+    lane = leaves[ndim]
+    rf.reorder(*[iv for iv in leaves if iv is not lane], lane)
+    rf.vectorize(lane)
+    final = sch[tensor]
+    if attach is not None:
+        rf.compute_at(*attach)
+        final.compute_at(*attach)
+        return
+    data_axes = list(final.op.axis)
+    extents = [_extent(iv) for iv in data_axes]
+    fused = _fuse_parallel(final, data_axes, extents, cfg)
+    if fused is not None:
+        rf.compute_at(final, fused)
+
+
+def schedule_reduce(outs: Any, config: dict | None = None) -> Any:
+    """Reduction groups: each reduction vectorized and parallel over its kept axes; an
+    injective epilogue (``mean``'s division, ``argmax``'s index pick) parallel on its own.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> y = topi.mean(te.placeholder((8, 32)), axis=0)
+    >>> s = topi.x86.reduction.schedule_reduce([y])
+    >>> [st.op.name for st in s.stages if st.attach_type != "inline"]
+    ['placeholder', 'T_sum', 'T_mean']
+    """
+    from kiln.topi.x86.injective import schedule_injective_from_existing
+
+    outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+    sch = te.create_schedule([t.op for t in outs])
+    done: set[int] = set()
+
+    def visit(op: Any) -> None:
+        reduction = op.tag in (tag.COMM_REDUCE, tag.COMM_REDUCE_IDX) and op.reduce_axis
+        if reduction and op in sch and id(op) not in done:
+            done.add(id(op))
+            schedule_reduction_stage(sch, op.output(0), config)
+
+    for t in outs:
+        traverse_inline(sch, t.op, visit)
+        if not t.op.reduce_axis and _static(t.shape):
+            schedule_injective_from_existing(sch, t)
+    return sch
+
+
+def _static(shape: Any) -> bool:
+    return all(isinstance(d, int) for d in get_const_tuple(shape))
