@@ -2,14 +2,17 @@
 
 Run: ``python benchmarks/ops.py [--quick] [--target "llvm -mcpu=znver3"]``.
 
-The kiln kernels are the x86 implementations the op strategy picks for the target
-(``dense_pack.x86`` via ``nn.contrib_dense_pack``, ``conv2d_nchw.x86``), with the weights
-pre-packed as Relay's constant folding of the layout transform would do (ONNX Runtime also
-packs its constant weights once, at session creation).
+Each kiln case is a one-op Relay model whose weight is a constant, compiled with
+``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
+a model: AlterOpLayout turns ``nn.dense`` into ``nn.contrib_dense_pack`` and ``nn.conv2d`` into
+the prepacked-kernel ``conv2d_nchw_prepacked.x86`` form, and FoldConstant packs the weight once
+at compile time (ONNX Runtime likewise packs its constant weights once, at session creation).
+The "kiln kernels" column names the fused kernels the graph runs.
 ONNX Runtime runs a one-op model made with ``onnx.helper`` (2 intra-op threads); PyTorch runs
 ``torch.nn.functional`` with 2 threads. kiln uses ``KILN_NUM_THREADS`` (default: all cores).
-The table gives median times and the ratios kiln/ORT and kiln/torch (below 1 means kiln is
-faster). Times on shared machines are noisy: compare the ratios of one run.
+The table gives median times, taken in interleaved rounds (kiln, ORT, torch, kiln, ...), and
+the ratios kiln/ORT and kiln/torch (below 1 means kiln is faster). Times on shared machines
+are noisy: compare the ratios of one run, and run it 2-3 times.
 """
 
 from __future__ import annotations
@@ -43,53 +46,47 @@ RESNET18_CONVS = [
 ]
 
 
-def median_time(fn, repeat: int, number: int) -> float:
-    fn()
-    times = []
+def side_by_side(runs: dict, repeat: int, number: int) -> dict:
+    """Median seconds per call of each runner, timed in interleaved rounds (kiln, ort, torch,
+    kiln, ...) so that a slow period of the shared machine hits all of them alike. A short
+    pause before each block lets the previous runtime's spinning worker threads (ORT spins
+    after a run) go idle instead of stealing the next runner's cores."""
+    for fn in runs.values():
+        fn()
+    times: dict = {name: [] for name in runs}
     for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+        for name, fn in runs.items():
+            time.sleep(0.02)
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            times[name].append((time.perf_counter() - start) / number)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
-def kiln_kernel(op_name, attrs, arrays, out_shape, target):
-    """Build the strategy's chosen implementation; returns (impl name, callable)."""
+def kiln_one_op(make_call, x: np.ndarray, weights: dict, target):
+    """A one-op Relay model built like a real one: ``make_call(data, weight_vars)`` over data
+    ``x``, with ``weights`` bound as constants by ``relay.build`` (opt level 3, so
+    AlterOpLayout packs them and FoldConstant folds the packing away) and run by the graph
+    executor. Returns (kernel names, run, output getter)."""
+    import json
+
     import kiln
-    from kiln import te
-    from kiln.ir.type import TensorType
-    from kiln.relay.op.strategy import select_implementation
+    from kiln import relay
+    from kiln.contrib.graph_executor import GraphModule
 
-    holders = [te.placeholder(a.shape, name=f"in{k}") for k, a in enumerate(arrays)]
-    impl, outs = select_implementation(op_name, attrs, holders,
-                                       TensorType(out_shape, "float32"), target)
-    sch = impl.schedule(attrs, outs, target)
-    mod = kiln.build(sch, holders + outs, target=target, name="op")
-    func = mod["op"]
-    args = [kiln.nd.array(a) for a in arrays] + [kiln.nd.empty(out_shape, "float32")]
-    return impl.name, (lambda: func(*args)), args[-1]
-
-
-def kiln_conv_prepacked(attrs, x, wt, out_shape, target):
-    """``conv2d_nchw.x86`` (the cpu strategy's choice) with its kernel packed ahead of time."""
-    import kiln
-    from kiln import te
-    from kiln.relay.op.strategy.registry import IMPLEMENTATIONS
-    from kiln.topi.x86 import conv2d as x86_conv2d
-
-    impl = IMPLEMENTATIONS["conv2d_nchw.x86"]
-    o, c, kh, kw = wt.shape
-    bn, _ = x86_conv2d.block_shape(o, out_shape[3], x86_conv2d.DEFAULT_CONFIG)
-    packed = wt.reshape(o // bn, bn, c, kh, kw).transpose(0, 2, 3, 4, 1).copy()
-    data = te.placeholder(x.shape, name="data")
-    weight = te.placeholder(packed.shape, name="packed")
-    out = x86_conv2d.conv2d_nchw_packed(data, weight, list(attrs.strides),
-                                        list(attrs.padding), list(attrs.dilation))
-    sch = impl.schedule(attrs, [out], target)
-    func = kiln.build(sch, [data, weight, out], target=target, name="op")["op"]
-    args = [kiln.nd.array(x), kiln.nd.array(packed), kiln.nd.empty(out_shape, "float32")]
-    return impl.name, (lambda: func(*args)), args[-1]
+    data = relay.var("x", shape=x.shape, dtype="float32")
+    params = {name: relay.var(name, shape=a.shape, dtype="float32")
+              for name, a in weights.items()}
+    func = relay.Function([data, *params.values()], make_call(data, params))
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(kiln.IRModule.from_expr(func), target=target, params=weights)
+    gmod = GraphModule(lib["default"](kiln.cpu(0)))
+    gmod.set_input("x", x)
+    graph = json.loads(lib.get_graph_json())
+    kernels = [n["attrs"]["func_name"].removeprefix("tvmgen_default_")
+               for n in graph["nodes"] if n["op"] == "tvm_op"]
+    return ",".join(kernels), gmod.run, lambda: gmod.get_output(0).numpy()
 
 
 def ort_session(node, inputs, initializers, output_shape):
@@ -113,53 +110,51 @@ def ort_session(node, inputs, initializers, output_shape):
 
 def bench_dense(m, k, n, target, repeat, number):
     import torch
+    from onnx import helper
 
-    from kiln.relay.op import op_attrs as A
+    from kiln import relay
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((m, k)).astype("float32")
     w = rng.standard_normal((n, k)).astype("float32")
-    lanes = 16
-    packed = w.reshape(n // lanes, lanes, k).transpose(0, 2, 1).copy()
-    name, run_kiln, out = kiln_kernel("nn.contrib_dense_pack",
-                                      A.DensePackAttrs(weight_layout=f"NC{lanes}n"),
-                                      [x, packed], (m, n), target)
+    name, run_kiln, output = kiln_one_op(lambda d, p: relay.nn.dense(d, p["w"], units=n),
+                                         x, {"w": w}, target)
     run_kiln()
-    assert np.allclose(out.numpy(), x @ w.T, rtol=1e-3, atol=1e-3)
-    from onnx import helper
-
+    assert np.allclose(output(), x @ w.T, rtol=1e-3, atol=1e-3)
     run_ort = ort_session(helper.make_node("Gemm", ["x", "w"], ["y"], transB=1),
                           [("x", x)], [("w", w)], [m, n])
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-    return (name, median_time(run_kiln, repeat, number), median_time(run_ort, repeat, number),
-            median_time(lambda: torch.nn.functional.linear(tx, tw), repeat, number))
+    times = side_by_side({"kiln": run_kiln, "ort": run_ort,
+                          "torch": lambda: torch.nn.functional.linear(tx, tw)}, repeat, number)
+    return name, times["kiln"], times["ort"], times["torch"]
 
 
 def bench_conv(c, h, w, o, kernel, stride, pad, target, repeat, number):
     import torch
     from onnx import helper
 
-    from kiln.relay.op import op_attrs as A
+    from kiln import relay
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, h, w)).astype("float32")
     wt = rng.standard_normal((o, c, kernel, kernel)).astype("float32") * 0.1
     oh = (h + 2 * pad - kernel) // stride + 1
     ow = (w + 2 * pad - kernel) // stride + 1
-    attrs = A.Conv2DAttrs(strides=(stride, stride), padding=(pad,) * 4, channels=o,
-                          kernel_size=(kernel, kernel))
-    name, run_kiln, out = kiln_conv_prepacked(attrs, x, wt, (1, o, oh, ow), target)
+    name, run_kiln, output = kiln_one_op(
+        lambda d, p: relay.nn.conv2d(d, p["w"], (stride, stride), (pad,) * 4, channels=o,
+                                     kernel_size=(kernel, kernel)), x, {"w": wt}, target)
     run_kiln()
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), stride=stride,
                                      padding=pad).numpy()
-    assert np.allclose(out.numpy(), ref, rtol=1e-3, atol=1e-3)
+    assert np.allclose(output(), ref, rtol=1e-3, atol=1e-3)
     run_ort = ort_session(helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2,
                                            pads=[pad] * 4, kernel_shape=[kernel] * 2),
                           [("x", x)], [("w", wt)], [1, o, oh, ow])
     tx, tw = torch.from_numpy(x), torch.from_numpy(wt)
-    return (name, median_time(run_kiln, repeat, number), median_time(run_ort, repeat, number),
-            median_time(lambda: torch.nn.functional.conv2d(tx, tw, stride=stride,
-                                                           padding=pad), repeat, number))
+    times = side_by_side({"kiln": run_kiln, "ort": run_ort,
+                          "torch": lambda: torch.nn.functional.conv2d(
+                              tx, tw, stride=stride, padding=pad)}, repeat, number)
+    return name, times["kiln"], times["ort"], times["torch"]
 
 
 def main() -> None:
@@ -178,7 +173,7 @@ def main() -> None:
           f"load {os.getloadavg()[0]:.1f}; target {args.target}; "
           f"KILN_NUM_THREADS={os.environ.get('KILN_NUM_THREADS', 'default')}, "
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, ORT and torch 2 threads")
-    header = f"{'op':34s} {'impl':18s} {'kiln ms':>9s} {'ort ms':>9s} {'torch ms':>9s} " \
+    header = f"{'op':34s} {'kiln kernels':28s} {'kiln ms':>9s} {'ort ms':>9s} {'torch ms':>9s} " \
              f"{'kiln/ort':>9s} {'kiln/torch':>10s}"
     print(header)
     rows = [(f"dense {m}x{k}x{n}", bench_dense(m, k, n, target, repeat, number))
@@ -198,7 +193,8 @@ def main() -> None:
 
 def _print(label, result) -> None:
     name, kiln_t, ort_t, torch_t = result
-    print(f"{label:34s} {name:18s} {kiln_t * 1e3:9.3f} {ort_t * 1e3:9.3f} {torch_t * 1e3:9.3f} "
+    print(f"{label:34s} {name[:28]:28s} {kiln_t * 1e3:9.3f} {ort_t * 1e3:9.3f} "
+          f"{torch_t * 1e3:9.3f} "
           f"{kiln_t / ort_t:9.2f} {kiln_t / torch_t:10.2f}", flush=True)
 
 
