@@ -25,7 +25,6 @@ from typing import Any
 from kiln import te
 from kiln.tir import expr as _e
 from kiln.tir.stmt_functor import post_order_visit
-from kiln.topi import tag
 from kiln.topi.utils import get_const_tuple, traverse_inline
 
 DEFAULT_CONFIG = {"vector_lanes": 8, "rfactor_lanes": 32, "min_parallel_extent": 2}
@@ -168,8 +167,7 @@ def schedule_reduce(outs: Any, config: dict | None = None) -> Any:
     done: set[int] = set()
 
     def visit(op: Any) -> None:
-        reduction = op.tag in (tag.COMM_REDUCE, tag.COMM_REDUCE_IDX) and op.reduce_axis
-        if reduction and op in sch and id(op) not in done:
+        if getattr(op, "reduce_axis", None) and op in sch and id(op) not in done:
             done.add(id(op))
             schedule_reduction_stage(sch, op.output(0), config)
 
