@@ -103,7 +103,7 @@ def schedule_conv_transpose(outs: Any, config: dict | None = None) -> Any:
     >>> y = topi.x86.conv_transpose.conv_transpose_phased(x, w, 2, 1, 0)
     >>> s = topi.x86.conv_transpose.schedule_conv_transpose([y])
     >>> [iv.var.name for iv in s[y.op.input_tensors[0]].leaf_iter_vars][-3:]
-    ['i5.outer', 'i1.inner', 'i5.inner']
+    ['i5.outer', 'f.inner', 'i5.inner']
     """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
