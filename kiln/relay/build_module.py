@@ -5,13 +5,15 @@ Entry points: :func:`build`, :func:`optimize`, :func:`create_executor`,
 
 ``build`` reads stage by stage:
 
-1. normalize inputs (a Function becomes ``IRModule.from_expr``; targets are parsed);
+1. normalize inputs (a Function becomes ``IRModule.from_expr``; targets are parsed by
+   :func:`parse_targets`: one target, or one per device type for heterogeneous execution);
 2. bind ``params`` into ``main`` as constants;
 3. run the optimization pipeline (:data:`OPTIMIZE_PASSES`, each gated by its opt level in the
-   current ``PassContext``) and ``FuseOps``;
-4. graph codegen: lower every primitive function with the TE compiler, plan memory, emit the
-   graph JSON;
-5. compile all kernels into one module, and wrap everything in a factory module.
+   current ``PassContext``), ``PlanDevices`` (``on_device`` → ``device_copy``) and ``FuseOps``;
+4. graph codegen: lower every primitive function with the TE compiler of its device's target,
+   plan memory, emit the graph JSON;
+5. compile the kernels into one module per target (the host's imports the others), and wrap
+   everything in a factory module.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kiln.relay.backend.executor_config import Executor, Runtime
 from kiln.runtime.error import TVMError
 
 __all__ = ["build", "optimize", "create_executor", "bind_params_by_name",
-           "GraphExecutorFactoryModule", "OPTIMIZE_PASSES"]
+           "GraphExecutorFactoryModule", "OPTIMIZE_PASSES", "parse_targets"]
 
 # The default pipeline, in order (TVM's GetPassPrefix for the graph executor). Each pass has
 # its own opt level; PassContext(opt_level=...) decides which run.
@@ -69,21 +71,67 @@ def bind_params_by_name(func: rx.Function, params: dict[str, Any]) -> rx.Functio
     return rx.Function(kept, body, func.ret_type, func.type_params, func.attrs)
 
 
-def optimize(mod: IRModule, target: Any = None, params: dict | None = None) -> IRModule:
-    """Run the default optimization pipeline (and FuseOps) on ``mod``."""
+def optimize(mod: IRModule, target: Any = None, params: dict | None = None,
+             default_device: Any = None) -> IRModule:
+    """Run the default optimization pipeline, PlanDevices and FuseOps on ``mod``.
+
+    ``default_device`` is where expressions no ``on_device`` places run (default: the
+    device of a single target, ``cpu(0)`` for several).
+    """
     from kiln.relay import transform
 
+    if default_device is None and target is not None:
+        default_device = default_device_of(parse_targets(target)[0])
     if params:
         mod = mod.copy()
         mod["main"] = bind_params_by_name(mod["main"], params)
     passes = [transform.InferType()]
     passes += [getattr(transform, name)() for name in OPTIMIZE_PASSES]
-    passes += [transform.InferType(), transform.FuseOps(), transform.InferType()]
+    passes += [transform.InferType(), transform.PlanDevices(default_device),
+               transform.FuseOps(), transform.InferType()]
     return Sequential(passes, name="relay_build_optimize")(mod)
 
 
-def _parse_target(target: Any):
-    """A single host target from TVM's forms: a string, Target, or dict device → target."""
+def _as_target(value: Any, what: str):
+    from kiln.target import Target
+
+    if isinstance(value, Target):
+        return value
+    if isinstance(value, str):
+        return Target(value)
+    raise TVMError(f"{what} must be a target string or a Target, got {value!r}")
+
+
+def _target_device_type(key: Any, target: Any) -> int:
+    """The device type a target-dict entry is for: its key (a device name, type code or
+    Device) or, for a Target key, the target's own kind."""
+    from kiln.runtime.device import Device, device
+    from kiln.target import Target
+
+    if isinstance(key, Target):
+        return key.kind.device_type
+    if isinstance(key, Device):
+        return key.device_type
+    if isinstance(key, str | int) and not isinstance(key, bool):
+        return device(key).device_type
+    raise TVMError(f"a target dict is keyed by device names ('cpu', 'opencl'), device types "
+                   f"or Targets, got the key {key!r} (for {target!r})")
+
+
+def parse_targets(target: Any, target_host: Any = None) -> tuple[dict[int, Any], Any]:
+    """``({device_type: Target}, host Target)`` from TVM's target forms.
+
+    ``target`` is a target string or Target (one device), a dict keyed by device name, device
+    type or Target (``{"cpu": "llvm", "opencl": "opencl"}``), or a list of targets (each for
+    its kind's device). The host target (shape computations, the executor's own work) is
+    ``target_host``, else the CPU target, else the default CPU target.
+
+    Example
+    -------
+    >>> targets, host = parse_targets({"cpu": "c", 4: "opencl"})
+    >>> sorted(targets), str(host)
+    ([1, 4], 'c')
+    """
     from kiln.target import Target
 
     if target is None:
@@ -91,15 +139,50 @@ def _parse_target(target: Any):
 
         target = Target.current(allow_none=True) or ("llvm" if llvm_available() else "c")
     if isinstance(target, dict):
-        kinds = {str(Target(t).kind.name) if not isinstance(t, Target) else t.kind.name
-                 for t in target.values()}
-        host = [t for t in target.values() if (Target(t) if isinstance(t, str) else t)
-                .kind.name in ("llvm", "c")]
-        if not host:
-            raise TVMError(f"no CPU target among {target}; kiln generates CPU code only "
-                           f"(got kinds {sorted(kinds)})")
-        target = host[0]
-    return Target(target) if isinstance(target, str) else target
+        if not target:
+            raise TVMError("relay.build: the target dict is empty")
+        targets = {}
+        for key, value in target.items():
+            parsed = _as_target(value if value is not None else key, f"target[{key!r}]")
+            device_type = _target_device_type(key, value)
+            if device_type in targets and str(targets[device_type]) != str(parsed):
+                raise TVMError(f"two targets for device type {device_type}: "
+                               f"{targets[device_type]} and {parsed}")
+            targets[device_type] = parsed
+    elif isinstance(target, list | tuple):
+        targets = {}
+        for value in target:
+            parsed = _as_target(value, "a target in the list")
+            targets.setdefault(parsed.kind.device_type, parsed)
+    else:
+        parsed = _as_target(target, "target")
+        targets = {parsed.kind.device_type: parsed}
+    if target_host is not None:
+        host = _as_target(target_host, "target_host")
+    elif 1 in targets:
+        host = targets[1]
+    else:
+        host = getattr(next(iter(targets.values())), "host", None)
+        if host is None:
+            from kiln.target.codegen_llvm import llvm_available
+
+            host = Target("llvm" if llvm_available() else "c")
+    if host.kind.device_type != 1:
+        raise TVMError(f"the host target must be a CPU target, got {host}")
+    return targets, host
+
+
+def default_device_of(targets: dict[int, Any]) -> Any:
+    """Where unannotated expressions run: ``cpu(0)`` when a CPU target is given, else the
+    device of the first target."""
+    from kiln.runtime.device import Device
+
+    return Device(1 if 1 in targets else next(iter(targets)), 0)
+
+
+def _parse_target(target: Any):
+    """The host target of TVM's target forms (see :func:`parse_targets`)."""
+    return parse_targets(target)[1]
 
 
 class GraphExecutorFactoryModule:
@@ -178,22 +261,44 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
     if not isinstance(ir_mod, IRModule):
         raise TVMError(f"relay.build expects an IRModule or a relay.Function, got "
                        f"{type(ir_mod).__name__}")
-    target = _parse_target(target)
+    targets, host = parse_targets(target, target_host)
+    default_device = default_device_of(targets)
     start = time.perf_counter()
-    with target:
-        mod = optimize(ir_mod, target, params)
-        compiler = TECompiler(target, mod_name)
-        result = codegen(mod["main"], compiler)
-        lib = compiler.build()
+    with host:
+        mod = optimize(ir_mod, host, params, default_device)
+        compilers = {device_type: TECompiler(t, mod_name) for device_type, t in targets.items()}
+        compilers.setdefault(1, TECompiler(host, mod_name))
+        _share_kernel_names(compilers.values())
+        result = codegen(mod["main"], compilers, default_device)
+        lib = _build_kernels(compilers, host)
     stats = {
-        "kernels": len(compiler.lowered),
+        "kernels": sum(len(c.lowered) for c in compilers.values()),
         "kernel_calls": result.num_kernel_calls,
         "planned_bytes": result.memory_plan.planned_bytes,
         "peak_live_bytes": result.memory_plan.peak_live_bytes,
         "compile_seconds": time.perf_counter() - start,
     }
+    target = host if len(targets) == 1 else targets
     return GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
                                       mod_name, stats)
+
+
+def _share_kernel_names(compilers: Any) -> None:
+    """Make the TE compilers of one build draw kernel names from one set, so a kernel lowered
+    for two targets gets two names (the host library imports the others)."""
+    names: set[str] = set()
+    for compiler in compilers:
+        compiler._names = names
+
+
+def _build_kernels(compilers: dict[int, Any], host: Any) -> Any:
+    """One module per target that has kernels; the host's (always built) imports the others."""
+    host_lib = compilers[1].build()
+    for device_type, compiler in compilers.items():
+        if device_type != 1 and compiler.lowered:
+            with compiler.target:
+                host_lib.import_module(compiler.build())
+    return host_lib
 
 
 class _GraphExecutorEvaluator:

@@ -74,12 +74,14 @@ class GraphNode:
 
 @dataclass(frozen=True)
 class GraphEntry:
-    """One node output: its dtype, shape, storage id and device type."""
+    """One node output: its dtype, shape, storage id, device type (TVM's ``device_index``)
+    and device id (kiln's ``device_id`` attribute, which tells two devices of a type apart)."""
 
     dtype: DataType
     shape: tuple[int, ...]
     storage_id: int
     device_type: int | None
+    device_id: int | None = None
 
     @property
     def nbytes(self) -> int:
@@ -250,7 +252,7 @@ def parse_graph_json(text: str) -> Graph:
 def _parse_entries(attrs: Any, count: int) -> tuple[GraphEntry, ...]:
     if not isinstance(attrs, dict):
         raise _fail("attrs must be an object")
-    known = {"dltype", "shape", "storage_id", "device_index", "storage_scope"}
+    known = {"dltype", "shape", "storage_id", "device_index", "device_id", "storage_scope"}
     for key, value in attrs.items():
         skippable = isinstance(value, list) and value and value[0] in ("list_int", "size_t")
         if key not in known and not skippable:
@@ -259,6 +261,7 @@ def _parse_entries(attrs: Any, count: int) -> tuple[GraphEntry, ...]:
     shapes = _attr_list(attrs, "shape", "list_shape", count, True)
     storage_ids = _attr_list(attrs, "storage_id", "list_int", count, True)
     device_types = _attr_list(attrs, "device_index", "list_int", count, False)
+    device_ids = _attr_list(attrs, "device_id", "list_int", count, False)
     entries = []
     for eid in range(count):
         try:
@@ -269,10 +272,12 @@ def _parse_entries(attrs: Any, count: int) -> tuple[GraphEntry, ...]:
         sid = _int(storage_ids[eid], f"entry {eid} storage_id")
         if sid >= count:
             raise _fail(f"entry {eid} storage_id {sid} is out of range (graph has {count} entries)")
-        device_type = None
+        device_type = device_id = None
         if device_types is not None:
             device_type = _int(device_types[eid], f"entry {eid} device_index", minimum=1)
-        entries.append(GraphEntry(dtype, shape, sid, device_type))
+        if device_ids is not None:
+            device_id = _int(device_ids[eid], f"entry {eid} device_id")
+        entries.append(GraphEntry(dtype, shape, sid, device_type, device_id))
     return tuple(entries)
 
 
@@ -307,9 +312,13 @@ def resolve_devices(device: Device | Sequence[Any]) -> list[Device]:
     raise TVMError(f"expected Device objects or (device_type, device_id) pairs, got {device!r}")
 
 
-def _device_for(device_type: int | None, devices: list[Device]) -> Device:
-    """TVM's rule: the first given device of that type, else the first device."""
+def _device_for(device_type: int | None, device_id: int | None,
+                devices: list[Device]) -> Device:
+    """The given device equal to ``(device_type, device_id)``; else TVM's rule: the first
+    given device of that type, else the first device."""
     if device_type is not None:
+        if device_id is not None and Device(device_type, device_id) in devices:
+            return Device(device_type, device_id)
         for dev in devices:
             if dev.device_type == device_type:
                 return dev
@@ -398,7 +407,8 @@ class GraphExecutor(Module):
     lib : Module
         The module whose functions implement the graph's ``func_name`` s.
     devices : Device or list of Device
-        Devices; entries go to the first device whose type matches their ``device_index``.
+        Devices; an entry goes to the device equal to its ``(device_index, device_id)``,
+        else the first device of its type, else the first device.
 
     Example
     -------
@@ -436,19 +446,20 @@ class GraphExecutor(Module):
     def _setup_storage(self) -> None:
         graph = self.graph
         pool_bytes: dict[int, int] = {}
-        pool_device: dict[int, int | None] = {}
+        pool_device: dict[int, tuple[int | None, int | None]] = {}
         for entry in graph.entries:
             sid = entry.storage_id
-            if sid in pool_device and pool_device[sid] != entry.device_type:
+            where = (entry.device_type, entry.device_id)
+            if sid in pool_device and pool_device[sid] != where:
                 raise _fail(
-                    f"storage_id {sid} is used on device types {pool_device[sid]} and "
-                    f"{entry.device_type}; a storage pool entry cannot span devices"
+                    f"storage_id {sid} is used on devices (type, id) {pool_device[sid]} and "
+                    f"{where}; a storage pool entry cannot span devices"
                 )
-            pool_device[sid] = entry.device_type
+            pool_device[sid] = where
             pool_bytes[sid] = max(pool_bytes.get(sid, 0), entry.nbytes)
         pool = {}
         for sid, nbytes in sorted(pool_bytes.items()):
-            device = _device_for(pool_device[sid], self.devices)
+            device = _device_for(*pool_device[sid], self.devices)
             try:
                 pool[sid] = empty(((nbytes + 3) // 4,), "float32", device)
             except (MemoryError, ValueError, OverflowError) as err:

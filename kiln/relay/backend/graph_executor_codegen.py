@@ -9,6 +9,17 @@ of a primitive function becomes a ``"tvm_op"`` node calling its kernel (lowered 
 names get a numeric suffix), reshape-only primitives become ``__nop`` nodes sharing their
 input's storage, and ``device_copy`` becomes ``__copy``. Then the static memory plan assigns
 storage ids. The JSON layout is TVM's (``reference/tvm-relay-era.md`` §2.1).
+
+Heterogeneous graphs (planned by :func:`~kiln.relay.transform.plan_devices.PlanDevices`): every
+node runs on the virtual device :func:`~kiln.relay.transform.plan_devices.analyze_devices`
+finds for it; a ``__copy`` node's output lives on the copy's destination device. Primitive
+functions are lowered by the TE compiler of their device's type. When any node is off
+``cpu(0)`` the graph carries TVM's ``device_index`` attribute (the device *type* of each entry)
+and kiln's ``device_id`` attribute (the id of each entry's virtual device, a ``list_int`` that
+TVM's loader skips), so two devices of one type (``cpu(0)``, ``cpu(1)``) stay apart: the
+executor gives an entry the given device equal to ``(device_index, device_id)``, else the
+first given device of its type, else the first device. Storage is never shared across
+virtual devices.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +36,8 @@ from kiln.ir.type import TensorType, TupleType
 from kiln.relay import expr as rx
 from kiln.relay.backend.graph_plan_memory import MemoryPlan, PlanNode, plan_memory
 from kiln.relay.backend.te_compiler import TECompiler, is_reshape_only
+from kiln.relay.transform.plan_devices import DeviceMap, analyze_devices
+from kiln.runtime.device import Device, cpu
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 
@@ -37,15 +51,16 @@ class _Node:
     inputs: list[tuple[int, int]]
     attrs: dict[str, str] = field(default_factory=dict)
     types: list[TensorType] = field(default_factory=list)
-    device_type: int = 1
+    device: Device = field(default_factory=cpu)
 
 
 @dataclass
 class GraphCodegenResult:
-    """The graph JSON text, the TE compiler holding the kernels, params and the memory plan."""
+    """The graph JSON text, the TE compilers (per device type) holding the kernels, params and
+    the memory plan."""
 
     graph_json: str
-    compiler: TECompiler
+    compilers: dict[int, TECompiler]
     params: dict[str, Any]
     memory_plan: MemoryPlan
     num_kernel_calls: int
@@ -70,8 +85,9 @@ def _nbytes(ty: TensorType) -> int:
 
 
 class _GraphBuilder:
-    def __init__(self, compiler: TECompiler) -> None:
-        self.compiler = compiler
+    def __init__(self, compilers: Mapping[int, TECompiler], device_map: DeviceMap) -> None:
+        self.compilers = compilers
+        self.device_map = device_map
         self.nodes: list[_Node] = []
         self.params: dict[str, Any] = {}
         self.memo: dict[int, list[tuple[int, int]]] = {}
@@ -104,7 +120,8 @@ class _GraphBuilder:
     def visit_Constant(self, node: rx.Constant) -> list[tuple[int, int]]:
         name = f"p{len(self.params)}"
         self.params[name] = node.data
-        return self.add(_Node("null", name, [], types=[node.checked_type]))
+        return self.add(_Node("null", name, [], types=[node.checked_type],
+                              device=self.device_map.device_of(node)))
 
     def visit_Tuple(self, node: rx.Tuple) -> list[tuple[int, int]]:
         return [e for f in node.fields for e in self.visit(f)]
@@ -128,7 +145,7 @@ class _GraphBuilder:
             attrs = {"func_name": "__copy", "num_inputs": "1", "num_outputs": "1",
                      "flatten_data": "0"}
             return self.add(_Node("tvm_op", self.node_name("__copy"), inputs, attrs,
-                                  [node.checked_type]))
+                                  [node.checked_type], self.device_map.device_of(node)))
         if isinstance(func, Op):  # an unfused op: give it its own primitive function
             params = [rx.Var(f"p{i}", a.checked_type) for i, a in enumerate(node.args)]
             func = rx.Function(params, rx.Call(func, params, node.attrs)).with_attr(
@@ -141,6 +158,7 @@ class _GraphBuilder:
             raise TVMError("the graph executor can only call primitive (fused) functions; "
                            "calls of other functions need the VM")
         inputs = [e for a in node.args for e in self.visit(a)]
+        device = self.device_map.device_of(node)
         types = _flat_types(node.checked_type)
         for ty in types:
             _nbytes(ty)  # refuses symbolic shapes before lowering, with a hint
@@ -148,17 +166,32 @@ class _GraphBuilder:
             attrs = {"func_name": "__nop", "num_inputs": "1", "num_outputs": "1",
                      "flatten_data": "0"}
             return self.add(_Node("tvm_op", self.node_name("reshape_nop"), inputs, attrs,
-                                  types))
-        lowered = self.compiler.lower(func)
+                                  types, device))
+        compiler = self.compilers.get(device.device_type)
+        if compiler is None:
+            raise TVMError(f"a kernel is planned on {device}, but relay.build has no target "
+                           f"for device type {device.device_type}; targets are given for "
+                           f"device types {sorted(self.compilers)}")
+        lowered = compiler.lower(func)
         self.kernel_calls += 1
         attrs = {"num_outputs": str(len(types)), "num_inputs": str(len(inputs)),
                  "flatten_data": "0", "func_name": lowered.name, "hash": lowered.hash}
-        return self.add(_Node("tvm_op", self.node_name(lowered.name), inputs, attrs, types))
+        return self.add(_Node("tvm_op", self.node_name(lowered.name), inputs, attrs, types,
+                              device))
 
 
-def codegen(main: rx.Function, compiler: TECompiler) -> GraphCodegenResult:
-    """Generate the graph for a fused, typed ``main`` function."""
-    builder = _GraphBuilder(compiler)
+def codegen(main: rx.Function, compiler: TECompiler | Mapping[int, TECompiler],
+            default_device: Device | None = None) -> GraphCodegenResult:
+    """Generate the graph for a fused, typed ``main`` function.
+
+    ``compiler`` lowers the kernels: one TECompiler, or one per device type (heterogeneous
+    builds). ``default_device`` is where unplanned expressions run (default ``cpu(0)``).
+    """
+    from kiln.ir.module import IRModule
+
+    compilers = {1: compiler} if isinstance(compiler, TECompiler) else dict(compiler)
+    device_map = analyze_devices(IRModule.from_expr(main), default_device)
+    builder = _GraphBuilder(compilers, device_map)
     for param in main.params:
         types = _flat_types(param.checked_type)
         for ty in types:
@@ -166,7 +199,8 @@ def codegen(main: rx.Function, compiler: TECompiler) -> GraphCodegenResult:
         if len(types) != 1:
             raise TVMError(f"graph input %{param.name_hint} must be a tensor, got "
                            f"{param.checked_type!r}")
-        builder.memo[id(param)] = builder.add(_Node("null", param.name_hint, [], types=types))
+        builder.memo[id(param)] = builder.add(_Node("null", param.name_hint, [], types=types,
+                                                    device=device_map.device_of(param)))
     from kiln.relay.base import deep_recursion
 
     with deep_recursion():
@@ -175,7 +209,7 @@ def codegen(main: rx.Function, compiler: TECompiler) -> GraphCodegenResult:
 
     plan_nodes = [PlanNode("input" if n.op == "null" else
                            "alias" if n.attrs.get("func_name") == "__nop" else "op",
-                           [_nbytes(t) for t in n.types], n.inputs, n.device_type)
+                           [_nbytes(t) for t in n.types], n.inputs, n.device)
                   for n in nodes]
     plan = plan_memory(plan_nodes, heads)
 
@@ -194,10 +228,12 @@ def codegen(main: rx.Function, compiler: TECompiler) -> GraphCodegenResult:
         },
         "node_row_ptr": row_ptr,
     }
-    if any(n.device_type != 1 for n in nodes):
-        graph["attrs"]["device_index"] = ["list_int", [n.device_type for n in nodes
+    if any(n.device != cpu(0) for n in nodes):
+        graph["attrs"]["device_index"] = ["list_int", [n.device.device_type for n in nodes
                                                        for _ in n.types]]
-    return GraphCodegenResult(graph_json_text(graph), compiler, builder.params, plan,
+        graph["attrs"]["device_id"] = ["list_int", [n.device.device_id for n in nodes
+                                                    for _ in n.types]]
+    return GraphCodegenResult(graph_json_text(graph), compilers, builder.params, plan,
                               builder.kernel_calls)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from kiln.runtime.error import TVMError
@@ -32,20 +33,21 @@ class PlanNode:
 
     ``inputs`` are (node index, output index) pairs; ``kind`` is ``"input"`` (graph inputs
     and params: never reused), ``"op"`` or ``"alias"`` (reshape-only: output shares storage
-    with input 0).
+    with input 0). ``device`` is any hashable key of the node's virtual device (a Device such
+    as ``cpu(1)``, or a device type); storage is only shared between equal keys.
     """
 
     kind: str
     output_bytes: list[int]
     inputs: list[tuple[int, int]]
-    device_type: int = 1
+    device: Hashable = 1
 
 
 @dataclass
 class _Token:
     storage_id: int
     max_bytes: int
-    device_type: int
+    device: Hashable
     ref_count: int = 0
 
 
@@ -70,12 +72,12 @@ class TokenAllocator:
         self.free: list[tuple[int, int, _Token]] = []  # (max_bytes, storage_id, token)
         self.tokens: list[_Token] = []
 
-    def alloc(self, size: int, device_type: int) -> _Token:
-        token = _Token(len(self.tokens), size, device_type)
+    def alloc(self, size: int, device: Hashable) -> _Token:
+        token = _Token(len(self.tokens), size, device)
         self.tokens.append(token)
         return token
 
-    def request(self, size: int, device_type: int) -> _Token:
+    def request(self, size: int, device: Hashable) -> _Token:
         """Reuse a free token of a matching size on the same device, else allocate."""
         sizes = [entry[0] for entry in self.free]
         # first: blocks in [size, size * MATCH_RANGE], smallest first
@@ -83,15 +85,15 @@ class TokenAllocator:
         for i in range(start, len(self.free)):
             if self.free[i][0] > size * MATCH_RANGE:
                 break
-            if self.free[i][2].device_type == device_type:
+            if self.free[i][2].device == device:
                 return self._take(i, size)
         # then: blocks in [size / MATCH_RANGE, size), largest first
         for i in range(start - 1, -1, -1):
             if self.free[i][0] < size / MATCH_RANGE:
                 break
-            if self.free[i][2].device_type == device_type:
+            if self.free[i][2].device == device:
                 return self._take(i, size)
-        return self.alloc(size, device_type)
+        return self.alloc(size, device)
 
     def _take(self, index: int, size: int) -> _Token:
         _, _, token = self.free.pop(index)
@@ -132,7 +134,7 @@ def plan_memory(nodes: list[PlanNode], outputs: list[tuple[int, int]]) -> Memory
                 raise TVMError(f"memory plan: node {nid} reads entry {src} before it is defined")
         if node.kind == "input":
             for i, size in enumerate(node.output_bytes):
-                token = allocator.alloc(size, node.device_type)
+                token = allocator.alloc(size, node.device)
                 token.ref_count = math.inf  # inputs and params are never reused
                 tokens[(nid, i)] = token
             continue
@@ -142,7 +144,7 @@ def plan_memory(nodes: list[PlanNode], outputs: list[tuple[int, int]]) -> Memory
             tokens[(nid, 0)] = token
         else:
             for i, size in enumerate(node.output_bytes):
-                token = allocator.request(size, node.device_type)
+                token = allocator.request(size, node.device)
                 token.ref_count = uses.get((nid, i), 0)
                 tokens[(nid, i)] = token
         # release this node's unused outputs, then its arguments whose last use this was

@@ -54,6 +54,7 @@ _LAZY: dict[str, Any] = {
     "LambdaLift": ("kiln.relay.transform.lambda_lift", "LambdaLift"),
     "Inline": ("kiln.relay.transform.inline", "Inline"),
     "EtaExpand": ("kiln.relay.transform.eta_expand", "EtaExpand"),
+    "PlanDevices": ("kiln.relay.transform.plan_devices", "PlanDevices"),
     "RemoveUnusedFunctions": ("kiln.relay.transform.remove_unused_functions",
                               "RemoveUnusedFunctions"),
     "DefuseOps": ("kiln.relay.transform.defuse_ops", "DefuseOps"),
