@@ -9,6 +9,12 @@ no copy. A block goes back to its allocator when the last reference to it dies â
 register value and every tensor viewing it (each view keeps its Storage alive) â€” so
 ``KillRegister`` of the last holder is what frees memory.
 
+Views are cheap on a reused block: each block caches, per ``(offset, shape, dtype)``, a
+:class:`ViewSpec` (the ``DLTensor`` kernels read, built once), so ``alloc_tensor`` on a block
+that came back from the pool only wraps a fresh NumPy view that holds the new Storage. Each
+block also keeps ``plans``: whatever a caller built for its addresses (the VM's fused kernel
+call lists), dropped with the block when the pool releases it.
+
 Pooled policy (TVM's pool never returned memory; this one does):
 
 - requests round up to whole 4096-byte pages; freed blocks wait in a free list per size;
@@ -44,6 +50,7 @@ from kiln.runtime.object import Object, register_object
 
 __all__ = [
     "Storage",
+    "ViewSpec",
     "Allocator",
     "NaiveAllocator",
     "PooledAllocator",
@@ -57,9 +64,13 @@ _MIN_ALIGNMENT = 64
 
 
 class _Block:
-    """A host memory block aligned to ``alignment``; ``address`` is its first byte."""
+    """A host memory block aligned to ``alignment``; ``address`` is its first byte.
 
-    __slots__ = ("owner", "address", "nbytes")
+    ``views`` caches a :class:`ViewSpec` per ``(offset, shape, dtype)``; ``plans`` holds
+    address-dependent data of users of the block (keyed by the user), freed with the block.
+    """
+
+    __slots__ = ("owner", "address", "nbytes", "views", "plans")
 
     def __init__(self, nbytes: int, alignment: int) -> None:
         alignment = max(alignment, _MIN_ALIGNMENT)
@@ -70,6 +81,52 @@ class _Block:
         start = self.owner.ctypes.data
         self.address = start + (-start % alignment)
         self.nbytes = nbytes
+        self.views: dict[tuple, ViewSpec] = {}
+        self.plans: dict[Any, Any] = {}
+
+
+_MAX_CACHED_VIEWS = 256  # per block; a program with ever-new dynamic shapes starts over
+
+
+class ViewSpec:
+    """One tensor view of a block: address, NumPy layout and the ``DLTensor`` kernels read.
+
+    Built once per ``(block, offset, shape, dtype)``; :meth:`lease` makes an NDArray over it
+    whose NumPy base holds the given Storage, so the block cannot return to its allocator
+    while the NDArray (or any NumPy view derived from it) lives.
+    """
+
+    __slots__ = ("address", "raw_type", "np_shape", "np_dtype", "dtype", "dltensor",
+                 "handle", "c_arrays")
+
+    def __init__(self, address: int, nbytes: int, shape: tuple[int, ...], dtype: Any,
+                 device: Any) -> None:
+        from kiln.runtime.ndarray import NDArray
+
+        self.address = address
+        self.raw_type = ctypes.c_uint8 * max(nbytes, 1)
+        self.np_shape = shape + ((dtype.lanes,) if dtype.lanes > 1 else ())
+        self.np_dtype = dtype.numpy_dtype
+        self.dtype = dtype
+        raw = self.raw_type.from_address(address)
+        proto = NDArray._wrap(np.ndarray(self.np_shape, self.np_dtype, raw), dtype, device)
+        proto._build_dltensor()
+        self.dltensor, self.handle, self.c_arrays = (
+            proto._dltensor, proto._handle, proto._c_arrays)
+
+    def lease(self, storage: Storage) -> Any:
+        """An NDArray over this view that keeps ``storage`` alive."""
+        from kiln.runtime.ndarray import NDArray
+
+        raw = self.raw_type.from_address(self.address)
+        raw.storage = storage
+        array = NDArray._wrap(np.ndarray(self.np_shape, self.np_dtype, raw), self.dtype,
+                              storage.device)
+        setter = object.__setattr__
+        setter(array, "_dltensor", self.dltensor)
+        setter(array, "_handle", self.handle)
+        setter(array, "_c_arrays", self.c_arrays)
+        return array
 
 
 @register_object("vm.Storage")
@@ -84,8 +141,22 @@ class Storage(Object):
 
     def alloc_tensor(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """An NDArray of ``shape``/``dtype`` viewing this storage at byte ``offset``."""
+        key = (offset, shape, dtype)
+        spec = self._block.views.get(key)
+        if spec is None:
+            spec = self.view_spec(offset, shape, dtype)
+        return spec.lease(self)
+
+    def view_spec(self, offset: int, shape: tuple[int, ...], dtype: Any) -> ViewSpec:
+        """The block's cached :class:`ViewSpec` for a view at ``offset`` (checked to fit)."""
         from kiln.runtime.dtype import DataType
 
+        shape = tuple(shape)
+        key = (offset, shape, dtype)
+        views = self._block.views
+        spec = views.get(key)
+        if spec is not None:
+            return spec
         dtype = dtype if isinstance(dtype, DataType) else DataType(dtype)
         count = 1
         for dim in shape:
@@ -98,7 +169,11 @@ class Storage(Object):
                 f"tensor of shape {tuple(shape)} {dtype} ({nbytes} bytes) at offset {offset} "
                 f"does not fit in a storage of {self.nbytes} bytes"
             )
-        return _view_ndarray(self, offset, nbytes, tuple(shape), dtype)
+        if len(views) >= _MAX_CACHED_VIEWS:
+            views.clear()
+        spec = views[key] = ViewSpec(self._block.address + offset, nbytes, shape, dtype,
+                                     self.device)
+        return spec
 
     def __del__(self) -> None:
         allocator = getattr(self, "_allocator", None)
@@ -109,20 +184,8 @@ class Storage(Object):
                 pass
 
 
-def _view_ndarray(storage: Storage, offset: int, nbytes: int, shape: tuple, dtype: Any) -> Any:
-    """NDArray over ``storage`` bytes ``[offset, offset + nbytes)``, keeping ``storage`` alive.
-
-    The NumPy view's base is a ctypes byte array that holds a reference to ``storage``, so
-    the block cannot return to the allocator while any tensor still views it.
-    """
-    from kiln.runtime.ndarray import NDArray
-
-    raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(storage._block.address + offset)
-    raw.storage = storage
-    flat = np.frombuffer(raw, dtype=np.uint8, count=nbytes)
-    lanes = (dtype.lanes,) if dtype.lanes > 1 else ()
-    view = flat.view(dtype.numpy_dtype).reshape(shape + lanes)
-    return NDArray._wrap(view, dtype, storage.device)
+def _new_storage() -> Storage:
+    return Storage.__new__(Storage)  # every slot is set by Allocator.alloc
 
 
 class Allocator:
@@ -155,9 +218,13 @@ class Allocator:
         self.num_allocations += 1
         block = self._acquire(nbytes, alignment)
         self.used_bytes += block.nbytes
-        storage = Storage(nbytes, alignment, self.device)
-        storage._set("_block", block)
-        storage._set("_allocator", self)
+        storage = _new_storage()
+        setter = object.__setattr__
+        setter(storage, "nbytes", nbytes)
+        setter(storage, "alignment", alignment)
+        setter(storage, "device", self.device)
+        setter(storage, "_block", block)
+        setter(storage, "_allocator", self)
         return storage
 
     def _acquire(self, nbytes: int, alignment: int) -> _Block:
