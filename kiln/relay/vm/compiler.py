@@ -18,6 +18,13 @@ Pipeline (TVM's VM order, reference §1.6):
    ``If``/``Goto``/``GetTag``/``LoadConsti``/``Fatal``;
 4. all kernels (and shape functions) compile into one library, the Executable's ``lib``.
 
+Heterogeneous execution: ``PlanDevices`` runs before FuseOps, and
+:func:`~kiln.relay.transform.plan_devices.analyze_devices` gives every expression its virtual
+device. The Executable lists those devices (the default device first, then the host ``cpu(0)``
+if it differs, then the rest in order of first use); ``LoadConst``, ``AllocStorage`` and
+``DeviceCopy`` carry their indexes, each function its ``param_device_indexes`` and each
+constant its ``const_device_indexes`` entry. Each kernel is lowered for its device's target.
+
 Tail calls need nothing special: a call whose result flows straight to ``Ret`` (through
 ``Move``/``Goto``/``KillRegister`` only) is detected by the VM, which reuses the frame.
 
@@ -54,6 +61,7 @@ from kiln.relay.adt import (
 )
 from kiln.relay.vm.memory_alloc import ManifestAlloc
 from kiln.runtime import ndarray as nd
+from kiln.runtime.device import cpu
 from kiln.runtime.error import TVMError
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
@@ -166,9 +174,16 @@ def _kernel_only_vars(body: Any) -> set[int]:
 class _ModuleContext:
     """State shared by the functions of one module: indexes, constants, kernels."""
 
-    def __init__(self, mod: IRModule, tec: Any) -> None:
+    def __init__(self, mod: IRModule, tec: Any, compilers: dict[int, Any] | None = None,
+                 device_map: Any = None) -> None:
         self.mod = mod
         self.tec = tec
+        self.compilers = compilers or {1: tec}  # device type -> TECompiler
+        self.device_map = device_map
+        default = device_map.default_device if device_map is not None else cpu(0)
+        self.devices: list[Any] = [default]  # virtual devices; index 0 is the default
+        self.host_index = self.device_index(cpu(0))
+        self.const_device_indexes: list[int] = []
         self.global_index: dict[str, int] = {}
         self.functions: list[VMFunction | None] = []
         self.constants: list[Any] = []
@@ -185,12 +200,36 @@ class _ModuleContext:
         self.global_index.setdefault(name, index)
         return index
 
-    def constant(self, data: Any) -> int:
+    def constant(self, data: Any, device_index: int | None = None) -> int:
         key = id(data)
         if key not in self._constant_index:
             self._constant_index[key] = len(self.constants)
             self.constants.append(data)
+            self.const_device_indexes.append(
+                self.host_index if device_index is None else device_index)
         return self._constant_index[key]
+
+    def device_index(self, device: Any) -> int:
+        """The virtual device index of ``device`` (added to the list on first use)."""
+        if device not in self.devices:
+            self.devices.append(device)
+        return self.devices.index(device)
+
+    def device_index_of(self, expr: Any) -> int:
+        """The virtual device index where ``expr``'s value lives."""
+        if self.device_map is None:
+            return 0
+        return self.device_index(self.device_map.device_of(expr))
+
+    def compiler_for(self, device_index: int) -> Any:
+        """The TE compiler for the target of a virtual device's type."""
+        device = self.devices[device_index]
+        compiler = self.compilers.get(device.device_type)
+        if compiler is None:
+            raise TVMError(f"a kernel is planned on {device}, but no target was given for "
+                           f"device type {device.device_type} (targets for device types "
+                           f"{sorted(self.compilers)})")
+        return compiler
 
     def packed_index(self, name: str) -> int:
         if name not in self._primitive_index:
@@ -258,8 +297,10 @@ class _FunctionCompiler:
         self.alloc.finish()
         self.ctx.arena_bytes[self.name] = self.alloc.arena_bytes
         specs = [None] * len(free_vars) + [_param_spec(p.checked_type) for p in func.params]
+        devices = [self.ctx.device_index_of(p) for p in params]
         return VMFunction(self.name, [p.name_hint for p in params], self.instructions,
-                          max(self.num_registers, 1), param_types=specs)
+                          max(self.num_registers, 1), param_device_indexes=devices,
+                          param_types=specs)
 
     def lift(self, func: rx.Function, self_var: rx.Var | None = None) -> int:
         """Lambda-lift a closure: compile it as a new function; return an AllocClosure register."""
@@ -296,8 +337,9 @@ class _FunctionCompiler:
         return self.lookup(var)
 
     def visit_constant(self, const: rx.Constant) -> int:
-        index = self.ctx.constant(const.data)
-        return self._emit_dst(lambda d: bc.LoadConst(index, 0, d))
+        device = self.ctx.device_index_of(const)
+        index = self.ctx.constant(const.data, device)
+        return self._emit_dst(lambda d: bc.LoadConst(index, device, d))
 
     def visit_global_var(self, gvar: GlobalVar) -> int:
         index = self._global(gvar)
@@ -431,8 +473,12 @@ class _FunctionCompiler:
         return register
 
     def _op_device_copy(self, call: rx.Call) -> int:
+        from kiln.relay.transform.plan_devices import as_device
+
         src = self.visit(call.args[0])
-        return self._emit_dst(lambda d: bc.DeviceCopy(src, 0, 0, d))
+        src_index = self.ctx.device_index(as_device(call.attrs.src_virtual_device))
+        dst_index = self.ctx.device_index(as_device(call.attrs.dst_virtual_device))
+        return self._emit_dst(lambda d: bc.DeviceCopy(src, src_index, dst_index, d))
 
     def _op_shape_of(self, call: rx.Call) -> int:
         src = self.visit(call.args[0])
@@ -457,25 +503,28 @@ class _FunctionCompiler:
         dynamic = any(s is None for s in static) or any(
             _static_shape(t) is None for p in func.params
             for t in _flat_tensor_types(p.checked_type))
+        device = self.ctx.device_index_of(call)
         if is_reshape_only(func) and len(out_types) == 1:
             if static[0] is not None:
                 shape = self.ctx.constant(nd.array(np.array(static[0], dtype="int64")))
-                shape_reg = self._emit_dst(lambda d: bc.LoadConst(shape, 0, d))
+                host = self.ctx.host_index
+                shape_reg = self._emit_dst(lambda d: bc.LoadConst(shape, host, d))
             else:
                 shape_reg = shape_func.emit_shape_function(self, func, args)[0][0]
             return self._emit_dst(lambda d: bc.ReshapeTensor(args[0], shape_reg, d))
+        tec = self.ctx.compiler_for(device)
         if dynamic:
-            kernel = shape_func.lower_dynamic(self.ctx.tec, func)
+            kernel = shape_func.lower_dynamic(tec, func)
         else:
-            kernel = self.ctx.tec.lower(func)
+            kernel = tec.lower(func)
         internal = len(out_types) == 1 and self._internal_call is call
         if all(s is not None for s in static):
-            outs = [self.alloc.static_tensor(s, str(t.dtype), internal)
+            outs = [self.alloc.static_tensor(s, str(t.dtype), internal, device)
                     for s, t in zip(static, out_types)]
         else:
             shapes = shape_func.emit_shape_function(self, func, args)
-            outs = [self.alloc.static_tensor(s, str(t.dtype), False) if regs is None
-                    else self.alloc.dynamic_tensor(regs[0], regs[1], str(t.dtype))
+            outs = [self.alloc.static_tensor(s, str(t.dtype), False, device) if regs is None
+                    else self.alloc.dynamic_tensor(regs[0], regs[1], str(t.dtype), device)
                     for s, regs, t in zip(static, shapes, out_types)]
         packed = self.ctx.packed_index(kernel.name)
         self.emit(bc.InvokePacked(packed, len(outs), tuple(args) + tuple(outs)))
@@ -533,19 +582,20 @@ class VMCompiler:
         """The module after the VM pipeline up to code generation (ANF, fused, kills)."""
         from kiln.ir.transform import PassContext, Sequential
         from kiln.relay import transform
-        from kiln.relay.build_module import _parse_target, bind_params_by_name
+        from kiln.relay.build_module import bind_params_by_name, default_device_of, parse_targets
         from kiln.relay.vm.manifest_lifetimes import ManifestLifetimes
 
         if params:
             self.set_params(params)
         mod = _as_module(mod)
-        target = _parse_target(target)
+        targets, target = parse_targets(target)
         if self._params and "main" in [g.name_hint for g in mod.get_global_vars()]:
             mod = mod.copy()
             mod["main"] = bind_params_by_name(mod["main"], self._params)
         passes = [transform.InferType()]
         passes += [p for p in map(_available_pass, OPTIMIZE_PASSES) if p is not None]
-        passes += [transform.InferType(), transform.FuseOps(), transform.InferType(),
+        passes += [transform.InferType(), transform.PlanDevices(default_device_of(targets)),
+                   transform.FuseOps(), transform.InferType(),
                    transform.ToANormalForm(), transform.InferType()]
         disabled = set(PassContext.current().disabled_pass or ())
         if "ManifestLifetimes" not in disabled:
@@ -556,19 +606,23 @@ class VMCompiler:
     def lower(self, mod: Any, target: Any = None, target_host: Any = None) -> None:
         """Optimize ``mod`` and emit bytecode for every Relay function; kernels are lowered."""
         from kiln.relay.backend.te_compiler import TECompiler
-        from kiln.relay.build_module import _parse_target
+        from kiln.relay.build_module import _share_kernel_names, default_device_of, parse_targets
+        from kiln.relay.transform.plan_devices import analyze_devices
 
-        target = _parse_target(target)
-        self._target = target
-        mod = self.optimize(mod, target)
-        tec = TECompiler(target, "vm_mod")
-        ctx = _ModuleContext(mod, tec)
+        targets, host = parse_targets(target, target_host)
+        self._target = host
+        mod = self.optimize(mod, targets if len(targets) > 1 else host)
+        compilers = {device_type: TECompiler(t, "vm_mod") for device_type, t in targets.items()}
+        tec = compilers.setdefault(1, TECompiler(host, "vm_mod"))
+        _share_kernel_names(compilers.values())
+        device_map = analyze_devices(mod, default_device_of(targets))
+        ctx = _ModuleContext(mod, tec, compilers, device_map)
         used = _reachable_from_main(mod)
         funcs = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, rx.Function)
                  and not f.get_attr("Primitive") and gv.name_hint in used]
         for gvar, _ in funcs:
             ctx.reserve(gvar.name_hint)
-        with target:
+        with host:
             for gvar, func in funcs:
                 index = ctx.global_index[gvar.name_hint]
                 compiler = _FunctionCompiler(ctx, gvar.name_hint, index)
@@ -583,8 +637,19 @@ class VMCompiler:
             raise TVMError("VMCompiler.codegen: call lower(mod, target) first")
         with self._target:
             lib = ctx.tec.build() if ctx.tec.lowered else None
-        self._exec = Executable(ctx.functions, ctx.constants, ctx.primitive_names, lib)
-        self.stats = {"kernels": len(ctx.tec.lowered), "arena_bytes": dict(ctx.arena_bytes)}
+            for compiler in ctx.compilers.values():
+                if compiler is ctx.tec or not compiler.lowered:
+                    continue
+                with compiler.target:
+                    kernels = compiler.build()
+                if lib is None:
+                    lib = kernels
+                else:
+                    lib.import_module(kernels)
+        self._exec = Executable(ctx.functions, ctx.constants, ctx.primitive_names, lib,
+                                ctx.devices, ctx.host_index, ctx.const_device_indexes)
+        self.stats = {"kernels": sum(len(c.lowered) for c in ctx.compilers.values()),
+                      "arena_bytes": dict(ctx.arena_bytes)}
 
     def get_exec(self) -> Executable:
         """The Executable built by :meth:`codegen`."""

@@ -19,6 +19,9 @@ while emitting bytecode, which lets it coalesce storage:
 - **dynamic tensors** get their own ``AllocStorage`` sized from a register and an
   ``AllocTensorReg`` shaped by a shape register, both computed by the op's shape function
   (:mod:`kiln.relay.vm.shape_func`).
+- **devices**: the arena lives on the function's default virtual device (``device_index``);
+  a static tensor planned on another device (heterogeneous execution) gets its own
+  ``AllocStorage`` with that device's index, as does every dynamic tensor's storage.
 
 Example
 -------
@@ -92,22 +95,26 @@ class ManifestAlloc:
         em.instructions[at] = bc.LoadConsti(self._arena_size, load.dst)
         self.storage_allocations += 1
 
-    def static_tensor(self, shape: tuple[int, ...], dtype: str, reusable: bool) -> int:
+    def static_tensor(self, shape: tuple[int, ...], dtype: str, reusable: bool,
+                      device_index: int | None = None) -> int:
         """Emit the allocation of a static tensor in the arena; returns its register.
 
         A ``reusable`` tensor's slot returns to the free list when a kill ends it; any other
         tensor keeps its slot for the whole invocation (it may outlive the kill of its name).
+        A tensor on another virtual device than the arena's (``device_index``) gets its own
+        storage there.
         """
         em = self.emitter
         nbytes = storage_bytes(shape, dtype)
         offset_register = em.new_register()
         dst = em.new_register()
-        if self._prologue_at < 0:
+        if device_index is None:
+            device_index = self.device_index
+        if self._prologue_at < 0 or device_index != self.device_index:
             size_register = em.new_register()
             storage = em.new_register()
             em.emit(bc.LoadConsti(nbytes, size_register))
-            em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index,
-                                    storage))
+            em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, device_index, storage))
             em.emit(bc.LoadConsti(0, offset_register))
             em.emit(bc.AllocTensor(storage, offset_register, shape, dtype, dst))
             em.emit(bc.KillRegister(storage))
@@ -120,11 +127,13 @@ class ManifestAlloc:
             self._slot_of_register[dst] = (size, offset)
         return dst
 
-    def dynamic_tensor(self, shape_register: int, size_register: int, dtype: str) -> int:
+    def dynamic_tensor(self, shape_register: int, size_register: int, dtype: str,
+                       device_index: int | None = None) -> int:
         """Emit the allocation of a tensor whose shape and byte size are in registers."""
         em = self.emitter
         storage, offset_register, dst = (em.new_register() for _ in range(3))
-        em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, self.device_index, storage))
+        device_index = self.device_index if device_index is None else device_index
+        em.emit(bc.AllocStorage(size_register, ALIGNMENT, dtype, device_index, storage))
         em.emit(bc.LoadConsti(0, offset_register))
         em.emit(bc.AllocTensorReg(storage, offset_register, shape_register, dtype, dst))
         em.emit(bc.KillRegister(storage))  # the tensor holds the storage; a kill then frees it
