@@ -122,7 +122,7 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
     sch = te.create_schedule([t.op for t in outs])
     out = outs[0]
     traverse_inline(sch, out.op)
-    window = out if out.op.reduce_axis else out.op.input_tensors[0]
+    window = _find_window(out.op)
     letters = _letters(layout)
     spatial = [k for k, a in enumerate(letters) if a in _SPATIAL]
     stage = sch[out]
@@ -155,6 +155,17 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
         # the padded plane is built once per task, in cache, instead of clamped gathers
         sch[padded].compute_at(stage, task)
     return sch
+
+
+def _find_window(op: Any) -> te.Tensor | None:
+    """The window reduction under ``op`` (itself, or under the average / an epilogue)."""
+    if op.tag in ("pool_max", "pool_sum"):
+        return op.output(0)
+    for t in getattr(op, "input_tensors", []):
+        found = _find_window(t.op)
+        if found is not None:
+            return found
+    return None
 
 
 def global_pool(data: te.Tensor, pool_type: str, layout: str = "NCHW") -> te.Tensor:

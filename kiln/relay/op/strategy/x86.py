@@ -13,15 +13,24 @@ import re
 from kiln import topi
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
+    IMPLEMENTATIONS,
     OpStrategy,
     register_implementation,
     register_strategy,
     register_target_schedule,
+    target_keys,
 )
+from kiln.topi.utils import normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
+from kiln.topi.x86 import conv1d as x86_conv1d
 from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import conv3d as x86_conv3d
+from kiln.topi.x86 import conv_transpose as x86_conv_transpose
 from kiln.topi.x86 import dense as x86_dense
 from kiln.topi.x86 import depthwise as x86_depthwise
+from kiln.topi.x86 import nn as x86_nn
+from kiln.topi.x86 import pool as x86_pool
+from kiln.topi.x86 import reduction as x86_reduction
 
 
 @register_target_schedule("injective", "cpu")
@@ -208,3 +217,141 @@ def _register_alter_layouts() -> None:
 
 
 _register_alter_layouts()
+
+
+# ---- pools, softmax, norms, reductions, conv1d/conv3d, transposed convs ------------------
+# Each op keeps its generic implementation and gains an x86 one (plevel 15) where its
+# schedule applies (static shapes; the layouts and groups named below). arm_cpu targets also
+# carry the ``cpu`` key: they keep the generic, thread-free implementation.
+
+
+def _static(tensors) -> bool:
+    return all(hasattr(d, "value") for t in tensors for d in t.shape)
+
+
+def _x86_impl(op_name: str, compute, schedule, config: dict) -> object:
+    return register_implementation(compute, schedule, f"{op_name.split('.')[-1]}.x86",
+                                   plevel=15, config=config, op_name=op_name)
+
+
+def _register_x86(op_name: str, impl, applies=lambda attrs, inputs: True) -> None:
+    """The cpu strategy of ``op_name``: generic, plus ``impl`` where ``applies``."""
+    generic = IMPLEMENTATIONS[f"{op_name.split('.')[-1]}.generic"]
+
+    def fstrategy(attrs, inputs, out_type, target):
+        strategy = OpStrategy()
+        strategy.add(generic)
+        x86_target = "arm_cpu" not in target_keys(target)
+        if x86_target and _static(inputs) and applies(attrs, inputs):
+            strategy.add(impl)
+        return strategy
+
+    fstrategy.__name__ = f"{op_name.split('.')[-1]}_strategy_cpu"
+    register_strategy(op_name, "cpu")(fstrategy)
+
+
+def _schedule_reduce_x86(attrs, outs, target, config=None):
+    return x86_reduction.schedule_reduce(outs, config)
+
+
+for _name in ("sum", "mean", "max", "min", "prod", "argmax", "argmin", "variance"):
+    _register_x86(_name, _x86_impl(_name, COMPUTES[_name], _schedule_reduce_x86,
+                                   x86_reduction.DEFAULT_CONFIG),
+                  lambda attrs, inputs: inputs[0].dtype != "bool")
+
+
+def _pool_compute(kind: str):
+    def compute(a, i, t, config=None):
+        return [x86_pool.pool(i[0], list(a.pool_size), list(a.strides), list(a.dilation),
+                              list(a.padding), kind, a.ceil_mode, a.layout,
+                              getattr(a, "count_include_pad", False))]
+    return compute
+
+
+def _schedule_pool_x86(attrs, outs, target, config=None):
+    return x86_pool.schedule_pool(outs, attrs.layout, config)
+
+
+def _schedule_global_pool_x86(attrs, outs, target, config=None):
+    return x86_pool.schedule_global_pool(outs, config)
+
+
+for _kind in ("max", "avg"):
+    for _rank in (1, 2, 3):
+        _name = f"nn.{_kind}_pool{_rank}d"
+        _register_x86(_name, _x86_impl(_name, _pool_compute(_kind), _schedule_pool_x86,
+                                       x86_pool.DEFAULT_CONFIG))
+    _name = f"nn.global_{_kind}_pool2d"
+    _register_x86(_name, _x86_impl(
+        _name, lambda a, i, t, config=None, kind=_kind: [x86_pool.global_pool(i[0], kind,
+                                                                              a.layout)],
+        _schedule_global_pool_x86, x86_reduction.DEFAULT_CONFIG))
+    for _rank in (1, 2):
+        _name = f"nn.adaptive_{_kind}_pool{_rank}d"
+        _register_x86(_name, _x86_impl(_name, COMPUTES[_name], _schedule_global_pool_x86,
+                                       x86_reduction.DEFAULT_CONFIG))
+
+
+def _schedule_softmax_x86(attrs, outs, target, config=None):
+    return x86_nn.schedule_softmax(outs, attrs.axis, config)
+
+
+for _name in ("nn.softmax", "nn.fast_softmax"):
+    _register_x86(_name, _x86_impl(
+        _name, lambda a, i, t, config=None: [x86_nn.softmax(i[0], a.axis)],
+        _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
+_register_x86("nn.log_softmax", _x86_impl("nn.log_softmax", COMPUTES["nn.log_softmax"],
+                                          _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
+
+# the axes each normalization's statistics span (its rows are the axes before them)
+_NORM_AXES = {
+    "nn.layer_norm": lambda a, ndim: normalize_axes(a.axis, ndim),
+    "nn.instance_norm": lambda a, ndim: [k for k in range(1, ndim)
+                                         if k != normalize_axes(a.axis, ndim)[0]],
+    "nn.group_norm": lambda a, ndim: normalize_axes(a.axis, ndim),
+    "nn.l2_normalize": lambda a, ndim: normalize_axes(a.axis, ndim),
+    "nn.lrn": lambda a, ndim: [ndim - 1],
+}
+
+
+def _norm_schedule(op_name: str):
+    def schedule(attrs, outs, target, config=None):
+        return x86_nn.schedule_norm(outs, _NORM_AXES[op_name](attrs, outs[0].ndim), config)
+    return schedule
+
+
+for _name in _NORM_AXES:
+    _register_x86(_name, _x86_impl(_name, COMPUTES[_name], _norm_schedule(_name),
+                                   x86_nn.DEFAULT_CONFIG))
+_register_x86("nn.batch_norm", _x86_impl(
+    "nn.batch_norm", COMPUTES["nn.batch_norm"],
+    lambda attrs, outs, target, config=None: topi.x86.schedule_injective(outs), {}))
+
+_register_x86("nn.conv1d", _x86_impl(
+    "nn.conv1d", COMPUTES["nn.conv1d"],
+    lambda attrs, outs, target, config=None: x86_conv1d.schedule_conv1d_ncw(outs, config),
+    x86_conv1d.DEFAULT_CONFIG),
+    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCW", "OIW"))
+_register_x86("nn.conv3d", _x86_impl(
+    "nn.conv3d", COMPUTES["nn.conv3d"],
+    lambda attrs, outs, target, config=None: x86_conv3d.schedule_conv3d_ncdhw(outs, config),
+    x86_conv3d.DEFAULT_CONFIG),
+    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCDHW", "OIDHW"))
+
+
+def _conv_transpose_x86(a, i, t, config=None):
+    return [x86_conv_transpose.conv_transpose_phased(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.output_padding), _dtype(t))]
+
+
+def _phased_applies(a, i) -> bool:
+    layouts = {("NCW", "IOW"), ("NCHW", "IOHW")}
+    return a.groups == 1 and all(int(d) == 1 for d in a.dilation) and \
+        (a.data_layout, a.kernel_layout) in layouts and a.out_layout in ("", a.data_layout)
+
+
+for _name in ("nn.conv1d_transpose", "nn.conv2d_transpose"):
+    _register_x86(_name, _x86_impl(
+        _name, _conv_transpose_x86,
+        lambda attrs, outs, target, config=None: x86_conv_transpose.schedule_conv_transpose(
+            outs, config), x86_conv_transpose.DEFAULT_CONFIG), _phased_applies)
