@@ -441,26 +441,42 @@ def parse_layout(layout: str) -> list[tuple[str, int]]:
     return out
 
 
-def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tensor:
-    """``x`` from ``src_layout`` to ``dst_layout`` (e.g. ``NCHW`` ↔ ``NCHW8c``, ``OIHW8i8o``)."""
+def layout_transform_shape(shape: Sequence[Any], src_layout: str,
+                           dst_layout: str) -> list[Any]:
+    """The shape of a ``shape`` tensor in ``src_layout`` seen in ``dst_layout`` (dims may be
+    expressions: the VM's shape function of ``layout_transform`` calls this too).
+
+    Example
+    -------
+    >>> layout_transform_shape((1, 20, 5, 5), "NCHW", "NCHW8c")
+    [1, 3, 5, 5, 8]
+    """
     src, dst = parse_layout(src_layout), parse_layout(dst_layout)
     if {a for a, _ in src if a.isupper()} != {a for a, _ in dst if a.isupper()}:
         raise TVMError(f"layout_transform: {src_layout} and {dst_layout} name different axes")
-    shape = get_const_tuple(x.shape)
-    primal: dict[str, int] = {}
-    for (axis, _), dim in zip(src, shape):
-        if axis.isupper():
-            primal[axis] = primal.get(axis, 1) * dim
-        else:
-            primal[axis.upper()] = primal.get(axis.upper(), 1) * dim
+    primal = _primal_extents(src, shape)
     sub_of = {a.upper(): f for a, f in dst if a.islower()}
-    out_shape = []
-    for axis, factor in dst:
-        if axis.islower():
-            out_shape.append(factor)
-        else:
-            sub = sub_of.get(axis, 1)
-            out_shape.append(-(-primal[axis] // sub))
+    return [factor if axis.islower() else (primal[axis] + sub_of.get(axis, 1) - 1) //
+            sub_of.get(axis, 1) for axis, factor in dst]
+
+
+def _primal_extents(src: list[tuple[str, int]], shape: Sequence[Any]) -> dict[str, Any]:
+    primal: dict[str, Any] = {}
+    for (axis, _), dim in zip(src, shape):
+        primal[axis.upper()] = primal.get(axis.upper(), 1) * dim
+    return primal
+
+
+def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tensor:
+    """``x`` from ``src_layout`` to ``dst_layout`` (e.g. ``NCHW`` ↔ ``NCHW8c``, ``OIHW8i8o``);
+    extents may be symbolic (the VM's ``Any`` dims)."""
+    src, dst = parse_layout(src_layout), parse_layout(dst_layout)
+    out_shape = layout_transform_shape(get_const_tuple(x.shape), src_layout, dst_layout)
+    primal = _primal_extents(src, get_const_tuple(x.shape))
+    sub_of = {a.upper(): f for a, f in dst if a.islower()}
+    # a split that does not divide its axis pads the tail; only those reads need a bound check
+    ragged = [a for a in primal if sub_of.get(a, 1) > 1 and
+              (not isinstance(primal[a], int) or primal[a] % sub_of[a])]
 
     def value_of(layout, idx, axis):
         total, big_factor = 0, {a.upper(): f for a, f in layout if a.islower()}
@@ -482,7 +498,7 @@ def layout_transform(x: te.Tensor, src_layout: str, dst_layout: str) -> te.Tenso
                 src_idx.append(_op.floordiv(values[a], src_sub[a]))
             else:
                 src_idx.append(values[a])
-        inside = [values[a] < primal[a] for a in primal if primal[a] % sub_of.get(a, 1)]
+        inside = [values[a] < primal[a] for a in ragged]
         read = x(*src_idx)
         if inside:
             cond = inside[0]
@@ -568,5 +584,5 @@ def cumprod(data: te.Tensor, axis: int | None = None, dtype: str | None = None,
 __all__ = ["reshape", "transpose", "squeeze", "expand_dims", "concatenate", "split", "stack",
            "take", "gather", "gather_nd", "strided_slice", "slice_like", "tile", "repeat",
            "reverse", "where", "one_hot", "arange", "full", "zeros", "ones", "parse_layout",
-           "layout_transform", "sequence_mask", "shape_of", "ndarray_size", "cumsum",
-           "cumprod"]
+           "layout_transform", "layout_transform_shape", "sequence_mask", "shape_of",
+           "ndarray_size", "cumsum", "cumprod"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from kiln.ir.op import Op
 from kiln.runtime.error import TVMError
+from kiln.topi.newshape import infer_newshape
 
 __all__ = ["numpy_eval", "register_numpy", "np_dtype", "NUMPY_EVAL"]
 
@@ -243,55 +244,15 @@ def _static_shape(out_type: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in out_type.shape)
 
 
-def relay_reshape_shape(shape: tuple[int, ...], newshape: Any) -> list[int]:
-    """Resolve Relay's reshape special values against ``shape``: 0 copies a dimension, -1
-    infers one, -2 copies the rest, -3 merges two, -4 splits one into the next two values."""
-    out: list[int] = []
-    src, spec, i = 0, [int(v) for v in newshape], 0
-    infer_at = None
-    while i < len(spec):
-        value = spec[i]
-        if value > 0:
-            out.append(value)
-            src += 1
-        elif value == 0:
-            out.append(shape[src])
-            src += 1
-        elif value == -1:
-            infer_at = len(out)
-            out.append(1)
-            src += 1
-        elif value == -2:
-            out.extend(shape[src:])
-            src = len(shape)
-        elif value == -3:
-            out.append(shape[src] * shape[src + 1])
-            src += 2
-        elif value == -4:
-            first, second = spec[i + 1], spec[i + 2]
-            whole = shape[src]
-            first = whole // second if first == -1 else first
-            second = whole // first if second == -1 else second
-            out.extend([first, second])
-            src += 1
-            i += 2
-        else:
-            raise TVMError(f"reshape: invalid value {value} in newshape {newshape}")
-        i += 1
-    if infer_at is not None:
-        known = int(np.prod([d for k, d in enumerate(out) if k != infer_at]))
-        out[infer_at] = int(np.prod(shape)) // known if known else 0
-    return out
-
-
 @register_numpy("reshape")
 def _reshape(attrs, args, out_type):
-    return np.reshape(args[0], relay_reshape_shape(args[0].shape, attrs.newshape))
+    return np.reshape(args[0], infer_newshape(args[0].shape, attrs.newshape,
+                                              bool(getattr(attrs, "allowzero", False))))
 
 
 @register_numpy("contrib_reverse_reshape")
 def _reverse_reshape(attrs, args, out_type):
-    shape = relay_reshape_shape(args[0].shape[::-1], list(attrs.newshape)[::-1])
+    shape = infer_newshape(args[0].shape[::-1], list(attrs.newshape)[::-1])
     return np.reshape(args[0], shape[::-1])
 
 
@@ -628,15 +589,10 @@ def _ints(value: Any) -> list[int]:
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
-def _relay_newshape(shape: tuple[int, ...], newshape: list[int]) -> list[int]:
-    """Resolve Relay's reshape special values 0 (copy) and -1 (infer) against ``shape``."""
-    out = [shape[i] if v == 0 and i < len(shape) else v for i, v in enumerate(newshape)]
-    return out
-
-
 @register_numpy("dyn.reshape")
 def _dyn_reshape(attrs, args, out_type):
-    return np.reshape(args[0], _relay_newshape(args[0].shape, _ints(args[1])))
+    return np.reshape(args[0], infer_newshape(args[0].shape, _ints(args[1]),
+                                              bool(getattr(attrs, "allowzero", False))))
 
 
 @register_numpy("dyn.broadcast_to")

@@ -6,9 +6,8 @@ and :class:`VirtualMachine` are re-exported from :mod:`kiln.runtime.vm`.
 Modules: ``compiler`` (pipeline + bytecode emission), ``memory_alloc`` (ManifestAlloc: the
 per-function arena and per-tensor storage), ``manifest_lifetimes`` (liveness → memory.kill),
 ``shape_rules`` (per-op ``FShapeFunc`` rules), ``shape_func`` (shape-function kernels for
-``Any`` dimensions, dynamic-shape lowering),
-``dynamic_compute`` (TE computes for ops whose TOPI compute needs constant shapes),
-``executor`` (``create_executor("vm")``).
+``Any`` dimensions, dynamic-shape lowering through the ops' strategies), ``executor``
+(``create_executor("vm")``).
 
 Example
 -------

@@ -229,33 +229,14 @@ def _cached(tec: Any, table: str, func: rx.Function, make: Any) -> Any:
 
 class _SymbolicOutputs:
     """Mixin for the TE compiler's compute builder: ``Any`` output dimensions become shape
-    variables (as TVM's lowering does), so computes sized from the output type still work;
-    the variables are bound from the output buffers the VM allocates."""
+    variables (as TVM's lowering does), so each op's strategy sizes its compute from the
+    output type; the variables are bound from the output buffers the VM allocates."""
 
     def visit_Call(self, node: rx.Call) -> list:  # noqa: N802 (the builder's method name)
-        from kiln.relay.op.strategy import select_implementation
-
-        if not isinstance(node.op, Op):
-            raise TVMError(f"a primitive function may only call operators, found {node.op!r}")
-        from kiln.relay.vm.dynamic_compute import DYNAMIC_COMPUTES
-
-        inputs = [t for a in node.args for t in self.visit(a)]
         out_type = _symbolic_type(node.checked_type, f"out{len(self.memo)}")
-        compute = DYNAMIC_COMPUTES.get(node.op.name)
-        if compute is not None:  # TOPI's compute for this op needs constant shapes
-            impl, outs = None, compute(node.attrs, inputs, out_type)
-        else:
-            impl, outs = select_implementation(node.op, node.attrs, inputs, out_type,
-                                               self.target)
-        pattern = node.op.get_attr("TOpPattern")
-        pattern = int(OpPattern.OPAQUE if pattern is None else pattern)
-        if pattern >= OpPattern.COMM_REDUCE and self.anchor is not None \
-                and self.anchor[0] >= OpPattern.COMM_REDUCE:
-            raise TVMError("Cannot apply TOPI schedule to a primitive function with two "
-                           f"complicated ops (in {node.op.name})")
-        if self.anchor is None or pattern >= self.anchor[0]:
-            self.anchor = (pattern, impl, node.attrs, outs)
-        return outs
+        symbolic = rx.Call(node.op, node.args, node.attrs, node.type_args)
+        symbolic.checked_type_ = out_type
+        return super().visit_Call(symbolic)
 
 
 def _symbolic_type(ty: Any, prefix: str) -> Any:
@@ -272,8 +253,6 @@ def _dynamic_schedule(anchor: Any, outputs: list, target: Any) -> Any:
 
     try:
         if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
-            if anchor[1] is None:  # a kiln.relay.vm.dynamic_compute kernel: no tuned schedule
-                return te.create_schedule([o.op for o in outputs])
             return anchor[1].schedule(anchor[2], outputs, target)
         return target_schedule("injective", outputs, target)
     except TVMError:

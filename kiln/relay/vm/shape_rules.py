@@ -2,7 +2,7 @@
 
 Entry points: :data:`SHAPE_RULES` (rules over input dimensions), :data:`DATA_DEPENDENT_RULES`
 (rules that read input values, TVM's ``TShapeDataDependent``), :func:`shape_rule`,
-:func:`dyn_slice_bounds`.
+:func:`broadcast_dims`.
 
 A rule is ``rule(attrs, in_dims, out_types) -> out_dims`` — ``in_dims`` holds, per flattened
 input tensor, its dimensions as int64 ``PrimExpr``\\ s, and ``out_dims`` the same per output.
@@ -23,8 +23,11 @@ from typing import Any
 
 from kiln.ir.op import Op
 from kiln.runtime.error import TVMError
+from kiln.topi.dynamic import attr_slice_spec, slice_bounds
+from kiln.topi.newshape import infer_newshape
+from kiln.topi.transform import layout_transform_shape
 
-__all__ = ["SHAPE_RULES", "DATA_DEPENDENT_RULES", "shape_rule", "dyn_slice_bounds",
+__all__ = ["SHAPE_RULES", "DATA_DEPENDENT_RULES", "shape_rule",
            "broadcast_dims", "product", "i64"]
 
 
@@ -87,51 +90,24 @@ def _batch_matmul(attrs, ins, outs):
     return [broadcast_dims([a[:1], b[:1]]) + [rows, cols]]
 
 
-def _reshape(attrs, ins, outs):
-    """TVM's newshape codes: 0 copy, -1 infer, -2 copy the rest, -3 merge two, -4 split."""
+def _checked(dims: list[Any], valid: Any) -> list[Any]:
+    """``dims``, or all -1 when ``valid`` is false at run time: the VM refuses to allocate a
+    negative extent, so bad shape-carrying input raises a TVMError instead of reading out of
+    bounds."""
     from kiln import tir
 
-    data = ins[0]
-    newshape = [int(v) for v in attrs.newshape]
-    out: list[Any] = []
-    infer_at = -1
-    src = 0
-    i = 0
-    while i < len(newshape):
-        code = newshape[i]
-        if code > 0:
-            out.append(i64(code))
-            src += 1
-        elif code == 0:
-            out.append(data[src])
-            src += 1
-        elif code == -1:
-            infer_at = len(out)
-            out.append(None)
-            src += 1
-        elif code == -2:
-            out.extend(data[src:])
-            src = len(data)
-        elif code == -3:
-            out.append(data[src] * data[src + 1])
-            src += 2
-        elif code == -4:
-            first, second = newshape[i + 1], newshape[i + 2]
-            if first == -1:
-                out += [tir.floordiv(data[src], i64(second)), i64(second)]
-            elif second == -1:
-                out += [i64(first), tir.floordiv(data[src], i64(first))]
-            else:
-                out += [i64(first), i64(second)]
-            src += 1
-            i += 2
-        else:
-            raise TVMError(f"reshape: bad newshape code {code}")
-        i += 1
-    if infer_at >= 0:
-        known = product([d for d in out if d is not None])
-        out[infer_at] = tir.floordiv(product(data), known)
-    return [out]
+    return [tir.Select(valid, d, i64(-1)) for d in dims]
+
+
+def _as_dims(values: list[Any]) -> list[Any]:
+    return [i64(v) if isinstance(v, int) else v for v in values]
+
+
+def _reshape(attrs, ins, outs):
+    """TVM's newshape codes (0, -1, -2, -3, -4), resolved by :func:`infer_newshape`."""
+    out = _as_dims(infer_newshape(ins[0], attrs.newshape,
+                                  bool(getattr(attrs, "allowzero", False))))
+    return [_checked(out, product(out) == product(ins[0]))]
 
 
 def _concatenate(attrs, ins, outs):
@@ -178,30 +154,14 @@ def _reduce(attrs, ins, outs):
 
 
 def _strided_slice(attrs, ins, outs):
-    from kiln import tir
+    spec = attr_slice_spec(ins[0], list(attrs.begin), _list_or_none(attrs.end),
+                           _list_or_none(attrs.strides), _list_or_none(attrs.axes),
+                           getattr(attrs, "slice_mode", "end"))
+    return [[length for _, _, length in slice_bounds(ins[0], *spec)]]
 
-    data = ins[0]
-    ndim = len(data)
-    axes = list(attrs.axes) if getattr(attrs, "axes", None) is not None else list(range(ndim))
-    begin, end = list(attrs.begin), list(attrs.end)
-    strides = list(attrs.strides or [1]) if attrs.strides is not None else [1]
-    out = list(data)
-    for n, axis in enumerate(axes[: len(begin)]):
-        dim = data[axis]
-        stride = int(strides[n] if n < len(strides) else strides[-1])
-        if stride <= 0:
-            raise TVMError("strided_slice on a dynamic shape supports positive strides only")
-        b = int(begin[n])
-        e = None if n >= len(end) or end[n] is None else int(end[n])
-        lo = dim + i64(b) if b < 0 else i64(b)
-        if getattr(attrs, "slice_mode", "end") == "size":
-            hi = dim if e is None or e < 0 else lo + i64(e)
-        else:
-            hi = dim if e is None else (dim + i64(e) if e < 0 else i64(e))
-        lo = tir.Max(tir.Min(lo, dim), i64(0))
-        hi = tir.Max(tir.Min(hi, dim), lo)
-        out[axis] = tir.floordiv(hi - lo + i64(stride - 1), i64(stride))
-    return [out]
+
+def _list_or_none(value: Any) -> list | None:
+    return None if value is None else list(value)
 
 
 def _take(attrs, ins, outs):
@@ -295,10 +255,26 @@ def _one_hot(attrs, ins, outs):
 def _topk(attrs, ins, outs):
     out = list(ins[0])
     axis = int(attrs.axis) % len(out)
-    k = int(attrs.k)
-    if k >= 1:
-        out[axis] = i64(k)
-    return [list(out) for _ in outs]
+    k = int(attrs.k) if attrs.k is not None else 0
+    if k < 1:
+        return [list(out) for _ in outs]
+    valid = i64(k) <= out[axis]  # an Any axis shorter than k at run time
+    out[axis] = i64(k)
+    return [_checked(list(out), valid) for _ in outs]
+
+
+def _layout_transform(attrs, ins, outs):
+    return [_as_dims(layout_transform_shape(ins[0], attrs.src_layout, attrs.dst_layout))]
+
+
+def _slice_like(attrs, ins, outs):
+    data, like = list(ins[0]), ins[1]
+    axes = getattr(attrs, "axes", None)
+    axes = range(min(len(data), len(like))) if not axes else [int(a) % len(data)
+                                                              for a in axes]
+    for a in axes:
+        data[a] = like[a]
+    return [data]
 
 
 def _gather(attrs, ins, outs):
@@ -328,25 +304,44 @@ def _values_of(tensor: Any, count: int) -> list[Any]:
     return [tir.Cast("int64", tensor[k]) for k in range(count)]
 
 
+def _scalar_value(tensor: Any) -> Any:
+    """The one element of a 0-d or single-element tensor."""
+    return tensor(*([0] * len(tensor.shape)))
+
+
 def _shape_from_input(index: int):
-    """dyn.zeros/ones/full/broadcast_to: the output shape is the values of input ``index``."""
+    """dyn.zeros/ones/full: the output shape is the values of input ``index``."""
     def rule(attrs, ins, outs, data):
         return [_values_of(data[index], len(outs[0].shape))]
 
     return rule
 
 
+def _dyn_broadcast_to(attrs, ins, outs, data):
+    """The values of the shape tensor, which the input must broadcast to."""
+    from kiln import tir
+
+    out = _values_of(data[1], len(outs[0].shape))
+    lead = len(out) - len(ins[0])
+    fits = [tir.any(d == i64(1), d == out[lead + k]) for k, d in enumerate(ins[0])]
+    return [_checked(out, tir.all(*fits) if fits else tir.const(True, "bool"))]
+
+
 def _dyn_reshape(attrs, ins, outs, data):
-    """reshape to the run-time values of a newshape tensor (0 copies, -1 infers)."""
+    """reshape to the run-time values of a newshape tensor: 0 copies the input dimension at
+    its position (unless ``allowzero``), -1 infers one extent; the element count must match."""
     from kiln import tir
 
     src, codes = ins[0], _values_of(data[1], len(outs[0].shape))
-    one, zero, minus_one = i64(1), i64(0), i64(-1)
-    resolved = [tir.Select(c == zero, src[k] if k < len(src) else one, c)
-                for k, c in enumerate(codes)]
+    one, minus_one = i64(1), i64(-1)
+    copy_zero = not bool(getattr(attrs, "allowzero", False))
+    resolved = [tir.Select(c == i64(0), src[k] if k < len(src) else minus_one, c)
+                if copy_zero else c for k, c in enumerate(codes)]
     known = product([tir.Select(r == minus_one, one, r) for r in resolved])
-    inferred = tir.floordiv(product(src), known)
-    return [[tir.Select(r == minus_one, inferred, r) for r in resolved]]
+    inferred = tir.floordiv(product(src), tir.Max(known, one))
+    out = [tir.Select(r == minus_one, inferred, r) for r in resolved]
+    inferred_count = sum((tir.Cast("int64", r == minus_one) for r in resolved), i64(0))
+    return [_checked(out, tir.all(product(out) == product(src), inferred_count <= one))]
 
 
 def _argwhere(attrs, ins, outs, data):
@@ -376,7 +371,7 @@ def _dyn_one_hot(attrs, ins, outs, data):
     indices = list(ins[0])
     axis = int(attrs.axis)
     axis = len(indices) if axis == -1 else axis
-    depth = tir.Cast("int64", data[3]())
+    depth = tir.Cast("int64", _scalar_value(data[3]))
     return [indices[:axis] + [depth] + indices[axis:]]
 
 
@@ -388,27 +383,16 @@ def _dyn_pad(attrs, ins, outs, data):
              for k, d in enumerate(ins[0])]]
 
 
-def dyn_slice_bounds(dims: list[Any], begin: Any, end: Any, strides: Any) -> list[tuple]:
-    """Per axis (start, stride, length) of a strided slice whose bounds are run-time tensors
-    (positive strides; NumPy clamping and negative indices)."""
-    from kiln import tir
-
-    zero = i64(0)
-    result = []
-    for k, dim in enumerate(dims):
-        b, e = tir.Cast("int64", begin[k]), tir.Cast("int64", end[k])
-        step = tir.Cast("int64", strides[k])
-        b = tir.Select(b < zero, b + dim, b)
-        e = tir.Select(e < zero, e + dim, e)
-        lo = tir.Max(tir.Min(b, dim), zero)
-        hi = tir.Max(tir.Min(e, dim), lo)
-        result.append((lo, step, tir.floordiv(hi - lo + step - i64(1), step)))
-    return result
-
-
 def _dyn_strided_slice(attrs, ins, outs, data):
-    bounds = dyn_slice_bounds(list(ins[0]), data[1], data[2], data[3])
-    return [[length for _, _, length in bounds]]
+    """Lengths of a slice whose begin/end/strides are run-time tensors (one value per axis;
+    a strides tensor of length 1 applies to every axis)."""
+    dims = list(ins[0])
+    begin, end, strides = (_values_of(t, int(n[0].value)) for t, n in zip(data[1:4], ins[1:4]))
+    strides = strides * len(dims) if len(strides) == 1 else strides
+    if not len(begin) == len(end) == len(strides) == len(dims):
+        raise TVMError(f"dyn.strided_slice: begin, end and strides need {len(dims)} values "
+                       f"each, got {len(begin)}, {len(end)} and {len(strides)}")
+    return [[length for _, _, length in slice_bounds(dims, begin, end, strides)]]
 
 
 def _dyn_expand_dims(attrs, ins, outs, data):
@@ -416,7 +400,7 @@ def _dyn_expand_dims(attrs, ins, outs, data):
     from kiln import tir
 
     dims, new = list(ins[0]), int(attrs.num_newaxis)
-    axis = tir.Cast("int64", data[1]())
+    axis = tir.Cast("int64", _scalar_value(data[1]))
     axis = tir.Select(axis < i64(0), axis + i64(len(dims) + 1), axis)
     out = []
     for j in range(len(dims) + new):
@@ -453,6 +437,45 @@ def _dyn_squeeze(attrs, ins, outs, data):
             is_jth = tir.all(tir.Not(dropped(k)), kept_before == i64(j))
             value = tir.Select(is_jth, dims[k], value)
         out.append(value)
+    # every axis named once, in range, and of extent 1
+    dropped_count = sum((tir.Cast("int64", dropped(k)) for k in range(len(dims))), i64(0))
+    ones = [tir.any(tir.Not(dropped(k)), d == i64(1)) for k, d in enumerate(dims)]
+    return [_checked(out, tir.all(dropped_count == i64(count), *ones))]
+
+
+def _dyn_topk(attrs, ins, outs, data):
+    """k read at run time: k < 1 keeps the whole axis; k past the axis is an error."""
+    from kiln import tir
+
+    out = list(ins[0])
+    axis = int(attrs.axis) % len(out)
+    k = tir.Cast("int64", _scalar_value(data[1]))
+    valid = k <= out[axis]
+    out[axis] = tir.Select(k < i64(1), out[axis], k)
+    return [_checked(list(out), valid) for _ in outs]
+
+
+def _spatial_axes(layout: str, letters: str) -> list[int]:
+    return [layout.index(c) for c in letters]
+
+
+def _dyn_resize2d(attrs, ins, outs, data):
+    """H and W are the run-time values of the size tensor."""
+    out = list(ins[0])
+    for axis, extent in zip(_spatial_axes(attrs.layout, "HW"), _values_of(data[1], 2)):
+        out[axis] = extent
+    return [out]
+
+
+def _dyn_upsampling(attrs, ins, outs, data):
+    """H and W scaled by the run-time scale tensors, rounded half to even like the static
+    op's type relation (Python's ``round``)."""
+    from kiln.tir import op as _op
+
+    out = list(ins[0])
+    for axis, scale in zip(_spatial_axes(attrs.layout, "HW"), data[1:3]):
+        scaled = _op.cast(out[axis], "float64") * _op.cast(_scalar_value(scale), "float64")
+        out[axis] = _op.cast(_op.round(scaled), "int64")
     return [out]
 
 
@@ -463,7 +486,7 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
     "dyn.zeros": _shape_from_input(0),
     "dyn.ones": _shape_from_input(0),
     "dyn.full": _shape_from_input(1),
-    "dyn.broadcast_to": _shape_from_input(1),
+    "dyn.broadcast_to": _dyn_broadcast_to,
     "dyn.reshape": _dyn_reshape,
     "dyn.tile": _dyn_tile,
     "dyn.one_hot": _dyn_one_hot,
@@ -471,6 +494,9 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
     "dyn.strided_slice": _dyn_strided_slice,
     "dyn.expand_dims": _dyn_expand_dims,
     "dyn.squeeze": _dyn_squeeze,
+    "dyn.topk": _dyn_topk,
+    "dyn.image.resize2d": _dyn_resize2d,
+    "dyn.nn.upsampling": _dyn_upsampling,
 }
 
 
@@ -494,6 +520,8 @@ SHAPE_RULES: dict[str, Any] = {
     "nn.mirror_pad": _pad,
     "one_hot": _one_hot,
     "topk": _topk,
+    "layout_transform": _layout_transform,
+    "slice_like": _slice_like,
     "gather": _gather,
     "nn.batch_norm": _batch_norm,
     "nn.dropout": _same_for_every_output,

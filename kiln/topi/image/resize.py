@@ -16,31 +16,48 @@ from typing import Any
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi.utils import get_const_tuple
+from kiln.topi.utils import get_const_tuple, is_const
 
 _F = "float32"
 _MODES = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
           "tf_half_pixel_for_nn", "tf_crop_and_resize")
 
 
-def _source_coord(x: Any, in_size: int, out_size: int, mode: str, roi: tuple) -> Any:
-    """Output coordinate ``x`` mapped into the input (as float32)."""
+def _as_float(value: Any) -> Any:
+    """A Python number stays a Python float (folded at compile time); an expression (a
+    run-time extent or roi value) becomes a float32 expression."""
+    number = value if isinstance(value, int | float) else getattr(value, "value", None)
+    return float(number) if isinstance(number, int | float) else _op.cast(value, _F)
+
+
+def _if_more_than_one(size: Any, then: Any, otherwise: Any) -> Any:
+    if isinstance(size, int):
+        return then() if size > 1 else otherwise()
+    return _op.if_then_else(size > 1, then(), otherwise())
+
+
+def _source_coord(x: Any, in_size: Any, out_size: Any, mode: str, roi: tuple) -> Any:
+    """Output coordinate ``x`` mapped into the input (as float32); sizes and roi may be
+    run-time expressions."""
     xf = _op.cast(x, _F)
-    scale = out_size / in_size
+    fin, fout = _as_float(in_size), _as_float(out_size)
+    scale = fout / fin
     if mode == "half_pixel":
         return (xf + 0.5) / scale - 0.5
     if mode == "align_corners":
-        return xf * ((in_size - 1) / (out_size - 1)) if out_size > 1 else xf * 0.0
+        return _if_more_than_one(out_size, lambda: xf * ((fin - 1) / (fout - 1)),
+                                 lambda: xf * 0.0)
     if mode == "asymmetric":
         return xf / scale
     if mode == "pytorch_half_pixel":
-        return (xf + 0.5) / scale - 0.5 if out_size > 1 else xf * 0.0
+        return _if_more_than_one(out_size, lambda: (xf + 0.5) / scale - 0.5, lambda: xf * 0.0)
     if mode == "tf_half_pixel_for_nn":
         return (xf + 0.5) / scale
     start, end = roi
-    if out_size > 1:
-        return start * (in_size - 1) + xf * ((end - start) * (in_size - 1) / (out_size - 1))
-    return xf * 0.0 + 0.5 * (start + end) * (in_size - 1)
+    return _if_more_than_one(
+        out_size,
+        lambda: start * (fin - 1) + xf * ((end - start) * (fin - 1) / (fout - 1)),
+        lambda: xf * 0.0 + 0.5 * (start + end) * (fin - 1))
 
 
 def _nearest_index(coord: Any, rounding: str) -> Any:
@@ -90,7 +107,11 @@ def resize(data: te.Tensor, roi: Sequence[float], size: Sequence[int], layout: s
            method: str = "linear", coordinate_transformation_mode: str = "half_pixel",
            rounding_method: str = "", cubic_alpha: float = -0.5, cubic_exclude: int = 0,
            extrapolation_value: float = 0.0, out_dtype: str | None = None) -> te.Tensor:
-    """Resize the spatial axes (``D``/``H``/``W`` in ``layout``) of ``data`` to ``size``."""
+    """Resize the spatial axes (``D``/``H``/``W`` in ``layout``) of ``data`` to ``size``.
+
+    ``size``, ``roi`` and the spatial extents of ``data`` may be run-time expressions
+    (``dyn.image.resize2d`` reads them from tensors); constants fold at compile time.
+    """
     if method not in ("nearest_neighbor", "linear", "cubic"):
         raise TVMError(f"resize: method must be nearest_neighbor, linear or cubic, got "
                        f"{method!r}")
@@ -99,11 +120,12 @@ def resize(data: te.Tensor, roi: Sequence[float], size: Sequence[int], layout: s
         raise TVMError(f"resize: unknown coordinate_transformation_mode {mode!r}")
     spatial = [k for k, a in enumerate(layout) if a in "DHW"]
     shape = get_const_tuple(data.shape)
-    size = [int(s) for s in size]
+    size = [int(s) if is_const(s) else s for s in size]
     if len(size) != len(spatial):
         raise TVMError(f"resize: size {size} must give {len(spatial)} values for {layout}")
     roi = list(roi or [0.0] * (2 * len(spatial)))
-    rois = [(float(roi[k]), float(roi[k + len(spatial)])) for k in range(len(spatial))]
+    rois = [(_as_float(roi[k]), _as_float(roi[k + len(spatial)]))
+            for k in range(len(spatial))]
     if not rounding_method:
         rounding_method = "round" if mode in ("align_corners", "tf_half_pixel_for_nn") \
             else "floor"
@@ -130,7 +152,7 @@ def resize(data: te.Tensor, roi: Sequence[float], size: Sequence[int], layout: s
             value = term if value is None else value + term
         if mode == "tf_crop_and_resize":
             for c, ax in zip(coords, spatial):
-                outside = _op.logical_or(c < 0.0, c > float(shape[ax] - 1))
+                outside = _op.logical_or(c < 0.0, c > _as_float(shape[ax]) - 1.0)
                 value = _op.if_then_else(outside, _op.const(extrapolation_value, _F), value)
         if method == "nearest_neighbor" and out_dtype == data.dtype and \
                 mode != "tf_crop_and_resize":

@@ -6,6 +6,8 @@ Entry points: :func:`depth_to_space` (``DCR``/``CRD``), :func:`space_to_depth`,
 
 from __future__ import annotations
 
+from typing import Any
+
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
@@ -65,13 +67,21 @@ def space_to_depth(data: te.Tensor, block_size: int, layout: str = "NCHW") -> te
 
 
 def upsampling(data: te.Tensor, scale_h: float, scale_w: float, layout: str = "NCHW",
-               method: str = "nearest_neighbor", align_corners: bool = False) -> te.Tensor:
-    """Resize by ``scale_h``/``scale_w`` (nearest, bilinear or bicubic)."""
+               method: str = "nearest_neighbor", align_corners: bool = False,
+               out_size: Any = None) -> te.Tensor:
+    """Resize by ``scale_h``/``scale_w`` (nearest, bilinear or bicubic).
+
+    ``out_size`` gives the output ``(H, W)`` instead when the scales are run-time values
+    (``dyn.nn.upsampling``: its shape function rounds ``extent * scale`` the same way).
+    """
     from kiln.topi.image.resize import resize2d
 
     n_ax, c_ax, h_ax, w_ax = _layout_axes(layout)
-    shape = get_const_tuple(data.shape)
-    size = (int(round(shape[h_ax] * scale_h)), int(round(shape[w_ax] * scale_w)))
+    if out_size is not None:
+        size = tuple(out_size)
+    else:
+        shape = get_const_tuple(data.shape)
+        size = (int(round(shape[h_ax] * scale_h)), int(round(shape[w_ax] * scale_w)))
     method = {"nearest_neighbor": "nearest_neighbor", "bilinear": "linear",
               "bicubic": "cubic"}.get(method)
     if method is None:

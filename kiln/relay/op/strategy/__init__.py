@@ -17,7 +17,7 @@ True
 from __future__ import annotations
 
 from kiln.relay.op.strategy import arm_cpu, generic, x86  # noqa: F401 - registers
-from kiln.relay.op.strategy.generic import COMPUTES, NO_KERNEL, schedule_injective, schedule_reduce
+from kiln.relay.op.strategy.generic import COMPUTES, schedule_injective, schedule_reduce
 from kiln.relay.op.strategy.registry import (
                                             OpImplementation,
                                             OpStrategy,
@@ -33,4 +33,4 @@ from kiln.relay.op.strategy.registry import (
 __all__ = ["OpStrategy", "OpImplementation", "register_strategy", "select_implementation",
            "strategy_for", "register_tuned_selector", "register_target_schedule",
            "target_schedule", "registered_keys", "schedule_injective", "schedule_reduce",
-           "COMPUTES", "NO_KERNEL"]
+           "COMPUTES"]

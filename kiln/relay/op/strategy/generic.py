@@ -2,12 +2,16 @@
 
 Entry points: :data:`COMPUTES` (op name → ``compute(attrs, inputs, out_type)``),
 :data:`SCHEDULE_KIND` (op name → ``"injective"``, ``"reduce"`` or ``"opaque"``),
-:data:`NO_KERNEL` (ops without a kernel, with the reason), :func:`schedule_injective`,
-:func:`schedule_reduce`.
+:func:`schedule_injective`, :func:`schedule_reduce`.
 
 Every op in :data:`COMPUTES` gets a ``"generic"`` strategy (one implementation,
 ``<op>.generic``) and, when injective, its ``FTVMCompute`` and ``FTVMSchedule`` as well.
 Faster target-specific implementations live in :mod:`.x86` and :mod:`.arm_cpu`.
+
+The ``dyn.*`` ops and ``argwhere`` have computes too (:mod:`kiln.topi.dynamic`): their output
+extents are run-time values that the VM gets from each op's shape function
+(:mod:`kiln.relay.vm.shape_rules`). ``reshape``, ``concatenate``, ``strided_slice`` and
+``nn.batch_matmul`` switch to those computes when a call has ``Any`` dims.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from kiln.relay.op.strategy.registry import (
     target_schedule,
 )
 from kiln.tir import op as _op
-from kiln.topi import nn
+from kiln.topi import dynamic, nn
 from kiln.topi.nn import winograd
 
 
@@ -270,16 +274,84 @@ COMPUTES.update({
     "nn.contrib_conv2d_gemm_without_weight_transform": _gemm_conv,
 })
 
-# Ops without a TOPI kernel in kiln, each with the reason.
-NO_KERNEL: dict[str, str] = {
-    "argwhere": "output shape depends on the data: needs the VM's shape function and a "
-                "dynamic-shape kernel",
-    **{name: "dynamic-shape op: its shape is known only at run time (VM shape functions); "
-             "kiln lowers only static shapes" for name in (
-                 "dyn.broadcast_to", "dyn.expand_dims", "dyn.full", "dyn.image.resize2d",
-                 "dyn.nn.pad", "dyn.nn.upsampling", "dyn.one_hot", "dyn.ones", "dyn.reshape",
-                 "dyn.squeeze", "dyn.strided_slice", "dyn.tile", "dyn.topk", "dyn.zeros")},
-}
+# ---- run-time extents: dyn.* ops, argwhere, and shape ops called with Any dims ---------------
+# Their computes size the output from ``out_type`` (the VM passes shape variables for Any
+# dims, bound from the buffers it allocates from each op's shape function).
+
+
+def _symbolic_or(static: Callable, symbolic: Callable) -> Callable:
+    """``static`` (constant shapes, folded indexing) unless the call has a run-time extent."""
+    def compute(attrs, inputs, out_type):
+        shapes = [out_shape(out_type)] + [list(t.shape) for t in inputs]
+        if all(dynamic.is_static(shape) for shape in shapes):
+            return static(attrs, inputs, out_type)
+        return symbolic(attrs, inputs, out_type)
+
+    return compute
+
+
+def _slice_with_attrs(a, i, t):
+    spec = dynamic.attr_slice_spec(list(i[0].shape), list(a.begin), _opt(a.end), _opt(a.strides),
+                                   _opt(a.axes), a.slice_mode)
+    return [dynamic.strided_slice(i[0], *spec, out_shape(t))]
+
+
+def _slice_with_tensors(a, i, t):
+    ndim = len(i[0].shape)
+    spec = [dynamic.tensor_values(bound, ndim) for bound in i[1:4]]
+    return [dynamic.strided_slice(i[0], *spec, out_shape(t))]
+
+
+def _topk_field(a: Any, t: Any) -> Any:
+    return out_shape(t, 0) if a.ret_type == "both" else out_shape(t)
+
+
+def _spatial(t: Any, layout: str) -> list[Any]:
+    shape = out_shape(t)
+    return [shape[layout.index("H")], shape[layout.index("W")]]
+
+
+def _dyn_resize2d(a, i, t):
+    roi = dynamic.tensor_values(i[2], 4, "float32")
+    return [topi.image.resize2d(i[0], roi, _spatial(t, a.layout), a.layout, a.method,
+                                a.coordinate_transformation_mode, a.rounding_method,
+                                a.cubic_alpha, a.cubic_exclude, a.extrapolation_value,
+                                _dtype(t))]
+
+
+def _reshape_to_out_type(a, i, t):
+    return [dynamic.reshape(i[0], out_shape(t))]
+
+
+for _name, _symbolic in (
+        ("reshape", _reshape_to_out_type),
+        ("concatenate", lambda a, i, t: [dynamic.concatenate(list(i), a.axis, out_shape(t))]),
+        ("strided_slice", _slice_with_attrs),
+        ("nn.batch_matmul", lambda a, i, t: [dynamic.batch_matmul(
+            i[0], i[1], out_shape(t), _dtype(t), a.transpose_a, a.transpose_b)])):
+    COMPUTES[_name] = _symbolic_or(COMPUTES[_name], _symbolic)
+
+COMPUTES.update({
+    "dyn.reshape": _reshape_to_out_type,
+    # adding or dropping extent-1 axes keeps the row-major order
+    "dyn.expand_dims": _reshape_to_out_type,
+    "dyn.squeeze": _reshape_to_out_type,
+    "dyn.broadcast_to": lambda a, i, t: [dynamic.broadcast_to(i[0], out_shape(t))],
+    "dyn.zeros": lambda a, i, t: [dynamic.full(out_shape(t), _dtype(t), 0)],
+    "dyn.ones": lambda a, i, t: [dynamic.full(out_shape(t), _dtype(t), 1)],
+    "dyn.full": lambda a, i, t: [dynamic.full(out_shape(t), _dtype(t), i[0])],
+    "dyn.tile": lambda a, i, t: [dynamic.tile(i[0], out_shape(t))],
+    "dyn.one_hot": lambda a, i, t: [dynamic.one_hot(i[0], i[1], i[2], out_shape(t),
+                                                    int(a.axis), _dtype(t))],
+    "dyn.nn.pad": lambda a, i, t: [dynamic.pad(i[0], i[1], i[2], out_shape(t))],
+    "dyn.strided_slice": _slice_with_tensors,
+    "dyn.topk": lambda a, i, t: dynamic.topk(i[0], _topk_field(a, t), a.axis, a.ret_type,
+                                             a.is_ascend, a.dtype),
+    "dyn.image.resize2d": _dyn_resize2d,
+    "dyn.nn.upsampling": lambda a, i, t: [nn.upsampling(
+        i[0], None, None, a.layout, a.method, a.align_corners, out_size=_spatial(t, a.layout))],
+    "argwhere": lambda a, i, t: [dynamic.argwhere(i[0], out_shape(t), _dtype(t))],
+})
 
 # "injective" ops fuse and use the injective schedule; "reduce" the reduction schedule;
 # everything else the generic default (producers inlined, root stages serial).
@@ -290,7 +362,7 @@ _OPAQUE = {"nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul",
            "nn.conv2d_transpose", "nn.softmax", "nn.fast_softmax", "nn.log_softmax",
            "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.l2_normalize", "nn.lrn",
            "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of", "argsort",
-           "sort", "topk", "scatter_elements", "scatter_nd",
+           "sort", "topk", "dyn.topk", "argwhere", "scatter_elements", "scatter_nd",
            "nn.contrib_conv2d_winograd_weight_transform",
            "nn.contrib_conv2d_winograd_without_weight_transform",
            "nn.contrib_conv2d_gemm_weight_transform",
@@ -352,6 +424,12 @@ def wrap_strategy(compute: Callable, schedule: Callable, name: str,
     return fstrategy
 
 
+def _implementation_stem(op_name: str) -> str:
+    """``nn.dense`` → ``dense``; ``dyn.nn.pad`` → ``dyn_pad`` (apart from ``nn.pad``'s)."""
+    stem = op_name.split(".")[-1]
+    return f"dyn_{stem}" if op_name.startswith("dyn.") else stem
+
+
 def _register_all() -> None:
     from kiln.ir.op import Op
 
@@ -359,7 +437,7 @@ def _register_all() -> None:
         kind = schedule_kind(op_name)
         schedule = SCHEDULES[kind]
         register_strategy(op_name, "generic")(
-            wrap_strategy(compute, schedule, f"{op_name.split('.')[-1]}.generic",
+            wrap_strategy(compute, schedule, f"{_implementation_stem(op_name)}.generic",
                           op_name=op_name))
         op = Op.get(op_name)
         if op.get_attr("FTVMCompute") is None:
