@@ -129,7 +129,7 @@ def parse_targets(target: Any, target_host: Any = None) -> tuple[dict[int, Any],
     Example
     -------
     >>> targets, host = parse_targets({"cpu": "c", 4: "opencl"})
-    >>> sorted(targets), str(host)
+    >>> sorted(targets), host.kind.name
     ([1, 4], 'c')
     """
     from kiln.target import Target
