@@ -301,10 +301,9 @@ class _Relation:
         self.node, self.op, self.rel, self.arg_types, self.out = node, op, rel, arg_types, out
 
     def try_solve(self, inferencer: TypeInferencer) -> bool:
-        resolved = inferencer.resolved_or_none(self.arg_types)
-        if resolved is None:
+        ret = inferencer.solve_op_call(self.node, self.op, self.rel, self.arg_types)
+        if ret is None:
             return False
-        ret = inferencer.run_relation(self.node, self.op, self.rel, resolved)
         inferencer.unify(self.out, ret, self.node, "the result of")
         return True
 
@@ -495,12 +494,48 @@ class TypeInferencer:
             raise self.error(node, f"operator {op.name} expects {num_inputs} arguments, "
                                    f"got {len(node.args)}")
         arg_types = [self.visit(a) for a in node.args]
-        resolved = self.resolved_or_none(arg_types)
-        if resolved is not None:
-            return self.run_relation(node, op, rel, resolved)
+        ret = self.solve_op_call(node, op, rel, arg_types)
+        if ret is not None:
+            return ret
         out = IncompleteType()
         self.pending.append(_Relation(node, op, rel, arg_types, out))
         return out
+
+    def solve_op_call(self, node: Call, op: Op, rel: Callable, arg_types: list) -> Type | None:
+        """The result type of an operator call, or None while some argument type is unknown.
+
+        Before giving up, the op's ``FInferArgTypes`` rule (if any) may determine unknown
+        argument types from the known ones and the attrs — a weight's shape from the data's
+        shape and ``units``/``channels``/``kernel_size``, as TVM's relations do. The forward
+        relation then checks the whole call, so a rule never has to validate anything.
+        """
+        resolved = self.resolved_or_none(arg_types)
+        if resolved is None and self.infer_arg_types(node, op, arg_types):
+            resolved = self.resolved_or_none(arg_types)
+        if resolved is None:
+            return None
+        return self.run_relation(node, op, rel, resolved)
+
+    def infer_arg_types(self, node: Call, op: Op, arg_types: list) -> bool:
+        """Unify unknown argument types with what ``FInferArgTypes`` derives; True on progress."""
+        rule = op.get_attr("FInferArgTypes")
+        if rule is None:
+            return False
+        known = []
+        for t in arg_types:
+            ty, done = self.solver.resolve(t)
+            known.append(ty if done else None)
+        try:
+            found = rule(known, node.attrs)
+        except Exception as err:  # rules report bad input with any exception type
+            raise self.error(node, f"type inference of operator {op.name} failed: {err}") \
+                from err
+        progress = False
+        for index, ty in found.items():
+            if known[index] is None:
+                self.unify(arg_types[index], ty, node, f"argument {index} of")
+                progress = True
+        return progress
 
     def instantiate(self, fn_type: FuncType) -> FuncType:
         """``fn_type`` with its type params replaced by fresh placeholders."""

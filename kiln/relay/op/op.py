@@ -1,8 +1,9 @@
 """Relay's view of the operator registry: pattern kinds and registration helpers.
 
 Entry points: :class:`OpPattern`, :func:`get`, :func:`register_op_attr`, :func:`define_op`,
-:func:`register_pattern`, :func:`register_compute`, :func:`register_strategy`,
-:func:`register_shape_func`, :func:`register_gradient`, :func:`call`.
+:func:`register_pattern`, :func:`register_arg_types`, :func:`register_compute`,
+:func:`register_strategy`, :func:`register_shape_func`, :func:`register_gradient`,
+:func:`call`.
 
 Every op family module (``tensor.py``, ``transform.py``, ``nn/nn.py`` …) declares its ops with
 :func:`define_op`, which registers the op together with its type relation and pattern kind in
@@ -28,6 +29,7 @@ __all__ = [
     "define_op",
     "register_pattern",
     "register_type_rel",
+    "register_arg_types",
     "register_compute",
     "register_strategy",
     "register_shape_func",
@@ -122,6 +124,19 @@ def register_pattern(op_name: str, pattern: int, level: int = 10) -> None:
 def register_type_rel(op_name: str, rel: TypeRelation | None = None, level: int = 10):
     """Set the type relation of ``op_name`` (decorator when ``rel`` is None)."""
     return register_op_attr(op_name, "FTVMTypeRelation", rel, level)
+
+
+def register_arg_types(op_name: str, rule: Callable, level: int = 10) -> None:
+    """Set ``FInferArgTypes`` of ``op_name``: types of unannotated arguments, from the rest.
+
+    ``rule(arg_types, attrs, op_name)`` gets the argument types with ``None`` for each one not
+    known yet and returns ``{index: TensorType}`` for those it can determine (a weight from
+    the data's shape and ``units``, ``channels``, ``kernel_size`` …). Type inference unifies
+    them in; the op's type relation then checks the whole call as usual.
+    """
+    from kiln.relay.op.type_relations import named
+
+    register_op_attr(op_name, "FInferArgTypes", named(rule, op_name), level)
 
 
 def register_compute(op_name: str, compute: Callable | None = None, level: int = 10):

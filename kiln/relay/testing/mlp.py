@@ -13,13 +13,9 @@ def get_net(batch_size: int, num_classes: int = 10, image_shape: tuple = (1, 28,
     """dense(128) + relu → dense(64) + relu → dense(num_classes) → softmax."""
     data = relay.var("data", shape=(batch_size, *image_shape), dtype=dtype)
     x = relay.nn.batch_flatten(data)
-    in_units = 1
-    for dim in image_shape:
-        in_units *= dim
     for i, units in enumerate((128, 64, num_classes), start=1):
-        w = relay.var(f"fc{i}_weight", shape=(units, in_units), dtype=dtype)
-        b = relay.var(f"fc{i}_bias", shape=(units,), dtype=dtype)
-        in_units = units
+        # weights and biases are unannotated: InferType derives them from data and units
+        w, b = relay.var(f"fc{i}_weight"), relay.var(f"fc{i}_bias")
         x = relay.nn.bias_add(relay.nn.dense(x, w, units=units), b, axis=-1)
         if i < 3:
             x = relay.nn.relu(x)

@@ -31,7 +31,7 @@ from typing import Any
 
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.layout import convert_shape
-from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
+from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op, register_arg_types
 from kiln.relay.op.type_relations import (
     Any as DynDim,
 )
@@ -238,6 +238,29 @@ def _gemm_weight_rel(types, attrs, op_name):
     return tensor_type([n_pad, k_pad, n, k], weight.dtype)
 
 
+def _conv_weight(canonical: str):
+    """An ``FInferArgTypes`` rule: an unannotated conv weight from the data, ``channels``,
+    ``groups`` and ``kernel_size``. ``canonical`` is "OI" (conv) or "IO" (transposed conv);
+    the shape is built in that canonical layout and converted to ``kernel_layout``."""
+
+    def rule(types, attrs, op_name):
+        if types[0] is None or types[1] is not None or attrs.channels is None \
+                or attrs.kernel_size is None:
+            return {}
+        data = tensor_arg(types, 0, op_name)
+        sp = _SPATIAL[len(attrs.kernel_size)]
+        d = convert_shape(dims(data), attrs.data_layout, "NC" + sp, op_name)
+        groups = int(attrs.groups)
+        extent = {"O": int(attrs.channels), "I": d[1]}
+        extent[canonical[1]] = dim_op(lambda c: c // groups, extent[canonical[1]])
+        shape = [extent[canonical[0]], extent[canonical[1]], *map(int, attrs.kernel_size)]
+        kernel = convert_shape(shape, canonical + sp, attrs.kernel_layout, op_name)
+        return {1: tensor_type(kernel, data.dtype)}
+
+    rule.__name__ = f"conv_weight_{canonical}"
+    return rule
+
+
 define_op("nn.conv1d", _conv1d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv1DAttrs, "1-D conv", 2)
 define_op("nn.conv2d", _conv2d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv2DAttrs, "2-D conv", 2)
 define_op("nn.conv3d", _conv3d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv3DAttrs, "3-D conv", 2)
@@ -254,6 +277,10 @@ define_op("nn.contrib_conv2d_gemm_weight_transform", _gemm_weight_rel, OUT_ELEMW
           1, A.ConvGemmWeightTransformAttrs, "GEMM kernel interleave", 10)
 define_op("nn.contrib_conv2d_gemm_without_weight_transform", _conv_from_attrs_rel,
           OUT_ELEMWISE_FUSABLE, 2, A.Conv2DAttrs, "GEMM conv2d", 10)
+for _name in ("nn.conv1d", "nn.conv2d", "nn.conv3d"):
+    register_arg_types(_name, _conv_weight("OI"))
+for _name in ("nn.conv1d_transpose", "nn.conv2d_transpose"):
+    register_arg_types(_name, _conv_weight("IO"))
 
 
 def _conv_attrs(n, strides, padding, dilation, groups, channels, kernel_size):
@@ -393,6 +420,20 @@ def _matmul_rel(types, attrs, op_name):
     return tensor_type(x[:-1] + [n], attrs.out_dtype or a.dtype)
 
 
+def _matmul_weight(types, attrs, op_name):
+    """``FInferArgTypes`` of dense/matmul: an unannotated weight from the data and ``units``."""
+    if types[0] is None or types[1] is not None or attrs.units is None:
+        return {}
+    a = tensor_arg(types, 0, op_name)
+    x = dims(a)
+    transpose_a = bool(getattr(attrs, "transpose_a", False))
+    if len(x) < (2 if transpose_a else 1):
+        return {}  # the relation reports the bad rank
+    k, units = (x[-2] if transpose_a else x[-1]), int(attrs.units)
+    transpose_b = bool(getattr(attrs, "transpose_b", True))
+    return {1: tensor_type([units, k] if transpose_b else [k, units], a.dtype)}
+
+
 def _dense_pack_rel(types, attrs, op_name):
     a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
     x, w = dims(a), dims(b)
@@ -428,6 +469,9 @@ define_op("nn.contrib_dense_pack", _dense_pack_rel, OUT_ELEMWISE_FUSABLE, 2, A.D
           "dense on a packed weight", 10)
 define_op("nn.batch_matmul", _batch_matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.BatchMatmulAttrs,
           "batched matrix product", 10)
+# nn.batch_matmul has no ``units``: an unannotated operand's extent N cannot be determined.
+register_arg_types("nn.dense", _matmul_weight)
+register_arg_types("nn.matmul", _matmul_weight)
 
 
 def dense(data: Any, weight: Any, units: int | None = None, out_dtype: str = "") -> Any:

@@ -33,6 +33,7 @@ from kiln.relay.op.op import (
     constant_value,
     define_op,
     is_expr,
+    register_arg_types,
 )
 from kiln.relay.op.type_relations import (
     TupleType,
@@ -75,6 +76,22 @@ def _prelu_rel(types, attrs, op_name):
     axis = normalize_axis(attrs.axis, len(d), op_name)
     _check_vector(types, 1, d[axis], op_name, "alpha")
     return data
+
+
+def _channel_vectors(*indices: int):
+    """An ``FInferArgTypes`` rule: arguments ``indices`` are vectors over the data's ``axis``
+    (a bias, prelu's alpha, a norm's gamma/beta/mean/var) of the data's dtype."""
+
+    def rule(types, attrs, op_name):
+        if types[0] is None:
+            return {}
+        data = tensor_arg(types, 0, op_name)
+        d = dims(data)
+        vec = tensor_type([d[normalize_axis(attrs.axis, len(d), op_name)]], data.dtype)
+        return {i: vec for i in indices if types[i] is None}
+
+    rule.__name__ = f"channel_vectors{indices}"
+    return rule
 
 
 def _axis_identity_rel(types, attrs, op_name):
@@ -248,6 +265,13 @@ define_op("nn.depth_to_space", _depth_to_space_rel, INJECTIVE, 1, A.SubPixelAttr
           "move channel blocks to space", 5)
 define_op("nn.space_to_depth", _space_to_depth_rel, INJECTIVE, 1, A.SubPixelAttrs,
           "move spatial blocks to channels", 5)
+
+# Unannotated per-channel parameters take their shape from the data (TVM's relations do too).
+register_arg_types("nn.bias_add", _channel_vectors(1))
+register_arg_types("nn.prelu", _channel_vectors(1))
+register_arg_types("nn.batch_norm", _channel_vectors(1, 2, 3, 4))
+for _name in ("nn.instance_norm", "nn.layer_norm", "nn.group_norm"):
+    register_arg_types(_name, _channel_vectors(1, 2))
 
 
 def bias_add(data: Any, bias: Any, axis: int = 1) -> Any:
