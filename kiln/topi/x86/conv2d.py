@@ -18,55 +18,113 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
+from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
 from kiln.topi.nn.conv import _tuple, conv_output_size, get_pad_tuple
 from kiln.topi.nn.pad import pad
 from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 
-DEFAULT_CONFIG = {"oc_bn": 16, "tile_ow": 4, "unroll_kw": True}
+DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True}
+
+# Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
+# ``tile_ow × oc_bn / 8`` accumulators, ``oc_bn / 8`` weight vectors and the input broadcasts
+# of a row segment must fit, so 16 × 6 and 32 × 3 blocks spill and are left out.
+_BLOCK_SPEED = {(16, 4): 1.0, (8, 7): 0.95, (8, 6): 0.9, (16, 3): 0.9, (8, 5): 0.85,
+                (32, 2): 0.8, (16, 2): 0.8, (8, 4): 0.8, (8, 3): 0.7, (8, 2): 0.6,
+                (16, 1): 0.5, (32, 1): 0.5, (8, 1): 0.35}
+
+
+def _block_speed(oc_bn: int, tile: int) -> float:
+    """The table's speed, else one modelled from the accumulators (8 hide the FMA latency)
+    and the unused lanes of a last partial vector."""
+    if (oc_bn, tile) in _BLOCK_SPEED:
+        return _BLOCK_SPEED[oc_bn, tile]
+    vectors = -(-oc_bn // 8)
+    return min(1.0, tile * vectors / 8) * oc_bn / (8 * vectors) * 0.9
+
+
+def _tiles(oc_bn: int) -> range:
+    """Register block widths that keep at most 8 accumulators (7 for one vector per row)."""
+    vectors = -(-oc_bn // 8)
+    return range(1, max(1, (7 if vectors == 1 else 8) // vectors) + 1)
+
+
+def _row_cost(oc_bn: int, out_width: int, tile: int) -> float:
+    """Modelled time of an output row (per output channel), the width padded to whole blocks."""
+    return -(-out_width // tile) * tile / _block_speed(oc_bn, tile)
 
 
 def block_shape(out_channels: int, out_width: int, cfg: dict) -> tuple[int, int]:
-    """``(oc_bn, tile_ow)``: the preferred block if it divides the output, else the widest
-    block whose ``tile_ow × oc_bn / 8`` vector accumulators still fit in 12 AVX2 registers."""
-    candidates = [(cfg["oc_bn"], cfg["tile_ow"]), (16, 4), (16, 6), (16, 5), (16, 3), (8, 7),
-                  (8, 6), (8, 5), (16, 2), (8, 3), (8, 2), (4, 7), (4, 3), (4, 2)]
-    for bn, tile in candidates:
-        if out_channels % bn == 0 and out_width % tile == 0:
-            return bn, tile
-    return divisor_at_most(out_channels, cfg["oc_bn"]), 1
+    """``(oc_bn, tile_ow)``: output channels per packed block (a divisor of
+    ``out_channels``) and output columns per register block (:func:`tile_width`), chosen
+    together by the cheapest modelled row; ``cfg["oc_bn"]`` forces the block when it divides.
+
+    Example
+    -------
+    >>> from kiln.topi.x86.conv2d import DEFAULT_CONFIG, block_shape
+    >>> block_shape(64, 56, DEFAULT_CONFIG), block_shape(512, 7, DEFAULT_CONFIG)
+    ((16, 4), (8, 7))
+    """
+    bns = [b for b in (cfg["oc_bn"] or 16, 16, 8, 32) if out_channels % b == 0]
+    if cfg["oc_bn"] and out_channels % cfg["oc_bn"] == 0:
+        bns = [cfg["oc_bn"]]
+    bns = bns or [divisor_at_most(out_channels, 16)]
+    bn = min(bns, key=lambda b: _row_cost(b, out_width, tile_width(b, out_width, cfg)))
+    return bn, tile_width(bn, out_width, cfg)
+
+
+def tile_width(oc_bn: int, out_width: int, cfg: dict) -> int:
+    """Output columns per register block: ``cfg["tile_ow"]`` when set, else the cheapest
+    modelled block for the row (the row is padded to whole blocks)."""
+    if cfg["tile_ow"]:
+        return cfg["tile_ow"]
+    return min(_tiles(oc_bn), key=lambda t: (round(_row_cost(oc_bn, out_width, t), 6),
+                                             -(-out_width // t) * t))
 
 
 def pack_kernel(kernel: te.Tensor, oc_bn: int) -> te.Tensor:
     """``[O, C, KH, KW]`` → ``[O / oc_bn, C, KH, KW, oc_bn]``."""
     o, c, kh, kw = get_const_tuple(kernel.shape)
+    if oc_bn < 1 or o % oc_bn:
+        raise TVMError(f"conv2d x86: {o} output channels do not split into blocks of {oc_bn}")
     return te.compute((o // oc_bn, c, kh, kw, oc_bn),
                       lambda ob, ic, y, x, oi: kernel[ob * oc_bn + oi, ic, y, x],
                       name="kernel_pack", tag="kernel_pack")
 
 
 def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, strides: Any, padding: Any,
-                 dilation: Any, out_dtype: str | None = None) -> te.Tensor:
-    """NCHW data × packed kernel → ``[N, O / oc_bn, OH, OW, oc_bn]``."""
+                 dilation: Any, out_dtype: str | None = None, tile_ow: int = 1) -> te.Tensor:
+    """NCHW data × packed kernel → ``[N, O / oc_bn, OH, OWp, oc_bn]``.
+
+    ``OWp`` is the output width rounded up to a multiple of ``tile_ow`` (the register block's
+    width), so every block is whole; the input gets the matching extra right padding and the
+    unpacking stage reads only the first ``OW`` columns."""
     n, c, h, w = get_const_tuple(data.shape)
-    ob, _, kh, kw, bn = get_const_tuple(packed.shape)
+    kshape = get_const_tuple(packed.shape)
+    if len(kshape) != 5 or kshape[1] != c:
+        raise TVMError(f"conv2d x86: the packed kernel {list(kshape)} does not match {c} input "
+                       f"channels (expected [O / oc_bn, {c}, KH, KW, oc_bn])")
+    ob, _, kh, kw, bn = kshape
     sh, sw = _tuple(strides, 2, "strides")
     dh, dw = _tuple(dilation, 2, "dilation")
     (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
     oh = conv_output_size(h, kh, sh, dh, pt, pb)
     ow = conv_output_size(w, kw, sw, dw, pl, pr)
+    ow_padded = -(-ow // tile_ow) * tile_ow
+    needed_width = (ow_padded - 1) * sw + (kw - 1) * dw + 1
+    pr = max(pr, needed_width - w - pl)
     padded = pad(data, [0, 0, pt, pl], [0, 0, pb, pr], name="pad_temp")
     rc = te.reduce_axis((0, c), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
     out_dtype = out_dtype or data.dtype
     return te.compute(
-        (n, ob, oh, ow, bn),
+        (n, ob, oh, ow_padded, bn),
         lambda b, f, y, x, fi: te.sum(
             _op.cast(padded[b, rc.var, y * sh + ry.var * dh, x * sw + rx.var * dw], out_dtype)
             * _op.cast(packed[f, rc.var, ry.var, rx.var, fi], out_dtype), axis=[rc, ry, rx]),
-        name="conv2d_nchwc", tag="conv2d_nchwc")
+        name="conv2d_nchwc", tag="conv2d_nchwc", attrs={"tile_ow": tile_ow})
 
 
 def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
@@ -74,24 +132,25 @@ def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
                 config: dict | None = None) -> te.Tensor:
     """NCHW/OIHW conv2d (groups 1) through the channel-blocked core."""
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    _, _, _, w = get_const_tuple(data.shape)
-    _, _, _, kw = get_const_tuple(kernel.shape)
-    sw = _tuple(strides, 2, "strides")[1]
-    dw = _tuple(dilation, 2, "dilation")[1]
-    (_, pl), (_, pr) = get_pad_tuple(padding, 2)
-    ow = conv_output_size(w, kw, sw, dw, pl, pr)
-    bn, _ = block_shape(get_const_int(kernel.shape[0]), ow, cfg)
+    bn, _ = block_shape(get_const_int(kernel.shape[0]), 1, cfg)
     return conv2d_nchw_packed(data, pack_kernel(kernel, bn), strides, padding, dilation,
-                              out_dtype)
+                              out_dtype, cfg)
 
 
 def conv2d_nchw_packed(data: te.Tensor, packed: te.Tensor, strides: Any, padding: Any,
-                       dilation: Any, out_dtype: str | None = None) -> te.Tensor:
+                       dilation: Any, out_dtype: str | None = None,
+                       config: dict | None = None) -> te.Tensor:
     """NCHW conv2d with a kernel packed by :func:`pack_kernel` (e.g. folded at compile time)."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
     bn = get_const_int(packed.shape[4])
     o = get_const_int(packed.shape[0]) * bn
-    blocked = conv2d_nchwc(data, packed, strides, padding, dilation, out_dtype)
-    shape = [data.shape[0], o, blocked.shape[2], blocked.shape[3]]
+    w, kw = get_const_int(data.shape[3]), get_const_int(packed.shape[3])
+    (_, pl), (_, pr) = get_pad_tuple(padding, 2)
+    ow = conv_output_size(w, kw, _tuple(strides, 2, "strides")[1],
+                          _tuple(dilation, 2, "dilation")[1], pl, pr)
+    tile = tile_width(bn, ow, cfg)
+    blocked = conv2d_nchwc(data, packed, strides, padding, dilation, out_dtype, tile)
+    shape = [data.shape[0], o, blocked.shape[2], ow]
     return te.compute(shape, lambda b, f, y, x: blocked[b, _op.floordiv(f, bn), y, x,
                                                         _op.floormod(f, bn)],
                       name="conv2d_nchw_out", tag="injective,conv_unpack")
@@ -151,10 +210,7 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
         stage.compute_root()
         n, c, h, _ = stage.leaf_iter_vars
         stage.parallel(stage.fuse(n, c, h))
-    ow, bn = get_const_int(conv.shape[3]), get_const_int(conv.shape[4])
-    t_ow = next((t for b, t in [block_shape(bn, ow, cfg)] if b == bn), 1)
-    if t_ow == 1:
-        t_ow = max(t for t in range(1, 8) if ow % t == 0 and t * bn <= 96)
+    t_ow = int(conv.op.attrs.get("tile_ow", 1))
     acc = sch.cache_write(conv, "local")
     o = sch[conv]
     n, f, y, x, fi = o.leaf_iter_vars
@@ -169,8 +225,12 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
     data_axes = [iv for iv in leaves if iv.iter_type == 0]
     rc, ry, rx = [iv for iv in leaves if iv.iter_type != 0]
     bx, bfi = data_axes[3], data_axes[4]
-    block.reorder(rc, ry, rx, bx, bfi)
     if cfg["unroll_kw"]:
+        block.reorder(rc, ry, rx, bx, bfi)
         block.unroll(rx)
+    else:
+        # kernel columns outermost: an unrolled body is one input row segment, whose
+        # broadcasts are not shared with the neighbouring columns' (no register pressure)
+        block.reorder(rx, rc, ry, bx, bfi)
     block.unroll(bx)
     block.vectorize(bfi)

@@ -71,7 +71,7 @@ CONV2D_NCHW = register_implementation(
     "conv2d_nchw.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG, op_name="nn.conv2d")
 CONV2D_NCHW_PREPACKED = register_implementation(
     lambda a, i, t, config=None: [x86_conv2d.conv2d_nchw_packed(
-        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t))],
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t), config)],
     lambda attrs, outs, target, config=None: x86_conv2d.schedule_conv2d_nchw(outs, config),
     "conv2d_nchw_prepacked.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG,
     op_name="nn.conv2d")

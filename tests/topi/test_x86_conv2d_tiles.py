@@ -1,0 +1,149 @@
+"""x86 conv2d / depthwise / dense register-blocked schedules on odd shapes, against PyTorch.
+
+Each target compiles one Relay model holding every case (relay.build at opt level 3, so
+AlterOpLayout prepacks the constant kernels and the prepacked schedules run), plus TOPI-level
+cases with forced tiling knobs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from topi_testlib import run_many
+
+import kiln
+from kiln import relay, te
+from kiln.runtime.error import TVMError
+from kiln.topi.x86 import conv2d as x86_conv2d
+
+RNG = np.random.default_rng(11)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype("float32")
+
+
+# (data shape, kernel shape, strides, padding (top, left, bottom, right), dilation, groups)
+CONV_CASES = [
+    ((1, 5, 7, 7), (10, 5, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),   # odd channels, W 7
+    ((1, 3, 1, 1), (8, 3, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),    # H = W = 1
+    ((2, 6, 13, 11), (24, 6, 3, 3), (2, 2), (1, 0, 2, 1), (1, 1), 1),  # asymmetric pad
+    ((1, 8, 12, 12), (16, 8, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),  # dilation 2
+    ((1, 4, 9, 15), (12, 4, 5, 3), (2, 1), (2, 1, 2, 1), (1, 1), 1),   # rectangular kernel
+    ((1, 16, 14, 14), (32, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),  # 1x1 stride 2
+    ((1, 3, 17, 17), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # stem-like 7x7
+    ((1, 8, 9, 9), (12, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),    # grouped
+    ((1, 12, 7, 10), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 12),  # depthwise
+    ((1, 5, 8, 9), (10, 1, 3, 3), (2, 2), (1, 0, 1, 1), (1, 1), 5),    # depthwise x2, odd
+    ((1, 16, 6, 6), (16, 1, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 16),  # depthwise dilated
+]
+
+
+def torch_conv(x, w, strides, padding, dilation, groups):
+    top, left, bottom, right = padding
+    xp = torch.nn.functional.pad(torch.from_numpy(x), (left, right, top, bottom))
+    return torch.nn.functional.conv2d(xp, torch.from_numpy(w), stride=strides,
+                                      dilation=dilation, groups=groups).numpy()
+
+
+def build_and_run(body_of, arrays, target):
+    inputs = [relay.var(f"x{k}", shape=a.shape, dtype="float32") for k, a in enumerate(arrays)]
+    func = relay.Function(inputs, body_of(inputs))
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(kiln.IRModule.from_expr(func), target=target)
+    from kiln.contrib.graph_executor import GraphModule
+
+    gmod = GraphModule(lib["default"](kiln.cpu(0)))
+    for k, a in enumerate(arrays):
+        gmod.set_input(f"x{k}", a)
+    gmod.run()
+    return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())], lib
+
+
+@pytest.fixture(scope="module", params=["llvm", "c"])
+def relay_results(request):
+    datas = [f32(*case[0]) for case in CONV_CASES]
+    kernels = [f32(*case[1]) for case in CONV_CASES]
+    bias, residual, epilogue_kernel = f32(10), f32(1, 10, 7, 7), f32(10, 5, 3, 3)
+
+    def body(inputs):
+        outs = []
+        for (_, wshape, strides, padding, dilation, groups), x, w in zip(CONV_CASES, inputs,
+                                                                          kernels):
+            outs.append(relay.nn.conv2d(x, relay.const(w), strides, padding, dilation,
+                                        groups, channels=wshape[0],
+                                        kernel_size=wshape[2:]))
+        # conv + bias + relu + residual add: the epilogue FuseOps puts in the conv's group
+        conv = relay.nn.conv2d(inputs[0], relay.const(epilogue_kernel), padding=(1, 1),
+                               channels=10, kernel_size=(3, 3))
+        epilogue = relay.add(relay.nn.relu(relay.nn.bias_add(conv, relay.const(bias))),
+                             relay.const(residual))
+        return relay.Tuple([*outs, epilogue])
+
+    results, lib = build_and_run(body, datas, request.param)
+    return datas, kernels + [epilogue_kernel], bias, residual, results, lib
+
+
+def test_every_conv_case_matches_torch(relay_results):
+    datas, kernels, _, _, results, _ = relay_results
+    for case, x, w, got in zip(CONV_CASES, datas, kernels, results):
+        want = torch_conv(x, w, *case[2:])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=str(case))
+
+
+def test_fused_bias_relu_residual_epilogue(relay_results):
+    datas, kernels, bias, residual, results, _ = relay_results
+    conv = torch_conv(datas[0], kernels[-1], *CONV_CASES[0][2:])
+    want = np.maximum(conv + bias[None, :, None, None], 0) + residual
+    np.testing.assert_allclose(results[-1], want, rtol=1e-4, atol=1e-4)
+
+
+def test_kernels_are_prepacked_and_epilogue_fused(relay_results):
+    import json
+
+    graph = json.loads(relay_results[-1].get_graph_json())
+    kernels = [n["attrs"]["func_name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
+    # one kernel per conv: the packing folded away, the epilogue in the first conv's kernel
+    assert len(kernels) == len(CONV_CASES) + 1
+    assert not any("layout_transform" in k for k in kernels)
+    # (bias_add is canonicalized to add)
+    assert any(k.endswith("conv2d_add_nn_relu_add") for k in kernels)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_forced_tiles_pad_the_row_to_whole_blocks(target):
+    x, w = f32(1, 6, 9, 11), f32(24, 6, 3, 3)
+    configs = [{"oc_bn": 8, "tile_ow": 5}, {"oc_bn": 24, "tile_ow": 2},
+               {"oc_bn": 8, "tile_ow": 4, "unroll_kw": False}]
+    want = torch_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    for cfg in configs:
+        def make(d, k, cfg=cfg):
+            return x86_conv2d.conv2d_nchw(d, k, 1, 1, 1, config=cfg)
+
+        got = run_many([(make, [x, w])], target,
+                       lambda outs, cfg=cfg: x86_conv2d.schedule_conv2d_nchw(outs, cfg))
+        np.testing.assert_allclose(got[0][0], want, rtol=1e-4, atol=1e-4, err_msg=str(cfg))
+
+
+def test_block_shape_table_choices():
+    cfg = x86_conv2d.DEFAULT_CONFIG
+    # ResNet-18 widths: 16 x 4 blocks where 4 divides the row, 8 x 7 for 14 and 7
+    assert x86_conv2d.block_shape(64, 56, cfg) == (16, 4)
+    assert x86_conv2d.block_shape(256, 14, cfg) == (8, 7)
+    assert x86_conv2d.block_shape(512, 7, cfg) == (8, 7)
+    # channels that 8 does not divide: one partial vector, the row in whole blocks
+    bn, tile = x86_conv2d.block_shape(10, 7, cfg)
+    assert 10 % bn == 0 and tile >= 1
+    # a forced 24-channel block is 3 vectors a column: 2 columns keep 6 accumulators
+    assert x86_conv2d.block_shape(48, 56, {**cfg, "oc_bn": 24}) == (24, 2)
+
+
+def test_bad_packing_raises_kiln_errors():
+    kernel = te.placeholder((12, 4, 3, 3), name="k")
+    with pytest.raises(TVMError, match="blocks of 8"):
+        x86_conv2d.pack_kernel(kernel, 8)
+    data = te.placeholder((1, 5, 8, 8), name="d")
+    packed = te.placeholder((2, 4, 3, 3, 8), name="p")
+    with pytest.raises(TVMError, match="5 input channels"):
+        x86_conv2d.conv2d_nchwc(data, packed, 1, 1, 1)
