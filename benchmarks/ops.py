@@ -1,6 +1,7 @@
-"""Operator benchmarks: kiln's dense and ResNet-18 conv2d kernels vs ONNX Runtime and PyTorch.
+"""Operator benchmarks: kiln's dense, ResNet-18 conv2d and topk kernels vs ONNX Runtime and
+PyTorch.
 
-Run: ``python benchmarks/ops.py [--quick] [--target "llvm -mcpu=znver3"]``.
+Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|topk] [--target "llvm -mcpu=znver3"]``.
 
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
@@ -44,6 +45,9 @@ RESNET18_CONVS = [
     (256, 14, 14, 512, 1, 2, 0),
     (512, 7, 7, 512, 3, 1, 1),
 ]
+
+# topk rows: (rows, axis length, k); k equal to the length is a full sort.
+TOPKS = [(1, 1000, 5), (64, 4096, 10), (64, 4096, 100), (16, 4096, 4096)]
 
 
 def side_by_side(runs: dict, repeat: int, number: int) -> dict:
@@ -90,7 +94,6 @@ def kiln_one_op(make_call, x: np.ndarray, weights: dict, target):
 
 
 def ort_session(node, inputs, initializers, output_shape):
-    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
@@ -98,13 +101,20 @@ def ort_session(node, inputs, initializers, output_shape):
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, output_shape)],
         [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.ravel()) for n, a in initializers])
+    return ort_runner(graph, dict(inputs))
+
+
+def ort_runner(graph, feed: dict):
+    """A call running the ONNX ``graph`` (opset 13) on ``feed`` in ONNX Runtime, 2 threads."""
+    import onnxruntime as ort
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     sess = ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
-    feed = dict(inputs)
     return lambda: sess.run(None, feed)
 
 
@@ -157,6 +167,29 @@ def bench_conv(c, h, w, o, kernel, stride, pad, target, repeat, number):
     return name, times["kiln"], times["ort"], times["torch"]
 
 
+def bench_topk(rows, n, k, target, repeat, number):
+    import torch
+    from onnx import TensorProto, helper
+
+    from kiln import relay
+
+    x = np.random.default_rng(0).standard_normal((rows, n)).astype("float32")
+    name, run_kiln, output = kiln_one_op(
+        lambda d, p: relay.topk(d, k, axis=-1, ret_type="both")[0], x, {}, target)
+    run_kiln()
+    assert np.array_equal(output(), -np.sort(-x, -1)[:, :k])
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["y", "i"], axis=-1)], "topk",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, k]),
+         helper.make_tensor_value_info("i", TensorProto.INT64, [rows, k])],
+        [helper.make_tensor("k", TensorProto.INT64, [1], [k])])
+    tx = torch.from_numpy(x)
+    times = side_by_side({"kiln": run_kiln, "ort": ort_runner(graph, {"x": x}),
+                          "torch": lambda: torch.topk(tx, k)}, repeat, number)
+    return name, times["kiln"], times["ort"], times["torch"]
+
+
 def main() -> None:
     import torch
 
@@ -165,6 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="llvm -mcpu=znver3")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--only", choices=["dense", "conv", "topk"], help="one op family")
     args = parser.parse_args()
     torch.set_num_threads(2)
     repeat, number = (3, 2) if args.quick else (7, 5)
@@ -176,16 +210,20 @@ def main() -> None:
     header = f"{'op':34s} {'kiln kernels':28s} {'kiln ms':>9s} {'ort ms':>9s} {'torch ms':>9s} " \
              f"{'kiln/ort':>9s} {'kiln/torch':>10s}"
     print(header)
-    rows = [(f"dense {m}x{k}x{n}", bench_dense(m, k, n, target, repeat, number))
-            for m, k, n in DENSES]
-    for row in rows:
-        _print(*row)
-    for spec in RESNET18_CONVS:
-        c, h, w, o, kernel, stride, pad = spec
-        label = f"conv2d {c}x{h}x{w}->{o} k{kernel} s{stride}"
-        result = bench_conv(*spec, target, repeat, number)
-        _print(label, result)
-        rows.append((label, result))
+    families = {
+        "dense": [(f"dense {m}x{k}x{n}", bench_dense, (m, k, n)) for m, k, n in DENSES],
+        "conv": [(f"conv2d {c}x{h}x{w}->{o} k{kernel} s{stride}", bench_conv, spec)
+                 for spec in RESNET18_CONVS for c, h, w, o, kernel, stride, _ in [spec]],
+        "topk": [(f"topk {r}x{n} k={k}", bench_topk, (r, n, k)) for r, n, k in TOPKS],
+    }
+    rows = []
+    for family, cases in families.items():
+        if args.only not in (None, family):
+            continue
+        for label, bench, spec in cases:
+            result = bench(*spec, target, repeat, number)
+            _print(label, result)
+            rows.append((label, result))
     for column, label in ((2, "ort"), (3, "torch")):
         ratios = [r[1][1] / r[1][column] for r in rows]
         print(f"geometric mean kiln/{label}: {float(np.exp(np.mean(np.log(ratios)))):.2f}")

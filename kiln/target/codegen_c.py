@@ -181,6 +181,7 @@ class CodeGenC(CIntrinsics):
         self._shared_count = 0
         self._temp_count = 0
         self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
+        self._vector_lanes_of: dict[int, int] = {}  # id(buffer var) -> lanes (see Allocate)
         self.function_names: list[str] = []
 
     # -- public ----------------------------------------------------------------------------
@@ -194,6 +195,7 @@ class CodeGenC(CIntrinsics):
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
         self._analyzer = Analyzer()
+        self._vector_lanes_of = _uniform_vector_lanes(func.body)
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
         if func.attrs.get("calling_conv") == PACKED_CALLING_CONV:
@@ -714,7 +716,7 @@ class CodeGenC(CIntrinsics):
         if count_const:
             count = math.prod(int(e.value) for e in node.extents) * lanes
             if count * t.element_of.itemsize <= self.workspace_threshold:
-                lanes_used = _uniform_vector_lanes(node.buffer_var, node.body)
+                lanes_used = self._vector_lanes_of.get(id(node.buffer_var))
                 if lanes_used and count % lanes_used == 0:
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
@@ -808,33 +810,34 @@ def _loads_of(expr: Any) -> tuple[list[Any], bool]:
     return loads, guarded[0]
 
 
-def _uniform_vector_lanes(buffer_var: Any, body: Any) -> int | None:
-    """L when every access to ``buffer_var`` in ``body`` is a ``Ramp(base, 1, L)`` with
-    ``base`` a provable multiple of L (so the buffer can be an array of L-lane vectors)."""
+def _uniform_vector_lanes(body: Any) -> dict[int, int]:
+    """id(buffer var) -> L for every buffer whose accesses in ``body`` are all
+    ``Ramp(base, 1, L)`` with ``base`` a provable multiple of L (so the buffer can be an array
+    of L-lane vectors). One walk serves every allocation of a function."""
     from kiln.tir.stmt_functor import post_order_visit
 
-    lanes_seen: set[int] = set()
-    ok = [True]
+    lanes_seen: dict[int, set[int]] = {}
+    rejected: set[int] = set()
 
     def visit(node: Any) -> None:
         kind = _node_name(node)
-        if kind in ("BufferLoad", "BufferStore") and node.buffer.data is buffer_var:
+        if kind in ("BufferLoad", "BufferStore"):
+            key = id(node.buffer.data)
             index = list(node.indices)
             ramp = index[-1] if len(index) == 1 else None
             if (ramp is None or _node_name(ramp) != "Ramp" or not _is_const_int(ramp.stride, 1)
                     or not _multiple_of(ramp.base, ramp.lanes)):
-                ok[0] = False
+                rejected.add(key)
                 return
-            lanes_seen.add(ramp.lanes)
-        elif kind == "Var" and node is buffer_var:
-            ok[0] = ok[0]  # a bare use (e.g. address_of) is caught by the access check
-        elif kind == "Call" and any(a is buffer_var for a in node.args):
-            ok[0] = False  # the pointer escapes (tvm_access_ptr, extern call)
+            lanes_seen.setdefault(key, set()).add(ramp.lanes)
+        elif kind == "Call":
+            # the pointer escapes (tvm_access_ptr, extern call); a bare use (address_of)
+            # is caught by the access check
+            rejected.update(id(a) for a in node.args if _node_name(a) == "Var")
 
     post_order_visit(body, visit)
-    if ok[0] and len(lanes_seen) == 1:
-        return lanes_seen.pop()
-    return None
+    return {key: next(iter(lanes)) for key, lanes in lanes_seen.items()
+            if key not in rejected and len(lanes) == 1}
 
 
 def _multiple_of(expr: Any, factor: int) -> bool:
