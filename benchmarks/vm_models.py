@@ -65,11 +65,11 @@ def bench_mlp(target: str, repeat: int) -> None:
     rng = np.random.default_rng(0)
     mod, params = mlp_module(rng)
     data = rng.standard_normal((8, 784)).astype("float32")
-    exe = relay.vm.compile(mod, target, params=params)
+    with kiln.transform.PassContext(opt_level=3):  # both at 3: the same (packed) kernels
+        exe = relay.vm.compile(mod, target, params=params)
+        lib = relay.build(mod, target, params=params)
     vm = VirtualMachine(exe, kiln.cpu(0))
     vm.set_input("main", data)
-    with kiln.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target, params=params)
     gmod = graph_executor.GraphModule(lib["default"](kiln.cpu(0)))
     gmod.set_input("x", data)
     gmod.run()
@@ -165,7 +165,8 @@ def bench_lstm(target: str, repeat: int) -> None:
     weights = lstm_weights(rng)
     xs = rng.standard_normal((SEQ, 1, INPUT)).astype("float32")
 
-    exe = relay.vm.compile(lstm_relay_module(weights), target)
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(lstm_relay_module(weights), target)
     vm = VirtualMachine(exe, kiln.cpu(0))
     vm.set_input("main", xs)
     h_vm = vm.invoke("main")[0].numpy()

@@ -1,6 +1,8 @@
 """InvokePacked call sites: a kernel resolved once, its argument arrays built once.
 
-Entry point: :class:`PackedCallSite` (``call(regs)``), used by the VM's InvokePacked handler.
+Entry points: :class:`PackedCallSite` (``call(regs)``), used by the VM's InvokePacked handler;
+:func:`find_segment`, :class:`FusedSegment` and :class:`SegmentPlan`: straight-line runs of
+kernel work fused into one C call list (the VM's super-instruction).
 
 Per call the site flattens ADT arguments into their tensor fields (TVM's rule: every field
 must be a tensor), skips the call when the single output has a zero-sized dimension, writes
@@ -17,10 +19,11 @@ from typing import Any
 
 from kiln.runtime.container import ADT
 from kiln.runtime.error import TVMError
+from kiln.runtime.graph_executor import _OpRecord  # its C run loop serves fused segments too
 from kiln.runtime.ndarray import NDArray as _NDArray
 from kiln.runtime.vm import bytecode as bc
 
-__all__ = ["PackedCallSite"]
+__all__ = ["PackedCallSite", "FusedSegment", "SegmentPlan", "find_segment"]
 
 _DLTENSOR_HANDLE = 7  # kTVMDLTensorHandle
 _KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
@@ -93,3 +96,207 @@ class PackedCallSite:
 
             message = get_last_error() or f"returned {rc}"
             raise TVMError(f"kernel {self.name!r} failed: {message}")
+
+
+# -- fused segments --------------------------------------------------------------------------
+
+# Opcodes a fused segment may contain: straight-line, static-shape kernel work.
+_FUSIBLE = frozenset({bc.Opcode.LoadConsti, bc.Opcode.LoadConst, bc.Opcode.AllocStorage,
+                      bc.Opcode.AllocTensor, bc.Opcode.InvokePacked, bc.Opcode.KillRegister})
+
+
+class _Int:
+    """Symbolic register value: a LoadConsti scalar (``tensor`` is the VM's cached one)."""
+
+    __slots__ = ("value", "tensor")
+
+    def __init__(self, value: int, tensor: Any) -> None:
+        self.value, self.tensor = value, tensor
+
+
+class _Const:
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+
+
+class _View:
+    """A tensor the segment allocates in its storage: index into ``FusedSegment.views``."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+class _Input:
+    """A register the segment reads before writing it: a tensor made outside the segment."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+_STORAGE = object()  # symbolic value of the register holding the segment's storage
+
+
+class FusedSegment:
+    """A run of LoadConsti/LoadConst/AllocStorage/AllocTensor/InvokePacked/KillRegister
+    instructions ``[start, end)`` whose kernels run from one prebuilt C call list.
+
+    Every tensor it allocates views one storage (allocated in the segment or held by a
+    register on entry) at a static offset and shape, so the kernels' ``DLTensor`` arguments
+    depend only on the storage's block: a :class:`SegmentPlan` is built per block and kept
+    on it (``block.plans``). Per run only the input registers' ``DLTensor`` addresses are
+    written. Afterwards the registers hold what the instructions would have left: the
+    storage, leased views for tensors still live, the scalar and constant tensors, and
+    ``None`` for killed registers. Tensors allocated and killed inside never exist in Python.
+    """
+
+    __slots__ = ("start", "end", "alloc", "alloc_nbytes", "storage_reg", "views", "input_regs",
+                 "kernels", "out_values", "out_views", "out_storage")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.alloc: bc.AllocStorage | None = None  # the in-segment AllocStorage, if any
+        self.alloc_nbytes = -1
+        self.storage_reg = -1  # register of the storage (set on entry when alloc is None)
+        self.views: list[tuple[int, tuple[int, ...], Any]] = []  # (offset, shape, dtype)
+        self.input_regs: list[int] = []
+        # (site, [(kind, index)]) per kernel; kind: "view", "input" or "const" (the tensor)
+        self.kernels: list[tuple[PackedCallSite, list[tuple[str, Any]]]] = []
+        # Registers on exit: (reg, value or None), (reg, view index), storage registers.
+        self.out_values: list[tuple[int, Any]] = []
+        self.out_views: list[tuple[int, int]] = []
+        self.out_storage: list[int] = []
+
+    def plan_for(self, storage: Any) -> SegmentPlan:
+        """The call list for ``storage``'s block (built on first use, kept on the block)."""
+        plans = storage._block.plans
+        plan = plans.get(self)
+        if plan is None:
+            plan = plans[self] = SegmentPlan(self, storage)
+        return plan
+
+
+def find_segment(instructions: list[bc.Instruction], start: int, sites: dict[int, Any],
+                 scalar: Any, constant: Any, dtype_of: Any) -> FusedSegment | None:
+    """The longest fusable segment starting at ``start`` with at least two kernels, or None.
+
+    ``sites`` maps a pc to its InvokePacked call site; ``scalar(value)`` gives the VM's
+    LoadConsti tensor, ``constant(instr)`` a LoadConst tensor, ``dtype_of(fields)`` a DataType.
+    """
+    seg = FusedSegment(start, start)
+    sym: dict[int, Any] = {}
+    storage_size = -1
+    inputs: dict[int, _Input] = {}
+
+    def read_tensor(reg: int) -> Any:
+        """The symbolic tensor in ``reg``, or None if it cannot be a kernel argument."""
+        if reg not in sym:
+            if reg not in inputs:
+                inputs[reg] = _Input(len(seg.input_regs))
+                seg.input_regs.append(reg)
+            return inputs[reg]
+        value = sym[reg]
+        return value if isinstance(value, _View | _Const) else None
+
+    pc = start
+    while pc < len(instructions):
+        instr = instructions[pc]
+        op = instr.opcode
+        if op not in _FUSIBLE:
+            break
+        if op == bc.Opcode.LoadConsti:
+            sym[instr.dst] = _Int(instr.val, scalar(instr.val))
+        elif op == bc.Opcode.LoadConst:
+            sym[instr.dst] = _Const(constant(instr))
+        elif op == bc.Opcode.KillRegister:
+            sym[instr.dst] = None
+        elif op == bc.Opcode.AllocStorage:
+            size = sym.get(instr.allocation_size)
+            if (seg.alloc is not None or seg.storage_reg >= 0 or instr.shape
+                    or not isinstance(size, _Int)):
+                break
+            seg.alloc, storage_size = instr, size.value
+            sym[instr.dst] = _STORAGE
+        elif op == bc.Opcode.AllocTensor:
+            offset = sym.get(instr.offset)
+            if not isinstance(offset, _Int) or offset.value < 0:
+                break
+            if instr.storage not in sym and seg.alloc is None and seg.storage_reg < 0:
+                seg.storage_reg = instr.storage  # the storage comes from a register on entry
+                sym[instr.storage] = _STORAGE
+            elif sym.get(instr.storage) is not _STORAGE:
+                break
+            dtype = dtype_of(instr.dtype)
+            nbytes = dtype.itemsize
+            for dim in instr.shape:
+                nbytes *= dim
+            if storage_size >= 0 and offset.value + nbytes > storage_size:
+                break  # the slow path raises the error
+            sym[instr.dst] = _View(len(seg.views))
+            seg.views.append((offset.value, tuple(instr.shape), dtype))
+        else:  # InvokePacked
+            site = sites[pc]
+            saved = (dict(inputs), list(seg.input_regs))
+            args = [read_tensor(reg) for reg in instr.args]
+            outputs = args[len(args) - instr.output_size:]
+            if (site.kernel is None or any(a is None for a in args)
+                    or not all(isinstance(o, _View) for o in outputs)):
+                inputs.clear()
+                inputs.update(saved[0])
+                seg.input_regs[:] = saved[1]
+                break
+            out_shape = seg.views[outputs[0].index][1] if instr.output_size == 1 else ()
+            if 0 not in out_shape:  # an empty output: nothing to compute (as PackedCallSite)
+                seg.kernels.append((site, args))
+        pc += 1
+    if not seg.kernels:
+        return None
+    seg.end = pc
+    seg.alloc_nbytes = storage_size
+    for reg, value in sym.items():
+        if value is _STORAGE:
+            seg.out_storage.append(reg)
+        elif isinstance(value, _View):
+            seg.out_views.append((reg, value.index))
+        else:
+            seg.out_values.append((reg, None if value is None else value.tensor))
+    return seg
+
+
+class SegmentPlan:
+    """A segment's kernel call list over one block: ``KilnGraphOp`` records (run by the graph
+    executor's C loop), their argument values and type codes, and the input slots to fill."""
+
+    __slots__ = ("specs", "values", "codes", "records", "address", "count", "input_slots")
+
+    def __init__(self, seg: FusedSegment, storage: Any) -> None:
+        self.specs = [storage.view_spec(offset, shape, dtype)
+                      for offset, shape, dtype in seg.views]
+        total = max(sum(len(args) for _, args in seg.kernels), 1)
+        self.values = values = (ctypes.c_void_p * total)()
+        self.codes = (ctypes.c_int * total)(*([_DLTENSOR_HANDLE] * total))
+        self.records = (_OpRecord * len(seg.kernels))()
+        self.address = ctypes.addressof(self.records)
+        self.count = len(seg.kernels)
+        self.input_slots: list[list[int]] = [[] for _ in seg.input_regs]
+        value_size, code_size = ctypes.sizeof(ctypes.c_void_p), ctypes.sizeof(ctypes.c_int)
+        pos = 0
+        for record, (site, args) in zip(self.records, seg.kernels):
+            record.fn = site.func.c_address
+            record.args = ctypes.addressof(values) + pos * value_size
+            record.type_codes = ctypes.addressof(self.codes) + pos * code_size
+            record.num_args = len(args)
+            record.resource_handle = site.resource
+            for arg in args:
+                if isinstance(arg, _View):
+                    values[pos] = ctypes.addressof(self.specs[arg.index].dltensor)
+                elif isinstance(arg, _Const):
+                    values[pos] = ctypes.addressof(arg.tensor.handle.contents)
+                else:
+                    self.input_slots[arg.index].append(pos)
+                pos += 1

@@ -4,11 +4,13 @@ Entry points: :class:`VirtualMachineProfiler` (``profile``), also reachable as
 ``VirtualMachine.profile``.
 
 The profiler is a :class:`VirtualMachine` whose prepared instructions are wrapped in a timer
-(the ``_wrap`` hook), so the plain VM pays nothing for it. ``profile()`` runs the function
-once and returns a :class:`~kiln.runtime.profiling.Report` with one row per instruction kind
-(``Op`` = ``"instruction"``) and one per kernel (``Op`` = ``"InvokePacked"``; the
-InvokePacked time is split by kernel), plus a ``(dispatch)`` row for the loop's own overhead,
-so the percentages add up to 100. Columns: count, total µs, percent of the run.
+(the ``_wrap`` hook), so the plain VM pays nothing for it. It does not fuse segments (see
+:mod:`kiln.runtime.vm.vm`): every instruction and kernel is timed on its own.
+``profile()`` runs the function once and returns a :class:`~kiln.runtime.profiling.Report`
+with one row per instruction kind (``Op`` = ``"instruction"``) and one per kernel (``Op`` =
+``"InvokePacked"``; the InvokePacked time is split by kernel), plus a ``(dispatch)`` row for
+the loop's own overhead, so the percentages add up to 100. Columns: count, total µs, percent
+of the run.
 
 Example
 -------
@@ -35,6 +37,9 @@ __all__ = ["VirtualMachineProfiler"]
 
 class VirtualMachineProfiler(VirtualMachine):
     """A VirtualMachine that times every instruction; see :meth:`profile`."""
+
+    # Kernels run one by one (no fused segments), so each gets its own time.
+    _fuse_segments = False
 
     def __init__(self, exe: Any, device: Any = None, memory_cfg: Any = None) -> None:
         # (kind, name) -> [count, seconds]; filled by the wrapped handlers.

@@ -23,10 +23,20 @@ tail-recursive loop runs in constant frame depth whatever the compiler emitted.
 
 Scalars: ``LoadConsti`` and ``GetTag`` tensors are created once per value and treated as
 read-only constants (as TVM treats LoadConst tensors), which keeps counter loops cheap.
+
+**Fused segments** (a run-time optimization; the bytecode is unchanged): a straight run of
+``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/``InvokePacked``/
+``KillRegister`` with static shapes and one storage becomes one entry at its first pc (see
+:class:`~kiln.runtime.vm.packed_call.FusedSegment`). It runs its kernels in one C call from
+a call list prebuilt per pooled storage block, then sets the registers as the instructions
+would have. Anything it was not built for (a non-tensor input, a naive allocator, a kernel
+error) runs the original instructions one by one instead, so results, errors and the pcs
+they name are those of the unfused program. The profiler runs unfused, timing each kernel.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,11 +47,12 @@ from kiln.runtime.container import ADT, Closure
 from kiln.runtime.device import Device, cpu
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
+from kiln.runtime.graph_executor import _c_loop
 from kiln.runtime.object import register_object
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
 from kiln.runtime.vm.memory import Allocator, Storage, make_allocator
-from kiln.runtime.vm.packed_call import PackedCallSite
+from kiln.runtime.vm.packed_call import FusedSegment, PackedCallSite, find_segment
 
 __all__ = ["VirtualMachine", "VMClosure"]
 
@@ -124,6 +135,8 @@ class VirtualMachine:
     array([42])
     """
 
+    _fuse_segments = True  # the profiler turns fusion off to time kernels one by one
+
     def __init__(self, exe: Executable, device: Any = None,
                  memory_cfg: str | dict | None = None) -> None:
         if getattr(exe, "type_key", None) == "VMExecutable":
@@ -176,6 +189,10 @@ class VirtualMachine:
         self._tag_tensors: dict[int, Any] = {}
         self._const_pool: dict[tuple[int, int], Any] = {}
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
+        self._run_call_list = _c_loop().run if self._fuse_segments else None
+        self._failed_op = ctypes.c_int64(-1)
+        self._failed_op_ref = ctypes.byref(self._failed_op)
+        self._fault_pc = -1  # set by a fused segment's fallback: the pc that raised
         self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
         self._frames: list[_Frame] = []
         self._entry_depth = 0
@@ -251,7 +268,24 @@ class VirtualMachine:
             elif opcode == bc.Opcode.LoadConsti:
                 operand = (instr, self._scalar_tensor(instr.val, "int64"))
             code.append(self._wrap(handler, operand, instr))
+        if self._fuse_segments:
+            self._fuse(func.instructions, code)
         return code
+
+    def _fuse(self, instructions: list[bc.Instruction], code: list[tuple[Any, Any]]) -> None:
+        """Replace the first entry of every fusable segment by the fused handler."""
+        sites = {pc: operand for pc, (_, operand) in enumerate(code)
+                 if isinstance(operand, PackedCallSite)}
+        pc = 0
+        while pc < len(code):
+            segment = find_segment(
+                instructions, pc, sites, lambda v: self._scalar_tensor(v, "int64"),
+                lambda instr: self._constant(instr.const_index, instr.device_index), self._dtype)
+            if segment is None:
+                pc += 1
+                continue
+            code[pc] = (self._op_fused, (segment, code[pc:segment.end]))
+            pc = segment.end
 
     def _wrap(self, handler: Any, operand: Any, instr: bc.Instruction) -> tuple[Any, Any]:
         """Hook for subclasses (the profiler) to instrument a prepared instruction."""
@@ -319,8 +353,9 @@ class VirtualMachine:
                     frame = frames[-1]
                     code, regs, pc = frame.code, frame.regs, frame.pc
         except BaseException:
-            if pc >= 0:
-                frames[-1].pc = pc  # where the fault happened, for the error message
+            if pc >= 0:  # where the fault happened, for the error message
+                frames[-1].pc = pc if self._fault_pc < 0 else self._fault_pc
+            self._fault_pc = -1
             raise
 
     # -- one handler per opcode: (regs, operand, pc) -> next pc ---------------------------
@@ -390,6 +425,60 @@ class VirtualMachine:
         site.call(regs)
         return pc + 1
 
+    def _op_fused(self, regs: list, operand: tuple[FusedSegment, list], pc: int) -> int:
+        """A fused segment (module docstring): one C call, then the registers it leaves."""
+        segment = operand[0]
+        inputs = [regs[reg] for reg in segment.input_regs]
+        for tensor in inputs:
+            if type(tensor) is not _NDArray:
+                return self._run_unfused(regs, operand)
+        alloc = segment.alloc
+        if alloc is not None:
+            allocator = self.allocators[alloc.device_index]
+            if allocator.kind != "pooled":  # a fresh block per run: nothing to reuse
+                return self._run_unfused(regs, operand)
+            storage = allocator.alloc(segment.alloc_nbytes, alloc.alignment)
+        else:
+            storage = regs[segment.storage_reg]
+            if type(storage) is not Storage or storage._allocator.kind != "pooled":
+                return self._run_unfused(regs, operand)
+        plan = storage._block.plans.get(segment)
+        if plan is None:
+            try:
+                plan = segment.plan_for(storage)
+            except TVMError:  # a view does not fit this storage: the slow path says so
+                return self._run_unfused(regs, operand)
+        values = plan.values
+        for tensor, slots in zip(inputs, plan.input_slots):
+            if tensor._dltensor is None:
+                tensor._build_dltensor()
+            address = ctypes.addressof(tensor._dltensor)
+            for slot in slots:
+                values[slot] = address
+        if self._run_call_list(plan.address, 0, plan.count, self._failed_op_ref) != 0:
+            return self._run_unfused(regs, operand)  # raises with the failing pc's context
+        for reg, value in segment.out_values:
+            regs[reg] = value
+        for reg in segment.out_storage:
+            regs[reg] = storage
+        specs = plan.specs
+        for reg, index in segment.out_views:
+            regs[reg] = specs[index].lease(storage)
+        return segment.end
+
+    def _run_unfused(self, regs: list, operand: tuple[FusedSegment, list]) -> int:
+        """Run a segment's original instructions one by one (the fused path's fallback)."""
+        segment, steps = operand
+        pc = segment.start
+        try:
+            for handler, step_operand in steps:
+                handler(regs, step_operand, pc)
+                pc += 1
+        except BaseException:
+            self._fault_pc = pc
+            raise
+        return segment.end
+
     def _op_alloc_tensor(self, regs: list, instr: bc.AllocTensor, pc: int) -> int:
         storage = self._storage(regs[instr.storage])
         offset = self._load_scalar_int(regs[instr.offset])
@@ -434,16 +523,23 @@ class VirtualMachine:
         return pc + (instr.true_offset if test_value == target_value else instr.false_offset)
 
     def _op_load_const(self, regs: list, instr: bc.LoadConst, pc: int) -> int:
-        key = (instr.const_index, instr.device_index)
+        const = self._const_pool.get((instr.const_index, instr.device_index))
+        if const is None:
+            const = self._constant(instr.const_index, instr.device_index)
+        regs[instr.dst] = const
+        return pc + 1
+
+    def _constant(self, const_index: int, device_index: int) -> Any:
+        """Constant ``const_index`` on virtual device ``device_index`` (copied once)."""
+        key = (const_index, device_index)
         const = self._const_pool.get(key)
         if const is None:
-            const = self.exe._constants[instr.const_index]
-            target = self.devices[instr.device_index]
+            const = self.exe._constants[const_index]
+            target = self.devices[device_index]
             if const.device != target:
                 const = const.copyto(target)
             self._const_pool[key] = const
-        regs[instr.dst] = const
-        return pc + 1
+        return const
 
     def _op_goto(self, regs: list, instr: bc.Goto, pc: int) -> int:
         return pc + instr.pc_offset
@@ -668,6 +764,9 @@ class VirtualMachine:
         return self.invoke("main", *args, **kwargs)
 
     def _call(self, func_name: str) -> Any:
+        # The last result is about to be replaced: drop it first, so its storage (unless the
+        # caller still holds it) goes back to the pool for this run to reuse.
+        self._last_result = None
         index = self._function_index(func_name)
         func = self._functions[index]
         inputs = self._inputs.get(func_name)

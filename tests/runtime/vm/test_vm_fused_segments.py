@@ -1,0 +1,193 @@
+"""Fused segments: straight-line kernel work run from one prebuilt C call list.
+
+The oracle is NumPy (and, for a compiled model, the graph executor); the properties checked
+are the ones fusion must not change: results, aliasing of returned tensors, memory release,
+errors and the pcs they name, and the profiler's per-kernel rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.runtime.container import ADT
+from kiln.runtime.error import TVMError
+from kiln.runtime.vm import Executable, VirtualMachine, VMFunction
+from kiln.runtime.vm.bytecode import (
+    AllocADT,
+    AllocStorage,
+    AllocTensor,
+    InvokePacked,
+    KillRegister,
+    LoadConsti,
+    Ret,
+)
+from kiln.runtime.vm.memory import PooledAllocator
+
+PRIMS = ["add_f32", "mul_f32"]
+ADD, MUL = 0, 1
+SHAPE = (4, 8)
+NBYTES = 4 * 8 * 4
+
+
+def add_then_mul(checked: bool = True) -> VMFunction:
+    """main(x, y) = (x + y) * y, the sum in the same storage as the result and killed."""
+    return VMFunction("main", ["x", "y"], [
+        LoadConsti(2 * NBYTES, 2),
+        AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4),
+        AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(ADD, 1, (0, 1, 5)),
+        LoadConsti(NBYTES, 6),
+        AllocTensor(3, 6, SHAPE, "float32", 7),
+        InvokePacked(MUL, 1, (5, 1, 7)),
+        KillRegister(5),
+        Ret(7),
+    ], 8, param_types=[(SHAPE, "float32"), (SHAPE, "float32")] if checked else ())
+
+
+@pytest.fixture
+def vm(kernels):
+    return VirtualMachine(Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels),
+                          kiln.cpu(0))
+
+
+@pytest.fixture
+def xy(rng):
+    return (rng.standard_normal(SHAPE).astype("float32"),
+            rng.standard_normal(SHAPE).astype("float32"))
+
+
+def fused_entries(vm) -> list[int]:
+    return [pc for pc, (handler, _) in enumerate(vm._code[0])
+            if handler.__name__ == "_op_fused"]
+
+
+def test_straight_line_kernels_fuse_into_one_segment(vm, xy):
+    x, y = xy
+    assert fused_entries(vm) == [0]
+    for _ in range(3):
+        np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_output_held_across_runs_keeps_its_values(vm, xy, rng):
+    x, y = xy
+    first = vm.run(x, y)
+    first_view = np.asarray(first.__array__(copy=False))     # a zero-copy NumPy view
+    x2 = rng.standard_normal(SHAPE).astype("float32")
+    second = vm.run(x2, y)
+    np.testing.assert_allclose(first.numpy(), (x + y) * y, rtol=1e-6)
+    np.testing.assert_allclose(second.numpy(), (x2 + y) * y, rtol=1e-6)
+    assert first.data_ptr != second.data_ptr
+    del first
+    vm.run(x, x)                                             # `first`'s block is still viewed
+    np.testing.assert_allclose(first_view, (x + y) * y, rtol=1e-6)
+
+
+def test_dropped_output_lets_the_next_run_reuse_block_and_call_list(vm, xy):
+    x, y = xy
+    address = vm.run(x, y).data_ptr
+    block_plans = [len(b.plans) for blocks in vm.allocators[0]._free.values() for b in blocks]
+    assert block_plans == []                                  # the VM still holds the result
+    out = vm.run(y, x)                                        # replaces (drops) the last one
+    assert out.data_ptr == address
+    assert len(out._np.base.storage._block.plans) == 1
+    np.testing.assert_allclose(out.numpy(), (y + x) * x, rtol=1e-6)
+    del out
+    vm._last_result = None
+    assert vm.memory_in_use() == 0 and vm.allocators[0].cached_bytes > 0
+
+
+def test_memory_follows_changing_input_shapes_through_fused_programs(kernels):
+    pool = PooledAllocator(kiln.cpu(0), idle_release_after=8)
+    for n in range(1, 40):
+        shape = (n * 1024,)                                  # n pages per tensor
+        nbytes = n * 4096
+        main = VMFunction("main", ["x", "y"], [
+            LoadConsti(2 * nbytes, 2), AllocStorage(2, 64, "float32", 0, 3),
+            LoadConsti(0, 4), AllocTensor(3, 4, shape, "float32", 5),
+            InvokePacked(ADD, 1, (0, 1, 5)),
+            LoadConsti(nbytes, 6), AllocTensor(3, 6, shape, "float32", 7),
+            InvokePacked(MUL, 1, (5, 0, 7)), KillRegister(5), Ret(7),
+        ], 8)
+        vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels),
+                            kiln.cpu(0))
+        vm.allocators[0] = pool
+        x = np.full(shape, 2, "float32")
+        for _ in range(2):
+            np.testing.assert_array_equal(vm.run(x, x).numpy(), (x + x) * x)
+        vm._last_result = None
+    assert pool.used_bytes == 0
+    assert pool.cached_bytes <= sum(2 * n * 4096 for n in range(39 - 8 - 16, 40))
+
+
+def test_kernel_error_inside_a_segment_names_its_instruction_and_vm_stays_usable(kernels, xy):
+    x, y = xy
+    exe = Executable([add_then_mul(checked=False)], primitive_names=PRIMS, lib=kernels)
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
+    bad = np.zeros((3, 8), "float32")
+    with pytest.raises(TVMError, match="kernel 'add_f32' failed: elementwise kernel: operand "
+                                       "sizes differ\n  in @main instruction 4 \\(InvokePacked"):
+        vm.run(bad, y)
+    assert vm.frame_depth == 0
+    np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_second_kernel_failing_reports_the_second_instruction(kernels, xy):
+    x, y = xy
+    main = add_then_mul()
+    instrs = list(main.instructions)
+    instrs[6] = AllocTensor(3, 6, (2, 8), "float32", 7)       # too small for mul's output
+    exe = Executable([VMFunction("main", ["x", "y"], instrs, 8)], primitive_names=PRIMS,
+                     lib=kernels)
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    assert fused_entries(vm) == [0]
+    with pytest.raises(TVMError, match="sizes differ\n  in @main instruction 7 \\(InvokePacked"):
+        vm.run(x, y)
+    assert vm.frame_depth == 0
+
+
+def test_tuple_input_runs_unfused_and_flattens_like_invoke_packed(kernels, xy):
+    x, y = xy
+    main = VMFunction("main", ["pair"], [
+        LoadConsti(NBYTES, 1), AllocStorage(1, 64, "float32", 0, 2),
+        LoadConsti(0, 3), AllocTensor(2, 3, SHAPE, "float32", 4),
+        InvokePacked(ADD, 1, (0, 4)),                         # the pair flattens to x, y
+        Ret(4),
+    ], 5)
+    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    assert fused_entries(vm) == [0]
+    for _ in range(2):
+        np.testing.assert_allclose(vm.run((x, y)).numpy(), x + y, rtol=1e-6)
+    with pytest.raises(TVMError, match="a tuple argument holds ADT, not a tensor\n  in @main "
+                                       "instruction 4"):
+        vm.run(ADT(0, [ADT(0, []), kiln.nd.array(y)]))
+
+
+@pytest.mark.parametrize("kind", ["naive", "pooled"])
+def test_registers_after_a_segment_match_the_unfused_program(kernels, xy, kind):
+    """The segment leaves the tuple's fields, the storage and killed registers as expected."""
+    x, y = xy
+    instrs = list(add_then_mul().instructions)
+    instrs[8:] = [AllocADT(0, (5, 7), 8), Ret(8)]            # return the sum and the product
+    exe = Executable([VMFunction("main", ["x", "y"], instrs, 9)], primitive_names=PRIMS,
+                     lib=kernels)
+    vm = VirtualMachine(exe, kiln.cpu(0), kind)
+    for _ in range(3):
+        result = vm.run(x, y)
+        np.testing.assert_allclose(result.fields[0].numpy(), x + y, rtol=1e-6)
+        np.testing.assert_allclose(result.fields[1].numpy(), (x + y) * y, rtol=1e-6)
+    assert vm.allocators[0].num_allocations == 3             # one AllocStorage per run
+
+
+def test_profile_times_each_kernel_of_a_fused_program(vm, xy):
+    x, y = xy
+    assert fused_entries(vm) == [0]
+    report = vm.profile(x, y)
+    rows = {row["Name"]: row for row in report.calls}
+    assert rows["add_f32"]["Count"] == 1 and rows["mul_f32"]["Count"] == 1
+    assert rows["AllocTensor"]["Count"] == 2 and rows["KillRegister"]["Count"] == 1
+    assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)
+    np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
