@@ -57,6 +57,8 @@ _LAZY = {
     "IRModule": ("kiln.ir.module", "IRModule"),
     "build": ("kiln.driver.build_module", "build"),
     "lower": ("kiln.te.lowering", "lower"),
+    # pre-0.7 spelling kept by the seed documents (tvm.placeholder is te.placeholder)
+    "placeholder": ("kiln.te.operation", "placeholder"),
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)
