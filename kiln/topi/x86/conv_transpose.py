@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
+from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
 from kiln.topi.nn.conv import _tuple, get_pad_tuple
 from kiln.topi.nn.pad import pad
@@ -49,6 +50,9 @@ def conv_transpose_phased(data: te.Tensor, kernel: te.Tensor, strides: Any, padd
     dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)
     batch, in_c, in_sp = dshape[0], dshape[1], dshape[2:]
     out_c, ksp = kshape[1], kshape[2:]
+    if kshape[0] != in_c or len(kshape) != data.ndim:
+        raise TVMError(f"conv_transpose: kernel {list(kshape)} (IO<spatial>) does not match "
+                       f"data {list(dshape)} (NC<spatial>, groups 1)")
     out_sp = [(n - 1) * s - b - a + (k - 1) + op + 1 for n, s, b, a, k, op in
               zip(in_sp, strides, before, after, ksp, output_padding)]
     phases = [ceil_div(p, s) for p, s in zip(out_sp, strides)]
