@@ -100,8 +100,11 @@ class Device:
 
     @property
     def exist(self) -> bool:
-        """Whether memory on this device can be allocated here (only CPU)."""
-        return self.device_type == DeviceType.kDLCPU
+        """Whether memory on this device can be allocated here (the CPU, or a device type
+        with a device API in :mod:`kiln.runtime.device_api`, e.g. OpenCL with pyopencl)."""
+        from kiln.runtime.device_api import has_device_api
+
+        return self.device_type == DeviceType.kDLCPU or has_device_api(self.device_type)
 
     @property
     def is_cpu(self) -> bool:

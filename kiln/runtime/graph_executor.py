@@ -30,7 +30,13 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.module import Module
 from kiln.runtime.native import load_runtime_lib
 from kiln.runtime.ndarray import NDArray, empty
-from kiln.runtime.packed_func import TVMValue, TypeCode, get_last_error
+from kiln.runtime.packed_func import (
+    KERNEL_PROTOTYPE,
+    TVMValue,
+    TypeCode,
+    get_last_error,
+    set_last_error,
+)
 from kiln.runtime.params import load_param_dict
 from kiln.runtime.registry import register_func
 
@@ -491,6 +497,10 @@ class GraphExecutor(Module):
             if node.func_name == _COPY:
                 self._check_copy(node, input_eids, output_eids)
                 address, resource = copy_address, None
+                if not (self._entries[input_eids[0]].device.is_cpu
+                        and self._entries[output_eids[0]].device.is_cpu):
+                    address = self._device_copy_function(input_eids[0], output_eids[0],
+                                                         keepalive)
             else:
                 func = self._find_kernel(node)
                 keepalive.append(func)
@@ -518,6 +528,23 @@ class GraphExecutor(Module):
         self._records_address = ctypes.addressof(records)
         self._uses = uses  # entry id -> the op-argument DLTensors that reference it
         self._aliases = aliases  # entry id -> entries of __nop nodes reading it
+
+    def _device_copy_function(self, src: int, dst: int, keepalive: list[Any]) -> int:
+        """A packed C entry point copying entry ``src`` into ``dst`` through the device API
+        of their devices (``NDArray.copyfrom``), for ``__copy`` nodes off the CPU."""
+
+        def copy(args: Any, codes: Any, num_args: int, ret: Any, ret_code: Any,
+                 resource: Any) -> int:
+            try:
+                self._array(dst).copyfrom(self._array(src))
+            except Exception as err:  # the C loop reports it through the last error
+                set_last_error(f"__copy: {err}")
+                return -1
+            return 0
+
+        trampoline = KERNEL_PROTOTYPE(copy)
+        keepalive.append(trampoline)
+        return ctypes.cast(trampoline, ctypes.c_void_p).value
 
     def _find_kernel(self, node: GraphNode) -> Any:
         try:

@@ -172,6 +172,8 @@ class NDArray(Object):
             raise TVMError("copyfrom: this NDArray views read-only memory (a read-only DLPack "
                            "import); copy it first with .copyto(device)")
         if isinstance(source, NDArray):
+            if not source._device.is_cpu:  # device memory: the device API copies
+                return source.copyto(self)
             if source.shape != self.shape or source._dtype != self._dtype:
                 raise TVMError(
                     f"copyfrom: source NDArray {source.shape}, {source.dtype} does not match "
@@ -307,6 +309,10 @@ def empty(
     dev = _named_device(device)
     if mem_scope not in (None, "global"):
         raise TVMError(f"memory scope {mem_scope!r} does not exist on {dev}; use 'global'")
+    if not dev.is_cpu:  # device memory through the device's API (kiln.runtime.device_api)
+        from kiln.runtime.device_api import device_empty
+
+        return device_empty(dims, data_type, dev)
     dev._check_allocatable()
     np_dtype = data_type.numpy_dtype
     np_shape = dims + ((data_type.lanes,) if data_type.lanes > 1 else ())
@@ -344,6 +350,8 @@ def array(obj: Any, device: Device = _CPU0, dtype: Any = None, mem_scope: Any = 
                 f"{data_type.lanes} lanes"
             )
         shape = shape[:-1]
+    if not _named_device(device).is_cpu:
+        return empty(shape, data_type, device, mem_scope).copyfrom(array(data, dtype=data_type))
     result = empty(shape, data_type, device, mem_scope)
     np.copyto(result._np, _to_storage(data, data_type, "unsafe"), casting="no")
     return result

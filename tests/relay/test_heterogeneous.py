@@ -380,3 +380,16 @@ def test_a_negative_device_id_is_refused(seed_build):
     graph["attrs"]["device_id"][1][0] = -1
     with pytest.raises(tvm.TVMError, match="device_id"):
         graph_executor.create(json.dumps(graph), lib.get_lib(), [CPU0, CPU1])
+
+
+def test_an_input_on_an_opencl_device_is_copied_through_its_device_api():
+    x = relay.var("x", shape=(2, 3))
+    func = relay.Function([x], relay.exp(_on(x, tvm.opencl(0))))
+    lib = _build(func, target={"cpu": "c", "opencl": "opencl"})
+    graph = _graph(lib)
+    assert graph["attrs"]["device_index"] == ["list_int", [4, 1, 1]]
+    assert graph["nodes"][1]["attrs"]["func_name"] == "__copy"
+    xv = RNG.random((2, 3), dtype="float32")
+    m, (out,) = _run(lib, [CPU0, tvm.opencl(0)], x=xv)
+    assert m.module.get_input("x").device == tvm.opencl(0)
+    np.testing.assert_allclose(out, np.exp(xv), rtol=1e-6)
