@@ -1,7 +1,8 @@
-"""Operator benchmarks: kiln's dense, ResNet-18 conv2d and topk kernels vs ONNX Runtime and
-PyTorch.
+"""Operator benchmarks: kiln's dense, ResNet-18 conv2d, topk and nn (pools, softmax,
+layer_norm, conv1d, conv2d_transpose, sum) kernels vs ONNX Runtime and PyTorch.
 
-Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|topk] [--target "llvm -mcpu=znver3"]``.
+Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|topk|nn]
+[--target "llvm -mcpu=znver3"]``.
 
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
@@ -104,12 +105,12 @@ def ort_session(node, inputs, initializers, output_shape):
     return ort_runner(graph, dict(inputs))
 
 
-def ort_runner(graph, feed: dict):
+def ort_runner(graph, feed: dict, opset: int = 13):
     """A call running the ONNX ``graph`` (opset 13) on ``feed`` in ONNX Runtime, 2 threads."""
     import onnxruntime as ort
     from onnx import helper
 
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
@@ -190,6 +191,91 @@ def bench_topk(rows, n, k, target, repeat, number):
     return name, times["kiln"], times["ort"], times["torch"]
 
 
+# ---- pools, softmax, layer_norm, conv1d, conv2d_transpose, reductions (topi.x86 schedules) --
+def _nn_cases():
+    """(label, input shape, weights, relay call, ONNX node + initializers + output shape,
+    torch call) for each op of the nn family."""
+    import torch.nn.functional as F  # noqa: N812
+    from onnx import TensorProto, helper
+
+    from kiln import relay
+
+    rng = np.random.default_rng(0)
+
+    def w(*shape):
+        return (rng.standard_normal(shape) * 0.1).astype("float32")
+
+    conv1d_w, deconv_w = w(64, 64, 3), w(64, 64, 4, 4)
+    gamma, beta = w(768) + 1, w(768)
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    return [
+        ("max_pool2d 1x64x112x112 3x3 s2", (1, 64, 112, 112), {},
+         lambda d, p: relay.nn.max_pool2d(d, (3, 3), (2, 2), padding=(1, 1)),
+         (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                           pads=[1, 1, 1, 1]), [], [1, 64, 56, 56]),
+         lambda x: F.max_pool2d(x, 3, 2, 1)),
+        ("global_avg_pool2d 1x512x7x7", (1, 512, 7, 7), {},
+         lambda d, p: relay.nn.global_avg_pool2d(d),
+         (helper.make_node("GlobalAveragePool", ["x"], ["y"]), [], [1, 512, 1, 1]),
+         lambda x: F.adaptive_avg_pool2d(x, 1)),
+        ("softmax 64x1000", (64, 1000), {}, lambda d, p: relay.nn.softmax(d, axis=-1),
+         (helper.make_node("Softmax", ["x"], ["y"], axis=-1), [], [64, 1000]),
+         lambda x: F.softmax(x, -1)),
+        ("softmax 12x128x128", (12, 128, 128), {}, lambda d, p: relay.nn.softmax(d, axis=-1),
+         (helper.make_node("Softmax", ["x"], ["y"], axis=-1), [], [12, 128, 128]),
+         lambda x: F.softmax(x, -1)),
+        ("layer_norm 128x768", (128, 768), {"g": gamma, "b": beta},
+         lambda d, p: relay.nn.layer_norm(d, p["g"], p["b"]),
+         (helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1),
+          [("g", gamma), ("b", beta)], [128, 768]),
+         lambda x: F.layer_norm(x, (768,), torch_of(gamma), torch_of(beta))),
+        ("conv1d 1x64x1024 k3", (1, 64, 1024), {"w": conv1d_w},
+         lambda d, p: relay.nn.conv1d(d, p["w"], padding=(1, 1), channels=64,
+                                      kernel_size=(3,)),
+         (helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3], pads=[1, 1]),
+          [("w", conv1d_w)], [1, 64, 1024]),
+         lambda x: F.conv1d(x, torch_of(conv1d_w), padding=1)),
+        ("conv2d_transpose 1x64x32x32 k4 s2", (1, 64, 32, 32), {"w": deconv_w},
+         lambda d, p: relay.nn.conv2d_transpose(d, p["w"], strides=(2, 2), padding=(1, 1),
+                                                channels=64, kernel_size=(4, 4)),
+         (helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[4, 4],
+                           strides=[2, 2], pads=[1, 1, 1, 1]), [("w", deconv_w)],
+          [1, 64, 64, 64]),
+         lambda x: F.conv_transpose2d(x, torch_of(deconv_w), stride=2, padding=1)),
+        ("sum axis 1 of 256x1024", (256, 1024), {}, lambda d, p: relay.sum(d, axis=1),
+         (helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0), [axes], [256]),
+         lambda x: x.sum(1)),
+    ]
+
+
+def torch_of(a: np.ndarray):
+    import torch
+
+    return torch.from_numpy(a)
+
+
+def bench_nn(case, target, repeat, number):
+    """One nn-family case: kiln (relay.build, graph executor) vs ORT vs torch."""
+    import torch
+    from onnx import TensorProto, helper
+
+    _, shape, weights, relay_call, (node, initializers, out_shape), torch_call = case
+    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    name, run_kiln, output = kiln_one_op(relay_call, x, weights, target)
+    run_kiln()
+    tx = torch.from_numpy(x)
+    assert np.allclose(output(), torch_call(tx).numpy(), rtol=1e-3, atol=1e-4)
+    tensors = [i if not isinstance(i, tuple) else
+               helper.make_tensor(i[0], TensorProto.FLOAT, i[1].shape, i[1].ravel())
+               for i in initializers]
+    graph = helper.make_graph(
+        [node], "op", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], tensors)
+    times = side_by_side({"kiln": run_kiln, "ort": ort_runner(graph, {"x": x}, opset=17),
+                          "torch": lambda: torch_call(tx)}, repeat, number)
+    return name, times["kiln"], times["ort"], times["torch"]
+
+
 def main() -> None:
     import torch
 
@@ -198,7 +284,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="llvm -mcpu=znver3")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    parser.add_argument("--only", choices=["dense", "conv", "topk"], help="one op family")
+    parser.add_argument("--only", choices=["dense", "conv", "topk", "nn"],
+                        help="one op family")
     args = parser.parse_args()
     torch.set_num_threads(2)
     repeat, number = (3, 2) if args.quick else (7, 5)
@@ -215,6 +302,7 @@ def main() -> None:
         "conv": [(f"conv2d {c}x{h}x{w}->{o} k{kernel} s{stride}", bench_conv, spec)
                  for spec in RESNET18_CONVS for c, h, w, o, kernel, stride, _ in [spec]],
         "topk": [(f"topk {r}x{n} k={k}", bench_topk, (r, n, k)) for r, n, k in TOPKS],
+        "nn": [(case[0], bench_nn, (case,)) for case in _nn_cases()],
     }
     rows = []
     for family, cases in families.items():
