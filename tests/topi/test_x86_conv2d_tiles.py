@@ -147,3 +147,58 @@ def test_bad_packing_raises_kiln_errors():
     packed = te.placeholder((2, 4, 3, 3, 8), name="p")
     with pytest.raises(TVMError, match="5 input channels"):
         x86_conv2d.conv2d_nchwc(data, packed, 1, 1, 1)
+
+
+# (M, K, N): a GEMV, odd sizes (N not a multiple of 16), and a parallel M = 64 product
+DENSE_CASES = [(1, 200, 48), (3, 37, 20), (1, 64, 40), (64, 300, 128)]
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_dense_through_relay_build(target):
+    from kiln.topi.x86 import dense as x86_dense
+
+    datas = [f32(m, k) for m, k, _ in DENSE_CASES]
+    weights = [f32(n, k) for _, k, n in DENSE_CASES]
+    bias = f32(DENSE_CASES[0][2])
+
+    def body(inputs):
+        outs = [relay.nn.dense(x, relay.const(w), units=w.shape[0])
+                for x, w in zip(inputs, weights)]
+        outs.append(relay.nn.relu(relay.nn.bias_add(
+            relay.nn.dense(inputs[0], relay.const(weights[0] * 2)), relay.const(bias))))
+        return relay.Tuple(outs)
+
+    results, lib = build_and_run(body, datas, target)
+    for x, w, got in zip(datas, weights, results):
+        np.testing.assert_allclose(got, x @ w.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(results[-1], np.maximum(datas[0] @ (2 * weights[0]).T + bias, 0),
+                               rtol=1e-4, atol=1e-4)
+    assert "contrib_dense_pack" in lib.get_graph_json()
+    # the GEMV spans several packed blocks; the M = 64 product keeps 4 x 16 blocks
+    cfg = x86_dense.DEFAULT_CONFIG
+    assert x86_dense.register_block(1, 32, 16, cfg) == (1, 4)
+    assert x86_dense.register_block(64, 8, 16, cfg) == (4, 1)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_dense_forced_blocks_and_serial_small_products(target):
+    from kiln.topi.x86 import dense as x86_dense
+
+    a, w = f32(2, 33), f32(64, 33)
+    cfg = {"tile_y": 2, "blocks": 2, "parallel_min_flops": 0}
+
+    def make(x, y):
+        return x86_dense.dense_pack(x, y, config=cfg)
+
+    got = run_many([(make, [a, w])], target,
+                   lambda outs: x86_dense.schedule_dense_pack(outs, cfg))
+    np.testing.assert_allclose(got[0][0], a @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_dense_pack_rejects_mismatched_shapes():
+    from kiln.topi.nn.dense import dense_pack
+
+    with pytest.raises(TVMError, match="reduces over 24"):
+        dense_pack(te.placeholder((2, 16), name="a"), te.placeholder((4, 24, 8), name="w"))
+    with pytest.raises(TVMError, match="ranks 2 and 2"):
+        dense_pack(te.placeholder((2, 16), name="a"), te.placeholder((32, 16), name="w"))

@@ -68,8 +68,14 @@ def dense_pack(data: te.Tensor, packed: te.Tensor, bias: te.Tensor | None = None
                out_dtype: str | None = None) -> te.Tensor:
     """``data [M, K]`` times a packed weight ``[N / n, K, n]``."""
     out_dtype = out_dtype or data.dtype
+    if len(data.shape) != 2 or len(packed.shape) != 3:
+        raise TVMError(f"dense_pack: needs 2-D data and a [N / n, K, n] packed weight, got "
+                       f"ranks {len(data.shape)} and {len(packed.shape)}")
     m, k = data.shape
-    nb, _, lanes = packed.shape
+    nb, packed_k, lanes = packed.shape
+    if get_const_int(packed_k) != get_const_int(k):
+        raise TVMError(f"dense_pack: data has {get_const_int(k)} columns but the packed weight "
+                       f"reduces over {get_const_int(packed_k)}")
     lanes_i = get_const_int(lanes)
     r = te.reduce_axis((0, k), name="k")
     out = te.compute(
