@@ -1,20 +1,25 @@
 """x86 conv2d for NCHW tensors (``conv2d_nchw.x86``), computed in a channel-blocked layout.
 
-Entry points: :func:`conv2d_nchw` (compute), :func:`conv2d_nchwc` (the blocked core, for a
-kernel already packed by :func:`pack_kernel`), :func:`schedule_conv2d_nchw`,
-:data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels per vector block, ``tile_ow`` output
-columns per register block, ``unroll_kw``).
+Entry points: :func:`conv2d_nchw` (compute), :func:`conv2d_nchw_packed` (for a kernel
+already packed by :func:`pack_kernel`, e.g. folded at compile time), :func:`conv2d_nchwc`
+(the blocked core), :func:`schedule_conv2d_nchw`, :func:`block_shape` / :func:`tile_width`
+(the register block), :data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels per vector
+block and ``tile_ow`` output columns per register block, 0 for the modelled choice;
+``unroll_kw``; ``parallel_min_flops``, the work below which one thread runs the conv).
 
 The kernel ``[O, C, KH, KW]`` is packed as ``[O / oc_bn, C, KH, KW, oc_bn]`` and the output is
-computed as ``[N, O / oc_bn, OH, OW, oc_bn]`` (TVM's NCHW[x]c idea): the innermost loop is
+computed as ``[N, O / oc_bn, OH, OWp, oc_bn]`` (TVM's NCHW[x]c idea): the innermost loop is
 ``oc_bn`` output channels, one contiguous vector of packed weights times one broadcast input
-value. Each parallel task (batch, channel block, output row) keeps ``tile_ow × oc_bn``
-accumulators in registers across the whole ``C × KH × KW`` reduction. A final injective stage
-returns to NCHW and carries any fused epilogue (bias, relu …).
+value, so a stride only changes which input is broadcast (no gather). Each parallel task
+(batch, channel block, output row) keeps ``tile_ow × oc_bn`` accumulators in registers across
+the whole ``C × KH × KW`` reduction; the row is padded to ``OWp``, a whole number of blocks
+(awkward widths keep a wide block). A final injective stage returns to NCHW, dropping the
+padding columns, and carries any fused epilogue (bias, relu, residual add …).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kiln import te
@@ -25,7 +30,7 @@ from kiln.topi.nn.pad import pad
 from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 
-DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True}
+DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "parallel_min_flops": 2_000_000}
 
 # Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
 # ``tile_ow × oc_bn / 8`` accumulators, ``oc_bn / 8`` weight vectors and the input broadcasts
@@ -190,7 +195,18 @@ def _schedule_output(sch: Any, out: te.Tensor, cfg: dict) -> None:
     n, f, y, x = stage.leaf_iter_vars
     fo, fi = stage.split(f, factor=bn)
     stage.reorder(n, fo, y, x, fi)
-    stage.parallel(stage.fuse(n, fo, y))
+    rows = stage.fuse(n, fo, y)
+    if blocked is None or _worth_threads(blocked, cfg):
+        stage.parallel(rows)
+
+
+def _worth_threads(conv: te.Tensor, cfg: dict) -> bool:
+    """Whether the conv has the work (``cfg["parallel_min_flops"]``) to pay for waking the
+    thread pool; a smaller one runs all its stages on the calling thread."""
+    flops = 2 * math.prod(get_const_tuple(conv.shape))
+    for axis in conv.op.reduce_axis:
+        flops *= get_const_int(axis.dom.extent)
+    return flops >= cfg["parallel_min_flops"]
 
 
 def _find_blocked(op: Any) -> Any:
@@ -205,11 +221,14 @@ def _find_blocked(op: Any) -> Any:
 
 def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
     padded = conv.op.input_tensors[0]
+    threads = _worth_threads(conv, cfg)
     if padded.op.name == "pad_temp":
         stage = sch[padded]
         stage.compute_root()
         n, c, h, _ = stage.leaf_iter_vars
-        stage.parallel(stage.fuse(n, c, h))
+        rows = stage.fuse(n, c, h)
+        if threads:
+            stage.parallel(rows)
     t_ow = int(conv.op.attrs.get("tile_ow", 1))
     acc = sch.cache_write(conv, "local")
     o = sch[conv]
@@ -217,7 +236,8 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
     xo, xi = o.split(x, factor=t_ow)
     o.reorder(n, f, y, xo, xi, fi)
     task = o.fuse(n, f, y)
-    o.parallel(task)
+    if threads:
+        o.parallel(task)
     o.vectorize(fi)
     block = sch[acc]
     block.compute_at(o, xo)
