@@ -409,3 +409,15 @@ def test_transposed_conv_kernel_must_match_the_data():
 def test_softmax_axis_out_of_range_is_an_error():
     with pytest.raises(TVMError, match="out of range"):
         x86_nn.softmax(te.placeholder((2, 3)), axis=2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fast_exp_is_within_a_few_ulp_of_exp(target):
+    x = np.concatenate([np.linspace(-87, 88, 2001), [0.0, -1e-8, 1e-8, 0.5, -0.5]])
+    x = x.astype("float32")
+    holder = te.placeholder(x.shape, name="x")
+    out = te.compute(holder.shape, lambda i: x86_nn.fast_exp(holder[i]), name="fast_exp")
+    module = kiln.build(topi.x86.schedule_injective([out]), [holder, out], target=target)
+    got = kiln.nd.empty(x.shape)
+    module(kiln.nd.array(x), got)
+    np.testing.assert_allclose(got.numpy(), np.exp(x.astype("float64")), rtol=5e-7)

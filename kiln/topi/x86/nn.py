@@ -28,9 +28,43 @@ from kiln.topi.x86.reduction import lanes_dividing, schedule_reduction_stage
 DEFAULT_CONFIG = {**_REDUCE_CONFIG}
 
 
+# Cephes' expf: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, with ln 2 split
+# in two (C1 + C2) so r is exact, and a degree-5 polynomial for exp(r) - 1 - r (relative error
+# below 2 ulp). Unlike a libm call it is plain arithmetic, so it vectorizes.
+_EXP_LIMIT = 88.3762626647949
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+             1.6666665459e-1, 5.0000001201e-1)
+
+
+def fast_exp(x: Any) -> Any:
+    """``exp(x)`` for float32 by range reduction and a polynomial (vectorizable).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> y = te.compute((4,), lambda i: fast_exp(te.placeholder((4,))[i]))
+    >>> y.dtype
+    'float32'
+    """
+    def const(v):
+        return _op.const(v, "float32")
+
+    x = _op.max(_op.min(x, const(_EXP_LIMIT)), const(-_EXP_LIMIT))
+    n = _op.floor(x * const(1.4426950408889634) + const(0.5))
+    r = x - n * const(_LN2_HI) - n * const(_LN2_LO)
+    poly = const(_EXP_POLY[0])
+    for c in _EXP_POLY[1:]:
+        poly = poly * r + const(c)
+    exp_r = poly * (r * r) + r + const(1.0)
+    two_n = _op.reinterpret("float32", (_op.cast(n, "int32") + 127) * (1 << 23))
+    return exp_r * two_n
+
+
 def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``, with ``exp(x - max)`` stored once
-    (the generic compute evaluates it twice: in the sum and in the output).
+    (the generic compute evaluates it twice: in the sum and in the output) and, for float32,
+    computed by :func:`fast_exp` in vectors.
 
     Example
     -------
@@ -52,7 +86,8 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
 
     xmax = te.compute(kept, lambda *i: te.max(x(*full(i, k_max.var)), axis=k_max),
                       name="T_softmax_maxelem", tag="softmax_max")
-    shifted = te.compute(x.shape, lambda *i: _op.exp(x(*i) - xmax(*drop(i))),
+    exp = fast_exp if x.dtype == "float32" else _op.exp
+    shifted = te.compute(x.shape, lambda *i: exp(x(*i) - xmax(*drop(i))),
                          name="T_softmax_exp", tag="softmax_exp")
     expsum = te.compute(kept, lambda *i: te.sum(shifted(*full(i, k_sum.var)), axis=k_sum),
                         name="T_softmax_expsum", tag="softmax_sum")
