@@ -401,6 +401,7 @@ def serialize_module_blob(root: Module) -> bytes:
 BINARY_LOADER_MODULES = {
     "GraphExecutorFactory": "kiln.runtime.executor_factory",
     "VMExecutable": "kiln.runtime.vm",
+    "opencl": "kiln.runtime.opencl",
 }
 
 

@@ -12,14 +12,20 @@ are ``cl_mem`` handles; :class:`~kiln.runtime.device_api.DeviceNDArray` keeps th
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any
 
 import numpy as np
 
+from kiln.runtime.binary import BinaryReader, BinaryWriter
 from kiln.runtime.device import Device
 from kiln.runtime.device_api import DeviceAPI, register_device_api
+from kiln.runtime.dlpack import DLTensor
 from kiln.runtime.error import TVMError
+from kiln.runtime.module import Module, ModuleProperty
+from kiln.runtime.packed_func import KERNEL_PROTOTYPE, PackedFunc, set_last_error
+from kiln.runtime.registry import register_func
 
 try:
     import pyopencl as cl
@@ -27,7 +33,8 @@ except ImportError as _err:  # the device API registry turns this into a clear T
     raise ImportError(f"OpenCL needs pyopencl (pip install pyopencl "
                       f"pocl-binary-distribution): {_err}") from None
 
-__all__ = ["OpenCLDeviceAPI", "workspace", "OPENCL_DEVICE_TYPE"]
+__all__ = ["OpenCLDeviceAPI", "workspace", "OPENCL_DEVICE_TYPE", "OpenCLModule",
+           "load_opencl_module"]
 
 OPENCL_DEVICE_TYPE = 4
 
@@ -104,3 +111,134 @@ class OpenCLDeviceAPI(DeviceAPI):
 
 DEVICE_API = OpenCLDeviceAPI()
 register_device_api(OPENCL_DEVICE_TYPE, DEVICE_API)
+
+
+# ---- kernels ---------------------------------------------------------------------------------
+
+
+class OpenCLModule(Module):
+    """OpenCL C kernels as a Module (TVM's ``"opencl"`` module).
+
+    Parameters
+    ----------
+    source : str
+        The OpenCL C program.
+    kernels : sequence of (name, number of buffer arguments, global work size)
+        How to launch each kernel: its arguments are ``DLTensor*`` on an OpenCL device.
+
+    Each function is a packed C entry point (a ctypes trampoline), so executors call it like
+    any compiled kernel. The program is built for a device the first time a kernel runs
+    there; launches are queued in order on the device's queue (copies to the host wait).
+
+    Example
+    -------
+    >>> src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
+    >>> m = OpenCLModule(src, [("twice", 1, 4)])
+    >>> x = kiln.nd.array(np.ones(4, "float32"), kiln.opencl(0))  # doctest: +SKIP
+    >>> m["twice"](x); x.numpy()                                  # doctest: +SKIP
+    array([2., 2., 2., 2.], dtype=float32)
+    """
+
+    type_key = "opencl"
+    _property_mask = ModuleProperty.BINARY_SERIALIZABLE | ModuleProperty.RUNNABLE
+
+    def __init__(self, source: str, kernels: Any) -> None:
+        super().__init__()
+        self.source = source
+        self.kernels = {str(name): (int(num_args), int(global_size))
+                        for name, num_args, global_size in kernels}
+        self._programs: dict[int, Any] = {}
+        self._functions: dict[str, PackedFunc] = {}
+
+    def get_source(self, fmt: str = "") -> str:
+        return self.source
+
+    def _program(self, device_id: int) -> Any:
+        if device_id not in self._programs:
+            ws = workspace(device_id)
+            try:
+                self._programs[device_id] = cl.Program(ws.context, self.source).build()
+            except cl.Error as err:
+                raise TVMError(f"OpenCL program does not build for opencl({device_id}): "
+                               f"{err}") from None
+        return self._programs[device_id]
+
+    def _get_function(self, name: str) -> PackedFunc | None:
+        if name not in self.kernels:
+            return None
+        if name not in self._functions:
+            trampoline = KERNEL_PROTOTYPE(self._launcher(name))
+            self._functions[name] = PackedFunc.from_c_address(
+                ctypes.cast(trampoline, ctypes.c_void_p).value, owner=(self, trampoline),
+                name=name)
+        return self._functions[name]
+
+    def _launcher(self, name: str) -> Any:
+        num_args, global_size = self.kernels[name]
+
+        def launch(args: Any, codes: Any, count: int, ret: Any, ret_code: Any,
+                   resource: Any) -> int:
+            try:
+                if count != num_args:
+                    raise TVMError(f"expects {num_args} tensor arguments, got {count}")
+                values = ctypes.cast(args, ctypes.POINTER(ctypes.c_void_p))
+                tensors = [ctypes.cast(values[i], ctypes.POINTER(DLTensor)).contents
+                           for i in range(count)]
+                device_id = _device_id_of(tensors, name)
+                kernel = getattr(self._program(device_id), name)
+                kernel.set_args(*(_buffer_of(t) for t in tensors))
+                cl.enqueue_nd_range_kernel(workspace(device_id).queue, kernel,
+                                           (global_size,), None)
+            except Exception as err:  # the caller reads the message as the last error
+                set_last_error(f"OpenCL kernel {name}: {err}")
+                return -1
+            return 0
+
+        return launch
+
+    def save_to_binary(self) -> bytes:
+        writer = BinaryWriter()
+        writer.string(self.source)
+        writer.u64(len(self.kernels))
+        for name, (num_args, global_size) in self.kernels.items():
+            writer.string(name)
+            writer.u64(num_args)
+            writer.u64(global_size)
+        return writer.getvalue()
+
+
+def _device_id_of(tensors: list[Any], name: str) -> int:
+    ids = set()
+    for i, tensor in enumerate(tensors):
+        if tensor.device.device_type != OPENCL_DEVICE_TYPE:
+            where = Device(tensor.device.device_type, tensor.device.device_id)
+            raise TVMError(f"argument {i} is on {where}, not on an OpenCL device")
+        ids.add(tensor.device.device_id)
+    if len(ids) > 1:
+        raise TVMError(f"arguments are on several OpenCL devices {sorted(ids)}")
+    return ids.pop() if ids else 0
+
+
+def _buffer_of(tensor: Any) -> Any:
+    buffer = DEVICE_API.buffer(tensor.data)
+    if tensor.byte_offset:
+        nbytes = tensor.dtype.bits * tensor.dtype.lanes // 8
+        for d in range(tensor.ndim):
+            nbytes *= tensor.shape[d]
+        return buffer.get_sub_region(tensor.byte_offset, max(nbytes, 1))
+    return buffer
+
+
+def load_opencl_module(data: bytes) -> OpenCLModule:
+    """An :class:`OpenCLModule` from :meth:`OpenCLModule.save_to_binary` bytes (checked)."""
+    reader = BinaryReader(data, what="OpenCL module blob")
+    source = reader.string("OpenCL source")
+    kernels = []
+    for i in range(reader.count(24, "kernel count")):
+        kernels.append((reader.string(f"kernel {i} name"), reader.u64(f"kernel {i} arity"),
+                        reader.u64(f"kernel {i} global size")))
+    reader.expect_end()
+    return OpenCLModule(source, kernels)
+
+
+register_func("runtime.module.loadbinary_opencl", load_opencl_module, override=True)

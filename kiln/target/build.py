@@ -25,13 +25,14 @@ from typing import Any
 from kiln.runtime import cc, config
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import DSOModule, Module, ModuleProperty
-from kiln.target import codegen_c, codegen_llvm
+from kiln.target import codegen_c, codegen_llvm, codegen_opencl
 
 __all__ = ["BUILD_FUNCTIONS", "build_module", "NativeModule"]
 
 BUILD_FUNCTIONS: dict[str, Callable[[Any, Any], Module]] = {
     "c": codegen_c.build_c,
     "llvm": codegen_llvm.build_llvm,
+    "opencl": codegen_opencl.build_opencl,
 }
 
 
