@@ -31,7 +31,8 @@ from typing import Any
 from kiln import te, tir
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi import sort, tag
+from kiln.topi import tag
+from kiln.topi.sort import argsort
 from kiln.topi.utils import ravel_index, unravel_index
 
 __all__ = ["is_static", "tensor_values", "reshape", "broadcast_to", "full", "tile", "one_hot",
@@ -305,7 +306,7 @@ def topk(data: te.Tensor, out_shape: Sequence[Any], axis: int = -1, ret_type: st
     unless ``is_ascend``) and/or their indices, as :func:`kiln.topi.topk` returns them; the
     count k is a run-time value (the VM sizes ``out_shape`` from ``dyn.topk``'s k tensor)."""
     axis = axis % data.ndim
-    order = sort.argsort(data, axis, is_ascend, "int32")
+    order = argsort(data, axis, is_ascend, "int32")
     indices = te.compute(list(out_shape), lambda *i: _op.cast(order(*i), dtype),
                          name="T_topk_indices", tag=tag.INJECTIVE)
 

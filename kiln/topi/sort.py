@@ -37,7 +37,8 @@ def _seq(*stmts: Any) -> Any:
 
 
 def _store(buffer: Any, value: Any, index: Any) -> Any:
-    return tir.BufferStore(buffer, value, [index])
+    # cast: positions computed from int64 extents (the VM's symbolic shapes) go to int32 buffers
+    return tir.BufferStore(buffer, _op.cast(value, buffer.dtype), [index])
 
 
 def _local(name: str, dtype: str, extent: Any) -> Any:

@@ -66,9 +66,27 @@ def _with_static(dims: list[Any], ty: TensorType) -> list[Any]:
 class _ShapeBuilder:
     """Walks a primitive function body; each node maps to dims lists of its flat outputs."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: Any = None) -> None:
         self.memo: dict[int, list[list[Any]]] = {}
         self.data: dict[int, list[Any]] = {}  # param id -> its input data tensors
+        self.target = target
+        self._values: Any = None  # computes the data of intermediate expressions
+
+    def data_of(self, node: Any) -> list[Any]:
+        """The data tensors of ``node``: a parameter's input, or (when FuseOps put, e.g., the
+        normalization of a begin tensor in the same group) the TE compute of an intermediate
+        expression, evaluated inside the shape kernel by the ops' strategies."""
+        if id(node) in self.data:
+            return self.data[id(node)]
+        if not self.data:
+            raise TVMError("a data-dependent shape function needs its inputs' values")
+        if self._values is None:
+            from kiln.relay.backend.te_compiler import _ComputeBuilder
+
+            self._values = type("ShapeDataBuilder", (_SymbolicOutputs, _ComputeBuilder),
+                                {})(self.target)
+            self._values.memo.update(self.data)
+        return self._values.visit(node)
 
     def visit(self, node: Any) -> list[list[Any]]:
         key = id(node)
@@ -98,10 +116,7 @@ class _ShapeBuilder:
         out_types = _flat_types(call.checked_type)
         rule = call.op.get_attr("FShapeFunc")
         if rule is not None and call.op.get_attr("TShapeDataDependent"):
-            data = [t for a in call.args for t in self.data.get(id(a), [None])]
-            if any(t is None for t in data):
-                raise TVMError(f"the shape of {call.op.name} depends on input values, which "
-                               "must be parameters of its primitive function")
+            data = [t for a in call.args for t in self.data_of(a)]
             outs = rule(call.attrs, ins, out_types, data)
         elif rule is not None:
             outs = rule(call.attrs, ins, out_types)
@@ -164,13 +179,14 @@ def _constant(value: Any) -> Any:
     return lambda _: value
 
 
-def _build_shape_kernel(func: rx.Function, name: str) -> tuple[Any, list[bool]]:
+def _build_shape_kernel(func: rx.Function, name: str,
+                        target: Any = None) -> tuple[Any, list[bool]]:
     """The PrimFunc computing output shapes and sizes; per output, whether it is dynamic."""
     from kiln import te, tir
     from kiln.runtime.ndarray import DataType
     from kiln.te.lowering import lower
 
-    builder = _ShapeBuilder()
+    builder = _ShapeBuilder(target)
     dynamic_inputs = dict(_dynamic_params(func))
     by_value = needs_input_data(func)
     shape_inputs = []
@@ -301,7 +317,7 @@ def _shape_kernel(tec: Any, func: rx.Function) -> tuple[Any, list[bool]]:
 
     def make(hash_text: str) -> Any:
         name = tec._unique(tec.prefix + fused_function_name(func) + "_shape_func")
-        prim, dynamic = _build_shape_kernel(func, name)
+        prim, dynamic = _build_shape_kernel(func, name, tec.target)
         tec.lowered.append(LoweredFunc(name, prim, hash_text, 0, 0))
         return name, dynamic
 
