@@ -15,6 +15,7 @@ Python-backed PackedFuncs are called with the tensors as arguments.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 from typing import Any
 
 from kiln.runtime.container import ADT
@@ -102,23 +103,20 @@ class PackedCallSite:
 
 # Opcodes a fused segment may contain: straight-line, static-shape kernel work.
 _FUSIBLE = frozenset({bc.Opcode.LoadConsti, bc.Opcode.LoadConst, bc.Opcode.AllocStorage,
-                      bc.Opcode.AllocTensor, bc.Opcode.InvokePacked, bc.Opcode.KillRegister})
+                      bc.Opcode.AllocTensor, bc.Opcode.AllocADT, bc.Opcode.InvokePacked,
+                      bc.Opcode.KillRegister})
+
+# Symbolic register values while a segment is analysed. A register the segment reads before
+# writing it is an *input*: a tensor made outside, checked at run time.
 
 
-class _Int:
-    """Symbolic register value: a LoadConsti scalar (``tensor`` is the VM's cached one)."""
+class _Value:
+    """A value known when the VM is built: a LoadConsti scalar or LoadConst tensor."""
 
-    __slots__ = ("value", "tensor")
+    __slots__ = ("tensor", "int_value")
 
-    def __init__(self, value: int, tensor: Any) -> None:
-        self.value, self.tensor = value, tensor
-
-
-class _Const:
-    __slots__ = ("tensor",)
-
-    def __init__(self, tensor: Any) -> None:
-        self.tensor = tensor
+    def __init__(self, tensor: Any, int_value: int | None = None) -> None:
+        self.tensor, self.int_value = tensor, int_value
 
 
 class _View:
@@ -131,7 +129,7 @@ class _View:
 
 
 class _Input:
-    """A register the segment reads before writing it: a tensor made outside the segment."""
+    """Input register number ``index`` of the segment (``FusedSegment.input_regs``)."""
 
     __slots__ = ("index",)
 
@@ -139,38 +137,50 @@ class _Input:
         self.index = index
 
 
+class _Tuple:
+    """An AllocADT of tensors (views, constants, inputs)."""
+
+    __slots__ = ("tag", "fields")
+
+    def __init__(self, tag: int, fields: list[Any]) -> None:
+        self.tag, self.fields = tag, fields
+
+
 _STORAGE = object()  # symbolic value of the register holding the segment's storage
 
 
 class FusedSegment:
-    """A run of LoadConsti/LoadConst/AllocStorage/AllocTensor/InvokePacked/KillRegister
-    instructions ``[start, end)`` whose kernels run from one prebuilt C call list.
+    """A run of LoadConsti/LoadConst/AllocStorage/AllocTensor/AllocADT/InvokePacked/
+    KillRegister instructions ``[start, end)`` whose kernels run from one C call list.
 
     Every tensor it allocates views one storage (allocated in the segment or held by a
     register on entry) at a static offset and shape, so the kernels' ``DLTensor`` arguments
     depend only on the storage's block: a :class:`SegmentPlan` is built per block and kept
     on it (``block.plans``). Per run only the input registers' ``DLTensor`` addresses are
     written. Afterwards the registers hold what the instructions would have left: the
-    storage, leased views for tensors still live, the scalar and constant tensors, and
-    ``None`` for killed registers. Tensors allocated and killed inside never exist in Python.
+    storage, leased views for tensors still live, tuples of them, the scalar and constant
+    tensors, and ``None`` for killed registers. Tensors allocated and killed inside never
+    exist in Python.
     """
 
     __slots__ = ("start", "end", "alloc", "alloc_nbytes", "storage_reg", "views", "input_regs",
-                 "kernels", "out_values", "out_views", "out_storage")
+                 "kernels", "out_values", "out_views", "out_storage", "out_tuples")
 
-    def __init__(self, start: int, end: int) -> None:
-        self.start, self.end = start, end
+    def __init__(self, start: int) -> None:
+        self.start = self.end = start
         self.alloc: bc.AllocStorage | None = None  # the in-segment AllocStorage, if any
         self.alloc_nbytes = -1
         self.storage_reg = -1  # register of the storage (set on entry when alloc is None)
         self.views: list[tuple[int, tuple[int, ...], Any]] = []  # (offset, shape, dtype)
         self.input_regs: list[int] = []
-        # (site, [(kind, index)]) per kernel; kind: "view", "input" or "const" (the tensor)
-        self.kernels: list[tuple[PackedCallSite, list[tuple[str, Any]]]] = []
-        # Registers on exit: (reg, value or None), (reg, view index), storage registers.
+        # (call site, flattened symbolic arguments) per kernel call
+        self.kernels: list[tuple[PackedCallSite, list[Any]]] = []
+        # Registers on exit: (reg, value or None), (reg, view index), storage registers,
+        # (reg, tag, symbolic fields).
         self.out_values: list[tuple[int, Any]] = []
         self.out_views: list[tuple[int, int]] = []
         self.out_storage: list[int] = []
+        self.out_tuples: list[tuple[int, int, list[Any]]] = []
 
     def plan_for(self, storage: Any) -> SegmentPlan:
         """The call list for ``storage``'s block (built on first use, kept on the block)."""
@@ -180,28 +190,45 @@ class FusedSegment:
             plan = plans[self] = SegmentPlan(self, storage)
         return plan
 
+    def tuple_field(self, field: Any, inputs: list[Any], specs: list[Any],
+                    storage: Any) -> Any:
+        """The run-time value of one symbolic tuple field."""
+        if isinstance(field, _View):
+            return specs[field.index].lease(storage)
+        if isinstance(field, _Input):
+            return inputs[field.index]
+        return field.tensor
 
-def find_segment(instructions: list[bc.Instruction], start: int, sites: dict[int, Any],
+
+def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict[int, Any],
                  scalar: Any, constant: Any, dtype_of: Any) -> FusedSegment | None:
-    """The longest fusable segment starting at ``start`` with at least two kernels, or None.
+    """The longest fusable segment starting at ``start`` (at least one kernel), or None.
 
     ``sites`` maps a pc to its InvokePacked call site; ``scalar(value)`` gives the VM's
     LoadConsti tensor, ``constant(instr)`` a LoadConst tensor, ``dtype_of(fields)`` a DataType.
     """
-    seg = FusedSegment(start, start)
+    seg = FusedSegment(start)
     sym: dict[int, Any] = {}
-    storage_size = -1
     inputs: dict[int, _Input] = {}
 
-    def read_tensor(reg: int) -> Any:
-        """The symbolic tensor in ``reg``, or None if it cannot be a kernel argument."""
+    def operand(reg: int) -> Any:
+        """A tensor operand: its symbolic value, the register number for an input, or None."""
         if reg not in sym:
-            if reg not in inputs:
-                inputs[reg] = _Input(len(seg.input_regs))
-                seg.input_regs.append(reg)
-            return inputs[reg]
+            return inputs.get(reg, reg)
         value = sym[reg]
-        return value if isinstance(value, _View | _Const) else None
+        if isinstance(value, _View | _Tuple) or (isinstance(value, _Value)
+                                                 and value.int_value is None):
+            return value
+        return None
+
+    def commit(value: Any) -> Any:
+        """Record an accepted operand; a register number becomes (or is) an input."""
+        if not isinstance(value, int):
+            return value
+        if value not in inputs:
+            inputs[value] = _Input(len(seg.input_regs))
+            seg.input_regs.append(value)
+        return inputs[value]
 
     pc = start
     while pc < len(instructions):
@@ -210,21 +237,21 @@ def find_segment(instructions: list[bc.Instruction], start: int, sites: dict[int
         if op not in _FUSIBLE:
             break
         if op == bc.Opcode.LoadConsti:
-            sym[instr.dst] = _Int(instr.val, scalar(instr.val))
+            sym[instr.dst] = _Value(scalar(instr.val), instr.val)
         elif op == bc.Opcode.LoadConst:
-            sym[instr.dst] = _Const(constant(instr))
+            sym[instr.dst] = _Value(constant(instr))
         elif op == bc.Opcode.KillRegister:
             sym[instr.dst] = None
         elif op == bc.Opcode.AllocStorage:
             size = sym.get(instr.allocation_size)
             if (seg.alloc is not None or seg.storage_reg >= 0 or instr.shape
-                    or not isinstance(size, _Int)):
+                    or not isinstance(size, _Value) or size.int_value is None):
                 break
-            seg.alloc, storage_size = instr, size.value
+            seg.alloc, seg.alloc_nbytes = instr, size.int_value
             sym[instr.dst] = _STORAGE
         elif op == bc.Opcode.AllocTensor:
             offset = sym.get(instr.offset)
-            if not isinstance(offset, _Int) or offset.value < 0:
+            if not isinstance(offset, _Value) or offset.int_value is None or offset.int_value < 0:
                 break
             if instr.storage not in sym and seg.alloc is None and seg.storage_reg < 0:
                 seg.storage_reg = instr.storage  # the storage comes from a register on entry
@@ -235,37 +262,52 @@ def find_segment(instructions: list[bc.Instruction], start: int, sites: dict[int
             nbytes = dtype.itemsize
             for dim in instr.shape:
                 nbytes *= dim
-            if storage_size >= 0 and offset.value + nbytes > storage_size:
-                break  # the slow path raises the error
+            if seg.alloc is not None and offset.int_value + nbytes > seg.alloc_nbytes:
+                break  # the unfused AllocTensor raises the error
             sym[instr.dst] = _View(len(seg.views))
-            seg.views.append((offset.value, tuple(instr.shape), dtype))
-        else:  # InvokePacked
-            site = sites[pc]
-            saved = (dict(inputs), list(seg.input_regs))
-            args = [read_tensor(reg) for reg in instr.args]
-            outputs = args[len(args) - instr.output_size:]
-            if (site.kernel is None or any(a is None for a in args)
-                    or not all(isinstance(o, _View) for o in outputs)):
-                inputs.clear()
-                inputs.update(saved[0])
-                seg.input_regs[:] = saved[1]
+            seg.views.append((offset.int_value, tuple(instr.shape), dtype))
+        elif op == bc.Opcode.AllocADT:
+            fields = [operand(reg) for reg in instr.datatype_fields]
+            if any(f is None or isinstance(f, _Tuple) for f in fields):
                 break
-            out_shape = seg.views[outputs[0].index][1] if instr.output_size == 1 else ()
-            if 0 not in out_shape:  # an empty output: nothing to compute (as PackedCallSite)
-                seg.kernels.append((site, args))
+            sym[instr.dst] = _Tuple(instr.tag, [commit(f) for f in fields])
+        else:  # InvokePacked
+            regs = [operand(reg) for reg in instr.args]
+            if site_unfusable(sites[pc], regs, instr.output_size):
+                break
+            args = []
+            for value in regs:
+                args.extend(value.fields if isinstance(value, _Tuple) else [value])
+            args = [commit(a) for a in args]
+            last = args[-1]
+            if not (instr.output_size == 1 and 0 in seg.views[last.index][1]):
+                seg.kernels.append((sites[pc], args))  # (an empty output: no call, as TVM)
         pc += 1
     if not seg.kernels:
         return None
     seg.end = pc
-    seg.alloc_nbytes = storage_size
     for reg, value in sym.items():
         if value is _STORAGE:
             seg.out_storage.append(reg)
         elif isinstance(value, _View):
             seg.out_views.append((reg, value.index))
+        elif isinstance(value, _Tuple):
+            seg.out_tuples.append((reg, value.tag, value.fields))
         else:
             seg.out_values.append((reg, None if value is None else value.tensor))
     return seg
+
+
+def site_unfusable(site: PackedCallSite, regs: list[Any], output_size: int) -> bool:
+    """Whether an InvokePacked cannot join a segment: a Python kernel, a non-tensor operand,
+    or an output that is not a tensor (or tuple of tensors) the segment allocated."""
+    if site.kernel is None or any(r is None for r in regs) or output_size < 1:
+        return True
+    for out in regs[len(regs) - output_size:]:
+        fields = out.fields if isinstance(out, _Tuple) else [out]
+        if not all(isinstance(f, _View) for f in fields):
+            return True
+    return False
 
 
 class SegmentPlan:
@@ -295,7 +337,7 @@ class SegmentPlan:
             for arg in args:
                 if isinstance(arg, _View):
                     values[pos] = ctypes.addressof(self.specs[arg.index].dltensor)
-                elif isinstance(arg, _Const):
+                elif isinstance(arg, _Value):
                     values[pos] = ctypes.addressof(arg.tensor.handle.contents)
                 else:
                     self.input_slots[arg.index].append(pos)

@@ -464,6 +464,9 @@ class VirtualMachine:
         specs = plan.specs
         for reg, index in segment.out_views:
             regs[reg] = specs[index].lease(storage)
+        for reg, tag, fields in segment.out_tuples:
+            regs[reg] = ADT(tag, [segment.tuple_field(f, inputs, specs, storage)
+                                  for f in fields])
         return segment.end
 
     def _run_unfused(self, regs: list, operand: tuple[FusedSegment, list]) -> int:

@@ -191,3 +191,28 @@ def test_profile_times_each_kernel_of_a_fused_program(vm, xy):
     assert rows["AllocTensor"]["Count"] == 2 and rows["KillRegister"]["Count"] == 1
     assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)
     np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_tuple_made_and_consumed_inside_a_segment(kernels, xy):
+    """AllocADT of two views passed to a kernel (flattened), then returned: all fused."""
+    x, y = xy
+    main = VMFunction("main", ["x", "y"], [
+        LoadConsti(2 * NBYTES, 2), AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4), AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(ADD, 1, (0, 1, 5)),                      # s = x + y
+        AllocADT(0, (5, 1), 6),                               # (s, y)
+        LoadConsti(NBYTES, 7), AllocTensor(3, 7, SHAPE, "float32", 8),
+        InvokePacked(MUL, 1, (6, 8)),                         # p = s * y, from the tuple
+        KillRegister(5),
+        AllocADT(0, (6, 8), 9),                               # ((s, y), p)
+        KillRegister(6),
+        Ret(9),
+    ], 10)
+    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    assert fused_entries(vm) == [0]
+    held = [vm.run(x, y) for _ in range(3)]
+    for result in held:
+        (total, second), product = result.fields[0].fields, result.fields[1]
+        np.testing.assert_allclose(total.numpy(), x + y, rtol=1e-6)
+        np.testing.assert_array_equal(second.numpy(), y)
+        np.testing.assert_allclose(product.numpy(), (x + y) * y, rtol=1e-6)
