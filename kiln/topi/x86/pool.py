@@ -7,9 +7,9 @@ The window compute reads a padded input (``-inf`` or 0 around the data) without 
 checks; the average divides by the count of the window's counted positions, a closed form
 per axis instead of a second reduction. The schedule depends on which axis is contiguous:
 
-* ``NCW``/``NCHW``/``NCDHW`` (width innermost): one parallel task per (batch, channel) plane,
-  which first copies its plane into a padded buffer, then computes output rows with the
-  output width split into vectors;
+* ``NCW``/``NCHW``/``NCDHW`` (width innermost): one parallel task per (batch, channel) plane;
+  for each output row, the input rows its windows read are first copied into a small padded
+  buffer, then the row is computed with the output width split into vectors;
 * ``NWC``/``NHWC``/``NCHW8c`` (channels innermost): one parallel task per (batch, [channel
   block,] output row), the channel axis in vectors, padding evaluated in the window's index
   (it does not depend on the vector lane).
@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln import te
+from kiln.tir import expr as _e
 from kiln.tir import op as _op
 from kiln.topi import nn, tag
 from kiln.topi.nn.conv import _tuple, get_pad_tuple
@@ -131,6 +132,9 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
     lead = axes[:spatial[0] if letters[-1] in _SPATIAL else spatial[-1]]
     vector_axis = axes[-1]
     lanes = lanes_dividing(dims[-1], cfg["vector_lanes"], least=2)
+    if letters[-1] in _SPATIAL and not _unit_stride(window.op):
+        # a strided vector load is a slow gather; the scalar loop is several times faster
+        lanes = 0
     task = stage.fuse(*lead) if len(lead) > 1 else lead[0]
     if prod(dims[:len(lead)]) >= cfg["min_parallel_extent"]:
         stage.parallel(task)
@@ -152,9 +156,25 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
             acc.vectorize(acc_axes[len(window.op.axis) - 1])
     padded = window.op.input_tensors[0]
     if letters[-1] in _SPATIAL and padded.op.name == "pool_pad" and padded.op in sch:
-        # the padded plane is built once per task, in cache, instead of clamped gathers
-        sch[padded].compute_at(stage, task)
+        # the padded input rows an output row reads are copied first (a small buffer on the
+        # stack), so the window loads are plain vectors instead of clamped gathers
+        rows = [iv for iv in axes[spatial[0]:-1]]
+        sch[padded].compute_at(stage, rows[-1] if rows else task)
     return sch
+
+
+def _unit_stride(op: Any) -> bool:
+    """Whether consecutive outputs of window ``op`` read consecutive input columns."""
+    from kiln.arith.analyzer import Analyzer
+    from kiln.tir.stmt_functor import post_order_visit, substitute
+
+    column = op.axis[-1].var
+    loads = []
+    post_order_visit(op.body[0], lambda n: loads.append(n)
+                     if isinstance(n, _e.ProducerLoad) else None)
+    index = loads[0].indices[-1]
+    step = substitute(index, {column: column + 1}) - index
+    return Analyzer().can_prove_equal(step, 1)
 
 
 def _find_window(op: Any) -> te.Tensor | None:
