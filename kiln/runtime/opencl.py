@@ -123,8 +123,9 @@ class OpenCLModule(Module):
     ----------
     source : str
         The OpenCL C program.
-    kernels : sequence of (name, number of buffer arguments, global work size)
-        How to launch each kernel: its arguments are ``DLTensor*`` on an OpenCL device.
+    kernels : sequence of (name, number of buffer arguments, global size, local size)
+        How to launch each kernel: its arguments are ``DLTensor*`` on an OpenCL device; the
+        sizes are tuples per NDRange dimension (an empty local size lets the driver choose).
 
     Each function is a packed C entry point (a ctypes trampoline), so executors call it like
     any compiled kernel. The program is built for a device the first time a kernel runs
@@ -133,7 +134,7 @@ class OpenCLModule(Module):
     Example
     -------
     >>> src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
-    >>> m = OpenCLModule(src, [("twice", 1, 4)])
+    >>> m = OpenCLModule(src, [("twice", 1, (4,), ())])
     >>> x = kiln.nd.array(np.ones(4, "float32"), kiln.opencl(0))  # doctest: +SKIP
     >>> m["twice"](x); x.numpy()                                  # doctest: +SKIP
     array([2., 2., 2., 2.], dtype=float32)
@@ -145,8 +146,11 @@ class OpenCLModule(Module):
     def __init__(self, source: str, kernels: Any) -> None:
         super().__init__()
         self.source = source
-        self.kernels = {str(name): (int(num_args), int(global_size))
-                        for name, num_args, global_size in kernels}
+        self.kernels = {str(name): (int(num_args), tuple(int(g) for g in global_size),
+                                    tuple(int(n) for n in local_size))
+                        for name, num_args, global_size, local_size in kernels}
+        if not self.kernels:
+            raise TVMError("an OpenCL module needs at least one kernel")
         self._programs: dict[int, Any] = {}
         self._functions: dict[str, PackedFunc] = {}
 
@@ -164,6 +168,8 @@ class OpenCLModule(Module):
         return self._programs[device_id]
 
     def _get_function(self, name: str) -> PackedFunc | None:
+        if name == self.entry_name:  # tvm.build(..., "opencl")(a, b, c) runs the first kernel
+            name = next(iter(self.kernels))
         if name not in self.kernels:
             return None
         if name not in self._functions:
@@ -174,7 +180,7 @@ class OpenCLModule(Module):
         return self._functions[name]
 
     def _launcher(self, name: str) -> Any:
-        num_args, global_size = self.kernels[name]
+        num_args, global_size, local_size = self.kernels[name]
 
         def launch(args: Any, codes: Any, count: int, ret: Any, ret_code: Any,
                    resource: Any) -> int:
@@ -188,7 +194,7 @@ class OpenCLModule(Module):
                 kernel = getattr(self._program(device_id), name)
                 kernel.set_args(*(_buffer_of(t) for t in tensors))
                 cl.enqueue_nd_range_kernel(workspace(device_id).queue, kernel,
-                                           (global_size,), None)
+                                           global_size, local_size or None)
             except Exception as err:  # the caller reads the message as the last error
                 set_last_error(f"OpenCL kernel {name}: {err}")
                 return -1
@@ -200,10 +206,11 @@ class OpenCLModule(Module):
         writer = BinaryWriter()
         writer.string(self.source)
         writer.u64(len(self.kernels))
-        for name, (num_args, global_size) in self.kernels.items():
+        for name, (num_args, global_size, local_size) in self.kernels.items():
             writer.string(name)
             writer.u64(num_args)
-            writer.u64(global_size)
+            writer.u64_vector(global_size)
+            writer.u64_vector(local_size)
         return writer.getvalue()
 
 
@@ -234,9 +241,10 @@ def load_opencl_module(data: bytes) -> OpenCLModule:
     reader = BinaryReader(data, what="OpenCL module blob")
     source = reader.string("OpenCL source")
     kernels = []
-    for i in range(reader.count(24, "kernel count")):
+    for i in range(reader.count(32, "kernel count")):
         kernels.append((reader.string(f"kernel {i} name"), reader.u64(f"kernel {i} arity"),
-                        reader.u64(f"kernel {i} global size")))
+                        reader.u64_vector(f"kernel {i} global size"),
+                        reader.u64_vector(f"kernel {i} local size")))
     reader.expect_end()
     return OpenCLModule(source, kernels)
 

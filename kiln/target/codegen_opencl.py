@@ -5,12 +5,17 @@ Entry points: :class:`CodeGenOpenCL` (the OpenCL dialect of
 program + kernel launch records), :func:`build_opencl` (``target.build.opencl``, returning a
 :class:`~kiln.runtime.opencl.OpenCLModule`).
 
-Every PrimFunc becomes one ``__kernel void f(__global T* restrict A, ...)``. Work items come
-from the loop nest itself: when the body is one loop whose iterations are independent (every
-buffer it stores to is read only at the positions stored in the same iteration: TE's spatial
-outer axis, an accumulation in place), that loop becomes the NDRange — iteration ``i`` is
-work item ``get_global_id(0)``, and its extent is the kernel's global size. Any other body (a
-scan, several loop nests in sequence) runs as one work item, which is always correct.
+Every PrimFunc becomes one ``__kernel void f(__global T* restrict A, ...)``. Work items:
+
+- loops bound to thread axes (``s[C].bind(bx, te.thread_axis("blockIdx.x"))``, TIR ``For``
+  of kind ``THREAD_BINDING``) become ``get_group_id(d)`` / ``get_local_id(d)``; the launch
+  has ``blocks * threads`` work items per dimension in work-groups of ``threads``;
+- otherwise, when the body is one loop whose iterations are independent (every buffer it
+  stores to is read only at the positions stored in the same iteration: TE's spatial outer
+  axis, an accumulation in place), that loop becomes the NDRange — iteration ``i`` is work
+  item ``get_global_id(0)`` — so Relay's generic schedules run in parallel unchanged;
+- any other body (a scan, several loop nests in sequence) runs as one work item, which is
+  always correct.
 
 OpenCL C has no ``<stdint.h>`` or libm suffixes; a short prelude defines the fixed-width
 integer names, maps C's float32 math names (``expf``, ``kiln_expf``) to OpenCL's overloaded
@@ -25,7 +30,7 @@ Example
 >>> loop = tir.For(k, 0, 32, tir.ForKind.SERIAL, tir.BufferStore(y, x[k] + 1.0, [k]))
 >>> source, kernels = emit_opencl({"plus_one": tir.PrimFunc([x, y], loop)})
 >>> kernels, "int32_t k = get_global_id(0);" in source
-([('plus_one', 2, 32)], True)
+([('plus_one', 2, (32,), ())], True)
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from kiln.runtime.registry import register_func
 from kiln.target.c_abi import _PRELUDE_HELPERS, _is_const_int, _node_name, c_type, functions_of
 from kiln.target.c_intrinsics import UNARY_MATH
 from kiln.target.codegen_c import CodeGenC, _describe
+from kiln.tir.stmt import ForKind
 
 __all__ = ["CodeGenOpenCL", "emit_opencl", "build_opencl"]
 
@@ -102,7 +108,8 @@ class CodeGenOpenCL(CodeGenC):
 
     def __init__(self) -> None:
         super().__init__(system_lib=False)
-        self.kernels: list[tuple[str, int, int]] = []  # (name, buffer args, global size)
+        # (name, buffer args, global work size per dimension, work-group size or ())
+        self.kernels: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] = []
 
     def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
         from kiln.target.c_abi import function_signature
@@ -126,21 +133,46 @@ class CodeGenOpenCL(CodeGenC):
         self._lines.append(f"__kernel void {name}({', '.join(params) or 'void'}) {{")
         self._indent = 1
         body = func.body
-        global_size = 1
-        if (_node_name(body) == "For" and _is_const_int(body.min, 0)
+        bound = _thread_extents(body, name)
+        if bound and not (_node_name(body) == "For" and body.kind == ForKind.THREAD_BINDING):
+            raise TVMError(f"OpenCL codegen ({name}): with loops bound to thread axes, the "
+                           "whole body must sit inside them (every work item runs the rest); "
+                           "bind the outer loops of the output stage")
+        if bound:
+            dims = max("xyz".index(tag[-1]) for tag in bound) + 1
+            local = tuple(bound.get(f"threadIdx.{d}", 1) for d in "xyz"[:dims])
+            launch = (tuple(bound.get(f"blockIdx.{d}", 1) * t for d, t in zip("xyz", local)),
+                      local)
+            self.emit_stmt(body)
+        elif (_node_name(body) == "For" and _is_const_int(body.min, 0)
                 and _is_const_int(body.extent) and _independent_iterations(body)):
-            global_size = max(int(body.extent.value), 1)
+            size = max(int(body.extent.value), 1)
+            launch = ((size,), ())
             index = self._bind(body.loop_var)
             self._line(f"{c_type(body.loop_var.dtype)} {index} = get_global_id(0);")
-            self._line(f"if ({index} < {global_size}) {{")
+            self._line(f"if ({index} < {size}) {{")
             self._block(body.body)
             self._line("}")
         else:
+            launch = ((1,), ())
             self.emit_stmt(body)
         self._lines.append("}")
         self._functions.append("\n".join(self._lines))
         self.function_names.append(name)
-        self.kernels.append((name, len(signature.buffers), global_size))
+        self.kernels.append((name, len(signature.buffers), *launch))
+
+    def stmt_For(self, node: Any) -> None:
+        if int(node.kind) != int(ForKind.THREAD_BINDING):
+            super().stmt_For(node)
+            return
+        tag = node.thread_binding.thread_tag
+        query = "get_group_id" if tag.startswith("blockIdx") else "get_local_id"
+        index = self._bind(node.loop_var)
+        self._line(f"{c_type(node.loop_var.dtype)} {index} = {query}({'xyz'.index(tag[-1])});"
+                   f"  /* {tag} */")
+        self._line("{")
+        self._block(node.body)
+        self._line("}")
 
     def _emit_workspace(self, node: Any, elem: str, name: str, count: str, t: Any) -> None:
         raise TVMError(f"OpenCL codegen ({self._func_name}): a {count}-element {t} "
@@ -150,9 +182,31 @@ class CodeGenOpenCL(CodeGenC):
         return "\n\n".join([_prelude(), *self._vector_types.values(), *self._functions]) + "\n"
 
 
-def emit_opencl(mod: Any) -> tuple[str, list[tuple[str, int, int]]]:
+def _thread_extents(body: Any, name: str) -> dict[str, int]:
+    """Thread tag -> extent of the loops bound to thread axes (one extent per tag)."""
+    from kiln.tir.stmt_functor import post_order_visit
+
+    extents: dict[str, int] = {}
+
+    def visit(node: Any) -> None:
+        if _node_name(node) != "For" or int(node.kind) != int(ForKind.THREAD_BINDING):
+            return
+        tag = getattr(node.thread_binding, "thread_tag", "")
+        if not _is_const_int(node.extent) or not _is_const_int(node.min, 0):
+            raise TVMError(f"OpenCL codegen ({name}): the loop bound to {tag or '?'} needs a "
+                           "constant extent from 0")
+        extent = int(node.extent.value)
+        if extents.setdefault(tag, extent) != extent:
+            raise TVMError(f"OpenCL codegen ({name}): {tag} is bound to loops of extents "
+                           f"{extents[tag]} and {extent}")
+
+    post_order_visit(body, visit)
+    return extents
+
+
+def emit_opencl(mod: Any) -> tuple[str, list[tuple[str, int, tuple, tuple]]]:
     """One OpenCL C program for every PrimFunc of ``mod``, and per kernel its
-    ``(name, number of buffer arguments, global work size)``."""
+    ``(name, number of buffer arguments, global work size, work-group size or ())``."""
     cg = CodeGenOpenCL()
     for symbol, func in functions_of(mod):
         cg.add_function(func, symbol, func.attrs.get("kiln.source") or _describe(func))

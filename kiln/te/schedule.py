@@ -53,6 +53,7 @@ class IterVarAttr:
     kind: ForKind = ForKind.SERIAL
     pragmas: list[tuple[str, Any]] = field(default_factory=list)
     tensor_intrin: Any = None
+    thread: Any = None  # the thread axis (te.thread_axis) a THREAD_BINDING loop is bound to
 
 
 class Stage:
@@ -236,7 +237,19 @@ class Stage:
         self.scope = scope
 
     def bind(self, ivar: _e.IterVar, thread_ivar: _e.IterVar) -> None:
-        raise TVMError("bind: kiln's CPU targets have no GPU threads to bind loops to")
+        """Run loop ``ivar`` as the GPU thread axis ``thread_ivar`` (``te.thread_axis(
+        "blockIdx.x")``, ``"threadIdx.x"`` …): one work-group / work-item per iteration on a
+        GPU target (OpenCL); CPU targets run the loop serially."""
+        tag = getattr(thread_ivar, "thread_tag", "")
+        if tag not in _THREAD_TAGS:
+            raise TVMError(f"bind: {thread_ivar!r} is not a thread axis; use "
+                           f"te.thread_axis(tag) with a tag in {sorted(_THREAD_TAGS)}")
+        attr = self.attr(self._check_leaf(ivar, "bind"))
+        attr.kind, attr.thread = ForKind.THREAD_BINDING, thread_ivar
+
+
+_THREAD_TAGS = frozenset(f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx")
+                         for axis in "xyz")
 
 
 class Schedule:

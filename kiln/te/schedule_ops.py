@@ -329,7 +329,8 @@ class _ScheduleLowering:
                 body = self._with_attached(inner, body)
         attr = stage.iter_var_attrs.get(id(iv))
         kind = attr.kind if attr is not None else _s.ForKind.SERIAL
-        loop = _s.For(iv.var, 0, self.ranges[id(iv)].extent, kind, body)
+        thread = attr.thread if attr is not None else None
+        loop = _s.For(iv.var, 0, self.ranges[id(iv)].extent, kind, body, thread_binding=thread)
         if attr is not None:
             for key, value in reversed(attr.pragmas):
                 value = _e.StringImm(value) if isinstance(value, str) else \

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import kiln as tvm
-from kiln import relay, tir
+from kiln import relay, te, tir
 from kiln.contrib import graph_executor
 from kiln.runtime.opencl import OpenCLModule, load_opencl_module
 from kiln.target.codegen_opencl import emit_opencl
@@ -127,21 +127,26 @@ def test_independent_loops_become_the_ndrange_and_scans_stay_serial():
     scan = tir.PrimFunc([a, b], tir.For(j, 1, 7, tir.ForKind.SERIAL,
                                         tir.BufferStore(b, b[j - 1] + a[j], [j])))
     source, kernels = emit_opencl({"twice": twice, "scan": scan})
-    assert dict((n, g) for n, _, g in kernels) == {"twice": 8, "scan": 1}
+    assert {n: (g, local) for n, _, g, local in kernels} == {"twice": ((8,), ()),
+                                                               "scan": ((1,), ())}
     assert "__kernel void twice(__global float* restrict A, __global float* restrict B)" \
         in source
 
 
+_SET_ONE = "__kernel void f(__global float* a) { a[0] = 1.0f; }"
+
+
 def test_opencl_module_round_trips_through_bytes_and_checks_them():
-    module = OpenCLModule("__kernel void f(__global float* a) { a[0] = 1.0f; }", [("f", 1, 1)])
+    module = OpenCLModule(_SET_ONE, [("f", 1, (1,), ())])
     loaded = load_opencl_module(module.save_to_binary())
-    assert loaded.get_source() == module.get_source() and loaded.kernels == {"f": (1, 1)}
+    assert loaded.get_source() == module.get_source()
+    assert loaded.kernels == {"f": (1, (1,), ())}
     with pytest.raises(tvm.TVMError):
         load_opencl_module(module.save_to_binary()[:-3])
 
 
 def test_a_kernel_given_host_memory_is_a_clear_error():
-    module = OpenCLModule("__kernel void f(__global float* a) { a[0] = 1.0f; }", [("f", 1, 1)])
+    module = OpenCLModule(_SET_ONE, [("f", 1, (1,), ())])
     with pytest.raises(tvm.TVMError, match="argument 0 is on cpu"):
         module["f"](tvm.nd.array(np.zeros(1, "float32")))
     on_device = tvm.nd.array(np.zeros(1, "float32"), CL)
@@ -150,7 +155,7 @@ def test_a_kernel_given_host_memory_is_a_clear_error():
 
 
 def test_a_program_that_does_not_build_is_a_clear_error():
-    module = OpenCLModule("__kernel void f(__global float* a) { oops }", [("f", 1, 1)])
+    module = OpenCLModule("__kernel void f(__global float* a) { oops }", [("f", 1, (1,), ())])
     with pytest.raises(tvm.TVMError, match="does not build"):
         module["f"](tvm.nd.array(np.zeros(1, "float32"), CL))
 
@@ -177,3 +182,33 @@ def test_export_then_load_in_a_fresh_process(tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), xv, rtol=1e-5)
+
+
+def test_loops_bound_to_thread_axes_become_work_groups_and_work_items():
+    n = 1000
+    a = te.placeholder((n,), name="A")
+    b = te.placeholder((n,), name="B")
+    c = te.compute((n,), lambda i: a[i] * b[i] + 1.0, name="C")
+    s = te.create_schedule(c.op)
+    bx, tx = s[c].split(c.op.axis[0], factor=64)
+    s[c].bind(bx, te.thread_axis("blockIdx.x"))
+    s[c].bind(tx, te.thread_axis("threadIdx.x"))
+    func = tvm.build(s, [a, b, c], target="opencl", name="mul_add")
+    assert func.kernels["mul_add"][1:] == ((16 * 64,), (64,))
+    assert "get_group_id(0)" in func.get_source() and "get_local_id(0)" in func.get_source()
+    av, bv = RNG.random(n, dtype="float32"), RNG.random(n, dtype="float32")
+    out = tvm.nd.empty((n,), "float32", CL)
+    func(tvm.nd.array(av, CL), tvm.nd.array(bv, CL), out)
+    np.testing.assert_allclose(out.numpy(), av * bv + 1.0, rtol=1e-6)
+    on_cpu = tvm.build(s, [a, b, c], target="c")  # CPU targets run bound loops serially
+    host_out = tvm.nd.empty((n,), "float32")
+    on_cpu(tvm.nd.array(av), tvm.nd.array(bv), host_out)
+    np.testing.assert_allclose(host_out.numpy(), av * bv + 1.0, rtol=1e-6)
+
+
+def test_bind_needs_a_thread_axis():
+    a = te.placeholder((8,), name="A")
+    c = te.compute((8,), lambda i: a[i] + 1.0, name="C")
+    s = te.create_schedule(c.op)
+    with pytest.raises(tvm.TVMError, match="not a thread axis"):
+        s[c].bind(c.op.axis[0], te.thread_axis("warp.x"))

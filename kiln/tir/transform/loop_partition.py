@@ -106,6 +106,8 @@ class _Partitioner(StmtExprMutator):
 
     def visit_For(self, node):
         conds = [c for c in _likely_conditions(node.body) if _uses(c, node.loop_var)]
+        if node.kind == _s.ForKind.THREAD_BINDING:
+            conds = []  # a GPU thread axis is one launch: it keeps its guard (as TVM)
         for cond in conds:
             raw = self._split_point(node, cond)
             if raw is None:
