@@ -203,3 +203,27 @@ def test_dense_pack_rejects_mismatched_shapes():
         dense_pack(te.placeholder((2, 16), name="a"), te.placeholder((4, 24, 8), name="w"))
     with pytest.raises(TVMError, match="ranks 2 and 2"):
         dense_pack(te.placeholder((2, 16), name="a"), te.placeholder((32, 16), name="w"))
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_depthwise_forced_knobs_on_the_thread_pool(target):
+    from kiln.topi.x86 import depthwise
+
+    x, w = f32(2, 6, 10, 13), f32(12, 1, 3, 3)
+    cfg = {"c_bn": 4, "tile_ow": 5, "parallel_min_flops": 0}
+
+    def make(d, k):
+        return depthwise.depthwise_conv2d_nchw(d, k, (1, 2), (1, 2, 0, 1), (2, 1), config=cfg)
+
+    got = run_many([(make, [x, w])], target,
+                   lambda outs: depthwise.schedule_depthwise_conv2d_nchw(outs, cfg))
+    want = torch_conv(x, w, (1, 2), (1, 2, 0, 1), (2, 1), 6)
+    np.testing.assert_allclose(got[0][0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_rejects_a_non_depthwise_kernel():
+    from kiln.topi.x86 import depthwise
+
+    with pytest.raises(TVMError, match="not \\[C x multiplier, 1, KH, KW\\]"):
+        depthwise.depthwise_conv2d_nchw(te.placeholder((1, 6, 8, 8), name="d"),
+                                        te.placeholder((9, 1, 3, 3), name="k"), 1, 1, 1)

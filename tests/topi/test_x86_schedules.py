@@ -105,10 +105,11 @@ def test_depthwise_conv2d_x86(target):
     x, w, b = f32(1, 4, 9, 14), f32(8, 1, 3, 3), f32(8)
 
     def plain(d, k):
-        return topi.nn.conv2d(d, k, 1, 1, 1, groups=4)
+        return depthwise.depthwise_conv2d_nchw(d, k, 1, 1, 1)
 
     def fused(d, k, bias):
-        return topi.nn.relu(topi.nn.bias_add(topi.nn.conv2d(d, k, 2, 1, 1, groups=4), bias))
+        return topi.nn.relu(topi.nn.bias_add(depthwise.depthwise_conv2d_nchw(d, k, 2, 1, 1),
+                                             bias))
 
     results = run_many([(plain, [x, w]), (fused, [x, w, b])], target,
                        depthwise.schedule_depthwise_conv2d_nchw)

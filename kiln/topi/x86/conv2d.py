@@ -185,28 +185,54 @@ def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
 
 
 def _schedule_output(sch: Any, out: te.Tensor, cfg: dict) -> None:
-    """NCHW output (+ epilogue): split channels by the block so reads stay contiguous."""
     if len(out.shape) != 4:
         schedule_injective_from_existing(sch, out)
         return
     blocked = _find_blocked(out.op)
+    schedule_unblocked_output(sch, out, blocked, blocked is None or worth_threads(blocked, cfg))
+
+
+def schedule_unblocked_output(sch: Any, out: te.Tensor, blocked: te.Tensor | None,
+                              threads: bool) -> None:
+    """The NCHW output (+ epilogue) of a channel-blocked ``[N, C / bn, H, W, bn]`` result:
+    channels split by the block so the blocked reads stay contiguous, rows on the thread
+    pool when ``threads``. Shared by the conv2d and depthwise schedules."""
     bn = get_const_int(blocked.shape[4]) if blocked is not None else 1
     stage = sch[out]
     n, f, y, x = stage.leaf_iter_vars
     fo, fi = stage.split(f, factor=bn)
     stage.reorder(n, fo, y, x, fi)
     rows = stage.fuse(n, fo, y)
-    if blocked is None or _worth_threads(blocked, cfg):
+    if threads:
         stage.parallel(rows)
 
 
-def _worth_threads(conv: te.Tensor, cfg: dict) -> bool:
-    """Whether the conv has the work (``cfg["parallel_min_flops"]``) to pay for waking the
-    thread pool; a smaller one runs all its stages on the calling thread."""
+def worth_threads(conv: te.Tensor, cfg: dict) -> bool:
+    """Whether a reduction stage has the work (``cfg["parallel_min_flops"]``) to pay for
+    waking the thread pool; a smaller op runs all its stages on the calling thread."""
     flops = 2 * math.prod(get_const_tuple(conv.shape))
     for axis in conv.op.reduce_axis:
         flops *= get_const_int(axis.dom.extent)
     return flops >= cfg["parallel_min_flops"]
+
+
+def split_blocked_rows(sch: Any, blocked: te.Tensor, per_row: bool,
+                       threads: bool) -> tuple[te.Tensor, Any, Any, Any]:
+    """Loops of a ``[N, C / bn, H, W, bn]`` result computed in register blocks of
+    ``attrs["tile_ow"]`` columns: one task per (batch, block, row) if ``per_row`` else per
+    (batch, block), on the thread pool when ``threads``; the ``bn`` lanes vectorized.
+    Returns the local accumulator tensor, the stage, its task axis and the column-block axis.
+    Shared by the conv2d and depthwise schedules."""
+    acc = sch.cache_write(blocked, "local")
+    stage = sch[blocked]
+    n, f, y, x, lanes = stage.leaf_iter_vars
+    xo, xi = stage.split(x, factor=int(blocked.op.attrs.get("tile_ow", 1)))
+    stage.reorder(n, f, y, xo, xi, lanes)
+    task = stage.fuse(n, f, y) if per_row else stage.fuse(n, f)
+    if threads:
+        stage.parallel(task)
+    stage.vectorize(lanes)
+    return acc, stage, task, xo
 
 
 def _find_blocked(op: Any) -> Any:
@@ -221,7 +247,7 @@ def _find_blocked(op: Any) -> Any:
 
 def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
     padded = conv.op.input_tensors[0]
-    threads = _worth_threads(conv, cfg)
+    threads = worth_threads(conv, cfg)
     if padded.op.name == "pad_temp":
         stage = sch[padded]
         stage.compute_root()
@@ -229,16 +255,7 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
         rows = stage.fuse(n, c, h)
         if threads:
             stage.parallel(rows)
-    t_ow = int(conv.op.attrs.get("tile_ow", 1))
-    acc = sch.cache_write(conv, "local")
-    o = sch[conv]
-    n, f, y, x, fi = o.leaf_iter_vars
-    xo, xi = o.split(x, factor=t_ow)
-    o.reorder(n, f, y, xo, xi, fi)
-    task = o.fuse(n, f, y)
-    if threads:
-        o.parallel(task)
-    o.vectorize(fi)
+    acc, o, _, xo = split_blocked_rows(sch, conv, True, threads)
     block = sch[acc]
     block.compute_at(o, xo)
     leaves = list(block.leaf_iter_vars)

@@ -1,12 +1,20 @@
-"""x86 depthwise conv2d NCHW (``depthwise_conv2d_nchw.x86``): vectorized along output rows.
+"""x86 depthwise conv2d NCHW (``depthwise_conv2d_nchw.x86``), vectorized over channels.
 
-Entry points: :func:`schedule_depthwise_conv2d_nchw`, :data:`DEFAULT_CONFIG` (``tile_ow``:
-output columns per vector).
+Entry points: :func:`depthwise_conv2d_nchw` (compute), :func:`schedule_depthwise_conv2d_nchw`,
+:func:`tile_width`, :data:`DEFAULT_CONFIG` (knobs: ``c_bn`` channels per vector block,
+``tile_ow`` output columns per register block (0: the widest of at most ``accumulators``
+that pads the row least), ``parallel_min_flops``, the work below which one thread runs it).
 
-The compute is the general grouped conv (``groups == channels``). Each parallel task is one
-(batch, channel, output row); its columns are split into vectors of ``tile_ow`` accumulators
-that sum ``KH × KW`` broadcast weights times input row segments. Padding is materialized once,
-so the inner loop has no bounds checks.
+Each output channel ``o`` reads input channel ``o // multiplier``. The input is repacked,
+padded, by *output* channel into ``[N, O / c_bn, Hp, Wp, c_bn]`` (a channel multiplier above 1
+repeats input channels), the kernel into ``[O / c_bn, KH, KW, c_bn]``, and the output is
+computed as ``[N, O / c_bn, OH, OWp, c_bn]``: the innermost loop is ``c_bn`` channels, one
+contiguous vector of input times one of weights, for any stride or dilation (no gather and
+no per-row bounds checks). Each parallel task (batch, channel block) keeps
+``tile_ow`` vector accumulators across the ``KH × KW`` taps; the row is padded to ``OWp``, a
+whole number of blocks. Each task packs its channel block's padded planes just before it reads
+them (still in cache). A final injective stage returns to NCHW, dropping the padding
+columns, and carries any fused epilogue (bias, relu …).
 """
 
 from __future__ import annotations
@@ -14,46 +22,141 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
-from kiln.topi.utils import get_const_int, traverse_inline
+from kiln.runtime.error import TVMError
+from kiln.tir import op as _op
+from kiln.topi.nn.conv import _tuple, conv_output_size, get_pad_tuple
+from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
+from kiln.topi.x86.conv2d import schedule_unblocked_output, split_blocked_rows, worth_threads
 
-DEFAULT_CONFIG = {"tile_ow": 8}
+DEFAULT_CONFIG = {"c_bn": 8, "tile_ow": 0, "accumulators": 8,
+                  "parallel_min_flops": 2_000_000}
+
+
+def tile_width(out_width: int, cfg: dict) -> int:
+    """Output columns per register block: ``cfg["tile_ow"]`` when set, else the widest block
+    of at most ``cfg["accumulators"]`` vectors among those that pad the row least.
+
+    Example
+    -------
+    >>> from kiln.topi.x86.depthwise import DEFAULT_CONFIG, tile_width
+    >>> tile_width(56, DEFAULT_CONFIG), tile_width(7, DEFAULT_CONFIG)
+    (8, 7)
+    """
+    if cfg["tile_ow"]:
+        return cfg["tile_ow"]
+    widest = max(1, cfg["accumulators"])
+    return min(range(widest, 0, -1), key=lambda t: -(-out_width // t) * t)
+
+
+def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
+                          dilation: Any, out_dtype: str | None = None,
+                          config: dict | None = None) -> te.Tensor:
+    """Depthwise conv2d: data ``[N, C, H, W]``, kernel ``[C × multiplier, 1, KH, KW]``.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> from kiln.topi.x86.depthwise import depthwise_conv2d_nchw
+    >>> y = depthwise_conv2d_nchw(te.placeholder((1, 16, 9, 9)), te.placeholder((16, 1, 3, 3)),
+    ...                           1, 1, 1)
+    >>> [int(d) for d in y.shape]
+    [1, 16, 9, 9]
+    """
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    n, c, h, w = get_const_tuple(data.shape)
+    kshape = get_const_tuple(kernel.shape)
+    if len(kshape) != 4 or kshape[1] != 1 or kshape[0] % c:
+        raise TVMError(f"depthwise conv2d: kernel {list(kshape)} is not [C x multiplier, 1, "
+                       f"KH, KW] for {c} input channels")
+    o, _, kh, kw = kshape
+    multiplier = o // c
+    sh, sw = _tuple(strides, 2, "strides")
+    dh, dw = _tuple(dilation, 2, "dilation")
+    (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
+    oh = conv_output_size(h, kh, sh, dh, pt, pb)
+    ow = conv_output_size(w, kw, sw, dw, pl, pr)
+    bn = divisor_at_most(o, cfg["c_bn"])
+    tile = tile_width(ow, cfg)
+    ow_padded = -(-ow // tile) * tile
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow_padded - 1) * sw + (kw - 1) * dw + 1
+
+    def packed_input(b, ob, y, x, i):
+        row, col = y - pt, x - pl
+        inside = _op.all(row >= 0, row < h, col >= 0, col < w)
+        channel = _op.floordiv(ob * bn + i, multiplier)
+        return _op.if_then_else(inside, data[b, channel, _op.min(_op.max(row, 0), h - 1),
+                                             _op.min(_op.max(col, 0), w - 1)],
+                                _op.const(0, data.dtype))
+
+    dpack = te.compute((n, o // bn, hp, wp, bn), packed_input, name="data_pack",
+                       tag="depthwise_data_pack")
+    kpack = te.compute((o // bn, kh, kw, bn),
+                       lambda ob, y, x, i: kernel[ob * bn + i, 0, y, x], name="kernel_pack",
+                       tag="depthwise_kernel_pack")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    out_dtype = out_dtype or data.dtype
+    blocked = te.compute(
+        (n, o // bn, oh, ow_padded, bn),
+        lambda b, f, y, x, i: te.sum(
+            _op.cast(dpack[b, f, y * sh + ry.var * dh, x * sw + rx.var * dw, i], out_dtype)
+            * _op.cast(kpack[f, ry.var, rx.var, i], out_dtype), axis=[ry, rx]),
+        name="depthwise_nchwc", tag="depthwise_conv2d_nchwc", attrs={"tile_ow": tile})
+    return te.compute((n, o, oh, ow), lambda b, f, y, x: blocked[
+        b, _op.floordiv(f, bn), y, x, _op.floormod(f, bn)],
+        name="depthwise_conv2d_nchw_out", tag="injective,conv_unpack")
 
 
 def schedule_depthwise_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
-    """Schedule the depthwise conv in ``outs`` and its fused epilogue."""
+    """Schedule the channel-blocked depthwise conv in ``outs`` and its fused epilogue.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> from kiln.topi.x86.depthwise import depthwise_conv2d_nchw
+    >>> y = topi.nn.relu(depthwise_conv2d_nchw(te.placeholder((1, 8, 6, 6)),
+    ...                                        te.placeholder((8, 1, 3, 3)), 1, 1, 1))
+    >>> s = schedule_depthwise_conv2d_nchw([y])
+    >>> len(s[y].leaf_iter_vars)
+    3
+    """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
+    found: list = []
 
     def visit(op):
-        if op.tag == "depthwise_conv2d_nchw":
-            _schedule(sch, op.output(0), outs[0], cfg)
+        if op.tag == "depthwise_conv2d_nchwc":
+            found.append(op.output(0))
 
-    traverse_inline(sch, outs[0].op, visit)
+    for out in outs:
+        traverse_inline(sch, out.op, visit)
+    for blocked in found:
+        _schedule_blocked(sch, blocked, cfg)
+    for out in outs:
+        if found and len(out.shape) == 4 and out.op is not found[0].op:
+            schedule_unblocked_output(sch, out, found[0], worth_threads(found[0], cfg))
     return sch
 
 
-def _schedule(sch: Any, conv: te.Tensor, out: te.Tensor, cfg: dict) -> None:
-    padded = conv.op.input_tensors[0]
-    if padded.op.name == "pad_temp":
-        stage = sch[padded]
-        stage.compute_root()
-        n, c, h, _ = stage.leaf_iter_vars
-        stage.parallel(stage.fuse(n, c, h))
-    ow = get_const_int(conv.shape[3])
-    t_ow = next(t for t in (cfg["tile_ow"], 7, 14, 6, 4, 2, 1) if ow % t == 0)
-    block_tensor = sch.cache_write(conv, "local") if out.op is conv.op else conv
-    o = sch[out]
-    n, c, y, x = o.leaf_iter_vars[:4]
-    xo, xi = o.split(x, factor=t_ow)
-    o.parallel(o.fuse(n, c, y))
-    o.vectorize(xi)
-    block = sch[block_tensor]
+def _schedule_blocked(sch: Any, blocked: te.Tensor, cfg: dict) -> None:
+    threads = worth_threads(blocked, cfg)
+    dpack, kpack = blocked.op.input_tensors
+    kstage = sch[kpack]
+    kstage.compute_root()
+    kstage.vectorize(kstage.leaf_iter_vars[-1])
+    acc, o, task, xo = split_blocked_rows(sch, blocked, False, threads)
+    # each task packs its channel block's padded planes just before using them (in cache)
+    dstage = sch[dpack]
+    dstage.compute_at(o, task)
+    dstage.vectorize(dstage.leaf_iter_vars[-1])
+    block = sch[acc]
     block.compute_at(o, xo)
     leaves = list(block.leaf_iter_vars)
-    bx = [iv for iv in leaves if iv.iter_type == 0][3]
-    rc, ry, rx = [iv for iv in leaves if iv.iter_type != 0]
-    block.reorder(rc, ry, rx, bx)
-    block.unroll(ry)
+    bx, bi = [iv for iv in leaves if iv.iter_type == 0][3:5]
+    ry, rx = [iv for iv in leaves if iv.iter_type != 0]
+    block.reorder(ry, rx, bx, bi)
     block.unroll(rx)
-    block.vectorize(bx)
+    block.unroll(bx)
+    block.vectorize(bi)

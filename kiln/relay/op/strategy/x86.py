@@ -76,7 +76,8 @@ CONV2D_NCHW_PREPACKED = register_implementation(
     "conv2d_nchw_prepacked.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG,
     op_name="nn.conv2d")
 DEPTHWISE_NCHW = register_implementation(
-    COMPUTES["nn.conv2d"],
+    lambda a, i, t, config=None: [x86_depthwise.depthwise_conv2d_nchw(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t), config)],
     lambda attrs, outs, target, config=None: x86_depthwise.schedule_depthwise_conv2d_nchw(
         outs, config),
     "depthwise_conv2d_nchw.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
@@ -300,8 +301,9 @@ for _name in ("nn.softmax", "nn.fast_softmax"):
     _register_x86(_name, _x86_impl(
         _name, lambda a, i, t, config=None: [x86_nn.softmax(i[0], a.axis)],
         _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
-_register_x86("nn.log_softmax", _x86_impl("nn.log_softmax", COMPUTES["nn.log_softmax"],
-                                          _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
+_register_x86("nn.log_softmax", _x86_impl(
+    "nn.log_softmax", lambda a, i, t, config=None: [x86_nn.log_softmax(i[0], a.axis)],
+    _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
 
 # the axes each normalization's statistics span (its rows are the axes before them)
 _NORM_AXES = {
