@@ -1,6 +1,7 @@
 """x86 softmax and normalizations: per-row reductions fused with the row's epilogue.
 
-Entry points: :func:`softmax` (compute: ``exp`` evaluated once per element),
+Entry points: :func:`softmax`, :func:`log_softmax` (computes: ``exp`` evaluated once per
+element, in vectors by :func:`fast_exp`),
 :func:`schedule_softmax` (softmax, log_softmax, fast_softmax), :func:`schedule_norm`
 (layer/group/instance norm, l2_normalize, lrn, and the injective batch_norm),
 :data:`DEFAULT_CONFIG`.
@@ -61,18 +62,9 @@ def fast_exp(x: Any) -> Any:
     return exp_r * two_n
 
 
-def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``, with ``exp(x - max)`` stored once
-    (the generic compute evaluates it twice: in the sum and in the output) and, for float32,
-    computed by :func:`fast_exp` in vectors.
-
-    Example
-    -------
-    >>> from kiln import te, topi
-    >>> y = topi.x86.nn.softmax(te.placeholder((2, 5)))
-    >>> y.op.tag, [t.op.name for t in y.op.input_tensors]
-    ('softmax_output', ['T_softmax_exp', 'T_softmax_expsum'])
-    """
+def _softmax_parts(x: te.Tensor, axis: int):
+    """The row max, ``exp(x - max)`` (stored once; :func:`fast_exp` for float32) and its row
+    sum, plus the index map from ``x`` to a row."""
     axis = normalize_axes(axis, x.ndim)[0]
     kept = [d for k, d in enumerate(x.shape) if k != axis]
     k_max = te.reduce_axis((0, x.shape[axis]), name="k")
@@ -91,8 +83,39 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
                          name="T_softmax_exp", tag="softmax_exp")
     expsum = te.compute(kept, lambda *i: te.sum(shifted(*full(i, k_sum.var)), axis=k_sum),
                         name="T_softmax_expsum", tag="softmax_sum")
+    return xmax, shifted, expsum, drop
+
+
+def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``, with ``exp(x - max)`` stored once
+    (the generic compute evaluates it twice: in the sum and in the output) and, for float32,
+    computed by :func:`fast_exp` in vectors.
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> y = topi.x86.nn.softmax(te.placeholder((2, 5)))
+    >>> y.op.tag, [t.op.name for t in y.op.input_tensors]
+    ('softmax_output', ['T_softmax_exp', 'T_softmax_expsum'])
+    """
+    _, shifted, expsum, drop = _softmax_parts(x, axis)
     return te.compute(x.shape, lambda *i: shifted(*i) / expsum(*drop(i)),
                       name="T_softmax_norm", tag="softmax_output")
+
+
+def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
+    """``x - max - log(sum(exp(x - max)))`` along ``axis`` (the sum's exponentials as in
+    :func:`softmax`).
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> topi.x86.nn.log_softmax(te.placeholder((2, 5))).op.tag
+    'log_softmax_output'
+    """
+    xmax, _, expsum, drop = _softmax_parts(x, axis)
+    return te.compute(x.shape, lambda *i: x(*i) - xmax(*drop(i)) - _op.log(expsum(*drop(i))),
+                      name="T_log_softmax", tag="log_softmax_output")
 
 
 def schedule_rows(outs: Any, rows: int, config: dict | None = None) -> Any:

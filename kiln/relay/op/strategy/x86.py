@@ -301,8 +301,9 @@ for _name in ("nn.softmax", "nn.fast_softmax"):
     _register_x86(_name, _x86_impl(
         _name, lambda a, i, t, config=None: [x86_nn.softmax(i[0], a.axis)],
         _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
-_register_x86("nn.log_softmax", _x86_impl("nn.log_softmax", COMPUTES["nn.log_softmax"],
-                                          _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
+_register_x86("nn.log_softmax", _x86_impl(
+    "nn.log_softmax", lambda a, i, t, config=None: [x86_nn.log_softmax(i[0], a.axis)],
+    _schedule_softmax_x86, x86_nn.DEFAULT_CONFIG))
 
 # the axes each normalization's statistics span (its rows are the axes before them)
 _NORM_AXES = {
