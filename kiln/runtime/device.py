@@ -111,10 +111,23 @@ class Device:
         return self.device_type == DeviceType.kDLCPU
 
     def sync(self) -> None:
-        """Wait for the device to finish its work (CPU work is synchronous)."""
+        """Wait for the device to finish its work (CPU work is synchronous; a device with a
+        device API, e.g. OpenCL, drains its queue)."""
+        if not self.is_cpu:
+            from kiln.runtime.device_api import get_device_api, has_device_api
+
+            if has_device_api(self.device_type):
+                get_device_api(self.device_type, self).sync(self)
 
     def _check_allocatable(self) -> None:
+        """Raise unless host memory may stand for this device's memory (CPU devices)."""
         if not self.is_cpu:
+            from kiln.runtime.device_api import has_device_api
+
+            if has_device_api(self.device_type):
+                raise TVMError(f"{self} memory lives behind its device API; this allocator "
+                               "hands out host memory only (the Relay VM allocates on CPU "
+                               "devices; NDArrays and the graph executor use the device API)")
             raise TVMError(f"no device API for {self} on this machine")
 
     def __setattr__(self, name: str, value: Any) -> None:
