@@ -21,6 +21,7 @@ from kiln import te
 from kiln.te.tensor import ComputeOp
 from kiln.tir import op as _op
 from kiln.topi.utils import normalize_axes, traverse_inline
+from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.reduction import DEFAULT_CONFIG as _REDUCE_CONFIG
 from kiln.topi.x86.reduction import lanes_dividing, schedule_reduction_stage
 
@@ -146,8 +147,6 @@ def schedule_rows(outs: Any, rows: int, config: dict | None = None) -> Any:
             _vectorize_innermost(producer, tensor, cfg)
             producer.compute_at(*attach)
     for extra in outs[1:]:
-        from kiln.topi.x86.injective import schedule_injective_from_existing
-
         schedule_injective_from_existing(sch, extra)
     if row_loop is None:
         _parallel_outer(stage)

@@ -113,7 +113,7 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
     Example
     -------
     >>> from kiln import te, topi
-    >>> y = topi.x86.pool.pool(te.placeholder((1, 8, 16, 16)), (3, 3), 2, 1, 1, "max")
+    >>> y = topi.x86.pool.pool(te.placeholder((1, 8, 16, 16)), (3, 3), 1, 1, 1, "max")
     >>> s = topi.x86.pool.schedule_pool([y], "NCHW")
     >>> [iv.var.name for iv in s[y].leaf_iter_vars]
     ['i0.i1.fused', 'i2', 'i3.outer', 'rv0', 'rv1', 'i3.inner']
