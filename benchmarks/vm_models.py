@@ -1,15 +1,17 @@
 """Relay VM benchmarks: a static MLP (VM vs graph executor) and an LSTM loop written in Relay
 (VM vs ONNX Runtime vs PyTorch), printed as ratios measured in the same run.
 
-1. **MLP** 784 → 512 → 256 → 10 (dense + bias + relu), batch 8: ``relay.vm.compile`` and
-   ``relay.build`` (graph executor) compile the same kernels; the ratio shows what the VM's
-   bytecode dispatch and per-call arena cost over the graph executor's flat op list.
+1. **MLP** 784 → 512 → 256 → 10 (dense + bias + relu), batch 8, and **ResNet-18** (batch 1,
+   224×224, ``kiln.relay.testing.resnet``): ``relay.vm.compile`` and ``relay.build``
+   (graph executor), both at ``opt_level=3``, compile the same kernels; the ratio shows what
+   the VM's bytecode dispatch and per-call arena cost over the graph executor's flat op list.
 2. **LSTM** seq 32, hidden 256, input 256, batch 1, as a tail-recursive Relay function over the
    time step (``take`` of the step's input, two dense, gates, cell update) — the kind of model
    only the VM runs. The same weights run through an ONNX ``LSTM`` node in ONNX Runtime and
    ``torch.nn.LSTM``; outputs are checked to agree before timing.
 
-Run: ``python benchmarks/vm_models.py [--target llvm] [--repeat 20] [--threads 2]``
+Run: ``python benchmarks/vm_models.py [--target llvm] [--repeat 20] [--threads 2]
+[--models mlp,resnet18,lstm]``
 """
 
 from __future__ import annotations
@@ -56,29 +58,42 @@ def mlp_module(rng):
     return kiln.IRModule.from_expr(func), params
 
 
-def bench_mlp(target: str, repeat: int) -> None:
+def vm_versus_graph(label: str, mod, params, data, target: str, repeat: int) -> None:
+    """Compile ``mod`` for both executors, check they agree, print both times and the ratio."""
     import kiln
     from kiln import relay
     from kiln.contrib import graph_executor
     from kiln.runtime.vm import VirtualMachine
 
-    rng = np.random.default_rng(0)
-    mod, params = mlp_module(rng)
-    data = rng.standard_normal((8, 784)).astype("float32")
     with kiln.transform.PassContext(opt_level=3):  # both at 3: the same (packed) kernels
         exe = relay.vm.compile(mod, target, params=params)
         lib = relay.build(mod, target, params=params)
     vm = VirtualMachine(exe, kiln.cpu(0))
     vm.set_input("main", data)
     gmod = graph_executor.GraphModule(lib["default"](kiln.cpu(0)))
-    gmod.set_input("x", data)
+    gmod.set_input(0, data)
     gmod.run()
     np.testing.assert_allclose(vm.invoke("main").numpy(), gmod.get_output(0).numpy(),
                                rtol=1e-4, atol=1e-4)
     t_vm = best_time(lambda: vm.invoke_stateful("main"), repeat)
     t_graph = best_time(gmod.run, repeat)
-    print(f"MLP 784-512-256-10 batch 8 ({target}): vm {t_vm * 1e3:.3f} ms, graph "
-          f"{t_graph * 1e3:.3f} ms, vm/graph = {t_vm / t_graph:.2f}x")
+    print(f"{label} ({target}): vm {t_vm * 1e3:.3f} ms, graph {t_graph * 1e3:.3f} ms, "
+          f"vm/graph = {t_vm / t_graph:.2f}x")
+
+
+def bench_mlp(target: str, repeat: int) -> None:
+    rng = np.random.default_rng(0)
+    mod, params = mlp_module(rng)
+    data = rng.standard_normal((8, 784)).astype("float32")
+    vm_versus_graph("MLP 784-512-256-10 batch 8", mod, params, data, target, repeat)
+
+
+def bench_resnet18(target: str, repeat: int) -> None:
+    from kiln.relay.testing import resnet
+
+    mod, params = resnet.get_workload(batch_size=1, num_layers=18)
+    data = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype("float32")
+    vm_versus_graph("ResNet-18 batch 1", mod, params, data, target, max(repeat // 4, 3))
 
 
 # -- 2. LSTM loop in Relay vs ONNX Runtime vs PyTorch ---------------------------------------
@@ -205,10 +220,12 @@ def main() -> None:
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="mlp,resnet18,lstm")
     opts = parser.parse_args()
     os.environ.setdefault("KILN_NUM_THREADS", str(opts.threads))
-    bench_mlp(opts.target, opts.repeat)
-    bench_lstm(opts.target, opts.repeat)
+    benches = {"mlp": bench_mlp, "resnet18": bench_resnet18, "lstm": bench_lstm}
+    for name in opts.models.split(","):
+        benches[name](opts.target, opts.repeat)
 
 
 if __name__ == "__main__":

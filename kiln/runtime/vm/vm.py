@@ -262,6 +262,10 @@ class VirtualMachine:
             handler, operand = self._dispatch[opcode], instr
             if opcode in self._tail_dispatch and _tail_position(func.instructions, pc, instr.dst):
                 handler = self._tail_dispatch[opcode]
+                if opcode == bc.Opcode.Invoke and instr.func_index == func_index:
+                    # A loop written as self-recursion: restart this frame in place.
+                    tail = [None] * (func.register_file_size - len(instr.args))
+                    handler, operand = self._op_self_tail_invoke, (instr.args, tail)
             elif opcode == bc.Opcode.InvokePacked:
                 name = self.exe.primitive_names[instr.packed_index]
                 operand = PackedCallSite(instr, name, self._packed_funcs[instr.packed_index])
@@ -400,6 +404,15 @@ class VirtualMachine:
 
     def _op_tail_invoke(self, regs: list, instr: bc.Invoke, pc: int) -> int:
         return self._reuse_frame(instr.func_index, [regs[r] for r in instr.args])
+
+    def _op_self_tail_invoke(self, regs: list, operand: tuple[tuple[int, ...], list],
+                             pc: int) -> int:
+        """Tail call of the running function: new arguments, other registers cleared, pc 0."""
+        arg_regs, tail = operand
+        args = [regs[r] for r in arg_regs]
+        regs[:len(args)] = args
+        regs[len(args):] = tail
+        return 0
 
     def _closure_args(self, regs: list, instr: bc.InvokeClosure) -> tuple[int, list[Any]]:
         closure = regs[instr.closure]
