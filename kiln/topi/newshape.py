@@ -46,10 +46,9 @@ def _exact_quotient(total: Any, known: Any) -> Any:
     """``total // known``, and 0 when ``known`` is 0 (a zero-size tensor)."""
     if isinstance(total, int) and isinstance(known, int):
         return total // known if known else 0
-    from kiln import tir
     from kiln.tir import op as _op
 
-    return tir.Select(known == 0, total * 0, total // _op.max(known, 1))
+    return _op.if_then_else(known == 0, total * 0, total // _op.max(known, 1))
 
 
 def infer_newshape(shape: Sequence[Any], newshape: Sequence[int],

@@ -263,7 +263,8 @@ def _symbolic_type(ty: Any, prefix: str) -> Any:
 
 def _dynamic_schedule(anchor: Any, outputs: list, target: Any) -> Any:
     """The anchor op's schedule, or the injective one; a schedule tuned for constant shapes
-    (packed GEMM tiles …) may reject symbolic ones, and then the plain loop nest is used."""
+    (packed GEMM tiles …) may reject symbolic ones (a TVMError, or the ValueError of a
+    symbolic extent used as a Python bool), and then the plain loop nest is used."""
     from kiln import te
     from kiln.relay.op.strategy import target_schedule
 
@@ -271,7 +272,7 @@ def _dynamic_schedule(anchor: Any, outputs: list, target: Any) -> Any:
         if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
             return anchor[1].schedule(anchor[2], outputs, target)
         return target_schedule("injective", outputs, target)
-    except TVMError:
+    except (TVMError, ValueError):
         return te.create_schedule([o.op for o in outputs])
 
 
