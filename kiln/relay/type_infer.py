@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kiln.ir.adt import Constructor, TypeData
+from kiln.ir.adt import Constructor
 from kiln.ir.expr import GlobalVar, IntImm, RelayExpr
 from kiln.ir.op import Op
 from kiln.ir.structural import structural_equal
@@ -49,6 +49,7 @@ from kiln.ir.type import (
     TypeVar,
 )
 from kiln.relay.adt import Match, PatternConstructor, PatternTuple, PatternVar, PatternWildcard
+from kiln.relay.analysis.match_check import type_data_of, unmatched_cases
 from kiln.relay.base import deep_recursion, expr_to_text
 from kiln.relay.expr import (
     Call,
@@ -63,7 +64,7 @@ from kiln.relay.expr import (
     TupleGetItem,
     Var,
 )
-from kiln.runtime.error import TypeInferenceError
+from kiln.runtime.error import TVMError, TypeInferenceError
 
 __all__ = ["TypeInferencer", "infer_module", "infer_expr"]
 
@@ -357,6 +358,7 @@ class TypeInferencer:
         self.global_types: dict[str, Type] = {}
         self.global_vars: dict[str, GlobalVar] = {}
         self.pending: list = []
+        self.type_args: list[tuple[Call, list[IncompleteType]]] = []  # polymorphic calls
         self.reuse_types = True  # reuse closed checked_type_ of sub-expressions (incremental)
         self._visitors = {
             Var: self.visit_var, Constant: self.visit_constant, Tuple: self.visit_tuple,
@@ -474,7 +476,7 @@ class TypeInferencer:
             return ret
         if not isinstance(fn_type, FuncType):
             raise self.error(node, f"cannot call a value of type {fn_type!r}")
-        fn_type = self.instantiate(fn_type)
+        fn_type = self.instantiate(fn_type, node)
         if len(fn_type.arg_types) != len(arg_types):
             raise self.error(node, f"the callee expects {len(fn_type.arg_types)} arguments, "
                                    f"got {len(arg_types)}")
@@ -537,12 +539,15 @@ class TypeInferencer:
                 progress = True
         return progress
 
-    def instantiate(self, fn_type: FuncType) -> FuncType:
-        """``fn_type`` with its type params replaced by fresh placeholders."""
+    def instantiate(self, fn_type: FuncType, call: Call | None = None) -> FuncType:
+        """``fn_type`` with its type params replaced by fresh placeholders; those of a ``call``
+        become its ``type_args`` once solved (TVM's InferType fills them in the same way)."""
         if not fn_type.type_params:
             return fn_type
         fn_type = self.solver.resolve(fn_type)[0]  # type params may hide behind solved holes
         fresh = {tv: IncompleteType(tv.kind) for tv in fn_type.type_params}
+        if call is not None and not call.type_args:
+            self.type_args.append((call, list(fresh.values())))
         return FuncType([substitute(a, fresh) for a in fn_type.arg_types],
                         substitute(fn_type.ret_type, fresh), (),
                         [substitute(c, fresh) for c in fn_type.type_constraints])
@@ -606,17 +611,8 @@ class TypeInferencer:
         self.unify(self.visit(node.ref), ref_type, node, "the reference of")
         return _UNIT
 
-    def type_data(self, ctor: Constructor) -> TypeData | None:
-        if self.mod is None:
-            return None
-        data = self.mod.type_definitions.get(ctor.belong_to)
-        if data is None and ctor.belong_to.name_hint in self.mod:  # an equal-named header
-            header = self.mod.get_global_type_var(ctor.belong_to.name_hint)
-            data = self.mod.type_definitions.get(header)
-        return data
-
     def constructor_type(self, ctor: Constructor) -> FuncType:
-        data = self.type_data(ctor)
+        data = type_data_of(ctor, self.mod)
         if data is not None:
             type_vars = list(data.type_vars)
         else:  # no module: the type variables are those the fields mention, in order
@@ -640,7 +636,21 @@ class TypeInferencer:
             self.bind_pattern(clause.lhs, data_type, node)
             rhs = self.visit(clause.rhs)
             result = rhs if result is None else self.unify(result, rhs, node, "the clauses of")
+        if node.complete:
+            self.check_exhaustive(node)
         return result
+
+    def check_exhaustive(self, node: Match) -> None:
+        """A ``match`` (not ``match?``) must handle every value, as TVM's InferType demands."""
+        try:
+            cases = unmatched_cases(node, self.mod)
+        except TVMError:  # constructors without a module defining their type: cannot tell
+            return
+        if cases:
+            shown = "; ".join(f"case {i}: {case!r}" for i, case in enumerate(cases))
+            raise self.error(node, f"match expression does not handle the following cases: "
+                                   f"{shown} (write `match?` / Match(..., complete=False) "
+                                   "for a partial match)")
 
     def bind_pattern(self, pattern: Any, expected: Type, node: Match) -> None:
         if isinstance(pattern, PatternWildcard):
@@ -701,6 +711,10 @@ class TypeInferencer:
             raise self.error(unsolved, "cannot infer the type of this expression")
         for node, ty in results:
             node.checked_type_ = ty
+        for call, holes in self.type_args:
+            solved = self.resolved_or_none(holes)
+            if solved is not None:
+                call._set("type_args", tuple(solved))
         for name, gvar in self.global_vars.items():
             ty, done = self.solver.resolve(self.global_types[name])
             if done:

@@ -249,3 +249,92 @@ def test_an_undeterminable_weight_asks_for_an_annotation(data_shape, make):
     out = make(relay.var("x", shape=data_shape), relay.var("w"))
     with pytest.raises(TypeInferenceError, match="cannot infer the type of %w; annotate it"):
         param_types(out)
+
+
+# -- polymorphic calls get type_args; a match must be exhaustive ----------------------------
+
+@pytest.fixture()
+def prelude_mod():
+    return relay.prelude.Prelude().mod
+
+
+def _list_match(mod, *clauses, complete=True):
+    """``fn (%xs: List[int32]) { match (%xs) { clauses } }`` as @main of ``mod``."""
+    _, cons, nil = mod.get_type("List")
+    list_type = relay.TypeCall(mod.get_global_type_var("List"), [tensor((), "int32")])
+    xs = relay.var("xs", type_annotation=list_type)
+    built = [relay.Clause(lhs(cons, nil), relay.const(i)) for i, lhs in enumerate(clauses)]
+    mod["main"] = relay.Function([xs], relay.Match(xs, built, complete=complete))
+    return mod
+
+
+def _wild():
+    return relay.PatternWildcard()
+
+
+def _nil_pattern(cons, nil):
+    return relay.PatternConstructor(nil)
+
+
+def _cons_pattern(cons, nil):
+    return relay.PatternConstructor(cons, [_wild(), _wild()])
+
+
+def _single_pattern(cons, nil):  # a one-element list: Cons(_, Nil)
+    return relay.PatternConstructor(cons, [_wild(), relay.PatternConstructor(nil)])
+
+
+@pytest.mark.parametrize("clauses, expected", [
+    ((_nil_pattern,), ["Cons(_, _)"]),
+    ((_cons_pattern,), ["Nil"]),
+    ((_single_pattern, _nil_pattern), ["Cons(_, Cons(_, _))"]),
+    ((_cons_pattern, _nil_pattern), []),
+    ((lambda cons, nil: relay.PatternVar(relay.var("v")),), []),
+])
+def test_unmatched_cases_of_list_matches(prelude_mod, clauses, expected):
+    mod = _list_match(prelude_mod, *clauses)
+    cases = relay.analysis.unmatched_cases(mod["main"].body, mod)
+    assert [repr(c) for c in cases] == expected
+
+
+def test_unmatched_cases_of_a_tuple_of_options(prelude_mod):
+    _, some, none = prelude_mod.get_type("Option")
+
+    def both(first, second):
+        return relay.Clause(relay.PatternTuple([first, second]), relay.const(0))
+
+    is_some, is_none = relay.PatternConstructor(some, [_wild()]), relay.PatternConstructor(none)
+    x = relay.var("x")
+    partial = relay.Match(x, [both(is_some, is_some), both(is_none, is_none)])
+    assert sorted(map(repr, relay.analysis.unmatched_cases(partial, prelude_mod))) == \
+        ["(None, Some(_))", "(Some(_), None)"]
+    full = relay.Match(x, [both(is_some, _wild()), both(_wild(), is_none),
+                           both(is_none, is_some)])
+    assert relay.analysis.unmatched_cases(full, prelude_mod) == []
+
+
+def test_a_non_exhaustive_match_is_a_type_error_naming_the_missing_case(prelude_mod):
+    mod = _list_match(prelude_mod, _single_pattern, _nil_pattern)
+    with pytest.raises(TypeInferenceError, match=r"does not handle the following cases: "
+                                                 r"case 0: Cons\(_, Cons\(_, _\)\)"):
+        relay.transform.InferType()(mod)
+
+
+def test_a_partial_match_marked_incomplete_type_checks(prelude_mod):
+    mod = relay.transform.InferType()(_list_match(prelude_mod, _nil_pattern, complete=False))
+    assert structural_equal(mod["main"].checked_type.ret_type, tensor((), "int32"))
+
+
+def test_calls_to_polymorphic_functions_and_constructors_get_type_args(prelude_mod):
+    a = relay.TypeVar("a")
+    y = relay.var("y", type_annotation=a)
+    ident = relay.GlobalVar("ident")
+    prelude_mod[ident] = relay.Function([y], y, a, [a])
+    _, cons, nil = prelude_mod.get_type("List")
+    x = relay.var("x", shape=(2,))
+    call, items = ident(x), cons(relay.const(1), nil())
+    prelude_mod["main"] = relay.Function([x], relay.Tuple([call, items]))
+    relay.transform.InferType()(prelude_mod)
+    assert_types(call.type_args, [tensor((2,))])
+    assert_types(items.type_args, [tensor((), "int32")])
+    assert_types(items.args[1].type_args, [tensor((), "int32")])

@@ -3,7 +3,7 @@
 Entry points: :func:`free_vars`, :func:`bound_vars`, :func:`all_vars`, :func:`free_type_vars`,
 :func:`bound_type_vars`, :func:`all_type_vars`, :func:`well_formed`, :func:`check_kind`,
 :func:`post_order_visit`, :class:`CallGraph`, :func:`get_total_mac_number`,
-:func:`count_layers`.
+:func:`count_layers`, :func:`unmatched_cases`.
 
 Names load lazily from the modules of this package; an analysis added by another module
 registers here with one line in ``_LAZY``.
@@ -26,6 +26,7 @@ _LAZY = {
     "CallGraph": ("kiln.relay.analysis.call_graph", "CallGraph"),
     "get_total_mac_number": ("kiln.relay.analysis.mac_count", "get_total_mac_number"),
     "count_layers": ("kiln.relay.analysis.mac_count", "count_layers"),
+    "unmatched_cases": ("kiln.relay.analysis.match_check", "unmatched_cases"),
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)
