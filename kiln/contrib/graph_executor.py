@@ -43,7 +43,10 @@ def create(
     libmod : Module
         The module holding the graph's kernels.
     device : Device or list of Device
-        Where to run; with several, entries go to the device matching their ``device_index``.
+        Where to run. A heterogeneous graph (built from ``on_device`` annotations) takes one
+        device per planned device, e.g. ``[kiln.cpu(0), kiln.opencl(0)]``: each entry goes
+        to the device equal to its ``(device_index, device_id)``, else to the first given
+        device of its type, else to the first device.
 
     Example
     -------
