@@ -152,6 +152,7 @@ class OpenCLModule(Module):
         if not self.kernels:
             raise TVMError("an OpenCL module needs at least one kernel")
         self._programs: dict[int, Any] = {}
+        self._kernel_objects: dict[tuple[int, str], Any] = {}  # (device id, name) -> cl.Kernel
         self._functions: dict[str, PackedFunc] = {}
 
     def get_source(self, fmt: str = "") -> str:
@@ -166,6 +167,12 @@ class OpenCLModule(Module):
                 raise TVMError(f"OpenCL program does not build for opencl({device_id}): "
                                f"{err}") from None
         return self._programs[device_id]
+
+    def _kernel(self, device_id: int, name: str) -> Any:
+        key = (device_id, name)
+        if key not in self._kernel_objects:
+            self._kernel_objects[key] = cl.Kernel(self._program(device_id), name)
+        return self._kernel_objects[key]
 
     def _get_function(self, name: str) -> PackedFunc | None:
         if name == self.entry_name:  # tvm.build(..., "opencl")(a, b, c) runs the first kernel
@@ -191,7 +198,7 @@ class OpenCLModule(Module):
                 tensors = [ctypes.cast(values[i], ctypes.POINTER(DLTensor)).contents
                            for i in range(count)]
                 device_id = _device_id_of(tensors, name)
-                kernel = getattr(self._program(device_id), name)
+                kernel = self._kernel(device_id, name)
                 kernel.set_args(*(_buffer_of(t) for t in tensors))
                 cl.enqueue_nd_range_kernel(workspace(device_id).queue, kernel,
                                            global_size, local_size or None)

@@ -212,3 +212,21 @@ def test_bind_needs_a_thread_axis():
     s = te.create_schedule(c.op)
     with pytest.raises(tvm.TVMError, match="not a thread axis"):
         s[c].bind(c.op.axis[0], te.thread_axis("warp.x"))
+
+
+def test_a_lone_opencl_target_puts_the_whole_graph_on_the_device():
+    x = relay.var("x", shape=(3, 4))
+    w = relay.var("w", shape=(5, 4))
+    func = relay.Function([x, w], relay.nn.softmax(relay.nn.dense(x, w)))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(func), "opencl")
+    assert set(json.loads(lib.get_graph_json())["attrs"]["device_index"][1]) == {4}
+    m = graph_executor.GraphModule(lib["default"](CL))
+    xv, wv = RNG.random((3, 4), dtype="float32"), RNG.random((5, 4), dtype="float32")
+    m.set_input("x", xv)
+    m.set_input("w", wv)
+    m.run()
+    out = m.get_output(0)
+    assert out.device == CL
+    expected = relay.create_executor("debug", tvm.IRModule.from_expr(func)).evaluate()(xv, wv)
+    np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
