@@ -187,6 +187,14 @@ def test_conv_bn_relu_chain_types_flow_through_inferred_weights():
                   tensor((1, 2, 8, 8))])
 
 
+def test_weight_inferred_once_the_data_type_arrives_later():
+    x, w = relay.var("x"), relay.var("w")
+    dense = relay.nn.dense(x, w, units=4)  # visited first: x and w both unknown
+    p = relay.var("p", shape=(2, 3))
+    out = relay.Tuple([dense, relay.Function([p], p)(x)])  # the call fixes x to (2, 3)
+    assert_types(param_types(out, "x", "w")[:2], [tensor((2, 3)), tensor((4, 3))])
+
+
 def test_one_weight_shared_by_two_calls_gets_one_consistent_type():
     w = relay.var("w")
     x = relay.var("x", shape=(2, 8))
