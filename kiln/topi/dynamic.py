@@ -272,32 +272,38 @@ def argwhere(condition: te.Tensor, out_shape: Sequence[Any], dtype: str = "int32
     """Row k holds the coordinates of the k-th non-zero element of ``condition``
     (row-major order); ``out_shape[0]`` is the number of non-zeros (from the shape function).
 
-    Without a scan primitive this counts in two reduction stages: ``rank[p]`` = non-zeros
-    before flat position p, then row k sums the coordinates of the one non-zero position
-    whose rank is k. Quadratic in the element count, which suits the masks argwhere sees.
+    One serial pass (a ``te.extern`` loop): each non-zero element writes its coordinates to
+    the next row. The VM sized the output from the same count, so every write is in bounds.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n, count = te.var("n", "int64"), te.var("count", "int64")
+    >>> [str(d) for d in argwhere(te.placeholder((n, 3)), [count, 2]).shape]
+    ['count', '2']
     """
     dims = list(condition.shape)
-    total = 1
-    for d in dims:
-        total = total * d
+    zero = _op.const(0, "int64")
 
-    def nonzero(flat):
-        return condition(*unravel_index(flat, dims)) != _op.const(0, condition.dtype)
+    def scan(ins, outs):
+        cond, out = ins[0], outs[0]
+        row = tir.decl_buffer((1,), "int64", name="argwhere_row")
+        flat = tir.Var("flat", "int64")
+        coordinates = unravel_index(flat, dims)
+        here = row[0]
+        write = tir.SeqStmt([tir.BufferStore(out, _op.cast(c, dtype), [here, _op.const(k, "int64")])
+                             for k, c in enumerate(coordinates)] +
+                            [tir.BufferStore(row, here + 1, [zero])])
+        nonzero = cond[tuple(coordinates)] != _op.const(0, condition.dtype)
+        total = zero + 1
+        for d in dims:
+            total = total * _i64(d)
+        loop = tir.For(flat, zero, total, tir.ForKind.SERIAL, tir.IfThenElse(nonzero, write))
+        return tir.Allocate(row.data, "int64", [1], tir.const(True, "bool"),
+                            tir.SeqStmt([tir.BufferStore(row, zero, [zero]), loop]))
 
-    q = te.reduce_axis((0, total), name="q")
-    rank = te.compute((total,), lambda p: te.sum(
-        _i64(_op.logical_and(q < p, nonzero(q))), axis=q), name="nonzero_rank")
-    p = te.reduce_axis((0, total), name="p")
-
-    def row(k, d):
-        hit = _op.logical_and(nonzero(p), rank[p] == _i64(k))
-        coordinate = unravel_index(p, dims)
-        value = coordinate[-1]
-        for axis in range(len(dims) - 2, -1, -1):
-            value = tir.Select(d == axis, coordinate[axis], value)
-        return te.sum(tir.Select(hit, _op.cast(value, dtype), _op.const(0, dtype)), axis=p)
-
-    return te.compute(list(out_shape), row, name="T_argwhere", tag="argwhere")
+    return te.extern([list(out_shape)], [condition], scan, name="T_argwhere", dtype=[dtype],
+                     tag="argwhere")
 
 
 def topk(data: te.Tensor, out_shape: Sequence[Any], axis: int = -1, ret_type: str = "both",
