@@ -1,11 +1,15 @@
-"""Elementwise benchmark: fused ``exp(a) * b + c`` on 1M float32 values, kiln vs NumPy.
+"""Elementwise benchmark: fused ``exp(a) * b + c`` on 1M float32 values, kiln vs NumPy; then
+``exp``/``tanh``/``erf`` against ``fast_exp``/``fast_tanh``/``fast_erf``, kiln vs NumPy and
+PyTorch.
 
 The te schedule splits the single axis into chunks of 8 lanes, vectorizes the lanes and runs
 the chunks in parallel; kiln fuses the three operations into one pass over memory while
 NumPy makes three. Both code generators are timed against NumPy in the same run,
-alternating, best of ``--repeat``.
+alternating, best of ``--repeat``. The fast-math table times each exact op and its fast twin
+(same schedule) per target, next to NumPy (no erf: ``math.erf`` is per element, so "-") and
+PyTorch (``--threads`` threads).
 
-Run: ``python benchmarks/elementwise.py [--threads 2] [--size 1048576]``
+Run: ``python benchmarks/elementwise.py [--threads 2] [--size 1048576] [--targets c,llvm]``
 """
 
 from __future__ import annotations
@@ -29,6 +33,65 @@ def fused_schedule(size: int, vector: int = 8):
     s[D].vectorize(lanes)
     s[D].parallel(outer)
     return s, [A, B, C, D]
+
+
+def unary_schedule(size: int, op_name: str, vector: int = 8):
+    """``topi.<op_name>(A)`` scheduled like :func:`fused_schedule`."""
+    from kiln import te, topi
+
+    A = te.placeholder((size,), name="A")
+    D = getattr(topi, op_name)(A)
+    s = te.create_schedule(D.op)
+    outer, lanes = s[D].split(D.op.axis[0], factor=vector)
+    s[D].vectorize(lanes)
+    s[D].parallel(outer)
+    return s, [A, D]
+
+
+def best_times(runs: dict, repeat: int) -> dict:
+    """Best seconds per call of each runner, timed in alternating rounds."""
+    best = {name: float("inf") for name in runs}
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def fast_math_table(opts, a_np) -> None:
+    import math
+
+    import numpy as np
+    import torch
+
+    import kiln as tvm
+
+    torch.set_num_threads(opts.threads)
+    a, t = tvm.nd.array(a_np), torch.from_numpy(a_np)
+    out = tvm.nd.array(np.zeros_like(a_np))
+    references = {"exp": (np.exp, torch.exp), "tanh": (np.tanh, torch.tanh),
+                  "erf": (None, torch.erf)}
+    print(f"\n{'op':6s} {'target':6s} {'exact ms':>9s} {'fast ms':>9s} {'fast/exact':>10s} "
+          f"{'numpy ms':>9s} {'torch ms':>9s}")
+    for op_name, (np_fn, torch_fn) in references.items():
+        want = np.vectorize(math.erf)(a_np) if np_fn is None else np_fn(a_np)
+        for target in opts.targets.split(","):
+            funcs = {}
+            for name in (op_name, "fast_" + op_name):
+                s, args = unary_schedule(opts.size, name)
+                funcs[name] = tvm.build(s, args, target=target, name=f"k_{name}")[f"k_{name}"]
+                funcs[name](a, out)
+                np.testing.assert_allclose(out.numpy(), want, rtol=2e-6, atol=2e-6)
+            runs = {name: (lambda f=f: f(a, out)) for name, f in funcs.items()}
+            runs["torch"] = lambda fn=torch_fn: fn(t)
+            if np_fn is not None:
+                runs["numpy"] = lambda fn=np_fn: fn(a_np)
+            best = best_times(runs, opts.repeat)
+            exact, fast = best[op_name], best["fast_" + op_name]
+            numpy_ms = f"{best['numpy'] * 1e3:9.3f}" if "numpy" in best else f"{'-':>9s}"
+            print(f"{op_name:6s} {target:6s} {exact * 1e3:9.3f} {fast * 1e3:9.3f} "
+                  f"{fast / exact:10.2f} {numpy_ms} {best['torch'] * 1e3:9.3f}", flush=True)
 
 
 def main() -> None:
@@ -80,6 +143,7 @@ def main() -> None:
         verdict = "ok" if ratio >= 1.0 else "slower than numpy"
         print(f"kiln {name:>4}: {best[name] * 1e3:8.3f} ms  "
               f"({ratio:.2f}x numpy's speed, {verdict})")
+    fast_math_table(opts, a_np * 3)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ OPTIMIZE_PASSES = (
     "SimplifyExpr",
     "CanonicalizeOps",
     "AlterOpLayout",
+    "FastMath",
     "FoldConstant",
 )
 

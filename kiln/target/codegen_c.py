@@ -104,6 +104,22 @@ _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT
 
 # Logical ops on vector masks (all-ones / zero lanes) are bitwise in GCC's vector C.
 _VECTOR_MASK_BINARY = {"And": "({a} & {b})", "Or": "({a} | {b})"}
+# Vector min/max: a comparison mask, then a blend (keeps scalar C's NaN behaviour).
+_VECTOR_MIN_MAX = {"Min": "<", "Max": ">"}
+_COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
+
+
+def _is_lane_mask(cond: Any, bits: int) -> bool:
+    """Whether the vector condition ``cond`` compiles to a GCC comparison mask with lanes of
+    ``bits`` bits (a comparison of such operands, or And/Or/Not of such masks)."""
+    kind = _node_name(cond)
+    if kind in _COMPARISONS:
+        return DataType(cond.a.dtype).bits == bits
+    if kind in _VECTOR_MASK_BINARY:
+        return _is_lane_mask(cond.a, bits) and _is_lane_mask(cond.b, bits)
+    if kind == "Not":
+        return _is_lane_mask(cond.a, bits)
+    return False
 
 
 
@@ -291,6 +307,11 @@ class CodeGenC(CIntrinsics):
         a, b = self.expr(node.a), self.expr(node.b)
         if a_type.lanes > 1 and kind in _VECTOR_MASK_BINARY:
             return _VECTOR_MASK_BINARY[kind].format(a=a, b=b)
+        if a_type.lanes > 1 and kind in _VECTOR_MIN_MAX:
+            vtype = self._vector_type(DataType(node.dtype))
+            mask = f"_x {_VECTOR_MIN_MAX[kind]} _y"
+            return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
+                    f"{self._blend(node.dtype, mask, '_x', '_y')}; }})")
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
             return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
                                   lambda x, y: self._binary_scalar(kind, a_type, x, y))
@@ -408,9 +429,22 @@ class CodeGenC(CIntrinsics):
             return f"(~{self.expr(node.a)})"
         return f"(!{self.expr(node.a)})"
 
+    def _blend(self, dtype: Any, mask: str, then: str, other: str) -> str:
+        """``mask ? then : other`` per lane of a GCC vector, as bit operations (C has no
+        vector ``?:``). ``mask`` is a comparison of lanes as wide as ``dtype``'s (all ones or
+        zero per lane); floats are blended through same-width integer vectors."""
+        t = DataType(dtype)
+        vtype = self._vector_type(t)
+        itype = self._vector_type(DataType(f"int{t.bits}").with_lanes(t.lanes))
+        return (f"({{ {itype} _m = {mask}; ({vtype})((_m & ({itype})({then})) | "
+                f"(~_m & ({itype})({other}))); }})")
+
     def expr_Select(self, node: Any) -> str:
         cond, then, other = (self.expr(x) for x in
                              (node.condition, node.true_value, node.false_value))
+        if DataType(node.dtype).lanes > 1 and _is_lane_mask(node.condition,
+                                                            DataType(node.dtype).bits):
+            return self._blend(node.dtype, cond, then, other)
         if DataType(node.dtype).lanes > 1:
             types = [node.condition.dtype, node.true_value.dtype, node.false_value.dtype]
             return self._per_lane(node.dtype, types, [cond, then, other],

@@ -31,6 +31,11 @@ from kiln.topi.utils import normalize_axes
 
 _SERIAL = tir.ForKind.SERIAL
 
+# The ordering contract (docs/ops_coverage.md quotes it).
+ORDERING = ("stable O(n log n) merge sort in TIR (topk with k <= 64: a sorted top-k list); "
+            "ties keep their original order in both directions, NaN is the largest key (last "
+            "ascending, first descending).")
+
 
 def _seq(*stmts: Any) -> Any:
     return tir.SeqStmt([s for s in stmts if s is not None])
@@ -298,4 +303,4 @@ def topk(data: te.Tensor, k: int = 1, axis: int = -1, ret_type: str = "both",
     return _merge_sort_rows(data, axis, is_ascend, k, outputs, "T_topk")
 
 
-__all__ = ["argsort", "sort", "topk"]
+__all__ = ["argsort", "sort", "topk", "ORDERING"]

@@ -41,6 +41,7 @@ _LAZY: dict[str, Any] = {
     "EliminateCommonSubexpr": ("kiln.relay.transform.eliminate_common_subexpr",
                                "EliminateCommonSubexpr"),
     "SimplifyInference": ("kiln.relay.transform.simplify_inference", "SimplifyInference"),
+    "FastMath": ("kiln.relay.transform.fast_math", "FastMath"),
     "SimplifyExpr": ("kiln.relay.transform.simplify_expr", "SimplifyExpr"),
     "FoldScaleAxis": ("kiln.relay.transform.fold_scale_axis", "FoldScaleAxis"),
     "ForwardFoldScaleAxis": ("kiln.relay.transform.fold_scale_axis", "ForwardFoldScaleAxis"),

@@ -68,7 +68,19 @@ def coverage_markdown() -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| `{op}` | {keys} | {kind} | {impls} |" for op, keys, kind, impls in rows]
+    lines += ["", "## Notes", ""] + [f"- `{op}`: {note}" for op, note in op_notes().items()]
     return "\n".join(lines) + "\n"
+
+
+def op_notes() -> dict[str, str]:
+    """Semantics worth knowing per op (approximations, orderings), from the computes."""
+    from kiln.topi.math import FAST_MATH_ACCURACY
+    from kiln.topi.sort import ORDERING
+
+    notes = {name: f"float32 approximation (float16 through float32, float64 exact): {note}."
+             for name, note in FAST_MATH_ACCURACY.items()}
+    notes.update({name: ORDERING for name in ("argsort", "sort", "topk")})
+    return notes
 
 
 if __name__ == "__main__":
