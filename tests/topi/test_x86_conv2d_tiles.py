@@ -227,3 +227,21 @@ def test_depthwise_rejects_a_non_depthwise_kernel():
     with pytest.raises(TVMError, match="not \\[C x multiplier, 1, KH, KW\\]"):
         depthwise.depthwise_conv2d_nchw(te.placeholder((1, 6, 8, 8), name="d"),
                                         te.placeholder((9, 1, 3, 3), name="k"), 1, 1, 1)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_conv_with_two_outputs_keeps_the_blocked_result_whole(target):
+    from kiln import topi
+
+    x, w = f32(1, 4, 8, 9), f32(16, 4, 3, 3)
+    cfg = {"parallel_min_flops": 0}
+
+    def make(d, k):
+        conv = x86_conv2d.conv2d_nchw(d, k, 1, 1, 1)
+        return [conv, topi.nn.relu(conv)]
+
+    got = run_many([(make, [x, w])], target,
+                   lambda outs: x86_conv2d.schedule_conv2d_nchw(outs, cfg))
+    want = torch_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    np.testing.assert_allclose(got[0][0], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0][1], np.maximum(want, 0), rtol=1e-4, atol=1e-4)

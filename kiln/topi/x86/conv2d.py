@@ -162,14 +162,24 @@ def conv2d_nchw_packed(data: te.Tensor, packed: te.Tensor, strides: Any, padding
 
 
 def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
-    """Schedule the blocked conv2d in ``outs`` and the NCHW output with its epilogue."""
+    """Schedule the blocked conv2d in ``outs`` and the NCHW output with its epilogue.
+
+    With one NCHW output, each of its (batch, channel block, row) tasks first computes that
+    row of the blocked conv into a small buffer (``compute_at``), so conv, unpacking and
+    epilogue are one pass on the thread pool, with no blocked tensor in memory.
+    """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
+    blocked: list = []
+    seen: set[int] = set()
 
     def visit(op):
+        if id(op) in seen:  # reached again from another output
+            return
+        seen.add(id(op))
         if op.tag == "conv2d_nchwc":
-            _schedule_blocked(sch, op.output(0), cfg)
+            blocked.append(op.output(0))
         elif op.tag == "kernel_pack":
             stage = sch[op]
             stage.compute_root()
@@ -179,24 +189,29 @@ def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
 
     for t in outs:
         traverse_inline(sch, t.op, visit)
-        if t.op.tag != "conv2d_nchwc":
-            _schedule_output(sch, t, cfg)
+    unpacked = [t for t in outs if t.op.tag != "conv2d_nchwc"]
+    for t in unpacked:
+        if len(t.shape) != 4 or _find_blocked(t.op) is None:
+            schedule_injective_from_existing(sch, t)
+    for conv in blocked:
+        threads = worth_threads(conv, cfg)
+        readers = [t for t in unpacked if len(t.shape) == 4 and _find_blocked(t.op) is conv]
+        for t in readers:
+            schedule_unblocked_output(sch, t, conv, threads)
+        if len(readers) == 1 and len(outs) == 1:
+            stage = sch[readers[0]]
+            _schedule_blocked(sch, conv, cfg, threads, (stage, stage.leaf_iter_vars[0]))
+        else:
+            _schedule_blocked(sch, conv, cfg, threads, None)
     return sch
-
-
-def _schedule_output(sch: Any, out: te.Tensor, cfg: dict) -> None:
-    if len(out.shape) != 4:
-        schedule_injective_from_existing(sch, out)
-        return
-    blocked = _find_blocked(out.op)
-    schedule_unblocked_output(sch, out, blocked, blocked is None or worth_threads(blocked, cfg))
 
 
 def schedule_unblocked_output(sch: Any, out: te.Tensor, blocked: te.Tensor | None,
                               threads: bool) -> None:
     """The NCHW output (+ epilogue) of a channel-blocked ``[N, C / bn, H, W, bn]`` result:
-    channels split by the block so the blocked reads stay contiguous, rows on the thread
-    pool when ``threads``. Shared by the conv2d and depthwise schedules."""
+    channels split by the block so the blocked reads stay contiguous, the (batch, channel
+    block, row) tasks fused first and on the thread pool when ``threads``. Shared by the
+    conv2d and depthwise schedules."""
     bn = get_const_int(blocked.shape[4]) if blocked is not None else 1
     stage = sch[out]
     n, f, y, x = stage.leaf_iter_vars
@@ -245,9 +260,9 @@ def _find_blocked(op: Any) -> Any:
     return None
 
 
-def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
+def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict, threads: bool,
+                      attach: tuple[Any, Any] | None) -> None:
     padded = conv.op.input_tensors[0]
-    threads = worth_threads(conv, cfg)
     if padded.op.name == "pad_temp":
         stage = sch[padded]
         stage.compute_root()
@@ -255,7 +270,16 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict) -> None:
         rows = stage.fuse(n, c, h)
         if threads:
             stage.parallel(rows)
-    acc, o, _, xo = split_blocked_rows(sch, conv, True, threads)
+    if attach is None:
+        acc, o, _, xo = split_blocked_rows(sch, conv, True, threads)
+    else:
+        # one row of the blocked conv per task of the output stage, in a task-local buffer
+        o = sch[conv]
+        o.compute_at(*attach)
+        acc = sch.cache_write(conv, "local")
+        _, _, _, x, lanes = o.leaf_iter_vars
+        xo, _ = o.split(x, factor=int(conv.op.attrs.get("tile_ow", 1)))
+        o.vectorize(lanes)
     block = sch[acc]
     block.compute_at(o, xo)
     leaves = list(block.leaf_iter_vars)
