@@ -75,7 +75,7 @@ def as_device(value: Any, what: str = "virtual device") -> Device:
 
     Example
     -------
-    >>> as_device("opencl"), as_device(1), as_device(kiln.cpu(1))  # doctest: +SKIP
+    >>> as_device("opencl"), as_device(1), as_device(cpu(1))
     (opencl(0), cpu(0), cpu(1))
     """
     if isinstance(value, Device):
@@ -119,6 +119,19 @@ def _domain_for_type(ty: Any) -> _Domain:
     if isinstance(ty, FuncType):
         return _Domain(fields=tuple(_domain_for_type(t) for t in (*ty.arg_types, ty.ret_type)))
     return _Domain()
+
+
+def _type_of(expr: Any) -> Any:
+    """The checked type, else the annotation (an untyped module is analysed as far as it can
+    be: a value of unknown type counts as a tensor)."""
+    return getattr(expr, "checked_type_", None) or getattr(expr, "type_annotation", None)
+
+
+def _function_domain(func: rx.Function) -> _Domain:
+    ret = _type_of(func)
+    ret = ret.ret_type if isinstance(ret, FuncType) else func.ret_type
+    return _Domain(fields=tuple(_domain_for_type(_type_of(p)) for p in func.params)
+                   + (_domain_for_type(ret),))
 
 
 def _short(expr: Any) -> str:
@@ -173,7 +186,7 @@ class _Collector:
         name = gvar.name_hint
         if name not in self.globals:
             func = self.mod[name]
-            self.globals[name] = _domain_for_type(func.checked_type)
+            self.globals[name] = _function_domain(func)
         return self.globals[name]
 
     def domain(self, expr: Any) -> _Domain:
@@ -185,11 +198,11 @@ class _Collector:
             result = self.global_domain(expr)
         elif isinstance(expr, rx.Var):
             # a free variable (a parameter not seen through its function): its own domain
-            result = _domain_for_type(expr.checked_type)
+            result = _domain_for_type(_type_of(expr))
         else:
             rule = _RULES.get(type(expr))
             result = rule(self, expr) if rule is not None else _domain_for_type(
-                getattr(expr, "checked_type_", None))
+                _type_of(expr))
         self.domains[id(expr)] = result
         self.keep.append(expr)
         return result
@@ -206,8 +219,8 @@ class _Collector:
 
     def function(self, func: rx.Function) -> _Domain:
         if func.get_attr("Primitive"):
-            return _domain_for_type(func.checked_type)
-        result = _domain_for_type(func.checked_type)
+            return _function_domain(func)
+        result = _function_domain(func)
         self.domains[id(func)] = result  # before the body: recursive closures refer to it
         for param, field in zip(func.params, result.fields):
             self.bind(param, field)
@@ -248,7 +261,7 @@ class _Collector:
         return result
 
     def new_for(self, expr: Any) -> _Domain:
-        return _domain_for_type(getattr(expr, "checked_type_", None))
+        return _domain_for_type(_type_of(expr))
 
     def _kernel_call(self, call: rx.Call) -> _Domain:
         result = _Domain()
@@ -320,7 +333,7 @@ class _Collector:
 
     def _bind_pattern(self, pattern: Any, data: _Domain) -> None:
         if isinstance(pattern, PatternVar):
-            var_domain = _domain_for_type(getattr(pattern.var, "checked_type_", None))
+            var_domain = _domain_for_type(_type_of(pattern.var))
             if var_domain.fields is None:
                 var_domain = data
             self.bind(pattern.var, var_domain)
@@ -361,9 +374,13 @@ class DeviceMap:
 
     Example
     -------
-    >>> dm = analyze_devices(mod, kiln.cpu(0))       # doctest: +SKIP
-    >>> dm.device_of(mod["main"].body)               # doctest: +SKIP
-    cpu(0)
+    >>> import kiln
+    >>> from kiln import relay
+    >>> x = relay.var("x", shape=(2,))
+    >>> main = relay.Function([x], relay.annotation.on_device(relay.exp(x), cpu(1)))
+    >>> dm = analyze_devices(kiln.IRModule.from_expr(main), cpu(0))
+    >>> dm.device_of(main.body.args[0]), dm.device_of(main.body), dm.devices
+    (cpu(1), cpu(0), [cpu(0), cpu(1)])
     """
 
     def __init__(self, collector: _Collector, default_device: Device) -> None:
