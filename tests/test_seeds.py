@@ -99,6 +99,11 @@ def relay_text(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
+def ir_printed_before_graph(printed: str) -> str:
+    """What an example printed before its graph JSON, as :func:`relay_text`."""
+    return relay_text(printed[:printed.rindex("{", 0, printed.index('"nodes"'))])
+
+
 # -- seed 004: the graph executor -----------------------------------------------------------
 
 def test_seed_004_graph_json_matches_the_document():
@@ -107,7 +112,7 @@ def test_seed_004_graph_json_matches_the_document():
                       anchor='c = relay.var("c"')
     printed, _, caught = run_example(code)
     shown_ir = re.search(r"def @main\(.*\}", text[after:]).group(0)
-    assert relay_text(printed[:printed.index('"nodes"')]).startswith(relay_text(shown_ir))
+    assert ir_printed_before_graph(printed) == relay_text(shown_ir)
     got, want = json_in(printed), json_in(text, after)
     assert without_hashes(got) == without_hashes(want)
     hashes = {n["attrs"]["func_name"]: n["attrs"]["hash"] for n in got["nodes"][3:]}
@@ -151,8 +156,7 @@ def test_seed_004_on_device_builds_for_cpu_and_opencl():
     printed, _, _ = run_example(code)
     shown_func = re.search(r"fn \(%x.*?log\(%1\) \}", text[after:]).group(0)
     assert _TVM08_ON_DEVICE[0] in shown_func
-    assert relay_text(printed[:printed.index('"nodes"')]).startswith(
-        relay_text(shown_func.replace(*_TVM08_ON_DEVICE)))
+    assert ir_printed_before_graph(printed) == relay_text(shown_func.replace(*_TVM08_ON_DEVICE))
     got, want = json_in(printed), json_in(text, after)
     assert got["attrs"].pop("device_id") == ["list_int", [0, 0, 0, 0, 0]]
     assert got["attrs"]["device_index"] == ["list_int", [4, 4, 4, 1, 1]]
