@@ -13,8 +13,14 @@ The algorithm is Hindley–Milner-style unification plus operator type relations
   with the call's placeholder. Calls whose arguments are already known (the common case in a
   data-flow graph) are solved immediately; the rest wait in ``pending`` and the solver loops
   over them until no relation makes progress;
-* polymorphic functions and ADT constructors are instantiated with fresh placeholders per use;
-  global functions start from their annotations (or a placeholder), so recursion works;
+* an argument whose type is still unknown (an unannotated weight) may be derived from the
+  others by the op's ``FInferArgTypes`` rule (``nn.dense``'s weight from the data and
+  ``units``, a conv weight from ``channels``/``kernel_size``, a bias from the data's axis),
+  as TVM's relations assign unknown inputs; the op's relation then checks the call;
+* polymorphic functions and ADT constructors are instantiated with fresh placeholders per use
+  (solved, they become the call's ``type_args``); global functions start from their
+  annotations (or a placeholder), so recursion works;
+* a ``match`` marked complete must handle every value (:func:`unmatched_cases`);
 * at the end every placeholder must be solved; each visited node's ``checked_type_`` is set.
 
 Incremental: a function whose ``checked_type_`` is set (by an earlier run) is not re-inferred,
