@@ -247,6 +247,13 @@ def test_bias_shared_by_mismatched_axes_is_a_type_error():
         param_types(out)
 
 
+def test_a_weight_rule_on_data_of_the_wrong_rank_names_the_op():
+    out = relay.nn.conv2d(relay.var("x", shape=(1, 3, 8)), relay.var("w"), channels=4,
+                          kernel_size=(3, 3))
+    with pytest.raises(TypeInferenceError, match=r"operator nn\.conv2d failed.*NCHW"):
+        param_types(out)
+
+
 @pytest.mark.parametrize("data_shape, make", [
     ((2, 6), lambda x, w: relay.nn.dense(x, w)),  # no units
     ((1, 4, 6, 6), lambda x, w: relay.nn.conv2d(x, w, kernel_size=(3, 3))),  # no channels
