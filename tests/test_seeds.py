@@ -8,9 +8,13 @@ tvmmyadd = ..."), which a per-example table of line-break repairs undoes. Exampl
 prose share one namespace. Where the seed shows what an example prints, the printed text is
 compared with it: graph JSON structurally (kernel hashes aside), Relay text modulo spacing.
 
-Not run here: seed 000 has no Python example; seed 002's target string and Executor/Runtime
-expressions are checked below, its AOT executor and board flow are not in kiln; seed 003's
-Myia example needs a Myia-style ``kiln.jit`` frontend, which kiln does not have.
+Seed 002 (microTVM) has no whole program: its target string, its Executor/Runtime expressions
+and its two schedule lines (``pragma(n, "import_c", ...)``, ``tensorize(owi, gemm)``) are run
+verbatim in a namespace that supplies the names they use.
+
+Not run here: seed 000 has no Python example; seed 002's AOT executor and board flow
+(``tvm.micro``) are not in kiln; seed 003's Myia example needs a Myia-style ``kiln.jit``
+frontend, which kiln does not have.
 """
 
 from __future__ import annotations
