@@ -56,6 +56,8 @@ def _functions():
             x4, s2, None, "NCHW", "nearest_neighbor", "asymmetric", "floor")),
         "resize_linear": ([x4, s2, roi], relay.image.resize2d(x4, s2, roi, "NCHW", "linear",
                                                               "half_pixel")),
+        "resize_crop": ([x4, s2, roi], relay.image.resize2d(
+            x4, s2, roi, "NCHW", "linear", "tf_crop_and_resize", extrapolation_value=-3.0)),
         "upsampling": ([x4, scale_h, scale_w], relay.nn.upsampling(x4, scale_h, scale_w)),
         "argwhere": ([x2], relay.argwhere(relay.greater(x2, relay.const(0.0)))),
         "argwhere_3d": ([x3], relay.argwhere(x3)),
@@ -192,22 +194,30 @@ def test_dyn_resize2d_nearest(vm, shape, size):
     _check(_run(vm, "resize_nearest", data, _i64(*size)), data[:, :, rows][:, :, :, cols])
 
 
-@pytest.mark.parametrize("shape, size", [((1, 2, 3, 4), (6, 2)), ((1, 2, 5, 2), (2, 7))])
-def test_dyn_resize2d_linear_matches_onnx(vm, shape, size):
+@pytest.mark.parametrize("shape, size, mode, roi", [
+    ((1, 2, 3, 4), (6, 2), "half_pixel", [0.0] * 4),
+    ((1, 2, 5, 2), (2, 7), "half_pixel", [0.0] * 4),
+    ((1, 2, 4, 4), (3, 5), "tf_crop_and_resize", [0.2, -0.25, 0.9, 1.2]),  # reads outside too
+    ((1, 2, 2, 3), (1, 4), "tf_crop_and_resize", [0.5, 0.0, 0.5, 1.0]),
+])
+def test_dyn_resize2d_linear_matches_onnx(vm, shape, size, mode, roi):
+    """size and roi are run-time tensors; ONNX's roi spans every axis, ours the spatial ones."""
     from onnx import TensorProto, helper
     from onnx.reference import ReferenceEvaluator
 
     data = _data(shape)
-    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear",
-                            coordinate_transformation_mode="half_pixel")
-    graph = helper.make_graph(
-        [node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
-                           helper.make_tensor_value_info("sizes", TensorProto.INT64, None)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    node = helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode="linear",
+                            coordinate_transformation_mode=mode, extrapolation_value=-3.0)
+    inputs = [helper.make_tensor_value_info(n, t, None) for n, t in (
+        ("x", TensorProto.FLOAT), ("roi", TensorProto.FLOAT), ("sizes", TensorProto.INT64))]
+    graph = helper.make_graph([node], "resize", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    (expected,) = ReferenceEvaluator(model).run(None, {"x": data,
+    onnx_roi = np.array([0, 0, *roi[:2], 1, 1, *roi[2:]], "float32")
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": data, "roi": onnx_roi,
                                                        "sizes": _i64(*shape[:2], *size)})
-    out = _run(vm, "resize_linear", data, _i64(*size), np.zeros(4, "float32"))
+    name = "resize_crop" if mode == "tf_crop_and_resize" else "resize_linear"
+    out = _run(vm, name, data, _i64(*size), np.array(roi, "float32"))
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
