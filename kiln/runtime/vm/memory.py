@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime.error import TVMError
+from kiln.runtime.ndarray import NDArray
 from kiln.runtime.object import Object, register_object
 
 __all__ = [
@@ -101,8 +102,6 @@ class ViewSpec:
 
     def __init__(self, address: int, nbytes: int, shape: tuple[int, ...], dtype: Any,
                  device: Any) -> None:
-        from kiln.runtime.ndarray import NDArray
-
         self.address = address
         self.raw_type = ctypes.c_uint8 * max(nbytes, 1)
         self.np_shape = shape + ((dtype.lanes,) if dtype.lanes > 1 else ())
@@ -116,13 +115,14 @@ class ViewSpec:
 
     def lease(self, storage: Storage) -> Any:
         """An NDArray over this view that keeps ``storage`` alive."""
-        from kiln.runtime.ndarray import NDArray
-
         raw = self.raw_type.from_address(self.address)
         raw.storage = storage
-        array = NDArray._wrap(np.ndarray(self.np_shape, self.np_dtype, raw), self.dtype,
-                              storage.device)
+        # NDArray._wrap's slots, set directly with the cached DLTensor (the VM's hot path).
+        array = NDArray.__new__(NDArray)
         setter = object.__setattr__
+        setter(array, "_np", np.ndarray(self.np_shape, self.np_dtype, raw))
+        setter(array, "_dtype", self.dtype)
+        setter(array, "_device", storage.device)
         setter(array, "_dltensor", self.dltensor)
         setter(array, "_handle", self.handle)
         setter(array, "_c_arrays", self.c_arrays)

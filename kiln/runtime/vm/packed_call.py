@@ -286,7 +286,10 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
     if not seg.kernels:
         return None
     seg.end = pc
+    read_later = _registers_read_outside(instructions, start, pc)
     for reg, value in sym.items():
+        if read_later is not None and reg not in read_later and reg not in inputs:
+            value = None  # nothing reads it again: no need to build it (a killed register)
         if value is _STORAGE:
             seg.out_storage.append(reg)
         elif isinstance(value, _View):
@@ -296,6 +299,27 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
         else:
             seg.out_values.append((reg, None if value is None else value.tensor))
     return seg
+
+
+def _registers_read_outside(instructions: Sequence[bc.Instruction], start: int,
+                            end: int) -> set[int] | None:
+    """Registers read by an instruction outside ``[start, end)``; None if a jump lands
+    strictly inside the range (then instructions inside may read anything left there)."""
+    read: set[int] = set()
+    for pc, instr in enumerate(instructions):
+        targets = ()
+        if isinstance(instr, bc.If):
+            targets = (pc + instr.true_offset, pc + instr.false_offset)
+        elif isinstance(instr, bc.Goto):
+            targets = (pc + instr.pc_offset,)
+        if any(start < target < end for target in targets):
+            return None
+        if start <= pc < end:
+            continue
+        read.update(getattr(instr, name) for name in instr._reg_fields if name != "dst")
+        for name in instr._reg_list_fields:
+            read.update(getattr(instr, name))
+    return read
 
 
 def site_unfusable(site: PackedCallSite, regs: list[Any], output_size: int) -> bool:

@@ -18,6 +18,8 @@ from kiln.runtime.vm.bytecode import (
     AllocADT,
     AllocStorage,
     AllocTensor,
+    Goto,
+    If,
     InvokePacked,
     KillRegister,
     LoadConsti,
@@ -216,3 +218,27 @@ def test_tuple_made_and_consumed_inside_a_segment(kernels, xy):
         np.testing.assert_allclose(total.numpy(), x + y, rtol=1e-6)
         np.testing.assert_array_equal(second.numpy(), y)
         np.testing.assert_allclose(product.numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_jump_into_the_middle_of_a_segment_sees_every_register_it_left(kernels, xy):
+    """A loop re-enters at the segment's second kernel, which reads the first one's result
+    (a register nothing outside reads): the fused entry must still leave it set."""
+    x, y = xy
+    main = VMFunction("main", ["x", "y"], [
+        LoadConsti(0, 9),                                     # flag = 0
+        LoadConsti(2 * NBYTES, 2), AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4), AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(ADD, 1, (0, 1, 5)),                      # s = x + y
+        LoadConsti(NBYTES, 6),                                # pc 6: the loop re-enters here
+        AllocTensor(3, 6, SHAPE, "float32", 7),
+        InvokePacked(MUL, 1, (5, 1, 7)),                      # p = s * y
+        LoadConsti(1, 10),
+        If(9, 10, 1, 2),                                      # flag == 1 ? Ret : loop
+        Ret(7),
+        LoadConsti(1, 9),
+        Goto(-7),
+    ], 11)
+    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    assert fused_entries(vm) == [0]
+    for _ in range(2):
+        np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
