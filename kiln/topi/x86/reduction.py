@@ -102,7 +102,8 @@ def schedule_reduction_stage(sch: Any, tensor: te.Tensor, config: dict | None = 
     single = op.num_outputs == 1
     if red_axes and single and innermost_reduced(op):
         extent = _extent(red_axes[-1]) or 0
-        lanes = lanes_dividing(extent, min(cfg["rfactor_lanes"], extent // 2))
+        # each lane accumulates at least 8 values: the final combine of the lanes is serial
+        lanes = lanes_dividing(extent, min(cfg["rfactor_lanes"], extent // 8))
         if lanes:
             _rfactor_innermost(sch, tensor, red_axes[-1], lanes, cfg, attach)
             return
