@@ -211,6 +211,10 @@ def test_relay_testing_workloads_annotate_only_the_data():
     assert [p.name_hint for p in net.params if p.type_annotation is not None] == ["data"]
     mod, params = resnet.get_workload(num_layers=18, image_shape=(3, 32, 32))
     assert params["conv0_weight"].shape == (64, 3, 7, 7)
+    # the workload's main carries the inferred types as annotations, as TVM's InferType leaves
+    conv0 = next(p for p in mod["main"].params if p.name_hint == "conv0_weight")
+    assert structural_equal(conv0.type_annotation, tensor((64, 3, 7, 7)))
+    assert "%conv0_weight: Tensor[(64, 3, 7, 7), float32]" in str(mod)
     assert params["stage2_unit1_sc_weight"].shape == (128, 64, 1, 1)
     assert params["fc1_weight"].shape == (1000, 512)
 

@@ -39,17 +39,45 @@ def run_infer_type(expr: Any) -> Any:
     return run_opt_pass(expr, [])
 
 
+def _annotate_params(func: Any) -> Any:
+    """``func`` (typed) with every unannotated parameter annotated by its inferred type.
+
+    TVM's InferType leaves parameters annotated this way; kiln's types them in place, so a
+    workload rebuilds its ``main`` once and prints every weight's shape as TVM's does.
+    """
+    from kiln.relay.expr import Function, Var, bind
+
+    annotated = {p: Var(p.name_hint, p.checked_type) for p in func.params
+                 if p.type_annotation is None}
+    if not annotated:
+        return func
+    return Function([annotated.get(p, p) for p in func.params], bind(func.body, annotated),
+                    func.checked_type.ret_type, func.type_params, func.attrs)
+
+
 def create_workload(net: Any, seed: int = 0) -> tuple[Any, dict]:
     """An IRModule of ``net`` plus random parameters for every input but the first ("data").
 
-    Weights use Xavier-uniform scaling; batch-norm means are 0, variances 1, gammas 1 and
-    betas 0, as TVM's initializer does.
+    Only the data needs a type annotation: InferType derives the weights' types from the
+    layers' attrs, and the returned ``main`` carries them as annotations, as in TVM. Weights
+    use Xavier-uniform scaling; batch-norm means are 0, variances 1, gammas 1 and betas 0, as
+    TVM's initializer does.
+
+    Example
+    -------
+    >>> from kiln import relay
+    >>> x = relay.var("data", shape=(1, 8))
+    >>> y = relay.nn.dense(x, relay.var("fc_weight"), units=4)
+    >>> mod, params = create_workload(relay.Function([x, *relay.analysis.free_vars(y)[1:]], y))
+    >>> mod["main"].params[1].type_annotation
+    Tensor[(4, 8), float32]
     """
     from kiln.ir.module import IRModule
     from kiln.relay.transform import InferType
     from kiln.runtime.ndarray import array
 
-    mod = InferType()(IRModule.from_expr(net))
+    typed = InferType()(IRModule.from_expr(net))
+    mod = InferType()(IRModule.from_expr(_annotate_params(typed["main"])))
     rng = np.random.default_rng(seed)
     params = {}
     for param in mod["main"].params[1:]:
