@@ -8,8 +8,9 @@ Entry points: :func:`build`, :func:`optimize`, :func:`create_executor`,
 1. normalize inputs (a Function becomes ``IRModule.from_expr``; targets are parsed by
    :func:`parse_targets`: one target, or one per device type for heterogeneous execution);
 2. bind ``params`` into ``main`` as constants;
-3. run the optimization pipeline (:data:`OPTIMIZE_PASSES`, each gated by its opt level in the
-   current ``PassContext``), ``PlanDevices`` (``on_device`` → ``device_copy``) and ``FuseOps``;
+3. ``PlanDevices`` (``on_device`` → ``device_copy``), the optimization pipeline
+   (:data:`OPTIMIZE_PASSES`, each gated by its opt level in the current ``PassContext``),
+   ``PlanDevices`` again (on what the passes made) and ``FuseOps``;
 4. graph codegen: lower every primitive function with the TE compiler of its device's target,
    plan memory, emit the graph JSON;
 5. compile the kernels into one module per target (the host's imports the others), and wrap
@@ -86,7 +87,9 @@ def optimize(mod: IRModule, target: Any = None, params: dict | None = None,
     if params:
         mod = mod.copy()
         mod["main"] = bind_params_by_name(mod["main"], params)
-    passes = [transform.InferType()]
+    # PlanDevices first too: once on_device became device_copy, common-subexpression
+    # elimination cannot merge equal computations meant for different devices
+    passes = [transform.InferType(), transform.PlanDevices(default_device)]
     passes += [getattr(transform, name)() for name in OPTIMIZE_PASSES]
     passes += [transform.InferType(), transform.PlanDevices(default_device),
                transform.FuseOps(), transform.InferType()]

@@ -592,9 +592,10 @@ class VMCompiler:
         if self._params and "main" in [g.name_hint for g in mod.get_global_vars()]:
             mod = mod.copy()
             mod["main"] = bind_params_by_name(mod["main"], self._params)
-        passes = [transform.InferType()]
+        default_device = default_device_of(targets)
+        passes = [transform.InferType(), transform.PlanDevices(default_device)]
         passes += [p for p in map(_available_pass, OPTIMIZE_PASSES) if p is not None]
-        passes += [transform.InferType(), transform.PlanDevices(default_device_of(targets)),
+        passes += [transform.InferType(), transform.PlanDevices(default_device),
                    transform.FuseOps(), transform.InferType(),
                    transform.ToANormalForm(), transform.InferType()]
         disabled = set(PassContext.current().disabled_pass or ())
