@@ -32,6 +32,7 @@ CONV_CASES = [
     ((1, 8, 12, 12), (16, 8, 3, 3), (1, 1), (2, 2, 2, 2), (2, 2), 1),  # dilation 2
     ((1, 4, 9, 15), (12, 4, 5, 3), (2, 1), (2, 1, 2, 1), (1, 1), 1),   # rectangular kernel
     ((1, 16, 14, 14), (32, 16, 1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),  # 1x1 stride 2
+    ((1, 16, 12, 12), (32, 16, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1: 16 x 6 blocks
     ((1, 3, 17, 17), (16, 3, 7, 7), (2, 2), (3, 3, 3, 3), (1, 1), 1),  # stem-like 7x7
     ((1, 8, 9, 9), (12, 4, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 2),    # grouped
     ((1, 12, 7, 10), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 12),  # depthwise
@@ -136,6 +137,9 @@ def test_block_shape_table_choices():
     # channels that 8 does not divide: one partial vector, the row in whole blocks
     bn, tile = x86_conv2d.block_shape(10, 7, cfg)
     assert 10 % bn == 0 and tile >= 1
+    # 1x1 kernels broadcast each input once: 12 accumulators fit
+    assert x86_conv2d.block_shape(32, 12, cfg, kernel_width=1) == (16, 6)
+    assert x86_conv2d.block_shape(32, 12, cfg, kernel_width=3) == (16, 4)
     # a forced 24-channel block is 3 vectors a column: 2 columns keep 6 accumulators
     assert x86_conv2d.block_shape(48, 56, {**cfg, "oc_bn": 24}) == (24, 2)
 

@@ -198,7 +198,8 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     if not all(hasattr(d, "value") for d in dims):
         return None
     out_channels, out_width = int(out_type.shape[1].value), int(out_type.shape[3].value)
-    bn, _ = x86_conv2d.block_shape(out_channels, out_width, x86_conv2d.DEFAULT_CONFIG)
+    bn, _ = x86_conv2d.block_shape(out_channels, out_width, x86_conv2d.DEFAULT_CONFIG,
+                                   int(tinfos[1].shape[3].value))
     if bn <= 1:
         return None
     kernel_layout = f"OIHW{bn}o"
