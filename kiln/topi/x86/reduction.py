@@ -6,7 +6,8 @@ loop; the pools and the softmax/norm schedules reuse it), :func:`innermost_reduc
 :data:`DEFAULT_CONFIG`.
 
 Knobs: ``vector_lanes`` (lanes of a vectorized kept axis), ``rfactor_lanes`` (the most
-partial accumulators of a reduction over the innermost axis) and ``min_parallel_extent``.
+partial accumulators of a reduction over the innermost axis), ``min_parallel_extent`` and
+``min_parallel_work`` (elements read below which a reduction stays on one thread).
 
 Two shapes of reduction, two recipes:
 
@@ -27,7 +28,8 @@ from kiln.tir import expr as _e
 from kiln.tir.stmt_functor import post_order_visit
 from kiln.topi.utils import get_const_tuple, traverse_inline
 
-DEFAULT_CONFIG = {"vector_lanes": 8, "rfactor_lanes": 32, "min_parallel_extent": 2}
+DEFAULT_CONFIG = {"vector_lanes": 8, "rfactor_lanes": 32, "min_parallel_extent": 2,
+                  "min_parallel_work": 32768}
 
 
 def _extent(iv: Any) -> int | None:
@@ -66,15 +68,23 @@ def innermost_reduced(op: Any) -> bool:
     return bool(found)
 
 
-def _fuse_parallel(stage: Any, axes: list, extents: list[int | None], cfg: dict) -> Any:
-    """Fuse ``axes`` into one loop and run it in parallel when it is long enough."""
+def _product(extents: list[int | None]) -> int | None:
+    total: int | None = 1
+    for e in extents:
+        total = total * e if e is not None and total is not None else None
+    return total
+
+
+def _fuse_parallel(stage: Any, axes: list, extents: list[int | None], work: int | None,
+                   cfg: dict) -> Any:
+    """Fuse ``axes`` into one loop; run it in parallel when it is long enough and the whole
+    reduction reads enough elements to pay for waking the threads."""
     if not axes:
         return None
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    total = 1
-    for e in extents:
-        total = total * e if e is not None and total is not None else None
-    if total is not None and total >= cfg["min_parallel_extent"]:
+    total = _product(extents)
+    if total is not None and total >= cfg["min_parallel_extent"] and \
+            (work is None or work >= cfg["min_parallel_work"]):
         stage.parallel(fused)
     return fused
 
@@ -99,13 +109,14 @@ def schedule_reduction_stage(sch: Any, tensor: te.Tensor, config: dict | None = 
     stage = sch[tensor]
     op = stage.op
     data_axes, red_axes = list(op.axis), list(op.reduce_axis)
+    work = _product([_extent(iv) for iv in data_axes + red_axes])
     single = op.num_outputs == 1
     if red_axes and single and innermost_reduced(op):
         extent = _extent(red_axes[-1]) or 0
         # each lane accumulates at least 8 values: the final combine of the lanes is serial
         lanes = lanes_dividing(extent, min(cfg["rfactor_lanes"], extent // 8))
         if lanes:
-            _rfactor_innermost(sch, tensor, red_axes[-1], lanes, cfg, attach)
+            _rfactor_innermost(sch, tensor, red_axes[-1], lanes, work, cfg, attach)
             return
     outer, extents = data_axes, [_extent(iv) for iv in data_axes]
     if data_axes and red_axes and not innermost_reduced(op):
@@ -123,11 +134,11 @@ def schedule_reduction_stage(sch: Any, tensor: te.Tensor, config: dict | None = 
     if attach is not None:
         stage.compute_at(*attach)
         return
-    _fuse_parallel(stage, outer, extents, cfg)
+    _fuse_parallel(stage, outer, extents, work, cfg)
 
 
-def _rfactor_innermost(sch: Any, tensor: te.Tensor, axis: Any, lanes: int, cfg: dict,
-                       attach: tuple[Any, Any] | None) -> None:
+def _rfactor_innermost(sch: Any, tensor: te.Tensor, axis: Any, lanes: int, work: int | None,
+                       cfg: dict, attach: tuple[Any, Any] | None) -> None:
     """``lanes`` partial reductions per output (vectorized), then one short final sum."""
     ndim = len(sch[tensor].op.axis)
     _, inner = sch[tensor].split(axis, factor=lanes)
@@ -144,7 +155,7 @@ def _rfactor_innermost(sch: Any, tensor: te.Tensor, axis: Any, lanes: int, cfg: 
         return
     data_axes = list(final.op.axis)
     extents = [_extent(iv) for iv in data_axes]
-    fused = _fuse_parallel(final, data_axes, extents, cfg)
+    fused = _fuse_parallel(final, data_axes, extents, work, cfg)
     if fused is not None:
         rf.compute_at(final, fused)
 
@@ -163,6 +174,7 @@ def schedule_reduce(outs: Any, config: dict | None = None) -> Any:
     """
     from kiln.topi.x86.injective import schedule_injective_from_existing
 
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
     done: set[int] = set()
@@ -170,12 +182,14 @@ def schedule_reduce(outs: Any, config: dict | None = None) -> Any:
     def visit(op: Any) -> None:
         if getattr(op, "reduce_axis", None) and op in sch and id(op) not in done:
             done.add(id(op))
-            schedule_reduction_stage(sch, op.output(0), config)
+            schedule_reduction_stage(sch, op.output(0), cfg)
 
     for t in outs:
         traverse_inline(sch, t.op, visit)
         if not t.op.reduce_axis and _static(t.shape):
-            schedule_injective_from_existing(sch, t)
+            # an epilogue is one pass over the (smaller) output: threads only if it is large
+            schedule_injective_from_existing(
+                sch, t, {"min_parallel_extent": cfg["min_parallel_work"]})
     return sch
 
 
