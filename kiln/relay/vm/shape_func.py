@@ -36,6 +36,7 @@ from kiln.ir.structural import structural_equal, structural_hash
 from kiln.ir.type import TensorType, TupleType
 from kiln.relay import expr as rx
 from kiln.relay.op.op import OpPattern
+from kiln.relay.vm.shape_rules import VALUE_REQUIREMENTS
 from kiln.relay.vm.shape_rules import broadcast_dims as _broadcast
 from kiln.relay.vm.shape_rules import i64 as _i64
 from kiln.relay.vm.shape_rules import product as _prod
@@ -229,7 +230,31 @@ def _build_shape_kernel(func: rx.Function, name: str,
     from kiln.ir.module import IRModule
 
     prim = lowered[name] if isinstance(lowered, IRModule) else lowered
-    return prim, dynamic
+    shape_buffers = [prim.buffer_map[prim.params[len(shape_inputs) + k]]
+                     for k in range(0, len(outputs), 2)]
+    return _with_extent_check(prim, shape_buffers, func), dynamic
+
+
+def _with_extent_check(prim: Any, shape_buffers: list, func: rx.Function) -> Any:
+    """Append a check that every computed extent is non-negative. The rules give -1 for bad
+    run-time values (:func:`kiln.relay.vm.shape_rules._checked`), so the kernel fails with a
+    message naming the ops instead of the VM meeting a negative allocation."""
+    from kiln import tir
+    from kiln.relay.expr_functor import post_order_visit
+
+    if not shape_buffers:
+        return prim
+    names: list[str] = []
+    post_order_visit(func.body, lambda n: names.append(n.op.name) if isinstance(n, rx.Call)
+                     and isinstance(n.op, Op) and n.op.name not in names else None)
+    extents = [tir.BufferLoad(b, [tir.const(j, "int64")]) >= tir.const(0, "int64")
+               for b in shape_buffers for j in range(int(b.shape[0].value))]
+    reasons = [f"{n}: {VALUE_REQUIREMENTS[n]}" for n in names if n in VALUE_REQUIREMENTS]
+    message = "invalid run-time shape values (a negative extent); " + (
+        "; ".join(reasons) or f"in {', '.join(names)}")
+    check = tir.AssertStmt(tir.all(*extents) if len(extents) > 1 else extents[0],
+                           tir.StringImm(message), tir.Evaluate(tir.const(0, "int32")))
+    return prim.with_body(tir.SeqStmt([prim.body, check]))
 
 
 def _cached(tec: Any, table: str, func: rx.Function, make: Any) -> Any:

@@ -1,15 +1,17 @@
 """Shape rules (``FShapeFunc``) of the operators, registered in the op registry on import.
 
 Entry points: :data:`SHAPE_RULES` (rules over input dimensions), :data:`DATA_DEPENDENT_RULES`
-(rules that read input values, TVM's ``TShapeDataDependent``), :func:`shape_rule`,
-:func:`broadcast_dims`.
+(rules that read input values, TVM's ``TShapeDataDependent``), :data:`VALUE_REQUIREMENTS`,
+:func:`shape_rule`, :func:`broadcast_dims`.
 
 A rule is ``rule(attrs, in_dims, out_types) -> out_dims`` — ``in_dims`` holds, per flattened
 input tensor, its dimensions as int64 ``PrimExpr``\\ s, and ``out_dims`` the same per output.
 A data-dependent rule takes a fourth argument, the input tensors themselves (te placeholders),
 and may read their elements (``arange`` reads start/stop/step, ``argwhere`` counts non-zeros).
 :mod:`kiln.relay.vm.shape_func` composes the rules over a fused primitive function and turns
-the expressions into one kernel.
+the expressions into one kernel. Run-time values a rule cannot accept (a negative size, a
+reshape that changes the element count …) turn its extents into -1; the kernel then fails
+with the op's entry in :data:`VALUE_REQUIREMENTS`.
 
 Example
 -------
@@ -27,7 +29,7 @@ from kiln.topi.dynamic import attr_slice_spec, slice_bounds
 from kiln.topi.newshape import infer_newshape
 from kiln.topi.transform import layout_transform_shape
 
-__all__ = ["SHAPE_RULES", "DATA_DEPENDENT_RULES", "shape_rule",
+__all__ = ["SHAPE_RULES", "DATA_DEPENDENT_RULES", "VALUE_REQUIREMENTS", "shape_rule",
            "broadcast_dims", "product", "i64"]
 
 
@@ -477,6 +479,26 @@ def _dyn_upsampling(attrs, ins, outs, data):
         scaled = _op.cast(out[axis], "float64") * _op.cast(_scalar_value(scale), "float64")
         out[axis] = _op.cast(_op.round(scaled), "int64")
     return [out]
+
+
+# What the run-time values must satisfy, per op, for the message of a failed shape function.
+VALUE_REQUIREMENTS: dict[str, str] = {
+    "reshape": "the input's element count must match the new shape",
+    "dyn.reshape": "the new shape must keep the element count, with at most one -1",
+    "dyn.zeros": "sizes must be non-negative",
+    "dyn.ones": "sizes must be non-negative",
+    "dyn.full": "sizes must be non-negative",
+    "dyn.broadcast_to": "each input extent must be 1 or the target extent",
+    "dyn.tile": "repeats must be non-negative",
+    "dyn.one_hot": "depth must be non-negative",
+    "dyn.nn.pad": "padded extents must be non-negative",
+    "dyn.strided_slice": "strides must be non-zero",
+    "dyn.squeeze": "each axis must be in range, named once, and of extent 1",
+    "dyn.topk": "k must not exceed the axis",
+    "topk": "k must not exceed the axis",
+    "dyn.image.resize2d": "sizes must be non-negative",
+    "dyn.nn.upsampling": "scales must be non-negative",
+}
 
 
 # Rules that read input values, not only shapes (TVM's TShapeDataDependent).

@@ -262,19 +262,23 @@ def test_slice_like_with_any_dims(vm, shape, like_shape):
 # -- bad run-time values: a TVMError from the VM, never a crash or a wrong answer ---------------
 
 
-@pytest.mark.parametrize("name, args", [
-    ("zeros", (_i64(-1, 3),)),
-    ("reshape", (np.zeros((2, 3), "float32"), _i64(4, 2))),  # 6 elements into 8
-    ("reshape", (np.zeros((2, 3), "float32"), _i64(-1, -1))),
-    ("strided_slice", (np.zeros((4, 4), "float32"), _i64(0, 0), _i64(4, 4), _i64(1, 0))),
-    ("broadcast_to", (np.zeros((2, 3), "float32"), _i64(1, 4, 3))),
-    ("squeeze", (np.zeros((2, 3, 1), "float32"), _i64(1))),
-    ("topk", (np.zeros((2, 3), "float32"), np.int32(4))),
-    ("tile", (np.zeros((2, 3), "float32"), _i64(-1, 2))),
-    ("one_hot", (np.array([0, 1], "int32"), np.int32(-2))),
+@pytest.mark.parametrize("name, args, message", [
+    ("zeros", (_i64(-1, 3),), "non-negative"),
+    ("reshape", (np.zeros((2, 3), "float32"), _i64(4, 2)), "element count"),  # 6 into 8
+    ("reshape", (np.zeros((2, 3), "float32"), _i64(-1, -1)), "at most one -1"),
+    ("strided_slice", (np.zeros((4, 4), "float32"), _i64(0, 0), _i64(4, 4), _i64(1, 0)),
+     "non-zero"),
+    ("broadcast_to", (np.zeros((2, 3), "float32"), _i64(1, 4, 3)), "1 or the target"),
+    ("squeeze", (np.zeros((2, 3, 1), "float32"), _i64(1)), "extent 1"),
+    ("squeeze", (np.zeros((2, 1, 1), "float32"), _i64(3)), "in range"),
+    ("topk", (np.zeros((2, 3), "float32"), np.int32(4)), "k must not exceed"),
+    ("tile", (np.zeros((2, 3), "float32"), _i64(-1, 2)), "non-negative"),
+    ("one_hot", (np.array([0, 1], "int32"), np.int32(-2)), "depth"),
+    ("pad", (np.zeros((2, 2), "float32"), np.array([[-3, 0], [0, 0]], "int64"),
+             np.float32(0)), "non-negative"),
 ])
-def test_bad_shape_values_raise_a_tvm_error(vm, name, args):
-    with pytest.raises(kiln.TVMError):
+def test_bad_shape_values_raise_a_tvm_error(vm, name, args, message):
+    with pytest.raises(kiln.TVMError, match=message):
         _run(vm, name, *args)
 
 
