@@ -1,8 +1,8 @@
 """Operator benchmarks: kiln's dense, ResNet-18 conv2d, topk and nn (pools, softmax,
 layer_norm, conv1d, conv2d_transpose, sum) kernels vs ONNX Runtime and PyTorch.
 
-Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|topk|nn]
-[--target "llvm -mcpu=znver3"]``.
+Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|topk|nn] [--threads 2]
+[--stat median|min] [--target "llvm -mcpu=znver3"]``.
 
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
@@ -10,11 +10,13 @@ a model: AlterOpLayout turns ``nn.dense`` into ``nn.contrib_dense_pack`` and ``n
 the prepacked-kernel ``conv2d_nchw_prepacked.x86`` form, and FoldConstant packs the weight once
 at compile time (ONNX Runtime likewise packs its constant weights once, at session creation).
 The "kiln kernels" column names the fused kernels the graph runs.
-ONNX Runtime runs a one-op model made with ``onnx.helper`` (2 intra-op threads); PyTorch runs
-``torch.nn.functional`` with 2 threads. kiln uses ``KILN_NUM_THREADS`` (default: all cores).
-The table gives median times, taken in interleaved rounds (kiln, ORT, torch, kiln, ...), and
-the ratios kiln/ORT and kiln/torch (below 1 means kiln is faster). Times on shared machines
-are noisy: compare the ratios of one run, and run it 2-3 times.
+ONNX Runtime runs a one-op model made with ``onnx.helper`` (``--threads`` intra-op threads,
+default 2); PyTorch runs ``torch.nn.functional`` with as many. kiln uses ``KILN_NUM_THREADS``
+(default: ``--threads``). The table gives median (or ``--stat min``) times, taken in
+interleaved rounds (kiln, ORT, torch, kiln, ...), and the ratios kiln/ORT and kiln/torch
+(below 1 means kiln is faster). Times on shared machines are noisy: compare the ratios of one
+run, and run it 2-3 times; when other processes load the cores, ``--threads 1 --stat min``
+still compares the kernels themselves.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ RESNET18_CONVS = [
 ]
 
 # topk rows: (rows, axis length, k); k equal to the length is a full sort.
+# settable from the command line: threads of ORT/torch (and kiln), statistic of the rounds
+THREADS = [2]
+STATISTIC = [statistics.median]
+
 TOPKS = [(1, 1000, 5), (64, 4096, 10), (64, 4096, 100), (16, 4096, 4096)]
 
 
@@ -66,7 +72,7 @@ def side_by_side(runs: dict, repeat: int, number: int) -> dict:
             for _ in range(number):
                 fn()
             times[name].append((time.perf_counter() - start) / number)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: STATISTIC[0](t) for name, t in times.items()}
 
 
 def kiln_one_op(make_call, x: np.ndarray, weights: dict, target):
@@ -106,14 +112,15 @@ def ort_session(node, inputs, initializers, output_shape):
 
 
 def ort_runner(graph, feed: dict, opset: int = 13):
-    """A call running the ONNX ``graph`` (opset 13) on ``feed`` in ONNX Runtime, 2 threads."""
+    """A call running the ONNX ``graph`` (opset 13) on ``feed`` in ONNX Runtime (``--threads``
+    intra-op threads)."""
     import onnxruntime as ort
     from onnx import helper
 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
+    options.intra_op_num_threads = THREADS[0]
     sess = ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
     return lambda: sess.run(None, feed)
@@ -277,23 +284,32 @@ def bench_nn(case, target, repeat, number):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="llvm -mcpu=znver3")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="threads of every runtime (kiln: KILN_NUM_THREADS if unset)")
+    parser.add_argument("--stat", choices=["median", "min"], default="median",
+                        help="per-runner statistic over the rounds (min resists a loaded "
+                             "machine better)")
+    parser.add_argument("--only", choices=["dense", "conv", "topk", "nn"],
+                        help="one op family")
+    args = parser.parse_args()
+    THREADS[0] = args.threads
+    STATISTIC[0] = {"median": statistics.median, "min": min}[args.stat]
+    os.environ.setdefault("KILN_NUM_THREADS", str(args.threads))
     import torch
 
     from kiln.target import Target
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="llvm -mcpu=znver3")
-    parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    parser.add_argument("--only", choices=["dense", "conv", "topk", "nn"],
-                        help="one op family")
-    args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     repeat, number = (3, 2) if args.quick else (7, 5)
     target = Target(args.target)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}; target {args.target}; "
           f"KILN_NUM_THREADS={os.environ.get('KILN_NUM_THREADS', 'default')}, "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, ORT and torch 2 threads")
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, ORT and torch {args.threads} "
+          f"threads; {args.stat} of the rounds")
     header = f"{'op':34s} {'kiln kernels':28s} {'kiln ms':>9s} {'ort ms':>9s} {'torch ms':>9s} " \
              f"{'kiln/ort':>9s} {'kiln/torch':>10s}"
     print(header)

@@ -151,7 +151,17 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, strides: Any, padding: Any,
 def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
                 dilation: Any, out_dtype: str | None = None,
                 config: dict | None = None) -> te.Tensor:
-    """NCHW/OIHW conv2d (groups 1) through the channel-blocked core."""
+    """NCHW/OIHW conv2d (groups 1) through the channel-blocked core.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> from kiln.topi.x86.conv2d import conv2d_nchw, schedule_conv2d_nchw
+    >>> y = conv2d_nchw(te.placeholder((1, 8, 14, 14)), te.placeholder((32, 8, 3, 3)), 2, 1, 1)
+    >>> [int(d) for d in y.shape], y.op.input_tensors[0].op.attrs["tile_ow"]
+    ([1, 32, 7, 7], 7)
+    >>> s = schedule_conv2d_nchw([y])
+    """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     o, _, _, kw = get_const_tuple(kernel.shape)
     bn, _ = block_shape(o, _output_width(data, kw, strides, padding, dilation), cfg, kw)
