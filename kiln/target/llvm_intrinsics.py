@@ -74,6 +74,10 @@ class LLVMIntrinsics:
         """Call a libm function, lane by lane for vectors."""
         b = self.builder
         t = DataType(dtype)
+        if t.is_float and t.bits == 16:  # libm has no half functions: go through float32
+            wide = DataType("float32").with_lanes(t.lanes)
+            result = self._call_libm(name, [b.fpext(a, self.ltype(wide)) for a in args], wide)
+            return b.fptrunc(result, self.ltype(t))
         scalar_t = self.ltype(t.element_of)
         suffix = "f" if t.element_of.bits == 32 else ""
         fn = self._declare(name + suffix, scalar_t, [scalar_t] * len(args))

@@ -37,30 +37,13 @@ def lower_case(case_id: int, op_name: str, attrs: Any, inputs: list, target: str
 def run_cases(cases: list, target: str = "c") -> list[list[np.ndarray]]:
     """Every ``(op_name, attrs, inputs)`` computed; outputs per case.
 
-    Cases share builds (one C compile for many ops); a build never holds two outputs of one
-    name, since the generated wrapper names its arguments after the tensors.
+    All cases share one build (one compile). Each output is read through a uniquely named
+    copy, since generated wrappers name their arguments after the tensors.
     """
     lowered = [lower_case(k, *case[:3], target=target) for k, case in enumerate(cases)]
-    results: list = [None] * len(cases)
-    pending = list(range(len(cases)))
-    while pending:
-        batch, names, rest = [], set(), []
-        for k in pending:
-            out_names = {t.op.name for t in lowered[k][1]}
-            if out_names & names:
-                rest.append(k)
-                continue
-            names |= out_names
-            batch.append(k)
-        for k, arrays in zip(batch, _build_and_run([lowered[k] for k in batch], target)):
-            results[k] = arrays
-        pending = rest
-    return results
-
-
-def _build_and_run(lowered: list, target: str) -> list[list[np.ndarray]]:
     holders = [h for hs, _, _ in lowered for h in hs]
-    outs = [t for _, os_, _ in lowered for t in os_]
+    outs = [te.compute(t.shape, lambda *i, t=t: t(*i), name=f"out{k}_{j}")
+            for k, (_, os_, _) in enumerate(lowered) for j, t in enumerate(os_)]
     sch = topi.generic.default_schedule(outs)
     mod = kiln.build(sch, [h for h, _ in holders] + outs, target=target, name="kernel")
     args = [kiln.nd.array(v) for _, v in holders]
