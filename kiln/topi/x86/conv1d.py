@@ -2,7 +2,7 @@
 
 Entry points: :func:`schedule_conv1d_ncw`, :func:`schedule_direct_conv` (any spatial rank),
 :func:`register_block`, :data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels and
-``tile_ow`` output columns per register block).
+``tile_ow`` output columns per register block), :func:`default_config` (per target).
 
 The compute is the general :func:`kiln.topi.nn.conv` (groups 1, ``OI<spatial>`` kernel).
 Each parallel task is one (batch, output-channel block[, output depth]); inside it, every
@@ -22,6 +22,22 @@ from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
 from kiln.topi.x86.reduction import lanes_dividing
 
 DEFAULT_CONFIG = {"oc_bn": 4, "tile_ow": 16}
+# Target ``c``: GCC keeps only vectors that fit an AVX2 register in registers (kiln's C
+# vectors of 16 floats live in memory), so the block is 8 channels x one 8-lane vector.
+C_TARGET_CONFIG = {"oc_bn": 8, "tile_ow": 8}
+
+
+def default_config(target: Any) -> dict:
+    """The register block for ``target``: :data:`C_TARGET_CONFIG` for ``c``, else
+    :data:`DEFAULT_CONFIG`.
+
+    Example
+    -------
+    >>> default_config("c")["tile_ow"], default_config("llvm")["tile_ow"]
+    (8, 16)
+    """
+    kind = str(target).split()[0] if target is not None else "llvm"
+    return dict(C_TARGET_CONFIG if kind == "c" else DEFAULT_CONFIG)
 
 # tags of the direct convolutions these schedules block (groups 1, NC<spatial> data)
 DIRECT_CONV_TAGS = ("conv1d_ncw", "conv3d_ncdhw")

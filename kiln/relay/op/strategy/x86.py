@@ -332,12 +332,14 @@ _register_x86("nn.batch_norm", _x86_impl(
 
 _register_x86("nn.conv1d", _x86_impl(
     "nn.conv1d", COMPUTES["nn.conv1d"],
-    lambda attrs, outs, target, config=None: x86_conv1d.schedule_conv1d_ncw(outs, config),
+    lambda attrs, outs, target, config=None: x86_conv1d.schedule_conv1d_ncw(
+        outs, config or x86_conv1d.default_config(target)),
     x86_conv1d.DEFAULT_CONFIG),
     lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCW", "OIW"))
 _register_x86("nn.conv3d", _x86_impl(
     "nn.conv3d", COMPUTES["nn.conv3d"],
-    lambda attrs, outs, target, config=None: x86_conv3d.schedule_conv3d_ncdhw(outs, config),
+    lambda attrs, outs, target, config=None: x86_conv3d.schedule_conv3d_ncdhw(
+        outs, config or x86_conv1d.default_config(target)),
     x86_conv3d.DEFAULT_CONFIG),
     lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCDHW", "OIDHW"))
 
@@ -357,4 +359,5 @@ for _name in ("nn.conv1d_transpose", "nn.conv2d_transpose"):
     _register_x86(_name, _x86_impl(
         _name, _conv_transpose_x86,
         lambda attrs, outs, target, config=None: x86_conv_transpose.schedule_conv_transpose(
-            outs, config), x86_conv_transpose.DEFAULT_CONFIG), _phased_applies)
+            outs, config or x86_conv1d.default_config(target)),
+        x86_conv_transpose.DEFAULT_CONFIG), _phased_applies)
