@@ -3,7 +3,9 @@
 Entry points: the ``cpu`` schedules for injective and reduction groups, and the ``cpu``
 strategies of ``nn.dense`` (``dense_pack.x86``), ``nn.contrib_dense_pack`` and ``nn.conv2d``
 (``conv2d_nchw.x86`` for NCHW/OIHW with groups 1, ``depthwise_conv2d_nchw.x86`` when groups
-equal the channels), each beside its generic fallback.
+equal the channels), each beside its generic fallback; and ``<op>.x86`` implementations of the
+pools, softmax family, normalizations, reductions, conv1d/conv3d and transposed convolutions
+(last section), which arm_cpu targets skip.
 """
 
 from __future__ import annotations
