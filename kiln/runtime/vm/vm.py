@@ -790,10 +790,10 @@ class VirtualMachine:
             raise TVMError(f"@{func_name} takes {func.arity} arguments {list(func.params)}; "
                            "pass them to invoke/run or call set_input first")
         inputs = inputs or []
-        missing = [func.params[i] for i, v in enumerate(inputs) if v is None]
-        if missing:
+        if None in inputs:
+            missing = [func.params[i] for i, v in enumerate(inputs) if v is None]
             raise TVMError(f"@{func_name}: inputs {missing} were never set")
-        result = self._invoke_global(index, list(inputs))
+        result = self._invoke_global(index, inputs)  # copied into the register file
         outputs = self._outputs.get(func_name)
         if outputs:
             self._copy_to_outputs(func_name, result, outputs)
