@@ -230,3 +230,13 @@ def test_a_lone_opencl_target_puts_the_whole_graph_on_the_device():
     assert out.device == CL
     expected = relay.create_executor("debug", tvm.IRModule.from_expr(func)).evaluate()(xv, wv)
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_injective_groups_get_the_gpu_schedule():
+    x = relay.var("x", shape=(3, 50))
+    func = relay.Function([x], relay.log(_on_cl(relay.sigmoid(relay.add(x, x)))))
+    lib, out, expected = _run(func, {"x": RNG.random((3, 50), dtype="float32")})
+    (launch,) = lib.get_lib().imports[0].kernels.values()
+    assert launch[1:] == ((3 * 64,), (64,))  # ceil(150 / 64) work-groups of 64
+    assert "get_local_id(0)" in lib.get_lib().imports[0].get_source()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
