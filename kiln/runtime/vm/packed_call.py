@@ -7,7 +7,8 @@ kernel work fused into one C call list (the VM's super-instruction).
 Per call the site flattens ADT arguments into their tensor fields (TVM's rule: every field
 must be a tensor), skips the call when the single output has a zero-sized dimension, writes
 each tensor's ``DLTensor*`` into a ``TVMValue`` array it owns (type code
-``kTVMDLTensorHandle``) and calls the native function directly through ctypes. A kernel
+``kTVMDLTensorHandle``; a slot already holding that DLTensor is left alone) and calls the
+native function directly through ctypes. A kernel
 failure becomes a :class:`TVMError` with the kernel's own message and the primitive's name.
 Python-backed PackedFuncs are called with the tensors as arguments.
 """
@@ -35,7 +36,7 @@ class PackedCallSite:
     """One InvokePacked call site: kernel resolved, argument arrays allocated once."""
 
     __slots__ = ("instr", "name", "func", "kernel", "resource", "arg_regs", "output_size",
-                 "values", "codes", "num_values", "ret", "ret_code", "flat")
+                 "values", "codes", "num_values", "ret", "ret_code", "flat", "written")
 
     def __init__(self, instr: bc.InvokePacked, name: str, func: Any) -> None:
         self.instr = instr
@@ -51,6 +52,7 @@ class PackedCallSite:
         self.ret = ctypes.c_int64(0)
         self.ret_code = ctypes.c_int(0)
         self.flat: list = []
+        self.written: list = []  # the DLTensor objects whose addresses ``values`` holds
 
     def call(self, regs: list) -> None:
         tensors = self.flat
@@ -84,11 +86,16 @@ class PackedCallSite:
             self.values = (ctypes.c_void_p * max(n, 1))()
             self.codes = (ctypes.c_int * max(n, 1))(*([_DLTENSOR_HANDLE] * n))
             self.num_values = n
-        values = self.values
+            self.written = [None] * n
+        values, written = self.values, self.written
         for i, tensor in enumerate(tensors):
-            if tensor._dltensor is None:
+            dltensor = tensor._dltensor
+            if dltensor is None:
                 tensor._build_dltensor()
-            values[i] = ctypes.addressof(tensor._dltensor)
+                dltensor = tensor._dltensor
+            if dltensor is not written[i]:  # views of a reused block share their DLTensor
+                values[i] = ctypes.addressof(dltensor)
+                written[i] = dltensor
         rc = self.kernel(values, self.codes, n, ctypes.byref(self.ret),
                          ctypes.byref(self.ret_code), self.resource)
         tensors.clear()  # hold no tensor past the call, so KillRegister can free it

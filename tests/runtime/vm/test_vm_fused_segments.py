@@ -242,3 +242,13 @@ def test_jump_into_the_middle_of_a_segment_sees_every_register_it_left(kernels, 
     assert fused_entries(vm) == [0]
     for _ in range(2):
         np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_unfused_calls_see_new_argument_tensors_every_run(kernels, rng):
+    """The naive allocator runs unfused: each run's new tensors reach the kernels."""
+    exe = Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels)
+    vm = VirtualMachine(exe, kiln.cpu(0), "naive")
+    assert fused_entries(vm) == [0]
+    for _ in range(3):
+        x, y = (rng.standard_normal(SHAPE).astype("float32") for _ in range(2))
+        np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
