@@ -425,14 +425,17 @@ def analyze_devices(mod: Any, default_device: Any = None,
 
     ``functions`` limits the analysis to those global functions (default: all non-primitive).
     """
+    from kiln.relay.base import deep_recursion
+
     default = cpu(0) if default_device is None else as_device(default_device, "default device")
     collector = _Collector(mod)
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, rx.Function) or func.get_attr("Primitive"):
-            continue
-        if functions is not None and gvar.name_hint not in functions:
-            continue
-        _unify(collector.global_domain(gvar), collector.domain(func), func)
+    with deep_recursion():  # one Python frame per nested call: deep graphs need the room
+        for gvar, func in mod.functions.items():
+            if not isinstance(func, rx.Function) or func.get_attr("Primitive"):
+                continue
+            if functions is not None and gvar.name_hint not in functions:
+                continue
+            _unify(collector.global_domain(gvar), collector.domain(func), func)
     return DeviceMap(collector, default)
 
 
