@@ -140,6 +140,8 @@ def test_block_shape_table_choices():
     # 1x1 kernels broadcast each input once: 12 accumulators fit
     assert x86_conv2d.block_shape(32, 12, cfg, kernel_width=1) == (16, 6)
     assert x86_conv2d.block_shape(32, 12, cfg, kernel_width=3) == (16, 4)
+    # ... but a 1x1 row is not padded to whole 6-column blocks (that would copy the input)
+    assert x86_conv2d.block_shape(128, 28, cfg, kernel_width=1) == (16, 4)
     # a forced 24-channel block is 3 vectors a column: 2 columns keep 6 accumulators
     assert x86_conv2d.block_shape(48, 56, {**cfg, "oc_bn": 24}) == (24, 2)
 
