@@ -6,8 +6,9 @@ loop; the pools and the softmax/norm schedules reuse it), :func:`innermost_reduc
 :data:`DEFAULT_CONFIG`.
 
 Knobs: ``vector_lanes`` (lanes of a vectorized kept axis), ``rfactor_lanes`` (the most
-partial accumulators of a reduction over the innermost axis), ``min_parallel_extent`` and
-``min_parallel_work`` (elements read below which a reduction stays on one thread).
+partial accumulators of a reduction over the innermost axis), ``min_parallel_extent``,
+``min_parallel_work`` (elements read below which a reduction stays on one thread) and
+``scalar_chunks`` (parallel partial results of a reduction to a scalar).
 
 Two shapes of reduction, two recipes:
 
@@ -16,7 +17,8 @@ Two shapes of reduction, two recipes:
   contiguous vector of the input to a vector of accumulators;
 * the reduced axis *is* the innermost (``sum(x, axis=-1)``, or all axes to a scalar): the
   reduction is split by ``L`` lanes and ``rfactor``-ed into ``L`` partial results per output,
-  summed by vectors, and the ``L`` partials are combined at the end.
+  summed by vectors, and the ``L`` partials are combined at the end. A reduction to a scalar
+  is first ``rfactor``-ed into chunks along its outermost axis, reduced in parallel.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from typing import Any
 from kiln import te
 from kiln.tir import expr as _e
 from kiln.tir.stmt_functor import post_order_visit
-from kiln.topi.utils import get_const_tuple, traverse_inline
+from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
 
 DEFAULT_CONFIG = {"vector_lanes": 8, "rfactor_lanes": 32, "min_parallel_extent": 2,
-                  "min_parallel_work": 32768}
+                  "min_parallel_work": 32768, "scalar_chunks": 16}
 
 
 def _extent(iv: Any) -> int | None:
@@ -111,6 +113,9 @@ def schedule_reduction_stage(sch: Any, tensor: te.Tensor, config: dict | None = 
     data_axes, red_axes = list(op.axis), list(op.reduce_axis)
     work = _product([_extent(iv) for iv in data_axes + red_axes])
     single = op.num_outputs == 1
+    if not data_axes and single and attach is None and _split_into_chunks(sch, tensor, work,
+                                                                          cfg):
+        return
     if red_axes and single and innermost_reduced(op):
         extent = _extent(red_axes[-1]) or 0
         # each lane accumulates at least 8 values: the final combine of the lanes is serial
@@ -137,6 +142,21 @@ def schedule_reduction_stage(sch: Any, tensor: te.Tensor, config: dict | None = 
     _fuse_parallel(stage, outer, extents, work, cfg)
 
 
+def _split_into_chunks(sch: Any, tensor: te.Tensor, work: int | None, cfg: dict) -> bool:
+    """A reduction to a scalar: ``rfactor`` its outermost axis into ``scalar_chunks`` partial
+    results reduced in parallel (each vectorized as a reduction with one kept axis), then
+    combined. False when it is too small to split."""
+    red_axes = list(sch[tensor].op.reduce_axis)
+    extent = _extent(red_axes[0]) or 0
+    chunks = divisor_at_most(extent, cfg["scalar_chunks"])
+    if work is None or work < cfg["min_parallel_work"] or chunks < 2:
+        return False
+    outer, _ = sch[tensor].split(red_axes[0], nparts=chunks)
+    partial = sch.rfactor(tensor, outer, factor_axis=0)
+    schedule_reduction_stage(sch, partial, cfg)
+    return True
+
+
 def _rfactor_innermost(sch: Any, tensor: te.Tensor, axis: Any, lanes: int, work: int | None,
                        cfg: dict, attach: tuple[Any, Any] | None) -> None:
     """``lanes`` partial reductions per output (vectorized), then one short final sum."""
@@ -145,8 +165,11 @@ def _rfactor_innermost(sch: Any, tensor: te.Tensor, axis: Any, lanes: int, work:
     partial = sch.rfactor(tensor, inner, factor_axis=ndim)
     rf = sch[partial]
     leaves = list(rf.leaf_iter_vars)
-    lane = leaves[ndim]
-    rf.reorder(*[iv for iv in leaves if iv is not lane], lane)
+    # [kept..., lane, outer part of the split axis, the other reduction axes...]: walk memory
+    # in order, the other (outer) reduction axes first, the lanes innermost
+    data, lane, split_outer, others = leaves[:ndim], leaves[ndim], leaves[ndim + 1], \
+        leaves[ndim + 2:]
+    rf.reorder(*data, *others, split_outer, lane)
     rf.vectorize(lane)
     final = sch[tensor]
     if attach is not None:
