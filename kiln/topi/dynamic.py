@@ -92,7 +92,15 @@ def reshape(data: te.Tensor, out_shape: Sequence[Any]) -> te.Tensor:
 
 
 def broadcast_to(data: te.Tensor, out_shape: Sequence[Any]) -> te.Tensor:
-    """``data`` broadcast to ``out_shape`` (NumPy rules; a run-time extent of 1 broadcasts)."""
+    """``data`` broadcast to ``out_shape`` (NumPy rules; a run-time extent of 1 broadcasts).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n = te.var("n", "int64")
+    >>> broadcast_to(te.placeholder((n, 1)), [2, n, 4]).op.tag
+    'broadcast'
+    """
     lead = len(out_shape) - data.ndim
 
     def body(*i):
@@ -111,13 +119,28 @@ def broadcast_to(data: te.Tensor, out_shape: Sequence[Any]) -> te.Tensor:
 
 
 def full(out_shape: Sequence[Any], dtype: str, fill_value: Any) -> te.Tensor:
-    """A tensor of ``out_shape`` filled with ``fill_value`` (a number or a 0-d tensor)."""
+    """A tensor of ``out_shape`` filled with ``fill_value`` (a number or a 0-d tensor).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> full([te.var("n", "int64"), 2], "int32", 7).dtype
+    'int32'
+    """
     value = _op.cast(fill_value() if isinstance(fill_value, te.Tensor) else fill_value, dtype)
     return te.compute(list(out_shape), lambda *i: value, name="T_full", tag=tag.ELEMWISE)
 
 
 def tile(data: te.Tensor, out_shape: Sequence[Any]) -> te.Tensor:
-    """``data`` repeated along each axis to fill ``out_shape`` (NumPy's ``tile``)."""
+    """``data`` repeated along each axis to fill ``out_shape`` (NumPy's ``tile``).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n = te.var("n", "int64")
+    >>> len(tile(te.placeholder((n, 3)), [2, n * 2, 6]).shape)
+    3
+    """
     lead = len(out_shape) - data.ndim
     return te.compute(list(out_shape),
                       lambda *i: data(*[_op.floormod(i[lead + k], d)
@@ -127,7 +150,16 @@ def tile(data: te.Tensor, out_shape: Sequence[Any]) -> te.Tensor:
 
 def one_hot(indices: te.Tensor, on_value: te.Tensor, off_value: te.Tensor,
             out_shape: Sequence[Any], axis: int, dtype: str) -> te.Tensor:
-    """``on_value`` where the position along ``axis`` equals the index, else ``off_value``."""
+    """``on_value`` where the position along ``axis`` equals the index, else ``off_value``.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n, depth = te.var("n", "int64"), te.var("depth", "int64")
+    >>> on, off = te.placeholder((), name="on"), te.placeholder((), name="off")
+    >>> one_hot(te.placeholder((n,), "int32"), on, off, [n, depth], -1, "float32").dtype
+    'float32'
+    """
     axis = len(out_shape) - 1 if axis == -1 else axis
 
     def body(*i):
@@ -140,7 +172,16 @@ def one_hot(indices: te.Tensor, on_value: te.Tensor, off_value: te.Tensor,
 
 def pad(data: te.Tensor, pad_width: te.Tensor, pad_value: te.Tensor,
         out_shape: Sequence[Any]) -> te.Tensor:
-    """``data`` padded by the run-time ``[ndim, 2]`` widths with the 0-d ``pad_value``."""
+    """``data`` padded by the run-time ``[ndim, 2]`` widths with the 0-d ``pad_value``.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> h, w = te.var("h", "int64"), te.var("w", "int64")
+    >>> widths = te.placeholder((2, 2), "int64", name="widths")
+    >>> pad(te.placeholder((3, 3)), widths, te.placeholder(()), [h, w]).op.name
+    'T_pad'
+    """
     def body(*i):
         before = [_i64(pad_width[k, 0]) for k in range(len(i))]
         inside = [_op.logical_and(i[k] >= before[k], i[k] < before[k] + d)
@@ -221,7 +262,17 @@ def attr_slice_spec(dims: Sequence[Any], begin: Sequence[int], end: Sequence[Any
 def strided_slice(data: te.Tensor, begin: Sequence[Any], end: Sequence[Any],
                   strides: Sequence[Any], out_shape: Sequence[Any]) -> te.Tensor:
     """``data[begin:end:strides]`` with per-axis bounds given as expressions (or read from
-    run-time tensors by the caller); ``out_shape`` holds the lengths."""
+    run-time tensors by the caller); ``out_shape`` holds the lengths.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n, m = te.var("n", "int64"), te.var("m", "int64")
+    >>> begin = te.placeholder((1,), "int64", name="begin")
+    >>> x = te.placeholder((n,))
+    >>> strided_slice(x, tensor_values(begin, 1), [n], [1], [m]).op.name
+    'T_strided_slice'
+    """
     bounds = slice_bounds(list(data.shape), begin, end, strides)
     return te.compute(list(out_shape),
                       lambda *i: data(*[lo + step * k for (lo, step, _), k in zip(bounds, i)]),
@@ -230,7 +281,16 @@ def strided_slice(data: te.Tensor, begin: Sequence[Any], end: Sequence[Any],
 
 def concatenate(inputs: Sequence[te.Tensor], axis: int,
                 out_shape: Sequence[Any]) -> te.Tensor:
-    """The inputs joined along ``axis`` when some of their extents are run-time values."""
+    """The inputs joined along ``axis`` when some of their extents are run-time values.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n, m = te.var("n", "int64"), te.var("m", "int64")
+    >>> xs = [te.placeholder((n, 2)), te.placeholder((m, 2))]
+    >>> str(concatenate(xs, 0, [n + m, 2]).shape[0])
+    'n + m'
+    """
     axis = axis % inputs[0].ndim
     starts, total = [], 0
     for t in inputs:
@@ -254,7 +314,16 @@ def concatenate(inputs: Sequence[te.Tensor], axis: int,
 def batch_matmul(x: te.Tensor, y: te.Tensor, out_shape: Sequence[Any], out_dtype: str,
                  transpose_a: bool = False, transpose_b: bool = True) -> te.Tensor:
     """Batched ``op(x) @ op(y)`` with run-time batch/row/column extents (a batch of 1
-    broadcasts)."""
+    broadcasts).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> b = te.var("b", "int64")
+    >>> x, y = te.placeholder((b, 2, 3)), te.placeholder((1, 4, 3))
+    >>> batch_matmul(x, y, [b, 2, 4], "float32").op.tag
+    'batch_matmul'
+    """
     depth = x.shape[1] if transpose_a else x.shape[2]
     k = te.reduce_axis((0, depth), name="k")
     x_one, y_one = _is_one(x.shape[0]), _is_one(y.shape[0])
@@ -310,7 +379,15 @@ def topk(data: te.Tensor, out_shape: Sequence[Any], axis: int = -1, ret_type: st
          is_ascend: bool = False, dtype: str = "int32") -> list[te.Tensor]:
     """The first ``out_shape[axis]`` elements of ``data`` sorted along ``axis`` (largest first
     unless ``is_ascend``) and/or their indices, as :func:`kiln.topi.topk` returns them; the
-    count k is a run-time value (the VM sizes ``out_shape`` from ``dyn.topk``'s k tensor)."""
+    count k is a run-time value (the VM sizes ``out_shape`` from ``dyn.topk``'s k tensor).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n, k = te.var("n", "int64"), te.var("k", "int64")
+    >>> [t.dtype for t in topk(te.placeholder((n, 8)), [n, k], axis=1)]
+    ['float32', 'int32']
+    """
     axis = axis % data.ndim
     order = argsort(data, axis, is_ascend, "int32")
     indices = te.compute(list(out_shape), lambda *i: _op.cast(order(*i), dtype),
