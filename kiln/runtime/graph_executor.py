@@ -680,7 +680,7 @@ class GraphExecutor(Module):
         if not isinstance(value, NDArray):
             raise TVMError(f"{what} needs an NDArray, got {type(value).__name__}")
         problems = []
-        if value.data_ptr % _ALIGNMENT:
+        if value.device.is_cpu and value.data_ptr % _ALIGNMENT:  # device memory: a handle
             problems.append(f"data is not {_ALIGNMENT}-byte aligned")
         if tuple(value.shape) != entry.shape:
             problems.append(f"shape {tuple(value.shape)} != {entry.shape}")
@@ -696,12 +696,13 @@ class GraphExecutor(Module):
     def _rebind(self, eid: int, value: NDArray) -> None:
         """Point every op argument reading or writing entry ``eid`` (and its __nop aliases)."""
         address = value.data_ptr
+        offset = value.handle.contents.byte_offset  # nonzero only for a device-memory view
         for alias in [eid, *self._aliases.get(eid, ())]:
             self._bound[alias] = value if alias == eid else value._create_view(
                 self.graph.entries[alias].shape, str(self.graph.entries[alias].dtype))
             for tensor in self._uses.get(alias, ()):
                 tensor.data = address
-                tensor.byte_offset = 0
+                tensor.byte_offset = offset
 
     def set_input_zero_copy(self, key: int | str, value: NDArray) -> None:
         """Make input ``key`` use ``value``'s memory directly (no copy per run)."""

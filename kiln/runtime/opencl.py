@@ -123,9 +123,10 @@ class OpenCLModule(Module):
     ----------
     source : str
         The OpenCL C program.
-    kernels : sequence of (name, number of buffer arguments, global size, local size)
-        How to launch each kernel: its arguments are ``DLTensor*`` on an OpenCL device; the
-        sizes are tuples per NDRange dimension (an empty local size lets the driver choose).
+    kernels : sequence of (name, number of tensor arguments, global size, local size)
+        How to launch each kernel: it is called with ``DLTensor*`` on an OpenCL device and
+        receives each as (buffer, element offset); the sizes are tuples per NDRange
+        dimension (an empty local size lets the driver choose).
 
     Each function is a packed C entry point (a ctypes trampoline), so executors call it like
     any compiled kernel. The program is built for a device the first time a kernel runs
@@ -133,7 +134,8 @@ class OpenCLModule(Module):
 
     Example
     -------
-    >>> src = "__kernel void twice(__global float* a) { a[get_global_id(0)] *= 2.0f; }"
+    >>> src = ("__kernel void twice(__global float* a, ulong at) "
+    ...        "{ a[at + get_global_id(0)] *= 2.0f; }")
     >>> m = OpenCLModule(src, [("twice", 1, (4,), ())])
     >>> x = kiln.nd.array(np.ones(4, "float32"), kiln.opencl(0))  # doctest: +SKIP
     >>> m["twice"](x); x.numpy()                                  # doctest: +SKIP
@@ -199,7 +201,7 @@ class OpenCLModule(Module):
                            for i in range(count)]
                 device_id = _device_id_of(tensors, name)
                 kernel = self._kernel(device_id, name)
-                kernel.set_args(*(_buffer_of(t) for t in tensors))
+                kernel.set_args(*(arg for t in tensors for arg in _kernel_args(t)))
                 cl.enqueue_nd_range_kernel(workspace(device_id).queue, kernel,
                                            global_size, local_size or None)
             except Exception as err:  # the caller reads the message as the last error
@@ -233,14 +235,13 @@ def _device_id_of(tensors: list[Any], name: str) -> int:
     return ids.pop() if ids else 0
 
 
-def _buffer_of(tensor: Any) -> Any:
-    buffer = DEVICE_API.buffer(tensor.data)
-    if tensor.byte_offset:
-        nbytes = tensor.dtype.bits * tensor.dtype.lanes // 8
-        for d in range(tensor.ndim):
-            nbytes *= tensor.shape[d]
-        return buffer.get_sub_region(tensor.byte_offset, max(nbytes, 1))
-    return buffer
+def _kernel_args(tensor: Any) -> tuple[Any, np.uint64]:
+    """A tensor as the kernel's (buffer, element offset) argument pair."""
+    itemsize = max(tensor.dtype.bits * tensor.dtype.lanes // 8, 1)
+    if tensor.byte_offset % itemsize:
+        raise TVMError(f"byte offset {tensor.byte_offset} is not a multiple of the element "
+                       f"size {itemsize}")
+    return DEVICE_API.buffer(tensor.data), np.uint64(tensor.byte_offset // itemsize)
 
 
 def load_opencl_module(data: bytes) -> OpenCLModule:

@@ -5,7 +5,9 @@ Entry points: :class:`CodeGenOpenCL` (the OpenCL dialect of
 program + kernel launch records), :func:`build_opencl` (``target.build.opencl``, returning a
 :class:`~kiln.runtime.opencl.OpenCLModule`).
 
-Every PrimFunc becomes one ``__kernel void f(__global T* restrict A, ...)``. Work items:
+Every PrimFunc becomes one ``__kernel void f(__global T* A_base, ulong A_offset, ...)``: each
+tensor is a buffer and an element offset (a tensor may be a view into a bigger buffer; OpenCL
+sub-buffers would demand aligned offsets). Work items:
 
 - loops bound to thread axes (``s[C].bind(bx, te.thread_axis("blockIdx.x"))``, TIR ``For``
   of kind ``THREAD_BINDING``) become ``get_group_id(d)`` / ``get_local_id(d)``; the launch
@@ -125,13 +127,17 @@ class CodeGenOpenCL(CodeGenC):
         self._lines, self._indent = [], 0
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
-        params = []
+        params, views = [], []
         for buf in signature.buffers:
-            self._pointer_types[id(buf.data)] = f"{c_type(buf.dtype)}*"
-            params.append(f"__global {c_type(buf.dtype)}* restrict "
-                          f"{self._bind(buf.data, buf.name)}")
+            ctype = c_type(buf.dtype)
+            self._pointer_types[id(buf.data)] = f"{ctype}*"
+            view = self._bind(buf.data, buf.name)
+            params.append(f"__global {ctype}* {view}_base, ulong {view}_offset")
+            views.append(f"__global {ctype}* restrict {view} = {view}_base + {view}_offset;")
         self._lines.append(f"__kernel void {name}({', '.join(params) or 'void'}) {{")
         self._indent = 1
+        for line in views:
+            self._line(line)
         body = func.body
         bound = _thread_extents(body, name)
         if bound and not (_node_name(body) == "For" and body.kind == ForKind.THREAD_BINDING):
