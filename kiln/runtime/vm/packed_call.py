@@ -21,9 +21,10 @@ from typing import Any
 
 from kiln.runtime.container import ADT
 from kiln.runtime.error import TVMError
-from kiln.runtime.graph_executor import _OpRecord  # its C run loop serves fused segments too
+from kiln.runtime.graph_executor import _c_loop, _OpRecord  # its C loop runs fused segments
 from kiln.runtime.ndarray import NDArray as _NDArray
 from kiln.runtime.vm import bytecode as bc
+from kiln.runtime.vm.memory import Storage
 
 __all__ = ["PackedCallSite", "FusedSegment", "SegmentPlan", "find_segment"]
 
@@ -197,14 +198,62 @@ class FusedSegment:
             plan = plans[self] = SegmentPlan(self, storage)
         return plan
 
-    def tuple_field(self, field: Any, inputs: list[Any], specs: list[Any],
-                    storage: Any) -> Any:
-        """The run-time value of one symbolic tuple field."""
-        if isinstance(field, _View):
-            return specs[field.index].lease(storage)
-        if isinstance(field, _Input):
-            return inputs[field.index]
-        return field.tensor
+    def run(self, regs: list, allocators: list[Any]) -> bool:
+        """Run the segment fused on the register file ``regs``; False (having changed
+        nothing the instructions would not) when it must run unfused instead: an input is
+        not a plain tensor, the storage is not pooled, a view does not fit, a kernel failed.
+        """
+        inputs = [regs[reg] for reg in self.input_regs]
+        for tensor in inputs:
+            if type(tensor) is not _NDArray:
+                return False
+        alloc = self.alloc
+        if alloc is not None:
+            allocator = allocators[alloc.device_index]
+            if allocator.kind != "pooled":  # a fresh block per run: nothing to reuse
+                return False
+            storage = allocator.alloc(self.alloc_nbytes, alloc.alignment)
+        else:
+            storage = regs[self.storage_reg]
+            if type(storage) is not Storage or storage._allocator.kind != "pooled":
+                return False
+        plan = storage._block.plans.get(self)
+        if plan is None:
+            try:
+                plan = self.plan_for(storage)
+            except TVMError:  # a view does not fit this storage: the unfused path says so
+                return False
+        values = plan.values
+        for tensor, slots in zip(inputs, plan.input_slots):
+            if tensor._dltensor is None:
+                tensor._build_dltensor()
+            address = ctypes.addressof(tensor._dltensor)
+            for slot in slots:
+                values[slot] = address
+        if _c_loop().run(plan.address, 0, plan.count, _FAILED_OP_REF) != 0:
+            return False  # the unfused run raises with the failing instruction's context
+        for reg, value in self.out_values:
+            regs[reg] = value
+        for reg in self.out_storage:
+            regs[reg] = storage
+        specs = plan.specs
+        for reg, index in self.out_views:
+            regs[reg] = specs[index].lease(storage)
+        for reg, tag, fields in self.out_tuples:
+            regs[reg] = ADT(tag, [_tuple_field(f, inputs, specs, storage) for f in fields])
+        return True
+
+
+_FAILED_OP_REF = ctypes.byref(ctypes.c_int64(-1))  # where the C loop names a failing call
+
+
+def _tuple_field(field: Any, inputs: list[Any], specs: list[Any], storage: Any) -> Any:
+    """The run-time value of one symbolic tuple field."""
+    if isinstance(field, _View):
+        return specs[field.index].lease(storage)
+    if isinstance(field, _Input):
+        return inputs[field.index]
+    return field.tensor
 
 
 def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict[int, Any],

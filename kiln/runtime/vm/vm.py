@@ -36,7 +36,6 @@ they name are those of the unfused program. The profiler runs unfused, timing ea
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +46,6 @@ from kiln.runtime.container import ADT, Closure
 from kiln.runtime.device import Device, cpu
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
-from kiln.runtime.graph_executor import _c_loop
 from kiln.runtime.object import register_object
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
@@ -189,9 +187,6 @@ class VirtualMachine:
         self._tag_tensors: dict[int, Any] = {}
         self._const_pool: dict[tuple[int, int], Any] = {}
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
-        self._run_call_list = _c_loop().run if self._fuse_segments else None
-        self._failed_op = ctypes.c_int64(-1)
-        self._failed_op_ref = ctypes.byref(self._failed_op)
         self._fault_pc = -1  # set by a fused segment's fallback: the pc that raised
         self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
         self._frames: list[_Frame] = []
@@ -441,46 +436,9 @@ class VirtualMachine:
     def _op_fused(self, regs: list, operand: tuple[FusedSegment, list], pc: int) -> int:
         """A fused segment (module docstring): one C call, then the registers it leaves."""
         segment = operand[0]
-        inputs = [regs[reg] for reg in segment.input_regs]
-        for tensor in inputs:
-            if type(tensor) is not _NDArray:
-                return self._run_unfused(regs, operand)
-        alloc = segment.alloc
-        if alloc is not None:
-            allocator = self.allocators[alloc.device_index]
-            if allocator.kind != "pooled":  # a fresh block per run: nothing to reuse
-                return self._run_unfused(regs, operand)
-            storage = allocator.alloc(segment.alloc_nbytes, alloc.alignment)
-        else:
-            storage = regs[segment.storage_reg]
-            if type(storage) is not Storage or storage._allocator.kind != "pooled":
-                return self._run_unfused(regs, operand)
-        plan = storage._block.plans.get(segment)
-        if plan is None:
-            try:
-                plan = segment.plan_for(storage)
-            except TVMError:  # a view does not fit this storage: the slow path says so
-                return self._run_unfused(regs, operand)
-        values = plan.values
-        for tensor, slots in zip(inputs, plan.input_slots):
-            if tensor._dltensor is None:
-                tensor._build_dltensor()
-            address = ctypes.addressof(tensor._dltensor)
-            for slot in slots:
-                values[slot] = address
-        if self._run_call_list(plan.address, 0, plan.count, self._failed_op_ref) != 0:
-            return self._run_unfused(regs, operand)  # raises with the failing pc's context
-        for reg, value in segment.out_values:
-            regs[reg] = value
-        for reg in segment.out_storage:
-            regs[reg] = storage
-        specs = plan.specs
-        for reg, index in segment.out_views:
-            regs[reg] = specs[index].lease(storage)
-        for reg, tag, fields in segment.out_tuples:
-            regs[reg] = ADT(tag, [segment.tuple_field(f, inputs, specs, storage)
-                                  for f in fields])
-        return segment.end
+        if segment.run(regs, self.allocators):
+            return segment.end
+        return self._run_unfused(regs, operand)
 
     def _run_unfused(self, regs: list, operand: tuple[FusedSegment, list]) -> int:
         """Run a segment's original instructions one by one (the fused path's fallback)."""
