@@ -268,7 +268,7 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
     targets, host = parse_targets(target, target_host)
     default_device = default_device_of(targets)
     start = time.perf_counter()
-    with host:
+    with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
         compilers = {device_type: TECompiler(t, mod_name) for device_type, t in targets.items()}
         compilers.setdefault(1, TECompiler(host, mod_name))
