@@ -116,7 +116,8 @@ def test_kernels_are_prepacked_and_epilogue_fused(relay_results):
 def test_forced_tiles_pad_the_row_to_whole_blocks(target):
     x, w = f32(1, 6, 9, 11), f32(24, 6, 3, 3)
     # parallel_min_flops 0: these small convs also run their stages on the thread pool
-    configs = [{"oc_bn": 8, "tile_ow": 5, "parallel_min_flops": 0}, {"oc_bn": 24, "tile_ow": 2},
+    configs = [{"oc_bn": 8, "tile_ow": 5, "parallel_min_flops": 0, "parallel_pad": True},
+               {"oc_bn": 24, "tile_ow": 2},
                {"oc_bn": 8, "tile_ow": 4, "unroll_kw": False, "parallel_min_flops": 0}]
     want = torch_conv(x, w, (1, 1), (1, 1, 1, 1), (1, 1), 1)
     for cfg in configs:
