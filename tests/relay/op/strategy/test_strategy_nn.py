@@ -1,8 +1,10 @@
-"""nn and image ops through their generic strategies, against PyTorch / NumPy / ONNX Runtime."""
+"""nn and image ops through their generic strategies, against PyTorch / NumPy / ONNX Runtime,
+on both the ``c`` and the ``llvm`` target."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from strategy_testlib import run_cases
@@ -25,7 +27,12 @@ X3 = f32(2, 4, 9)
 X5 = f32(1, 2, 4, 5, 3)
 
 
-def test_convolutions_match_torch():
+@pytest.fixture(params=["c", "llvm"])
+def target(request):
+    return request.param
+
+
+def test_convolutions_match_torch(target):
     w = f32(6, 4, 3, 3)
     wg = f32(6, 2, 3, 2)
     wdw = f32(8, 1, 3, 3)
@@ -57,12 +64,12 @@ def test_convolutions_match_torch():
                                                        groups=2), [X3, wt1],
          F.conv_transpose1d(t(X3), t(wt1), stride=3, padding=1, groups=2)),
     ]
-    results = run_cases([c[:3] for c in cases])
+    results = run_cases([c[:3] for c in cases], target)
     for (name, _, _, want), (out,) in zip(cases, results):
         np.testing.assert_allclose(out, want.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
 
 
-def test_dense_family_matches_numpy():
+def test_dense_family_matches_numpy(target):
     a, b = f32(3, 5), f32(4, 5)
     bx, by = f32(2, 3, 5), f32(1, 4, 5)
     packed = b.reshape(2, 2, 5).transpose(0, 2, 1)
@@ -74,12 +81,12 @@ def test_dense_family_matches_numpy():
         ("nn.contrib_dense_pack", A.DensePackAttrs(weight_layout="NC2n"), [a, packed],
          a @ b.T),
     ]
-    results = run_cases([c[:3] for c in cases])
+    results = run_cases([c[:3] for c in cases], target)
     for (name, _, _, want), (out,) in zip(cases, results):
         np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-def test_pools_match_torch():
+def test_pools_match_torch(target):
     cases = [
         ("nn.max_pool2d", A.MaxPool2DAttrs(pool_size=(3, 3), strides=(2, 2),
                                            padding=(1, 1, 1, 1)), [X4],
@@ -112,12 +119,12 @@ def test_pools_match_torch():
         ("nn.adaptive_max_pool1d", A.AdaptivePool1DAttrs(output_size=(2,)), [X3],
          F.adaptive_max_pool1d(t(X3), 2)),
     ]
-    results = run_cases([c[:3] for c in cases])
+    results = run_cases([c[:3] for c in cases], target)
     for (name, _, _, want), (out,) in zip(cases, results):
         np.testing.assert_allclose(out, want.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
 
 
-def test_activation_softmax_and_norms_match_torch():
+def test_activation_softmax_and_norms_match_torch(target):
     gamma, beta = f32(4), f32(4)
     mean, var = f32(4), np.abs(f32(4)) + 0.5
     xl = f32(3, 5)
@@ -142,7 +149,7 @@ def test_activation_softmax_and_norms_match_torch():
         ("nn.lrn", A.LRNAttrs(size=3, axis=1, alpha=1e-2, beta=0.75, bias=2.0), [X4],
          F.local_response_norm(t(X4), 3, 1e-2, 0.75, 2.0)),
     ]
-    results = run_cases([c[:3] for c in cases])
+    results = run_cases([c[:3] for c in cases], target)
     for (name, _, ins, want), outs in zip(cases, results):
         if name == "nn.layer_norm":
             want = F.layer_norm(t(ins[0]), (5,), t(ins[1]), t(ins[2]))
@@ -152,7 +159,7 @@ def test_activation_softmax_and_norms_match_torch():
     np.testing.assert_array_equal(bn[2], var)
 
 
-def test_pad_and_pixel_ops_match_numpy():
+def test_pad_and_pixel_ops_match_numpy(target):
     pads = ((0, 0), (1, 0), (2, 1), (0, 3))
     mp = ((0, 0), (0, 0), (1, 2), (2, 1))
     d2s_in = f32(1, 8, 2, 3)
@@ -181,7 +188,7 @@ def test_pad_and_pixel_ops_match_numpy():
          F.interpolate(t(X4), scale_factor=2, mode="bilinear", align_corners=True).numpy()),
         ("nn.dropout", A.DropoutAttrs(rate=0.3), [X4], X4),
     ]
-    results = run_cases([c[:3] for c in cases])
+    results = run_cases([c[:3] for c in cases], target)
     for (name, _, _, want), outs in zip(cases, results):
         np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-5, err_msg=name)
 
@@ -207,7 +214,7 @@ def _onnx_resize(x, sizes, mode, ctm, nearest_mode="floor", cubic_a=-0.75, exclu
     return sess.run(None, {"x": x})[0]
 
 
-def test_resize_matches_onnxruntime():
+def test_resize_matches_onnxruntime(target):
     x = f32(1, 2, 4, 5)
     x1 = f32(1, 2, 6)
     roi = [0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8]
@@ -240,31 +247,32 @@ def test_resize_matches_onnxruntime():
     ]
     cases = [(n, (A.Resize2DAttrs if n.endswith("2d") else A.Resize1DAttrs)(**kw), [data])
              for n, kw, data, _ in specs]
-    results = run_cases(cases)
+    results = run_cases(cases, target)
     for (_, kw, data, onnx_args), (out,) in zip(specs, results):
         sizes = list(data.shape[:2]) + list(kw["size"])
         want = _onnx_resize(data, sizes, *onnx_args)
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4, err_msg=str(onnx_args))
 
 
-def test_winograd_and_gemm_convolutions_match_torch():
+def test_winograd_and_gemm_convolutions_match_torch(target):
     x, w = f32(1, 3, 7, 9), f32(4, 3, 3, 3)
     u = run_cases([("nn.contrib_conv2d_winograd_weight_transform",
-                    A.ConvWinogradWeightTransformAttrs(tile_size=4), [w])])[0][0]
+                    A.ConvWinogradWeightTransformAttrs(tile_size=4), [w])], target)[0][0]
     assert u.shape == (6, 6, 4, 3)
     conv = run_cases([("nn.contrib_conv2d_winograd_without_weight_transform",
                        A.Conv2DWinogradAttrs(tile_size=4, padding=(1, 1, 1, 1), channels=4,
-                                             kernel_size=(3, 3)), [x, u])])[0][0]
+                                             kernel_size=(3, 3)), [x, u])], target)[0][0]
     ref = F.conv2d(t(x), t(w), padding=1).numpy()
     np.testing.assert_allclose(conv, ref, rtol=1e-4, atol=1e-4)
     w_hwio = w.transpose(2, 3, 1, 0).copy()
     packed = run_cases([("nn.contrib_conv2d_gemm_weight_transform",
-                         A.ConvGemmWeightTransformAttrs(tile_N=4, tile_K=8), [w_hwio])])[0][0]
+                         A.ConvGemmWeightTransformAttrs(tile_N=4, tile_K=8), [w_hwio])],
+                       target)[0][0]
     assert packed.shape == (1, 4, 4, 8)
     xn = x.transpose(0, 2, 3, 1).copy()
     attrs = A.Conv2DAttrs(strides=(2, 1), padding=(1, 1, 0, 0), channels=4,
                           kernel_size=(3, 3), data_layout="NHWC", kernel_layout="HWIO")
     got = run_cases([("nn.contrib_conv2d_gemm_without_weight_transform", attrs,
-                      [xn, packed])])[0][0]
+                      [xn, packed])], target)[0][0]
     ref2 = F.conv2d(F.pad(t(x), (1, 0, 1, 0)), t(w), stride=(2, 1)).permute(0, 2, 3, 1)
     np.testing.assert_allclose(got, ref2.numpy(), rtol=1e-4, atol=1e-4)
