@@ -39,6 +39,14 @@ def nhwc(fn):
     return lambda a: fn(t(a).permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
 
 
+def np_max_pool_nhwc(a, kernel, stride, pad):
+    """Max pooling of NHWC ``a`` with -inf as padding (windows may lie wholly in the padding,
+    which PyTorch refuses)."""
+    padded = np.pad(a, ((0, 0), (pad, pad), (pad, pad), (0, 0)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (kernel, kernel), axis=(1, 2))
+    return windows[:, ::stride, ::stride].max(axis=(-2, -1))
+
+
 def pool_case(shape, layout, *args, dtype="float32", **kwargs):
     return (lambda x: x86_pool.pool(x, *args, layout=layout, **kwargs),
             lambda outs: x86_pool.schedule_pool(outs, layout), [f32(*shape, dtype=dtype)])
@@ -84,6 +92,11 @@ CASES = {
         lambda a: F.avg_pool2d(t(a), 3, 2, 1, ceil_mode=True, count_include_pad=True)),
     "max_pool2d_nhwc": (*pool_case((2, 9, 10, 16), "NHWC", (3, 3), 2, 1, 1, "max"),
                         nhwc(lambda x: F.max_pool2d(x, 3, 2, 1))),
+    "max_pool2d_nhwc_padding_wider_than_window": (
+        *pool_case((1, 4, 5, 8), "NHWC", (2, 2), 1, 1, 2, "max"),
+        lambda a: np_max_pool_nhwc(a, 2, 1, 2)),
+    "max_pool2d_nhwc_dilated": (*pool_case((1, 9, 9, 8), "NHWC", (3, 3), 1, 2, 1, "max"),
+                                nhwc(lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2))),
     "avg_pool2d_nhwc_odd_channels": (
         *pool_case((2, 9, 10, 3), "NHWC", (2, 2), 2, 1, 0, "avg"),
         nhwc(lambda x: F.avg_pool2d(x, 2, 2))),

@@ -11,8 +11,8 @@ per axis instead of a second reduction. The schedule depends on which axis is co
   for each output row, the input rows its windows read are first copied into a small padded
   buffer, then the row is computed with the output width split into vectors;
 * ``NWC``/``NHWC``/``NCHW8c`` (channels innermost): one parallel task per (batch, [channel
-  block,] output row), the channel axis in vectors, padding evaluated in the window's index
-  (it does not depend on the vector lane).
+  block,] output row), the channel axis in vectors; a max window reads clamped positions
+  instead of padding where that cannot change the max (no branch in the loop).
 
 Knobs: ``vector_lanes`` (output width or channels per vector), ``min_parallel_extent``.
 """
@@ -27,6 +27,7 @@ from kiln.tir import expr as _e
 from kiln.tir import op as _op
 from kiln.topi import nn, tag
 from kiln.topi.nn.conv import _tuple, get_pad_tuple
+from kiln.topi.nn.pad import clamp
 from kiln.topi.utils import get_const_tuple, prod, traverse_inline
 from kiln.topi.x86.reduction import lanes_dividing
 from kiln.topi.x86.reduction import schedule_reduce as _schedule_reduce
@@ -80,8 +81,21 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
         pad_before[ax] = before[k]
         pad_after[ax] = max(reach - shape[ax] - before[k], 0)
     fill = _op.min_value(data.dtype).value if pool_type == "max" else 0.0
-    padded = nn.pad(data, pad_before, pad_after, fill, name="pool_pad")
     red = [te.reduce_axis((0, kernel[k]), name=f"rv{k}") for k in range(nsp)]
+    # A max window that always overlaps the input (dilation 1, padding below the kernel) may
+    # read a clamped position instead of the padding: the clamped element is an input element
+    # inside the same window, so the max is unchanged -- and the load needs no branch.
+    clamp_only = pool_type == "max" and all(d == 1 for d in dilation) and all(
+        pad_before[ax] < kernel[k] and pad_after[ax] < kernel[k] for k, ax in enumerate(spatial))
+    if letters[-1] not in _SPATIAL and clamp_only:
+        def padded(*src):
+            clamped = list(src)
+            for k, ax in enumerate(spatial):
+                clamped[ax] = clamp(src[ax] - before[k], shape[ax])
+            return data(*clamped)
+    else:
+        # width innermost: the schedule copies the padded rows an output row reads
+        padded = nn.pad(data, pad_before, pad_after, fill, name="pool_pad")
 
     def window(*i):
         src = list(i)
