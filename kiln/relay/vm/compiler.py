@@ -519,6 +519,8 @@ class _FunctionCompiler:
             kernel = tec.lower(func)
         internal = len(out_types) == 1 and self._internal_call is call
         if all(s is not None for s in static):
+            if dynamic:  # inputs of run-time shape must agree with the static outputs
+                shape_func.emit_shape_function(self, func, args)
             outs = [self.alloc.static_tensor(s, str(t.dtype), internal, device)
                     for s, t in zip(static, out_types)]
         else:

@@ -72,6 +72,8 @@ class _ShapeBuilder:
         self.data: dict[int, list[Any]] = {}  # param id -> its input data tensors
         self.target = target
         self._values: Any = None  # computes the data of intermediate expressions
+        # computed extents that the types fix statically: they must agree at run time
+        self.checks: list[Any] = []
 
     def data_of(self, node: Any) -> list[Any]:
         """The data tensors of ``node``: a parameter's input, or (when FuseOps put, e.g., the
@@ -130,7 +132,25 @@ class _ShapeBuilder:
                 raise TVMError(f"operator {call.op.name} has no shape function, so it cannot "
                                "produce a dynamic (Any) shape in the VM")
             outs = [_broadcast(ins) if ins else [] for _ in out_types]
+            if pattern > OpPattern.BROADCAST:  # no rule: nothing to check the types against
+                return [_with_static(d, t) for d, t in zip(outs, out_types)]
+        for dims, ty in zip(outs, out_types):
+            self._check_static(dims, ty)
         return [_with_static(d, t) for d, t in zip(outs, out_types)]
+
+    def _check_static(self, dims: list[Any], ty: TensorType) -> None:
+        """Record ``computed == declared`` for each static extent the rule does not prove
+        (a reshape of an ``Any`` input to a static shape, topk's k on an ``Any`` axis …)."""
+        from kiln.arith import Analyzer
+
+        analyzer = Analyzer()
+        for computed, declared in zip(dims, ty.shape):
+            value = getattr(declared, "value", None)
+            if computed is None or not isinstance(value, int):
+                continue
+            same = analyzer.simplify(computed == _i64(value))
+            if getattr(same, "value", None) != 1:
+                self.checks.append(same)
 
 
 def needs_input_data(func: rx.Function) -> bool:
@@ -181,8 +201,10 @@ def _constant(value: Any) -> Any:
 
 
 def _build_shape_kernel(func: rx.Function, name: str,
-                        target: Any = None) -> tuple[Any, list[bool]]:
-    """The PrimFunc computing output shapes and sizes; per output, whether it is dynamic."""
+                        target: Any = None) -> tuple[Any, list[bool], bool]:
+    """The PrimFunc computing output shapes and sizes (None when there is nothing to compute),
+    per output whether it is dynamic, and whether it ends with a run-time extent check (one
+    more int64 ``[1]`` output after the shapes and sizes)."""
     from kiln import te, tir
     from kiln.runtime.ndarray import DataType
     from kiln.te.lowering import lower
@@ -225,14 +247,23 @@ def _build_shape_kernel(func: rx.Function, name: str,
         outputs.append(te.compute((len(dims),), _selector(dims), name=f"out_shape_{k}"))
         outputs.append(te.compute((1,), _constant(_prod(dims) * _i64(itemsize)),
                                   name=f"out_bytes_{k}"))
+    checked = bool(builder.checks)
+    if checked:  # -1 when a static extent disagrees, like the rules' own bad-value extents
+        agree = tir.all(*builder.checks) if len(builder.checks) > 1 else builder.checks[0]
+        outputs.append(te.compute((1,), _constant(tir.Select(agree, _i64(0), _i64(-1))),
+                                  name="static_extents_agree"))
+    if not outputs:
+        return None, dynamic, False
     sch = te.create_schedule([o.op for o in outputs])
     lowered = lower(sch, shape_inputs + outputs, name=name)
     from kiln.ir.module import IRModule
 
     prim = lowered[name] if isinstance(lowered, IRModule) else lowered
+    checked_outputs = list(range(0, sum(dynamic) * 2, 2)) + ([len(outputs) - 1] if checked
+                                                             else [])
     shape_buffers = [prim.buffer_map[prim.params[len(shape_inputs) + k]]
-                     for k in range(0, len(outputs), 2)]
-    return _with_extent_check(prim, shape_buffers, func), dynamic
+                     for k in checked_outputs]
+    return _with_extent_check(prim, shape_buffers, func), dynamic, checked
 
 
 def _with_extent_check(prim: Any, shape_buffers: list, func: rx.Function) -> Any:
@@ -337,15 +368,16 @@ def lower_dynamic(tec: Any, func: rx.Function) -> Any:
     return _cached(tec, "_kiln_vm_dynamic", func, make)
 
 
-def _shape_kernel(tec: Any, func: rx.Function) -> tuple[Any, list[bool]]:
+def _shape_kernel(tec: Any, func: rx.Function) -> tuple[str | None, list[bool], bool]:
     from kiln.relay.backend.te_compiler import LoweredFunc
     from kiln.relay.transform.fuse_ops import fused_function_name
 
     def make(hash_text: str) -> Any:
         name = tec._unique(tec.prefix + fused_function_name(func) + "_shape_func")
-        prim, dynamic = _build_shape_kernel(func, name, tec.target)
-        tec.lowered.append(LoweredFunc(name, prim, hash_text, 0, 0))
-        return name, dynamic
+        prim, dynamic, checked = _build_shape_kernel(func, name, tec.target)
+        if prim is not None:
+            tec.lowered.append(LoweredFunc(name, prim, hash_text, 0, 0))
+        return (name if prim is not None else None), dynamic, checked
 
     return _cached(tec, "_kiln_vm_shape_funcs", func, make)
 
@@ -355,9 +387,12 @@ def emit_shape_function(compiler: Any, func: rx.Function,
     """Emit ShapeOf + InvokePacked of ``func``'s shape function.
 
     Returns, per flat output, ``(shape register, byte-size register)``, or None for an output
-    whose shape is static.
+    whose shape is static. With only static outputs, the kernel is called when it checks
+    that the run-time inputs agree with them, and nothing is emitted otherwise.
     """
-    name, dynamic = _shape_kernel(compiler.ctx.tec, func)
+    name, dynamic, checked = _shape_kernel(compiler.ctx.tec, func)
+    if name is None:
+        return [None] * len(dynamic)
     flat_args: list[int] = []
     for param, register in zip(func.params, args):
         if isinstance(param.checked_type, TupleType):
@@ -382,6 +417,8 @@ def emit_shape_function(compiler: Any, func: rx.Function,
         size_reg = compiler.alloc.static_tensor((1,), "int64", True)
         out_registers += [shape_reg, size_reg]
         results.append((shape_reg, size_reg))
+    if checked:
+        out_registers.append(compiler.alloc.static_tensor((1,), "int64", True))
     packed = compiler.ctx.packed_index(name)
     compiler.emit(bc.InvokePacked(packed, len(out_registers), tuple(inputs + out_registers)))
     return results

@@ -165,13 +165,14 @@ def _shape_of_output(body_fn, arg_types, arg_shapes):
     params = [relay.var(f"p{i}", t) for i, t in enumerate(arg_types)]
     func = relay.Function(params, body_fn(*params)).with_attr("Primitive", 1)
     func = transform.InferType()(kiln.IRModule.from_expr(func))["main"]
-    prim, dynamic = _build_shape_kernel(func, "shape_fn")
+    prim, dynamic, checked = _build_shape_kernel(func, "shape_fn")
     lib = build_module(kiln.IRModule({"shape_fn": prim}), kiln.target.Target("c"))
     flat = [s for s, t in zip(arg_shapes, arg_types)]
     ins = [kiln.nd.array(np.array(flat[i], "int64")) for i, _ in _dynamic_params(func)]
     ndim = len(func.body.checked_type.shape)
     shape, size = kiln.nd.empty((ndim,), "int64"), kiln.nd.empty((1,), "int64")
-    lib["shape_fn"](*ins, shape, size)
+    agreement = [kiln.nd.empty((1,), "int64")] if checked else []
+    lib["shape_fn"](*ins, shape, size, *agreement)
     return tuple(shape.numpy()), int(size.numpy()[0])
 
 
@@ -398,3 +399,23 @@ def test_dyn_squeeze_of_a_run_time_axis(axis):
     data = np.arange(24, dtype="float32").reshape(6, 1, 4)
     out = _run_params([x, ax], relay.squeeze(x, ax), data, np.array([axis], "int64"))
     np.testing.assert_array_equal(out, data.squeeze(axis))
+
+
+@pytest.mark.parametrize("body, good, bad, message", [
+    (lambda x: relay.reshape(relay.add(x, relay.const(1.0)), (2, 3)), (2, 3), (1, 3),
+     "element count"),
+    (lambda x: relay.topk(x, 3, axis=0, ret_type="values"), (4, 3), (2, 3), "k must not exceed"),
+])
+def test_static_outputs_of_run_time_shaped_inputs_are_checked(body, good, bad, message, rng):
+    """The types fix the output shape, so a run-time input that disagrees with it would be read
+    out of bounds; the shape function checks the agreement instead."""
+    from kiln.relay.backend.interpreter import Interpreter
+
+    x = relay.var("x", shape=(ANY, 3))
+    _, vm = compile_vm(kiln.IRModule.from_expr(relay.Function([x], body(x))))
+    data = rng.standard_normal(good, dtype="float32")
+    static = relay.var("x", shape=good)
+    expected = Interpreter(kiln.IRModule.from_expr(relay.Function([static], body(static))))
+    np.testing.assert_allclose(vm.run(data).numpy(), expected.evaluate()(data).numpy())
+    with pytest.raises(kiln.TVMError, match=message):
+        vm.run(rng.standard_normal(bad, dtype="float32"))
