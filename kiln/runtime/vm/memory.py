@@ -216,7 +216,10 @@ class Allocator:
         if check is not None:
             check()
         self.num_allocations += 1
-        block = self._acquire(nbytes, alignment)
+        return self._storage(self._acquire(nbytes, alignment), nbytes, alignment)
+
+    def _storage(self, block: _Block, nbytes: int, alignment: int) -> Storage:
+        """A Storage handing out ``block`` (counted as used until the Storage dies)."""
         self.used_bytes += block.nbytes
         storage = _new_storage()
         setter = object.__setattr__
@@ -265,20 +268,39 @@ class PooledAllocator(Allocator):
     def cached_bytes(self) -> int:
         return self._cached
 
+    def alloc(self, nbytes: int, alignment: int = _MIN_ALIGNMENT) -> Storage:
+        # The common case first: a free block of the size class is waiting. Pooled blocks are
+        # page aligned and their device was checked when they were made.
+        size = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
+        if (nbytes > 0 and size in self._free and 0 < alignment <= PAGE_SIZE
+                and not alignment & (alignment - 1)):
+            self.num_allocations += 1
+            return self._storage(self._take(size), nbytes, alignment)
+        return super().alloc(nbytes, alignment)
+
     def _acquire(self, nbytes: int, alignment: int) -> _Block:
         size = -(-max(nbytes, 1) // PAGE_SIZE) * PAGE_SIZE
+        while size in self._free:
+            block = self._take(size)
+            if block.address % max(alignment, _MIN_ALIGNMENT) == 0:
+                return block
+        self._note_request(size)
+        return _Block(size, max(alignment, PAGE_SIZE))
+
+    def _note_request(self, size: int) -> None:
         self._last_request[size] = self.num_allocations
         if self.num_allocations % 16 == 0:
             self._release_idle()
-        blocks = self._free.get(size)
-        while blocks:
-            block = blocks.pop()
-            self._cached -= block.nbytes
-            if not blocks:
-                del self._free[size]
-            if block.address % max(alignment, _MIN_ALIGNMENT) == 0:
-                return block
-        return _Block(size, max(alignment, PAGE_SIZE))
+
+    def _take(self, size: int) -> _Block:
+        """The most recently freed block of size class ``size`` (which has one)."""
+        self._note_request(size)
+        blocks = self._free[size]
+        block = blocks.pop()
+        self._cached -= block.nbytes
+        if not blocks:
+            del self._free[size]
+        return block
 
     def _release(self, block: _Block) -> None:
         super()._release(block)

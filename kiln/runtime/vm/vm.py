@@ -19,13 +19,14 @@ so VM recursion never recurses in Python.
 **Tail calls**: an ``Invoke``/``InvokeClosure`` whose result reaches a ``Ret`` unchanged —
 directly, or through ``Move``, ``Goto`` and unrelated ``KillRegister`` steps, as a compiled
 ``if`` branch does — is marked at preparation time and reuses the current frame, so a
-tail-recursive loop runs in constant frame depth whatever the compiler emitted.
+tail-recursive loop runs in constant frame depth whatever the compiler emitted; a function
+tail-calling itself just refills its register file and jumps to pc 0.
 
 Scalars: ``LoadConsti`` and ``GetTag`` tensors are created once per value and treated as
 read-only constants (as TVM treats LoadConst tensors), which keeps counter loops cheap.
 
 **Fused segments** (a run-time optimization; the bytecode is unchanged): a straight run of
-``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/``InvokePacked``/
+``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/``AllocADT``/``InvokePacked``/
 ``KillRegister`` with static shapes and one storage becomes one entry at its first pc (see
 :class:`~kiln.runtime.vm.packed_call.FusedSegment`). It runs its kernels in one C call from
 a call list prebuilt per pooled storage block, then sets the registers as the instructions
