@@ -49,7 +49,8 @@ RESNET18_CONVS = [
     (512, 7, 7, 512, 3, 1, 1),
 ]
 
-# topk rows: (rows, axis length, k); k equal to the length is a full sort.
+# topk rows: (rows, axis length, k); k <= n/4 takes the heap, k equal to the length is a full
+# merge sort.
 # settable from the command line: threads of ORT/torch (and kiln), statistic of the rounds
 THREADS = [2]
 STATISTIC = [statistics.median]

@@ -32,7 +32,7 @@ from kiln.topi.utils import normalize_axes
 _SERIAL = tir.ForKind.SERIAL
 
 # The ordering contract (docs/ops_coverage.md quotes it).
-ORDERING = ("stable O(n log n) merge sort in TIR (topk with k <= 64: a sorted top-k list); "
+ORDERING = ("stable O(n log n) merge sort in TIR (topk with k <= n/4: an O(n log k) heap); "
             "ties keep their original order in both directions, NaN is the largest key (last "
             "ascending, first descending).")
 
@@ -192,47 +192,65 @@ def _merge_sort_rows(data: te.Tensor, axis: int, is_ascend: bool, k: Any,
     return _over_rows(data, axis, k, outputs, name, row_body)
 
 
-# topk with k up to this many keeps a sorted top-k list per row instead of sorting the row:
-# on 64x4096 random rows, k=64 takes a fifteenth of the time of a full sort; its worst case
-# (every key enters the list at the front: ascending keys, descending topk) costs about what
-# sorting random rows does (measured with gcc -O3, one thread).
-SELECT_MAX_K = 64
+def _heap_select_rows(data: te.Tensor, axis: int, is_ascend: bool, k: int,
+                      outputs: list[tuple[str, str]], name: str) -> list[te.Tensor]:
+    """topk keeping each row's best ``k`` in a binary heap whose root is the worst kept entry:
+    one comparison per element that does not beat the root (most of them), O(log k) for one
+    that does, O(k log k) to order the heap at the end -- O(n log k) at worst.
 
-
-def _select_rows(data: te.Tensor, axis: int, is_ascend: bool, k: int,
-                 outputs: list[tuple[str, str]], name: str) -> list[te.Tensor]:
-    """topk by insertion into a sorted list of the best ``k`` so far: one comparison per
-    element that does not make the list (most of them), O(k) shifts for one that does."""
+    Entries compare by key, then by position (a later equal key is worse), so the result is
+    the stable order's first ``k``."""
     n = data.shape[axis]
 
     def row_body(source, at, outs):
-        keys = _local("top_keys", data.dtype, k)
-        order = _local("top_order", "int32", k)
-        state = _local("top_state", "int32", 3)  # [list length, insert position, moving]
+        keys = _local("heap_keys", data.dtype, k)
+        order = _local("heap_order", "int32", k)
+        state = _local("heap_state", "int32", 3)  # [sift position, sifting, chosen child]
 
-        def insert(x, t, count):
-            def shift(j):
-                move = _seq(_store(keys, keys[j - 1], j), _store(order, order[j - 1], j),
-                            _store(state, j - 1, 1))
-                stop = _store(state, 0, 2)
-                return tir.IfThenElse(j > 0, tir.IfThenElse(
-                    _sorts_before(x, keys[_op.max(j - 1, 0)], is_ascend), move, stop), stop)
+        def worse(i, j):
+            """Whether heap entry ``i`` comes after entry ``j`` in the stable order."""
+            ki, kj = keys[i], keys[j]
+            tie = _op.logical_not(_sorts_before(ki, kj, is_ascend))
+            return _op.logical_or(_sorts_before(kj, ki, is_ascend),
+                                  _op.logical_and(tie, order[i] > order[j]))
 
-            return _seq(_store(state, _op.min(count, k - 1), 1), _store(state, 1, 2),
-                        tir.While(state[2] != 0, _let("j", state[1], shift)),
-                        _let("slot", state[1], lambda j: _seq(
-                            _store(keys, x, j), _store(order, t, j))),
-                        _store(state, _op.min(count + 1, k), 0))
+        def swap(i, j):
+            held_key = tir.Var("held_key", data.dtype)
+            return tir.LetStmt(held_key, keys[i], _let("held_pos", order[i], lambda held: _seq(
+                _store(keys, keys[j], i), _store(order, order[j], i),
+                _store(keys, held_key, j), _store(order, held, j))))
 
-        def visit(t):
+        def sift_down(start, size):
+            """Move entry ``start`` down until no child within ``size`` is worse."""
+            def step(pos):
+                left = pos * 2 + 1
+                pick = _seq(_store(state, left, 2), tir.IfThenElse(
+                    left + 1 < size, tir.IfThenElse(worse(left + 1, left),
+                                                    _store(state, left + 1, 2))))
+                settle = _let("child", state[2], lambda child: tir.IfThenElse(
+                    worse(child, pos), _seq(swap(child, pos), _store(state, child, 0)),
+                    _store(state, 0, 1)))
+                return tir.IfThenElse(left < size, _seq(pick, settle), _store(state, 0, 1))
+
+            return _seq(_store(state, start, 0), _store(state, 1, 1),
+                        tir.While(state[1] != 0, _let("pos", state[0], step)))
+
+        def fill(t):
+            return _seq(_store(keys, source[tuple(at(t))], t), _store(order, t, t))
+
+        def offer(t):
             x = tir.Var("x", data.dtype)
-            body = _let("count", state[0], lambda count: tir.IfThenElse(
-                count < k, insert(x, t, count), tir.IfThenElse(
-                    _sorts_before(x, keys[k - 1], is_ascend), insert(x, t, count))))
-            return tir.LetStmt(x, source[tuple(at(t))], body)
+            enter = _seq(_store(keys, x, 0), _store(order, k + t, 0), sift_down(0, k))
+            return tir.LetStmt(x, source[tuple(at(k + t))], tir.IfThenElse(
+                _sorts_before(x, keys[0], is_ascend), enter))
 
-        row = _seq(_store(state, 0, 0), _loop("t", n, visit),
-                   _write_outputs(outputs, outs, at, k, keys, order))
+        def extract(e):
+            last = k - 1 - e
+            return _seq(swap(0, last), sift_down(0, last))
+
+        heapify = [sift_down(j, k) for j in range(k // 2 - 1, -1, -1)]
+        row = _seq(_loop("t", k, fill), *heapify, _loop("t", n - k, offer),
+                   _loop("e", k - 1, extract), _write_outputs(outputs, outs, at, k, keys, order))
         return _allocate(keys, _allocate(order, _allocate(state, row)))
 
     return _over_rows(data, axis, k, outputs, name, row_body)
@@ -298,8 +316,8 @@ def topk(data: te.Tensor, k: int = 1, axis: int = -1, ret_type: str = "both",
         raise TVMError(f"topk: k={k} exceeds the length {n} of axis {axis}")
     dtypes = {"values": data.dtype, "indices": dtype}
     outputs = [(kind, dtypes[kind]) for kind in _RET_TYPES[ret_type]]
-    if isinstance(k, int) and k <= SELECT_MAX_K and not (isinstance(n, int) and k == n):
-        return _select_rows(data, axis, is_ascend, k, outputs, "T_topk")
+    if isinstance(k, int) and isinstance(n, int) and k * 4 <= n:
+        return _heap_select_rows(data, axis, is_ascend, k, outputs, "T_topk")
     return _merge_sort_rows(data, axis, is_ascend, k, outputs, "T_topk")
 
 

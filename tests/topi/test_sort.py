@@ -94,6 +94,14 @@ def _cases():
         ("topk axis=-2 of 3-D", x3, lambda t: topi.topk(t, 2, axis=-2, is_ascend=True),
          lambda v: [_take(v, stable_order(v, 1, True)[:, :2], 1),
                     stable_order(v, 1, True)[:, :2]]),
+        ("topk k=n/4 of sorted rows", np.tile(np.arange(200, dtype="float32"), (2, 1)),
+         lambda t: topi.topk(t, 50), lambda v: [v[:, ::-1][:, :50],
+                                                 (199 - np.tile(np.arange(50), (2, 1))).astype(
+                                                     "int32")]),
+        ("topk ascending of descending rows", np.tile(np.arange(200, 0, -1, dtype="float32"),
+                                                      (3, 1)),
+         lambda t: topi.topk(t, 9, is_ascend=True, ret_type="indices"),
+         lambda v: [np.tile(np.arange(199, 190, -1), (3, 1)).astype("int32")]),
         ("topk zero rows", np.zeros((0, 9), "float32"), lambda t: topi.topk(t, 3),
          lambda v: [np.zeros((0, 3), "float32"), np.zeros((0, 3), "int32")]),
     ]
