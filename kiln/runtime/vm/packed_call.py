@@ -329,7 +329,7 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
             sym[instr.dst] = _Tuple(instr.tag, [commit(f) for f in fields])
         else:  # InvokePacked
             regs = [operand(reg) for reg in instr.args]
-            if site_unfusable(sites[pc], regs, instr.output_size):
+            if _site_unfusable(sites[pc], regs, instr.output_size):
                 break
             args = []
             for value in regs:
@@ -378,7 +378,7 @@ def _registers_read_outside(instructions: Sequence[bc.Instruction], start: int,
     return read
 
 
-def site_unfusable(site: PackedCallSite, regs: list[Any], output_size: int) -> bool:
+def _site_unfusable(site: PackedCallSite, regs: list[Any], output_size: int) -> bool:
     """Whether an InvokePacked cannot join a segment: a Python kernel, a non-tensor operand,
     or an output that is not a tensor (or tuple of tensors) the segment allocated."""
     if site.kernel is None or any(r is None for r in regs) or output_size < 1:
