@@ -419,6 +419,11 @@ def test_pool_kind_must_be_max_or_avg():
         x86_pool.pool(te.placeholder((1, 1, 4, 4)), (2, 2), 1, 1, 0, "median")
 
 
+def test_schedule_pool_needs_a_window():
+    with pytest.raises(TVMError, match="no pool_max/pool_sum window"):
+        x86_pool.schedule_pool([topi.exp(te.placeholder((1, 2, 4, 4)))], "NCHW")
+
+
 def test_transposed_conv_kernel_must_match_the_data():
     with pytest.raises(TVMError, match="does not match"):
         x86_ct.conv_transpose_phased(te.placeholder((1, 4, 5, 5)),

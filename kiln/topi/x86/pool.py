@@ -23,8 +23,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln import te
+from kiln.arith.analyzer import Analyzer
+from kiln.runtime.error import TVMError
 from kiln.tir import expr as _e
 from kiln.tir import op as _op
+from kiln.tir.stmt_functor import post_order_visit, substitute
 from kiln.topi import nn, tag
 from kiln.topi.nn.conv import _tuple, get_pad_tuple
 from kiln.topi.nn.pad import clamp
@@ -138,12 +141,15 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
     out = outs[0]
     traverse_inline(sch, out.op)
     window = _find_window(out.op)
+    if window is None:
+        raise TVMError(f"schedule_pool: {out.op.name} reads no pool_max/pool_sum window "
+                       "(build it with kiln.topi.x86.pool.pool)")
     letters = _letters(layout)
     spatial = [k for k, a in enumerate(letters) if a in _SPATIAL]
     stage = sch[out]
     axes = list(stage.leaf_iter_vars)[:out.ndim]
     dims = get_const_tuple(out.shape)
-    lead = axes[:spatial[0] if letters[-1] in _SPATIAL else spatial[-1]]
+    lead = axes[:spatial[0] if letters[-1] in _SPATIAL else spatial[-1]] or axes[:1]
     vector_axis = axes[-1]
     lanes = lanes_dividing(dims[-1], cfg["vector_lanes"], least=2)
     if letters[-1] in _SPATIAL and not _unit_stride(window.op):
@@ -179,9 +185,6 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
 
 def _unit_stride(op: Any) -> bool:
     """Whether consecutive outputs of window ``op`` read consecutive input columns."""
-    from kiln.arith.analyzer import Analyzer
-    from kiln.tir.stmt_functor import post_order_visit, substitute
-
     column = op.axis[-1].var
     loads = []
     post_order_visit(op.body[0], lambda n: loads.append(n)
