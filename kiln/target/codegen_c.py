@@ -22,8 +22,11 @@ The emitter dispatches on the TIR node's class name through :data:`BINARY_FORMAT
 Speed comes from what gcc can see: ``restrict`` buffer pointers; vector dtypes as GCC vector
 types (unaligned-load typedefs for buffers); small local buffers accessed only by whole
 vectors become arrays of vectors, which gcc keeps in registers (a GEMM accumulator tile);
-lane-wise operations C vectors lack go through plain arrays, which gcc re-vectorizes; float32
-``exp`` is ``kiln_expf``, an inlinable polynomial (1 ulp) instead of libm's opaque call.
+lane-wise operations C vectors lack go through plain arrays, which gcc re-vectorizes (vector
+min/max/select are mask blends); float32 ``exp`` is ``kiln_expf``, an inlinable polynomial
+(1 ulp) instead of libm's opaque call. ``if_then_else`` arms whose loads are provably in bounds
+are evaluated before the ``?:`` (see :meth:`CodeGenC.call_if_then_else`: GCC 12.2 miscompiles
+the masked loads it would otherwise make).
 """
 
 from __future__ import annotations
