@@ -112,6 +112,12 @@ def _reshape(attrs, ins, outs):
     return [_checked(out, product(out) == product(ins[0]))]
 
 
+def _reverse_reshape(attrs, ins, outs):
+    """``contrib_reverse_reshape``: the codes resolved from the last dimension backwards."""
+    out = _as_dims(infer_newshape(ins[0][::-1], list(attrs.newshape)[::-1]))[::-1]
+    return [_checked(out, product(out) == product(ins[0]))]
+
+
 def _concatenate(attrs, ins, outs):
     axis = int(attrs.axis) % len(ins[0])
     out = list(ins[0])
@@ -484,6 +490,7 @@ def _dyn_upsampling(attrs, ins, outs, data):
 # What the run-time values must satisfy, per op, for the message of a failed shape function.
 VALUE_REQUIREMENTS: dict[str, str] = {
     "reshape": "the input's element count must match the new shape",
+    "contrib_reverse_reshape": "the input's element count must match the new shape",
     "dyn.reshape": "the new shape must keep the element count, with at most one -1",
     "dyn.zeros": "sizes must be non-negative",
     "dyn.ones": "sizes must be non-negative",
@@ -527,6 +534,7 @@ SHAPE_RULES: dict[str, Any] = {
     "nn.matmul": _matmul,
     "nn.batch_matmul": _batch_matmul,
     "reshape": _reshape,
+    "contrib_reverse_reshape": _reverse_reshape,
     "concatenate": _concatenate,
     "transpose": _transpose,
     "expand_dims": _expand_dims,

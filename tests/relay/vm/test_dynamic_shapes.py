@@ -258,6 +258,12 @@ _BATCH_OPS = {
                                    relay.zeros_like(x)),
     "layer_norm": lambda x: relay.nn.layer_norm(x, relay.const(np.ones(8, "float32")),
                                                 relay.const(np.zeros(8, "float32"))),
+    # reshapes fused after a computation are kernels over run-time extents, not views
+    "add+batch_flatten": lambda x: relay.nn.batch_flatten(relay.add(x, relay.const(1.0))),
+    "add+reverse_reshape": lambda x: relay.reverse_reshape(relay.add(x, relay.const(1.0)),
+                                                           (-1, 0)),
+    "add+reshape_like": lambda x: relay.reshape_like(relay.add(x, relay.const(1.0)),
+                                                     relay.nn.batch_flatten(x)),
 }
 
 

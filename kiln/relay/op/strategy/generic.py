@@ -10,8 +10,8 @@ Faster target-specific implementations live in :mod:`.x86` and :mod:`.arm_cpu`.
 
 The ``dyn.*`` ops and ``argwhere`` have computes too (:mod:`kiln.topi.dynamic`): their output
 extents are run-time values that the VM gets from each op's shape function
-(:mod:`kiln.relay.vm.shape_rules`). ``reshape``, ``concatenate``, ``strided_slice`` and
-``nn.batch_matmul`` switch to those computes when a call has ``Any`` dims.
+(:mod:`kiln.relay.vm.shape_rules`). The reshape family, ``concatenate``, ``strided_slice``
+and ``nn.batch_matmul`` switch to those computes when a call has ``Any`` dims.
 """
 
 from __future__ import annotations
@@ -325,6 +325,9 @@ def _reshape_to_out_type(a, i, t):
 
 for _name, _symbolic in (
         ("reshape", _reshape_to_out_type),
+        ("contrib_reverse_reshape", _reshape_to_out_type),
+        ("reshape_like", _reshape_to_out_type),
+        ("nn.batch_flatten", _reshape_to_out_type),
         ("concatenate", lambda a, i, t: [dynamic.concatenate(list(i), a.axis, out_shape(t))]),
         ("strided_slice", _slice_with_attrs),
         ("nn.batch_matmul", lambda a, i, t: [dynamic.batch_matmul(
