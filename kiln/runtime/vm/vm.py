@@ -184,7 +184,7 @@ class VirtualMachine:
         }
         # Scalar tensors made by LoadConsti/GetTag, and the int each holds (by id).
         self._scalar_tensors: dict[tuple[str, int], Any] = {}
-        self._scalar_values: dict[int, int] = {}
+        self._scalar_values: dict[Any, int] = {}  # keyed by the tensor (identity hash)
         self._tag_tensors: dict[int, Any] = {}
         self._const_pool: dict[tuple[int, int], Any] = {}
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
@@ -266,7 +266,7 @@ class VirtualMachine:
                 name = self.exe.primitive_names[instr.packed_index]
                 operand = PackedCallSite(instr, name, self._packed_funcs[instr.packed_index])
             elif opcode == bc.Opcode.LoadConsti:
-                operand = (instr, self._scalar_tensor(instr.val, "int64"))
+                operand = (instr.dst, self._scalar_tensor(instr.val, "int64"))
             code.append(self._wrap(handler, operand, instr))
         if self._fuse_segments:
             self._fuse(func.instructions, code)
@@ -298,7 +298,7 @@ class VirtualMachine:
             tensor = _host_scalar_array(value, dtype)
             tensor._np.flags.writeable = False  # shared by every run: never written
             self._scalar_tensors[key] = tensor
-            self._scalar_values[id(tensor)] = value
+            self._scalar_values[tensor] = value
         return tensor
 
     def _dtype(self, fields: tuple[int, int, int]) -> DataType:
@@ -489,10 +489,10 @@ class VirtualMachine:
     def _op_if(self, regs: list, instr: bc.If, pc: int) -> int:
         known = self._scalar_values
         test, target = regs[instr.test], regs[instr.target]
-        test_value = known.get(id(test))
+        test_value = known.get(test)
         if test_value is None:
             test_value = self._load_scalar_int(test)
-        target_value = known.get(id(target))
+        target_value = known.get(target)
         if target_value is None:
             target_value = self._load_scalar_int(target)
         return pc + (instr.true_offset if test_value == target_value else instr.false_offset)
@@ -530,8 +530,9 @@ class VirtualMachine:
         regs[instr.dst] = tensor
         return pc + 1
 
-    def _op_load_consti(self, regs: list, operand: tuple[bc.LoadConsti, Any], pc: int) -> int:
-        regs[operand[0].dst] = operand[1]
+    def _op_load_consti(self, regs: list, operand: tuple[int, Any], pc: int) -> int:
+        dst, tensor = operand
+        regs[dst] = tensor
         return pc + 1
 
     def _op_fatal(self, regs: list, instr: bc.Fatal, pc: int) -> int:
@@ -580,8 +581,8 @@ class VirtualMachine:
 
     def _load_scalar_int(self, value: Any) -> int:
         """The integer in a scalar tensor (TVM's ``LoadScalarInt``: any int/bool width)."""
-        # Cached scalar tensors live as long as the VM, so their ids are never reused.
-        known = self._scalar_values.get(id(value))
+        # A cached scalar tensor (keyed by identity: register values define no __eq__).
+        known = self._scalar_values.get(value)
         if known is not None:
             return known
         tensor = self._tensor(value, "scalar operand")
