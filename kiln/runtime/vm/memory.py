@@ -269,6 +269,7 @@ class PooledAllocator(Allocator):
         return self._cached
 
     def alloc(self, nbytes: int, alignment: int = _MIN_ALIGNMENT) -> Storage:
+        """A Storage of at least ``nbytes`` bytes, reusing a free block of its size class."""
         # The common case first: a free block of the size class is waiting. Pooled blocks are
         # page aligned and their device was checked when they were made.
         size = -(-nbytes // PAGE_SIZE) * PAGE_SIZE
