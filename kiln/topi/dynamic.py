@@ -3,8 +3,8 @@ ops whose static compute folds constant shapes.
 
 Entry points: :func:`tensor_values`, :func:`reshape`, :func:`broadcast_to`, :func:`full`,
 :func:`tile`, :func:`one_hot`, :func:`pad`, :func:`slice_bounds`, :func:`attr_slice_spec`,
-:func:`strided_slice`, :func:`concatenate`, :func:`batch_matmul`, :func:`argwhere`,
-:func:`topk`, :func:`is_static`.
+:func:`strided_slice`, :func:`concatenate`, :func:`split`, :func:`batch_matmul`,
+:func:`argwhere`, :func:`topk`, :func:`is_static`.
 
 Every compute takes its output shape ``out_shape`` explicitly: dims are ints or int64
 ``PrimExpr``\\ s (the VM passes shape variables, bound at run time from the output buffers
@@ -36,7 +36,7 @@ from kiln.topi.sort import argsort
 from kiln.topi.utils import ravel_index, unravel_index
 
 __all__ = ["is_static", "tensor_values", "reshape", "broadcast_to", "full", "tile", "one_hot",
-           "pad", "slice_bounds", "attr_slice_spec", "strided_slice", "concatenate",
+           "pad", "slice_bounds", "attr_slice_spec", "strided_slice", "concatenate", "split",
            "batch_matmul", "argwhere", "topk"]
 
 
@@ -309,6 +309,28 @@ def concatenate(inputs: Sequence[te.Tensor], axis: int,
         return value
 
     return te.compute(list(out_shape), body, name="T_concat", tag=tag.INJECTIVE)
+
+
+def split(data: te.Tensor, out_shapes: Sequence[Sequence[Any]], axis: int) -> list[te.Tensor]:
+    """Consecutive pieces of ``data`` along ``axis``, each as long as its shape in
+    ``out_shapes`` says (the VM computes them from the split's sections at run time).
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> n, m = te.var("n", "int64"), te.var("m", "int64")
+    >>> [str(p.shape[0]) for p in split(te.placeholder((n, 2)), [[m, 2], [n - m, 2]], 0)]
+    ['m', 'n - m']
+    """
+    axis = axis % data.ndim
+    pieces, start = [], 0
+    for k, shape in enumerate(out_shapes):
+        def body(*i, start=start):
+            return data(*[i[d] + start if d == axis else i[d] for d in range(len(i))])
+
+        pieces.append(te.compute(list(shape), body, name=f"T_split_{k}", tag=tag.INJECTIVE))
+        start = start + shape[axis]
+    return pieces
 
 
 def batch_matmul(x: te.Tensor, y: te.Tensor, out_shape: Sequence[Any], out_dtype: str,

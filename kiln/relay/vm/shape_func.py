@@ -304,11 +304,61 @@ class _SymbolicOutputs:
     variables (as TVM's lowering does), so each op's strategy sizes its compute from the
     output type; the variables are bound from the output buffers the VM allocates."""
 
+    # node id -> dims of its flat outputs from the shape rules, for calls inside the function
+    # (their extents are bound by nothing else): filled by :func:`lower_dynamic`
+    inner_dims: dict[int, list[list[Any]]] = {}
+
     def visit_Call(self, node: rx.Call) -> list:  # noqa: N802 (the builder's method name)
-        out_type = _symbolic_type(node.checked_type, f"out{len(self.memo)}")
+        dims = self.inner_dims.get(id(node))
+        out_type = (_symbolic_type(node.checked_type, f"out{len(self.memo)}") if dims is None
+                    else _typed_like(node.checked_type, iter(dims)))
         symbolic = rx.Call(node.op, node.args, node.attrs, node.type_args)
         symbolic.checked_type_ = out_type
         return super().visit_Call(symbolic)
+
+
+def _bindable(tensor: Any, ty: TensorType, index: int, inputs: list) -> Any:
+    """An output whose buffer the kernel's arguments can bind: a copy when the tensor is an
+    input, or when its extents are expressions (of inner extents): then the copy has fresh
+    variables, bound from the buffer the VM allocated with the shape function's extents."""
+    from kiln import te, tir
+
+    if any(tensor is i for i in inputs):
+        return te.compute(tensor.shape, lambda *i: tensor(*i), name="copy")
+    if all(isinstance(d, int | tir.IntImm | tir.Var) for d in tensor.shape):
+        return tensor
+    return te.compute(_symbolic_shape(ty, f"result{index}"), lambda *i: tensor(*i),
+                      name="T_output", tag="injective")
+
+
+def _typed_like(ty: Any, dims: Any) -> Any:
+    """``ty`` with its flat tensors' shapes taken in order from the iterator ``dims``."""
+    if isinstance(ty, TupleType):
+        return TupleType([_typed_like(f, dims) for f in ty.fields])
+    return TensorType(tuple(next(dims)), ty.dtype)
+
+
+def _inner_dims(func: rx.Function, inputs: list) -> dict[int, list[list[Any]]]:
+    """Extents of the calls inside ``func`` that are not its outputs, as expressions of the
+    input extents (the shape rules composed as for the shape function). A rule that reads
+    input values cannot give them here; those calls keep shape variables."""
+    from kiln.relay.expr_functor import post_order_visit
+    from kiln.tir import op as _op
+
+    if needs_input_data(func):
+        return {}
+    builder = _ShapeBuilder()
+    flat = iter(inputs)
+    for param in func.params:
+        builder.memo[id(param)] = [
+            _with_static([_op.cast(d, "int64") for d in next(flat).shape], ty)
+            for ty in _flat_types(param.checked_type)]
+    builder.visit(func.body)
+    outputs = set(map(id, func.body.fields if isinstance(func.body, rx.Tuple) else [func.body]))
+    calls: list[rx.Call] = []
+    post_order_visit(func.body, lambda n: calls.append(n) if isinstance(n, rx.Call) else None)
+    return {id(c): builder.memo[id(c)] for c in calls
+            if id(c) not in outputs and id(c) in builder.memo}
 
 
 def _symbolic_type(ty: Any, prefix: str) -> Any:
@@ -355,9 +405,9 @@ def lower_dynamic(tec: Any, func: rx.Function) -> Any:
                 tensors.append(te.placeholder(shape, str(ty.dtype), name=param.name_hint))
             builder.memo[id(param)] = tensors
             inputs.extend(tensors)
-        outputs = builder.visit(func.body)
-        outputs = [te.compute(o.shape, lambda *i, o=o: o(*i), name="copy")
-                   if any(o is i for i in inputs) else o for o in outputs]
+        builder.inner_dims = _inner_dims(func, inputs)
+        outputs = [_bindable(o, ty, k, inputs) for k, (o, ty) in enumerate(
+            zip(builder.visit(func.body), _flat_types(func.body.checked_type)))]
         sch = _dynamic_schedule(builder.anchor, outputs, tec.target)
         lowered = lower(sch, inputs + outputs, name=name)
         prim = lowered[name] if isinstance(lowered, IRModule) else lowered

@@ -331,6 +331,14 @@ _ROW_OPS = {
     "dropout": lambda x: relay.nn.dropout(x),
     "variance": lambda x: relay.variance(x, axis=1),
     "max over the dynamic axis": lambda x: relay.max(x, axis=0),
+    "split along the dynamic axis": lambda x: relay.split(relay.add(x, relay.const(1.0)), 3,
+                                                          axis=0)[1],
+    "split at indices": lambda x: relay.split(relay.add(x, relay.const(1.0)), [1], axis=0)[1],
+    # an inner reshape's extents come from the shape rules; the output's from the VM
+    "reshape then layout_transform": lambda x: relay.layout_transform(
+        relay.add(relay.reshape(x, (-1, 2, 2, 1)), relay.const(1.0)), "NCHW", "NHWC"),
+    "reshape then pad": lambda x: relay.nn.pad(
+        relay.add(relay.reshape(x, (-1, 2, 2)), relay.const(1.0)), ((1, 0), (0, 0), (0, 2))),
 }
 
 

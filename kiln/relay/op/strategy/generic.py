@@ -10,8 +10,9 @@ Faster target-specific implementations live in :mod:`.x86` and :mod:`.arm_cpu`.
 
 The ``dyn.*`` ops and ``argwhere`` have computes too (:mod:`kiln.topi.dynamic`): their output
 extents are run-time values that the VM gets from each op's shape function
-(:mod:`kiln.relay.vm.shape_rules`). The reshape family, ``concatenate``, ``strided_slice``
-and ``nn.batch_matmul`` switch to those computes when a call has ``Any`` dims.
+(:mod:`kiln.relay.vm.shape_rules`). The reshape family, ``concatenate``, ``split``,
+``strided_slice`` and ``nn.batch_matmul`` switch to those computes when a call has ``Any``
+dims.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from kiln.topi.nn import winograd
 def out_shape(out_type: Any, index: int | None = None) -> list[Any]:
     """The output shape (of field ``index`` of a tuple type) with static dims as ints."""
     t = out_type.fields[index] if index is not None else out_type
-    return [int(d.value) if hasattr(d, "value") else d for d in t.shape]
+    return [int(d.value) if isinstance(getattr(d, "value", None), int) else d for d in t.shape]
 
 
 def _dtype(out_type: Any, index: int | None = None) -> str:
@@ -282,7 +283,8 @@ COMPUTES.update({
 def _symbolic_or(static: Callable, symbolic: Callable) -> Callable:
     """``static`` (constant shapes, folded indexing) unless the call has a run-time extent."""
     def compute(attrs, inputs, out_type):
-        shapes = [out_shape(out_type)] + [list(t.shape) for t in inputs]
+        shapes = [list(t.shape) for t in getattr(out_type, "fields", [out_type])]
+        shapes += [list(t.shape) for t in inputs]
         if all(dynamic.is_static(shape) for shape in shapes):
             return static(attrs, inputs, out_type)
         return symbolic(attrs, inputs, out_type)
@@ -330,6 +332,8 @@ for _name, _symbolic in (
         ("nn.batch_flatten", _reshape_to_out_type),
         ("concatenate", lambda a, i, t: [dynamic.concatenate(list(i), a.axis, out_shape(t))]),
         ("strided_slice", _slice_with_attrs),
+        ("split", lambda a, i, t: dynamic.split(
+            i[0], [out_shape(t, k) for k in range(len(t.fields))], a.axis)),
         ("nn.batch_matmul", lambda a, i, t: [dynamic.batch_matmul(
             i[0], i[1], out_shape(t), _dtype(t), a.transpose_a, a.transpose_b)])):
     COMPUTES[_name] = _symbolic_or(COMPUTES[_name], _symbolic)
