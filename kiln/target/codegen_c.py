@@ -112,17 +112,6 @@ _VECTOR_MIN_MAX = {"Min": "<", "Max": ">"}
 _COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
 
 
-def _is_lane_mask(cond: Any, bits: int) -> bool:
-    """Whether the vector condition ``cond`` compiles to a GCC comparison mask with lanes of
-    ``bits`` bits (a comparison of such operands, or And/Or/Not of such masks)."""
-    kind = _node_name(cond)
-    if kind in _COMPARISONS:
-        return DataType(cond.a.dtype).bits == bits
-    if kind in _VECTOR_MASK_BINARY:
-        return _is_lane_mask(cond.a, bits) and _is_lane_mask(cond.b, bits)
-    if kind == "Not":
-        return _is_lane_mask(cond.a, bits)
-    return False
 
 
 
@@ -307,9 +296,9 @@ class CodeGenC(CIntrinsics):
 
     def _binary(self, node: Any, kind: str) -> str:
         a_type = DataType(node.a.dtype)
-        a, b = self.expr(node.a), self.expr(node.b)
         if a_type.lanes > 1 and kind in _VECTOR_MASK_BINARY:
-            return _VECTOR_MASK_BINARY[kind].format(a=a, b=b)
+            return self._bool_bytes(node)
+        a, b = self.expr(node.a), self.expr(node.b)
         if a_type.lanes > 1 and kind in _VECTOR_MIN_MAX:
             vtype = self._vector_type(DataType(node.dtype))
             mask = f"_x {_VECTOR_MIN_MAX[kind]} _y"
@@ -366,6 +355,9 @@ class CodeGenC(CIntrinsics):
         """Declare (once) and name the GCC vector type for a vector dtype."""
         if dtype.lanes == 1:
             return c_type(dtype)
+        if dtype.is_bool:
+            # GCC vector lanes must be whole integers: a bool vector is its bytes (0 or 1)
+            return self._vector_type(DataType("int8").with_lanes(dtype.lanes))
         name = c_type(dtype)
         if name not in self._vector_types:
             scalar = c_type(dtype.element_of)
@@ -422,14 +414,23 @@ class CodeGenC(CIntrinsics):
 
     def expr_Cast(self, node: Any) -> str:
         target = DataType(node.dtype)
+        if target.lanes > 1 and target.is_bool:
+            source = DataType(node.value.dtype)
+            if source.is_bool:
+                return self._vector_value(node.value)
+            zero = self._vector_type(source)
+            mask = f"__builtin_convertvector({self.expr(node.value)} != ({zero}){{0}}, " \
+                f"{self._vector_type(target)})"
+            return f"(-{mask})"
         if target.lanes > 1:
             self._vector_type(DataType(node.value.dtype))
-            return f"__builtin_convertvector({self.expr(node.value)}, {self._vector_type(target)})"
+            return (f"__builtin_convertvector({self._vector_value(node.value)}, "
+                    f"{self._vector_type(target)})")
         return f"(({c_type(target)}){self.expr(node.value)})"
 
     def expr_Not(self, node: Any) -> str:
         if DataType(node.dtype).lanes > 1:
-            return f"(~{self.expr(node.a)})"
+            return self._bool_bytes(node)
         return f"(!{self.expr(node.a)})"
 
     def _blend(self, dtype: Any, mask: str, then: str, other: str) -> str:
@@ -438,21 +439,52 @@ class CodeGenC(CIntrinsics):
         zero per lane); floats are blended through same-width integer vectors."""
         t = DataType(dtype)
         vtype = self._vector_type(t)
-        itype = self._vector_type(DataType(f"int{t.bits}").with_lanes(t.lanes))
+        itype = self._vector_type(DataType(f"int{max(t.bits, 8)}").with_lanes(t.lanes))
         return (f"({{ {itype} _m = {mask}; ({vtype})((_m & ({itype})({then})) | "
                 f"(~_m & ({itype})({other}))); }})")
 
+    def _lane_mask(self, cond: Any, bits: int) -> str:
+        """C text of an ``int<bits>`` vector that is all ones in the lanes where the vector
+        bool ``cond`` holds and zero elsewhere: comparison masks are converted to the width,
+        And/Or/Not combine masks bitwise, bool data (bytes 0/1) is compared with zero."""
+        kind = _node_name(cond)
+        lanes = DataType(cond.dtype).lanes
+        itype = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
+        if kind in _COMPARISONS and not DataType(cond.a.dtype).is_bool:
+            text = self.expr(cond)
+            if DataType(cond.a.dtype).bits == bits:
+                return text
+            return f"__builtin_convertvector({text}, {itype})"
+        if kind in _VECTOR_MASK_BINARY:
+            return _VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
+                                                    b=self._lane_mask(cond.b, bits))
+        if kind == "Not":
+            return f"(~{self._lane_mask(cond.a, bits)})"
+        # compare the bytes, then widen the byte mask (gcc: vpcmpeqb + vpmovsxbd)
+        self._vector_type(DataType("int8").with_lanes(lanes))
+        mask = f"({self.expr(cond)} != 0)"
+        return mask if bits == 8 else f"__builtin_convertvector({mask}, {itype})"
+
+    def _bool_bytes(self, node: Any) -> str:
+        """A vector bool expression as the bytes a bool buffer holds (0 or 1 per lane)."""
+        if _node_name(node) in _COMPARISONS or _node_name(node) in _VECTOR_MASK_BINARY \
+                or _node_name(node) == "Not":
+            return f"(-{self._lane_mask(node, 8)})"
+        return self.expr(node)
+
     def expr_Select(self, node: Any) -> str:
+        t = DataType(node.dtype)
+        if t.lanes > 1:
+            mask = self._lane_mask(node.condition, max(t.bits, 8))
+            return self._blend(t, mask, self._vector_value(node.true_value),
+                               self._vector_value(node.false_value))
         cond, then, other = (self.expr(x) for x in
                              (node.condition, node.true_value, node.false_value))
-        if DataType(node.dtype).lanes > 1 and _is_lane_mask(node.condition,
-                                                            DataType(node.dtype).bits):
-            return self._blend(node.dtype, cond, then, other)
-        if DataType(node.dtype).lanes > 1:
-            types = [node.condition.dtype, node.true_value.dtype, node.false_value.dtype]
-            return self._per_lane(node.dtype, types, [cond, then, other],
-                                  lambda c, t, f: f"({c} ? {t} : {f})")
         return f"({cond} ? {then} : {other})"
+
+    def _vector_value(self, node: Any) -> str:
+        """A vector operand as data: bool vectors as bytes, others as their expression."""
+        return self._bool_bytes(node) if DataType(node.dtype).is_bool else self.expr(node)
 
     def expr_Ramp(self, node: Any) -> str:
         t = DataType(node.dtype)
@@ -528,11 +560,9 @@ class CodeGenC(CIntrinsics):
         plain loads and a blend, which is both correct and faster.
         """
         cond, then, other = node.args
+        if DataType(node.dtype).lanes > 1 and DataType(cond.dtype).lanes > 1:
+            return self._vector_if_then_else(node)
         texts = [self.expr(a) for a in node.args]
-        lanes = DataType(node.dtype).lanes
-        if lanes > 1:
-            return self._per_lane(node.dtype, [a.dtype for a in node.args], texts,
-                                  lambda c, t, f: f"({c} ? {t} : {f})")
         loading = [bool(_loads_of(arm)[0]) for arm in (then, other)]
         if not any(loading) or not (self._speculable(then) and self._speculable(other)):
             return f"({texts[0]} ? {texts[1]} : {texts[2]})"
@@ -545,6 +575,19 @@ class CodeGenC(CIntrinsics):
                 decls.append(f"{ctype} {name} = {texts[slot]};")
                 texts[slot] = name
         return f"({{ {' '.join(decls)} {texts[0]} ? {texts[1]} : {texts[2]}; }})"
+
+    def _vector_if_then_else(self, node: Any) -> str:
+        """A vector ``if_then_else`` with a per-lane condition: arms that cannot fault are
+        evaluated whole and blended with the condition's mask (plain vector loads and a
+        ``vpblendvb``-like and/or); other arms keep the lane-by-lane ``?:``."""
+        cond, then, other = node.args
+        t = DataType(node.dtype)
+        if self._speculable(then) and self._speculable(other):
+            mask = self._lane_mask(cond, max(t.bits, 8))
+            return self._blend(t, mask, self._vector_value(then), self._vector_value(other))
+        texts = [self.expr(a) for a in node.args]
+        return self._per_lane(node.dtype, [a.dtype for a in node.args], texts,
+                              lambda c, a, b: f"({c} ? {a} : {b})")
 
     def _speculable(self, expr: Any) -> bool:
         """Whether evaluating ``expr`` cannot fault: no integer division, no calls other than
@@ -569,10 +612,19 @@ class CodeGenC(CIntrinsics):
         if len(indices) != len(buffer.shape):
             return False
         for index, extent in zip(indices, buffer.shape):
-            if DataType(index.dtype).lanes > 1 or not _is_const_int(extent):
+            if not _is_const_int(extent):
+                return False
+            low, high = 0, 0  # the lanes' reach past the base
+            if _node_name(index) == "Ramp":
+                if not _is_const_int(index.stride):
+                    return False
+                reach = (int(index.lanes) - 1) * int(index.stride.value)
+                low, high = min(reach, 0), max(reach, 0)
+                index = index.base
+            elif DataType(index.dtype).lanes > 1:
                 return False
             bound = self._analyzer.const_int_bound(index)
-            if bound.min_value < 0 or bound.max_value >= int(extent.value):
+            if bound.min_value + low < 0 or bound.max_value + high >= int(extent.value):
                 return False
         return True
 
@@ -650,8 +702,8 @@ class CodeGenC(CIntrinsics):
     def stmt_BufferStore(self, node: Any) -> None:
         buffer = node.buffer
         data = self._data(buffer)
-        value = self.expr(node.value)
         lanes = DataType(node.value.dtype).lanes
+        value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
         access = _flat_access(self, buffer, node.indices)
         if lanes == 1 and not access.vector_index:
             self._line(f"{data}[{access.base}] = {value};")
@@ -818,6 +870,7 @@ _INT_DIVISIONS = {"Div", "Mod", "FloorDiv", "FloorMod"}
 _OPERAND_FIELDS: dict[str, tuple[str, ...]] = {
     **{kind: ("a", "b") for kind in BINARY_FORMATS}, "Not": ("a",), "Cast": ("value",),
     "Select": ("condition", "true_value", "false_value"),
+    "Ramp": ("base", "stride"), "Broadcast": ("value",),
 }
 _PURE_CALLS = set(UNARY_MATH) | {"fabs", "abs", "isnan", "isinf", "isfinite", "likely",
                                  "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}

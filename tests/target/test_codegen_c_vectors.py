@@ -1,0 +1,151 @@
+"""Vector code from target ``c``: bool masks, selects, padding guards, wide vectors.
+
+Each kernel is built for ``c`` and ``llvm`` and compared with NumPy. The C text is checked for
+the shapes that GCC rejects or lowers badly (bool vector typedefs, per-lane arrays).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te, tir
+
+RNG = np.random.default_rng(7)
+TARGETS = ["c", "llvm"]
+N = 96  # six 16-lane vectors: every lane count below divides it
+
+
+def _vectorized(out: te.Tensor, lanes: int):
+    sch = te.create_schedule(out.op)
+    axis = out.op.axis[-1]
+    _, inner = sch[out].split(axis, factor=lanes)
+    sch[out].vectorize(inner)
+    return sch
+
+
+def _run(mod, name: str, arrays: list[np.ndarray], out_shape, out_dtype) -> np.ndarray:
+    out = kiln.nd.empty(out_shape, out_dtype)
+    mod[name](*[kiln.nd.array(a) for a in arrays], out)
+    return out.numpy()
+
+
+def _random(shape, dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return RNG.random(shape) < 0.5
+    if dtype.startswith("int"):
+        return RNG.integers(-100, 100, shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int32", "float64"])
+def test_select_on_bool_buffer(target, lanes, dtype):
+    """A vector condition read from a bool buffer picks between two vectors."""
+    mask = te.placeholder((N,), "bool", name="mask")
+    a = te.placeholder((N,), dtype, name="a")
+    b = te.placeholder((N,), dtype, name="b")
+    out = te.compute((N,), lambda i: tir.Select(mask[i], a[i], b[i]), name="out")
+    mod = kiln.build(_vectorized(out, lanes), [mask, a, b, out], target=target, name="sel")
+    if target == "c":
+        assert "vector_size(1)" not in mod.get_source()
+    arrays = [_random((N,), "bool"), _random((N,), dtype), _random((N,), dtype)]
+    got = _run(mod, "sel", arrays, (N,), dtype)
+    np.testing.assert_array_equal(got, np.where(*arrays))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_select_on_comparison_of_other_width(target, lanes):
+    """An int8 comparison chooses float32 lanes (mask widened), combined with and/or/not."""
+    key = te.placeholder((N,), "int8", name="key")
+    flag = te.placeholder((N,), "bool", name="flag")
+    a = te.placeholder((N,), "float32", name="a")
+
+    def rule(i):
+        cond = tir.Or(tir.And(key[i] > tir.const(0, "int8"), flag[i]),
+                      tir.Not(key[i] > tir.const(-50, "int8")))
+        return tir.Select(cond, a[i], tir.const(-1.0, "float32"))
+
+    out = te.compute((N,), rule, name="out")
+    mod = kiln.build(_vectorized(out, lanes), [key, flag, a, out], target=target, name="sel")
+    k, f, x = _random((N,), "int8"), _random((N,), "bool"), _random((N,), "float32")
+    got = _run(mod, "sel", [k, f, x], (N,), "float32")
+    np.testing.assert_array_equal(got, np.where(((k > 0) & f) | ~(k > -50), x, -1.0))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_bool_vector_store_and_cast(target, lanes):
+    """Comparisons stored to a bool buffer hold 0/1 bytes; bool vectors cast to float."""
+    a = te.placeholder((N,), "float32", name="a")
+    flag = te.placeholder((N,), "bool", name="flag")
+    less = te.compute((N,), lambda i: tir.And(a[i] < tir.const(0.5, "float32"), flag[i]),
+                      name="less")
+    mod = kiln.build(_vectorized(less, lanes), [a, flag, less], target=target, name="less")
+    x, f = _random((N,), "float32"), _random((N,), "bool")
+    got = _run(mod, "less", [x, f], (N,), "bool")
+    np.testing.assert_array_equal(got, (x < 0.5) & f)
+    as_float = te.compute((N,), lambda i: flag[i].astype("float32") + a[i], name="as_float")
+    mod = kiln.build(_vectorized(as_float, lanes), [flag, a, as_float], target=target,
+                     name="as_float")
+    got = _run(mod, "as_float", [f, x], (N,), "float32")
+    np.testing.assert_array_equal(got, f.astype("float32") + x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("width", [29, 30, 32])
+def test_padded_copy(target, lanes, width):
+    """A zero-padded copy (the pad stage of a pool or conv), tails included."""
+    rows = 5
+    data = te.placeholder((rows, width), "float32", name="data")
+    padded = te.compute((rows + 2, width + 2), lambda i, j: tir.if_then_else(
+        tir.all(i >= 1, i < rows + 1, j >= 1, j < width + 1), data[i - 1, j - 1],
+        tir.const(0.0, "float32")), name="padded")
+    mod = kiln.build(_vectorized(padded, lanes), [data, padded], target=target, name="pad")
+    x = _random((rows, width), "float32")
+    got = _run(mod, "pad", [x], (rows + 2, width + 2), "float32")
+    np.testing.assert_array_equal(got, np.pad(x, 1))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_vector_if_then_else_of_in_bounds_loads(target, lanes):
+    """A per-lane if_then_else whose arms are in-bounds loads becomes a blend."""
+    a = te.placeholder((N,), "float32", name="a")
+    b = te.placeholder((N,), "float32", name="b")
+    out = te.compute((N,), lambda i: tir.if_then_else(a[i] > b[i], a[i] - b[i], b[i]),
+                     name="out")
+    mod = kiln.build(_vectorized(out, lanes), [a, b, out], target=target, name="ite")
+    x, y = _random((N,), "float32"), _random((N,), "float32")
+    got = _run(mod, "ite", [x, y], (N,), "float32")
+    np.testing.assert_allclose(got, np.where(x > y, x - y, y), rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_fma_block_with_min_max(target, lanes):
+    """An FMA block with a clamp, at lane counts below, at and above the AVX2 width."""
+    a, b, c = (te.placeholder((4, N), "float32", name=n) for n in "abc")
+    out = te.compute((4, N), lambda i, j: tir.max(tir.min(a[i, j] * b[i, j] + c[i, j],
+                                                          tir.const(1.0, "float32")),
+                                                  tir.const(-1.0, "float32")), name="out")
+    mod = kiln.build(_vectorized(out, lanes), [a, b, c, out], target=target, name="fma_block")
+    xs = [_random((4, N), "float32") for _ in range(3)]
+    got = _run(mod, "fma_block", xs, (4, N), "float32")
+    np.testing.assert_allclose(got, np.clip(xs[0] * xs[1] + xs[2], -1, 1), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_selects_avoid_lane_arrays():
+    """Selects on masks are blends: no per-lane ``_o[]`` arrays in the C."""
+    mask = te.placeholder((N,), "bool", name="mask")
+    a = te.placeholder((N,), "float32", name="a")
+    out = te.compute((N,), lambda i: tir.Select(tir.And(mask[i], a[i] > tir.const(
+        0.0, "float32")), a[i], tir.const(0.0, "float32")), name="out")
+    source = kiln.build(_vectorized(out, 8), [mask, a, out], target="c").get_source()
+    assert "_o[" not in source
+    assert "uint1x" not in source
