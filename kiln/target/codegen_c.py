@@ -110,6 +110,17 @@ _VECTOR_MASK_BINARY = {"And": "({a} & {b})", "Or": "({a} | {b})"}
 # Vector min/max: a comparison mask, then a blend (keeps scalar C's NaN behaviour).
 _VECTOR_MIN_MAX = {"Min": "<", "Max": ">"}
 _COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
+# Lane-wise binary nodes whose wide vectors are emitted as native-width parts.
+_SLICED_BINARY = {"Add", "Sub", "Mul", "Div", "Min", "Max"}
+# The host's vector register width (AVX2): GCC keeps generic vectors up to this in registers.
+NATIVE_VECTOR_BITS = 256
+
+
+def _native_lanes(dtype: DataType, lanes: int) -> int:
+    """Lanes of ``dtype`` elements in one native vector register, or ``lanes`` when a vector
+    of ``lanes`` fits (or does not split into whole native registers)."""
+    per_register = max(NATIVE_VECTOR_BITS // max(dtype.bits, 8), 1)
+    return per_register if lanes > per_register and lanes % per_register == 0 else lanes
 
 
 
@@ -183,6 +194,8 @@ class CodeGenC(CIntrinsics):
         self._parallel_depth = 0
         self._func_name = ""
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
+        # id(buffer var) -> lanes of the native-width vectors a wider vector local is kept in
+        self._split_locals: dict[int, int] = {}
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
@@ -300,14 +313,17 @@ class CodeGenC(CIntrinsics):
             return self._bool_bytes(node)
         a, b = self.expr(node.a), self.expr(node.b)
         if a_type.lanes > 1 and kind in _VECTOR_MIN_MAX:
-            vtype = self._vector_type(DataType(node.dtype))
-            mask = f"_x {_VECTOR_MIN_MAX[kind]} _y"
-            return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
-                    f"{self._blend(node.dtype, mask, '_x', '_y')}; }})")
+            return self._min_max(kind, DataType(node.dtype), a, b)
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
             return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
                                   lambda x, y: self._binary_scalar(kind, a_type, x, y))
         return self._binary_scalar(kind, a_type, a, b)
+
+    def _min_max(self, kind: str, dtype: DataType, a: str, b: str) -> str:
+        vtype = self._vector_type(dtype)
+        mask = f"_x {_VECTOR_MIN_MAX[kind]} _y"
+        return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
+                f"{self._blend(dtype, mask, '_x', '_y')}; }})")
 
     @staticmethod
     def _binary_scalar(kind: str, a_type: DataType, a: str, b: str) -> str:
@@ -534,6 +550,10 @@ class CodeGenC(CIntrinsics):
         if lanes == 1:
             return f"{data}[{access.base}]"
         vtype = self._vector_type(DataType(node.dtype))
+        native = self._split_locals.get(id(buffer.data))
+        if native:  # the whole value from its native-width parts
+            return (f"({{ {vtype} _w; __builtin_memcpy(&_w, &{data}[({access.base}) / "
+                    f"{native}], sizeof _w); _w; }})")
         if id(buffer.data) in self._vector_locals:
             return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
@@ -703,12 +723,19 @@ class CodeGenC(CIntrinsics):
         buffer = node.buffer
         data = self._data(buffer)
         lanes = DataType(node.value.dtype).lanes
-        value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
         access = _flat_access(self, buffer, node.indices)
+        if lanes > 1 and self._store_in_parts(node, access):
+            return
+        value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
         if lanes == 1 and not access.vector_index:
             self._line(f"{data}[{access.base}] = {value};")
             return
         vtype = self._vector_type(DataType(buffer.dtype).with_lanes(lanes))
+        native = self._split_locals.get(id(buffer.data))
+        if native:
+            self._line(f"{{ {vtype} _w = {value}; __builtin_memcpy(&{data}[({access.base}) / "
+                       f"{native}], &_w, sizeof _w); }}")
+            return
         if id(buffer.data) in self._vector_locals:
             self._line(f"{data}[({access.base}) / {lanes}] = {value};")
             return
@@ -722,6 +749,70 @@ class CodeGenC(CIntrinsics):
         for lane in range(lanes):
             self._line(f"  {data}[_i[{lane}]] = _v[{lane}];")
         self._line("}")
+
+    def _store_in_parts(self, node: Any, access: _Access) -> bool:
+        """Emit a vector store wider than a native register as one store per native-width
+        part when every node of its value works lane by lane (arithmetic, broadcasts,
+        contiguous loads). GCC lowers its wider generic vectors piecewise through the stack;
+        native-width statements stay in registers. Returns whether the store was emitted."""
+        t = DataType(node.value.dtype)
+        width = _native_lanes(t, t.lanes)
+        buffer = node.buffer
+        to_local = id(buffer.data) in self._split_locals
+        if width >= t.lanes or t.is_bool or not (access.contiguous or to_local) \
+                or not self._sliceable(node.value, t.bits):
+            return False
+        part_type = self._vector_type(t.element_of.with_lanes(width))
+        data = self._data(buffer)
+        for part in range(t.lanes // width):
+            value = self._slice(node.value, part, width)
+            if to_local:
+                self._line(f"{data}[({access.base}) / {width} + {part}] = {value};")
+            else:
+                self._line(f"*({part_type}_u*)({data} + {access.base} + {part * width}) = "
+                           f"{value};")
+        return True
+
+    def _sliceable(self, node: Any, bits: int) -> bool:
+        """Whether :meth:`_slice` can take native-width parts of vector ``node``."""
+        kind = _node_name(node)
+        if kind in ("Broadcast", "Ramp"):
+            return True
+        if DataType(node.dtype).bits != bits or DataType(node.dtype).is_bool:
+            return False
+        if kind in _SLICED_BINARY:
+            return self._sliceable(node.a, bits) and self._sliceable(node.b, bits)
+        if kind == "BufferLoad":
+            if id(node.buffer.data) in self._split_locals:
+                return True
+            access = _flat_access(self, node.buffer, node.indices)
+            return access.contiguous and id(node.buffer.data) not in self._vector_locals
+        return False
+
+    def _slice(self, node: Any, part: int, width: int) -> str:
+        """C text of lanes ``[part * width, (part + 1) * width)`` of vector ``node``."""
+        kind = _node_name(node)
+        t = DataType(node.dtype).element_of.with_lanes(width)
+        vtype = self._vector_type(t)
+        if kind in _SLICED_BINARY:
+            a, b = self._slice(node.a, part, width), self._slice(node.b, part, width)
+            if kind in _VECTOR_MIN_MAX:
+                return self._min_max(kind, t, a, b)
+            return self._binary_scalar(kind, t, a, b)
+        if kind == "Broadcast":
+            lanes = ", ".join(["_b"] * width)
+            return (f"({{ {c_type(t.element_of)} _b = {self.expr(node.value)}; "
+                    f"({vtype}){{{lanes}}}; }})")
+        if kind == "Ramp":
+            stride = self.expr(node.stride)
+            steps = ", ".join(str(i) for i in range(width))
+            return (f"((({vtype}){{{steps}}}) * {stride} + ({self.expr(node.base)} + "
+                    f"{part * width} * {stride}))")
+        data = self._data(node.buffer)
+        access = _flat_access(self, node.buffer, node.indices)
+        if id(node.buffer.data) in self._split_locals:
+            return f"{data}[({access.base}) / {width} + {part}]"
+        return f"(*({vtype}_u*)({data} + {access.base} + {part * width}))"
 
     def stmt_LetStmt(self, node: Any) -> None:
         value = self.expr(node.value)
@@ -809,8 +900,12 @@ class CodeGenC(CIntrinsics):
                 if lanes_used and count % lanes_used == 0:
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
-                    vtype = self._vector_type(t.element_of.with_lanes(lanes_used))
                     self._vector_locals[id(node.buffer_var)] = lanes_used
+                    native = _native_lanes(t.element_of, lanes_used)
+                    if native < lanes_used:
+                        self._split_locals[id(node.buffer_var)] = native
+                        lanes_used = native
+                    vtype = self._vector_type(t.element_of.with_lanes(lanes_used))
                     self._line(f"{vtype} {name}[{count // lanes_used}] "
                                "__attribute__((aligned(64)));")
                 else:
