@@ -196,6 +196,7 @@ class CodeGenC(CIntrinsics):
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         # id(buffer var) -> lanes of the native-width vectors a wider vector local is kept in
         self._split_locals: dict[int, int] = {}
+        self._shared_parts: dict[str, list[str]] = {}  # wide shared load -> its parts' names
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
@@ -675,10 +676,33 @@ class CodeGenC(CIntrinsics):
                 pin = f" KILN_IN_REGISTER({name});" if _fits_vector_register(vtype) else ""
                 self._line(f"{vtype} {name} = {text};{pin}")
                 self._shared_loads[text] = name
+                if not pin:
+                    self._share_native_parts(text, vtype, name)
             self.emit_stmt(stmt)
         for pairs in first_use.values():
             for text, _ in pairs:
                 self._shared_loads.pop(text, None)
+                self._shared_parts.pop(text, None)
+
+    def _share_native_parts(self, text: str, vtype: str, name: str) -> None:
+        """Also read a shared load wider than a register as register-pinned native-width
+        parts, which the stores emitted in parts (:meth:`_store_in_parts`) use."""
+        m = re.fullmatch(r"([a-z]+?)(\d+)x(\d+)", vtype)
+        if m is None:
+            return
+        dtype = DataType(f"{m.group(1)}{m.group(2)}")
+        lanes = int(m.group(3))
+        width = _native_lanes(dtype, lanes)
+        if width == lanes:
+            return
+        part_type = self._vector_type(dtype.with_lanes(width))
+        address = text[text.index("_u*)") + 4:-1]
+        names = []
+        for part in range(lanes // width):
+            names.append(f"{name}_{part}")
+            self._line(f"{part_type} {names[-1]} = *({part_type}_u*)({address} + "
+                       f"{part * width}); KILN_IN_REGISTER({names[-1]});")
+        self._shared_parts[text] = names
 
     def _share_vector_loads(self, seq: Sequence[Any]) -> dict[int, list[tuple[str, str]]]:
         """Vector loads repeated across a run of stores (an unrolled micro-kernel's B panel)
@@ -812,6 +836,10 @@ class CodeGenC(CIntrinsics):
         access = _flat_access(self, node.buffer, node.indices)
         if id(node.buffer.data) in self._split_locals:
             return f"{data}[({access.base}) / {width} + {part}]"
+        whole = self._vector_type(DataType(node.dtype))
+        shared = self._shared_parts.get(f"(*({whole}_u*)({data} + {access.base}))")
+        if shared:
+            return shared[part]
         return f"(*({vtype}_u*)({data} + {access.base} + {part * width}))"
 
     def stmt_LetStmt(self, node: Any) -> None:

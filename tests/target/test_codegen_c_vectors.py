@@ -149,3 +149,29 @@ def test_selects_avoid_lane_arrays():
     source = kiln.build(_vectorized(out, 8), [mask, a, out], target="c").get_source()
     assert "_o[" not in source
     assert "uint1x" not in source
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("block", [(4, 16), (8, 8), (2, 32)])
+def test_conv1d_register_block(target, block):
+    """topi.x86 conv1d with 16/32-lane accumulators: wide vectors are split into AVX2 parts on
+    c (the accumulator tile is an array of 8-float vectors), results match NumPy."""
+    from kiln import topi
+    from kiln.topi.x86 import conv1d as x86_conv1d
+
+    data = te.placeholder((1, 8, 64), name="data")
+    weight = te.placeholder((8, 8, 3), name="weight")
+    out = topi.nn.conv1d(data, weight, 1, 1)
+    sch = x86_conv1d.schedule_conv1d_ncw([out], {"oc_bn": block[0], "tile_ow": block[1]})
+    mod = kiln.build(sch, [data, weight, out], target=target, name="conv")
+    if target == "c":
+        source = mod.get_source()
+        assert "float32x8 conv1d_local[" in source
+        assert "float32x16 conv1d_local" not in source
+        assert "float32x32 conv1d_local" not in source
+    x, w = _random((1, 8, 64), "float32"), _random((8, 8, 3), "float32")
+    got = _run(mod, "conv", [x, w], (1, 8, 64), "float32")
+    padded = np.pad(x[0], ((0, 0), (1, 1)))
+    windows = np.stack([padded[:, k:k + 64] for k in range(3)], axis=-1)  # c, w, k
+    expected = np.einsum("cwk,ock->ow", windows, w)[None]
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
