@@ -587,7 +587,7 @@ class CodeGenC(CIntrinsics):
         loading = [bool(_loads_of(arm)[0]) for arm in (then, other)]
         if not any(loading) or not (self._speculable(then) and self._speculable(other)):
             return f"({texts[0]} ? {texts[1]} : {texts[2]})"
-        ctype = c_type(DataType(node.dtype))
+        ctype = self._vector_type(DataType(node.dtype))
         decls = []
         for slot, has_load in ((1, loading[0]), (2, loading[1])):
             if has_load:
@@ -606,9 +606,28 @@ class CodeGenC(CIntrinsics):
         if self._speculable(then) and self._speculable(other):
             mask = self._lane_mask(cond, max(t.bits, 8))
             return self._blend(t, mask, self._vector_value(then), self._vector_value(other))
-        texts = [self.expr(a) for a in node.args]
-        return self._per_lane(node.dtype, [a.dtype for a in node.args], texts,
-                              lambda c, a, b: f"({c} ? {a} : {b})")
+        # an arm that may fault is read lane by lane under the ?: (gcc: a masked load)
+        # (other arms are evaluated whole, as the lanes of a gather)
+        guarded = {id(arm): text for arm in (then, other)
+                   if not self._speculable(arm) and (text := self._lane_load(arm))}
+        evaluated = [cond] + [arm for arm in (then, other) if id(arm) not in guarded]
+
+        def rule(*lanes: str) -> str:
+            values = dict(zip(map(id, evaluated), lanes))
+            c, a, b = (values.get(id(x)) or guarded[id(x)] for x in (cond, then, other))
+            return f"({c} ? {a} : {b})"
+
+        return self._per_lane(node.dtype, [x.dtype for x in evaluated],
+                              [self.expr(x) for x in evaluated], rule)
+
+    def _lane_load(self, arm: Any) -> str | None:
+        """C text of lane ``_l`` of a contiguous vector load, or None for other nodes."""
+        if _node_name(arm) != "BufferLoad" or id(arm.buffer.data) in self._vector_locals:
+            return None
+        access = _flat_access(self, arm.buffer, arm.indices)
+        if not access.contiguous:
+            return None
+        return f"{self._data(arm.buffer)}[({access.base}) + _l]"
 
     def _speculable(self, expr: Any) -> bool:
         """Whether evaluating ``expr`` cannot fault: no integer division, no calls other than

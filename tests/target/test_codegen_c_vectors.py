@@ -175,3 +175,51 @@ def test_conv1d_register_block(target, block):
     windows = np.stack([padded[:, k:k + 64] for k in range(3)], axis=-1)  # c, w, k
     expected = np.einsum("cwk,ock->ow", windows, w)[None]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def _vector_if_then_else_kernel() -> tir.PrimFunc:
+    """Hand-built vector if_then_else (the te vectorizer scalarizes lane-dependent ones):
+    out[8i:8i+8] = where(a > b, a - b, b), then a guarded shifted read with a scalar
+    condition whose load would fall before ``a`` at i == 0."""
+    a = tir.decl_buffer((32,), "float32", name="a")
+    b = tir.decl_buffer((32,), "float32", name="b")
+    out = tir.decl_buffer((2, 32), "float32", name="out")
+    i = tir.Var("i", "int32")
+    lanes = tir.Ramp(i * 8, 1, 8)
+    blend = tir.if_then_else(a[lanes] > b[lanes], a[lanes] - b[lanes], b[lanes])
+    shifted = tir.if_then_else(i >= 1, a[tir.Ramp(i * 8 - 8, 1, 8)],
+                               tir.Broadcast(tir.const(0.0, "float32"), 8))
+    body = tir.stmt_seq(tir.BufferStore(out, blend, [tir.IntImm("int32", 0), lanes]),
+                        tir.BufferStore(out, shifted, [tir.IntImm("int32", 1), lanes]))
+    return tir.PrimFunc([a, b, out], tir.For(i, 0, 4, tir.ForKind.SERIAL, body))
+
+
+def test_vector_if_then_else_blend_and_scalar_guard():
+    """(target c only: the llvm emitter branches on the <8 x i1> condition and fails.)"""
+    mod = kiln.build(_vector_if_then_else_kernel(), target="c", name="ite_vec")
+    assert "_o[" not in mod.get_source()  # a blend, not lane arrays
+    x, y = _random((32,), "float32"), _random((32,), "float32")
+    got = _run(mod, "ite_vec", [x, y], (2, 32), "float32")
+    np.testing.assert_allclose(got[0], np.where(x > y, x - y, y), rtol=1e-6)
+    np.testing.assert_array_equal(got[1], np.concatenate([np.zeros(8, "float32"), x[:24]]))
+
+
+def test_vector_if_then_else_guarded_lane_loads():
+    """A per-lane guard over a load that leaves the buffer at the edges (a padded shift):
+    the load stays under the ?: lane by lane, so no lane outside ``a`` is read."""
+    a = tir.decl_buffer((32,), "float32", name="a")
+    out = tir.decl_buffer((32,), "float32", name="out")
+    i = tir.Var("i", "int32")
+    lanes = tir.Ramp(i * 8, 1, 8)
+    inside = tir.And(lanes >= tir.Broadcast(tir.IntImm("int32", 3), 8),
+                     lanes < tir.Broadcast(tir.IntImm("int32", 35), 8))
+    shifted = tir.if_then_else(inside, a[tir.Ramp(i * 8 - 3, 1, 8)],
+                               tir.Broadcast(tir.const(-1.0, "float32"), 8))
+    func = tir.PrimFunc([a, out], tir.For(i, 0, 4, tir.ForKind.SERIAL,
+                                          tir.BufferStore(out, shifted, [lanes])))
+    mod = kiln.build(func, target="c", name="shift")
+    source = mod.get_source()
+    assert "? a[(((i * 8) - 3)) + _l]" in source  # read lane by lane under the guard
+    x = _random((32,), "float32")
+    got = _run(mod, "shift", [x], (32,), "float32")
+    np.testing.assert_array_equal(got, np.concatenate([np.full(3, -1, "float32"), x[:29]]))
