@@ -3,11 +3,13 @@
 Entry points: :class:`Storage`, :class:`NaiveAllocator`, :class:`PooledAllocator`,
 :func:`make_allocator`, :data:`ALLOCATOR_KINDS`.
 
-``AllocStorage`` asks the device's allocator for a :class:`Storage` (a block of host memory);
-``AllocTensor``/``AllocTensorReg`` create NDArrays that *view* the block at a byte offset, with
-no copy. A block goes back to its allocator when the last reference to it dies — the Storage
-register value and every tensor viewing it (each view keeps its Storage alive) — so
-``KillRegister`` of the last holder is what frees memory.
+``AllocStorage`` asks the device's allocator for a :class:`Storage`: a block of host memory
+on a CPU device, a buffer of the device's API (:mod:`kiln.runtime.device_api`, e.g. OpenCL)
+on any other device. ``AllocTensor``/``AllocTensorReg`` create NDArrays that *view* the block
+at a byte offset, with no copy (on a device: a ``DeviceNDArray`` at that byte offset). A block
+goes back to its allocator when the last reference to it dies — the Storage register value and
+every tensor viewing it (each view keeps its Storage alive) — so ``KillRegister`` of the last
+holder is what frees memory.
 
 Views are cheap on a reused block: each block caches, per ``(offset, shape, dtype)``, a
 :class:`ViewSpec` (the ``DLTensor`` kernels read, built once), so ``alloc_tensor`` on a block
@@ -45,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.runtime.device_api import DeviceNDArray, _Buffer, get_device_api
 from kiln.runtime.error import TVMError
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.object import Object, register_object
@@ -62,6 +65,7 @@ __all__ = [
 
 PAGE_SIZE = 4096
 _MIN_ALIGNMENT = 64
+_CPU_DEVICE_TYPE = 1
 
 
 class _Block:
@@ -84,6 +88,66 @@ class _Block:
         self.nbytes = nbytes
         self.views: dict[tuple, ViewSpec] = {}
         self.plans: dict[Any, Any] = {}
+
+    def make_view(self, offset: int, nbytes: int, shape: tuple[int, ...], dtype: Any,
+                  device: Any) -> ViewSpec:
+        return ViewSpec(self.address + offset, nbytes, shape, dtype, device)
+
+
+class _DeviceBlock:
+    """A buffer of a device API (memory of a non-CPU device), freed with the block.
+
+    It has no host address (``address`` is 0: every page-aligned request accepts it; device
+    buffers are aligned by their driver). ``views`` and ``plans`` are as on :class:`_Block`.
+    """
+
+    __slots__ = ("owner", "address", "nbytes", "views", "plans")
+
+    def __init__(self, device: Any, nbytes: int) -> None:
+        api = get_device_api(device.device_type, device)
+        try:
+            self.owner = _Buffer(api, device, nbytes)
+        except TVMError:
+            raise
+        except Exception as err:  # the driver's own error (out of device memory, ...)
+            raise TVMError(f"cannot allocate {nbytes} bytes of VM storage on {device}: "
+                           f"{err}") from None
+        self.address = 0
+        self.nbytes = nbytes
+        self.views: dict[tuple, _DeviceViewSpec] = {}
+        self.plans: dict[Any, Any] = {}
+
+    def make_view(self, offset: int, nbytes: int, shape: tuple[int, ...], dtype: Any,
+                  device: Any) -> _DeviceViewSpec:
+        return _DeviceViewSpec(self.owner, offset, shape, dtype)
+
+
+class _StorageLease:
+    """A device buffer as a ``DeviceNDArray`` sees it, holding the Storage it came from.
+
+    Every view (and every ``_create_view`` of a view) shares the lease, so the block goes
+    back to its allocator only when the last of them and the Storage are gone.
+    """
+
+    __slots__ = ("api", "device", "handle", "nbytes", "storage")
+
+    def __init__(self, buffer: _Buffer, storage: Storage) -> None:
+        self.api, self.device, self.handle = buffer.api, storage.device, buffer.handle
+        self.nbytes, self.storage = buffer.nbytes, storage
+
+
+class _DeviceViewSpec:
+    """One tensor view of a device block (the :class:`ViewSpec` of device memory)."""
+
+    __slots__ = ("buffer", "offset", "shape", "dtype")
+
+    def __init__(self, buffer: _Buffer, offset: int, shape: tuple[int, ...], dtype: Any) -> None:
+        self.buffer, self.offset, self.shape, self.dtype = buffer, offset, shape, dtype
+
+    def lease(self, storage: Storage) -> DeviceNDArray:
+        """A DeviceNDArray over this view that keeps ``storage`` alive."""
+        return DeviceNDArray._on(_StorageLease(self.buffer, storage), self.offset, self.shape,
+                                 self.dtype)
 
 
 _MAX_CACHED_VIEWS = 256  # per block; a program with ever-new dynamic shapes starts over
@@ -171,8 +235,7 @@ class Storage(Object):
             )
         if len(views) >= _MAX_CACHED_VIEWS:
             views.clear()
-        spec = views[key] = ViewSpec(self._block.address + offset, nbytes, shape, dtype,
-                                     self.device)
+        spec = views[key] = self._block.make_view(offset, nbytes, shape, dtype, self.device)
         return spec
 
     def __del__(self) -> None:
@@ -182,6 +245,11 @@ class Storage(Object):
                 allocator._release(self._block)
             except Exception:  # interpreter shutdown: nothing left to return memory to
                 pass
+
+
+def _new_block(device: Any, host: bool, nbytes: int, alignment: int) -> _Block | _DeviceBlock:
+    """A host block for a CPU device, a device API buffer for any other."""
+    return _Block(nbytes, alignment) if host else _DeviceBlock(device, nbytes)
 
 
 def _new_storage() -> Storage:
@@ -201,6 +269,10 @@ class Allocator:
         self.device = device
         self.used_bytes = 0
         self.num_allocations = 0
+        # Host memory (a CPU device) or a device API's buffers; only pooled host blocks are
+        # run by the VM's fused segments.
+        self.host = device.device_type == _CPU_DEVICE_TYPE
+        self.fusable = self.host and self.kind == "pooled"
 
     @property
     def cached_bytes(self) -> int:
@@ -212,9 +284,8 @@ class Allocator:
             raise TVMError(f"cannot allocate a negative size ({nbytes} bytes)")
         if alignment <= 0 or alignment & (alignment - 1):
             raise TVMError(f"alignment {alignment} is not a positive power of two")
-        check = getattr(self.device, "_check_allocatable", None)
-        if check is not None:
-            check()
+        if not self.host:
+            get_device_api(self.device.device_type, self.device)  # a clear error if none
         self.num_allocations += 1
         return self._storage(self._acquire(nbytes, alignment), nbytes, alignment)
 
@@ -245,8 +316,8 @@ class NaiveAllocator(Allocator):
 
     kind = "naive"
 
-    def _acquire(self, nbytes: int, alignment: int) -> _Block:
-        return _Block(nbytes, alignment)
+    def _acquire(self, nbytes: int, alignment: int) -> _Block | _DeviceBlock:
+        return _new_block(self.device, self.host, nbytes, alignment)
 
 
 class PooledAllocator(Allocator):
@@ -286,7 +357,7 @@ class PooledAllocator(Allocator):
             if block.address % max(alignment, _MIN_ALIGNMENT) == 0:
                 return block
         self._note_request(size)
-        return _Block(size, max(alignment, PAGE_SIZE))
+        return _new_block(self.device, self.host, size, max(alignment, PAGE_SIZE))
 
     def _note_request(self, size: int) -> None:
         self._last_request[size] = self.num_allocations

@@ -201,7 +201,8 @@ class FusedSegment:
     def run(self, regs: list, allocators: list[Any]) -> bool:
         """Run the segment fused on the register file ``regs``; False (having changed
         nothing the instructions would not) when it must run unfused instead: an input is
-        not a plain tensor, the storage is not pooled, a view does not fit, a kernel failed.
+        not a plain host tensor, the storage is not pooled host memory, a view does not fit,
+        a kernel failed.
         """
         inputs = [regs[reg] for reg in self.input_regs]
         for tensor in inputs:
@@ -210,12 +211,12 @@ class FusedSegment:
         alloc = self.alloc
         if alloc is not None:
             allocator = allocators[alloc.device_index]
-            if allocator.kind != "pooled":  # a fresh block per run: nothing to reuse
+            if not allocator.fusable:  # naive: a fresh block per run; or device memory
                 return False
             storage = allocator.alloc(self.alloc_nbytes, alloc.alignment)
         else:
             storage = regs[self.storage_reg]
-            if type(storage) is not Storage or storage._allocator.kind != "pooled":
+            if type(storage) is not Storage or not storage._allocator.fusable:
                 return False
         plan = storage._block.plans.get(self)
         if plan is None:
@@ -295,7 +296,10 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
         if op == bc.Opcode.LoadConsti:
             sym[instr.dst] = _Value(scalar(instr.val), instr.val)
         elif op == bc.Opcode.LoadConst:
-            sym[instr.dst] = _Value(constant(instr))
+            tensor = constant(instr)
+            if type(tensor) is not _NDArray:  # device memory: kernels here read host memory
+                break
+            sym[instr.dst] = _Value(tensor)
         elif op == bc.Opcode.KillRegister:
             sym[instr.dst] = None
         elif op == bc.Opcode.AllocStorage:

@@ -33,6 +33,13 @@ a call list prebuilt per pooled storage block, then sets the registers as the in
 would have. Anything it was not built for (a non-tensor input, a naive allocator, a kernel
 error) runs the original instructions one by one instead, so results, errors and the pcs
 they name are those of the unfused program. The profiler runs unfused, timing each kernel.
+
+**Devices**: virtual device ``i`` of the executable runs on ``devices[i]``, each with its own
+allocator; a non-CPU device's storage is memory of its device API (e.g. OpenCL buffers), its
+tensors are ``DeviceNDArray`` views. Inputs are copied to their parameter's device,
+constants to their device once, ``DeviceCopy`` moves tensors between devices, and a result
+on a device comes back as a device array (``.numpy()`` copies it to the host). Segments
+touching device memory (a device allocator, a device constant, a device input) run unfused.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import numpy as np
 from kiln.runtime import ndarray as _nd
 from kiln.runtime.container import ADT, Closure
 from kiln.runtime.device import Device, cpu
+from kiln.runtime.device_api import DeviceNDArray
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import register_object
@@ -586,7 +594,7 @@ class VirtualMachine:
         if known is not None:
             return known
         tensor = self._tensor(value, "scalar operand")
-        data = tensor._np
+        data = tensor.numpy() if isinstance(tensor, DeviceNDArray) else tensor._np
         if data.size < 1:
             raise TVMError(f"expected a scalar tensor, got shape {tensor.shape}")
         if data.dtype.kind not in "iub":
@@ -595,7 +603,7 @@ class VirtualMachine:
 
     def _load_shape(self, value: Any) -> tuple[int, ...]:
         tensor = self._tensor(value, "shape operand")
-        data = tensor._np
+        data = tensor.numpy() if isinstance(tensor, DeviceNDArray) else tensor._np
         if data.ndim != 1 or data.dtype.kind not in "iu":
             raise TVMError(f"a shape must be a 1-D integer tensor, got {tensor.shape} "
                            f"{tensor.dtype}")
