@@ -27,6 +27,13 @@ min/max/select are mask blends); float32 ``exp`` is ``kiln_expf``, an inlinable 
 (1 ulp) instead of libm's opaque call. ``if_then_else`` arms whose loads are provably in bounds
 are evaluated before the ``?:`` (see :meth:`CodeGenC.call_if_then_else`: GCC 12.2 miscompiles
 the masked loads it would otherwise make).
+
+Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vector lanes must
+be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
+value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). Vectors wider
+than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
+works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are
+arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
 """
 
 from __future__ import annotations
