@@ -580,8 +580,14 @@ class VMCompiler:
     def get_params(self) -> dict[str, Any]:
         return dict(self._params)
 
-    def optimize(self, mod: Any, target: Any = None, params: dict | None = None) -> IRModule:
-        """The module after the VM pipeline up to code generation (ANF, fused, kills)."""
+    def optimize(self, mod: Any, target: Any = None, target_host: Any = None,
+                 params: dict | None = None) -> IRModule:
+        """The module after the VM pipeline up to code generation (ANF, fused, kills).
+
+        The passes run under the CPU kernels' target (``target_host`` only when no CPU
+        target is given), as ``relay.build``'s do: an explicit ``target_host`` changes where
+        host code is built, not how the CPU kernels' program is optimized.
+        """
         from kiln.ir.transform import PassContext, Sequential
         from kiln.relay import transform
         from kiln.relay.build_module import bind_params_by_name, default_device_of, parse_targets
@@ -590,7 +596,7 @@ class VMCompiler:
         if params:
             self.set_params(params)
         mod = _as_module(mod)
-        targets, target = parse_targets(target)
+        targets, host = parse_targets(target, target_host)
         if self._params and "main" in [g.name_hint for g in mod.get_global_vars()]:
             mod = mod.copy()
             mod["main"] = bind_params_by_name(mod["main"], self._params)
@@ -603,7 +609,7 @@ class VMCompiler:
         disabled = set(PassContext.current().disabled_pass or ())
         if "ManifestLifetimes" not in disabled:
             passes += [ManifestLifetimes(), transform.InferType()]
-        with target:
+        with targets.get(1, host):
             return Sequential(passes, name="vm_optimize")(mod)
 
     def lower(self, mod: Any, target: Any = None, target_host: Any = None) -> None:
@@ -614,7 +620,7 @@ class VMCompiler:
 
         targets, host = parse_targets(target, target_host)
         self._target = host
-        mod = self.optimize(mod, targets if len(targets) > 1 else host)
+        mod = self.optimize(mod, targets, host)
         compilers = {device_type: TECompiler(t, "vm_mod") for device_type, t in targets.items()}
         tec = compilers.setdefault(1, TECompiler(host, "vm_mod"))
         _share_kernel_names(compilers.values())
@@ -705,7 +711,9 @@ def compile(mod: Any, target: Any = None, target_host: Any = None,  # noqa: A001
         The program; ``main`` is the entry point.
     target : str or Target, optional
         Kernel target (``"llvm"`` or ``"c"``; default: llvm when available).
-    target_host : ignored; kiln's host is the target.
+    target_host : str or Target, optional
+        Host target (VM-side shape functions and host code; default: the CPU target). The
+        optimization passes run under the CPU kernels' target whichever is given.
     params : dict of str to array, optional
         Values bound to ``main``'s parameters of the same names.
 
