@@ -62,9 +62,11 @@ from kiln.target.c_abi import (
     _float_suffix,
     _is_const_int,
     _node_name,
+    _packed_declaration,
     _packed_wrapper,
     _preamble,
     _system_lib_registration,
+    c_function_identifier,
     c_type,
     function_signature,
     functions_of,
@@ -217,9 +219,9 @@ class CodeGenC(CIntrinsics):
     def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
         """Emit ``name_unpacked`` (and the packed ``name``) for one PrimFunc."""
         name = name or func.attrs.get("global_symbol") or "default_function"
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_RESERVED:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise TVMError(f"C codegen: {name!r} is not a valid C function name (use letters, "
-                           "digits and '_', not a C keyword)")
+                           "digits and '_')")
         self._func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
@@ -255,7 +257,8 @@ class CodeGenC(CIntrinsics):
         for var, ctype in zip(func.params, _PACKED_PARAM_TYPES):
             params.append(f"{ctype} {self._bind(var)}")
             self._pointer_types[id(var)] = ctype
-        self._lines.append(f"int32_t {name}({', '.join(params)}) {{")
+        self._lines.append(_packed_declaration(name))
+        self._lines.append(f"int32_t {c_function_identifier(name)}({', '.join(params)}) {{")
         self._indent = 1
         self.emit_stmt(func.body)
         self._line("return 0;")
