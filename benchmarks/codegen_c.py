@@ -133,8 +133,10 @@ def run_case(name: str, make, repeat: int, number: int) -> tuple[str, float, flo
 
 CASES = {
     "padded copy 512x510 (8 lanes)": lambda target: padded_copy(),
+    "padded copy 512x510 (16 lanes)": lambda target: padded_copy(lanes=16),
     "FMA 64x4096 (16 lanes)": lambda target: fma_block(),
     "bool select 256K (8 lanes)": lambda target: bool_select(),
+    "bool select 256K (16 lanes)": lambda target: bool_select(lanes=16),
     "conv1d 64x256 k3 (default block)": lambda target: conv1d(target),
     "conv1d 64x256 k3 (4x16 block)": lambda target: conv1d(target,
                                                           config={"oc_bn": 4, "tile_ow": 16}),

@@ -62,11 +62,9 @@ from kiln.target.c_abi import (
     _float_suffix,
     _is_const_int,
     _node_name,
-    _packed_declaration,
     _packed_wrapper,
     _preamble,
     _system_lib_registration,
-    c_function_identifier,
     c_type,
     function_signature,
     functions_of,
@@ -219,9 +217,9 @@ class CodeGenC(CIntrinsics):
     def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
         """Emit ``name_unpacked`` (and the packed ``name``) for one PrimFunc."""
         name = name or func.attrs.get("global_symbol") or "default_function"
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_RESERVED:
             raise TVMError(f"C codegen: {name!r} is not a valid C function name (use letters, "
-                           "digits and '_')")
+                           "digits and '_', not a C keyword)")
         self._func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
@@ -257,8 +255,7 @@ class CodeGenC(CIntrinsics):
         for var, ctype in zip(func.params, _PACKED_PARAM_TYPES):
             params.append(f"{ctype} {self._bind(var)}")
             self._pointer_types[id(var)] = ctype
-        self._lines.append(_packed_declaration(name))
-        self._lines.append(f"int32_t {c_function_identifier(name)}({', '.join(params)}) {{")
+        self._lines.append(f"int32_t {name}({', '.join(params)}) {{")
         self._indent = 1
         self.emit_stmt(func.body)
         self._line("return 0;")
@@ -835,12 +832,47 @@ class CodeGenC(CIntrinsics):
             return False
         if kind in _SLICED_BINARY:
             return self._sliceable(node.a, bits) and self._sliceable(node.b, bits)
-        if kind == "BufferLoad":
-            if id(node.buffer.data) in self._split_locals:
-                return True
-            access = _flat_access(self, node.buffer, node.indices)
-            return access.contiguous and id(node.buffer.data) not in self._vector_locals
-        return False
+        if kind == "Select":
+            return (self._sliceable(node.true_value, bits) and self._mask_sliceable(
+                node.condition) and self._sliceable(node.false_value, bits))
+        return kind == "BufferLoad" and self._load_sliceable(node)
+
+    def _load_sliceable(self, load: Any) -> bool:
+        if id(load.buffer.data) in self._split_locals:
+            return True
+        access = _flat_access(self, load.buffer, load.indices)
+        return access.contiguous and id(load.buffer.data) not in self._vector_locals
+
+    def _mask_sliceable(self, cond: Any) -> bool:
+        """Whether :meth:`_slice_mask` can take native-width parts of vector bool ``cond``."""
+        kind = _node_name(cond)
+        if kind in _COMPARISONS:
+            operand = DataType(cond.a.dtype)
+            return not operand.is_bool and self._sliceable(cond.a, operand.bits) and \
+                self._sliceable(cond.b, operand.bits)
+        if kind in _VECTOR_MASK_BINARY:
+            return self._mask_sliceable(cond.a) and self._mask_sliceable(cond.b)
+        if kind == "Not":
+            return self._mask_sliceable(cond.a)
+        return kind == "Broadcast" or (kind == "BufferLoad" and self._load_sliceable(cond))
+
+    def _slice_mask(self, cond: Any, part: int, width: int, bits: int) -> str:
+        """Part ``part`` of :meth:`_lane_mask` (``width`` lanes of ``bits`` bits)."""
+        kind = _node_name(cond)
+        itype = self._vector_type(DataType(f"int{bits}").with_lanes(width))
+        if kind in _COMPARISONS:
+            operand = DataType(cond.a.dtype)
+            text = self._binary_scalar(kind, operand, self._slice(cond.a, part, width),
+                                       self._slice(cond.b, part, width))
+            return text if operand.bits == bits else f"__builtin_convertvector({text}, {itype})"
+        if kind in _VECTOR_MASK_BINARY:
+            return _VECTOR_MASK_BINARY[kind].format(
+                a=self._slice_mask(cond.a, part, width, bits),
+                b=self._slice_mask(cond.b, part, width, bits))
+        if kind == "Not":
+            return f"(~{self._slice_mask(cond.a, part, width, bits)})"
+        mask = f"({self._slice(cond, part, width)} != 0)"
+        return mask if bits == 8 else f"__builtin_convertvector({mask}, {itype})"
 
     def _slice(self, node: Any, part: int, width: int) -> str:
         """C text of lanes ``[part * width, (part + 1) * width)`` of vector ``node``."""
@@ -852,6 +884,10 @@ class CodeGenC(CIntrinsics):
             if kind in _VECTOR_MIN_MAX:
                 return self._min_max(kind, t, a, b)
             return self._binary_scalar(kind, t, a, b)
+        if kind == "Select":
+            mask = self._slice_mask(node.condition, part, width, max(t.bits, 8))
+            return self._blend(t, mask, self._slice(node.true_value, part, width),
+                               self._slice(node.false_value, part, width))
         if kind == "Broadcast":
             lanes = ", ".join(["_b"] * width)
             return (f"({{ {c_type(t.element_of)} _b = {self.expr(node.value)}; "

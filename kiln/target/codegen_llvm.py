@@ -215,9 +215,8 @@ class CodeGenLLVM(LLVMIntrinsics):
             if index < len(signature.buffers):
                 arg.add_attribute("noalias")
             self.vars[id(var)] = arg
-        # types only: tensor names may repeat or be C keywords
-        c_params = [f"{c_abi.c_type(b.dtype)}*" for b in signature.buffers]
-        c_params += [c_abi.c_type(v.dtype) for v in signature.scalars]
+        c_params = [f"{c_abi.c_type(b.dtype)}* {b.name}" for b in signature.buffers]
+        c_params += [f"{c_abi.c_type(v.dtype)} {v.name}" for v in signature.scalars]
         self.signatures.append((name, signature, c_params))
         self._enter_function(fn)
         self.emit_stmt(func.body)
