@@ -42,6 +42,7 @@ _PASS_CONFIG_TYPES: dict[str, type] = {
     "relay.ToMixedPrecision.keep_orig_output_dtype": bool,
     "relay.fallback_device_type": int,
     "tir.disable_vectorize": bool,
+    "tir.parallel_min_work": int,
     "tir.disable_assert": bool,
     "tir.noalias": bool,
     "tir.instrument_bound_checkers": bool,

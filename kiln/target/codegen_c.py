@@ -62,9 +62,11 @@ from kiln.target.c_abi import (
     _float_suffix,
     _is_const_int,
     _node_name,
+    _packed_declaration,
     _packed_wrapper,
     _preamble,
     _system_lib_registration,
+    c_function_identifier,
     c_type,
     function_signature,
     functions_of,
@@ -158,13 +160,31 @@ def _fits_vector_register(vtype: str) -> bool:
     m = re.fullmatch(r"[a-z]+?(\d+)x(\d+)", vtype)
     return m is not None and int(m.group(1)) * int(m.group(2)) <= 256
 
+# The runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS) and the chunk size of a
+# dynamically scheduled parallel loop: about four chunks per thread of the running team.
+_PARALLEL_CHUNK_HELPER = """\
+#ifdef _OPENMP
+int KilnRuntimeNumThreads(void);
+int omp_get_num_threads(void);
+#define KILN_TEAM_SIZE() ((int64_t)omp_get_num_threads())
+#else
+#define KILN_TEAM_SIZE() ((int64_t)1)
+#endif
+static inline int64_t kiln_parallel_chunk(int64_t count) {
+  int64_t parts = 4 * KILN_TEAM_SIZE();
+  int64_t chunk = (count + parts - 1) / parts;
+  return chunk > 0 ? chunk : 1;
+}"""
+
+
 class CodeGenC(CIntrinsics):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
 
     ``use_openmp``
-        emit ``#pragma omp parallel for`` (guarded by ``#ifdef _OPENMP``) for parallel loops;
+        run parallel loops in an ``#pragma omp parallel`` team (guarded by ``#ifdef
+        _OPENMP``) whose threads claim contiguous chunks from an atomic counter;
     ``workspace_threshold``
         constant-size allocations up to this many bytes live on the stack (64-byte aligned),
         bigger or symbolic ones come from ``TVMBackendAllocWorkspace``;
@@ -217,9 +237,9 @@ class CodeGenC(CIntrinsics):
     def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
         """Emit ``name_unpacked`` (and the packed ``name``) for one PrimFunc."""
         name = name or func.attrs.get("global_symbol") or "default_function"
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in C_RESERVED:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise TVMError(f"C codegen: {name!r} is not a valid C function name (use letters, "
-                           "digits and '_', not a C keyword)")
+                           "digits and '_')")
         self._func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
@@ -255,7 +275,8 @@ class CodeGenC(CIntrinsics):
         for var, ctype in zip(func.params, _PACKED_PARAM_TYPES):
             params.append(f"{ctype} {self._bind(var)}")
             self._pointer_types[id(var)] = ctype
-        self._lines.append(f"int32_t {name}({', '.join(params)}) {{")
+        self._lines.append(_packed_declaration(name))
+        self._lines.append(f"int32_t {c_function_identifier(name)}({', '.join(params)}) {{")
         self._indent = 1
         self.emit_stmt(func.body)
         self._line("return 0;")
@@ -267,8 +288,7 @@ class CodeGenC(CIntrinsics):
         """The whole translation unit: includes, helpers, imported C, then the functions."""
         parts = [_preamble("c"), *self._vector_types.values(), _PRELUDE_HELPERS.strip()]
         if self.use_openmp:
-            # the kiln runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS)
-            parts.append("#ifdef _OPENMP\nint KilnRuntimeNumThreads(void);\n#endif")
+            parts.append(_PARALLEL_CHUNK_HELPER)
         if self.uses_module_ctx:
             parts.append(_MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
@@ -281,7 +301,13 @@ class CodeGenC(CIntrinsics):
 
     # -- names -----------------------------------------------------------------------------
     def _bind(self, var: Any, hint: str | None = None) -> str:
-        base = re.sub(r"\W", "_", hint or var.name) or "v"
+        name = self._fresh(hint or var.name)
+        self._names[id(var)] = name
+        return name
+
+    def _fresh(self, hint: str) -> str:
+        """A C identifier based on ``hint`` that no other name of the function uses."""
+        base = re.sub(r"\W", "_", hint) or "v"
         if base[0].isdigit() or base in C_RESERVED or base.startswith(("_", "kiln_")):
             base = "v_" + base
         name, suffix = base, 0
@@ -289,7 +315,6 @@ class CodeGenC(CIntrinsics):
             suffix += 1
             name = f"{base}_{suffix}"
         self._used_names.add(name)
-        self._names[id(var)] = name
         return name
 
     def _var_name(self, var: Any) -> str:
@@ -960,23 +985,59 @@ class CodeGenC(CIntrinsics):
         name = self._bind(node.loop_var)
         begin, extent = self.expr(node.min), self.expr(node.extent)
         end = extent if _is_const_int(node.min, 0) else f"{begin} + {extent}"
-        nested_parallel = False
         if kind == 1 and self.use_openmp and self._parallel_depth == 0:
-            self._lines.append("#ifdef _OPENMP")
-            self._lines.append("#pragma omp parallel for schedule(static) "
-                               "num_threads(KilnRuntimeNumThreads())")
-            self._lines.append("#endif")
-            nested_parallel = True
-        elif kind == 2:
+            self._parallel_chunks(node, loop_type, name, begin, extent)
+            return
+        if kind == 2:
             self._lines.append("#pragma GCC ivdep")
         elif kind == 3 and _is_const_int(node.extent):
             self._lines.append(f"#pragma GCC unroll {max(int(node.extent.value), 1)}")
         self._line(f"for ({loop_type} {name} = {begin}; {name} < {end}; ++{name}) {{")
-        self._parallel_depth += nested_parallel
+        self._loop_body(node)
+        self._line("}")
+
+    def _loop_body(self, node: Any) -> None:
         with self._analyzer.constraint_scope(node.loop_var,
                                              Range.from_min_extent(node.min, node.extent)):
             self._block(node.body)
-        self._parallel_depth -= nested_parallel
+
+    def _parallel_chunks(self, node: Any, loop_type: str, name: str, begin: str,
+                         extent: str) -> None:
+        """A parallel loop whose chunks are handed out through a shared atomic counter.
+
+        Every thread of the team (the caller included) claims the next contiguous chunk of
+        ``ceil(extent / (4 * threads))`` iterations until none is left, so a descheduled thread
+        holds back only the chunk it is in, not a fixed quarter or half of the loop (the LLVM
+        codegen's outlined lambda uses the same scheme)."""
+        next_chunk, count, chunk = (self._fresh(f"{name}_{part}")
+                                    for part in ("next", "count", "chunk"))
+        start, stop = self._fresh(f"{name}_start"), self._fresh(f"{name}_stop")
+        self._line("{")
+        self._indent += 1
+        self._line(f"{loop_type} {next_chunk} = 0;")
+        self._line(f"const {loop_type} {count} = {extent};")
+        self._lines.append("#ifdef _OPENMP")
+        self._lines.append("#pragma omp parallel num_threads(KilnRuntimeNumThreads())")
+        self._lines.append("#endif")
+        self._line("{")
+        self._indent += 1
+        self._line(f"const {loop_type} {chunk} = kiln_parallel_chunk({count});")
+        self._line("for (;;) {")
+        self._indent += 1
+        self._line(f"const {loop_type} {start} = "
+                   f"__atomic_fetch_add(&{next_chunk}, {chunk}, __ATOMIC_RELAXED);")
+        self._line(f"if ({start} >= {count}) break;")
+        self._line(f"const {loop_type} {stop} = "
+                   f"{count} - {start} < {chunk} ? {count} : {start} + {chunk};")
+        offset = "" if _is_const_int(node.min, 0) else f"({begin}) + "
+        self._line(f"for ({loop_type} {name} = {offset}{start}; {name} < {offset}{stop}; "
+                   f"++{name}) {{")
+        self._parallel_depth += 1
+        self._loop_body(node)
+        self._parallel_depth -= 1
+        for _ in range(3):
+            self._line("}")
+            self._indent -= 1
         self._line("}")
 
     def stmt_Allocate(self, node: Any) -> None:

@@ -9,7 +9,8 @@ checks a call's arguments is the C target's wrapper, compiled by the toolchain d
 linked with the object file LLVM emits: argument checking is written once, and the loop nests
 are LLVM's. The module is optimized at O3 for ``-mcpu`` (else the host CPU with its feature
 string); parallel loops are outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's
-``codegen_cpu`` does), vector dtypes become LLVM vectors, small constant-extent unrolled loops
+``codegen_cpu`` does) whose threads claim contiguous chunks of the loop from an atomic counter
+in the closure, vector dtypes become LLVM vectors, small constant-extent unrolled loops
 are unrolled while emitting, float32 ``exp`` is the same vectorizable polynomial as the C
 target's ``kiln_expf``. ``call_extern`` goes through an exported C trampoline in the glue (so
 ``static`` functions from ``pragma import_c`` link), ``tvm_call_packed`` looks the function
@@ -215,8 +216,9 @@ class CodeGenLLVM(LLVMIntrinsics):
             if index < len(signature.buffers):
                 arg.add_attribute("noalias")
             self.vars[id(var)] = arg
-        c_params = [f"{c_abi.c_type(b.dtype)}* {b.name}" for b in signature.buffers]
-        c_params += [f"{c_abi.c_type(v.dtype)} {v.name}" for v in signature.scalars]
+        # types only: tensor names may repeat or be C keywords
+        c_params = [f"{c_abi.c_type(b.dtype)}*" for b in signature.buffers]
+        c_params += [c_abi.c_type(v.dtype) for v in signature.scalars]
         self.signatures.append((name, signature, c_params))
         self._enter_function(fn)
         self.emit_stmt(func.body)
@@ -709,16 +711,25 @@ class CodeGenLLVM(LLVMIntrinsics):
         b.position_at_end(done)
 
     def _parallel_for(self, node: Any) -> None:
-        """Outline the loop body into ``int lambda(task_id, penv, cdata)`` and launch it."""
+        """Outline the loop body into ``int lambda(task_id, penv, cdata)`` and launch it.
+
+        The closure holds the captured values, the loop's min and extent and a shared counter:
+        every thread of the team (the caller included) claims the next contiguous chunk of
+        ``ceil(extent / (4 * num_task))`` iterations with an atomic add until none is left,
+        so a descheduled thread holds back only its current chunk (the C codegen's OpenMP
+        region uses the same scheme)."""
         ir, b = self.ir, self.builder
         used = _used_var_ids(node)
         captured = [(key, value) for key, value in self.vars.items()
                     if key in used and not isinstance(value, ir.Constant)]
         begin, extent = self._loop_bound(node, node.min), self._loop_bound(node, node.extent)
+        counter_start = ir.Constant(extent.type, 0)
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
+                                                                          extent.type,
                                                                           extent.type])
         closure = self._alloca_builder.alloca(closure_t, name="closure")
-        for index, value in enumerate([v for _, v in captured] + [begin, extent]):
+        for index, value in enumerate([v for _, v in captured] + [begin, extent,
+                                                                  counter_start]):
             b.store(value, b.gep(closure, [self.const("int32", 0), self.const("int32", index)],
                                  inbounds=True))
         penv_t = ir.LiteralStructType([self.void_ptr, self.i32])
@@ -731,26 +742,37 @@ class CodeGenLLVM(LLVMIntrinsics):
         self._enter_function(fn)
         self._in_parallel = True
         lb = self.builder
-        task_id, penv, cdata = fn.args
+        _, penv, cdata = fn.args
         frame = lb.bitcast(cdata, closure_t.as_pointer())
-        fields = [lb.load(lb.gep(frame, [self.const("int32", 0), self.const("int32", i)],
-                                 inbounds=True)) for i in range(len(captured) + 2)]
+        slots = [lb.gep(frame, [self.const("int32", 0), self.const("int32", i)], inbounds=True)
+                 for i in range(len(captured) + 3)]
+        fields = [lb.load(slot) for slot in slots[:-1]]
         for (key, _), value in zip(captured, fields):
             self.vars[key] = value
-        lo, count = fields[-2], fields[-1]
+        lo, count, counter = fields[-2], fields[-1], slots[-1]
         num_task = lb.load(lb.gep(penv, [self.const("int32", 0), self.const("int32", 1)],
                                   inbounds=True))
-        num_task = lb.sext(num_task, count.type) if count.type.width > 32 else num_task
-        task = lb.sext(task_id, count.type) if count.type.width > 32 else task_id
+        if count.type.width != 32:
+            widen = count.type.width > 32
+            num_task = (lb.sext if widen else lb.trunc)(num_task, count.type)
         one = ir.Constant(count.type, 1)
-        chunk = lb.sdiv(lb.sub(lb.add(count, num_task), one), num_task)
-        start = lb.mul(task, chunk)
-        stop = lb.add(start, chunk)
-        stop = lb.select(lb.icmp_signed("<", stop, count), stop, count)
-        length = lb.sub(stop, start)
-        length = lb.select(lb.icmp_signed("<", length, ir.Constant(count.type, 0)),
-                           ir.Constant(count.type, 0), length)
+        parts = lb.mul(num_task, ir.Constant(count.type, 4))
+        chunk = lb.sdiv(lb.sub(lb.add(count, parts), one), parts)
+        chunk = lb.select(lb.icmp_signed("<", chunk, one), one, chunk)
+        claim = self.function.append_basic_block("claim_chunk")
+        run = self.function.append_basic_block("run_chunk")
+        finished = self.function.append_basic_block("chunks_done")
+        lb.branch(claim)
+        lb.position_at_end(claim)
+        start = lb.atomic_rmw("add", counter, chunk, "monotonic")
+        lb.cbranch(lb.icmp_signed("<", start, count), run, finished)
+        lb.position_at_end(run)
+        left = lb.sub(count, start)
+        length = lb.select(lb.icmp_signed("<", left, chunk), left, chunk)
         self._serial_loop(node.loop_var, start, length, node.body, offset=lo)
+        if not self.builder.block.is_terminated:
+            self.builder.branch(claim)
+        self.builder.position_at_end(finished)
         if not self.builder.block.is_terminated:
             self.builder.ret(self.const("int32", 0))
         self.builder, self.function, self._alloca_builder, self.vars = saved

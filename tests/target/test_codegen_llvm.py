@@ -36,7 +36,7 @@ def test_asm_is_vectorized_for_the_host(llvm_module):
 
 def test_glue_holds_the_packed_wrappers(llvm_module):
     glue = llvm_module.get_source("c")
-    assert "int32_t exp_scale_unpacked(float* A, float* B, int32_t n);" in glue
+    assert "int32_t exp_scale_unpacked(float*, float*, int32_t);" in glue
     assert "int32_t exp_scale(TVMValue* args, int* type_codes, int num_args" in glue
 
 

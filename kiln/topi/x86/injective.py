@@ -11,6 +11,7 @@ from typing import Any
 from kiln import te
 from kiln.topi import tag
 from kiln.topi.utils import get_const_tuple, traverse_inline
+from kiln.topi.x86.parallel import static_work, worth_parallel
 
 # Knobs: how many lanes the innermost loop is split into, and the smallest loop worth
 # spreading over threads.
@@ -36,7 +37,7 @@ def schedule_injective_from_existing(sch: Any, out: te.Tensor, config: dict | No
         stage.vectorize(inner)
         axes = axes[:-1] + [outer]
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    if _extent(dims, lanes) >= cfg["min_parallel_extent"]:
+    if _extent(dims, lanes) >= cfg["min_parallel_extent"] and worth_parallel(static_work(dims)):
         stage.parallel(fused)
     return sch
 
@@ -73,7 +74,8 @@ def schedule_opaque(outs: Any) -> Any:
             continue
         lead = stage.leaf_iter_vars[:min(2, len(dims))]
         extent = dims[0] * (dims[1] if len(lead) > 1 else 1)
-        if extent >= DEFAULT_CONFIG["min_parallel_extent"]:
+        work = static_work(dims + [iv.dom.extent for iv in stage.op.reduce_axis])
+        if extent >= DEFAULT_CONFIG["min_parallel_extent"] and worth_parallel(work):
             stage.parallel(stage.fuse(*lead) if len(lead) > 1 else lead[0])
     return sch
 
@@ -90,7 +92,8 @@ def schedule_reduce(outs: Any) -> Any:
             dims = [iv.dom.extent for iv in op.axis]
             if len(data_axes) == len(stage.leaf_iter_vars) - len(op.reduce_axis) and data_axes:
                 static = _static(dims)
-                if static and min(static) > 0:
+                work = static_work(dims + [iv.dom.extent for iv in op.reduce_axis])
+                if static and min(static) > 0 and worth_parallel(work):
                     fused = stage.fuse(*data_axes) if len(data_axes) > 1 else data_axes[0]
                     stage.parallel(fused)
 

@@ -22,6 +22,7 @@ from kiln.te.tensor import ComputeOp
 from kiln.tir import op as _op
 from kiln.topi.utils import normalize_axes, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
+from kiln.topi.x86.parallel import static_work, worth_parallel
 from kiln.topi.x86.reduction import DEFAULT_CONFIG as _REDUCE_CONFIG
 from kiln.topi.x86.reduction import lanes_dividing, schedule_reduction_stage
 
@@ -139,8 +140,11 @@ def schedule_rows(outs: Any, rows: int, config: dict | None = None) -> Any:
     row_loop = stage.fuse(*axes[:rows]) if rows > 1 else (axes[0] if rows == 1 else None)
     _vectorize_innermost(stage, out, cfg)
     attach = None
+    # the kernel reads its input a few times over: its work is (about) the output's elements
+    work = static_work(out.shape)
     if row_loop is not None:
-        stage.parallel(row_loop)
+        if worth_parallel(work):
+            stage.parallel(row_loop)
         attach = (stage, row_loop)
     for producer in producers:
         tensor = producer.op.output(0)
@@ -151,7 +155,7 @@ def schedule_rows(outs: Any, rows: int, config: dict | None = None) -> Any:
             producer.compute_at(*attach)
     for extra in outs[1:]:
         schedule_injective_from_existing(sch, extra)
-    if row_loop is None:
+    if row_loop is None and worth_parallel(work):
         _parallel_outer(stage)
     return sch
 

@@ -32,6 +32,7 @@ from kiln.topi import nn, tag
 from kiln.topi.nn.conv import _tuple, get_pad_tuple
 from kiln.topi.nn.pad import clamp
 from kiln.topi.utils import get_const_tuple, prod, traverse_inline
+from kiln.topi.x86.parallel import static_work, worth_parallel
 from kiln.topi.x86.reduction import lanes_dividing
 from kiln.topi.x86.reduction import schedule_reduce as _schedule_reduce
 
@@ -156,7 +157,10 @@ def schedule_pool(outs: Any, layout: str = "NCHW", config: dict | None = None) -
         # a strided vector load is a slow gather; the scalar loop is several times faster
         lanes = 0
     task = stage.fuse(*lead) if len(lead) > 1 else lead[0]
-    if prod(dims[:len(lead)]) >= cfg["min_parallel_extent"]:
+    window_size = static_work([iv.dom.extent for iv in window.op.reduce_axis])
+    outputs = static_work(dims)
+    work = None if window_size is None or outputs is None else outputs * window_size
+    if prod(dims[:len(lead)]) >= cfg["min_parallel_extent"] and worth_parallel(work):
         stage.parallel(task)
     vec_outer = vector_axis
     if lanes:

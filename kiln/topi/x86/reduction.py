@@ -7,7 +7,8 @@ loop; the pools and the softmax/norm schedules reuse it), :func:`innermost_reduc
 
 Knobs: ``vector_lanes`` (lanes of a vectorized kept axis), ``rfactor_lanes`` (the most
 partial accumulators of a reduction over the innermost axis), ``min_parallel_extent``,
-``min_parallel_work`` (elements read below which a reduction stays on one thread) and
+``min_parallel_work`` (elements read below which a reduction stays on one thread; ``None``,
+the default, applies :mod:`kiln.topi.x86.parallel`'s ``"tir.parallel_min_work"`` rule) and
 ``scalar_chunks`` (parallel partial results of a reduction to a scalar).
 
 Two shapes of reduction, two recipes:
@@ -29,9 +30,10 @@ from kiln import te
 from kiln.tir import expr as _e
 from kiln.tir.stmt_functor import post_order_visit
 from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
+from kiln.topi.x86.parallel import worth_parallel
 
 DEFAULT_CONFIG = {"vector_lanes": 8, "rfactor_lanes": 32, "min_parallel_extent": 2,
-                  "min_parallel_work": 32768, "scalar_chunks": 16}
+                  "min_parallel_work": None, "scalar_chunks": 16}
 
 
 def _extent(iv: Any) -> int | None:
@@ -77,6 +79,14 @@ def _product(extents: list[int | None]) -> int | None:
     return total
 
 
+def _worth_parallel(work: int | None, cfg: dict) -> bool:
+    """The shared rule (:func:`~kiln.topi.x86.parallel.worth_parallel`), or the schedule's own
+    ``min_parallel_work`` when its config sets one."""
+    if cfg["min_parallel_work"] is None:
+        return worth_parallel(work)
+    return work is None or work >= cfg["min_parallel_work"]
+
+
 def _fuse_parallel(stage: Any, axes: list, extents: list[int | None], work: int | None,
                    cfg: dict) -> Any:
     """Fuse ``axes`` into one loop; run it in parallel when it is long enough and the whole
@@ -85,8 +95,7 @@ def _fuse_parallel(stage: Any, axes: list, extents: list[int | None], work: int 
         return None
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     total = _product(extents)
-    if total is not None and total >= cfg["min_parallel_extent"] and \
-            (work is None or work >= cfg["min_parallel_work"]):
+    if total is not None and total >= cfg["min_parallel_extent"] and _worth_parallel(work, cfg):
         stage.parallel(fused)
     return fused
 
@@ -149,7 +158,7 @@ def _split_into_chunks(sch: Any, tensor: te.Tensor, work: int | None, cfg: dict)
     red_axes = list(sch[tensor].op.reduce_axis)
     extent = _extent(red_axes[0]) or 0
     chunks = divisor_at_most(extent, cfg["scalar_chunks"])
-    if work is None or work < cfg["min_parallel_work"] or chunks < 2:
+    if work is None or not _worth_parallel(work, cfg) or chunks < 2:
         return False
     outer, _ = sch[tensor].split(red_axes[0], nparts=chunks)
     partial = sch.rfactor(tensor, outer, factor_axis=0)
@@ -211,8 +220,7 @@ def schedule_reduce(outs: Any, config: dict | None = None) -> Any:
         traverse_inline(sch, t.op, visit)
         if not t.op.reduce_axis and _static(t.shape):
             # an epilogue is one pass over the (smaller) output: threads only if it is large
-            schedule_injective_from_existing(
-                sch, t, {"min_parallel_extent": cfg["min_parallel_work"]})
+            schedule_injective_from_existing(sch, t)
     return sch
 
 

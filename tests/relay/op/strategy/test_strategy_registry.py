@@ -105,7 +105,7 @@ def test_ops_without_kernels_and_duplicates_raise_clear_errors():
 def test_schedule_functions_dispatch_by_target_key():
     from kiln import topi
 
-    x = te.placeholder((4, 16), name="x")
+    x = te.placeholder((256, 256), name="x")  # above tir.parallel_min_work
     y = topi.exp(x)
     cpu = strategy.schedule_injective(None, [y], Target("llvm"))
     arm = strategy.schedule_injective(None, [y], Target("c -keys=arm_cpu"))
