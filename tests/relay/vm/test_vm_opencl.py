@@ -23,6 +23,7 @@ from kiln.runtime.device_api import DeviceNDArray
 from kiln.runtime.opencl import DEVICE_API
 from kiln.runtime.vm import Executable, VirtualMachine
 from kiln.runtime.vm import bytecode as bc
+from kiln.runtime.vm.memory import make_allocator
 from kiln.target import Target
 
 CPU, CL = tvm.cpu(0), tvm.opencl(0)
@@ -209,6 +210,31 @@ def test_reshape_of_a_device_tensor_is_a_view_of_device_memory():
 
 
 # -- memory -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["pooled", "naive"])
+def test_device_storage_hands_out_views_at_byte_offsets(kind):
+    allocator = make_allocator(kind, CL)
+    storage = allocator.alloc(64, 64)
+    first = storage.alloc_tensor(0, (16,), "float32")
+    second = storage.alloc_tensor(32, (2, 2), "float32")
+    assert isinstance(second, DeviceNDArray) and second.device == CL
+    first.copyfrom(np.arange(16, dtype="float32"))  # the views alias one device buffer
+    np.testing.assert_array_equal(second.numpy(), [[8, 9], [10, 11]])
+    second.copyfrom(np.full((2, 2), 7, "float32"))
+    np.testing.assert_array_equal(first.numpy()[6:14], [6, 7, 7, 7, 7, 7, 12, 13])
+    np.testing.assert_array_equal(second._create_view((4,)).numpy(), np.full(4, 7))
+    with pytest.raises(tvm.TVMError, match="does not fit"):
+        storage.alloc_tensor(48, (8,), "float32")
+    del storage, first
+    assert allocator.used_bytes > 0  # ``second`` still views the block
+    del second
+    assert allocator.used_bytes == 0
+
+
+def test_storage_on_a_device_without_a_device_api_is_a_clear_error():
+    with pytest.raises(tvm.TVMError, match="no device API for cuda"):
+        make_allocator("pooled", tvm.cuda(0)).alloc(16)
+
 
 @pytest.mark.parametrize("memory", ["pooled", "naive"])
 def test_device_memory_is_returned_when_outputs_and_the_vm_are_dropped(memory):
