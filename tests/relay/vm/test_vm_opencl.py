@@ -21,7 +21,7 @@ from kiln import relay
 from kiln.ir.transform import PassContext, pass_instrument
 from kiln.runtime.device_api import DeviceNDArray
 from kiln.runtime.opencl import DEVICE_API
-from kiln.runtime.vm import Executable, VirtualMachine
+from kiln.runtime.vm import Executable, VirtualMachine, VMFunction
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.memory import make_allocator
 from kiln.target import Target
@@ -207,6 +207,20 @@ def test_reshape_of_a_device_tensor_is_a_view_of_device_memory():
     data = _rand(2, 6)
     out = _vm(exe).run(data)
     np.testing.assert_allclose(out.numpy(), data.reshape(3, 4).sum(axis=1) - 1, rtol=1e-5)
+
+
+def test_shape_of_and_reshape_tensor_on_a_device_parameter_in_bytecode():
+    # main(x on opencl): shape = ShapeOf(x); y = ReshapeTensor(x, [6]); (shape, y)
+    code = [bc.ShapeOf(0, 1), bc.LoadConst(0, 0, 2),
+            bc.ReshapeTensor(0, 2, 3), bc.AllocADT(0, [1, 3], 4), bc.Ret(4)]
+    main = VMFunction("main", ["x"], code, 5, param_device_indexes=(1,))
+    exe = Executable([main], [tvm.nd.array(np.array([6], "int64"))], [], None, [CPU, CL], 0,
+                     [0])
+    data = _rand(2, 3)
+    shape, flat = _vm(exe).run(data)
+    assert shape.device == CPU and shape.numpy().tolist() == [2, 3]
+    assert isinstance(flat, DeviceNDArray) and flat.shape == (6,)
+    np.testing.assert_array_equal(flat.numpy(), data.reshape(6))
 
 
 # -- memory -----------------------------------------------------------------------------------
