@@ -30,9 +30,10 @@ from kiln.tir import expr as _e
 
 CONFIG_KEY = "tir.parallel_min_work"
 
-# Elements below which a kernel runs on the calling thread. Measured on a loaded 2-core Zen 3
-# (benchmarks/parallel_threshold.py): a 2-thread launch costs 20-190 us, an injective element
-# 0.5-2 ns, so the crossover sits around 32K elements for plain elementwise work.
+# Elements below which a kernel runs on the calling thread. On a 2-core Zen 3
+# (benchmarks/parallel_threshold.py) an elementwise kernel takes ~1 ns per element on one
+# thread and a 2-thread launch adds 8-10 us when the second core is free (60-190 us when the
+# box is loaded), so splitting pays only from a few tens of thousands of elements.
 DEFAULT_PARALLEL_MIN_WORK = 32768
 
 
