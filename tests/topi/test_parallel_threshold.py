@@ -97,3 +97,22 @@ def test_serial_and_parallel_results_match_numpy(case):
     results = run_many([(make, [inputs[0]]), (make, [inputs[1]])], "llvm", schedule)
     for got, data in zip(results, inputs, strict=True):
         np.testing.assert_allclose(got[0], oracle(data), rtol=1e-5, atol=1e-5)
+
+
+def test_relay_build_applies_the_pass_context_threshold():
+    from kiln import relay
+
+    x = relay.var("x", shape=(4, 256))
+    func = relay.Function([x], relay.exp(x) + x)
+    data = f32(4, 256)
+    launches = []
+    for config in ({}, {"tir.parallel_min_work": 1}):
+        with PassContext(opt_level=3, config=config):
+            lib = relay.build(kiln.IRModule.from_expr(func), target="llvm")
+        launches.append("TVMBackendParallelLaunch" in lib.get_lib().get_source())
+        runner = kiln.contrib.graph_executor.GraphModule(lib["default"](kiln.cpu()))
+        runner.set_input("x", data)
+        runner.run()
+        np.testing.assert_allclose(runner.get_output(0).numpy(), np.exp(data) + data,
+                                   rtol=1e-5, atol=1e-6)
+    assert launches == [False, True]
