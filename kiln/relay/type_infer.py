@@ -697,6 +697,10 @@ class TypeInferencer:
 
     def finish(self) -> None:
         """Solve what is pending, then write every node's resolved type to checked_type_."""
+        with deep_recursion():  # resolving recurses once per level of a nested (tuple) type
+            self._finish()
+
+    def _finish(self) -> None:
         self.solve()
         results = []
         unsolved = None

@@ -18,6 +18,9 @@ nothing.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +48,42 @@ class LoweredFunc:
     hash: str
     num_inputs: int
     num_outputs: int
+    num_ops: int = 1
+
+
+# Python frames one fused Relay op may need in the recursive TE/TIR walks below it: an op nests
+# its TIR expression a few levels deep (sigmoid: 1 / (1 + exp(-x))), and each level costs the
+# lowering passes, the arith simplifier and codegen a handful of frames.
+_FRAMES_PER_FUSED_OP = 64
+
+
+@contextlib.contextmanager
+def kernel_recursion_room(num_ops: int) -> Iterator[None]:
+    """Let the recursive TE/TIR walks of a kernel fused from ``num_ops`` ops run, then restore.
+
+    A fused kernel's expressions nest at most as deep as its Relay calls, and FuseOps caps a
+    group at ``relay.FuseOps.max_depth`` ops (256 by default), so the increase is bounded by
+    the kernel: it is not a global lift of Python's recursion limit.
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(old + _FRAMES_PER_FUSED_OP * max(num_ops, 1))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _count_calls(func: rx.Function) -> int:
+    from kiln.relay.expr_functor import post_order_visit
+
+    calls = [0]
+
+    def count(node: Any) -> None:
+        if isinstance(node, rx.Call):
+            calls[0] += 1
+
+    post_order_visit(func.body, count)
+    return calls[0]
 
 
 def _flat_types(ty: Any) -> list[TensorType]:
@@ -181,8 +220,11 @@ class TECompiler:
         from kiln.relay.transform.fuse_ops import fused_function_name
 
         name = self._unique(self.prefix + fused_function_name(func))
-        prim_func, n_in, n_out = lower_primitive(func, self.target, name)
-        lowered = LoweredFunc(name, prim_func, f"{key & (2**64 - 1):016x}", n_in, n_out)
+        num_ops = _count_calls(func)
+        with kernel_recursion_room(num_ops):
+            prim_func, n_in, n_out = lower_primitive(func, self.target, name)
+        lowered = LoweredFunc(name, prim_func, f"{key & (2**64 - 1):016x}", n_in, n_out,
+                              num_ops)
         self._cache.setdefault(key, []).append((func, lowered))
         self.lowered.append(lowered)
         return lowered
@@ -203,4 +245,6 @@ class TECompiler:
         """Compile all kernels into one runtime Module (one C/LLVM translation unit)."""
         from kiln.target.build import build_module
 
-        return build_module(self.ir_module(), self.target)
+        deepest = max((lowered.num_ops for lowered in self.lowered), default=1)
+        with kernel_recursion_room(deepest):
+            return build_module(self.ir_module(), self.target)

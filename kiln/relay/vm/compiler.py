@@ -605,7 +605,7 @@ class VMCompiler:
         passes += [p for p in map(_available_pass, OPTIMIZE_PASSES) if p is not None]
         passes += [transform.InferType(), transform.PlanDevices(default_device),
                    transform.FuseOps(), transform.InferType(),
-                   transform.ToANormalForm(), transform.InferType()]
+                   _ToANormalFormAtAnyLevel(), transform.InferType()]
         disabled = set(PassContext.current().disabled_pass or ())
         if "ManifestLifetimes" not in disabled:
             passes += [ManifestLifetimes(), transform.InferType()]
@@ -667,6 +667,17 @@ class VMCompiler:
         return self._exec
 
     get_executable = get_exec
+
+
+def _ToANormalFormAtAnyLevel() -> Any:  # noqa: N802 (a pass factory, named like one)
+    """ToANormalForm that runs at opt_level 0 too: the compiler walks let chains in a loop,
+    while a nested call chain (3,000 unfused ops) would recurse once per call."""
+    from kiln.relay.transform.normal_forms import to_a_normal_form
+    from kiln.relay.transform.pass_util import relay_function_pass
+
+    return relay_function_pass("ToANormalForm", 0,
+                               lambda func, mod, ctx: to_a_normal_form(func),
+                               skip_primitive=True)
 
 
 def _reachable_from_main(mod: IRModule) -> set[str]:
