@@ -506,8 +506,15 @@ def _sort(attrs, args, out_type):
 
 
 def _stable_argsort(x: np.ndarray, axis: int, ascend: bool) -> np.ndarray:
-    return np.argsort(x if ascend else -x.astype(np.float64) if x.dtype != bool else ~x,
-                      axis=axis, kind="stable")
+    """Stable order (ties by position); NaN is the largest key, as in the compiled kernels
+    (last ascending, first descending)."""
+    order = np.argsort(x if ascend else -x.astype(np.float64) if x.dtype != bool else ~x,
+                       axis=axis, kind="stable")
+    if ascend or x.dtype.kind not in "fc":
+        return order
+    # descending: -NaN sorted last; move the NaNs to the front, keeping both groups' order
+    not_nan = ~np.isnan(np.take_along_axis(x, order, axis=axis))
+    return np.take_along_axis(order, np.argsort(not_nan, axis=axis, kind="stable"), axis=axis)
 
 
 @register_numpy("argsort")
