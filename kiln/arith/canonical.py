@@ -48,8 +48,22 @@ def is_int_dtype(dtype: str) -> bool:
     return (dt.is_int or dt.is_uint) and not dt.is_bool and dt.lanes == 1
 
 
-def structural_key(e: Any) -> Any:
-    """A hashable key equal for structurally equal expressions (vars by identity)."""
+def structural_key(e: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A hashable key equal for structurally equal expressions (vars by identity).
+
+    A subexpression shared by several parents gets one key object (``memo``, by id), so the key
+    of a DAG is built in linear time.
+    """
+    memo = {} if memo is None else memo
+    done = memo.get(id(e))
+    if done is not None and done[0] is e:
+        return done[1]
+    key = _structural_key(e, memo)
+    memo[id(e)] = (e, key)
+    return key
+
+
+def _structural_key(e: Any, memo: dict[int, Any]) -> Any:
     if isinstance(e, _e.Var):
         return ("var", id(e))
     if isinstance(e, IntImm | FloatImm):
@@ -57,7 +71,7 @@ def structural_key(e: Any) -> Any:
     if isinstance(e, _e.StringImm):
         return ("str", e.value)
     if isinstance(e, list | tuple):
-        return tuple(structural_key(x) for x in e)
+        return tuple(structural_key(x, memo) for x in e)
     if isinstance(e, PrimExpr):
         parts = [type(e).__name__, e.dtype]
         for name in type(e)._all_fields:
@@ -65,7 +79,7 @@ def structural_key(e: Any) -> Any:
                 continue
             value = getattr(e, name)
             if isinstance(value, PrimExpr | list | tuple):
-                parts.append(structural_key(value))
+                parts.append(structural_key(value, memo))
             else:
                 parts.append(("obj", id(value)) if not isinstance(value, int | str) else value)
         return tuple(parts)
@@ -88,6 +102,9 @@ class Simplifier(StmtExprMutator):
         self.atoms: list[PrimExpr] = []
         self.atom_ids: dict[Any, int] = {}
         self.atom_bounds: dict[int, Interval] = {}
+        # id(expr) -> (expr, simplified): lowered indices are DAGs that share subexpressions
+        # (resize's clamped coordinates); without this each use re-simplifies them as a tree
+        self._simplified: dict[tuple, tuple[PrimExpr, PrimExpr]] = {}
 
     # ---- polynomial plumbing ---------------------------------------------------------------
     def atom(self, e: PrimExpr) -> int:
@@ -346,8 +363,21 @@ class Simplifier(StmtExprMutator):
     # ---- rewriting ----------------------------------------------------------------------------
     def simplify(self, e: PrimExpr) -> PrimExpr:
         if is_int_dtype(e.dtype):
-            return self.from_poly(self.canon(e), e.dtype)
+            return self._memoized(e, lambda: self.from_poly(self.canon(e), e.dtype))
         return self.visit(e)
+
+    def visit(self, node: Any) -> Any:
+        return self._memoized(node, lambda: super(Simplifier, self).visit(node))
+
+    def _memoized(self, e: PrimExpr, compute: Any) -> PrimExpr:
+        """``compute()``, once per expression object of this simplification."""
+        key = (id(e), is_int_dtype(e.dtype) if isinstance(e, PrimExpr) else None)
+        done = self._simplified.get(key)
+        if done is not None and done[0] is e:
+            return done[1]
+        result = compute()
+        self._simplified[key] = (e, result)
+        return result
 
     def canon(self, e: PrimExpr) -> Poly:
         """The simplified polynomial of an integer expression."""
