@@ -10,7 +10,7 @@ from kiln.tir import op as _op
 from kiln.topi.utils import normalize_axes
 
 
-def _parts(x: te.Tensor, axis: int):
+def _parts(x: te.Tensor, axis: int, exp=_op.exp):
     axis = normalize_axes(axis, x.ndim)[0]
     kept = [d for k, d in enumerate(x.shape) if k != axis]
     k1 = te.reduce_axis((0, x.shape[axis]), name="k")
@@ -25,7 +25,7 @@ def _parts(x: te.Tensor, axis: int):
     def drop(i):
         return i[:axis] + i[axis + 1:]
 
-    expsum = te.compute(kept, lambda *i: te.sum(_op.exp(x(*full(i, k2.var)) - xmax(*i)),
+    expsum = te.compute(kept, lambda *i: te.sum(exp(x(*full(i, k2.var)) - xmax(*i)),
                                                  axis=k2), name="T_softmax_expsum",
                         tag="softmax_sum")
     return axis, xmax, expsum, drop
@@ -40,8 +40,12 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     >>> topi.nn.softmax(te.placeholder((2, 5)), axis=-1).op.tag
     'softmax_output'
     """
-    _, xmax, expsum, drop = _parts(x, axis)
-    return te.compute(x.shape, lambda *i: _op.exp(x(*i) - xmax(*drop(i))) / expsum(*drop(i)),
+    return _softmax(x, axis, _op.exp)
+
+
+def _softmax(x: te.Tensor, axis: int, exp) -> te.Tensor:
+    _, xmax, expsum, drop = _parts(x, axis, exp)
+    return te.compute(x.shape, lambda *i: exp(x(*i) - xmax(*drop(i))) / expsum(*drop(i)),
                       name="T_softmax_norm", tag="softmax_output")
 
 
@@ -52,4 +56,16 @@ def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
                       name="T_log_softmax", tag="log_softmax_output")
 
 
-fast_softmax = softmax
+def fast_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
+    """:func:`softmax` with ``exp`` by ``kiln.topi.math``'s fast_exp (float32/float16; accuracy
+    in ``kiln.topi.math.FAST_MATH_ACCURACY["fast_exp"]``, exact exp for other dtypes).
+
+    Example
+    -------
+    >>> from kiln import te, topi
+    >>> topi.nn.fast_softmax(te.placeholder((2, 5)), axis=-1).op.tag
+    'softmax_output'
+    """
+    from kiln.topi.math import UNARY
+
+    return _softmax(x, axis, UNARY["fast_exp"])
