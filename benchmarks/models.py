@@ -8,7 +8,10 @@ Each model is defined here in PyTorch (no torchvision), exported to ONNX at run 
 compiled with ``relay.build`` and run on kiln's graph executor. The table reports medians
 (or minimums, ``--stat min``, which other processes' load distorts less),
 each runtime's ratio to onnxruntime with 2 threads, kiln's compile time, and the largest
-difference between kiln's and PyTorch's outputs. The machine is printed first: absolute times
+difference between kiln's and PyTorch's outputs. Column ``reload``: the compiled library is
+exported (``export_library``), loaded in a fresh Python process that imports only
+``kiln.runtime``, run on the same input, and its output compared bit for bit with the
+in-process run ("same" or "DIFFERS"). The machine is printed first: absolute times
 on shared machines are noise, ratios measured in the same run are the result.
 """
 
@@ -17,7 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
+import sys
 import tempfile
+import textwrap
 import time
 
 import numpy as np
@@ -128,6 +134,26 @@ def _time(fn, repeat: int, number: int) -> float:
     return float(STATISTIC[0](times))
 
 
+def _reload_matches(lib, xn, out, workdir: str, name: str) -> str:
+    """Export ``lib``, run it in a fresh process importing only kiln.runtime, compare."""
+    so_path = os.path.join(workdir, f"{name}.so")
+    x_path, y_path = (os.path.join(workdir, f"{name}_{io}.npy") for io in ("x", "y"))
+    lib.export_library(so_path)
+    np.save(x_path, xn)
+    script = textwrap.dedent(f"""
+        import sys, numpy as np
+        import kiln.runtime as rt
+        m = rt.load_module({so_path!r})["default"](rt.cpu(0))
+        m.set_input("input", np.load({x_path!r}))
+        m.run()
+        np.save({y_path!r}, m.get_output(0).numpy())
+        assert not [k for k in sys.modules if k.startswith("kiln.")
+                    and not k.startswith("kiln.runtime") and k != "kiln._lazy"]
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    return "same" if np.array_equal(np.load(y_path), out) else "DIFFERS"
+
+
 def bench_model(name, model, shape, target, repeat, workdir):
     import onnxruntime as ort
     import torch
@@ -156,7 +182,7 @@ def bench_model(name, model, shape, target, repeat, workdir):
     t_kiln = _time(gmod.run, repeat, number)
     out = gmod.get_output(0).numpy()
 
-    results = {"kiln": t_kiln}
+    results = {"kiln": t_kiln, "reload": _reload_matches(lib, xn, out, workdir, name)}
     for threads in (1, 2):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -187,7 +213,7 @@ def main() -> None:
           f"{os.environ['KILN_NUM_THREADS']}; {args.stat} of {args.repeat} repeats, load "
           f"{os.getloadavg()[0]:.1f}")
     header = (f"{'model':12} {'kiln ms':>9} {'ort1 ms':>9} {'ort2 ms':>9} {'torch ms':>9} "
-              f"{'kiln/ort2':>9} {'torch/ort2':>10} {'compile s':>9} {'max|diff|':>10}")
+              f"{'kiln/ort2':>9} {'torch/ort2':>10} {'compile s':>9} {'max|diff|':>10} reload")
     print(header)
     models = build_models()
     with tempfile.TemporaryDirectory() as workdir:
@@ -202,7 +228,7 @@ def main() -> None:
             print(f"{name:12} {r['kiln'] * 1e3:9.3f} {r['ort1'] * 1e3:9.3f} "
                   f"{r['ort2'] * 1e3:9.3f} {r['torch'] * 1e3:9.3f} "
                   f"{r['kiln'] / r['ort2']:9.2f} {r['torch'] / r['ort2']:10.2f} "
-                  f"{compile_s:9.1f} {diff:10.2e}", flush=True)
+                  f"{compile_s:9.1f} {diff:10.2e} {r['reload']}", flush=True)
 
 
 if __name__ == "__main__":
