@@ -129,7 +129,7 @@ def _let_chain(x, count: int):
     return body
 
 
-# the VM's let handling is the same loop test_chain_longer_than_the_recursion_limit[vm-O3] runs (ANF chain)
+# the VM runs its let handling in test_chain_longer_than_the_recursion_limit[vm-O3] (ANF chain)
 @pytest.mark.parametrize("executor", ["graph-O0", "debug"])
 def test_nested_lets(executor):
     got = EXECUTORS[executor](_module(lambda x: _let_chain(x, LETS)))
