@@ -15,7 +15,8 @@ from kiln.runtime.vm.executable import Executable, VMFunction
 from kiln.runtime.vm.memory import NaiveAllocator, PooledAllocator, Storage
 from kiln.runtime.vm.module import VMExecutableModule
 from kiln.runtime.vm.profiler import VirtualMachineProfiler
-from kiln.runtime.vm.vm import VirtualMachine, VMClosure
+from kiln.runtime.vm.values import VMClosure
+from kiln.runtime.vm.vm import VirtualMachine
 
 __all__ = [
     "bytecode",

@@ -60,6 +60,7 @@ __all__ = [
     "PooledAllocator",
     "ALLOCATOR_KINDS",
     "make_allocator",
+    "make_allocators",
     "PAGE_SIZE",
 ]
 
@@ -410,3 +411,22 @@ def make_allocator(kind: str, device: Any) -> Allocator:
             f"unknown VM memory allocator {kind!r}; use one of {sorted(ALLOCATOR_KINDS)}"
         )
     return cls(device)
+
+
+def make_allocators(devices: list[Any], memory_cfg: Any) -> list[Allocator]:
+    """One allocator per distinct device of ``devices`` (a VM's), of the kind ``memory_cfg``
+    names: ``None`` (pooled), a kind, or ``{device: kind}``; listed per entry of ``devices``."""
+    per_device: dict[Any, Allocator] = {}
+    for dev in devices:
+        if dev in per_device:
+            continue
+        if memory_cfg is None:
+            kind = "pooled"
+        elif isinstance(memory_cfg, str):
+            kind = memory_cfg
+        elif isinstance(memory_cfg, dict):
+            kind = memory_cfg.get(dev, "pooled")
+        else:
+            raise TVMError(f"memory_cfg must be a str or a dict, got {memory_cfg!r}")
+        per_device[dev] = make_allocator(kind, dev)
+    return [per_device[dev] for dev in devices]

@@ -28,11 +28,13 @@ read-only constants (as TVM treats LoadConst tensors), which keeps counter loops
 **Fused segments** (a run-time optimization; the bytecode is unchanged): a straight run of
 ``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/``AllocADT``/``InvokePacked``/
 ``KillRegister`` with static shapes and one storage becomes one entry at its first pc (see
-:class:`~kiln.runtime.vm.packed_call.FusedSegment`). It runs its kernels in one C call from
-a call list prebuilt per pooled storage block, then sets the registers as the instructions
-would have. Anything it was not built for (a non-tensor input, a naive allocator, a kernel
-error) runs the original instructions one by one instead, so results, errors and the pcs
-they name are those of the unfused program. The profiler runs unfused, timing each kernel.
+:mod:`kiln.runtime.vm.segment`). It runs its kernels in one C call from a call list prebuilt
+per pooled storage block, then sets the registers as the instructions would have. Anything it
+was not built for (a non-tensor input, a naive allocator, a kernel error) runs the original
+instructions one by one instead, so results, errors and the pcs they name are those of the
+unfused program. A function that is nothing but one segment and a ``Ret`` (a static model)
+is invoked *directly* (:class:`~kiln.runtime.vm.segment.DirectFunction`): no frame, and the
+last result's block is reused when nothing outside holds it. The profiler runs unfused.
 
 **Devices**: virtual device ``i`` of the executable runs on ``devices[i]``, each with its own
 allocator; a non-CPU device's storage is memory of its device API (e.g. OpenCL buffers), its
@@ -50,33 +52,23 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import ndarray as _nd
-from kiln.runtime.container import ADT, Closure
+from kiln.runtime.container import ADT
 from kiln.runtime.device import Device, cpu
 from kiln.runtime.device_api import DeviceNDArray
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
-from kiln.runtime.object import register_object
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
-from kiln.runtime.vm.memory import Allocator, Storage, make_allocator
-from kiln.runtime.vm.packed_call import FusedSegment, PackedCallSite, find_segment
+from kiln.runtime.vm.memory import Storage, make_allocators
+from kiln.runtime.vm.packed_call import PackedCallSite
+from kiln.runtime.vm.segment import DirectFunction, FusedSegment, find_segment
+from kiln.runtime.vm.values import VMClosure, check_argument, convert_argument
 
 __all__ = ["VirtualMachine", "VMClosure"]
 
 _NDArray = _nd.NDArray
 # Handler results below zero: the frame changed (reload it), or the entry frame returned.
 _SWITCH_FRAME, _EXIT = -1, -2
-
-
-@register_object("vm.Closure")
-class VMClosure(Closure):
-    """A VM function value: ``func_index`` plus the captured ``free_vars`` (passed first)."""
-
-    _fields = {"func_index": int, "free_vars": "any"}
-
-    def __init__(self, func_index: int, free_vars: Sequence[Any] = ()) -> None:
-        self._set("func_index", func_index)
-        self._set("free_vars", tuple(free_vars))
 
 
 class _Frame:
@@ -158,7 +150,7 @@ class VirtualMachine:
             )
         self.exe = exe
         self.devices = self._map_devices(exe, device)
-        self.allocators = self._make_allocators(memory_cfg)
+        self.allocators = make_allocators(self.devices, memory_cfg)
         self.host_device = self.devices[exe.host_device_index]
         self._functions: list[VMFunction] = exe.functions
         self._packed_funcs = self._resolve_kernels(exe)
@@ -198,6 +190,7 @@ class VirtualMachine:
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
         self._fault_pc = -1  # set by a fused segment's fallback: the pc that raised
         self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
+        self._direct = [self._direct_form(f, code) for f, code in zip(self._functions, self._code)]
         self._frames: list[_Frame] = []
         self._entry_depth = 0
         self._return_value: Any = None
@@ -223,22 +216,6 @@ class VirtualMachine:
                 )
             mapped.append((exact or same_type)[0])
         return mapped
-
-    def _make_allocators(self, memory_cfg: Any) -> list[Allocator]:
-        per_device: dict[Device, Allocator] = {}
-        for dev in self.devices:
-            if dev in per_device:
-                continue
-            if memory_cfg is None:
-                kind = "pooled"
-            elif isinstance(memory_cfg, str):
-                kind = memory_cfg
-            elif isinstance(memory_cfg, dict):
-                kind = memory_cfg.get(dev, "pooled")
-            else:
-                raise TVMError(f"memory_cfg must be a str or a dict, got {memory_cfg!r}")
-            per_device[dev] = make_allocator(kind, dev)
-        return [per_device[dev] for dev in self.devices]
 
     @staticmethod
     def _resolve_kernels(exe: Executable) -> list[Any]:
@@ -294,6 +271,12 @@ class VirtualMachine:
                 continue
             code[pc] = (self._op_fused, (segment, code[pc:segment.end]))
             pc = segment.end
+
+    def _direct_form(self, func: VMFunction, code: list[tuple[Any, Any]]) -> Any:
+        """The function as a :class:`DirectFunction` if it is one fused segment and a Ret."""
+        if not code or code[0][0] != self._op_fused:
+            return None
+        return DirectFunction.of(func.instructions, code[0][1][0], func.arity)
 
     def _wrap(self, handler: Any, operand: Any, instr: bc.Instruction) -> tuple[Any, Any]:
         """Hook for subclasses (the profiler) to instrument a prepared instruction."""
@@ -633,44 +616,6 @@ class VirtualMachine:
                            f"{self.exe.globals}")
         return index
 
-    def _convert(self, value: Any, device: Device) -> Any:
-        """A Python argument as a VM value (TVM's conversion rules)."""
-        if isinstance(value, _NDArray | VMClosure):
-            return value
-        if isinstance(value, ADT):
-            # Convert NumPy/scalar fields; nested ADTs are taken as they are (no recursion,
-            # so a long cons list passes in constant stack).
-            if all(isinstance(f, _NDArray | ADT | VMClosure) for f in value.fields):
-                return value
-            return ADT(value.tag, [f if isinstance(f, _NDArray | ADT | VMClosure)
-                                   else self._convert(f, device) for f in value.fields])
-        if isinstance(value, np.ndarray | np.generic):
-            return _nd.array(value, device)
-        if isinstance(value, tuple | list):
-            return ADT(0, [self._convert(v, device) for v in value])
-        if isinstance(value, bool):
-            return _nd.array(np.array(value, dtype="bool"), device)
-        if isinstance(value, int):
-            return _nd.array(np.array(value, dtype="int32"), device)
-        if isinstance(value, float):
-            return _nd.array(np.array(value, dtype="float32"), device)
-        raise TVMError(f"cannot pass a {type(value).__name__} to the VM; use an NDArray, a "
-                       "NumPy array, a tuple/list of them, or a Python scalar")
-
-    def _check_arg(self, func: VMFunction, index: int, value: Any) -> None:
-        spec = func.param_types[index] if index < len(func.param_types) else None
-        if spec is None:
-            return
-        shape, dtype = spec
-        if not isinstance(value, _NDArray):
-            raise TVMError(f"@{func.name} argument {index} ({func.params[index]!r}) expects a "
-                           f"tensor {_spec_str(spec)}, got {type(value).__name__}")
-        actual = value.shape
-        if (value.dtype != dtype or len(actual) != len(shape)
-                or any(d != e and e != -1 for d, e in zip(actual, shape))):
-            raise TVMError(f"@{func.name} argument {index} ({func.params[index]!r}) expects "
-                           f"{_spec_str(spec)}, got {_spec_str((actual, value.dtype))}")
-
     def set_input(self, func_name: str, *args: Any, **kwargs: Any) -> None:
         """Convert and store the arguments of ``func_name`` for :meth:`invoke_stateful`.
 
@@ -695,10 +640,10 @@ class VirtualMachine:
 
     def _set_arg(self, func: VMFunction, index: int, value: Any) -> Any:
         device = self.devices[func.param_device_indexes[index]]
-        converted = self._convert(value, device)
+        converted = convert_argument(value, device)
         if isinstance(converted, _NDArray) and converted.device != device:
             converted = converted.copyto(device)  # as TVM's SetInput does
-        self._check_arg(func, index, converted)
+        check_argument(func, index, converted)
         return converted
 
     def set_one_input(self, func_name: str, index_or_name: int | str, tensor: Any) -> None:
@@ -749,8 +694,9 @@ class VirtualMachine:
 
     def _call(self, func_name: str) -> Any:
         # The last result is about to be replaced: drop it first, so its storage (unless the
-        # caller still holds it) goes back to the pool for this run to reuse.
-        self._last_result = None
+        # caller still holds it) goes back to the pool for this run to reuse, or, for a
+        # direct function, is reused in place.
+        previous, self._last_result = self._last_result, None
         index = self._function_index(func_name)
         func = self._functions[index]
         inputs = self._inputs.get(func_name)
@@ -761,7 +707,11 @@ class VirtualMachine:
         if None in inputs:
             missing = [func.params[i] for i, v in enumerate(inputs) if v is None]
             raise TVMError(f"@{func_name}: inputs {missing} were never set")
-        result = self._invoke_global(index, inputs)  # copied into the register file
+        direct = self._direct[index]
+        result = None if direct is None else direct.run(inputs, self.allocators, previous)
+        del previous
+        if result is None:
+            result = self._invoke_global(index, inputs)  # copied into the register file
         outputs = self._outputs.get(func_name)
         if outputs:
             self._copy_to_outputs(func_name, result, outputs)
@@ -842,9 +792,3 @@ class VirtualMachine:
     def memory_in_use(self) -> int:
         """Bytes held by live storage across all allocators."""
         return sum(a.used_bytes for a in {id(a): a for a in self.allocators}.values())
-
-
-def _spec_str(spec: tuple[tuple[int, ...], str]) -> str:
-    shape, dtype = spec
-    dims = ", ".join("?" if d == -1 else str(d) for d in shape)
-    return f"Tensor[({dims}{',' if len(shape) == 1 else ''}), {dtype}]"
