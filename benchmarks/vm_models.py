@@ -5,6 +5,8 @@
    224×224, ``kiln.relay.testing.resnet``): ``relay.vm.compile`` and ``relay.build``
    (graph executor), both at ``opt_level=3``, compile the same kernels; the ratio shows what
    the VM's bytecode dispatch and per-call arena cost over the graph executor's flat op list.
+   Timed twice: the run alone (``invoke_stateful`` vs ``run``), and end to end from a NumPy
+   input to a NumPy output (``vm.run(x).numpy()`` vs ``set_input``/``run``/``get_output``).
 2. **LSTM** seq 32, hidden 256, input 256, batch 1, as a tail-recursive Relay function over the
    time step (``take`` of the step's input, two dense, gates, cell update) — the kind of model
    only the VM runs. The same weights run through an ONNX ``LSTM`` node in ONNX Runtime and
@@ -84,6 +86,15 @@ def vm_versus_graph(label: str, mod, params, data, target: str, repeat: int) -> 
     t_vm, t_graph = best_times([lambda: vm.invoke_stateful("main"), gmod.run], repeat)
     print(f"{label} ({target}): vm {t_vm * 1e3:.3f} ms, graph {t_graph * 1e3:.3f} ms, "
           f"vm/graph = {t_vm / t_graph:.2f}x")
+
+    def graph_end_to_end():
+        gmod.set_input(0, data)
+        gmod.run()
+        return gmod.get_output(0).numpy()
+
+    t_vm, t_graph = best_times([lambda: vm.run(data).numpy(), graph_end_to_end], repeat)
+    print(f"{label} ({target}) end to end, NumPy in and out: vm {t_vm * 1e3:.3f} ms, "
+          f"graph {t_graph * 1e3:.3f} ms, vm/graph = {t_vm / t_graph:.2f}x")
 
 
 def bench_mlp(target: str, repeat: int) -> None:

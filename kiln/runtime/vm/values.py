@@ -1,11 +1,20 @@
 """VM values: closures, and Python arguments converted and checked for a VM function.
 
 Entry points: :class:`VMClosure`, :func:`convert_argument`, :func:`check_argument`,
-:func:`spec_str`.
+:func:`spec_str`, :class:`ConvertedInputs` (NumPy arguments refilled in place) and
+:func:`holder_counts`.
+
+Whether a tensor the VM made may be overwritten is decided by CPython reference counts (as
+NumPy's ``resize`` decides whether an array is shared): every path from Python to an
+NDArray's memory goes through the NDArray, its NumPy array (views of which reference it) or
+that array's base object, so if none of their counts is above what it was when the VM made
+the tensor, nothing outside the VM can observe it.
 """
 
 from __future__ import annotations
 
+import sys
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +27,8 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.object import register_object
 from kiln.runtime.vm.executable import VMFunction
 
-__all__ = ["VMClosure", "convert_argument", "check_argument", "spec_str"]
+__all__ = ["VMClosure", "convert_argument", "check_argument", "spec_str", "ConvertedInputs",
+           "holder_counts"]
 
 _NDArray = _nd.NDArray
 
@@ -80,3 +90,52 @@ def spec_str(spec: tuple[tuple[int, ...], str]) -> str:
     shape, dtype = spec
     dims = ", ".join("?" if d == -1 else str(d) for d in shape)
     return f"Tensor[({dims}{',' if len(shape) == 1 else ''}), {dtype}]"
+
+
+def holder_counts(tensor: Any) -> tuple[int, int, int]:
+    """Reference counts of a host NDArray, its NumPy array and that array's base (module
+    docstring); compare two calls made from the same code shape."""
+    array = tensor._np
+    return sys.getrefcount(tensor), sys.getrefcount(array), sys.getrefcount(array.base)
+
+
+class ConvertedInputs:
+    """The NDArrays the VM made from NumPy arguments, per (function, parameter index).
+
+    ``set_input`` with a NumPy array of the same shape and dtype as the one before copies it
+    into the NDArray made last time instead of allocating a new one (the graph executor's
+    ``set_input`` copies into its input buffer the same way), unless something outside the VM
+    holds that NDArray — e.g. a result that is a view of it.
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[str, int], tuple[Any, tuple[int, int, int]]] = {}
+
+    def refill(self, func_name: str, stored: list[Any] | None, index: int, value: Any) -> Any:
+        """The stored NDArray for ``index`` refilled with ``value``, or None if it cannot be."""
+        made = self._made.get((func_name, index))
+        if made is None or stored is None or type(value) is not np.ndarray:
+            return None
+        ref, baseline = made
+        if stored[index] is not ref() or _stored_counts(stored, index) != baseline:
+            return None
+        tensor = stored[index]
+        if value.shape != tensor._np.shape or value.dtype != tensor._np.dtype:
+            return None
+        np.copyto(tensor._np, value)
+        return tensor
+
+    def note(self, func_name: str, stored: list[Any], index: int, value: Any) -> None:
+        """Record ``stored[index]`` (just stored) if the VM made it from the NumPy ``value``."""
+        tensor = stored[index]
+        made_here = type(value) is np.ndarray and type(tensor) is _NDArray and tensor is not value
+        del tensor  # the counts must see what refill's check will see
+        if made_here:
+            self._made[(func_name, index)] = (weakref.ref(stored[index]),
+                                              _stored_counts(stored, index))
+        else:
+            self._made.pop((func_name, index), None)
+
+
+def _stored_counts(stored: list[Any], index: int) -> tuple[int, int, int]:
+    return holder_counts(stored[index])

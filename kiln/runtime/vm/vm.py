@@ -62,7 +62,12 @@ from kiln.runtime.vm.executable import Executable, VMFunction
 from kiln.runtime.vm.memory import Storage, make_allocators
 from kiln.runtime.vm.packed_call import PackedCallSite
 from kiln.runtime.vm.segment import DirectFunction, FusedSegment, find_segment
-from kiln.runtime.vm.values import VMClosure, check_argument, convert_argument
+from kiln.runtime.vm.values import (
+    ConvertedInputs,
+    VMClosure,
+    check_argument,
+    convert_argument,
+)
 
 __all__ = ["VirtualMachine", "VMClosure"]
 
@@ -195,6 +200,7 @@ class VirtualMachine:
         self._entry_depth = 0
         self._return_value: Any = None
         self._inputs: dict[str, list[Any]] = {}
+        self._converted_inputs = ConvertedInputs()
         self._outputs: dict[str, list[Any]] = {}
         self._last_result: Any = None
 
@@ -634,9 +640,14 @@ class VirtualMachine:
             if index < len(args):
                 raise TVMError(f"@{func_name} got parameter {name!r} twice")
             values[index] = value
-        self._inputs[func_name] = [
-            self._set_arg(func, i, value) for i, value in enumerate(values)
+        stored = self._inputs.get(func_name)
+        converted = self._converted_inputs
+        self._inputs[func_name] = stored = [
+            converted.refill(func_name, stored, i, value) or self._set_arg(func, i, value)
+            for i, value in enumerate(values)
         ]
+        for i, value in enumerate(values):
+            converted.note(func_name, stored, i, value)
 
     def _set_arg(self, func: VMFunction, index: int, value: Any) -> Any:
         device = self.devices[func.param_device_indexes[index]]
