@@ -23,12 +23,14 @@ import numpy as np
 from kiln.runtime import ndarray as _nd
 from kiln.runtime.container import ADT, Closure
 from kiln.runtime.device import Device
+from kiln.runtime.device_api import DeviceNDArray
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import register_object
 from kiln.runtime.vm.executable import VMFunction
+from kiln.runtime.vm.memory import Storage
 
 __all__ = ["VMClosure", "convert_argument", "check_argument", "spec_str", "ConvertedInputs",
-           "holder_counts"]
+           "holder_counts", "load_shape", "as_tensor", "as_storage"]
 
 _NDArray = _nd.NDArray
 
@@ -139,3 +141,30 @@ class ConvertedInputs:
 
 def _stored_counts(stored: list[Any], index: int) -> tuple[int, int, int]:
     return holder_counts(stored[index])
+
+
+def load_shape(value: Any) -> tuple[int, ...]:
+    """A shape operand (a 1-D integer tensor, e.g. a shape function's output) as a tuple."""
+    tensor = as_tensor(value, "shape operand")
+    data = tensor.numpy() if isinstance(tensor, DeviceNDArray) else tensor._np
+    if data.ndim != 1 or data.dtype.kind not in "iu":
+        raise TVMError(f"a shape must be a 1-D integer tensor, got {tensor.shape} "
+                       f"{tensor.dtype}")
+    shape = tuple(int(d) for d in data)
+    if any(d < 0 for d in shape):
+        raise TVMError(f"shape {shape} has a negative dimension")
+    return shape
+
+
+def as_tensor(value: Any, what: str) -> Any:
+    """``value`` if it is a tensor, else a TVMError naming ``what`` expected one."""
+    if not isinstance(value, _NDArray):
+        raise TVMError(f"{what}: expected a tensor, got {type(value).__name__}")
+    return value
+
+
+def as_storage(value: Any) -> Storage:
+    """``value`` if it is a Storage (an AllocStorage result), else a TVMError."""
+    if not isinstance(value, Storage):
+        raise TVMError(f"expected a storage (AllocStorage result), got {type(value).__name__}")
+    return value

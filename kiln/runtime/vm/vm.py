@@ -59,14 +59,17 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
-from kiln.runtime.vm.memory import Storage, make_allocators
+from kiln.runtime.vm.memory import make_allocators
 from kiln.runtime.vm.packed_call import PackedCallSite
 from kiln.runtime.vm.segment import DirectFunction, FusedSegment, find_segment
 from kiln.runtime.vm.values import (
     ConvertedInputs,
     VMClosure,
+    as_storage,
+    as_tensor,
     check_argument,
     convert_argument,
+    load_shape,
 )
 
 __all__ = ["VirtualMachine", "VMClosure"]
@@ -452,15 +455,15 @@ class VirtualMachine:
         return segment.end
 
     def _op_alloc_tensor(self, regs: list, instr: bc.AllocTensor, pc: int) -> int:
-        storage = self._storage(regs[instr.storage])
+        storage = as_storage(regs[instr.storage])
         offset = self._load_scalar_int(regs[instr.offset])
         regs[instr.dst] = storage.alloc_tensor(offset, instr.shape, self._dtype(instr.dtype))
         return pc + 1
 
     def _op_alloc_tensor_reg(self, regs: list, instr: bc.AllocTensorReg, pc: int) -> int:
-        storage = self._storage(regs[instr.storage])
+        storage = as_storage(regs[instr.storage])
         offset = self._load_scalar_int(regs[instr.offset])
-        shape = self._load_shape(regs[instr.shape_register])
+        shape = load_shape(regs[instr.shape_register])
         regs[instr.dst] = storage.alloc_tensor(offset, shape, self._dtype(instr.dtype))
         return pc + 1
 
@@ -548,13 +551,13 @@ class VirtualMachine:
         return pc + 1
 
     def _op_shape_of(self, regs: list, instr: bc.ShapeOf, pc: int) -> int:
-        tensor = self._tensor(regs[instr.tensor], "ShapeOf")
+        tensor = as_tensor(regs[instr.tensor], "ShapeOf")
         regs[instr.dst] = _nd.array(np.array(tensor.shape, dtype="int64"), self.host_device)
         return pc + 1
 
     def _op_reshape_tensor(self, regs: list, instr: bc.ReshapeTensor, pc: int) -> int:
-        tensor = self._tensor(regs[instr.tensor], "ReshapeTensor")
-        shape = self._load_shape(regs[instr.newshape])
+        tensor = as_tensor(regs[instr.tensor], "ReshapeTensor")
+        shape = load_shape(regs[instr.newshape])
         if int(np.prod(shape, dtype=np.int64)) != int(np.prod(tensor.shape, dtype=np.int64)):
             raise TVMError(f"ReshapeTensor: cannot view a tensor of shape {tensor.shape} as "
                            f"shape {shape}")
@@ -562,7 +565,7 @@ class VirtualMachine:
         return pc + 1
 
     def _op_device_copy(self, regs: list, instr: bc.DeviceCopy, pc: int) -> int:
-        tensor = self._tensor(regs[instr.src], "DeviceCopy")
+        tensor = as_tensor(regs[instr.src], "DeviceCopy")
         expected = self.devices[instr.src_device_index]
         if tensor.device != expected:
             raise TVMError(f"DeviceCopy: source tensor is on {tensor.device}, the "
@@ -582,36 +585,13 @@ class VirtualMachine:
         known = self._scalar_values.get(value)
         if known is not None:
             return known
-        tensor = self._tensor(value, "scalar operand")
+        tensor = as_tensor(value, "scalar operand")
         data = tensor.numpy() if isinstance(tensor, DeviceNDArray) else tensor._np
         if data.size < 1:
             raise TVMError(f"expected a scalar tensor, got shape {tensor.shape}")
         if data.dtype.kind not in "iub":
             raise TVMError(f"expected an integer scalar tensor, got {tensor.dtype}")
         return int(data.reshape(-1)[0])
-
-    def _load_shape(self, value: Any) -> tuple[int, ...]:
-        tensor = self._tensor(value, "shape operand")
-        data = tensor.numpy() if isinstance(tensor, DeviceNDArray) else tensor._np
-        if data.ndim != 1 or data.dtype.kind not in "iu":
-            raise TVMError(f"a shape must be a 1-D integer tensor, got {tensor.shape} "
-                           f"{tensor.dtype}")
-        shape = tuple(int(d) for d in data)
-        if any(d < 0 for d in shape):
-            raise TVMError(f"shape {shape} has a negative dimension")
-        return shape
-
-    @staticmethod
-    def _tensor(value: Any, what: str) -> Any:
-        if not isinstance(value, _NDArray):
-            raise TVMError(f"{what}: expected a tensor, got {type(value).__name__}")
-        return value
-
-    @staticmethod
-    def _storage(value: Any) -> Storage:
-        if not isinstance(value, Storage):
-            raise TVMError(f"expected a storage (AllocStorage result), got {type(value).__name__}")
-        return value
 
     # -- the Python API (TVM's runtime.vm.VirtualMachine) ------------------------------------
 
