@@ -16,6 +16,7 @@ interval arithmetic. Non-integer expressions are simplified structurally with co
 
 from __future__ import annotations
 
+import weakref
 from math import gcd
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from kiln.tir.stmt_functor import StmtExprMutator, rebuild
 if TYPE_CHECKING:
     from kiln.arith.analyzer import Analyzer
 
-__all__ = ["Simplifier", "structural_key", "is_int_dtype"]
+__all__ = ["Simplifier", "StructuralKey", "structural_key", "is_int_dtype"]
 
 Poly = dict  # tuple[int, ...] -> int; the empty tuple is the constant term
 
@@ -48,11 +49,68 @@ def is_int_dtype(dtype: str) -> bool:
     return (dt.is_int or dt.is_uint) and not dt.is_bool and dt.lanes == 1
 
 
-def structural_key(e: Any, memo: dict[int, Any] | None = None) -> Any:
-    """A hashable key equal for structurally equal expressions (vars by identity).
+class StructuralKey:
+    """The interned key of an expression's structure: equal structures get the same object.
 
-    A subexpression shared by several parents gets one key object (``memo``, by id), so the key
-    of a DAG is built in linear time.
+    Keys are hash-consed (built bottom-up from the keys of the children and looked up in
+    one table), so equality and hashing are identity checks and cost nothing however deep
+    or shared the expression is. A key holds the objects compared by identity (variables,
+    buffers) so their ids stay unique while it lives; the table forgets a key once nothing
+    else holds it.
+    """
+
+    __slots__ = ("parts", "anchors", "__weakref__")
+
+    def __init__(self, parts: tuple, anchors: tuple) -> None:
+        self.parts = parts  # (kind, dtype, child keys and plain values...)
+        self.anchors = anchors
+
+    def __repr__(self) -> str:
+        kind = self.parts[0]
+        name = kind.__name__ if isinstance(kind, type) else kind
+        return f"StructuralKey({name}, {', '.join(map(repr, self.parts[1:]))})"
+
+
+class _TableRef(weakref.ref):
+    """A weak reference to an interned key that remembers the parts it is filed under."""
+
+    __slots__ = ("parts",)
+
+
+def _forget(ref: _TableRef) -> None:
+    if _INTERNED.get(ref.parts) is ref:
+        del _INTERNED[ref.parts]
+
+
+_INTERNED: dict[tuple, _TableRef] = {}
+
+
+def _intern(parts: tuple, anchors: tuple = ()) -> StructuralKey:
+    ref = _INTERNED.get(parts)
+    key = ref() if ref is not None else None
+    if key is None:
+        key = StructuralKey(parts, anchors)
+        ref = _TableRef(key, _forget)
+        ref.parts = parts
+        _INTERNED[parts] = ref
+    return key
+
+
+def structural_key(e: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A hashable key, the same object for structurally equal expressions (vars by identity).
+
+    A list or tuple of expressions gets a tuple of keys. A subexpression shared by several
+    parents is keyed once (``memo``, by id, may be kept across calls), so the key of a DAG
+    is built in time linear in its distinct nodes, and comparing or hashing keys is O(1).
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> x = tir.Var("x", "int32")
+    >>> structural_key(x * 2 + 1) is structural_key(x * 2 + 1)
+    True
+    >>> structural_key(x + 1) == structural_key(x + 2)
+    False
     """
     memo = {} if memo is None else memo
     done = memo.get(id(e))
@@ -65,25 +123,29 @@ def structural_key(e: Any, memo: dict[int, Any] | None = None) -> Any:
 
 def _structural_key(e: Any, memo: dict[int, Any]) -> Any:
     if isinstance(e, _e.Var):
-        return ("var", id(e))
+        return _intern(("var", id(e)), (e,))
     if isinstance(e, IntImm | FloatImm):
-        return (type(e).__name__, e.dtype, e.value)
+        return _intern((type(e), e.dtype, e.value))
     if isinstance(e, _e.StringImm):
-        return ("str", e.value)
+        return _intern(("str", e.value))
     if isinstance(e, list | tuple):
         return tuple(structural_key(x, memo) for x in e)
-    if isinstance(e, PrimExpr):
-        parts = [type(e).__name__, e.dtype]
-        for name in type(e)._all_fields:
-            if name in ("dtype", "span"):
-                continue
-            value = getattr(e, name)
-            if isinstance(value, PrimExpr | list | tuple):
-                parts.append(structural_key(value, memo))
-            else:
-                parts.append(("obj", id(value)) if not isinstance(value, int | str) else value)
-        return tuple(parts)
-    return ("obj", id(e))
+    if not isinstance(e, PrimExpr):
+        return _intern(("obj", id(e)), (e,))
+    parts: list[Any] = [type(e), e.dtype]
+    anchors = []
+    for name in type(e)._all_fields:
+        if name in ("dtype", "span"):
+            continue
+        value = getattr(e, name)
+        if isinstance(value, PrimExpr | list | tuple):
+            parts.append(structural_key(value, memo))
+        elif isinstance(value, int | str):
+            parts.append(value)
+        else:  # a buffer, a tensor, an op: compared by identity
+            parts.append(("obj", id(value)))
+            anchors.append(value)
+    return _intern(tuple(parts), tuple(anchors))
 
 
 _FOLD = {
@@ -105,10 +167,12 @@ class Simplifier(StmtExprMutator):
         # id(expr) -> (expr, simplified): lowered indices are DAGs that share subexpressions
         # (resize's clamped coordinates); without this each use re-simplifies them as a tree
         self._simplified: dict[tuple, tuple[PrimExpr, PrimExpr]] = {}
+        # id(expr) -> (expr, key): an atom's key reuses the keys of atoms inside it
+        self._keys: dict[int, Any] = {}
 
     # ---- polynomial plumbing ---------------------------------------------------------------
     def atom(self, e: PrimExpr) -> int:
-        key = structural_key(e)
+        key = structural_key(e, self._keys)
         idx = self.atom_ids.get(key)
         if idx is None:
             idx = len(self.atoms)
@@ -195,7 +259,8 @@ class Simplifier(StmtExprMutator):
             if not isinstance(atom, _e.FloorMod) or not isinstance(atom.b, IntImm):
                 continue
             c = atom.b.value
-            partner = self.atom_ids.get(structural_key(_e.FloorDiv(atom.a, atom.b)))
+            partner = self.atom_ids.get(structural_key(_e.FloorDiv(atom.a, atom.b),
+                                                          self._keys))
             if partner is None or p.get((partner,), 0) != coeff * c:
                 continue
             p = dict(p)
@@ -558,7 +623,7 @@ class Simplifier(StmtExprMutator):
         if isinstance(cond, IntImm):
             return self.simplify(node.true_value if cond.value else node.false_value)
         t, f = self.simplify(node.true_value), self.simplify(node.false_value)
-        if structural_key(t) == structural_key(f):
+        if structural_key(t, self._keys) is structural_key(f, self._keys):
             return t
         return _e.Select(cond, t, f)
 

@@ -7,6 +7,12 @@ method per node kind, a reflective ``generic_visit`` for the rest), :func:`post_
 Children are found by reflection over ``_fields``: PrimExpr and Stmt fields, lists of them and
 Ranges are visited; Buffers, IterVars and other objects are left alone (a pass that rewrites
 buffers does so explicitly).
+
+Expressions may share sub-expressions (a DAG: ``x1 = x0 + x0; x2 = x1 * x1; ...`` has 2**n
+paths but n nodes). Every walker here is linear in the distinct nodes: the visitor and the
+mutator visit each distinct node of one expression once (the mutator returning the same new
+node for every use, so sharing survives), and post/pre-order visits, like TVM's, call the
+function once per distinct node of the whole walk.
 """
 
 from __future__ import annotations
@@ -48,17 +54,57 @@ def rebuild(node: Object, values: dict[str, Any]) -> Object:
 
 
 class StmtExprVisitor:
-    """Walks statements and expressions; override ``visit_<ClassName>`` to act on a kind."""
+    """Walks statements and expressions; override ``visit_<ClassName>`` to act on a kind.
+
+    Expressions are DAGs (lowering reuses an index or a clamped coordinate in several
+    places), so within one expression -- from where a statement, or a caller, enters it --
+    each distinct sub-expression object is visited once; walking it as a tree would take
+    time exponential in its depth. Statements are visited at every occurrence, and leaving
+    an expression forgets what it saw: a statement-level context (the enclosing loop, a
+    buffer's realize scope) never carries over to another statement.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> class CountAdds(tir.StmtExprVisitor):
+    ...     adds = 0
+    ...     def visit_Add(self, node):
+    ...         self.adds += 1
+    ...         self.generic_visit(node)
+    >>> x = tir.Var("x", "int32")
+    >>> y = x + 1
+    >>> counter = CountAdds()
+    >>> counter.visit(y * y + 2)  # y is one node used twice
+    >>> counter.adds
+    2
+    """
 
     def __init__(self) -> None:
         self._dispatch: dict[type, Callable] = {}
+        # id -> node of the expressions visited in the current expression (None outside one)
+        self._expr_seen: dict[int, PrimExpr] | None = None
 
     def visit(self, node: Any) -> None:
+        if not isinstance(node, PrimExpr):
+            self._method(node)(node)
+            return
+        seen = self._expr_seen
+        if seen is None:
+            self._expr_seen = {id(node): node}
+            try:
+                self._method(node)(node)
+            finally:
+                self._expr_seen = None
+        elif id(node) not in seen:
+            seen[id(node)] = node
+            self._method(node)(node)
+
+    def _method(self, node: Any) -> Callable:
         method = self._dispatch.get(type(node))
         if method is None:
             method = getattr(self, "visit_" + type(node).__name__, self.generic_visit)
             self._dispatch[type(node)] = method
-        method(node)
+        return method
 
     def generic_visit(self, node: Any) -> None:
         for name in _own_fields(node):
@@ -77,17 +123,52 @@ class StmtExprVisitor:
 
 
 class StmtExprMutator:
-    """Rebuilds statements and expressions bottom-up; unchanged subtrees are shared."""
+    """Rebuilds statements and expressions bottom-up; unchanged subtrees are shared.
+
+    Within one expression (as for :class:`StmtExprVisitor`) each distinct sub-expression is
+    rewritten once and every use of it gets the same new node, so the sharing of a DAG
+    survives the rewrite and the work is linear in its distinct nodes.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> class Double(tir.StmtExprMutator):
+    ...     def visit_Var(self, node):
+    ...         return node * 2
+    >>> x = tir.Var("x", "int32")
+    >>> y = x + 1
+    >>> out = Double().visit(y * y)
+    >>> out.a is out.b
+    True
+    """
 
     def __init__(self) -> None:
         self._dispatch: dict[type, Callable] = {}
+        # id(old) -> (old, new) in the current expression (None outside one); holding old
+        # keeps its id from being reused by a node built during the rewrite
+        self._expr_memo: dict[int, tuple[PrimExpr, Any]] | None = None
 
     def visit(self, node: Any) -> Any:
-        method = self._dispatch.get(type(node))
-        if method is None:
-            method = getattr(self, "visit_" + type(node).__name__, self.generic_visit)
-            self._dispatch[type(node)] = method
-        return method(node)
+        if not isinstance(node, PrimExpr):
+            return self._method(node)(node)
+        memo = self._expr_memo
+        if memo is None:
+            self._expr_memo = memo = {}
+            try:
+                return self._rewrite(node, memo)
+            finally:
+                self._expr_memo = None
+        done = memo.get(id(node))
+        if done is not None:
+            return done[1]
+        return self._rewrite(node, memo)
+
+    def _rewrite(self, node: PrimExpr, memo: dict[int, tuple[PrimExpr, Any]]) -> Any:
+        new = self._method(node)(node)
+        memo[id(node)] = (node, new)
+        return new
+
+    _method = StmtExprVisitor._method
 
     def generic_visit(self, node: Any) -> Any:
         changed: dict[str, Any] = {}
@@ -119,22 +200,27 @@ ExprMutator = StmtExprMutator
 
 
 class _OrderVisitor(StmtExprVisitor):
+    """Calls a function on each distinct node (expression or statement) once, like TVM's
+    PostOrderVisit/PreOrderVisit: a node met again anywhere in the walk is skipped."""
+
     def __init__(self, fvisit: Callable, post: bool) -> None:
         super().__init__()
         self.fvisit, self.post = fvisit, post
+        self.seen: dict[int, Any] = {}  # id -> node: holding the node keeps its id unique
 
     def visit(self, node: Any) -> None:
-        if not self.post:
-            if self.fvisit(node) is False:
-                return
-            super().visit(node)
+        if id(node) in self.seen:
             return
-        super().visit(node)
-        self.fvisit(node)
+        self.seen[id(node)] = node
+        if self.post:
+            self.generic_visit(node)
+            self.fvisit(node)
+        elif self.fvisit(node) is not False:
+            self.generic_visit(node)
 
 
 def post_order_visit(node: Any, fvisit: Callable[[Any], None]) -> None:
-    """Call ``fvisit`` on every node, children first.
+    """Call ``fvisit`` once on every distinct node, children first.
 
     Example
     -------
@@ -149,7 +235,18 @@ def post_order_visit(node: Any, fvisit: Callable[[Any], None]) -> None:
 
 
 def pre_order_visit(node: Any, fvisit: Callable[[Any], bool | None]) -> None:
-    """Call ``fvisit`` on every node, parents first; returning False skips the children."""
+    """Call ``fvisit`` once on every distinct node, parents first; returning False skips
+    the children.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> x = tir.Var("x", "int32")
+    >>> kinds = []
+    >>> tir.pre_order_visit((x + 1) * 3, lambda n: kinds.append(type(n).__name__))
+    >>> kinds
+    ['Mul', 'Add', 'Var', 'IntImm', 'IntImm']
+    """
     _OrderVisitor(fvisit, post=False).visit(node)
 
 
@@ -208,12 +305,14 @@ class _Transformer(StmtExprMutator):
         return any(type(node).__name__ == name or type(node).__name__ == name.split(".")[-1]
                    for name in self.only)
 
-    def visit(self, node: Any) -> Any:
+    def generic_visit(self, node: Any) -> Any:
+        # every kind comes here (no visit_<Class> methods), inside the base class's
+        # per-expression memo: a shared expression meets the callbacks once
         if self.preorder is not None and self._enabled(node):
             replaced = self.preorder(node)
             if replaced is not None:
                 return replaced
-        node = super().visit(node)
+        node = super().generic_visit(node)
         if self.postorder is not None and self._enabled(node):
             replaced = self.postorder(node)
             if replaced is not None:
@@ -225,7 +324,18 @@ def ir_transform(stmt: Any, preorder: Callable | None, postorder: Callable | Non
                  only_enable=None) -> Any:
     """Rewrite ``stmt``: ``preorder(node)`` may replace a node before its children are visited,
     ``postorder(node)`` after; returning None keeps the node. ``only_enable`` limits both to
-    the listed node kinds (``["tir.For"]``)."""
+    the listed node kinds (``["tir.For"]``). Within one expression the callbacks see each
+    distinct node once and a shared node's replacement is shared.
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> x = tir.Var("x", "int32")
+    >>> y = x + 1
+    >>> out = tir.ir_transform(y * y, None, lambda n: n.a - n.b, ["tir.Add"])
+    >>> out.a is out.b, type(out.a).__name__
+    (True, 'Sub')
+    """
     return _Transformer(preorder, postorder, only_enable).visit(stmt)
 
 
