@@ -97,7 +97,8 @@ class FusedSegment:
     """
 
     __slots__ = ("start", "end", "alloc", "alloc_nbytes", "storage_reg", "views", "input_regs",
-                 "kernels", "out_values", "out_views", "out_storage", "out_tuples")
+                 "kernels", "output_views", "out_values", "out_views", "out_storage",
+                 "out_tuples")
 
     def __init__(self, start: int) -> None:
         self.start = self.end = start
@@ -108,6 +109,7 @@ class FusedSegment:
         self.input_regs: list[int] = []
         # (call site, flattened symbolic arguments) per kernel call
         self.kernels: list[tuple[PackedCallSite, list[Any]]] = []
+        self.output_views: list[list[int]] = []  # per kernel: the views it writes
         # Registers on exit: (reg, value or None), (reg, view index), storage registers,
         # (reg, tag, symbolic fields).
         self.out_values: list[tuple[int, Any]] = []
@@ -123,11 +125,12 @@ class FusedSegment:
             plan = plans[self] = SegmentPlan(self, storage)
         return plan
 
-    def run(self, regs: list, allocators: list[Any]) -> bool:
+    def run(self, regs: list, allocators: list[Any], seconds: Any = None) -> bool:
         """Run the segment fused on the register file ``regs``; False (having changed
         nothing the instructions would not) when it must run unfused instead: an input is
         not a plain host tensor, the storage is not pooled host memory, a view does not fit,
-        a kernel failed.
+        a kernel failed. ``seconds`` (a ctypes double array, one per kernel) asks for each
+        kernel's time, measured in C (the profiler).
         """
         inputs = [regs[reg] for reg in self.input_regs]
         if self.alloc is not None:
@@ -138,7 +141,7 @@ class FusedSegment:
                 return False
         if storage is None:
             return False
-        plan = self.launch(inputs, storage)
+        plan = self.launch(inputs, storage, seconds)
         if plan is None:
             return False
         for reg, value in self.out_values:
@@ -152,6 +155,10 @@ class FusedSegment:
             regs[reg] = ADT(tag, [_tuple_field(f, inputs, specs, storage) for f in fields])
         return True
 
+    def output_shapes(self, kernel: int) -> list[tuple[int, ...]]:
+        """Shapes of the tensors kernel number ``kernel`` of the segment writes."""
+        return [self.views[index][1] for index in self.output_views[kernel]]
+
     def new_storage(self, allocators: list[Any]) -> Storage | None:
         """The segment's own AllocStorage from its pooled host allocator, or None when the
         allocator is not one (naive: a fresh block per run; or device memory)."""
@@ -161,9 +168,11 @@ class FusedSegment:
             return None
         return allocator.alloc(self.alloc_nbytes, alloc.alignment)
 
-    def launch(self, inputs: list[Any], storage: Storage) -> SegmentPlan | None:
+    def launch(self, inputs: list[Any], storage: Storage,
+               seconds: Any = None) -> SegmentPlan | None:
         """Run the kernels over ``storage`` on ``inputs``; the plan used, or None if an input
-        is not a plain host tensor, a view does not fit, or a kernel failed."""
+        is not a plain host tensor, a view does not fit, or a kernel failed. ``seconds``: as
+        in :meth:`run`."""
         plan = storage._block.plans.get(self)
         if plan is None:
             try:
@@ -181,7 +190,11 @@ class FusedSegment:
             address = ctypes.addressof(dltensor)
             for slot in slots:
                 values[slot] = address
-        if _c_loop().run(plan.address, 0, plan.count, _FAILED_OP_REF) != 0:
+        if seconds is None:
+            rc = _c_loop().run(plan.address, 0, plan.count, _FAILED_OP_REF)
+        else:
+            rc = _c_loop().run_timed(plan.address, plan.count, 1, seconds, _FAILED_OP_REF)
+        if rc != 0:
             return None  # the unfused run raises with the failing instruction's context
         return plan
 
@@ -367,6 +380,10 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
             last = args[-1]
             if not (instr.output_size == 1 and 0 in seg.views[last.index][1]):
                 seg.kernels.append((sites[pc], args))  # (an empty output: no call, as TVM)
+                outputs = regs[len(regs) - instr.output_size:]
+                seg.output_views.append([f.index for out in outputs
+                                         for f in (out.fields if isinstance(out, _Tuple)
+                                                   else [out])])
         pc += 1
     if not seg.kernels:
         return None

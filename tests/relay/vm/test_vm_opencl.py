@@ -300,3 +300,14 @@ def test_passes_run_under_the_cpu_kernels_target_despite_an_explicit_target_host
     devices = [CPU, CL] if isinstance(target, dict) else CPU
     out = VirtualMachine(exe, devices).run(data)
     np.testing.assert_allclose(out.numpy(), np.exp(-data), rtol=1e-5)
+
+
+def test_profiler_names_the_device_of_each_kernel(seed_exe):
+    x, y = RNG.uniform(0.5, 2, (1, 5)).astype("float32"), np.full((1, 5), 0.25, "float32")
+    report = _vm(seed_exe).profile(x, y)
+    kernels = {row["Name"]: row for row in report.calls if row["Op"] == "InvokePacked"}
+    devices = {name: row["Device"] for name, row in kernels.items()}
+    assert any("add" in name and dev == str(CL) for name, dev in devices.items()), devices
+    assert any("log" in name and dev == str(CPU) for name, dev in devices.items()), devices
+    assert all(row["Output Shapes"] == "[(1, 5)]" for row in kernels.values())
+    assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)

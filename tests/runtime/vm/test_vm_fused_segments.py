@@ -189,10 +189,24 @@ def test_profile_times_each_kernel_of_a_fused_program(vm, xy):
     assert fused_entries(vm) == [0]
     report = vm.profile(x, y)
     rows = {row["Name"]: row for row in report.calls}
-    assert rows["add_f32"]["Count"] == 1 and rows["mul_f32"]["Count"] == 1
-    assert rows["AllocTensor"]["Count"] == 2 and rows["KillRegister"]["Count"] == 1
+    assert set(rows) == {"add_f32", "mul_f32", "FusedSegment", "Ret", "(dispatch)"}
+    for kernel in ("add_f32", "mul_f32"):
+        assert rows[kernel]["Count"] == 1 and rows[kernel]["Op"] == "InvokePacked"
+        assert rows[kernel]["Output Shapes"] == "[(4, 8)]" and rows[kernel]["Duration (us)"] > 0
+    assert rows["FusedSegment"]["Count"] == 1
     assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)
     np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
+
+
+def test_profile_of_a_segment_that_runs_unfused_times_its_instructions(kernels, xy):
+    x, y = xy
+    exe = Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels)
+    report = VirtualMachine(exe, kiln.cpu(0), "naive").profile(x, y)
+    rows = {row["Name"]: row for row in report.calls}
+    assert "FusedSegment" not in rows
+    assert rows["AllocTensor"]["Count"] == 2 and rows["KillRegister"]["Count"] == 1
+    assert rows["add_f32"]["Count"] == 1 and rows["add_f32"]["Output Shapes"] == "[(4, 8)]"
+    assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)
 
 
 def test_tuple_made_and_consumed_inside_a_segment(kernels, xy):

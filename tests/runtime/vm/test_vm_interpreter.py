@@ -518,6 +518,6 @@ def test_benchmark_and_profile(kernels, rng):
     report = vm.profile(x, x)
     rows = {row["Name"]: row for row in report.calls}
     assert rows["add_f32"]["Count"] == 1 and rows["add_f32"]["Op"] == "InvokePacked"
-    assert rows["LoadConsti"]["Count"] == 2 and rows["AllocStorage"]["Count"] == 1
+    assert rows["FusedSegment"]["Count"] == 1 and rows["Ret"]["Count"] == 1
     assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)
     assert "add_f32" in report.table()
