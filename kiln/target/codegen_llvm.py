@@ -28,10 +28,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from kiln.arith import Analyzer
+from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
+from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
@@ -139,7 +142,7 @@ def _node_name(node: Any) -> str:
     return type(node).__name__
 
 
-class CodeGenLLVM(LLVMIntrinsics):
+class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     """TIR PrimFuncs -> one LLVM module of ``<name>_unpacked`` functions.
 
     Example
@@ -176,6 +179,7 @@ class CodeGenLLVM(LLVMIntrinsics):
         self._alloca_builder = None
         self._in_parallel = False
         self._func_name = ""
+        self._analyzer = Analyzer()  # enclosing loops' ranges: proves if_then_else arms safe
 
     # -- types -----------------------------------------------------------------------------
     def ltype(self, dtype: Any, storage: bool = False):
@@ -280,6 +284,11 @@ class CodeGenLLVM(LLVMIntrinsics):
     # -- expressions -----------------------------------------------------------------------
     def expr(self, node: Any):
         """The LLVM value of a PrimExpr."""
+        if self._active_lanes is not None:  # inside an if_then_else arm taken in some lanes
+            return self._masked_expr(node)
+        return self._dispatch(node)
+
+    def _dispatch(self, node: Any):
         kind = _node_name(node)
         method = getattr(self, f"expr_{kind}", None)
         if method is None:
@@ -670,6 +679,11 @@ class CodeGenLLVM(LLVMIntrinsics):
         b.position_at_end(done)
 
     def stmt_For(self, node: Any) -> None:
+        with self._analyzer.constraint_scope(node.loop_var,
+                                             Range.from_min_extent(node.min, node.extent)):
+            self._emit_for(node)
+
+    def _emit_for(self, node: Any) -> None:
         kind = int(node.kind)
         extent = node.extent
         if kind == 1 and not self._in_parallel:

@@ -30,7 +30,18 @@ def _mangle(ty) -> str:
     """LLVM's overload suffix of a type: ``f32``, ``v8f32``, ``i64``."""
     if type(ty).__name__ == "VectorType":
         return f"v{ty.count}{_mangle(ty.element)}"
+    if "PointerType" in type(ty).__name__:  # address space 0 (llvmlite: _TypedPointerType)
+        return "p0" if _opaque_pointers() else f"p0{_mangle(ty.pointee)}"
     return _FLOAT_MANGLING.get(type(ty).__name__) or f"i{ty.width}"
+
+
+@functools.cache
+def _opaque_pointers() -> bool:
+    """Whether the LLVM under llvmlite names pointer types without their pointee (LLVM 17
+    dropped typed pointers; llvmlite's older LLVMs keep them)."""
+    import llvmlite.binding as llvm
+
+    return llvm.llvm_version_info[0] >= 17
 
 
 # tir.tvm_struct_get field kind -> member path inside the DLTensor struct
@@ -307,7 +318,11 @@ class LLVMIntrinsics:
         return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
 
     def call_if_then_else(self, node: Any):
-        """Only the taken side is evaluated (a guarded load may be out of bounds)."""
+        """Only the taken side is evaluated (a guarded load may be out of bounds): a scalar
+        condition branches to the taken arm; a per-lane condition is a ``select`` whose arms
+        run under lane masks (:class:`~kiln.target.codegen_llvm_masked.LLVMLaneMasks`)."""
+        if DataType(node.args[0].dtype).lanes > 1:
+            return self._vector_if_then_else(node)
         b = self.builder
         cond = self.expr(node.args[0])
         then_block = self.function.append_basic_block("if_then")
