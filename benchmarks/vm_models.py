@@ -7,10 +7,12 @@
    the VM's bytecode dispatch and per-call arena cost over the graph executor's flat op list.
    Timed twice: the run alone (``invoke_stateful`` vs ``run``), and end to end from a NumPy
    input to a NumPy output (``vm.run(x).numpy()`` vs ``set_input``/``run``/``get_output``).
-2. **LSTM** seq 32, hidden 256, input 256, batch 1, as a tail-recursive Relay function over the
-   time step (``take`` of the step's input, two dense, gates, cell update) — the kind of model
-   only the VM runs. The same weights run through an ONNX ``LSTM`` node in ONNX Runtime and
-   ``torch.nn.LSTM``; outputs are checked to agree before timing.
+2. **LSTM** seq 32, hidden 256, input 256, as a tail-recursive Relay function over the time
+   step (the input projection for all steps as one dense first, then per step ``take``, one
+   dense, gates, cell update) — the kind of model only the VM runs — with a static batch of 1
+   and with an ``Any`` batch (one executable run at batch 1 and 8). The same weights run
+   through an ONNX ``LSTM`` node in ONNX Runtime and ``torch.nn.LSTM``; outputs are checked
+   to agree before timing.
 
 Run: ``python benchmarks/vm_models.py [--target llvm] [--repeat 20] [--threads 2]
 [--models mlp,resnet18,lstm]``
@@ -126,38 +128,48 @@ def lstm_weights(rng):
     }
 
 
-def lstm_relay_module(weights):
-    """``@step(t, h, c, xs)``: one LSTM cell per call, tail-recursing until t == SEQ."""
+def lstm_relay_module(weights, dynamic_batch: bool = False):
+    """``@step(t, h, c, xw)``: one LSTM cell per call, tail-recursing until t == SEQ.
+
+    ``main`` first projects the whole input sequence through ``w_ih`` in one dense (as ONNX
+    Runtime's and PyTorch's LSTMs do), so each step does one dense (``h @ w_hh``) and the
+    gates. With ``dynamic_batch`` the batch dimension is ``relay.Any()``: one executable runs
+    every batch size.
+    """
     import kiln
     from kiln import relay
 
+    batch = relay.Any() if dynamic_batch else 1
     mod = kiln.IRModule()
     step = relay.GlobalVar("step")
     t = relay.var("t", shape=(), dtype="int32")
-    h = relay.var("h", shape=(1, HIDDEN))
-    c = relay.var("c", shape=(1, HIDDEN))
-    xs = relay.var("xs", shape=(SEQ, 1, INPUT))
-    w_ih = relay.const(weights["w_ih"])
+    h = relay.var("h", shape=(batch, HIDDEN))
+    c = relay.var("c", shape=(batch, HIDDEN))
+    xw = relay.var("xw", shape=(SEQ, batch, 4 * HIDDEN))
     w_hh = relay.const(weights["w_hh"])
-    bias = relay.const(weights["b_ih"] + weights["b_hh"])
-    x_t = relay.take(xs, t, axis=0)
-    gates = relay.add(relay.add(relay.nn.dense(x_t, w_ih), relay.nn.dense(h, w_hh)), bias)
+    gates = relay.add(relay.take(xw, t, axis=0), relay.nn.dense(h, w_hh))
     i, f, g, o = (relay.split(gates, 4, axis=1)[k] for k in range(4))
     c_next = relay.add(relay.multiply(relay.sigmoid(f), c),
                        relay.multiply(relay.sigmoid(i), relay.tanh(g)))
     h_next = relay.multiply(relay.sigmoid(o), relay.tanh(c_next))
     t_next = relay.add(t, relay.const(1, "int32"))
     done = relay.equal(t_next, relay.const(SEQ, "int32"))
-    body = relay.If(done, relay.Tuple([h_next, c_next]), step(t_next, h_next, c_next, xs))
-    state_type = relay.TupleType([relay.TensorType((1, HIDDEN)), relay.TensorType((1, HIDDEN))])
-    mod[step] = relay.Function([t, h, c, xs], body, state_type)
-    x_in = relay.var("x", shape=(SEQ, 1, INPUT))
-    zeros = relay.zeros((1, HIDDEN), "float32")
-    mod["main"] = relay.Function([x_in], step(relay.const(0, "int32"), zeros, zeros, x_in))
+    body = relay.If(done, relay.Tuple([h_next, c_next]), step(t_next, h_next, c_next, xw))
+    state = relay.TensorType((batch, HIDDEN))
+    mod[step] = relay.Function([t, h, c, xw], body, relay.TupleType([state, state]))
+
+    x_in = relay.var("x", shape=(SEQ, batch, INPUT))
+    projected = relay.add(relay.nn.dense(relay.reshape(x_in, (-1, INPUT)),
+                                         relay.const(weights["w_ih"])),
+                          relay.const(weights["b_ih"] + weights["b_hh"]))
+    xw_all = relay.reshape(projected, (SEQ, -1, 4 * HIDDEN))
+    # Zero state of the input's batch size (INPUT == HIDDEN, so a zeroed step input fits).
+    zeros = relay.zeros_like(relay.take(x_in, relay.const(0, "int32"), axis=0))
+    mod["main"] = relay.Function([x_in], step(relay.const(0, "int32"), zeros, zeros, xw_all))
     return mod
 
 
-def lstm_onnx_session(weights):
+def lstm_onnx_session(weights, dynamic_batch: bool = False):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -173,10 +185,11 @@ def lstm_onnx_session(weights):
     ]
     node = helper.make_node("LSTM", ["X", "W", "R", "B"], ["Y", "Y_h", "Y_c"],
                             hidden_size=HIDDEN)
+    batch = "batch" if dynamic_batch else 1
     graph = helper.make_graph(
         [node], "lstm", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
-                                                      [SEQ, 1, INPUT])],
-        [helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, 1, HIDDEN])], inits)
+                                                      [SEQ, batch, INPUT])],
+        [helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, batch, HIDDEN])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8  # what every onnxruntime release reads
     options = ort.SessionOptions()
@@ -186,48 +199,51 @@ def lstm_onnx_session(weights):
 
 
 def bench_lstm(target: str, repeat: int) -> None:
+    """The LSTM with a static batch of 1, then one ``Any``-batch executable at batch 1 and 8."""
     import torch
 
     import kiln
     from kiln import relay
     from kiln.runtime.vm import VirtualMachine
 
+    assert INPUT == HIDDEN  # the Relay model's zero state is shaped like a step's input
     rng = np.random.default_rng(1)
     weights = lstm_weights(rng)
-    xs = rng.standard_normal((SEQ, 1, INPUT)).astype("float32")
-
-    with kiln.transform.PassContext(opt_level=3):
-        exe = relay.vm.compile(lstm_relay_module(weights), target)
-    vm = VirtualMachine(exe, kiln.cpu(0))
-    vm.set_input("main", xs)
-    h_vm = vm.invoke("main")[0].numpy()
-
-    session = lstm_onnx_session(weights)
-    h_ort = session.run(["Y_h"], {"X": xs})[0][0]
-
     torch.set_num_threads(int(os.environ.get("KILN_NUM_THREADS", "2")))
     lstm = torch.nn.LSTM(INPUT, HIDDEN)
     with torch.no_grad():
         for name in ("w_ih", "w_hh", "b_ih", "b_hh"):
             getattr(lstm, f"{'weight' if name[0] == 'w' else 'bias'}_{name[2:]}_l0").copy_(
                 torch.from_numpy(weights[name]))
-    x_torch = torch.from_numpy(xs)
-    with torch.no_grad():
-        h_torch = lstm(x_torch)[1][0][0].numpy()
 
-    np.testing.assert_allclose(h_vm, h_ort, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(h_vm, h_torch, rtol=1e-4, atol=1e-5)
+    for dynamic_batch, batches in ((False, [1]), (True, [1, 8])):
+        with kiln.transform.PassContext(opt_level=3):
+            exe = relay.vm.compile(lstm_relay_module(weights, dynamic_batch), target)
+        vm = VirtualMachine(exe, kiln.cpu(0))
+        session = lstm_onnx_session(weights, dynamic_batch)
+        for batch in batches:
+            xs = rng.standard_normal((SEQ, batch, INPUT)).astype("float32")
+            vm.set_input("main", xs)
+            h_vm = vm.invoke("main")[0].numpy()
+            h_ort = session.run(["Y_h"], {"X": xs})[0][0]
+            x_torch = torch.from_numpy(xs)
+            with torch.no_grad():
+                h_torch = lstm(x_torch)[1][0][0].numpy()
+            np.testing.assert_allclose(h_vm, h_ort, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(h_vm, h_torch, rtol=1e-4, atol=1e-5)
 
-    def run_torch():
-        with torch.no_grad():
-            lstm(x_torch)
+            def run_torch(x=x_torch):
+                with torch.no_grad():
+                    lstm(x)
 
-    t_vm, t_ort, t_torch = best_times(
-        [lambda: vm.invoke_stateful("main"), lambda: session.run(["Y_h"], {"X": xs}),
-         run_torch], repeat)
-    print(f"LSTM seq {SEQ} hidden {HIDDEN} ({target}): vm {t_vm * 1e3:.3f} ms, "
-          f"onnxruntime {t_ort * 1e3:.3f} ms, pytorch {t_torch * 1e3:.3f} ms; "
-          f"vm/onnxruntime = {t_vm / t_ort:.2f}x, vm/pytorch = {t_vm / t_torch:.2f}x")
+            t_vm, t_ort, t_torch = best_times(
+                [lambda vm=vm: vm.invoke_stateful("main"),
+                 lambda s=session, xs=xs: s.run(["Y_h"], {"X": xs}), run_torch], repeat)
+            kind = "Any batch" if dynamic_batch else "static"
+            print(f"LSTM seq {SEQ} hidden {HIDDEN} {kind}, batch {batch} ({target}): vm "
+                  f"{t_vm * 1e3:.3f} ms, onnxruntime {t_ort * 1e3:.3f} ms, pytorch "
+                  f"{t_torch * 1e3:.3f} ms; vm/onnxruntime = {t_vm / t_ort:.2f}x, "
+                  f"vm/pytorch = {t_vm / t_torch:.2f}x")
 
 
 def main() -> None:
