@@ -77,6 +77,7 @@ __all__ = ["VirtualMachine", "VMClosure"]
 _NDArray = _nd.NDArray
 # Handler results below zero: the frame changed (reload it), or the entry frame returned.
 _SWITCH_FRAME, _EXIT = -1, -2
+_MAX_SHAPE_TENSORS = 1024  # ShapeOf tensors kept; a program seeing ever-new shapes starts over
 
 
 class _Frame:
@@ -194,6 +195,7 @@ class VirtualMachine:
         self._scalar_tensors: dict[tuple[str, int], Any] = {}
         self._scalar_values: dict[Any, int] = {}  # keyed by the tensor (identity hash)
         self._tag_tensors: dict[int, Any] = {}
+        self._shape_tensors: dict[tuple[int, ...], Any] = {}  # ShapeOf results, per shape
         self._const_pool: dict[tuple[int, int], Any] = {}
         self._dtypes: dict[tuple[int, int, int], DataType] = {}
         self._fault_pc = -1  # set by a fused segment's fallback: the pc that raised
@@ -551,8 +553,18 @@ class VirtualMachine:
         return pc + 1
 
     def _op_shape_of(self, regs: list, instr: bc.ShapeOf, pc: int) -> int:
-        tensor = as_tensor(regs[instr.tensor], "ShapeOf")
-        regs[instr.dst] = _nd.array(np.array(tensor.shape, dtype="int64"), self.host_device)
+        # Shape tensors only feed shape functions and ReshapeTensor, which read them: one
+        # read-only tensor per shape, like the LoadConsti scalars.
+        tensor = regs[instr.tensor]
+        shape = tensor.shape if isinstance(tensor, _NDArray) else as_tensor(tensor, "ShapeOf")
+        shape_tensor = self._shape_tensors.get(shape)
+        if shape_tensor is None:
+            if len(self._shape_tensors) >= _MAX_SHAPE_TENSORS:
+                self._shape_tensors.clear()
+            shape_tensor = _nd.array(np.array(shape, dtype="int64"), self.host_device)
+            shape_tensor._np.flags.writeable = False
+            self._shape_tensors[shape] = shape_tensor
+        regs[instr.dst] = shape_tensor
         return pc + 1
 
     def _op_reshape_tensor(self, regs: list, instr: bc.ReshapeTensor, pc: int) -> int:

@@ -521,3 +521,17 @@ def test_benchmark_and_profile(kernels, rng):
     assert rows["FusedSegment"]["Count"] == 1 and rows["Ret"]["Count"] == 1
     assert sum(row["Percent"] for row in report.calls) == pytest.approx(100.0)
     assert "add_f32" in report.table()
+
+
+def test_shape_of_gives_one_read_only_tensor_per_shape(rng):
+    main = VMFunction("main", ["x"], [ShapeOf(0, 1), Ret(1)], 2)
+    vm = VirtualMachine(Executable([main]), kiln.cpu(0))
+    first = vm.run(np.zeros((2, 3), "float32"))
+    again = vm.run(np.ones((2, 3), "int8"))
+    other = vm.run(np.zeros((4, 5, 6), "float32"))
+    np.testing.assert_array_equal(first.numpy(), [2, 3])
+    np.testing.assert_array_equal(other.numpy(), [4, 5, 6])
+    assert first is again and first.dtype == "int64"
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(first, copy=False)[0] = 7
+    np.testing.assert_array_equal(vm.run(np.zeros((2, 3), "float32")).numpy(), [2, 3])
