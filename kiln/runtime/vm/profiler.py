@@ -11,7 +11,8 @@ segment is timed in C as the call list runs, and the Python around them (storage
 registers) is the ``FusedSegment`` row. A kernel writing device memory (e.g. OpenCL) is timed
 up to a sync of that device, and its row names that device.
 
-``profile()`` runs the function once and returns a :class:`~kiln.runtime.profiling.Report`
+``profile()`` runs the function once untimed (first-use work: call lists, constant copies)
+and once timed, and returns a :class:`~kiln.runtime.profiling.Report`
 with one row per instruction kind (``Op`` = ``"instruction"``) and one per kernel (``Op`` =
 ``"InvokePacked"``; the InvokePacked time is split by kernel), plus a ``(dispatch)`` row for
 the loop's own overhead, so the percentages add up to 100. Columns: count, total µs, percent
@@ -111,12 +112,14 @@ class VirtualMachineProfiler(VirtualMachine):
 
     def profile(self, *args: Any, func_name: str = "main", collectors: Any = None,
                 **kwargs: Any) -> Report:
-        """Run ``func_name`` once on ``args`` and report its time by instruction and kernel.
+        """Run ``func_name`` on ``args`` (once to warm up, once timed) and report the timed
+        run's time by instruction and kernel.
 
         ``collectors`` is accepted for TVM compatibility; kiln measures wall time only.
         """
         if args or kwargs:
             self.set_input(func_name, *args, **kwargs)
+        self.invoke_stateful(func_name)  # warm-up: first-use work (call lists, constants)
         self._timings.clear()
         start = time.perf_counter()
         self.invoke_stateful(func_name)
