@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.runtime.dtype import DataType
+from kiln.runtime.error import TVMError
 from kiln.target.llvm_intrinsics import _mangle
 from kiln.target.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 
@@ -58,8 +59,12 @@ class LLVMLaneMasks:
         outer = self._active_lanes
         if outer is None:
             self._speculation_memo = {}  # loop facts are fixed within one expression
-        mask = self.expr(cond)
         lanes = DataType(node.dtype).lanes
+        if DataType(cond.dtype).lanes != lanes:
+            raise TVMError(f"LLVM codegen ({self._func_name}): if_then_else condition has "
+                           f"{DataType(cond.dtype).lanes} lanes but its arms have {lanes}; "
+                           "broadcast the arms or the condition to one lane count")
+        mask = self.expr(cond)
         taken = mask if outer is None else b.and_(outer, mask)
         not_taken = b.not_(mask) if outer is None else b.and_(outer, b.not_(mask))
         then_value = self._evaluate_arm(then, taken, lanes)
