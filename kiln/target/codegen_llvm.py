@@ -10,12 +10,14 @@ linked with the object file LLVM emits: argument checking is written once, and t
 are LLVM's. The module is optimized at O3 for ``-mcpu`` (else the host CPU with its feature
 string); parallel loops are outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's
 ``codegen_cpu`` does) whose threads claim contiguous chunks of the loop from an atomic counter
-in the closure, vector dtypes become LLVM vectors, small constant-extent unrolled loops
-are unrolled while emitting, float32 ``exp`` is the same vectorizable polynomial as the C
-target's ``kiln_expf``. ``call_extern`` goes through an exported C trampoline in the glue (so
-``static`` functions from ``pragma import_c`` link), ``tvm_call_packed`` looks the function
-up once through ``__tvm_module_ctx``, and PrimFuncs already in packed form (MakePackedAPI
-output, ``tvm_struct_get``) are emitted as the packed function itself.
+in the closure, vector dtypes become LLVM vectors (an ``if_then_else`` with a per-lane
+condition is a ``select`` whose arms run under lane masks: :mod:`.codegen_llvm_masked`),
+small constant-extent unrolled loops are unrolled while emitting, float32 ``exp`` is the same
+vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes through an
+exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
+``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
+already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
+function itself.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``.
