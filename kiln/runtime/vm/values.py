@@ -150,8 +150,8 @@ def load_shape(value: Any) -> tuple[int, ...]:
     if data.ndim != 1 or data.dtype.kind not in "iu":
         raise TVMError(f"a shape must be a 1-D integer tensor, got {tensor.shape} "
                        f"{tensor.dtype}")
-    shape = tuple(int(d) for d in data)
-    if any(d < 0 for d in shape):
+    shape = tuple(data.tolist())
+    if shape and min(shape) < 0:
         raise TVMError(f"shape {shape} has a negative dimension")
     return shape
 

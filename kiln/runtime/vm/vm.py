@@ -603,7 +603,7 @@ class VirtualMachine:
             raise TVMError(f"expected a scalar tensor, got shape {tensor.shape}")
         if data.dtype.kind not in "iub":
             raise TVMError(f"expected an integer scalar tensor, got {tensor.dtype}")
-        return int(data.reshape(-1)[0])
+        return int(data.item(0))
 
     # -- the Python API (TVM's runtime.vm.VirtualMachine) ------------------------------------
 
