@@ -9,20 +9,22 @@ for all N lanes. TIR promises an arm is evaluated only where it is taken, so eac
 goes through :func:`~kiln.target.load_bounds.speculable`:
 
 * an arm that cannot fault (its loads provably in bounds under the loop ranges, no integer
-  division by a possibly-zero divisor) is evaluated plainly: two vector loads and a blend,
-  the fastest form;
+  division by a possibly-zero divisor) is evaluated plainly: vector loads and a blend, no
+  mask and no branch;
 * any other arm is evaluated *under a lane mask* (the condition for the then-arm, its
   negation for the else-arm, and-ed with any enclosing arm's mask). Under a mask, a vector
   load that is not proved in bounds becomes ``llvm.masked.load`` (contiguous lanes;
-  ``vmaskmovps``/``vpmaskmovd`` on AVX2, so the inactive lanes' memory is never touched, a
-  page past the end of a buffer included) or ``llvm.masked.gather`` (any other lane
+  one ``vmaskmovps``/``vpmaskmovd`` for 32/64-bit elements on AVX2, expanded lane by lane by
+  LLVM for narrower ones; the inactive lanes' memory is never touched, a page past the end
+  of a buffer included) or ``llvm.masked.gather`` (any other lane
   pattern); a vector integer division gets divisor 1 in the inactive lanes; and a scalar
   sub-expression that may fault (a broadcast scalar load) or a node whose lanes do not line
   up with the mask (a Shuffle, an extern call) runs only when at least one lane is active.
 
-Masked memory operations were chosen over per-lane scalarisation (a branch per lane, which
-is what LLVM itself lowers masked operations to on targets without them): they keep the arm
-one straight-line vector expression, and only the loads that need it pay for the mask.
+Masked memory operations were chosen over per-lane scalarisation (a compare and branch per
+lane, which is what LLVM itself expands a masked operation to where the CPU has none): the
+arm stays one straight-line vector expression, and only the loads that need it pay for the
+mask.
 """
 
 from __future__ import annotations
@@ -67,18 +69,17 @@ class LLVMLaneMasks:
         mask = self.expr(cond)
         taken = mask if outer is None else b.and_(outer, mask)
         not_taken = b.not_(mask) if outer is None else b.and_(outer, b.not_(mask))
-        then_value = self._evaluate_arm(then, taken, lanes)
-        other_value = self._evaluate_arm(other, not_taken, lanes)
+        then_value = self._evaluate_arm(then, taken)
+        other_value = self._evaluate_arm(other, not_taken)
         return b.select(mask, then_value, other_value)
 
-    def _evaluate_arm(self, arm: Any, lanes_mask, lanes: int):
+    def _evaluate_arm(self, arm: Any, lanes_mask):
         outer = self._active_lanes
         self._active_lanes = None if self._speculable(arm) else lanes_mask
         try:
-            value = self.expr(arm)
+            return self.expr(arm)
         finally:
             self._active_lanes = outer
-        return value if DataType(arm.dtype).lanes == lanes else self._splat(value, lanes)
 
     def _speculable(self, node: Any) -> bool:
         return speculable(node, self._analyzer, self._speculation_memo)

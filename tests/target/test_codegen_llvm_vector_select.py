@@ -37,14 +37,14 @@ STRIDED = 32  # out[k] = E[2k + 1]: lanes reach far past E's end
 
 # -- kernels -----------------------------------------------------------------------------------
 
-def _kernel(params: list[tir.Buffer], out: tir.Buffer, lanes: int, value) -> tir.PrimFunc:
+def _kernel(params: list[tir.Buffer], out: tir.Buffer, lanes: int, value,
+            kind: tir.ForKind = tir.ForKind.SERIAL) -> tir.PrimFunc:
     """``out[i] = value(i, io)`` over ``out``, ``i = Ramp(lanes * io, 1, lanes)`` (``lanes``
     1: a scalar loop)."""
     io = tir.Var("io", "int32")
     index = tir.Ramp(io * lanes, 1, lanes) if lanes > 1 else io
     extent = int(out.shape[0].value) // lanes
-    body = tir.For(io, 0, extent, tir.ForKind.SERIAL,
-                   tir.BufferStore(out, value(index, io), [index]))
+    body = tir.For(io, 0, extent, kind, tir.BufferStore(out, value(index, io), [index]))
     return tir.PrimFunc([*params, out], body)
 
 
@@ -103,6 +103,17 @@ def _guard_kernels() -> dict[str, tir.PrimFunc]:
             [E], tir.decl_buffer((PAD,), "float32", name="out"), lanes,
             lambda i, _: tir.if_then_else(i < EDGE, tir.if_then_else(
                 E[i] > _const(0, "float32"), E[i], -E[i]), _const(0, "float32")))
+    # bool lanes (stored as bytes) in a parallel loop; an arm binding a Let
+    flags = tir.decl_buffer((EDGE,), "bool", name="flags")
+    kernels["pad_end_bool_x8"] = _kernel(
+        [flags], tir.decl_buffer((PAD,), "bool", name="out"), 8,
+        lambda i, _: tir.if_then_else(i < EDGE, flags[i], tir.const(True, "bool")),
+        tir.ForKind.PARALLEL)
+    x = tir.Var("x", "float32x8")
+    kernels["let_arm_x8"] = _kernel(
+        [E], tir.decl_buffer((PAD,), "float32", name="out"), 8,
+        lambda i, _: tir.if_then_else(i < EDGE, tir.Let(x, E[i], x + x),
+                                      _const(-1, "float32")))
     # scalar if_then_else keeps short-circuit semantics: the untaken arm is never evaluated
     kernels["scalar_pad_end"] = _kernel(
         [E], tir.decl_buffer((PAD,), "float32", name="out"), 1,
@@ -278,6 +289,18 @@ def test_nested_vector_if_then_else(modules, guarded, lanes):
     source = guarded.place(e, "end")
     got = _call(module, f"nested_x{lanes}", [source], PAD, "float32")
     np.testing.assert_array_equal(got, np.pad(np.abs(e), (0, PAD - EDGE)))
+
+
+def test_bool_lanes_in_a_parallel_loop(modules, guarded):
+    flags = RNG.random(EDGE) < 0.5
+    got = _call(modules("llvm"), "pad_end_bool_x8", [guarded.place(flags, "end")], PAD, "bool")
+    np.testing.assert_array_equal(got, np.concatenate([flags, np.ones(PAD - EDGE, bool)]))
+
+
+def test_let_inside_a_masked_arm(modules, guarded):
+    e = _random(EDGE, "float32")
+    got = _call(modules("llvm"), "let_arm_x8", [guarded.place(e, "end")], PAD, "float32")
+    np.testing.assert_array_equal(got, np.concatenate([e + e, np.full(PAD - EDGE, -1, "f4")]))
 
 
 @pytest.mark.parametrize("target", TARGETS)
