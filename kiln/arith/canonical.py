@@ -166,9 +166,11 @@ class Simplifier(StmtExprMutator):
         self.atom_bounds: dict[int, Interval] = {}
         # id(expr) -> (expr, simplified): lowered indices are DAGs that share subexpressions
         # (resize's clamped coordinates); without this each use re-simplifies them as a tree
-        self._simplified: dict[tuple, tuple[PrimExpr, PrimExpr]] = {}
+        self._simplified: dict[int, tuple[PrimExpr, PrimExpr]] = {}
         # id(expr) -> (expr, key): an atom's key reuses the keys of atoms inside it
         self._keys: dict[int, Any] = {}
+        # id(expr) -> (expr, polynomial): ``x1 = x0 + x0`` must not expand x0 twice
+        self._polys: dict[int, tuple[PrimExpr, Poly]] = {}
 
     # ---- polynomial plumbing ---------------------------------------------------------------
     def atom(self, e: PrimExpr) -> int:
@@ -427,25 +429,34 @@ class Simplifier(StmtExprMutator):
 
     # ---- rewriting ----------------------------------------------------------------------------
     def simplify(self, e: PrimExpr) -> PrimExpr:
-        if is_int_dtype(e.dtype):
-            return self._memoized(e, lambda: self.from_poly(self.canon(e), e.dtype))
-        return self.visit(e)
-
-    def visit(self, node: Any) -> Any:
-        return self._memoized(node, lambda: super(Simplifier, self).visit(node))
-
-    def _memoized(self, e: PrimExpr, compute: Any) -> PrimExpr:
-        """``compute()``, once per expression object of this simplification."""
-        key = (id(e), is_int_dtype(e.dtype) if isinstance(e, PrimExpr) else None)
-        done = self._simplified.get(key)
+        if not is_int_dtype(e.dtype):
+            return self.visit(e)
+        done = self._simplified.get(id(e))
         if done is not None and done[0] is e:
             return done[1]
-        result = compute()
-        self._simplified[key] = (e, result)
+        result = self.from_poly(self.canon(e), e.dtype)
+        self._simplified[id(e)] = (e, result)
+        return result
+
+    def visit(self, node: Any) -> Any:
+        # simplify() shares this memo: an integer node's visit rewrites it as simplify does
+        done = self._simplified.get(id(node))
+        if done is not None and done[0] is node:
+            return done[1]
+        result = super().visit(node)
+        self._simplified[id(node)] = (node, result)
         return result
 
     def canon(self, e: PrimExpr) -> Poly:
-        """The simplified polynomial of an integer expression."""
+        """The simplified polynomial of an integer expression (callers never mutate it)."""
+        done = self._polys.get(id(e))
+        if done is not None and done[0] is e:
+            return done[1]
+        poly = self._canon(e)
+        self._polys[id(e)] = (e, poly)
+        return poly
+
+    def _canon(self, e: PrimExpr) -> Poly:
         if isinstance(e, IntImm):
             return self.const_poly(e.value)
         if isinstance(e, _e.Add):

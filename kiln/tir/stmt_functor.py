@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.ir.expr import PrimExpr, Range
+from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, fields_of
 from kiln.tir import expr as _e
 from kiln.tir.stmt import Stmt
@@ -35,8 +36,18 @@ _DERIVED_DTYPE = (_e.BinaryOpExpr, _e.Not, _e.Select, _e.BufferLoad, _e.Producer
                   _e.Broadcast, _e.Let, _e.Shuffle, _e.Reduce)
 
 
-def _own_fields(node: Object) -> list[str]:
-    return [name for name in fields_of(node) if name not in _SKIPPED_FIELDS]
+_OWN_FIELDS: dict[type, tuple[str, ...]] = {}  # node class -> its walked field names
+
+
+def _own_fields(node: Object) -> tuple[str, ...]:
+    names = _OWN_FIELDS.get(type(node))
+    if names is None:
+        if not isinstance(node, Object):
+            raise TVMError(f"cannot walk {node!r} (a {type(node).__name__}): expected a TIR "
+                           "expression, statement or other IR object")
+        names = tuple(name for name in fields_of(node) if name not in _SKIPPED_FIELDS)
+        _OWN_FIELDS[type(node)] = names
+    return names
 
 
 def rebuild(node: Object, values: dict[str, Any]) -> Object:
@@ -152,18 +163,16 @@ class StmtExprMutator:
         if not isinstance(node, PrimExpr):
             return self._method(node)(node)
         memo = self._expr_memo
-        if memo is None:
-            self._expr_memo = memo = {}
+        if memo is None:  # entering an expression (a node never contains itself: no entry)
+            self._expr_memo = {}
             try:
-                return self._rewrite(node, memo)
+                return self._method(node)(node)
             finally:
                 self._expr_memo = None
         done = memo.get(id(node))
         if done is not None:
             return done[1]
-        return self._rewrite(node, memo)
-
-    def _rewrite(self, node: PrimExpr, memo: dict[int, tuple[PrimExpr, Any]]) -> Any:
+        # one frame per node here: deep expressions recurse through this method
         new = self._method(node)(node)
         memo[id(node)] = (node, new)
         return new
@@ -255,6 +264,10 @@ class _Substituter(StmtExprMutator):
         super().__init__()
         from kiln.tir.op import convert_expr
 
+        for var in vmap:
+            if not isinstance(var, _e.Var):
+                raise TVMError(f"substitute: the keys of vmap must be tir.Var, got {var!r} "
+                               f"(a {type(var).__name__})")
         self.vmap = {id(k): convert_expr(v) for k, v in vmap.items()}
 
     def visit_Var(self, node: _e.Var) -> PrimExpr:
