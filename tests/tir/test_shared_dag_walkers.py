@@ -95,34 +95,32 @@ def _assert_sharing(expr, levels=LEVELS):
         e = pair.a
 
 
-def test_post_order_visit_calls_each_distinct_node_once_children_first():
-    x = tir.Var("x", "int32")
-    e = _chain(x)
+def _visit_order(walk, expr):
+    """The nodes ``walk`` calls its function on, checked distinct, with their positions."""
     seen = []
     with _within(1.0):
-        tir.post_order_visit(e, seen.append)
+        walk(expr, seen.append)
     assert len(seen) == DISTINCT_NODES
     assert len({id(n) for n in seen}) == DISTINCT_NODES
     position = {id(n): i for i, n in enumerate(seen)}
-    for node in seen:
-        for child in (getattr(node, "a", None), getattr(node, "b", None)):
-            if child is not None:
-                assert position[id(child)] < position[id(node)]
+    pairs = [(position[id(child)], position[id(node)]) for node in seen
+             for child in (getattr(node, "a", None), getattr(node, "b", None))
+             if child is not None]
+    return seen, pairs
+
+
+def test_post_order_visit_calls_each_distinct_node_once_children_first():
+    e = _chain(tir.Var("x", "int32"))
+    seen, pairs = _visit_order(tir.post_order_visit, e)
+    assert all(child < parent for child, parent in pairs)
     assert seen[-1] is e
 
 
 def test_pre_order_visit_once_per_node_parents_first_and_pruning():
-    x = tir.Var("x", "int32")
-    e = _chain(x)
-    seen = []
-    with _within(1.0):
-        tir.pre_order_visit(e, seen.append)
-    assert len(seen) == DISTINCT_NODES and seen[0] is e
-    position = {id(n): i for i, n in enumerate(seen)}
-    for node in seen:
-        for child in (getattr(node, "a", None), getattr(node, "b", None)):
-            if child is not None:
-                assert position[id(child)] > position[id(node)]
+    e = _chain(tir.Var("x", "int32"))
+    seen, pairs = _visit_order(tir.pre_order_visit, e)
+    assert all(child > parent for child, parent in pairs)
+    assert seen[0] is e
     pruned = []
     tir.pre_order_visit(e, lambda n: pruned.append(n) or False)
     assert pruned == [e]
