@@ -30,7 +30,10 @@ the masked loads it would otherwise make).
 
 Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vector lanes must
 be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
-value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). Vectors wider
+value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
+``if_then_else`` arm that may fault (a load not proved in bounds by
+:func:`~kiln.target.load_bounds.speculable`, an integer division) is computed lane by lane only
+in the lanes that take it (:meth:`CodeGenC._lane`). Vectors wider
 than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
 works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are
 arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
@@ -73,6 +76,7 @@ from kiln.target.c_abi import (
     packed_glue,
 )
 from kiln.target.c_intrinsics import INTRINSIC_FORMATS, UNARY_MATH, CIntrinsics
+from kiln.target.load_bounds import PURE_CALLS, speculable
 
 __all__ = [
     "CodeGenC",
@@ -602,6 +606,11 @@ class CodeGenC(CIntrinsics):
 
 
 
+    # -- per-lane if_then_else -------------------------------------------------------------
+    # id(node) -> whether it may be evaluated unconditionally, for one outermost if_then_else
+    # (the loop facts the proof uses do not change inside one expression)
+    _speculation_memo: dict[int, bool] | None = None
+
     def call_if_then_else(self, node: Any) -> str:
         """``cond ? a : b``; when both arms are safe to evaluate, evaluate them first.
 
@@ -610,11 +619,23 @@ class CodeGenC(CIntrinsics):
         groups (an outer loop vectorized over a fully unrolled small inner loop; GCC PR
         tree-optimization/114375), which silently broke scatter's "update" select. Loads
         that are provably in bounds need no mask: hoisted out of the ``?:`` they become
-        plain loads and a blend, which is both correct and faster.
+        plain loads and a blend, which is both correct and faster. A per-lane (vector)
+        condition goes to :meth:`_vector_if_then_else`.
         """
-        cond, then, other = node.args
-        if DataType(node.dtype).lanes > 1 and DataType(cond.dtype).lanes > 1:
-            return self._vector_if_then_else(node)
+        outermost = self._speculation_memo is None
+        if outermost:
+            self._speculation_memo = {}
+        try:
+            cond = node.args[0]
+            if DataType(node.dtype).lanes > 1 and DataType(cond.dtype).lanes > 1:
+                return self._vector_if_then_else(node)
+            return self._scalar_if_then_else(node)
+        finally:
+            if outermost:
+                self._speculation_memo = None
+
+    def _scalar_if_then_else(self, node: Any) -> str:
+        _, then, other = node.args
         texts = [self.expr(a) for a in node.args]
         loading = [bool(_loads_of(arm)[0]) for arm in (then, other)]
         if not any(loading) or not (self._speculable(then) and self._speculable(other)):
@@ -629,76 +650,180 @@ class CodeGenC(CIntrinsics):
                 texts[slot] = name
         return f"({{ {' '.join(decls)} {texts[0]} ? {texts[1]} : {texts[2]}; }})"
 
+    def _speculable(self, expr: Any) -> bool:
+        """Whether ``expr`` cannot fault (:func:`~kiln.target.load_bounds.speculable` under
+        the enclosing loops' ranges), so it may be evaluated where TIR says it is not."""
+        memo = self._speculation_memo if self._speculation_memo is not None else {}
+        return speculable(expr, self._analyzer, memo)
+
     def _vector_if_then_else(self, node: Any) -> str:
-        """A vector ``if_then_else`` with a per-lane condition: arms that cannot fault are
-        evaluated whole and blended with the condition's mask (plain vector loads and a
-        ``vpblendvb``-like and/or); other arms keep the lane-by-lane ``?:``."""
+        """A vector ``if_then_else`` with a per-lane condition.
+
+        Arms that cannot fault are evaluated whole; when both can, the result is a blend on
+        the condition's mask (plain vector loads and an and/or, no branch). An arm that may
+        fault -- a load not proved in bounds, an integer division by a lane that may be 0 --
+        is evaluated lane by lane inside a loop over the lanes, and only in the lanes that
+        take it (:meth:`_lane`): untaken lanes read no memory and divide nothing. gcc turns
+        a contiguous guarded load in that loop into a masked load (``vmaskmovps``).
+        """
         cond, then, other = node.args
         t = DataType(node.dtype)
+        if DataType(cond.dtype).lanes != t.lanes:
+            raise TVMError(f"C codegen ({self._func_name}): if_then_else condition has "
+                           f"{DataType(cond.dtype).lanes} lanes but its arms have {t.lanes}; "
+                           "broadcast the arms or the condition to one lane count")
+        bits = max(t.bits, 8)
+        mask = self._lane_mask(cond, bits)
         if self._speculable(then) and self._speculable(other):
-            mask = self._lane_mask(cond, max(t.bits, 8))
             return self._blend(t, mask, self._vector_value(then), self._vector_value(other))
-        # an arm that may fault is read lane by lane under the ?: (gcc: a masked load)
-        # (other arms are evaluated whole, as the lanes of a gather)
-        guarded = {id(arm): text for arm in (then, other)
-                   if not self._speculable(arm) and (text := self._lane_load(arm))}
-        evaluated = [cond] + [arm for arm in (then, other) if id(arm) not in guarded]
+        vtype, lanes = self._vector_type(t), t.lanes
+        element = c_type(DataType("int8") if t.is_bool else t.element_of)
+        mask_type = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
+        # vector values go through plain arrays: gcc vectorizes the lane loop over arrays
+        decls = [f"{mask_type} _mv = {mask}; int{bits}_t _m[{lanes}]; "
+                 "__builtin_memcpy(_m, &_mv, sizeof _m);"]
+        picks = []
+        for tag, arm in (("t", then), ("e", other)):
+            if self._speculable(arm):
+                decls.append(f"{vtype} _{tag}v = {self._vector_value(arm)}; {element} "
+                             f"_{tag}[{lanes}]; __builtin_memcpy(_{tag}, &_{tag}v, sizeof _{tag});")
+                picks.append(f"_{tag}[_l]")
+            else:
+                picks.append(self._lane(arm, "_l"))
+        return (f"({{ {' '.join(decls)} {element} _o[{lanes}]; "
+                f"for (int _l = 0; _l < {lanes}; ++_l) _o[_l] = _m[_l] ? {picks[0]} : "
+                f"{picks[1]}; {vtype} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
 
-        def rule(*lanes: str) -> str:
-            values = dict(zip(map(id, evaluated), lanes))
-            c, a, b = (values.get(id(x)) or guarded[id(x)] for x in (cond, then, other))
-            return f"({c} ? {a} : {b})"
+    # -- one lane of a vector expression ----------------------------------------------------
+    # id(vector Let var) -> the C name of its one lane, inside a lane-by-lane arm
+    _lane_names: dict[int, str] = {}
 
-        return self._per_lane(node.dtype, [x.dtype for x in evaluated],
-                              [self.expr(x) for x in evaluated], rule)
+    def _lane(self, node: Any, lane: str) -> str:
+        """C text of lane ``lane`` (a C int expression) of ``node``, computing only that lane:
+        a load reads one element, a division divides one pair, a nested ``if_then_else`` is
+        a scalar ``?:`` (its untaken arm is not evaluated). A scalar ``node`` is its own
+        value. Nodes with no lane rule (an extern call) are evaluated whole, and indexed."""
+        if DataType(node.dtype).lanes == 1:
+            return self.expr(node)
+        kind = _node_name(node)
+        if kind in BINARY_FORMATS:
+            return self._lane_binary(node, kind, lane)
+        rule = getattr(self, f"_lane_{kind}", None)
+        if rule is not None:
+            text = rule(node, lane)
+            if text is not None:
+                return text
+        return (f"({{ {self._vector_type(DataType(node.dtype))} _w = "
+                f"{self._vector_value(node)}; _w[{lane}]; }})")
 
-    def _lane_load(self, arm: Any) -> str | None:
-        """C text of lane ``_l`` of a contiguous vector load, or None for other nodes."""
-        if _node_name(arm) != "BufferLoad" or id(arm.buffer.data) in self._vector_locals:
-            return None
-        access = _flat_access(self, arm.buffer, arm.indices)
-        if not access.contiguous:
-            return None
-        return f"{self._data(arm.buffer)}[({access.base}) + _l]"
+    def _lane_binary(self, node: Any, kind: str, lane: str) -> str:
+        a_type = DataType(node.a.dtype).element_of
+        a, b = self._lane(node.a, lane), self._lane(node.b, lane)
+        rule = BINARY_FORMATS[kind]
+        if isinstance(rule, dict):
+            rule = rule["float" if a_type.is_float else "int"]
+        if rule.count("{a}") == 1 and rule.count("{b}") == 1:
+            return self._binary_scalar(kind, a_type, a, b)
+        # min/max name an operand twice: evaluate each once
+        ctype = c_type(a_type)
+        return (f"({{ {ctype} _x = {a}; {ctype} _y = {b}; "
+                f"{self._binary_scalar(kind, a_type, '_x', '_y')}; }})")
 
-    def _speculable(self, expr: Any) -> bool:
-        """Whether evaluating ``expr`` cannot fault: no integer division, no calls other than
-        pure math, every load's indices provably inside its buffer."""
-        kind = _node_name(expr)
-        if kind in _SPECULABLE_LEAVES:
-            return True
-        if kind in _INT_DIVISIONS and not DataType(expr.dtype).is_float:
-            return False
-        if kind == "BufferLoad":
-            return self._in_bounds(expr.buffer, expr.indices) and all(
-                self._speculable(i) for i in expr.indices)
-        if kind == "Call":
-            short = expr.op[4:] if expr.op.startswith("tir.") else expr.op
-            if short == "if_then_else":
-                return self._speculable(expr.args[0])  # its arms stay conditional
-            return short in _PURE_CALLS and all(self._speculable(a) for a in expr.args)
-        children = [getattr(expr, f) for f in _OPERAND_FIELDS.get(kind, ())]
-        return kind in _OPERAND_FIELDS and all(self._speculable(c) for c in children)
+    def _lane_Var(self, node: Any, lane: str) -> str:
+        if id(node) in self._lane_names:
+            return self._lane_names[id(node)]
+        return f"{self._var_name(node)}[{lane}]"
 
-    def _in_bounds(self, buffer: Any, indices: Sequence[Any]) -> bool:
-        if len(indices) != len(buffer.shape):
-            return False
-        for index, extent in zip(indices, buffer.shape):
-            if not _is_const_int(extent):
-                return False
-            low, high = 0, 0  # the lanes' reach past the base
-            if _node_name(index) == "Ramp":
-                if not _is_const_int(index.stride):
-                    return False
-                reach = (int(index.lanes) - 1) * int(index.stride.value)
-                low, high = min(reach, 0), max(reach, 0)
-                index = index.base
-            elif DataType(index.dtype).lanes > 1:
-                return False
-            bound = self._analyzer.const_int_bound(index)
-            if bound.min_value + low < 0 or bound.max_value + high >= int(extent.value):
-                return False
-        return True
+    def _lane_Ramp(self, node: Any, lane: str) -> str:
+        return f"({self.expr(node.base)} + ({lane}) * {self.expr(node.stride)})"
+
+    def _lane_Broadcast(self, node: Any, lane: str) -> str:
+        return self.expr(node.value)
+
+    def _lane_Not(self, node: Any, lane: str) -> str:
+        return f"(!{self._lane(node.a, lane)})"
+
+    def _lane_Cast(self, node: Any, lane: str) -> str:
+        value = self._lane(node.value, lane)
+        target = DataType(node.dtype)
+        if target.is_bool:
+            return f"({value} != 0)"
+        return f"(({c_type(target.element_of)}){value})"
+
+    def _lane_Select(self, node: Any, lane: str) -> str:
+        cond, then, other = (self._lane(x, lane) for x in
+                             (node.condition, node.true_value, node.false_value))
+        return f"({cond} ? {then} : {other})"
+
+    def _lane_Let(self, node: Any, lane: str) -> str:
+        value_type = DataType(node.var.dtype)
+        value = self._lane(node.value, lane)
+        name = self._fresh(node.var.name)
+        if value_type.lanes > 1:
+            self._lane_names = {**self._lane_names, id(node.var): name}
+        else:
+            self._names[id(node.var)] = name
+        try:
+            body = self._lane(node.body, lane)
+        finally:
+            self._lane_names = {k: v for k, v in self._lane_names.items()
+                                if k != id(node.var)}
+        element = c_type(DataType("int8") if value_type.is_bool else value_type.element_of)
+        return f"({{ {element} {name} = {value}; {body}; }})"
+
+    def _lane_Shuffle(self, node: Any, lane: str) -> str:
+        """Output lane ``k`` is lane ``m`` of one source vector: a chain of ``?:`` on the
+        lane number evaluates only the source lane picked."""
+        sources = []
+        for vector in node.vectors:
+            count = DataType(vector.dtype).lanes
+            sources.extend((vector, str(m)) for m in range(count))
+        picks = [sources[int(i.value)] for i in node.indices]
+        text = self._lane(*picks[-1])
+        for k in range(len(picks) - 2, -1, -1):
+            text = f"(({lane}) == {k} ? {self._lane(*picks[k])} : {text})"
+        return text
+
+    def _lane_Call(self, node: Any, lane: str) -> str | None:
+        """A pure lane-wise call on one lane: the same call on scalar arguments."""
+        from kiln import tir
+
+        if node.op == "tir.if_then_else":
+            cond, then, other = (self._lane(a, lane) for a in node.args)
+            return f"({cond} ? {then} : {other})"
+        if node.op not in PURE_CALLS:
+            return None  # an extern call computes whole vectors: evaluated whole
+        decls, params = [], []
+        for arg in node.args:
+            arg_type = DataType(arg.dtype).element_of
+            param = tir.Var("lane_arg", str(arg_type))
+            name = self._bind(param)
+            ctype = c_type(DataType("int8") if arg_type.is_bool else arg_type)
+            decls.append(f"{ctype} {name} = {self._lane(arg, lane)};")
+            params.append(param)
+        scalar_call = tir.Call(str(DataType(node.dtype).element_of), node.op, params)
+        return f"({{ {' '.join(decls)} {self.expr(scalar_call)}; }})"
+
+    def _lane_BufferLoad(self, node: Any, lane: str) -> str | None:
+        """One element: contiguous lanes are ``base + lane``; other vector indices are
+        computed for the one lane."""
+        buffer = node.buffer
+        if id(buffer.data) in self._vector_locals:
+            return None  # a local array of vectors: in bounds by construction, read whole
+        data = self._data(buffer)
+        access = _flat_access(self, buffer, node.indices)
+        if access.contiguous:
+            return f"{data}[({access.base}) + {lane}]"
+        indices = list(node.indices)
+        strides = _strides(self, buffer) if len(indices) > 1 or buffer.strides else ["1"]
+        terms = []
+        for index, stride in zip(indices, strides):
+            text = self._lane(index, lane)
+            terms.append(text if stride == "1" else f"{text} * {stride}")
+        offset = buffer.elem_offset
+        if offset is not None and not _is_const_int(offset, 0):
+            terms.append(self.expr(offset))
+        return f"{data}[{' + '.join(terms)}]"
 
     def call_address_of(self, node: Any) -> str:
         load = node.args[0]
@@ -1111,18 +1236,6 @@ class CodeGenCBareMetal(CodeGenC):
         self.emit_stmt(node.body)
 
 
-
-
-# What :meth:`CodeGenC._speculable` may evaluate unconditionally.
-_SPECULABLE_LEAVES = {"Var", "SizeVar", "IntImm", "FloatImm", "StringImm"}
-_INT_DIVISIONS = {"Div", "Mod", "FloorDiv", "FloorMod"}
-_OPERAND_FIELDS: dict[str, tuple[str, ...]] = {
-    **{kind: ("a", "b") for kind in BINARY_FORMATS}, "Not": ("a",), "Cast": ("value",),
-    "Select": ("condition", "true_value", "false_value"),
-    "Ramp": ("base", "stride"), "Broadcast": ("value",),
-}
-_PURE_CALLS = set(UNARY_MATH) | {"fabs", "abs", "isnan", "isinf", "isfinite", "likely",
-                                 "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"}
 
 
 def _pointer_type(var: Any) -> str:
