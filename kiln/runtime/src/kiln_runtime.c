@@ -4,7 +4,7 @@
  * Entry points (declared in include/tvm/runtime/c_runtime_api.h and c_backend_api.h):
  *   TVMAPISetLastError / TVMGetLastError   thread-local last error message
  *   TVMBackendAllocWorkspace / FreeWorkspace  64-byte aligned scratch memory
- *   TVMBackendParallelLaunch / ParallelBarrier  OpenMP when compiled with -fopenmp, else pthreads
+ *   TVMBackendParallelLaunch / ParallelBarrier  a persistent worker pool (spin, then futex)
  *   TVMFuncCall / KilnFuncCreate / TVMFuncFree  calls through function handles
  *   TVMFuncRegisterGlobal / TVMFuncGetGlobal / TVMBackendGetFuncFromEnv  forwarded to Python
  *   TVMBackendRegisterSystemLibSymbol        the system-library symbol table
@@ -16,18 +16,21 @@
  * trampoline. The registry lives in Python: the three registry entry points call hooks that
  * kiln.runtime installs when it loads this library.
  */
-#define _POSIX_C_SOURCE 200809L /* strdup, pthread barriers */
+#define _DEFAULT_SOURCE /* strdup, syscall (futex) */
 
 #include <tvm/runtime/c_backend_api.h>
 
 #include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#ifdef _OPENMP
-#include <omp.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #endif
 
 /* ---- last error ------------------------------------------------------------------------ */
@@ -90,121 +93,313 @@ static int kiln_threads_from_env(void) {
   return n > 0 ? (int)n : 1;
 }
 
-TVM_DLL void KilnRuntimeSetNumThreads(int n) { kiln_num_threads = n > 0 ? n : 0; }
+TVM_DLL void KilnRuntimeSetNumThreads(int n) {
+  __atomic_store_n(&kiln_num_threads, n > 0 ? n : 0, __ATOMIC_RELAXED);
+}
 
 TVM_DLL int KilnRuntimeNumThreads(void) {
-  if (kiln_num_threads <= 0) kiln_num_threads = kiln_threads_from_env();
-  return kiln_num_threads;
-}
-
-#ifdef _OPENMP
-
-TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
-  int requested = num_task > 0 ? num_task : KilnRuntimeNumThreads();
-  int failed = 0;
-#pragma omp parallel num_threads(requested)
-  {
-    /* The team may be smaller than requested (nested launch): tasks split by its real size. */
-    TVMParallelGroupEnv env = {NULL, omp_get_num_threads()};
-    if (flambda(omp_get_thread_num(), &env, cdata) != 0) {
-#pragma omp atomic write
-      failed = 1;
-    }
+  int n = __atomic_load_n(&kiln_num_threads, __ATOMIC_RELAXED);
+  if (n <= 0) {
+    n = kiln_threads_from_env();
+    __atomic_store_n(&kiln_num_threads, n, __ATOMIC_RELAXED);
   }
-  return failed ? -1 : 0;
+  return n;
 }
-
-TVM_DLL int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
-  (void)task_id, (void)penv;
-#pragma omp barrier
-  return 0;
-}
-
-#else /* pthreads: one thread per task for each launch */
 
 /*
- * Workers wait at a start gate until the team size is final: if a thread cannot be created,
- * the team shrinks to the threads that exist (tasks split by env.num_task), so the barrier
- * never waits for a task that will not come.
+ * One process-wide pool of worker threads, started on the first launch that wants a team and
+ * grown when a launch asks for more tasks than there are workers.
+ *
+ * A launch owns the pool for its duration (a second thread launching at the same time, and a
+ * lambda launching from inside a launch, run their lambda inline as a team of one). It
+ * publishes flambda / cdata / team size, then one 64-bit claim word: generation (high 32
+ * bits), team size (bits 16..31) and the next unclaimed task id (bits 0..15). The caller runs
+ * task 0; workers take task ids by compare-and-swap on the claim word. After task 0 returns,
+ * the caller claims every task id still unclaimed and runs it itself (the generated lambdas
+ * hand out work through their own chunk counter, so such a late task finds nothing left and
+ * returns at once; a lambda that splits work by task id still gets every id run exactly once).
+ * The caller then waits only for the tasks that workers claimed, counted in `finished`.
+ *
+ * Lifetime of cdata (it lives on the caller's stack): a worker reads flambda / cdata only
+ * after its compare-and-swap took a task id of the current generation, and the caller does
+ * not return before every task id taken that way has been counted finished. A worker that
+ * wakes after the launch is over sees no unclaimed id (or a later generation) and runs
+ * nothing. The generation makes a claim word of an earlier launch never equal a later one.
+ *
+ * Barriers: a lambda that calls TVMBackendParallelBarrier does so in every task, so task 0
+ * passes its last barrier only after every other task has arrived there, that is, after
+ * workers claimed them all; the caller therefore never takes over a task of such a launch.
+ * The team is at most the number of workers + 1, so every task can have its own thread.
+ *
+ * Waiting spins briefly and then sleeps on a futex (a condition variable off Linux).
  */
+
+enum {
+  kKilnMaxTeam = 1024,        /* task ids fit the 16-bit field of the claim word */
+  kKilnWorkerSpin = 4000,     /* pause iterations an idle worker polls before sleeping */
+  kKilnJoinSpin = 4000,       /* pause iterations the caller polls before sleeping */
+  kKilnBarrierSpin = 4000,    /* pause iterations a task polls at a barrier before sleeping */
+};
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define KILN_CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define KILN_CPU_RELAX() ((void)0)
+#endif
+
+#ifdef __linux__
+
+static void kiln_futex_wait(int* word, int expected) {
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void kiln_futex_wake(int* word, int count) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+
+#else /* one process-wide condition variable stands in for the futex */
+
+static pthread_mutex_t kiln_wait_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t kiln_wait_cond = PTHREAD_COND_INITIALIZER;
+
+static void kiln_futex_wait(int* word, int expected) {
+  pthread_mutex_lock(&kiln_wait_lock);
+  while (__atomic_load_n(word, __ATOMIC_SEQ_CST) == expected) {
+    pthread_cond_wait(&kiln_wait_cond, &kiln_wait_lock);
+  }
+  pthread_mutex_unlock(&kiln_wait_lock);
+}
+
+static void kiln_futex_wake(int* word, int count) {
+  (void)word, (void)count;
+  pthread_mutex_lock(&kiln_wait_lock);
+  pthread_cond_broadcast(&kiln_wait_cond);
+  pthread_mutex_unlock(&kiln_wait_lock);
+}
+
+#endif
+
+/* Wait until *word != value: poll `spin` times, then sleep (sleepers counts the sleepers). */
+static void kiln_wait_while_equal(int* word, int value, int spin, int* sleepers) {
+  for (int i = 0; i < spin; ++i) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return;
+    KILN_CPU_RELAX();
+  }
+  __atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) kiln_futex_wait(word, value);
+  __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Publish a change of *word (already stored, seq_cst) to up to `count` sleepers. */
+static void kiln_wake_sleepers(int* word, int* sleepers, int count) {
+  if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) > 0) kiln_futex_wake(word, count);
+}
+
 typedef struct {
+  int arrived; /* tasks at the barrier of the current phase */
+  int phase;   /* bumped by the last task to arrive; futex word */
+  int sleepers;
+} KilnBarrier;
+
+typedef struct {
+  /* the current launch: written by its caller before the claim word is published */
   FTVMParallelLambda flambda;
   void* cdata;
   TVMParallelGroupEnv env;
-  pthread_barrier_t barrier;
-  pthread_mutex_t gate_lock;
-  pthread_cond_t gate;
-  int gate_open;
+  KilnBarrier barrier;
+  uint64_t claim;   /* generation << 32 | team << 16 | next task id */
+  int finished;     /* tasks run by workers that have returned; futex word */
+  int caller_sleeping; /* 1 while the caller sleeps on `finished` */
   int failed;
-} KilnLaunch;
+  char* worker_error; /* last error message of the first worker task that failed */
+  /* waking idle workers */
+  int wake_seq;     /* bumped on every publish; futex word */
+  int idle_sleepers;
+  /* the pool */
+  int busy;         /* a launch owns the pool */
+  int workers;      /* worker threads started */
+  pthread_mutex_t grow_lock;
+} KilnPool;
 
-typedef struct {
-  KilnLaunch* launch;
-  int task_id;
-} KilnTask;
-
+static KilnPool kiln_pool = {.grow_lock = PTHREAD_MUTEX_INITIALIZER};
 static _Thread_local int kiln_inside_launch = 0;
 
-static void* kiln_run_task(void* arg) {
-  KilnTask* task = (KilnTask*)arg;
-  KilnLaunch* launch = task->launch;
-  pthread_mutex_lock(&launch->gate_lock);
-  while (!launch->gate_open) pthread_cond_wait(&launch->gate, &launch->gate_lock);
-  pthread_mutex_unlock(&launch->gate_lock);
-  kiln_inside_launch = 1;
-  if (launch->flambda(task->task_id, &launch->env, launch->cdata) != 0) {
-    __atomic_store_n(&launch->failed, 1, __ATOMIC_SEQ_CST);
+static uint64_t kiln_claim_word(uint64_t generation, int team, int next) {
+  return generation << 32 | (uint64_t)team << 16 | (uint64_t)next;
+}
+static int kiln_claim_team(uint64_t word) { return (int)(word >> 16 & 0xFFFF); }
+static int kiln_claim_next(uint64_t word) { return (int)(word & 0xFFFF); }
+
+/* Take the next unclaimed task id of the current launch; -1 when none is left. */
+static int kiln_claim_task(KilnPool* pool) {
+  uint64_t word = __atomic_load_n(&pool->claim, __ATOMIC_ACQUIRE);
+  while (kiln_claim_next(word) < kiln_claim_team(word)) {
+    if (__atomic_compare_exchange_n(&pool->claim, &word, word + 1, 1, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      return kiln_claim_next(word);
+    }
+  }
+  return -1;
+}
+
+static int kiln_task_claimable(KilnPool* pool) {
+  uint64_t word = __atomic_load_n(&pool->claim, __ATOMIC_SEQ_CST);
+  return kiln_claim_next(word) < kiln_claim_team(word);
+}
+
+static void kiln_worker_run(KilnPool* pool, int task_id) {
+  if (pool->flambda(task_id, &pool->env, pool->cdata) != 0) {
+    char* message = strdup(TVMGetLastError());
+    char* none = NULL;
+    if (message == NULL || !__atomic_compare_exchange_n(&pool->worker_error, &none, message, 0,
+                                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      free(message);
+    }
+    __atomic_store_n(&pool->failed, 1, __ATOMIC_RELAXED);
+  }
+  __atomic_add_fetch(&pool->finished, 1, __ATOMIC_SEQ_CST);
+  kiln_wake_sleepers(&pool->finished, &pool->caller_sleeping, 1);
+}
+
+static void* kiln_worker_main(void* arg) {
+  KilnPool* pool = (KilnPool*)arg;
+  kiln_inside_launch = 1; /* launches from a worker's task run inline */
+  for (;;) {
+    int seen = __atomic_load_n(&pool->wake_seq, __ATOMIC_SEQ_CST);
+    int task_id;
+    while ((task_id = kiln_claim_task(pool)) >= 0) kiln_worker_run(pool, task_id);
+    int spin = 0;
+    while (spin < kKilnWorkerSpin && !kiln_task_claimable(pool) &&
+           __atomic_load_n(&pool->wake_seq, __ATOMIC_ACQUIRE) == seen) {
+      KILN_CPU_RELAX();
+      ++spin;
+    }
+    if (spin < kKilnWorkerSpin) continue;
+    __atomic_add_fetch(&pool->idle_sleepers, 1, __ATOMIC_SEQ_CST);
+    if (!kiln_task_claimable(pool)) kiln_futex_wait(&pool->wake_seq, seen);
+    __atomic_sub_fetch(&pool->idle_sleepers, 1, __ATOMIC_SEQ_CST);
   }
   return NULL;
 }
 
-TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
-  int n = num_task > 0 ? num_task : KilnRuntimeNumThreads();
-  if (kiln_inside_launch) n = 1; /* nested launch: run inline as a single task */
-  KilnTask* tasks = (KilnTask*)calloc((size_t)n, sizeof(KilnTask));
-  pthread_t* threads = (pthread_t*)calloc((size_t)n, sizeof(pthread_t));
-  if (tasks == NULL || threads == NULL) {
-    free(tasks), free(threads);
-    TVMAPISetLastError("TVMBackendParallelLaunch: out of memory");
-    return -1;
-  }
-  KilnLaunch launch;
-  launch.flambda = flambda;
-  launch.cdata = cdata;
-  launch.env.sync_handle = &launch.barrier;
-  launch.gate_open = 0;
-  launch.failed = 0;
-  pthread_mutex_init(&launch.gate_lock, NULL);
-  pthread_cond_init(&launch.gate, NULL);
-  int team = 1;
-  for (int i = 0; i < n; ++i) tasks[i] = (KilnTask){&launch, i};
-  while (team < n && pthread_create(&threads[team], NULL, kiln_run_task, &tasks[team]) == 0) {
-    ++team;
-  }
-  launch.env.num_task = team;
-  pthread_barrier_init(&launch.barrier, NULL, (unsigned)team);
-  pthread_mutex_lock(&launch.gate_lock);
-  launch.gate_open = 1;
-  pthread_cond_broadcast(&launch.gate);
-  pthread_mutex_unlock(&launch.gate_lock);
+/* A forked child has none of the parent's workers and no launch in flight. */
+static void kiln_pool_after_fork(void) {
+  KilnPool* pool = &kiln_pool;
+  uint64_t generation = (pool->claim >> 32) + 1;
+  pool->claim = kiln_claim_word(generation, 0, 0);
+  pool->workers = 0;
+  pool->busy = 0;
+  pool->idle_sleepers = 0;
+  pthread_mutex_init(&pool->grow_lock, NULL);
+}
+
+static void kiln_register_fork_handler(void) {
+  pthread_atfork(NULL, NULL, kiln_pool_after_fork);
+}
+
+/* Start workers until there are `wanted` (or thread creation fails); return how many. */
+static int kiln_pool_grow(KilnPool* pool, int wanted) {
+  int have = __atomic_load_n(&pool->workers, __ATOMIC_ACQUIRE);
+  if (have >= wanted) return have;
+  static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+  pthread_once(&fork_handler_once, kiln_register_fork_handler);
+  pthread_mutex_lock(&pool->grow_lock);
+  /* workers start with every signal blocked, so signals keep going to the caller's threads */
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  have = pool->workers;
+  pthread_t thread;
+  while (have < wanted && pthread_create(&thread, &attr, kiln_worker_main, pool) == 0) ++have;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &previous, NULL);
+  __atomic_store_n(&pool->workers, have, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&pool->grow_lock);
+  return have;
+}
+
+static int kiln_run_inline(FTVMParallelLambda flambda, void* cdata) {
+  TVMParallelGroupEnv env = {NULL, 1};
   int was_inside = kiln_inside_launch;
-  kiln_run_task(&tasks[0]);
+  kiln_inside_launch = 1;
+  int rc = flambda(0, &env, cdata);
   kiln_inside_launch = was_inside;
-  for (int i = 1; i < team; ++i) pthread_join(threads[i], NULL);
-  pthread_barrier_destroy(&launch.barrier);
-  pthread_cond_destroy(&launch.gate);
-  pthread_mutex_destroy(&launch.gate_lock);
-  free(tasks), free(threads);
-  return launch.failed ? -1 : 0;
+  return rc != 0 ? -1 : 0;
+}
+
+TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_task) {
+  KilnPool* pool = &kiln_pool;
+  int team = num_task > 0 ? num_task : KilnRuntimeNumThreads();
+  if (team > kKilnMaxTeam) team = kKilnMaxTeam;
+  int idle = 0;
+  if (team <= 1 || kiln_inside_launch ||
+      !__atomic_compare_exchange_n(&pool->busy, &idle, 1, 0, __ATOMIC_ACQUIRE,
+                                   __ATOMIC_RELAXED)) {
+    return kiln_run_inline(flambda, cdata);
+  }
+  int workers = kiln_pool_grow(pool, team - 1);
+  if (team > workers + 1) team = workers + 1; /* tasks split by env.num_task */
+  if (team <= 1) {
+    __atomic_store_n(&pool->busy, 0, __ATOMIC_RELEASE);
+    return kiln_run_inline(flambda, cdata);
+  }
+  /* Nothing of the previous launch is in flight: its caller waited for every claimed task. */
+  pool->flambda = flambda;
+  pool->cdata = cdata;
+  pool->env.sync_handle = &pool->barrier;
+  pool->env.num_task = team;
+  pool->barrier.arrived = 0;
+  pool->finished = 0;
+  pool->failed = 0;
+  pool->worker_error = NULL;
+  uint64_t generation = (__atomic_load_n(&pool->claim, __ATOMIC_RELAXED) >> 32) + 1;
+  __atomic_store_n(&pool->claim, kiln_claim_word(generation, team, 1), __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&pool->wake_seq, 1, __ATOMIC_SEQ_CST);
+  kiln_wake_sleepers(&pool->wake_seq, &pool->idle_sleepers, team - 1);
+
+  kiln_inside_launch = 1;
+  int caller_failed = flambda(0, &pool->env, cdata) != 0;
+  int by_caller = 1, task_id;
+  while ((task_id = kiln_claim_task(pool)) >= 0) {
+    caller_failed |= flambda(task_id, &pool->env, cdata) != 0;
+    ++by_caller;
+  }
+  kiln_inside_launch = 0;
+
+  /* only the tasks that workers claimed are waited for; they are running or finished */
+  int by_workers = team - by_caller, done;
+  while ((done = __atomic_load_n(&pool->finished, __ATOMIC_SEQ_CST)) != by_workers) {
+    kiln_wait_while_equal(&pool->finished, done, kKilnJoinSpin, &pool->caller_sleeping);
+  }
+
+  int failed = caller_failed || __atomic_load_n(&pool->failed, __ATOMIC_RELAXED);
+  char* worker_error = pool->worker_error;
+  if (!caller_failed && worker_error != NULL) TVMAPISetLastError(worker_error);
+  free(worker_error);
+  pool->worker_error = NULL;
+  __atomic_store_n(&pool->busy, 0, __ATOMIC_RELEASE);
+  return failed ? -1 : 0;
 }
 
 TVM_DLL int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
   (void)task_id;
-  if (penv->num_task > 1) pthread_barrier_wait((pthread_barrier_t*)penv->sync_handle);
+  if (penv->num_task <= 1) return 0;
+  KilnBarrier* barrier = (KilnBarrier*)penv->sync_handle;
+  int phase = __atomic_load_n(&barrier->phase, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&barrier->arrived, 1, __ATOMIC_ACQ_REL) == penv->num_task) {
+    __atomic_store_n(&barrier->arrived, 0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&barrier->phase, 1, __ATOMIC_SEQ_CST);
+    kiln_wake_sleepers(&barrier->phase, &barrier->sleepers, INT32_MAX);
+  } else {
+    kiln_wait_while_equal(&barrier->phase, phase, kKilnBarrierSpin, &barrier->sleepers);
+  }
   return 0;
 }
-
-#endif
 
 TVM_DLL int TVMBackendRunOnce(void** handle, int (*f)(void*), void* cdata, int nbytes) {
   (void)nbytes;
