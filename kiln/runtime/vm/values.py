@@ -51,12 +51,7 @@ def convert_argument(value: Any, device: Device) -> Any:
     if isinstance(value, _NDArray | VMClosure):
         return value
     if isinstance(value, ADT):
-        # Convert NumPy/scalar fields; nested ADTs are taken as they are (no recursion,
-        # so a long cons list passes in constant stack).
-        if all(isinstance(f, _NDArray | ADT | VMClosure) for f in value.fields):
-            return value
-        return ADT(value.tag, [f if isinstance(f, _NDArray | ADT | VMClosure)
-                               else convert_argument(f, device) for f in value.fields])
+        return _convert_adt(value, device)
     if isinstance(value, np.ndarray | np.generic):
         return _nd.array(value, device)
     if isinstance(value, tuple | list):
@@ -69,6 +64,27 @@ def convert_argument(value: Any, device: Device) -> Any:
         return _nd.array(np.array(value, dtype="float32"), device)
     raise TVMError(f"cannot pass a {type(value).__name__} to the VM; use an NDArray, a "
                    "NumPy array, a tuple/list of them, or a Python scalar")
+
+
+def _convert_adt(root: ADT, device: Device) -> ADT:
+    """``root`` with every non-ADT field converted, at any depth; ADTs whose fields need no
+    conversion are kept as they are. Post-order with an explicit stack, so a long cons list
+    converts without Python recursion."""
+    converted: dict[int, ADT] = {}  # id of an ADT of ``root`` (all alive) -> its conversion
+    stack: list[tuple[ADT, bool]] = [(root, False)]
+    while stack:
+        node, fields_done = stack.pop()
+        if id(node) in converted:
+            continue
+        if not fields_done:
+            stack.append((node, True))
+            stack.extend((f, False) for f in node.fields if isinstance(f, ADT))
+            continue
+        fields = [converted[id(f)] if isinstance(f, ADT) else convert_argument(f, device)
+                  for f in node.fields]
+        same = all(new is old for new, old in zip(fields, node.fields))
+        converted[id(node)] = node if same else ADT(node.tag, fields)
+    return converted[id(root)]
 
 
 def check_argument(func: VMFunction, index: int, value: Any) -> None:

@@ -535,3 +535,20 @@ def test_shape_of_gives_one_read_only_tensor_per_shape(rng):
     with pytest.raises(ValueError, match="read-only"):
         np.asarray(first, copy=False)[0] = 7
     np.testing.assert_array_equal(vm.run(np.zeros((2, 3), "float32")).numpy(), [2, 3])
+
+
+def test_numpy_fields_of_nested_adt_arguments_are_converted(rng):
+    """A cons list built from NumPy arrays: every head, at any depth, becomes an NDArray."""
+    main = VMFunction("main", ["xs"], [GetField(0, 1, 1), GetField(1, 0, 2), Ret(2)], 3)
+    vm = VirtualMachine(Executable([main]), kiln.cpu(0))
+    a, b = rng.standard_normal(3).astype("float32"), rng.standard_normal(2).astype("int64")
+    second = vm.run(ADT(1, [a, ADT(1, [b, ADT(0, [])])]))
+    assert isinstance(second, nd.NDArray)
+    np.testing.assert_array_equal(second.numpy(), b)
+    long_list = ADT(0, [])
+    for k in range(50_000):                       # deeper than Python's recursion limit
+        long_list = ADT(1, [np.array([k], "int32"), long_list])
+    np.testing.assert_array_equal(vm.run(long_list).numpy(), [49_998])
+    ready = ADT(1, [nd.array(a), ADT(1, [nd.array(b), ADT(0, [])])])
+    vm.set_input("main", ready)
+    assert vm._inputs["main"][0] is ready         # nothing to convert: taken as given
