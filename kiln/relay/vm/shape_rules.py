@@ -531,6 +531,7 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
 
 SHAPE_RULES: dict[str, Any] = {
     "nn.dense": _dense,
+    "nn.contrib_dense_pack": lambda attrs, ins, outs: [ins[0][:-1] + [ins[1][0] * ins[1][2]]],
     "nn.matmul": _matmul,
     "nn.batch_matmul": _batch_matmul,
     "reshape": _reshape,

@@ -86,6 +86,11 @@ class _Vectorizer(StmtExprMutator):
         value = self.visit(node.value)
         if _lanes(value) == 1:
             return node
+        src, dst = DataType(value.dtype), DataType(node.dtype)
+        if isinstance(value, _e.Ramp) and src.is_int and dst.is_int and dst.bits >= src.bits:
+            # a widened index ramp (int32 loop, int64 symbolic extent) stays a contiguous ramp
+            return _e.Ramp(_op.cast(value.base, node.dtype), _op.cast(value.stride, node.dtype),
+                           value.lanes)
         dtype = str(DataType(node.dtype).with_lanes(_lanes(value)))
         return _e.Cast(dtype, value)
 

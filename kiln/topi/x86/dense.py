@@ -21,12 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
+from kiln.runtime.error import TVMError
+from kiln.tir import op as _op
+from kiln.tir.expr import IntImm
+from kiln.topi import tag
 from kiln.topi.nn.dense import dense_pack as _dense_pack_compute
 from kiln.topi.nn.dense import pack_weight
 from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
 
 DEFAULT_CONFIG = {"tile_y": 4, "tile_x": 16, "tile_k": 4, "blocks": 0, "accumulators": 8,
-                  "parallel_min_flops": 2_000_000}
+                  "parallel_min_flops": 2_000_000, "tile_y_symbolic": 2, "rows_symbolic": 1}
 
 
 def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None,
@@ -35,7 +39,52 @@ def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     n = get_const_int(weight.shape[0])
     lanes = divisor_at_most(n, cfg["tile_x"])
-    return _dense_pack_compute(data, pack_weight(weight, lanes), bias, out_dtype)
+    return dense_packed_weight(data, pack_weight(weight, lanes), bias, out_dtype, cfg)
+
+
+def dense_packed_weight(data: te.Tensor, packed: te.Tensor, bias: te.Tensor | None = None,
+                        out_dtype: str | None = None, config: dict | None = None) -> te.Tensor:
+    """``data [M, K]`` times a weight packed as ``[N / n, K, n]``; ``M`` may be symbolic.
+
+    With a symbolic ``M`` (a ``relay.Any`` batch) the product is computed in groups of
+    ``tile_y`` rows, ``[ceil(M / tile_y), tile_y, N]``, the rows past ``M`` in the last
+    group repeating row ``M - 1``: every group is a full register block of constant extent
+    (unrolled rows, vector accumulators), and the ``[M, N]`` result reads the groups back.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> from kiln.topi.x86.dense import dense_packed_weight
+    >>> x = te.placeholder((te.var("m", "int64"), 64))
+    >>> y = dense_packed_weight(x, te.placeholder((2, 64, 16)))
+    >>> y.op.input_tensors[0].op.tag, len(y.op.input_tensors[0].shape)
+    ('dense_pack', 3)
+    """
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    rows = data.shape[0] if len(data.shape) == 2 else 0
+    if isinstance(rows, int | IntImm):
+        return _dense_pack_compute(data, packed, bias, out_dtype)
+    out_dtype = out_dtype or data.dtype
+    k, lanes = get_const_int(data.shape[1]), get_const_int(packed.shape[2])
+    if get_const_int(packed.shape[1]) != k:
+        raise TVMError(f"dense_pack: data has {k} columns but the packed weight reduces over "
+                       f"{get_const_int(packed.shape[1])}")
+    ty = cfg["tile_y_symbolic"]
+    red = te.reduce_axis((0, k), name="k")
+    grouped = te.compute(
+        (_op.floordiv(rows + (ty - 1), ty), ty, packed.shape[0] * lanes),
+        lambda g, t, x: te.sum(
+            _op.cast(data[_op.min(g * ty + t, rows - 1), red.var], out_dtype)
+            * _op.cast(packed[_op.floordiv(x, lanes), red.var, _op.floormod(x, lanes)],
+                       out_dtype), axis=red),
+        name="T_dense_pack", tag="dense_pack")
+    out = te.compute((rows, grouped.shape[2]),
+                     lambda y, x: grouped[_op.floordiv(y, ty), _op.floormod(y, ty), x],
+                     name="T_dense_rows", tag=tag.INJECTIVE)
+    if bias is not None:
+        out = te.compute(out.shape, lambda i, j: out[i, j] + _op.cast(bias[j], out_dtype),
+                         name="T_add", tag=tag.BROADCAST)
+    return out
 
 
 def schedule_dense_pack(outs: Any, config: dict | None = None) -> Any:
@@ -68,28 +117,55 @@ def _schedule_block(sch: Any, dense: te.Tensor, out: te.Tensor, cfg: dict) -> No
         z, _, x = stage.leaf_iter_vars
         stage.parallel(z)
         stage.vectorize(x)
-    m = get_const_int(dense.shape[0])
     lanes = get_const_int(packed.shape[2])
-    ty, blocks = register_block(m, get_const_int(packed.shape[0]), lanes, cfg)
+    column_blocks = get_const_int(packed.shape[0])
     k = get_const_int(dense.op.reduce_axis[0].dom.extent)
     tk = divisor_at_most(k, cfg["tile_k"])
-    # When the dense op is itself the output, accumulate each block locally first.
-    block_tensor = sch.cache_write(dense, "local") if out.op is dense.op else dense
-    # The output block loops: (rows / ty) x (cols / (blocks x lanes)) tasks, in parallel.
-    o = sch[out]
+    if len(dense.shape) == 3:  # groups of rows: a symbolic row count
+        block = sch[dense]
+        task = _schedule_row_groups(sch[out], get_const_int(dense.shape[1]), column_blocks,
+                                    lanes, k, cfg)
+    else:
+        # When the dense op is itself the output, accumulate each block locally first.
+        block = sch[sch.cache_write(dense, "local") if out.op is dense.op else dense]
+        task = _schedule_rows(sch[out], get_const_int(dense.shape[0]), column_blocks, lanes,
+                              k, cfg)
+    block.compute_at(sch[out], task)
+    _register_block(block, tk, lanes)
+
+
+def _schedule_rows(o: Any, m: int, column_blocks: int, lanes: int, k: int, cfg: dict) -> Any:
+    """Output loops over tasks of ``tile_y`` rows × ``blocks`` packed blocks (one parallel
+    loop); returns the task loop."""
+    ty, blocks = register_block(m, column_blocks, lanes, cfg)
     y, x = o.leaf_iter_vars[0], o.leaf_iter_vars[1]
     yo, yi = o.split(y, factor=ty)
     xo, xi = o.split(x, factor=lanes * blocks)
     # Column blocks outermost: consecutive tasks reuse one packed weight block from cache.
     o.reorder(xo, yo, yi, xi)
     task = o.fuse(xo, yo)
-    if 2 * m * k * lanes * get_const_int(packed.shape[0]) >= cfg["parallel_min_flops"]:
+    if 2 * m * k * lanes * column_blocks >= cfg["parallel_min_flops"]:
         o.parallel(task)
-    xio, xii = o.split(xi, factor=lanes)
+    _, xii = o.split(xi, factor=lanes)
     o.vectorize(xii)
-    block = sch[block_tensor]
-    block.compute_at(o, task)
-    _register_block(block, tk, lanes)
+    return task
+
+
+def _schedule_row_groups(o: Any, ty: int, column_blocks: int, lanes: int, k: int,
+                         cfg: dict) -> Any:
+    """Output loops for a symbolic row count: packed column blocks outside (parallel when
+    ``dynamic_rows`` rows are worth it), groups of ``ty`` rows inside them (not fused: a
+    fused index would divide by the symbolic group count); returns the group loop."""
+    _, blocks = register_block(ty, column_blocks, lanes, cfg)
+    y, x = o.leaf_iter_vars[0], o.leaf_iter_vars[1]
+    yo, yi = o.split(y, factor=ty)
+    xo, xi = o.split(x, factor=lanes * blocks)
+    o.reorder(xo, yo, yi, xi)
+    if 2 * cfg["rows_symbolic"] * k * lanes * column_blocks >= cfg["parallel_min_flops"]:
+        o.parallel(xo)
+    _, xii = o.split(xi, factor=lanes)
+    o.vectorize(xii)
+    return yo
 
 
 def register_block(rows: int, column_blocks: int, lanes: int, cfg: dict) -> tuple[int, int]:

@@ -62,7 +62,8 @@ DENSE_PACK = register_implementation(
     lambda attrs, outs, target, config=None: x86_dense.schedule_dense_pack(outs, config),
     "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG, op_name="nn.dense")
 PREPACKED_DENSE = register_implementation(
-    COMPUTES["nn.contrib_dense_pack"],
+    lambda attrs, inputs, out_type, config=None: [x86_dense.dense_packed_weight(
+        inputs[0], inputs[1], None, _dtype(out_type), config)],
     lambda attrs, outs, target, config=None: x86_dense.schedule_dense_pack(outs, config),
     "contrib_dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG,
     op_name="nn.contrib_dense_pack")
@@ -104,7 +105,9 @@ def _static_2d(tensor) -> bool:
 def dense_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
     strategy.add(_GENERIC["nn.dense"])
-    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
+    # the batch (rows) may be symbolic; the weight and the reduction must be constants
+    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2 and hasattr(inputs[0].shape[1],
+                                                                           "value"):
         strategy.add(DENSE_PACK)
     return strategy
 
@@ -145,11 +148,11 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
 
 def _foldable_weight(weight, tinfos) -> bool:
     """Alter only where it pays: the weight is computed from constants (FoldConstant then packs
-    it once at compile time) and every shape is static (the packed kernels need constants)."""
+    it once at compile time) and its shape is static (packing needs a constant block count).
+    The data's shape may be symbolic: a ``relay.Any`` batch still runs on the packed weight."""
     from kiln.relay.analysis import free_vars
 
-    shapes_static = all(hasattr(d, "value") for t in tinfos for d in t.shape)
-    return shapes_static and not free_vars(weight)
+    return _static_2d(tinfos[1]) and not free_vars(weight)
 
 
 def alter_dense_layout(attrs, inputs, tinfos, out_type):
