@@ -1,7 +1,7 @@
 """x86 softmax and normalizations: per-row reductions fused with the row's epilogue.
 
 Entry points: :func:`softmax`, :func:`log_softmax` (computes: ``exp`` evaluated once per
-element, in vectors by :func:`fast_exp`),
+element, in vectors by ``kiln.topi.math``'s fast_exp, re-exported here as :data:`fast_exp`),
 :func:`schedule_softmax` (softmax, log_softmax, fast_softmax), :func:`schedule_norm`
 (layer/group/instance norm, l2_normalize, lrn, and the injective batch_norm),
 :data:`DEFAULT_CONFIG`.
@@ -20,6 +20,7 @@ from typing import Any
 from kiln import te
 from kiln.te.tensor import ComputeOp
 from kiln.tir import op as _op
+from kiln.topi.math import UNARY
 from kiln.topi.utils import normalize_axes, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import static_work, worth_parallel
@@ -31,42 +32,16 @@ from kiln.topi.x86.reduction import lanes_dividing, schedule_reduction_stage
 DEFAULT_CONFIG = {**_REDUCE_CONFIG}
 
 
-# Cephes' expf: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, with ln 2 split
-# in two (C1 + C2) so r is exact, and a degree-5 polynomial for exp(r) - 1 - r (relative error
-# below 2 ulp). Unlike a libm call it is plain arithmetic, so it vectorizes.
-_EXP_LIMIT = 88.3762626647949
-_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
-_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-             1.6666665459e-1, 5.0000001201e-1)
-
-
-def fast_exp(x: Any) -> Any:
-    """``exp(x)`` for float32 by range reduction and a polynomial (vectorizable).
-
-    Example
-    -------
-    >>> from kiln import te
-    >>> y = te.compute((4,), lambda i: fast_exp(te.placeholder((4,))[i]))
-    >>> y.dtype
-    'float32'
-    """
-    def const(v):
-        return _op.const(v, "float32")
-
-    x = _op.max(_op.min(x, const(_EXP_LIMIT)), const(-_EXP_LIMIT))
-    n = _op.floor(x * const(1.4426950408889634) + const(0.5))
-    r = x - n * const(_LN2_HI) - n * const(_LN2_LO)
-    poly = const(_EXP_POLY[0])
-    for c in _EXP_POLY[1:]:
-        poly = poly * r + const(c)
-    exp_r = poly * (r * r) + r + const(1.0)
-    two_n = _op.reinterpret("float32", (_op.cast(n, "int32") + 127) * (1 << 23))
-    return exp_r * two_n
+# The one fast exp of kiln (kiln.topi.math's: plain arithmetic, so it vectorizes; relative error
+# below 1.5e-7 for normal results; +-inf, NaN, overflow and subnormal results as exp gives them).
+# Its float32 form for float32 and float16 rows, the exact exp for others. Exported under this
+# name for schedules and tests that build exp into their own computes.
+fast_exp = UNARY["fast_exp"]
 
 
 def _softmax_parts(x: te.Tensor, axis: int):
-    """The row max, ``exp(x - max)`` (stored once; :func:`fast_exp` for float32) and its row
-    sum, plus the index map from ``x`` to a row."""
+    """The row max, ``exp(x - max)`` (stored once; :data:`fast_exp`) and its row sum, plus the
+    index map from ``x`` to a row."""
     axis = normalize_axes(axis, x.ndim)[0]
     kept = [d for k, d in enumerate(x.shape) if k != axis]
     k_max = te.reduce_axis((0, x.shape[axis]), name="k")
@@ -80,8 +55,7 @@ def _softmax_parts(x: te.Tensor, axis: int):
 
     xmax = te.compute(kept, lambda *i: te.max(x(*full(i, k_max.var)), axis=k_max),
                       name="T_softmax_maxelem", tag="softmax_max")
-    exp = fast_exp if x.dtype == "float32" else _op.exp
-    shifted = te.compute(x.shape, lambda *i: exp(x(*i) - xmax(*drop(i))),
+    shifted = te.compute(x.shape, lambda *i: fast_exp(x(*i) - xmax(*drop(i))),
                          name="T_softmax_exp", tag="softmax_exp")
     expsum = te.compute(kept, lambda *i: te.sum(shifted(*full(i, k_sum.var)), axis=k_sum),
                         name="T_softmax_expsum", tag="softmax_sum")
@@ -90,8 +64,9 @@ def _softmax_parts(x: te.Tensor, axis: int):
 
 def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``, with ``exp(x - max)`` stored once
-    (the generic compute evaluates it twice: in the sum and in the output) and, for float32,
-    computed by :func:`fast_exp` in vectors.
+    (the generic compute evaluates it twice: in the sum and in the output) and, for float32
+    and float16, computed by :data:`fast_exp` in vectors (relative error below 1.5e-7; -inf
+    entries give 0, a row of -inf, a +inf or a NaN gives NaN, as NumPy's softmax does).
 
     Example
     -------
