@@ -66,9 +66,12 @@ class StructuralKey:
         self.anchors = anchors
 
     def __repr__(self) -> str:
+        # one level only: spelling out the children of a shared DAG is exponential
         kind = self.parts[0]
-        name = kind.__name__ if isinstance(kind, type) else kind
-        return f"StructuralKey({name}, {', '.join(map(repr, self.parts[1:]))})"
+        shown = [kind.__name__ if isinstance(kind, type) else repr(kind)]
+        shown += ["..." if isinstance(p, StructuralKey | tuple) else repr(p)
+                  for p in self.parts[1:]]
+        return f"StructuralKey({', '.join(shown)})"
 
 
 class _TableRef(weakref.ref):
