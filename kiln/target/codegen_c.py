@@ -76,7 +76,7 @@ from kiln.target.c_abi import (
     packed_glue,
 )
 from kiln.target.c_intrinsics import INTRINSIC_FORMATS, UNARY_MATH, CIntrinsics
-from kiln.target.load_bounds import PURE_CALLS, speculable
+from kiln.target.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 
 __all__ = [
     "CodeGenC",
@@ -656,15 +656,21 @@ class CodeGenC(CIntrinsics):
         memo = self._speculation_memo if self._speculation_memo is not None else {}
         return speculable(expr, self._analyzer, memo)
 
+    # (condition, taken) of the enclosing vector if_then_else arms being evaluated whole: a
+    # nested choice's arms may only fault in lanes all of them take
+    _enclosing_arms: tuple[tuple[Any, bool], ...] = ()
+
     def _vector_if_then_else(self, node: Any) -> str:
         """A vector ``if_then_else`` with a per-lane condition.
 
         Arms that cannot fault are evaluated whole; when both can, the result is a blend on
-        the condition's mask (plain vector loads and an and/or, no branch). An arm that may
-        fault -- a load not proved in bounds, an integer division by a lane that may be 0 --
-        is evaluated lane by lane inside a loop over the lanes, and only in the lanes that
-        take it (:meth:`_lane`): untaken lanes read no memory and divide nothing. gcc turns
-        a contiguous guarded load in that loop into a masked load (``vmaskmovps``).
+        the condition's mask (plain vector loads and an and/or, no branch). An arm whose only
+        faulting parts are contiguous 32/64-bit loads lining up with its lanes reads them
+        with masked loads (``vmaskmovps``/``vpmaskmovd`` on AVX2: untaken lanes touch no
+        memory) and is then blended too: the padded border of a conv. Any other arm that may
+        fault -- a gather, an integer division by a lane that may be 0 -- is evaluated lane
+        by lane in a loop over the lanes, only in the lanes taking it (:meth:`_lane`).
+        Inside an arm of an enclosing choice, "taken" means taken by every enclosing one.
         """
         cond, then, other = node.args
         t = DataType(node.dtype)
@@ -673,26 +679,129 @@ class CodeGenC(CIntrinsics):
                            f"{DataType(cond.dtype).lanes} lanes but its arms have {t.lanes}; "
                            "broadcast the arms or the condition to one lane count")
         bits = max(t.bits, 8)
-        mask = self._lane_mask(cond, bits)
         if self._speculable(then) and self._speculable(other):
-            return self._blend(t, mask, self._vector_value(then), self._vector_value(other))
+            return self._blend(t, self._lane_mask(cond, bits),
+                               self._inside_arm(then, cond, True, self._vector_value),
+                               self._inside_arm(other, cond, False, self._vector_value))
         vtype, lanes = self._vector_type(t), t.lanes
-        element = c_type(DataType("int8") if t.is_bool else t.element_of)
         mask_type = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
+        decls = [f"{mask_type} _mv = {self._lane_mask(cond, bits)};"]
+        whole = [self._whole_arm(then, cond, True, decls, bits),
+                 self._whole_arm(other, cond, False, decls, bits)]
+        if None not in whole:
+            return f"({{ {' '.join(decls)} {self._blend(t, '_mv', *whole)}; }})"
         # vector values go through plain arrays: gcc vectorizes the lane loop over arrays
-        decls = [f"{mask_type} _mv = {mask}; int{bits}_t _m[{lanes}]; "
-                 "__builtin_memcpy(_m, &_mv, sizeof _m);"]
+        element = c_type(DataType("int8") if t.is_bool else t.element_of)
+        decls.append(f"int{bits}_t _m[{lanes}]; __builtin_memcpy(_m, &_mv, sizeof _m);")
+        choose = "_m[_l]"
+        if self._enclosing_arms:  # lanes no enclosing arm takes compute nothing
+            decls.append(f"{mask_type} _av = {self._enclosing_mask(bits)}; int{bits}_t "
+                         f"_a[{lanes}]; __builtin_memcpy(_a, &_av, sizeof _a);")
+            choose = "!_a[_l] ? 0 : _m[_l]"
         picks = []
-        for tag, arm in (("t", then), ("e", other)):
-            if self._speculable(arm):
-                decls.append(f"{vtype} _{tag}v = {self._vector_value(arm)}; {element} "
-                             f"_{tag}[{lanes}]; __builtin_memcpy(_{tag}, &_{tag}v, sizeof _{tag});")
-                picks.append(f"_{tag}[_l]")
-            else:
+        for tag, arm, text in (("t", then, whole[0]), ("e", other, whole[1])):
+            if text is None:
                 picks.append(self._lane(arm, "_l"))
+                continue
+            decls.append(f"{vtype} _{tag}v = {text}; {element} _{tag}[{lanes}]; "
+                         f"__builtin_memcpy(_{tag}, &_{tag}v, sizeof _{tag});")
+            picks.append(f"_{tag}[_l]")
         return (f"({{ {' '.join(decls)} {element} _o[{lanes}]; "
-                f"for (int _l = 0; _l < {lanes}; ++_l) _o[_l] = _m[_l] ? {picks[0]} : "
+                f"for (int _l = 0; _l < {lanes}; ++_l) _o[_l] = {choose} ? {picks[0]} : "
                 f"{picks[1]}; {vtype} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
+
+    def _inside_arm(self, arm: Any, cond: Any, taken: bool, emit) -> str:
+        """``emit(arm)`` with ``(cond, taken)`` added to the enclosing arms."""
+        outer = self._enclosing_arms
+        self._enclosing_arms = (*outer, (cond, taken))
+        try:
+            return emit(arm)
+        finally:
+            self._enclosing_arms = outer
+
+    def _enclosing_mask(self, bits: int, *arms: tuple[Any, bool]) -> str:
+        """An ``int<bits>`` lane mask: all ones in the lanes every enclosing arm takes (and
+        every one of ``arms``, more ``(condition, taken)`` pairs)."""
+        masks = []
+        for cond, taken in (*self._enclosing_arms, *arms):
+            mask = self._lane_mask(cond, bits)
+            masks.append(mask if taken else f"(~{mask})")
+        return " & ".join(masks)
+
+    def _whole_arm(self, arm: Any, cond: Any, taken: bool, decls: list[str],
+                   mask_bits: int) -> str | None:
+        """C text of ``arm`` as a whole vector, safe in every lane: as it is when it cannot
+        fault, else with its loads that may fault read by masked loads of the lanes taking
+        it (declared into ``decls``, after ``_mv``: the condition as ``mask_bits``-bit
+        lanes); None when other parts may fault."""
+        from kiln import tir
+        from kiln.tir.stmt_functor import ir_transform
+
+        if self._speculable(arm):
+            return self._inside_arm(arm, cond, taken, self._vector_value)
+        loads = [load for load in _lanewise_loads(arm)
+                 if self._maskable(load) and not self._speculable(load)]
+        if not loads:
+            return None
+        masked = {id(load): tir.Var("masked", load.dtype) for load in loads}
+        rest = ir_transform(arm, lambda n: masked.get(id(n)), None)
+        if not speculable(rest, self._analyzer, {}):
+            return None
+        for load in loads:
+            load_type = DataType(load.dtype)
+            if load_type.bits == mask_bits and not self._enclosing_arms:
+                mask = "_mv" if taken else "(~_mv)"
+            else:
+                mask = self._enclosing_mask(load_type.bits, (cond, taken))
+            access = _flat_access(self, load.buffer, load.indices)
+            decls.append(f"{self._vector_type(load_type)} {self._bind(masked[id(load)])} = "
+                         f"{self._masked_load_helper(load_type)}({self._data(load.buffer)} + "
+                         f"{access.base}, {mask});")
+        return self._inside_arm(rest, cond, taken, self._vector_value)
+
+    def _maskable(self, load: Any) -> bool:
+        """Whether a vector load can be a masked load: contiguous lanes of 32/64-bit numbers
+        filling whole 128-bit registers, from a buffer in memory (not a local vector array)."""
+        t = DataType(load.dtype)
+        if t.lanes == 1 or t.bits not in (32, 64) or t.is_bool or t.is_handle \
+                or (t.bits * t.lanes) % 128 or id(load.buffer.data) in self._vector_locals:
+            return False
+        return _flat_access(self, load.buffer, load.indices).contiguous
+
+    def _masked_load_helper(self, dtype: DataType) -> str:
+        """Declare (once, beside the vector typedefs) and name ``kiln_maskload_<vector>``:
+        the lanes of ``p`` where ``mask`` is all ones, zero elsewhere, reading no memory of
+        the other lanes (AVX2 ``maskload`` per 128/256-bit part; a guarded loop without
+        AVX2)."""
+        vtype = self._vector_type(dtype)
+        name = f"kiln_maskload_{vtype}"
+        if name in self._vector_types:
+            return name
+        total = dtype.bits * dtype.lanes
+        width = 256 if total % 256 == 0 else 128
+        per_part = width // dtype.bits
+        element = c_type(dtype.element_of)
+        mask_type = self._vector_type(DataType(f"int{dtype.bits}").with_lanes(dtype.lanes))
+        kind = "p" + ("s" if dtype.bits == 32 else "d") if dtype.is_float \
+            else f"epi{dtype.bits}"
+        prefix = "_mm256" if width == 256 else "_mm"
+        pointer = {"ps": "const float*", "pd": "const double*", "epi32": "const int*",
+                   "epi64": "const long long*"}[kind]
+        int_reg, reg = ("__m256i", "__m256") if width == 256 else ("__m128i", "__m128")
+        reg += {"ps": "", "pd": "d"}.get(kind, "i")
+        parts = "\n".join(
+            f"  {{ {int_reg} m_{k}; {reg} r_{k}; __builtin_memcpy(&m_{k}, (char*)&mask + "
+            f"{k * width // 8}, {width // 8}); r_{k} = {prefix}_maskload_{kind}(({pointer})"
+            f"(p + {k * per_part}), m_{k}); __builtin_memcpy((char*)&r + {k * width // 8}, "
+            f"&r_{k}, {width // 8}); }}"
+            for k in range(total // width))
+        self._vector_types[name] = (
+            "#if defined(__AVX2__)\n#include <immintrin.h>\n#endif\n"
+            f"static inline {vtype} {name}(const {element}* p, {mask_type} mask) {{\n"
+            f"  {vtype} r = {{0}};\n#if defined(__AVX2__)\n{parts}\n#else\n"
+            f"  for (int l = 0; l < {dtype.lanes}; ++l) if (mask[l]) r[l] = p[l];\n"
+            "#endif\n  return r;\n}")
+        return name
 
     # -- one lane of a vector expression ----------------------------------------------------
     # id(vector Let var) -> the C name of its one lane, inside a lane-by-lane arm
@@ -1260,6 +1369,35 @@ def _loads_of(expr: Any) -> tuple[list[Any], bool]:
 
     post_order_visit(expr, collect)
     return loads, guarded[0]
+
+
+# nodes whose lane k is computed from lane k of their (vector) operands
+_LANEWISE_NODES = frozenset(BINARY_FORMATS) | {"Not", "Cast", "Select"}
+
+
+def _lanewise_loads(expr: Any) -> list[Any]:
+    """The distinct vector BufferLoads whose lane k only lane k of ``expr`` uses, reached
+    through lane-wise nodes: not through a Shuffle or Let (lanes may move), an extern call,
+    nor the arms of a nested ``if_then_else`` (which read only where it chooses them)."""
+    loads: dict[int, Any] = {}
+    seen: set[int] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or DataType(node.dtype).lanes == 1:
+            continue
+        seen.add(id(node))
+        kind = _node_name(node)
+        if kind == "BufferLoad":
+            loads[id(node)] = node
+            stack.extend(node.indices)
+        elif kind == "Call" and node.op == "tir.if_then_else":
+            stack.append(node.args[0])
+        elif kind == "Call" and node.op in PURE_CALLS:
+            stack.extend(node.args)
+        elif kind in _LANEWISE_NODES:
+            stack.extend(getattr(node, f) for f in OPERAND_FIELDS.get(kind, ("a", "b")))
+    return list(loads.values())
 
 
 def _uniform_vector_lanes(body: Any) -> dict[int, int]:

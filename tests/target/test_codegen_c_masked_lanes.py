@@ -74,6 +74,13 @@ def _lane_kernels(lanes: int) -> dict[str, tir.PrimFunc]:
             i < 4 * lanes, tir.Broadcast(S[io], lanes), _f32(-1))),
         "nested": _kernel([E], out, lanes, lambda i, _: tir.if_then_else(
             i < EDGE, tir.if_then_else(E[i] > _f32(0), E[i], -E[i]), _f32(0))),
+        # the inner choice ignores the border: its arms read E only where both choose them
+        "nested_parity": _kernel([E], out, lanes, lambda i, _: tir.if_then_else(
+            i < EDGE, tir.if_then_else(tir.equal(tir.floormod(i, 2), 0), E[i], -E[i]),
+            _f32(0))),
+        "nested_stride2": _kernel([E], _buffers(out=32)[0], lanes, lambda i, _: (
+            tir.if_then_else(i * 2 + 1 < EDGE, tir.if_then_else(
+                tir.equal(tir.floormod(i, 2), 0), E[i * 2 + 1], -E[i * 2 + 1]), _f32(-1)))),
         "math": _kernel([E], out, lanes, lambda i, _: tir.if_then_else(
             i < EDGE, tir.exp(tir.max(E[i], tir.min(E[i] * _f32(2), _f32(1)))), _f32(0))),
         "reversed": _kernel([E], out, lanes, reversed_read),
@@ -204,6 +211,24 @@ def test_nested_choice_inside_a_guarded_arm(modules, guarded, target, lanes):
 
 
 @pytest.mark.parametrize("lanes", WIDTHS)
+def test_inner_choice_reads_only_where_the_outer_one_chooses(modules, guarded, lanes):
+    """An inner condition true past the border does not make its arms read there: by
+    contiguous loads (a blend) and by strided ones (lane by lane). (c only: llvm evaluates
+    an outer arm whose nested condition is in bounds without the outer mask, so the inner
+    arms' masked loads read past E.)"""
+    e = _normal(EDGE)
+    source = guarded.place(e, "end")
+    parity = np.where(np.arange(EDGE) % 2 == 0, e, -e)
+    got = _call(modules("c"), f"nested_parity_x{lanes}", [source], N, F32)
+    np.testing.assert_array_equal(got, np.pad(parity, (0, N - EDGE)))
+    got = _call(modules("c"), f"nested_stride2_x{lanes}", [source], 32, F32)
+    k = np.arange(32)
+    odd = np.minimum(k * 2 + 1, EDGE - 1)
+    want = np.where(k * 2 + 1 < EDGE, np.where(k % 2 == 0, e[odd], -e[odd]), -1)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("lanes", WIDTHS)
 @pytest.mark.parametrize("target", TARGETS)
 def test_math_on_a_guarded_load(modules, guarded, target, lanes):
     e = _normal(EDGE)
@@ -301,6 +326,18 @@ def test_faulting_arms_are_evaluated_per_taken_lane(c_source, name, lane_text):
     body = _function_c(c_source, name)
     assert "_o[_l] = _m[_l] ?" in body
     assert lane_text in body.split("_o[_l] = _m[_l] ?", 1)[1]
+
+
+@pytest.mark.parametrize("name, vector", [
+    ("padded_2d_x8", "float32x8"), ("nested_parity_x16", "float32x16")])
+def test_contiguous_loads_past_the_border_are_masked_loads(c_source, name, vector):
+    body = _function_c(c_source, name)
+    assert f"kiln_maskload_{vector}(" in body and "_m[_l]" not in body
+    assert "_mm256_maskload_ps(" in c_source  # the helper uses AVX2 where it is there
+
+
+def test_lane_loop_inside_an_arm_skips_lanes_outside_it(c_source):
+    assert "_o[_l] = !_a[_l] ? 0 : _m[_l] ?" in _function_c(c_source, "nested_stride2_x8")
 
 
 @pytest.mark.parametrize("target", TARGETS)
