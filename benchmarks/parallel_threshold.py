@@ -1,6 +1,8 @@
 """Where a parallel launch starts to pay: an elementwise kernel (``exp(x) * y + x``) over
 n elements, built with its loop parallel (``tir.parallel_min_work`` = 1) and serial (= 2**62),
-timed side by side at the configured thread count, with NumPy as a reference.
+timed side by side at the configured thread count, with NumPy as a reference. Each column
+is ``best/median`` microseconds over ``--repeat`` calls: the median shows what a launch
+costs when it waits for a worker thread to wake up, which the best time hides.
 
 The crossover n (parallel faster than serial) is what
 :data:`kiln.topi.x86.parallel.DEFAULT_PARALLEL_MIN_WORK` should sit near.
@@ -11,6 +13,7 @@ Run: ``KILN_NUM_THREADS=2 python benchmarks/parallel_threshold.py [--repeat 200]
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -18,9 +21,10 @@ import numpy as np
 import kiln
 from kiln import te, topi
 from kiln.ir.transform import PassContext
+from kiln.runtime import config
 from kiln.topi.x86 import schedule_injective
 
-SIZES = [1024, 4096, 16384, 32768, 65536, 262144]
+SIZES = [64, 1024, 4096, 16384, 32768, 65536, 262144]
 
 
 def build(n: int, min_work: int):
@@ -32,14 +36,19 @@ def build(n: int, min_work: int):
         return kiln.build(sch, [x, y, out], target="llvm", name="kernel")["kernel"]
 
 
-def best_us(fn, args, repeat: int) -> float:
+def time_us(fn, args, repeat: int) -> tuple[float, float]:
+    """(best, median) wall time of ``fn(*args)`` in microseconds, after one warm-up call."""
     fn(*args)
-    best = float("inf")
+    times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn(*args)
-        best = min(best, time.perf_counter() - start)
-    return best * 1e6
+        times.append(time.perf_counter() - start)
+    return min(times) * 1e6, float(np.median(times)) * 1e6
+
+
+def cell(times: tuple[float, float]) -> str:
+    return f"{times[0]:.1f}/{times[1]:.1f}"
 
 
 def main() -> None:
@@ -47,15 +56,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200)
     opts = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'n':>8} {'serial us':>10} {'parallel us':>12} {'numpy us':>9}")
+    print(f"KILN_NUM_THREADS={config.num_threads()}, load {os.getloadavg()[0]:.1f}; "
+          f"best/median us of {opts.repeat} calls")
+    print(f"{'n':>8} {'serial':>13} {'parallel':>13} {'numpy':>13}")
     for n in SIZES:
         a, b = rng.standard_normal((2, n)).astype("float32")
         args = [kiln.nd.array(a), kiln.nd.array(b), kiln.nd.empty((n,), "float32")]
-        serial = best_us(build(n, 1 << 62), args, opts.repeat)
-        parallel = best_us(build(n, 1), args, opts.repeat)
-        ref = best_us(lambda p, q: np.exp(p) * q + p, [a, b], opts.repeat)
-        print(f"{n:>8} {serial:>10.1f} {parallel:>12.1f} {ref:>9.1f}")
-
+        serial = time_us(build(n, 1 << 62), args, opts.repeat)
+        parallel = time_us(build(n, 1), args, opts.repeat)
+        ref = time_us(lambda p, q: np.exp(p) * q + p, [a, b], opts.repeat)
+        print(f"{n:>8} {cell(serial):>13} {cell(parallel):>13} {cell(ref):>13}")
 
 if __name__ == "__main__":
     main()
