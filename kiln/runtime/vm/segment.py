@@ -212,11 +212,12 @@ class DirectFunction:
     the run computes into the same block and returns the same NDArray object, so a run
     allocates nothing. "Nothing else holds it" is decided by CPython reference counts (as
     NumPy's ``resize`` decides whether an array is shared): every path to the block's memory
-    from Python goes through a result NDArray, its NumPy array (views of which reference it)
-    or that array's buffer object, so if none of their counts is above what they were when the
-    result was made, nobody can observe the block. Otherwise the run takes a block from the
-    pool, as the instructions would. Only a weak reference to the result is kept, so memory
-    goes back to the pool exactly when it would without this path.
+    from Python goes through a result NDArray (or a tuple result's field tuple), its NumPy
+    array (views of which reference it) or that array's buffer object, so if none of their
+    counts is above what they were when the result was made, nobody can observe the block.
+    Otherwise the run takes a block from the pool, as the instructions would. Only a weak
+    reference to the result is kept, so memory goes back to the pool exactly when it would
+    without this path.
     """
 
     __slots__ = ("segment", "result_tag", "result_views", "last", "baseline")
@@ -275,10 +276,11 @@ class DirectFunction:
         return result
 
     def _holders(self, result: Any) -> list[int]:
-        """Reference counts of ``result`` and of each of its tensors, their NumPy arrays and
-        the arrays' buffer objects."""
+        """Reference counts of ``result``, of a tuple's field tuple (what ``out.fields``,
+        ``iter(out)`` and ``copy.copy(out)`` keep), and of each of its tensors, their NumPy
+        arrays and the arrays' buffer objects."""
         tensors = [result] if self.result_tag is None else result.fields
-        counts = [sys.getrefcount(result)]
+        counts = [sys.getrefcount(result), sys.getrefcount(tensors)]
         for tensor in tensors:
             array = tensor._np
             counts += (sys.getrefcount(tensor), sys.getrefcount(array),

@@ -123,14 +123,24 @@ class ConvertedInputs:
     ``set_input`` with a NumPy array of the same shape and dtype as the one before copies it
     into the NDArray made last time instead of allocating a new one (the graph executor's
     ``set_input`` copies into its input buffer the same way), unless something outside the VM
-    holds that NDArray — e.g. a result that is a view of it.
+    holds that NDArray — e.g. a result that is a view of it. In two steps, so a ``set_input``
+    that fails on a later argument changes nothing: :meth:`reusable` picks the NDArrays while
+    arguments are converted, :meth:`note` copies into them once all were.
+
+    The reference counts an NDArray is checked against are taken once, when it is made (then
+    only the new input list holds it); a refill keeps them, since while ``set_input`` swaps
+    lists the old one may still be alive (a kept traceback's frame holds it), and counting it
+    would let a user's reference hide in its place once it dies.
     """
 
     def __init__(self) -> None:
         self._made: dict[tuple[str, int], tuple[Any, tuple[int, int, int]]] = {}
 
-    def refill(self, func_name: str, stored: list[Any] | None, index: int, value: Any) -> Any:
-        """The stored NDArray for ``index`` refilled with ``value``, or None if it cannot be."""
+    def reusable(self, func_name: str, stored: list[Any] | None, index: int,
+                 value: Any) -> Any:
+        """The NDArray made from the last NumPy argument ``index`` if ``value`` may be copied
+        into it (same shape and dtype, nothing outside the VM holds it), else None. Nothing is
+        copied yet: :meth:`note` does, after every argument converted."""
         made = self._made.get((func_name, index))
         if made is None or stored is None or type(value) is not np.ndarray:
             return None
@@ -140,19 +150,25 @@ class ConvertedInputs:
         tensor = stored[index]
         if value.shape != tensor._np.shape or value.dtype != tensor._np.dtype:
             return None
-        np.copyto(tensor._np, value)
         return tensor
 
     def note(self, func_name: str, stored: list[Any], index: int, value: Any) -> None:
-        """Record ``stored[index]`` (just stored) if the VM made it from the NumPy ``value``."""
+        """``stored`` holds every argument now: copy the NumPy ``value`` into
+        ``stored[index]`` if that is the :meth:`reusable` NDArray, else record it if the VM
+        made it from ``value``."""
+        key = (func_name, index)
+        made = self._made.get(key)
         tensor = stored[index]
-        made_here = type(value) is np.ndarray and type(tensor) is _NDArray and tensor is not value
-        del tensor  # the counts must see what refill's check will see
+        is_numpy = type(value) is np.ndarray
+        if made is not None and is_numpy and made[0]() is tensor:
+            np.copyto(tensor._np, value)  # a refill: its counts stay those taken when made
+            return
+        made_here = is_numpy and type(tensor) is _NDArray and tensor is not value
+        del tensor  # the counts must see what reusable's check will see
         if made_here:
-            self._made[(func_name, index)] = (weakref.ref(stored[index]),
-                                              _stored_counts(stored, index))
+            self._made[key] = (weakref.ref(stored[index]), _stored_counts(stored, index))
         else:
-            self._made.pop((func_name, index), None)
+            self._made.pop(key, None)
 
 
 def _stored_counts(stored: list[Any], index: int) -> tuple[int, int, int]:

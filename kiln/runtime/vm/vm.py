@@ -635,7 +635,7 @@ class VirtualMachine:
         stored = self._inputs.get(func_name)
         converted = self._converted_inputs
         self._inputs[func_name] = stored = [
-            converted.refill(func_name, stored, i, value) or self._set_arg(func, i, value)
+            converted.reusable(func_name, stored, i, value) or self._set_arg(func, i, value)
             for i, value in enumerate(values)
         ]
         for i, value in enumerate(values):

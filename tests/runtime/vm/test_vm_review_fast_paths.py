@@ -1,0 +1,203 @@
+"""Review of the VM's reference-count fast paths: a direct function recomputing into its last
+result, and set_input refilling the NDArray it made from the last NumPy argument.
+
+Each test holds something a user can hold (a tuple result's field tuple, an iterator over it,
+a shallow copy, a traceback, a generator, ...) and checks against NumPy that what it sees
+never changes when the VM runs again; and that a failed ``set_input`` changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln.runtime.error import TVMError
+from kiln.runtime.vm import Executable, VirtualMachine, VMFunction
+from kiln.runtime.vm.bytecode import (
+    AllocADT,
+    AllocStorage,
+    AllocTensor,
+    Fatal,
+    If,
+    InvokePacked,
+    KillRegister,
+    LoadConsti,
+    Ret,
+)
+
+SHAPE = (4, 8)
+NBYTES = 4 * 8 * 4
+PRIMS = ["add_f32", "mul_f32"]
+
+
+def tuple_main() -> VMFunction:
+    """main(x, y) = (x + y, x * y): one segment and a Ret (a direct function)."""
+    return VMFunction("main", ["x", "y"], [
+        LoadConsti(2 * NBYTES, 2), AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4), AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(0, 1, (0, 1, 5)),
+        LoadConsti(NBYTES, 6), AllocTensor(3, 6, SHAPE, "float32", 7),
+        InvokePacked(1, 1, (0, 1, 7)), AllocADT(0, (5, 7), 8), Ret(8),
+    ], 9)
+
+
+def single_main() -> VMFunction:
+    """main(x, y) = x + y (a direct function)."""
+    return VMFunction("main", ["x", "y"], [
+        LoadConsti(NBYTES, 2), AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4), AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(0, 1, (0, 1, 5)), Ret(5),
+    ], 6)
+
+
+def make_vm(kernels, *funcs: VMFunction) -> VirtualMachine:
+    exe = Executable(list(funcs), primitive_names=PRIMS, lib=kernels)
+    return VirtualMachine(exe, kiln.cpu(0))
+
+
+def pairs(rng, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(rng.standard_normal(SHAPE).astype("float32"),
+             rng.standard_normal(SHAPE).astype("float32")) for _ in range(count)]
+
+
+# -- direct functions: what a user holds of a tuple result -----------------------------------
+
+TUPLE_HOLDERS = {
+    # name: (what is kept of the result, the sum (field 0) read back from it)
+    "fields tuple": (lambda out: out.fields, lambda kept: kept[0]),
+    "iterator": (lambda out: iter(out), lambda kept: next(kept)),
+    "copy.copy": (lambda out: copy.copy(out), lambda kept: kept[0]),
+    "same fields in a new ADT": (lambda out: kiln.runtime.container.ADT(0, out.fields),
+                                 lambda kept: kept[0]),
+    "generator over it": (lambda out: (field for field in out), lambda kept: next(kept)),
+    "list(out)": (lambda out: list(out), lambda kept: kept[0]),
+    "get_outputs-like list": (lambda out: [out[0], out[1]], lambda kept: kept[0]),
+}
+
+
+@pytest.mark.parametrize("how", sorted(TUPLE_HOLDERS))
+def test_what_is_kept_of_a_tuple_result_never_changes(kernels, rng, how):
+    keep, read = TUPLE_HOLDERS[how]
+    vm = make_vm(kernels, tuple_main())
+    (x0, y0), *rest = pairs(rng, 3)
+    kept = keep(vm.run(x0, y0))                   # the ADT itself is dropped
+    for x, y in rest:
+        again = vm.run(x, y)
+        np.testing.assert_allclose(again[0].numpy(), x + y, rtol=1e-6)
+        np.testing.assert_allclose(again[1].numpy(), x * y, rtol=1e-6)
+        del again
+    np.testing.assert_allclose(read(kept).numpy(), x0 + y0, rtol=1e-6)
+
+
+def test_tuple_result_is_still_reused_when_nothing_is_kept(kernels, rng):
+    vm = make_vm(kernels, tuple_main())
+    (x0, y0), *rest = pairs(rng, 3)
+    identity = id(vm.run(x0, y0))
+    for x, y in rest:
+        out = vm.run(x, y)
+        assert id(out) == identity
+        np.testing.assert_allclose(out[1].numpy(), x * y, rtol=1e-6)
+        del out
+    assert vm.memory_in_use() == 4096
+
+
+def raise_with(value):
+    raise ValueError("holding the value in this frame")
+
+
+def test_result_held_only_by_a_traceback_never_changes(kernels, rng):
+    vm = make_vm(kernels, single_main())
+    (x0, y0), *rest = pairs(rng, 3)
+    try:
+        raise_with(vm.run(x0, y0))
+    except ValueError as err:
+        kept = err                                # its traceback's frame holds the result
+    for x, y in rest:
+        np.testing.assert_allclose(vm.run(x, y).numpy(), x + y, rtol=1e-6)
+    held = kept.__traceback__.tb_next.tb_frame.f_locals["value"]
+    np.testing.assert_allclose(held.numpy(), x0 + y0, rtol=1e-6)
+
+
+def test_result_captured_by_a_suspended_generator_never_changes(kernels, rng):
+    vm = make_vm(kernels, single_main())
+    (x0, y0), *rest = pairs(rng, 3)
+
+    def later():
+        out = vm.run(x0, y0)
+        yield
+        yield out.numpy()
+
+    gen = later()
+    next(gen)
+    for x, y in rest:
+        np.testing.assert_allclose(vm.run(x, y).numpy(), x + y, rtol=1e-6)
+    np.testing.assert_allclose(next(gen), x0 + y0, rtol=1e-6)
+
+
+def test_memoryview_and_torch_import_of_a_result_never_change(kernels, rng):
+    vm = make_vm(kernels, single_main())
+    (x0, y0), (x1, y1), *rest = pairs(rng, 4)
+    view = memoryview(np.asarray(vm.run(x0, y0), copy=False))
+    imported = torch.from_dlpack(vm.run(x1, y1))
+    for x, y in rest:
+        np.testing.assert_allclose(vm.run(x, y).numpy(), x + y, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(view), x0 + y0, rtol=1e-6)
+    np.testing.assert_allclose(imported.numpy(), x1 + y1, rtol=1e-6)
+
+
+# -- set_input refills -----------------------------------------------------------------------
+
+def test_failed_set_input_leaves_the_stored_inputs_as_they_were(kernels, rng):
+    vm = make_vm(kernels, single_main())
+    (x0, y0), (x1, _) = pairs(rng, 2)
+    vm.set_input("main", x0, y0)
+    with pytest.raises(TVMError, match="cannot pass a str"):
+        vm.set_input("main", x1, "not an array")  # x1 would refill x0's NDArray
+    vm.invoke_stateful("main")
+    np.testing.assert_allclose(vm.get_output(0).numpy(), x0 + y0, rtol=1e-6)
+
+
+def flag_main() -> VMFunction:
+    """main(x, flag) = x if flag == 1 else (drop x; Fatal)."""
+    return VMFunction("main", ["x", "flag"], [
+        LoadConsti(1, 2), If(1, 2, 1, 2), Ret(0), KillRegister(0), Fatal(),
+    ], 3)
+
+
+def constant_main() -> VMFunction:
+    return VMFunction("other", [], [LoadConsti(7, 0), Ret(0)], 1)
+
+
+def test_input_seen_through_a_result_is_not_refilled_after_a_kept_error(kernels, rng):
+    """A failed run whose traceback keeps the old input list alive while set_input refills
+    must not leave a count that a later user reference can hide behind."""
+    vm = make_vm(kernels, flag_main(), constant_main())
+    x0, x1, x2 = (rng.standard_normal(SHAPE).astype("float32") for _ in range(3))
+    vm.set_input("main", x0, np.array(0))
+    try:
+        vm.invoke_stateful("main")                # Fatal after dropping x's register
+    except TVMError as err:
+        kept = err
+    vm.set_input("main", x1, np.array(1))         # refills x's NDArray; old list still alive
+    out = vm.invoke("main")                       # the input NDArray itself
+    np.testing.assert_array_equal(out.numpy(), x1)
+    vm.invoke("other")                            # the VM lets go of it
+    del kept
+    gc.collect()
+    vm.set_input("main", x2, np.array(1))
+    np.testing.assert_array_equal(out.numpy(), x1)
+    np.testing.assert_array_equal(vm.invoke("main").numpy(), x2)
+
+
+def test_refill_still_happens_in_the_plain_case(kernels, rng):
+    vm = make_vm(kernels, single_main())
+    vm.set_input("main", *pairs(rng, 1)[0])
+    made = [id(t) for t in vm._inputs["main"]]
+    for x, y in pairs(rng, 3):
+        np.testing.assert_allclose(vm.run(x, y).numpy(), x + y, rtol=1e-6)
+        assert [id(t) for t in vm._inputs["main"]] == made
