@@ -72,11 +72,21 @@ class _Evaluator:
             self.dom[id(var)] = value if isinstance(value, IntervalSet) else \
                 IntervalSet.from_range(value)
         self.analyzer = analyzer
+        # id(expr) -> (expr, bounds): an index DAG reuses sub-expressions; each is bounded once
+        self._bounds: dict[int, tuple[PrimExpr, tuple[Any, Any]]] = {}
 
     def point(self, e: PrimExpr) -> tuple[Any, Any]:
         return (e, e)
 
     def eval(self, e: PrimExpr) -> tuple[Any, Any]:
+        done = self._bounds.get(id(e))
+        if done is not None and done[0] is e:
+            return done[1]
+        bounds = self._eval(e)
+        self._bounds[id(e)] = (e, bounds)
+        return bounds
+
+    def _eval(self, e: PrimExpr) -> tuple[Any, Any]:
         if isinstance(e, _e.Var):
             s = self.dom.get(id(e))
             if s is None:

@@ -1,4 +1,5 @@
-"""Structural keys of expressions that share sub-expressions (DAGs).
+"""Structural keys, and the arith walks that use them, on expressions that share
+sub-expressions (DAGs).
 
 Keys are interned: two separately built but structurally equal expressions get the same key
 object, so comparing or hashing the keys of 60-deep shared chains (2**60 paths) is O(1).
@@ -176,3 +177,17 @@ def test_simplifier_on_a_shared_integer_chain_is_fast_and_keeps_the_value():
             v = v + v if level % 2 == 0 else (v * v) % 1009
         expected.append(v)
     assert got == expected
+
+
+def _interval_of_shared_chain():
+    x = tir.Var("x", "int32")
+    chain = _chain(x, levels=LEVELS + 1)  # ends with e + e of a floormod level
+    found = arith.eval_set(chain, {x: tir.Range(0, 4)})
+    values = [_evaluate(chain, {"x": v}) for v in range(4)]
+    return found.min_value.value, found.max_value.value, values
+
+
+def test_eval_set_bounds_a_shared_chain_once_per_node_and_soundly():
+    lo, hi, values = _run_within(10.0, _interval_of_shared_chain)
+    assert (lo, hi) == (0, 2 * 1008)  # floormod(_, 1009) is in [0, 1008]; doubled
+    assert all(lo <= v <= hi for v in values)
