@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -381,3 +382,30 @@ def test_concurrent_launchers_each_get_every_task_id(harness, threads):
     for launcher in launchers:
         launcher.join()
     assert failures == []
+
+
+def test_forked_child_starts_its_own_workers(harness):
+    """The parent's workers do not exist in a forked child: it starts its own (a barrier
+    needs every task on its own thread)."""
+    lib = load_runtime_lib()
+    lib.KilnRuntimeSetNumThreads(ctypes.c_int(3))
+    try:
+        runs, team = np.zeros(8, np.int32), np.zeros(1, np.int32)
+        assert harness.launch_count_ids(_ptr(runs), _ptr(team), 0) == 0  # workers started
+        pid = os.fork()
+        if pid == 0:  # the child: exit status 0 only if every launch ran every task once
+            signal.alarm(10)  # a barrier waiting for a worker that does not exist: killed
+            status = 0
+            for _ in range(100):
+                runs[:] = 0
+                ok = harness.launch_count_ids(_ptr(runs), _ptr(team), 0) == 0
+                if not ok or team[0] != 3 or not np.array_equal(runs, np.arange(8) < 3):
+                    status = 1
+                slots, stale = np.zeros(8, np.int32), np.zeros(1, np.int32)
+                if harness.launch_barrier_rounds(_ptr(slots), _ptr(stale), 0, 3) or stale[0]:
+                    status = 2
+            os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    finally:
+        lib.KilnRuntimeSetNumThreads(ctypes.c_int(config.num_threads()))
