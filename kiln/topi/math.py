@@ -2,7 +2,8 @@
 
 Entry points: one function per op (``exp``, ``sqrt``, ``sigmoid``, ``sign``, ``isnan`` …,
 generated from :data:`UNARY`), and :func:`clip`, :func:`cast`, :func:`reinterpret`,
-:func:`identity`, :func:`elemwise_sum`.
+:func:`identity`, :func:`elemwise_sum`; :func:`fast_exp_nonpositive` is a scalar-expression
+form of fast_exp for arguments ``<= 0`` (softmax's ``x - max``).
 
 Example
 -------
@@ -68,8 +69,13 @@ _ERF_P = (1.1283791603142106, 0.19738646747618976, 0.050216326076195146,
           1.97298903326093e-08)
 _ERF_Q = (1.0, 0.5082616121083303, 0.11392973576387692, 0.014123289075628601,
           0.0009259920169029838)
-_EXP_OVERFLOW = 88.72283935546875  # above: +inf (ln of the largest float32)
-_EXP_UNDERFLOW = -103.97208404541016  # below: 0 (ln of half the smallest subnormal)
+# exp's argument is clamped to [-110, 89]: wide enough that the polynomial and the 2^n scaling
+# themselves round to +inf above ln(float32 max) = 88.7228 and to 0 below ln(half the smallest
+# subnormal) = -103.972 (no compare-and-blend per bound), narrow enough that 2^n splits into two
+# normal factors.
+_EXP_CLAMP = (-110.0, 89.0)
+# fast_exp_nonpositive's lower clamp: exp(-108) rounds to 0, and 2^n needs one normal factor
+_EXP_NONPOSITIVE_LOW = -108.0
 
 
 def _select(cond: Any, then: Any, other: Any) -> Any:
@@ -99,17 +105,30 @@ def _pow2(n: Any) -> Any:
     return _op.reinterpret("float32", _op.cast(n + _f32(127.0), "int32") * (1 << 23))
 
 
-def _fast_exp_f32(x: Any) -> Any:
-    # x = n ln2 + r, |r| <= ln2/2; ln2 split in two so that n*ln2_hi is exact.
-    xc = _op.min(_op.max(x, _f32(-104.0)), _f32(_EXP_OVERFLOW))
+def _exp_reduced(xc: Any) -> tuple[Any, Any]:
+    """``(n, e^r)`` with ``xc = n ln2 + r``, ``|r| <= ln2/2`` (ln2 split in two so that
+    ``n * ln2_hi`` is exact); ``exp(xc) = e^r * 2^n``."""
     n = _op.floor(xc * _f32(1.4426950408889634) + _f32(0.5))
     r = xc - n * _f32(0.693359375) + n * _f32(2.12194440e-4)
-    y = r * r * _horner(_EXP_P, r) + r + _f32(1.0)
-    # 2^n in two factors: n spans [-150, 128], wider than one float exponent
+    return n, r * r * _horner(_EXP_P, r) + r + _f32(1.0)
+
+
+def _fast_exp_f32(x: Any) -> Any:
+    low, high = _EXP_CLAMP
+    n, y = _exp_reduced(_op.min(_op.max(x, _f32(low)), _f32(high)))
+    # 2^n in two factors, each a normal float (n spans [-159, 128]): the first product is
+    # exact, the second rounds once -- to a subnormal, 0 or +inf where exp(x) does
     half = _op.floor(n * _f32(0.5))
     y = y * _pow2(half) * _pow2(n - half)
-    y = _select(x > _f32(_EXP_OVERFLOW), _f32(float("inf")), y)
-    y = _select(x < _f32(_EXP_UNDERFLOW), _f32(0.0), y)
+    # the clamp drops NaN (min/max return the other operand), so NaN is put back
+    return _select(_is_nan(x), x, y)
+
+
+def _fast_exp_nonpositive_f32(x: Any) -> Any:
+    # x in [-108, 0] gives n in [-156, 0]: 2^n = 2^(n + 30) * 2^-30, the first factor a normal
+    # float and the second a constant (the product rounds once, as above)
+    n, y = _exp_reduced(_op.max(x, _f32(_EXP_NONPOSITIVE_LOW)))
+    y = y * _pow2(n + _f32(30.0)) * _f32(2.0 ** -30)
     return _select(_is_nan(x), x, y)
 
 
@@ -148,6 +167,25 @@ _FAST = {
 UNARY.update({name: _in_float32(approx, exact) for name, (approx, exact, _) in _FAST.items()})
 # op name -> its accuracy, as documented (docstrings, docs/ops_coverage.md)
 FAST_MATH_ACCURACY: dict[str, str] = {name: note for name, (_, _, note) in _FAST.items()}
+_FAST_EXP_NONPOSITIVE = _in_float32(_fast_exp_nonpositive_f32, _op.exp)
+
+
+def fast_exp_nonpositive(x: Any) -> Any:
+    """``exp(x)`` of a scalar expression known to be ``<= 0`` or NaN, such as softmax's
+    ``x - max(x)``: fast_exp's polynomial and accuracy (relative error below 1.5e-7 for normal
+    results, subnormal results within two subnormal steps, 0 below -103.97, NaN stays NaN),
+    with cheaper scaling -- one variable power of two instead of two, and no upper clamp. A
+    positive ``x`` gives a wrong value. float16 computes in float32; other dtypes use the
+    exact ``exp``.
+
+    Example
+    -------
+    >>> from kiln import te
+    >>> x = te.placeholder((4,), name="x")
+    >>> te.compute((4,), lambda i: fast_exp_nonpositive(x[i] - x[0])).dtype
+    'float32'
+    """
+    return _FAST_EXP_NONPOSITIVE(x)
 
 
 def elemwise(x: te.Tensor, fn: Callable[[Any], Any], name: str) -> te.Tensor:

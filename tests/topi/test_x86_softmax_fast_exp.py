@@ -1,6 +1,8 @@
-"""x86 softmax, log_softmax and fast_softmax take exp from kiln.topi.math's fast_exp and give
-NumPy's softmax: within 1e-6 for normal inputs, and NumPy's 0, NaN and subnormal results for
-rows with -inf (masked attention), +inf, NaN, +-100 / +-1e4 and subnormal entries.
+"""x86 softmax, log_softmax and fast_softmax take exp from kiln.topi.math (fast_exp's form
+for arguments <= 0, fast_exp_nonpositive: accuracy checked here over every argument x - max
+can take) and give NumPy's softmax: within 1e-6 for normal inputs, and NumPy's 0, NaN and
+subnormal results for rows with -inf (masked attention), +inf, NaN, +-100 / +-1e4 and
+subnormal entries.
 
 One relay.build per target holds all nine kernels ((1, 1000) along -1, (8, 128, 64) along -1
 and along 1) plus a float16 softmax; every data set runs through that one module. The
@@ -221,6 +223,72 @@ def test_lowered_tir_has_no_exp_call_and_vector_exp(make, shape, axis):
     assert "tir.exp" not in calls
     assert stores["T_softmax_exp"] == 8
     assert stores[out.op.name] == 8
+
+
+# ---- fast_exp_nonpositive (softmax's exp) over every argument x - max can take ----------
+
+
+def _float32_range(low: float, high: float) -> np.ndarray:
+    """Every float32 in [low, high] (both of one sign)."""
+    ends = np.array([low, high], "float32").view("int32")
+    return np.arange(ends.min(), ends.max() + 1, dtype="int32").view("float32")
+
+
+def _nonpositive_sweep() -> np.ndarray:
+    magnitudes = np.geomspace(1e-45, 1e3, 300_000)
+    edges = [_float32_range(-103.9, -104.1), _float32_range(-87.2, -87.5),
+             _float32_range(-107.9, -108.1)]
+    specials = [0.0, -0.0, -np.inf, np.nan, -1e30, -3.4e38]
+    return np.concatenate([-magnitudes.astype("float32"), *edges,
+                           np.array(specials, "float32")])
+
+
+SWEEP = _nonpositive_sweep()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fast_exp_nonpositive_accuracy(target):
+    holder = te.placeholder(SWEEP.shape, name="x")
+    out = te.compute(SWEEP.shape, lambda i: topi_math.fast_exp_nonpositive(holder[i]),
+                     name="exp_nonpositive")
+    func = kiln.build(te.create_schedule(out.op), [holder, out], target=target)
+    result = kiln.nd.empty(SWEEP.shape)
+    func(kiln.nd.array(SWEEP), result)
+    got, want = result.numpy().astype("float64"), np.exp(SWEEP.astype("float64"))
+    tiny = float(np.finfo(np.float32).tiny)
+    normal = want >= tiny
+    assert (np.abs(got - want)[normal] / want[normal]).max() < 1.5e-7
+    small = ~normal & ~np.isnan(want)
+    assert np.abs(got - want)[small].max() < 3e-45
+    # 0 exactly where float32 exp rounds to 0 (below ln(2^-150) = -103.97208)
+    assert np.array_equal(got[small] == 0, want[small].astype("float32") == 0)
+    assert np.isnan(got[-3]) and got[-4] == 0  # NaN stays NaN, exp(-inf) = 0
+    assert np.all(got[SWEEP == 0] == 1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_fast_exp_saturates_where_float32_exp_does(target):
+    """fast_exp's clamp lets its own scaling overflow to +inf and round to 0: every float32
+    around ln(float32 max) and ln(2^-150) gives float32 exp's inf / 0 / finite answer."""
+    x = np.concatenate([_float32_range(88.70, 89.2), _float32_range(-103.9, -104.1),
+                        _float32_range(-109.9, -110.1),
+                        np.array([np.inf, -np.inf, np.nan, 1e30, -1e30], "float32")])
+    holder = te.placeholder(x.shape, name="x")
+    out = topi_math.fast_exp(holder)
+    func = kiln.build(te.create_schedule(out.op), [holder, out], target=target)
+    result = kiln.nd.empty(x.shape)
+    func(kiln.nd.array(x), result)
+    got = result.numpy()
+    with np.errstate(over="ignore"):  # float32 exp overflows to inf as it should
+        want = np.exp(x.astype("float64"))
+        want32 = want.astype("float32")  # float64 exp rounded once: float32's exp
+    assert np.array_equal(np.isinf(got), np.isinf(want32))
+    assert np.array_equal(got == 0, want32 == 0)
+    assert np.array_equal(np.isnan(got), np.isnan(want32))
+    normal = np.isfinite(want32) & (want32 >= np.finfo(np.float32).tiny)
+    assert (np.abs(got[normal] - want[normal]) / want[normal]).max() < 1.5e-7
+    subnormal = (want32 > 0) & (want32 < np.finfo(np.float32).tiny)
+    assert subnormal.any() and np.abs(got[subnormal] - want[subnormal]).max() < 3e-45
 
 
 def test_x86_fast_exp_is_kiln_topi_math_fast_exp():

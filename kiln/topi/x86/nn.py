@@ -1,7 +1,7 @@
 """x86 softmax and normalizations: per-row reductions fused with the row's epilogue.
 
-Entry points: :func:`softmax`, :func:`log_softmax` (computes: ``exp`` evaluated once per
-element, in vectors by ``kiln.topi.math``'s fast_exp, re-exported here as :data:`fast_exp`),
+Entry points: :func:`softmax`, :func:`log_softmax` (computes: ``exp(x - max)`` evaluated once
+per element, in vectors by :func:`kiln.topi.math.fast_exp_nonpositive`),
 :func:`schedule_softmax` (softmax, log_softmax, fast_softmax), :func:`schedule_norm`
 (layer/group/instance norm, l2_normalize, lrn, and the injective batch_norm),
 :data:`DEFAULT_CONFIG`.
@@ -20,7 +20,7 @@ from typing import Any
 from kiln import te
 from kiln.te.tensor import ComputeOp
 from kiln.tir import op as _op
-from kiln.topi.math import UNARY
+from kiln.topi.math import UNARY, fast_exp_nonpositive
 from kiln.topi.utils import normalize_axes, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import static_work, worth_parallel
@@ -32,16 +32,15 @@ from kiln.topi.x86.reduction import lanes_dividing, schedule_reduction_stage
 DEFAULT_CONFIG = {**_REDUCE_CONFIG}
 
 
-# The one fast exp of kiln (kiln.topi.math's: plain arithmetic, so it vectorizes; relative error
-# below 1.5e-7 for normal results; +-inf, NaN, overflow and subnormal results as exp gives them).
-# Its float32 form for float32 and float16 rows, the exact exp for others. Exported under this
-# name for schedules and tests that build exp into their own computes.
+# kiln's one fast exp (kiln.topi.math's), under the name schedules and tests here have used for
+# building exp into their own computes. Softmax takes its form for arguments <= 0,
+# fast_exp_nonpositive: x - max is <= 0, or NaN where the row holds a NaN, a +inf or only -inf.
 fast_exp = UNARY["fast_exp"]
 
 
 def _softmax_parts(x: te.Tensor, axis: int):
-    """The row max, ``exp(x - max)`` (stored once; :data:`fast_exp`) and its row sum, plus the
-    index map from ``x`` to a row."""
+    """The row max, ``exp(x - max)`` (stored once; :func:`fast_exp_nonpositive`) and its row
+    sum, plus the index map from ``x`` to a row."""
     axis = normalize_axes(axis, x.ndim)[0]
     kept = [d for k, d in enumerate(x.shape) if k != axis]
     k_max = te.reduce_axis((0, x.shape[axis]), name="k")
@@ -55,7 +54,7 @@ def _softmax_parts(x: te.Tensor, axis: int):
 
     xmax = te.compute(kept, lambda *i: te.max(x(*full(i, k_max.var)), axis=k_max),
                       name="T_softmax_maxelem", tag="softmax_max")
-    shifted = te.compute(x.shape, lambda *i: fast_exp(x(*i) - xmax(*drop(i))),
+    shifted = te.compute(x.shape, lambda *i: fast_exp_nonpositive(x(*i) - xmax(*drop(i))),
                          name="T_softmax_exp", tag="softmax_exp")
     expsum = te.compute(kept, lambda *i: te.sum(shifted(*full(i, k_sum.var)), axis=k_sum),
                         name="T_softmax_expsum", tag="softmax_sum")
@@ -65,8 +64,9 @@ def _softmax_parts(x: te.Tensor, axis: int):
 def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``, with ``exp(x - max)`` stored once
     (the generic compute evaluates it twice: in the sum and in the output) and, for float32
-    and float16, computed by :data:`fast_exp` in vectors (relative error below 1.5e-7; -inf
-    entries give 0, a row of -inf, a +inf or a NaN gives NaN, as NumPy's softmax does).
+    and float16, computed by :func:`fast_exp_nonpositive` in vectors (relative error below
+    1.5e-7; -inf entries give 0, a row of -inf, a +inf or a NaN gives NaN, as NumPy's
+    softmax does).
 
     Example
     -------
