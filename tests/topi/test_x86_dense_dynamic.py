@@ -60,7 +60,19 @@ def _unpacked_weight(config=None):
     return [x, w], x86_dense.dense_pack(x, w, config=config)
 
 
+def _residual_add(config=None):
+    """data @ W.T + residual, the residual with a row variable of its own (as a fused VM
+    kernel sees two ``Any``-batch arguments): the groups are computed into a buffer first."""
+    x = te.placeholder((_rows_var(), K), name="x")
+    wp = te.placeholder((N // 16, K, 16), name="wp")
+    r = te.placeholder((te.var("m_residual", "int64"), N), name="r")
+    d = x86_dense.dense_packed_weight(x, wp, config=config)
+    y = te.compute(r.shape, lambda i, j: r[i, j] + d[i, j], name="T_add", tag="broadcast")
+    return [x, wp, r], y
+
+
 KERNELS = {
+    "residual": (_residual_add, None),
     "bias_relu": (_packed_bias_relu, None),
     "plain": (_packed_plain, None),
     "unpacked": (_unpacked_weight, None),
@@ -117,6 +129,19 @@ def test_unpacked_weight_is_packed_inside_the_kernel(built):
         x = f32(rows, K)
         np.testing.assert_allclose(_run(built, "unpacked", [x, w]), x @ w.T, rtol=1e-4,
                                    atol=1e-4)
+
+
+def test_epilogue_with_its_own_row_variable(built, lowered):
+    w = f32(N, K)
+    for rows in ROWS:
+        x, r = f32(rows, K), f32(rows, N)
+        np.testing.assert_allclose(_run(built, "residual", [x, _packed(w), r]), x @ w.T + r,
+                                   rtol=1e-4, atol=1e-4)
+    prim = lowered["residual"][2]
+    blocks = [a for a in _nodes(prim, tir.Allocate)
+              if a.buffer_var.name == "T_dense_pack.local"]
+    ty = x86_dense.DEFAULT_CONFIG["tile_y_symbolic"]
+    assert len(blocks) == 1 and [int(e) for e in blocks[0].extents] == [ty * 16]
 
 
 def test_row_groups_that_do_not_divide_the_batch(built):

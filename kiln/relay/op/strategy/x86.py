@@ -105,9 +105,7 @@ def _static_2d(tensor) -> bool:
 def dense_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
     strategy.add(_GENERIC["nn.dense"])
-    # the batch (rows) may be symbolic; the weight and the reduction must be constants
-    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2 and hasattr(inputs[0].shape[1],
-                                                                           "value"):
+    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
         strategy.add(DENSE_PACK)
     return strategy
 
