@@ -47,15 +47,22 @@ class VMClosure(Closure):
 
 
 def convert_argument(value: Any, device: Device) -> Any:
-    """A Python argument as a VM value (TVM's conversion rules)."""
+    """A Python argument as a VM value (TVM's conversion rules): NumPy arrays and Python
+    scalars become NDArrays, tuples and lists tuples (ADTs of tag 0), at any depth."""
+    if isinstance(value, _CONTAINERS):
+        return _convert_nested(value, device)
+    return _convert_leaf(value, device)
+
+
+_CONTAINERS = (ADT, tuple, list)
+
+
+def _convert_leaf(value: Any, device: Device) -> Any:
+    """A value that is not a tuple, list or ADT as a VM value."""
     if isinstance(value, _NDArray | VMClosure):
         return value
-    if isinstance(value, ADT):
-        return _convert_adt(value, device)
     if isinstance(value, np.ndarray | np.generic):
         return _nd.array(value, device)
-    if isinstance(value, tuple | list):
-        return ADT(0, [convert_argument(v, device) for v in value])
     if isinstance(value, bool):
         return _nd.array(np.array(value, dtype="bool"), device)
     if isinstance(value, int):
@@ -66,24 +73,35 @@ def convert_argument(value: Any, device: Device) -> Any:
                    "NumPy array, a tuple/list of them, or a Python scalar")
 
 
-def _convert_adt(root: ADT, device: Device) -> ADT:
-    """``root`` with every non-ADT field converted, at any depth; ADTs whose fields need no
-    conversion are kept as they are. Post-order with an explicit stack, so a long cons list
-    converts without Python recursion."""
-    converted: dict[int, ADT] = {}  # id of an ADT of ``root`` (all alive) -> its conversion
-    stack: list[tuple[ADT, bool]] = [(root, False)]
+def _convert_nested(root: Any, device: Device) -> ADT:
+    """``root`` (an ADT, tuple or list) with every field converted, at any depth: tuples and
+    lists become tuples, ADTs whose fields need no conversion are kept as they are, a
+    container met twice (shared) is converted once. Post-order with an explicit stack, so a
+    long cons list converts without Python recursion; a list containing itself is refused."""
+    converted: dict[int, ADT] = {}  # id of a container of ``root`` (all alive) -> conversion
+    open_ids: set[int] = set()  # containers whose fields are being converted
+    stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
         node, fields_done = stack.pop()
-        if id(node) in converted:
+        key = id(node)
+        if key in converted:
             continue
+        old = node.fields if isinstance(node, ADT) else node
         if not fields_done:
+            if key in open_ids:  # only an ancestor of itself can be met while open
+                raise TVMError("cannot pass a tuple/list that contains itself to the VM")
+            open_ids.add(key)
             stack.append((node, True))
-            stack.extend((f, False) for f in node.fields if isinstance(f, ADT))
+            stack.extend((f, False) for f in old if isinstance(f, _CONTAINERS))
             continue
-        fields = [converted[id(f)] if isinstance(f, ADT) else convert_argument(f, device)
-                  for f in node.fields]
-        same = all(new is old for new, old in zip(fields, node.fields))
-        converted[id(node)] = node if same else ADT(node.tag, fields)
+        open_ids.discard(key)
+        fields = [converted[id(f)] if isinstance(f, _CONTAINERS) else _convert_leaf(f, device)
+                  for f in old]
+        if isinstance(node, ADT):
+            same = all(new is was for new, was in zip(fields, old))
+            converted[key] = node if same else ADT(node.tag, fields)
+        else:
+            converted[key] = ADT(0, fields)
     return converted[id(root)]
 
 
