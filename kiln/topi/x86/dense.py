@@ -40,7 +40,7 @@ from kiln.topi.nn.dense import pack_weight
 from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
 
 DEFAULT_CONFIG = {"tile_y": 4, "tile_x": 16, "tile_k": 4, "blocks": 0, "accumulators": 8,
-                  "parallel_min_flops": 2_000_000, "tile_y_symbolic": 2, "rows_symbolic": 8}
+                  "parallel_min_flops": 2_000_000, "tile_y_symbolic": 2, "rows_symbolic": 1}
 
 
 def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None,
