@@ -270,10 +270,18 @@ class DirectFunction:
         result = leases[0] if self.result_tag is None else ADT(self.result_tag, leases)
         del leases  # the counts below must see only what the check in a later run sees
         self.last = weakref.ref(result)
-        callers_reference = result  # stands for ``previous`` in the caller when checked
-        self.baseline = self._holders(result)
-        del callers_reference
+        self.baseline = self._baseline(result)
         return result
+
+    def _baseline(self, previous: Any) -> list[int]:
+        """``_holders(previous)`` through the same frames as the check in :meth:`run`: the
+        caller's local ``result`` stands for ``VirtualMachine._call``'s local ``previous``,
+        this parameter for :meth:`run`'s. Each reference is then made the same way in both
+        (a local, a call argument, a parameter), so the counts agree on interpreters whose
+        arguments and parameters borrow references (CPython 3.14) as on those where they
+        count; a stand-in local here would count where the borrowed parameter does not,
+        and a user's one reference could then hide in its place."""
+        return self._holders(previous)
 
     def _holders(self, result: Any) -> list[int]:
         """Reference counts of ``result``, of a tuple's field tuple (what ``out.fields``,
