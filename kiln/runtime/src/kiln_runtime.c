@@ -252,11 +252,6 @@ static int kiln_claim_task(KilnPool* pool) {
   return -1;
 }
 
-static int kiln_task_claimable(KilnPool* pool) {
-  uint64_t word = __atomic_load_n(&pool->claim, __ATOMIC_SEQ_CST);
-  return kiln_claim_next(word) < kiln_claim_team(word);
-}
-
 static void kiln_worker_run(KilnPool* pool, int task_id) {
   if (pool->flambda(task_id, &pool->env, pool->cdata) != 0) {
     char* message = strdup(TVMGetLastError());
@@ -275,19 +270,12 @@ static void* kiln_worker_main(void* arg) {
   KilnPool* pool = (KilnPool*)arg;
   kiln_inside_launch = 1; /* launches from a worker's task run inline */
   for (;;) {
+    /* A task claimable after the claims below fail was published later, so it bumped
+       wake_seq past `seen`: waiting for that change cannot miss it. */
     int seen = __atomic_load_n(&pool->wake_seq, __ATOMIC_SEQ_CST);
     int task_id;
     while ((task_id = kiln_claim_task(pool)) >= 0) kiln_worker_run(pool, task_id);
-    int spin = 0;
-    while (spin < kKilnWorkerSpin && !kiln_task_claimable(pool) &&
-           __atomic_load_n(&pool->wake_seq, __ATOMIC_ACQUIRE) == seen) {
-      KILN_CPU_RELAX();
-      ++spin;
-    }
-    if (spin < kKilnWorkerSpin) continue;
-    __atomic_add_fetch(&pool->idle_sleepers, 1, __ATOMIC_SEQ_CST);
-    if (!kiln_task_claimable(pool)) kiln_futex_wait(&pool->wake_seq, seen);
-    __atomic_sub_fetch(&pool->idle_sleepers, 1, __ATOMIC_SEQ_CST);
+    kiln_wait_while_equal(&pool->wake_seq, seen, kKilnWorkerSpin, &pool->idle_sleepers);
   }
   return NULL;
 }
