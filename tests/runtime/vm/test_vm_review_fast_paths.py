@@ -28,6 +28,7 @@ from kiln.runtime.vm.bytecode import (
     KillRegister,
     LoadConsti,
     Ret,
+    ShapeOf,
 )
 
 SHAPE = (4, 8)
@@ -139,6 +140,48 @@ def test_result_captured_by_a_suspended_generator_never_changes(kernels, rng):
     np.testing.assert_allclose(next(gen), x0 + y0, rtol=1e-6)
 
 
+def double_then_mul() -> VMFunction:
+    """main(x, y) = (x + x) * y: a y of another shape fails the second kernel only."""
+    return VMFunction("main", ["x", "y"], [
+        LoadConsti(2 * NBYTES, 2), AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4), AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(0, 1, (0, 0, 5)),
+        LoadConsti(NBYTES, 6), AllocTensor(3, 6, SHAPE, "float32", 7),
+        InvokePacked(1, 1, (5, 1, 7)), KillRegister(5), Ret(7),
+    ], 8)
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_kernel_failing_mid_function_leaves_results_and_memory_intact(kernels, rng, hold):
+    vm = make_vm(kernels, double_then_mul())
+    (x0, y0), (x1, _), (x2, y2) = pairs(rng, 3)
+    first = vm.run(x0, y0)
+    if not hold:
+        del first                                 # the failing run may reuse its block
+    with pytest.raises(TVMError, match="instruction 7"):
+        vm.run(x1, np.ones((3, 8), "float32"))
+    if hold:
+        np.testing.assert_allclose(first.numpy(), (x0 + x0) * y0, rtol=1e-6)
+        del first
+    np.testing.assert_allclose(vm.run(x2, y2).numpy(), (x2 + x2) * y2, rtol=1e-6)
+    assert vm.frame_depth == 0 and vm.memory_in_use() == 4096
+
+
+def test_memory_stays_bounded_when_fields_are_kept_and_dropped_in_turn(kernels, rng):
+    vm = make_vm(kernels, tuple_main())
+    kept = None
+    for step, (x, y) in enumerate(pairs(rng, 12)):
+        out = vm.run(x, y)
+        if kept is not None:
+            np.testing.assert_allclose(kept[0][0].numpy(), kept[1], rtol=1e-6)
+        kept = (out.fields, x + y) if step % 2 else None
+        del out
+        assert vm.memory_in_use() <= 2 * 4096
+    del kept
+    vm.invoke("main")
+    assert vm.memory_in_use() == 4096
+
+
 def test_memoryview_and_torch_import_of_a_result_never_change(kernels, rng):
     vm = make_vm(kernels, single_main())
     (x0, y0), (x1, y1), *rest = pairs(rng, 4)
@@ -201,3 +244,27 @@ def test_refill_still_happens_in_the_plain_case(kernels, rng):
     for x, y in pairs(rng, 3):
         np.testing.assert_allclose(vm.run(x, y).numpy(), x + y, rtol=1e-6)
         assert [id(t) for t in vm._inputs["main"]] == made
+
+
+
+# -- ShapeOf's cached shape tensors --------------------------------------------------------
+
+def shape_vm() -> VirtualMachine:
+    """main(x) = shape_of(x), the VM's cached read-only int64 tensor."""
+    return VirtualMachine(Executable([VMFunction("main", ["x"], [ShapeOf(0, 1), Ret(1)], 2)]),
+                          kiln.cpu(0))
+
+
+def test_a_returned_shape_tensor_cannot_be_written_and_stays_right():
+    vm = shape_vm()
+    first = vm.run(np.zeros((3, 5), "float32"))
+    with pytest.raises(TVMError, match="read-only"):
+        first.copyfrom(np.array([9, 9]))
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(first, copy=False)[0] = 9
+    with pytest.raises(ValueError, match="read-only"):
+        np.asarray(first._create_view((2,)), copy=False)[1] = 9
+    second = vm.run(np.zeros((2, 7, 1), "float32"))
+    np.testing.assert_array_equal(first.numpy(), [3, 5])
+    np.testing.assert_array_equal(second.numpy(), [2, 7, 1])
+    np.testing.assert_array_equal(vm.run(np.zeros((3, 5), "int8")).numpy(), [3, 5])
