@@ -49,6 +49,8 @@ class VMClosure(Closure):
 def convert_argument(value: Any, device: Device) -> Any:
     """A Python argument as a VM value (TVM's conversion rules): NumPy arrays and Python
     scalars become NDArrays, tuples and lists tuples (ADTs of tag 0), at any depth."""
+    if isinstance(value, tuple | list) and not any(isinstance(v, _CONTAINERS) for v in value):
+        return ADT(0, [_convert_leaf(v, device) for v in value])  # flat: the common case
     if isinstance(value, _CONTAINERS):
         return _convert_nested(value, device)
     return _convert_leaf(value, device)
