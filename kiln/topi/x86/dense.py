@@ -184,10 +184,9 @@ def _schedule_row_groups(sch: Any, grouped: te.Tensor, out: te.Tensor, column_bl
         block = sch[sch.cache_write(grouped, "local")]
         stage = sch[grouped]
         group, row, x = stage.leaf_iter_vars
-        if out.op is not grouped.op:
-            epilogue = sch[out]
-            _, columns = epilogue.split(epilogue.leaf_iter_vars[1], factor=lanes)
-            epilogue.vectorize(columns)
+        epilogue = sch[out]
+        _, columns = epilogue.split(epilogue.leaf_iter_vars[1], factor=lanes)
+        epilogue.vectorize(columns)
     xo, xi = stage.split(x, factor=lanes * blocks)
     stage.reorder(xo, group, row, xi)
     if 2 * cfg["rows_symbolic"] * k * lanes * column_blocks >= cfg["parallel_min_flops"]:
