@@ -161,12 +161,16 @@ class FusedSegment:
 
     def new_storage(self, allocators: list[Any]) -> Storage | None:
         """The segment's own AllocStorage from its pooled host allocator, or None when the
-        allocator is not one (naive: a fresh block per run; or device memory)."""
+        allocator is not one (naive: a fresh block per run; or device memory) or the memory
+        cannot be had (the unfused AllocStorage then raises, naming its instruction)."""
         alloc = self.alloc
         allocator = allocators[alloc.device_index]
         if not allocator.fusable:
             return None
-        return allocator.alloc(self.alloc_nbytes, alloc.alignment)
+        try:
+            return allocator.alloc(self.alloc_nbytes, alloc.alignment)
+        except TVMError:
+            return None
 
     def launch(self, inputs: list[Any], storage: Storage,
                seconds: Any = None) -> SegmentPlan | None:

@@ -167,6 +167,24 @@ def test_kernel_failing_mid_function_leaves_results_and_memory_intact(kernels, r
     assert vm.frame_depth == 0 and vm.memory_in_use() == 4096
 
 
+def huge_storage_main() -> VMFunction:
+    """main(x, y) = x + y in a storage no machine has (2**55 bytes)."""
+    return VMFunction("main", ["x", "y"], [
+        LoadConsti(2**55, 2), AllocStorage(2, 64, "float32", 0, 3),
+        LoadConsti(0, 4), AllocTensor(3, 4, SHAPE, "float32", 5),
+        InvokePacked(0, 1, (0, 1, 5)), Ret(5),
+    ], 6)
+
+
+def test_storage_that_cannot_be_had_names_its_instruction(kernels, rng):
+    vm = make_vm(kernels, huge_storage_main())
+    assert vm._direct[0] is not None
+    with pytest.raises(TVMError, match=r"cannot allocate .*\n  in @main instruction 1 "
+                                       r"\(AllocStorage\)"):
+        vm.run(*pairs(rng, 1)[0])
+    assert vm.frame_depth == 0 and vm.memory_in_use() == 0
+
+
 def test_memory_stays_bounded_when_fields_are_kept_and_dropped_in_turn(kernels, rng):
     vm = make_vm(kernels, tuple_main())
     kept = None
