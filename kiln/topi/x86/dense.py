@@ -21,9 +21,9 @@ microseconds on a shared machine, more than a sub-millisecond product gains from
 A symbolic row count (a ``relay.Any`` batch in the VM) keeps the same register block: the
 rows are computed in groups of ``tile_y_symbolic`` (the last group repeating the last row),
 so the block's extent stays constant whatever the batch; the loops are column blocks (the
-parallel loop when the assumed work is large) around row groups. Two rows per group: one
-kernel then runs a batch of 1 or 2 as fast as the static GEMV schedule and larger batches
-within about 10-15% of the static 4-row blocks (measured single-threaded, K=256, N=1024).
+parallel loop when the assumed work is large) around row groups. Two rows per group: a
+batch of 1 or 2 computes no row it does not have (a GEMV is bound by streaming the weight,
+not by FMAs), and larger batches still share each weight load between two rows.
 """
 
 from __future__ import annotations
