@@ -22,8 +22,9 @@ A symbolic row count (a ``relay.Any`` batch in the VM) keeps the same register b
 rows are computed in groups of ``tile_y_symbolic`` (the last group repeating the last row),
 so the block's extent stays constant whatever the batch; the loops are column blocks (the
 parallel loop when the assumed work is large) around row groups. Two rows per group: a
-batch of 1 or 2 computes no row it does not have (a GEMV is bound by streaming the weight,
-not by FMAs), and larger batches still share each weight load between two rows.
+batch of 1 computes its row twice, which costs little in a GEMV bound by streaming the
+weight (four rows would double the FMAs again), and larger batches still share each weight
+load between two rows.
 """
 
 from __future__ import annotations
