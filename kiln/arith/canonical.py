@@ -80,12 +80,13 @@ class _TableRef(weakref.ref):
     __slots__ = ("parts",)
 
 
-def _forget(ref: _TableRef) -> None:
-    if _INTERNED.get(ref.parts) is ref:
-        del _INTERNED[ref.parts]
-
-
 _INTERNED: dict[tuple, _TableRef] = {}
+
+
+def _forget(ref: _TableRef, table: dict = _INTERNED) -> None:
+    """Drop a dead key's entry (the table is bound early: this may run at shutdown)."""
+    if table.get(ref.parts) is ref:
+        del table[ref.parts]
 
 
 def _intern(parts: tuple, anchors: tuple = ()) -> StructuralKey:
