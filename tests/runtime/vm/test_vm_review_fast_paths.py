@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -105,6 +106,44 @@ def test_tuple_result_is_still_reused_when_nothing_is_kept(kernels, rng):
         np.testing.assert_allclose(out[1].numpy(), x * y, rtol=1e-6)
         del out
     assert vm.memory_in_use() == 4096
+
+
+SINGLE_HOLDERS = {
+    # name: (what is kept of the result and the VM, the sum read back from it as NumPy)
+    "get_output": (lambda out, vm: vm.get_output(0), lambda kept: kept.numpy()),
+    "get_outputs list": (lambda out, vm: vm.get_outputs(), lambda kept: kept[0].numpy()),
+    "copy.copy": (lambda out, vm: copy.copy(out), lambda kept: kept.numpy()),
+    "pickled": (lambda out, vm: pickle.dumps(out), lambda kept: pickle.loads(kept).numpy()),
+    "unconsumed DLPack capsule": (lambda out, vm: out.__dlpack__(),
+                                  lambda kept: np.from_dlpack(_Capsule(kept))),
+    "np.frombuffer": (lambda out, vm: np.frombuffer(np.asarray(out, copy=False), "float32"),
+                      lambda kept: kept.reshape(SHAPE)),
+    "np.asarray copy=None": (lambda out, vm: np.asarray(out, copy=None), lambda kept: kept),
+}
+
+
+class _Capsule:
+    """Hands a kept DLPack capsule to ``np.from_dlpack``."""
+
+    def __init__(self, capsule) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, **_):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+@pytest.mark.parametrize("how", sorted(SINGLE_HOLDERS))
+def test_what_is_kept_of_a_single_result_never_changes(kernels, rng, how):
+    keep, read = SINGLE_HOLDERS[how]
+    vm = make_vm(kernels, single_main())
+    (x0, y0), *rest = pairs(rng, 3)
+    kept = keep(vm.run(x0, y0), vm)
+    for x, y in rest:
+        np.testing.assert_allclose(vm.run(x, y).numpy(), x + y, rtol=1e-6)
+    np.testing.assert_allclose(read(kept), x0 + y0, rtol=1e-6)
 
 
 def raise_with(value):
