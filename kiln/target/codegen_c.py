@@ -1094,7 +1094,40 @@ class CodeGenC(CIntrinsics):
         if kind == "Select":
             return (self._sliceable(node.true_value, bits) and self._mask_sliceable(
                 node.condition) and self._sliceable(node.false_value, bits))
+        if kind == "Call" and node.op == "tir.if_then_else":
+            return self._choice_sliceable(node, bits)
         return kind == "BufferLoad" and self._load_sliceable(node)
+
+    def _choice_sliceable(self, node: Any, bits: int) -> bool:
+        """Whether a per-lane ``if_then_else`` can be sliced: each arm either cannot fault
+        (and slices), or is one contiguous load that a masked load reads part by part."""
+        cond = node.args[0]
+        if DataType(cond.dtype).lanes == 1 or not self._mask_sliceable(cond):
+            return False
+        for arm in node.args[1:]:
+            if _node_name(arm) == "BufferLoad" and not self._speculable(arm):
+                if not (self._maskable(arm) and self._load_sliceable(arm)):
+                    return False
+            elif not (self._speculable(arm) and self._sliceable(arm, bits)):
+                return False
+        return True
+
+    def _slice_choice(self, node: Any, part: int, width: int) -> str:
+        """Part ``part`` of a per-lane ``if_then_else`` (see :meth:`_choice_sliceable`): a
+        blend of the arms' parts, a load that may fault read by a masked load."""
+        cond = node.args[0]
+        t = DataType(node.dtype).element_of.with_lanes(width)
+        mask_type = self._vector_type(DataType(f"int{t.bits}").with_lanes(width))
+        arms = []
+        for arm, mask in ((node.args[1], "_mp"), (node.args[2], "(~_mp)")):
+            if _node_name(arm) == "BufferLoad" and not self._speculable(arm):
+                access = _flat_access(self, arm.buffer, arm.indices)
+                arms.append(f"{self._masked_load_helper(t)}({self._data(arm.buffer)} + "
+                            f"{access.base} + {part * width}, {mask})")
+            else:
+                arms.append(self._slice(arm, part, width))
+        return (f"({{ {mask_type} _mp = {self._slice_mask(cond, part, width, t.bits)}; "
+                f"{self._blend(t, '_mp', *arms)}; }})")
 
     def _load_sliceable(self, load: Any) -> bool:
         if id(load.buffer.data) in self._split_locals:
@@ -1143,6 +1176,8 @@ class CodeGenC(CIntrinsics):
             if kind in _VECTOR_MIN_MAX:
                 return self._min_max(kind, t, a, b)
             return self._binary_scalar(kind, t, a, b)
+        if kind == "Call":  # a per-lane if_then_else (see _choice_sliceable)
+            return self._slice_choice(node, part, width)
         if kind == "Select":
             mask = self._slice_mask(node.condition, part, width, max(t.bits, 8))
             return self._blend(t, mask, self._slice(node.true_value, part, width),

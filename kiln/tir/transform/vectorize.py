@@ -6,7 +6,9 @@ Entry points: :func:`VectorizeLoop`, :func:`UnrollLoop`, :func:`ConvertForLoopsT
 A ``VECTORIZED`` loop of constant extent ``L`` disappears: its variable becomes
 ``Ramp(min, 1, L)``, scalars meeting vectors are ``Broadcast``, and ``Ramp`` arithmetic is
 folded (``Ramp(b, 1, L) * 4 + c`` is ``Ramp(b * 4 + c, 4, L)``) so a contiguous access keeps a
-``Ramp(base, 1, L)`` index — a plain vector load/store for the code generator. A loop whose
+``Ramp(base, 1, L)`` index — a plain vector load/store for the code generator.
+``if_then_else`` with a lane-dependent condition becomes a per-lane choice (a vector of bool
+lanes; the code generators evaluate each arm only in the lanes taking it). A loop whose
 body cannot be expressed lane-wise (a data-dependent branch, an inner loop, an extern call)
 stays a serial loop, as does one whose extent is not a power of two. An ``UNROLLED`` loop of
 constant extent is replaced by copies of its body.
@@ -105,6 +107,8 @@ class _Vectorizer(StmtExprMutator):
         return _e.BufferLoad(node.buffer, [_widen(i, lanes) for i in indices])
 
     def visit_Call(self, node):
+        if node.op == "tir.if_then_else":
+            return self._if_then_else(node)
         args = [self.visit(a) if isinstance(a, PrimExpr) else a for a in node.args]
         lanes = max((_lanes(a) for a in args if isinstance(a, PrimExpr)), default=1)
         if lanes == 1:
@@ -113,6 +117,18 @@ class _Vectorizer(StmtExprMutator):
             raise _CannotVectorize(node.op)
         dtype = str(DataType(node.dtype).with_lanes(lanes))
         return _e.Call(dtype, node.op, [_widen(a, lanes) for a in args])
+
+    def _if_then_else(self, node):
+        """A condition that stays scalar keeps choosing one arm for all lanes (only that arm
+        runs); a vector condition chooses per lane, and the code generators evaluate an arm
+        only in the lanes taking it (a padded border reads nothing outside its buffer)."""
+        cond, then, other = (self.visit(a) for a in node.args)
+        if cond is node.args[0] and then is node.args[1] and other is node.args[2]:
+            return node
+        lanes = max(_lanes(cond), _lanes(then), _lanes(other))
+        dtype = str(DataType(node.dtype).with_lanes(lanes))
+        return _e.Call(dtype, node.op, [cond if _lanes(cond) == 1 else _widen(cond, lanes),
+                                        _widen(then, lanes), _widen(other, lanes)])
 
     def visit_Let(self, node):
         raise _CannotVectorize("let")
