@@ -133,17 +133,22 @@ def make_capsule(
     strides: tuple[int, ...] | None,
     keepalive: Any,
     versioned: bool = False,
+    read_only: bool = False,
 ) -> Any:
     """A DLPack capsule describing memory at ``data`` that ``keepalive`` owns.
 
-    ``versioned`` gives a DLPack 1.0 ``"dltensor_versioned"`` capsule (writable), otherwise a
-    legacy ``"dltensor"`` one. ``keepalive`` stays referenced until the consumer calls the
-    deleter (or the capsule dies unconsumed).
+    ``versioned`` gives a DLPack 1.0 ``"dltensor_versioned"`` capsule (with the read-only flag
+    if ``read_only``), otherwise a legacy ``"dltensor"`` one, which cannot say read-only: asked
+    for read-only memory it raises ``BufferError`` (as NumPy does). ``keepalive`` stays
+    referenced until the consumer calls the deleter (or the capsule dies unconsumed).
     """
+    if read_only and not versioned:
+        raise BufferError("cannot export read-only memory as a legacy DLPack capsule (it has "
+                          "no read-only flag); ask for max_version >= (1, 0) or copy=True")
     managed = DLManagedTensorVersioned() if versioned else DLManagedTensor()
     if versioned:
         managed.version = DLPackVersion(1, 0)
-        managed.flags = 0
+        managed.flags = _DLPACK_READ_ONLY if read_only else 0
     ndim = len(shape)
     shape_array = (ctypes.c_int64 * max(ndim, 1))(*shape)
     tensor = managed.dl_tensor

@@ -249,6 +249,7 @@ class NDArray(Object):
             source._element_strides(),
             source,
             versioned=max_version is not None and tuple(max_version)[0] >= 1,
+            read_only=not source._np.flags.writeable,
         )
 
     def __dlpack_device__(self) -> tuple[int, int]:

@@ -141,3 +141,19 @@ def test_export_with_copy_true_gives_separate_memory():
     view = np.from_dlpack(nd.from_dlpack(a.__dlpack__(copy=True)))
     view[0] = 1
     assert a.numpy()[0] == 0
+
+
+def test_read_only_memory_exports_read_only_or_not_at_all():
+    frozen = np.arange(4, dtype="int64")
+    frozen.flags.writeable = False
+    arr = nd.NDArray._wrap(frozen, nd.DataType("int64"), nd.cpu(0))
+    with pytest.raises(BufferError, match="read-only"):
+        arr.__dlpack__()                                     # legacy capsule: no flag
+    view = np.from_dlpack(arr)                               # NumPy asks for a versioned one
+    assert not view.flags.writeable
+    np.testing.assert_array_equal(view, [0, 1, 2, 3])
+    copied = np.from_dlpack(arr, copy=True)
+    copied[0] = 9
+    np.testing.assert_array_equal(arr.numpy(), [0, 1, 2, 3])
+    versioned = arr.__dlpack__(max_version=(1, 0))
+    assert "versioned" in repr(versioned)
