@@ -627,8 +627,18 @@ class CodeGenC(CIntrinsics):
             self._speculation_memo = {}
         try:
             cond = node.args[0]
-            if DataType(node.dtype).lanes > 1 and DataType(cond.dtype).lanes > 1:
+            lanes = DataType(node.dtype).lanes
+            if lanes > 1 and DataType(cond.dtype).lanes > 1:
                 return self._vector_if_then_else(node)
+            if lanes > 1 and self._enclosing_arms and not all(
+                    self._speculable(arm) for arm in node.args[1:]):
+                # inside an arm taken in some lanes only, the arm this condition picks may
+                # fault in the others: choose per lane, under the enclosing arms' lanes
+                from kiln import tir
+
+                per_lane = tir.Broadcast(cond, lanes)
+                return self._vector_if_then_else(
+                    tir.Call(node.dtype, node.op, [per_lane, *node.args[1:]]))
             return self._scalar_if_then_else(node)
         finally:
             if outermost:

@@ -48,6 +48,9 @@ def _buffers(dtype: str = F32, **shapes: int) -> list[tir.Buffer]:
     return [tir.decl_buffer((count,), dtype, name=name) for name, count in shapes.items()]
 
 
+_FLAG = tir.decl_buffer((1,), "int32", name="flag")
+
+
 def _lane_kernels(lanes: int) -> dict[str, tir.PrimFunc]:
     """Kernels whose untaken lanes would read outside a guarded buffer."""
     E, A = _buffers(E=EDGE, A=N)
@@ -81,6 +84,10 @@ def _lane_kernels(lanes: int) -> dict[str, tir.PrimFunc]:
         "nested_stride2": _kernel([E], _buffers(out=32)[0], lanes, lambda i, _: (
             tir.if_then_else(i * 2 + 1 < EDGE, tir.if_then_else(
                 tir.equal(tir.floormod(i, 2), 0), E[i * 2 + 1], -E[i * 2 + 1]), _f32(-1)))),
+        # a choice of the whole vector (a flag) inside a per-lane one
+        "nested_flag": _kernel([E, _FLAG], out, lanes,
+                               lambda i, _: tir.if_then_else(i < EDGE, tir.if_then_else(
+                                   _FLAG[0] > 0, E[i], -E[i]), _f32(0))),
         "math": _kernel([E], out, lanes, lambda i, _: tir.if_then_else(
             i < EDGE, tir.exp(tir.max(E[i], tir.min(E[i] * _f32(2), _f32(1)))), _f32(0))),
         "reversed": _kernel([E], out, lanes, reversed_read),
@@ -226,6 +233,17 @@ def test_inner_choice_reads_only_where_the_outer_one_chooses(modules, guarded, l
     odd = np.minimum(k * 2 + 1, EDGE - 1)
     want = np.where(k * 2 + 1 < EDGE, np.where(k % 2 == 0, e[odd], -e[odd]), -1)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("flag", [1, 0])
+@pytest.mark.parametrize("lanes", WIDTHS)
+def test_whole_vector_choice_inside_a_guarded_arm(modules, guarded, lanes, flag):
+    """``flag ? E[i] : -E[i]`` under ``i < 37``: whichever arm the flag picks reads only the
+    lanes below 37. (c only: llvm evaluates the picked arm in every lane.)"""
+    e = _normal(EDGE)
+    got = _call(modules("c"), f"nested_flag_x{lanes}",
+                [guarded.place(e, "end"), np.array([flag], "int32")], N, F32)
+    np.testing.assert_array_equal(got, np.pad(e if flag else -e, (0, N - EDGE)))
 
 
 @pytest.mark.parametrize("lanes", WIDTHS)
