@@ -182,9 +182,9 @@ def test_conv1d_register_block(target, block):
 
 
 def _vector_if_then_else_kernel() -> tir.PrimFunc:
-    """Hand-built vector if_then_else (the te vectorizer scalarizes lane-dependent ones):
-    out[8i:8i+8] = where(a > b, a - b, b), then a guarded shifted read with a scalar
-    condition whose load would fall before ``a`` at i == 0."""
+    """Hand-built vector if_then_else: out[8i:8i+8] = where(a > b, a - b, b), then a
+    guarded shifted read with a scalar condition whose load would fall before ``a`` at
+    i == 0."""
     a = tir.decl_buffer((32,), "float32", name="a")
     b = tir.decl_buffer((32,), "float32", name="b")
     out = tir.decl_buffer((2, 32), "float32", name="out")
