@@ -125,12 +125,16 @@ class _Vectorizer(StmtExprMutator):
 
         An arm that would gather (a load whose lanes are not consecutive) keeps the loop
         serial: measured on topi's depthwise input packing, the vector gather under the
-        guard ran slower than the scalar loop on both targets."""
+        guard ran slower than the scalar loop on both targets. So does a per-lane choice
+        with another choice in an arm: the llvm target evaluates such an inner choice's arms
+        without the outer condition's lanes (a read outside the buffer)."""
         cond, then, other = (self.visit(a) for a in node.args)
         if cond is node.args[0] and then is node.args[1] and other is node.args[2]:
             return node
         if _gathers(then) or _gathers(other):
             raise _CannotVectorize("gather under if_then_else")
+        if _lanes(cond) > 1 and (_chooses(then) or _chooses(other)):
+            raise _CannotVectorize("if_then_else inside a per-lane if_then_else")
         lanes = max(_lanes(cond), _lanes(then), _lanes(other))
         dtype = str(DataType(node.dtype).with_lanes(lanes))
         return _e.Call(dtype, node.op, [cond if _lanes(cond) == 1 else _widen(cond, lanes),
@@ -196,6 +200,14 @@ def _gathers(expr: PrimExpr) -> bool:
                 found.append(node)
 
     post_order_visit(expr, visit)
+    return bool(found)
+
+
+def _chooses(expr: PrimExpr) -> bool:
+    """Whether ``expr`` holds a ``tir.if_then_else``."""
+    found = []
+    post_order_visit(expr, lambda n: found.append(n) if isinstance(n, _e.Call)
+                     and n.op == "tir.if_then_else" else None)
     return bool(found)
 
 

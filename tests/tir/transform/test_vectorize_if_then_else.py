@@ -60,12 +60,22 @@ def test_condition_without_the_lane_variable_stays_scalar():
     assert DataType(then.dtype).lanes == 8 and DataType(other.dtype).lanes == 8
 
 
-def test_nested_choices_are_vectorized_inside_out():
+def test_choice_inside_a_per_lane_choice_keeps_the_loop_serial():
+    """(llvm evaluates the inner choice's arms in lanes the outer one does not take.)"""
+    flag = tir.Var("flag", "bool")
+    for inner in (lambda i, A: tir.if_then_else(A[i] > tir.const(0.0, F32), A[i], -A[i]),
+                  lambda i, A: tir.if_then_else(flag, A[i], -A[i])):
+        store = _vectorized_store(lambda i, A, inner=inner: tir.if_then_else(
+            i < 13, inner(i, A), tir.const(-1.0, F32)))
+        assert type(store).__name__ == "For" and store.kind == tir.ForKind.SERIAL
+
+
+def test_per_lane_choice_inside_a_whole_vector_choice():
+    flag = tir.Var("flag", "bool")
     store = _vectorized_store(lambda i, A: tir.if_then_else(
-        i < 13, tir.if_then_else(A[i] > tir.const(0.0, F32), A[i], -A[i]),
-        tir.const(-1.0, F32)))
-    inner = store.value.args[1]
-    assert inner.op == "tir.if_then_else" and _lanes_of(inner.args[0]) == (8, True)
+        flag, tir.if_then_else(i < 13, A[i], tir.const(0.0, F32)), tir.const(-1.0, F32)))
+    outer = store.value
+    assert outer.args[0] is flag and _lanes_of(outer.args[1].args[0]) == (8, True)
 
 
 @pytest.mark.parametrize("index", [
