@@ -223,6 +223,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._names: dict[int, str] = {}
         self._used_names: set[str] = set()
         self._parallel_depth = 0
+        self._region_failure: tuple[str, str] | None = None  # (message slot, end label)
         self._func_name = ""
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         # id(buffer var) -> lanes of the native-width vectors a wider vector local is kept in
@@ -868,10 +869,31 @@ class CodeGenC(CLaneMasks, CIntrinsics):
     def stmt_AssertStmt(self, node: Any) -> None:
         message = _assert_message(node, self._func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
-        self._line(f"  TVMAPISetLastError({_c_string(message)});")
-        self._line("  return -1;")
+        self._indent += 1
+        self._fail(_c_string(message))
+        self._indent -= 1
         self._line("}")
         self.emit_stmt(node.body)
+
+    def _fail(self, message: str | None) -> None:
+        """Return -1 with ``message`` (a C string literal; None: the callee set it).
+
+        Inside an OpenMP parallel region a ``return`` is not allowed: the first failing thread
+        records its message in the region's shared slot and jumps to the end of its chunk
+        loop; the others stop claiming chunks, and after the region the function sets the
+        message (the last error is thread-local) and returns -1."""
+        if self._region_failure is None:
+            if message is not None:
+                self._line(f"TVMAPISetLastError({message});")
+            self._line("return -1;")
+            return
+        slot, label = self._region_failure
+        text = message or '"a call inside a parallel loop failed"'
+        expected = self._fresh("expected")
+        self._line(f"{{ const char* {expected} = NULL;")
+        self._line(f"  __atomic_compare_exchange_n(&{slot}, &{expected}, {text}, 0, "
+                   "__ATOMIC_RELAXED, __ATOMIC_RELAXED);")
+        self._line(f"  goto {label}; }}")
 
     def stmt_IfThenElse(self, node: Any) -> None:
         self._line(f"if ({self.expr(node.condition)}) {{")
@@ -924,8 +946,10 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         start, stop = self._fresh(f"{name}_start"), self._fresh(f"{name}_stop")
         self._line("{")
         self._indent += 1
+        failure, label = self._fresh(f"{name}_failure"), self._fresh(f"{name}_done")
         self._line(f"{loop_type} {next_chunk} = 0;")
         self._line(f"const {loop_type} {count} = {extent};")
+        self._line(f"const char* {failure} = NULL;  /* first failure's message */")
         self._lines.append("#ifdef _OPENMP")
         self._lines.append("#pragma omp parallel num_threads(KilnRuntimeNumThreads())")
         self._lines.append("#endif")
@@ -936,18 +960,25 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._indent += 1
         self._line(f"const {loop_type} {start} = "
                    f"__atomic_fetch_add(&{next_chunk}, {chunk}, __ATOMIC_RELAXED);")
-        self._line(f"if ({start} >= {count}) break;")
+        self._line(f"if ({start} >= {count} || "
+                   f"__atomic_load_n(&{failure}, __ATOMIC_RELAXED) != NULL) break;")
         self._line(f"const {loop_type} {stop} = "
                    f"{count} - {start} < {chunk} ? {count} : {start} + {chunk};")
         offset = "" if _is_const_int(node.min, 0) else f"({begin}) + "
         self._line(f"for ({loop_type} {name} = {offset}{start}; {name} < {offset}{stop}; "
                    f"++{name}) {{")
         self._parallel_depth += 1
+        self._region_failure = (failure, label)
         self._loop_body(node)
+        self._region_failure = None
         self._parallel_depth -= 1
-        for _ in range(3):
+        for _ in range(2):
             self._line("}")
             self._indent -= 1
+        self._line(f"{label}:;")
+        self._line("}")
+        self._indent -= 1
+        self._line(f"if ({failure} != NULL) {{ TVMAPISetLastError({failure}); return -1; }}")
         self._line("}")
 
     def stmt_Allocate(self, node: Any) -> None:
@@ -988,8 +1019,11 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         nbytes = f"(uint64_t)({count}) * {t.itemsize}"
         self._line(f"{elem}* {self.restrict} {name} = ({elem}*)TVMBackendAllocWorkspace("
                    f"1, 0, {nbytes}, {int(t.type_code)}, {t.bits});")
-        if self._parallel_depth == 0:
-            self._line(f"if ({name} == NULL) return -1;")
+        self._line(f"if ({name} == NULL) {{")
+        self._indent += 1
+        self._fail(None)
+        self._indent -= 1
+        self._line("}")
         self.emit_stmt(node.body)
         self._line(f"TVMBackendFreeWorkspace(1, 0, {name});")
 
