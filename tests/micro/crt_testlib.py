@@ -1,0 +1,66 @@
+"""Build and run the CRT's C test programs (shared by the tests in tests/micro and tests/fuzz)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from kiln.micro import crt_build
+
+C_TEST_DIR = Path(__file__).resolve().parent / "crt"
+PLATFORM_TEMPLATE = Path(crt_build.get_standalone_crt_dir()) / "template" / "platform-template.c"
+
+#: AddressSanitizer + UndefinedBehaviorSanitizer; any finding aborts the program.
+SANITIZE = (
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-g",
+)
+
+
+def build_program(
+    out_dir: str | os.PathLike,
+    name: str,
+    sources: Iterable[str | os.PathLike],
+    *,
+    components: Sequence[str] = crt_build.COMPONENTS,
+    platform: str | os.PathLike | None = PLATFORM_TEMPLATE,
+    sanitize: bool = True,
+    config: Mapping[str, object] = (),
+    cflags: Sequence[str] = (),
+) -> Path:
+    """Compile the CRT components, a platform and ``sources`` into ``out_dir/name``."""
+    out = Path(out_dir) / name
+    flags = (*crt_build.STRICT_CFLAGS, "-O1", *(SANITIZE if sanitize else ()), *cflags)
+    crt = list(crt_build.crt_sources(components))
+    if platform is not None:
+        crt.append(Path(platform))
+    # Programs built alike in one directory share the CRT objects.
+    key = hashlib.sha256(repr((crt, flags, sorted(dict(config).items()))).encode()).hexdigest()
+    crt_dir = Path(out_dir) / f"crt-{key[:12]}"
+    objects = sorted(crt_dir.glob("*.o")) if (crt_dir / "done").exists() else []
+    if not objects:
+        objects = crt_build.compile_objects(crt_dir, crt, cflags=flags, config=config)
+        (crt_dir / "done").write_text("")
+    own_flags = tuple(f for f in flags if f != "-std=c99")  # test code may use C11 bits
+    objects += crt_build.compile_objects(
+        out, list(sources), cflags=own_flags, config=config, include=[C_TEST_DIR]
+    )
+    ldflags = (*(SANITIZE if sanitize else ()), "-lm")
+    return crt_build.link_executable(out / name, objects, ldflags=ldflags)
+
+
+def run_program(exe: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a test program; sanitizer reports make it exit nonzero."""
+    env = dict(
+        os.environ,
+        ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+        UBSAN_OPTIONS="print_stacktrace=1",
+    )
+    return subprocess.run(
+        [os.fspath(exe), *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
