@@ -6,10 +6,11 @@
 #define KILN_CRT_TEST_H_
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tvm/runtime/c_runtime_api.h>
 
-static int g_failures;
+static int g_failures __attribute__((unused));
 
 #define EXPECT(cond)                                                        \
   do {                                                                      \
@@ -45,5 +46,27 @@ static int g_failures;
     test();                                     \
     printf("%s %s\n", g_failures == before_ ? "ok" : "FAIL", #test); \
   } while (0)
+
+/* The whole file, NUL-terminated (not counted in *size); NULL if it cannot be read. */
+static inline char* ReadFile(const char* path, size_t* size) {
+  FILE* f = fopen(path, "rb");
+  char* data;
+  long n;
+  if (f == NULL) return NULL;
+  fseek(f, 0, SEEK_END);
+  n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  data = (char*)malloc((size_t)n + 1);
+  *size = fread(data, 1, (size_t)n, f);
+  data[*size] = '\0';
+  fclose(f);
+  return data;
+}
+
+/* Report a failed CRT call the way the Python tests parse it. */
+static inline int Fail(int code) {
+  printf("error 0x%x: %s\n", (unsigned)code, TVMGetLastError());
+  return 2;
+}
 
 #endif /* KILN_CRT_TEST_H_ */

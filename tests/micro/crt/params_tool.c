@@ -17,24 +17,7 @@
 #include <tvm/runtime/crt/internal/common/ndarray.h>
 #include <tvm/runtime/crt/platform.h>
 
-static char* ReadFile(const char* path, size_t* size) {
-  FILE* f = fopen(path, "rb");
-  char* data;
-  long n;
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  data = (char*)malloc(n > 0 ? (size_t)n : 1);
-  *size = fread(data, 1, (size_t)n, f);
-  fclose(f);
-  return data;
-}
-
-static int Fail(int code) {
-  printf("error 0x%x: %s\n", (unsigned)code, TVMGetLastError());
-  return 2;
-}
+#include "crt_test.h"
 
 /* Save `arr` to `out` and release it. */
 static int SaveAndRelease(TVMNDArray* arr, FILE* out) {

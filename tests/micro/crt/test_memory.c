@@ -68,8 +68,10 @@ static void test_page_alloc_bad_free_and_sizes(void) {
 static void test_page_alloc_create_limits(void) {
   MemoryManagerInterface* mm;
   EXPECT_EQ(PageMemoryManagerCreate(&mm, g_pool, 64, 8), kTvmErrorPlatformNoMemory);
-  EXPECT_EQ(PageMemoryManagerCreate(&mm, g_pool, sizeof(g_pool), 2), kTvmErrorFunctionCallInvalidArg);
-  EXPECT_EQ(PageMemoryManagerCreate(&mm, g_pool, sizeof(g_pool), 40), kTvmErrorFunctionCallInvalidArg);
+  EXPECT_EQ(PageMemoryManagerCreate(&mm, g_pool, sizeof(g_pool), 2),
+            kTvmErrorFunctionCallInvalidArg);
+  EXPECT_EQ(PageMemoryManagerCreate(&mm, g_pool, sizeof(g_pool), 40),
+            kTvmErrorFunctionCallInvalidArg);
   /* An unaligned pool still gives aligned pages. */
   EXPECT_EQ(PageMemoryManagerCreate(&mm, g_pool + 3, sizeof(g_pool) - 3, 4), kTvmErrorNoError);
   {

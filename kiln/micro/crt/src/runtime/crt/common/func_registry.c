@@ -75,7 +75,8 @@ tvm_crt_error_t TVMMutableFuncRegistry_Create(TVMMutableFuncRegistry* reg, uint8
     return kTvmErrorBufferTooSmall;
   }
   reg->registry.funcs = (const TVMBackendPackedCFunc*)(buffer + skip);
-  reg->registry.names = (const char*)(buffer + skip + max_functions * sizeof(TVMBackendPackedCFunc));
+  reg->registry.names =
+      (const char*)(buffer + skip + max_functions * sizeof(TVMBackendPackedCFunc));
   reg->max_functions = max_functions;
   reg->names_capacity = usable - max_functions * sizeof(TVMBackendPackedCFunc);
   memset((char*)reg->registry.names, 0, 3); /* count 0, then the end-of-blob NUL */
