@@ -70,6 +70,26 @@ def test_c_unit_tests(unit_dir, name):
     assert "FAIL" not in proc.stdout and proc.stdout.count("ok ") >= 5
 
 
+def test_c_aot_executor(unit_dir):
+    exe = build_program(
+        unit_dir,
+        "test_aot",
+        [C_TEST_DIR / "test_aot.c"],
+        components=("common", "aot_executor"),
+        platform=C_TEST_DIR / "test_platform.c",
+    )
+    proc = run_program(exe)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == [
+        "ok",
+        "test_run_model",
+        "ok",
+        "test_bad_metadata",
+        "ok",
+        "test_long_module_name",
+    ]
+
+
 @pytest.fixture(scope="module")
 def params_tool(unit_dir):
     return build_program(
