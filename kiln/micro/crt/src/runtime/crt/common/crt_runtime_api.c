@@ -151,8 +151,10 @@ int TVMDeviceCopyDataFromTo(DLTensor* from, DLTensor* to, TVMStreamHandle stream
     return TVMCrtError(kTvmErrorFunctionCallInvalidArg,
                        "TVMDeviceCopyDataFromTo: only CPU tensors can be copied");
   }
-  memcpy((uint8_t*)to->data + to->byte_offset, (const uint8_t*)from->data + from->byte_offset,
-         (size_t)from_size);
+  if (from_size > 0) {
+    memcpy((uint8_t*)to->data + to->byte_offset,
+           (const uint8_t*)from->data + from->byte_offset, (size_t)from_size);
+  }
   return 0;
 }
 

@@ -466,6 +466,7 @@ static int SetupStorage(TVMGraphExecutor* executor) {
       return TVMCrtError(BAD_GRAPH, "graph JSON: entry %lu is too large", (unsigned long)eid);
     }
     sid = attrs->storage_id[eid];
+    executor->storage_pool[sid].used = 1;
     if ((uint64_t)nbytes > executor->storage_pool[sid].size_bytes) {
       executor->storage_pool[sid].size_bytes = (uint64_t)nbytes;
     }
@@ -483,7 +484,9 @@ static int SetupStorage(TVMGraphExecutor* executor) {
         continue;
       }
     }
-    if (slot->size_bytes == 0) continue; /* unused id, or only empty tensors */
+    if (!slot->used) continue;
+    /* Empty tensors still get a real address (memcpy and kernels may not see NULL). */
+    if (slot->size_bytes == 0) slot->size_bytes = 1;
     if (slot->size_bytes > (uint64_t)(size_t)-1) {
       return TVMCrtError(kTvmErrorPlatformNoMemory, "graph storage %lu is too large",
                          (unsigned long)sid);

@@ -26,6 +26,7 @@ typedef struct TVMGraphExecutorNodeEntry {
 /* A storage pool slot: its memory, and whether that memory is linked into the module. */
 typedef struct TVMGraphExecutorStorageEntry {
   uint8_t is_linked_param;
+  uint8_t used; /* some entry lives here */
   void* data;
   uint64_t size_bytes;
 } TVMGraphExecutorStorageEntry;
