@@ -209,6 +209,7 @@ class GraphExecutorFactoryModule:
         self.stats = stats
         self.executor = Executor("graph")
         self.runtime = Runtime("cpp")
+        self.lowered: dict[str, Any] = {}  # kernel name -> LoweredFunc
         self.module = GraphExecutorFactory(graph_json, lib, mod_name, params)
 
     def __getitem__(self, name: str):
@@ -297,8 +298,10 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
         "compile_seconds": time.perf_counter() - start,
     }
     target = host if len(targets) == 1 else targets
-    return GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
-                                      mod_name, stats)
+    factory = GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
+                                         mod_name, stats)
+    factory.lowered = {f.name: f for c in compilers.values() for f in c.lowered}
+    return factory
 
 
 def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,
@@ -327,6 +330,7 @@ def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,
     factory = GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
                                          mod_name, stats)
     factory.executor, factory.runtime = executor, runtime
+    factory.lowered = {f.name: f for f in result.compilers[1].lowered}
     return factory
 
 
