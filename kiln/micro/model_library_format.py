@@ -34,7 +34,7 @@ from typing import Any
 
 from kiln.runtime.error import TVMError
 
-__all__ = ["export_model_library_format", "get_standalone_crt_dir", "read_metadata",
+__all__ = ["export_model_library_format", "get_standalone_crt_dir", "read_metadata", "model_files",
            "UnsupportedInModelLibraryFormatError", "GENERATED_VERSION"]
 
 GENERATED_VERSION = 7
@@ -188,7 +188,8 @@ def _module_metadata(mod: Any) -> dict[str, Any]:
     return entry
 
 
-def _model_files(mod: Any) -> dict[str, bytes]:
+def model_files(mod: Any) -> dict[str, bytes]:
+    """The per-model files of the tar (codegen, executor-config, parameters, src), by path."""
     from kiln.relay.backend.executor_factory import AOTExecutorFactoryModule
     from kiln.runtime.params import save_param_dict
 
@@ -260,7 +261,7 @@ def export_model_library_format(mods: Any, file_name: str | os.PathLike) -> path
     files: dict[str, bytes | pathlib.Path] = {
         "metadata.json": json.dumps(metadata, indent=2, sort_keys=True).encode()}
     for mod in modules:
-        files.update(_model_files(mod))
+        files.update(model_files(mod))
     if any(isinstance(m, AOTExecutorFactoryModule) and m.runtime.name == "crt"
            for m in modules):
         files.update(_crt_files())
