@@ -71,6 +71,7 @@ class AotCall:
     kernel: Any  # LoweredFunc
     args: list[Ref]
     source: str  # the node name, for the comment in the generated C
+    scratch: Ref | None = None  # the kernel's scratch block in the pool (bare-metal dialect)
 
 
 @dataclass
@@ -111,9 +112,12 @@ def _unique_names(names: list[str], what: str) -> None:
 def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[str],
              params: dict[str, Any], kernels: dict[str, Any], mod_name: str, *,
              algorithm: str = "greedy_by_size", workspace_alignment: int = 16,
-             constant_alignment: int = 16, use_workspace_io: bool = False) -> AotPlan:
+             constant_alignment: int = 16, use_workspace_io: bool = False,
+             scratch: dict[str, int] | None = None) -> AotPlan:
     """Plan the AOT main of a graph node list (from ``build_nodes``); ``params`` holds the
-    constants' values by node name, ``kernels`` the LoweredFuncs by kernel name."""
+    constants' values by node name, ``kernels`` the LoweredFuncs by kernel name, ``scratch``
+    the bytes of scratch a kernel takes from the pool while it runs (by kernel name)."""
+    scratch = scratch or {}
     inputs: list[TensorSpec] = []
     constants: list[tuple[str, Any, int]] = []
     const_offset = 0
@@ -179,6 +183,10 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
         names[owner] = f"sid_{len(names) + 1}"
         buffers.append(BufferInfo(names[owner], _entry_spec(nodes[owner[0]], owner[1], "")
                                   .nbytes, first, last_use[owner]))
+    for call, nid in enumerate(kernel_nodes):
+        size = scratch.get(nodes[nid].attrs["func_name"], 0)
+        if size:
+            buffers.append(BufferInfo(f"scratch_{call}", size, call, call))
     if use_workspace_io:
         # inputs live from before the first call to their last read, outputs from their
         # write to after the last call
@@ -217,7 +225,10 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
             raise TVMError(f"AOT: kernel {kernel.name} takes {kernel.num_inputs} inputs and "
                            f"{kernel.num_outputs} outputs, the call passes {len(node.inputs)} "
                            f"and {len(node.types)}")
-        calls.append(AotCall(kernel, args, node.name))
+        block = None
+        if scratch.get(kernel.name):
+            block = Ref("pool", workspace.offsets[f"scratch_{len(calls)}"], "uint8")
+        calls.append(AotCall(kernel, args, node.name, block))
     out_ref = (lambda k: Ref("pool", workspace.offsets[f"output:{outputs[k].name}"],
                              outputs[k].dtype)) \
         if use_workspace_io else (lambda k: Ref("output", k, outputs[k].dtype))

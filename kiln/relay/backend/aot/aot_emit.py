@@ -35,7 +35,8 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.target.c_abi import c_type, crt_system_lib_source, function_signature
 
-__all__ = ["AotOptions", "AotSource", "PoolInfo", "emit_aot", "constant_array_source"]
+__all__ = ["AotOptions", "AotSource", "PoolInfo", "emit_aot", "constant_array_source",
+           "UNUSED_PACKED_PARAMS"]
 
 WORKSPACE_POOL = "global_workspace"
 CONSTANT_POOL = "global_const_workspace"
@@ -82,6 +83,9 @@ class AotSource:
 
 _PACKED_PARAMS = ("TVMValue* args, int* type_codes, int num_args, TVMValue* out_ret_value, "
                   "int* out_ret_tcode, void* resource_handle")
+# packed functions use some of their parameters; this keeps -Wextra quiet about the rest
+UNUSED_PACKED_PARAMS = ("  (void)args; (void)type_codes; (void)num_args; (void)out_ret_value;\n"
+                        "  (void)out_ret_tcode; (void)resource_handle;\n")
 
 
 def _c_float(value: float, suffix: str) -> str:
@@ -204,7 +208,10 @@ class _Emitter:
                 raise TVMError(f"AOT: kernel {name} has symbolic shapes; the AOT executor "
                                "needs static shapes (use the VM for dynamic shapes)")
             types = [f"{c_type(b.dtype)}*" for b in signature.buffers]
-            self.parts.append(f"int32_t {name}_unpacked({', '.join(types) or 'void'});")
+            if call.scratch is not None:
+                self.parts.append(f"int32_t {name}_unpacked_ws({', '.join(types)}, uint8_t*);")
+            else:
+                self.parts.append(f"int32_t {name}_unpacked({', '.join(types) or 'void'});")
 
     def main_body(self) -> list[str]:
         lines = []
@@ -219,8 +226,12 @@ class _Emitter:
             signature = function_signature(call.kernel.prim_func)
             args = [f"({c_type(b.dtype)}*){self.ref(r)}"
                     for b, r in zip(signature.buffers, call.args)]
+            function = f"{call.kernel.name}_unpacked"
+            if call.scratch is not None:
+                function += "_ws"
+                args.append(self.ref(call.scratch))
             lines.append(f"  /* {call.source} */")
-            lines.append(f"  if ({call.kernel.name}_unpacked({', '.join(args)}) != 0) {fail}")
+            lines.append(f"  if ({function}({', '.join(args)}) != 0) {fail}")
         for src, dst, nbytes in self.plan.copies:
             lines.append(f"  for (int64_t i = 0; i < {nbytes}; ++i) "
                          f"((uint8_t*){self.ref(dst)})[i] = ((const uint8_t*){self.ref(src)})[i];")
@@ -265,7 +276,7 @@ class _Emitter:
                 k += 1
         return (
             f"TVM_DLL int32_t {name}({_PACKED_PARAMS});\n"
-            f"int32_t {name}({_PACKED_PARAMS}) {{\n"
+            f"int32_t {name}({_PACKED_PARAMS}) {{\n{UNUSED_PACKED_PARAMS}"
             f"  if (num_args != {count}) {{\n"
             f'    TVMAPISetLastError("{name}: expected {count} DLTensor arguments '
             f'({", ".join(expected)})");\n    return -1;\n  }}\n'
@@ -287,6 +298,7 @@ class _Emitter:
         else:
             self.parts.append(f"TVM_DLL int32_t {run}({_PACKED_PARAMS});\n"
                               f"int32_t {run}({_PACKED_PARAMS}) {{\n"
+                              f"{UNUSED_PACKED_PARAMS}"
                               f"  return {self.main}(args, type_codes, num_args, out_ret_value, "
                               "out_ret_tcode, resource_handle);\n}")
             self.packed.append(run)
@@ -351,7 +363,7 @@ class _Emitter:
             f"  1, {inputs}, {len(self.plan.inputs)}, {outputs}, {len(self.plan.outputs)},\n"
             f'  {pools}, {len(external)}, NULL, 0, "{self.prefix}"\n}}}};')
         lines.append(f"TVM_DLL int32_t {getter}({_PACKED_PARAMS});\n"
-                     f"int32_t {getter}({_PACKED_PARAMS}) {{\n"
+                     f"int32_t {getter}({_PACKED_PARAMS}) {{\n{UNUSED_PACKED_PARAMS}"
                      f"  out_ret_value[0].v_handle = (void*)&{sym};\n"
                      "  out_ret_tcode[0] = kTVMOpaqueHandle;\n  return 0;\n}")
         self.parts.append("\n".join(lines))

@@ -124,11 +124,16 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime,
     if not link_params:
         input_names += list(params)  # unlinked constants are inputs the caller sets
     kernels = {lowered.name: lowered for lowered in compiler.lowered}
+    scratch = {}
+    if runtime.name == "crt":  # the bare-metal dialect takes big scratch from the pool
+        from kiln.target.codegen_c import scratch_layout
+
+        scratch = {name: scratch_layout(f.prim_func)[1] for name, f in kernels.items()}
     plan = plan_aot(nodes, heads, input_names, params if link_params else {}, kernels,
                     mod_name, algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
                     workspace_alignment=executor.get("workspace-byte-alignment", 16),
                     constant_alignment=executor.get("constant-byte-alignment", 16),
-                    use_workspace_io=use_io)
+                    use_workspace_io=use_io, scratch=scratch)
     options = AotOptions(interface, unpacked, runtime.name, bool(runtime.get("system-lib")),
                          usmp, executor.get("workspace-byte-alignment", 16),
                          executor.get("constant-byte-alignment", 16), str(target))
@@ -208,7 +213,7 @@ def build_graph_crt(mod: Any, target: Any, executor: Executor, runtime: Runtime,
 def _linked_params_source(graph: dict, params: dict[str, Any]) -> str:
     """Static arrays of the params and ``_lookup_linked_param(sid)`` returning their address
     by storage id (NULL for storage that is not a linked param)."""
-    from kiln.relay.backend.aot.aot_emit import constant_array_source
+    from kiln.relay.backend.aot.aot_emit import UNUSED_PACKED_PARAMS, constant_array_source
 
     storage = graph["attrs"]["storage_id"][1]
     row_ptr = graph["node_row_ptr"]
@@ -226,6 +231,7 @@ def _linked_params_source(graph: dict, params: dict[str, Any]) -> str:
         "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle);",
         "int32_t _lookup_linked_param(TVMValue* args, int* type_codes, int num_args, "
         "TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle) {",
+        UNUSED_PACKED_PARAMS.rstrip("\n"),
         "  if (num_args != 1 || type_codes[0] != kTVMArgInt) {",
         '    TVMAPISetLastError("_lookup_linked_param: expected one int (a storage id)");',
         "    return -1;", "  }",

@@ -105,3 +105,24 @@ def test_workspace_alignment_option_spaces_the_buffers():
                                                     "workspace-byte-alignment": 64}))
     offsets = sorted(lib.plan.workspace.offsets.values())
     assert offsets == [0, 64] and "aligned(64)" in lib.lib.get_source()
+
+
+def test_kernel_scratch_lives_in_the_pool_not_on_the_stack():
+    import re
+
+    x = relay.var("x", shape=(1, 4, 10, 10))
+    w = relay.const(np.ones((8, 4, 3, 3), "float32"))
+    y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1)))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.softmax(
+        relay.nn.batch_flatten(y))))
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        lib = relay.build(mod, "c -keys=arm_cpu -mcpu=cortex-m4", runtime=Runtime("crt"),
+                          executor=Executor("aot", {"interface-api": "c",
+                                                    "unpacked-api": True}))
+    kernels = lib.lib.imports[0].get_source()
+    arrays = [int(n) * 4 for n in re.findall(r"\bfloat \w+\[(\d+)\]", kernels)]
+    assert all(size <= 256 for size in arrays), arrays  # nothing big on the stack
+    scratch = [b for b in lib.plan.buffers if b.name.startswith("scratch_")]
+    assert scratch and all(b.first == b.last for b in scratch)
+    assert "_unpacked_ws(" in lib.lib.get_source()
+    assert lib.stats["workspace_pool_bytes"] >= max(b.size for b in scratch)
