@@ -148,3 +148,40 @@ def test_crt_c_interface_runs_on_the_host(algorithm, tmp_path, rng):
     got = np.frombuffer(out, dtype="float32")
     for part, ref in zip(np.split(got, [12]), _reference(an, bn)):
         np.testing.assert_allclose(part.reshape(ref.shape), ref, rtol=1e-5, atol=1e-6)
+
+
+def _run_host_aot(func, inputs):
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(func), "c", executor=Executor("aot"))
+    m = AotModule(lib["default"](tvm.cpu(0)))
+    m.run(**inputs)
+    return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
+
+
+def test_outputs_that_are_inputs_constants_or_repeated_are_copied(rng):
+    a = relay.var("a", shape=(3, 4), dtype="int32")
+    c = np.arange(12, dtype="int32").reshape(3, 4)
+    s = relay.add(a, relay.const(c))
+    func = relay.Function([a], relay.Tuple([a, relay.const(c), s, s,
+                                            relay.reshape(s, (12,))]))
+    an = rng.integers(-50, 50, (3, 4)).astype("int32")
+    got = _run_host_aot(func, {"a": an})
+    for g, want in zip(got, [an, c, an + c, an + c, (an + c).reshape(12)]):
+        np.testing.assert_array_equal(g, want)
+
+
+def test_multi_output_kernel_and_intermediates_kept_apart(rng):
+    x = relay.var("x", shape=(4, 6))
+    parts = relay.split(relay.exp(x), 3, axis=1)
+    y = relay.add(relay.TupleGetItem(parts.astuple(), 0), relay.TupleGetItem(parts.astuple(), 2))
+    z = relay.nn.softmax(relay.multiply(y, relay.TupleGetItem(parts.astuple(), 1)))
+    func = relay.Function([x], relay.Tuple([z, y]))
+    xn = rng.standard_normal((4, 6)).astype("float32")
+    e = np.exp(xn)
+    y_ref = e[:, 0:2] + e[:, 4:6]
+    t = y_ref * e[:, 2:4]
+    z_ref = np.exp(t - t.max(1, keepdims=True))
+    z_ref /= z_ref.sum(1, keepdims=True)
+    got = _run_host_aot(func, {"x": xn})
+    np.testing.assert_allclose(got[0], z_ref, rtol=1e-5)
+    np.testing.assert_allclose(got[1], y_ref, rtol=1e-5)
