@@ -25,7 +25,7 @@ from kiln.runtime.module import Module
 from kiln.runtime.ndarray import NDArray, empty
 from kiln.runtime.packed_func import KERNEL_PROTOTYPE, TVMValue, get_last_error
 
-__all__ = ["AotExecutor", "read_metadata", "TensorInfo"]
+__all__ = ["AotExecutor", "read_metadata", "TensorInfo", "executor_creator"]
 
 _METADATA_VERSION = 1
 _DLTENSOR_HANDLE = 7
@@ -76,10 +76,11 @@ _DL_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat"}
 
 def read_metadata(lib: Module, getter: str = "get_c_metadata") -> dict[str, Any]:
     """``{"mod_name", "inputs", "outputs", "workspace_pools"}`` of a built AOT library."""
-    func = lib.get_function(getter, query_imports=True)
-    if func is None:
+    try:
+        func = lib.get_function(getter, query_imports=True)
+    except AttributeError:
         raise TVMError(f"the module has no {getter}: it was not built with Executor('aot') "
-                       "and Runtime('cpp')")
+                       "and Runtime('cpp')") from None
     ret, code = TVMValue(), ctypes.c_int(0)
     rc = KERNEL_PROTOTYPE(func.c_address)(None, None, 0, ctypes.addressof(ret),
                                           ctypes.addressof(code), None)
@@ -124,9 +125,10 @@ class AotExecutor(Module):
         self._inputs = [empty(t.shape, t.dtype, self.device) for t in self.input_info]
         self._outputs = [empty(t.shape, t.dtype, self.device) for t in self.output_info]
         self._pools = [empty(t.shape, t.dtype, self.device) for t in md["workspace_pools"]]
-        main = lib.get_function(f"{self.mod_name}___tvm_main__", query_imports=True)
-        if main is None:
-            raise TVMError(f"the module has no {self.mod_name}___tvm_main__")
+        try:
+            main = lib.get_function(f"{self.mod_name}___tvm_main__", query_imports=True)
+        except AttributeError:
+            raise TVMError(f"the module has no {self.mod_name}___tvm_main__") from None
         self._main = KERNEL_PROTOTYPE(main.c_address)
         self._keep = main
         arrays = self._inputs + self._outputs + self._pools
@@ -205,3 +207,19 @@ class AotExecutor(Module):
         if rc != 0:
             raise TVMError(f"AOT executor: {self.mod_name}___tvm_main__ failed: "
                            f"{get_last_error() or f'returned {rc}'}")
+
+
+def executor_creator(lib: Module, name: str) -> Any:
+    """``lib[name]`` of a loaded AOT library: ``lib["default"](dev)`` makes an AotExecutor
+    when the library's metadata names module ``tvmgen_<name>`` (else None)."""
+    try:
+        md = read_metadata(lib)
+    except TVMError:
+        return None
+    if md["mod_name"] != f"tvmgen_{name}":
+        return None
+
+    def create(*devices: Any) -> AotExecutor:
+        return AotExecutor(lib, list(devices))
+
+    return create

@@ -185,3 +185,21 @@ def test_multi_output_kernel_and_intermediates_kept_apart(rng):
     got = _run_host_aot(func, {"x": xn})
     np.testing.assert_allclose(got[0], z_ref, rtol=1e-5)
     np.testing.assert_allclose(got[1], y_ref, rtol=1e-5)
+
+
+def test_exported_aot_library_loads_back(tmp_path, rng):
+    x = relay.var("x", shape=(2, 3))
+    func = relay.Function([x], relay.nn.softmax(relay.exp(x)))
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(func), "c", executor=Executor("aot"),
+                          mod_name="net")
+    path = str(tmp_path / "net.so")
+    lib.export_library(path)
+    loaded = tvm.runtime.load_module(path)
+    m = AotModule(loaded["net"](tvm.cpu(0)))
+    xn = rng.standard_normal((2, 3)).astype("float32")
+    m.run(x=xn)
+    e = np.exp(np.exp(xn) - np.exp(xn).max(1, keepdims=True))
+    np.testing.assert_allclose(m.get_output(0).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5)
+    with pytest.raises(AttributeError, match="no function 'default'"):
+        loaded["default"]
