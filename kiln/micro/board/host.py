@@ -1,0 +1,53 @@
+"""The ``host`` board: a standalone program built by the system C compiler and run as a
+process. Entry point: :class:`HostBoard`.
+
+The program takes its input/output directory as ``argv[1]``; its ticks are
+``CLOCK_MONOTONIC`` nanoseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from kiln.micro.board.base import Board, compile_command, run_process, source_dir
+from kiln.runtime.cc import find_compiler
+
+__all__ = ["HostBoard"]
+
+
+class HostBoard(Board):
+    """This machine, through ``cc`` (``$CC`` if set).
+
+    Parameters
+    ----------
+    opt_level : str
+        The C optimization flag (``-O2``).
+    extra_cflags : sequence of str
+        More compiler flags, e.g. ``["-fsanitize=address,undefined"]``.
+    """
+
+    name = "host"
+    target = "c"
+
+    def __init__(self, opt_level: str = "-O2", extra_cflags: Sequence[str] = ()) -> None:
+        self.opt_level = opt_level
+        self.extra_cflags = list(extra_cflags)
+
+    def build(self, sources: Sequence[Path], include_dirs: Sequence[Path],
+              defines: dict[str, str], build_dir: Path) -> Path:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        includes = [source_dir() / "common", *include_dirs]
+        program = build_dir / "program"
+        cmd = [find_compiler(), self.opt_level, "-g", "-std=gnu11", *self.extra_cflags,
+               *[f"-I{Path(d).resolve()}" for d in includes],
+               *[f"-D{k}={v}" for k, v in defines.items()],
+               str(source_dir() / "host" / "board_host.c"),
+               *(str(Path(s).resolve()) for s in sources), "-o", str(program), "-lm"]
+        compile_command(cmd, build_dir, "cc for board host")
+        return program
+
+    def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
+        code, out, err = run_process([str(program.resolve()), str(io_dir)], io_dir, timeout,
+                                     "the host program")
+        return code, out + err
