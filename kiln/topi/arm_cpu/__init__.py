@@ -1,7 +1,8 @@
 """Schedules for bare-metal ARM CPUs (TVM's ``topi.arm_cpu``): serial, no threads.
 
-Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``), and the
-generic schedules for everything else.
+Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``),
+:func:`dense_micro_kernel` + :func:`schedule_dense_micro_kernel` (a C micro-kernel through
+``import_c`` + ``tensorize``, :mod:`.dense`), and the generic schedules for everything else.
 """
 
 from __future__ import annotations
@@ -9,6 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
+from kiln.topi.arm_cpu.dense import (
+    dense_micro_kernel,
+    gemv_intrin,
+    gemv_source,
+    schedule_dense_micro_kernel,
+)
 from kiln.topi.utils import get_const_tuple, traverse_inline
 
 
@@ -27,4 +34,5 @@ def schedule_injective(outs: Any) -> Any:
 
 schedule_reduce = schedule_injective
 
-__all__ = ["schedule_injective", "schedule_reduce"]
+__all__ = ["schedule_injective", "schedule_reduce", "dense_micro_kernel",
+           "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source"]
