@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kiln.micro.board import CortexMBoard, HostBoard, MicroBoardError, get_board
+from kiln.micro.board.base import SourceGroup
 
 PROGRAM = Path(__file__).with_name("handwritten_program.c")
 N, LOOPS = 64, 1_000_000
@@ -22,7 +23,8 @@ needs_qemu = pytest.mark.skipif(
 def _build(board, tmp_path_factory, **defines):
     values = {"KILN_N": str(N), "KILN_LOOPS": str(LOOPS), "KILN_ABORT": "0", **defines}
     tag = "-".join(f"{k}{v}" for k, v in defines.items()) or "plain"
-    return board.build([PROGRAM], [], values, tmp_path_factory.mktemp(f"{board.name}-{tag}"))
+    return board.build([SourceGroup.of([PROGRAM], [], values)],
+                       tmp_path_factory.mktemp(f"{board.name}-{tag}"))
 
 
 @pytest.fixture(scope="module", params=["host", "qemu-cortex-m4", "qemu-cortex-m7"])
@@ -88,4 +90,4 @@ def test_host_build_error_carries_the_compiler_output(tmp_path):
     bad = tmp_path / "bad.c"
     bad.write_text("int main(void) { return undefined_name; }\n")
     with pytest.raises(MicroBoardError, match="undefined_name"):
-        HostBoard().build([bad], [], {}, tmp_path / "build")
+        HostBoard().build([SourceGroup.of([bad])], tmp_path / "build")

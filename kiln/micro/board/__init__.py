@@ -13,11 +13,12 @@ Example
 
 from __future__ import annotations
 
-from kiln.micro.board.base import Board, ExitCode, MicroBoardError, RunResult
+from kiln.micro.board.base import Board, ExitCode, MicroBoardError, RunResult, SourceGroup
 from kiln.micro.board.host import HostBoard
 from kiln.micro.board.qemu import QEMU_BOARDS, CortexMBoard
 
-__all__ = ["Board", "ExitCode", "MicroBoardError", "RunResult", "HostBoard", "CortexMBoard",
+__all__ = ["Board", "ExitCode", "MicroBoardError", "RunResult", "SourceGroup", "HostBoard",
+           "CortexMBoard",
            "BOARD_NAMES", "get_board"]
 
 BOARD_NAMES = ("host", *QEMU_BOARDS)

@@ -6,13 +6,15 @@ Entry points: :class:`Board` (the base of :class:`~kiln.micro.board.host.HostBoa
 
 A board program (C, written against ``src/common/kiln_board.h``) reads its inputs from files
 ``input_<i>.bin``, writes ``output_<i>.bin``, prints one line
-``kiln-result status=0 ticks=N ticks_per_second=F stack_bytes=S heap_peak_bytes=H`` and exits
+``kiln-result status=0 ticks_hi=H ticks_lo=L ticks_per_second=F stack_bytes=S
+heap_peak_bytes=P`` (``ticks=N`` also accepted) and exits
 with an :class:`ExitCode`. :meth:`Board.run` drives that protocol in a fresh directory.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import os
 import signal
 import subprocess
@@ -23,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.runtime import config
 from kiln.runtime.error import TVMError
 
-__all__ = ["Board", "RunResult", "ExitCode", "MicroBoardError", "source_dir", "run_process",
-           "parse_result_line"]
+__all__ = ["Board", "RunResult", "ExitCode", "MicroBoardError", "SourceGroup", "source_dir",
+           "run_process", "parse_result_line"]
 
 
 class MicroBoardError(TVMError):
@@ -135,20 +138,77 @@ def compile_command(cmd: Sequence[str], cwd: Path, what: str) -> None:
                               f"{(out + err)[-6000:]}")
 
 
+@dataclass(frozen=True)
+class SourceGroup:
+    """C sources compiled with the same include directories and definitions.
+
+    Objects are cached by the compile command, the source's text and the text of every header
+    under ``include_dirs``: keep a model's own include directory out of the runtime's group, so
+    that the runtime's objects are shared by every model.
+    """
+
+    sources: tuple[Path, ...]
+    include_dirs: tuple[Path, ...] = ()
+    defines: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def of(sources: Sequence[Path], include_dirs: Sequence[Path] = (),
+           defines: dict[str, str] | None = None) -> SourceGroup:
+        return SourceGroup(tuple(Path(s).resolve() for s in sources),
+                           tuple(Path(d).resolve() for d in include_dirs),
+                           tuple(sorted((defines or {}).items())))
+
+    def flags(self) -> list[str]:
+        return [*(f"-I{d}" for d in self.include_dirs), *(f"-D{k}={v}" for k, v in self.defines)]
+
+    def headers_digest(self) -> str:
+        digest = hashlib.sha256()
+        for directory in self.include_dirs:
+            for header in sorted(directory.rglob("*.h")):
+                digest.update(str(header.relative_to(directory)).encode())
+                digest.update(header.read_bytes())
+        return digest.hexdigest()
+
+
+def compile_objects(compiler: str, flags: Sequence[str], groups: Sequence[SourceGroup],
+                    what: str) -> list[Path]:
+    """Compile every source of ``groups`` to an object in kiln's cache (a hit compiles
+    nothing); return the objects in order."""
+    cache = config.cache_dir() / "micro-objects"
+    cache.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for group in groups:
+        headers = group.headers_digest()
+        for source in group.sources:
+            cmd = [compiler, *flags, *group.flags(), "-c", str(source)]
+            # Include paths differ per build directory; the headers' text is what matters.
+            stable = [part for part in cmd[:-1] if not part.startswith("-I")]
+            key = hashlib.sha256("\0".join([*stable, source.name, headers]).encode())
+            key.update(source.read_bytes())
+            obj = cache / f"{source.stem}-{key.hexdigest()[:24]}.o"
+            if not obj.exists():
+                tmp = obj.with_suffix(f".{os.getpid()}.tmp")
+                compile_command([*cmd, "-o", str(tmp)], cache, f"{what} ({source.name})")
+                os.replace(tmp, obj)  # atomic: parallel builds never see half an object
+            objects.append(obj)
+    return objects
+
+
 class Board:
     """A place a standalone kiln program runs: how to build it and how to run it.
 
     Subclasses set :attr:`name`, :attr:`target` (the kiln target string models for this board
-    are built with) and implement :meth:`build` and :meth:`execute`.
+    are built with) and implement :meth:`build` (with :func:`compile_objects`) and
+    :meth:`execute`.
     """
 
     name = ""
     target = ""
     default_timeout = 60.0
 
-    def build(self, sources: Sequence[Path], include_dirs: Sequence[Path],
-              defines: dict[str, str], build_dir: Path) -> Path:
-        """Compile and link ``sources`` into a program in ``build_dir``; return its path."""
+    def build(self, groups: Sequence[SourceGroup], build_dir: Path) -> Path:
+        """Compile ``groups`` (plus the board's own sources) and link a program in
+        ``build_dir``; return its path."""
         raise NotImplementedError
 
     def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
@@ -188,7 +248,8 @@ class Board:
                     raise MicroBoardError(f"board {self.name!r}: output {i} has {data.size} "
                                           f"elements, expected {want} for shape {shape}")
                 arrays.append(data.reshape(shape).copy())
-        ticks = fields.get("ticks", 0)
+        ticks = (fields["ticks_hi"] << 32) | fields["ticks_lo"] if "ticks_hi" in fields \
+            else fields.get("ticks", 0)
         return RunResult(outputs=arrays, ticks=ticks,
                          ticks_per_second=float(fields.get("ticks_per_second", 1)),
                          stack_bytes=fields.get("stack_bytes", 0),

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kiln.micro.board.base import Board, compile_command, run_process, source_dir
+from kiln.micro.board.base import (
+    Board,
+    SourceGroup,
+    compile_command,
+    compile_objects,
+    run_process,
+    source_dir,
+)
 from kiln.runtime.cc import find_compiler
 
 __all__ = ["HostBoard"]
@@ -34,17 +41,16 @@ class HostBoard(Board):
         self.opt_level = opt_level
         self.extra_cflags = list(extra_cflags)
 
-    def build(self, sources: Sequence[Path], include_dirs: Sequence[Path],
-              defines: dict[str, str], build_dir: Path) -> Path:
+    def build(self, groups: Sequence[SourceGroup], build_dir: Path) -> Path:
         build_dir.mkdir(parents=True, exist_ok=True)
-        includes = [source_dir() / "common", *include_dirs]
+        common = source_dir() / "common"
+        own = SourceGroup.of([source_dir() / "host" / "board_host.c"], [common])
+        cc = find_compiler()
+        flags = [self.opt_level, "-g", "-std=gnu11", *self.extra_cflags, f"-I{common}"]
+        objects = compile_objects(cc, flags, [own, *groups], "cc for board host")
         program = build_dir / "program"
-        cmd = [find_compiler(), self.opt_level, "-g", "-std=gnu11", *self.extra_cflags,
-               *[f"-I{Path(d).resolve()}" for d in includes],
-               *[f"-D{k}={v}" for k, v in defines.items()],
-               str(source_dir() / "host" / "board_host.c"),
-               *(str(Path(s).resolve()) for s in sources), "-o", str(program), "-lm"]
-        compile_command(cmd, build_dir, "cc for board host")
+        compile_command([cc, *self.extra_cflags, *map(str, objects), "-o", str(program),
+                         "-lm"], build_dir, "linking for board host")
         return program
 
     def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:

@@ -18,7 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kiln.micro.board.base import Board, MicroBoardError, compile_command, run_process, source_dir
+from kiln.micro.board.base import (
+    Board,
+    MicroBoardError,
+    SourceGroup,
+    compile_command,
+    compile_objects,
+    run_process,
+    source_dir,
+)
 
 __all__ = ["CortexMBoard", "QEMU_BOARDS", "size_of", "find_tool"]
 
@@ -90,24 +98,23 @@ class CortexMBoard(Board):
         path.write_text(text)
         return path
 
-    def build(self, sources: Sequence[Path], include_dirs: Sequence[Path],
-              defines: dict[str, str], build_dir: Path) -> Path:
+    def build(self, groups: Sequence[SourceGroup], build_dir: Path) -> Path:
         gcc = find_tool("arm-none-eabi-gcc", "gcc-arm-none-eabi libnewlib-arm-none-eabi")
         build_dir.mkdir(parents=True, exist_ok=True)
         board_src = source_dir()
-        own = [board_src / "cortex_m" / f for f in ("startup.c", "board_cortex_m.c",
-                                                    "syscalls.c")]
-        includes = [board_src / "common", *include_dirs]
+        own = SourceGroup.of([board_src / "cortex_m" / f for f in
+                              ("startup.c", "board_cortex_m.c", "syscalls.c")],
+                             [board_src / "common"])
+        flags = [*self.cflags, self.opt_level, "-g", "-std=gnu11", "-ffunction-sections",
+                 "-fdata-sections", "-fno-common", f"-I{board_src / 'common'}"]
+        objects = compile_objects(gcc, flags, [own, *groups],
+                                  f"arm-none-eabi-gcc for board {self.name}")
         elf = build_dir / "program.elf"
-        cmd = [gcc, *self.cflags, self.opt_level, "-g", "-std=gnu11", "-ffunction-sections",
-               "-fdata-sections", "-fno-common",
-               *[f"-I{Path(d).resolve()}" for d in includes],
-               *[f"-D{k}={v}" for k, v in defines.items()],
-               *map(str, own), *(str(Path(s).resolve()) for s in sources),
+        cmd = [gcc, *self.cflags, *map(str, objects),
                "-T", str(self.linker_script(build_dir)), "--specs=nano.specs",
                "-nostartfiles", "-Wl,--gc-sections", f"-Wl,-Map={build_dir / 'program.map'}",
                "-o", str(elf), "-lm"]
-        compile_command(cmd, build_dir, f"arm-none-eabi-gcc for board {self.name}")
+        compile_command(cmd, build_dir, f"linking for board {self.name}")
         return elf
 
     def qemu_command(self, program: Path) -> list[str]:
