@@ -160,19 +160,48 @@ class ModelLibrary:
                 raise MicroBoardError(f"{header.name} declares no struct {prefix}_{what}")
             fields = re.findall(r"void\s*\*\s*(\w+)\s*;", m.group(1))
             declared = self._declared(what)
+            shapes = self._relay_shapes(what, len(fields))
             infos = []
-            for field in fields:
+            for position, field in enumerate(fields):
                 entry = next((v for k, v in declared.items()
                               if re.sub(r"[^0-9A-Za-z_]", "_", k) == field), {})
                 size = sizes.get(field.upper(), entry.get("size"))
                 if size is None:
                     raise MicroBoardError(f"{header.name}: no {prefix.upper()}_"
                                           f"{field.upper()}_SIZE for {what[:-1]} {field}")
-                shape = entry.get("shape")
+                shape = entry.get("shape", shapes[position] if shapes else None)
+                if shape is not None and int(np.prod(shape, dtype=np.int64)) * \
+                        np.dtype(entry.get("dtype", "float32")).itemsize != int(size):
+                    shape = None  # a shape that disagrees with the header's size is not it
                 infos.append(TensorInfo(field, entry.get("dtype", "float32"), int(size),
                                         tuple(shape) if shape is not None else None))
             result.append(infos)
         return result[0], result[1]
+
+    def _relay_shapes(self, what: str, count: int) -> list[tuple[int, ...]] | None:
+        """Input or output shapes of ``main`` from ``src/relay.txt`` (metadata.json has only
+        byte sizes); None when the text is absent or does not give ``count`` static shapes."""
+        path = self.root / "src" / "relay.txt"
+        if not path.exists():
+            return None
+        if not hasattr(self, "_main_type"):
+            from kiln.relay.parser import parse
+            from kiln.relay.transform import InferType
+
+            try:
+                self._main_type = InferType()(parse(path.read_text()))["main"].checked_type
+            except Exception:  # noqa: BLE001 - shapes are a convenience; sizes still hold
+                self._main_type = None
+        if self._main_type is None:
+            return None
+        types = (list(self._main_type.arg_types) if what == "inputs"
+                 else list(getattr(self._main_type.ret_type, "fields", None)
+                           or [self._main_type.ret_type]))
+        try:
+            shapes = [tuple(int(d) for d in t.shape) for t in types]
+        except (TypeError, AttributeError):
+            return None
+        return shapes if len(shapes) == count else None
 
     def graph_json(self) -> str:
         """The C graph executor's JSON (``executor-config/graph/*.json``)."""
