@@ -48,10 +48,27 @@ def test_dense_micro_kernel_matches_numpy(units, epilogue):
     np.testing.assert_allclose(_run(lib, x=xv), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("strides,channels", [((1, 1), 12), ((2, 2), 7)])
+def test_pointwise_conv_micro_kernel_matches_numpy(strides, channels):
+    x = relay.var("x", shape=(1, 5, 3, 16), dtype="float32")
+    k = rng.standard_normal((1, 1, 16, channels)).astype("float32")
+    b = rng.standard_normal(channels).astype("float32")
+    y = relay.nn.conv2d(x, relay.const(k), strides=strides, kernel_size=(1, 1),
+                        channels=channels, data_layout="NHWC", kernel_layout="HWIO")
+    y = relay.nn.relu(relay.nn.bias_add(y, relay.const(b), axis=3))
+    lib = _build(relay.Function([x], y), CORTEX_M4)
+    rows = max(d for d in range(1, 9) if channels % d == 0)
+    assert f"kiln_gemv_f32_{rows}(" in lib.get_lib().get_source()
+    xv = rng.standard_normal((1, 5, 3, 16)).astype("float32")
+    picked = xv[:, ::strides[0], ::strides[1]]
+    want = np.maximum(np.einsum("nhwc,co->nhwo", picked, k[0, 0]) + b, 0)
+    np.testing.assert_allclose(_run(lib, x=xv), want, rtol=1e-5, atol=1e-5)
+
+
 def test_cortex_m_picks_the_micro_kernel_and_other_arm_cpus_do_not():
     from kiln import te
     from kiln.ir.type import TensorType
-    from kiln.relay.op.op_attrs import DenseAttrs
+    from kiln.relay.op.op_attrs import Conv2DAttrs, DenseAttrs
 
     x, w = te.placeholder((1, 16), name="x"), te.placeholder((8, 16), name="w")
     for target, want in ((CORTEX_M4, "dense_micro_kernel.arm_cpu"),
@@ -61,6 +78,17 @@ def test_cortex_m_picks_the_micro_kernel_and_other_arm_cpus_do_not():
                                         TensorType((1, 8), "float32"),
                                         tvm.target.Target(target))
         assert impl.name == want, target
+    data = te.placeholder((1, 6, 6, 8), name="data")
+    for kernel_shape, want in (((1, 1, 8, 16), "conv2d_nhwc_1x1_micro_kernel.arm_cpu"),
+                               ((3, 3, 8, 16), "conv2d.generic")):
+        attrs = Conv2DAttrs(data_layout="NHWC", kernel_layout="HWIO",
+                            kernel_size=kernel_shape[:2], channels=16)
+        kernel = te.placeholder(kernel_shape, name="kernel")
+        out = 6 - kernel_shape[0] + 1
+        impl, _ = select_implementation("nn.conv2d", attrs, [data, kernel],
+                                        TensorType((1, out, out, 16), "float32"),
+                                        tvm.target.Target(CORTEX_M4))
+        assert impl.name == want, kernel_shape
 
 
 def test_cortex_m_code_is_serial_and_scalar():

@@ -1,8 +1,9 @@
 """Schedules for bare-metal ARM CPUs (TVM's ``topi.arm_cpu``): serial, no threads.
 
 Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``),
-:func:`dense_micro_kernel` + :func:`schedule_dense_micro_kernel` (a C micro-kernel through
-``import_c`` + ``tensorize``, :mod:`.dense`), and the generic schedules for everything else.
+:func:`dense_micro_kernel` + :func:`schedule_dense_micro_kernel` and the pointwise
+:func:`conv2d_nhwc_1x1_micro_kernel` (a C micro-kernel through ``import_c`` + ``tensorize``,
+:mod:`.dense`), and the generic schedules for everything else.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from typing import Any
 
 from kiln import te
 from kiln.topi.arm_cpu.dense import (
+    conv2d_1x1_applies,
+    conv2d_nhwc_1x1_micro_kernel,
     dense_micro_kernel,
     gemv_intrin,
     gemv_source,
+    schedule_conv2d_nhwc_1x1_micro_kernel,
     schedule_dense_micro_kernel,
 )
 from kiln.topi.utils import get_const_tuple, traverse_inline
@@ -35,4 +39,6 @@ def schedule_injective(outs: Any) -> Any:
 schedule_reduce = schedule_injective
 
 __all__ = ["schedule_injective", "schedule_reduce", "dense_micro_kernel",
-           "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source"]
+           "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source",
+           "conv2d_nhwc_1x1_micro_kernel", "schedule_conv2d_nhwc_1x1_micro_kernel",
+           "conv2d_1x1_applies"]

@@ -1,7 +1,9 @@
-"""Dense for Cortex-M: a hand-written C micro-kernel called through ``tensorize``.
+"""Dense and 1x1 convolution for Cortex-M: a hand-written C micro-kernel through
+``tensorize``.
 
 Entry points: :func:`dense_micro_kernel` (compute), :func:`schedule_dense_micro_kernel`,
-:func:`gemv_intrin`, :func:`gemv_source`.
+:func:`conv2d_nhwc_1x1_micro_kernel`, :func:`schedule_conv2d_nhwc_1x1_micro_kernel`,
+:func:`conv2d_1x1_applies`, :func:`gemv_intrin`, :func:`gemv_source`.
 
 microTVM's design (seed 002): the schedule attaches the kernel's portable C with
 ``pragma("import_c", source)`` and replaces the loop nest under a split of the output axis
@@ -9,7 +11,9 @@ with a ``call_extern`` to it through ``tensorize``. The micro-kernel computes ``
 one row at once, ``c[j] (+)= sum_k a[k] * b[j * sb0 + k * sb1]``, keeping the ``M`` partial
 sums in FPU registers (``M`` is baked into the C, so gcc unrolls over it) and reading each
 ``a[k]`` once per ``M`` outputs instead of once per output. Serial code, no vector widths:
-it suits an in-order core with a scalar FPU.
+it suits an in-order core with a scalar FPU. A pointwise (1x1) NHWC convolution with an HWIO
+kernel is the same product per pixel (``b`` is then ``[k, j]``: the weights of consecutive
+output channels are adjacent), so it uses the same kernel.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te, tir
+from kiln.topi.nn.conv import conv
 from kiln.topi.nn.dense import dense
-from kiln.topi.utils import divisor_at_most, get_const_tuple
+from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple
 
 __all__ = ["dense_micro_kernel", "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source",
-           "MAX_ROWS"]
+           "conv2d_nhwc_1x1_micro_kernel", "schedule_conv2d_nhwc_1x1_micro_kernel",
+           "conv2d_1x1_applies", "MAX_ROWS"]
 
 # Outputs per micro-kernel call: 8 accumulators + operands fit the M4F's 32 s-registers.
 MAX_ROWS = 8
@@ -57,27 +63,33 @@ static int32_t {name}_reset(float* c) {{
 """
 
 
-def gemv_intrin(rows: int, length: int, dtype: str = "float32") -> Any:
+def gemv_intrin(rows: int, length: int, dtype: str = "float32", b_order: str = "jk") -> Any:
     """The tensor intrinsic ``c[j] = sum_k a[k] * b[j, k]`` (``j < rows``, ``k < length``),
-    implemented by :func:`gemv_source`'s kernel; ``b`` may have any strides."""
+    implemented by :func:`gemv_source`'s kernel; ``b`` may have any strides. With
+    ``b_order="kj"`` the weights are indexed ``b[k, j]`` (an HWIO convolution kernel)."""
     a = te.placeholder((length,), dtype, name="a")
-    b = te.placeholder((rows, length), dtype, name="b")
     k = te.reduce_axis((0, length), name="k")
-    c = te.compute((rows,), lambda j: te.sum(a[k] * b[j, k], axis=k), name="c")
+    if b_order == "jk":
+        b = te.placeholder((rows, length), dtype, name="b")
+        c = te.compute((rows,), lambda j: te.sum(a[k] * b[j, k], axis=k), name="c")
+    else:
+        b = te.placeholder((length, rows), dtype, name="b")
+        c = te.compute((rows,), lambda j: te.sum(a[k] * b[k, j], axis=k), name="c")
     a_buf = tir.decl_buffer(a.shape, dtype, name="a_buf", offset_factor=1, strides=[1])
     b_buf = tir.decl_buffer(b.shape, dtype, name="b_buf", offset_factor=1,
-                            strides=[te.var("sb0"), te.var("sb1")])
+                            strides=[te.var("s0"), te.var("s1")])
     c_buf = tir.decl_buffer(c.shape, dtype, name="c_buf", offset_factor=1, strides=[1])
     kernel = f"kiln_gemv_f32_{rows}"
 
     def intrin_func(ins, outs):
         aa, bb = ins
         cc = outs[0]
+        # the kernel takes (stride along j, stride along k)
+        sj, sk = bb.strides if b_order == "jk" else bb.strides[::-1]
 
         def call(accumulate: int):
             return tir.call_extern("int32", kernel, cc.access_ptr("w"), aa.access_ptr("r"),
-                                   bb.access_ptr("r"), length, bb.strides[0], bb.strides[1],
-                                   accumulate)
+                                   bb.access_ptr("r"), length, sj, sk, accumulate)
 
         reset = tir.call_extern("int32", f"{kernel}_reset", cc.access_ptr("w"))
         return call(0), reset, call(1)
@@ -99,31 +111,62 @@ def schedule_dense_micro_kernel(outs: Any) -> Any:
     The dense's own inputs stay materialized (the intrinsic reads them through buffers), so
     only stages after the dense (bias, activation) are inlined into the output.
     """
+    return _schedule_micro_kernel(outs, "dense", "jk")
+
+
+def conv2d_1x1_applies(attrs: Any, data_shape, kernel_shape) -> bool:
+    """Whether a conv2d call is a pointwise NHWC/HWIO one the micro-kernel computes."""
+    return (attrs.data_layout == "NHWC" and attrs.kernel_layout == "HWIO" and attrs.groups == 1
+            and tuple(kernel_shape[:2]) == (1, 1)
+            and all(int(p) == 0 for p in attrs.padding)
+            and all(int(d) == 1 for d in attrs.dilation))
+
+
+def conv2d_nhwc_1x1_micro_kernel(data: te.Tensor, kernel: te.Tensor, strides: Any,
+                                 out_dtype: str | None = None) -> te.Tensor:
+    """The pointwise NHWC convolution (``topi.nn.conv``, HWIO kernel, no padding)."""
+    return conv(data, kernel, strides, 0, 1, 1, "NHWC", "HWIO", out_dtype)
+
+
+def schedule_conv2d_nhwc_1x1_micro_kernel(outs: Any) -> Any:
+    """Per output pixel, the micro-kernel over blocks of output channels."""
+    return _schedule_micro_kernel(outs, "conv2d_nhwc", "kj")
+
+
+def _schedule_micro_kernel(outs: Any, main_tag: str, b_order: str) -> Any:
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
-    dense_op = _find_dense(outs[0].op)
-    for op in _epilogue(outs[0].op, dense_op):
+    main = _find_tagged(outs[0].op, main_tag)
+    for op in _epilogue(outs[0].op, main):
         if op not in [t.op for t in outs]:
             sch[op].compute_inline()
-    units = get_const_tuple(dense_op.output(0).shape)[1]
-    length = get_const_tuple(dense_op.input_tensors[0].shape)[1]
-    rows = divisor_at_most(units, MAX_ROWS)
-    stage = sch[dense_op]
-    i, j = stage.op.axis
-    (k,) = stage.op.reduce_axis
+    out = main.output(0)
+    channels = get_const_tuple(out.shape)[-1]
+    length = _reduce_extent(main)
+    rows = divisor_at_most(channels, MAX_ROWS)
+    stage = sch[main]
+    *outer, j = stage.op.axis
     jo, ji = stage.split(j, factor=rows)
-    stage.reorder(i, jo, ji, k)
-    stage.tensorize(ji, gemv_intrin(rows, length, dense_op.output(0).dtype))
-    stage.pragma(i, "import_c", gemv_source(rows))
+    stage.reorder(*outer, jo, ji, *stage.op.reduce_axis)
+    stage.tensorize(ji, gemv_intrin(rows, length, out.dtype, b_order))
+    stage.pragma(outer[0], "import_c", gemv_source(rows))
     return sch
 
 
-def _find_dense(op: Any) -> Any:
-    if op.tag == "dense":
+def _reduce_extent(op: Any) -> int:
+    """Elements summed per output: the product of the reduce axes' extents."""
+    extent = 1
+    for axis in op.reduce_axis:
+        extent *= get_const_int(axis.dom.extent)
+    return extent
+
+
+def _find_tagged(op: Any, tag: str) -> Any:
+    if op.tag == tag:
         return op
     for t in op.input_tensors:
         if hasattr(t.op, "body"):
-            found = _find_dense(t.op)
+            found = _find_tagged(t.op, tag)
             if found is not None:
                 return found
     return None

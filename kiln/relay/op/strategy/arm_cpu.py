@@ -45,7 +45,7 @@ def _generic_only(op_name: str):
     register_strategy(op_name, "arm_cpu")(fstrategy)
 
 
-for _name in ("nn.contrib_dense_pack", "nn.conv2d", "nn.batch_matmul"):
+for _name in ("nn.contrib_dense_pack", "nn.batch_matmul"):
     _generic_only(_name)
 
 
@@ -60,14 +60,37 @@ _DENSE_MICRO_KERNEL = register_implementation(
     "dense_micro_kernel.arm_cpu", plevel=15, op_name="nn.dense")
 
 
-@register_strategy("nn.dense", "arm_cpu")
-def dense_strategy_arm_cpu(attrs, inputs, out_type, target):
-    """Generic dense everywhere; on a Cortex-M, float32 with static shapes, the micro-kernel
-    (plevel 15) too."""
-    strategy = OpStrategy()
-    strategy.add(IMPLEMENTATIONS["dense.generic"])
+_CONV2D_1X1_MICRO_KERNEL = register_implementation(
+    lambda attrs, inputs, out_type: [topi.arm_cpu.conv2d_nhwc_1x1_micro_kernel(
+        inputs[0], inputs[1], list(attrs.strides), attrs.out_dtype or out_type.dtype)],
+    lambda attrs, outs, target: topi.arm_cpu.schedule_conv2d_nhwc_1x1_micro_kernel(outs),
+    "conv2d_nhwc_1x1_micro_kernel.arm_cpu", plevel=15, op_name="nn.conv2d")
+
+
+def _micro_kernel_fits(inputs, out_type, target) -> bool:
+    """A Cortex-M target, float32 everywhere, static shapes."""
     static = all(hasattr(d, "value") for t in inputs for d in t.shape)
     float32 = all(t.dtype == "float32" for t in inputs) and out_type.dtype == "float32"
-    if _is_cortex_m(target) and static and float32:
+    return _is_cortex_m(target) and static and float32
+
+
+@register_strategy("nn.dense", "arm_cpu")
+def dense_strategy_arm_cpu(attrs, inputs, out_type, target):
+    """Generic dense everywhere; on a Cortex-M the micro-kernel (plevel 15) too."""
+    strategy = OpStrategy()
+    strategy.add(IMPLEMENTATIONS["dense.generic"])
+    if _micro_kernel_fits(inputs, out_type, target):
         strategy.add(_DENSE_MICRO_KERNEL)
+    return strategy
+
+
+@register_strategy("nn.conv2d", "arm_cpu")
+def conv2d_strategy_arm_cpu(attrs, inputs, out_type, target):
+    """Generic conv2d everywhere; on a Cortex-M, pointwise NHWC/HWIO convolutions also get
+    the micro-kernel (plevel 15)."""
+    strategy = OpStrategy()
+    strategy.add(IMPLEMENTATIONS["conv2d.generic"])
+    if _micro_kernel_fits(inputs, out_type, target) and topi.arm_cpu.conv2d_1x1_applies(
+            attrs, inputs[0].shape, [int(d.value) for d in inputs[1].shape]):
+        strategy.add(_CONV2D_1X1_MICRO_KERNEL)
     return strategy
