@@ -2,10 +2,13 @@
 
 Entry point: :func:`main`. Subcommands:
 
-- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm]
-  [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file (``.rly``/``.txt``).
-  The package is a tar holding ``model.so`` (kernels plus the graph/params or VM bytecode blob)
-  and ``metadata.json`` (executor, target, inputs, outputs, compile statistics).
+- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
+  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
+  (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
+  ``model.so`` (kernels plus the graph/params or VM bytecode blob) and ``metadata.json``
+  (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
+  Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
+  ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
 - ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
@@ -110,6 +113,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     _progress(f"loading {args.model}")
     mod, params = _load_model(Path(args.model), shapes)
+    if args.runtime == "crt":
+        return _compile_micro(args, mod, params, start)
+    if args.executor == "aot":
+        raise CLIError("--executor aot writes a Model Library Format for the C runtime",
+                       "add --runtime crt (a firmware project), or use --executor graph for "
+                       "a package kiln run can load")
     inputs, outputs = _io_info(mod)
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
@@ -139,6 +148,42 @@ def cmd_compile(args: argparse.Namespace) -> int:
     n_ops = _count_op_calls(mod["main"])
     print(f"compiled {args.model} -> {args.output}: {n_ops} operator calls, {summary}, "
           f"{stats['compile_seconds']:.2f} s")
+    return 0
+
+
+def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
+    """``--runtime crt``: C for the C runtime, written as a Model Library Format tar."""
+    import kiln
+    from kiln import relay
+    from kiln.relay.backend import Executor, Runtime
+
+    if args.executor == "vm":
+        raise CLIError("the C runtime has no VM", "use --executor aot or --executor graph "
+                       "with --runtime crt")
+    if args.executor == "aot":
+        interface = args.interface_api
+        executor = Executor("aot", {"interface-api": interface,
+                                    "unpacked-api": interface == "c"})
+    else:
+        executor = Executor("graph", {"link-params": True})
+    config = {"tir.disable_vectorize": True, "tir.usmp.algorithm": args.usmp_algorithm}
+    _progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
+              "C runtime)")
+    with kiln.transform.PassContext(opt_level=args.opt_level, config=config):
+        factory = relay.build(mod, target=args.target, params=params, executor=executor,
+                              runtime=Runtime("crt", {"system-lib": True}))
+    kiln.micro.export_model_library_format(factory, args.output)
+    stats = factory.stats
+    if args.executor == "aot":
+        summary = (f"{stats['kernels']} fused kernels, workspace pool "
+                   f"{stats['workspace_pool_bytes']} bytes (lower bound "
+                   f"{stats['workspace_lower_bound_bytes']}, {stats['usmp_algorithm']}), "
+                   f"constants {stats['constant_pool_bytes']} bytes")
+    else:
+        summary = (f"{stats['kernels']} fused kernels, {stats['planned_bytes']} bytes planned "
+                   f"(lower bound {stats['peak_live_bytes']})")
+    print(f"compiled {args.model} -> {args.output} (Model Library Format): {summary}, "
+          f"{time.perf_counter() - start:.2f} s")
     return 0
 
 
@@ -366,8 +411,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="c", help='target string, e.g. "llvm -mcpu=znver3" '
                    "or c (default: c)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
-    p.add_argument("--executor", choices=["graph", "vm"], default="graph",
-                   help="graph (static shapes, fastest) or vm (control flow, dynamic shapes)")
+    p.add_argument("--executor", choices=["graph", "vm", "aot"], default="graph",
+                   help="graph (static shapes, fastest), vm (control flow, dynamic shapes) or "
+                   "aot (one generated C entry point; with --runtime crt)")
+    p.add_argument("--runtime", choices=["cpp", "crt"], default="cpp",
+                   help="cpp: a package for kiln run (default); crt: a Model Library Format "
+                   "tar for the C runtime (microcontrollers)")
+    p.add_argument("--interface-api", choices=["c", "packed"], default="c",
+                   help="AOT entry point for the C runtime: c (tvmgen_default_run over "
+                   "structs, default) or packed (for the C AOT executor)")
+    p.add_argument("--usmp-algorithm", default="greedy_by_size",
+                   choices=["greedy_by_size", "greedy_by_conflicts", "hill_climb"],
+                   help="AOT workspace planning (tir.usmp.algorithm)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(0, 5),
                    help="optimization level 0-4 (default 3)")
     p.add_argument("-o", "--output", default="model.tar", help="package path (default "
