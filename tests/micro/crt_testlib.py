@@ -8,8 +8,6 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from kiln.micro import crt_build
 
 C_TEST_DIR = Path(__file__).resolve().parent / "crt"
@@ -81,58 +79,3 @@ def run_program(exe: Path, *args: str, timeout: float = 120) -> subprocess.Compl
     return subprocess.run(
         [os.fspath(exe), *args], capture_output=True, text=True, timeout=timeout, env=env
     )
-
-
-def system_lib_source(
-    function_names: Sequence[str], linked_params: Mapping[int, np.ndarray] | None = None
-) -> str:
-    """C source of a system library over the kernels ``function_names``.
-
-    It lays the registry out as TVM's codegen does (count, NUL-separated names, final NUL) and
-    defines ``TVMSystemLibEntryPoint``; with ``linked_params`` ({storage id: array}) it also
-    defines ``_lookup_linked_param`` returning each array's address, as link-params builds do.
-    Test-local stand-in until the system-lib codegen lands.
-    """
-    names = list(function_names)
-    lines = ["#include <tvm/runtime/crt/module.h>", ""]
-    for name in names:
-        lines.append(f"int32_t {name}(TVMValue*, int*, int, TVMValue*, int*, void*);")
-    if linked_params is not None:
-        names.append("_lookup_linked_param")
-        for sid, array in sorted(linked_params.items()):
-            data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-            body = ", ".join(str(b) for b in data) or "0"
-            lines.append(
-                f"static const uint8_t linked_param_{sid}[] __attribute__((aligned(16))) = "
-                f"{{{body}}};"
-            )
-        cases = "".join(
-            f"    case {sid}: ret->v_handle = (void*)linked_param_{sid}; break;\n"
-            for sid in sorted(linked_params)
-        )
-        lines.append(
-            "static int32_t _lookup_linked_param(TVMValue* args, int* codes, int n,\n"
-            "                                    TVMValue* ret, int* ret_code, void* rh) {\n"
-            "  (void)codes; (void)n; (void)rh;\n"
-            "  *ret_code = kTVMOpaqueHandle;\n"
-            "  switch (args[0].v_int64) {\n"
-            f"{cases}"
-            "    default: ret->v_handle = NULL; break;\n"
-            "  }\n"
-            "  return 0;\n"
-            "}"
-        )
-    count = len(names)
-    blob = f'"\\{count & 0xFF:03o}\\{count >> 8:03o}" ' + " ".join(
-        f'"{name}" "\\0"' for name in names
-    )
-    lines += [
-        "static const TVMBackendPackedCFunc funcs[] = {"
-        + ", ".join(f"&{name}" for name in names)
-        + "};",
-        f"static const TVMFuncRegistry registry = {{{blob}, funcs}};",
-        "static const TVMModule system_lib = {&registry};",
-        "const TVMModule* TVMSystemLibEntryPoint(void) { return &system_lib; }",
-        "",
-    ]
-    return "\n".join(lines)

@@ -1,17 +1,19 @@
-"""The C graph executor runs models built by kiln (target "c"): graph JSON and params from the
-graph executor factory, kernels from the built module's C source, a test-local system-lib
-registry. Outputs are compared with NumPy and with kiln's Python graph executor.
+"""The C graph executor runs models built by kiln for the CRT (target "c",
+Runtime("crt", {"system-lib": True}), Executor("graph", {"link-params": ...})): graph JSON,
+params and the generated C (kernels, function registry, linked params) compiled with the CRT.
+Outputs are compared with NumPy and with kiln's Python graph executor.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from crt_testlib import C_TEST_DIR, build_program, run_program, system_lib_source
+from crt_testlib import C_TEST_DIR, build_program, run_program
 
 import kiln as tvm
 from kiln import relay
 from kiln.contrib import graph_executor
+from kiln.relay.backend import Executor, Runtime
 
 
 def _mlp():
@@ -59,29 +61,42 @@ def _cnn():
 _BUILDS = {}
 
 
-def _build(model_fn):
-    """relay.build for target "c", once per model per session."""
-    if model_fn not in _BUILDS:
+def _build(model_fn, link_params):
+    """relay.build for the CRT (system-lib, graph executor) and for the host, once each."""
+    key = (model_fn, link_params)
+    if key not in _BUILDS:
         mod, params, inputs = model_fn()
         with tvm.transform.PassContext(opt_level=3):
-            _BUILDS[model_fn] = (relay.build(mod, target="c", params=params), inputs)
-    return _BUILDS[model_fn]
+            crt = relay.build(
+                mod,
+                target="c",
+                params=params,
+                runtime=Runtime("crt", {"system-lib": True}),
+                executor=Executor("graph", {"link-params": link_params}),
+            )
+            host = relay.build(mod, target="c", params=params)
+        _BUILDS[key] = (crt, host, inputs)
+    return _BUILDS[key]
+
+
+def _sources(lib):
+    """The C source of a module and of everything it imports."""
+    return [lib.get_source()] + [s for m in lib.imported_modules for s in _sources(m)]
 
 
 class Built:
-    """A model built for target "c" and the C graph executor program that runs it."""
+    """A model built by kiln for the CRT and the C graph executor program that runs it."""
 
     def __init__(self, out_dir, name, model_fn, linked=False):
-        self.factory, self.inputs = _build(model_fn)
+        self.factory, self.host, self.inputs = _build(model_fn, linked)
         self.graph_json = self.factory.get_graph_json()
         self.params = {k: v.numpy() for k, v in self.factory.get_params().items()}
-        lib = self.factory.get_lib()
         self.dir = out_dir / name
         self.dir.mkdir(parents=True)
-        names = list(lib.function_names)
-        linked_params = self._linked_params() if linked else None
-        (self.dir / "kernels.c").write_text(lib.get_source())
-        (self.dir / "system_lib.c").write_text(system_lib_source(names, linked_params))
+        generated = []
+        for i, source in enumerate(_sources(self.factory.get_lib())):
+            generated.append(self.dir / f"lib{i}.c")
+            generated[-1].write_text(source)
         (self.dir / "graph.json").write_text(self.graph_json)
         (self.dir / "params.bin").write_bytes(tvm.runtime.save_param_dict(self.params))
         self.exe = build_program(
@@ -89,19 +104,8 @@ class Built:
             f"{name}_runner",
             [C_TEST_DIR / "graph_runner.c"],
             components=("common", "memory", "graph_executor"),
-            generated=[self.dir / "kernels.c", self.dir / "system_lib.c"],
+            generated=generated,
         )
-
-    def _linked_params(self):
-        import json
-
-        graph = json.loads(self.graph_json)
-        sids = graph["attrs"]["storage_id"][1]
-        return {
-            sids[graph["node_row_ptr"][nid]]: self.params[node["name"]]
-            for nid, node in enumerate(graph["nodes"])
-            if node["name"] in self.params
-        }
 
     def run(self, params="params.bin", inputs=None, expect_ok=True, graph="graph.json"):
         inputs = self.inputs if inputs is None else inputs
@@ -125,7 +129,7 @@ class Built:
         ]
 
     def python_outputs(self):
-        m = graph_executor.GraphModule(self.factory["default"](tvm.cpu(0)))
+        m = graph_executor.GraphModule(self.host["default"](tvm.cpu(0)))
         m.set_input(**self.inputs)
         m.run()
         return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
@@ -188,7 +192,7 @@ def test_bad_inputs_and_params_are_errors(mlp):
 
 
 def test_missing_kernel_is_named(mlp):
-    name = mlp.factory.get_lib().function_names[0]
+    name = mlp.factory.get_lib().imported_modules[0].function_names[0]
     (mlp.dir / "renamed.json").write_text(mlp.graph_json.replace(f'"{name}"', '"not_a_kernel"'))
     out = mlp.run(graph="renamed.json", expect_ok=False)
     assert "calls 'not_a_kernel', which the module does not have" in out
@@ -196,7 +200,7 @@ def test_missing_kernel_is_named(mlp):
 
 def test_too_long_function_name_is_an_error_not_a_truncation(mlp):
     # TVM issue #8953: fused names longer than the buffer were cut and then not found.
-    name = mlp.factory.get_lib().function_names[0]
+    name = mlp.factory.get_lib().imported_modules[0].function_names[0]
     long_name = name + "_" * (130 - len(name))
     (mlp.dir / "long.json").write_text(mlp.graph_json.replace(f'"{name}"', f'"{long_name}"'))
     out = mlp.run(graph="long.json", expect_ok=False)
