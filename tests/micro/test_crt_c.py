@@ -90,6 +90,20 @@ def test_c_aot_executor(unit_dir):
     ]
 
 
+def test_c_graph_executor_module(unit_dir):
+    exe = build_program(
+        unit_dir,
+        "test_graph_module",
+        [C_TEST_DIR / "test_graph_module.c"],
+        components=("common", "graph_executor", "graph_executor_module"),
+        platform=C_TEST_DIR / "test_platform.c",
+        config={"TVM_CRT_MAX_REGISTERED_MODULES": 3},  # global, kernels, executor module
+    )
+    proc = run_program(exe)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FAIL" not in proc.stdout and proc.stdout.count("ok ") == 4
+
+
 @pytest.fixture(scope="module")
 def params_tool(unit_dir):
     return build_program(
