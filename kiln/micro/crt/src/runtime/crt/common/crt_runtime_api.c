@@ -43,6 +43,24 @@ int TVMCrtError(int code, const char* fmt, ...) {
   return code;
 }
 
+int TVMCrtCheckArgs(const char* fn, int nargs, const int* tcodes, int expected_nargs,
+                    const int* expected_tcodes) {
+  int i;
+  if (nargs != expected_nargs) {
+    return TVMCrtError(kTvmErrorFunctionCallNumArguments, "%s expects %d arguments, got %d", fn,
+                       expected_nargs, nargs);
+  }
+  for (i = 0; i < nargs; ++i) {
+    if (tcodes[i] != expected_tcodes[i] &&
+        !(expected_tcodes[i] == kTVMDLTensorHandle && tcodes[i] == kTVMNDArrayHandle)) {
+      return TVMCrtError(kTvmErrorFunctionCallWrongArgType,
+                         "%s: argument %d has type code %d, expected %d", fn, i, tcodes[i],
+                         expected_tcodes[i]);
+    }
+  }
+  return 0;
+}
+
 /* ---- NDArrays and raw device memory ---- */
 
 static const DLDevice kCPU = {kDLCPU, 0};

@@ -19,26 +19,13 @@ static TVMModuleHandle g_module_handle;
 #define PACKED_ARGS \
   TVMValue *args, int *tcodes, int nargs, TVMValue *ret_values, int *ret_tcodes, void *rh
 
-/* Check the argument count and type codes of a module function. */
+/* Check that the executor exists and the arguments of module function `fn`. */
 static int CheckArgs(const char* fn, int nargs, const int* tcodes, int expected_nargs,
                      const int* expected_tcodes) {
-  int i;
   if (g_executor == NULL) {
     return TVMCrtError(kTvmErrorExecutorModuleBadContext, "%s: no graph executor exists", fn);
   }
-  if (nargs != expected_nargs) {
-    return TVMCrtError(kTvmErrorFunctionCallNumArguments, "%s expects %d arguments, got %d", fn,
-                       expected_nargs, nargs);
-  }
-  for (i = 0; i < nargs; ++i) {
-    if (tcodes[i] != expected_tcodes[i] &&
-        !(expected_tcodes[i] == kTVMDLTensorHandle && tcodes[i] == kTVMNDArrayHandle)) {
-      return TVMCrtError(kTvmErrorFunctionCallWrongArgType,
-                         "%s: argument %d has type code %d, expected %d", fn, i, tcodes[i],
-                         expected_tcodes[i]);
-    }
-  }
-  return 0;
+  return TVMCrtCheckArgs(fn, nargs, tcodes, expected_nargs, expected_tcodes);
 }
 
 /* The entry of input `name`, or an error. */
