@@ -247,6 +247,32 @@ static void test_serial_parallel_launch(void) {
   EXPECT(seen[0] == 5 && seen[1] == 4);
 }
 
+static void test_platform_template_timer_and_random(void) {
+  double seconds = -1.0;
+  volatile double sink = 0.0;
+  int i, nonzero = 0;
+  uint8_t bytes[64];
+  TVMFunctionHandle fill;
+  TVMValue arg, ret;
+  int code = kTVMDLTensorHandle, ret_code;
+  int64_t shape[1] = {64};
+  DLTensor t = {bytes, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, shape, NULL, 0};
+  EXPECT_EQ(TVMPlatformTimerStop(&seconds), kTvmErrorPlatformTimerBadState);
+  EXPECT_EQ(TVMPlatformTimerStart(), kTvmErrorNoError);
+  EXPECT_EQ(TVMPlatformTimerStart(), kTvmErrorPlatformTimerBadState);
+  for (i = 0; i < 100000; ++i) sink += i;
+  EXPECT_EQ(TVMPlatformTimerStop(&seconds), kTvmErrorNoError);
+  EXPECT(seconds >= 0.0 && seconds < 10.0);
+  memset(bytes, 0, sizeof(bytes));
+  EXPECT_EQ(TVMFuncGetGlobal("tvm.contrib.random.random_fill", &fill), 0);
+  arg.v_handle = &t;
+  EXPECT_EQ(TVMFuncCall(fill, &arg, &code, 1, &ret, &ret_code), 0);
+  for (i = 0; i < 64; ++i) nonzero += bytes[i] != 0;
+  EXPECT(nonzero > 32);
+  code = kTVMArgInt;
+  EXPECT_EQ(TVMFuncCall(fill, &arg, &code, 1, &ret, &ret_code), kTvmErrorFunctionCallWrongArgType);
+}
+
 static void test_last_error_truncation(void) {
   char big[1000];
   memset(big, 'e', sizeof(big) - 1);
@@ -271,6 +297,7 @@ int main(void) {
   RUN(test_dtype_strings);
   RUN(test_arrays_and_workspace);
   RUN(test_serial_parallel_launch);
+  RUN(test_platform_template_timer_and_random);
   RUN(test_last_error_truncation);
   return g_failures != 0;
 }
