@@ -24,6 +24,7 @@ from kiln.relay.frontend.onnx_registry import (
     register_function,
     unsupported,
 )
+from kiln.runtime.error import OpAttributeInvalid
 
 __all__: list[str] = []
 
@@ -252,6 +253,11 @@ class Clip(OnnxOpConverter):
 def _flattened_softmax(fn, x, axis, ctx):
     """Opset < 13 semantics: softmax over all dims from ``axis`` on, as one flattened dim."""
     shape = ctx.shape(x)
+    if not -len(shape) <= axis < len(shape):
+        # Checked here, before the reshape: an axis of 2**40 would build a 2**40-long shape.
+        raise OpAttributeInvalid(
+            f"ONNX Softmax (opset < 13): axis {axis} is out of range for an input of rank "
+            f"{len(shape)} (expected [{-len(shape)}, {len(shape) - 1}])")
     axis = axis + len(shape) if axis < 0 else axis
     if axis == len(shape) - 1:
         return fn(x, -1)
