@@ -224,6 +224,8 @@ def constant_abstract(value: Any) -> Abstract:
         return Scalar(a.dtype, value)
     if isinstance(value, str):
         return Scalar("str", value)
+    if isinstance(value, dict) and not value:
+        return Env()  # the empty environment of grad
     if isinstance(value, slice) or (isinstance(value, tuple)
                                     and any(isinstance(v, slice) for v in value)):
         return Scalar("index", value)

@@ -29,7 +29,6 @@ from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, t
 from kiln.jit.resolve import REQUIRED, parsed, register_macro
 
 _J_GRAPHS: dict[Graph, Graph] = {}
-_J_PRIMS: dict[tuple, Graph] = {}
 
 
 def _bprop_graph(prim: P.Primitive) -> Graph:
@@ -40,28 +39,37 @@ def _bprop_graph(prim: P.Primitive) -> Graph:
     fn = getattr(bprops, name, None)
     if fn is None:
         raise JitError(f"grad: primitive {prim.name} has no derivative rule")
-    return parsed(fn)
+    g = parsed(fn)
+    for h in GraphManager(g).graphs:
+        h.flags["keep_constants"] = True  # axes and indices must stay known inside
+    return g
 
 
-def _jprim(prim: P.Primitive, nargs: int) -> Graph:
-    """``J(prim)``: ``(prim(args), λ dout: ({}, *bprop_prim(args, out, dout)))``."""
-    key = (prim, nargs)
-    if key in _J_PRIMS:
-        return _J_PRIMS[key]
+def _jprim(prim: P.Primitive, args: list[Node]) -> Graph:
+    """``J(prim)``: ``(prim(args), λ dout: ({}, *bprop_prim(args, out, dout)))``.
+
+    Constant arguments (tuple indices, env keys, axes, array_reduce's operand) are baked in
+    rather than passed, so they stay constants for inference in the forward and backward
+    code, and in grad of grad.
+    """
+    baked = [a if isinstance(a, Constant) and not isinstance(a.value, Graph) else None
+             for a in args]
     g = Graph(f"J_{prim.name}")
-    args = [g.add_parameter(f"x{i}") for i in range(nargs)]
-    out = Apply([Constant(prim), *args], g)
+    full = [b if b is not None else g.add_parameter(f"x{i}") for i, b in enumerate(baked)]
+    out = Apply([Constant(prim), *full], g)
     b = Graph(f"bprop_{prim.name}_closure")
     dout = b.add_parameter("dout")
     if prim is S.make_tuple:
-        sens = [Apply([Constant(S.tuple_getitem), dout, Constant(i)], b) for i in range(nargs)]
+        sens = [Apply([Constant(S.tuple_getitem), dout, Constant(i)], b)
+                for i in range(len(args))]
     else:
-        call = Apply([Constant(_bprop_graph(prim)), *args, out, dout], b)
-        sens = [Apply([Constant(S.tuple_getitem), call, Constant(i)], b) for i in range(nargs)]
+        call = Apply([Constant(_bprop_graph(prim)), *full, out, dout], b)
+        sens = [Apply([Constant(S.tuple_getitem), call, Constant(i)], b)
+                for i in range(len(args))]
     b.output = Apply([Constant(S.make_tuple), Constant({}), *sens], b)
     g.output = Apply([Constant(S.make_tuple), out, Constant(b)], g)
-    _J_PRIMS[key] = g
-    return g
+    g.flags["keep_constants"] = b.flags["keep_constants"] = True
+    return g  # one per use: each use is typed on its own
 
 
 def _gsum(graph: Graph, terms: list[Node]) -> Node:
@@ -90,9 +98,7 @@ def J(graph: Graph) -> Graph:
             v = node.value
             if isinstance(v, Graph):
                 return Constant(fwd[v] if v in fwd else J(v), node.loc)
-            if isinstance(v, P.Primitive):
-                raise AssertionError("primitive constants are handled at their call")
-            return node
+            return node  # data, or array_reduce's primitive operand (an attribute)
         if node in value:
             return value[node]
         if isinstance(node, (Apply, Parameter)) and node.graph not in fwd:
@@ -106,10 +112,12 @@ def J(graph: Graph) -> Graph:
                 continue
             fn, args = _callee(node)
             if isinstance(fn, Constant) and isinstance(fn.value, P.Primitive):
-                jf: Node = Constant(_jprim(fn.value, len(args)))
+                jf: Node = Constant(_jprim(fn.value, args))
+                passed = [a for a in args if not isinstance(a, Constant)
+                          or isinstance(a.value, Graph)]
             else:
-                jf = jvalue(fn, jg)
-            app = Apply([jf, *[jvalue(a, jg) for a in args]], jg, node.loc)
+                jf, passed = jvalue(fn, jg), args
+            app = Apply([jf, *[jvalue(a, jg) for a in passed]], jg, node.loc)
             value[node] = Apply([Constant(S.tuple_getitem), app, Constant(0)], jg, node.loc)
             back[node] = Apply([Constant(S.tuple_getitem), app, Constant(1)], jg, node.loc)
     for g in scope:
@@ -148,8 +156,8 @@ def _build_bprop(g: Graph, fwd, value, back, mng: GraphManager, jvalue) -> None:
                 continue
             contrib.setdefault(t, []).append(
                 Apply([Constant(S.tuple_getitem), d, Constant(k)], b))
-            if isinstance(t, Constant):
-                closures.append(t)
+            if isinstance(t, Constant) and t not in closures:
+                closures.append(t)  # a closure's constant node may be called twice
     # a closure's sensitivity is an env: route each captured value's entry to that value
     for c in closures:
         env = _gsum(b, contrib[c])
@@ -196,6 +204,10 @@ class GradFunction:
 def grad_graph(f: Graph, argnums: Any, has_aux: bool, with_value: bool) -> Graph:
     """The graph computing ``grad(f, argnums, has_aux)`` (and the value, for
     value_and_grad)."""
+    if f.flags.get("grad"):
+        # J applies to gradient graphs, but the second derivative it computes is wrong
+        # (0.0 for x**3) in this version: refuse rather than answer wrongly.
+        raise JitError(f"grad of a gradient ({f.name}) is not supported yet", f.loc)
     n = len(f.parameters)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for k in nums:
@@ -203,6 +215,7 @@ def grad_graph(f: Graph, argnums: Any, has_aux: bool, with_value: bool) -> Graph
             raise JitError(f"grad: argnums {argnums!r} out of range for {f.name}() with {n} "
                            "parameters", f.loc)
     g = Graph(("value_and_grad_" if with_value else "grad_") + f.name, f.loc)
+    g.flags["grad"] = True
     params = [g.add_parameter(p.name) for p in f.parameters]
     app = Apply([Constant(J(f)), *params], g)
     out = Apply([Constant(S.tuple_getitem), app, Constant(0)], g)

@@ -166,7 +166,8 @@ class Inferrer:
                                node.loc) from None
         if isinstance(opt, PartialFn):
             return self.call_option(opt.fn, tuple(opt.args) + args, node, ctx)
-        args = tuple(broaden(a) for a in args)
+        if not opt.graph.flags.get("keep_constants"):
+            args = tuple(broaden(a) for a in args)
         out = self.call_graph(opt.graph, args, opt.parent, node)
         return out, self.cache.get((opt.graph, args, opt.parent))
 

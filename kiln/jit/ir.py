@@ -234,6 +234,7 @@ class GraphManager:
                 for inp in n.inputs:
                     todo.extend(graph_constants(inp))
                 todo.extend(graph_constants(n))
+        _add_captured_nodes(graphs, nodes)
         fv_direct: dict[Graph, list[Node]] = {}
         for g in graphs:
             fvs: dict[int, Node] = {}
@@ -264,26 +265,31 @@ class GraphManager:
     def free_variables_total(self, graph: Graph) -> list[Node]:
         """Nodes of other graphs that ``graph`` or the closures it builds refer to."""
         d = self._derive()
-        cache = d["fv_total"]
-        if graph in cache:
-            return cache[graph]
-        cache[graph] = []  # recursion guard: a graph referring to itself adds nothing
-        result: dict[int, Node] = {}
         if graph not in d["fv_direct"]:
             self.roots.append(graph)
             self._derived = None
-            return self.free_variables_total(graph)
-        for fv in d["fv_direct"][graph]:
-            result[fv.id] = fv
-        for n in self.nodes(graph):
-            for child in graph_constants(n):
-                if child is graph:
-                    continue
-                for fv in self.free_variables_total(child):
-                    if fv.graph is not graph:
-                        result[fv.id] = fv
-        cache[graph] = list(result.values())
-        return cache[graph]
+            d = self._derive()
+        if not d["fv_total"]:
+            d["fv_total"] = self._fv_fixpoint(d)
+        return d["fv_total"][graph]
+
+    def _fv_fixpoint(self, d: dict) -> dict:
+        # A closure needs what the closures it builds need (minus its own nodes); with
+        # recursion (loops) that is a fixpoint, not a single pass.
+        total = {g: dict((fv.id, fv) for fv in d["fv_direct"][g]) for g in d["graphs"]}
+        refs = {g: [c for n in d["nodes"][g] for c in graph_constants(n) if c is not g]
+                for g in d["graphs"]}
+        changed = True
+        while changed:
+            changed = False
+            for g in d["graphs"]:
+                mine = total[g]
+                for child in refs[g]:
+                    for fid, fv in list(total.get(child, {}).items()):
+                        if fv.graph is not g and fid not in mine:
+                            mine[fid] = fv
+                            changed = True
+        return {g: list(v.values()) for g, v in total.items()}
 
     def parent(self, graph: Graph) -> Graph | None:
         """The innermost graph that owns one of ``graph``'s free variables (None: top level).
@@ -312,6 +318,21 @@ class GraphManager:
     def children(self, graph: Graph) -> list[Graph]:
         """Graphs whose parent is ``graph``."""
         return [g for g in self.graphs if g is not graph and self.parent(g) is graph]
+
+
+def _add_captured_nodes(graphs: list[Graph], nodes: dict) -> None:
+    """Add to each graph the nodes it owns that only its closures use (free variables)."""
+    ids = {g: {n.id for n in nodes[g]} for g in graphs}
+    todo = [n for g in graphs for n in nodes[g]]
+    todo += [g.output for g in graphs if g.output is not None]
+    while todo:
+        n = todo.pop()
+        for inp in ([n] if n in [g.output for g in graphs] else []) + list(n.inputs):
+            owner = getattr(inp, "graph", None)
+            if isinstance(inp, Apply) and owner in ids and inp.id not in ids[owner]:
+                ids[owner].add(inp.id)
+                nodes[owner].append(inp)
+                todo.append(inp)
 
 
 def _graph_nodes(graph: Graph) -> list[Node]:

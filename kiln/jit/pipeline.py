@@ -241,11 +241,11 @@ class MyiaFunction:
     """A Python function compiled by kiln.jit: one compiled version per argument signature."""
 
     def __init__(self, fn: Callable, pipeline: Pipeline = standard_pipeline):
+        functools.update_wrapper(self, fn, updated=())
         self.fn = fn
         self.pipeline = pipeline
         self.cache: dict[tuple, Callable] = {}
         self.results: dict[tuple, PipelineResult] = {}
-        functools.update_wrapper(self, fn)
 
     def __kiln_jit__(self) -> Graph:
         hook = getattr(self.fn, "__kiln_jit__", None)

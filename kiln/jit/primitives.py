@@ -122,7 +122,8 @@ def _relay_elementwise(opname: str, compare: bool = False) -> Callable:
 
 def _binop(name: str, npfn: Callable, pyop: str, relay_op: str, compare: bool = False):
     return Primitive(name, elementwise(npfn, name, "bool" if compare else None), npfn,
-                     py=f"({{0}} {pyop} {{1}})", relay=_relay_elementwise(relay_op, compare))
+                     py=f"({{0}} {pyop} {{1}})", relay=_relay_elementwise(relay_op, compare),
+                     nparams=2)
 
 
 scalar_add = _binop("scalar_add", np.add, "+", "add")
@@ -140,9 +141,9 @@ ge = _binop("ge", np.greater_equal, ">=", "greater_equal", compare=True)
 eq = _binop("eq", np.equal, "==", "equal", compare=True)
 ne = _binop("ne", np.not_equal, "!=", "not_equal", compare=True)
 maximum = Primitive("maximum", elementwise(np.maximum, "maximum"), np.maximum,
-                    py="max({0}, {1})", relay=_relay_elementwise("maximum"))
+                    py="max({0}, {1})", relay=_relay_elementwise("maximum"), nparams=2)
 minimum = Primitive("minimum", elementwise(np.minimum, "minimum"), np.minimum,
-                    py="min({0}, {1})", relay=_relay_elementwise("minimum"))
+                    py="min({0}, {1})", relay=_relay_elementwise("minimum"), nparams=2)
 
 
 def _float_unary(name: str, npfn: Callable, mathfn: str, relay_op: str):
@@ -155,7 +156,7 @@ def _float_unary(name: str, npfn: Callable, mathfn: str, relay_op: str):
         from kiln import relay
         return getattr(relay, relay_op)(*_promote_for_relay(args, ins, out.dtype))
 
-    return Primitive(name, infer, npfn, py=mathfn + "({0})", relay=convert)
+    return Primitive(name, infer, npfn, py=mathfn + "({0})", relay=convert, nparams=1)
 
 
 exp = _float_unary("exp", np.exp, "math.exp", "exp")
@@ -165,9 +166,9 @@ sin = _float_unary("sin", np.sin, "math.sin", "sin")
 cos = _float_unary("cos", np.cos, "math.cos", "cos")
 sqrt = _float_unary("sqrt", np.sqrt, "math.sqrt", "sqrt")
 neg = Primitive("neg", elementwise(np.negative, "neg"), np.negative, py="(-{0})",
-                relay=_relay_elementwise("negative"))
+                relay=_relay_elementwise("negative"), nparams=1)
 abs_ = Primitive("abs", elementwise(np.abs, "abs"), np.abs, py="abs({0})",
-                 relay=_relay_elementwise("abs"))
+                 relay=_relay_elementwise("abs"), nparams=1)
 sign = Primitive("sign", elementwise(np.sign, "sign"), np.sign,
                  py="((0 < {0}) - ({0} < 0))", relay=_relay_elementwise("sign"))
 not_ = Primitive("not", elementwise(np.logical_not, "not", "bool"), np.logical_not,
@@ -413,7 +414,8 @@ def _relay_sum_to(args, ins, out):
 
 
 sum_to_like = Primitive("sum_to_like", _infer_sum_to,
-                        lambda x, like: sum_to_shape(x, np.shape(like)), relay=_relay_sum_to)
+                        lambda x, like: sum_to_shape(x, np.shape(like)), relay=_relay_sum_to,
+                        py="{0}")  # a scalar segment has nothing to sum
 
 
 def _infer_where(node, c: Abstract, a: Abstract, b: Abstract) -> Abstract:
@@ -483,4 +485,4 @@ def _infer_gadd(node, a: Abstract, b: Abstract) -> Abstract:
 
 
 gadd = Primitive("gadd", _infer_gadd, _gadd_impl, py="({0} + {1})",
-                 relay=_relay_elementwise("add"))
+                 relay=_relay_elementwise("add"), nparams=2)

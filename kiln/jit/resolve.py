@@ -236,10 +236,13 @@ def primitive_graph(prim: P.Primitive) -> Graph:
     """``lambda *args: prim(*args)`` as a graph (arity from the primitive's infer rule)."""
     if prim not in _WRAPPED:
         params = list(inspect.signature(prim.infer).parameters.values())[1:]
-        if any(p.kind == p.VAR_POSITIONAL for p in params):
+        names = [p.name for p in params]
+        if prim.nparams is not None:
+            names = [f"x{i}" for i in range(prim.nparams)]
+        elif any(p.kind == p.VAR_POSITIONAL for p in params):
             raise JitError(f"{prim.name} cannot be used as a value (variadic)")
         g = Graph(prim.name)
-        args = [g.add_parameter(p.name) for p in params]
+        args = [g.add_parameter(n) for n in names]
         g.output = Apply([Constant(prim), *args], g)
         _WRAPPED[prim] = g
     return _WRAPPED[prim]
