@@ -265,6 +265,8 @@ def join(a: Abstract, b: Abstract, what: str = "value") -> Abstract:
             # int and float mixed across branches/iterations: Python would keep either; the
             # compiled program uses the wider type, as NumPy promotion does.
             return Scalar(a.dtype if _RANK[a.dtype] > _RANK[b.dtype] else b.dtype)
+        if is_tensor(a) and is_tensor(b):
+            return Scalar(str(np.result_type(a.dtype, b.dtype)))
     if {type(a), type(b)} == {Scalar, Array} and is_tensor(a) and is_tensor(b):
         arr, sc = (a, b) if isinstance(a, Array) else (b, a)
         if arr.shape == ():  # a Python scalar meeting a 0-d array: NumPy's weak promotion

@@ -391,6 +391,9 @@ class FunctionParser:
                            loc=loc)
 
     def expr_UnaryOp(self, block, node, loc):
+        if isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
+                and isinstance(node.operand.value, (int, float)):
+            return Constant(-node.operand.value, loc)  # a negative literal stays a constant
         x = self.expr(block, node.operand)
         if isinstance(node.op, ast.USub):
             return block.apply(P.neg, x, loc=loc)

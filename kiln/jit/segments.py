@@ -166,11 +166,14 @@ class DebugRunner:
         self.nout = len(out_types)
 
     def __call__(self, *args):
-        vals = [np.asarray(v, dtype=t.dtype) for v, t in zip(args, self.in_types)]
+        from kiln.runtime import ndarray
+        vals = [ndarray.array(np.asarray(v, dtype=t.dtype)) for v, t in zip(args, self.in_types)]
         res = self.fn(*vals)
-        items = [res[i] for i in range(len(res))] if self.nout > 1 or hasattr(res, "fields") \
-            or type(res).__name__ == "ADT" else [res]
-        outs = tuple(_from_output(r, t) for r, t in zip(items, self.out_types))
+        items = [res[i] for i in range(self.nout)]  # the function returns a tuple
+        # the interpreter may hand back a leading unit axis: the inferred shape is the contract
+        outs = tuple(_from_output(np.asarray(r.numpy() if hasattr(r, "numpy") else r)
+                                  .reshape(t.shape if isinstance(t, Array) else ()), t)
+                     for r, t in zip(items, self.out_types))
         return outs[0] if self.nout == 1 else outs
 
 
