@@ -77,7 +77,6 @@ def test_c_aot_executor(unit_dir):
         [C_TEST_DIR / "test_aot.c"],
         components=("common", "aot_executor", "aot_executor_module"),
         platform=C_TEST_DIR / "test_platform.c",
-        config={"TVM_CRT_MAX_REGISTERED_MODULES": 3},  # global, model, executor module
     )
     proc = run_program(exe)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -97,7 +96,6 @@ def test_c_graph_executor_module(unit_dir):
         [C_TEST_DIR / "test_graph_module.c"],
         components=("common", "graph_executor", "graph_executor_module"),
         platform=C_TEST_DIR / "test_platform.c",
-        config={"TVM_CRT_MAX_REGISTERED_MODULES": 3},  # global, kernels, executor module
     )
     proc = run_program(exe)
     assert proc.returncode == 0, proc.stdout + proc.stderr
