@@ -61,15 +61,18 @@ def _cnn():
 _BUILDS = {}
 
 
-def _build(model_fn, link_params):
+CORTEX_M4 = "c -keys=arm_cpu -mcpu=cortex-m4"
+
+
+def _build(model_fn, link_params, target="c"):
     """relay.build for the CRT (system-lib, graph executor) and for the host, once each."""
-    key = (model_fn, link_params)
+    key = (model_fn, link_params, target)
     if key not in _BUILDS:
         mod, params, inputs = model_fn()
         with tvm.transform.PassContext(opt_level=3):
             crt = relay.build(
                 mod,
-                target="c",
+                target=target,
                 params=params,
                 runtime=Runtime("crt", {"system-lib": True}),
                 executor=Executor("graph", {"link-params": link_params}),
@@ -87,8 +90,8 @@ def _sources(lib):
 class Built:
     """A model built by kiln for the CRT and the C graph executor program that runs it."""
 
-    def __init__(self, out_dir, name, model_fn, linked=False):
-        self.factory, self.host, self.inputs = _build(model_fn, linked)
+    def __init__(self, out_dir, name, model_fn, linked=False, target="c"):
+        self.factory, self.host, self.inputs = _build(model_fn, linked, target)
         self.graph_json = self.factory.get_graph_json()
         self.params = {k: v.numpy() for k, v in self.factory.get_params().items()}
         self.dir = out_dir / name
@@ -168,6 +171,15 @@ def test_cnn_matches_python_executor(cnn):
     got = cnn.outputs(expected)
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-5)
     assert '"__nop"' in cnn.graph_json  # the reshape alias is skipped, not called
+
+
+def test_cortex_m_kernels_run_on_the_host_crt(out_dir):
+    # The bare-metal dialect (scalar arm_cpu schedules; big scratch from
+    # TVMBackendAllocWorkspace in the packed wrappers) through the page allocator.
+    built = Built(out_dir, "cnn_m4", _cnn, linked=True, target=CORTEX_M4)
+    built.run(params="-")
+    expected = built.python_outputs()
+    np.testing.assert_allclose(built.outputs(expected)[0], expected[0], rtol=1e-4, atol=1e-4)
 
 
 def test_linked_params_need_no_params_blob(out_dir):
