@@ -217,3 +217,71 @@ def test_too_long_function_name_is_an_error_not_a_truncation(mlp):
     (mlp.dir / "long.json").write_text(mlp.graph_json.replace(f'"{name}"', f'"{long_name}"'))
     out = mlp.run(graph="long.json", expect_ok=False)
     assert "is longer than 119 characters (raise TVM_CRT_MAX_STRLEN_FUNCTION_NAME" in out
+
+
+def _op_node(graph):
+    return next(n for n in graph["nodes"] if n["op"] == "tvm_op")
+
+
+def _set(path, value):
+    def edit(graph):
+        target = graph
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return edit
+
+
+CORRUPTIONS = {
+    "storage id": (_set(["attrs", "storage_id", 1, 0], 99), "has storage id 99; ids must be"),
+    "row ptr": (lambda g: g["node_row_ptr"].pop(), "node_row_ptr has"),
+    "op": (lambda g: _op_node(g).update(op="bogus"), 'has op "bogus"; expected'),
+    "input node": (lambda g: _op_node(g)["inputs"][0].__setitem__(0, 999), "refers to node 999"),
+    "rank": (_set(["attrs", "shape", 1, 0], [1] * 7), "more than 6 dimensions (raise TVM_CRT"),
+    "negative": (_set(["attrs", "shape", 1, 0], [2, -3]), "negative dimension -3"),
+    "dtype": (_set(["attrs", "dltype", 1, 0], "float33x"), "invalid dtype string 'float33x'"),
+    "no heads": (lambda g: g.pop("heads"), "lacks one of nodes, arg_nodes, heads"),
+    "arity": (lambda g: _op_node(g)["attrs"].update(num_inputs="5"), "but its attrs say 5"),
+    "arg node": (
+        lambda g: g["arg_nodes"].append(g["nodes"].index(_op_node(g))),
+        "is not an input node",
+    ),
+    "max args": (
+        lambda g: (
+            _op_node(g).update(inputs=[[0, 0, 0]] * 10)
+            or _op_node(g)["attrs"].update(num_inputs="10")
+        ),
+        "(raise TVM_CRT_MAX_ARGS",
+    ),
+}
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_corrupt_graph_is_an_error_naming_the_problem(mlp, corruption):
+    import json
+
+    edit, message = CORRUPTIONS[corruption]
+    graph = json.loads(mlp.graph_json)
+    edit(graph)
+    name = f"corrupt_{corruption.replace(' ', '_')}.json"
+    (mlp.dir / name).write_text(json.dumps(graph))
+    assert message in mlp.run(graph=name, expect_ok=False)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"nodes": [], "nodes": []}', '"nodes" appears twice'),
+        ("{} trailing", "expected the end of the graph JSON at offset 3"),
+        ('{"metadata": ' + "[" * 40, "TVM_CRT_MAX_JSON_DEPTH"),
+        (
+            '{"attrs": {"storage_id": ["list_int", []], "storage_id": ["list_int", []]}}',
+            "attrs.storage_id appears twice",
+        ),
+        ("", "expected '{' (an object) at offset 0, found the end of the text"),
+    ],
+)
+def test_malformed_graph_text_is_an_error(mlp, text, message):
+    (mlp.dir / "malformed.json").write_text(text)
+    assert message in mlp.run(graph="malformed.json", expect_ok=False)
