@@ -531,31 +531,33 @@ static int SetupStorage(TVMGraphExecutor* executor) {
   return 0;
 }
 
+/* A node that calls a kernel: a "tvm_op" other than the planner's "__nop" aliases (reshape). */
+static int IsKernelCall(const TVMGraphExecutorNode* node) {
+  return strcmp(node->op_type, "tvm_op") == 0 && strcmp(node->param.func_name, "__nop") != 0;
+}
+
 static int SetupOpExecs(TVMGraphExecutor* executor) {
-  uint32_t nid, i, num_flat = 0, flat_used = 0;
+  uint32_t nid, i, num_ops = 0, num_flat = 0, flat_used = 0;
   int status;
   for (nid = 0; nid < executor->nodes_count; ++nid) {
     const TVMGraphExecutorNode* node = &executor->nodes[nid];
-    if (node->param.flatten_data && strcmp(node->op_type, "tvm_op") == 0) {
-      num_flat += node->inputs_count + node->param.num_outputs;
-    }
+    if (!IsKernelCall(node)) continue;
+    ++num_ops;
+    if (node->param.flatten_data) num_flat += node->inputs_count + node->param.num_outputs;
   }
-  status = AllocArray((void**)&executor->op_execs, executor->nodes_count, sizeof(TVMPackedFunc),
-                      "op list");
+  /* One bound call per kernel node only: inputs and aliases take no op memory. */
+  status = AllocArray((void**)&executor->op_execs, num_ops, sizeof(TVMPackedFunc), "op list");
   if (status == 0) {
     status = AllocArray((void**)&executor->flat_args, num_flat, sizeof(TVMGraphExecutorFlatArg),
                         "flattened arguments");
   }
   if (status != 0) return status;
-  executor->op_execs_count = executor->nodes_count;
   executor->flat_args_count = num_flat;
   for (nid = 0; nid < executor->nodes_count; ++nid) {
     const TVMGraphExecutorNode* node = &executor->nodes[nid];
     TVMArgs args;
     uint32_t num_args = node->inputs_count + node->param.num_outputs;
-    if (strcmp(node->op_type, "tvm_op") != 0 || strcmp(node->param.func_name, "__nop") == 0) {
-      continue; /* inputs, and ops the planner turned into aliases (reshape) */
-    }
+    if (!IsKernelCall(node)) continue;
     memset(&args, 0, sizeof(args));
     for (i = 0; i < num_args; ++i) {
       uint32_t eid = i < node->inputs_count
@@ -578,8 +580,8 @@ static int SetupOpExecs(TVMGraphExecutor* executor) {
       args.tcodes[i] = kTVMDLTensorHandle;
     }
     args.values_count = num_args;
-    status = TVMPackedFunc_InitModuleFunc(&executor->op_execs[nid], executor->module_handle,
-                                          node->param.func_name, &args);
+    status = TVMPackedFunc_InitModuleFunc(&executor->op_execs[executor->op_execs_count++],
+                                          executor->module_handle, node->param.func_name, &args);
     if (status == kTvmErrorFunctionNameNotFound) {
       return TVMCrtError(status, "graph executor: node %lu ('%s') calls '%s', which the module "
                          "does not have", (unsigned long)nid, node->name, node->param.func_name);
@@ -711,18 +713,16 @@ int TVMGraphExecutor_LoadParams(TVMGraphExecutor* executor, const char* param_bl
 }
 
 int TVMGraphExecutor_Run(TVMGraphExecutor* executor) {
-  uint32_t nid, i;
+  uint32_t i;
   /* Flattened views copy the data pointer, which SetInput may have changed. */
   for (i = 0; i < executor->flat_args_count; ++i) {
     TVMGraphExecutorFlatArg* flat = &executor->flat_args[i];
     flat->view.dl_tensor.data = executor->data_entry[flat->eid].dl_tensor.data;
   }
-  for (nid = 0; nid < executor->op_execs_count; ++nid) {
-    TVMPackedFunc* pf = &executor->op_execs[nid];
-    if (pf->fexec != NULL) {
-      int status = pf->Call(pf);
-      if (status != 0) return status;
-    }
+  for (i = 0; i < executor->op_execs_count; ++i) {
+    TVMPackedFunc* pf = &executor->op_execs[i];
+    int status = pf->Call(pf);
+    if (status != 0) return status;
   }
   return 0;
 }

@@ -76,7 +76,7 @@ struct TVMGraphExecutor {
   uint32_t storage_pool_count;
   TVMNDArray* data_entry; /* views into the storage pool, one per entry */
   uint32_t data_entry_count;
-  TVMPackedFunc* op_execs; /* one per node; fexec NULL for null nodes and "__nop" */
+  TVMPackedFunc* op_execs; /* one per kernel call, in node order */
   uint32_t op_execs_count;
   TVMGraphExecutorFlatArg* flat_args;
   uint32_t flat_args_count;
