@@ -118,12 +118,15 @@ static void test_global_functions(void) {
   EXPECT_ERROR_MENTIONS("no system library");
 }
 
+static TVMModuleHandle g_mod;
+
 static void test_modules(void) {
   TVMModuleHandle mod = NULL, second;
   TVMFunctionHandle fh, getter;
   TVMValue args[3], ret;
   int codes[3] = {kTVMArgInt, 0, 0}, ret_code;
   EXPECT_EQ(TVMModCreateFromCModule(&kModule, &mod), 0);
+  g_mod = mod;
   EXPECT_EQ(TVMModGetFunction(mod, "twice", 0, &fh), 0);
   args[0].v_int64 = 21;
   EXPECT_EQ(TVMFuncCall(fh, args, codes, 1, &ret, &ret_code), 0);
@@ -280,6 +283,56 @@ static void test_platform_template_timer_and_random(void) {
   EXPECT_EQ(TVMFuncCall(fill, &arg, &code, 1, &ret, &ret_code), kTvmErrorFunctionCallWrongArgType);
 }
 
+static void test_time_evaluator(void) {
+  TVMFunctionHandle make, evaluator, stale, max_packet;
+  TVMValue args[12], ret;
+  int codes[12], rc, i;
+  TVMByteArray* result;
+  const char* fields[] = {"twice", "", ""};
+  for (i = 0; i < 12; ++i) {
+    codes[i] = kTVMArgInt;
+    args[i].v_int64 = 0;
+  }
+  codes[0] = kTVMModuleHandle;
+  args[0].v_handle = g_mod;
+  codes[1] = codes[11] = kTVMStr;
+  args[1].v_str = fields[0];
+  args[11].v_str = fields[1];
+  args[2].v_int64 = kDLCPU;
+  args[4].v_int64 = 2;  /* number */
+  args[5].v_int64 = 3;  /* repeat */
+  args[6].v_int64 = 1;  /* min_repeat_ms */
+  args[7].v_int64 = 100;
+  EXPECT_EQ(TVMFuncGetGlobal("runtime.RPCTimeEvaluator", &make), 0);
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), 0);
+  EXPECT_EQ(rc, kTVMPackedFuncHandle);
+  evaluator = ret.v_handle;
+  {
+    TVMValue x;
+    int x_code = kTVMArgInt;
+    x.v_int64 = 21;
+    EXPECT_EQ(TVMFuncCall(evaluator, &x, &x_code, 1, &ret, &rc), 0);
+  }
+  EXPECT_EQ(rc, kTVMBytes);
+  result = (TVMByteArray*)ret.v_handle;
+  EXPECT_EQ(result->size, 3 * sizeof(double));
+  for (i = 0; i < 3; ++i) EXPECT(((const double*)result->data)[i] > 0.0);
+  EXPECT_EQ(TVMByteArrayFree(result), 0);
+  /* A newer evaluator makes the older handle stale. */
+  stale = evaluator;
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), 0);
+  EXPECT_EQ(TVMFuncCall(stale, args, codes, 1, &ret, &rc), kTvmErrorTimeEvaluatorBadHandle);
+  args[8].v_int64 = 10; /* cooldown: the CRT cannot sleep */
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), kTvmErrorFunctionCallNotImplemented);
+  args[8].v_int64 = 0;
+  args[5].v_int64 = 0;
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), kTvmErrorFunctionCallInvalidArg);
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 11, &ret, &rc), kTvmErrorFunctionCallNumArguments);
+  EXPECT_EQ(TVMFuncGetGlobal("tvm.rpc.server.GetCRTMaxPacketSize", &max_packet), 0);
+  EXPECT_EQ(TVMFuncCall(max_packet, args, codes, 0, &ret, &rc), 0);
+  EXPECT_EQ(ret.v_int64, TVM_CRT_MAX_PACKET_SIZE_BYTES - 11);
+}
+
 static void test_last_error_truncation(void) {
   char big[1000];
   memset(big, 'e', sizeof(big) - 1);
@@ -305,6 +358,7 @@ int main(void) {
   RUN(test_arrays_and_workspace);
   RUN(test_serial_parallel_launch);
   RUN(test_platform_template_timer_and_random);
+  RUN(test_time_evaluator);
   RUN(test_last_error_truncation);
   return g_failures != 0;
 }
