@@ -33,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accepted for TVM compatibility: kiln serves sessions on threads")
     parser.add_argument("--init-module", action="append", default=[],
                         help="(kiln) a Python module name or .py file to run first")
+    parser.add_argument("--codec", default="v0.16", choices=["v0.16", "ffi"],
+                        help="(kiln) the clients' argument encoding: v0.16 (TVM <= 0.20, "
+                        "default) or ffi (apache-tvm >= 0.21)")
     parser.add_argument("--read-timeout", type=float, default=30.0,
                         help="(kiln) seconds a read inside a packet may wait (default 30)")
 
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         tracker = (host, int(port))
     server = Server(args.host, args.port, args.port_end, tracker_addr=tracker, key=args.key,
                     load_library=args.load_library, custom_addr=args.custom_addr,
-                    silent=args.silent, read_timeout=args.read_timeout)
+                    silent=args.silent, read_timeout=args.read_timeout, codec=args.codec)
     print(f"bind to {args.host}:{server.port}", file=sys.stderr, flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from kiln.rpc.protocol import (
+    FFI,
+    LEGACY,
     PROTOCOL_VERSION,
     RPC_CODE_DUPLICATE,
     RPC_CODE_MISMATCH,
@@ -83,6 +85,7 @@ class ClientEndpoint:
         self._pending_frees: collections.deque[tuple[int, int]] = collections.deque()
         self._closed: str | None = None
         self._max_transfer: int | None = None
+        self.codec = LEGACY  # until InitServer's reply shows the server's encoding
         with _SESSIONS_LOCK:
             self.index = len(_SESSIONS)
             _SESSIONS.append(self)
@@ -107,7 +110,7 @@ class ClientEndpoint:
         return self._decode_reply(reply, body, what)
 
     def _decode_reply(self, reply: int, body: memoryview, what: str) -> list[tuple[int, Any]]:
-        reader = Reader(body, f"RPC reply to {what}")
+        reader = Reader(body, f"RPC reply to {what}", self.codec)
         if reply == RPCCode.kReturn:
             values = reader.packed_seq()
             reader.end()
@@ -132,14 +135,34 @@ class ClientEndpoint:
             raise RPCError(f"RPC session {self.name} is closed ({self._closed})")
 
     def init_server(self) -> None:
+        """Send kInitServer; its void reply tells the server's packed-sequence encoding:
+        one value of type 4 (kTVMNullptr, TVM <= 0.20) or 0 (kTVMFFINone, >= 0.21)."""
         writer = Writer()
         writer.string(PROTOCOL_VERSION.encode())
-        writer.packed_seq([])
-        self._request(RPCCode.kInitServer, writer, "InitServer")
+        writer.i32(0)  # no session constructor: the same bytes in both encodings
+        try:
+            write_packet(self.channel, RPCCode.kInitServer, writer)
+            packet = read_packet(self.channel)
+        except RPCError as err:
+            raise self._lost("InitServer", err) from None
+        if packet is None:
+            raise self._lost("InitServer", "the server closed the connection")
+        code, body = packet
+        if code == RPCCode.kReturn and bytes(body) == struct.pack("<ii", 1, 0):
+            self.codec = FFI
+        elif code != RPCCode.kReturn or bytes(body) != struct.pack("<ii", 1, 4):
+            for codec in (LEGACY, FFI):  # an exception: report its message
+                self.codec = codec
+                try:
+                    self._decode_reply(code, body, "InitServer")
+                except RPCError as err:
+                    if "Error caught" in str(err):
+                        raise
+            raise self._lost("InitServer", f"unexpected reply {bytes(body)[:32].hex()}")
 
     def call(self, handle: int, args: tuple, what: str = "a remote call") -> Any:
         """Call the remote function ``handle``; the decoded return value."""
-        writer = Writer()
+        writer = Writer(self.codec)
         writer.packed_seq([self._encode_arg(arg) for arg in args])
         writer.parts.insert(0, struct.pack("<Q", handle))
         writer.size += 8
@@ -147,7 +170,7 @@ class ClientEndpoint:
         return self._decode_return(values, what)
 
     def syscall(self, code: RPCCode, *args: tuple[int, Any]) -> Any:
-        writer = Writer()
+        writer = Writer(self.codec)
         writer.packed_seq(list(args))
         values = self._request(code, writer, code.name)
         if len(values) != 1:
@@ -219,12 +242,13 @@ class ClientEndpoint:
     def _flush_frees(self) -> None:
         while self._pending_frees:
             handle, type_code = self._pending_frees.popleft()
-            writer = Writer()
+            writer = Writer(self.codec)
             if type_code == -1:
                 writer.packed_seq([(TypeCode.DEVICE, Device(1, 0)), (TypeCode.HANDLE, handle)])
                 self._exchange(RPCCode.kDevFreeData, writer, "DevFreeData")
             else:
-                writer.packed_seq([(TypeCode.HANDLE, handle), (TypeCode.INT, type_code)])
+                args = [(TypeCode.HANDLE, handle), (TypeCode.INT, type_code)]
+                writer.packed_seq(args if self.codec.free_handle_takes_type_code else args[:1])
                 self._exchange(RPCCode.kFreeHandle, writer, "FreeHandle")
 
     def close(self) -> None:
@@ -309,7 +333,7 @@ class ClientEndpoint:
     def _decode_return(self, values: list[tuple[int, Any]], what: str) -> Any:
         if not values or values[0][0] != TypeCode.INT:
             raise self._lost(what, "a call reply lacks its return type code")
-        type_code = values[0][1]
+        type_code = self.codec.return_type_code(values[0][1])
         if type_code == TypeCode.NULL:
             return None
         if type_code == TypeCode.NDARRAY_HANDLE and len(values) == 3:

@@ -46,6 +46,10 @@ __all__ = [
     "Reader",
     "write_packet",
     "read_packet",
+    "Codec",
+    "LEGACY",
+    "FFI",
+    "CODECS",
     "send_handshake_int",
     "recv_handshake_int",
 ]
@@ -239,13 +243,15 @@ class RemoteRef:
 
 
 class Writer:
-    """Builds one packet body; :meth:`packet` prepends the length and code."""
+    """Builds one packet body; :meth:`packet` prepends the length and code. Packed sequences
+    are written in ``codec``'s encoding."""
 
-    __slots__ = ("parts", "size")
+    __slots__ = ("parts", "size", "codec")
 
-    def __init__(self) -> None:
+    def __init__(self, codec: Codec | None = None) -> None:
         self.parts: list[bytes | bytearray | memoryview] = []
         self.size = 0
+        self.codec = codec or LEGACY
 
     def raw(self, data: bytes | bytearray | memoryview) -> None:
         self.parts.append(data)
@@ -272,11 +278,8 @@ class Writer:
                  + struct.pack(f"<{ndim}q", *meta.shape) + _U64.pack(meta.byte_offset))
 
     def packed_seq(self, values: list[tuple[int, Any]]) -> None:
-        """Write ``(type_code, value)`` pairs as a packed sequence."""
-        self.i32(len(values))
-        self.raw(struct.pack(f"<{len(values)}i", *(code for code, _ in values)))
-        for code, value in values:
-            _WRITERS[code](self, value)
+        """Write ``(type_code, value)`` pairs (TVM v0.16 type codes) as a packed sequence."""
+        self.codec.write_seq(self, values)
 
     def packet(self, code: int) -> list[bytes | bytearray | memoryview]:
         return [_HEADER.pack(self.size + 4, code), *self.parts]
@@ -304,6 +307,121 @@ _WRITERS = {
 }
 
 
+# ---- packed-sequence codecs -----------------------------------------------------------------
+
+
+class Codec:
+    """One encoding of packed sequences; kiln's side always uses TVM v0.16 type codes."""
+
+    name = ""
+    free_handle_takes_type_code = True  # kFreeHandle(handle, type code) vs (handle)
+
+    def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        raise NotImplementedError
+
+    def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
+        raise NotImplementedError
+
+    def return_index(self, type_code: int) -> int:
+        """The first value of a call's return (the type of what follows) on the wire."""
+        return type_code
+
+    def return_type_code(self, index: int) -> int:
+        return index
+
+
+class LegacyCodec(Codec):
+    """TVM <= 0.20: ``i32 n``, all ``n`` type codes, then the payloads."""
+
+    name = "v0.16"
+
+    def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        writer.i32(len(values))
+        writer.raw(struct.pack(f"<{len(values)}i", *(code for code, _ in values)))
+        for code, value in values:
+            _WRITERS[code](writer, value)
+
+    def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
+        codes = struct.unpack(f"<{count}i", reader.take(4 * count))
+        values = []
+        for code in codes:
+            read = _READERS.get(code)
+            if read is None:
+                raise RPCError(f"{reader.what}: unknown argument type code {code}")
+            values.append((code, read(reader)))
+        return values
+
+
+# tvm-ffi TypeIndex values (apache-tvm >= 0.21) <-> v0.16 type codes.
+_FFI_OF_CODE = {
+    TypeCode.NULL: 0, TypeCode.INT: 1, TypeCode.UINT: 1, TypeCode.FLOAT: 3,
+    TypeCode.HANDLE: 4, TypeCode.DATATYPE: 5, TypeCode.DEVICE: 6,
+    TypeCode.DLTENSOR_HANDLE: 7, TypeCode.STR: 8, TypeCode.BYTES: 9,
+    TypeCode.PACKED_FUNC_HANDLE: 68, TypeCode.MODULE_HANDLE: 73,
+}
+_CODE_OF_FFI = {0: TypeCode.NULL, 1: TypeCode.INT, 2: TypeCode.INT, 3: TypeCode.FLOAT,
+                4: TypeCode.HANDLE, 5: TypeCode.DATATYPE, 6: TypeCode.DEVICE,
+                7: TypeCode.DLTENSOR_HANDLE, 8: TypeCode.STR, 9: TypeCode.BYTES,
+                68: TypeCode.PACKED_FUNC_HANDLE, 73: TypeCode.MODULE_HANDLE}
+# what a return's first value names: the type of the value, not of its wire form
+_FFI_RETURN_OF_CODE = {**_FFI_OF_CODE, TypeCode.STR: 65, TypeCode.BYTES: 66,
+                       TypeCode.NDARRAY_HANDLE: 70, TypeCode.OBJECT_HANDLE: 64}
+_CODE_OF_FFI_RETURN = {**_CODE_OF_FFI, 11: TypeCode.STR, 65: TypeCode.STR,
+                       12: TypeCode.BYTES, 66: TypeCode.BYTES, 70: TypeCode.NDARRAY_HANDLE}
+_FFI_STR, _FFI_BYTES, _FFI_OBJECT_BEGIN = 65, 66, 64
+
+
+class FFICodec(Codec):
+    """apache-tvm >= 0.21 (PR #17931): per argument ``i32 type_index`` + payload, tvm-ffi
+    type indices; String/Bytes objects as ``u32 index, u64 len, bytes``."""
+
+    name = "ffi"
+    free_handle_takes_type_code = False
+
+    def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        writer.i32(len(values))
+        for code, value in values:
+            index = _FFI_OF_CODE.get(code)
+            if index is None:
+                raise RPCError(f"type code {code} cannot be sent to an apache-tvm >= 0.21 peer")
+            writer.i32(index)
+            _WRITERS[code](writer, value)
+
+    def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
+        values = []
+        for _ in range(count):
+            index = reader.i32()
+            code = _CODE_OF_FFI.get(index)
+            if code is not None:
+                values.append((code, _READERS[code](reader)))
+            elif index in (11, 12) or index >= _FFI_OBJECT_BEGIN:
+                inner = reader.unpack(_U32)
+                if inner == _FFI_STR:
+                    values.append((TypeCode.STR, reader.text()))
+                elif inner == _FFI_BYTES:
+                    values.append((TypeCode.BYTES, bytes(reader.string())))
+                else:
+                    raise RPCError(f"{reader.what}: object type index {inner} cannot cross "
+                                   "RPC here")
+            else:
+                raise RPCError(f"{reader.what}: unknown argument type index {index}")
+        return values
+
+    def return_index(self, type_code: int) -> int:
+        return _FFI_RETURN_OF_CODE[type_code]
+
+    def return_type_code(self, index: int) -> int:
+        code = _CODE_OF_FFI_RETURN.get(index)
+        if code is None:
+            return TypeCode.OBJECT_HANDLE if index >= _FFI_OBJECT_BEGIN else -1
+        return code
+
+
+LEGACY = LegacyCodec()
+FFI = FFICodec()
+CODECS = {LEGACY.name: LEGACY, FFI.name: FFI}
+
+
 def write_packet(channel: Channel, code: int, writer: Writer | None = None) -> None:
     """Send one packet (``writer`` holds the body; None for an empty body)."""
     channel.send(*(writer or Writer()).packet(code))
@@ -315,10 +433,12 @@ def write_packet(channel: Channel, code: int, writer: Writer | None = None) -> N
 class Reader:
     """Reads fields from one received packet body; every read is bounds-checked."""
 
-    __slots__ = ("buf", "pos", "what")
+    __slots__ = ("buf", "pos", "what", "codec")
 
-    def __init__(self, buf: bytes | bytearray | memoryview, what: str = "RPC packet") -> None:
+    def __init__(self, buf: bytes | bytearray | memoryview, what: str = "RPC packet",
+                 codec: Codec | None = None) -> None:
         self.buf, self.pos, self.what = memoryview(buf), 0, what
+        self.codec = codec or LEGACY
 
     def remaining(self) -> int:
         return len(self.buf) - self.pos
@@ -373,18 +493,11 @@ class Reader:
         return TensorMeta(data, dev, shape, dtype, self.u64())
 
     def packed_seq(self) -> list[tuple[int, Any]]:
-        """``(type_code, value)`` pairs; handles stay integers (the caller resolves them)."""
+        """``(type_code, value)`` pairs (v0.16 type codes); handles stay integers."""
         count = self.i32()
         if not 0 <= count <= MAX_ARGS or 4 * count > self.remaining():
             raise RPCError(f"{self.what}: invalid argument count {count}")
-        codes = struct.unpack(f"<{count}i", self.take(4 * count))
-        values = []
-        for code in codes:
-            reader = _READERS.get(code)
-            if reader is None:
-                raise RPCError(f"{self.what}: unknown argument type code {code}")
-            values.append((code, reader(self)))
-        return values
+        return self.codec.read_seq(self, count)
 
     def end(self) -> None:
         if self.remaining():

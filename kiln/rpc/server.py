@@ -29,9 +29,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.rpc.protocol import (
+    CODECS,
     RPC_CODE_MISMATCH,
     RPC_CODE_SUCCESS,
     RPC_MAGIC,
+    Codec,
     RPCCode,
     SocketChannel,
     Writer,
@@ -79,7 +81,10 @@ class Server:
                  no_fork: bool = True,
                  server_init_callback: Callable[[], None] | None = None,
                  reuse_addr: bool = True, timeout: float | None = None,
-                 read_timeout: float = 30.0) -> None:
+                 read_timeout: float = 30.0, codec: str = "v0.16") -> None:
+        if codec not in CODECS:
+            raise TVMError(f"unknown RPC codec {codec!r}; choose one of {sorted(CODECS)}")
+        self.codec = CODECS[codec]
         if is_proxy:
             raise TVMError("kiln's RPC server cannot register through a proxy (is_proxy)")
         if tracker_addr and not key:
@@ -152,12 +157,12 @@ class Server:
         workdir = tempfile.mkdtemp(prefix="kiln-rpc-")
         watchdog = None
         if timeout:
-            watchdog = threading.Timer(timeout, _expire, args=(channel, timeout))
+            watchdog = threading.Timer(timeout, _expire, args=(channel, timeout, self.codec))
             watchdog.daemon = True
             watchdog.start()
         logger.info("connection from %s", peer)
         try:
-            ServingSession(channel, workdir, idle_timeout=self.timeout).serve()
+            ServingSession(channel, workdir, self.timeout, self.codec).serve()
         finally:
             if watchdog is not None:
                 watchdog.cancel()
@@ -188,9 +193,9 @@ def _session_timeout(text: str | None) -> float:
         return 0.0
 
 
-def _expire(channel: SocketChannel, timeout: float) -> None:
+def _expire(channel: SocketChannel, timeout: float, codec: Codec) -> None:
     """End a session that outlived its timeout with TVM's message."""
-    writer = Writer()
+    writer = Writer(codec)
     writer.packed_seq([(TypeCode.STR, f"RPCSessionTimeoutError: Your {timeout}s session has "
                                       "expired, try to increase the \"session_timeout\" "
                                       "value.")])

@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from kiln.rpc.protocol import (
+    LEGACY,
     PROTOCOL_VERSION,
     Channel,
+    Codec,
     Handle,
     Reader,
     RemoteRef,
@@ -101,12 +103,14 @@ class ServingSession:
     """Serves one RPC peer over ``channel`` with files in ``workdir``.
 
     ``idle_timeout`` bounds the wait between requests (None: wait for the peer forever, as
-    TVM does); reads inside a packet use the channel's own timeout.
+    TVM does); reads inside a packet use the channel's own timeout. ``codec`` is the peer's
+    packed-sequence encoding (TVM v0.16's, or apache-tvm >= 0.21's ``FFI``).
     """
 
     def __init__(self, channel: Channel, workdir: str | os.PathLike,
-                 idle_timeout: float | None = None) -> None:
+                 idle_timeout: float | None = None, codec: Codec = LEGACY) -> None:
         self.channel = channel
+        self.codec = codec
         self.workdir = Path(workdir)
         self.idle_timeout = idle_timeout
         self.handles: dict[int, Any] = {}
@@ -147,7 +151,7 @@ class ServingSession:
             code, body = packet
             if code == RPCCode.kShutdown:
                 return
-            reader = Reader(body, f"RPC packet (code {code})")
+            reader = Reader(body, f"RPC packet (code {code})", self.codec)
             handler = self._handlers.get(code)
             if handler is not None:
                 handler(reader)
@@ -163,13 +167,16 @@ class ServingSession:
         except Exception as err:  # the remote caller gets the message, the session lives
             message = f"{type(err).__name__}: {err}" if not isinstance(err, TVMError) else str(
                 err)
-            writer = Writer()
-            writer.packed_seq([(TypeCode.STR, message)])
-            write_packet(self.channel, RPCCode.kException, writer)
+            self._exception(message)
             return
-        writer = Writer()
+        writer = Writer(self.codec)
         writer.packed_seq(values)
         write_packet(self.channel, RPCCode.kReturn, writer)
+
+    def _exception(self, message: str) -> None:
+        writer = Writer(self.codec)
+        writer.packed_seq([(TypeCode.STR, message)])
+        write_packet(self.channel, RPCCode.kException, writer)
 
     # ---- requests ----------------------------------------------------------------------------
 
@@ -197,7 +204,9 @@ class ServingSession:
         def run() -> list[tuple[int, Any]]:
             func = self._lookup(handle, PackedFunc, "function")
             result = func(*[self._decode_arg(code, value) for code, value in args])
-            return encode_return(result, self._register)
+            values = encode_return(result, self._register)
+            values[0] = (TypeCode.INT, self.codec.return_index(values[0][1]))
+            return values
 
         self._respond(run)
 
@@ -208,9 +217,7 @@ class ServingSession:
         try:
             data = self._memory(meta, nbytes)
         except TVMError as err:
-            writer = Writer()
-            writer.packed_seq([(TypeCode.STR, str(err))])
-            write_packet(self.channel, RPCCode.kException, writer)
+            self._exception(str(err))
             return
         writer = Writer()
         writer.raw(data.data)
@@ -246,7 +253,7 @@ class ServingSession:
             name, allow_missing=True)
         return None if func is None else Handle(self._register(func))
 
-    def _free_handle(self, handle: int, type_code: int) -> None:
+    def _free_handle(self, handle: int, type_code: int | None = None) -> None:
         value = self.handles.pop(handle, None)
         if value is None:
             raise TVMError(f"FreeHandle: unknown handle 0x{handle:x}")
