@@ -21,6 +21,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from enum import IntEnum
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "Channel",
     "SocketChannel",
     "ChannelClosed",
+    "ChannelTimeout",
     "Handle",
     "TensorMeta",
     "Writer",
@@ -111,8 +113,21 @@ class ChannelClosed(RPCError):
         self.received = received
 
 
+class ChannelTimeout(RPCError):
+    """No data came within the channel's timeout; ``received`` counts the bytes of the
+    interrupted read that did arrive."""
+
+    def __init__(self, message: str, received: int = 0) -> None:
+        super().__init__(message)
+        self.received = received
+
+
 class Channel:
-    """A byte pipe with a timeout: what the protocol engine needs from a transport."""
+    """A byte pipe with a timeout: what the protocol engine needs from a transport.
+
+    ``recv_into`` raises :class:`ChannelClosed` on EOF and :class:`ChannelTimeout` when the
+    timeout passes; both carry how many bytes of the view did arrive.
+    """
 
     timeout: float | None = None
 
@@ -129,48 +144,78 @@ class Channel:
 
 
 class SocketChannel(Channel):
-    """A :class:`Channel` over a connected stream socket; every read and write has a timeout."""
+    """A :class:`Channel` over a connected stream socket; every read and write has a timeout.
+
+    Small reads go through a 64 KiB buffer, so a short packet (header and body) costs one
+    ``recv``; large reads land directly in the caller's memory.
+    """
+
+    _CHUNK = 65536
 
     def __init__(self, sock: socket.socket, timeout: float | None, peer: str = "") -> None:
         self.sock = sock
         self.peer = peer or _peer_name(sock)
         self.timeout = timeout
         self._send_lock = threading.Lock()
-        sock.settimeout(timeout)
+        self._chunk = bytearray(self._CHUNK)
+        self._pending = memoryview(b"")  # received, not yet consumed
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.set_timeout(timeout)
 
     def set_timeout(self, timeout: float | None) -> None:
+        """Bound every send and receive by ``timeout`` seconds (None: no bound).
+
+        The bound is the kernel's (SO_RCVTIMEO/SO_SNDTIMEO) on a blocking socket: Python's
+        own socket timeout would add a poll() before every send and receive, which costs a
+        third of an empty call's round trip.
+        """
         self.timeout = timeout
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(None)
+        seconds = 0.0 if timeout is None else max(timeout, 1e-3)
+        value = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
     def send(self, *parts: bytes | bytearray | memoryview) -> None:
-        if len(parts) > 1 and sum(len(p) for p in parts) < 65536:
+        if len(parts) > 1 and sum(len(p) for p in parts) < self._CHUNK:
             parts = (b"".join(parts),)  # one segment for small packets
         try:
             with self._send_lock:
                 for part in parts:
                     self.sock.sendall(part)
-        except TimeoutError:
-            raise RPCError(f"RPC channel to {self.peer}: send timed out after "
-                           f"{self.timeout}s") from None
+        except (TimeoutError, BlockingIOError):
+            raise ChannelTimeout(f"RPC channel to {self.peer}: send timed out after "
+                                 f"{self.timeout}s") from None
         except OSError as err:
             raise ChannelClosed(f"RPC channel to {self.peer} failed while sending: "
                                 f"{err}") from None
 
     def recv_into(self, view: memoryview) -> None:
         got, total = 0, len(view)
+        if self._pending:
+            got = min(total, len(self._pending))
+            view[:got] = self._pending[:got]
+            self._pending = self._pending[got:]
         while got < total:
+            need = total - got
+            small = need < self._CHUNK
             try:
-                n = self.sock.recv_into(view[got:])
-            except TimeoutError:
-                raise RPCError(f"RPC channel to {self.peer}: no data for {self.timeout}s "
-                               f"(got {got} of {total} bytes); the peer is stuck or "
-                               "gone") from None
+                n = self.sock.recv_into(self._chunk if small else view[got:])
+            except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO passed: EAGAIN
+                raise ChannelTimeout(f"RPC channel to {self.peer}: no data for "
+                                     f"{self.timeout}s (got {got} of {total} bytes); the "
+                                     "peer is stuck or gone", got) from None
             except OSError as err:
                 raise ChannelClosed(f"RPC channel to {self.peer} failed: {err}", got) from None
             if n == 0:
                 raise ChannelClosed(f"RPC channel to {self.peer} closed by the peer "
                                     f"(got {got} of {total} bytes)", got)
+            if small:
+                take = min(n, need)
+                view[got:got + take] = self._chunk[:take]
+                if n > take:
+                    self._pending = memoryview(bytes(self._chunk[take:n]))
+                n = take
             got += n
 
     def close(self) -> None:
@@ -540,25 +585,26 @@ def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
     """Receive one packet: ``(code, body after the code)``, or None on a clean EOF between
     packets.
 
-    ``idle_timeout`` (when not -1) bounds the wait for the first byte of the packet; the rest
-    is read under the channel's own timeout. A zero length is skipped, as TVM does.
+    Reads use the channel's timeout. ``idle_timeout`` (when not -1) is how long to wait for a
+    packet to begin, in as many channel timeouts as it takes (None: wait forever, as a server
+    waits for its client). A zero length is skipped, as TVM does.
     """
     header = bytearray(8)
     view = memoryview(header)
+    waited_since = time.monotonic()
     while True:
-        saved = channel.timeout
-        if idle_timeout != -1.0 and isinstance(channel, SocketChannel):
-            channel.set_timeout(idle_timeout)
         try:
-            channel.recv_into(view[:1])
+            channel.recv_into(view)
         except ChannelClosed as err:
             if err.received == 0:
                 return None
             raise
-        finally:
-            if idle_timeout != -1.0 and isinstance(channel, SocketChannel):
-                channel.set_timeout(saved)
-        channel.recv_into(view[1:])
+        except ChannelTimeout as err:
+            idle = time.monotonic() - waited_since
+            if err.received == 0 and idle_timeout != -1.0 and (
+                    idle_timeout is None or idle < idle_timeout):
+                continue
+            raise
         nbytes = _U64.unpack(header)[0]
         if nbytes:
             break
