@@ -296,6 +296,8 @@ class ClientEndpoint:
         if arg is None:
             return (TypeCode.NULL, None)
         if isinstance(arg, (bool, int, np.integer)):
+            if not -(1 << 63) <= arg < 1 << 63:
+                raise TVMError(f"integer argument {arg} does not fit in int64")
             return (TypeCode.INT, int(arg))
         if isinstance(arg, (float, np.floating)):
             return (TypeCode.FLOAT, float(arg))

@@ -25,6 +25,8 @@ import time
 from enum import IntEnum
 from typing import Any
 
+import numpy as np
+
 from kiln.runtime.device import Device
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import RPCError
@@ -611,6 +613,9 @@ def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
     if not 4 <= nbytes <= max_bytes:
         raise RPCError(f"RPC packet length {nbytes} is out of range (4..{max_bytes}): "
                        "garbage on the channel")
-    body = bytearray(nbytes)
+    try:  # uninitialized: the pages of a bare huge length are never touched
+        body = np.empty(nbytes, np.uint8)
+    except MemoryError:
+        raise RPCError(f"cannot hold an RPC packet of {nbytes} bytes") from None
     channel.recv_into(memoryview(body))
     return _I32.unpack_from(body)[0], memoryview(body)[4:]

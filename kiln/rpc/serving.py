@@ -51,6 +51,7 @@ __all__ = ["ServingSession", "encode_return", "confined_path", "session_globals"
            "rpc_time_evaluator"]
 
 _ALIGNMENT = 64
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _KIND_CODES = ((Module, TypeCode.MODULE_HANDLE), (PackedFunc, TypeCode.PACKED_FUNC_HANDLE))
 
 
@@ -74,6 +75,8 @@ def encode_return(value: Any, register: Callable[[Any], int]) -> list[tuple[int,
     if value is None:
         return [(TypeCode.INT, TypeCode.NULL), (TypeCode.NULL, None)]
     if isinstance(value, (bool, int, np.integer)):
+        if not _INT64_MIN <= value <= _INT64_MAX:
+            raise TVMError(f"return value {value} does not fit in int64")
         return [(TypeCode.INT, TypeCode.INT), (TypeCode.INT, int(value))]
     if isinstance(value, (float, np.floating)):
         return [(TypeCode.INT, TypeCode.FLOAT), (TypeCode.FLOAT, float(value))]
@@ -163,14 +166,13 @@ class ServingSession:
     def _respond(self, run: Callable[[], list[tuple[int, Any]]]) -> None:
         """Run a request; send its return values, or its error as kException."""
         try:
-            values = run()
+            writer = Writer(self.codec)
+            writer.packed_seq(run())
         except Exception as err:  # the remote caller gets the message, the session lives
             message = f"{type(err).__name__}: {err}" if not isinstance(err, TVMError) else str(
                 err)
             self._exception(message)
             return
-        writer = Writer(self.codec)
-        writer.packed_seq(values)
         write_packet(self.channel, RPCCode.kReturn, writer)
 
     def _exception(self, message: str) -> None:
