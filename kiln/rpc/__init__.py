@@ -11,8 +11,8 @@ Example
 >>> server = rpc.Server(port=9091, port_end=9199)
 >>> remote = rpc.connect("127.0.0.1", server.port)
 >>> x = kiln.nd.array(np.arange(4, dtype="float32"), remote.cpu(0))
->>> x.device, x.numpy()
-(remote[...]:cpu(0), array([0., 1., 2., 3.], dtype=float32))
+>>> x.device == remote.cpu(0), x.numpy()
+(True, array([0., 1., 2., 3.], dtype=float32))
 >>> remote.close(); server.terminate()
 """
 
