@@ -215,16 +215,12 @@ def _run_model(compiled: AOTCompiledTestModel, interface_api: str,
         raise ValueError(f"model {name!r}: no test data for {missing}; the build's inputs are "
                          f"{ins} and its outputs {outs}")
     if interface_api == "c":
+        lines, pools_arg = _external_pools(factory)
         if use_workspace_io:
-            pool = f"{name}_pool"
-            macro = f"TVMGEN_{name}_GLOBAL_WORKSPACE_WORKSPACE_POOL_SIZE".upper()
-            lines = [f"  static uint8_t {pool}[{macro}] __attribute__((aligned(16)));",
-                     f"  struct tvmgen_{name}_workspace_pools {name}_pools = "
-                     f"{{.global_workspace = {pool}}};",
-                     f"  struct tvmgen_{name}_inputs {name}_in = "
-                     f"tvmgen_{name}_map_inputs(&{name}_pools);",
-                     f"  struct tvmgen_{name}_outputs {name}_out = "
-                     f"tvmgen_{name}_map_outputs(&{name}_pools);"]
+            lines += [f"  struct tvmgen_{name}_inputs {name}_in = "
+                      f"tvmgen_{name}_map_inputs(&{name}_pools);",
+                      f"  struct tvmgen_{name}_outputs {name}_out = "
+                      f"tvmgen_{name}_map_outputs(&{name}_pools);"]
             lines += [f"  for (size_t i = 0; i < sizeof({data[n]}); ++i) "
                       f"((uint8_t*){name}_in.{_sanitize(n)})[i] = ((uint8_t*){data[n]})[i];"
                       for n in ins]
@@ -235,9 +231,10 @@ def _run_model(compiled: AOTCompiledTestModel, interface_api: str,
             return lines
         init_in = ", ".join(f".{_sanitize(n)} = {data[n]}" for n in ins)
         init_out = ", ".join(f".{_sanitize(n)} = {data[n]}" for n in outs)
-        return [f"  struct tvmgen_{name}_inputs {name}_in = {{{init_in}}};",
-                f"  struct tvmgen_{name}_outputs {name}_out = {{{init_out}}};",
-                f"  if (tvmgen_{name}_run(&{name}_in, &{name}_out) != 0){fail}"]
+        return lines + [f"  struct tvmgen_{name}_inputs {name}_in = {{{init_in}}};",
+                        f"  struct tvmgen_{name}_outputs {name}_out = {{{init_out}}};",
+                        f"  if (tvmgen_{name}_run(&{name}_in, &{name}_out{pools_arg}) != 0)"
+                        f"{fail}"]
     # packed interface: DLTensors, as the C AOT executor passes them
     lines = []
     specs = list(factory.plan.inputs) + list(factory.plan.outputs)
@@ -258,6 +255,29 @@ def _run_model(compiled: AOTCompiledTestModel, interface_api: str,
               f"  if ({_mangle(name, 'run')}({name}_args, {name}_codes, {n}, &{name}_ret, "
               f"&{name}_ret_code, NULL) != 0){fail}"]
     return lines
+
+
+def _external_pools(factory: Any) -> tuple[list[str], str]:
+    """C lines declaring the pools the application provides (sized and, for constants,
+    filled by the header's macros) and the run call's extra argument."""
+    name = factory.libmod_name
+    external = [p for p in factory.aot.pools if not p.internal]
+    if not external:
+        return [], ""
+    lines, members = [], []
+    for pool in external:
+        prefix = f"TVMGEN_{name}_{_sanitize(pool.name)}".upper()
+        array = f"{name}_{pool.name}"
+        if pool.constant:
+            lines.append(f"  static uint8_t {array}[{prefix}_CONSTANT_POOL_SIZE] "
+                         f"__attribute__((aligned(16))) = {{{prefix}_CONSTANT_POOL_DATA}};")
+        else:
+            lines.append(f"  static uint8_t {array}[{prefix}_WORKSPACE_POOL_SIZE + 1] "
+                         "__attribute__((aligned(16)));")
+        members.append(f".{_sanitize(pool.name)} = {array}")
+    lines.append(f"  struct tvmgen_{name}_workspace_pools {name}_pools = "
+                 f"{{{', '.join(members)}}};")
+    return lines, f", &{name}_pools"
 
 
 def _compare(compiled: AOTCompiledTestModel, print_output_on_mismatch: bool) -> list[str]:

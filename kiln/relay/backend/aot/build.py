@@ -100,9 +100,39 @@ def _target_comment(source: str, target: Any) -> str:
     return f"/* kiln kernels for target: {target} */\n" + source
 
 
-def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime,
-              mod_name: str) -> Any:
-    """Generate the AOT executor of a fused module; returns an AOTExecutorFactoryModule."""
+def _pool_settings(workspace_pools: Any, constant_pools: Any, interface: str,
+                   usmp: bool) -> tuple[dict[str, Any], list[int | None]]:
+    """AotOptions fields and workspace pool limits for user-given memory pools."""
+    from kiln.ir.memory_pools import ConstantMemoryPools, WorkspaceMemoryPools
+
+    fields: dict[str, Any] = {}
+    limits: list[int | None] = [None]
+    if workspace_pools is not None:
+        if not isinstance(workspace_pools, WorkspaceMemoryPools):
+            raise TVMError("workspace_memory_pools must be a WorkspaceMemoryPools, got "
+                           f"{type(workspace_pools).__name__}")
+        if not usmp:
+            raise TVMError("workspace_memory_pools need the planner (tir.usmp.enable)")
+        names = [p.pool_name for p in workspace_pools.pools]
+        limits = [None if p.size_hint_bytes < 0 else p.size_hint_bytes
+                  for p in workspace_pools.pools]
+        fields.update(workspace_pools=tuple(names), user_workspace_pools=True)
+    if constant_pools is not None:
+        if not isinstance(constant_pools, ConstantMemoryPools):
+            raise TVMError("constant_memory_pools must be a ConstantMemoryPools, got "
+                           f"{type(constant_pools).__name__}")
+        if interface != "c":
+            raise TVMError("constant_memory_pools need interface-api 'c': the application "
+                           "fills the pool from TVMGEN_<MOD>_<POOL>_CONSTANT_POOL_DATA")
+        fields.update(constant_pool=constant_pools.pools[0].pool_name, user_constant_pool=True)
+    return fields, limits
+
+
+def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_name: str,
+              workspace_pools: Any = None, constant_pools: Any = None) -> Any:
+    """Generate the AOT executor of a fused module; returns an AOTExecutorFactoryModule.
+    ``workspace_pools`` / ``constant_pools`` are the user's ``WorkspaceMemoryPools`` /
+    ``ConstantMemoryPools`` (pools the application provides)."""
     from kiln.relay.backend.executor_factory import AOTExecutorFactoryModule
     from kiln.target.source_module import CSourceModule
 
@@ -116,6 +146,7 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime,
                        f"{interface!r}) and tir.usmp.enable (got {usmp}): the application "
                        "finds its inputs and outputs in the pool through "
                        "tvmgen_<mod>_map_inputs/map_outputs of the C interface")
+    pool_fields, limits = _pool_settings(workspace_pools, constant_pools, interface, usmp)
     link_params = executor["link-params"]
     compiler = TECompiler(target, mod_name)
     main = mod["main"]
@@ -133,10 +164,11 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime,
                     mod_name, algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
                     workspace_alignment=executor.get("workspace-byte-alignment", 16),
                     constant_alignment=executor.get("constant-byte-alignment", 16),
-                    use_workspace_io=use_io, scratch=scratch)
+                    use_workspace_io=use_io, scratch=scratch, pool_limits=limits)
     options = AotOptions(interface, unpacked, runtime.name, bool(runtime.get("system-lib")),
                          usmp, executor.get("workspace-byte-alignment", 16),
-                         executor.get("constant-byte-alignment", 16), str(target))
+                         executor.get("constant-byte-alignment", 16), str(target),
+                         **pool_fields)
     if runtime.name == "crt":
         kernel_source, kernel_names = emit_crt_kernels(compiler)
         aot = emit_aot(plan, options, kernel_names)

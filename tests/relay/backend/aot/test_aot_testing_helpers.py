@@ -78,3 +78,58 @@ def test_micro_targets():
         get_target("qemu-cortex-m", "uno")
     with pytest.raises(ValueError, match="`board` type is required"):
         get_target("qemu-cortex-m")
+
+
+def test_user_memory_pools_are_provided_by_the_application():
+    from kiln.ir.memory_pools import (
+        ConstantMemoryPools,
+        ConstantPoolInfo,
+        PoolInfoProperties,
+        WorkspaceMemoryPools,
+        WorkspacePoolInfo,
+    )
+    from kiln.testing.aot import compile_models, run_and_check
+
+    mod, inputs = _conv_model(), _inputs()
+    target = tvm.target.Target("c")
+    workspace = WorkspaceMemoryPools([
+        WorkspacePoolInfo("sram", [target], PoolInfoProperties(size_hint_bytes=200)),
+        WorkspacePoolInfo("dram", [target])])
+    constants = ConstantMemoryPools([ConstantPoolInfo("flash", [target])])
+    model = AOTTestModel(module=mod, inputs=inputs, outputs=generate_ref_data(mod, inputs))
+    [compiled] = compile_models(model, "c", True, workspace_memory_pools=workspace,
+                                constant_memory_pools=constants)
+    factory = compiled.executor_factory
+    header = factory.header
+    assert "#define TVMGEN_DEFAULT_SRAM_WORKSPACE_POOL_SIZE" in header
+    assert "#define TVMGEN_DEFAULT_FLASH_CONSTANT_POOL_DATA" in header
+    assert "struct tvmgen_default_workspace_pools* workspace_pools" in header
+    sizes = dict(zip(("sram", "dram"), factory.plan.workspace.sizes))
+    assert sizes["sram"] <= 200 and sizes["dram"] > 0  # the small pool filled first
+    assert run_and_check([compiled], AOT_DEFAULT_RUNNER, "c")
+
+
+def test_memory_pool_errors():
+    from kiln.ir.memory_pools import (
+        ConstantMemoryPools,
+        ConstantPoolInfo,
+        PoolInfoProperties,
+        WorkspaceMemoryPools,
+        WorkspacePoolInfo,
+    )
+    from kiln.relay.backend import Executor, Runtime
+
+    tiny = WorkspaceMemoryPools([WorkspacePoolInfo("sram", [], PoolInfoProperties(16))])
+    with pytest.raises(tvm.TVMError, match="do not fit the workspace pools"):
+        relay.build(_conv_model(), "c", runtime=Runtime("crt"), workspace_memory_pools=tiny,
+                    executor=Executor("aot", {"interface-api": "c", "unpacked-api": True}))
+    with pytest.raises(tvm.TVMError, match="planned by the AOT executor"):
+        relay.build(_conv_model(), "c", workspace_memory_pools=tiny)
+    constants = ConstantMemoryPools([ConstantPoolInfo("flash")])
+    with pytest.raises(tvm.TVMError, match="constant_memory_pools need interface-api 'c'"):
+        relay.build(_conv_model(), "c", runtime=Runtime("crt"), executor=Executor("aot"),
+                    constant_memory_pools=constants)
+    with pytest.raises(tvm.TVMError, match="pool name must be a C identifier"):
+        WorkspacePoolInfo("my pool")
+    with pytest.raises(tvm.TVMError, match="names must be unique"):
+        WorkspaceMemoryPools([WorkspacePoolInfo("a"), WorkspacePoolInfo("a")])

@@ -126,3 +126,18 @@ def test_kernel_scratch_lives_in_the_pool_not_on_the_stack():
     assert scratch and all(b.first == b.last for b in scratch)
     assert "_unpacked_ws(" in lib.lib.get_source()
     assert lib.stats["workspace_pool_bytes"] >= max(b.size for b in scratch)
+
+
+@settings(max_examples=40, deadline=None)
+@given(buffers=_buffers(), algorithm=st.sampled_from(sorted(ALGORITHMS)),
+       limit=st.integers(0, 6000))
+def test_pools_with_size_limits_hold_their_buffers_apart(buffers, algorithm, limit):
+    plan = plan_pool(buffers, algorithm, 16, limits=[limit, None])
+    assert plan.sizes[0] <= limit and plan.size == sum(plan.sizes)
+    for i, a in enumerate(buffers):
+        for b in buffers[i + 1:]:
+            if plan.pool_of[a.name] != plan.pool_of[b.name]:
+                continue
+            lo_a, lo_b = plan.offsets[a.name], plan.offsets[b.name]
+            live_together = a.first <= b.last and b.first <= a.last
+            assert not live_together or lo_a + a.size <= lo_b or lo_b + b.size <= lo_a
