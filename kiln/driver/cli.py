@@ -12,6 +12,10 @@ Entry point: :func:`main`. Subcommands:
 - ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
+- ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
+  [--outputs out.npz]``: build a Model Library Format archive with the C runtime into a
+  standalone program for the board, run it once, print the outputs and the board's ticks
+  (exact instructions on the emulated Cortex-M).
 
 Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
 """
@@ -28,6 +32,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from kiln.runtime.archive import safe_extract
+from kiln.runtime.error import TVMError
 
 __all__ = ["main", "parse_input_shapes"]
 
@@ -199,21 +206,18 @@ def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
     if not path.exists():
         raise CLIError(f"no such package: {path}", "create one with `kiln compile`")
     try:
-        with tarfile.open(path) as tar:
-            names = set(tar.getnames())
-            if not {"model.so", "metadata.json"} <= names:
-                raise CLIError(f"{path} is not a kiln package (missing model.so or "
-                               "metadata.json)", "create one with `kiln compile`")
-            for name in ("model.so", "metadata.json"):
-                tar.extract(name, workdir, filter="data")
-    except tarfile.TarError as err:
+        root = safe_extract(path, Path(workdir) / "package")
+    except TVMError as err:
         raise CLIError(f"{path} is not a readable tar archive: {err}",
                        "create one with `kiln compile`") from None
+    if not ((root / "model.so").is_file() and (root / "metadata.json").is_file()):
+        raise CLIError(f"{path} is not a kiln package (missing model.so or metadata.json)",
+                       "create one with `kiln compile`")
     try:
-        meta = json.loads((Path(workdir) / "metadata.json").read_text())
-    except json.JSONDecodeError as err:
+        meta = json.loads((root / "metadata.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
-    return meta, str(Path(workdir) / "model.so")
+    return meta, str(root / "model.so")
 
 
 def _make_inputs(meta: dict, path: str | None) -> dict[str, np.ndarray]:
@@ -334,6 +338,61 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- micro ------------------------------------------------------------------------------
+def cmd_micro_run(args: argparse.Namespace) -> int:
+    from kiln.micro.board import BOARD_NAMES, StandaloneProject
+
+    if args.board not in BOARD_NAMES:
+        raise CLIError(f"unknown board {args.board!r}", f"choose one of {list(BOARD_NAMES)}")
+    if not Path(args.model).exists():
+        raise CLIError(f"no such Model Library Format archive: {args.model}",
+                       "export one with kiln.micro.export_model_library_format")
+    project = StandaloneProject(args.model, args.board, build_dir=args.build_dir,
+                                workspace_bytes=args.workspace_bytes)
+    meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
+                   for t in project.inputs]
+    inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
+    _progress(f"building {args.model} ({project.library.executor} executor) for "
+              f"{args.board}")
+    project.build()
+    result = project.run(inputs, timeout=args.timeout)
+    for info, out in zip(project.outputs, result.outputs):
+        print(f"{info.name}: shape {list(out.shape)} {out.dtype}")
+        print(np.array2string(out, precision=5, threshold=64))
+    line = (f"board {args.board}: {result.ticks} ticks at {result.ticks_per_second / 1e6:g} "
+            f"MHz = {result.seconds * 1e3:.3f} ms")
+    if result.instructions is not None:
+        line += f" (virtual), {result.instructions} instructions per inference"
+    if result.stack_bytes:
+        line += f"; stack {result.stack_bytes} B"
+    print(line)
+    if args.outputs:
+        np.savez(args.outputs, **{t.name: o for t, o in zip(project.outputs, result.outputs)})
+        print(f"saved outputs to {args.outputs}")
+    return 0
+
+
+def _add_micro_parser(sub) -> None:
+    micro = sub.add_parser("micro", help="microTVM: run a Model Library Format archive "
+                           "standalone", description="Standalone microTVM programs.")
+    actions = micro.add_subparsers(dest="micro_command", metavar="ACTION", required=True)
+    p = actions.add_parser("run", help="build and run an MLF archive on a board",
+                           description="Build a Model Library Format archive (AOT or graph "
+                           "executor) and the C runtime into a program for the board, run "
+                           "it once, print the outputs and the board's ticks.")
+    p.add_argument("model", help="Model Library Format archive (.tar)")
+    p.add_argument("--board", default="host",
+                   help="host, qemu-cortex-m4 or qemu-cortex-m7 (default host)")
+    p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
+    p.add_argument("--outputs", help="save outputs to this .npz file")
+    p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
+    p.add_argument("--workspace-bytes", type=int, default=512 * 1024,
+                   help="the platform memory pool (default 524288)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds before the program is killed (default 120)")
+    p.set_defaults(func=cmd_micro_run)
+
+
 # ---- entry ------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     import kiln
@@ -390,6 +449,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
     p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
     p.set_defaults(func=cmd_bench)
+    _add_micro_parser(sub)
     return parser
 
 
