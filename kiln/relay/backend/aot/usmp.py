@@ -12,7 +12,7 @@ place buffers; each buffer goes at the lowest aligned offset that clears every c
 buffer placed before it in the first pool where it stays within the pool's size limit
 (TVM's ``GreedyBase::PostSortAllocation``):
 
-* ``greedy_by_size`` (default): largest first;
+* ``greedy_by_size`` (default): largest first, then most conflicts;
 * ``greedy_by_conflicts``: most conflicts first, then largest;
 * ``hill_climb``: starts from the better of the two greedy orders and keeps random swaps of
   two positions that shrink the pool (seeded, so builds stay deterministic).
@@ -95,13 +95,26 @@ def _total(placement: tuple[dict, dict, list[int]] | None) -> float:
     return float("inf") if placement is None else sum(placement[2])
 
 
+def _conflict_counts(buffers: Sequence[BufferInfo]) -> dict[str, int]:
+    return {b.name: sum(b.conflicts(o) for o in buffers if o is not b) for b in buffers}
+
+
+def _descending_name(name: str) -> tuple[int, ...]:
+    """Sort key putting names in descending order (TVM breaks the last tie that way)."""
+    return tuple(-ord(c) for c in name) + (1,)
+
+
 def _by_size(buffers: Sequence[BufferInfo]) -> list[BufferInfo]:
-    return sorted(buffers, key=lambda b: (-b.size, b.first, b.name))
+    """Largest first; ties: more conflicts first, then descending name (TVM's GreedySize)."""
+    count = _conflict_counts(buffers)
+    return sorted(buffers, key=lambda b: (-b.size, -count[b.name], _descending_name(b.name)))
 
 
 def _by_conflicts(buffers: Sequence[BufferInfo]) -> list[BufferInfo]:
-    count = {b.name: sum(b.conflicts(o) for o in buffers if o is not b) for b in buffers}
-    return sorted(buffers, key=lambda b: (-count[b.name], -b.size, b.first, b.name))
+    """Most conflicts first; ties: larger first, then descending name (TVM's
+    GreedyConflicts)."""
+    count = _conflict_counts(buffers)
+    return sorted(buffers, key=lambda b: (-count[b.name], -b.size, _descending_name(b.name)))
 
 
 def _hill_climb(buffers: Sequence[BufferInfo], alignment: int,
