@@ -83,3 +83,9 @@ def test_crt_source_cannot_be_run_here():
         lib = relay.build(_mod(), "c", executor=Executor("aot"), runtime=Runtime("crt"))
     with pytest.raises(tvm.TVMError, match="export_model_library_format"):
         lib["default"]
+
+
+@pytest.mark.parametrize("mod_name", ["", "my-model", "a b"])
+def test_mod_name_must_make_c_names(mod_name):
+    with pytest.raises(tvm.TVMError, match="must be letters, digits and '_'"):
+        relay.build(_mod(), "c", executor=Executor("aot"), mod_name=mod_name)
