@@ -138,6 +138,7 @@ def test_crt_c_interface_runs_on_the_host(algorithm, tmp_path, rng):
     kernels = lib.lib.imports[0].get_source()
     assert "-mcpu=cortex-m4" in kernels.splitlines()[0]
     assert "#pragma omp" not in kernels and "TVMBackendAllocWorkspace" not in kernels
+    assert "vector_size" not in kernels  # tir.disable_vectorize: scalar C for the M4
     assert lib.stats["workspace_pool_bytes"] >= lib.stats["workspace_lower_bound_bytes"] > 0
     an, bn = _inputs(rng)
     # the system-lib registry needs the CRT's module.h: compile without it here

@@ -133,3 +133,16 @@ def test_memory_pool_errors():
         WorkspacePoolInfo("my pool")
     with pytest.raises(tvm.TVMError, match="names must be unique"):
         WorkspaceMemoryPools([WorkspacePoolInfo("a"), WorkspacePoolInfo("a")])
+
+
+@pytest.mark.parametrize("name", ["cnn", "kws_dscnn", "mlp"])
+def test_micro_models_with_cortex_m_schedules_run_on_the_crt(name):
+    from kiln.relay.testing import micro_models
+
+    spec = micro_models.MODELS[name]()
+    mod, params = micro_models.to_relay(spec)
+    inputs = {mod["main"].params[0].name_hint: spec.random_input()}
+    model = AOTTestModel(module=mod, inputs=inputs, params=params, output_tolerance=1e-4,
+                         outputs=generate_ref_data(mod, inputs, params))
+    assert compile_and_run(model, AOT_DEFAULT_RUNNER, "c", True,
+                           target="c -keys=arm_cpu -mcpu=cortex-m4")
