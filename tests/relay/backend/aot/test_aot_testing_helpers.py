@@ -146,3 +146,16 @@ def test_micro_models_with_cortex_m_schedules_run_on_the_crt(name):
                          outputs=generate_ref_data(mod, inputs, params))
     assert compile_and_run(model, AOT_DEFAULT_RUNNER, "c", True,
                            target="c -keys=arm_cpu -mcpu=cortex-m4")
+
+
+def test_int8_conv_of_tvm_micro_tests_runs_exactly():
+    from kiln.micro.testing import get_conv2d_relay_module
+
+    mod = get_conv2d_relay_module()
+    rng = np.random.default_rng(0)
+    inputs = {"data": rng.integers(-128, 127, (1, 3, 64, 64)).astype("int8")}
+    params = {"weight": rng.integers(-128, 127, (8, 3, 5, 5)).astype("int8")}
+    outputs = generate_ref_data(mod, inputs, params)
+    assert outputs["output"].dtype == np.int32
+    assert compile_and_run(AOTTestModel(module=mod, inputs=inputs, outputs=outputs,
+                                        params=params), AOT_DEFAULT_RUNNER, "c", True)
