@@ -117,11 +117,14 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
              algorithm: str = "greedy_by_size", workspace_alignment: int = 16,
              constant_alignment: int = 16, use_workspace_io: bool = False,
              scratch: dict[str, int] | None = None,
-             pool_limits: Sequence[int | None] = (None,)) -> AotPlan:
+             pool_limits: Sequence[int | None] = (None,),
+             output_names: Sequence[str] | None = None) -> AotPlan:
     """Plan the AOT main of a graph node list (from ``build_nodes``); ``params`` holds the
     constants' values by node name, ``kernels`` the LoweredFuncs by kernel name, ``scratch``
     the bytes of scratch a kernel takes from the pool while it runs (by kernel name),
-    ``pool_limits`` the size limit (or None) of each workspace pool, filled in order."""
+    ``pool_limits`` the size limit (or None) of each workspace pool, filled in order,
+    ``output_names`` the outputs' names (``main``'s ``output_tensor_names``; by default
+    ``output``, or ``output0, output1, ...``)."""
     scratch = scratch or {}
     inputs: list[TensorSpec] = []
     constants: list[tuple[str, Any, int]] = []
@@ -159,7 +162,13 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
         kernel_nodes.append(nid)
 
     # outputs: a kernel result goes straight into the caller's buffer, anything else is copied
-    outputs = [_entry_spec(nodes[nid], idx, "output" if len(heads) == 1 else f"output{k}")
+    if output_names is None:
+        output_names = ["output"] if len(heads) == 1 else [f"output{k}" for k in
+                                                          range(len(heads))]
+    if len(output_names) != len(heads):
+        raise TVMError(f"AOT: output_tensor_names has {len(output_names)} names for "
+                       f"{len(heads)} outputs")
+    outputs = [_entry_spec(nodes[nid], idx, output_names[k])
                for k, (nid, idx) in enumerate(heads)]
     copies_from: list[tuple[tuple[int, int], int]] = []
     for k, head in enumerate(heads):
@@ -241,6 +250,7 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
         if use_workspace_io else (lambda k: Ref("output", k, outputs[k].dtype))
     copies = [(ref(owner), out_ref(k), outputs[k].nbytes) for owner, k in copies_from]
     _unique_names([s.name for s in inputs], "inputs")
+    _unique_names([s.name for s in outputs], "outputs")
     const_values = [(name, params[node.name], off) for name, node, off in constants]
     io_offsets = {}
     if use_workspace_io:

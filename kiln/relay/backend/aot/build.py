@@ -101,6 +101,14 @@ def _target_comment(source: str, target: Any) -> str:
     return f"/* kiln kernels for target: {target} */\n" + source
 
 
+def _output_names(main: Any) -> list[str] | None:
+    """``main``'s ``output_tensor_names`` attribute (TVM names the outputs after it)."""
+    attrs = main.attrs or {}
+    if "output_tensor_names" not in attrs:
+        return None
+    return [str(name) for name in attrs["output_tensor_names"]]
+
+
 def _pool_settings(workspace_pools: Any, constant_pools: Any, interface: str,
                    usmp: bool) -> tuple[dict[str, Any], list[int | None]]:
     """AotOptions fields and workspace pool limits for user-given memory pools."""
@@ -168,7 +176,8 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
                     mod_name, algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
                     workspace_alignment=executor.get("workspace-byte-alignment", 16),
                     constant_alignment=executor.get("constant-byte-alignment", 16),
-                    use_workspace_io=use_io, scratch=scratch, pool_limits=limits)
+                    use_workspace_io=use_io, scratch=scratch, pool_limits=limits,
+                    output_names=_output_names(main))
     options = AotOptions(interface, unpacked, runtime.name, bool(runtime.get("system-lib")),
                          usmp, executor.get("workspace-byte-alignment", 16),
                          executor.get("constant-byte-alignment", 16), str(target),
