@@ -125,7 +125,9 @@ def _hill_climb(buffers: Sequence[BufferInfo], alignment: int,
     if len(best) < 2:
         return best
     rng = random.Random(0)
-    for _ in range(min(2000, 40 * len(best))):
+    # one placement costs about n^2 conflict checks: bound the total work, not just the steps
+    n = len(best)
+    for _ in range(max(20, min(2000, 40 * n, 4_000_000 // (n * n)))):
         i, j = rng.sample(range(len(best)), 2)
         trial = list(best)
         trial[i], trial[j] = trial[j], trial[i]
