@@ -204,3 +204,20 @@ def test_exported_aot_library_loads_back(tmp_path, rng):
     np.testing.assert_allclose(m.get_output(0).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5)
     with pytest.raises(AttributeError, match="no function 'default'"):
         loaded["default"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "uint16", "int64",
+                                   "bool"])
+def test_linked_constants_keep_their_bits(dtype):
+    if dtype.startswith("float"):
+        info = np.finfo(dtype)
+        values = np.array([0.0, -0.0, 1 / 3, -2.5, info.max, info.min, info.tiny,
+                           info.smallest_subnormal, np.inf, -np.inf, np.nan], dtype=dtype)
+    elif dtype == "bool":
+        values = np.array([True, False, True])
+    else:
+        info = np.iinfo(dtype)
+        values = np.array([0, 1, -1 if info.min else 2, info.min, info.max], dtype=dtype)
+    func = relay.Function([], relay.const(values))
+    got = _run_host_aot(func, {})[0]
+    assert got.dtype == values.dtype and got.tobytes() == values.tobytes()
