@@ -159,3 +159,12 @@ def test_int8_conv_of_tvm_micro_tests_runs_exactly():
     assert outputs["output"].dtype == np.int32
     assert compile_and_run(AOTTestModel(module=mod, inputs=inputs, outputs=outputs,
                                         params=params), AOT_DEFAULT_RUNNER, "c", True)
+
+
+@pytest.mark.parametrize("interface_api, unpacked", [("c", True), ("packed", True)])
+def test_bool_inputs(interface_api, unpacked):
+    a, b = relay.var("a", shape=(4,), dtype="bool"), relay.var("b", shape=(4,))
+    mod = tvm.IRModule.from_expr(relay.Function([a, b], relay.where(a, b, relay.negative(b))))
+    inputs = {"a": np.array([1, 0, 1, 0], bool), "b": np.arange(4, dtype="float32")}
+    model = AOTTestModel(module=mod, inputs=inputs, outputs=generate_ref_data(mod, inputs))
+    assert compile_and_run(model, AOT_DEFAULT_RUNNER, interface_api, unpacked)
