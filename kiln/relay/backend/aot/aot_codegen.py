@@ -112,15 +112,18 @@ def _unique_names(names: list[str], what: str) -> None:
         seen[c_name] = name
 
 
-def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[str],
+def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], num_params: int,
              params: dict[str, Any], kernels: dict[str, Any], mod_name: str, *,
+             link_params: bool = True,
              algorithm: str = "greedy_by_size", workspace_alignment: int = 16,
              constant_alignment: int = 16, use_workspace_io: bool = False,
              scratch: dict[str, int] | None = None,
              pool_limits: Sequence[int | None] = (None,),
              output_names: Sequence[str] | None = None) -> AotPlan:
-    """Plan the AOT main of a graph node list (from ``build_nodes``); ``params`` holds the
-    constants' values by node name, ``kernels`` the LoweredFuncs by kernel name, ``scratch``
+    """Plan the AOT main of a graph node list (from ``build_nodes``, whose first
+    ``num_params`` nodes are ``main``'s parameters); ``params`` holds the constants' values by
+    node name (with ``link_params`` False they are inputs the caller sets instead),
+    ``kernels`` the LoweredFuncs by kernel name, ``scratch``
     the bytes of scratch a kernel takes from the pool while it runs (by kernel name),
     ``pool_limits`` the size limit (or None) of each workspace pool, filled in order,
     ``output_names`` the outputs' names (``main``'s ``output_tensor_names``; by default
@@ -133,12 +136,11 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
     kind_of: dict[tuple[int, int], tuple[str, int]] = {}  # root entry -> (kind, index)
     producer: dict[tuple[int, int], int] = {}  # root entry -> call index
     kernel_nodes: list[int] = []
-    input_set = set(input_names)
     for nid, node in enumerate(nodes):
         if node.op == "null":
             entry = (nid, 0)
             root[entry] = entry
-            if node.name in input_set:
+            if nid < num_params or not link_params:
                 kind_of[entry] = ("input", len(inputs))
                 inputs.append(_entry_spec(node, 0, node.name))
             else:

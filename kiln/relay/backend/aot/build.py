@@ -163,17 +163,15 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
     compiler = TECompiler(target, mod_name)
     main = mod["main"]
     nodes, heads, params, kernel_calls = build_nodes(main, compiler)
-    input_names = [p.name_hint for p in main.params]
-    if not link_params:
-        input_names += list(params)  # unlinked constants are inputs the caller sets
     kernels = {lowered.name: lowered for lowered in compiler.lowered}
     scratch = {}
     if runtime.name == "crt":  # the bare-metal dialect takes big scratch from the pool
         from kiln.target.codegen_c import scratch_layout
 
         scratch = {name: scratch_layout(f.prim_func)[1] for name, f in kernels.items()}
-    plan = plan_aot(nodes, heads, input_names, params if link_params else {}, kernels,
-                    mod_name, algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
+    plan = plan_aot(nodes, heads, len(main.params), params, kernels,
+                    mod_name, link_params=link_params,
+                    algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
                     workspace_alignment=executor.get("workspace-byte-alignment", 16),
                     constant_alignment=executor.get("constant-byte-alignment", 16),
                     use_workspace_io=use_io, scratch=scratch, pool_limits=limits,

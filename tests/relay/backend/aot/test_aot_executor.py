@@ -221,3 +221,10 @@ def test_linked_constants_keep_their_bits(dtype):
     func = relay.Function([], relay.const(values))
     got = _run_host_aot(func, {})[0]
     assert got.dtype == values.dtype and got.tobytes() == values.tobytes()
+
+
+def test_an_input_named_like_a_constant_stays_an_input(rng):
+    p0 = relay.var("p0", shape=(4,))
+    func = relay.Function([p0], relay.multiply(p0, relay.const(np.full(4, 3, "float32"))))
+    xn = rng.standard_normal(4).astype("float32")
+    np.testing.assert_allclose(_run_host_aot(func, {"p0": xn})[0], xn * 3, rtol=1e-6)
