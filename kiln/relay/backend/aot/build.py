@@ -241,8 +241,12 @@ def build_graph_crt(mod: Any, target: Any, executor: Executor, runtime: Runtime,
         defined.append("_lookup_linked_param")
     if runtime.get("system-lib"):
         parts.append(crt_system_lib_source(defined + kernel_names, defined_here=defined))
+    from kiln.target.codegen_c import compile_options
+
+    # the kernels need only the TVM C API: they also run on the host graph executor
     kernels = CSourceModule(_target_comment(kernel_source, target), kernel_names,
-                            f"{mod_name}_lib1.c" if parts else f"{mod_name}_lib0.c")
+                            f"{mod_name}_lib1.c" if parts else f"{mod_name}_lib0.c",
+                            host_options=compile_options(target))
     if not parts:
         return result, kernels, ""
     header = ("#include <stdint.h>\n#include <tvm/runtime/c_runtime_api.h>\n"
