@@ -149,7 +149,10 @@ def _memory_map(mod: Any) -> dict[str, Any]:
     ops = _operator_functions(mod.lowered)
     inputs = {p.name_hint: _tensor_entry(p.checked_type.concrete_shape, str(p.checked_type.dtype))
               for p in main_func.params}
-    names = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
+    from kiln.relay.backend.aot.build import output_tensor_names
+
+    names = output_tensor_names(main_func) or (
+        ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))])
     out_entries = {n: _tensor_entry(t.concrete_shape, str(t.dtype))
                    for n, t in zip(names, outputs)}
     const_bytes = sum(v.numpy().nbytes for v in mod.params.values())
