@@ -94,6 +94,12 @@ def _trunc_div(a, b):
     return np.true_divide(a, b)
 
 
+def _trunc_divide(a, b):
+    """``trunc_divide``: rounds toward zero for floats too (``divide`` does not)."""
+    q = _trunc_div(a, b)
+    return q if np.issubdtype(q.dtype, np.integer) else np.trunc(q)
+
+
 def _trunc_mod(a, b):
     if np.issubdtype(np.result_type(a, b), np.integer):
         return a - _trunc_div(a, b) * b
@@ -108,7 +114,7 @@ def _floor_div(a, b):
 
 _BINARY: dict[str, Callable] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _trunc_div,
-    "trunc_divide": _trunc_div, "floor_divide": _floor_div, "mod": _trunc_mod,
+    "trunc_divide": _trunc_divide, "floor_divide": _floor_div, "mod": _trunc_mod,
     "trunc_mod": _trunc_mod, "floor_mod": lambda a, b: a - _floor_div(a, b) * b,
     "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal,
     "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
