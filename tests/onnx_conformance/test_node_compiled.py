@@ -15,6 +15,10 @@ ONCE_WRONG_ON_THE_VM = [
     "test_attention_4d_fp16", "test_attention_4d_fp16_expanded", "test_attention_4d_causal_fp16",
     "test_attention_4d_gqa_causal_nonpad_decode_fp16",
     "test_attention_4d_gqa_with_past_and_present_fp16_expanded",
+    # float floor_mod was x - floor(x / y) * y (NaN for infinite divisors, +0 for negative ones)
+    "test_mod_float_edge_cases_fmod_0_float16", "test_mod_float_edge_cases_fmod_0_float64",
+    # shifts by negative or too-wide counts were LLVM poison
+    "test_bitshift_left_int32_negative_shift", "test_bitshift_left_int32_shift_ge_width",
 ]
 
 
