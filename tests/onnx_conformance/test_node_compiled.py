@@ -19,6 +19,12 @@ ONCE_WRONG_ON_THE_VM = [
     "test_mod_float_edge_cases_fmod_0_float16", "test_mod_float_edge_cases_fmod_0_float64",
     # shifts by negative or too-wide counts were LLVM poison
     "test_bitshift_left_int32_negative_shift", "test_bitshift_left_int32_shift_ge_width",
+    # LpNormalization of an all-zero slice is 0, not 0 / 0
+    "test_l2normalization_axis_0",
+    # SpaceToDepth's CRD mode (opset 25) was converted as DCR
+    "test_spacetodepth_crd_mode_example",
+    # float16 Conv accumulated in float16
+    "test_causal_conv_with_state_silu_fp16_expanded",
 ]
 
 

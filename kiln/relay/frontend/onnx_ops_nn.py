@@ -79,9 +79,14 @@ def _conv(inputs, attrs, ctx):
         raise unsupported("Conv", f"{n}-D convolution")
     strides, dilations, pads = _window_params(x, attrs, kernel, ctx, "Conv")
     fn, data_layout, kernel_layout = CONV[n]
+    # float16 accumulates in float32 and rounds once, as the matmuls do (onnx_ops_math.matmul)
+    dtype = ctx.dtype(x)
+    wide = "float32" if dtype == "float16" else ""
     out = fn(x, weight, strides=strides, padding=pads, dilation=dilations,
              groups=attrs.get("group", 1), channels=w_shape[0], kernel_size=kernel,
-             data_layout=data_layout, kernel_layout=kernel_layout)
+             data_layout=data_layout, kernel_layout=kernel_layout, out_dtype=wide)
+    if wide:
+        out = relay.cast(out, dtype)
     if len(inputs) > 2 and inputs[2] is not None:
         out = relay.nn.bias_add(out, inputs[2], axis=1)
     return out
@@ -319,7 +324,11 @@ def _lp_norm(inputs, attrs, ctx):
         norm = relay.sum(relay.abs(x), [axis], True)
     else:
         norm = relay.sqrt(relay.sum(relay.multiply(x, x), [axis], True))
-    return relay.divide(x, norm)
+    # an all-zero slice stays zero (ONNX defines 0 / 0 as 0 here)
+    zero = _const(0, ctx.dtype(x))
+    is_zero = relay.equal(norm, zero)
+    return relay.where(is_zero, relay.zeros_like(x),
+                       relay.divide(x, relay.where(is_zero, relay.ones_like(norm), norm)))
 
 
 register_function("LpNormalization", _lp_norm)
@@ -336,8 +345,20 @@ register_function("LRN", _lrn)
 # ---- pixel shuffles -----------------------------------------------------------------------
 register_function("DepthToSpace", lambda inputs, attrs, ctx: relay.nn.depth_to_space(
     inputs[0], attrs["blocksize"], "NCHW", attrs.get("mode", "DCR")))
-register_function("SpaceToDepth", lambda inputs, attrs, ctx: relay.nn.space_to_depth(
-    inputs[0], attrs["blocksize"], "NCHW"))
+def _space_to_depth(inputs, attrs, ctx):
+    x, block = inputs[0], attrs["blocksize"]
+    if attrs.get("mode", "DCR") == "DCR":
+        return relay.nn.space_to_depth(x, block, "NCHW")
+    if attrs["mode"] != "CRD":
+        raise unsupported("SpaceToDepth", f"mode {attrs['mode']!r}")
+    # CRD (opset 25): output channel c * block**2 + (row offset * block + column offset)
+    n, c, h, w = ctx.shape(x)
+    blocks = relay.reshape(x, [n, c, h // block, block, w // block, block])
+    moved = relay.transpose(blocks, [0, 1, 3, 5, 2, 4])
+    return relay.reshape(moved, [n, c * block * block, h // block, w // block])
+
+
+register_function("SpaceToDepth", _space_to_depth)
 
 
 # ---- resizing -----------------------------------------------------------------------------
