@@ -679,6 +679,8 @@ def _dyn_resize2d(attrs, args, out_type):
     from kiln.relay.backend.numpy_nn import _resize
 
     data, size, roi = args
+    if any(v < 0 for v in _ints(size)):
+        raise TVMError(f"dyn.image.resize2d: sizes must be non-negative, got {_ints(size)}")
     return _resize(_With(attrs, size=_ints(size), roi=[float(v) for v in np.ravel(roi)]),
                    [data], out_type, 2)
 

@@ -364,6 +364,11 @@ register_function("SpaceToDepth", _space_to_depth)
 # ---- resizing -----------------------------------------------------------------------------
 RESIZE_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 RESIZE = {3: (relay.image.resize1d, "NCW"), 4: (relay.image.resize2d, "NCHW")}
+# Coordinate modes that map through ONNX's given scale (align_corners through in * scale);
+# Relay's resize maps through the ratio of output to input size, which differs from the scale
+# when in * scale is not an integer.
+SCALE_MAPPED = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                "tf_half_pixel_for_nn", "half_pixel_symmetric")
 
 
 def _resize(x, sizes, scales, roi, attrs, ctx, default_coordinates="half_pixel"):
@@ -393,6 +398,11 @@ def _resize(x, sizes, scales, roi, attrs, ctx, default_coordinates="half_pixel")
         for axis, scale in zip(axes, scales):
             factors[axis] = float(scale)
         full = [int(np.floor(d * f)) for d, f in zip(shape, factors)]
+        inexact = [f for d, f in zip(shape, factors) if d * f != np.floor(d * f)]
+        if inexact and attrs.get("coordinate_transformation_mode",
+                                 default_coordinates) in SCALE_MAPPED:
+            raise unsupported("Resize", f"scales {inexact} whose output size is not an exact "
+                              "multiple of the input (kiln maps through the size ratio)")
     if full[:2] != list(shape[:2]):
         raise unsupported("Resize", "resizing the batch or channel axis")
     coordinates = attrs.get("coordinate_transformation_mode", default_coordinates)
@@ -423,6 +433,8 @@ def _dynamic_resize(x, sizes, scales, attrs, ctx, roi=None):
     rank = ctx.rank(x)
     if rank != 4:
         raise unsupported("Resize", "run-time scales or sizes on a non-4-D input")
+    if attrs.get("antialias", 0):
+        raise unsupported("Resize", "antialias=1 with run-time scales or sizes")
     axes = [a + rank if a < 0 else a for a in attrs.get("axes", range(rank))]
     shape = relay.cast(relay.shape_of(x, "int64"), "float32")
 
@@ -434,8 +446,14 @@ def _dynamic_resize(x, sizes, scales, attrs, ctx, roi=None):
             relay.strided_slice(default, [i], [i + 1]) for i in range(rank)], 0)
 
     if sizes is None:
-        target = relay.floor(relay.multiply(shape, full(scales, _const([1.0] * rank,
-                                                                        "float32"))))
+        exact = relay.multiply(shape, full(scales, _const([1.0] * rank, "float32")))
+        target = relay.floor(exact)
+        if attrs.get("coordinate_transformation_mode", "half_pixel") in SCALE_MAPPED:
+            # kiln maps coordinates through the size ratio, which is ONNX's scale only for an
+            # exact output size: any other size becomes -1, which the VM's shape check
+            # refuses at run time rather than resizing with the wrong coordinates
+            target = relay.where(relay.equal(target, exact), target,
+                                 _const([-1.0] * rank, "float32"))
     else:
         target = full(sizes, shape)
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
