@@ -22,6 +22,7 @@ _LAZY = {
     "LowerIntrin": ("kiln.tir.transform.lower_intrin", "LowerIntrin"),
     "MakePackedAPI": ("kiln.tir.transform.packed_api", "MakePackedAPI"),
     "make_packed_api": ("kiln.tir.transform.packed_api", "make_packed_api"),
+    "BindSharedSubexprs": ("kiln.tir.transform.shared_subexpr", "BindSharedSubexprs"),
     "LOWER_PIPELINE": ("kiln.te.lowering", "LOWER_PIPELINE"),
 }
 
