@@ -32,7 +32,7 @@ Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vecto
 be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
 value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
 ``if_then_else`` arm that may fault (a load not proved in bounds by
-:func:`~kiln.target.load_bounds.speculable`, an integer division) reads only the lanes that take
+:func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
 it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
 than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
 works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from kiln.tir.function import PrimFunc
 from kiln.tir.transform.base import PrimFuncPass
+from kiln.tir.transform.safe_choices import SelectSafeIfThenElse
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
 
 __all__ = ["CODEGEN_PIPELINE", "prepare_for_codegen"]
 
 CODEGEN_PIPELINE: list[PrimFuncPass] = [
+    SelectSafeIfThenElse(),  # per-lane choices that cannot fault: blend both arms
     BindSharedSubexprs(),  # a printer expands a DAG into a tree: bind what is shared first
 ]
 

@@ -15,9 +15,11 @@ twice: a deep clamp chain is bound level by level too. Statements under the budg
 is every kernel kiln's operators produce, are left exactly as they were, so their generated
 code (and speed) does not change.
 
-Only what the statement evaluates unconditionally is bound: nothing inside an
-``if_then_else`` arm (an arm may read out of bounds in the lanes that do not take it) or a
-``Let`` body (it may use the let's variable), and no call with side effects.
+Only what the statement evaluates unconditionally is bound in front of it: nothing from
+inside an ``if_then_else`` arm (an arm may read out of bounds in the lanes that do not take
+it) or a ``Let`` body (it may use the let's variable), and no call with side effects. An
+over-budget arm or let body is its own scope: what it shares is bound by ``Let``
+expressions at its root, evaluated only where the arm is.
 """
 
 from __future__ import annotations
@@ -143,13 +145,31 @@ def _shared_nodes(roots: list[PrimExpr]) -> list[PrimExpr]:
 
 class _Binder(StmtExprMutator):
     """Replaces each node of ``bound`` (by identity) with its variable, recording the
-    ``(var, value)`` bindings in definition order."""
+    ``(var, value)`` bindings in definition order; over-budget arms and let bodies are bound
+    as scopes of their own (:func:`_bind_scope`)."""
 
-    def __init__(self, bound: list[PrimExpr]) -> None:
+    def __init__(self, bound: list[PrimExpr], counter: list[int]) -> None:
         super().__init__()
         self.bound = {id(n): n for n in bound}
         self.vars: dict[int, _e.Var] = {}
         self.lets: list[tuple[_e.Var, PrimExpr]] = []
+        self.counter = counter  # one numbering of the variables across scopes
+
+    def visit_Call(self, node: _e.Call) -> Any:
+        if not _is_call(node, "tir.if_then_else"):
+            return self.generic_visit(node)
+        cond, then, other = (self.visit(a) for a in node.args)
+        then, other = _bind_scope(then, self.counter), _bind_scope(other, self.counter)
+        if cond is node.args[0] and then is node.args[1] and other is node.args[2]:
+            return node
+        return _e.Call(node.dtype, node.op, [cond, then, other])
+
+    def visit_Let(self, node: _e.Let) -> Any:
+        value = self.visit(node.value)
+        body = _bind_scope(self.visit(node.body), self.counter)
+        if value is node.value and body is node.body:
+            return node
+        return _e.Let(node.var, value, body)
 
     def visit(self, node: Any) -> Any:
         key = id(node)
@@ -158,11 +178,24 @@ class _Binder(StmtExprMutator):
             return var
         new = super().visit(node)
         if key in self.bound and isinstance(node, PrimExpr):
-            var = _e.Var(f"cse_var_{len(self.lets) + 1}", node.dtype)
+            self.counter[0] += 1
+            var = _e.Var(f"cse_var_{self.counter[0]}", node.dtype)
             self.vars[key] = var
             self.lets.append((var, new))
             return var
         return new
+
+
+def _bind_scope(expr: PrimExpr, counter: list[int]) -> PrimExpr:
+    """``expr`` (an arm or let body) with what it shares bound by ``Let`` expressions at its
+    root, if it is over budget."""
+    if _expanded_size([expr], EXPANDED_NODE_BUDGET) <= EXPANDED_NODE_BUDGET:
+        return expr
+    binder = _Binder(_shared_nodes([expr]), counter)
+    out = binder.visit(expr)
+    for var, value in reversed(binder.lets):
+        out = _e.Let(var, value, out)
+    return out
 
 
 def bind_shared_subexprs(stmt: _s.Stmt) -> _s.Stmt:
@@ -178,17 +211,17 @@ class _Rewriter(StmtExprMutator):
             roots.extend(value if isinstance(value, list | tuple) else [value])
         if _expanded_size(roots, EXPANDED_NODE_BUDGET) <= EXPANDED_NODE_BUDGET:
             return None
-        shared = _shared_nodes(roots)
-        if not shared:
-            return None
-        binder = _Binder(shared)
+        binder = _Binder(_shared_nodes(roots), [0])
         changed = {}
         for name in fields:
             value = getattr(node, name)
             if isinstance(value, list | tuple):
-                changed[name] = [binder.visit(v) for v in value]
+                items = [binder.visit(v) for v in value]
+                changed[name] = value if all(a is b for a, b in zip(items, value)) else items
             else:
                 changed[name] = binder.visit(value)
+        if all(changed[name] is getattr(node, name) for name in fields):
+            return None
         out = rebuild(node, changed)
         for var, value in reversed(binder.lets):
             out = _s.LetStmt(var, value, out)
