@@ -18,13 +18,16 @@ A compiler builds an Executable directly from Python objects::
 5. primitive names ``vector<string>`` and per-primitive attrs ``map<u64, map<string,string>>``;
 6. code: ``u64 num_functions``; per function ``vector<string>{name, str(register_file_size),
    str(num_instructions)}``, ``vector<string> params``, ``vector<i64> param_device_indexes``,
-   then per instruction ``vector<i64>[hash, opcode, fields...]``. kiln's one addition: when a
+   then per instruction ``vector<i64>[hash, opcode, fields...]``. kiln's additions: when a
    function declares parameter types, its header vector has a 4th string, e.g.
-   ``"float32[1,10];?"`` (``-1`` = dynamic dimension, ``?`` = unchecked parameter).
+   ``"float32[1,10];?"`` (``-1`` = dynamic dimension, ``?`` = unchecked parameter); when it
+   has fused segments (super-instructions, :mod:`kiln.runtime.vm.segment`), a 5th string
+   ``"0:9;12:20"`` (the 4th is then ``""`` if there are no parameter types).
 
 :meth:`Executable.load_exec` reads that back and checks everything a running VM relies on
 (:func:`verify_executable`): register, function, constant, kernel and device indices, jump
-targets, field counts and instruction hashes; a bad file raises :class:`TVMError`.
+targets, field counts, instruction hashes and fused segments; a bad file raises
+:class:`TVMError`.
 """
 
 from __future__ import annotations
@@ -266,11 +269,12 @@ class Executable:
     def bytecode(self) -> str:
         """A ``dis``-style listing of every function, separated by blank lines.
 
-        Each function starts with ``fn @name(%param, ...) -> registers: R, instructions: N``;
-        each instruction line holds a ``>>`` marker when some If/Goto jumps there, the
-        instruction index, the opcode name (15 columns) and its operands: ``$k`` is register
-        k of the frame, ``a <- b`` means a receives b, jump offsets are relative with the
-        absolute target after ``->``, and function/kernel indices are followed by their
+        Each function starts with ``fn @name(%param, ...) -> registers: R, instructions: N``,
+        then ``fused segments: [0, 9) ...`` if it has super-instructions; each instruction
+        line holds a ``>>`` marker when some If/Goto jumps there, the instruction index, the
+        opcode name (15 columns) and its operands: ``$k`` is register k of the frame,
+        ``a <- b`` means a receives b, jump offsets are relative with the absolute target
+        after ``->``, and function/kernel indices are followed by their
         names in parentheses (see :func:`kiln.runtime.vm.bytecode.disassemble`).
 
         Example
