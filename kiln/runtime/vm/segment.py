@@ -302,9 +302,12 @@ class DirectFunction:
                 return cls(segment, tag, [f.index for f in fields])
         return None
 
-    def run(self, inputs: list[Any], allocators: list[Any]) -> Any:
-        """The function's result on ``inputs``, or None when the VM must run the bytecode
-        instead (an input is not a host tensor)."""
+    def run(self, args: list[Any], allocators: list[Any]) -> Any:
+        """The function's result on its arguments ``args``, or None when the VM must run the
+        bytecode instead (an input is not a host tensor)."""
+        # Argument i lives in register i; the segment numbers its inputs in the order its
+        # kernels first read them, which need not be the parameters' order.
+        inputs = [args[reg] for reg in self.segment.input_regs]
         if not _host_tensors(inputs):
             return None
         storage = self.storage
