@@ -216,6 +216,13 @@ class ModelLibrary:
         found = sorted((self.root / "parameters").glob("*.params"))
         return found[0].read_bytes() if found else None
 
+    @property
+    def params_linked(self) -> bool:
+        """Whether the generated C holds the parameters (``link-params``: the C graph
+        executor finds them through ``_lookup_linked_param`` and must not load the blob)."""
+        return any("_lookup_linked_param" in src.read_text(errors="replace")
+                   for src in self.sources)
+
     def _graph_io(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
         try:
             graph = json.loads(self.graph_json())

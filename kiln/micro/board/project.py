@@ -79,7 +79,7 @@ def _dl_tensor(t: TensorInfo, data: str, var: str) -> list[str]:
 
 def _graph_glue(lib: ModelLibrary) -> list[str]:
     graph = lib.graph_json().encode() + b"\0"
-    params = lib.params_blob()
+    params = None if lib.params_linked else lib.params_blob()
     lines = ["#include <dlpack/dlpack.h>", "#include <tvm/runtime/crt/crt.h>",
              "#include <tvm/runtime/crt/graph_executor.h>",
              "#include <tvm/runtime/crt/packed_func.h>", "",

@@ -5,6 +5,7 @@
  * run (the first may pay for lazy initialization).
  */
 #include <stdio.h>
+#include <tvm/runtime/c_runtime_api.h>
 #include <tvm/runtime/crt/platform.h>
 
 #include "kiln_board.h"
@@ -15,9 +16,12 @@
 #define KILN_REPEAT 1
 #endif
 
+/* One console line naming the step, the CRT error code and the runtime's last message. */
 static int report_error(const char* what, int code, int exit_code) {
-  char line[128];
-  snprintf(line, sizeof(line), "kiln-error: %s failed (%d)", what, code);
+  char line[400];
+  const char* message = TVMGetLastError();
+  snprintf(line, sizeof(line), "kiln-error: %s failed (%d = 0x%x): %s", what, code,
+           (unsigned)code, message != NULL ? message : "");
   kiln_board_puts(line);
   return exit_code;
 }
