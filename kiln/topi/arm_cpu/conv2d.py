@@ -36,4 +36,9 @@ def schedule_conv2d_direct(outs: Any) -> Any:
     for conv in convs:
         if conv is not outs[0].op and len(final.op.axis) >= 2:
             sch[conv].compute_at(final, final.op.axis[-2])
+        stage = sch[conv]
+        # The window loops outside, the innermost output axis innermost: the padding test
+        # depends on the window position only, so it leaves the inner loop.
+        *outer, last = stage.op.axis
+        stage.reorder(*outer, *stage.op.reduce_axis, last)
     return sch
