@@ -33,6 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.runtime.archive import safe_extract
+from kiln.runtime.error import TVMError
+
 __all__ = ["main", "parse_input_shapes"]
 
 
@@ -203,21 +206,18 @@ def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
     if not path.exists():
         raise CLIError(f"no such package: {path}", "create one with `kiln compile`")
     try:
-        with tarfile.open(path) as tar:
-            names = set(tar.getnames())
-            if not {"model.so", "metadata.json"} <= names:
-                raise CLIError(f"{path} is not a kiln package (missing model.so or "
-                               "metadata.json)", "create one with `kiln compile`")
-            for name in ("model.so", "metadata.json"):
-                tar.extract(name, workdir, filter="data")
-    except tarfile.TarError as err:
+        root = safe_extract(path, Path(workdir) / "package")
+    except TVMError as err:
         raise CLIError(f"{path} is not a readable tar archive: {err}",
                        "create one with `kiln compile`") from None
+    if not ((root / "model.so").is_file() and (root / "metadata.json").is_file()):
+        raise CLIError(f"{path} is not a kiln package (missing model.so or metadata.json)",
+                       "create one with `kiln compile`")
     try:
-        meta = json.loads((Path(workdir) / "metadata.json").read_text())
-    except json.JSONDecodeError as err:
+        meta = json.loads((root / "metadata.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
-    return meta, str(Path(workdir) / "model.so")
+    return meta, str(root / "model.so")
 
 
 def _make_inputs(meta: dict, path: str | None) -> dict[str, np.ndarray]:

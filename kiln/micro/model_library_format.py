@@ -32,6 +32,7 @@ import pathlib
 import tarfile
 from typing import Any
 
+from kiln.micro.crt_build import get_standalone_crt_dir
 from kiln.runtime.error import TVMError
 
 __all__ = ["export_model_library_format", "get_standalone_crt_dir", "read_metadata", "model_files",
@@ -47,11 +48,6 @@ _CRT_TEMPLATES = {"template/crt_config-template.h": "crt_config.h.template",
 
 class UnsupportedInModelLibraryFormatError(TVMError):
     """Raised when export_model_library_format does not support the given module tree."""
-
-
-def get_standalone_crt_dir() -> str:
-    """The directory of the standalone C runtime shipped with kiln (``kiln/micro/crt``)."""
-    return str(pathlib.Path(__file__).parent / "crt")
 
 
 def _epoch() -> int:

@@ -39,6 +39,7 @@ from kiln.runtime.packed_func import (
 )
 from kiln.runtime.params import load_param_dict
 from kiln.runtime.registry import register_func
+from kiln.runtime.serialization import read_json
 
 __all__ = [
     "Graph",
@@ -199,10 +200,7 @@ def parse_graph_json(text: str) -> Graph:
         text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str):
         raise TVMError(f"graph JSON must be a string, got {type(text).__name__}")
-    try:
-        raw = json.loads(text)
-    except ValueError as err:
-        raise _fail(f"not JSON ({err})") from None
+    raw = read_json(text, "invalid graph JSON: the document")
     if not isinstance(raw, dict):
         raise _fail("the top level must be an object")
     for key in _REQUIRED_KEYS:
