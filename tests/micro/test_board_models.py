@@ -171,3 +171,24 @@ def test_graph_executor_out_of_workspace_is_an_error_not_a_crash(models, tmp_pat
                                 workspace_bytes=16 * 1024)
     with pytest.raises(MicroBoardError, match=r"(?s)failed to initialize.*0x503"):
         project.run([model.x])
+
+
+@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
+def test_io_inside_the_workspace_pool(models, tmp_path):
+    # tir.usmp.use_workspace_io: the program finds its inputs and outputs in the pool it
+    # provides (map_inputs/map_outputs), so the image has no separate I/O buffers.
+    from kiln.micro.board.qemu import size_of
+
+    model = models["mlp"]
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True,
+                                                        "tir.usmp.use_workspace_io": True}):
+        module = relay.build(model.mod, target=tvm.target.Target(TARGET), params=model.params,
+                             executor=EXECUTORS["aot"], runtime=Runtime("crt",
+                                                                        {"system-lib": True}))
+    tvm.micro.export_model_library_format(module, str(tmp_path / "io.tar"))
+    project = StandaloneProject(tmp_path / "io.tar", "qemu-cortex-m4", build_dir=tmp_path / "b")
+    result = project.run([model.x])
+    np.testing.assert_allclose(result.outputs[0], model.want, rtol=1e-4, atol=1e-6)
+    sizes = size_of(project.program)
+    assert sizes.get(".kiln_io", 0) == 0
+    assert sizes[".tvm_workspace"] == module.stats["workspace_pool_bytes"] >= 1960 + 48

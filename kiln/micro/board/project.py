@@ -40,32 +40,54 @@ def _c_bytes(data: bytes, per_line: int = 24) -> str:
     return "{\n  " + ",\n  ".join(rows) + "\n}" if rows else "{0}"
 
 
-def _buffers(infos: Sequence[TensorInfo], kind: str) -> list[str]:
+def _buffers(infos: Sequence[TensorInfo], kind: str, in_pool: bool = False) -> list[str]:
+    """The I/O buffers and the tables main.c reads; with ``in_pool`` the pointers are filled
+    by kiln_model_prepare from the pools instead."""
     lines = []
-    for i, t in enumerate(infos):
-        lines.append(f"static uint8_t kiln_{kind}_{i}[{max(t.nbytes, 1)}] "
-                     f"__attribute__((aligned(16), section(\".bss.noinit.kiln_io\")));"
-                     f"  /* {t.name}: {t.dtype} */")
-    names = ", ".join(f"kiln_{kind}_{i}" for i in range(len(infos))) or "0"
+    if not in_pool:
+        for i, t in enumerate(infos):
+            lines.append(f"static uint8_t kiln_{kind}_{i}[{max(t.nbytes, 1)}] "
+                         f"__attribute__((aligned(16), section(\".bss.noinit.kiln_io\")));"
+                         f"  /* {t.name}: {t.dtype} */")
+    names = ", ".join("0" if in_pool else f"kiln_{kind}_{i}" for i in range(len(infos)))
     sizes = ", ".join(str(t.nbytes) for t in infos) or "0"
     lines += [f"const int kiln_num_{kind}s = {len(infos)};",
-              f"void* const kiln_{kind}_data[] = {{{names}}};",
+              f"void* kiln_{kind}_data[] = {{{names or '0'}}};",
               f"const size_t kiln_{kind}_bytes[] = {{{sizes}}};"]
     return lines
 
 
 def _aot_glue(lib: ModelLibrary) -> list[str]:
     prefix = f"tvmgen_{lib.mod_name}"
-    ins = ", ".join(f".{t.c_name} = kiln_input_{i}" for i, t in enumerate(lib.inputs))
-    outs = ", ".join(f".{t.c_name} = kiln_output_{i}" for i, t in enumerate(lib.outputs))
-    return [f'#include "{prefix}.h"', "", *_buffers(lib.inputs, "input"),
-            *_buffers(lib.outputs, "output"), "",
-            "int kiln_model_init(void) { return 0; }", "",
-            "int kiln_model_run(void) {",
-            f"  struct {prefix}_inputs inputs = {{{ins}}};",
-            f"  struct {prefix}_outputs outputs = {{{outs}}};",
-            f"  return {prefix}_run(&inputs, &outputs);", "}", "",
-            "int kiln_model_finish(void) { return 0; }"]
+    lines = [f'#include "{prefix}.h"', "",
+             *_buffers(lib.inputs, "input", lib.io_in_pools),
+             *_buffers(lib.outputs, "output", lib.io_in_pools)]
+    for name, size in lib.external_pools:
+        lines.append(f"static uint8_t kiln_pool_{name}[{size}] __attribute__((aligned(16), "
+                     f"section(\".bss.noinit.tvm\")));")
+    pools = ", ".join(f".{name} = kiln_pool_{name}" for name, _ in lib.external_pools)
+    if lib.external_pools:
+        lines.append(f"static struct {prefix}_workspace_pools kiln_pools = {{{pools}}};")
+    lines += ["", "int kiln_model_prepare(void) {"]
+    if lib.io_in_pools:
+        lines += [f"  struct {prefix}_inputs inputs = {prefix}_map_inputs(&kiln_pools);",
+                  f"  struct {prefix}_outputs outputs = {prefix}_map_outputs(&kiln_pools);"]
+        lines += [f"  kiln_input_data[{i}] = inputs.{t.c_name};"
+                  for i, t in enumerate(lib.inputs)]
+        lines += [f"  kiln_output_data[{i}] = outputs.{t.c_name};"
+                  for i, t in enumerate(lib.outputs)]
+    lines += ["  return 0;", "}", "", "int kiln_model_init(void) { return 0; }", "",
+              "int kiln_model_run(void) {"]
+    if lib.io_in_pools:
+        lines.append(f"  return {prefix}_run(&kiln_pools);")
+    else:
+        ins = ", ".join(f".{t.c_name} = kiln_input_{i}" for i, t in enumerate(lib.inputs))
+        outs = ", ".join(f".{t.c_name} = kiln_output_{i}" for i, t in enumerate(lib.outputs))
+        args = "&inputs, &outputs" + (", &kiln_pools" if lib.external_pools else "")
+        lines += [f"  struct {prefix}_inputs inputs = {{{ins}}};",
+                  f"  struct {prefix}_outputs outputs = {{{outs}}};",
+                  f"  return {prefix}_run({args});"]
+    return [*lines, "}", "", "int kiln_model_finish(void) { return 0; }"]
 
 
 def _dl_tensor(t: TensorInfo, data: str, var: str) -> list[str]:
@@ -84,6 +106,7 @@ def _graph_glue(lib: ModelLibrary) -> list[str]:
              "#include <tvm/runtime/crt/graph_executor.h>",
              "#include <tvm/runtime/crt/packed_func.h>", "",
              *_buffers(lib.inputs, "input"), *_buffers(lib.outputs, "output"), "",
+             "int kiln_model_prepare(void) { return 0; }", "",
              f"static const char kiln_graph_json[{len(graph)}] = {_c_bytes(graph)};"]
     if params is not None:
         lines.append(f"static const char kiln_params[{len(params)}] "
@@ -142,9 +165,12 @@ class StandaloneProject:
         ``"qemu-cortex-m7"``).
     build_dir : str or Path, optional
         Where the program is built; a temporary directory by default.
-    workspace_bytes : int
+    workspace_bytes : int, optional
         The platform memory pool (``TVMPlatformMemoryAllocate``): the C graph executor's
-        tensors and, for AOT without USMP, the kernels' workspaces.
+        tensors and, for AOT without USMP, the kernels' workspaces. By default 512 KiB for
+        the graph executor, and for AOT the archive's ``TVMGEN_<MOD>_WORKSPACE_SIZE`` plus
+        the stack allocator's alignment slack (a few bytes under USMP, which plans
+        everything into its own pool).
     repeat : int
         Runs of the model per program start; the last one's ticks are reported.
     defines : mapping, optional
@@ -157,7 +183,7 @@ class StandaloneProject:
     """
 
     def __init__(self, mlf: str | Path | ModelLibrary, board: Board | str,
-                 build_dir: str | Path | None = None, workspace_bytes: int = 512 * 1024,
+                 build_dir: str | Path | None = None, workspace_bytes: int | None = None,
                  repeat: int = 1, defines: Mapping[str, str] | None = None,
                  io: str = "files") -> None:
         from kiln.micro.board import get_board
@@ -169,6 +195,9 @@ class StandaloneProject:
             self._tmp = tempfile.TemporaryDirectory(prefix=f"kiln-{self.board.name}-build-")
             build_dir = self._tmp.name
         self.build_dir = Path(build_dir)
+        if workspace_bytes is None:
+            workspace_bytes = (512 * 1024 if self.library.executor == "graph"
+                               else self.library.aot_workspace_size + 64)
         self.workspace_bytes = int(workspace_bytes)
         self.repeat = int(repeat)
         self.defines = dict(defines or {})

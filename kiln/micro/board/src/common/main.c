@@ -69,6 +69,8 @@ int main(int argc, char** argv) {
   kiln_board_init(argc, argv);
   int err = TVMPlatformInitialize();
   if (err != 0) return report_error("TVMPlatformInitialize", err, KILN_EXIT_INIT);
+  err = kiln_model_prepare();
+  if (err != 0) return report_error("kiln_model_prepare", err, KILN_EXIT_INIT);
   for (int i = 0; i < kiln_num_inputs; ++i) {
     if (load_input(i) != 0) {
       return report_error("reading an input file", i, KILN_EXIT_IO);
