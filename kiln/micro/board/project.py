@@ -6,8 +6,11 @@ The program is ``main.c`` + ``platform.c`` (board-independent, ``src/common``), 
 own code, the CRT (``common``, ``memory``, plus ``graph_executor`` for graph archives), the
 archive's generated C, and a generated ``kiln_model.c`` that connects them: for AOT it fills
 ``struct tvmgen_<mod>_inputs/outputs`` and calls ``tvmgen_<mod>_run``; for the graph
-executor it embeds the graph JSON (and the params blob when the archive has one), gets
-``runtime.SystemLib`` and drives ``TVMGraphExecutor_*``.
+executor it embeds the graph JSON (and the params blob unless the params are linked), gets
+``runtime.SystemLib`` and drives ``TVMGraphExecutor_*``. AOT archives with external pools and
+``tir.usmp.use_workspace_io`` are supported: the glue provides the pools and the program reads
+its inputs straight into them. With ``io="linked"`` the inputs are compiled into the image
+and the outputs return over the UART instead of through files.
 
 Example
 -------
