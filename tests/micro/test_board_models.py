@@ -23,7 +23,8 @@ HAVE_QEMU = shutil.which("qemu-system-arm") is not None and \
 BOARDS = ["host", pytest.param("qemu-cortex-m4", marks=pytest.mark.skipif(
     not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi (apt)"))]
 EXECUTORS = {"aot": Executor("aot", {"interface-api": "c", "unpacked-api": True}),
-             "graph": Executor("graph", {"link-params": True})}
+             "graph": Executor("graph", {"link-params": True}),
+             "graph-params": Executor("graph", {"link-params": False})}
 
 
 class Model:
@@ -139,6 +140,15 @@ def test_kiln_micro_run_cli(models, tmp_path, capsys):
     np.testing.assert_allclose(saved["output"], model.want, rtol=1e-4, atol=1e-6)
     assert main(["micro", "run", model.archive("aot"), "--board", "qemu-cortex-m0"]) == 1
     assert "unknown board 'qemu-cortex-m0'" in capsys.readouterr().err
+
+
+def test_graph_executor_loads_unlinked_params_from_the_archive(models):
+    # link-params False: the glue embeds parameters/*.params and calls LoadParams.
+    model = models["mlp"]
+    project = model.project("graph-params", "host")
+    assert "TVMGraphExecutor_LoadParams" in (project.build_dir / "kiln_model.c").read_text()
+    result = project.run([model.x])
+    np.testing.assert_allclose(result.outputs[0], model.want, rtol=1e-4, atol=1e-6)
 
 
 def test_a_corrupt_archive_is_a_clear_error(tmp_path):

@@ -171,9 +171,9 @@ class StandaloneProject:
     workspace_bytes : int, optional
         The platform memory pool (``TVMPlatformMemoryAllocate``): the C graph executor's
         tensors and, for AOT without USMP, the kernels' workspaces. By default 512 KiB for
-        the graph executor, and for AOT the archive's ``TVMGEN_<MOD>_WORKSPACE_SIZE`` plus
-        the stack allocator's alignment slack (a few bytes under USMP, which plans
-        everything into its own pool).
+        the graph executor (plus twice the params blob when the params are not linked), and
+        for AOT the archive's ``TVMGEN_<MOD>_WORKSPACE_SIZE`` plus the stack allocator's
+        alignment slack (a few bytes under USMP, which plans everything into its own pool).
     repeat : int
         Runs of the model per program start; the last one's ticks are reported.
     defines : mapping, optional
@@ -199,8 +199,12 @@ class StandaloneProject:
             build_dir = self._tmp.name
         self.build_dir = Path(build_dir)
         if workspace_bytes is None:
-            workspace_bytes = (512 * 1024 if self.library.executor == "graph"
-                               else self.library.aot_workspace_size + 64)
+            workspace_bytes = self.library.aot_workspace_size + 64
+            if self.library.executor == "graph":
+                # Unlinked params live in the executor's storage, and LoadParams holds one
+                # more copy of a param while it loads it: twice the blob is always enough.
+                params = None if self.library.params_linked else self.library.params_blob()
+                workspace_bytes = 512 * 1024 + 2 * len(params or b"")
         self.workspace_bytes = int(workspace_bytes)
         self.repeat = int(repeat)
         self.defines = dict(defines or {})
