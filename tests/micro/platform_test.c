@@ -1,6 +1,7 @@
 /* C checks of kiln's CRT platform (kiln/micro/board/src/common/platform.c) on the host board:
  * timer state errors, allocation through the CRT allocators until the pool runs dry, the
- * peak-bytes tracking. Prints "ok" and exits 0, or names the failed check and exits 1. */
+ * peak-bytes tracking; with KILN_TEST_ABORT, TVMPlatformAbort's exit. Prints "ok" and exits
+ * 0, or names the failed check and exits 1. */
 #include <stdio.h>
 #include <tvm/runtime/crt/error_codes.h>
 #include <tvm/runtime/crt/platform.h>
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
   int nonzero = 0;
   for (int i = 0; i < 16; ++i) nonzero += random[i] != 0;
   CHECK(nonzero > 8);
+#ifdef KILN_TEST_ABORT
+  TVMPlatformAbort(kTvmErrorPlatformNoMemory); /* must exit with KILN_EXIT_ABORT */
+#endif
   kiln_board_puts("ok");
   return 0;
 }
