@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
-from kiln.topi.utils import traverse_inline
+from kiln.topi.utils import get_const_tuple, traverse_inline
 
 __all__ = ["schedule_conv2d_direct"]
 
@@ -41,4 +41,8 @@ def schedule_conv2d_direct(outs: Any) -> Any:
         # depends on the window position only, so it leaves the inner loop.
         *outer, last = stage.op.axis
         stage.reorder(*outer, *stage.op.reduce_axis, last)
+        extent = get_const_tuple(conv.output(0).shape)[-1]
+        if extent % 4 == 0:  # fewer loop branches per multiply-add
+            _, lanes = stage.split(last, factor=4)
+            stage.unroll(lanes)
     return sch
