@@ -202,3 +202,48 @@ def test_io_inside_the_workspace_pool(models, tmp_path):
     sizes = size_of(project.program)
     assert sizes.get(".kiln_io", 0) == 0
     assert sizes[".tvm_workspace"] == module.stats["workspace_pool_bytes"] >= 1960 + 48
+
+
+def test_an_archive_escaping_its_directory_is_refused(tmp_path):
+    import io
+    import tarfile
+
+    path = tmp_path / "evil.tar"
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(MicroBoardError, match="unsafe member '../escaped.txt'"):
+        StandaloneProject(path, "host")
+    assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
+def test_onnx_to_cortex_m_from_the_command_line(tmp_path, capsys):
+    # The workflow: kiln compile --runtime crt, then kiln micro run on the board;
+    # onnxruntime is the oracle.
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kiln.driver.cli import main
+
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((24, 10)).astype("float32"), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [w])
+    model = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    x = rng.standard_normal((1, 24)).astype("float32")
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["compile", str(model), "--target", "c -mcpu=cortex-m4", "--executor", "aot",
+                 "--runtime", "crt", "-o", str(tmp_path / "model.tar")]) == 0
+    assert main(["micro", "run", str(tmp_path / "model.tar"), "--board", "qemu-cortex-m4",
+                 "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                 str(tmp_path / "out.npz")]) == 0
+    assert "instructions per inference" in capsys.readouterr().out
+    want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
+    got = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(got[got.files[0]], want, rtol=1e-5, atol=1e-6)

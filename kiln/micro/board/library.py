@@ -49,11 +49,16 @@ class TensorInfo:
 
 
 def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract regular files and directories that stay inside ``dest``; refuse the rest.
+
+    (kiln.runtime.archive.safe_extract refuses the ``.`` member that MLF tars carry.)
+    """
+    root = dest.resolve()
     for member in tar.getmembers():
-        target = (dest / member.name).resolve()
-        if not str(target).startswith(str(dest.resolve())) or member.issym() or member.islnk():
+        target = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
             raise MicroBoardError(f"Model Library Format: unsafe member {member.name!r}")
-    tar.extractall(dest)
+    tar.extractall(dest, filter="data")
 
 
 class ModelLibrary:
