@@ -403,8 +403,9 @@ def _add_micro_parser(sub) -> None:
     p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
     p.add_argument("--outputs", help="save outputs to this .npz file")
     p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
-    p.add_argument("--workspace-bytes", type=int, default=512 * 1024,
-                   help="the platform memory pool (default 524288)")
+    p.add_argument("--workspace-bytes", type=int, default=None,
+                   help="the platform memory pool (default: 524288 for the graph executor, "
+                   "what the archive asks for AOT)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before the program is killed (default 120)")
     p.set_defaults(func=cmd_micro_run)
