@@ -80,7 +80,7 @@ class FinalVM:
             assert len(instr) <= 4, f"FinalVM: instruction {instr} has too many fields"
         self.instrs = list(code)
         # generated Python segments keep their source for listings; the VM calls the function
-        self.code = [(i[0], getattr(i[1], "fn", i[1]), *i[2:]) + (None,) * (4 - len(i))
+        self.code = [(i[0], getattr(i[1], "segment_fn", i[1]), *i[2:]) + (None,) * (4 - len(i))
                      if i[0] == Op.EXTERNAL else tuple(i) + (None,) * (4 - len(i))
                      for i in code]
         self.max_stack = 0

@@ -97,6 +97,20 @@ def test_arrays_against_numpy():
     check(f, x, w, b)
 
 
+def test_debug_linear_impl_matches_relay_and_numpy():
+    def f(x, n, y):
+        for _ in range(n):
+            x = np.tanh(x) * 2.0
+        if y > 0.0:
+            x = x.T @ x
+        return x.sum(axis=0) + y
+
+    x = RNG.standard_normal((3, 2)).astype("float32")
+    debug = myia(f, linear_impl="debug")(x, 3, 1.5)
+    np.testing.assert_allclose(debug, f(x, 3, 1.5), rtol=1e-5)
+    np.testing.assert_allclose(myia(f)(x, 3, 1.5), debug, rtol=1e-5)
+
+
 def test_one_compiled_version_per_signature():
     f = myia(branches)
     f(1.0, 2.0)
