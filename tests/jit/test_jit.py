@@ -309,12 +309,25 @@ def test_seed_example_grad_of_array_map():
     np.testing.assert_array_equal(main(np.ones((2, 3)), np.ones((2, 3))), np.ones((2, 3)))
 
 
-def test_grad_of_grad_is_refused_not_wrong():
+def test_grad_of_grad_for_scalar_functions_against_jax():
     def cube(x):
-        return x * x * x
+        return x * x * x + np.sin(x)
 
-    with pytest.raises(JitError, match="grad of a gradient"):
-        grad(grad(cube))(2.0)
+    def jcube(x):
+        return x * x * x + jnp.sin(x)
+
+    np.testing.assert_allclose(grad(grad(cube))(0.7), jax.grad(jax.grad(jcube))(0.7),
+                               rtol=1e-9)
+    # through if, a loop and a closure (Myia never got these working)
+    assert grad(grad(piecewise))(2.0) == 12.0 and grad(grad(piecewise))(-2.0) == 0.0
+    np.testing.assert_allclose(grad(grad(power_loop))(1.5, 4), 12 * 1.5 ** 2)
+
+    def clo(x):
+        def g(y):
+            return x * y * y
+        return g(x) + g(3.0)
+
+    np.testing.assert_allclose(grad(grad(clo))(2.0), 12.0)
 
 
 def test_grad_argnums_out_of_range():
