@@ -129,22 +129,46 @@ def test_kiln_jit_is_the_decorator():
 
 # -- FinalVM limits ------------------------------------------------------------------------------
 
-def test_tail_calls_run_in_constant_stack():
-    def count(n):
-        i = 0
-        acc = 0
-        while i < n:
-            acc += i
-            i += 1
+def count(n):
+    i = 0
+    acc = 0
+    while i < n:
+        acc += i
+        i += 1
+    return acc
+
+
+def down(n, acc):
+    if n == 0:
         return acc
+    return down(n - 1, acc + 1)
 
-    def down(n, acc):
-        if n == 0:
-            return acc
-        return down(n - 1, acc + 1)
 
-    assert myia(count)(1_000_000) == sum(range(1_000_000))
-    assert myia(down)(100_000, 0) == 100_000
+FINALVM = standard_pipeline.configure({"compile.backend": "finalvm"})
+
+
+def test_finalvm_tail_calls_run_in_constant_stack():
+    loop, rec = myia(count, pipeline=FINALVM), myia(down, pipeline=FINALVM)
+    assert loop.backend(10) == "finalvm"
+    sizes = []
+    for n in (100, 20_000):
+        assert loop(n) == sum(range(n)) and rec(n, 0) == n
+        sizes.append((loop.cache[loop.signature(n)].vm.stack_size,
+                      rec.cache[rec.signature(n, 0)].vm.stack_size))
+    assert sizes[0] == sizes[1]  # 200x more iterations, the same stack
+
+
+def test_million_iteration_loop_and_deep_tail_recursion():
+    # the default backend for scalar programs: generated Python, tail calls as a loop
+    loop, rec = myia(count), myia(down)
+    assert loop.backend(10) == "python"
+    assert loop(1_000_000) == sum(range(1_000_000))
+    assert rec(100_000, 0) == 100_000
+
+
+def test_python_and_finalvm_backends_agree():
+    for fn, args in [(loops, (30,)), (fact, (10,)), (closures, (1.5,)), (branches, (1.0, 2.0))]:
+        assert myia(fn, pipeline=FINALVM)(*args) == myia(fn)(*args) == fn(*args)
 
 
 # -- errors --------------------------------------------------------------------------------------
