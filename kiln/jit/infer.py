@@ -323,7 +323,9 @@ def _rewrite_getitem(node: Apply) -> None:
     fn = node.inputs[0]
     if isinstance(fn, Constant) and fn.value is S.getitem:
         base = node.inputs[1].abstract
+        index = node.inputs[2].abstract
+        dynamic = isinstance(index, Scalar) and index.value is ANY and index.dtype != "index"
         node.inputs[0] = Constant(S.tuple_getitem if isinstance(base, Tuple)
-                                  else S.array_getitem)
+                                  else S.array_take if dynamic else S.array_getitem)
         if isinstance(base, Array) and isinstance(node.inputs[2], Constant):
             node.inputs[2].abstract = Scalar("index", node.inputs[2].value)

@@ -308,6 +308,33 @@ def test_grad_through_loop_against_jax():
     np.testing.assert_allclose(grad(mine)(0.8, 5), jax.grad(f)(0.8, 5), rtol=1e-6)
 
 
+def test_grad_rnn_with_run_time_index_against_jax():
+    def rnn(W, U, h, xs):
+        for t in range(xs.shape[0]):
+            h = np.tanh(h @ W + xs[t] @ U)
+        return np.sum(h)
+
+    def jrnn(W, U, h, xs):
+        for t in range(xs.shape[0]):
+            h = jnp.tanh(h @ W + xs[t] @ U)
+        return jnp.sum(h)
+
+    W, U = RNG.standard_normal((6, 6)) * 0.3, RNG.standard_normal((3, 6)) * 0.3
+    h, xs = np.zeros((2, 6)), RNG.standard_normal((5, 2, 3))
+    np.testing.assert_allclose(myia(rnn)(W, U, h, xs), rnn(W, U, h, xs), rtol=1e-12)
+    for g, w in zip(grad(rnn, argnums=(0, 1))(W, U, h, xs),
+                    jax.grad(jrnn, argnums=(0, 1))(W, U, h, xs)):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-9)
+
+
+def test_grad_through_tuple_unpacking():
+    def f(x):
+        a, b = x * 2.0, x + 1.0
+        return a * b
+
+    np.testing.assert_allclose(grad(f)(3.0), finite_diff(f, 3.0), rtol=1e-6)
+
+
 def test_value_and_grad_and_has_aux():
     def f(x, y):
         return x * x * y, x + y
