@@ -173,3 +173,44 @@ def test_blob_symbol_outside_the_mapped_image_is_refused() -> None:
         module_lib._read_blob_at(4096, None, "tampered.so")
     with pytest.raises(TVMError, match="points outside the loaded library"):
         module_lib._read_c_string(4096, "tampered.so")
+
+
+# Each makes gcc (or the assembler) read a file outside the archive; /dev/zero never ends.
+HOSTILE_SOURCES = {
+    "absolute include": b'#include "/dev/zero"\n',
+    "angle include": b"#include </dev/zero>\n",
+    "dot-dot include": b'#include "../../../../dev/zero"\n',
+    "computed include": b"#define Z </dev/zero>\n#include Z\n",
+    "digraph": b'%:include "/dev/zero"\n',
+    "comment before the hash": b'/* x */ #include "/dev/zero"\n',
+    "comment inside": b'#/*\n*/include "/dev/zero"\n',
+    "line splice": b'#\\\ninclude "/dev/zero"\n',
+    "include_next": b"#include_next </dev/zero>\n",
+    "embed": b'static const char z[] = {\n#embed "/dev/zero"\n};\n',
+    "incbin": b'__asm__(".incbin \\"/dev/zero\\"");\n',
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SOURCES))
+def test_module_tar_refuses_sources_that_read_outside_files(tmp_path: Path, case) -> None:
+    archive = _tar(tmp_path / "evil.tar", _member("k.c", HOSTILE_SOURCES[case] + KERNEL_C))
+    with pytest.raises(TVMError, match="k.c: .*(outside the include path|not allowed)"):
+        load_module(archive)
+
+
+def test_relative_includes_and_comments_mentioning_includes_are_fine() -> None:
+    source = (b'#include <tvm/runtime/c_backend_api.h>\n#include "local.h" // "/dev/zero"\n'
+              b'/* #include "/dev/zero" */\nconst char* s = "a /* b";\n')
+    module_lib.check_archive_source(source, "ok.tar")
+
+
+def test_a_compiler_that_never_finishes_is_an_error(tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc
+
+    # A FIFO nobody writes blocks gcc forever, as /dev/zero would (without eating memory).
+    os.mkfifo(tmp_path / "never.h")
+    source = tmp_path / "waits.c"
+    source.write_text('#include "never.h"\n')
+    monkeypatch.setenv("KILN_CC_TIMEOUT", "1")
+    with pytest.raises(TVMError, match=r"did not finish within 1 s \(KILN_CC_TIMEOUT\)"):
+        cc.compile_object(tmp_path / "waits.o", source)
