@@ -14,8 +14,8 @@ and its two schedule lines (``pragma(n, "import_c", ...)``, ``tensorize(owi, gem
 verbatim in a namespace that supplies the names they use.
 
 Not run here: seed 000 has no Python example; seed 002's AOT executor and board flow
-(``tvm.micro``) are not in kiln; seed 003's Myia example needs a Myia-style ``kiln.jit``
-frontend, which kiln does not have.
+(``tvm.micro``) are not in kiln; seed 003's Myia example runs through ``kiln.jit`` in
+``test_seed_003_myia_example`` at the end of this file.
 """
 
 from __future__ import annotations
@@ -309,3 +309,18 @@ def test_cut_finds_the_example_around_its_anchor_and_reports_a_missing_seed(tmp_
         "import kiln as tvm\nfrom kiln import relay\nfrom kiln.contrib import x\n"
     with pytest.raises(FileNotFoundError, match="seed 009"):
         seed_text("009")
+
+
+def test_seed_003_myia_example():
+    """Seed 003's Myia example (grad of array_map/array_reduce), verbatim but for imports."""
+    text = seed_text("003")
+    code, _ = cut(text, "def f1(x, y):", "return dfdx")
+    import linecache
+    source = ("import numpy as np\nfrom kiln.jit import myia, grad, array_map, array_reduce, "
+              "scalar_add, asscalar\n" + code)
+    name = "<seed 003>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    ns = {"__name__": "__main__"}
+    exec(compile(source, name, "exec"), ns)  # kiln.jit reads the source back via linecache
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(ns["main"](x, x + 1), np.ones((2, 3)))

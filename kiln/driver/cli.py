@@ -2,13 +2,20 @@
 
 Entry point: :func:`main`. Subcommands:
 
-- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm]
-  [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file (``.rly``/``.txt``).
-  The package is a tar holding ``model.so`` (kernels plus the graph/params or VM bytecode blob)
-  and ``metadata.json`` (executor, target, inputs, outputs, compile statistics).
+- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
+  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
+  (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
+  ``model.so`` (kernels plus the graph/params or VM bytecode blob) and ``metadata.json``
+  (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
+  Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
+  ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
 - ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
+- ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
+  [--outputs out.npz]``: build a Model Library Format archive with the C runtime into a
+  standalone program for the board, run it once, print the outputs and the board's ticks
+  (exact instructions on the emulated Cortex-M).
 
 Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
 """
@@ -109,6 +116,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     _progress(f"loading {args.model}")
     mod, params = _load_model(Path(args.model), shapes)
+    if args.runtime == "crt":
+        return _compile_micro(args, mod, params, start)
+    if args.executor == "aot":
+        raise CLIError("--executor aot writes a Model Library Format for the C runtime",
+                       "add --runtime crt (a firmware project), or use --executor graph for "
+                       "a package kiln run can load")
     inputs, outputs = _io_info(mod)
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,6 +151,42 @@ def cmd_compile(args: argparse.Namespace) -> int:
     n_ops = _count_op_calls(mod["main"])
     print(f"compiled {args.model} -> {args.output}: {n_ops} operator calls, {summary}, "
           f"{stats['compile_seconds']:.2f} s")
+    return 0
+
+
+def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
+    """``--runtime crt``: C for the C runtime, written as a Model Library Format tar."""
+    import kiln
+    from kiln import relay
+    from kiln.relay.backend import Executor, Runtime
+
+    if args.executor == "vm":
+        raise CLIError("the C runtime has no VM", "use --executor aot or --executor graph "
+                       "with --runtime crt")
+    if args.executor == "aot":
+        interface = args.interface_api
+        executor = Executor("aot", {"interface-api": interface,
+                                    "unpacked-api": interface == "c"})
+    else:
+        executor = Executor("graph", {"link-params": True})
+    config = {"tir.disable_vectorize": True, "tir.usmp.algorithm": args.usmp_algorithm}
+    _progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
+              "C runtime)")
+    with kiln.transform.PassContext(opt_level=args.opt_level, config=config):
+        factory = relay.build(mod, target=args.target, params=params, executor=executor,
+                              runtime=Runtime("crt", {"system-lib": True}))
+    kiln.micro.export_model_library_format(factory, args.output)
+    stats = factory.stats
+    if args.executor == "aot":
+        summary = (f"{stats['kernels']} fused kernels, workspace pool "
+                   f"{stats['workspace_pool_bytes']} bytes (lower bound "
+                   f"{stats['workspace_lower_bound_bytes']}, {stats['usmp_algorithm']}), "
+                   f"constants {stats['constant_pool_bytes']} bytes")
+    else:
+        summary = (f"{stats['kernels']} fused kernels, {stats['planned_bytes']} bytes planned "
+                   f"(lower bound {stats['peak_live_bytes']})")
+    print(f"compiled {args.model} -> {args.output} (Model Library Format): {summary}, "
+          f"{time.perf_counter() - start:.2f} s")
     return 0
 
 
@@ -289,6 +338,61 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- micro ------------------------------------------------------------------------------
+def cmd_micro_run(args: argparse.Namespace) -> int:
+    from kiln.micro.board import BOARD_NAMES, StandaloneProject
+
+    if args.board not in BOARD_NAMES:
+        raise CLIError(f"unknown board {args.board!r}", f"choose one of {list(BOARD_NAMES)}")
+    if not Path(args.model).exists():
+        raise CLIError(f"no such Model Library Format archive: {args.model}",
+                       "export one with kiln.micro.export_model_library_format")
+    project = StandaloneProject(args.model, args.board, build_dir=args.build_dir,
+                                workspace_bytes=args.workspace_bytes)
+    meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
+                   for t in project.inputs]
+    inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
+    _progress(f"building {args.model} ({project.library.executor} executor) for "
+              f"{args.board}")
+    project.build()
+    result = project.run(inputs, timeout=args.timeout)
+    for info, out in zip(project.outputs, result.outputs):
+        print(f"{info.name}: shape {list(out.shape)} {out.dtype}")
+        print(np.array2string(out, precision=5, threshold=64))
+    line = (f"board {args.board}: {result.ticks} ticks at {result.ticks_per_second / 1e6:g} "
+            f"MHz = {result.seconds * 1e3:.3f} ms")
+    if result.instructions is not None:
+        line += f" (virtual), {result.instructions} instructions per inference"
+    if result.stack_bytes:
+        line += f"; stack {result.stack_bytes} B"
+    print(line)
+    if args.outputs:
+        np.savez(args.outputs, **{t.name: o for t, o in zip(project.outputs, result.outputs)})
+        print(f"saved outputs to {args.outputs}")
+    return 0
+
+
+def _add_micro_parser(sub) -> None:
+    micro = sub.add_parser("micro", help="microTVM: run a Model Library Format archive "
+                           "standalone", description="Standalone microTVM programs.")
+    actions = micro.add_subparsers(dest="micro_command", metavar="ACTION", required=True)
+    p = actions.add_parser("run", help="build and run an MLF archive on a board",
+                           description="Build a Model Library Format archive (AOT or graph "
+                           "executor) and the C runtime into a program for the board, run "
+                           "it once, print the outputs and the board's ticks.")
+    p.add_argument("model", help="Model Library Format archive (.tar)")
+    p.add_argument("--board", default="host",
+                   help="host, qemu-cortex-m4 or qemu-cortex-m7 (default host)")
+    p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
+    p.add_argument("--outputs", help="save outputs to this .npz file")
+    p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
+    p.add_argument("--workspace-bytes", type=int, default=512 * 1024,
+                   help="the platform memory pool (default 524288)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds before the program is killed (default 120)")
+    p.set_defaults(func=cmd_micro_run)
+
+
 # ---- entry ------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     import kiln
@@ -307,8 +411,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="c", help='target string, e.g. "llvm -mcpu=znver3" '
                    "or c (default: c)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
-    p.add_argument("--executor", choices=["graph", "vm"], default="graph",
-                   help="graph (static shapes, fastest) or vm (control flow, dynamic shapes)")
+    p.add_argument("--executor", choices=["graph", "vm", "aot"], default="graph",
+                   help="graph (static shapes, fastest), vm (control flow, dynamic shapes) or "
+                   "aot (one generated C entry point; with --runtime crt)")
+    p.add_argument("--runtime", choices=["cpp", "crt"], default="cpp",
+                   help="cpp: a package for kiln run (default); crt: a Model Library Format "
+                   "tar for the C runtime (microcontrollers)")
+    p.add_argument("--interface-api", choices=["c", "packed"], default="c",
+                   help="AOT entry point for the C runtime: c (tvmgen_default_run over "
+                   "structs, default) or packed (for the C AOT executor)")
+    p.add_argument("--usmp-algorithm", default="greedy_by_size",
+                   choices=["greedy_by_size", "greedy_by_conflicts", "hill_climb"],
+                   help="AOT workspace planning (tir.usmp.algorithm)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(0, 5),
                    help="optimization level 0-4 (default 3)")
     p.add_argument("-o", "--output", default="model.tar", help="package path (default "
@@ -335,6 +449,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
     p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
     p.set_defaults(func=cmd_bench)
+    _add_micro_parser(sub)
     return parser
 
 

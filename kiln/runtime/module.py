@@ -675,7 +675,12 @@ class DSOModule(Module):
             name = _read_c_string(entry, self.path)  # a char array naming the entry
         address = self._symbol_address(name)
         if address is None:
-            return None
+            if self._symbol_address("get_c_metadata") is None:
+                return None
+            # an AOT library: lib["default"](dev) creates its executor (as in TVM)
+            from kiln.runtime.aot_executor import executor_creator
+
+            return executor_creator(self, name)
         return PackedFunc.from_c_address(address, owner=self, name=name)
 
     def read_blob(self) -> bytes | None:

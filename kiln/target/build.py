@@ -89,6 +89,17 @@ class NativeModule(Module):
                       kind: str = "c") -> NativeModule:
         return cls(kind, {"lib0.c": source}, {}, names, options, {"c": source, "": source})
 
+    def with_source(self, name: str, text: str, function_names: Sequence[str]) -> NativeModule:
+        """This module plus one more C file (compiled and linked with the rest): how the AOT
+        main joins the kernels it calls."""
+        sources = {**self.sources, name: text}
+        shown = {fmt: (src + "\n" + text if fmt in ("c", "") else src)
+                 for fmt, src in self.text.items()}
+        shown.setdefault("c", text)
+        return NativeModule(self.type_key, sources, self.objects,
+                            self.function_names + list(function_names), self.options, shown,
+                            self.foreign_triple)
+
     def _compile(self) -> Path:
         if config.debug_level() >= 4:
             for fmt, text in self.text.items():

@@ -81,6 +81,7 @@ from kiln.target.codegen_c_masked import CLaneMasks, _loads_of
 __all__ = [
     "CodeGenC",
     "CodeGenCBareMetal",
+    "scratch_layout",
     "BINARY_FORMATS",
     "UNARY_MATH",
     "INTRINSIC_FORMATS",
@@ -262,15 +263,21 @@ class CodeGenC(CLaneMasks, CIntrinsics):
             f"{c_type(buf.dtype)}* {self.restrict} {self._bind(buf.data, buf.name)}"
             for buf in signature.buffers
         ] + [f"{c_type(var.dtype)} {self._bind(var)}" for var in signature.scalars]
-        self._lines.append(f"int32_t {name}_unpacked({', '.join(params) or 'void'}) {{")
+        self._functions.append(self._unpacked_definition(func, name, f"{name}_unpacked",
+                                                         params))
+        if self.emit_packed:
+            self._functions.append(_packed_wrapper(name, signature))
+        self.function_names.append(name)
+
+    def _unpacked_definition(self, func: Any, name: str, symbol: str, params: list[str]) -> str:
+        """The C text of ``symbol`` (``<name>_unpacked``): the loop nest over the buffers'
+        pointers."""
+        self._lines.append(f"int32_t {symbol}({', '.join(params) or 'void'}) {{")
         self._indent = 1
         self.emit_stmt(func.body)
         self._line("return 0;")
         self._lines.append("}")
-        self._functions.append("\n".join(self._lines))
-        if self.emit_packed:
-            self._functions.append(_packed_wrapper(name, signature))
-        self.function_names.append(name)
+        return "\n".join(self._lines)
 
     def _add_packed_form(self, func: Any, name: str) -> None:
         """A PrimFunc already in packed form (after MakePackedAPI): emit it as it is."""
@@ -1043,11 +1050,55 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         raise TVMError("C codegen: Reduce must be lowered to loops before code generation")
 
 
+# Constant allocations up to this many bytes stay on the stack in the bare-metal dialect.
+STACK_LIMIT_BYTES = 256
+SCRATCH_ALIGNMENT = 16
+
+
 class CodeGenCBareMetal(CodeGenC):
-    """The microcontroller dialect: no OpenMP pragmas, every allocation on the stack."""
+    """The microcontroller dialect: no OpenMP, no heap, big scratch in the caller's pool.
+
+    A constant-size allocation of at most :attr:`stack_limit` bytes (register tiles, small
+    temporaries) lives on the stack. Bigger ones are carved from one scratch block at the
+    offsets :func:`scratch_layout` gives: the kernel becomes ``<name>_unpacked_ws(buffers...,
+    uint8_t* kiln_scratch)``, which the AOT executor calls with a slice of its planned pool,
+    and ``<name>_unpacked`` (what the packed wrapper, and so the C graph executor, calls) takes
+    the block from ``TVMBackendAllocWorkspace`` around the call.
+    """
 
     use_openmp = False
     workspace_threshold = 1 << 62
+    stack_limit = STACK_LIMIT_BYTES
+
+    def _unpacked_definition(self, func: Any, name: str, symbol: str, params: list[str]) -> str:
+        self._scratch, total = scratch_layout(func)
+        if not total:
+            return super()._unpacked_definition(func, name, symbol, params)
+        body = super()._unpacked_definition(func, name, f"{symbol}_ws", params + [
+            f"uint8_t* {self.restrict} kiln_scratch"])
+        names = [p.rsplit(" ", 1)[1] for p in params]
+        shim = "\n".join([
+            f"int32_t {symbol}({', '.join(params) or 'void'}) {{",
+            f"  uint8_t* kiln_scratch = (uint8_t*)TVMBackendAllocWorkspace(1, 0, "
+            f"(uint64_t){total}, 0, 8);",
+            "  if (kiln_scratch == NULL) {",
+            f"    TVMAPISetLastError({_c_string(f'{name}: no {total} bytes of workspace')});",
+            "    return -1;", "  }",
+            f"  int32_t rc = {symbol}_ws({', '.join(names + ['kiln_scratch'])});",
+            "  if (TVMBackendFreeWorkspace(1, 0, kiln_scratch) != 0) return -1;",
+            "  return rc;", "}"])
+        return body + "\n" + shim
+
+    def stmt_Allocate(self, node: Any) -> None:
+        offset = getattr(self, "_scratch", {}).get(id(node.buffer_var))
+        if offset is None:
+            super().stmt_Allocate(node)
+            return
+        elem = c_type(DataType(node.dtype).element_of)
+        name = self._bind(node.buffer_var)
+        self._pointer_types[id(node.buffer_var)] = f"{elem}*"
+        self._line(f"{elem}* {self.restrict} {name} = ({elem}*)(kiln_scratch + {offset});")
+        self.emit_stmt(node.body)
 
     def _emit_workspace(self, node: Any, elem: str, name: str, count: str,
                         t: DataType) -> None:
@@ -1055,6 +1106,30 @@ class CodeGenCBareMetal(CodeGenC):
         self.emit_stmt(node.body)
 
 
+def scratch_layout(func: Any) -> tuple[dict[int, int], int]:
+    """``({id(buffer var): byte offset}, total bytes)`` of the allocations of ``func`` that the
+    bare-metal dialect takes from the scratch block (constant size over
+    :data:`STACK_LIMIT_BYTES`, not kept as a vector register tile), in the order they appear.
+    """
+    from kiln.tir.stmt_functor import pre_order_visit
+
+    tiles = _uniform_vector_lanes(func.body)
+    offsets: dict[int, int] = {}
+    total = [0]
+
+    def visit(node: Any) -> None:
+        if _node_name(node) != "Allocate" or id(node.buffer_var) in tiles:
+            return
+        if not all(_is_const_int(e) for e in node.extents):
+            return
+        t = DataType(node.dtype)
+        nbytes = math.prod(int(e.value) for e in node.extents) * t.lanes * t.element_of.itemsize
+        if nbytes > STACK_LIMIT_BYTES:
+            offsets[id(node.buffer_var)] = total[0]
+            total[0] += -(-nbytes // SCRATCH_ALIGNMENT) * SCRATCH_ALIGNMENT
+
+    pre_order_visit(func.body, visit)
+    return offsets, total[0]
 
 
 def _pointer_type(var: Any) -> str:

@@ -252,10 +252,13 @@ class DirectFunction:
                 return cls(segment, tag, [f.index for f in fields])
         return None
 
-    def run(self, inputs: list[Any], allocators: list[Any], previous: Any) -> Any:
-        """The function's result on ``inputs``, or None when the VM must run the bytecode
-        instead (as :meth:`FusedSegment.run` returns False). ``previous`` is the VM's last
-        result, no longer referenced by the VM itself."""
+    def run(self, args: list[Any], allocators: list[Any], previous: Any) -> Any:
+        """The function's result on its arguments ``args``, or None when the VM must run the
+        bytecode instead (as :meth:`FusedSegment.run` returns False). ``previous`` is the
+        VM's last result, no longer referenced by the VM itself."""
+        # Argument i lives in register i; the segment numbers its inputs in the order its
+        # kernels first read them, which need not be the parameters' order.
+        inputs = [args[reg] for reg in self.segment.input_regs]
         reuse = (previous is not None and self.last is not None and self.last() is previous
                  and self._holders(previous) == self.baseline)
         if reuse:

@@ -1,0 +1,327 @@
+"""kiln.jit end to end: compiled functions against plain Python/NumPy, grad against JAX and
+finite differences, FinalVM limits, the Pipeline object and JitError messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.jit import JitError, grad, myia, standard_pipeline, value_and_grad
+
+RNG = np.random.default_rng(0)
+
+
+def check(fn, *args, rtol=1e-5):
+    """``myia(fn)(*args)`` equals ``fn(*args)`` run by CPython (the oracle)."""
+    got = myia(fn)(*args)
+    want = fn(*args)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=rtol)
+    return got
+
+
+# -- control flow against Python -----------------------------------------------------------------
+
+def branches(x, y):
+    if x > y:
+        z = x - y
+    elif x == y:
+        z = 0.0
+    else:
+        z = y * 2.0
+    return z + 1.0
+
+
+def loops(n):
+    acc = 0
+    for i in range(n):
+        if i % 3 == 0:
+            continue
+        if i > 20:
+            break
+        acc += i * i
+    j = 10
+    while j > 0:
+        acc = acc - j
+        j -= 3
+    return acc
+
+
+def fact(n):
+    if n <= 1:
+        return 1
+    return n * fact(n - 1)
+
+
+def closures(x):
+    def scale(k):
+        return lambda v: v * k + x
+    twice = scale(2.0)
+    def apply(f, v):
+        return f(f(v))
+    a, b = apply(twice, x), (x, 3.0)
+    return a + b[1] if x > 0 else a - b[1]
+
+
+def boolean_ops(x, y):
+    return (x > 0 and y > 0) or not (x < -5)
+
+
+@pytest.mark.parametrize("args", [(3.0, 1.0), (2.0, 2.0), (1.0, 4.0)])
+def test_if_elif_else(args):
+    check(branches, *args)
+
+
+@pytest.mark.parametrize("n", [0, 7, 40])
+def test_for_while_break_continue(n):
+    check(loops, n)
+
+
+def test_recursion_and_closures():
+    check(fact, 12)
+    check(closures, 1.5)
+    check(closures, -2.0)
+    for args in [(1.0, 2.0), (-1.0, 2.0), (-9.0, -1.0)]:
+        assert myia(boolean_ops)(*args) == boolean_ops(*args)
+
+
+def test_arrays_against_numpy():
+    def f(x, w, b):
+        h = np.tanh(x @ w + b)
+        s = h.sum(axis=1, keepdims=True) * 0.5 + h.T.mean()
+        return s.reshape(-1) + np.exp(-x[:, 0] ** 2) - np.maximum(h, 0.1)[:, 1]
+
+    x = RNG.standard_normal((4, 3)).astype("float32")
+    w = RNG.standard_normal((3, 5)).astype("float32")
+    b = RNG.standard_normal(5).astype("float32")
+    check(f, x, w, b)
+
+
+def test_one_compiled_version_per_signature():
+    f = myia(branches)
+    f(1.0, 2.0)
+    f(3.0, 1.0)
+    f(np.float32(1.0), np.float32(2.0))
+    assert len(f.cache) == 2
+
+
+def test_kiln_jit_is_the_decorator():
+    @kiln.jit
+    def f(x):
+        return x + 1
+
+    assert f(2) == 3
+
+
+# -- FinalVM limits ------------------------------------------------------------------------------
+
+def test_tail_calls_run_in_constant_stack():
+    def count(n):
+        i = 0
+        acc = 0
+        while i < n:
+            acc += i
+            i += 1
+        return acc
+
+    def down(n, acc):
+        if n == 0:
+            return acc
+        return down(n - 1, acc + 1)
+
+    assert myia(count)(1_000_000) == sum(range(1_000_000))
+    assert myia(down)(100_000, 0) == 100_000
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+def has_print(x):
+    print(x)
+    return x
+
+
+def has_try(x):
+    try:
+        return x
+    except ValueError:
+        return 0
+
+
+def mutates(x):
+    x[0] = 1.0
+    return x
+
+
+def unknown(x):
+    return x + not_defined_anywhere  # noqa: F821
+
+
+def gen(x):
+    yield x
+
+
+@pytest.mark.parametrize("fn,arg,words", [
+    (has_print, 1.0, "print"), (has_try, 1.0, "try/except"),
+    (mutates, np.zeros(3), "mutates an array"), (unknown, 1.0, "not_defined_anywhere"),
+    (gen, 1.0, "generators"),
+])
+def test_unsupported_constructs_name_construct_and_line(fn, arg, words):
+    with pytest.raises(JitError, match=words) as err:
+        myia(fn)(arg)
+    assert "test_jit.py:" in str(err.value)
+    assert isinstance(err.value, kiln.TVMError)
+
+
+def test_shape_error_names_op_and_line():
+    def bad(a, b):
+        return a @ b
+
+    with pytest.raises(JitError, match=r"matmul: shapes \(2, 3\) and \(2, 3\) not aligned") \
+            as err:
+        myia(bad)(np.zeros((2, 3), "float32"), np.zeros((2, 3), "float32"))
+    assert "return a @ b" in str(err.value)
+
+
+def test_assert_raises_at_runtime():
+    def f(x):
+        assert x > 0, "x must be positive"
+        return x
+
+    assert myia(f)(2.0) == 2.0
+    with pytest.raises(AssertionError, match="positive"):
+        myia(f)(-1.0)
+
+
+# -- grad ----------------------------------------------------------------------------------------
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+jax.config.update("jax_enable_x64", True)
+
+
+def finite_diff(f, x, eps=1e-6):
+    return (f(x + eps) - f(x - eps)) / (2 * eps)
+
+
+def test_grad_mlp_against_jax():
+    def loss(W1, b1, W2, b2, x, y, np=np):
+        h = np.tanh(x @ W1 + b1)
+        return np.mean((h @ W2 + b2 - y) ** 2)
+
+    def mlp_loss(W1, b1, W2, b2, x, y):
+        h = np.tanh(x @ W1 + b1)
+        return np.mean((h @ W2 + b2 - y) ** 2)
+
+    args = [RNG.standard_normal(s).astype("float32")
+            for s in [(8, 6), (6,), (6, 3), (3,), (5, 8), (5, 3)]]
+    got = kiln.jit(grad(mlp_loss, argnums=(0, 1, 2, 3)))(*args)
+    want = jax.grad(lambda *a: loss(*a, np=jnp), argnums=(0, 1, 2, 3))(*args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
+def piecewise(x):
+    if x > 0:
+        return x * x * x
+    return -2.0 * x
+
+
+def power_loop(x, n):
+    acc = 1.0
+    for _ in range(n):
+        acc = acc * x
+    return acc
+
+
+def closure_grad(x):
+    def g(y):
+        return x * y
+    return g(x) + g(3.0)
+
+
+def rec_grad(x, n):
+    if n == 0:
+        return x
+    return np.sin(rec_grad(x, n - 1)) * x
+
+
+@pytest.mark.parametrize("fn,args", [(piecewise, (1.5,)), (piecewise, (-1.5,)),
+                                     (power_loop, (1.3, 4)), (closure_grad, (2.0,)),
+                                     (rec_grad, (0.7, 3))])
+def test_grad_control_flow_against_finite_differences(fn, args):
+    got = grad(fn)(*args)
+    want = finite_diff(lambda v: fn(v, *args[1:]), args[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_grad_through_loop_against_jax():
+    def f(x, n):
+        acc = x
+        for _ in range(n):
+            acc = jnp.tanh(acc) * x if isinstance(acc, jax.Array) else np.tanh(acc) * x
+        return acc
+
+    def mine(x, n):
+        acc = x
+        for _ in range(n):
+            acc = np.tanh(acc) * x
+        return acc
+
+    np.testing.assert_allclose(grad(mine)(0.8, 5), jax.grad(f)(0.8, 5), rtol=1e-6)
+
+
+def test_value_and_grad_and_has_aux():
+    def f(x, y):
+        return x * x * y, x + y
+
+    (value, aux), dx = value_and_grad(f, has_aux=True)(3.0, 2.0)
+    assert (value, aux, dx) == (18.0, 5.0, 12.0)
+    g, aux = grad(f, argnums=1, has_aux=True)(3.0, 2.0)
+    assert (g, aux) == (9.0, 5.0)
+
+
+def test_seed_example_grad_of_array_map():
+    from kiln.jit import array_map, array_reduce, asscalar, scalar_add
+
+    def f1(x, y):
+        def f(xs, ys):
+            return array_map(scalar_add, xs, ys)
+        return asscalar(array_reduce(scalar_add, f(x, y), ()))
+
+    @myia
+    def main(x, y):
+        return grad(f1)(x, y)
+
+    np.testing.assert_array_equal(main(np.ones((2, 3)), np.ones((2, 3))), np.ones((2, 3)))
+
+
+def test_grad_of_grad_is_refused_not_wrong():
+    def cube(x):
+        return x * x * x
+
+    with pytest.raises(JitError, match="grad of a gradient"):
+        grad(grad(cube))(2.0)
+
+
+def test_grad_argnums_out_of_range():
+    with pytest.raises(JitError, match="argnums"):
+        grad(piecewise, argnums=3)(1.0)
+
+
+# -- the Pipeline object -------------------------------------------------------------------------
+
+def test_pipeline_steps_slices_configuration_and_listings():
+    assert standard_pipeline.steps == [
+        "parse", "resolve", "infer", "specialize", "opt", "cconv", "validate",
+        "wrap_primitives", "compile", "link", "export", "wrap"]
+    front = standard_pipeline["parse":"infer"]
+    assert front.steps == ["parse", "resolve", "infer"]
+    res = front.run(input=branches, argspec=myia(branches).signature(1.0, 2.0))
+    assert "float64" in res.show("infer")
+    assert "switch(" in res.show("parse")
+    debug = standard_pipeline.configure({"compile.linear_impl": "debug"})
+    assert debug.config["compile"] == {"linear_impl": "debug"}
+    with pytest.raises(JitError, match="no option"):
+        standard_pipeline.configure({"compile.nope": 1})
+    listing = myia(loops).compile(5).show("link")
+    assert "tailcall" in listing and "switch" in listing and "external" in listing
