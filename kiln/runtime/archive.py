@@ -77,6 +77,8 @@ def _check_members(archive: str, members: list[tarfile.TarInfo],
         if not (member.isfile() or member.isdir()):
             raise _fail(archive, f"member {member.name!r} is not a regular file or directory "
                                  "(device, FIFO or other special file)")
+        if member.isdir() and member.name.strip("/") in (".", ""):
+            continue  # the root itself (Model Library Format archives start with ".")
         path = _clean_name(archive, member)
         if member.isfile():
             if path in seen:

@@ -65,7 +65,8 @@ def test_safe_extract_refuses_each_hostile_member_before_writing(tmp_path: Path,
 
 
 def test_safe_extract_writes_plain_files_into_a_private_directory(tmp_path: Path) -> None:
-    archive = _tar(tmp_path / "ok.tar", _member("./src/a.c", KERNEL_C, mode=0o4777),
+    archive = _tar(tmp_path / "ok.tar", _member(".", kind=tarfile.DIRTYPE),
+                   _member("./src/a.c", KERNEL_C, mode=0o4777),
                    _member("src", kind=tarfile.DIRTYPE), _member("run.sh", b"#!/bin/sh\n"))
     root = safe_extract(archive)
     try:
@@ -214,3 +215,13 @@ def test_a_compiler_that_never_finishes_is_an_error(tmp_path: Path, monkeypatch)
     monkeypatch.setenv("KILN_CC_TIMEOUT", "1")
     with pytest.raises(TVMError, match=r"did not finish within 1 s \(KILN_CC_TIMEOUT\)"):
         cc.compile_object(tmp_path / "waits.o", source)
+
+
+def test_model_library_format_reader_uses_the_same_checks(tmp_path: Path) -> None:
+    from kiln.micro.board import MicroBoardError, ModelLibrary
+
+    archive = _tar(tmp_path / "mlf.tar", _member(".", kind=tarfile.DIRTYPE),
+                   _member("./metadata.json", b"{}"),
+                   _member("./codegen", kind=tarfile.CHRTYPE, devmajor=1, devminor=5))
+    with pytest.raises(MicroBoardError, match="'./codegen' is not a regular file"):
+        ModelLibrary(archive)

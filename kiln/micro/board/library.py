@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.micro.board.base import MicroBoardError
+from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.params import load_param_dict
 
@@ -48,14 +48,6 @@ class TensorInfo:
         return (self.nbytes // np.dtype(self.dtype).itemsize,)
 
 
-def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
-    for member in tar.getmembers():
-        target = (dest / member.name).resolve()
-        if not str(target).startswith(str(dest.resolve())) or member.issym() or member.islnk():
-            raise MicroBoardError(f"Model Library Format: unsafe member {member.name!r}")
-    tar.extractall(dest)
-
-
 class ModelLibrary:
     """A Model Library Format archive (a ``.tar`` or an extracted directory).
 
@@ -73,15 +65,13 @@ class ModelLibrary:
         if path.is_dir():
             self.root = path
         else:
-            try:
-                tar = tarfile.open(path)
-            except tarfile.TarError as err:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kiln-mlf-")
+            self.root = Path(self._tmp.name) / "mlf"
+            try:  # refuses links, devices, absolute and '..' names (an archive is data)
+                safe_extract(path, self.root)
+            except TVMError as err:
                 raise MicroBoardError(f"{path} is not a Model Library Format tar: {err}") \
                     from None
-            self._tmp = tempfile.TemporaryDirectory(prefix="kiln-mlf-")
-            self.root = Path(self._tmp.name)
-            with tar:
-                _safe_extract(tar, self.root)
         meta_path = self.root / "metadata.json"
         if not meta_path.exists():
             raise MicroBoardError(f"{path}: no metadata.json; not a Model Library Format "
