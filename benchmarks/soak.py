@@ -6,7 +6,9 @@ and dropped. The process's resident set size (RSS, from /proc/self/statm) is sam
 ``--samples`` times per phase. A phase's growth is the RSS at its end minus the RSS after
 its warm-up (the first tenth of the phase, where caches and allocator pools fill); leaking
 one byte per iteration would show as ``iterations`` bytes, so the table also gives growth
-per iteration. Results are checked against NumPy on every 1000th run.
+per iteration, and the growth over the second half alone: a leak keeps growing there, while
+allocator pools that settle late (a plateau) do not. Results are checked against NumPy on
+every 1000th run.
 
 Run: ``nice -n 19 python benchmarks/soak.py`` (100,000 runs, 10,000 creations per executor;
 ``--runs 10000 --creations 1000`` for a quicker look).
@@ -113,10 +115,12 @@ def soak(label: str, iterations: int, step, samples: int) -> dict:
             trace.append((i + 1, rss_bytes()))
     seconds = time.perf_counter() - start
     after_warm_up = next(rss for count, rss in trace if count >= warm_up)
+    halfway = next(rss for count, rss in trace if count >= iterations // 2)
     growth = trace[-1][1] - after_warm_up
     return {"phase": label, "iterations": iterations, "seconds": seconds,
             "rss_mb": trace[-1][1] / 2**20, "growth_kb": growth / 1024,
             "bytes_per_iter": growth / max(1, iterations - warm_up),
+            "last_half_kb": (trace[-1][1] - halfway) / 1024,
             "peak_growth_kb": (max(r for _, r in trace) - after_warm_up) / 1024}
 
 
@@ -150,10 +154,11 @@ def main() -> None:
         results.append(soak(f"{name}: create+run+drop", args.creations, create_once,
                             args.samples))
     print(f"{'phase':24s} {'iterations':>10s} {'seconds':>8s} {'RSS MB':>8s} "
-          f"{'growth KB':>10s} {'B/iter':>8s} {'peak KB':>8s}")
+          f"{'growth KB':>10s} {'B/iter':>8s} {'peak KB':>8s} {'2nd half KB':>11s}")
     for r in results:
         print(f"{r['phase']:24s} {r['iterations']:>10d} {r['seconds']:>8.1f} {r['rss_mb']:>8.1f} "
-              f"{r['growth_kb']:>10.0f} {r['bytes_per_iter']:>8.2f} {r['peak_growth_kb']:>8.0f}")
+              f"{r['growth_kb']:>10.0f} {r['bytes_per_iter']:>8.2f} {r['peak_growth_kb']:>8.0f} "
+              f"{r['last_half_kb']:>11.0f}")
 
 
 if __name__ == "__main__":
