@@ -225,3 +225,20 @@ def test_model_library_format_reader_uses_the_same_checks(tmp_path: Path) -> Non
                    _member("./codegen", kind=tarfile.CHRTYPE, devmajor=1, devminor=5))
     with pytest.raises(MicroBoardError, match="'./codegen' is not a regular file"):
         ModelLibrary(archive)
+
+
+@pytest.mark.parametrize("metadata, message", [
+    (b"[" * 100_000, "too deeply"), (b"[1, 2]", "holds a list, not an object"),
+    (b"\xff\xfe{}", "not UTF-8"), (b'{"version": "\\ud800"}', "not valid Unicode"),
+])
+def test_model_library_format_metadata_errors_are_tvm_errors(tmp_path: Path, metadata,
+                                                             message) -> None:
+    from kiln.micro.board import MicroBoardError, ModelLibrary
+    from kiln.micro.model_library_format import read_metadata
+
+    archive = _tar(tmp_path / "mlf.tar", _member("./metadata.json", metadata))
+    with pytest.raises(TVMError, match=message):
+        read_metadata(archive)
+    if "not an object" not in message:
+        with pytest.raises(MicroBoardError, match="metadata.json"):
+            ModelLibrary(archive)

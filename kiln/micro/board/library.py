@@ -23,6 +23,7 @@ from kiln.micro.board.base import MicroBoardError
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.params import load_param_dict
+from kiln.runtime.serialization import read_json
 
 __all__ = ["ModelLibrary", "TensorInfo"]
 
@@ -77,11 +78,11 @@ class ModelLibrary:
             raise MicroBoardError(f"{path}: no metadata.json; not a Model Library Format "
                                   "archive")
         try:
-            self.metadata = json.loads(meta_path.read_text())
+            self.metadata = read_json(meta_path.read_bytes(), "metadata.json")
             modules = self.metadata["modules"]
             self.mod_name, self.module = next(iter(modules.items()))
             executors = self.module["executors"]
-        except (ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
+        except (TVMError, ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
             raise MicroBoardError(f"{path}: metadata.json lacks modules/<name>/executors "
                                   f"({err!r})") from None
         self.executor = executors[0] if executors else ""
