@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -242,3 +243,14 @@ def test_model_library_format_metadata_errors_are_tvm_errors(tmp_path: Path, met
     if "not an object" not in message:
         with pytest.raises(MicroBoardError, match="metadata.json"):
             ModelLibrary(archive)
+
+
+def test_model_library_with_a_tampered_interface_header_is_a_board_error(tmp_path: Path) -> None:
+    from kiln.micro.board import MicroBoardError, ModelLibrary
+
+    metadata = json.dumps({"modules": {"default": {"executors": ["aot"]}}}).encode()
+    archive = _tar(tmp_path / "mlf.tar", _member("./metadata.json", metadata),
+                   _member("./codegen/host/src/lib0.c", KERNEL_C),
+                   _member("./codegen/host/include/tvmgen_default.h", b"\xff\xfe\x80 bytes"))
+    with pytest.raises(MicroBoardError, match="cannot read the aot interface: UnicodeDecodeErr"):
+        ModelLibrary(archive)

@@ -95,8 +95,15 @@ class ModelLibrary:
             raise MicroBoardError(f"{path}: no generated C in codegen/host/src (build with "
                                   "target 'c' to deploy standalone)")
         self.include_dir = self.root / "codegen" / "host" / "include"
-        self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
-                                     else self._graph_io())
+        try:
+            self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
+                                         else self._graph_io())
+        except TVMError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                RecursionError) as err:  # a tampered header, JSON or metadata field
+            raise MicroBoardError(f"{path}: cannot read the {self.executor} interface: "
+                                  f"{type(err).__name__}: {err}") from None
 
     # -- the C runtime ------------------------------------------------------------------------
     @property
