@@ -363,7 +363,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("relay_text", _relay_text_seeds, _relay_text_setup, text=True),
     Target("ir_json", _ir_json_seeds, _ir_json_setup, text=True),
 ]}
-SELFTEST = Target("selftest", lambda: [b"ok"], _selftest_setup, timeout=1.5)
+SELFTEST = Target("selftest", lambda: [b"ok"], _selftest_setup, timeout=3.0)
 
 
 def get_target(name: str) -> Target:
