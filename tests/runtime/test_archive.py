@@ -107,6 +107,16 @@ def test_safe_extract_refuses_duplicates_oversize_truncation_and_busy_destinatio
         safe_extract(tmp_path / "missing.tar")
 
 
+def test_safe_extract_stops_reading_headers_at_the_member_cap(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    from kiln.runtime import archive as archive_lib
+
+    monkeypatch.setattr(archive_lib, "MAX_ARCHIVE_MEMBERS", 3)
+    many = _tar(tmp_path / "many.tar", *(_member(f"f{i}.c", b"x") for i in range(5)))
+    with pytest.raises(TVMError, match="more than 3 members"):
+        safe_extract(many, tmp_path / "out")
+
+
 def test_extracted_removes_its_directory(tmp_path: Path) -> None:
     archive = _tar(tmp_path / "ok.tar", _member("a.c", KERNEL_C))
     with extracted(archive) as root:
