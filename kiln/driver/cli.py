@@ -36,6 +36,7 @@ import numpy as np
 
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
+from kiln.runtime.serialization import read_json
 
 __all__ = ["main", "parse_input_shapes"]
 
@@ -221,8 +222,8 @@ def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
         raise CLIError(f"{path} is not a kiln package (missing model.so or metadata.json)",
                        "create one with `kiln compile`")
     try:
-        meta = json.loads((root / "metadata.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        meta = read_json((root / "metadata.json").read_bytes(), "metadata.json")
+    except TVMError as err:
         raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
     return meta, str(root / "model.so")
 
