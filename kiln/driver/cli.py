@@ -36,6 +36,7 @@ import numpy as np
 
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
+from kiln.runtime.serialization import read_json
 
 __all__ = ["main", "parse_input_shapes"]
 
@@ -221,8 +222,8 @@ def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
         raise CLIError(f"{path} is not a kiln package (missing model.so or metadata.json)",
                        "create one with `kiln compile`")
     try:
-        meta = json.loads((root / "metadata.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        meta = read_json((root / "metadata.json").read_bytes(), "metadata.json")
+    except TVMError as err:
         raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
     return meta, str(root / "model.so")
 
@@ -403,8 +404,9 @@ def _add_micro_parser(sub) -> None:
     p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
     p.add_argument("--outputs", help="save outputs to this .npz file")
     p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
-    p.add_argument("--workspace-bytes", type=int, default=512 * 1024,
-                   help="the platform memory pool (default 524288)")
+    p.add_argument("--workspace-bytes", type=int, default=None,
+                   help="the platform memory pool (default: 524288 for the graph executor, "
+                   "what the archive asks for AOT)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before the program is killed (default 120)")
     p.set_defaults(func=cmd_micro_run)

@@ -110,7 +110,8 @@ def test_workspace_alignment_option_spaces_the_buffers():
 def test_kernel_scratch_lives_in_the_pool_not_on_the_stack():
     import re
 
-    x = relay.var("x", shape=(1, 4, 10, 10))
+    # Cortex-M convolutions keep one output row as scratch: 100 floats, past the stack limit
+    x = relay.var("x", shape=(1, 4, 4, 100))
     w = relay.const(np.ones((8, 4, 3, 3), "float32"))
     y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1)))
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.softmax(
