@@ -2,15 +2,16 @@
 
 Entry points: :func:`build_aot` (``Executor("aot")``), :func:`build_graph_crt`
 (``Executor("graph")`` with ``Runtime("crt")``), :func:`emit_crt_kernels`,
-:func:`check_crt_names`, :data:`CRT_NAME_LIMITS`.
+:func:`check_crt_names`, :data:`CRT_NAME_LIMITS`, :func:`output_tensor_names`.
 
 Both take the optimized, fused module that ``relay.build`` made. The kernels are lowered by
 the one TE compiler; for the C runtime they are printed by the bare-metal C dialect
-(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, no workspace calls, parallel
-loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
-(:class:`~kiln.target.source_module.CSourceModule`), because the firmware's toolchain and the
-CRT headers compile them. For the C++ runtime (host AOT) the AOT main is compiled and linked
-with the kernels into one shared library.
+(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, big scratch from the caller,
+parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
+(:class:`~kiln.target.source_module.CSourceModule`) for the firmware's toolchain and the CRT
+headers; a crt graph build's kernels also compile for the host on demand, so its factory runs
+on the host graph executor. For the C++ runtime (host AOT) the AOT main is compiled and
+linked with the kernels into one shared library.
 """
 
 from __future__ import annotations
