@@ -13,7 +13,7 @@ Usage::
     python -m tests.fuzz.rpc_frames --inputs 100000
     python -m tests.fuzz.rpc_frames --inputs 100000 --seed 7 --out /tmp/rpc-fuzz
 
-tests/rpc/test_fuzz_smoke.py runs a few thousand inputs of the same campaign.
+tests/rpc/test_rpc_fuzz_smoke.py runs a few thousand inputs of the same campaign.
 """
 
 from __future__ import annotations
