@@ -156,7 +156,7 @@ class ClientEndpoint:
                 try:
                     self._decode_reply(code, body, "InitServer")
                 except RPCError as err:
-                    if "Error caught" in str(err):
+                    if isinstance(err, RPCSessionTimeoutError) or "Error caught" in str(err):
                         raise
             raise self._lost("InitServer", f"unexpected reply {bytes(body)[:32].hex()}")
 
