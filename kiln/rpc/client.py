@@ -44,6 +44,7 @@ from kiln.rpc.protocol import (
     RPC_MAGIC,
     Channel,
     Handle,
+    Lazy,
     Reader,
     RemoteRef,
     RPCCode,
@@ -110,7 +111,7 @@ class ClientEndpoint:
         return self._decode_reply(reply, body, what)
 
     def _decode_reply(self, reply: int, body: memoryview, what: str) -> list[tuple[int, Any]]:
-        reader = Reader(body, f"RPC reply to {what}", self.codec)
+        reader = Reader(body, Lazy("RPC reply to {}", what), self.codec)
         if reply == RPCCode.kReturn:
             values = reader.packed_seq()
             reader.end()
@@ -160,12 +161,12 @@ class ClientEndpoint:
                         raise
             raise self._lost("InitServer", f"unexpected reply {bytes(body)[:32].hex()}")
 
-    def call(self, handle: int, args: tuple, what: str = "a remote call") -> Any:
-        """Call the remote function ``handle``; the decoded return value."""
+    def call(self, handle: int, args: tuple, name: str = "") -> Any:
+        """Call the remote function ``handle`` (called ``name``); the decoded return value."""
         writer = Writer(self.codec)
+        writer.u64(handle)
         writer.packed_seq([self._encode_arg(arg) for arg in args])
-        writer.parts.insert(0, struct.pack("<Q", handle))
-        writer.size += 8
+        what = Lazy("call to {!r}", name)
         values = self._request(RPCCode.kCallFunc, writer, what)
         return self._decode_return(values, what)
 
@@ -274,7 +275,7 @@ class ClientEndpoint:
         return self._remote_function(int(handle), name)
 
     def _remote_function(self, handle: int, name: str) -> PackedFunc:
-        func = PackedFunc(lambda *args: self.call(handle, args, f"call to {name!r}"), name)
+        func = PackedFunc(lambda *args: self.call(handle, args, name), name)
         weakref.finalize(func, self.free_later, handle, TypeCode.PACKED_FUNC_HANDLE)
         _REMOTE_HANDLES[func] = (self, handle, TypeCode.PACKED_FUNC_HANDLE)
         return func
