@@ -3,6 +3,7 @@ timing, LocalSession. Oracles: Python/NumPy computing the same values locally.""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -134,6 +135,19 @@ def test_session_directory_is_removed_after_the_session(server):
     workdir = Path(sess.get_function("tvm.rpc.server.workpath")("x")).parent
     assert workdir.is_dir()
     sess.close()
+    wait_for(lambda: not workdir.exists())
+
+
+def test_dropping_the_last_reference_ends_the_session(server):
+    sess = rpc.connect("127.0.0.1", server.port)
+    workdir = Path(sess.get_function("tvm.rpc.server.workpath")("x")).parent
+    arr = tvm.nd.array(np.arange(5, dtype="int32"), sess.cpu(0))
+    del sess
+    gc.collect()
+    np.testing.assert_array_equal(arr.numpy(), np.arange(5))  # the array keeps it alive
+    assert workdir.is_dir()
+    del arr
+    gc.collect()
     wait_for(lambda: not workdir.exists())
 
 
