@@ -101,3 +101,13 @@ def test_host_build_error_carries_the_compiler_output(tmp_path):
     bad.write_text("int main(void) { return undefined_name; }\n")
     with pytest.raises(MicroBoardError, match="undefined_name"):
         HostBoard().build([SourceGroup.of([bad])], tmp_path / "build")
+
+
+def test_a_missing_toolchain_names_the_package(monkeypatch, tmp_path):
+    import kiln.micro.board.qemu as qemu
+
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
+    with pytest.raises(MicroBoardError, match="apt-get install gcc-arm-none-eabi"):
+        CortexMBoard("qemu-cortex-m4").build([SourceGroup.of([PROGRAM])], tmp_path)
+    with pytest.raises(MicroBoardError, match="qemu-system-arm is not installed"):
+        CortexMBoard("qemu-cortex-m7").execute(tmp_path / "x.elf", tmp_path, 1)
