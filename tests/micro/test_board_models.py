@@ -173,6 +173,18 @@ def test_linked_inputs_and_uart_outputs(models, tmp_path):
     assert not np.allclose(again.outputs[0], result.outputs[0])
 
 
+@pytest.mark.parametrize("board", BOARDS)
+def test_inputs_and_outputs_over_the_console(models, board, tmp_path):
+    # io="console": the program asks with "kiln-ready", the inputs arrive over the UART
+    # (stdin on the host), the outputs leave as hex lines; the graph executor this time.
+    model = models["kws_dscnn"]
+    project = StandaloneProject(model.archive("graph"), board, build_dir=tmp_path / "c",
+                                io="console")
+    result = project.run([model.x])
+    np.testing.assert_allclose(result.outputs[0], model.want, rtol=1e-4, atol=1e-6)
+    assert "kiln-ready" in result.console
+
+
 def test_graph_executor_out_of_workspace_is_an_error_not_a_crash(models, tmp_path):
     # The page allocator runs dry while the C graph executor sets up its storage:
     # kTvmErrorPlatformNoMemory (0x503) comes back through kiln_model_init.

@@ -9,8 +9,9 @@ archive's generated C, and a generated ``kiln_model.c`` that connects them: for 
 executor it embeds the graph JSON (and the params blob unless the params are linked), gets
 ``runtime.SystemLib`` and drives ``TVMGraphExecutor_*``. AOT archives with external pools and
 ``tir.usmp.use_workspace_io`` are supported: the glue provides the pools and the program reads
-its inputs straight into them. With ``io="linked"`` the inputs are compiled into the image
-and the outputs return over the UART instead of through files.
+its inputs straight into them. With ``io="console"`` inputs and outputs travel over the
+UART (stdin/stdout on the host); with ``io="linked"`` the inputs are compiled into the image
+and the outputs return over the UART.
 
 Example
 -------
@@ -34,6 +35,8 @@ from kiln.micro.board.library import ModelLibrary, TensorInfo
 __all__ = ["StandaloneProject", "build_standalone", "model_glue"]
 
 _DL_TYPE_CODES = {"i": "kDLInt", "u": "kDLUInt", "f": "kDLFloat", "b": "kDLUInt"}
+_IO_DEFINES = {"files": {}, "linked": {"KILN_LINKED_IO": "1"},
+               "console": {"KILN_CONSOLE_IO": "1"}}
 _CRT_PARTS = {"aot": ("common", "memory"), "graph": ("common", "memory", "graph_executor")}
 
 
@@ -180,9 +183,11 @@ class StandaloneProject:
         Extra ``-D`` definitions, e.g. CRT limits such as ``TVM_CRT_MAX_ARGS``.
     io : str
         ``"files"``: the program reads inputs from and writes outputs to files (host files,
-        or semihosting on the Cortex-M), so one build serves any inputs. ``"linked"``: each
-        run compiles its inputs into the image and the outputs come back over the console
-        (the UART), as a deployed program without host file access would do it.
+        or semihosting on the Cortex-M), so one build serves any inputs. ``"console"``: the
+        inputs are sent over the console (the UART; stdin on the host) after the program
+        asks for them, and the outputs come back there. ``"linked"``: each run compiles its
+        inputs into the image and the outputs come back over the console, as a deployed
+        program without any host link would hold them.
     """
 
     def __init__(self, mlf: str | Path | ModelLibrary, board: Board | str,
@@ -208,11 +213,10 @@ class StandaloneProject:
         self.workspace_bytes = int(workspace_bytes)
         self.repeat = int(repeat)
         self.defines = dict(defines or {})
-        if io not in ("files", "linked"):
-            raise MicroBoardError(f"io must be 'files' or 'linked', got {io!r}")
+        if io not in _IO_DEFINES:
+            raise MicroBoardError(f"io must be one of {sorted(_IO_DEFINES)}, got {io!r}")
         self.io = io
-        if io == "linked":
-            self.defines["KILN_LINKED_IO"] = "1"
+        self.defines.update(_IO_DEFINES[io])
         self.program: Path | None = None
 
     @property
@@ -313,7 +317,8 @@ class StandaloneProject:
             self.program = self.board.build(self.source_groups(), self.build_dir)
         return self.board.run(self.program, arrays,
                               [(t.resolved_shape(), t.dtype) for t in self.outputs], timeout,
-                              console_outputs=self.io == "linked")
+                              console_outputs=self.io != "files",
+                              console_inputs=self.io == "console")
 
 
 def build_standalone(mlf: str | Path, board: Board | str, build_dir: str | Path | None = None,
