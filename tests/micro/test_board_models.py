@@ -132,7 +132,8 @@ def test_kiln_micro_run_cli(models, tmp_path, capsys):
     model = models["mlp"]
     np.savez(tmp_path / "in.npz", input=model.x)
     code = main(["micro", "run", model.archive("aot"), "--board", "host", "--inputs",
-                 str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz")])
+                 str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+                 "--io", "console"])
     assert code == 0
     out = capsys.readouterr().out
     assert "output: shape [1, 12] float32" in out and "ticks at 1000 MHz" in out
