@@ -2,13 +2,15 @@
 
 Entry points: :class:`Board` (the base of :class:`~kiln.micro.board.host.HostBoard` and
 :class:`~kiln.micro.board.qemu.CortexMBoard`), :class:`RunResult`, :class:`ExitCode`,
-:class:`MicroBoardError`, :func:`source_dir`, :func:`run_process`.
+:class:`MicroBoardError`, :class:`SourceGroup`, :func:`compile_objects`, :func:`source_dir`,
+:func:`run_process`.
 
 A board program (C, written against ``src/common/kiln_board.h``) reads its inputs from files
-``input_<i>.bin``, writes ``output_<i>.bin``, prints one line
+``input_<i>.bin`` (or, after printing ``kiln-ready``, from the console), writes
+``output_<i>.bin`` (or ``kiln-output <i> <offset> <hex>`` console lines), prints one line
 ``kiln-result status=0 ticks_hi=H ticks_lo=L ticks_per_second=F stack_bytes=S
-heap_peak_bytes=P`` (``ticks=N`` also accepted) and exits
-with an :class:`ExitCode`. :meth:`Board.run` drives that protocol in a fresh directory.
+heap_peak_bytes=P`` (``ticks=N`` also accepted) and exits with an :class:`ExitCode`.
+:meth:`Board.run` drives that protocol in a fresh directory.
 """
 
 from __future__ import annotations
