@@ -34,6 +34,7 @@ from typing import Any
 
 from kiln.micro.crt_build import get_standalone_crt_dir
 from kiln.runtime.error import TVMError
+from kiln.runtime.serialization import read_json
 
 __all__ = ["export_model_library_format", "get_standalone_crt_dir", "read_metadata", "model_files",
            "UnsupportedInModelLibraryFormatError", "GENERATED_VERSION"]
@@ -283,6 +284,9 @@ def _write_tar(path: pathlib.Path, files: dict[str, bytes | pathlib.Path]) -> No
             tar.addfile(info, io.BytesIO(data))
 
 
+_MAX_METADATA_BYTES = 64 << 20  # a (compressed) archive could declare any size
+
+
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """The ``metadata.json`` of a Model Library Format tar, checked for the version."""
     try:
@@ -290,8 +294,10 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
             member = tar.extractfile("./metadata.json")
             if member is None:
                 raise KeyError("metadata.json")
-            metadata = json.loads(member.read())
-    except (tarfile.TarError, KeyError, OSError, json.JSONDecodeError) as err:
+            metadata = read_json(member.read(_MAX_METADATA_BYTES + 1), "metadata.json")
+        if not isinstance(metadata, dict):
+            raise TVMError(f"metadata.json holds a {type(metadata).__name__}, not an object")
+    except (tarfile.TarError, KeyError, OSError, EOFError, TVMError) as err:
         raise TVMError(f"{path} is not a Model Library Format tar with a readable "
                        f"metadata.json: {err}") from None
     if metadata.get("version") != GENERATED_VERSION:

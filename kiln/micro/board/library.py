@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from kiln.micro.board.base import MicroBoardError
+from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.params import load_param_dict
+from kiln.runtime.serialization import read_json
 
 __all__ = ["ModelLibrary", "TensorInfo"]
 
@@ -48,19 +49,6 @@ class TensorInfo:
         return (self.nbytes // np.dtype(self.dtype).itemsize,)
 
 
-def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
-    """Extract regular files and directories that stay inside ``dest``; refuse the rest.
-
-    (kiln.runtime.archive.safe_extract refuses the ``.`` member that MLF tars carry.)
-    """
-    root = dest.resolve()
-    for member in tar.getmembers():
-        target = (root / member.name).resolve()
-        if not (member.isfile() or member.isdir()) or not target.is_relative_to(root):
-            raise MicroBoardError(f"Model Library Format: unsafe member {member.name!r}")
-    tar.extractall(dest, filter="data")
-
-
 class ModelLibrary:
     """A Model Library Format archive (a ``.tar`` or an extracted directory).
 
@@ -78,25 +66,23 @@ class ModelLibrary:
         if path.is_dir():
             self.root = path
         else:
-            try:
-                tar = tarfile.open(path)
-            except tarfile.TarError as err:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kiln-mlf-")
+            self.root = Path(self._tmp.name) / "mlf"
+            try:  # refuses links, devices, absolute and '..' names (an archive is data)
+                safe_extract(path, self.root)
+            except TVMError as err:
                 raise MicroBoardError(f"{path} is not a Model Library Format tar: {err}") \
                     from None
-            self._tmp = tempfile.TemporaryDirectory(prefix="kiln-mlf-")
-            self.root = Path(self._tmp.name)
-            with tar:
-                _safe_extract(tar, self.root)
         meta_path = self.root / "metadata.json"
         if not meta_path.exists():
             raise MicroBoardError(f"{path}: no metadata.json; not a Model Library Format "
                                   "archive")
         try:
-            self.metadata = json.loads(meta_path.read_text())
+            self.metadata = read_json(meta_path.read_bytes(), "metadata.json")
             modules = self.metadata["modules"]
             self.mod_name, self.module = next(iter(modules.items()))
             executors = self.module["executors"]
-        except (ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
+        except (TVMError, ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
             raise MicroBoardError(f"{path}: metadata.json lacks modules/<name>/executors "
                                   f"({err!r})") from None
         self.executor = executors[0] if executors else ""
@@ -112,8 +98,15 @@ class ModelLibrary:
         self.external_pools: list[tuple[str, int]] = []  # AOT: (pool field, bytes)
         self.io_in_pools = False  # AOT: I/O inside the pools (tir.usmp.use_workspace_io)
         self.aot_workspace_size = 0  # AOT: TVMBackendAllocWorkspace bytes (0 under USMP)
-        self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
-                                     else self._graph_io())
+        try:
+            self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
+                                         else self._graph_io())
+        except TVMError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                RecursionError) as err:  # a tampered header, JSON or metadata field
+            raise MicroBoardError(f"{path}: cannot read the {self.executor} interface: "
+                                  f"{type(err).__name__}: {err}") from None
 
     # -- the C runtime ------------------------------------------------------------------------
     @property

@@ -27,6 +27,7 @@ once per run, in one block laid out by the same plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +39,6 @@ from kiln.target.c_abi import c_type, crt_system_lib_source, function_signature
 __all__ = ["AotOptions", "AotSource", "PoolInfo", "emit_aot", "constant_array_source",
            "UNUSED_PACKED_PARAMS"]
 
-WORKSPACE_POOL = "global_workspace"
-CONSTANT_POOL = "global_const_workspace"
 
 
 @dataclass(frozen=True)
@@ -54,6 +53,11 @@ class AotOptions:
     workspace_alignment: int = 16
     constant_alignment: int = 16
     target: str = "c"
+    # the workspace pools, filled in order; the application provides user-given pools
+    workspace_pools: tuple[str, ...] = ("global_workspace",)
+    user_workspace_pools: bool = False
+    constant_pool: str = "global_const_workspace"
+    user_constant_pool: bool = False
 
 
 @dataclass(frozen=True)
@@ -135,17 +139,21 @@ class _Emitter:
         self.io_in_pools = bool(plan.io_offsets)
         self.pools: list[PoolInfo] = []
         if plan.constants:
-            self.pools.append(PoolInfo(CONSTANT_POOL, plan.constant_pool_size, True, True))
+            self.pools.append(PoolInfo(options.constant_pool, plan.constant_pool_size,
+                                       not options.user_constant_pool, True))
         self.workspace_alloc = 0  # TVMBackendAllocWorkspace bytes (USMP off)
-        if plan.workspace.size:
-            if options.usmp:
-                internal = options.runtime == "crt" and not self.io_in_pools
-                self.pools.append(PoolInfo(WORKSPACE_POOL, plan.workspace.size, internal))
-            else:
-                self.workspace_alloc = plan.workspace.size
+        sizes = plan.workspace.sizes or [plan.workspace.size]
+        if options.usmp:
+            internal = (options.runtime == "crt" and not self.io_in_pools
+                        and not options.user_workspace_pools)
+            for name, size in zip(options.workspace_pools, sizes):
+                if size or options.user_workspace_pools:
+                    self.pools.append(PoolInfo(name, size, internal))
+        else:
+            self.workspace_alloc = plan.workspace.size
         self.pool_vars = {p.name: f"{p.name}_{i}_var" for i, p in enumerate(self.pools)}
         if not options.usmp and plan.workspace.size:
-            self.pool_vars[WORKSPACE_POOL] = f"{WORKSPACE_POOL}_var"
+            self.pool_vars[options.workspace_pools[0]] = f"{options.workspace_pools[0]}_var"
         self.packed: list[str] = []
 
     # -- pieces ------------------------------------------------------------------------------
@@ -163,7 +171,8 @@ class _Emitter:
             return sanitize_name(self.plan.inputs[ref.index].name)
         if ref.kind == "output":
             return f"output{ref.index}"
-        pool = WORKSPACE_POOL if ref.kind == "pool" else CONSTANT_POOL
+        pool = (self.options.workspace_pools[ref.pool] if ref.kind == "pool"
+                else self.options.constant_pool)
         return f"(&{self.pool_vars[pool]}[{ref.index}])"
 
     def emit_pools(self) -> None:
@@ -179,7 +188,7 @@ class _Emitter:
                     f"static uint8_t {pool.name}[{pool.size}];")
 
     def emit_constant_pool(self) -> None:
-        align = self.options.constant_alignment
+        align, pool = self.options.constant_alignment, self.options.constant_pool
         members, inits, checks = [], [], []
         for i, (name, value, offset) in enumerate(self.plan.constants):
             ctype, init, count = _constant_initializer(value)
@@ -188,12 +197,12 @@ class _Emitter:
             members.append(f"  {ctype} {name}[{max(count, 1)}] __attribute__(({packed}"
                            f"aligned({align}))); // {nbytes} bytes, aligned offset: {offset}")
             inits.append(f"  .{name} = {{\n{init}\n  }},")
-            checks.append(f"_Static_assert(offsetof(struct {CONSTANT_POOL}, {name}) == {offset},"
+            checks.append(f"_Static_assert(offsetof(struct {pool}, {name}) == {offset},"
                           f' "constant {name} moved");')
         self.parts.append(
             f'__attribute__((section(".rodata.tvm"), aligned({align})))\n'
-            f"static const struct {CONSTANT_POOL} {{\n" + "\n".join(members) + "\n} "
-            + f"{CONSTANT_POOL} = {{\n" + "\n".join(inits) + "\n};"
+            f"static const struct {pool} {{\n" + "\n".join(members) + "\n} "
+            + f"{pool} = {{\n" + "\n".join(inits) + "\n};"
             + f"// of total size {self.plan.constant_pool_size} bytes\n" + "\n".join(checks))
 
     def emit_prototypes(self) -> None:
@@ -216,7 +225,7 @@ class _Emitter:
     def main_body(self) -> list[str]:
         lines = []
         fail = "return -1;"
-        ws = self.pool_vars.get(WORKSPACE_POOL)
+        ws = self.pool_vars.get(self.options.workspace_pools[0])
         if self.workspace_alloc:
             lines.append(f"  uint8_t* {ws} = (uint8_t*)TVMBackendAllocWorkspace(1, 0, "
                          f"(uint64_t){self.workspace_alloc}, 0, 8);")
@@ -309,10 +318,15 @@ class _Emitter:
         external = [p for p in self.pools if not p.internal]
         params, args = [], []
         if self.io_in_pools:
-            pool = f"((uint8_t*)workspace_pools->{WORKSPACE_POOL})"
+            names = self.options.workspace_pools
+
+            def where(spec: Any) -> str:
+                pool, offset = self.plan.io_offsets[spec.name]
+                return f"&((uint8_t*)workspace_pools->{sanitize_name(names[pool])})[{offset}]"
+
             for what, specs in (("inputs", self.plan.inputs), ("outputs", self.plan.outputs)):
-                members = "".join(f"\t.{sanitize_name(s.name)} = "
-                                  f"&{pool}[{self.plan.io_offsets[s.name]}],\n" for s in specs)
+                members = "".join(f"\t.{sanitize_name(s.name)} = {where(s)},\n"
+                                  for s in specs)
                 self.parts.append(
                     f"struct tvmgen_{mod}_{what} tvmgen_{mod}_map_{what}(\n"
                     f"  {pools_struct}* workspace_pools\n){{\n"
@@ -376,6 +390,7 @@ def _preamble(options: AotOptions, prefix: str) -> str:
         f"/* Generated by kiln: the AOT executor of module {prefix} (target {options.target},"
         f" runtime {options.runtime}). */",
         "#include <stddef.h>",
+        "#include <stdbool.h>",
         "#include <stdint.h>",
         "#include <math.h>",
         "#include <tvm/runtime/c_runtime_api.h>",
@@ -386,6 +401,15 @@ def _preamble(options: AotOptions, prefix: str) -> str:
         "  return (void*)((uint8_t*)t->data + t->byte_offset);",
         "}",
     ])
+
+
+def _constant_pool_bytes(plan: AotPlan) -> bytes:
+    """The constant pool's initial contents: each constant's bytes at its offset."""
+    data = bytearray(plan.constant_pool_size)
+    for _, value, offset in plan.constants:
+        raw = constant_bytes(value)
+        data[offset:offset + len(raw)] = raw
+    return bytes(data)
 
 
 def emit_aot(plan: AotPlan, options: AotOptions, kernel_functions: list[str]) -> AotSource:
@@ -407,8 +431,9 @@ def emit_aot(plan: AotPlan, options: AotOptions, kernel_functions: list[str]) ->
     if options.interface_api == "c":
         from kiln.relay.backend.aot.interface_c import interface_header
 
-        header = interface_header(plan.mod_name, plan.inputs, plan.outputs,
-                                  [(p.name, p.size) for p in em.pools if not p.internal],
+        external = [(p.name, p.size, _constant_pool_bytes(plan) if p.constant else None)
+                    for p in em.pools if not p.internal]
+        header = interface_header(plan.mod_name, plan.inputs, plan.outputs, external,
                                   em.workspace_alloc, bool(plan.io_offsets))
     return AotSource("\n\n".join(em.parts) + "\n", header, em.packed, em.pools,
                      em.workspace_alloc, em.main, metadata)
