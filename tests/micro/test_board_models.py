@@ -260,3 +260,32 @@ def test_onnx_to_cortex_m_from_the_command_line(tmp_path, capsys):
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
     got = np.load(tmp_path / "out.npz")
     np.testing.assert_allclose(got[got.files[0]], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
+def test_user_memory_pools(models, tmp_path):
+    # External pools (TVM's WorkspaceMemoryPools / ConstantMemoryPools): the program provides
+    # the SRAM pool and the flash pool, the latter filled from <POOL>_CONSTANT_POOL_DATA.
+    from kiln.ir.memory_pools import (
+        ConstantMemoryPools,
+        ConstantPoolInfo,
+        WorkspaceMemoryPools,
+        WorkspacePoolInfo,
+    )
+    from kiln.micro.board.qemu import size_of
+
+    model = models["mlp"]
+    target = tvm.target.Target(TARGET)
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        module = relay.build(
+            model.mod, target=target, params=model.params, executor=EXECUTORS["aot"],
+            runtime=Runtime("crt", {"system-lib": True}),
+            workspace_memory_pools=WorkspaceMemoryPools([WorkspacePoolInfo("sram", [target])]),
+            constant_memory_pools=ConstantMemoryPools([ConstantPoolInfo("flash", [target])]))
+    tvm.micro.export_model_library_format(module, str(tmp_path / "pools.tar"))
+    project = StandaloneProject(tmp_path / "pools.tar", "qemu-cortex-m4", build_dir=tmp_path / "b")
+    result = project.run([model.x])
+    np.testing.assert_allclose(result.outputs[0], model.want, rtol=1e-4, atol=1e-6)
+    sizes = size_of(project.program)
+    weights = sum(p.size for p in model.params.values()) * 4
+    assert sizes[".rodata"] >= weights and sizes[".tvm_workspace"] < 4096

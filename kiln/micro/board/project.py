@@ -68,10 +68,15 @@ def _aot_glue(lib: ModelLibrary) -> list[str]:
     lines = [f'#include "{prefix}.h"', "",
              *_buffers(lib.inputs, "input", lib.io_in_pools),
              *_buffers(lib.outputs, "output", lib.io_in_pools)]
-    for name, size in lib.external_pools:
-        lines.append(f"static uint8_t kiln_pool_{name}[{size}] __attribute__((aligned(16), "
-                     f"section(\".bss.noinit.tvm\")));")
-    pools = ", ".join(f".{name} = kiln_pool_{name}" for name, _ in lib.external_pools)
+    for name, size, constant in lib.external_pools:
+        if constant:  # in flash, filled from the header's data macro
+            lines.append(f"static const uint8_t kiln_pool_{name}[{size}] "
+                         f"__attribute__((aligned(16))) = "
+                         f"{{{prefix.upper()}_{name.upper()}_CONSTANT_POOL_DATA}};")
+        else:
+            lines.append(f"static uint8_t kiln_pool_{name}[{size}] __attribute__((aligned(16), "
+                         f"section(\".bss.noinit.tvm\")));")
+    pools = ", ".join(f".{name} = (void*)kiln_pool_{name}" for name, *_ in lib.external_pools)
     if lib.external_pools:
         lines.append(f"static struct {prefix}_workspace_pools kiln_pools = {{{pools}}};")
     lines += ["", "int kiln_model_prepare(void) {"]
