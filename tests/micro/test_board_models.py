@@ -289,3 +289,17 @@ def test_user_memory_pools(models, tmp_path):
     sizes = size_of(project.program)
     weights = sum(p.size for p in model.params.values()) * 4
     assert sizes[".rodata"] >= weights and sizes[".tvm_workspace"] < 4096
+
+
+def test_the_packed_aot_interface_is_refused_with_the_fix(models, tmp_path):
+    model = models["mlp"]
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        module = relay.build(model.mod, target=tvm.target.Target(TARGET), params=model.params,
+                             executor=Executor("aot", {"interface-api": "packed"}),
+                             runtime=Runtime("crt", {"system-lib": True}))
+    tvm.micro.export_model_library_format(module, str(tmp_path / "packed.tar"))
+    with pytest.raises(MicroBoardError, match="interface-api.*unpacked-api"):
+        StandaloneProject(tmp_path / "packed.tar", "host")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MicroBoardError, match="no metadata.json"):
+        StandaloneProject(tmp_path / "empty", "host")

@@ -142,7 +142,10 @@ class ModelLibrary:
     def _aot_io(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
         header = self.include_dir / f"tvmgen_{self.mod_name}.h"
         if not header.exists():
-            raise MicroBoardError(f"{self.path}: AOT archive without {header.name}")
+            raise MicroBoardError(f"{self.path}: AOT archive without {header.name}; "
+                                  "standalone boards need the AOT C interface: "
+                                  'Executor("aot", {"interface-api": "c", '
+                                  '"unpacked-api": True})')
         text = header.read_text()
         prefix = f"tvmgen_{self.mod_name}"
         if not re.search(rf"int32_t\s+{prefix}_run\s*\(\s*struct\s+{prefix}_", text):
