@@ -319,6 +319,8 @@ class Board:
                                          b"".join(raw) if console_inputs else None)
             if code != ExitCode.OK:
                 meaning = _EXIT_MEANING.get(code, "unknown exit status")  # type: ignore
+                if code < 0:  # a host program killed by a signal
+                    meaning = f"killed by {signal.Signals(-code).name}"
                 raise MicroBoardError(f"board {self.name!r}: program exited with status "
                                       f"{int(code)} ({meaning}); console:\n"
                                       f"{console[-3000:]}")
