@@ -226,7 +226,7 @@ def test_an_archive_escaping_its_directory_is_refused(tmp_path):
         info = tarfile.TarInfo("../escaped.txt")
         info.size = 2
         tar.addfile(info, io.BytesIO(b"hi"))
-    with pytest.raises(MicroBoardError, match=r"not a Model Library Format tar.*\.\./escaped"):
+    with pytest.raises(MicroBoardError, match=r"member '\.\./escaped\.txt' has a '\.\.' component"):
         StandaloneProject(path, "host")
     assert not (tmp_path.parent / "escaped.txt").exists()
 
