@@ -178,7 +178,7 @@ def test_linked_inputs_and_uart_outputs(models, tmp_path):
 def test_inputs_and_outputs_over_the_console(models, board, tmp_path):
     # io="console": the program asks with "kiln-ready", the inputs arrive over the UART
     # (stdin on the host), the outputs leave as hex lines; the graph executor this time.
-    model = models["kws_dscnn"]
+    model = models["mlp"]
     project = StandaloneProject(model.archive("graph"), board, build_dir=tmp_path / "c",
                                 io="console")
     result = project.run([model.x])
@@ -189,9 +189,9 @@ def test_inputs_and_outputs_over_the_console(models, board, tmp_path):
 def test_graph_executor_out_of_workspace_is_an_error_not_a_crash(models, tmp_path):
     # The page allocator runs dry while the C graph executor sets up its storage:
     # kTvmErrorPlatformNoMemory (0x503) comes back through kiln_model_init.
-    model = models["kws_dscnn"]
+    model = models["mlp"]
     project = StandaloneProject(model.archive("graph"), "host", build_dir=tmp_path / "small",
-                                workspace_bytes=16 * 1024)
+                                workspace_bytes=4 * 1024)
     with pytest.raises(MicroBoardError, match=r"(?s)failed to initialize.*0x503"):
         project.run([model.x])
 
