@@ -188,23 +188,28 @@ for _cls in _COMPARE:
     setattr(_Legalizer, f"visit_{_cls.__name__}", _Legalizer._compare)
 
 
+# the scalar names of the narrow types (a vector's name is one of these + "x<lanes>")
+_NARROW_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                           "float8_e5m2fnuz", "int4", "uint4", "int2", "uint2"})
+
+
 def _mentions_narrow(func: PrimFunc) -> bool:
-    """Whether any buffer or expression of ``func`` has a narrow type (the common case: no)."""
-    from kiln.tir.stmt_functor import post_order_visit
+    """Whether any buffer or expression of ``func`` has a narrow type (the common case: no).
+    Runs on every kernel, so it only compares each node's dtype string with a set."""
+    from kiln.tir.stmt_functor import pre_order_visit
 
-    found = [any(is_narrow(b.dtype) for b in func.buffer_map.values())]
+    if any(str(b.dtype).partition("x")[0] in _NARROW_NAMES for b in func.buffer_map.values()):
+        return True
+    found = []
 
-    def check(node: Any) -> None:
+    def check(node: Any) -> bool:
         dtype = getattr(node, "dtype", None)
-        if not found[0] and isinstance(dtype, str | DataType) and dtype not in ("handle", ""):
-            try:
-                found[0] = is_narrow(dtype)
-            except TVMError:
-                pass
+        if type(dtype) is str and dtype.partition("x")[0] in _NARROW_NAMES:
+            found.append(node)
+        return not found  # stop descending once one is found
 
-    if not found[0]:
-        post_order_visit(func.body, check)
-    return found[0]
+    pre_order_visit(func.body, check)
+    return bool(found)
 
 
 def legalize_narrow_types(func: PrimFunc) -> PrimFunc:
