@@ -119,3 +119,15 @@ def test_a_vectorized_narrow_expression_is_rejected_by_name():
     func = tir.PrimFunc([a.data, b.data], store, buffer_map={a.data: a, b.data: b})
     with pytest.raises(TVMError, match="bfloat16x8 vector"):
         legalize_narrow_types(func)
+
+
+@pytest.mark.parametrize("build", [lambda h: relay.sum(h, axis=[0]),
+                                   lambda h: relay.nn.dense(relay.reshape(h, (1, 4)),
+                                                            relay.reshape(h, (1, 4)))])
+def test_accumulating_in_a_narrow_type_is_refused_by_name(build):
+    # rounding every step of a sum to bfloat16 would disagree with the interpreter and
+    # ONNX's reference (each accumulates in its own order and precision): an error instead
+    h = relay.var("h", shape=(4,), dtype="bfloat16")
+    mod = kiln.IRModule.from_expr(relay.Function([h], build(h)))
+    with pytest.raises(TVMError, match="accumulations in bfloat16.*cast the operands"):
+        relay.vm.compile(mod, target="llvm")

@@ -16,7 +16,10 @@ by a let or broadcast; everything else goes through the C helpers of
   ``kiln_float_to_bits`` (the rules are in that module's docstring);
 - arithmetic, comparisons and math intrinsics on narrow values compute in float32 (narrow
   floats) or int32 (sub-byte integers) and cast the result back, once per operation;
-- narrow constants become their bit patterns at compile time.
+- narrow constants become their bit patterns at compile time;
+- an accumulation into a narrow buffer (a store whose value reads the buffer: sums,
+  matmuls, convolutions, scans) is an error: rounding every step would disagree with the
+  interpreter and ONNX's reference; max/min accumulations (exact) are fine.
 
 The helper calls keep a loop serial (the vectorizer does not widen extern calls), so the pass
 runs before VectorizeLoop; a narrow vector that reaches it anyway is an error naming it.
@@ -125,6 +128,16 @@ class _Legalizer(StmtExprMutator):
         return value if source == target else _e.Cast(str(target), value)
 
     # -- visitors ------------------------------------------------------------------------
+    def visit_BufferStore(self, node: Any) -> Any:
+        if is_narrow(node.buffer.dtype) and not isinstance(node.value, _e.Max | _e.Min) \
+                and _reads(node.value, node.buffer):
+            # an accumulation (sum, matmul, conv, cumsum ...): rounding each step to the
+            # narrow type gives another answer than the interpreter (ml_dtypes) and ONNX's
+            # reference, which accumulate in their own orders and precisions
+            raise TVMError(f"kiln does not compile accumulations in {node.buffer.dtype} (buffer "
+                           f"{node.buffer.name!r}): cast the operands to float32 first")
+        return self.generic_visit(node)
+
     def visit_Cast(self, node: _e.Cast) -> PrimExpr:
         value = self.visit(node.value)
         source = DataType(str(node.value.dtype))
@@ -180,6 +193,16 @@ class _Legalizer(StmtExprMutator):
         if not is_narrow(node.dtype):
             return _e.Call(node.dtype, node.op, args)
         return self.convert(_e.Call(wide, node.op, args), wide, node.dtype)
+
+
+def _reads(expr: PrimExpr, buffer: Any) -> bool:
+    """Whether ``expr`` loads from ``buffer``'s memory."""
+    from kiln.tir.stmt_functor import post_order_visit
+
+    found = []
+    post_order_visit(expr, lambda n: found.append(n) if isinstance(n, _e.BufferLoad)
+                     and n.buffer.data is buffer.data else None)
+    return bool(found)
 
 
 for _cls in _ARITH:
