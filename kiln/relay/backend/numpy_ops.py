@@ -25,6 +25,7 @@ from kiln.ir.op import Op
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.topi.newshape import infer_newshape
+from kiln.topi.reduction import ACCUMULATOR_DTYPE
 
 __all__ = ["numpy_eval", "register_numpy", "np_dtype", "cast_array", "NUMPY_EVAL"]
 
@@ -221,6 +222,11 @@ def _reduce(func: Callable) -> Callable:
             extra["initial"] = info.min if func is np.max else info.max
             if x.dtype.kind == "f":
                 extra["initial"] = -np.inf if func is np.max else np.inf
+        wide = ACCUMULATOR_DTYPE.get(str(x.dtype))
+        if wide is not None and func in (np.sum, np.mean):
+            # as the kernels do: accumulate in the wider type, round once (NumPy's own float16
+            # sum does so only along a contiguous axis)
+            extra["dtype"] = np.dtype(wide)
         result = func(x, axis=axes, keepdims=bool(attrs.keepdims), **extra) \
             if axes or x.ndim == 0 else x.copy()
         return np.asarray(result).astype(_out_dtype(out_type), copy=False)
