@@ -42,6 +42,7 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
     onnx_ops_nn,
     onnx_ops_quant,
     onnx_ops_rnn,
+    onnx_ops_signal,
     onnx_ops_tensor,
 )
 from kiln.relay.frontend.common import AnyDim, infer_shape, infer_type, new_var
