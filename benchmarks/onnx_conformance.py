@@ -69,10 +69,14 @@ def _runner(column: str):
     return lambda case: harness.run_kiln(case, column)
 
 
-def run_columns(cases: list, columns: list, timeout: int, progress: bool) -> dict:
-    """``{case name: {column: [status, reason]}}`` for ``cases`` on ``columns``."""
+def run_columns(cases: list, columns: list, timeout: int, progress: bool,
+                save=None) -> dict:
+    """``{case name: {column: [status, reason]}}`` for ``cases`` on ``columns``; ``save`` is
+    called with the results so far every 50 cases (a long run keeps what it measured)."""
     results: dict = {}
-    for case in cases:
+    for index, case in enumerate(cases):
+        if save is not None and index and index % 50 == 0:
+            save(results)
         entry = results.setdefault(case.name, {"op": harness.op_type_of(case)})
         for column in columns:
             outcome = _timed(_runner(column), case, timeout)
@@ -196,7 +200,8 @@ def main() -> None:
 
     cases = [c for c in harness.node_cases() if args.filter in c.name]
     start = time.perf_counter()
-    fresh = run_columns(cases, columns, args.timeout, args.progress)
+    fresh = run_columns(cases, columns, args.timeout, args.progress,
+                        lambda partial: merge(args.results, partial))
     elapsed = time.perf_counter() - start
     results = merge(args.results, fresh)
 
