@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from kiln.jit import grad
+
 
 def best(fn, repeat: int, number: int = 1) -> float:
     """Best time per call (seconds) over ``repeat`` rounds of ``number`` calls."""
@@ -47,7 +49,6 @@ def mlp_loss(W1, b1, W2, b2, x, y):
 
 
 def mlp_step(W1, b1, W2, b2, x, y):
-    from kiln.jit import grad
     g = grad(mlp_loss, argnums=(0, 1, 2, 3))(W1, b1, W2, b2, x, y)
     lr = 0.01
     return (W1 - lr * g[0], b1 - lr * g[1], W2 - lr * g[2], b2 - lr * g[3])
@@ -156,7 +157,7 @@ def bench_mlp(repeat: int) -> list[tuple]:
 
 
 def bench_rnn(repeat: int) -> list[tuple]:
-    from kiln.jit import grad, myia
+    from kiln.jit import myia
     rng = np.random.default_rng(1)
     W = (rng.standard_normal((64, 64)) * 0.1).astype("float32")
     U = (rng.standard_normal((32, 64)) * 0.1).astype("float32")

@@ -432,7 +432,12 @@ class FunctionParser:
         return block.apply(GETATTR, self.expr(block, node.value), node.attr, loc=loc)
 
     def expr_Tuple(self, block, node, loc):
-        return block.apply(S.make_tuple, *[self.expr(block, e) for e in node.elts], loc=loc)
+        elts = [self.expr(block, e) for e in node.elts]
+        if all(isinstance(e, Constant) and isinstance(e.value, (int, float, bool, str,
+                                                                 type(None), tuple))
+               for e in elts):
+            return Constant(tuple(e.value for e in elts), loc)  # (0, 1), shapes, argnums
+        return block.apply(S.make_tuple, *elts, loc=loc)
 
     expr_List = expr_Tuple
 

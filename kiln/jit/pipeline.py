@@ -115,10 +115,17 @@ def step_compile(graph: Graph, linear_impl: str = "relay", target: str = "llvm",
     """SplitGraph + CompileGraph + OptimizeInstrs over every graph, the root first.
 
     ``backend``: "finalvm"; "python" (scalar-only programs as one generated Python
-    function, see kiln.jit.pybackend); "auto" picks "python" when the program has no arrays.
+    function, see kiln.jit.pybackend); "vm" (the whole program as one Relay module on the
+    Relay VM, see kiln.jit.relay_backend); "auto" picks "python" when the program has no
+    arrays and FinalVM otherwise.
     """
-    if backend not in ("auto", "finalvm", "python"):
-        raise JitError(f"unknown backend {backend!r} (use 'auto', 'finalvm' or 'python')")
+    if backend not in ("auto", "finalvm", "python", "vm"):
+        raise JitError(f"unknown backend {backend!r} (use 'auto', 'finalvm', 'python' or "
+                       "'vm')")
+    if backend == "vm":
+        from kiln.jit.relay_backend import compile_relay_vm
+        program = compile_relay_vm(graph, [p.abstract for p in graph.parameters], target)
+        return {"mapping": {}, "uinstrs": [], "pyprogram": program, "backend": "vm"}
     program = None
     if backend in ("auto", "python") and linear_impl == "relay":
         program = compile_python(graph)
@@ -189,11 +196,11 @@ class PipelineResult:
         out = self.by_step[step]
         if "graph" in out:
             return print_graph(out["graph"])
+        if step == "compile" and out.get("pyprogram") is not None:
+            return out["pyprogram"].source  # the generated Python, or the Relay module
         if "instrs" in out or "uinstrs" in out:
             code = out.get("instrs") or out.get("uinstrs")
             return disassemble(code, self.values.get("mapping"))
-        if step == "compile" and out.get("pyprogram") is not None:
-            return out["pyprogram"].source
         if "outspec" in out:
             return f"{self.values['argspec']} -> {out['outspec']}"
         return repr(out)
@@ -295,7 +302,7 @@ class MyiaFunction:
 
 
 def myia(fn: Callable | None = None, *, pipeline: Pipeline = standard_pipeline,
-         linear_impl: str | None = None) -> Any:
+         linear_impl: str | None = None, backend: str | None = None) -> Any:
     """Compile ``fn`` with kiln.jit (usable as ``@myia`` or ``@myia(linear_impl="debug")``).
 
     Example
@@ -308,6 +315,8 @@ def myia(fn: Callable | None = None, *, pipeline: Pipeline = standard_pipeline,
     """
     if linear_impl is not None:
         pipeline = pipeline.configure({"compile.linear_impl": linear_impl})
+    if backend is not None:
+        pipeline = pipeline.configure({"compile.backend": backend})
     if fn is None:
         return lambda f: MyiaFunction(f, pipeline)
     return MyiaFunction(fn, pipeline)
