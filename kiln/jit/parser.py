@@ -299,6 +299,7 @@ class FunctionParser:
         if node.orelse:
             raise JitError("else clauses on loops are not supported", loc)
         header = Block(self, "loop_header", matured=False)
+        header.graph.flags["loop_header"] = True  # infer may unroll it (constant bounds)
         block.jump(header, loc)
         self.ctx.current_graph = header.graph
         cond = test_fn(header)
