@@ -1,6 +1,7 @@
 """The Python examples of the seed design documents run on kiln, verbatim.
 
-The seed texts (``/work/shared/seeds/*.txt``, or the folder ``$KILN_SEEDS_DIR`` names) are the
+The seed texts (``../shared/seeds/*.txt``, or the folder ``$KILN_SEEDS_DIR`` names; on a plain
+clone the verbatim excerpts in ``tests/seed_examples/``, see ``tests/seed_documents.py``) are the
 TVM design documents kiln was built from. Each example is cut out of its seed text from its
 first line to its last, dedented, and run with ``tvm`` imports rewritten to ``kiln`` — nothing
 else changes, except where the scraped page glued lines together (seed 001: "import
@@ -23,7 +24,6 @@ import contextlib
 import importlib.util
 import io
 import json
-import os
 import re
 import textwrap
 import warnings
@@ -32,23 +32,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# tests/ is on sys.path under pytest (it holds conftest.py).
+from seed_documents import seed_text  # the documents, or their in-repository excerpts
+
 import kiln as tvm
 from kiln import te, tir
 from kiln.contrib import cc
 from kiln.runtime.module import load_module
 
 REPO = Path(__file__).resolve().parents[1]
-SEEDS_DIR = Path(os.environ.get("KILN_SEEDS_DIR", REPO.parent / "shared" / "seeds"))
-
-
-# -- cutting examples out of the seed texts -------------------------------------------------
-
-def seed_text(number: str) -> str:
-    """The text of seed document ``number`` ("000" … "004")."""
-    found = sorted(SEEDS_DIR.glob(f"{number}_*.txt"))
-    if not found:
-        raise FileNotFoundError(f"seed {number} not found in {SEEDS_DIR} (set KILN_SEEDS_DIR)")
-    return found[0].read_text(encoding="utf-8")
 
 
 def cut(text: str, first: str, last: str, anchor: str | None = None) -> tuple[str, int]:

@@ -32,6 +32,7 @@ from kiln import te, tir
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
 from kiln.topi import tag
+from kiln.topi.nn.pad import source_index
 from kiln.topi.sort import argsort
 from kiln.topi.utils import ravel_index, unravel_index
 
@@ -171,8 +172,9 @@ def one_hot(indices: te.Tensor, on_value: te.Tensor, off_value: te.Tensor,
 
 
 def pad(data: te.Tensor, pad_width: te.Tensor, pad_value: te.Tensor,
-        out_shape: Sequence[Any]) -> te.Tensor:
-    """``data`` padded by the run-time ``[ndim, 2]`` widths with the 0-d ``pad_value``.
+        out_shape: Sequence[Any], pad_mode: str = "constant") -> te.Tensor:
+    """``data`` padded by the run-time ``[ndim, 2]`` widths: with the 0-d ``pad_value``
+    (``constant``) or with its own border (``edge``, ``reflect``, as :func:`topi.nn.pad`).
 
     Example
     -------
@@ -182,6 +184,13 @@ def pad(data: te.Tensor, pad_width: te.Tensor, pad_value: te.Tensor,
     >>> pad(te.placeholder((3, 3)), widths, te.placeholder(()), [h, w]).op.name
     'T_pad'
     """
+    if pad_mode not in ("constant", "edge", "reflect"):
+        raise TVMError(f"pad: pad_mode must be constant, edge or reflect, got {pad_mode!r}")
+
+    def mirrored(*i):
+        return data(*[source_index(i[k] - _i64(pad_width[k, 0]), _i64(d), pad_mode.upper())
+                      for k, d in enumerate(data.shape)])
+
     def body(*i):
         before = [_i64(pad_width[k, 0]) for k in range(len(i))]
         inside = [_op.logical_and(i[k] >= before[k], i[k] < before[k] + d)
@@ -192,7 +201,8 @@ def pad(data: te.Tensor, pad_width: te.Tensor, pad_value: te.Tensor,
         source = [i[k] - before[k] for k in range(len(i))]
         return _op.if_then_else(cond, data(*source), _op.cast(pad_value(), data.dtype))
 
-    return te.compute(list(out_shape), body, name="T_pad", tag=tag.INJECTIVE)
+    return te.compute(list(out_shape), body if pad_mode == "constant" else mirrored,
+                      name="T_pad", tag=tag.INJECTIVE)
 
 
 def slice_bounds(dims: Sequence[Any], begin: Sequence[Any], end: Sequence[Any],

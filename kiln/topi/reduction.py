@@ -34,8 +34,13 @@ def reduced_axes(ndim: int, axis: Any, exclude: bool = False) -> list[int]:
     return axes
 
 
+# Sums of these dtypes accumulate in the wider dtype and round once at the end, as NumPy's
+# pairwise sum and ONNX Runtime do: a float16 accumulator loses a bit per doubling of the count.
+ACCUMULATOR_DTYPE = {"float16": "float32"}
+
+
 def _reduce(data: te.Tensor, axis: Any, keepdims: bool, exclude: bool,
-            reducer: Callable, name: str) -> te.Tensor:
+            reducer: Callable, name: str, accumulate: str | None = None) -> te.Tensor:
     axes = reduced_axes(data.ndim, axis, exclude)
     kept = [i for i in range(data.ndim) if i not in axes]
     out_shape = [1 if i in axes else data.shape[i] for i in range(data.ndim)] if keepdims \
@@ -51,17 +56,27 @@ def _reduce(data: te.Tensor, axis: Any, keepdims: bool, exclude: bool,
                     next(it)
             else:
                 full.append(next(it))
+        value = data(*full) if accumulate is None else _op.cast(data(*full), accumulate)
         if not red:
-            return data(*full)
-        return reducer(data(*full), axis=red)
+            return value
+        return reducer(value, axis=red)
 
     return te.compute(out_shape, body, name=name, tag=tag.COMM_REDUCE)
 
 
+def _narrow(wide: te.Tensor, dtype: str, name: str) -> te.Tensor:
+    if wide.dtype == dtype:
+        return wide
+    return te.compute(wide.shape, lambda *i: _op.cast(wide(*i), dtype), name=name,
+                      tag=tag.ELEMWISE)
+
+
 def sum(data: te.Tensor, axis: Any = None, keepdims: bool = False,  # noqa: A001
         exclude: bool = False) -> te.Tensor:
-    """Sum over ``axis``."""
-    return _reduce(data, axis, keepdims, exclude, te.sum, "T_sum")
+    """Sum over ``axis`` (float16 accumulates in float32, see ``ACCUMULATOR_DTYPE``)."""
+    wide = ACCUMULATOR_DTYPE.get(str(data.dtype))
+    total = _reduce(data, axis, keepdims, exclude, te.sum, "T_sum", wide)
+    return _narrow(total, data.dtype, "T_sum_round")
 
 
 def max(data: te.Tensor, axis: Any = None, keepdims: bool = False,  # noqa: A001
@@ -116,10 +131,11 @@ def mean(data: te.Tensor, axis: Any = None, keepdims: bool = False,
          exclude: bool = False) -> te.Tensor:
     """Arithmetic mean over ``axis``."""
     axes = reduced_axes(data.ndim, axis, exclude)
-    total = sum(data, axis, keepdims, exclude)
-    count = _op.cast(_count(data, axes), data.dtype)
-    return te.compute(total.shape, lambda *i: total(*i) / count, name="T_mean",
-                      tag=tag.ELEMWISE)
+    wide = ACCUMULATOR_DTYPE.get(str(data.dtype), data.dtype)
+    total = _reduce(data, axis, keepdims, exclude, te.sum, "T_sum", wide)
+    count = _op.cast(_count(data, axes), wide)
+    return te.compute(total.shape, lambda *i: _op.cast(total(*i) / count, data.dtype),
+                      name="T_mean", tag=tag.ELEMWISE)
 
 
 def variance(data: te.Tensor, mean_value: te.Tensor, axis: Any = None,

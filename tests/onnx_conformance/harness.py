@@ -110,8 +110,9 @@ def _as_list(result) -> list:
 
 def run_kiln(case, executor: str = "interpreter") -> Outcome:
     """Convert the case's model with ``from_onnx`` (input shapes pinned from the data) and run
-    it on kiln: ``"interpreter"`` (the reference interpreter) or ``"graph"`` (relay.build +
-    graph executor)."""
+    it on kiln: ``"vm"`` (the compiled path for control-flow models: ``relay.vm.compile`` at
+    opt_level 3 for llvm + the VM), ``"interpreter"`` (the reference interpreter) or
+    ``"graph"`` (relay.build + graph executor)."""
     from kiln.relay.frontend import from_onnx
 
     inputs, expected = case_data(case)
@@ -130,6 +131,8 @@ def run_kiln(case, executor: str = "interpreter") -> Outcome:
             mod = relay.transform.ToANormalForm()(mod)
             with np.errstate(all="ignore"):
                 actual = _as_list(Interpreter(mod).evaluate()(*inputs))
+        elif executor == "vm":
+            actual = _run_vm(mod, params, formal, inputs)
         else:
             actual = _run_graph(mod, params, formal, inputs)
     except Exception as exc:  # noqa: BLE001  (the measure records every failure)
@@ -150,6 +153,27 @@ def _run_graph(mod, params, formal, inputs) -> list:
         module.set_input(f.name, x)
     module.run()
     return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+
+
+def _run_vm(mod, params, formal, inputs) -> list:
+    import kiln
+    from kiln import relay
+    from kiln.runtime.vm import VirtualMachine
+
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(mod, target="llvm", params=params)
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    return _flatten(vm.invoke("main", *inputs))
+
+
+def _flatten(value) -> list:
+    """A VM result (tensor or nested tuple ADT) as a flat list of arrays."""
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out: list = []
+    for field in value:
+        out.extend(_flatten(field))
+    return out
 
 
 def run_onnxruntime(case) -> Outcome:

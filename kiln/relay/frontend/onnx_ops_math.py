@@ -24,6 +24,7 @@ from kiln.relay.frontend.onnx_registry import (
     register_function,
     unsupported,
 )
+from kiln.runtime.error import OpAttributeInvalid
 
 __all__: list[str] = []
 
@@ -252,6 +253,11 @@ class Clip(OnnxOpConverter):
 def _flattened_softmax(fn, x, axis, ctx):
     """Opset < 13 semantics: softmax over all dims from ``axis`` on, as one flattened dim."""
     shape = ctx.shape(x)
+    if not -len(shape) <= axis < len(shape):
+        # Checked here, before the reshape: an axis of 2**40 would build a 2**40-long shape.
+        raise OpAttributeInvalid(
+            f"ONNX Softmax (opset < 13): axis {axis} is out of range for an input of rank "
+            f"{len(shape)} (expected [{-len(shape)}, {len(shape) - 1}])")
     axis = axis + len(shape) if axis < 0 else axis
     if axis == len(shape) - 1:
         return fn(x, -1)
@@ -303,28 +309,40 @@ class Hardmax(OnnxOpConverter):
 
 # ---- matrix products ----------------------------------------------------------------------
 def matmul(a, b, ctx):
-    """NumPy-style matmul (broadcast batch dims, 1-D operands promoted) in Relay."""
+    """NumPy-style matmul (broadcast batch dims, 1-D operands promoted) in Relay.
+
+    float16 products accumulate in float32 and round once at the end, as NumPy's (the ONNX
+    reference's) and ONNX Runtime's half-precision matmuls do: a float16 accumulator loses
+    about one bit per doubling of the reduction length.
+    """
+    if ctx.dtype(a) == "float16":
+        return relay.cast(_matmul(a, b, ctx, "float32"), "float16")
+    return _matmul(a, b, ctx, "")
+
+
+def _matmul(a, b, ctx, out_dtype):
     a_shape, b_shape = ctx.shape(a), ctx.shape(b)
     if len(a_shape) == 1 or len(b_shape) == 1:
         a2 = relay.expand_dims(a, 0) if len(a_shape) == 1 else a
         b2 = relay.expand_dims(b, 1) if len(b_shape) == 1 else b
-        out = matmul(a2, b2, ctx)
+        out = _matmul(a2, b2, ctx, out_dtype)
         drop = ([-1] if len(b_shape) == 1 else []) + ([-2] if len(a_shape) == 1 else [])
         rank = ctx.rank(out)
         return relay.squeeze(out, sorted({d + rank for d in drop}))
     if len(a_shape) == 2 and len(b_shape) == 2:
-        return relay.nn.matmul(a, b)
+        return relay.nn.matmul(a, b, out_dtype=out_dtype)
     if len(b_shape) == 2 and all(isinstance(d, int) for d in a_shape):
         # (..., M, K) x (K, N): one dense over the flattened rows, as TVM's frontend does
         rows = relay.reshape(a, (-1, a_shape[-1]))
-        out = relay.nn.dense(rows, relay.transpose(b, (1, 0)))
+        out = relay.nn.dense(rows, relay.transpose(b, (1, 0)), out_dtype=out_dtype)
         return relay.reshape(out, (*a_shape[:-1], b_shape[-1]))
     batch = np.broadcast_shapes(tuple(a_shape[:-2]), tuple(b_shape[:-2]))
     a_full = relay.broadcast_to(a, (*batch, *a_shape[-2:]))
     b_full = relay.broadcast_to(b, (*batch, *b_shape[-2:]))
     a3 = relay.reshape(a_full, (-1, *a_shape[-2:]))
     b3 = relay.reshape(b_full, (-1, *b_shape[-2:]))
-    out = relay.nn.batch_matmul(a3, b3, transpose_a=False, transpose_b=False)
+    out = relay.nn.batch_matmul(a3, b3, out_dtype=out_dtype, transpose_a=False,
+                                transpose_b=False)
     return relay.reshape(out, (*batch, a_shape[-2], b_shape[-1]))
 
 
@@ -338,7 +356,7 @@ def _gemm(inputs, attrs, ctx):
     if attrs.get("transB", 0):
         b = relay.transpose(b, (1, 0))
     dtype = ctx.dtype(a)
-    out = relay.nn.matmul(a, b)
+    out = matmul(a, b, ctx)
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     if alpha != 1.0:
         out = relay.multiply(out, _const(alpha, dtype))

@@ -1,7 +1,8 @@
 """Padding computes (TVM's ``topi.nn.pad`` and ``mirror_pad``).
 
 Entry points: :func:`pad` (``constant``, ``edge``, ``reflect``), :func:`mirror_pad`
-(``SYMMETRIC``, ``REFLECT``).
+(``SYMMETRIC``, ``REFLECT``), :func:`source_index` (the read position of a padded element,
+shared with the run-time-width ``dyn.nn.pad``).
 """
 
 from __future__ import annotations
@@ -59,17 +60,21 @@ def pad(x: te.Tensor, pad_before: Sequence[Any], pad_after: Sequence[Any] | None
     return te.compute(shape, body, name=name, tag=tag.INJECTIVE + ",pad")
 
 
-def _mirror(x: te.Tensor, before: list, shape: list, mode: str, name: str) -> te.Tensor:
-    def reflect(pos, size):
-        if mode == "EDGE":
-            return clamp(pos, size)
-        # REFLECT excludes the edge (numpy "reflect"), SYMMETRIC repeats it.
-        low = -pos if mode == "REFLECT" else -pos - 1
-        high = 2 * (size - 1) - pos if mode == "REFLECT" else 2 * size - 1 - pos
-        return _op.if_then_else(pos < 0, low, _op.if_then_else(pos >= size, high, pos))
+def source_index(pos: Any, size: Any, mode: str) -> Any:
+    """The position of ``x`` that padded position ``pos`` (relative to the first element of
+    ``x``, so negative in the leading pad) reads in mode ``EDGE``, ``REFLECT`` or ``SYMMETRIC``.
+    """
+    if mode == "EDGE":
+        return clamp(pos, size)
+    # REFLECT excludes the edge (numpy "reflect"), SYMMETRIC repeats it.
+    low = -pos if mode == "REFLECT" else -pos - 1
+    high = 2 * (size - 1) - pos if mode == "REFLECT" else 2 * size - 1 - pos
+    return _op.if_then_else(pos < 0, low, _op.if_then_else(pos >= size, high, pos))
 
+
+def _mirror(x: te.Tensor, before: list, shape: list, mode: str, name: str) -> te.Tensor:
     def body(*i):
-        return x(*[reflect(v - b, d) for v, b, d in zip(i, before, x.shape)])
+        return x(*[source_index(v - b, d, mode) for v, b, d in zip(i, before, x.shape)])
 
     return te.compute(shape, body, name=name, tag=tag.INJECTIVE + ",pad")
 

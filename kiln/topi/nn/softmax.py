@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kiln import te
 from kiln.tir import op as _op
+from kiln.topi.reduction import ACCUMULATOR_DTYPE
 from kiln.topi.utils import normalize_axes
 
 
@@ -25,9 +26,11 @@ def _parts(x: te.Tensor, axis: int, exp=_op.exp):
     def drop(i):
         return i[:axis] + i[axis + 1:]
 
-    expsum = te.compute(kept, lambda *i: te.sum(exp(x(*full(i, k2.var)) - xmax(*i)),
-                                                 axis=k2), name="T_softmax_expsum",
-                        tag="softmax_sum")
+    # the exponentials round to x's dtype, their sum accumulates wider (as NumPy's does)
+    wide = ACCUMULATOR_DTYPE.get(str(x.dtype), x.dtype)
+    expsum = te.compute(kept, lambda *i: te.sum(
+        _op.cast(exp(x(*full(i, k2.var)) - xmax(*i)), wide), axis=k2),
+        name="T_softmax_expsum", tag="softmax_sum")
     return axis, xmax, expsum, drop
 
 
@@ -45,14 +48,16 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
 
 def _softmax(x: te.Tensor, axis: int, exp) -> te.Tensor:
     _, xmax, expsum, drop = _parts(x, axis, exp)
-    return te.compute(x.shape, lambda *i: exp(x(*i) - xmax(*drop(i))) / expsum(*drop(i)),
+    return te.compute(x.shape, lambda *i: exp(x(*i) - xmax(*drop(i))) /
+                      _op.cast(expsum(*drop(i)), x.dtype),
                       name="T_softmax_norm", tag="softmax_output")
 
 
 def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
     _, xmax, expsum, drop = _parts(x, axis)
-    return te.compute(x.shape, lambda *i: x(*i) - xmax(*drop(i)) - _op.log(expsum(*drop(i))),
+    return te.compute(x.shape, lambda *i: x(*i) - xmax(*drop(i)) -
+                      _op.cast(_op.log(expsum(*drop(i))), x.dtype),
                       name="T_log_softmax", tag="log_softmax_output")
 
 

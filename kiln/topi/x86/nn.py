@@ -21,6 +21,7 @@ from kiln import te
 from kiln.te.tensor import ComputeOp
 from kiln.tir import op as _op
 from kiln.topi.math import UNARY, fast_exp_nonpositive
+from kiln.topi.reduction import ACCUMULATOR_DTYPE
 from kiln.topi.utils import normalize_axes, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import static_work, worth_parallel
@@ -56,7 +57,10 @@ def _softmax_parts(x: te.Tensor, axis: int):
                       name="T_softmax_maxelem", tag="softmax_max")
     shifted = te.compute(x.shape, lambda *i: fast_exp_nonpositive(x(*i) - xmax(*drop(i))),
                          name="T_softmax_exp", tag="softmax_exp")
-    expsum = te.compute(kept, lambda *i: te.sum(shifted(*full(i, k_sum.var)), axis=k_sum),
+    # float16 rows sum in float32 and round once (NumPy's and ONNX Runtime's rule)
+    wide = ACCUMULATOR_DTYPE.get(str(x.dtype), x.dtype)
+    expsum = te.compute(kept, lambda *i: te.sum(_op.cast(shifted(*full(i, k_sum.var)), wide),
+                                                 axis=k_sum),
                         name="T_softmax_expsum", tag="softmax_sum")
     return xmax, shifted, expsum, drop
 
@@ -76,6 +80,14 @@ def softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     ('softmax_output', ['T_softmax_exp', 'T_softmax_expsum'])
     """
     _, shifted, expsum, drop = _softmax_parts(x, axis)
+    if expsum.dtype != x.dtype:
+        # a narrow dtype divides by the row sum rounded to it, once per element, as the
+        # reference does: a rounded reciprocal times the element rounds twice
+        def narrow(*i):
+            total = _op.cast(_op.cast(expsum(*drop(i)), x.dtype), expsum.dtype)
+            return _op.cast(_op.cast(shifted(*i), expsum.dtype) / total, x.dtype)
+
+        return te.compute(x.shape, narrow, name="T_softmax_norm", tag="softmax_output")
     # one reciprocal per row (hoisted out of the row loop), then multiplies: a vector divide
     # costs several multiplies
     one = _op.const(1.0, x.dtype)
@@ -94,7 +106,8 @@ def log_softmax(x: te.Tensor, axis: int = -1) -> te.Tensor:
     'log_softmax_output'
     """
     xmax, _, expsum, drop = _softmax_parts(x, axis)
-    return te.compute(x.shape, lambda *i: x(*i) - xmax(*drop(i)) - _op.log(expsum(*drop(i))),
+    return te.compute(x.shape, lambda *i: x(*i) - xmax(*drop(i)) -
+                      _op.log(_op.cast(expsum(*drop(i)), x.dtype)),
                       name="T_log_softmax", tag="log_softmax_output")
 
 

@@ -350,7 +350,7 @@ COMPUTES.update({
     "dyn.tile": lambda a, i, t: [dynamic.tile(i[0], out_shape(t))],
     "dyn.one_hot": lambda a, i, t: [dynamic.one_hot(i[0], i[1], i[2], out_shape(t),
                                                     int(a.axis), _dtype(t))],
-    "dyn.nn.pad": lambda a, i, t: [dynamic.pad(i[0], i[1], i[2], out_shape(t))],
+    "dyn.nn.pad": lambda a, i, t: [dynamic.pad(i[0], i[1], i[2], out_shape(t), a.pad_mode)],
     "dyn.strided_slice": _slice_with_tensors,
     "dyn.topk": lambda a, i, t: dynamic.topk(i[0], _topk_field(a, t), a.axis, a.ret_type,
                                              a.is_ascend, a.dtype),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from strategy_testlib import run_cases
+from strategy_testlib import EXECUTORS, run_cases
 
 from kiln.relay.op import op_attrs as A
 
@@ -27,7 +27,7 @@ X3 = f32(2, 4, 9)
 X5 = f32(1, 2, 4, 5, 3)
 
 
-@pytest.fixture(params=["c", "llvm"])
+@pytest.fixture(params=["c", "llvm", EXECUTORS])
 def target(request):
     return request.param
 

@@ -1,0 +1,25 @@
+"""microTVM (TVM's ``tvm.micro``): the C runtime's sources, Model Library Format export and
+the helpers around building models for microcontrollers.
+
+Entry points: :func:`export_model_library_format`, :func:`get_standalone_crt_dir` (the CRT's C
+sources, in TVM's standalone layout), :mod:`kiln.micro.crt_build` (compile the CRT for a compiler
+and flags), :mod:`kiln.micro.testing` (``get_target``, ...),
+:mod:`kiln.micro.model_library_format`.
+"""
+
+from __future__ import annotations
+
+from kiln._lazy import attach
+from kiln.micro.crt_build import get_standalone_crt_dir
+
+_LAZY = {
+    "export_model_library_format": ("kiln.micro.model_library_format",
+                                    "export_model_library_format"),
+    "UnsupportedInModelLibraryFormatError": ("kiln.micro.model_library_format",
+                                             "UnsupportedInModelLibraryFormatError"),
+    "model_library_format": "kiln.micro.model_library_format",
+    "testing": "kiln.micro.testing",
+}
+
+__getattr__, __dir__ = attach(__name__, _LAZY)
+__all__ = ["get_standalone_crt_dir", *_LAZY]
