@@ -68,6 +68,9 @@ def _fold(node: Apply) -> Node | None:
             return args[2]
         if env is not args[0]:
             return Apply([fn, env, args[1], args[2]], node.graph, node.loc)
+    if _prim(node, P.truth) and getattr(args[0].abstract, "dtype", None) == "bool" \
+            and not hasattr(args[0].abstract, "shape"):
+        return args[0]  # bool(b) of a bool scalar
     if _prim(node, S.switch) and isinstance(args[0], Constant):
         return args[1] if args[0].value else args[2]
     if _prim(fn, S.partial):  # partial(g, a)(b) -> g(a, b)

@@ -187,6 +187,7 @@ class PipelineResult:
     def __init__(self):
         self.by_step: dict[str, dict] = {}
         self.values: dict[str, Any] = {}
+        self.texts: dict[str, str] = {}  # graph listings taken right after each step
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -194,7 +195,9 @@ class PipelineResult:
     def show(self, step: str) -> str:
         """The graph IR after a graph step, or the instruction listing after compile/link."""
         out = self.by_step[step]
-        if "graph" in out:
+        if step in self.texts:
+            return self.texts[step]
+        if "graph" in out:  # no snapshot: later steps (opt, cconv) may have edited it since
             return print_graph(out["graph"])
         if step == "compile" and out.get("pyprogram") is not None:
             return out["pyprogram"].source  # the generated Python, or the Relay module
@@ -240,8 +243,12 @@ class Pipeline:
             config.setdefault(step, {})[opt] = value
         return Pipeline(self.steps, config)
 
-    def run(self, **inputs: Any) -> PipelineResult:
-        """Run the steps on ``inputs`` (``input`` = the function, ``argspec`` = types)."""
+    def run(self, snapshots: bool = True, **inputs: Any) -> PipelineResult:
+        """Run the steps on ``inputs`` (``input`` = the function, ``argspec`` = types).
+
+        With ``snapshots``, the graph listing after each graph step is kept for
+        :meth:`PipelineResult.show` (opt and cconv edit graphs in place).
+        """
         result = PipelineResult()
         values = dict(inputs)
         for name in self.steps:
@@ -252,6 +259,8 @@ class Pipeline:
             kwargs.update(opts)
             out = fn(**kwargs)
             result.by_step[name] = out
+            if snapshots and "graph" in out:
+                result.texts[name] = print_graph(out["graph"])
             values.update(out)
         result.values = values
         return result
@@ -283,10 +292,14 @@ class MyiaFunction:
         """Run the pipeline for ``args``' signature (cached) and return its results."""
         sig = self.signature(*args)
         if sig not in self.results:
-            res = self.pipeline.run(input=self.fn, argspec=sig)
+            res = self.pipeline.run(input=self.fn, argspec=sig, snapshots=False)
             self.results[sig] = res
             self.cache[sig] = res.values.get("output")
         return self.results[sig]
+
+    def inspect(self, *args: Any) -> PipelineResult:
+        """A fresh pipeline run for ``args`` keeping every step's listing (``show(step)``)."""
+        return self.pipeline.run(input=self.fn, argspec=self.signature(*args))
 
     def backend(self, *args: Any) -> str:
         """Which backend runs this signature ("python" or "finalvm")."""
