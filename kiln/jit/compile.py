@@ -7,8 +7,7 @@
 - :func:`compile_graph`: Myia's CompileGraph: simulates the frame height, encodes operands as
   offsets from ``sp``, emits ``external`` for segments and VM instructions for cuts.
 - :func:`optimize_instrs`: peephole rewrites (adjacent scalar segments merge into one,
-  ``dup r; return -1 h`` becomes ``return r h-1``, ``push c; return -1 h`` returns c without
-  the push).
+  ``dup r; return -1 h`` becomes ``return r h-1``).
 - :func:`link`: ``push_graph g`` becomes ``push <address of g>``.
 """
 
