@@ -341,21 +341,21 @@ class GraphManager:
         return chain
 
     def scope(self, graph: Graph) -> list[Graph]:
-        """``graph`` and every graph nested in it, at any depth (what clone copies)."""
+        """``graph`` and every graph nested in it, at any depth (what clone copies): those
+        using a node owned inside the scope (lexical nesting makes that exact)."""
         d = self._derive()
-        kids = d.get("children")
-        if kids is None:
-            kids = d["children"] = {}
-            for g in d["graphs"]:
-                p = self.parent(g)
-                if p is not None:
-                    kids.setdefault(p, []).append(g)
-        out, todo = [graph], list(kids.get(graph, ()))
-        while todo:
-            g = todo.pop()
-            if g not in out:
-                out.append(g)
-                todo.extend(kids.get(g, ()))
+        if not d["fv_total"]:
+            d["fv_total"] = self._fv_fixpoint(d)
+        owners = {g: {fv.graph for fv in fvs} for g, fvs in d["fv_total"].items() if fvs}
+        out, inside = [graph], {graph}
+        changed = True
+        while changed:
+            changed = False
+            for g, own in owners.items():
+                if g not in inside and own & inside:
+                    out.append(g)
+                    inside.add(g)
+                    changed = True
         return out
 
     def children(self, graph: Graph) -> list[Graph]:
