@@ -288,6 +288,7 @@ class GraphManager:
             # a graph made after the tables were derived (a pass is editing): compute its
             # free variables from its own reachable world instead of re-deriving everything
             d["fv_total"][graph] = GraphManager(graph).free_variables_total(graph)
+            d.pop("owners", None)
         return d["fv_total"][graph]
 
     def _fv_fixpoint(self, d: dict) -> dict:
@@ -346,7 +347,10 @@ class GraphManager:
         d = self._derive()
         if not d["fv_total"]:
             d["fv_total"] = self._fv_fixpoint(d)
-        owners = {g: {fv.graph for fv in fvs} for g, fvs in d["fv_total"].items() if fvs}
+        owners = d.get("owners")
+        if owners is None:
+            owners = d["owners"] = {g: {fv.graph for fv in fvs}
+                                    for g, fvs in d["fv_total"].items() if fvs}
         out, inside = [graph], {graph}
         changed = True
         while changed:
