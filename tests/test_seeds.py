@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 # tests/ is on sys.path under pytest (it holds conftest.py).
-from seed_documents import seed_text  # the documents, or their in-repository excerpts
+from seed_documents import EXCERPTS_DIR, seed_text  # documents, or in-repository excerpts
 
 import kiln as tvm
 from kiln import te, tir
@@ -324,3 +324,11 @@ def test_seed_003_myia_example():
     exec(compile(source, name, "exec"), ns)  # kiln.jit reads the source back via linecache
     x = np.arange(6.0).reshape(2, 3)
     np.testing.assert_array_equal(ns["main"](x, x + 1), np.ones((2, 3)))
+
+
+def test_every_seed_the_tests_read_has_an_excerpt_in_the_repository():
+    """A plain clone has no ../shared: each seed_text("NNN") needs tests/seed_examples/NNN.txt."""
+    used = {number for path in (REPO / "tests").rglob("*.py")
+            for number in re.findall(r'seed_text\("(\d{3})"\)', path.read_text())}
+    missing = sorted(n for n in used - {"009"} if not (EXCERPTS_DIR / f"{n}.txt").is_file())
+    assert not missing, f"add excerpts of seeds {missing} to {EXCERPTS_DIR}"
