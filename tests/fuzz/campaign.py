@@ -224,6 +224,7 @@ def run_campaign(name: str, inputs: int | None = None, seconds: float | None = N
     rng = random.Random(seed)
     corpus = target.seeds()
     seeds = len(corpus)
+    largest_seed = max(map(len, corpus))
     start = time.monotonic()
 
     def generate() -> Iterator[bytes]:
@@ -237,7 +238,8 @@ def run_campaign(name: str, inputs: int | None = None, seconds: float | None = N
     def grow(index: int, data: bytes, status: str) -> None:
         if index < seeds and status != "ok":
             raise RuntimeError(f"seed {index} of {name} does not load ({status})")
-        if status == "ok" and index >= seeds and len(corpus) < _MAX_CORPUS:
+        if status == "ok" and index >= seeds and len(corpus) < _MAX_CORPUS \
+                and len(data) <= largest_seed * 4:  # growing inputs would slow every run
             corpus.append(data)  # a mutant that still loads reaches deeper next time
 
     return run_inputs(name, generate(), out_dir, nice, progress, grow)
