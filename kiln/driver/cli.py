@@ -5,7 +5,8 @@ Entry point: :func:`main`. Subcommands:
 - ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
   [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
   (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
-  ``model.so`` (kernels plus the graph/params or VM bytecode blob) and ``metadata.json``
+  ``model.so`` (kernels plus the graph/params or VM bytecode blob, or the AOT main with its
+  metadata) and ``metadata.json``
   (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
   Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
   ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
@@ -119,10 +120,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     mod, params = _load_model(Path(args.model), shapes)
     if args.runtime == "crt":
         return _compile_micro(args, mod, params, start)
-    if args.executor == "aot":
-        raise CLIError("--executor aot writes a Model Library Format for the C runtime",
-                       "add --runtime crt (a firmware project), or use --executor graph for "
-                       "a package kiln run can load")
     inputs, outputs = _io_info(mod)
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,6 +133,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 summary = (f"{stats['kernels']} fused kernels, {stats['kernel_calls']} kernel "
                            f"calls, {stats['planned_bytes']} bytes planned (lower bound "
                            f"{stats['peak_live_bytes']})")
+            elif args.executor == "aot":
+                from kiln.relay.backend import Executor
+
+                factory = relay.build(mod, target=target, params=params,
+                                      executor=Executor("aot"))
+                factory.export_library(str(lib_path))
+                stats = dict(factory.stats)
+                summary = (f"{stats['kernels']} fused kernels, AOT workspace pool "
+                           f"{stats['workspace_pool_bytes']} bytes (lower bound "
+                           f"{stats['workspace_lower_bound_bytes']})")
             else:
                 exe = relay.vm.compile(mod, target=target, params=params)
                 exe.mod.export_library(str(lib_path))
@@ -276,6 +283,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for name, value in inputs.items():
                     debug.set_input(name, value)
                 print(debug.profile())
+        elif meta["executor"] == "aot":
+            from kiln.runtime.executor import AotModule
+
+            amod = AotModule(module["default"](dev))
+            amod.run(**inputs)
+            outputs = [amod.get_output(i).numpy() for i in range(amod.get_num_outputs())]
+            timer = amod.module.time_evaluator("run", dev, number=1, repeat=args.repeat)
+            if args.profile:
+                raise CLIError("--profile times the graph executor's operators",
+                               "compile with --executor graph to profile per operator")
         else:
             from kiln.runtime.vm import VirtualMachine
 
@@ -387,8 +404,9 @@ def _add_micro_parser(sub) -> None:
     p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
     p.add_argument("--outputs", help="save outputs to this .npz file")
     p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
-    p.add_argument("--workspace-bytes", type=int, default=512 * 1024,
-                   help="the platform memory pool (default 524288)")
+    p.add_argument("--workspace-bytes", type=int, default=None,
+                   help="the platform memory pool (default: 524288 for the graph executor, "
+                   "what the archive asks for AOT)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before the program is killed (default 120)")
     p.set_defaults(func=cmd_micro_run)
@@ -413,8 +431,8 @@ def _parser() -> argparse.ArgumentParser:
                    "or c (default: c)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
     p.add_argument("--executor", choices=["graph", "vm", "aot"], default="graph",
-                   help="graph (static shapes, fastest), vm (control flow, dynamic shapes) or "
-                   "aot (one generated C entry point; with --runtime crt)")
+                   help="graph (static shapes), vm (control flow, dynamic shapes) or aot (one "
+                   "generated C entry point over a statically planned workspace)")
     p.add_argument("--runtime", choices=["cpp", "crt"], default="cpp",
                    help="cpp: a package for kiln run (default); crt: a Model Library Format "
                    "tar for the C runtime (microcontrollers)")

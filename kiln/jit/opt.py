@@ -55,11 +55,12 @@ def _recursive(mng: GraphManager) -> set[Graph]:
 def _fold(node: Apply) -> Node | None:
     fn = node.inputs[0]
     args = node.inputs[1:]
-    if _prim(node, S.tuple_getitem) and _prim(args[0], S.make_tuple):
+    if _prim(node, S.tuple_getitem) and _prim(args[0], S.make_tuple) \
+            and isinstance(args[1], Constant):
         return args[0].inputs[1 + args[1].value]
-    if _prim(node, S.env_getitem):
+    if _prim(node, S.env_getitem) and isinstance(args[1], Constant):
         env, key = args[0], args[1].value
-        while _prim(env, S.env_setitem):
+        while _prim(env, S.env_setitem) and isinstance(env.inputs[2], Constant):
             if env.inputs[2].value == key:
                 return env.inputs[3]
             env = env.inputs[1]
@@ -84,6 +85,8 @@ def optimize(root: Graph, passes: tuple = ("inline", "fold")) -> Graph:
         mng = GraphManager(root)
         rec = _recursive(mng) if "inline" in passes else set()
         changed = False
+        modified: set[Graph] = set()  # their nesting changed: inline them next round
+        known = set(mng.graphs)  # graphs copied during this round are inlined next round
         for g in list(mng.graphs):
             for node in toposort(g, mng):
                 if not (isinstance(node, Apply) and node.graph is g):
@@ -92,12 +95,14 @@ def optimize(root: Graph, passes: tuple = ("inline", "fold")) -> Graph:
                 fn = node.inputs[0]
                 if new is None and "inline" in passes and isinstance(fn, Constant) \
                         and isinstance(fn.value, Graph) and fn.value not in rec \
-                        and fn.value is not g and len(fn.value.parameters) == len(node.inputs) - 1:
+                        and fn.value in known and fn.value not in modified and fn.value is not g \
+                        and len(fn.value.parameters) == len(node.inputs) - 1:
                     new = clone(fn.value, mng, inline_into=g, param_values=node.inputs[1:])
                 if new is not None and new is not node:
                     if new.abstract is None:
                         new.abstract = node.abstract
                     mng.replace(node, new)
+                    modified.update(mng.scope_chain(g))  # their nested scopes changed
                     changed = True
         if not changed:
             break

@@ -31,6 +31,7 @@ from kiln.jit.infer import infer as run_infer
 from kiln.jit.infer import specialize as run_specialize
 from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Parameter, print_graph
 from kiln.jit.primitives import Primitive
+from kiln.jit.pybackend import compile_python
 from kiln.jit.resolve import parsed
 from kiln.jit.segments import convert_segment
 from kiln.jit.vm import FinalVM, disassemble
@@ -110,11 +111,24 @@ def step_wrap_primitives(graph: Graph) -> dict:
 
 
 def step_compile(graph: Graph, linear_impl: str = "relay", target: str = "llvm",
-                 optimize: bool = True) -> dict:
-    """SplitGraph + CompileGraph + OptimizeInstrs over every graph, the root first."""
+                 optimize: bool = True, backend: str = "auto") -> dict:
+    """SplitGraph + CompileGraph + OptimizeInstrs over every graph, the root first.
+
+    ``backend``: "finalvm"; "python" (scalar-only programs as one generated Python
+    function, see kiln.jit.pybackend); "auto" picks "python" when the program has no arrays.
+    """
+    if backend not in ("auto", "finalvm", "python"):
+        raise JitError(f"unknown backend {backend!r} (use 'auto', 'finalvm' or 'python')")
+    program = None
+    if backend in ("auto", "python") and linear_impl == "relay":
+        program = compile_python(graph)
+        if program is None and backend == "python":
+            raise JitError("backend='python' needs a program on Python scalars only (no "
+                           "arrays, grad environments or calls through function values)")
     convert = functools.partial(convert_segment, linear_impl=linear_impl, target=target)
     mapping, uinstrs = C.compile_graphs(graph, convert, optimize)
-    return {"mapping": mapping, "uinstrs": uinstrs}
+    return {"mapping": mapping, "uinstrs": uinstrs, "pyprogram": program,
+            "backend": "python" if program is not None else "finalvm"}
 
 
 def step_link(mapping: dict, uinstrs: list) -> dict:
@@ -122,9 +136,9 @@ def step_link(mapping: dict, uinstrs: list) -> dict:
     return {"instrs": C.link(mapping, uinstrs)}
 
 
-def step_export(instrs: list) -> dict:
-    """The FinalVM that runs the program."""
-    return {"output": FinalVM(instrs)}
+def step_export(instrs: list, pyprogram=None) -> dict:
+    """The FinalVM that runs the program (or the generated Python program, if chosen)."""
+    return {"output": pyprogram if pyprogram is not None else FinalVM(instrs)}
 
 
 def step_wrap(output, outspec) -> dict:
@@ -178,6 +192,8 @@ class PipelineResult:
         if "instrs" in out or "uinstrs" in out:
             code = out.get("instrs") or out.get("uinstrs")
             return disassemble(code, self.values.get("mapping"))
+        if step == "compile" and out.get("pyprogram") is not None:
+            return out["pyprogram"].source
         if "outspec" in out:
             return f"{self.values['argspec']} -> {out['outspec']}"
         return repr(out)
@@ -264,6 +280,10 @@ class MyiaFunction:
             self.results[sig] = res
             self.cache[sig] = res.values.get("output")
         return self.results[sig]
+
+    def backend(self, *args: Any) -> str:
+        """Which backend runs this signature ("python" or "finalvm")."""
+        return self.compile(*args).values["backend"]
 
     def __call__(self, *args: Any) -> Any:
         sig = self.signature(*args)

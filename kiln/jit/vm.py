@@ -80,10 +80,12 @@ class FinalVM:
             assert len(instr) <= 4, f"FinalVM: instruction {instr} has too many fields"
         self.instrs = list(code)
         # generated Python segments keep their source for listings; the VM calls the function
-        self.code = [(i[0], getattr(i[1], "fn", i[1]), *i[2:]) + (None,) * (4 - len(i))
-                     if i[0] == Op.EXTERNAL else tuple(i) + (None,) * (4 - len(i))
+        # plain ints for opcodes: comparing IntEnum members costs a Python-level call
+        self.code = [(int(i[0]), getattr(i[1], "segment_fn", i[1]), *i[2:])
+                     + (None,) * (4 - len(i))
+                     if i[0] == Op.EXTERNAL else (int(i[0]), *i[1:]) + (None,) * (4 - len(i))
                      for i in code]
-        self.max_stack = 0
+        self.stack_size = 0  # the value stack's length after the last run (tests read it)
 
     def __call__(self, *args: Any) -> Any:
         return self.run(args)
@@ -182,6 +184,7 @@ class FinalVM:
             else:
                 raise AssertionError(f"FinalVM: bad instruction {code[pc - 1]}")
         assert sp == 1, f"FinalVM: stack height {sp} at exit"
+        self.stack_size = len(stack)
         return stack[0]
 
 

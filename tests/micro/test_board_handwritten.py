@@ -66,6 +66,16 @@ def test_systick_counts_instructions_exactly_under_icount(name, tmp_path_factory
 
 
 @needs_qemu
+def test_systick_wraps_extend_the_count(tmp_path_factory):
+    # A wrap every 1000 ticks (40000 instructions): the 2M-instruction loop crosses 50 wraps
+    # and the 64-bit count still holds, give or take the wrap interrupts' own instructions.
+    board = CortexMBoard("qemu-cortex-m4", systick_period=1000)
+    program = _build(board, tmp_path_factory)
+    result = board.run(program, [np.zeros(N, "float32")], [((N,), "float32")])
+    assert abs(result.instructions - 2 * LOOPS) <= 50 * 40 + 200
+
+
+@needs_qemu
 def test_abort_exits_through_semihosting_with_its_code(tmp_path_factory):
     board = CortexMBoard("qemu-cortex-m4")
     program = _build(board, tmp_path_factory, KILN_ABORT="1")

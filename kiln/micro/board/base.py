@@ -29,7 +29,7 @@ from kiln.runtime import config
 from kiln.runtime.error import TVMError
 
 __all__ = ["Board", "RunResult", "ExitCode", "MicroBoardError", "SourceGroup", "source_dir",
-           "run_process", "parse_result_line"]
+           "run_process", "parse_result_line", "parse_console_outputs"]
 
 
 class MicroBoardError(TVMError):
@@ -91,6 +91,25 @@ def parse_result_line(console: str) -> dict[str, int]:
         key, _, value = item.partition("=")
         fields[key] = int(value)
     return fields
+
+
+def parse_console_outputs(console: str, sizes: Sequence[int]) -> list[bytes]:
+    """The outputs a ``KILN_LINKED_IO`` program printed as ``kiln-output <i> <offset> <hex>``
+    lines, each checked to arrive whole and in order."""
+    chunks: list[bytearray] = [bytearray() for _ in sizes]
+    for line in console.splitlines():
+        if not line.startswith("kiln-output "):
+            continue
+        parts = line.split()
+        index, offset = int(parts[1]), int(parts[2])
+        if index >= len(sizes) or offset != len(chunks[index]):
+            raise MicroBoardError(f"console output line out of order: {line[:60]!r}")
+        chunks[index] += bytes.fromhex(parts[3] if len(parts) > 3 else "")
+    for i, (chunk, size) in enumerate(zip(chunks, sizes)):
+        if len(chunk) != size:
+            raise MicroBoardError(f"output {i}: {len(chunk)} bytes on the console, expected "
+                                  f"{size}")
+    return [bytes(c) for c in chunks]
 
 
 def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float,
@@ -221,9 +240,10 @@ class Board:
 
     def run(self, program: Path, inputs: Sequence[bytes | np.ndarray],
             outputs: Sequence[tuple[tuple[int, ...], str]],
-            timeout: float | None = None) -> RunResult:
+            timeout: float | None = None, console_outputs: bool = False) -> RunResult:
         """Run ``program`` once on ``inputs`` (raw bytes or arrays, in the program's input
-        order); ``outputs`` gives each output's (shape, dtype) for reading it back."""
+        order); ``outputs`` gives each output's (shape, dtype) for reading it back, from the
+        output files or, with ``console_outputs``, from the console's hex lines."""
         with tempfile.TemporaryDirectory(prefix=f"kiln-{self.name}-") as tmp:
             io_dir = Path(tmp)
             for i, value in enumerate(inputs):
@@ -237,12 +257,16 @@ class Board:
                                       f"{int(code)} ({meaning}); console:\n"
                                       f"{console[-3000:]}")
             fields = parse_result_line(console)
+            sizes = [int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+                     for shape, dtype in outputs]
+            printed = parse_console_outputs(console, sizes) if console_outputs else None
             arrays = []
             for i, (shape, dtype) in enumerate(outputs):
                 path = io_dir / f"output_{i}.bin"
-                if not path.exists():
+                if printed is None and not path.exists():
                     raise MicroBoardError(f"board {self.name!r}: output {i} was not written")
-                data = np.frombuffer(path.read_bytes(), dtype=dtype)
+                raw = printed[i] if printed is not None else path.read_bytes()
+                data = np.frombuffer(raw, dtype=dtype)
                 want = int(np.prod(shape, dtype=np.int64))
                 if data.size != want:
                     raise MicroBoardError(f"board {self.name!r}: output {i} has {data.size} "

@@ -95,6 +95,9 @@ class ModelLibrary:
             raise MicroBoardError(f"{path}: no generated C in codegen/host/src (build with "
                                   "target 'c' to deploy standalone)")
         self.include_dir = self.root / "codegen" / "host" / "include"
+        self.external_pools: list[tuple[str, int]] = []  # AOT: (pool field, bytes)
+        self.io_in_pools = False  # AOT: I/O inside the pools (tir.usmp.use_workspace_io)
+        self.aot_workspace_size = 0  # AOT: TVMBackendAllocWorkspace bytes (0 under USMP)
         try:
             self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
                                          else self._graph_io())
@@ -140,15 +143,22 @@ class ModelLibrary:
             raise MicroBoardError(f"{self.path}: AOT archive without {header.name}")
         text = header.read_text()
         prefix = f"tvmgen_{self.mod_name}"
-        if re.search(rf"struct\s+{prefix}_workspace_pools\s*{{", text) or \
-                f"{prefix}_map_inputs" in text:
-            raise MicroBoardError("standalone boards run AOT modules whose workspace is "
-                                  "internal: build without external pools and without "
-                                  "tir.usmp.use_workspace_io")
-        if not re.search(rf"int32_t\s+{prefix}_run\s*\(\s*struct\s+{prefix}_inputs", text):
+        if not re.search(rf"int32_t\s+{prefix}_run\s*\(\s*struct\s+{prefix}_", text):
             raise MicroBoardError("standalone boards need the AOT C interface: "
                                   'Executor("aot", {"interface-api": "c", '
                                   '"unpacked-api": True})')
+        # Pools the application provides (external), and whether the inputs and outputs
+        # live inside them (tir.usmp.use_workspace_io: found through map_inputs/outputs).
+        pools = re.search(rf"struct\s+{prefix}_workspace_pools\s*{{(.*?)}}", text, re.S)
+        for name in re.findall(r"void\s*\*\s*(\w+)\s*;", pools.group(1) if pools else ""):
+            size = re.search(rf"#define\s+{prefix.upper()}_{name.upper()}_WORKSPACE_POOL_SIZE"
+                             r"\s+(\d+)", text)
+            if size is None:
+                raise MicroBoardError(f"{header.name}: no size macro for pool {name}")
+            self.external_pools.append((name, int(size.group(1))))
+        self.io_in_pools = f"{prefix}_map_inputs" in text
+        found = re.search(rf"#define\s+{prefix.upper()}_WORKSPACE_SIZE\s+(\d+)", text)
+        self.aot_workspace_size = int(found.group(1)) if found else 0
         sizes = {m.group(1): int(m.group(2)) for m in re.finditer(
             rf"#define\s+{prefix.upper()}_(\w+)_SIZE\s+(\d+)", text)}
         result = []
@@ -213,6 +223,13 @@ class ModelLibrary:
         """The parameters blob, or None where the archive has none."""
         found = sorted((self.root / "parameters").glob("*.params"))
         return found[0].read_bytes() if found else None
+
+    @property
+    def params_linked(self) -> bool:
+        """Whether the generated C holds the parameters (``link-params``: the C graph
+        executor finds them through ``_lookup_linked_param`` and must not load the blob)."""
+        return any("_lookup_linked_param" in src.read_text(errors="replace")
+                   for src in self.sources)
 
     def _graph_io(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
         try:

@@ -2,7 +2,8 @@
 
 Entry points: :func:`run_infer_type`, :func:`run_opt_pass`, :func:`create_workload`, and the
 workload modules :mod:`~kiln.relay.testing.mlp` and :mod:`~kiln.relay.testing.resnet`
-(``get_workload(batch_size=1, ...) -> (mod, params)``).
+(``get_workload(batch_size=1, ...) -> (mod, params)``), and
+:mod:`~kiln.relay.testing.executors` (one program on every executor, checked to agree).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import numpy as np
 
 from kiln._lazy import attach
 
-__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "mlp", "resnet"]
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "mlp", "resnet", "executors"]
 
 __getattr__, __dir__ = attach(__name__, {"mlp": "kiln.relay.testing.mlp",
-                                         "resnet": "kiln.relay.testing.resnet"})
+                                         "resnet": "kiln.relay.testing.resnet",
+                                         "executors": "kiln.relay.testing.executors"})
 
 
 def run_opt_pass(expr: Any, opt_pass: Any) -> Any:

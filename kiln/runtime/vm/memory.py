@@ -210,6 +210,21 @@ class Storage(Object):
     _fields = {"nbytes": int, "alignment": int, "device": "any"}
     _extra_slots = ("_block", "_allocator")
 
+    @property
+    def plans(self) -> dict[Any, Any]:
+        """Data a user keeps per block (e.g. a fused segment's call list), freed with it."""
+        return self._block.plans
+
+    @property
+    def address(self) -> int:
+        """Address of the block's first byte (device memory: the buffer's handle)."""
+        return self._block.address
+
+    @property
+    def fusable(self) -> bool:
+        """Whether the VM's fused segments may run on it (pooled host memory)."""
+        return self._allocator.fusable
+
     def alloc_tensor(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """An NDArray of ``shape``/``dtype`` viewing this storage at byte ``offset``."""
         key = (offset, shape, dtype)
