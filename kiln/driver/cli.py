@@ -416,6 +416,21 @@ def _add_micro_parser(sub) -> None:
     p.set_defaults(func=cmd_micro_run)
 
 
+def _add_rpc_parser(sub) -> None:
+    """``kiln rpc server|tracker|queue``: the programs of :mod:`kiln.exec`."""
+    from kiln.exec import query_rpc_tracker, rpc_server, rpc_tracker
+
+    rpc = sub.add_parser("rpc", help="RPC: start a server or a tracker, show a tracker's "
+                         "queue", description="TVM-protocol RPC over TCP.")
+    actions = rpc.add_subparsers(dest="rpc_command", metavar="ACTION", required=True)
+    for name, module, text in (("server", rpc_server, "start an RPC server"),
+                               ("tracker", rpc_tracker, "start an RPC tracker"),
+                               ("queue", query_rpc_tracker, "print a tracker's summary")):
+        p = actions.add_parser(name, help=text, description=module.__doc__)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+
+
 # ---- entry ------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     import kiln
@@ -473,6 +488,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
     p.set_defaults(func=cmd_bench)
     _add_micro_parser(sub)
+    _add_rpc_parser(sub)
     return parser
 
 
