@@ -231,7 +231,7 @@ def grad_graph(f: Graph, argnums: Any, has_aux: bool, with_value: bool) -> Graph
     out = Apply([Constant(S.tuple_getitem), app, Constant(0)], g)
     value = Apply([Constant(S.tuple_getitem), out, Constant(0)], g) if has_aux else out
     bprop = Apply([Constant(S.tuple_getitem), app, Constant(1)], g)
-    seed = Apply([Constant(P.ones_like), value], g)
+    seed = Apply([Constant(S.grad_seed), value, Constant(f.name)], g, f.loc)
     if has_aux:
         aux = Apply([Constant(S.tuple_getitem), out, Constant(1)], g)
         seed = Apply([Constant(S.make_tuple), seed, Apply([Constant(P.zeros_like), aux], g)],

@@ -411,6 +411,19 @@ def test_grad_of_grad_for_scalar_functions_against_jax():
     np.testing.assert_allclose(grad(grad(clo))(2.0), 12.0)
 
 
+def test_grad_of_non_scalar_or_integer_output_raises():
+    def vector(x):
+        return x * 2.0
+
+    def integer(n):
+        return n * 2
+
+    with pytest.raises(JitError, match=r"vector\(\) must return a scalar"):
+        grad(vector)(np.ones(3))
+    with pytest.raises(JitError, match="integer"):
+        grad(integer)(3)
+
+
 def test_grad_argnums_out_of_range():
     with pytest.raises(JitError, match="argnums"):
         grad(piecewise, argnums=3)(1.0)
