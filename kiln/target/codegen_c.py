@@ -1117,6 +1117,7 @@ class CodeGenCBareMetal(CodeGenC):
         return body + "\n" + shim
 
     def stmt_Allocate(self, node: Any) -> None:
+        """An allocation planned into the scratch block is a pointer into it; others as in C."""
         offset = getattr(self, "_scratch", {}).get(id(node.buffer_var))
         if offset is None:
             super().stmt_Allocate(node)

@@ -48,6 +48,7 @@ class CSourceModule(Module):
 
     @property
     def format(self) -> str:
+        """The module's source format: ``c``."""
         return "c"
 
     def _get_function(self, name: str) -> Any:
@@ -73,14 +74,17 @@ class CSourceModule(Module):
         return self._host_library
 
     def get_source(self, fmt: str = "") -> str:
+        """The C source (``fmt`` ``""`` or ``"c"``)."""
         if fmt not in ("", "c"):
             raise TVMError(f"Module[c] has no source of format {fmt!r}; it has 'c'")
         return self.source
 
     def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
+        """Write the C source to ``file_name``."""
         Path(file_name).write_text(self.source)
 
     def export_objects(self, workspace_dir: str) -> list[str]:
+        """Write the C source into ``workspace_dir``; return its path."""
         path = Path(workspace_dir, self.file_name)
         path.write_text(self.source)
         return [str(path)]

@@ -116,9 +116,8 @@ def _run_vm(mod: Any, inputs: dict[str, np.ndarray], params: dict[str, np.ndarra
     first = _flatten(vm.invoke("main", **inputs))
     # A second run takes the VM's fast paths (a direct function reuses its result's block).
     second = _flatten(vm.invoke("main", **inputs))
-    for a, b in zip(first, second):
-        if not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
-            raise TVMError("the VM gave a different result on a second run with the same inputs")
+    if any(a.tobytes() != b.tobytes() for a, b in zip(first, second)):  # NaN bits too
+        raise TVMError("the VM gave a different result on a second run with the same inputs")
     return first
 
 
@@ -165,7 +164,10 @@ def _assert_close(got: list[np.ndarray], want: list[np.ndarray], what: str, rtol
         if g.shape != w.shape or g.dtype != w.dtype:
             raise AssertionError(f"{what}: output {i} is {g.dtype}{list(g.shape)}, the "
                                  f"reference {w.dtype}{list(w.shape)}")
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol,
+        # A half-precision result may differ by a rounding step: a fused kernel rounds once
+        # where the reference rounds after each op (or sums in a different order).
+        low = np.finfo(g.dtype).eps if g.dtype.kind == "f" and g.dtype.itemsize < 4 else 0.0
+        np.testing.assert_allclose(g, w, rtol=max(rtol, 2 * low), atol=max(atol, low),
                                    err_msg=f"{what}: output {i} differs from the reference")
 
 

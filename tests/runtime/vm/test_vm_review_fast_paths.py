@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kiln
 from kiln.runtime.error import TVMError
@@ -271,3 +273,40 @@ def test_a_returned_shape_tensor_cannot_be_written_and_stays_right():
     np.testing.assert_array_equal(first.numpy(), [3, 5])
     np.testing.assert_array_equal(second.numpy(), [2, 7, 1])
     np.testing.assert_array_equal(vm.run(np.zeros((3, 5), "int8")).numpy(), [3, 5])
+
+
+# -- the contract as a property: any sequence of calls, each result read before the next -----
+
+STEPS = st.lists(st.sampled_from(["run", "feed back", "set_input+invoke", "set_outputs",
+                                  "hold a field"]), min_size=1, max_size=8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=STEPS, seed=st.integers(0, 2**16))
+def test_every_result_is_right_until_the_next_run_whatever_the_sequence(kernels, steps, seed):
+    """Each step's result read right after it equals NumPy, whatever came before (held
+    fields, results fed back in, destinations given and taken away)."""
+    rng = np.random.default_rng(seed)
+    vm = make_vm(kernels, tuple_main())
+    last = None
+    held = []
+    for step in steps:
+        x, y = pairs(rng, 1)[0]
+        vm.set_outputs("main")                    # no destinations unless this step gives some
+        if step == "feed back" and last is not None:
+            x = last[0]                           # the previous sum, still in the VM's block
+        if step == "set_outputs":
+            vm.set_outputs("main", *(kiln.nd.empty(SHAPE, "float32") for _ in range(2)))
+        if step == "set_input+invoke":
+            vm.set_input("main", x, y)
+            out = vm.invoke("main")
+        else:
+            out = vm.run(x, y)
+        xv = x.numpy() if isinstance(x, kiln.nd.NDArray) else x
+        np.testing.assert_allclose(out[0].numpy(), xv + y, rtol=1e-5)
+        np.testing.assert_allclose(out[1].numpy(), xv * y, rtol=1e-5)
+        if step == "hold a field":
+            held.append(out.fields)
+        last = out
+    # blocks: the VM's own, one given up to an input fed back, and those fields hold
+    assert vm.memory_in_use() <= (2 + len(held)) * 4096
