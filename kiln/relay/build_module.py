@@ -89,11 +89,20 @@ def optimize(mod: IRModule, target: Any = None, params: dict | None = None,
         mod["main"] = bind_params_by_name(mod["main"], params)
     # PlanDevices first too: once on_device became device_copy, common-subexpression
     # elimination cannot merge equal computations meant for different devices
-    passes = [transform.InferType(), transform.PlanDevices(default_device)]
+    passes = [transform.InferType(), *qnn_lowering_passes(mod),
+              transform.PlanDevices(default_device)]
     passes += [getattr(transform, name)() for name in OPTIMIZE_PASSES]
     passes += [transform.InferType(), transform.PlanDevices(default_device),
                transform.FuseOps(), transform.InferType()]
     return Sequential(passes, name="relay_build_optimize")(mod)
+
+
+def qnn_lowering_passes(mod: Any) -> list:
+    """QNN canonicalization when ``mod`` calls ``qnn.*`` ops (first in TVM's pass prefix):
+    the QNN ops have no kernels."""
+    from kiln.relay.qnn.transform import CanonicalizeOps, has_qnn_ops
+
+    return [CanonicalizeOps()] if has_qnn_ops(mod) else []
 
 
 def _as_target(value: Any, what: str):

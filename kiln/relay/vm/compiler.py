@@ -70,7 +70,7 @@ __all__ = ["compile", "VMCompiler", "OPTIMIZE_PASSES"]
 
 # The optimization passes run before FuseOps: relay.build's pipeline, so both executors run
 # the same kernels (each pass is gated by its own opt level in the PassContext).
-from kiln.relay.build_module import OPTIMIZE_PASSES  # noqa: E402
+from kiln.relay.build_module import OPTIMIZE_PASSES, qnn_lowering_passes  # noqa: E402
 
 
 def _available_pass(name: str) -> Any:
@@ -601,7 +601,8 @@ class VMCompiler:
             mod = mod.copy()
             mod["main"] = bind_params_by_name(mod["main"], self._params)
         default_device = default_device_of(targets)
-        passes = [transform.InferType(), transform.PlanDevices(default_device)]
+        passes = [transform.InferType(), *qnn_lowering_passes(mod),
+                  transform.PlanDevices(default_device)]
         passes += [p for p in map(_available_pass, OPTIMIZE_PASSES) if p is not None]
         passes += [transform.InferType(), transform.PlanDevices(default_device),
                    transform.FuseOps(), transform.InferType(),

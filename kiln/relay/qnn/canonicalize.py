@@ -1,0 +1,178 @@
+"""Lowering of the QNN core ops to plain Relay (TVM's ``QnnCanonicalize``).
+
+Entry points: :func:`lower_quantize`, :func:`lower_dequantize`, :func:`lower_requantize`,
+:func:`fixed_point_multiplier_shift`, and :data:`QNN_LOWERINGS` (op name -> lowering).
+
+- quantize: ``cast(clip(round(x / scale) + zp, qmin, qmax), out_dtype)``;
+- dequantize: ``cast(int32(q) - zp, float32) * scale``;
+- requantize: in int64, ``q - in_zp`` times the fixed-point multiplier of
+  ``in_scale / out_scale`` (``(x << left) * M + nudge >> right``, the nudge set by the
+  rounding mode), ``+ out_zp``, clipped to out_dtype (not for int32, as in TVM); with a float
+  compute_dtype it is the float product, rounded. Per-channel parameters broadcast along axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kiln.relay import op as _op
+from kiln.relay.expr import Call, const
+from kiln.relay.op.op import constant_value
+from kiln.relay.qnn.op import dtype_range
+from kiln.relay.transform.pass_util import type_of
+from kiln.relay.transform.simplify_inference import expand_bias_to_match_axis
+from kiln.runtime.error import TVMError
+
+__all__ = ["lower_quantize", "lower_dequantize", "lower_requantize",
+           "fixed_point_multiplier_shift", "QNN_LOWERINGS"]
+
+
+def fixed_point_multiplier_shift(multiplier: float) -> tuple[int, int]:
+    """``(M, shift)`` with ``multiplier ~= M * 2**(shift - 31)`` and M an int32 in
+    [2**30, 2**31) (TVM's ``GetFixedPointMultiplierShift``); 0 gives (0, 0)."""
+    if multiplier == 0:
+        return 0, 0
+    significand, exponent = math.frexp(multiplier)
+    # round half away from zero, as std::round
+    fixed = int(math.floor(abs(significand) * (1 << 31) + 0.5)) * (1 if significand > 0 else -1)
+    if abs(fixed) == 1 << 31:
+        fixed //= 2
+        exponent += 1
+    return fixed, exponent
+
+
+def _ndim(expr: Any, what: str) -> int:
+    ty = type_of(expr)
+    if ty is None or not hasattr(ty, "shape"):
+        raise TVMError(f"qnn canonicalization needs the type of {what}; run InferType first")
+    return len(ty.shape)
+
+
+def _along_axis(param: Any, original: Any, ndim: int, axis: int) -> Any:
+    """A per-channel (1-D) parameter gets trailing unit axes so it broadcasts along ``axis``."""
+    if _ndim(original, "a scale or zero point") == 1 and ndim > 0:
+        return expand_bias_to_match_axis(param, ndim, axis)
+    return param
+
+
+def _axis(call: Call, ndim: int) -> int:
+    axis = int(call.attrs.axis)
+    return axis + ndim if axis < 0 else axis
+
+
+def lower_quantize(call: Call, node: Call) -> Any:
+    """``qnn.quantize`` as float divide, round, add, clip and cast."""
+    data, scale, zp = call.args
+    ndim = _ndim(node.args[0], "qnn.quantize's data")
+    axis = _axis(call, ndim)
+    scale = _along_axis(scale, node.args[1], ndim, axis)
+    zp = _along_axis(_op.cast(zp, "float32"), node.args[2], ndim, axis)
+    lo, hi = dtype_range(call.attrs.out_dtype)
+    value = _op.add(_op.round(_op.divide(data, scale)), zp)
+    return _op.cast(_op.clip(value, float(lo), float(hi)), call.attrs.out_dtype)
+
+
+def lower_dequantize(call: Call, node: Call) -> Any:
+    """``qnn.dequantize`` as integer subtract, cast and float multiply."""
+    data, scale, zp = call.args
+    ndim = _ndim(node.args[0], "qnn.dequantize's data")
+    axis = _axis(call, ndim)
+    scale = _along_axis(scale, node.args[1], ndim, axis)
+    zp = _along_axis(zp, node.args[2], ndim, axis)
+    shifted = _op.subtract(_op.cast(data, "int32"), zp)
+    return _op.multiply(_op.cast(shifted, call.attrs.out_dtype), scale)
+
+
+def _constant_scale(expr: Any, what: str) -> np.ndarray:
+    value = constant_value(expr)
+    if value is None:
+        raise TVMError(f"qnn.requantize: {what} must be a constant to canonicalize")
+    return np.asarray(value, "float32").reshape(-1)
+
+
+def _per_channel_const(values: list[int], ndim: int, axis: int, per_channel: bool) -> Any:
+    """An int64 constant: a scalar, or a vector laid along ``axis``."""
+    if not per_channel:
+        return const(np.int64(values[0]))
+    shape = [1] * ndim
+    shape[axis] = len(values)
+    return const(np.asarray(values, "int64").reshape(shape))
+
+
+def _fixed_point_multiply(x: Any, multipliers: np.ndarray, rounding: str, ndim: int,
+                          axis: int) -> Any:
+    """``x * multiplier`` in int64 with the fixed-point multiplier and ``rounding``."""
+    pairs = [fixed_point_multiplier_shift(float(m)) for m in multipliers]
+    per_channel = len(pairs) > 1
+    lefts = [max(shift, 0) for _, shift in pairs]
+    rights = [31 + max(-shift, 0) for _, shift in pairs]
+    if any(lefts):
+        x = _op.left_shift(x, _per_channel_const(lefts, ndim, axis, per_channel))
+    x = _op.multiply(x, _per_channel_const([m for m, _ in pairs], ndim, axis, per_channel))
+    nudge = _per_channel_const([1 << (r - 1) for r in rights], ndim, axis, per_channel)
+    if rounding == "TONEAREST":  # ties away from zero: one less nudge below zero
+        lower = _per_channel_const([(1 << (r - 1)) - 1 for r in rights], ndim, axis,
+                                   per_channel)
+        nudge = _op.where(_op.greater_equal(x, const(np.int64(0))), nudge, lower)
+    x = _op.add(x, nudge)
+    return _op.right_shift(x, _per_channel_const(rights, ndim, axis, per_channel))
+
+
+def _float_multiply(x: Any, multipliers: np.ndarray, rounding: str, dtype: str, ndim: int,
+                    axis: int) -> Any:
+    """``x * multiplier`` in float ``dtype``, rounded half up or half away from zero."""
+    if len(multipliers) > 1:
+        shape = [1] * ndim
+        shape[axis] = len(multipliers)
+        factor = const(multipliers.astype(dtype).reshape(shape))
+    else:
+        factor = const(np.asarray(multipliers[0], dtype))
+    value = _op.multiply(_op.cast(x, dtype), factor)
+    half = const(np.asarray(0.5, dtype))
+    if rounding == "TONEAREST":
+        value = _op.multiply(_op.sign(value), _op.floor(_op.add(_op.abs(value), half)))
+    else:
+        value = _op.floor(_op.add(value, half))
+    return _op.cast(value, "int64")
+
+
+def lower_requantize(call: Call, node: Call) -> Any:
+    """``qnn.requantize`` as int64 fixed-point (or float) arithmetic, then clip and cast."""
+    data, in_scale, in_zp, out_scale, out_zp = call.args
+    attrs = call.attrs
+    ndim = _ndim(node.args[0], "qnn.requantize's data")
+    axis = _axis(call, ndim)
+    in_values = _constant_scale(in_scale, "input_scale")
+    out_values = _constant_scale(out_scale, "output_scale")
+    if np.any(out_values == 0):
+        raise TVMError("qnn.requantize: output_scale must be nonzero")
+    # the ratio in double from the float32 scales, as TVM
+    multipliers = in_values.astype("float64") / out_values.astype("float64")
+    rounding = "UPWARD" if attrs.rounding == "None" else attrs.rounding
+    compute = "int64" if attrs.compute_dtype == "None" else attrs.compute_dtype
+    x = _op.cast(data, "int64")
+    if constant_value(in_zp) is None or np.any(constant_value(in_zp) != 0):
+        x = _op.subtract(x, _along_axis(_op.cast(in_zp, "int64"), node.args[2], ndim, axis))
+    if np.any(multipliers != 1.0):
+        if compute == "int64":
+            x = _fixed_point_multiply(x, multipliers, rounding, ndim, axis)
+        else:
+            x = _float_multiply(x, multipliers, rounding, compute, ndim, axis)
+    if constant_value(out_zp) is None or np.any(constant_value(out_zp) != 0):
+        x = _op.add(x, _along_axis(_op.cast(out_zp, "int64"), node.args[4], ndim, axis))
+    if attrs.out_dtype != "int32":
+        lo, hi = dtype_range(attrs.out_dtype)
+        x = _op.clip(x, float(lo), float(hi))
+    return _op.cast(x, attrs.out_dtype)
+
+
+# op name -> lowering(rewritten call, original typed call)
+QNN_LOWERINGS: dict[str, Callable[[Call, Call], Any]] = {
+    "qnn.quantize": lower_quantize,
+    "qnn.dequantize": lower_dequantize,
+    "qnn.requantize": lower_requantize,
+}

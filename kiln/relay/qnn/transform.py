@@ -1,0 +1,73 @@
+"""``relay.qnn.transform``: passes over the QNN dialect.
+
+Entry points: :func:`CanonicalizeOps` (QNN ops to plain Relay), :func:`canonicalize_qnn`
+(one expression), :func:`has_qnn_ops`.
+
+Example
+-------
+>>> import kiln
+>>> from kiln import relay
+>>> x = relay.var("x", shape=(4,))
+>>> mod = kiln.IRModule.from_expr(relay.qnn.op.quantize(x, relay.const(0.5), relay.const(0)))
+>>> relay.qnn.transform.CanonicalizeOps()(mod)["main"].body.op.name
+'cast'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.relay.expr import Call, Function
+from kiln.relay.expr_functor import ExprMutator
+from kiln.relay.qnn.canonicalize import QNN_LOWERINGS
+from kiln.relay.transform.pass_util import is_op_call, relay_function_pass
+
+__all__ = ["CanonicalizeOps", "canonicalize_qnn", "has_qnn_ops"]
+
+
+class _QnnCanonicalizer(ExprMutator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found = False
+
+    def visit_function(self, node: Function) -> Any:
+        return node if node.get_attr("Primitive") else super().visit_function(node)
+
+    def visit_call(self, node: Call) -> Any:
+        new = super().visit_call(node)
+        lower = QNN_LOWERINGS.get(new.op.name) if is_op_call(new) else None
+        if lower is None:
+            return new
+        self.found = True
+        return lower(new, node)
+
+
+def canonicalize_qnn(expr: Any) -> Any:
+    """Lower the QNN ops of a type-checked expression to plain Relay."""
+    return _QnnCanonicalizer().visit(expr)
+
+
+def has_qnn_ops(mod: Any) -> bool:
+    """Whether any function of ``mod`` calls a ``qnn.*`` op."""
+    from kiln.relay.analysis import post_order_visit
+
+    found = []
+
+    def visit(node: Any) -> None:
+        if is_op_call(node) and node.op.name.startswith("qnn."):
+            found.append(node)
+
+    for func in mod.functions.values():
+        if isinstance(func, Function):
+            post_order_visit(func, visit)
+    return bool(found)
+
+
+def CanonicalizeOps():  # noqa: N802 (TVM's name)
+    """The pass lowering ``qnn.quantize``/``dequantize``/``requantize`` to plain Relay."""
+
+    def rewrite(func: Function, mod: Any, ctx: Any) -> Function:
+        return canonicalize_qnn(func)
+
+    return relay_function_pass("qnn.CanonicalizeOps", 0, rewrite, required=("InferType",),
+                               needs_types=True)
