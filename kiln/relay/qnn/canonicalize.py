@@ -45,16 +45,16 @@ def fixed_point_multiplier_shift(multiplier: float) -> tuple[int, int]:
     return fixed, exponent
 
 
-def _ndim(expr: Any, what: str) -> int:
+def ndim_of(expr: Any, what: str = "an argument") -> int:
     ty = type_of(expr)
     if ty is None or not hasattr(ty, "shape"):
         raise TVMError(f"qnn canonicalization needs the type of {what}; run InferType first")
     return len(ty.shape)
 
 
-def _along_axis(param: Any, original: Any, ndim: int, axis: int) -> Any:
+def along_axis(param: Any, original: Any, ndim: int, axis: int) -> Any:
     """A per-channel (1-D) parameter gets trailing unit axes so it broadcasts along ``axis``."""
-    if _ndim(original, "a scale or zero point") == 1 and ndim > 0:
+    if ndim_of(original, "a scale or zero point") == 1 and ndim > 0:
         return expand_bias_to_match_axis(param, ndim, axis)
     return param
 
@@ -67,10 +67,10 @@ def _axis(call: Call, ndim: int) -> int:
 def lower_quantize(call: Call, node: Call) -> Any:
     """``qnn.quantize`` as float divide, round, add, clip and cast."""
     data, scale, zp = call.args
-    ndim = _ndim(node.args[0], "qnn.quantize's data")
+    ndim = ndim_of(node.args[0], "qnn.quantize's data")
     axis = _axis(call, ndim)
-    scale = _along_axis(scale, node.args[1], ndim, axis)
-    zp = _along_axis(_op.cast(zp, "float32"), node.args[2], ndim, axis)
+    scale = along_axis(scale, node.args[1], ndim, axis)
+    zp = along_axis(_op.cast(zp, "float32"), node.args[2], ndim, axis)
     lo, hi = dtype_range(call.attrs.out_dtype)
     value = _op.add(_op.round(_op.divide(data, scale)), zp)
     return _op.cast(_op.clip(value, float(lo), float(hi)), call.attrs.out_dtype)
@@ -79,10 +79,10 @@ def lower_quantize(call: Call, node: Call) -> Any:
 def lower_dequantize(call: Call, node: Call) -> Any:
     """``qnn.dequantize`` as integer subtract, cast and float multiply."""
     data, scale, zp = call.args
-    ndim = _ndim(node.args[0], "qnn.dequantize's data")
+    ndim = ndim_of(node.args[0], "qnn.dequantize's data")
     axis = _axis(call, ndim)
-    scale = _along_axis(scale, node.args[1], ndim, axis)
-    zp = _along_axis(zp, node.args[2], ndim, axis)
+    scale = along_axis(scale, node.args[1], ndim, axis)
+    zp = along_axis(zp, node.args[2], ndim, axis)
     shifted = _op.subtract(_op.cast(data, "int32"), zp)
     return _op.multiply(_op.cast(shifted, call.attrs.out_dtype), scale)
 
@@ -144,7 +144,7 @@ def lower_requantize(call: Call, node: Call) -> Any:
     """``qnn.requantize`` as int64 fixed-point (or float) arithmetic, then clip and cast."""
     data, in_scale, in_zp, out_scale, out_zp = call.args
     attrs = call.attrs
-    ndim = _ndim(node.args[0], "qnn.requantize's data")
+    ndim = ndim_of(node.args[0], "qnn.requantize's data")
     axis = _axis(call, ndim)
     in_values = _constant_scale(in_scale, "input_scale")
     out_values = _constant_scale(out_scale, "output_scale")
@@ -156,14 +156,14 @@ def lower_requantize(call: Call, node: Call) -> Any:
     compute = "int64" if attrs.compute_dtype == "None" else attrs.compute_dtype
     x = _op.cast(data, "int64")
     if constant_value(in_zp) is None or np.any(constant_value(in_zp) != 0):
-        x = _op.subtract(x, _along_axis(_op.cast(in_zp, "int64"), node.args[2], ndim, axis))
+        x = _op.subtract(x, along_axis(_op.cast(in_zp, "int64"), node.args[2], ndim, axis))
     if np.any(multipliers != 1.0):
         if compute == "int64":
             x = _fixed_point_multiply(x, multipliers, rounding, ndim, axis)
         else:
             x = _float_multiply(x, multipliers, rounding, compute, ndim, axis)
     if constant_value(out_zp) is None or np.any(constant_value(out_zp) != 0):
-        x = _op.add(x, _along_axis(_op.cast(out_zp, "int64"), node.args[4], ndim, axis))
+        x = _op.add(x, along_axis(_op.cast(out_zp, "int64"), node.args[4], ndim, axis))
     if attrs.out_dtype != "int32":
         lo, hi = dtype_range(attrs.out_dtype)
         x = _op.clip(x, float(lo), float(hi))

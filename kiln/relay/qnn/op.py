@@ -1,6 +1,7 @@
 """``relay.qnn.op``: the QNN dialect's quantize, dequantize and requantize (TVM v0.16).
 
-Entry points: :func:`quantize`, :func:`dequantize`, :func:`requantize`.
+Entry points: :func:`quantize`, :func:`dequantize`, :func:`requantize` (and ``add``,
+``subtract``, ``mul`` from :mod:`kiln.relay.qnn.elemwise`).
 
 Scales are float32 and zero points int32 Relay expressions: scalars (per-tensor) or 1-D
 vectors with one value per slice of ``data`` along ``axis`` (per-channel). The ops have no
@@ -34,8 +35,9 @@ from kiln.relay.op.type_relations import (
 )
 from kiln.runtime.error import TVMError
 
-__all__ = ["quantize", "dequantize", "requantize", "QuantizeAttrs", "DequantizeAttrs",
-           "RequantizeAttrs", "QUANTIZED_DTYPES", "ROUNDING_MODES", "dtype_range"]
+__all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "QuantizeAttrs",
+           "DequantizeAttrs", "RequantizeAttrs", "QUANTIZED_DTYPES", "ROUNDING_MODES",
+           "dtype_range"]
 
 QuantizeAttrs = _attrs("QuantizeAttrs", "qnn.quantize.", out_dtype="int8", axis=-1)
 DequantizeAttrs = _attrs("DequantizeAttrs", "qnn.dequantize.", out_dtype="float32", axis=-1)
@@ -186,3 +188,7 @@ def requantize(data: Any, input_scale: Any, input_zero_point: Any, output_scale:
         _zero_point(output_zero_point, "output_zero_point", out_dtype, "qnn.requantize")],
         RequantizeAttrs(axis=int(axis), rounding=rounding, compute_dtype=compute_dtype,
                         out_dtype=out_dtype))
+
+
+# TVM's relay.qnn.op also holds the element-wise ops (imported last: they build on the above)
+from kiln.relay.qnn.elemwise import add, mul, subtract  # noqa: E402

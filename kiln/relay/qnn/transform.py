@@ -19,6 +19,7 @@ from typing import Any
 
 from kiln.relay.expr import Call, Function
 from kiln.relay.expr_functor import ExprMutator
+from kiln.relay.qnn import elemwise  # noqa: F401 (registers the add/subtract/mul lowerings)
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS
 from kiln.relay.transform.pass_util import is_op_call, relay_function_pass
 
@@ -42,9 +43,18 @@ class _QnnCanonicalizer(ExprMutator):
         return lower(new, node)
 
 
-def canonicalize_qnn(expr: Any) -> Any:
+def canonicalize_qnn(expr: Any, mod: Any = None) -> Any:
     """Lower the QNN ops of a type-checked expression to plain Relay."""
-    return _QnnCanonicalizer().visit(expr)
+    from kiln.relay.type_infer import infer_expr
+
+    # qnn.add/subtract/mul lower to qnn.requantize: type that and lower again
+    for _ in range(3):
+        canon = _QnnCanonicalizer()
+        expr = canon.visit(expr)
+        if not canon.found:
+            return expr
+        infer_expr(expr, mod)
+    return expr
 
 
 def has_qnn_ops(mod: Any) -> bool:
@@ -64,10 +74,11 @@ def has_qnn_ops(mod: Any) -> bool:
 
 
 def CanonicalizeOps():  # noqa: N802 (TVM's name)
-    """The pass lowering ``qnn.quantize``/``dequantize``/``requantize`` to plain Relay."""
+    """The pass lowering the QNN ops (quantize, dequantize, requantize, add, subtract, mul)
+    to plain Relay."""
 
     def rewrite(func: Function, mod: Any, ctx: Any) -> Function:
-        return canonicalize_qnn(func)
+        return canonicalize_qnn(func, mod)
 
     return relay_function_pass("qnn.CanonicalizeOps", 0, rewrite, required=("InferType",),
                                needs_types=True)

@@ -262,3 +262,51 @@ def test_canonicalize_leaves_no_qnn_ops():
         relay.qnn.op.dequantize(r, 0.25, 0)))
     assert not relay.qnn.transform.has_qnn_ops(mod)
     assert "qnn." not in mod.astext()
+
+
+# ---- qnn.add / subtract / mul vs NumPy ----------------------------------------------------------
+def numpy_binary(name, a, b, sa, za, sb, zb, sc, zc, dtype):
+    """The element-wise ops from their definition: inputs requantized (UPWARD) to the output
+    parameters for add/subtract; the int32 product requantized from s_a * s_b for mul."""
+    if name == "mul":
+        prod = (a.astype("int64") - za) * (b.astype("int64") - zb)
+        return numpy_requantize(prod, np.float32(sa) * np.float32(sb), 0, sc, zc, -1,
+                                "UPWARD", dtype)
+    ra = numpy_requantize(a, sa, za, sc, zc, -1, "UPWARD", "int32").astype("int64")
+    rb = numpy_requantize(b, sb, zb, sc, zc, -1, "UPWARD", "int32").astype("int64")
+    info = np.iinfo(dtype)
+    value = ra + rb - zc if name == "add" else ra - rb + zc
+    return np.clip(value, info.min, info.max).astype(dtype)
+
+
+@pytest.mark.parametrize("kind", EXECUTORS)
+@pytest.mark.parametrize("name", ["add", "subtract", "mul"])
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+def test_elementwise_ops_match_numpy(kind, name, dtype):
+    rng = np.random.default_rng(4)
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max + 1, (4, 6)).astype(dtype)
+    b = rng.integers(info.min, info.max + 1, (6,)).astype(dtype)  # broadcast
+    zps = (3, 10, 5) if dtype == "uint8" else (-3, 2, 0)
+    params = (0.05, zps[0], 0.031, zps[1], 0.08, zps[2])
+    op = getattr(relay.qnn.op, name)
+    y = op(relay.var("a", shape=a.shape, dtype=dtype), relay.var("b", shape=b.shape,
+                                                                 dtype=dtype), *params)
+    expected = numpy_binary(name, a[:, :], np.broadcast_to(b, a.shape), *params, dtype)
+    np.testing.assert_array_equal(run(y, {"a": a, "b": b}, kind), expected)
+
+
+def test_add_with_output_params_equal_to_inputs_is_plain_integer_add():
+    a = np.array([10, 200, 250], "uint8")
+    b = np.array([20, 100, 10], "uint8")
+    y = relay.qnn.op.add(relay.var("a", shape=(3,), dtype="uint8"),
+                         relay.var("b", shape=(3,), dtype="uint8"), 0.5, 4, 0.5, 4, 0.5, 4)
+    np.testing.assert_array_equal(run(y, {"a": a, "b": b}, "graph"),
+                                  np.clip(a.astype(int) + b - 4, 0, 255))
+
+
+def test_elementwise_dtype_mismatch_is_rejected():
+    a = relay.var("a", shape=(3,), dtype="uint8")
+    b = relay.var("b", shape=(3,), dtype="int8")
+    with pytest.raises(TVMError, match="lhs and rhs must have one dtype, got uint8 and int8"):
+        infer(relay.qnn.op.add(a, b, 0.5, 0, 0.5, 0, 0.5, 0))
