@@ -310,3 +310,34 @@ def test_elementwise_dtype_mismatch_is_rejected():
     b = relay.var("b", shape=(3,), dtype="int8")
     with pytest.raises(TVMError, match="lhs and rhs must have one dtype, got uint8 and int8"):
         infer(relay.qnn.op.add(a, b, 0.5, 0, 0.5, 0, 0.5, 0))
+
+
+@pytest.mark.parametrize("kind", EXECUTORS)
+@pytest.mark.parametrize("name", ["add", "mul"])
+def test_elementwise_per_channel_lhs_matches_numpy(kind, name):
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, (2, 3, 4)).astype("int8")
+    b = rng.integers(-128, 128, (2, 3, 4)).astype("int8")
+    sa = np.array([0.02, 0.05, 0.11], "float32")
+    za = np.array([1, -2, 0], "int32")
+    y = getattr(relay.qnn.op, name)(
+        relay.var("a", shape=a.shape, dtype="int8"), relay.var("b", shape=b.shape, dtype="int8"),
+        relay.const(sa), relay.const(za), 0.04, 3, 0.09, -1, lhs_axis=1)
+    if name == "mul":
+        prod = (a.astype("int64") - za.reshape(1, 3, 1)) * (b.astype("int64") - 3)
+        expected = numpy_requantize(prod, sa * np.float32(0.04), 0, 0.09, -1, 1, "UPWARD",
+                                    "int8")
+    else:
+        ra = numpy_requantize(a, sa, za, 0.09, -1, 1, "UPWARD", "int32").astype("int64")
+        rb = numpy_requantize(b, 0.04, 3, 0.09, -1, -1, "UPWARD", "int32").astype("int64")
+        expected = np.clip(ra + rb + 1, -128, 127).astype("int8")
+    np.testing.assert_array_equal(run(y, {"a": a, "b": b}, kind), expected)
+
+
+def test_mul_per_channel_on_different_axes_is_rejected():
+    a = relay.var("a", shape=(3, 3), dtype="int8")
+    s = relay.const(np.array([0.1, 0.2, 0.3], "float32"))
+    z = relay.const(np.zeros(3, "int32"))
+    y = relay.qnn.op.mul(a, a, s, z, s, z, 0.5, 0, lhs_axis=0, rhs_axis=1)
+    with pytest.raises(TVMError, match="lhs_axis == rhs_axis"):
+        relay.qnn.transform.CanonicalizeOps()(kiln.IRModule.from_expr(y))
