@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from kiln.relay.qnn import op, transform
+# op first: it pulls in the element-wise ops, which build on the canonicalization module
+from kiln.relay.qnn import op, transform  # isort: skip
+from kiln.relay.qnn import interp  # noqa: F401 (registers the interpreter's semantics)
 
 __all__ = ["op", "transform"]

@@ -11,7 +11,7 @@ from kiln import relay
 from kiln.relay.qnn.canonicalize import fixed_point_multiplier_shift
 from kiln.runtime.error import TVMError
 
-EXECUTORS = ("graph", "vm")
+EXECUTORS = ("graph", "vm", "debug")
 
 
 def run(expr, inputs, kind):
