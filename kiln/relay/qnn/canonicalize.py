@@ -22,7 +22,7 @@ import numpy as np
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, const
 from kiln.relay.op.op import constant_value
-from kiln.relay.qnn.op import dtype_range
+from kiln.relay.qnn.op import dtype_range, get_requantize_config
 from kiln.relay.transform.pass_util import type_of
 from kiln.relay.transform.simplify_inference import expand_bias_to_match_axis
 from kiln.runtime.error import TVMError
@@ -152,8 +152,9 @@ def lower_requantize(call: Call, node: Call) -> Any:
         raise TVMError("qnn.requantize: output_scale must be nonzero")
     # the ratio in double from the float32 scales, as TVM
     multipliers = in_values.astype("float64") / out_values.astype("float64")
-    rounding = "UPWARD" if attrs.rounding == "None" else attrs.rounding
-    compute = "int64" if attrs.compute_dtype == "None" else attrs.compute_dtype
+    default_rounding, default_compute = get_requantize_config()
+    rounding = default_rounding if attrs.rounding == "None" else attrs.rounding
+    compute = default_compute if attrs.compute_dtype == "None" else attrs.compute_dtype
     x = _op.cast(data, "int64")
     if constant_value(in_zp) is None or np.any(constant_value(in_zp) != 0):
         x = _op.subtract(x, along_axis(_op.cast(in_zp, "int64"), node.args[2], ndim, axis))

@@ -35,7 +35,8 @@ from kiln.relay.op.type_relations import (
 )
 from kiln.runtime.error import TVMError
 
-__all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "QuantizeAttrs",
+__all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "requantize_config",
+           "get_requantize_config", "QuantizeAttrs",
            "DequantizeAttrs", "RequantizeAttrs", "QUANTIZED_DTYPES", "ROUNDING_MODES",
            "dtype_range"]
 
@@ -118,6 +119,34 @@ define_op("qnn.dequantize", _dequantize_rel, OPAQUE, 3, DequantizeAttrs,
           "integer -> float: (q - zero_point) * scale", 11)
 define_op("qnn.requantize", _requantize_rel, INJECTIVE, 5, RequantizeAttrs,
           "integer -> integer with new scale and zero point", 11)
+
+
+class requantize_config:  # noqa: N801 (TVM's name)
+    """A ``with`` scope choosing what requantize's "None" rounding and compute_dtype mean
+    while canonicalizing (defaults: "UPWARD" and "int64")."""
+
+    _stack: list[tuple[str, str]] = [("UPWARD", "int64")]
+
+    def __init__(self, rounding: str = "UPWARD", compute_dtype: str = "int64") -> None:
+        if rounding not in ROUNDING_MODES[1:]:
+            raise TVMError(f"requantize_config: rounding must be UPWARD or TONEAREST, "
+                           f"got {rounding!r}")
+        if compute_dtype not in COMPUTE_DTYPES[1:]:
+            raise TVMError(f"requantize_config: compute_dtype must be one of "
+                           f"{COMPUTE_DTYPES[1:]}, got {compute_dtype!r}")
+        self.rounding, self.compute_dtype = rounding, compute_dtype
+
+    def __enter__(self) -> requantize_config:
+        requantize_config._stack.append((self.rounding, self.compute_dtype))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        requantize_config._stack.pop()
+
+
+def get_requantize_config() -> tuple[str, str]:
+    """The (rounding, compute_dtype) of the innermost :class:`requantize_config` scope."""
+    return requantize_config._stack[-1]
 
 
 def _scale(value: Any, what: str) -> Any:

@@ -341,3 +341,16 @@ def test_mul_per_channel_on_different_axes_is_rejected():
     y = relay.qnn.op.mul(a, a, s, z, s, z, 0.5, 0, lhs_axis=0, rhs_axis=1)
     with pytest.raises(TVMError, match="lhs_axis == rhs_axis"):
         relay.qnn.transform.CanonicalizeOps()(kiln.IRModule.from_expr(y))
+
+
+def test_requantize_config_sets_what_none_means():
+    q = np.array([-6, -2, 2, 6], "int8")  # ties at 0.25
+    y = relay.qnn.op.requantize(relay.var("q", shape=(4,), dtype="int8"), 0.25, 0, 1.0, 0)
+    with relay.qnn.op.requantize_config(rounding="TONEAREST", compute_dtype="float32"):
+        got = run(y, {"q": q}, "graph")
+    np.testing.assert_array_equal(got, numpy_requantize(q, 0.25, 0, 1.0, 0, -1, "TONEAREST",
+                                                        "int8"))
+    np.testing.assert_array_equal(run(y, {"q": q}, "graph"),
+                                  numpy_requantize(q, 0.25, 0, 1.0, 0, -1, "UPWARD", "int8"))
+    with pytest.raises(TVMError, match="rounding must be UPWARD or TONEAREST"):
+        relay.qnn.op.requantize_config(rounding="None")
