@@ -29,6 +29,8 @@ def eval_canonicalized(op_name: str, attrs: Any, args: list, out_type: Any) -> A
 
 
 for _name in QNN_LOWERINGS:
+    if Op.get(_name).get_attr(NUMPY_EVAL) is not None:  # imported twice (e.g. as __main__)
+        continue
     Op.get(_name).set_attr(
         NUMPY_EVAL, lambda attrs, args, out_type, _name=_name: eval_canonicalized(
             _name, attrs, args, out_type))
