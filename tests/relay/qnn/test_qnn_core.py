@@ -354,3 +354,13 @@ def test_requantize_config_sets_what_none_means():
                                   numpy_requantize(q, 0.25, 0, 1.0, 0, -1, "UPWARD", "int8"))
     with pytest.raises(TVMError, match="rounding must be UPWARD or TONEAREST"):
         relay.qnn.op.requantize_config(rounding="None")
+
+
+def test_fold_constant_folds_qnn_ops_only_when_asked():
+    x = np.array([0.3, -1.2, 40.0], "float32")
+    mod = kiln.IRModule.from_expr(relay.qnn.op.quantize(relay.const(x), 0.1, 2))
+    kept = relay.transform.FoldConstant()(mod)
+    assert kept["main"].body.op.name == "qnn.quantize"
+    folded = relay.transform.FoldConstant(fold_qnn=True)(mod)["main"].body
+    np.testing.assert_array_equal(folded.data.numpy(),
+                                  ort_run("QuantizeLinear", x, 0.1, 2, 0, "int8"))
