@@ -59,6 +59,19 @@ def along_axis(param: Any, original: Any, ndim: int, axis: int) -> Any:
     return param
 
 
+def check_zero_point_range(zp: Any, data: Any, op_name: str, what: str) -> None:
+    """A constant zero point must lie in the range of its data's dtype (known only once typed,
+    so checked here rather than by the constructor)."""
+    value = constant_value(zp)
+    dtype = str(type_of(data).dtype)
+    if value is None or dtype not in ("int8", "uint8", "int16", "uint16"):
+        return
+    lo, hi = dtype_range(dtype)
+    if np.any(value < lo) or np.any(value > hi):
+        raise TVMError(f"{op_name}: {what} {value.tolist()} is outside the input dtype "
+                       f"{dtype}'s range [{lo}, {hi}]")
+
+
 def _axis(call: Call, ndim: int) -> int:
     axis = int(call.attrs.axis)
     return axis + ndim if axis < 0 else axis
@@ -80,6 +93,7 @@ def lower_dequantize(call: Call, node: Call) -> Any:
     """``qnn.dequantize`` as integer subtract, cast and float multiply."""
     data, scale, zp = call.args
     ndim = ndim_of(node.args[0], "qnn.dequantize's data")
+    check_zero_point_range(zp, node.args[0], "qnn.dequantize", "input_zero_point")
     axis = _axis(call, ndim)
     scale = along_axis(scale, node.args[1], ndim, axis)
     zp = along_axis(zp, node.args[2], ndim, axis)
@@ -145,6 +159,7 @@ def lower_requantize(call: Call, node: Call) -> Any:
     data, in_scale, in_zp, out_scale, out_zp = call.args
     attrs = call.attrs
     ndim = ndim_of(node.args[0], "qnn.requantize's data")
+    check_zero_point_range(in_zp, node.args[0], "qnn.requantize", "input_zero_point")
     axis = _axis(call, ndim)
     in_values = _constant_scale(in_scale, "input_scale")
     out_values = _constant_scale(out_scale, "output_scale")

@@ -364,3 +364,12 @@ def test_fold_constant_folds_qnn_ops_only_when_asked():
     folded = relay.transform.FoldConstant(fold_qnn=True)(mod)["main"].body
     np.testing.assert_array_equal(folded.data.numpy(),
                                   ort_run("QuantizeLinear", x, 0.1, 2, 0, "int8"))
+
+
+def test_input_zero_point_outside_the_data_dtype_is_rejected():
+    q = relay.var("q", shape=(2,), dtype="uint8")
+    for expr in (relay.qnn.op.dequantize(q, 0.5, 300),
+                 relay.qnn.op.requantize(q, 0.5, -1, 0.25, 0)):
+        with pytest.raises(TVMError, match=r"input_zero_point -?\d+ is outside the input dtype "
+                                           r"uint8's range \[0, 255\]"):
+            relay.qnn.transform.CanonicalizeOps()(kiln.IRModule.from_expr(expr))
