@@ -23,3 +23,10 @@ def rng():
     import numpy as np
 
     return np.random.default_rng(0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say so when the seed documents are not beside the repository (see seed_documents.py)."""
+    from seed_documents import seed_source
+
+    terminalreporter.write_line(seed_source())

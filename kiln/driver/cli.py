@@ -5,7 +5,8 @@ Entry point: :func:`main`. Subcommands:
 - ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
   [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
   (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
-  ``model.so`` (kernels plus the graph/params or VM bytecode blob) and ``metadata.json``
+  ``model.so`` (kernels plus the graph/params or VM bytecode blob, or the AOT main with its
+  metadata) and ``metadata.json``
   (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
   Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
   ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
@@ -13,9 +14,9 @@ Entry point: :func:`main`. Subcommands:
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
 - ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
-  [--outputs out.npz]``: build a Model Library Format archive with the C runtime into a
-  standalone program for the board, run it once, print the outputs and the board's ticks
-  (exact instructions on the emulated Cortex-M).
+  [--outputs out.npz] [--io files|console|linked]``: build a Model Library Format archive
+  with the C runtime into a standalone program for the board, run it once, print the outputs
+  and the board's ticks (exact instructions on the emulated Cortex-M).
 
 Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
 """
@@ -35,6 +36,7 @@ import numpy as np
 
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
+from kiln.runtime.serialization import read_json
 
 __all__ = ["main", "parse_input_shapes"]
 
@@ -118,10 +120,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     mod, params = _load_model(Path(args.model), shapes)
     if args.runtime == "crt":
         return _compile_micro(args, mod, params, start)
-    if args.executor == "aot":
-        raise CLIError("--executor aot writes a Model Library Format for the C runtime",
-                       "add --runtime crt (a firmware project), or use --executor graph for "
-                       "a package kiln run can load")
     inputs, outputs = _io_info(mod)
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,6 +133,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 summary = (f"{stats['kernels']} fused kernels, {stats['kernel_calls']} kernel "
                            f"calls, {stats['planned_bytes']} bytes planned (lower bound "
                            f"{stats['peak_live_bytes']})")
+            elif args.executor == "aot":
+                from kiln.relay.backend import Executor
+
+                factory = relay.build(mod, target=target, params=params,
+                                      executor=Executor("aot"))
+                factory.export_library(str(lib_path))
+                stats = dict(factory.stats)
+                summary = (f"{stats['kernels']} fused kernels, AOT workspace pool "
+                           f"{stats['workspace_pool_bytes']} bytes (lower bound "
+                           f"{stats['workspace_lower_bound_bytes']})")
             else:
                 exe = relay.vm.compile(mod, target=target, params=params)
                 exe.mod.export_library(str(lib_path))
@@ -214,8 +222,8 @@ def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
         raise CLIError(f"{path} is not a kiln package (missing model.so or metadata.json)",
                        "create one with `kiln compile`")
     try:
-        meta = json.loads((root / "metadata.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        meta = read_json((root / "metadata.json").read_bytes(), "metadata.json")
+    except TVMError as err:
         raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
     return meta, str(root / "model.so")
 
@@ -275,6 +283,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for name, value in inputs.items():
                     debug.set_input(name, value)
                 print(debug.profile())
+        elif meta["executor"] == "aot":
+            from kiln.runtime.executor import AotModule
+
+            amod = AotModule(module["default"](dev))
+            amod.run(**inputs)
+            outputs = [amod.get_output(i).numpy() for i in range(amod.get_num_outputs())]
+            timer = amod.module.time_evaluator("run", dev, number=1, repeat=args.repeat)
+            if args.profile:
+                raise CLIError("--profile times the graph executor's operators",
+                               "compile with --executor graph to profile per operator")
         else:
             from kiln.runtime.vm import VirtualMachine
 
@@ -348,7 +366,7 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
         raise CLIError(f"no such Model Library Format archive: {args.model}",
                        "export one with kiln.micro.export_model_library_format")
     project = StandaloneProject(args.model, args.board, build_dir=args.build_dir,
-                                workspace_bytes=args.workspace_bytes)
+                                workspace_bytes=args.workspace_bytes, io=args.io)
     meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
                    for t in project.inputs]
     inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
@@ -386,11 +404,31 @@ def _add_micro_parser(sub) -> None:
     p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
     p.add_argument("--outputs", help="save outputs to this .npz file")
     p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
-    p.add_argument("--workspace-bytes", type=int, default=512 * 1024,
-                   help="the platform memory pool (default 524288)")
+    p.add_argument("--workspace-bytes", type=int, default=None,
+                   help="the platform memory pool (default: 524288 for the graph executor, "
+                   "what the archive asks for AOT)")
+    p.add_argument("--io", choices=["files", "console", "linked"], default="files",
+                   help="how inputs and outputs travel: files (semihosting on the Cortex-M), "
+                   "console (the UART / stdin), linked (inputs compiled in, outputs on the "
+                   "UART); default files")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before the program is killed (default 120)")
     p.set_defaults(func=cmd_micro_run)
+
+
+def _add_rpc_parser(sub) -> None:
+    """``kiln rpc server|tracker|queue``: the programs of :mod:`kiln.exec`."""
+    from kiln.exec import query_rpc_tracker, rpc_server, rpc_tracker
+
+    rpc = sub.add_parser("rpc", help="RPC: start a server or a tracker, show a tracker's "
+                         "queue", description="TVM-protocol RPC over TCP.")
+    actions = rpc.add_subparsers(dest="rpc_command", metavar="ACTION", required=True)
+    for name, module, text in (("server", rpc_server, "start an RPC server"),
+                               ("tracker", rpc_tracker, "start an RPC tracker"),
+                               ("queue", query_rpc_tracker, "print a tracker's summary")):
+        p = actions.add_parser(name, help=text, description=module.__doc__)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
 
 
 # ---- entry ------------------------------------------------------------------------------
@@ -412,8 +450,8 @@ def _parser() -> argparse.ArgumentParser:
                    "or c (default: c)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
     p.add_argument("--executor", choices=["graph", "vm", "aot"], default="graph",
-                   help="graph (static shapes, fastest), vm (control flow, dynamic shapes) or "
-                   "aot (one generated C entry point; with --runtime crt)")
+                   help="graph (static shapes), vm (control flow, dynamic shapes) or aot (one "
+                   "generated C entry point over a statically planned workspace)")
     p.add_argument("--runtime", choices=["cpp", "crt"], default="cpp",
                    help="cpp: a package for kiln run (default); crt: a Model Library Format "
                    "tar for the C runtime (microcontrollers)")
@@ -450,6 +488,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
     p.set_defaults(func=cmd_bench)
     _add_micro_parser(sub)
+    _add_rpc_parser(sub)
     return parser
 
 

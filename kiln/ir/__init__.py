@@ -25,6 +25,7 @@ _LAZY = {
     "structural": "kiln.ir.structural",
     "transform": "kiln.ir.transform",
     "op": "kiln.ir.op",
+    "memory_pools": "kiln.ir.memory_pools",
     "IRModule": ("kiln.ir.module", "IRModule"),
     "Node": ("kiln.ir.base", "Node"),
     "Span": ("kiln.ir.base", "Span"),

@@ -136,19 +136,20 @@ BOTTOM = Bottom()
 
 
 class GraphFn:
-    """A graph closed over the inference context of its parent (None at top level)."""
+    """A graph closed over the inference context of its parent (None at top level);
+    ``origin`` is the constant node it came from, so specialize can tell uses apart."""
 
-    __slots__ = ("graph", "parent")
+    __slots__ = ("graph", "parent", "origin")
 
-    def __init__(self, graph, parent):
-        self.graph, self.parent = graph, parent
+    def __init__(self, graph, parent, origin=None):
+        self.graph, self.parent, self.origin = graph, parent, origin
 
     def __eq__(self, other):
         return (isinstance(other, GraphFn) and self.graph is other.graph
-                and self.parent is other.parent)
+                and self.parent is other.parent and self.origin is other.origin)
 
     def __hash__(self):
-        return hash((id(self.graph), id(self.parent)))
+        return hash((id(self.graph), id(self.parent), id(self.origin)))
 
     def __repr__(self):
         return repr(self.graph)

@@ -39,9 +39,12 @@ from kiln.jit.primitives import pow_ as power
 from kiln.jit.structural import (
     array_getitem,
     array_getitem_grad,
+    array_take_grad,
     axes_inverse,
     env_getitem,
     env_setitem,
+    getitem,
+    getitem_grad,
     reduce_grad,
     shape,
     size,
@@ -202,6 +205,18 @@ def bprop_array_getitem(x, idx, out, dout):
 
 def bprop_array_getitem_grad(dout_, x, idx, out, dout):
     return (array_getitem(dout, idx), zeros_like(x), zeros_like(idx))
+
+
+def bprop_array_take(x, i, out, dout):
+    return (array_take_grad(dout, x, i), zeros_like(i))
+
+
+def bprop_getitem(x, i, out, dout):
+    return (getitem_grad(x, i, dout), zeros_like(i))
+
+
+def bprop_getitem_grad(x, i, dout_, out, dout):
+    return (zeros_like(x), zeros_like(i), getitem(dout, i))
 
 
 def bprop_tuple_getitem(t, i, out, dout):

@@ -86,6 +86,8 @@ def J(graph: Graph) -> Graph:
     mng = GraphManager(graph)
     scope = [g for g in mng.graphs if graph in mng.scope_chain(g)]
     fwd: dict[Graph, Graph] = {g: Graph("J_" + g.name, g.loc) for g in scope}
+    for g in scope:
+        fwd[g].flags = {k: v for k, v in g.flags.items() if k == "loop_header"}
     _J_GRAPHS[graph] = fwd[graph]
     value: dict[Node, Node] = {}   # primal node -> its forward value
     back: dict[Node, Node] = {}    # primal Apply -> its bprop closure (in the forward graph)
@@ -145,7 +147,21 @@ def _build_bprop(g: Graph, fwd, value, back, mng: GraphManager, jvalue) -> None:
         return Apply([Constant(P.zeros_like), jvalue(node, jg)], b)
 
     closures: list[Constant] = []
+    envs: dict[Constant, Node] = {}
+
+    def route(c: Constant, fv: Node) -> None:
+        # a closure's sensitivity is an env: the captured value's entry goes to that value.
+        # Called when fv is reached in the reverse sweep: every user of c comes later in the
+        # forward order (c depends on fv), so c's contributions are complete by then.
+        if c not in envs:
+            envs[c] = _gsum(b, contrib[c])
+        contrib.setdefault(fv, []).append(
+            Apply([Constant(S.env_getitem), envs[c], Constant(fv.id), zeros(fv)], b))
+
     for node in reversed(order):
+        for c in closures:
+            if node in mng.free_variables_total(c.value):
+                route(c, node)
         sens = _gsum(b, contrib[node]) if node in contrib else zeros(node)
         d = Apply([back[node], sens], b, node.loc)
         fn, args = _callee(node)
@@ -158,12 +174,10 @@ def _build_bprop(g: Graph, fwd, value, back, mng: GraphManager, jvalue) -> None:
                 Apply([Constant(S.tuple_getitem), d, Constant(k)], b))
             if isinstance(t, Constant) and t not in closures:
                 closures.append(t)  # a closure's constant node may be called twice
-    # a closure's sensitivity is an env: route each captured value's entry to that value
-    for c in closures:
-        env = _gsum(b, contrib[c])
+    for c in closures:  # captured parameters and values of enclosing graphs
         for fv in mng.free_variables_total(c.value):
-            contrib.setdefault(fv, []).append(
-                Apply([Constant(S.env_getitem), env, Constant(fv.id), zeros(fv)], b))
+            if not (isinstance(fv, Apply) and fv.graph is g):
+                route(c, fv)
     env: Node = Constant({})
     for fv in mng.free_variables_total(g):
         if fv in contrib:
@@ -204,10 +218,6 @@ class GradFunction:
 def grad_graph(f: Graph, argnums: Any, has_aux: bool, with_value: bool) -> Graph:
     """The graph computing ``grad(f, argnums, has_aux)`` (and the value, for
     value_and_grad)."""
-    if f.flags.get("grad"):
-        # J applies to gradient graphs, but the second derivative it computes is wrong
-        # (0.0 for x**3) in this version: refuse rather than answer wrongly.
-        raise JitError(f"grad of a gradient ({f.name}) is not supported yet", f.loc)
     n = len(f.parameters)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for k in nums:

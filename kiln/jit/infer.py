@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.jit import primitives as P
 from kiln.jit import structural as S
 from kiln.jit.abstract import (
     ANY,
     BOTTOM,
     Abstract,
     Array,
+    Env,
     Func,
     GraphFn,
     PartialFn,
@@ -36,6 +38,7 @@ from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, t
 from kiln.jit.primitives import Primitive
 
 MAX_ITERATIONS = 12
+MAX_UNROLL = 64
 
 
 class Context:
@@ -67,6 +70,7 @@ class Inferrer:
         self.mng = GraphManager(root)
         self.cache: dict[tuple, Context] = {}
         self.order: list[tuple] = []
+        self.origin_calls: dict[tuple, list[Context]] = {}
 
     def run(self, root: Graph, argspec: tuple) -> Context:
         if len(argspec) != len(root.parameters):
@@ -122,14 +126,15 @@ class Inferrer:
 
     def type_of(self, ctx: Context, node: Node) -> Abstract:
         if isinstance(node, Constant):
-            return self.constant_type(ctx, node.value)
+            return self.constant_type(ctx, node.value, node)
         owner = ctx.lookup(node.graph)
         return owner.types[node]
 
-    def constant_type(self, ctx: Context, value: Any) -> Abstract:
+    def constant_type(self, ctx: Context, value: Any, node: Node | None = None) -> Abstract:
         if isinstance(value, Graph):
             parent = self.mng.parent(value)
-            return Func([GraphFn(value, ctx.lookup(parent) if parent is not None else None)])
+            return Func([GraphFn(value, ctx.lookup(parent) if parent is not None else None,
+                                 node)])
         if isinstance(value, Primitive):
             return Func([PrimFn(value)])
         return constant_abstract(value)
@@ -160,16 +165,54 @@ class Inferrer:
                 raise JitError(f"{prim.name} takes {prim.nparams} arguments, got {len(args)}",
                                node.loc)
             try:
-                return prim.infer(node, *args), None
+                out = prim.infer(node, *args)
             except TypeError as err:
                 raise JitError(f"{prim.name}: wrong number of arguments ({err})",
                                node.loc) from None
+            return _fold_scalar(prim, args, out), None
         if isinstance(opt, PartialFn):
             return self.call_option(opt.fn, tuple(opt.args) + args, node, ctx)
-        if not opt.graph.flags.get("keep_constants"):
+        if not opt.graph.flags.get("keep_constants") and not self.unrolls(opt, args):
             args = tuple(broaden(a) for a in args)
         out = self.call_graph(opt.graph, args, opt.parent, node)
-        return out, self.cache.get((opt.graph, args, opt.parent))
+        callee = self.cache.get((opt.graph, args, opt.parent))
+        if callee is not None:
+            calls = self.origin_calls.setdefault((opt.origin, opt.parent), [])
+            if callee not in calls:
+                calls.append(callee)
+        return out, callee
+
+
+    def unrolls(self, opt, args: tuple) -> bool:
+        """Whether a loop header keeps its constant arguments: when every integer argument
+        (counter, bound, step) is known, each iteration is its own context, the condition is
+        known, and opt turns the loop into straight-line code (as tracing does in JAX).
+        Bounded by MAX_UNROLL iterations per loop."""
+        if not opt.graph.flags.get("loop_header"):
+            return False
+        ints = [a for a in args if isinstance(a, Scalar) and a.dtype == "int64"]
+        if not ints or any(a.value is ANY for a in ints):
+            return False
+        n = sum(1 for k in self.cache if k[0] is opt.graph and k[2] is opt.parent)
+        return n < MAX_UNROLL
+
+
+def _fold_scalar(prim: Primitive, args: tuple, out: Abstract) -> Abstract:
+    """A scalar primitive on known values has a known value (constant propagation)."""
+    if not isinstance(out, Scalar) or prim.py is None or prim.vm is not None or not args:
+        return out
+    if not all(isinstance(a, Scalar) and a.value is not ANY
+               and a.dtype in ("int64", "float64", "bool") for a in args):
+        return out
+    try:
+        value = prim.impl(*[a.value for a in args])
+    except (ArithmeticError, ValueError, TypeError):
+        return out  # let it fail at run time, where Python would
+    if hasattr(value, "item"):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        return out
+    return Scalar(out.dtype, value)
 
 
 def infer(graph: Graph, argspec: tuple) -> tuple[Inferrer, Context]:
@@ -206,16 +249,24 @@ def specialize(inf: Inferrer, root_ctx: Context) -> Graph:
             for p, a in zip(ctx.graph.parameters, ctx.args):
                 np_ = g.add_parameter(p.name, p.loc)
                 np_.abstract = a
+                value = _known_value(a)
+                if value is not ANY:  # a constant argument (keys, indices): uses see it
+                    np_ = Constant(value, p.loc)
+                    np_.abstract = a
                 maps[ctx][p] = np_
             clones[ctx] = g
             todo.append(ctx)
         return clones[ctx]
 
+    valid = set(inf.cache.values())
+
     def fn_constant(ctx: Context, node: Constant, callees) -> Node:
         g = node.value
         parent = inf.mng.parent(g)
         pctx = ctx.lookup(parent) if parent is not None else None
-        if callees is None:
+        if callees is None:  # a function value: the contexts it was called in, from here
+            callees = [c for c in inf.origin_calls.get((node, pctx), []) if c in valid]
+        if not callees:
             callees = by_fn.get((g, pctx), [])
         if not callees:
             return Constant(None)  # a function that is never called (a dead branch)
@@ -258,6 +309,7 @@ def specialize(inf: Inferrer, root_ctx: Context) -> Graph:
                 new = Apply([ref(i, node, k) for k, i in enumerate(node.inputs)], new_g,
                             node.loc, node.name)
                 _rewrite_getitem(new)
+                new = _static_zeros(new)
             new.abstract = a
             eq[node] = new
         out = ctx.graph.output
@@ -268,11 +320,46 @@ def specialize(inf: Inferrer, root_ctx: Context) -> Graph:
     return clones[root_ctx]
 
 
+def _zero_value(a: Abstract) -> Any:
+    if isinstance(a, (Func, Env)):
+        return {}
+    if isinstance(a, Tuple):
+        return tuple(_zero_value(e) for e in a.elements)
+    if isinstance(a, Scalar):
+        return {"bool": 0, "int64": 0, "float64": 0.0}.get(a.dtype, None)
+    return None
+
+
+def _static_zeros(node: Apply) -> Node:
+    """``zeros_like(x)`` of a scalar, tuple or function is a constant of x's type (at run time
+    a function is a code address, which the NumPy implementation cannot tell from an int)."""
+    fn = node.inputs[0]
+    if isinstance(fn, Constant) and fn.value is P.zeros_like:
+        a = node.inputs[1].abstract
+        value = _zero_value(a)
+        if value is not None and not _has_array(a):
+            c = Constant(value, node.loc)
+            return c
+    return node
+
+
+def _has_array(a: Abstract) -> bool:
+    if isinstance(a, Array):
+        return True
+    if isinstance(a, Tuple):
+        return any(_has_array(e) for e in a.elements)
+    if isinstance(a, Scalar):
+        return a.dtype not in ("bool", "int64", "float64")
+    return False
+
+
 def _rewrite_getitem(node: Apply) -> None:
     fn = node.inputs[0]
     if isinstance(fn, Constant) and fn.value is S.getitem:
         base = node.inputs[1].abstract
+        index = node.inputs[2].abstract
+        dynamic = isinstance(index, Scalar) and index.value is ANY and index.dtype != "index"
         node.inputs[0] = Constant(S.tuple_getitem if isinstance(base, Tuple)
-                                  else S.array_getitem)
+                                  else S.array_take if dynamic else S.array_getitem)
         if isinstance(base, Array) and isinstance(node.inputs[2], Constant):
             node.inputs[2].abstract = Scalar("index", node.inputs[2].value)

@@ -180,17 +180,26 @@ class GraphManager:
 
     def __init__(self, *roots: Graph):
         self.roots = list(roots)
-        self.uses: dict[Node, set] = defaultdict(set)
-        self._derived: dict | None = None
-        self._rebuild_uses()
+        self._uses: dict[Node, set] | None = None  # built on first use: many managers
+        self._derived: dict | None = None          # are made only to read nesting
+        self.stale = False
+
+    @property
+    def uses(self) -> dict[Node, set]:
+        """node -> {(user, input index)} over every graph."""
+        if self._uses is None:
+            self._uses = defaultdict(set)
+            self._rebuild_uses()
+        return self._uses
 
     # -- edges ------------------------------------------------------------------------------
     def _rebuild_uses(self) -> None:
-        self.uses.clear()
+        uses = self._uses
+        uses.clear()
         for g in self.graphs:
             for node in self.nodes(g):
                 for i, inp in enumerate(node.inputs):
-                    self.uses[inp].add((node, i))
+                    uses[inp].add((node, i))
 
     def set_edge(self, node: Apply, index: int, value: Node) -> None:
         """Make ``node.inputs[index]`` be ``value``, keeping ``uses`` exact."""
@@ -198,21 +207,25 @@ class GraphManager:
         self.uses[old].discard((node, index))
         node.inputs[index] = value
         self.uses[value].add((node, index))
-        self._derived = None
+        self.stale = True
 
     def replace(self, old: Node, new: Node) -> None:
-        """Redirect every use of ``old`` to ``new`` (and graph outputs that are ``old``)."""
+        """Redirect every use of ``old`` to ``new`` (and graph outputs that are ``old``).
+
+        Edits keep ``uses`` exact but leave the derived tables (graph list, free variables)
+        as they were (``stale``): a pass makes a new manager when it needs them again.
+        """
         for user, index in list(self.uses.get(old, ())):
             self.set_edge(user, index, new)
         for g in self.graphs:
             if g.output is old:
                 g.output = new
-        self._derived = None
+        self.stale = True
 
     def invalidate(self) -> None:
         """Forget derived tables after edits made outside set_edge/replace."""
         self._derived = None
-        self._rebuild_uses()
+        self._uses = None
 
     # -- derived tables ---------------------------------------------------------------------
     def _derive(self) -> dict:
@@ -223,18 +236,22 @@ class GraphManager:
         seen_g: set[Graph] = set()
         todo = list(self.roots)
         while todo:
-            g = todo.pop()
-            if g in seen_g:
-                continue
-            seen_g.add(g)
-            graphs.append(g)
-            found = _graph_nodes(g)
-            nodes[g] = found
-            for n in found:
+            while todo:
+                g = todo.pop()
+                if g in seen_g:
+                    continue
+                seen_g.add(g)
+                graphs.append(g)
+                found = _graph_nodes(g)
+                nodes[g] = found
+                for n in found:
+                    for inp in n.inputs:
+                        todo.extend(graph_constants(inp))
+                    todo.extend(graph_constants(n))
+            # nodes only closures use can refer to graphs not seen yet: scan them too
+            for n in _add_captured_nodes(graphs, nodes):
                 for inp in n.inputs:
-                    todo.extend(graph_constants(inp))
-                todo.extend(graph_constants(n))
-        _add_captured_nodes(graphs, nodes)
+                    todo.extend(c for c in graph_constants(inp) if c not in seen_g)
         fv_direct: dict[Graph, list[Node]] = {}
         for g in graphs:
             fvs: dict[int, Node] = {}
@@ -265,12 +282,13 @@ class GraphManager:
     def free_variables_total(self, graph: Graph) -> list[Node]:
         """Nodes of other graphs that ``graph`` or the closures it builds refer to."""
         d = self._derive()
-        if graph not in d["fv_direct"]:
-            self.roots.append(graph)
-            self._derived = None
-            d = self._derive()
         if not d["fv_total"]:
             d["fv_total"] = self._fv_fixpoint(d)
+        if graph not in d["fv_total"]:
+            # a graph made after the tables were derived (a pass is editing): compute its
+            # free variables from its own reachable world instead of re-deriving everything
+            d["fv_total"][graph] = GraphManager(graph).free_variables_total(graph)
+            d.pop("owners", None)
         return d["fv_total"][graph]
 
     def _fv_fixpoint(self, d: dict) -> dict:
@@ -294,45 +312,79 @@ class GraphManager:
     def parent(self, graph: Graph) -> Graph | None:
         """The innermost graph that owns one of ``graph``'s free variables (None: top level).
 
-        Free variables always come from the chain of enclosing graphs, so the innermost owner is
-        the one deepest in that chain: the one whose own chain contains all other owners.
+        Free variables come from the chain of enclosing graphs, so the innermost owner is the
+        deepest one (depth = length of its own chain of owners).
         """
-        owners = {fv.graph for fv in self.free_variables_total(graph)}
+        owners = {fv.graph for fv in self.free_variables_total(graph)} - {graph}
         if not owners:
             return None
-        for g in owners:
-            chain = set(self.scope_chain(g))
-            if owners <= chain:
-                return g
-        raise AssertionError(f"{graph}: free variables of unrelated graphs {owners}")
+        return max(owners, key=lambda g: (self._depth(g, set()), g.id))
+
+    def _depth(self, graph: Graph, visiting: set) -> int:
+        depths = self._derive().setdefault("depth", {})
+        if graph in depths:
+            return depths[graph]
+        if graph in visiting:
+            return 0  # inconsistent nesting while a pass is editing: break the cycle
+        visiting.add(graph)
+        owners = {fv.graph for fv in self.free_variables_total(graph)} - {graph}
+        d = 1 + max((self._depth(o, visiting) for o in owners), default=-1)
+        depths[graph] = d
+        return d
 
     def scope_chain(self, graph: Graph) -> list[Graph]:
         """``graph`` and its enclosing graphs, innermost first."""
         chain = [graph]
         p = self.parent(graph)
-        while p is not None:
+        while p is not None and p not in chain:
             chain.append(p)
             p = self.parent(p)
         return chain
+
+    def scope(self, graph: Graph) -> list[Graph]:
+        """``graph`` and every graph nested in it, at any depth (what clone copies): those
+        using a node owned inside the scope (lexical nesting makes that exact)."""
+        d = self._derive()
+        if not d["fv_total"]:
+            d["fv_total"] = self._fv_fixpoint(d)
+        owners = d.get("owners")
+        if owners is None:
+            owners = d["owners"] = {g: {fv.graph for fv in fvs}
+                                    for g, fvs in d["fv_total"].items() if fvs}
+        out, inside = [graph], {graph}
+        changed = True
+        while changed:
+            changed = False
+            for g, own in owners.items():
+                if g not in inside and own & inside:
+                    out.append(g)
+                    inside.add(g)
+                    changed = True
+        return out
 
     def children(self, graph: Graph) -> list[Graph]:
         """Graphs whose parent is ``graph``."""
         return [g for g in self.graphs if g is not graph and self.parent(g) is graph]
 
 
-def _add_captured_nodes(graphs: list[Graph], nodes: dict) -> None:
-    """Add to each graph the nodes it owns that only its closures use (free variables)."""
+def _add_captured_nodes(graphs: list[Graph], nodes: dict) -> list[Node]:
+    """Add to each graph the nodes it owns that only its closures use (free variables);
+    returns the nodes added."""
     ids = {g: {n.id for n in nodes[g]} for g in graphs}
-    todo = [n for g in graphs for n in nodes[g]]
-    todo += [g.output for g in graphs if g.output is not None]
+    outputs = [g.output for g in graphs if g.output is not None]
+    todo = [n for g in graphs for n in nodes[g]] + outputs
+    output_ids = {n.id for n in outputs}
+    added = []
     while todo:
         n = todo.pop()
-        for inp in ([n] if n in [g.output for g in graphs] else []) + list(n.inputs):
+        for inp in ([n] if n.id in output_ids else []) + list(n.inputs):
             owner = getattr(inp, "graph", None)
             if isinstance(inp, Apply) and owner in ids and inp.id not in ids[owner]:
                 ids[owner].add(inp.id)
                 nodes[owner].append(inp)
+                added.append(inp)
                 todo.append(inp)
+    return added
 
 
 def _graph_nodes(graph: Graph) -> list[Node]:
@@ -366,8 +418,7 @@ def clone(graph: Graph, manager: GraphManager | None = None,
     With ``inline_into``, ``graph``'s nodes are copied into that graph, its parameters replaced
     by ``param_values``; the copied output node is returned instead of a new graph.
     """
-    mng = manager or manage(graph)
-    scope = [g for g in mng.graphs if graph in mng.scope_chain(g)]
+    scope = (manager or GraphManager(graph)).scope(graph)
     eq: dict = {} if equiv is None else equiv
     for g in scope:
         if g is graph and inline_into is not None:

@@ -16,7 +16,7 @@ from kiln.jit import primitives as P
 from kiln.jit import structural as S
 from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, clone, toposort
 
-MAX_ROUNDS = 30
+MAX_ROUNDS = 200
 
 
 def _prim(node: Node, prim) -> bool:
@@ -55,11 +55,12 @@ def _recursive(mng: GraphManager) -> set[Graph]:
 def _fold(node: Apply) -> Node | None:
     fn = node.inputs[0]
     args = node.inputs[1:]
-    if _prim(node, S.tuple_getitem) and _prim(args[0], S.make_tuple):
+    if _prim(node, S.tuple_getitem) and _prim(args[0], S.make_tuple) \
+            and isinstance(args[1], Constant):
         return args[0].inputs[1 + args[1].value]
-    if _prim(node, S.env_getitem):
+    if _prim(node, S.env_getitem) and isinstance(args[1], Constant):
         env, key = args[0], args[1].value
-        while _prim(env, S.env_setitem):
+        while _prim(env, S.env_setitem) and isinstance(env.inputs[2], Constant):
             if env.inputs[2].value == key:
                 return env.inputs[3]
             env = env.inputs[1]
@@ -67,6 +68,9 @@ def _fold(node: Apply) -> Node | None:
             return args[2]
         if env is not args[0]:
             return Apply([fn, env, args[1], args[2]], node.graph, node.loc)
+    if _prim(node, P.truth) and getattr(args[0].abstract, "dtype", None) == "bool" \
+            and not hasattr(args[0].abstract, "shape"):
+        return args[0]  # bool(b) of a bool scalar
     if _prim(node, S.switch) and isinstance(args[0], Constant):
         return args[1] if args[0].value else args[2]
     if _prim(fn, S.partial):  # partial(g, a)(b) -> g(a, b)
@@ -84,7 +88,10 @@ def optimize(root: Graph, passes: tuple = ("inline", "fold")) -> Graph:
         mng = GraphManager(root)
         rec = _recursive(mng) if "inline" in passes else set()
         changed = False
-        for g in list(mng.graphs):
+        modified: set[Graph] = set()  # their nesting changed: inline them next round
+        known = set(mng.graphs)  # graphs copied during this round are inlined next round
+        # callees before callers: a callee inlined into its caller is already flat
+        for g in reversed(list(mng.graphs)):
             for node in toposort(g, mng):
                 if not (isinstance(node, Apply) and node.graph is g):
                     continue
@@ -92,12 +99,17 @@ def optimize(root: Graph, passes: tuple = ("inline", "fold")) -> Graph:
                 fn = node.inputs[0]
                 if new is None and "inline" in passes and isinstance(fn, Constant) \
                         and isinstance(fn.value, Graph) and fn.value not in rec \
-                        and fn.value is not g and len(fn.value.parameters) == len(node.inputs) - 1:
-                    new = clone(fn.value, mng, inline_into=g, param_values=node.inputs[1:])
+                        and fn.value is not g \
+                        and len(fn.value.parameters) == len(node.inputs) - 1:
+                    # a graph edited (or made) in this round: its nesting must be re-read
+                    fresh = fn.value not in known or fn.value in modified
+                    new = clone(fn.value, GraphManager(fn.value) if fresh else mng,
+                                inline_into=g, param_values=node.inputs[1:])
                 if new is not None and new is not node:
                     if new.abstract is None:
                         new.abstract = node.abstract
                     mng.replace(node, new)
+                    modified.update(mng.scope_chain(g))  # their nested scopes changed
                     changed = True
         if not changed:
             break

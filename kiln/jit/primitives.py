@@ -28,6 +28,7 @@ from kiln.jit.abstract import (
     Scalar,
     Tuple,
     is_tensor,
+    shape_of,
 )
 from kiln.jit.errors import JitError
 
@@ -259,6 +260,16 @@ def _infer_matmul(node, a: Abstract, b: Abstract) -> Abstract:
     return Array(a.dtype, out)
 
 
+def _transposed(expr):
+    """The operand of a 2-D ``transpose`` call, or None."""
+    op = getattr(expr, "op", None)
+    if getattr(op, "name", None) == "transpose":
+        axes = getattr(expr.attrs, "axes", None)
+        if axes is None or [int(a) for a in axes] == [1, 0]:
+            return expr.args[0]
+    return None
+
+
 def _relay_matmul(args, ins, out):
     from kiln import relay
     a, b = args
@@ -267,8 +278,11 @@ def _relay_matmul(args, ins, out):
         a = relay.reshape(a, (1, sa[0]))
     if len(sb) == 1:
         b = relay.reshape(b, (sb[0], 1))
-    r = relay.nn.dense(a, relay.transpose(b, (1, 0)))
-    return relay.reshape(r, out.shape)
+    # dense takes its weight as (N, K): a @ w.T is dense(a, w) with no transpose at all
+    inner = _transposed(b) if len(sb) == 2 else None
+    # (relay.nn.matmul measured slower than dense here, 5-10x with a transposed operand)
+    r = relay.nn.dense(a, inner if inner is not None else relay.transpose(b, (1, 0)))
+    return relay.reshape(r, out.shape) if len(sa) == 1 or len(sb) == 1 else r
 
 
 matmul = Primitive("matmul", _infer_matmul, np.matmul, relay=_relay_matmul)
@@ -359,11 +373,13 @@ def _infer_reshape(node, x: Abstract, shape: Abstract) -> Abstract:
             np.broadcast_to(np.empty((), np.bool_), old).reshape(new).shape
     except ValueError:
         _fail("reshape", node, f"cannot reshape an array of shape {old} into shape {new}")
+    if isinstance(x, Scalar) and out == ():
+        return Scalar(x.dtype)
     return Array(x.dtype, out)
 
 
-reshape = Primitive("reshape", _infer_reshape, lambda x, s: np.reshape(x, s),
-                    relay=lambda a, i, o: __import__("kiln").relay.reshape(a[0], o.shape))
+reshape = Primitive("reshape", _infer_reshape, lambda x, s: np.reshape(x, s), py="{0}",
+                    relay=lambda a, i, o: __import__("kiln").relay.reshape(a[0], shape_of(o)))
 
 
 def _infer_broadcast_to(node, x: Abstract, shape: Abstract) -> Abstract:
@@ -375,17 +391,21 @@ def _infer_broadcast_to(node, x: Abstract, shape: Abstract) -> Abstract:
             raise ValueError
     except ValueError:
         _fail("broadcast_to", node, f"cannot broadcast shape {old} to {new}")
+    if isinstance(x, Scalar) and new == ():
+        return Scalar(x.dtype)  # a scalar stays a scalar (grad of grad seeds these)
     return Array(x.dtype, new)
 
 
 broadcast_to = Primitive("broadcast_to", _infer_broadcast_to,
-                         lambda x, s: np.broadcast_to(x, s).copy(),
+                         lambda x, s: np.broadcast_to(x, s).copy(), py="{0}",
                          relay=lambda a, i, o: __import__("kiln").relay.broadcast_to(
-                             a[0], o.shape))
+                             a[0], shape_of(o)))
 
 
 def _infer_sum_to(node, x: Abstract, like: Abstract) -> Abstract:
     """``sum_to_like(x, like)``: sum the broadcast dimensions of x away to like's shape."""
+    if not is_tensor(x):
+        return x  # an environment or tuple of sensitivities: nothing was broadcast
     if isinstance(like, Array):
         return Array(x.dtype, like.shape)
     return Scalar(x.dtype) if isinstance(x, Scalar) else Array(x.dtype, ())
@@ -414,7 +434,8 @@ def _relay_sum_to(args, ins, out):
 
 
 sum_to_like = Primitive("sum_to_like", _infer_sum_to,
-                        lambda x, like: sum_to_shape(x, np.shape(like)), relay=_relay_sum_to,
+                        lambda x, like: x if isinstance(x, (dict, tuple)) else
+                        sum_to_shape(x, np.shape(like)), relay=_relay_sum_to,
                         py="{0}")  # a scalar segment has nothing to sum
 
 
@@ -448,7 +469,9 @@ def _like(name: str, value: int):
 
     def infer(node, x: Abstract) -> Abstract:
         if isinstance(x, Func):
-            return Env()
+            return Env()  # a function's sensitivity is an environment
+        if isinstance(x, Tuple):
+            return Tuple(infer(node, e) for e in x.elements)
         if isinstance(x, Scalar) and x.dtype == "bool":
             return Scalar("int64")
         if isinstance(x, Scalar):
@@ -481,7 +504,11 @@ def _gadd_impl(a, b):
 def _infer_gadd(node, a: Abstract, b: Abstract) -> Abstract:
     if is_tensor(a) and is_tensor(b):
         return elementwise(np.add, "gadd")(node, a, b)
-    return a if not isinstance(a, Env) else Env()
+    if isinstance(a, Tuple) and isinstance(b, Tuple):
+        return Tuple(_infer_gadd(node, x, y) for x, y in zip(a.elements, b.elements))
+    if isinstance(a, (Env, Func)) or isinstance(b, (Env, Func)):
+        return Env()
+    return a
 
 
 gadd = Primitive("gadd", _infer_gadd, _gadd_impl, py="({0} + {1})",

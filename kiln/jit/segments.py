@@ -49,7 +49,7 @@ class PySegment:
         self.source = f"def segment({', '.join(inputs)}):\n{body}\n    return {ret}\n"
         env = {"math": math, **consts}
         exec(compile(self.source, "<kiln.jit segment>", "exec"), env)  # noqa: S102
-        self.fn = env["segment"]
+        self.segment_fn = env["segment"]  # what FinalVM calls (the listing keeps self)
         self.nout = len(outputs)
 
     def __repr__(self) -> str:
@@ -80,15 +80,6 @@ def _py_segment(nodes, inputs, outputs) -> PySegment:
         names[n] = f"v{n.id}"
         lines.append(f"{names[n]} = " + prim.py.format(*[name_of(a) for a in n.inputs[1:]]))
     return PySegment(lines, in_names, [names[o] for o in outputs], consts)
-
-
-def merge_py_segments(a: PySegment, b: PySegment) -> PySegment:
-    """One Python segment doing ``a`` then ``b`` (``b`` may use ``a``'s outputs by name)."""
-    inputs = list(a.inputs) + [i for i in b.inputs if i not in a.inputs and
-                               i not in a.outputs and not any(i == ln.split(" = ")[0]
-                                                              for ln in a.lines)]
-    return PySegment(a.lines + b.lines, inputs, a.outputs + b.outputs, {**a.consts,
-                                                                         **b.consts})
 
 
 def _relay_type(a):
@@ -161,19 +152,16 @@ class GraphRunner:
 class DebugRunner:
     """Runs one segment's Relay function on the Relay interpreter (``linear_impl="debug"``)."""
 
-    def __init__(self, fn, in_types, out_types):
-        self.fn, self.in_types, self.out_types = fn, in_types, out_types
+    def __init__(self, evaluate, in_types, out_types):
+        self.evaluate, self.in_types, self.out_types = evaluate, in_types, out_types
         self.nout = len(out_types)
 
     def __call__(self, *args):
         from kiln.runtime import ndarray
         vals = [ndarray.array(np.asarray(v, dtype=t.dtype)) for v, t in zip(args, self.in_types)]
-        res = self.fn(*vals)
+        res = self.evaluate(*vals)
         items = [res[i] for i in range(self.nout)]  # the function returns a tuple
-        # the interpreter may hand back a leading unit axis: the inferred shape is the contract
-        outs = tuple(_from_output(np.asarray(r.numpy() if hasattr(r, "numpy") else r)
-                                  .reshape(t.shape if isinstance(t, Array) else ()), t)
-                     for r, t in zip(items, self.out_types))
+        outs = tuple(_from_output(r, t) for r, t in zip(items, self.out_types))
         return outs[0] if self.nout == 1 else outs
 
 

@@ -21,7 +21,6 @@ from kiln.jit.abstract import (
     PrimFn,
     Scalar,
     Tuple,
-    is_tensor,
     join,
 )
 from kiln.jit.errors import JitError
@@ -107,9 +106,60 @@ def _infer_getitem_grad(node, dout: Abstract, like: Abstract, idx: Abstract) -> 
 array_getitem_grad = Primitive("array_getitem_grad", _infer_getitem_grad, _setitem_zeros)
 
 
+def _infer_array_take(node, x: Abstract, i: Abstract) -> Abstract:
+    """``x[i]`` with an integer ``i`` known only at run time: a row of ``x``."""
+    if not isinstance(x, Array) or not x.shape:
+        _fail("getitem", node, f"cannot index {x} with a run-time integer")
+    if not isinstance(i, Scalar) or not (i.dtype.startswith(("int", "uint"))):
+        _fail("getitem", node, f"array indices must be integers, got {i}")
+    return Array(x.dtype, x.shape[1:])
+
+
+def _relay_array_take(args, ins, out):
+    from kiln import relay
+    return relay.take(args[0], relay.cast(args[1], "int32"), axis=0, mode="wrap")
+
+
+array_take = Primitive("array_take", _infer_array_take, lambda x, i: np.asarray(x)[i],
+                       relay=_relay_array_take)
+
+
+def _take_grad(dout, x, i):
+    out = np.zeros(np.shape(x), np.asarray(dout).dtype)
+    out[i] = dout
+    return out
+
+
+array_take_grad = Primitive("array_take_grad",
+                            lambda node, d, x, i: Array(d.dtype, x.shape), _take_grad)
+
+
+def _infer_getitem_grad(node, x: Abstract, i: Abstract, dout: Abstract) -> Abstract:
+    if isinstance(x, Tuple):
+        from kiln.jit.primitives import zeros_like
+        k = _index(x, i, "getitem", node)
+        zeros = zeros_like.infer(node, x)
+        return Tuple(zeros.elements[:k] + (dout,) + zeros.elements[k + 1:])
+    return Array(dout.dtype, x.shape)
+
+
+def _getitem_grad(x, i, dout):
+    if isinstance(x, tuple):
+        from kiln.jit.primitives import zeros_like
+        z = zeros_like.impl(x)
+        return z[:i] + (dout,) + z[i + 1:]
+    return _setitem_zeros(dout, x, i)
+
+
+getitem_grad = Primitive("getitem_grad", _infer_getitem_grad, _getitem_grad)
+
+
 def _infer_getitem(node, x: Abstract, i: Abstract) -> Abstract:
     if isinstance(x, Tuple):
         return _infer_tuple_getitem(node, x, i)
+    if isinstance(x, Array) and isinstance(i, Scalar) and i.value is ANY \
+            and i.dtype not in ("index",):
+        return _infer_array_take(node, x, i)
     if isinstance(x, Array):
         return _infer_array_getitem(node, x, i)
     _fail("getitem", node, f"{x} is not subscriptable")
@@ -350,8 +400,3 @@ def check_callable(f: Abstract, node) -> None:
         raise JitError(f"calling a value of type {f}, which is not a function",
                        getattr(node, "loc", None))
 
-
-__all__ = ["make_tuple", "tuple_getitem", "getitem", "array_getitem", "shape", "len_",
-           "switch", "partial", "raise_", "env_getitem", "env_setitem", "array_map",
-           "array_reduce", "range_continue", "ndim", "array_getitem_grad", "is_tensor",
-           "NoneT"]

@@ -30,7 +30,14 @@ from kiln.runtime.error import TVMError
 _CRT_DIR = Path(__file__).resolve().parent / "crt"
 
 #: Components in dependency order (TVM's CRT library names).
-COMPONENTS = ("common", "memory", "graph_executor", "graph_executor_module", "aot_executor")
+COMPONENTS = (
+    "common",
+    "memory",
+    "graph_executor",
+    "graph_executor_module",
+    "aot_executor",
+    "aot_executor_module",
+)
 
 #: Warning flags the CRT must build cleanly with, on every compiler.
 STRICT_CFLAGS = ("-std=c99", "-Wall", "-Wextra", "-Werror")

@@ -274,15 +274,16 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
     if not isinstance(ir_mod, IRModule):
         raise TVMError(f"relay.build expects an IRModule or a relay.Function, got "
                        f"{type(ir_mod).__name__}")
-    if workspace_memory_pools is not None or constant_memory_pools is not None:
-        raise TVMError("relay.build: workspace_memory_pools / constant_memory_pools are not "
-                       "supported by kiln; the AOT executor plans one workspace pool "
-                       "(global_workspace) and one constant pool (global_const_workspace)")
+    pools = (workspace_memory_pools, constant_memory_pools)
+    if executor.name != "aot" and pools != (None, None):
+        raise TVMError("relay.build: workspace_memory_pools / constant_memory_pools are "
+                       "planned by the AOT executor; use executor=Executor('aot')")
     targets, host = parse_targets(target, target_host)
     default_device = default_device_of(targets)
     start = time.perf_counter()
     if executor.name == "aot" or runtime.name == "crt":
-        return _build_single_target(ir_mod, targets, host, params, executor, runtime, mod_name)
+        return _build_single_target(ir_mod, targets, host, params, executor, runtime, mod_name,
+                                    pools)
     with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
         compilers = {device_type: TECompiler(t, mod_name) for device_type, t in targets.items()}
@@ -306,7 +307,7 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
 
 def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,
                          params: dict | None, executor: Executor, runtime: Runtime,
-                         mod_name: str) -> Any:
+                         mod_name: str, pools: tuple[Any, Any] = (None, None)) -> Any:
     """relay.build for the AOT executor or the C runtime: one CPU target."""
     from kiln.relay.backend.aot.build import build_aot, build_graph_crt
 
@@ -318,7 +319,7 @@ def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,
     with target:
         mod = optimize(ir_mod, target, params, default_device_of(targets))
         if executor.name == "aot":
-            return build_aot(mod, target, executor, runtime, mod_name)
+            return build_aot(mod, target, executor, runtime, mod_name, *pools)
         result, lib, _ = build_graph_crt(mod, target, executor, runtime, mod_name)
     stats = {
         "kernels": len(result.compilers[1].lowered),

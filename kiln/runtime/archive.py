@@ -66,17 +66,19 @@ def _clean_name(archive: str, member: tarfile.TarInfo) -> PurePosixPath:
     return PurePosixPath(*parts)
 
 
-def _check_members(archive: str, members: list[tarfile.TarInfo],
+def _check_members(archive: str, tar: tarfile.TarFile,
                    max_bytes: int) -> list[tuple[tarfile.TarInfo, PurePosixPath]]:
-    if len(members) > MAX_ARCHIVE_MEMBERS:
-        raise _fail(archive, f"it has {len(members)} members, more than {MAX_ARCHIVE_MEMBERS}")
     checked, seen, total = [], set(), 0
-    for member in members:
+    for count, member in enumerate(tar, 1):  # header by header: a bomb stops at the cap
+        if count > MAX_ARCHIVE_MEMBERS:
+            raise _fail(archive, f"it has more than {MAX_ARCHIVE_MEMBERS} members")
         if member.issym() or member.islnk():
             raise _fail(archive, f"member {member.name!r} is a link (to {member.linkname!r})")
         if not (member.isfile() or member.isdir()):
             raise _fail(archive, f"member {member.name!r} is not a regular file or directory "
                                  "(device, FIFO or other special file)")
+        if member.isdir() and member.name.strip("/") in (".", ""):
+            continue  # the root itself (Model Library Format archives start with ".")
         path = _clean_name(archive, member)
         if member.isfile():
             if path in seen:
@@ -109,7 +111,7 @@ def safe_extract(archive: str | os.PathLike, directory: str | os.PathLike | None
     archive = os.fspath(archive)
     try:
         with tarfile.open(archive) as tar:
-            checked = _check_members(archive, tar.getmembers(), max_bytes)
+            checked = _check_members(archive, tar, max_bytes)
             root = _fresh_directory(archive, directory)
             try:
                 for member, path in checked:

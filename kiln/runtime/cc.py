@@ -16,10 +16,12 @@ processes (pytest-xdist workers) never see a half-written file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -96,17 +98,40 @@ def default_options(cc: str | None = None) -> list[str]:
     return options
 
 
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it may have just finished
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _run(cmd: list[str], what: str) -> None:
     if config.debug_level() >= 4:
         print(f"[kiln cc] {' '.join(cmd)}", file=sys.stderr)
+    timeout = config.compile_timeout()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # Its own process group, so a timeout stops cc1/as/ld too, not just the gcc driver.
+        # Diagnostics quote the source, which need not be UTF-8: never fail on decoding them.
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                                errors="replace", start_new_session=True)
     except OSError as err:
         raise TVMError(f"{what} failed: cannot run {cmd[0]!r}: {err}") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
+        raise TVMError(
+            f"{what} did not finish within {timeout:.0f} s (KILN_CC_TIMEOUT).\n"
+            f"command: {' '.join(cmd)}"
+        ) from None
+    except BaseException:  # interrupted: leave no compiler behind
+        _kill_group(proc)
+        proc.wait()
+        raise
     if proc.returncode != 0:
         raise TVMError(
             f"{what} failed (exit code {proc.returncode}).\ncommand: {' '.join(cmd)}\n"
-            f"{proc.stdout}{proc.stderr}"
+            f"{stdout}{stderr}"
         )
 
 

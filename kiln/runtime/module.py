@@ -812,12 +812,45 @@ def check_archive_link_options(text: bytes, where: str) -> list[str]:
     return options
 
 
+_C_COMMENT_OR_LITERAL = re.compile(
+    rb"""("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')|/\*.*?(?:\*/|\Z)|//[^\n]*""", re.S)
+# Anywhere, not only at a line start: "/**/#include" is a directive too (comments are spaces
+# by then). A string literal that merely mentions one is refused as well; kernels have none.
+_INCLUDE_DIRECTIVE = re.compile(
+    rb"(?:#|%:)[ \t]*(include|include_next|import|embed)\b[ \t]*(.*)$", re.M)
+_SAFE_INCLUDE = re.compile(rb"""(?:<([A-Za-z0-9_./+-]+)>|"([A-Za-z0-9_./+-]+)")[ \t]*""")
+_ASSEMBLER_FILE_DIRECTIVE = re.compile(rb"\.(?:incbin|include)\b")
+
+
+def check_archive_source(data: bytes, where: str) -> None:
+    """Refuse archive sources whose compilation would read files outside the compiler's
+    include path: absolute or ``..`` includes, computed includes, ``#embed``, and the
+    assembler's ``.incbin``/``.include`` (``#include "/dev/zero"`` makes gcc read forever).
+    """
+    text = data.replace(b"\\\n", b"").replace(b"\\\r\n", b"")  # line splices come first
+    # Comments become spaces before directives are read; literals are kept as they are.
+    text = _C_COMMENT_OR_LITERAL.sub(lambda m: m.group(1) or b" ", text)
+    for match in _INCLUDE_DIRECTIVE.finditer(text):
+        directive, rest = match.group(1).decode(), match.group(2)
+        target = _SAFE_INCLUDE.fullmatch(rest)
+        name = target and (target.group(1) or target.group(2)).decode()
+        if directive == "embed" or not name or name.startswith("/") or ".." in name.split("/"):
+            shown = rest.decode("utf-8", "replace")[:80]
+            raise TVMError(f"{where}: '#{directive} {shown}' may read a file outside the "
+                           "include path; module archives may include only headers by "
+                           "relative name")
+    if _ASSEMBLER_FILE_DIRECTIVE.search(text):
+        raise TVMError(f"{where}: assembler .incbin/.include directives are not allowed in "
+                       "a module archive")
+
+
 def _load_tar(path: str, fmt: str = "tar") -> Module:
     """Link a ``.tar`` written by ``export_library`` into a cached library and load it.
 
     The archive is data: it is unpacked with :func:`kiln.runtime.archive.safe_extract`, its
     members must be plain top-level files, and its stored link options pass the allow-list
-    of :func:`check_archive_link_options`. The sources it holds are compiled and then run,
+    of :func:`check_archive_link_options`; its sources include headers only by relative name
+    (:func:`check_archive_source`). The sources it holds are compiled and then run,
     so an untrusted archive is as unsafe to load as an untrusted ``.so``.
     """
     with extracted(path) as root:
@@ -830,6 +863,9 @@ def _load_tar(path: str, fmt: str = "tar") -> Module:
         sources = [str(root / n) for n in names if n.endswith(_OBJECT_SUFFIXES)]
         if not sources:
             raise TVMError(f"{path}: the archive holds no object or source files")
+        for source in sources:
+            if not source.endswith((".o", ".obj")):
+                check_archive_source(Path(source).read_bytes(), f"{path}: {Path(source).name}")
         options = cc.default_options()
         if _LINK_OPTIONS_FILE in names:
             stored = check_archive_link_options((root / _LINK_OPTIONS_FILE).read_bytes(), path)

@@ -87,6 +87,7 @@ class NativeModule(Module):
     @classmethod
     def from_c_source(cls, source: str, names: Sequence[str], options: Sequence[str],
                       kind: str = "c") -> NativeModule:
+        """A module of one C translation unit (``lib0.c``) exporting ``names``."""
         return cls(kind, {"lib0.c": source}, {}, names, options, {"c": source, "": source})
 
     def with_source(self, name: str, text: str, function_names: Sequence[str]) -> NativeModule:
@@ -118,6 +119,7 @@ class NativeModule(Module):
 
     @property
     def format(self) -> str:
+        """The module's format: its codegen kind (``c`` or ``llvm``)."""
         return self.type_key
 
     def _get_function(self, name: str) -> Any:
@@ -150,6 +152,7 @@ class NativeModule(Module):
         Path(path).write_text(self.get_source(fmt_of.get(suffix, suffix)))
 
     def export_objects(self, workspace_dir: str) -> list[str]:
+        """Write the sources and objects into ``workspace_dir``; return their paths."""
         paths = []
         for name, text in self.sources.items():
             path = Path(workspace_dir, name)

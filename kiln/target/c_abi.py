@@ -22,6 +22,7 @@ from typing import Any
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.target.narrow_types_c import NARROW_TYPE_HELPERS
+from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
 __all__ = ["c_type", "c_function_identifier", "FunctionSignature", "function_signature",
            "packed_glue", "functions_of", "PACKED_CALLING_CONV", "crt_func_registry_names",
@@ -557,14 +558,16 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
 
 
 def functions_of(mod: Any) -> list[tuple[str, Any]]:
-    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them."""
+    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them: what a
+    codegen prints, each function already through the TIR passes every codegen's input goes
+    through (:func:`kiln.tir.transform.codegen_prep.prepare_for_codegen`)."""
     if _node_name(mod) == "PrimFunc":
-        return [(mod.attrs.get("global_symbol") or "default_function", mod)]
+        return [(mod.attrs.get("global_symbol") or "default_function", prepare_for_codegen(mod))]
     items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
     out = []
     for gvar, func in items:
         if _node_name(func) != "PrimFunc":
             raise TVMError(f"codegen: {gvar!r} is a {_node_name(func)}, not a tir.PrimFunc")
         symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
-        out.append((symbol, func))
+        out.append((symbol, prepare_for_codegen(func)))
     return out

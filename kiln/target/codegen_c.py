@@ -32,7 +32,7 @@ Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vecto
 be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
 value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
 ``if_then_else`` arm that may fault (a load not proved in bounds by
-:func:`~kiln.target.load_bounds.speculable`, an integer division) reads only the lanes that take
+:func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
 it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
 than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
 works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are
@@ -434,6 +434,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return name
 
     def expr_IntImm(self, node: Any) -> str:
+        """C text of a TIR ``IntImm`` node."""
         t = DataType(node.dtype)
         value = int(node.value)
         if t.is_bool:
@@ -451,6 +452,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"({literal})" if value < 0 else literal
 
     def expr_FloatImm(self, node: Any) -> str:
+        """C text of a TIR ``FloatImm`` node."""
         t = DataType(node.dtype)
         value = float(node.value)
         suffix = "f" if t.bits == 32 else ""
@@ -466,14 +468,17 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"({text}{suffix})" if value < 0 else f"{text}{suffix}"
 
     def expr_StringImm(self, node: Any) -> str:
+        """C text of a TIR ``StringImm`` node."""
         return _c_string(node.value)
 
     def expr_Var(self, node: Any) -> str:
+        """C text of a TIR ``Var`` node."""
         return self._var_name(node)
 
     expr_SizeVar = expr_Var
 
     def expr_Cast(self, node: Any) -> str:
+        """C text of a TIR ``Cast`` node."""
         target = DataType(node.dtype)
         if target.lanes > 1 and target.is_bool:
             source = DataType(node.value.dtype)
@@ -490,6 +495,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"(({c_type(target)}){self.expr(node.value)})"
 
     def expr_Not(self, node: Any) -> str:
+        """C text of a TIR ``Not`` node."""
         if DataType(node.dtype).lanes > 1:
             return self._bool_bytes(node)
         return f"(!{self.expr(node.a)})"
@@ -534,6 +540,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return self.expr(node)
 
     def expr_Select(self, node: Any) -> str:
+        """C text of a TIR ``Select`` node."""
         t = DataType(node.dtype)
         if t.lanes > 1:
             mask = self._lane_mask(node.condition, max(t.bits, 8))
@@ -548,12 +555,14 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return self._bool_bytes(node) if DataType(node.dtype).is_bool else self.expr(node)
 
     def expr_Ramp(self, node: Any) -> str:
+        """C text of a TIR ``Ramp`` node."""
         t = DataType(node.dtype)
         name = self._vector_type(t)
         steps = ", ".join(str(i) for i in range(t.lanes))
         return f"((({name}){{{steps}}}) * {self.expr(node.stride)} + {self.expr(node.base)})"
 
     def expr_Broadcast(self, node: Any) -> str:
+        """C text of a TIR ``Broadcast`` node."""
         t = DataType(node.dtype)
         name = self._vector_type(t)
         value = self.expr(node.value)
@@ -561,11 +570,13 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"({{ {c_type(t.element_of)} _b = {value}; ({name}){{{lanes}}}; }})"
 
     def expr_Let(self, node: Any) -> str:
+        """C text of a TIR ``Let`` node."""
         name = self._bind(node.var)
         value = self.expr(node.value)
         return f"({{ {c_type(node.var.dtype)} {name} = {value}; {self.expr(node.body)}; }})"
 
     def expr_Shuffle(self, node: Any) -> str:
+        """C text of a TIR ``Shuffle`` node."""
         vectors = [self.expr(v) for v in node.vectors]
         decls = []
         sources = []
@@ -588,6 +599,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return data if have == want else f"(({want}){data})"
 
     def expr_BufferLoad(self, node: Any) -> str:
+        """C text of a TIR ``BufferLoad`` node."""
         buffer = node.buffer
         data = self._data(buffer)
         access = _flat_access(self, buffer, node.indices)
@@ -615,6 +627,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
 
     def call_address_of(self, node: Any) -> str:
+        """C text of ``tir.address_of``: the address of a buffer element."""
         load = node.args[0]
         access = _flat_access(self, load.buffer, load.indices)
         return f"(&{self._var_name(load.buffer.data)}[{access.base}])"
@@ -634,6 +647,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         method(node)
 
     def stmt_SeqStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``SeqStmt`` statement."""
         first_use = self._share_vector_loads(node.seq)
         for index, stmt in enumerate(node.seq):
             for text, name in first_use.get(index, ()):
@@ -700,6 +714,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return out
 
     def stmt_Evaluate(self, node: Any) -> None:
+        """Append the C lines of a TIR ``Evaluate`` statement."""
         if _node_name(node.value) in ("IntImm", "FloatImm"):
             return
         if (_node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed"
@@ -709,6 +724,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line(f"{self.expr(node.value)};")
 
     def stmt_BufferStore(self, node: Any) -> None:
+        """Append the C lines of a TIR ``BufferStore`` statement."""
         buffer = node.buffer
         data = self._data(buffer)
         lanes = DataType(node.value.dtype).lanes
@@ -851,6 +867,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"(*({vtype}_u*)({data} + {access.base} + {part * width}))"
 
     def stmt_LetStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``LetStmt`` statement."""
         value = self.expr(node.value)
         t = DataType(node.var.dtype)
         ctype = self._vector_type(t) if t.lanes > 1 else c_type(t)
@@ -863,6 +880,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``AttrStmt`` statement."""
         key = node.attr_key
         if key == "pragma_import_c":
             source = node.value.value
@@ -874,6 +892,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self.emit_stmt(node.body)
 
     def stmt_AssertStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``AssertStmt`` statement."""
         message = _assert_message(node, self._func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
         self._indent += 1
@@ -903,6 +922,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line(f"  goto {label}; }}")
 
     def stmt_IfThenElse(self, node: Any) -> None:
+        """Append the C lines of a TIR ``IfThenElse`` statement."""
         self._line(f"if ({self.expr(node.condition)}) {{")
         self._block(node.then_case)
         if node.else_case is not None:
@@ -911,14 +931,17 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line("}")
 
     def stmt_While(self, node: Any) -> None:
+        """Append the C lines of a TIR ``While`` statement."""
         self._line(f"while ({self.expr(node.condition)}) {{")
         self._block(node.body)
         self._line("}")
 
     def stmt_DeclBuffer(self, node: Any) -> None:
+        """Append the C lines of a TIR ``DeclBuffer`` statement."""
         self.emit_stmt(node.body)
 
     def stmt_For(self, node: Any) -> None:
+        """Append the C lines of a TIR ``For`` statement."""
         kind = int(node.kind)
         loop_type = c_type(node.loop_var.dtype)
         name = self._bind(node.loop_var)
@@ -989,6 +1012,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line("}")
 
     def stmt_Allocate(self, node: Any) -> None:
+        """Append the C lines of a TIR ``Allocate`` statement."""
         t = DataType(node.dtype)
         elem = c_type(t.element_of)
         name = self._bind(node.buffer_var)
@@ -1041,12 +1065,15 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     # Nodes that must be lowered away before code generation: say so by name.
     def stmt_BufferRealize(self, node: Any) -> None:
+        """Reject: a BufferRealize must be flattened before codegen."""
         raise TVMError("C codegen: BufferRealize must be flattened before code generation")
 
     def expr_ProducerLoad(self, node: Any) -> str:
+        """Reject: a te.Tensor read must be lowered before codegen."""
         raise TVMError("C codegen: ProducerLoad (a te.Tensor read) must be lowered first")
 
     def expr_Reduce(self, node: Any) -> str:
+        """Reject: a Reduce must be lowered to loops before codegen."""
         raise TVMError("C codegen: Reduce must be lowered to loops before code generation")
 
 
@@ -1090,6 +1117,7 @@ class CodeGenCBareMetal(CodeGenC):
         return body + "\n" + shim
 
     def stmt_Allocate(self, node: Any) -> None:
+        """An allocation planned into the scratch block is a pointer into it; others as in C."""
         offset = getattr(self, "_scratch", {}).get(id(node.buffer_var))
         if offset is None:
             super().stmt_Allocate(node)

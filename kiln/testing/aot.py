@@ -7,11 +7,11 @@ Entry points: :class:`AOTTestModel`, :class:`AOTCompiledTestModel`, :class:`AOTT
 :func:`compile_and_run`, :func:`generate_ref_data`, :func:`get_dtype_range`.
 
 The host runner (``makefile="default"``) compiles the ``codegen/host/src/*.c`` files of every
-model's Model Library Format with the system C compiler against kiln's runtime headers. The
-test ``main`` supplies what the generated code needs from a C runtime:
-``TVMAPISetLastError`` and, when USMP is off, a LIFO ``TVMBackendAllocWorkspace`` over a
-static buffer of the workspace size the build reports (the CRT's stack allocator does the same
-on a device). The program prints
+model's Model Library Format with the system C compiler and links them with kiln's C runtime
+(``kiln/micro/crt``: ``common``, ``memory`` and the host platform template, which serves
+``TVMBackendAllocWorkspace`` from a static page-allocated buffer sized from the workspace the
+builds report). The generated ``main`` initializes the platform, runs each model through its
+entry point (the C interface's structs, or DLTensors for the packed one) and prints
 ``AOT_TEST_SUCCESS`` when every output matches within tolerance.
 """
 
@@ -26,6 +26,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from kiln.runtime.error import TVMError
 
 __all__ = ["AOTTestModel", "AOTCompiledTestModel", "AOTDataLinkage", "AOTTestRunner",
            "AOT_DEFAULT_RUNNER", "AOT_SUCCESS_TOKEN", "AOT_FAILURE_TOKEN", "compile_models",
@@ -154,11 +156,11 @@ def compile_models(models: AOTTestModel | list[AOTTestModel], interface_api: str
 
 
 def _main_source(models: list[AOTCompiledTestModel], runner: AOTTestRunner,
-                 interface_api: str, workspace_bytes: int, use_workspace_io: bool,
+                 interface_api: str, use_workspace_io: bool,
                  print_output_on_mismatch: bool) -> str:
     lines = ["#include <stdio.h>", "#include <stdint.h>", "#include <stdbool.h>",
              "#include <math.h>", "#include <tvm/runtime/c_runtime_api.h>",
-             "#include <tvm/runtime/c_backend_api.h>"]
+             "#include <tvm/runtime/c_backend_api.h>", "#include <tvm/runtime/crt/platform.h>"]
     lines += [f'#include "{inc}"' for inc in runner.includes]
     for compiled in models:
         model = compiled.model
@@ -172,23 +174,9 @@ def _main_source(models: list[AOTCompiledTestModel], runner: AOTTestRunner,
             names = model.inputs if kind == "input_data" else model.outputs
             for key in names:
                 lines.append(f'#include "{_mangle(model.name, kind)}_{_sanitize(key)}.h"')
-    lines += [
-        "void TVMAPISetLastError(const char* msg) { fprintf(stderr, \"error: %s\\n\", msg); }",
-        f"static uint8_t g_aot_memory[{max(workspace_bytes, 16)}] __attribute__((aligned(16)));",
-        "static size_t g_aot_used = 0;",
-        "void* TVMBackendAllocWorkspace(int device_type, int device_id, uint64_t nbytes,",
-        "                               int dtype_code_hint, int dtype_bits_hint) {",
-        "  size_t size = (size_t)((nbytes + 15) / 16 * 16);",
-        "  if (g_aot_used + size > sizeof(g_aot_memory)) {",
-        '    TVMAPISetLastError("test workspace exhausted"); return NULL; }',
-        "  void* ptr = &g_aot_memory[g_aot_used]; g_aot_used += size; return ptr;",
-        "}",
-        "int TVMBackendFreeWorkspace(int device_type, int device_id, void* ptr) {",
-        "  g_aot_used = (size_t)((uint8_t*)ptr - g_aot_memory); return 0;",
-        "}",
-        runner.prologue,
-        "int main(void) {",
-    ]
+    lines += [runner.prologue, "int main(void) {",
+              "  if (TVMPlatformInitialize() != 0) {",
+              f'    printf("{AOT_FAILURE_TOKEN}: TVMPlatformInitialize\\n"); return 1;', "  }"]
     for compiled in models:
         lines += _run_model(compiled, interface_api, use_workspace_io)
         lines += _compare(compiled, print_output_on_mismatch)
@@ -215,16 +203,12 @@ def _run_model(compiled: AOTCompiledTestModel, interface_api: str,
         raise ValueError(f"model {name!r}: no test data for {missing}; the build's inputs are "
                          f"{ins} and its outputs {outs}")
     if interface_api == "c":
+        lines, pools_arg = _external_pools(factory)
         if use_workspace_io:
-            pool = f"{name}_pool"
-            macro = f"TVMGEN_{name}_GLOBAL_WORKSPACE_WORKSPACE_POOL_SIZE".upper()
-            lines = [f"  static uint8_t {pool}[{macro}] __attribute__((aligned(16)));",
-                     f"  struct tvmgen_{name}_workspace_pools {name}_pools = "
-                     f"{{.global_workspace = {pool}}};",
-                     f"  struct tvmgen_{name}_inputs {name}_in = "
-                     f"tvmgen_{name}_map_inputs(&{name}_pools);",
-                     f"  struct tvmgen_{name}_outputs {name}_out = "
-                     f"tvmgen_{name}_map_outputs(&{name}_pools);"]
+            lines += [f"  struct tvmgen_{name}_inputs {name}_in = "
+                      f"tvmgen_{name}_map_inputs(&{name}_pools);",
+                      f"  struct tvmgen_{name}_outputs {name}_out = "
+                      f"tvmgen_{name}_map_outputs(&{name}_pools);"]
             lines += [f"  for (size_t i = 0; i < sizeof({data[n]}); ++i) "
                       f"((uint8_t*){name}_in.{_sanitize(n)})[i] = ((uint8_t*){data[n]})[i];"
                       for n in ins]
@@ -235,9 +219,10 @@ def _run_model(compiled: AOTCompiledTestModel, interface_api: str,
             return lines
         init_in = ", ".join(f".{_sanitize(n)} = {data[n]}" for n in ins)
         init_out = ", ".join(f".{_sanitize(n)} = {data[n]}" for n in outs)
-        return [f"  struct tvmgen_{name}_inputs {name}_in = {{{init_in}}};",
-                f"  struct tvmgen_{name}_outputs {name}_out = {{{init_out}}};",
-                f"  if (tvmgen_{name}_run(&{name}_in, &{name}_out) != 0){fail}"]
+        return lines + [f"  struct tvmgen_{name}_inputs {name}_in = {{{init_in}}};",
+                        f"  struct tvmgen_{name}_outputs {name}_out = {{{init_out}}};",
+                        f"  if (tvmgen_{name}_run(&{name}_in, &{name}_out{pools_arg}) != 0)"
+                        f"{fail}"]
     # packed interface: DLTensors, as the C AOT executor passes them
     lines = []
     specs = list(factory.plan.inputs) + list(factory.plan.outputs)
@@ -258,6 +243,29 @@ def _run_model(compiled: AOTCompiledTestModel, interface_api: str,
               f"  if ({_mangle(name, 'run')}({name}_args, {name}_codes, {n}, &{name}_ret, "
               f"&{name}_ret_code, NULL) != 0){fail}"]
     return lines
+
+
+def _external_pools(factory: Any) -> tuple[list[str], str]:
+    """C lines declaring the pools the application provides (sized and, for constants,
+    filled by the header's macros) and the run call's extra argument."""
+    name = factory.libmod_name
+    external = [p for p in factory.aot.pools if not p.internal]
+    if not external:
+        return [], ""
+    lines, members = [], []
+    for pool in external:
+        prefix = f"TVMGEN_{name}_{_sanitize(pool.name)}".upper()
+        array = f"{name}_{pool.name}"
+        if pool.constant:
+            lines.append(f"  static uint8_t {array}[{prefix}_CONSTANT_POOL_SIZE] "
+                         f"__attribute__((aligned(16))) = {{{prefix}_CONSTANT_POOL_DATA}};")
+        else:
+            lines.append(f"  static uint8_t {array}[{prefix}_WORKSPACE_POOL_SIZE + 1] "
+                         "__attribute__((aligned(16)));")
+        members.append(f".{_sanitize(pool.name)} = {array}")
+    lines.append(f"  struct tvmgen_{name}_workspace_pools {name}_pools = "
+                 f"{{{', '.join(members)}}};")
+    return lines, f", &{name}_pools"
 
 
 def _compare(compiled: AOTCompiledTestModel, print_output_on_mismatch: bool) -> list[str]:
@@ -304,12 +312,11 @@ def _run_and_check_in(models: list[AOTCompiledTestModel], runner: AOTTestRunner,
                       checker: Callable[[str], bool] | None,
                       print_output_on_mismatch: bool) -> bool:
     from kiln.micro.model_library_format import model_files
-    from kiln.runtime import cc
 
     base = os.path.abspath(base)
     include = os.path.join(base, "include")
     os.makedirs(include, exist_ok=True)
-    sources, includes = [], [include, *cc.include_dirs()]
+    sources, includes = [], [include]
     workspace_bytes = 0
     for compiled in models:
         model, factory = compiled.model, compiled.executor_factory
@@ -335,23 +342,57 @@ def _run_and_check_in(models: list[AOTCompiledTestModel], runner: AOTTestRunner,
                          value, include, data_linkage)
     main = os.path.join(base, "test.c")
     with open(main, "w") as f:
-        f.write(_main_source(models, runner, interface_api, workspace_bytes, use_workspace_io,
+        f.write(_main_source(models, runner, interface_api, use_workspace_io,
                              print_output_on_mismatch))
     if checker is not None and not checker(base):
         return False
-    exe = os.path.join(base, "aot_test_runner")
-    cmd = [cc.find_compiler(), "-std=gnu11", "-O2", "-Wall", "-Wno-unused-variable",
-           *(f"-I{d}" for d in includes), *sources, main, "-lm", "-o", exe]
-    if verbose:
-        print("Compile command:\n", " ".join(cmd))
-    build = subprocess.run(cmd, capture_output=True, text=True)
-    if build.returncode != 0:
-        raise AssertionError(f"the AOT test program did not compile:\n{build.stderr}")
+    exe = _build_program(base, sources + [main], includes, workspace_bytes, verbose)
     run = subprocess.run([exe], capture_output=True, text=True, timeout=120)
     if verbose or (print_output_on_mismatch and AOT_FAILURE_TOKEN in run.stdout):
         print(run.stdout, run.stderr)
     assert AOT_SUCCESS_TOKEN in run.stdout, run.stdout + run.stderr
     return True
+
+
+_CRT_OBJECTS: dict[tuple[str, ...], list[Any]] = {}
+
+
+def _crt_objects(flags: tuple[str, ...]) -> list[Any]:
+    """The CRT's common + memory objects, compiled once per process and flags."""
+    from kiln.micro import crt_build
+
+    if flags not in _CRT_OBJECTS:
+        out = tempfile.mkdtemp(prefix="kiln-aot-crt-")
+        _CRT_OBJECTS[flags] = crt_build.compile_objects(
+            out, crt_build.crt_sources(("common", "memory")), cflags=flags)
+    return list(_CRT_OBJECTS[flags])
+
+
+def _build_program(base: str, sources: list[str], includes: list[str], workspace_bytes: int,
+                   verbose: bool) -> str:
+    """Link the generated C and the test main with the CRT; the platform's static buffer
+    holds the workspace twice over plus room for the page allocator's tables."""
+    from kiln.micro import crt_build
+
+    platform = os.path.join(crt_build.get_standalone_crt_dir(), "template",
+                            "platform-template.c")
+    size = 2 * workspace_bytes + 65536
+    crt_flags = (*crt_build.STRICT_CFLAGS, "-O1")
+    gen_flags = ("-std=gnu11", "-O2", "-Wall", "-Wno-unused-variable")
+    exe = os.path.join(base, "aot_test_runner")
+    try:
+        objects = _crt_objects(crt_flags)
+        objects += crt_build.compile_objects(
+            os.path.join(base, "platform"), [platform],
+            cflags=(*crt_flags, f"-DTVM_WORKSPACE_SIZE_BYTES={size}"))
+        objects += crt_build.compile_objects(os.path.join(base, "build"), sources,
+                                             cflags=gen_flags, include=includes)
+        if verbose:
+            print("Linking", exe, "from", [str(o) for o in objects])
+        crt_build.link_executable(exe, objects)
+    except TVMError as err:
+        raise AssertionError(f"the AOT test program did not build:\n{err}") from None
+    return exe
 
 
 def compile_and_run(models: AOTTestModel | list[AOTTestModel], runner: AOTTestRunner,

@@ -107,7 +107,50 @@ def _divide(x: Any, y: Any) -> Any:
 
 
 def _floor_mod(x: Any, y: Any) -> Any:
-    return _op.floormod(x, y) if _is_int(x) else x - _op.floor(_op.div(x, y)) * y
+    """Python's ``%`` (NumPy's ``remainder``): the result takes the divisor's sign. Floats
+    follow NumPy's algorithm (fmod, then one correction), not ``x - floor(x / y) * y``, which
+    gives NaN for an infinite divisor and +0 where the divisor is negative."""
+    if _is_int(x):
+        return _op.floormod(x, y)
+    zero = _op.const(0, x.dtype)
+    rem = _op.fmod(x, y)
+    wrong_sign = _op.logical_and(rem != zero, (rem < zero) != (y < zero))
+    rem = _op.if_then_else(wrong_sign, rem + y, rem)
+    return _op.if_then_else(rem == zero, _op.copysign(zero, y), rem)
+
+
+def _power(x: Any, y: Any) -> Any:
+    """``x ** y``; integers go through float64 (exact while the result fits in 53 bits), as
+    LLVM's pow intrinsic takes floating-point operands only."""
+    if not _is_int(x):
+        return _op.power(x, y)
+    wide = _op.power(_op.cast(x, "float64"), _op.cast(y, "float64"))
+    return _op.cast(_op.round(wide), x.dtype)
+
+
+def _shift_in_range(x: Any, y: Any) -> Any:
+    width = _op.const(int("".join(c for c in x.dtype if c.isdigit()) or 32), y.dtype)
+    below = y < width
+    return below if y.dtype.startswith("uint") else _op.logical_and(y >= _op.const(0, y.dtype),
+                                                                      below)
+
+
+def _left_shift(x: Any, y: Any) -> Any:
+    """``x << y``, 0 where ``y`` is negative or at least the bit width (NumPy's rule; C leaves
+    those undefined and LLVM makes them poison)."""
+    inside = _shift_in_range(x, y)
+    shifted = _op.left_shift(x, _op.if_then_else(inside, y, _op.const(0, y.dtype)))
+    return _op.if_then_else(inside, shifted, _op.const(0, x.dtype))
+
+
+def _right_shift(x: Any, y: Any) -> Any:
+    """``x >> y``; a negative or too-wide ``y`` gives the sign fill (-1 or 0), as NumPy's."""
+    inside = _shift_in_range(x, y)
+    shifted = _op.right_shift(x, _op.if_then_else(inside, y, _op.const(0, y.dtype)))
+    fill = _op.const(0, x.dtype)
+    if not x.dtype.startswith("uint"):
+        fill = _op.if_then_else(x < fill, _op.const(-1, x.dtype), fill)
+    return _op.if_then_else(inside, shifted, fill)
 
 
 def _trunc_div(x: Any, y: Any) -> Any:
@@ -134,13 +177,13 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": _op.add, "subtract": _op.subtract, "multiply": _op.multiply,
     "divide": _divide, "floor_divide": _op.floordiv, "floor_mod": _floor_mod,
     "mod": _trunc_mod, "trunc_divide": _trunc_div, "trunc_mod": _trunc_mod,
-    "power": _op.power, "maximum": _op.max, "minimum": _op.min,
+    "power": _power, "maximum": _op.max, "minimum": _op.min,
     "equal": _op.equal, "not_equal": _op.not_equal, "less": _op.less,
     "less_equal": _op.less_equal, "greater": _op.greater, "greater_equal": _op.greater_equal,
     "logical_and": _logical(_op.logical_and), "logical_or": _logical(_op.logical_or),
     "logical_xor": _logical(_logical_xor), "bitwise_and": _op.bitwise_and,
     "bitwise_or": _op.bitwise_or, "bitwise_xor": _op.bitwise_xor,
-    "left_shift": _op.left_shift, "right_shift": _op.right_shift,
+    "left_shift": _left_shift, "right_shift": _right_shift,
 }
 
 

@@ -63,7 +63,20 @@ def test_compile_graph_crt_and_refusals(onnx_model, tmp_path, capsys):
     assert main(["compile", str(onnx_model), "--runtime", "crt", "-o", str(out)]) == 0
     with tarfile.open(out) as tar:
         assert "./executor-config/graph/default.graph" in tar.getnames()
-    assert main(["compile", str(onnx_model), "--executor", "aot", "-o", str(out)]) == 1
-    assert "add --runtime crt" in capsys.readouterr().err
     assert main(["compile", str(onnx_model), "--executor", "vm", "--runtime", "crt"]) == 1
     assert "the C runtime has no VM" in capsys.readouterr().err
+
+
+def test_compile_and_run_a_host_aot_package(onnx_model, tmp_path, capsys):
+    out = tmp_path / "aot.tar"
+    assert main(["compile", str(onnx_model), "--executor", "aot", "-o", str(out)]) == 0
+    assert "AOT workspace pool" in capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal((1, 10)).astype("float32")
+    np.savez(tmp_path / "in.npz", x=x)
+    assert main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                 str(tmp_path / "out.npz"), "--print-time", "--repeat", "2"]) == 0
+    assert "time: median" in capsys.readouterr().out
+    w = np.linspace(-1, 1, 40, dtype="float32").reshape(10, 4)
+    r = np.maximum(x @ w, 0)
+    want = np.exp(r - r.max()) / np.exp(r - r.max()).sum()
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["output_0"], want, rtol=1e-5)

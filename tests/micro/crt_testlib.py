@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-
-import numpy as np
 
 from kiln.micro import crt_build
 
 C_TEST_DIR = Path(__file__).resolve().parent / "crt"
 PLATFORM_TEMPLATE = Path(crt_build.get_standalone_crt_dir()) / "template" / "platform-template.c"
+
+#: crt_config.h of every test program: room for the global registry, a model's system library
+#: and an executor module (host-driven microTVM needs all three).
+TEST_CONFIG = {"TVM_CRT_MAX_REGISTERED_MODULES": 3}
 
 #: AddressSanitizer + UndefinedBehaviorSanitizer; any finding aborts the program.
 SANITIZE = (
@@ -24,6 +28,32 @@ SANITIZE = (
 )
 
 
+def _cache_root() -> Path:
+    default = Path(tempfile.gettempdir()) / "kiln-test-cache"
+    return Path(os.environ.get("KILN_CACHE_DIR", default)) / "crt-tests"
+
+
+def crt_objects(flags: Sequence[str], config: Mapping[str, object] = ()) -> dict[str, Path]:
+    """Objects of every CRT component built with ``flags`` and ``config``, by source stem.
+
+    Cached by the content of every CRT file, the flags and the config, so the test files
+    (and xdist workers) share one build and an edit to any CRT file rebuilds it.
+    """
+    digest = hashlib.sha256(repr((tuple(flags), sorted(dict(config).items()))).encode())
+    for path in sorted(Path(crt_build.get_standalone_crt_dir()).rglob("*.[ch]")):
+        digest.update(path.as_posix().encode() + path.read_bytes())
+    final = _cache_root() / digest.hexdigest()[:16]
+    if not final.is_dir():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=final.parent))
+        crt_build.compile_objects(staging, crt_build.crt_sources(), cflags=flags, config=config)
+        try:
+            staging.rename(final)
+        except OSError:  # another process finished first: use its build
+            shutil.rmtree(staging, ignore_errors=True)
+    return {p.stem: p for p in final.glob("*.o")}
+
+
 def build_program(
     out_dir: str | os.PathLike,
     name: str,
@@ -32,30 +62,24 @@ def build_program(
     components: Sequence[str] = crt_build.COMPONENTS,
     platform: str | os.PathLike | None = PLATFORM_TEMPLATE,
     sanitize: bool = True,
-    config: Mapping[str, object] = (),
+    config: Mapping[str, object] = TEST_CONFIG,
     cflags: Sequence[str] = (),
     generated: Iterable[str | os.PathLike] = (),
 ) -> Path:
-    """Compile the CRT components, a platform and ``sources`` into ``out_dir/name``.
+    """Link the CRT components, a platform and ``sources`` into ``out_dir/name/name``.
 
     ``generated`` sources (kernels from kiln's C codegen) use GNU C and are not held to the
     CRT's warning flags; they are not under test here, so they skip the sanitizers (faster).
     """
     out = Path(out_dir) / name
-    flags = (*crt_build.STRICT_CFLAGS, "-O1", *(SANITIZE if sanitize else ()), *cflags)
-    crt = list(crt_build.crt_sources(components))
-    if platform is not None:
-        crt.append(Path(platform))
-    # Programs built alike in one directory share the CRT objects.
-    key = hashlib.sha256(repr((crt, flags, sorted(dict(config).items()))).encode()).hexdigest()
-    crt_dir = Path(out_dir) / f"crt-{key[:12]}"
-    objects = sorted(crt_dir.glob("*.o")) if (crt_dir / "done").exists() else []
-    if not objects:
-        objects = crt_build.compile_objects(crt_dir, crt, cflags=flags, config=config)
-        (crt_dir / "done").write_text("")
-    own_flags = tuple(f for f in flags if f != "-std=c99")  # test code may use C11 bits
+    flags = (*crt_build.STRICT_CFLAGS, "-O1", *(SANITIZE if sanitize else ()))
+    built = crt_objects(flags, config)
+    objects = [built[Path(src).stem] for src in crt_build.crt_sources(components)]
+    own = list(sources) + ([Path(platform)] if platform is not None else [])
+    # Test code may use C11 and extra include directories.
+    own_flags = tuple(f for f in flags if f != "-std=c99") + tuple(cflags)
     objects += crt_build.compile_objects(
-        out, list(sources), cflags=own_flags, config=config, include=[C_TEST_DIR]
+        out, own, cflags=own_flags, config=config, include=[C_TEST_DIR]
     )
     generated = list(generated)
     if generated:
@@ -81,58 +105,3 @@ def run_program(exe: Path, *args: str, timeout: float = 120) -> subprocess.Compl
     return subprocess.run(
         [os.fspath(exe), *args], capture_output=True, text=True, timeout=timeout, env=env
     )
-
-
-def system_lib_source(
-    function_names: Sequence[str], linked_params: Mapping[int, np.ndarray] | None = None
-) -> str:
-    """C source of a system library over the kernels ``function_names``.
-
-    It lays the registry out as TVM's codegen does (count, NUL-separated names, final NUL) and
-    defines ``TVMSystemLibEntryPoint``; with ``linked_params`` ({storage id: array}) it also
-    defines ``_lookup_linked_param`` returning each array's address, as link-params builds do.
-    Test-local stand-in until the system-lib codegen lands.
-    """
-    names = list(function_names)
-    lines = ["#include <tvm/runtime/crt/module.h>", ""]
-    for name in names:
-        lines.append(f"int32_t {name}(TVMValue*, int*, int, TVMValue*, int*, void*);")
-    if linked_params is not None:
-        names.append("_lookup_linked_param")
-        for sid, array in sorted(linked_params.items()):
-            data = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-            body = ", ".join(str(b) for b in data) or "0"
-            lines.append(
-                f"static const uint8_t linked_param_{sid}[] __attribute__((aligned(16))) = "
-                f"{{{body}}};"
-            )
-        cases = "".join(
-            f"    case {sid}: ret->v_handle = (void*)linked_param_{sid}; break;\n"
-            for sid in sorted(linked_params)
-        )
-        lines.append(
-            "static int32_t _lookup_linked_param(TVMValue* args, int* codes, int n,\n"
-            "                                    TVMValue* ret, int* ret_code, void* rh) {\n"
-            "  (void)codes; (void)n; (void)rh;\n"
-            "  *ret_code = kTVMOpaqueHandle;\n"
-            "  switch (args[0].v_int64) {\n"
-            f"{cases}"
-            "    default: ret->v_handle = NULL; break;\n"
-            "  }\n"
-            "  return 0;\n"
-            "}"
-        )
-    count = len(names)
-    blob = f'"\\{count & 0xFF:03o}\\{count >> 8:03o}" ' + " ".join(
-        f'"{name}" "\\0"' for name in names
-    )
-    lines += [
-        "static const TVMBackendPackedCFunc funcs[] = {"
-        + ", ".join(f"&{name}" for name in names)
-        + "};",
-        f"static const TVMFuncRegistry registry = {{{blob}, funcs}};",
-        "static const TVMModule system_lib = {&registry};",
-        "const TVMModule* TVMSystemLibEntryPoint(void) { return &system_lib; }",
-        "",
-    ]
-    return "\n".join(lines)

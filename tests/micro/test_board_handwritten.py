@@ -66,6 +66,16 @@ def test_systick_counts_instructions_exactly_under_icount(name, tmp_path_factory
 
 
 @needs_qemu
+def test_systick_wraps_extend_the_count(tmp_path_factory):
+    # A wrap every 1000 ticks (40000 instructions): the 2M-instruction loop crosses 50 wraps
+    # and the 64-bit count still holds, give or take the wrap interrupts' own instructions.
+    board = CortexMBoard("qemu-cortex-m4", systick_period=1000)
+    program = _build(board, tmp_path_factory)
+    result = board.run(program, [np.zeros(N, "float32")], [((N,), "float32")])
+    assert abs(result.instructions - 2 * LOOPS) <= 50 * 40 + 200
+
+
+@needs_qemu
 def test_abort_exits_through_semihosting_with_its_code(tmp_path_factory):
     board = CortexMBoard("qemu-cortex-m4")
     program = _build(board, tmp_path_factory, KILN_ABORT="1")
@@ -91,3 +101,25 @@ def test_host_build_error_carries_the_compiler_output(tmp_path):
     bad.write_text("int main(void) { return undefined_name; }\n")
     with pytest.raises(MicroBoardError, match="undefined_name"):
         HostBoard().build([SourceGroup.of([bad])], tmp_path / "build")
+
+
+def test_a_missing_toolchain_names_the_package(monkeypatch, tmp_path):
+    import kiln.micro.board.qemu as qemu
+
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
+    with pytest.raises(MicroBoardError, match="apt-get install gcc-arm-none-eabi"):
+        CortexMBoard("qemu-cortex-m4").build([SourceGroup.of([PROGRAM])], tmp_path)
+    with pytest.raises(MicroBoardError, match="qemu-system-arm is not installed"):
+        CortexMBoard("qemu-cortex-m7").execute(tmp_path / "x.elf", tmp_path, 1)
+
+
+@pytest.mark.parametrize("name", ["host", pytest.param("qemu-cortex-m4", marks=needs_qemu)])
+def test_a_crash_is_reported_not_hidden(name, tmp_path_factory):
+    # An undefined instruction: SIGILL on the host; on the Cortex-M the fault handler prints
+    # and exits QEMU with KILN_EXIT_FAULT through semihosting.
+    board = get_board(name)
+    program = _build(board, tmp_path_factory, KILN_CRASH="1")
+    want = "killed by SIGILL" if name == "host" else \
+        r"(?s)status 5 \(the CPU took a fault exception\).*kiln-fault"
+    with pytest.raises(MicroBoardError, match=want):
+        board.run(program, [np.zeros(N, "float32")], [((N,), "float32")])

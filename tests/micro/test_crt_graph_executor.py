@@ -1,17 +1,19 @@
-"""The C graph executor runs models built by kiln (target "c"): graph JSON and params from the
-graph executor factory, kernels from the built module's C source, a test-local system-lib
-registry. Outputs are compared with NumPy and with kiln's Python graph executor.
+"""The C graph executor runs models built by kiln for the CRT (target "c",
+Runtime("crt", {"system-lib": True}), Executor("graph", {"link-params": ...})): graph JSON,
+params and the generated C (kernels, function registry, linked params) compiled with the CRT.
+Outputs are compared with NumPy and with kiln's Python graph executor.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from crt_testlib import C_TEST_DIR, build_program, run_program, system_lib_source
+from crt_testlib import C_TEST_DIR, build_program, run_program
 
 import kiln as tvm
 from kiln import relay
 from kiln.contrib import graph_executor
+from kiln.relay.backend import Executor, Runtime
 
 
 def _mlp():
@@ -59,29 +61,45 @@ def _cnn():
 _BUILDS = {}
 
 
-def _build(model_fn):
-    """relay.build for target "c", once per model per session."""
-    if model_fn not in _BUILDS:
+CORTEX_M4 = "c -keys=arm_cpu -mcpu=cortex-m4"
+
+
+def _build(model_fn, link_params, target="c"):
+    """relay.build for the CRT (system-lib, graph executor) and for the host, once each."""
+    key = (model_fn, link_params, target)
+    if key not in _BUILDS:
         mod, params, inputs = model_fn()
         with tvm.transform.PassContext(opt_level=3):
-            _BUILDS[model_fn] = (relay.build(mod, target="c", params=params), inputs)
-    return _BUILDS[model_fn]
+            crt = relay.build(
+                mod,
+                target=target,
+                params=params,
+                runtime=Runtime("crt", {"system-lib": True}),
+                executor=Executor("graph", {"link-params": link_params}),
+            )
+            host = relay.build(mod, target="c", params=params)
+        _BUILDS[key] = (crt, host, inputs)
+    return _BUILDS[key]
+
+
+def _sources(lib):
+    """The C source of a module and of everything it imports."""
+    return [lib.get_source()] + [s for m in lib.imported_modules for s in _sources(m)]
 
 
 class Built:
-    """A model built for target "c" and the C graph executor program that runs it."""
+    """A model built by kiln for the CRT and the C graph executor program that runs it."""
 
-    def __init__(self, out_dir, name, model_fn, linked=False):
-        self.factory, self.inputs = _build(model_fn)
+    def __init__(self, out_dir, name, model_fn, linked=False, target="c"):
+        self.factory, self.host, self.inputs = _build(model_fn, linked, target)
         self.graph_json = self.factory.get_graph_json()
         self.params = {k: v.numpy() for k, v in self.factory.get_params().items()}
-        lib = self.factory.get_lib()
         self.dir = out_dir / name
         self.dir.mkdir(parents=True)
-        names = list(lib.function_names)
-        linked_params = self._linked_params() if linked else None
-        (self.dir / "kernels.c").write_text(lib.get_source())
-        (self.dir / "system_lib.c").write_text(system_lib_source(names, linked_params))
+        generated = []
+        for i, source in enumerate(_sources(self.factory.get_lib())):
+            generated.append(self.dir / f"lib{i}.c")
+            generated[-1].write_text(source)
         (self.dir / "graph.json").write_text(self.graph_json)
         (self.dir / "params.bin").write_bytes(tvm.runtime.save_param_dict(self.params))
         self.exe = build_program(
@@ -89,19 +107,8 @@ class Built:
             f"{name}_runner",
             [C_TEST_DIR / "graph_runner.c"],
             components=("common", "memory", "graph_executor"),
-            generated=[self.dir / "kernels.c", self.dir / "system_lib.c"],
+            generated=generated,
         )
-
-    def _linked_params(self):
-        import json
-
-        graph = json.loads(self.graph_json)
-        sids = graph["attrs"]["storage_id"][1]
-        return {
-            sids[graph["node_row_ptr"][nid]]: self.params[node["name"]]
-            for nid, node in enumerate(graph["nodes"])
-            if node["name"] in self.params
-        }
 
     def run(self, params="params.bin", inputs=None, expect_ok=True, graph="graph.json"):
         inputs = self.inputs if inputs is None else inputs
@@ -125,7 +132,7 @@ class Built:
         ]
 
     def python_outputs(self):
-        m = graph_executor.GraphModule(self.factory["default"](tvm.cpu(0)))
+        m = graph_executor.GraphModule(self.host["default"](tvm.cpu(0)))
         m.set_input(**self.inputs)
         m.run()
         return [m.get_output(i).numpy() for i in range(m.get_num_outputs())]
@@ -166,6 +173,15 @@ def test_cnn_matches_python_executor(cnn):
     assert '"__nop"' in cnn.graph_json  # the reshape alias is skipped, not called
 
 
+def test_cortex_m_kernels_run_on_the_host_crt(out_dir):
+    # The bare-metal dialect (scalar arm_cpu schedules; big scratch from
+    # TVMBackendAllocWorkspace in the packed wrappers) through the page allocator.
+    built = Built(out_dir, "cnn_m4", _cnn, linked=True, target=CORTEX_M4)
+    built.run(params="-")
+    expected = built.python_outputs()
+    np.testing.assert_allclose(built.outputs(expected)[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
 def test_linked_params_need_no_params_blob(out_dir):
     built = Built(out_dir, "mlp_linked", _mlp, linked=True)
     built.run(params="-")
@@ -188,7 +204,7 @@ def test_bad_inputs_and_params_are_errors(mlp):
 
 
 def test_missing_kernel_is_named(mlp):
-    name = mlp.factory.get_lib().function_names[0]
+    name = mlp.factory.get_lib().imported_modules[0].function_names[0]
     (mlp.dir / "renamed.json").write_text(mlp.graph_json.replace(f'"{name}"', '"not_a_kernel"'))
     out = mlp.run(graph="renamed.json", expect_ok=False)
     assert "calls 'not_a_kernel', which the module does not have" in out
@@ -196,8 +212,76 @@ def test_missing_kernel_is_named(mlp):
 
 def test_too_long_function_name_is_an_error_not_a_truncation(mlp):
     # TVM issue #8953: fused names longer than the buffer were cut and then not found.
-    name = mlp.factory.get_lib().function_names[0]
+    name = mlp.factory.get_lib().imported_modules[0].function_names[0]
     long_name = name + "_" * (130 - len(name))
     (mlp.dir / "long.json").write_text(mlp.graph_json.replace(f'"{name}"', f'"{long_name}"'))
     out = mlp.run(graph="long.json", expect_ok=False)
     assert "is longer than 119 characters (raise TVM_CRT_MAX_STRLEN_FUNCTION_NAME" in out
+
+
+def _op_node(graph):
+    return next(n for n in graph["nodes"] if n["op"] == "tvm_op")
+
+
+def _set(path, value):
+    def edit(graph):
+        target = graph
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return edit
+
+
+CORRUPTIONS = {
+    "storage id": (_set(["attrs", "storage_id", 1, 0], 99), "has storage id 99; ids must be"),
+    "row ptr": (lambda g: g["node_row_ptr"].pop(), "node_row_ptr has"),
+    "op": (lambda g: _op_node(g).update(op="bogus"), 'has op "bogus"; expected'),
+    "input node": (lambda g: _op_node(g)["inputs"][0].__setitem__(0, 999), "refers to node 999"),
+    "rank": (_set(["attrs", "shape", 1, 0], [1] * 7), "more than 6 dimensions (raise TVM_CRT"),
+    "negative": (_set(["attrs", "shape", 1, 0], [2, -3]), "negative dimension -3"),
+    "dtype": (_set(["attrs", "dltype", 1, 0], "float33x"), "invalid dtype string 'float33x'"),
+    "no heads": (lambda g: g.pop("heads"), "lacks one of nodes, arg_nodes, heads"),
+    "arity": (lambda g: _op_node(g)["attrs"].update(num_inputs="5"), "but its attrs say 5"),
+    "arg node": (
+        lambda g: g["arg_nodes"].append(g["nodes"].index(_op_node(g))),
+        "is not an input node",
+    ),
+    "max args": (
+        lambda g: (
+            _op_node(g).update(inputs=[[0, 0, 0]] * 10)
+            or _op_node(g)["attrs"].update(num_inputs="10")
+        ),
+        "(raise TVM_CRT_MAX_ARGS",
+    ),
+}
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_corrupt_graph_is_an_error_naming_the_problem(mlp, corruption):
+    import json
+
+    edit, message = CORRUPTIONS[corruption]
+    graph = json.loads(mlp.graph_json)
+    edit(graph)
+    name = f"corrupt_{corruption.replace(' ', '_')}.json"
+    (mlp.dir / name).write_text(json.dumps(graph))
+    assert message in mlp.run(graph=name, expect_ok=False)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"nodes": [], "nodes": []}', '"nodes" appears twice'),
+        ("{} trailing", "expected the end of the graph JSON at offset 3"),
+        ('{"metadata": ' + "[" * 40, "TVM_CRT_MAX_JSON_DEPTH"),
+        (
+            '{"attrs": {"storage_id": ["list_int", []], "storage_id": ["list_int", []]}}',
+            "attrs.storage_id appears twice",
+        ),
+        ("", "expected '{' (an object) at offset 0, found the end of the text"),
+    ],
+)
+def test_malformed_graph_text_is_an_error(mlp, text, message):
+    (mlp.dir / "malformed.json").write_text(text)
+    assert message in mlp.run(graph="malformed.json", expect_ok=False)

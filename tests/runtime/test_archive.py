@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from pathlib import Path
@@ -65,7 +66,8 @@ def test_safe_extract_refuses_each_hostile_member_before_writing(tmp_path: Path,
 
 
 def test_safe_extract_writes_plain_files_into_a_private_directory(tmp_path: Path) -> None:
-    archive = _tar(tmp_path / "ok.tar", _member("./src/a.c", KERNEL_C, mode=0o4777),
+    archive = _tar(tmp_path / "ok.tar", _member(".", kind=tarfile.DIRTYPE),
+                   _member("./src/a.c", KERNEL_C, mode=0o4777),
                    _member("src", kind=tarfile.DIRTYPE), _member("run.sh", b"#!/bin/sh\n"))
     root = safe_extract(archive)
     try:
@@ -103,6 +105,16 @@ def test_safe_extract_refuses_duplicates_oversize_truncation_and_busy_destinatio
     assert (busy / "mine.txt").read_text() == "keep"
     with pytest.raises(TVMError, match="no such file"):
         safe_extract(tmp_path / "missing.tar")
+
+
+def test_safe_extract_stops_reading_headers_at_the_member_cap(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    from kiln.runtime import archive as archive_lib
+
+    monkeypatch.setattr(archive_lib, "MAX_ARCHIVE_MEMBERS", 3)
+    many = _tar(tmp_path / "many.tar", *(_member(f"f{i}.c", b"x") for i in range(5)))
+    with pytest.raises(TVMError, match="more than 3 members"):
+        safe_extract(many, tmp_path / "out")
 
 
 def test_extracted_removes_its_directory(tmp_path: Path) -> None:
@@ -173,3 +185,82 @@ def test_blob_symbol_outside_the_mapped_image_is_refused() -> None:
         module_lib._read_blob_at(4096, None, "tampered.so")
     with pytest.raises(TVMError, match="points outside the loaded library"):
         module_lib._read_c_string(4096, "tampered.so")
+
+
+# Each makes gcc (or the assembler) read a file outside the archive; /dev/zero never ends.
+HOSTILE_SOURCES = {
+    "absolute include": b'#include "/dev/zero"\n',
+    "angle include": b"#include </dev/zero>\n",
+    "dot-dot include": b'#include "../../../../dev/zero"\n',
+    "computed include": b"#define Z </dev/zero>\n#include Z\n",
+    "digraph": b'%:include "/dev/zero"\n',
+    "comment before the hash": b'/* x */ #include "/dev/zero"\n',
+    "comment inside": b'#/*\n*/include "/dev/zero"\n',
+    "line splice": b'#\\\ninclude "/dev/zero"\n',
+    "include_next": b"#include_next </dev/zero>\n",
+    "embed": b'static const char z[] = {\n#embed "/dev/zero"\n};\n',
+    "incbin": b'__asm__(".incbin \\"/dev/zero\\"");\n',
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_SOURCES))
+def test_module_tar_refuses_sources_that_read_outside_files(tmp_path: Path, case) -> None:
+    archive = _tar(tmp_path / "evil.tar", _member("k.c", HOSTILE_SOURCES[case] + KERNEL_C))
+    with pytest.raises(TVMError, match="k.c: .*(outside the include path|not allowed)"):
+        load_module(archive)
+
+
+def test_relative_includes_and_comments_mentioning_includes_are_fine() -> None:
+    source = (b'#include <tvm/runtime/c_backend_api.h>\n#include "local.h" // "/dev/zero"\n'
+              b'/* #include "/dev/zero" */\nconst char* s = "a /* b";\n')
+    module_lib.check_archive_source(source, "ok.tar")
+
+
+def test_a_compiler_that_never_finishes_is_an_error(tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc
+
+    # A FIFO nobody writes blocks gcc forever, as /dev/zero would (without eating memory).
+    os.mkfifo(tmp_path / "never.h")
+    source = tmp_path / "waits.c"
+    source.write_text('#include "never.h"\n')
+    monkeypatch.setenv("KILN_CC_TIMEOUT", "1")
+    with pytest.raises(TVMError, match=r"did not finish within 1 s \(KILN_CC_TIMEOUT\)"):
+        cc.compile_object(tmp_path / "waits.o", source)
+
+
+def test_model_library_format_reader_uses_the_same_checks(tmp_path: Path) -> None:
+    from kiln.micro.board import MicroBoardError, ModelLibrary
+
+    archive = _tar(tmp_path / "mlf.tar", _member(".", kind=tarfile.DIRTYPE),
+                   _member("./metadata.json", b"{}"),
+                   _member("./codegen", kind=tarfile.CHRTYPE, devmajor=1, devminor=5))
+    with pytest.raises(MicroBoardError, match="'./codegen' is not a regular file"):
+        ModelLibrary(archive)
+
+
+@pytest.mark.parametrize("metadata, message", [
+    (b"[" * 100_000, "too deeply"), (b"[1, 2]", "holds a list, not an object"),
+    (b"\xff\xfe{}", "not UTF-8"), (b'{"version": "\\ud800"}', "not valid Unicode"),
+])
+def test_model_library_format_metadata_errors_are_tvm_errors(tmp_path: Path, metadata,
+                                                             message) -> None:
+    from kiln.micro.board import MicroBoardError, ModelLibrary
+    from kiln.micro.model_library_format import read_metadata
+
+    archive = _tar(tmp_path / "mlf.tar", _member("./metadata.json", metadata))
+    with pytest.raises(TVMError, match=message):
+        read_metadata(archive)
+    if "not an object" not in message:
+        with pytest.raises(MicroBoardError, match="metadata.json"):
+            ModelLibrary(archive)
+
+
+def test_model_library_with_a_tampered_interface_header_is_a_board_error(tmp_path: Path) -> None:
+    from kiln.micro.board import MicroBoardError, ModelLibrary
+
+    metadata = json.dumps({"modules": {"default": {"executors": ["aot"]}}}).encode()
+    archive = _tar(tmp_path / "mlf.tar", _member("./metadata.json", metadata),
+                   _member("./codegen/host/src/lib0.c", KERNEL_C),
+                   _member("./codegen/host/include/tvmgen_default.h", b"\xff\xfe\x80 bytes"))
+    with pytest.raises(MicroBoardError, match="cannot read the aot interface: UnicodeDecodeErr"):
+        ModelLibrary(archive)

@@ -11,6 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# tests/ is on sys.path under pytest (it holds conftest.py), so tests/fuzz imports as `fuzz`.
+from fuzz.targets import RICH_RELAY_TEXT  # every kind of Relay node in one module
+
 import kiln
 from kiln import relay
 from kiln.ir import structural_equal
@@ -25,30 +28,6 @@ from kiln.runtime.serialization import load_json, save_json
 
 ROOT = Path(kiln.__file__).parent
 
-# One module using every kind of Relay node: an ADT and match, if, let, references, tuples,
-# an operator call with attributes, a symbolic dimension, function types and recursion.
-RICH_MODULE = """
-type List[A] { Cons(A, List[A]), Nil }
-def @length[A](%xs: List[A]) -> int32 {
-  match (%xs) {
-    Cons(_, %rest) => add(1, @length(%rest)),
-    Nil => 0,
-  }
-}
-def @main(%x: Tensor[(1, 3, 8, 8), float32], %w: Tensor[(4, 3, 3, 3), float32],
-          %n: Tensor[(?, 2), int64], %f: fn (float32) -> float32) {
-  let %r = ref(0f);
-  %0 = nn.conv2d(%x, %w, padding=[1, 1, 1, 1], channels=4, kernel_size=[3, 3]);
-  %1 = (%0, %n, %f(1f));
-  %2 = ref_write(%r, %1.2);
-  if (less(ref_read(%r), 2f)) {
-    (%1.0, @length(Cons(1, Nil)))
-  } else {
-    (nn.relu(%1.0), 0)
-  }
-}
-"""
-
 
 def _in_fresh_process(code: str, stdin: str) -> str:
     """Run ``code`` in a new interpreter that imported nothing but what it says."""
@@ -59,7 +38,7 @@ def _in_fresh_process(code: str, stdin: str) -> str:
 
 
 def test_a_saved_module_with_every_relay_node_kind_loads_in_a_fresh_process() -> None:
-    mod = relay.transform.InferType()(kiln.parser.parse(RICH_MODULE))
+    mod = relay.transform.InferType()(kiln.parser.parse(RICH_RELAY_TEXT))
     text = save_json(mod)
     assert structural_equal(load_json(text), mod)
     # Only `import kiln`: node types and operators must be found without other imports.
@@ -99,6 +78,12 @@ def test_every_module_registering_node_types_is_listed() -> None:
     assert not missing, f"add to register_node_type_modules in kiln/__init__.py: {missing}"
 
 
+def _defined_at_top(cls: type) -> bool:
+    """Whether ``cls`` is its module's own attribute (not a class a doctest defined while
+    running with that module's globals)."""
+    return getattr(sys.modules.get(cls.__module__), cls.__qualname__, None) is cls
+
+
 def _kiln_node_classes() -> dict[str, type]:
     import_node_type_modules()
     classes, pending = {}, [Object]
@@ -107,7 +92,8 @@ def _kiln_node_classes() -> dict[str, type]:
         pending.extend(cls.__subclasses__())
         key = cls.__dict__.get("type_key")
         registered = "_type_index" in cls.__dict__  # Module kinds set a type_key only
-        if registered and cls.__module__.startswith("kiln.") and type_key_to_class(key) is cls:
+        if (registered and cls.__module__.startswith("kiln.") and _defined_at_top(cls)
+                and type_key_to_class(key) is cls):
             classes[key] = cls
     return classes
 
@@ -150,8 +136,9 @@ def test_load_json_checks_node_field_types(nodes, message) -> None:
 
 
 def test_load_json_refuses_deep_nesting_and_lone_surrogates() -> None:
-    with pytest.raises(TVMError, match="nests arrays or objects too deeply"):
-        load_json('{"root": 1, "nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(TVMError, match="nests arrays or objects too deeply to read "
+                                       r"\(500 levels deep at line 2, column 509\)"):
+        load_json('{"root": 1,\n "nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(TVMError, match="not valid Unicode"):
         load_json(_document({"type_key": "runtime.String", "repr_str": "\ud800"}))
     # a deep chain of Arrays (not JSON nesting) still loads, without recursion

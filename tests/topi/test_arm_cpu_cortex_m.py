@@ -5,6 +5,8 @@ tests/micro/test_board_models.py."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -65,6 +67,50 @@ def test_pointwise_conv_micro_kernel_matches_numpy(strides, channels):
     np.testing.assert_allclose(_run(lib, x=xv), want, rtol=1e-5, atol=1e-5)
 
 
+def _conv_nhwc(x, k, strides, pads, groups=1):
+    """NumPy NHWC convolution with an HWIO kernel (I = channels per group)."""
+    top, left, bottom, right = pads
+    xp = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    kh, kw, cin, cout = k.shape
+    oh = (xp.shape[1] - kh) // strides[0] + 1
+    ow = (xp.shape[2] - kw) // strides[1] + 1
+    out = np.zeros((x.shape[0], oh, ow, cout), "float64")
+    per_group = cout // groups
+    for dy in range(kh):
+        for dx in range(kw):
+            win = xp[:, dy:dy + oh * strides[0]:strides[0], dx:dx + ow * strides[1]:strides[1]]
+            for g in range(groups):
+                o = slice(g * per_group, (g + 1) * per_group)
+                out[..., o] += win[..., g * cin:(g + 1) * cin] @ k[dy, dx, :, o]
+    return out
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_direct_conv_keeps_no_whole_intermediate_and_matches_numpy(depthwise):
+    channels = 6
+    x = relay.var("x", shape=(1, 9, 7, channels if depthwise else 3), dtype="float32")
+    if depthwise:
+        k = rng.standard_normal((3, 3, channels, 1)).astype("float32")
+        y = relay.nn.conv2d(x, relay.const(k), strides=(2, 1), padding=(1, 1, 1, 1),
+                            groups=channels, channels=channels, kernel_size=(3, 3),
+                            data_layout="NHWC", kernel_layout="HWOI")
+        hwio = k.transpose(0, 1, 3, 2)
+    else:
+        hwio = k = rng.standard_normal((3, 3, 3, channels)).astype("float32")
+        y = relay.nn.conv2d(x, relay.const(k), strides=(2, 1), padding=(1, 1, 1, 1),
+                            channels=channels, kernel_size=(3, 3), data_layout="NHWC",
+                            kernel_layout="HWIO")
+    b = rng.standard_normal(channels).astype("float32")
+    y = relay.nn.relu(relay.nn.bias_add(y, relay.const(b), axis=3))
+    lib = _build(relay.Function([x], y), CORTEX_M4)
+    # the convolution's scratch is one row of channels, not the 5x7x6 result
+    sizes = [int(n) for n in re.findall(r"float conv\w*\[(\d+)\]", lib.get_lib().get_source())]
+    assert sizes and max(sizes) <= channels
+    xv = rng.standard_normal(tuple(int(d) for d in x.type_annotation.shape)).astype("float32")
+    want = _conv_nhwc(xv, hwio, (2, 1), (1, 1, 1, 1), channels if depthwise else 1)
+    np.testing.assert_allclose(_run(lib, x=xv), np.maximum(want + b, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_cortex_m_picks_the_micro_kernel_and_other_arm_cpus_do_not():
     from kiln import te
     from kiln.ir.type import TensorType
@@ -80,7 +126,7 @@ def test_cortex_m_picks_the_micro_kernel_and_other_arm_cpus_do_not():
         assert impl.name == want, target
     data = te.placeholder((1, 6, 6, 8), name="data")
     for kernel_shape, want in (((1, 1, 8, 16), "conv2d_nhwc_1x1_micro_kernel.arm_cpu"),
-                               ((3, 3, 8, 16), "conv2d.generic")):
+                               ((3, 3, 8, 16), "conv2d_direct.arm_cpu")):
         attrs = Conv2DAttrs(data_layout="NHWC", kernel_layout="HWIO",
                             kernel_size=kernel_shape[:2], channels=16)
         kernel = te.placeholder(kernel_shape, name="kernel")

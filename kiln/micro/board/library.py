@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from kiln.micro.board.base import MicroBoardError
+from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.params import load_param_dict
+from kiln.runtime.serialization import read_json
 
 __all__ = ["ModelLibrary", "TensorInfo"]
 
@@ -48,14 +49,6 @@ class TensorInfo:
         return (self.nbytes // np.dtype(self.dtype).itemsize,)
 
 
-def _safe_extract(tar: tarfile.TarFile, dest: Path) -> None:
-    for member in tar.getmembers():
-        target = (dest / member.name).resolve()
-        if not str(target).startswith(str(dest.resolve())) or member.issym() or member.islnk():
-            raise MicroBoardError(f"Model Library Format: unsafe member {member.name!r}")
-    tar.extractall(dest)
-
-
 class ModelLibrary:
     """A Model Library Format archive (a ``.tar`` or an extracted directory).
 
@@ -73,25 +66,23 @@ class ModelLibrary:
         if path.is_dir():
             self.root = path
         else:
-            try:
-                tar = tarfile.open(path)
-            except tarfile.TarError as err:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kiln-mlf-")
+            self.root = Path(self._tmp.name) / "mlf"
+            try:  # refuses links, devices, absolute and '..' names (an archive is data)
+                safe_extract(path, self.root)
+            except TVMError as err:
                 raise MicroBoardError(f"{path} is not a Model Library Format tar: {err}") \
                     from None
-            self._tmp = tempfile.TemporaryDirectory(prefix="kiln-mlf-")
-            self.root = Path(self._tmp.name)
-            with tar:
-                _safe_extract(tar, self.root)
         meta_path = self.root / "metadata.json"
         if not meta_path.exists():
             raise MicroBoardError(f"{path}: no metadata.json; not a Model Library Format "
                                   "archive")
         try:
-            self.metadata = json.loads(meta_path.read_text())
+            self.metadata = read_json(meta_path.read_bytes(), "metadata.json")
             modules = self.metadata["modules"]
             self.mod_name, self.module = next(iter(modules.items()))
             executors = self.module["executors"]
-        except (ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
+        except (TVMError, ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
             raise MicroBoardError(f"{path}: metadata.json lacks modules/<name>/executors "
                                   f"({err!r})") from None
         self.executor = executors[0] if executors else ""
@@ -104,8 +95,20 @@ class ModelLibrary:
             raise MicroBoardError(f"{path}: no generated C in codegen/host/src (build with "
                                   "target 'c' to deploy standalone)")
         self.include_dir = self.root / "codegen" / "host" / "include"
-        self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
-                                     else self._graph_io())
+        # AOT pools the application provides: (struct field, bytes, constant?); a constant
+        # pool's bytes are the header's <POOL>_CONSTANT_POOL_DATA
+        self.external_pools: list[tuple[str, int, bool]] = []
+        self.io_in_pools = False  # AOT: I/O inside the pools (tir.usmp.use_workspace_io)
+        self.aot_workspace_size = 0  # AOT: TVMBackendAllocWorkspace bytes (0 under USMP)
+        try:
+            self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
+                                         else self._graph_io())
+        except TVMError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                RecursionError) as err:  # a tampered header, JSON or metadata field
+            raise MicroBoardError(f"{path}: cannot read the {self.executor} interface: "
+                                  f"{type(err).__name__}: {err}") from None
 
     # -- the C runtime ------------------------------------------------------------------------
     @property
@@ -139,18 +142,31 @@ class ModelLibrary:
     def _aot_io(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
         header = self.include_dir / f"tvmgen_{self.mod_name}.h"
         if not header.exists():
-            raise MicroBoardError(f"{self.path}: AOT archive without {header.name}")
+            raise MicroBoardError(f"{self.path}: AOT archive without {header.name}; "
+                                  "standalone boards need the AOT C interface: "
+                                  'Executor("aot", {"interface-api": "c", '
+                                  '"unpacked-api": True})')
         text = header.read_text()
         prefix = f"tvmgen_{self.mod_name}"
-        if re.search(rf"struct\s+{prefix}_workspace_pools\s*{{", text) or \
-                f"{prefix}_map_inputs" in text:
-            raise MicroBoardError("standalone boards run AOT modules whose workspace is "
-                                  "internal: build without external pools and without "
-                                  "tir.usmp.use_workspace_io")
-        if not re.search(rf"int32_t\s+{prefix}_run\s*\(\s*struct\s+{prefix}_inputs", text):
+        if not re.search(rf"int32_t\s+{prefix}_run\s*\(\s*struct\s+{prefix}_", text):
             raise MicroBoardError("standalone boards need the AOT C interface: "
                                   'Executor("aot", {"interface-api": "c", '
                                   '"unpacked-api": True})')
+        # Pools the application provides (external), and whether the inputs and outputs
+        # live inside them (tir.usmp.use_workspace_io: found through map_inputs/outputs).
+        pools = re.search(rf"struct\s+{prefix}_workspace_pools\s*{{(.*?)}}", text, re.S)
+        for name in re.findall(r"void\s*\*\s*(\w+)\s*;", pools.group(1) if pools else ""):
+            for kind in ("WORKSPACE", "CONSTANT"):
+                size = re.search(rf"#define\s+{prefix.upper()}_{name.upper()}_{kind}_POOL_SIZE"
+                                 r"\s+(\d+)", text)
+                if size is not None:
+                    self.external_pools.append((name, int(size.group(1)), kind == "CONSTANT"))
+                    break
+            else:
+                raise MicroBoardError(f"{header.name}: no size macro for pool {name}")
+        self.io_in_pools = f"{prefix}_map_inputs" in text
+        found = re.search(rf"#define\s+{prefix.upper()}_WORKSPACE_SIZE\s+(\d+)", text)
+        self.aot_workspace_size = int(found.group(1)) if found else 0
         sizes = {m.group(1): int(m.group(2)) for m in re.finditer(
             rf"#define\s+{prefix.upper()}_(\w+)_SIZE\s+(\d+)", text)}
         result = []
@@ -215,6 +231,13 @@ class ModelLibrary:
         """The parameters blob, or None where the archive has none."""
         found = sorted((self.root / "parameters").glob("*.params"))
         return found[0].read_bytes() if found else None
+
+    @property
+    def params_linked(self) -> bool:
+        """Whether the generated C holds the parameters (``link-params``: the C graph
+        executor finds them through ``_lookup_linked_param`` and must not load the blob)."""
+        return any("_lookup_linked_param" in src.read_text(errors="replace")
+                   for src in self.sources)
 
     def _graph_io(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
         try:

@@ -64,6 +64,9 @@ class CortexMBoard(Board):
         Bytes reserved for the stack at the top of the 4 MiB RAM.
     opt_level : str
         The C optimization flag for every source (``-O2``).
+    systick_period : int
+        Ticks between SysTick wraps (the 24-bit maximum by default; the wrap interrupt
+        extends the count to 64 bits).
     """
 
     _CORES = {
@@ -72,7 +75,10 @@ class CortexMBoard(Board):
     }
 
     def __init__(self, name: str = "qemu-cortex-m4", icount: bool = True,
-                 stack_size: int = 64 * 1024, opt_level: str = "-O2") -> None:
+                 stack_size: int = 64 * 1024, opt_level: str = "-O2",
+                 systick_period: int = 1 << 24) -> None:
+        if not 1 < systick_period <= 1 << 24:
+            raise MicroBoardError(f"systick_period must be in 2..2^24, got {systick_period}")
         if name not in self._CORES:
             raise MicroBoardError(f"unknown Cortex-M board {name!r}; choose one of "
                                   f"{sorted(self._CORES)}")
@@ -81,6 +87,7 @@ class CortexMBoard(Board):
         self.icount = icount
         self.stack_size = stack_size
         self.opt_level = opt_level
+        self.systick_period = systick_period
         self.target = f"c -keys=arm_cpu -mcpu={self.core.mcpu}"
 
     @property
@@ -104,7 +111,8 @@ class CortexMBoard(Board):
         board_src = source_dir()
         own = SourceGroup.of([board_src / "cortex_m" / f for f in
                               ("startup.c", "board_cortex_m.c", "syscalls.c")],
-                             [board_src / "common"])
+                             [board_src / "common"],
+                             {"KILN_SYSTICK_PERIOD": f"{self.systick_period}u"})
         flags = [*self.cflags, self.opt_level, "-g", "-std=gnu11", "-ffunction-sections",
                  "-fdata-sections", "-fno-common", f"-I{board_src / 'common'}"]
         objects = compile_objects(gcc, flags, [own, *groups],
@@ -127,9 +135,11 @@ class CortexMBoard(Board):
             cmd += ["-icount", "shift=0"]
         return [*cmd, "-kernel", str(program)]
 
-    def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
+    def execute(self, program: Path, io_dir: Path, timeout: float,
+                feed: bytes | None = None) -> tuple[int, str]:
+        # -serial stdio: the UART is QEMU's stdin/stdout, so `feed` reaches the UART receiver
         code, out, err = run_process(self.qemu_command(program.resolve()), io_dir, timeout,
-                                     f"QEMU ({self.core.machine})")
+                                     f"QEMU ({self.core.machine})", feed)
         # QEMU's own warnings (e.g. about the absent NIC) go to stderr; keep them visible.
         return code, out + err
 

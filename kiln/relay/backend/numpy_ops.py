@@ -112,10 +112,16 @@ def _floor_div(a, b):
     return np.floor(np.true_divide(a, b))
 
 
+def _floor_mod(a, b):
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return a - _floor_div(a, b) * b
+    return np.remainder(a, b)  # the divisor's sign, also for zeros and infinite divisors
+
+
 _BINARY: dict[str, Callable] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _trunc_div,
     "trunc_divide": _trunc_divide, "floor_divide": _floor_div, "mod": _trunc_mod,
-    "trunc_mod": _trunc_mod, "floor_mod": lambda a, b: a - _floor_div(a, b) * b,
+    "trunc_mod": _trunc_mod, "floor_mod": _floor_mod,
     "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal,
     "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
     "greater": np.greater, "greater_equal": np.greater_equal, "logical_and": np.logical_and,
@@ -708,6 +714,8 @@ def _dyn_resize2d(attrs, args, out_type):
     from kiln.relay.backend.numpy_nn import _resize
 
     data, size, roi = args
+    if any(v < 0 for v in _ints(size)):
+        raise TVMError(f"dyn.image.resize2d: sizes must be non-negative, got {_ints(size)}")
     return _resize(_With(attrs, size=_ints(size), roi=[float(v) for v in np.ravel(roi)]),
                    [data], out_type, 2)
 

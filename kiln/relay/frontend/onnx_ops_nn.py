@@ -79,9 +79,14 @@ def _conv(inputs, attrs, ctx):
         raise unsupported("Conv", f"{n}-D convolution")
     strides, dilations, pads = _window_params(x, attrs, kernel, ctx, "Conv")
     fn, data_layout, kernel_layout = CONV[n]
+    # float16 accumulates in float32 and rounds once, as the matmuls do (onnx_ops_math.matmul)
+    dtype = ctx.dtype(x)
+    wide = "float32" if dtype == "float16" else ""
     out = fn(x, weight, strides=strides, padding=pads, dilation=dilations,
              groups=attrs.get("group", 1), channels=w_shape[0], kernel_size=kernel,
-             data_layout=data_layout, kernel_layout=kernel_layout)
+             data_layout=data_layout, kernel_layout=kernel_layout, out_dtype=wide)
+    if wide:
+        out = relay.cast(out, dtype)
     if len(inputs) > 2 and inputs[2] is not None:
         out = relay.nn.bias_add(out, inputs[2], axis=1)
     return out
@@ -319,7 +324,11 @@ def _lp_norm(inputs, attrs, ctx):
         norm = relay.sum(relay.abs(x), [axis], True)
     else:
         norm = relay.sqrt(relay.sum(relay.multiply(x, x), [axis], True))
-    return relay.divide(x, norm)
+    # an all-zero slice stays zero (ONNX defines 0 / 0 as 0 here)
+    zero = _const(0, ctx.dtype(x))
+    is_zero = relay.equal(norm, zero)
+    return relay.where(is_zero, relay.zeros_like(x),
+                       relay.divide(x, relay.where(is_zero, relay.ones_like(norm), norm)))
 
 
 register_function("LpNormalization", _lp_norm)
@@ -336,13 +345,30 @@ register_function("LRN", _lrn)
 # ---- pixel shuffles -----------------------------------------------------------------------
 register_function("DepthToSpace", lambda inputs, attrs, ctx: relay.nn.depth_to_space(
     inputs[0], attrs["blocksize"], "NCHW", attrs.get("mode", "DCR")))
-register_function("SpaceToDepth", lambda inputs, attrs, ctx: relay.nn.space_to_depth(
-    inputs[0], attrs["blocksize"], "NCHW"))
+def _space_to_depth(inputs, attrs, ctx):
+    x, block = inputs[0], attrs["blocksize"]
+    if attrs.get("mode", "DCR") == "DCR":
+        return relay.nn.space_to_depth(x, block, "NCHW")
+    if attrs["mode"] != "CRD":
+        raise unsupported("SpaceToDepth", f"mode {attrs['mode']!r}")
+    # CRD (opset 25): output channel c * block**2 + (row offset * block + column offset)
+    n, c, h, w = ctx.shape(x)
+    blocks = relay.reshape(x, [n, c, h // block, block, w // block, block])
+    moved = relay.transpose(blocks, [0, 1, 3, 5, 2, 4])
+    return relay.reshape(moved, [n, c * block * block, h // block, w // block])
+
+
+register_function("SpaceToDepth", _space_to_depth)
 
 
 # ---- resizing -----------------------------------------------------------------------------
 RESIZE_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 RESIZE = {3: (relay.image.resize1d, "NCW"), 4: (relay.image.resize2d, "NCHW")}
+# Coordinate modes that map through ONNX's given scale (align_corners through in * scale);
+# Relay's resize maps through the ratio of output to input size, which differs from the scale
+# when in * scale is not an integer.
+SCALE_MAPPED = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
+                "tf_half_pixel_for_nn", "half_pixel_symmetric")
 
 
 def _resize(x, sizes, scales, roi, attrs, ctx, default_coordinates="half_pixel"):
@@ -372,6 +398,11 @@ def _resize(x, sizes, scales, roi, attrs, ctx, default_coordinates="half_pixel")
         for axis, scale in zip(axes, scales):
             factors[axis] = float(scale)
         full = [int(np.floor(d * f)) for d, f in zip(shape, factors)]
+        inexact = [f for d, f in zip(shape, factors) if d * f != np.floor(d * f)]
+        if inexact and attrs.get("coordinate_transformation_mode",
+                                 default_coordinates) in SCALE_MAPPED:
+            raise unsupported("Resize", f"scales {inexact} whose output size is not an exact "
+                              "multiple of the input (kiln maps through the size ratio)")
     if full[:2] != list(shape[:2]):
         raise unsupported("Resize", "resizing the batch or channel axis")
     coordinates = attrs.get("coordinate_transformation_mode", default_coordinates)
@@ -402,6 +433,8 @@ def _dynamic_resize(x, sizes, scales, attrs, ctx, roi=None):
     rank = ctx.rank(x)
     if rank != 4:
         raise unsupported("Resize", "run-time scales or sizes on a non-4-D input")
+    if attrs.get("antialias", 0):
+        raise unsupported("Resize", "antialias=1 with run-time scales or sizes")
     axes = [a + rank if a < 0 else a for a in attrs.get("axes", range(rank))]
     shape = relay.cast(relay.shape_of(x, "int64"), "float32")
 
@@ -413,8 +446,14 @@ def _dynamic_resize(x, sizes, scales, attrs, ctx, roi=None):
             relay.strided_slice(default, [i], [i + 1]) for i in range(rank)], 0)
 
     if sizes is None:
-        target = relay.floor(relay.multiply(shape, full(scales, _const([1.0] * rank,
-                                                                        "float32"))))
+        exact = relay.multiply(shape, full(scales, _const([1.0] * rank, "float32")))
+        target = relay.floor(exact)
+        if attrs.get("coordinate_transformation_mode", "half_pixel") in SCALE_MAPPED:
+            # kiln maps coordinates through the size ratio, which is ONNX's scale only for an
+            # exact output size: any other size becomes -1, which the VM's shape check
+            # refuses at run time rather than resizing with the wrong coordinates
+            target = relay.where(relay.equal(target, exact), target,
+                                 _const([-1.0] * rank, "float32"))
     else:
         target = full(sizes, shape)
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")

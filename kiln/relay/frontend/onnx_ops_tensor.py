@@ -729,7 +729,18 @@ register_function("ReverseSequence", _reverse_sequence)
 
 
 def _dropout(inputs, attrs, ctx):
+    """Dropout at inference (identity, mask all true). Training mode with a non-zero ratio
+    draws a random mask that no compiled program can reproduce bit for bit: refused."""
     x = inputs[0]
+    ratio = ctx.value(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else \
+        np.asarray(attrs.get("ratio", 0.5))
+    training = np.asarray(False) if len(inputs) < 3 or inputs[2] is None else \
+        ctx.value(inputs[2])
+    if training is None or ratio is None and bool(training):
+        raise unsupported("Dropout", "a training_mode or ratio known only at run time")
+    if bool(training) and float(ratio) != 0.0:
+        raise unsupported("Dropout", f"training mode with ratio {float(ratio)} (a random "
+                          "mask; kiln runs dropout at inference)")
     if ctx.num_outputs > 1:
         return [x, relay.ones_like(relay.cast(x, "bool"))]
     return x

@@ -3,7 +3,8 @@
 Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``),
 :func:`dense_micro_kernel` + :func:`schedule_dense_micro_kernel` and the pointwise
 :func:`conv2d_nhwc_1x1_micro_kernel` (a C micro-kernel through ``import_c`` + ``tensorize``,
-:mod:`.dense`), and the generic schedules for everything else.
+:mod:`.dense`), :func:`schedule_conv2d_direct` (other convolutions, no whole intermediate
+tensor), and the generic schedules for everything else.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
+from kiln.topi.arm_cpu.conv2d import schedule_conv2d_direct
 from kiln.topi.arm_cpu.dense import (
     conv2d_1x1_applies,
     conv2d_nhwc_1x1_micro_kernel,
@@ -41,4 +43,4 @@ schedule_reduce = schedule_injective
 __all__ = ["schedule_injective", "schedule_reduce", "dense_micro_kernel",
            "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source",
            "conv2d_nhwc_1x1_micro_kernel", "schedule_conv2d_nhwc_1x1_micro_kernel",
-           "conv2d_1x1_applies"]
+           "conv2d_1x1_applies", "schedule_conv2d_direct"]

@@ -142,14 +142,20 @@ def _schedule_micro_kernel(outs: Any, main_tag: str, b_order: str) -> Any:
             sch[op].compute_inline()
     out = main.output(0)
     channels = get_const_tuple(out.shape)[-1]
-    length = _reduce_extent(main)
     rows = divisor_at_most(channels, MAX_ROWS)
+    final = sch[outs[0].op]
+    if outs[0].op is not main:
+        # Compute each block of `rows` results right before the epilogue reads it: the
+        # product needs `rows` floats of scratch instead of a whole intermediate tensor.
+        *_, last = final.op.axis
+        block, _ = final.split(last, factor=rows)
+        sch[main].compute_at(final, block)
     stage = sch[main]
     *outer, j = stage.op.axis
     jo, ji = stage.split(j, factor=rows)
     stage.reorder(*outer, jo, ji, *stage.op.reduce_axis)
-    stage.tensorize(ji, gemv_intrin(rows, length, out.dtype, b_order))
-    stage.pragma(outer[0], "import_c", gemv_source(rows))
+    stage.tensorize(ji, gemv_intrin(rows, _reduce_extent(main), out.dtype, b_order))
+    final.pragma(final.leaf_iter_vars[0], "import_c", gemv_source(rows))
     return sch
 
 

@@ -4,6 +4,7 @@
  */
 #include <math.h>
 #include <tvm/runtime/crt/aot_executor.h>
+#include <tvm/runtime/crt/aot_executor_module.h>
 #include <tvm/runtime/crt/crt.h>
 #include <tvm/runtime/crt/module.h>
 
@@ -157,11 +158,67 @@ static void test_long_module_name(void) {
   EXPECT_ERROR_MENTIONS("raise TVM_CRT_MAX_STRLEN_FUNCTION_NAME");
 }
 
+/* Call function `name` of the AOT executor module. */
+static int Call(TVMModuleHandle mod, const char* name, TVMValue* args, int* codes, int n,
+                TVMValue* ret, int* rc) {
+  TVMFunctionHandle f;
+  int status = TVMModGetFunction(mod, name, 0, &f);
+  if (status != 0) return status;
+  return TVMFuncCall(f, args, codes, n, ret, rc);
+}
+
+static void test_aot_executor_module(void) {
+  TVMFunctionHandle create;
+  TVMModuleHandle aot;
+  TVMValue args[3], ret;
+  int codes[3] = {kTVMModuleHandle, kDLDevice, kTVMStr}, rc, i;
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {0, 0, 0, 0, 0, 1};
+  int64_t shape[2] = {2, 3};
+  DLTensor a_t = {a, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
+  DLTensor b_t = {b, {kDLCPU, 0}, 2, {kDLFloat, 32, 1}, shape, NULL, 0};
+  EXPECT_EQ(TVMFuncGetGlobal("tvm.aot_executor.create", &create), 0);
+  args[0].v_handle = g_mod;
+  args[1].v_device = kCPU;
+  args[2].v_str = "default";
+  EXPECT_EQ(TVMFuncCall(create, args, codes, 3, &ret, &rc), 0);
+  aot = ret.v_handle;
+  EXPECT_EQ(TVMFuncCall(create, args, codes, 3, &ret, &rc), kTvmErrorExecutorModuleAlreadyCreated);
+  EXPECT_EQ(Call(aot, "get_num_inputs", args, codes, 0, &ret, &rc), 0);
+  EXPECT_EQ(ret.v_int64, 2);
+  args[0].v_str = "a";
+  codes[0] = kTVMStr;
+  args[1].v_handle = &a_t;
+  codes[1] = kTVMDLTensorHandle;
+  EXPECT_EQ(Call(aot, "set_input", args, codes, 2, &ret, &rc), 0);
+  args[0].v_int64 = 1;
+  codes[0] = kTVMArgInt;
+  args[1].v_handle = &b_t;
+  EXPECT_EQ(Call(aot, "set_input", args, codes, 2, &ret, &rc), 0);
+  EXPECT_EQ(Call(aot, "get_input_name", args, codes, 1, &ret, &rc), 0);
+  EXPECT(strcmp(ret.v_str, "b") == 0);
+  EXPECT_EQ(Call(aot, "run", args, codes, 0, &ret, &rc), 0);
+  args[0].v_int64 = 0;
+  EXPECT_EQ(Call(aot, "get_output", args, codes, 1, &ret, &rc), 0);
+  EXPECT_EQ(rc, kTVMNDArrayHandle);
+  for (i = 0; i < 6; ++i) {
+    EXPECT(((float*)((DLTensor*)ret.v_handle)->data)[i] == 2.0f * (a[i] + b[i]));
+  }
+  args[0].v_int64 = 1;
+  EXPECT_EQ(Call(aot, "get_output", args, codes, 1, &ret, &rc), kTvmErrorFunctionCallInvalidArg);
+  args[0].v_str = "zz";
+  codes[0] = kTVMStr;
+  EXPECT_EQ(Call(aot, "get_input", args, codes, 1, &ret, &rc), kTvmErrorExecutorModuleNoSuchInput);
+  EXPECT_EQ(Call(aot, "load_params", args, codes, 1, &ret, &rc),
+            kTvmErrorFunctionCallNotImplemented);
+}
+
 int main(void) {
   EXPECT_EQ(TVMInitializeRuntime(), 0);
   EXPECT_EQ(TVMModCreateFromCModule(&kModule, &g_mod), 0);
   RUN(test_run_model);
   RUN(test_bad_metadata);
   RUN(test_long_module_name);
+  EXPECT_EQ(TVMAotExecutorModule_Register(), 0);
+  RUN(test_aot_executor_module);
   return g_failures != 0;
 }

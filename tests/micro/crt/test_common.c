@@ -118,12 +118,15 @@ static void test_global_functions(void) {
   EXPECT_ERROR_MENTIONS("no system library");
 }
 
+static TVMModuleHandle g_mod;
+
 static void test_modules(void) {
   TVMModuleHandle mod = NULL, second;
   TVMFunctionHandle fh, getter;
   TVMValue args[3], ret;
   int codes[3] = {kTVMArgInt, 0, 0}, ret_code;
   EXPECT_EQ(TVMModCreateFromCModule(&kModule, &mod), 0);
+  g_mod = mod;
   EXPECT_EQ(TVMModGetFunction(mod, "twice", 0, &fh), 0);
   args[0].v_int64 = 21;
   EXPECT_EQ(TVMFuncCall(fh, args, codes, 1, &ret, &ret_code), 0);
@@ -134,9 +137,16 @@ static void test_modules(void) {
   EXPECT_EQ(TVMModGetFunction(mod, "missing", 0, &fh), kTvmErrorFunctionNameNotFound);
   EXPECT_EQ(TVMModGetFunction((TVMModuleHandle)(uintptr_t)0x8005, "twice", 0, &fh),
             kTvmErrorFunctionIndexInvalid);
-  /* TVM_CRT_MAX_REGISTERED_MODULES is 2 and the global registry is one of them. */
-  EXPECT_EQ(TVMModCreateFromCModule(&kModule, &second), kTvmErrorFunctionRegistryFull);
-  EXPECT_ERROR_MENTIONS("TVM_CRT_MAX_REGISTERED_MODULES");
+  /* The global registry and kModule take two of TVM_CRT_MAX_REGISTERED_MODULES slots. */
+  {
+    int i, status = 0;
+    for (i = 2; i < TVM_CRT_MAX_REGISTERED_MODULES; ++i) {
+      EXPECT_EQ(TVMModCreateFromCModule(&kModule, &second), 0);
+    }
+    status = TVMModCreateFromCModule(&kModule, &second);
+    EXPECT_EQ(status, kTvmErrorFunctionRegistryFull);
+    EXPECT_ERROR_MENTIONS("TVM_CRT_MAX_REGISTERED_MODULES");
+  }
   /* The RPC server's lookup returns null for a missing name instead of failing. */
   EXPECT_EQ(TVMFuncGetGlobal("tvm.rpc.server.ModuleGetFunction", &getter), 0);
   args[0].v_handle = mod;
@@ -247,6 +257,82 @@ static void test_serial_parallel_launch(void) {
   EXPECT(seen[0] == 5 && seen[1] == 4);
 }
 
+static void test_platform_template_timer_and_random(void) {
+  double seconds = -1.0;
+  volatile double sink = 0.0;
+  int i, nonzero = 0;
+  uint8_t bytes[64];
+  TVMFunctionHandle fill;
+  TVMValue arg, ret;
+  int code = kTVMDLTensorHandle, ret_code;
+  int64_t shape[1] = {64};
+  DLTensor t = {bytes, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, shape, NULL, 0};
+  EXPECT_EQ(TVMPlatformTimerStop(&seconds), kTvmErrorPlatformTimerBadState);
+  EXPECT_EQ(TVMPlatformTimerStart(), kTvmErrorNoError);
+  EXPECT_EQ(TVMPlatformTimerStart(), kTvmErrorPlatformTimerBadState);
+  for (i = 0; i < 100000; ++i) sink += i;
+  EXPECT_EQ(TVMPlatformTimerStop(&seconds), kTvmErrorNoError);
+  EXPECT(seconds >= 0.0 && seconds < 10.0);
+  memset(bytes, 0, sizeof(bytes));
+  EXPECT_EQ(TVMFuncGetGlobal("tvm.contrib.random.random_fill", &fill), 0);
+  arg.v_handle = &t;
+  EXPECT_EQ(TVMFuncCall(fill, &arg, &code, 1, &ret, &ret_code), 0);
+  for (i = 0; i < 64; ++i) nonzero += bytes[i] != 0;
+  EXPECT(nonzero > 32);
+  code = kTVMArgInt;
+  EXPECT_EQ(TVMFuncCall(fill, &arg, &code, 1, &ret, &ret_code), kTvmErrorFunctionCallWrongArgType);
+}
+
+static void test_time_evaluator(void) {
+  TVMFunctionHandle make, evaluator, stale, max_packet;
+  TVMValue args[12], ret;
+  int codes[12], rc, i;
+  TVMByteArray* result;
+  const char* fields[] = {"twice", "", ""};
+  for (i = 0; i < 12; ++i) {
+    codes[i] = kTVMArgInt;
+    args[i].v_int64 = 0;
+  }
+  codes[0] = kTVMModuleHandle;
+  args[0].v_handle = g_mod;
+  codes[1] = codes[11] = kTVMStr;
+  args[1].v_str = fields[0];
+  args[11].v_str = fields[1];
+  args[2].v_int64 = kDLCPU;
+  args[4].v_int64 = 2;  /* number */
+  args[5].v_int64 = 3;  /* repeat */
+  args[6].v_int64 = 1;  /* min_repeat_ms */
+  args[7].v_int64 = 100;
+  EXPECT_EQ(TVMFuncGetGlobal("runtime.RPCTimeEvaluator", &make), 0);
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), 0);
+  EXPECT_EQ(rc, kTVMPackedFuncHandle);
+  evaluator = ret.v_handle;
+  {
+    TVMValue x;
+    int x_code = kTVMArgInt;
+    x.v_int64 = 21;
+    EXPECT_EQ(TVMFuncCall(evaluator, &x, &x_code, 1, &ret, &rc), 0);
+  }
+  EXPECT_EQ(rc, kTVMBytes);
+  result = (TVMByteArray*)ret.v_handle;
+  EXPECT_EQ(result->size, 3 * sizeof(double));
+  for (i = 0; i < 3; ++i) EXPECT(((const double*)result->data)[i] > 0.0);
+  EXPECT_EQ(TVMByteArrayFree(result), 0);
+  /* A newer evaluator makes the older handle stale. */
+  stale = evaluator;
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), 0);
+  EXPECT_EQ(TVMFuncCall(stale, args, codes, 1, &ret, &rc), kTvmErrorTimeEvaluatorBadHandle);
+  args[8].v_int64 = 10; /* cooldown: the CRT cannot sleep */
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), kTvmErrorFunctionCallNotImplemented);
+  args[8].v_int64 = 0;
+  args[5].v_int64 = 0;
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 12, &ret, &rc), kTvmErrorFunctionCallInvalidArg);
+  EXPECT_EQ(TVMFuncCall(make, args, codes, 11, &ret, &rc), kTvmErrorFunctionCallNumArguments);
+  EXPECT_EQ(TVMFuncGetGlobal("tvm.rpc.server.GetCRTMaxPacketSize", &max_packet), 0);
+  EXPECT_EQ(TVMFuncCall(max_packet, args, codes, 0, &ret, &rc), 0);
+  EXPECT_EQ(ret.v_int64, TVM_CRT_MAX_PACKET_SIZE_BYTES - 11);
+}
+
 static void test_last_error_truncation(void) {
   char big[1000];
   memset(big, 'e', sizeof(big) - 1);
@@ -271,6 +357,8 @@ int main(void) {
   RUN(test_dtype_strings);
   RUN(test_arrays_and_workspace);
   RUN(test_serial_parallel_launch);
+  RUN(test_platform_template_timer_and_random);
+  RUN(test_time_evaluator);
   RUN(test_last_error_truncation);
   return g_failures != 0;
 }

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,7 @@ class Ref:
     kind: str
     index: int
     dtype: str
+    pool: int = 0  # which workspace pool (kind "pool")
 
 
 @dataclass
@@ -87,7 +89,8 @@ class AotPlan:
     constant_pool_size: int
     workspace: PoolAllocation
     buffers: list[BufferInfo] = field(default_factory=list)
-    io_offsets: dict[str, int] = field(default_factory=dict)  # use_workspace_io: name -> offset
+    # use_workspace_io: I/O tensor name -> (workspace pool index, byte offset)
+    io_offsets: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
@@ -109,14 +112,22 @@ def _unique_names(names: list[str], what: str) -> None:
         seen[c_name] = name
 
 
-def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[str],
+def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], num_params: int,
              params: dict[str, Any], kernels: dict[str, Any], mod_name: str, *,
+             link_params: bool = True,
              algorithm: str = "greedy_by_size", workspace_alignment: int = 16,
              constant_alignment: int = 16, use_workspace_io: bool = False,
-             scratch: dict[str, int] | None = None) -> AotPlan:
-    """Plan the AOT main of a graph node list (from ``build_nodes``); ``params`` holds the
-    constants' values by node name, ``kernels`` the LoweredFuncs by kernel name, ``scratch``
-    the bytes of scratch a kernel takes from the pool while it runs (by kernel name)."""
+             scratch: dict[str, int] | None = None,
+             pool_limits: Sequence[int | None] = (None,),
+             output_names: Sequence[str] | None = None) -> AotPlan:
+    """Plan the AOT main of a graph node list (from ``build_nodes``, whose first
+    ``num_params`` nodes are ``main``'s parameters); ``params`` holds the constants' values by
+    node name (with ``link_params`` False they are inputs the caller sets instead),
+    ``kernels`` the LoweredFuncs by kernel name, ``scratch``
+    the bytes of scratch a kernel takes from the pool while it runs (by kernel name),
+    ``pool_limits`` the size limit (or None) of each workspace pool, filled in order,
+    ``output_names`` the outputs' names (``main``'s ``output_tensor_names``; by default
+    ``output``, or ``output0, output1, ...``)."""
     scratch = scratch or {}
     inputs: list[TensorSpec] = []
     constants: list[tuple[str, Any, int]] = []
@@ -125,12 +136,11 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
     kind_of: dict[tuple[int, int], tuple[str, int]] = {}  # root entry -> (kind, index)
     producer: dict[tuple[int, int], int] = {}  # root entry -> call index
     kernel_nodes: list[int] = []
-    input_set = set(input_names)
     for nid, node in enumerate(nodes):
         if node.op == "null":
             entry = (nid, 0)
             root[entry] = entry
-            if node.name in input_set:
+            if nid < num_params or not link_params:
                 kind_of[entry] = ("input", len(inputs))
                 inputs.append(_entry_spec(node, 0, node.name))
             else:
@@ -154,7 +164,13 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
         kernel_nodes.append(nid)
 
     # outputs: a kernel result goes straight into the caller's buffer, anything else is copied
-    outputs = [_entry_spec(nodes[nid], idx, "output" if len(heads) == 1 else f"output{k}")
+    if output_names is None:
+        output_names = ["output"] if len(heads) == 1 else [f"output{k}" for k in
+                                                          range(len(heads))]
+    if len(output_names) != len(heads):
+        raise TVMError(f"AOT: output_tensor_names has {len(output_names)} names for "
+                       f"{len(heads)} outputs")
+    outputs = [_entry_spec(nodes[nid], idx, output_names[k])
                for k, (nid, idx) in enumerate(heads)]
     copies_from: list[tuple[tuple[int, int], int]] = []
     for k, head in enumerate(heads):
@@ -201,19 +217,22 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
             writer = next((producer[e] for e, kind in kind_of.items()
                            if kind == ("output", k)), end)
             buffers.append(BufferInfo(f"output:{spec.name}", spec.nbytes, writer, end + 1))
-    workspace = plan_pool(buffers, algorithm, workspace_alignment)
+    workspace = plan_pool(buffers, algorithm, workspace_alignment, pool_limits)
+
+    def pool_ref(name: str, dtype: str) -> Ref:
+        return Ref("pool", workspace.offsets[name], dtype, workspace.pool_of[name])
 
     def ref(entry: tuple[int, int]) -> Ref:
         owner = root[entry]
         dtype = str(nodes[entry[0]].types[entry[1]].dtype)
         kind, index = kind_of[owner]
         if kind == "buffer":
-            return Ref("pool", workspace.offsets[names[owner]], dtype)
+            return pool_ref(names[owner], dtype)
         if kind == "const":
             return Ref("const", constants[index][2], dtype)
         if use_workspace_io:
             spec = inputs[index] if kind == "input" else outputs[index]
-            return Ref("pool", workspace.offsets[f"{kind}:{spec.name}"], dtype)
+            return pool_ref(f"{kind}:{spec.name}", dtype)
         return Ref(kind, index, dtype)
 
     calls = []
@@ -227,18 +246,20 @@ def plan_aot(nodes: list[Any], heads: list[tuple[int, int]], input_names: list[s
                            f"and {len(node.types)}")
         block = None
         if scratch.get(kernel.name):
-            block = Ref("pool", workspace.offsets[f"scratch_{len(calls)}"], "uint8")
+            block = pool_ref(f"scratch_{len(calls)}", "uint8")
         calls.append(AotCall(kernel, args, node.name, block))
-    out_ref = (lambda k: Ref("pool", workspace.offsets[f"output:{outputs[k].name}"],
-                             outputs[k].dtype)) \
+    out_ref = (lambda k: pool_ref(f"output:{outputs[k].name}", outputs[k].dtype)) \
         if use_workspace_io else (lambda k: Ref("output", k, outputs[k].dtype))
     copies = [(ref(owner), out_ref(k), outputs[k].nbytes) for owner, k in copies_from]
     _unique_names([s.name for s in inputs], "inputs")
+    _unique_names([s.name for s in outputs], "outputs")
     const_values = [(name, params[node.name], off) for name, node, off in constants]
     io_offsets = {}
     if use_workspace_io:
-        io_offsets = {s.name: workspace.offsets[f"input:{s.name}"] for s in inputs}
-        io_offsets.update({s.name: workspace.offsets[f"output:{s.name}"] for s in outputs})
+        for kind, specs in (("input", inputs), ("output", outputs)):
+            for spec in specs:
+                key = f"{kind}:{spec.name}"
+                io_offsets[spec.name] = (workspace.pool_of[key], workspace.offsets[key])
     return AotPlan(mod_name, inputs, outputs, calls, copies, const_values, const_offset,
                    workspace, buffers, io_offsets)
 

@@ -5,8 +5,9 @@ Entry points: :class:`AotOptions`, :func:`emit_aot` -> :class:`AotSource`.
 The generated translation unit (``<mod>_lib0.c``, TVM's "metadata module") holds, in order:
 
 * the pools: internal workspace pools as ``static uint8_t <pool>[N]`` in ``.bss.noinit.tvm``
-  and the linked constants as a ``static const struct global_const_workspace`` in
-  ``.rodata.tvm`` (offsets checked by ``_Static_assert``);
+  and the linked constants as ``static const uint8_t global_const_workspace[N]`` in
+  ``.rodata.tvm``, a string literal of their bytes at their planned offsets, with a comment
+  naming each constant, its offset, dtype and shape;
 * ``tvmgen_<mod>___tvm_main__``: one call per fused kernel (each kernel's unpacked twin, with
   data pointers into the caller's buffers and the pools), then the copies into outputs.
   With ``unpacked-api`` it takes raw pointers (``float* a, ..., void* output0, ...,
@@ -27,6 +28,7 @@ once per run, in one block laid out by the same plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +38,8 @@ from kiln.runtime.error import TVMError
 from kiln.target.c_abi import c_type, crt_system_lib_source, function_signature
 
 __all__ = ["AotOptions", "AotSource", "PoolInfo", "emit_aot", "constant_array_source",
-           "UNUSED_PACKED_PARAMS"]
+           "c_bytes_literal", "UNUSED_PACKED_PARAMS"]
 
-WORKSPACE_POOL = "global_workspace"
-CONSTANT_POOL = "global_const_workspace"
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,11 @@ class AotOptions:
     workspace_alignment: int = 16
     constant_alignment: int = 16
     target: str = "c"
+    # the workspace pools, filled in order; the application provides user-given pools
+    workspace_pools: tuple[str, ...] = ("global_workspace",)
+    user_workspace_pools: bool = False
+    constant_pool: str = "global_const_workspace"
+    user_constant_pool: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,42 +93,32 @@ UNUSED_PACKED_PARAMS = ("  (void)args; (void)type_codes; (void)num_args; (void)o
                         "  (void)out_ret_tcode; (void)resource_handle;\n")
 
 
-def _c_float(value: float, suffix: str) -> str:
-    if np.isnan(value):
-        return "NAN"
-    if np.isinf(value):
-        return "INFINITY" if value > 0 else "-INFINITY"
-    return f"{value:.9e}{suffix}" if suffix else f"{value:.17e}"
+def c_bytes_literal(data: bytes, per_line: int = 64) -> str:
+    """``data`` as C string-literal lines of ``\\xHH`` escapes (gcc reads a literal far faster
+    than a brace list of numbers: a million floats take seconds, not tens of seconds)."""
+    if not data:
+        return '  ""'
+    digits = np.frombuffer(data.hex().encode(), dtype=np.uint8).reshape(-1, 2)
+    escaped = np.empty((len(data), 4), dtype=np.uint8)
+    escaped[:, 0], escaped[:, 1], escaped[:, 2:] = ord("\\"), ord("x"), digits
+    text = escaped.tobytes().decode()
+    step = 4 * per_line
+    return "\n".join(f'  "{text[i:i + step]}"' for i in range(0, len(text), step))
 
 
-def _constant_initializer(value: object) -> tuple[str, str, int]:
-    """``(C element type, initializer text, element count)`` of a constant; float16 and
-    other types C has no literal for are written as their unsigned integer bits."""
-    array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-    flat = np.ascontiguousarray(array).reshape(-1)
-    if flat.dtype == np.float32 or flat.dtype == np.float64:
-        suffix = "f" if flat.dtype == np.float32 else ""
-        items = [_c_float(float(v), suffix) for v in flat]
-        ctype = "float" if suffix else "double"
-    elif flat.dtype.kind in "iu" and flat.dtype.itemsize in (1, 2, 4, 8):
-        ctype = f"{'u' if flat.dtype.kind == 'u' else ''}int{flat.dtype.itemsize * 8}_t"
-        items = [f"{int(v)}" + ("LL" if flat.dtype.itemsize == 8 else "") for v in flat]
-        if flat.dtype == np.int64:
-            items = [f"(int64_t){int(v)}LL" if v == -(1 << 63) else s
-                     for v, s in zip(flat, items)]
-    else:
-        bits = flat.dtype.itemsize * 8
-        ctype = f"uint{bits}_t"
-        items = [str(int(v)) for v in flat.view(f"uint{bits}")]
-    lines = [", ".join(items[i:i + 8]) for i in range(0, len(items), 8)]
-    return ctype, "    " + ",\n    ".join(lines), len(flat)
+def _describe_constant(name: str, value: Any, offset: int) -> str:
+    shape = list(getattr(value, "shape", np.shape(value)))
+    dtype = str(getattr(value, "dtype", np.asarray(value).dtype))
+    return f" *   {name}: offset {offset}, {dtype} {shape}, {len(constant_bytes(value))} bytes"
 
 
-def constant_array_source(symbol: str, value: object, alignment: int = 16) -> str:
-    """``static const <type> symbol[n] = {...};`` holding a constant's data."""
-    ctype, init, count = _constant_initializer(value)
-    return (f"static const {ctype} {symbol}[{max(count, 1)}] "
-            f"__attribute__((aligned({alignment}))) = {{\n{init}\n}};")
+def constant_array_source(symbol: str, value: Any, alignment: int = 16) -> str:
+    """``static const uint8_t symbol[n]`` holding a constant's bytes, with a comment naming
+    its dtype and shape."""
+    data = constant_bytes(value)
+    return (f"/*\n{_describe_constant(symbol, value, 0)}\n */\n"
+            f"static const uint8_t {symbol}[{max(len(data), 1)}] "
+            f"__attribute__((aligned({alignment}))) =\n{c_bytes_literal(data)};")
 
 
 class _Emitter:
@@ -135,17 +130,21 @@ class _Emitter:
         self.io_in_pools = bool(plan.io_offsets)
         self.pools: list[PoolInfo] = []
         if plan.constants:
-            self.pools.append(PoolInfo(CONSTANT_POOL, plan.constant_pool_size, True, True))
+            self.pools.append(PoolInfo(options.constant_pool, plan.constant_pool_size,
+                                       not options.user_constant_pool, True))
         self.workspace_alloc = 0  # TVMBackendAllocWorkspace bytes (USMP off)
-        if plan.workspace.size:
-            if options.usmp:
-                internal = options.runtime == "crt" and not self.io_in_pools
-                self.pools.append(PoolInfo(WORKSPACE_POOL, plan.workspace.size, internal))
-            else:
-                self.workspace_alloc = plan.workspace.size
+        sizes = plan.workspace.sizes or [plan.workspace.size]
+        if options.usmp:
+            internal = (options.runtime == "crt" and not self.io_in_pools
+                        and not options.user_workspace_pools)
+            for name, size in zip(options.workspace_pools, sizes):
+                if size or options.user_workspace_pools:
+                    self.pools.append(PoolInfo(name, size, internal))
+        else:
+            self.workspace_alloc = plan.workspace.size
         self.pool_vars = {p.name: f"{p.name}_{i}_var" for i, p in enumerate(self.pools)}
         if not options.usmp and plan.workspace.size:
-            self.pool_vars[WORKSPACE_POOL] = f"{WORKSPACE_POOL}_var"
+            self.pool_vars[options.workspace_pools[0]] = f"{options.workspace_pools[0]}_var"
         self.packed: list[str] = []
 
     # -- pieces ------------------------------------------------------------------------------
@@ -163,7 +162,8 @@ class _Emitter:
             return sanitize_name(self.plan.inputs[ref.index].name)
         if ref.kind == "output":
             return f"output{ref.index}"
-        pool = WORKSPACE_POOL if ref.kind == "pool" else CONSTANT_POOL
+        pool = (self.options.workspace_pools[ref.pool] if ref.kind == "pool"
+                else self.options.constant_pool)
         return f"(&{self.pool_vars[pool]}[{ref.index}])"
 
     def emit_pools(self) -> None:
@@ -179,22 +179,15 @@ class _Emitter:
                     f"static uint8_t {pool.name}[{pool.size}];")
 
     def emit_constant_pool(self) -> None:
-        align = self.options.constant_alignment
-        members, inits, checks = [], [], []
-        for i, (name, value, offset) in enumerate(self.plan.constants):
-            ctype, init, count = _constant_initializer(value)
-            nbytes = len(constant_bytes(value))
-            packed = "packed, " if i else ""
-            members.append(f"  {ctype} {name}[{max(count, 1)}] __attribute__(({packed}"
-                           f"aligned({align}))); // {nbytes} bytes, aligned offset: {offset}")
-            inits.append(f"  .{name} = {{\n{init}\n  }},")
-            checks.append(f"_Static_assert(offsetof(struct {CONSTANT_POOL}, {name}) == {offset},"
-                          f' "constant {name} moved");')
+        align, pool = self.options.constant_alignment, self.options.constant_pool
+        lines = [f" * {pool}: the linked constants ({self.plan.constant_pool_size} bytes)"]
+        lines += [_describe_constant(name, value, offset)
+                  for name, value, offset in self.plan.constants]
         self.parts.append(
+            "/*\n" + "\n".join(lines) + "\n */\n"
             f'__attribute__((section(".rodata.tvm"), aligned({align})))\n'
-            f"static const struct {CONSTANT_POOL} {{\n" + "\n".join(members) + "\n} "
-            + f"{CONSTANT_POOL} = {{\n" + "\n".join(inits) + "\n};"
-            + f"// of total size {self.plan.constant_pool_size} bytes\n" + "\n".join(checks))
+            f"static const uint8_t {pool}[{max(self.plan.constant_pool_size, 1)}] =\n"
+            f"{c_bytes_literal(_constant_pool_bytes(self.plan))};")
 
     def emit_prototypes(self) -> None:
         seen = set()
@@ -216,7 +209,7 @@ class _Emitter:
     def main_body(self) -> list[str]:
         lines = []
         fail = "return -1;"
-        ws = self.pool_vars.get(WORKSPACE_POOL)
+        ws = self.pool_vars.get(self.options.workspace_pools[0])
         if self.workspace_alloc:
             lines.append(f"  uint8_t* {ws} = (uint8_t*)TVMBackendAllocWorkspace(1, 0, "
                          f"(uint64_t){self.workspace_alloc}, 0, 8);")
@@ -309,10 +302,15 @@ class _Emitter:
         external = [p for p in self.pools if not p.internal]
         params, args = [], []
         if self.io_in_pools:
-            pool = f"((uint8_t*)workspace_pools->{WORKSPACE_POOL})"
+            names = self.options.workspace_pools
+
+            def where(spec: Any) -> str:
+                pool, offset = self.plan.io_offsets[spec.name]
+                return f"&((uint8_t*)workspace_pools->{sanitize_name(names[pool])})[{offset}]"
+
             for what, specs in (("inputs", self.plan.inputs), ("outputs", self.plan.outputs)):
-                members = "".join(f"\t.{sanitize_name(s.name)} = "
-                                  f"&{pool}[{self.plan.io_offsets[s.name]}],\n" for s in specs)
+                members = "".join(f"\t.{sanitize_name(s.name)} = {where(s)},\n"
+                                  for s in specs)
                 self.parts.append(
                     f"struct tvmgen_{mod}_{what} tvmgen_{mod}_map_{what}(\n"
                     f"  {pools_struct}* workspace_pools\n){{\n"
@@ -376,6 +374,7 @@ def _preamble(options: AotOptions, prefix: str) -> str:
         f"/* Generated by kiln: the AOT executor of module {prefix} (target {options.target},"
         f" runtime {options.runtime}). */",
         "#include <stddef.h>",
+        "#include <stdbool.h>",
         "#include <stdint.h>",
         "#include <math.h>",
         "#include <tvm/runtime/c_runtime_api.h>",
@@ -386,6 +385,15 @@ def _preamble(options: AotOptions, prefix: str) -> str:
         "  return (void*)((uint8_t*)t->data + t->byte_offset);",
         "}",
     ])
+
+
+def _constant_pool_bytes(plan: AotPlan) -> bytes:
+    """The constant pool's initial contents: each constant's bytes at its offset."""
+    data = bytearray(plan.constant_pool_size)
+    for _, value, offset in plan.constants:
+        raw = constant_bytes(value)
+        data[offset:offset + len(raw)] = raw
+    return bytes(data)
 
 
 def emit_aot(plan: AotPlan, options: AotOptions, kernel_functions: list[str]) -> AotSource:
@@ -407,8 +415,9 @@ def emit_aot(plan: AotPlan, options: AotOptions, kernel_functions: list[str]) ->
     if options.interface_api == "c":
         from kiln.relay.backend.aot.interface_c import interface_header
 
-        header = interface_header(plan.mod_name, plan.inputs, plan.outputs,
-                                  [(p.name, p.size) for p in em.pools if not p.internal],
+        external = [(p.name, p.size, _constant_pool_bytes(plan) if p.constant else None)
+                    for p in em.pools if not p.internal]
+        header = interface_header(plan.mod_name, plan.inputs, plan.outputs, external,
                                   em.workspace_alloc, bool(plan.io_offsets))
     return AotSource("\n\n".join(em.parts) + "\n", header, em.packed, em.pools,
                      em.workspace_alloc, em.main, metadata)

@@ -2,20 +2,22 @@
 
 Entry points: :func:`build_aot` (``Executor("aot")``), :func:`build_graph_crt`
 (``Executor("graph")`` with ``Runtime("crt")``), :func:`emit_crt_kernels`,
-:func:`check_crt_names`, :data:`CRT_NAME_LIMITS`.
+:func:`check_crt_names`, :data:`CRT_NAME_LIMITS`, :func:`output_tensor_names`.
 
 Both take the optimized, fused module that ``relay.build`` made. The kernels are lowered by
 the one TE compiler; for the C runtime they are printed by the bare-metal C dialect
-(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, no workspace calls, parallel
-loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
-(:class:`~kiln.target.source_module.CSourceModule`), because the firmware's toolchain and the
-CRT headers compile them. For the C++ runtime (host AOT) the AOT main is compiled and linked
-with the kernels into one shared library.
+(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, big scratch from the caller,
+parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
+(:class:`~kiln.target.source_module.CSourceModule`) for the firmware's toolchain and the CRT
+headers; a crt graph build's kernels also compile for the host on demand, so its factory runs
+on the host graph executor. For the C++ runtime (host AOT) the AOT main is compiled and
+linked with the kernels into one shared library.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import Any
 
@@ -29,7 +31,7 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 
 __all__ = ["build_aot", "build_graph_crt", "emit_crt_kernels", "check_crt_names",
-           "CRT_NAME_LIMITS", "kernel_workspace_bytes"]
+           "CRT_NAME_LIMITS", "kernel_workspace_bytes", "output_tensor_names"]
 
 # The CRT's fixed name buffers (crt_config.h, TVM's CRTConfig.cmake defaults); a name must
 # leave room for its NUL. A longer name would be cut off silently on the device (issue #8953).
@@ -100,13 +102,54 @@ def _target_comment(source: str, target: Any) -> str:
     return f"/* kiln kernels for target: {target} */\n" + source
 
 
-def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime,
-              mod_name: str) -> Any:
-    """Generate the AOT executor of a fused module; returns an AOTExecutorFactoryModule."""
+def output_tensor_names(main: Any) -> list[str] | None:
+    """``main``'s ``output_tensor_names`` attribute (TVM names the outputs after it)."""
+    attrs = main.attrs or {}
+    if "output_tensor_names" not in attrs:
+        return None
+    return [str(name) for name in attrs["output_tensor_names"]]
+
+
+def _pool_settings(workspace_pools: Any, constant_pools: Any, interface: str,
+                   usmp: bool) -> tuple[dict[str, Any], list[int | None]]:
+    """AotOptions fields and workspace pool limits for user-given memory pools."""
+    from kiln.ir.memory_pools import ConstantMemoryPools, WorkspaceMemoryPools
+
+    fields: dict[str, Any] = {}
+    limits: list[int | None] = [None]
+    if workspace_pools is not None:
+        if not isinstance(workspace_pools, WorkspaceMemoryPools):
+            raise TVMError("workspace_memory_pools must be a WorkspaceMemoryPools, got "
+                           f"{type(workspace_pools).__name__}")
+        if not usmp:
+            raise TVMError("workspace_memory_pools need the planner (tir.usmp.enable)")
+        names = [p.pool_name for p in workspace_pools.pools]
+        limits = [None if p.size_hint_bytes < 0 else p.size_hint_bytes
+                  for p in workspace_pools.pools]
+        fields.update(workspace_pools=tuple(names), user_workspace_pools=True)
+    if constant_pools is not None:
+        if not isinstance(constant_pools, ConstantMemoryPools):
+            raise TVMError("constant_memory_pools must be a ConstantMemoryPools, got "
+                           f"{type(constant_pools).__name__}")
+        if interface != "c":
+            raise TVMError("constant_memory_pools need interface-api 'c': the application "
+                           "fills the pool from TVMGEN_<MOD>_<POOL>_CONSTANT_POOL_DATA")
+        fields.update(constant_pool=constant_pools.pools[0].pool_name, user_constant_pool=True)
+    return fields, limits
+
+
+def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_name: str,
+              workspace_pools: Any = None, constant_pools: Any = None) -> Any:
+    """Generate the AOT executor of a fused module; returns an AOTExecutorFactoryModule.
+    ``workspace_pools`` / ``constant_pools`` are the user's ``WorkspaceMemoryPools`` /
+    ``ConstantMemoryPools`` (pools the application provides)."""
     from kiln.relay.backend.executor_factory import AOTExecutorFactoryModule
     from kiln.target.source_module import CSourceModule
 
     start = time.perf_counter()
+    if not isinstance(mod_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", mod_name):
+        raise TVMError(f"mod_name {mod_name!r} must be letters, digits and '_': it becomes "
+                       "part of C names (tvmgen_<mod_name>_run)")
     unpacked, interface = check_combination(executor, runtime)
     config = _config()
     usmp = config.get("tir.usmp.enable", True)
@@ -116,27 +159,28 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime,
                        f"{interface!r}) and tir.usmp.enable (got {usmp}): the application "
                        "finds its inputs and outputs in the pool through "
                        "tvmgen_<mod>_map_inputs/map_outputs of the C interface")
+    pool_fields, limits = _pool_settings(workspace_pools, constant_pools, interface, usmp)
     link_params = executor["link-params"]
     compiler = TECompiler(target, mod_name)
     main = mod["main"]
     nodes, heads, params, kernel_calls = build_nodes(main, compiler)
-    input_names = [p.name_hint for p in main.params]
-    if not link_params:
-        input_names += list(params)  # unlinked constants are inputs the caller sets
     kernels = {lowered.name: lowered for lowered in compiler.lowered}
     scratch = {}
     if runtime.name == "crt":  # the bare-metal dialect takes big scratch from the pool
         from kiln.target.codegen_c import scratch_layout
 
         scratch = {name: scratch_layout(f.prim_func)[1] for name, f in kernels.items()}
-    plan = plan_aot(nodes, heads, input_names, params if link_params else {}, kernels,
-                    mod_name, algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
+    plan = plan_aot(nodes, heads, len(main.params), params, kernels,
+                    mod_name, link_params=link_params,
+                    algorithm=config.get("tir.usmp.algorithm", "greedy_by_size"),
                     workspace_alignment=executor.get("workspace-byte-alignment", 16),
                     constant_alignment=executor.get("constant-byte-alignment", 16),
-                    use_workspace_io=use_io, scratch=scratch)
+                    use_workspace_io=use_io, scratch=scratch, pool_limits=limits,
+                    output_names=output_tensor_names(main))
     options = AotOptions(interface, unpacked, runtime.name, bool(runtime.get("system-lib")),
                          usmp, executor.get("workspace-byte-alignment", 16),
-                         executor.get("constant-byte-alignment", 16), str(target))
+                         executor.get("constant-byte-alignment", 16), str(target),
+                         **pool_fields)
     if runtime.name == "crt":
         kernel_source, kernel_names = emit_crt_kernels(compiler)
         aot = emit_aot(plan, options, kernel_names)
@@ -198,8 +242,12 @@ def build_graph_crt(mod: Any, target: Any, executor: Executor, runtime: Runtime,
         defined.append("_lookup_linked_param")
     if runtime.get("system-lib"):
         parts.append(crt_system_lib_source(defined + kernel_names, defined_here=defined))
+    from kiln.target.codegen_c import compile_options
+
+    # the kernels need only the TVM C API: they also run on the host graph executor
     kernels = CSourceModule(_target_comment(kernel_source, target), kernel_names,
-                            f"{mod_name}_lib1.c" if parts else f"{mod_name}_lib0.c")
+                            f"{mod_name}_lib1.c" if parts else f"{mod_name}_lib0.c",
+                            host_options=compile_options(target))
     if not parts:
         return result, kernels, ""
     header = ("#include <stdint.h>\n#include <tvm/runtime/c_runtime_api.h>\n"

@@ -7,8 +7,9 @@ Layout, as ``src/target/source/interface_c.cc`` in TVM v0.16 writes it: an inclu
 ``struct tvmgen_<mod>_inputs`` / ``_outputs`` of ``void*`` members named by the sanitized
 tensor names; ``struct tvmgen_<mod>_workspace_pools`` when a pool is external (then also the
 ``tvmgen_<mod>_map_inputs/_map_outputs`` functions when I/O lives in it); the prototype of
-``tvmgen_<mod>_run``; ``TVMGEN_<MOD>_WORKSPACE_SIZE``; and ``<POOL>_WORKSPACE_POOL_SIZE`` per
-external pool.
+``tvmgen_<mod>_run``; ``TVMGEN_<MOD>_WORKSPACE_SIZE``; ``<POOL>_WORKSPACE_POOL_SIZE`` per
+external workspace pool and ``<POOL>_CONSTANT_POOL_SIZE`` / ``_CONSTANT_POOL_DATA`` (the
+bytes to put in it) per external constant pool.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ def _struct(mod_name: str, suffix: str, members: Sequence[str]) -> str:
 
 
 def interface_header(mod_name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                     external_pools: Sequence[tuple[str, int]], workspace_size: int,
-                     io_in_pools: bool) -> str:
-    """The text of ``tvmgen_<mod_name>.h``; ``external_pools`` are ``(name, size)`` pairs of
-    the pools the application provides."""
+                     external_pools: Sequence[tuple[str, int, bytes | None]],
+                     workspace_size: int, io_in_pools: bool) -> str:
+    """The text of ``tvmgen_<mod_name>.h``; ``external_pools`` are ``(name, size, data)`` of
+    the pools the application provides (``data``: the initial bytes of a constant pool)."""
     guard = f"TVMGEN_{mod_name}_H".upper()
     parts = [f"#ifndef {guard}_\n#define {guard}_\n#include <stdint.h>\n\n"
              "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n"]
@@ -56,7 +57,8 @@ def interface_header(mod_name: str, inputs: Sequence[TensorSpec], outputs: Seque
     parts.append(_struct(mod_name, "outputs", [s.name for s in outputs]))
     if external_pools:
         parts.append(_brief(mod_name, "Workspace pool pointers"))
-        parts.append(_struct(mod_name, "workspace_pools", [name for name, _ in external_pools]))
+        parts.append(_struct(mod_name, "workspace_pools",
+                             [name for name, _, _ in external_pools]))
     pools_struct = f"struct tvmgen_{mod_name}_workspace_pools"
     if io_in_pools:
         for what in ("inputs", "outputs"):
@@ -79,8 +81,16 @@ def interface_header(mod_name: str, inputs: Sequence[TensorSpec], outputs: Seque
     parts.append(doc + " */\n" + f"int32_t tvmgen_{mod_name}_run(\n" + ",\n".join(params)
                  + "\n);\n")
     parts.append(_macro(mod_name, "Workspace size", "WORKSPACE_SIZE", workspace_size))
-    for name, size in external_pools:
+    for name, size, data in external_pools:
         pool = sanitize_name(name)
-        parts.append(_macro(mod_name, f"{pool} size", f"{pool}_WORKSPACE_POOL_SIZE", size))
+        if data is None:
+            parts.append(_macro(mod_name, f"{pool} size", f"{pool}_WORKSPACE_POOL_SIZE", size))
+            continue
+        prefix = f"tvmgen_{mod_name}_{pool}".upper()
+        rows = [", ".join(f"0x{b:02x}" for b in data[i:i + 16]) for i in range(0, len(data), 16)]
+        parts.append(_brief(mod_name, f"{pool} initialization data")
+                     + f"#define {prefix}_CONSTANT_POOL_SIZE {len(data)}\n"
+                     + f"#define {prefix}_CONSTANT_POOL_DATA \\\n    "
+                     + ", \\\n    ".join(rows) + "\n")
     parts.append(f"\n#ifdef __cplusplus\n}}\n#endif\n\n#endif // {guard}_\n")
     return "".join(parts)

@@ -67,6 +67,12 @@ _CONV2D_1X1_MICRO_KERNEL = register_implementation(
     "conv2d_nhwc_1x1_micro_kernel.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 
+_CONV2D_DIRECT = register_implementation(
+    IMPLEMENTATIONS["conv2d.generic"].compute,
+    lambda attrs, outs, target: topi.arm_cpu.schedule_conv2d_direct(outs),
+    "conv2d_direct.arm_cpu", plevel=12, op_name="nn.conv2d")
+
+
 def _micro_kernel_fits(inputs, out_type, target) -> bool:
     """A Cortex-M target, float32 everywhere, static shapes."""
     static = all(hasattr(d, "value") for t in inputs for d in t.shape)
@@ -86,11 +92,13 @@ def dense_strategy_arm_cpu(attrs, inputs, out_type, target):
 
 @register_strategy("nn.conv2d", "arm_cpu")
 def conv2d_strategy_arm_cpu(attrs, inputs, out_type, target):
-    """Generic conv2d everywhere; on a Cortex-M, pointwise NHWC/HWIO convolutions also get
-    the micro-kernel (plevel 15)."""
+    """Generic conv2d everywhere; on a Cortex-M the direct schedule (plevel 12) and, for
+    pointwise NHWC/HWIO convolutions, the micro-kernel (plevel 15)."""
     strategy = OpStrategy()
     strategy.add(IMPLEMENTATIONS["conv2d.generic"])
-    if _micro_kernel_fits(inputs, out_type, target) and topi.arm_cpu.conv2d_1x1_applies(
-            attrs, inputs[0].shape, [int(d.value) for d in inputs[1].shape]):
-        strategy.add(_CONV2D_1X1_MICRO_KERNEL)
+    if _micro_kernel_fits(inputs, out_type, target):
+        strategy.add(_CONV2D_DIRECT)
+        if topi.arm_cpu.conv2d_1x1_applies(attrs, inputs[0].shape,
+                                           [int(d.value) for d in inputs[1].shape]):
+            strategy.add(_CONV2D_1X1_MICRO_KERNEL)
     return strategy

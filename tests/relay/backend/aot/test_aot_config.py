@@ -83,3 +83,28 @@ def test_crt_source_cannot_be_run_here():
         lib = relay.build(_mod(), "c", executor=Executor("aot"), runtime=Runtime("crt"))
     with pytest.raises(tvm.TVMError, match="export_model_library_format"):
         lib["default"]
+
+
+@pytest.mark.parametrize("mod_name", ["", "my-model", "a b"])
+def test_mod_name_must_make_c_names(mod_name):
+    with pytest.raises(tvm.TVMError, match="must be letters, digits and '_'"):
+        relay.build(_mod(), "c", executor=Executor("aot"), mod_name=mod_name)
+
+
+def test_output_tensor_names_name_the_c_interface():
+    a = relay.var("a", shape=(4,))
+    func = relay.Function([a], relay.Tuple([relay.exp(a), relay.nn.relu(a)]))
+    func = func.with_attr("output_tensor_names", ["Identity", "Identity:1"])
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(tvm.IRModule.from_expr(func), "c", runtime=Runtime("crt"),
+                          executor=Executor("aot", {"interface-api": "c",
+                                                    "unpacked-api": True}))
+    assert "void* Identity;\n  void* Identity_1;" in lib.header
+    assert "#define TVMGEN_DEFAULT_IDENTITY_1_SIZE 16" in lib.header
+
+
+def test_inputs_whose_c_names_clash_are_refused():
+    x, y = relay.var("in.0", shape=(2,)), relay.var("in_0", shape=(2,))
+    mod = tvm.IRModule.from_expr(relay.Function([x, y], relay.add(x, y)))
+    with pytest.raises(tvm.TVMError, match="'in.0' and 'in_0' have the same C name 'in_0'"):
+        relay.build(mod, "c", executor=Executor("aot"))

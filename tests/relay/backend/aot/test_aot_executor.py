@@ -138,6 +138,7 @@ def test_crt_c_interface_runs_on_the_host(algorithm, tmp_path, rng):
     kernels = lib.lib.imports[0].get_source()
     assert "-mcpu=cortex-m4" in kernels.splitlines()[0]
     assert "#pragma omp" not in kernels and "TVMBackendAllocWorkspace" not in kernels
+    assert "vector_size" not in kernels  # tir.disable_vectorize: scalar C for the M4
     assert lib.stats["workspace_pool_bytes"] >= lib.stats["workspace_lower_bound_bytes"] > 0
     an, bn = _inputs(rng)
     # the system-lib registry needs the CRT's module.h: compile without it here
@@ -203,3 +204,53 @@ def test_exported_aot_library_loads_back(tmp_path, rng):
     np.testing.assert_allclose(m.get_output(0).numpy(), e / e.sum(1, keepdims=True), rtol=1e-5)
     with pytest.raises(AttributeError, match="no function 'default'"):
         loaded["default"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int8", "uint16", "int64",
+                                   "bool"])
+def test_linked_constants_keep_their_bits(dtype):
+    if dtype.startswith("float"):
+        info = np.finfo(dtype)
+        values = np.array([0.0, -0.0, 1 / 3, -2.5, info.max, info.min, info.tiny,
+                           info.smallest_subnormal, np.inf, -np.inf, np.nan], dtype=dtype)
+    elif dtype == "bool":
+        values = np.array([True, False, True])
+    else:
+        info = np.iinfo(dtype)
+        values = np.array([0, 1, -1 if info.min else 2, info.min, info.max], dtype=dtype)
+    func = relay.Function([], relay.const(values))
+    got = _run_host_aot(func, {})[0]
+    assert got.dtype == values.dtype and got.tobytes() == values.tobytes()
+
+
+def test_an_input_named_like_a_constant_stays_an_input(rng):
+    p0 = relay.var("p0", shape=(4,))
+    func = relay.Function([p0], relay.multiply(p0, relay.const(np.full(4, 3, "float32"))))
+    xn = rng.standard_normal(4).astype("float32")
+    np.testing.assert_allclose(_run_host_aot(func, {"p0": xn})[0], xn * 3, rtol=1e-6)
+
+
+def test_executors_of_one_library_have_their_own_pools(rng):
+    import threading
+
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(_model(), "c", executor=Executor("aot"))
+    runs = [(AotModule(lib["default"](tvm.cpu(0))), *_inputs(rng)) for _ in range(3)]
+    errors = []
+
+    def work(m, an, bn):
+        try:
+            for _ in range(20):
+                m.run(a=an, **{"input.1": bn})
+                for i, ref in enumerate(_reference(an, bn)):
+                    np.testing.assert_allclose(m.get_output(i).numpy(), ref, rtol=1e-5,
+                                               atol=1e-6)
+        except AssertionError as err:  # reported after join
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=r) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

@@ -80,15 +80,15 @@ OP_MATRIX_CONFIGS = all_configs() if os.environ.get("KILN_DIFFERENTIAL") == "ful
     all_configs(opt_levels=(3,))
 
 
-def run_on_executors(cases: list, configs=OP_MATRIX_CONFIGS,
-                     atol: float = 1e-5) -> list[list[np.ndarray]]:
+def run_on_executors(cases: list, configs=OP_MATRIX_CONFIGS, tol: float = 1e-5
+                     ) -> list[list[np.ndarray]]:
     """The cases' outputs from the interpreter, after checking that each executor
-    configuration of ``configs`` gives the same (all cases in one program: one build per
-    configuration for the whole group)."""
+    configuration of ``configs`` gives the same within ``tol`` (all cases in one program: one
+    build per configuration for the whole group)."""
     from kiln.relay.testing.executors import check_executors_agree
 
     mod, values, counts = relay_program(cases)
-    flat = check_executors_agree(mod, values, rtol=1e-5, atol=atol, configs=configs)
+    flat = check_executors_agree(mod, values, rtol=tol, atol=tol, configs=configs)
     spans, start = [], 0
     for count in counts:
         spans.append(flat[start:start + count])
@@ -96,16 +96,15 @@ def run_on_executors(cases: list, configs=OP_MATRIX_CONFIGS,
     return spans
 
 
-def run_cases(cases: list, target: str = "c", atol: float = 1e-5) -> list[list[np.ndarray]]:
+def run_cases(cases: list, target: str = "c", tol: float = 1e-5) -> list[list[np.ndarray]]:
     """Every ``(op_name, attrs, inputs)`` computed; outputs per case.
 
     All cases share one build (one compile). Each output is read through a uniquely named
     copy, since generated wrappers name their arguments after the tensors. With ``target``
-    :data:`EXECUTORS` the cases run as Relay calls on every executor (:func:`run_on_executors`,
-    each compared with the interpreter within ``atol``).
+    :data:`EXECUTORS` the cases run as Relay calls on every executor (:func:`run_on_executors`).
     """
     if target == EXECUTORS:
-        return run_on_executors(cases, atol=atol)
+        return run_on_executors(cases, tol=tol)
     lowered = [lower_case(k, *case[:3], target=target) for k, case in enumerate(cases)]
     holders = [h for hs, _, _ in lowered for h in hs]
     outs = [te.compute(t.shape, lambda *i, t=t: t(*i), name=f"out{k}_{j}")

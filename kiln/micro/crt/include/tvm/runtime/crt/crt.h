@@ -14,7 +14,8 @@ extern "C" {
 /*
  * Create the global function registry (TVM_CRT_GLOBAL_FUNC_REGISTRY_SIZE_BYTES from
  * TVMPlatformMemoryAllocate) and register the runtime's own functions ("runtime.SystemLib",
- * "tvm.rpc.server.ModuleGetFunction", "tvm.contrib.random.random_fill"). Call once, after
+ * "tvm.rpc.server.ModuleGetFunction", "runtime.RPCTimeEvaluator",
+ * "tvm.rpc.server.GetCRTMaxPacketSize", "tvm.contrib.random.random_fill"). Call once, after
  * TVMPlatformInitialize; a second call returns kTvmErrorPlatformMemoryManagerInitialized.
  */
 tvm_crt_error_t TVMInitializeRuntime(void);

@@ -4,7 +4,8 @@
  *
  * Handles are small integers, never pointers (as in TVM's CRT): a module handle is
  * (module_index | 0x8000), a function handle ((module_index | 0x8000) << 16) |
- * (function_index | 0x8000). Module 0 is the global registry. The 0x8000 bits keep every valid
+ * (function_index | 0x8000). Module 0 is the global registry; module index 0x7fff stands for
+ * the time evaluator that runtime.RPCTimeEvaluator returns. The 0x8000 bits keep every valid
  * handle non-NULL and let a decoder reject garbage.
  */
 #include <stdarg.h>
@@ -41,6 +42,24 @@ int TVMCrtError(int code, const char* fmt, ...) {
   TVMPlatformFormatMessage(g_last_error, sizeof(g_last_error), fmt, args);
   va_end(args);
   return code;
+}
+
+int TVMCrtCheckArgs(const char* fn, int nargs, const int* tcodes, int expected_nargs,
+                    const int* expected_tcodes) {
+  int i;
+  if (nargs != expected_nargs) {
+    return TVMCrtError(kTvmErrorFunctionCallNumArguments, "%s expects %d arguments, got %d", fn,
+                       expected_nargs, nargs);
+  }
+  for (i = 0; i < nargs; ++i) {
+    if (tcodes[i] != expected_tcodes[i] &&
+        !(expected_tcodes[i] == kTVMDLTensorHandle && tcodes[i] == kTVMNDArrayHandle)) {
+      return TVMCrtError(kTvmErrorFunctionCallWrongArgType,
+                         "%s: argument %d has type code %d, expected %d", fn, i, tcodes[i],
+                         expected_tcodes[i]);
+    }
+  }
+  return 0;
 }
 
 /* ---- NDArrays and raw device memory ---- */
@@ -151,8 +170,10 @@ int TVMDeviceCopyDataFromTo(DLTensor* from, DLTensor* to, TVMStreamHandle stream
     return TVMCrtError(kTvmErrorFunctionCallInvalidArg,
                        "TVMDeviceCopyDataFromTo: only CPU tensors can be copied");
   }
-  memcpy((uint8_t*)to->data + to->byte_offset, (const uint8_t*)from->data + from->byte_offset,
-         (size_t)from_size);
+  if (from_size > 0) {
+    memcpy((uint8_t*)to->data + to->byte_offset,
+           (const uint8_t*)from->data + from->byte_offset, (size_t)from_size);
+  }
   return 0;
 }
 
@@ -184,8 +205,10 @@ int TVMObjectFree(TVMObjectHandle obj) {
 }
 
 int TVMByteArrayFree(TVMByteArray* arr) {
-  (void)arr;
-  return 0;
+  /* Byte arrays the CRT returns (time evaluator results) are platform allocations. */
+  int status = TVMPlatformMemoryFree((void*)arr->data, kCPU);
+  if (status != 0) return status;
+  return TVMPlatformMemoryFree(arr, kCPU);
 }
 
 /* ---- modules and function handles ---- */
@@ -195,6 +218,9 @@ static TVMModule g_global_module;
 static const TVMModule* g_modules[TVM_CRT_MAX_REGISTERED_MODULES];
 static tvm_module_index_t g_num_modules;
 static TVMModuleHandle g_system_lib_handle;
+
+/* Pseudo module index of the time evaluator's function handles. */
+#define TIME_EVALUATOR_MODULE_INDEX 0x7fffu
 
 static TVMModuleHandle EncodeModuleHandle(tvm_module_index_t module_index) {
   return (TVMModuleHandle)(uintptr_t)(module_index | 0x8000u);
@@ -220,7 +246,8 @@ static int DecodeFunctionHandle(TVMFunctionHandle handle, tvm_module_index_t* mo
   uintptr_t value = (uintptr_t)handle;
   uintptr_t module_part = value >> 16;
   if ((module_part & ~(uintptr_t)0x7fff) != 0x8000u || (value & 0x8000u) == 0 ||
-      (module_part & 0x7fffu) >= g_num_modules) {
+      ((module_part & 0x7fffu) >= g_num_modules &&
+       (module_part & 0x7fffu) != TIME_EVALUATOR_MODULE_INDEX)) {
     return TVMCrtError(kTvmErrorFunctionIndexInvalid, "invalid function handle %p", handle);
   }
   *module_index = (tvm_module_index_t)(module_part & 0x7fffu);
@@ -308,19 +335,30 @@ int TVMFuncFree(TVMFunctionHandle func) {
   return 0;
 }
 
+static int RunTimeEvaluator(tvm_function_index_t function_index, TVMValue* args,
+                            int* type_codes, int num_args, TVMValue* ret_val, int* ret_type_code);
+
 int TVMFuncCall(TVMFunctionHandle func, TVMValue* arg_values, int* type_codes, int num_args,
                 TVMValue* ret_val, int* ret_type_code) {
   tvm_module_index_t module_index = 0;
   tvm_function_index_t function_index = 0;
   TVMBackendPackedCFunc fn;
+  const TVMFuncRegistry* registry;
   int status = DecodeFunctionHandle(func, &module_index, &function_index);
   if (status != 0) return status;
-  if (TVMFuncRegistry_GetByIndex(g_modules[module_index]->registry, function_index, &fn) != 0) {
-    return TVMCrtError(kTvmErrorFunctionIndexInvalid, "invalid function handle %p", func);
-  }
   ret_val->v_handle = NULL;
   *ret_type_code = kTVMNullptr;
-  return fn(arg_values, type_codes, num_args, ret_val, ret_type_code, NULL);
+  if (module_index == TIME_EVALUATOR_MODULE_INDEX) {
+    return RunTimeEvaluator(function_index, arg_values, type_codes, num_args, ret_val,
+                            ret_type_code);
+  }
+  registry = g_modules[module_index]->registry;
+  if (TVMFuncRegistry_GetByIndex(registry, function_index, &fn) != 0) {
+    return TVMCrtError(kTvmErrorFunctionIndexInvalid, "invalid function handle %p", func);
+  }
+  /* As in TVM: module functions get their registry as resource handle, globals get NULL. */
+  return fn(arg_values, type_codes, num_args, ret_val, ret_type_code,
+            module_index == 0 ? NULL : (void*)registry);
 }
 
 /* ---- built-in global functions ---- */
@@ -411,6 +449,145 @@ static int RandomFill(TVMValue* args, int* type_codes, int num_args, TVMValue* r
   return TVMPlatformGenerateRandom((uint8_t*)tensor->data + tensor->byte_offset, (size_t)nbytes);
 }
 
+/* ---- time evaluator (runtime.RPCTimeEvaluator) ---- */
+
+/* The one time evaluator; a new RPCTimeEvaluator call replaces it (older handles go stale). */
+static struct {
+  tvm_function_index_t function_index;
+  TVMFunctionHandle func_to_time;
+  int64_t number;
+  int64_t repeat;
+  int64_t min_repeat_ms;
+  int64_t limit_zero_time_iterations;
+} g_time_evaluator;
+
+/*
+ * runtime.RPCTimeEvaluator(module, name, device_type, device_id, number, repeat,
+ * min_repeat_ms, limit_zero_time_iterations, cooldown_interval_ms, repeats_to_cooldown,
+ * cache_flush_bytes, f_preproc) -> a function timing module.name.
+ */
+static int RPCTimeEvaluator(TVMValue* args, int* type_codes, int num_args, TVMValue* ret_val,
+                            int* ret_type_code, void* resource_handle) {
+  static const int kTypes[] = {kTVMModuleHandle, kTVMStr,    kTVMArgInt, kTVMArgInt,
+                               kTVMArgInt,       kTVMArgInt, kTVMArgInt, kTVMArgInt,
+                               kTVMArgInt,       kTVMArgInt, kTVMArgInt, kTVMStr};
+  int status = TVMCrtCheckArgs("runtime.RPCTimeEvaluator", num_args, type_codes, 12, kTypes);
+  (void)resource_handle;
+  if (status != 0) return status;
+  if (args[4].v_int64 < 1 || args[5].v_int64 < 1 || args[5].v_int64 > 100000 ||
+      args[6].v_int64 < 0 || args[7].v_int64 < 0) {
+    return TVMCrtError(kTvmErrorFunctionCallInvalidArg,
+                       "runtime.RPCTimeEvaluator: number and repeat (<= 100000) must be >= 1, "
+                       "min_repeat_ms and limit_zero_time_iterations >= 0");
+  }
+  if (args[8].v_int64 != 0) {
+    return TVMCrtError(kTvmErrorFunctionCallNotImplemented,
+                       "runtime.RPCTimeEvaluator: the CRT cannot sleep; use "
+                       "cooldown_interval_ms=0");
+  }
+  if (args[11].v_str[0] != '\0') {
+    return TVMCrtError(kTvmErrorFunctionCallNotImplemented,
+                       "runtime.RPCTimeEvaluator: f_preproc is not supported on the CRT");
+  }
+  status = TVMModGetFunction(args[0].v_handle, args[1].v_str, 0, &g_time_evaluator.func_to_time);
+  if (status != 0) return status;
+  g_time_evaluator.number = args[4].v_int64;
+  g_time_evaluator.repeat = args[5].v_int64;
+  g_time_evaluator.min_repeat_ms = args[6].v_int64;
+  g_time_evaluator.limit_zero_time_iterations = args[7].v_int64;
+  g_time_evaluator.function_index = (tvm_function_index_t)((g_time_evaluator.function_index + 1) &
+                                                           0x7fffu);
+  ret_val->v_handle =
+      EncodeFunctionHandle(TIME_EVALUATOR_MODULE_INDEX, g_time_evaluator.function_index);
+  *ret_type_code = kTVMPackedFuncHandle;
+  return 0;
+}
+
+/* Time `number` calls of the function; grow `number` until they take min_repeat_ms. */
+static int TimeOneRepeat(TVMValue* args, int* type_codes, int num_args, TVMValue* ret_val,
+                         int* ret_type_code, double* mean_seconds) {
+  double seconds = 0.0, min_seconds = (double)g_time_evaluator.min_repeat_ms / 1000.0;
+  int64_t zero_times = 0, j;
+  int status;
+  do {
+    if (seconds > 0.0) {
+      /* Aim past min_repeat_ms, growing at least by the golden ratio (as TVM). */
+      double a = min_seconds / (seconds / (double)g_time_evaluator.number) + 1;
+      double b = (double)g_time_evaluator.number * 1.618;
+      double next = a > b ? a : b;
+      g_time_evaluator.number = next > 2147483647.0 ? 2147483647 : (int64_t)next;
+    }
+    status = TVMPlatformBeforeMeasurement();
+    if (status == 0) status = TVMPlatformTimerStart();
+    for (j = 0; status == 0 && j < g_time_evaluator.number; ++j) {
+      status = TVMFuncCall(g_time_evaluator.func_to_time, args, type_codes, num_args, ret_val,
+                           ret_type_code);
+    }
+    if (status != 0) {
+      double ignored;
+      TVMPlatformTimerStop(&ignored); /* leave the timer stopped for the next measurement */
+      return status;
+    }
+    status = TVMPlatformTimerStop(&seconds);
+    if (status == 0) status = TVMPlatformAfterMeasurement();
+    if (status != 0) return TVMCrtError(status, "time evaluator: platform timer failed");
+    if (seconds == 0.0) ++zero_times;
+  } while (seconds < min_seconds && zero_times < g_time_evaluator.limit_zero_time_iterations);
+  *mean_seconds = seconds / (double)g_time_evaluator.number;
+  return 0;
+}
+
+/* Call the time evaluator: returns bytes holding `repeat` doubles (mean seconds per call). */
+static int RunTimeEvaluator(tvm_function_index_t function_index, TVMValue* args,
+                            int* type_codes, int num_args, TVMValue* ret_val,
+                            int* ret_type_code) {
+  TVMByteArray* result = NULL;
+  double* data = NULL;
+  int64_t i;
+  int status;
+  if (function_index != g_time_evaluator.function_index || g_time_evaluator.repeat == 0) {
+    return TVMCrtError(kTvmErrorTimeEvaluatorBadHandle,
+                       "time evaluator handle is stale (a newer one was created)");
+  }
+  status = TVMPlatformMemoryAllocate(sizeof(TVMByteArray), kCPU, (void**)&result);
+  if (status == 0) {
+    status = TVMPlatformMemoryAllocate((size_t)g_time_evaluator.repeat * sizeof(double), kCPU,
+                                       (void**)&data);
+  }
+  if (status != 0) {
+    status = TVMCrtError(status, "time evaluator: out of memory for %ld results",
+                         (long)g_time_evaluator.repeat);
+  }
+  /* One untimed call first, as TVM does (it warms caches). */
+  if (status == 0) {
+    status = TVMFuncCall(g_time_evaluator.func_to_time, args, type_codes, num_args, ret_val,
+                         ret_type_code);
+  }
+  for (i = 0; status == 0 && i < g_time_evaluator.repeat; ++i) {
+    status = TimeOneRepeat(args, type_codes, num_args, ret_val, ret_type_code, &data[i]);
+  }
+  if (status != 0) {
+    if (data != NULL) TVMPlatformMemoryFree(data, kCPU);
+    if (result != NULL) TVMPlatformMemoryFree(result, kCPU);
+    return status;
+  }
+  result->data = (const char*)data;
+  result->size = (size_t)g_time_evaluator.repeat * sizeof(double);
+  ret_val->v_handle = result;
+  *ret_type_code = kTVMBytes;
+  return 0;
+}
+
+/* tvm.rpc.server.GetCRTMaxPacketSize(): the largest RPC payload a packet can carry. */
+static int GetCRTMaxPacketSize(TVMValue* args, int* type_codes, int num_args, TVMValue* ret_val,
+                               int* ret_type_code, void* resource_handle) {
+  (void)args, (void)type_codes, (void)num_args, (void)resource_handle;
+  /* Framing and session overhead: packet start 2, length 4, session header 3, CRC 2. */
+  ret_val->v_int64 = TVM_CRT_MAX_PACKET_SIZE_BYTES - 11;
+  *ret_type_code = kTVMArgInt;
+  return 0;
+}
+
 tvm_crt_error_t TVMInitializeRuntime(void) {
   uint8_t* buffer = NULL;
   tvm_crt_error_t err;
@@ -428,6 +605,14 @@ tvm_crt_error_t TVMInitializeRuntime(void) {
   if (err == kTvmErrorNoError) {
     err = TVMMutableFuncRegistry_Set(&g_global_registry, "tvm.rpc.server.ModuleGetFunction",
                                      &ModuleGetFunction, 0);
+  }
+  if (err == kTvmErrorNoError) {
+    err = TVMMutableFuncRegistry_Set(&g_global_registry, "runtime.RPCTimeEvaluator",
+                                     &RPCTimeEvaluator, 0);
+  }
+  if (err == kTvmErrorNoError) {
+    err = TVMMutableFuncRegistry_Set(&g_global_registry, "tvm.rpc.server.GetCRTMaxPacketSize",
+                                     &GetCRTMaxPacketSize, 0);
   }
   if (err == kTvmErrorNoError) {
     err = TVMMutableFuncRegistry_Set(&g_global_registry, "tvm.contrib.random.random_fill",

@@ -192,7 +192,7 @@ int TVMNDArray_Save(const TVMNDArray* array, char* out, size_t out_size, size_t*
   PutLE(out + 30, t->dtype.lanes, 2);
   for (i = 0; i < t->ndim; ++i) PutLE(out + 32 + 8 * i, (uint64_t)t->shape[i], 8);
   PutLE(out + 32 + 8 * t->ndim, (uint64_t)nbytes, 8);
-  memcpy(out + header, (const uint8_t*)t->data + t->byte_offset, (size_t)nbytes);
+  if (nbytes > 0) memcpy(out + header, (const uint8_t*)t->data + t->byte_offset, (size_t)nbytes);
   return 0;
 }
 

@@ -248,66 +248,93 @@ static int LoadShapes(JSONReader* reader, TVMGraphExecutorGraphAttr* attrs) {
   return status == 0 ? EndTypedAttr(reader) : status;
 }
 
+/* Index of `key` in `keys` (NULL-terminated), or -1. */
+static int KeyIndex(const char* const* keys, const char* key) {
+  int i;
+  for (i = 0; keys[i] != NULL; ++i) {
+    if (strcmp(keys[i], key) == 0) return i;
+  }
+  return -1;
+}
+
+/* ["list_int", [...]] into a new array. */
+static int LoadIntAttr(JSONReader* reader, uint32_t** out, uint32_t* count, const char* what) {
+  int status = BeginTypedAttr(reader, "list_int", what);
+  if (status == 0) status = LoadUInt32Array(reader, out, count, what);
+  return status == 0 ? EndTypedAttr(reader) : status;
+}
+
 static int LoadGraphAttrs(JSONReader* reader, TVMGraphExecutorGraphAttr* attrs) {
+  static const char* const kKeys[] = {"dltype", "shape", "storage_id", "device_index", NULL};
   char key[16];
+  unsigned seen = 0;
   int has_item, first, status = JSONReader_BeginObject(reader, "attrs");
   for (first = 1; status == 0; first = 0) {
+    int k;
     status = JSONReader_NextObjectItem(reader, first, key, sizeof(key), &has_item);
     if (status != 0 || !has_item) break;
-    if (strcmp(key, "dltype") == 0 && attrs->dltype == NULL) {
-      status = LoadDLTypes(reader, attrs);
-    } else if (strcmp(key, "shape") == 0 && attrs->shape == NULL) {
-      status = LoadShapes(reader, attrs);
-    } else if (strcmp(key, "storage_id") == 0 && attrs->storage_id == NULL) {
-      status = BeginTypedAttr(reader, "list_int", "attrs.storage_id");
-      if (status == 0) {
-        status = LoadUInt32Array(reader, &attrs->storage_id, &attrs->storage_id_count,
-                                 "storage_id");
-      }
-      if (status == 0) status = EndTypedAttr(reader);
-    } else if (strcmp(key, "device_index") == 0 && attrs->device_index == NULL) {
-      status = BeginTypedAttr(reader, "list_int", "attrs.device_index");
-      if (status == 0) {
-        status = LoadUInt32Array(reader, &attrs->device_index, &attrs->device_index_count,
-                                 "device_index");
-      }
-      if (status == 0) status = EndTypedAttr(reader);
-    } else if (strcmp(key, "dltype") == 0 || strcmp(key, "shape") == 0 ||
-               strcmp(key, "storage_id") == 0 || strcmp(key, "device_index") == 0) {
-      status = TVMCrtError(BAD_GRAPH, "graph JSON: attrs.%s appears twice", key);
-    } else {
-      status = JSONReader_SkipValue(reader);
+    k = KeyIndex(kKeys, key);
+    if (k >= 0 && (seen & (1u << k)) != 0) {
+      return TVMCrtError(BAD_GRAPH, "graph JSON: attrs.%s appears twice", key);
+    }
+    if (k >= 0) seen |= 1u << k;
+    switch (k) {
+      case 0:
+        status = LoadDLTypes(reader, attrs);
+        break;
+      case 1:
+        status = LoadShapes(reader, attrs);
+        break;
+      case 2:
+        status = LoadIntAttr(reader, &attrs->storage_id, &attrs->storage_id_count,
+                             "attrs.storage_id");
+        break;
+      case 3:
+        status = LoadIntAttr(reader, &attrs->device_index, &attrs->device_index_count,
+                             "attrs.device_index");
+        break;
+      default:
+        status = JSONReader_SkipValue(reader);
     }
   }
   return status;
 }
 
 int TVMGraphExecutor_Load(TVMGraphExecutor* executor, JSONReader* reader) {
+  static const char* const kKeys[] = {"nodes", "arg_nodes", "heads", "node_row_ptr", "attrs",
+                                      NULL};
   char key[16];
-  int seen_attrs = 0;
+  unsigned seen = 0;
   int has_item, first, status = JSONReader_BeginObject(reader, "graph");
   for (first = 1; status == 0; first = 0) {
+    int k;
     status = JSONReader_NextObjectItem(reader, first, key, sizeof(key), &has_item);
     if (status != 0 || !has_item) break;
-    if (strcmp(key, "nodes") == 0 && executor->nodes == NULL && executor->nodes_count == 0) {
-      status = LoadNodes(reader, executor);
-    } else if (strcmp(key, "arg_nodes") == 0 && executor->input_nodes == NULL) {
-      status = LoadUInt32Array(reader, &executor->input_nodes, &executor->input_nodes_count,
-                               "arg_nodes");
-    } else if (strcmp(key, "heads") == 0 && executor->outputs == NULL) {
-      status = LoadNodeEntries(reader, &executor->outputs, &executor->outputs_count, "heads");
-    } else if (strcmp(key, "node_row_ptr") == 0 && executor->node_row_ptr == NULL) {
-      status = LoadUInt32Array(reader, &executor->node_row_ptr, &executor->node_row_ptr_count,
-                               "node_row_ptr");
-    } else if (strcmp(key, "attrs") == 0 && !seen_attrs) {
-      seen_attrs = 1;
-      status = LoadGraphAttrs(reader, &executor->attrs);
-    } else if (strcmp(key, "nodes") == 0 || strcmp(key, "arg_nodes") == 0 ||
-               strcmp(key, "heads") == 0 || strcmp(key, "node_row_ptr") == 0 ||
-               strcmp(key, "attrs") == 0) {
-      status = TVMCrtError(BAD_GRAPH, "graph JSON: \"%s\" appears twice", key);
-    } else {
-      status = JSONReader_SkipValue(reader); /* metadata, ... */
+    k = KeyIndex(kKeys, key);
+    if (k >= 0 && (seen & (1u << k)) != 0) {
+      return TVMCrtError(BAD_GRAPH, "graph JSON: \"%s\" appears twice", key);
+    }
+    if (k >= 0) seen |= 1u << k;
+    switch (k) {
+      case 0:
+        status = LoadNodes(reader, executor);
+        break;
+      case 1:
+        status = LoadUInt32Array(reader, &executor->input_nodes, &executor->input_nodes_count,
+                                 "arg_nodes");
+        break;
+      case 2:
+        status = LoadNodeEntries(reader, &executor->outputs, &executor->outputs_count, "heads");
+        break;
+      case 3:
+        status = LoadUInt32Array(reader, &executor->node_row_ptr, &executor->node_row_ptr_count,
+                                 "node_row_ptr");
+        break;
+      case 4:
+        status = LoadGraphAttrs(reader, &executor->attrs);
+        break;
+      default:
+        status = JSONReader_SkipValue(reader); /* metadata, ... */
     }
   }
   if (status == 0 && JSONReader_PeekNextNonSpace(reader) != '\0') {
@@ -466,6 +493,7 @@ static int SetupStorage(TVMGraphExecutor* executor) {
       return TVMCrtError(BAD_GRAPH, "graph JSON: entry %lu is too large", (unsigned long)eid);
     }
     sid = attrs->storage_id[eid];
+    executor->storage_pool[sid].used = 1;
     if ((uint64_t)nbytes > executor->storage_pool[sid].size_bytes) {
       executor->storage_pool[sid].size_bytes = (uint64_t)nbytes;
     }
@@ -483,7 +511,9 @@ static int SetupStorage(TVMGraphExecutor* executor) {
         continue;
       }
     }
-    if (slot->size_bytes == 0) continue; /* unused id, or only empty tensors */
+    if (!slot->used) continue;
+    /* Empty tensors still get a real address (memcpy and kernels may not see NULL). */
+    if (slot->size_bytes == 0) slot->size_bytes = 1;
     if (slot->size_bytes > (uint64_t)(size_t)-1) {
       return TVMCrtError(kTvmErrorPlatformNoMemory, "graph storage %lu is too large",
                          (unsigned long)sid);
@@ -501,31 +531,33 @@ static int SetupStorage(TVMGraphExecutor* executor) {
   return 0;
 }
 
+/* A node that calls a kernel: a "tvm_op" other than the planner's "__nop" aliases (reshape). */
+static int IsKernelCall(const TVMGraphExecutorNode* node) {
+  return strcmp(node->op_type, "tvm_op") == 0 && strcmp(node->param.func_name, "__nop") != 0;
+}
+
 static int SetupOpExecs(TVMGraphExecutor* executor) {
-  uint32_t nid, i, num_flat = 0, flat_used = 0;
+  uint32_t nid, i, num_ops = 0, num_flat = 0, flat_used = 0;
   int status;
   for (nid = 0; nid < executor->nodes_count; ++nid) {
     const TVMGraphExecutorNode* node = &executor->nodes[nid];
-    if (node->param.flatten_data && strcmp(node->op_type, "tvm_op") == 0) {
-      num_flat += node->inputs_count + node->param.num_outputs;
-    }
+    if (!IsKernelCall(node)) continue;
+    ++num_ops;
+    if (node->param.flatten_data) num_flat += node->inputs_count + node->param.num_outputs;
   }
-  status = AllocArray((void**)&executor->op_execs, executor->nodes_count, sizeof(TVMPackedFunc),
-                      "op list");
+  /* One bound call per kernel node only: inputs and aliases take no op memory. */
+  status = AllocArray((void**)&executor->op_execs, num_ops, sizeof(TVMPackedFunc), "op list");
   if (status == 0) {
     status = AllocArray((void**)&executor->flat_args, num_flat, sizeof(TVMGraphExecutorFlatArg),
                         "flattened arguments");
   }
   if (status != 0) return status;
-  executor->op_execs_count = executor->nodes_count;
   executor->flat_args_count = num_flat;
   for (nid = 0; nid < executor->nodes_count; ++nid) {
     const TVMGraphExecutorNode* node = &executor->nodes[nid];
     TVMArgs args;
     uint32_t num_args = node->inputs_count + node->param.num_outputs;
-    if (strcmp(node->op_type, "tvm_op") != 0 || strcmp(node->param.func_name, "__nop") == 0) {
-      continue; /* inputs, and ops the planner turned into aliases (reshape) */
-    }
+    if (!IsKernelCall(node)) continue;
     memset(&args, 0, sizeof(args));
     for (i = 0; i < num_args; ++i) {
       uint32_t eid = i < node->inputs_count
@@ -548,8 +580,8 @@ static int SetupOpExecs(TVMGraphExecutor* executor) {
       args.tcodes[i] = kTVMDLTensorHandle;
     }
     args.values_count = num_args;
-    status = TVMPackedFunc_InitModuleFunc(&executor->op_execs[nid], executor->module_handle,
-                                          node->param.func_name, &args);
+    status = TVMPackedFunc_InitModuleFunc(&executor->op_execs[executor->op_execs_count++],
+                                          executor->module_handle, node->param.func_name, &args);
     if (status == kTvmErrorFunctionNameNotFound) {
       return TVMCrtError(status, "graph executor: node %lu ('%s') calls '%s', which the module "
                          "does not have", (unsigned long)nid, node->name, node->param.func_name);
@@ -681,18 +713,16 @@ int TVMGraphExecutor_LoadParams(TVMGraphExecutor* executor, const char* param_bl
 }
 
 int TVMGraphExecutor_Run(TVMGraphExecutor* executor) {
-  uint32_t nid, i;
+  uint32_t i;
   /* Flattened views copy the data pointer, which SetInput may have changed. */
   for (i = 0; i < executor->flat_args_count; ++i) {
     TVMGraphExecutorFlatArg* flat = &executor->flat_args[i];
     flat->view.dl_tensor.data = executor->data_entry[flat->eid].dl_tensor.data;
   }
-  for (nid = 0; nid < executor->op_execs_count; ++nid) {
-    TVMPackedFunc* pf = &executor->op_execs[nid];
-    if (pf->fexec != NULL) {
-      int status = pf->Call(pf);
-      if (status != 0) return status;
-    }
+  for (i = 0; i < executor->op_execs_count; ++i) {
+    TVMPackedFunc* pf = &executor->op_execs[i];
+    int status = pf->Call(pf);
+    if (status != 0) return status;
   }
   return 0;
 }

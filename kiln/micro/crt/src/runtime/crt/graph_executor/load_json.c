@@ -9,10 +9,14 @@
 
 static int BadJSON(JSONReader* reader, const char* expected) {
   char got = *reader->cursor;
+  unsigned long offset = (unsigned long)(reader->cursor - reader->begin);
+  if (got == '\0') {
+    return TVMCrtError(kTvmErrorFunctionCallInvalidArg,
+                       "graph JSON: expected %s at offset %lu, found the end of the text",
+                       expected, offset);
+  }
   return TVMCrtError(kTvmErrorFunctionCallInvalidArg,
-                     "graph JSON: expected %s at offset %lu, found %s%c%s", expected,
-                     (unsigned long)(reader->cursor - reader->begin), got ? "'" : "",
-                     got ? got : '$', got ? "'" : " (end of text)");
+                     "graph JSON: expected %s at offset %lu, found '%c'", expected, offset, got);
 }
 
 tvm_crt_error_t JSONReader_Create(const char* is, JSONReader* reader) {
@@ -110,9 +114,11 @@ static int ReadStringInto(JSONReader* reader, char* out, size_t out_size, int* t
 
 int JSONReader_ReadString(JSONReader* reader, char* out, size_t out_size, const char* what,
                           const char* limit_name) {
-  const char* start = reader->cursor;
-  int too_long;
-  int status = ReadStringInto(reader, out, out_size, &too_long);
+  const char* start;
+  int too_long, status;
+  JSONReader_PeekNextNonSpace(reader); /* report the offset of the opening quote */
+  start = reader->cursor;
+  status = ReadStringInto(reader, out, out_size, &too_long);
   if (status != 0) return status;
   if (too_long) {
     return TVMCrtError(kTvmErrorFunctionCallInvalidArg,

@@ -18,6 +18,13 @@ int TVMCrtError(int code, const char* fmt, ...);
 int __attribute__((format(printf, 2, 3))) TVMCrtError(int code, const char* fmt, ...);
 #endif
 
+/*
+ * Check a packed call's argument count and type codes against the expected ones (a tensor
+ * may be passed as kTVMDLTensorHandle or kTVMNDArrayHandle); errors name `fn`.
+ */
+int TVMCrtCheckArgs(const char* fn, int nargs, const int* tcodes, int expected_nargs,
+                    const int* expected_tcodes);
+
 #ifdef __cplusplus
 }
 #endif

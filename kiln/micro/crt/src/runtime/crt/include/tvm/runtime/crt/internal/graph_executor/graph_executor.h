@@ -26,6 +26,7 @@ typedef struct TVMGraphExecutorNodeEntry {
 /* A storage pool slot: its memory, and whether that memory is linked into the module. */
 typedef struct TVMGraphExecutorStorageEntry {
   uint8_t is_linked_param;
+  uint8_t used; /* some entry lives here */
   void* data;
   uint64_t size_bytes;
 } TVMGraphExecutorStorageEntry;
@@ -75,7 +76,7 @@ struct TVMGraphExecutor {
   uint32_t storage_pool_count;
   TVMNDArray* data_entry; /* views into the storage pool, one per entry */
   uint32_t data_entry_count;
-  TVMPackedFunc* op_execs; /* one per node; fexec NULL for null nodes and "__nop" */
+  TVMPackedFunc* op_execs; /* one per kernel call, in node order */
   uint32_t op_execs_count;
   TVMGraphExecutorFlatArg* flat_args;
   uint32_t flat_args_count;
