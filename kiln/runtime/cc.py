@@ -37,6 +37,7 @@ __all__ = [
     "compiler_version",
     "openmp_available",
     "default_options",
+    "run_compiler",
     "include_dirs",
     "compile_object",
     "create_shared",
@@ -103,7 +104,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _run(cmd: list[str], what: str) -> None:
+def run_compiler(cmd: Sequence[str], what: str) -> None:
+    """Run one compiler/archiver command; raise :class:`TVMError` with its output on failure.
+
+    The command gets its own process group and ``KILN_CC_TIMEOUT`` seconds; past that the whole
+    group is killed and :class:`TVMError` says so.
+    """
+    cmd = list(cmd)
     if config.debug_level() >= 4:
         print(f"[kiln cc] {' '.join(cmd)}", file=sys.stderr)
     timeout = config.compile_timeout()
@@ -158,7 +165,7 @@ def compile_object(
     cc = cc or find_compiler()
     opts = list(default_options(cc) if options is None else options)
     cmd = [cc, "-c", *opts, "-fPIC", *_include_flags(), os.fspath(source), "-o", os.fspath(output)]
-    _run(cmd, "Compilation")
+    run_compiler(cmd, "Compilation")
     return os.fspath(output)
 
 
@@ -187,7 +194,7 @@ def create_shared(
     opts = list(default_options(cc) if options is None else options)
     cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
     cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
-    _run(cmd, "Compilation")
+    run_compiler(cmd, "Compilation")
     return os.fspath(output)
 
 
@@ -215,7 +222,7 @@ def create_staticlib(
             objects.append(path)
         if os.path.exists(output):
             os.remove(output)
-        _run([ar, "rcs", os.fspath(output), *objects], "Archiving")
+        run_compiler([ar, "rcs", os.fspath(output), *objects], "Archiving")
     return os.fspath(output)
 
 

@@ -92,7 +92,11 @@ def parse_result_line(console: str) -> dict[str, int]:
     fields = {}
     for item in lines[-1].split()[1:]:
         key, _, value = item.partition("=")
-        fields[key] = int(value)
+        try:
+            fields[key] = int(value)
+        except ValueError:
+            raise MicroBoardError(f"malformed 'kiln-result' field {item!r} in "
+                                  f"{lines[-1][:80]!r}") from None
     return fields
 
 
@@ -104,10 +108,14 @@ def parse_console_outputs(console: str, sizes: Sequence[int]) -> list[bytes]:
         if not line.startswith("kiln-output "):
             continue
         parts = line.split()
-        index, offset = int(parts[1]), int(parts[2])
-        if index >= len(sizes) or offset != len(chunks[index]):
+        try:
+            index, offset = int(parts[1]), int(parts[2])
+            data = bytes.fromhex(parts[3] if len(parts) > 3 else "")
+        except (IndexError, ValueError):
+            raise MicroBoardError(f"malformed console output line: {line[:60]!r}") from None
+        if not 0 <= index < len(sizes) or offset != len(chunks[index]):
             raise MicroBoardError(f"console output line out of order: {line[:60]!r}")
-        chunks[index] += bytes.fromhex(parts[3] if len(parts) > 3 else "")
+        chunks[index] += data
     for i, (chunk, size) in enumerate(zip(chunks, sizes)):
         if len(chunk) != size:
             raise MicroBoardError(f"output {i}: {len(chunk)} bytes on the console, expected "

@@ -1,0 +1,33 @@
+"""Parsing what a board program prints: a garbled or hostile console raises MicroBoardError."""
+
+from __future__ import annotations
+
+import pytest
+
+from kiln.micro.board.base import MicroBoardError, parse_console_outputs, parse_result_line
+
+
+def test_console_outputs_reassemble_in_order():
+    console = "boot\nkiln-output 0 0 0102\nkiln-output 1 0 ff\nkiln-output 0 2 03\n"
+    assert parse_console_outputs(console, [3, 1]) == [b"\x01\x02\x03", b"\xff"]
+
+
+@pytest.mark.parametrize("line, what", [
+    ("kiln-output -1 0 00", "out of order"),  # a negative index must not wrap to the last output
+    ("kiln-output 5 0 00", "out of order"),
+    ("kiln-output 0 1 00", "out of order"),
+    ("kiln-output x 0 00", "malformed"),
+    ("kiln-output 0", "malformed"),
+    ("kiln-output 0 0 zz", "malformed"),
+])
+def test_console_outputs_reject_bad_lines(line, what):
+    with pytest.raises(MicroBoardError, match=what):
+        parse_console_outputs(line + "\n", [1, 1])
+
+
+def test_result_line_fields_and_garbage():
+    assert parse_result_line("kiln-result a=1 b=-2\n") == {"a": 1, "b": -2}
+    with pytest.raises(MicroBoardError, match="malformed 'kiln-result' field 'cycles=12x'"):
+        parse_result_line("kiln-result cycles=12x\n")
+    with pytest.raises(MicroBoardError, match="no 'kiln-result' line"):
+        parse_result_line("hello\n")
