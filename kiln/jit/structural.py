@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln import relay
 from kiln.jit.abstract import (
     ANY,
     BOTTOM,
@@ -73,7 +74,6 @@ def _infer_array_getitem(node, x: Abstract, idx: Abstract) -> Abstract:
 
 
 def _relay_array_getitem(args, ins, out):
-    from kiln import relay
     shape = ins[0].shape
     idx = ins[1].value if isinstance(ins[1].value, tuple) else (ins[1].value,)
     begin, end, strides = [], [], []
@@ -117,7 +117,6 @@ def _infer_array_take(node, x: Abstract, i: Abstract) -> Abstract:
 
 
 def _relay_array_take(args, ins, out):
-    from kiln import relay
     return relay.take(args[0], relay.cast(args[1], "int32"), axis=0, mode="wrap")
 
 
@@ -240,11 +239,11 @@ def _infer_range_continue(node, i, stop, step) -> Abstract:
 range_continue = Primitive("range_continue", _infer_range_continue,
                            lambda i, stop, step: i < stop if step > 0 else i > stop,
                            py="(({0} < {1}) if {2} > 0 else ({0} > {1}))",
-                           relay=lambda a, i, o: __import__("kiln").relay.where(
-                               __import__("kiln").relay.greater(
-                                   a[2], __import__("kiln").relay.const(0, "int64")),
-                               __import__("kiln").relay.less(a[0], a[1]),
-                               __import__("kiln").relay.greater(a[0], a[1])))
+                           relay=lambda a, i, o: relay.where(
+                               relay.greater(
+                                   a[2], relay.const(0, "int64")),
+                               relay.less(a[0], a[1]),
+                               relay.greater(a[0], a[1])))
 
 
 # -- grad's environments -----------------------------------------------------------------------
@@ -379,7 +378,6 @@ def _reduce_grad(dout, x, axis, keepdims):
 
 
 def _relay_reduce_grad(args, ins, out):
-    from kiln import relay
     kept, shape = _reduced_shape(ins[1], ins[2], ins[3], None)
     if not shape:
         return relay.reshape(args[0], ())
@@ -416,7 +414,6 @@ def _infer_grad_seed(node, value: Abstract, name: Abstract) -> Abstract:
 
 
 def _relay_grad_seed(args, ins, out):
-    from kiln import relay
     return relay.full(relay.const(1, out.dtype), out.shape if isinstance(out, Array) else (),
                       out.dtype)
 
