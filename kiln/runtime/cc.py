@@ -71,9 +71,12 @@ def compiler_version(cc: str | None = None) -> str:
     """First line of ``cc --version`` (part of every cache key)."""
     cc = cc or find_compiler()
     try:
-        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False,
+                              timeout=config.compile_timeout())
     except OSError as err:
         raise TVMError(f"cannot run the C compiler {cc!r}: {err}") from None
+    except subprocess.TimeoutExpired:
+        raise TVMError(f"'{cc} --version' did not finish (KILN_CC_TIMEOUT)") from None
     lines = (proc.stdout or proc.stderr).splitlines()
     return lines[0] if lines else cc
 
@@ -87,8 +90,11 @@ def openmp_available(cc: str | None = None) -> bool:
         src = Path(tmp, "probe.c")
         src.write_text(probe)
         cmd = [cc, "-fopenmp", "-fPIC", "-shared", str(src), "-o", str(Path(tmp, "probe.so"))]
-        proc = subprocess.run(cmd, capture_output=True, check=False)
-    return proc.returncode == 0
+        try:
+            run_compiler(cmd, "OpenMP probe")
+        except TVMError:  # no OpenMP (or a compiler that hangs on it): build without
+            return False
+    return True
 
 
 def default_options(cc: str | None = None) -> list[str]:
