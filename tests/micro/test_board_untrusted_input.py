@@ -1,9 +1,13 @@
-"""Parsing what a board program prints: a garbled or hostile console raises MicroBoardError."""
+"""What a board reads from outside (its console, a Model Library Format archive): garbled or
+hostile input raises MicroBoardError."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from kiln.micro.board import ModelLibrary
 from kiln.micro.board.base import MicroBoardError, parse_console_outputs, parse_result_line
 
 
@@ -31,3 +35,11 @@ def test_result_line_fields_and_garbage():
         parse_result_line("kiln-result cycles=12x\n")
     with pytest.raises(MicroBoardError, match="no 'kiln-result' line"):
         parse_result_line("hello\n")
+
+
+@pytest.mark.parametrize("name", ["../../x", "a(b", "a b"])
+def test_archive_module_name_must_be_an_identifier(tmp_path, name):
+    # The name becomes a header path, part of regular expressions and C names.
+    (tmp_path / "metadata.json").write_text(json.dumps({"modules": {name: {"executors": ["aot"]}}}))
+    with pytest.raises(MicroBoardError, match="module name .* must be letters, digits and '_'"):
+        ModelLibrary(tmp_path)
