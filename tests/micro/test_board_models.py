@@ -6,7 +6,10 @@ standalone on the host and on the emulated Cortex-M (QEMU), against the host gra
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import kiln as tvm
 from kiln import relay
@@ -225,10 +228,6 @@ def test_an_archive_escaping_its_directory_is_refused(tmp_path):
 def test_onnx_to_cortex_m_from_the_command_line(tmp_path, capsys):
     # The workflow: kiln compile --runtime crt, then kiln micro run on the board;
     # onnxruntime is the oracle.
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper, numpy_helper
-
     from kiln.driver.cli import main
 
     rng = np.random.default_rng(4)
