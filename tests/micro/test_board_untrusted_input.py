@@ -8,7 +8,12 @@ import json
 import pytest
 
 from kiln.micro.board import ModelLibrary
-from kiln.micro.board.base import MicroBoardError, parse_console_outputs, parse_result_line
+from kiln.micro.board.base import (
+    MicroBoardError,
+    compile_command,
+    parse_console_outputs,
+    parse_result_line,
+)
 
 
 def test_console_outputs_reassemble_in_order():
@@ -43,3 +48,10 @@ def test_archive_module_name_must_be_an_identifier(tmp_path, name):
     (tmp_path / "metadata.json").write_text(json.dumps({"modules": {name: {"executors": ["aot"]}}}))
     with pytest.raises(MicroBoardError, match="module name .* must be letters, digits and '_'"):
         ModelLibrary(tmp_path)
+
+
+def test_board_compiles_honour_kiln_cc_timeout(tmp_path, monkeypatch):
+    # The one compiler time limit (KILN_CC_TIMEOUT) also bounds board builds.
+    monkeypatch.setenv("KILN_CC_TIMEOUT", "0.5")
+    with pytest.raises(MicroBoardError, match="did not finish within 0.5 s"):
+        compile_command(["sleep", "60"], tmp_path, "compiling")

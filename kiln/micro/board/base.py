@@ -218,7 +218,7 @@ def _tail(out: bytes | str, err: bytes | str) -> str:
 
 def compile_command(cmd: Sequence[str], cwd: Path, what: str) -> None:
     """Run a compiler/linker command; raise :class:`MicroBoardError` with its output on error."""
-    code, out, err = run_process(cmd, cwd, timeout=600, what=what)
+    code, out, err = run_process(cmd, cwd, timeout=config.compile_timeout(), what=what)
     if code != 0:
         raise MicroBoardError(f"{what} failed (exit {code}):\n{' '.join(map(str, cmd))}\n"
                               f"{(out + err)[-6000:]}")
