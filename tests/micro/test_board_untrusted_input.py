@@ -1,5 +1,5 @@
-"""What a board reads from outside (its console, a Model Library Format archive): garbled or
-hostile input raises MicroBoardError."""
+"""What a board takes from outside (its console, a Model Library Format archive, a compiler):
+garbled or hostile input, or a compiler that hangs, raises MicroBoardError."""
 
 from __future__ import annotations
 

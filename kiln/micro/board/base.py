@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -160,8 +161,6 @@ def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float, what: str,
 def _feed_when_ready(proc: subprocess.Popen, feed: bytes,
                      timeout: float) -> tuple[bytes, bytes]:
     """Collect stdout/stderr; write ``feed`` to stdin after the ready line appears."""
-    import threading
-
     out, err = bytearray(), bytearray()
     ready = threading.Event()
 
