@@ -85,6 +85,10 @@ class ModelLibrary:
         except (TVMError, ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
             raise MicroBoardError(f"{path}: metadata.json lacks modules/<name>/executors "
                                   f"({err!r})") from None
+        # The name goes into file paths, regular expressions and the generated C.
+        if not re.fullmatch(r"[A-Za-z0-9_]+", self.mod_name):
+            raise MicroBoardError(f"{path}: module name {self.mod_name!r} in metadata.json "
+                                  "must be letters, digits and '_'")
         self.executor = executors[0] if executors else ""
         if self.executor not in ("aot", "graph"):
             raise MicroBoardError(f"{path}: executor {self.executor!r}; standalone boards run "
