@@ -37,6 +37,7 @@ COMPONENTS = (
     "graph_executor_module",
     "aot_executor",
     "aot_executor_module",
+    "microtvm_rpc_common",
 )
 
 #: Warning flags the CRT must build cleanly with, on every compiler.
