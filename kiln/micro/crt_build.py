@@ -38,6 +38,7 @@ COMPONENTS = (
     "aot_executor",
     "aot_executor_module",
     "microtvm_rpc_common",
+    "microtvm_rpc_server",
 )
 
 #: Warning flags the CRT must build cleanly with, on every compiler.

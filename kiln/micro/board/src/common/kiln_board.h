@@ -38,6 +38,13 @@ int kiln_board_write_output(int index, const void* buf, size_t nbytes);
 /* Write a line of text to the board's console (stdout or the UART). */
 void kiln_board_puts(const char* text);
 
+/* Read what the host sent over the console link (stdin, or the UART): waits for at least one
+ * byte, returns how many were stored (at most `max`), 0 once the link is closed. */
+size_t kiln_board_read_console(uint8_t* buf, size_t max);
+
+/* Write raw bytes to the console link (no newline added). */
+void kiln_board_write_console(const uint8_t* data, size_t nbytes);
+
 /* A free-running tick counter and its rate. */
 uint64_t kiln_board_ticks(void);
 uint64_t kiln_board_ticks_per_second(void);

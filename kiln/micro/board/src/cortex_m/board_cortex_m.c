@@ -19,6 +19,7 @@
 #define UART_CTRL (*(volatile uint32_t*)(UART0_BASE + 0x08u))
 #define UART_BAUDDIV (*(volatile uint32_t*)(UART0_BASE + 0x10u))
 #define UART_STATE_TXFULL 1u
+#define UART_STATE_RXFULL 2u
 #define UART_CTRL_TXEN 1u
 #define UART_CTRL_RXEN 2u
 
@@ -62,6 +63,19 @@ void kiln_cortex_m_putc(char c) {
   while (UART_STATE & UART_STATE_TXFULL) {
   }
   UART_DATA = (uint32_t)(unsigned char)c;
+}
+
+size_t kiln_board_read_console(uint8_t* buf, size_t max) {
+  size_t n = 0;
+  /* QEMU's CMSDK UART holds one received byte at a time: poll until it has one. */
+  while (!(UART_STATE & UART_STATE_RXFULL)) {
+  }
+  while (n < max && (UART_STATE & UART_STATE_RXFULL)) buf[n++] = (uint8_t)UART_DATA;
+  return n;
+}
+
+void kiln_board_write_console(const uint8_t* data, size_t nbytes) {
+  for (size_t i = 0; i < nbytes; ++i) kiln_cortex_m_putc((char)data[i]);
 }
 
 void kiln_board_puts(const char* text) {
