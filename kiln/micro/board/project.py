@@ -201,7 +201,11 @@ class StandaloneProject:
                  io: str = "files", execution: str = "standalone") -> None:
         from kiln.micro.board import get_board
 
-        self.library = mlf if isinstance(mlf, ModelLibrary) else ModelLibrary(mlf)
+        if execution not in EXECUTIONS:
+            raise MicroBoardError(f"execution must be one of {EXECUTIONS}, got {execution!r}")
+        self.execution = execution
+        self.library = mlf if isinstance(mlf, ModelLibrary) else ModelLibrary(
+            mlf, read_interface=execution == "standalone")
         self.board = get_board(board) if isinstance(board, str) else board
         self._tmp = None
         if build_dir is None:
@@ -210,7 +214,8 @@ class StandaloneProject:
         self.build_dir = Path(build_dir)
         if workspace_bytes is None:
             workspace_bytes = self.library.aot_workspace_size + 64
-            if self.library.executor == "graph":
+            # Host-driven programs allocate what the host asks for over RPC.
+            if self.library.executor == "graph" or execution == "host-driven":
                 # Unlinked params live in the executor's storage, and LoadParams holds one
                 # more copy of a param while it loads it: twice the blob is always enough.
                 params = None if self.library.params_linked else self.library.params_blob()
@@ -221,9 +226,6 @@ class StandaloneProject:
         if io not in ("files", "linked"):
             raise MicroBoardError(f"io must be 'files' or 'linked', got {io!r}")
         self.io = io
-        if execution not in EXECUTIONS:
-            raise MicroBoardError(f"execution must be one of {EXECUTIONS}, got {execution!r}")
-        self.execution = execution
         if io == "linked":
             self.defines["KILN_LINKED_IO"] = "1"
         self.program: Path | None = None
@@ -254,6 +256,8 @@ class StandaloneProject:
         # AOT frees in LIFO order (stack allocator); RPC clients free in any order.
         if self.library.executor == "aot" and not host_driven:
             defines["KILN_ALLOCATOR_STACK"] = "1"
+        if host_driven:  # the global registry, the system library and an executor module
+            defines.setdefault("TVM_CRT_MAX_REGISTERED_MODULES", "3")
         main = common / ("rpc_main.c" if host_driven else "main.c")
         runtime = SourceGroup.of([main, common / "platform.c", *crt_files],
                                  runtime_includes, defines)
