@@ -86,6 +86,8 @@ def J(graph: Graph) -> Graph:
     mng = GraphManager(graph)
     scope = [g for g in mng.graphs if graph in mng.scope_chain(g)]
     fwd: dict[Graph, Graph] = {g: Graph("J_" + g.name, g.loc) for g in scope}
+    for g in scope:
+        fwd[g].flags = {k: v for k, v in g.flags.items() if k == "loop_header"}
     _J_GRAPHS[graph] = fwd[graph]
     value: dict[Node, Node] = {}   # primal node -> its forward value
     back: dict[Node, Node] = {}    # primal Apply -> its bprop closure (in the forward graph)

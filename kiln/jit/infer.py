@@ -38,6 +38,7 @@ from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, t
 from kiln.jit.primitives import Primitive
 
 MAX_ITERATIONS = 12
+MAX_UNROLL = 64
 
 
 class Context:
@@ -164,13 +165,14 @@ class Inferrer:
                 raise JitError(f"{prim.name} takes {prim.nparams} arguments, got {len(args)}",
                                node.loc)
             try:
-                return prim.infer(node, *args), None
+                out = prim.infer(node, *args)
             except TypeError as err:
                 raise JitError(f"{prim.name}: wrong number of arguments ({err})",
                                node.loc) from None
+            return _fold_scalar(prim, args, out), None
         if isinstance(opt, PartialFn):
             return self.call_option(opt.fn, tuple(opt.args) + args, node, ctx)
-        if not opt.graph.flags.get("keep_constants"):
+        if not opt.graph.flags.get("keep_constants") and not self.unrolls(opt, args):
             args = tuple(broaden(a) for a in args)
         out = self.call_graph(opt.graph, args, opt.parent, node)
         callee = self.cache.get((opt.graph, args, opt.parent))
@@ -179,6 +181,38 @@ class Inferrer:
             if callee not in calls:
                 calls.append(callee)
         return out, callee
+
+
+    def unrolls(self, opt, args: tuple) -> bool:
+        """Whether a loop header keeps its constant arguments: when every integer argument
+        (counter, bound, step) is known, each iteration is its own context, the condition is
+        known, and opt turns the loop into straight-line code (as tracing does in JAX).
+        Bounded by MAX_UNROLL iterations per loop."""
+        if not opt.graph.flags.get("loop_header"):
+            return False
+        ints = [a for a in args if isinstance(a, Scalar) and a.dtype == "int64"]
+        if not ints or any(a.value is ANY for a in ints):
+            return False
+        n = sum(1 for k in self.cache if k[0] is opt.graph and k[2] is opt.parent)
+        return n < MAX_UNROLL
+
+
+def _fold_scalar(prim: Primitive, args: tuple, out: Abstract) -> Abstract:
+    """A scalar primitive on known values has a known value (constant propagation)."""
+    if not isinstance(out, Scalar) or prim.py is None or prim.vm is not None or not args:
+        return out
+    if not all(isinstance(a, Scalar) and a.value is not ANY
+               and a.dtype in ("int64", "float64", "bool") for a in args):
+        return out
+    try:
+        value = prim.impl(*[a.value for a in args])
+    except (ArithmeticError, ValueError, TypeError):
+        return out  # let it fail at run time, where Python would
+    if hasattr(value, "item"):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        return out
+    return Scalar(out.dtype, value)
 
 
 def infer(graph: Graph, argspec: tuple) -> tuple[Inferrer, Context]:

@@ -21,7 +21,6 @@ from kiln.jit.abstract import (
     PrimFn,
     Scalar,
     Tuple,
-    is_tensor,
     join,
 )
 from kiln.jit.errors import JitError
@@ -401,8 +400,3 @@ def check_callable(f: Abstract, node) -> None:
         raise JitError(f"calling a value of type {f}, which is not a function",
                        getattr(node, "loc", None))
 
-
-__all__ = ["make_tuple", "tuple_getitem", "getitem", "array_getitem", "shape", "len_",
-           "switch", "partial", "raise_", "env_getitem", "env_setitem", "array_map",
-           "array_reduce", "range_continue", "ndim", "array_getitem_grad", "is_tensor",
-           "NoneT"]

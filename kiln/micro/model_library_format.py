@@ -12,9 +12,9 @@ plus the names the format's documentation gives)::
     codegen/host/src/<mod>_lib0.c ...     one file per C module (lib0 = AOT main / registry)
     codegen/host/lib/<mod>_lib<n>.o       LLVM objects
     codegen/host/include/tvmgen_<mod>.h   the C interface (interface-api=c)
-    executor-config/graph/<mod>.graph     graph JSON (graph executor; also graph.json)
+    executor-config/graph/<mod>.graph     graph JSON (graph executor; also graph.json for one)
     parameters/<mod>.params               the constants, TVM's params blob
-    src/<mod>.relay                       the Relay of the build (also src/relay.txt)
+    src/<mod>.relay                       the Relay of the build (also src/relay.txt for one)
     runtime/                              the standalone CRT (AOT with Runtime("crt"))
     templates/crt_config.h.template, templates/platform.c.template
 
@@ -150,7 +150,10 @@ def _memory_map(mod: Any) -> dict[str, Any]:
     ops = _operator_functions(mod.lowered)
     inputs = {p.name_hint: _tensor_entry(p.checked_type.concrete_shape, str(p.checked_type.dtype))
               for p in main_func.params}
-    names = ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))]
+    from kiln.relay.backend.aot.build import output_tensor_names
+
+    names = output_tensor_names(main_func) or (
+        ["output"] if len(outputs) == 1 else [f"output{i}" for i in range(len(outputs))])
     out_entries = {n: _tensor_entry(t.concrete_shape, str(t.dtype))
                    for n, t in zip(names, outputs)}
     const_bytes = sum(v.numpy().nbytes for v in mod.params.values())
@@ -202,11 +205,9 @@ def model_files(mod: Any) -> dict[str, bytes]:
         params = dict(mod.params)
         graph = mod.get_executor_config().encode()
         files[f"executor-config/graph/{name}.graph"] = graph
-        files["executor-config/graph/graph.json"] = graph
     files[f"parameters/{name}.params"] = bytes(save_param_dict(params))
     relay_text = str(mod.ir_mod).encode()
     files[f"src/{name}.relay"] = relay_text
-    files["src/relay.txt"] = relay_text
     return files
 
 
@@ -259,6 +260,12 @@ def export_model_library_format(mods: Any, file_name: str | os.PathLike) -> path
         "metadata.json": json.dumps(metadata, indent=2, sort_keys=True).encode()}
     for mod in modules:
         files.update(model_files(mod))
+    if len(modules) == 1:  # the file names the format's documentation gives, for one model
+        name = modules[0].libmod_name
+        files["src/relay.txt"] = files[f"src/{name}.relay"]
+        graph = files.get(f"executor-config/graph/{name}.graph")
+        if graph is not None:
+            files["executor-config/graph/graph.json"] = graph
     if any(isinstance(m, AOTExecutorFactoryModule) and m.runtime.name == "crt"
            for m in modules):
         files.update(_crt_files())

@@ -171,6 +171,36 @@ def test_python_and_finalvm_backends_agree():
         assert myia(fn, pipeline=FINALVM)(*args) == myia(fn)(*args) == fn(*args)
 
 
+def test_relay_vm_backend_runs_whole_programs():
+    def layers(x, w, n):
+        for _ in range(n):
+            x = np.tanh(x @ w)
+        return x.sum()
+
+    def pick(x):
+        def g(y):
+            return x * y
+        h = g if x > 0 else (lambda y: y - x)
+        return h(3.0) + g(1.0)
+
+    x = RNG.standard_normal((2, 3)).astype("float32")
+    w = RNG.standard_normal((3, 3)).astype("float32")
+    vm = myia(layers, backend="vm")
+    np.testing.assert_allclose(vm(x, w, 3), layers(x, w, 3), rtol=1e-5)
+    assert vm.backend(x, w, 3) == "vm" and myia(layers).backend(x, w, 3) == "finalvm"
+    assert "def @main" in vm.compile(x, w, 3).show("compile")
+    for args in [(fact, (6,)), (pick, (2.0,)), (pick, (-2.0,))]:
+        fn, a = args
+        assert myia(fn, backend="vm")(*a) == fn(*a)
+    with pytest.raises(JitError, match="assert"):
+        myia(has_assert, backend="vm")(1.0)
+
+
+def has_assert(x):
+    assert x > 0
+    return x
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 def has_print(x):

@@ -135,9 +135,11 @@ class CortexMBoard(Board):
             cmd += ["-icount", "shift=0"]
         return [*cmd, "-kernel", str(program)]
 
-    def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
+    def execute(self, program: Path, io_dir: Path, timeout: float,
+                feed: bytes | None = None) -> tuple[int, str]:
+        # -serial stdio: the UART is QEMU's stdin/stdout, so `feed` reaches the UART receiver
         code, out, err = run_process(self.qemu_command(program.resolve()), io_dir, timeout,
-                                     f"QEMU ({self.core.machine})")
+                                     f"QEMU ({self.core.machine})", feed)
         # QEMU's own warnings (e.g. about the absent NIC) go to stderr; keep them visible.
         return code, out + err
 

@@ -5,8 +5,9 @@ Entry points: :class:`AotOptions`, :func:`emit_aot` -> :class:`AotSource`.
 The generated translation unit (``<mod>_lib0.c``, TVM's "metadata module") holds, in order:
 
 * the pools: internal workspace pools as ``static uint8_t <pool>[N]`` in ``.bss.noinit.tvm``
-  and the linked constants as a ``static const struct global_const_workspace`` in
-  ``.rodata.tvm`` (offsets checked by ``_Static_assert``);
+  and the linked constants as ``static const uint8_t global_const_workspace[N]`` in
+  ``.rodata.tvm``, a string literal of their bytes at their planned offsets, with a comment
+  naming each constant, its offset, dtype and shape;
 * ``tvmgen_<mod>___tvm_main__``: one call per fused kernel (each kernel's unpacked twin, with
   data pointers into the caller's buffers and the pools), then the copies into outputs.
   With ``unpacked-api`` it takes raw pointers (``float* a, ..., void* output0, ...,
@@ -37,7 +38,7 @@ from kiln.runtime.error import TVMError
 from kiln.target.c_abi import c_type, crt_system_lib_source, function_signature
 
 __all__ = ["AotOptions", "AotSource", "PoolInfo", "emit_aot", "constant_array_source",
-           "UNUSED_PACKED_PARAMS"]
+           "c_bytes_literal", "UNUSED_PACKED_PARAMS"]
 
 
 
@@ -92,42 +93,32 @@ UNUSED_PACKED_PARAMS = ("  (void)args; (void)type_codes; (void)num_args; (void)o
                         "  (void)out_ret_tcode; (void)resource_handle;\n")
 
 
-def _c_float(value: float, suffix: str) -> str:
-    if np.isnan(value):
-        return "NAN"
-    if np.isinf(value):
-        return "INFINITY" if value > 0 else "-INFINITY"
-    return f"{value:.9e}{suffix}" if suffix else f"{value:.17e}"
+def c_bytes_literal(data: bytes, per_line: int = 64) -> str:
+    """``data`` as C string-literal lines of ``\\xHH`` escapes (gcc reads a literal far faster
+    than a brace list of numbers: a million floats take seconds, not tens of seconds)."""
+    if not data:
+        return '  ""'
+    digits = np.frombuffer(data.hex().encode(), dtype=np.uint8).reshape(-1, 2)
+    escaped = np.empty((len(data), 4), dtype=np.uint8)
+    escaped[:, 0], escaped[:, 1], escaped[:, 2:] = ord("\\"), ord("x"), digits
+    text = escaped.tobytes().decode()
+    step = 4 * per_line
+    return "\n".join(f'  "{text[i:i + step]}"' for i in range(0, len(text), step))
 
 
-def _constant_initializer(value: object) -> tuple[str, str, int]:
-    """``(C element type, initializer text, element count)`` of a constant; float16 and
-    other types C has no literal for are written as their unsigned integer bits."""
-    array = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-    flat = np.ascontiguousarray(array).reshape(-1)
-    if flat.dtype == np.float32 or flat.dtype == np.float64:
-        suffix = "f" if flat.dtype == np.float32 else ""
-        items = [_c_float(float(v), suffix) for v in flat]
-        ctype = "float" if suffix else "double"
-    elif flat.dtype.kind in "iu" and flat.dtype.itemsize in (1, 2, 4, 8):
-        ctype = f"{'u' if flat.dtype.kind == 'u' else ''}int{flat.dtype.itemsize * 8}_t"
-        items = [f"{int(v)}" + ("LL" if flat.dtype.itemsize == 8 else "") for v in flat]
-        if flat.dtype == np.int64:
-            items = [f"(int64_t){int(v)}LL" if v == -(1 << 63) else s
-                     for v, s in zip(flat, items)]
-    else:
-        bits = flat.dtype.itemsize * 8
-        ctype = f"uint{bits}_t"
-        items = [str(int(v)) for v in flat.view(f"uint{bits}")]
-    lines = [", ".join(items[i:i + 8]) for i in range(0, len(items), 8)]
-    return ctype, "    " + ",\n    ".join(lines), len(flat)
+def _describe_constant(name: str, value: Any, offset: int) -> str:
+    shape = list(getattr(value, "shape", np.shape(value)))
+    dtype = str(getattr(value, "dtype", np.asarray(value).dtype))
+    return f" *   {name}: offset {offset}, {dtype} {shape}, {len(constant_bytes(value))} bytes"
 
 
-def constant_array_source(symbol: str, value: object, alignment: int = 16) -> str:
-    """``static const <type> symbol[n] = {...};`` holding a constant's data."""
-    ctype, init, count = _constant_initializer(value)
-    return (f"static const {ctype} {symbol}[{max(count, 1)}] "
-            f"__attribute__((aligned({alignment}))) = {{\n{init}\n}};")
+def constant_array_source(symbol: str, value: Any, alignment: int = 16) -> str:
+    """``static const uint8_t symbol[n]`` holding a constant's bytes, with a comment naming
+    its dtype and shape."""
+    data = constant_bytes(value)
+    return (f"/*\n{_describe_constant(symbol, value, 0)}\n */\n"
+            f"static const uint8_t {symbol}[{max(len(data), 1)}] "
+            f"__attribute__((aligned({alignment}))) =\n{c_bytes_literal(data)};")
 
 
 class _Emitter:
@@ -189,21 +180,14 @@ class _Emitter:
 
     def emit_constant_pool(self) -> None:
         align, pool = self.options.constant_alignment, self.options.constant_pool
-        members, inits, checks = [], [], []
-        for i, (name, value, offset) in enumerate(self.plan.constants):
-            ctype, init, count = _constant_initializer(value)
-            nbytes = len(constant_bytes(value))
-            packed = "packed, " if i else ""
-            members.append(f"  {ctype} {name}[{max(count, 1)}] __attribute__(({packed}"
-                           f"aligned({align}))); // {nbytes} bytes, aligned offset: {offset}")
-            inits.append(f"  .{name} = {{\n{init}\n  }},")
-            checks.append(f"_Static_assert(offsetof(struct {pool}, {name}) == {offset},"
-                          f' "constant {name} moved");')
+        lines = [f" * {pool}: the linked constants ({self.plan.constant_pool_size} bytes)"]
+        lines += [_describe_constant(name, value, offset)
+                  for name, value, offset in self.plan.constants]
         self.parts.append(
+            "/*\n" + "\n".join(lines) + "\n */\n"
             f'__attribute__((section(".rodata.tvm"), aligned({align})))\n'
-            f"static const struct {pool} {{\n" + "\n".join(members) + "\n} "
-            + f"{pool} = {{\n" + "\n".join(inits) + "\n};"
-            + f"// of total size {self.plan.constant_pool_size} bytes\n" + "\n".join(checks))
+            f"static const uint8_t {pool}[{max(self.plan.constant_pool_size, 1)}] =\n"
+            f"{c_bytes_literal(_constant_pool_bytes(self.plan))};")
 
     def emit_prototypes(self) -> None:
         seen = set()

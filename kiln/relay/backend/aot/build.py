@@ -2,15 +2,16 @@
 
 Entry points: :func:`build_aot` (``Executor("aot")``), :func:`build_graph_crt`
 (``Executor("graph")`` with ``Runtime("crt")``), :func:`emit_crt_kernels`,
-:func:`check_crt_names`, :data:`CRT_NAME_LIMITS`.
+:func:`check_crt_names`, :data:`CRT_NAME_LIMITS`, :func:`output_tensor_names`.
 
 Both take the optimized, fused module that ``relay.build`` made. The kernels are lowered by
 the one TE compiler; for the C runtime they are printed by the bare-metal C dialect
-(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, no workspace calls, parallel
-loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
-(:class:`~kiln.target.source_module.CSourceModule`), because the firmware's toolchain and the
-CRT headers compile them. For the C++ runtime (host AOT) the AOT main is compiled and linked
-with the kernels into one shared library.
+(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, big scratch from the caller,
+parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
+(:class:`~kiln.target.source_module.CSourceModule`) for the firmware's toolchain and the CRT
+headers; a crt graph build's kernels also compile for the host on demand, so its factory runs
+on the host graph executor. For the C++ runtime (host AOT) the AOT main is compiled and
+linked with the kernels into one shared library.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 
 __all__ = ["build_aot", "build_graph_crt", "emit_crt_kernels", "check_crt_names",
-           "CRT_NAME_LIMITS", "kernel_workspace_bytes"]
+           "CRT_NAME_LIMITS", "kernel_workspace_bytes", "output_tensor_names"]
 
 # The CRT's fixed name buffers (crt_config.h, TVM's CRTConfig.cmake defaults); a name must
 # leave room for its NUL. A longer name would be cut off silently on the device (issue #8953).
@@ -101,7 +102,7 @@ def _target_comment(source: str, target: Any) -> str:
     return f"/* kiln kernels for target: {target} */\n" + source
 
 
-def _output_names(main: Any) -> list[str] | None:
+def output_tensor_names(main: Any) -> list[str] | None:
     """``main``'s ``output_tensor_names`` attribute (TVM names the outputs after it)."""
     attrs = main.attrs or {}
     if "output_tensor_names" not in attrs:
@@ -175,7 +176,7 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
                     workspace_alignment=executor.get("workspace-byte-alignment", 16),
                     constant_alignment=executor.get("constant-byte-alignment", 16),
                     use_workspace_io=use_io, scratch=scratch, pool_limits=limits,
-                    output_names=_output_names(main))
+                    output_names=output_tensor_names(main))
     options = AotOptions(interface, unpacked, runtime.name, bool(runtime.get("system-lib")),
                          usmp, executor.get("workspace-byte-alignment", 16),
                          executor.get("constant-byte-alignment", 16), str(target),

@@ -228,3 +228,29 @@ def test_an_input_named_like_a_constant_stays_an_input(rng):
     func = relay.Function([p0], relay.multiply(p0, relay.const(np.full(4, 3, "float32"))))
     xn = rng.standard_normal(4).astype("float32")
     np.testing.assert_allclose(_run_host_aot(func, {"p0": xn})[0], xn * 3, rtol=1e-6)
+
+
+def test_executors_of_one_library_have_their_own_pools(rng):
+    import threading
+
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(_model(), "c", executor=Executor("aot"))
+    runs = [(AotModule(lib["default"](tvm.cpu(0))), *_inputs(rng)) for _ in range(3)]
+    errors = []
+
+    def work(m, an, bn):
+        try:
+            for _ in range(20):
+                m.run(a=an, **{"input.1": bn})
+                for i, ref in enumerate(_reference(an, bn)):
+                    np.testing.assert_allclose(m.get_output(i).numpy(), ref, rtol=1e-5,
+                                               atol=1e-6)
+        except AssertionError as err:  # reported after join
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=r) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

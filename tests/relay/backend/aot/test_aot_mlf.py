@@ -135,3 +135,24 @@ def test_bad_exports_and_bad_tars_are_refused(tmp_path):
     (tmp_path / "junk.tar").write_bytes(b"not a tar")
     with pytest.raises(tvm.TVMError, match="not a Model Library Format tar"):
         mlf.read_metadata(tmp_path / "junk.tar")
+
+
+def test_several_modules_in_one_archive(tmp_path, standalone_crt):
+    mod, params = _cnn()
+    built = []
+    for name in ("vision", "audio"):
+        with tvm.transform.PassContext(opt_level=3):
+            built.append(relay.build(mod, "c", params=params, mod_name=name,
+                                     runtime=Runtime("crt"),
+                                     executor=Executor("aot", {"interface-api": "c",
+                                                               "unpacked-api": True})))
+    files = _members(tvm.micro.export_model_library_format(built, tmp_path / "two.tar"))
+    meta = json.loads(files["./metadata.json"])
+    assert sorted(meta["modules"]) == ["audio", "vision"]
+    for name in ("vision", "audio"):
+        assert f"./codegen/host/src/{name}_lib0.c" in files
+        assert f"./codegen/host/include/tvmgen_{name}.h" in files
+        assert f"./parameters/{name}.params" in files
+    assert "./src/relay.txt" not in files  # the single-model name would be ambiguous
+    with pytest.raises(tvm.TVMError, match="unique names"):
+        tvm.micro.export_model_library_format([built[0], built[0]], tmp_path / "dup.tar")

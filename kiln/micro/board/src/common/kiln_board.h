@@ -6,7 +6,8 @@
  *
  * Inputs and outputs are raw little-endian tensor bytes in files named input_<i>.bin and
  * output_<i>.bin: on the host in the directory given as argv[1], on the Cortex-M in QEMU's
- * working directory through semihosting.
+ * working directory through semihosting. Programs built for console I/O read the input
+ * bytes from the console instead (stdin, or the UART).
  */
 #ifndef KILN_BOARD_H_
 #define KILN_BOARD_H_
@@ -35,15 +36,19 @@ int kiln_board_read_input(int index, void* buf, size_t nbytes);
 /* Write `nbytes` of output `index`; 0 on success. */
 int kiln_board_write_output(int index, const void* buf, size_t nbytes);
 
+/* Read exactly `nbytes` from the console's input (stdin or the UART); 0 on success. */
+int kiln_board_read_console(void* buf, size_t nbytes);
+
 /* Write a line of text to the board's console (stdout or the UART). */
 void kiln_board_puts(const char* text);
 
-/* Read what the host sent over the console link (stdin, or the UART): waits for at least one
- * byte, returns how many were stored (at most `max`), 0 once the link is closed. */
-size_t kiln_board_read_console(uint8_t* buf, size_t max);
+/* Receive what the host sent over the console link (stdin, or the UART) as a byte stream:
+ * waits for at least one byte, returns how many were stored (at most `max`), 0 once the link
+ * is closed. For the RPC server (rpc_main.c). */
+size_t kiln_board_receive(uint8_t* buf, size_t max);
 
-/* Write raw bytes to the console link (no newline added). */
-void kiln_board_write_console(const uint8_t* data, size_t nbytes);
+/* Send raw bytes over the console link (no newline added). */
+void kiln_board_send(const uint8_t* data, size_t nbytes);
 
 /* A free-running tick counter and its rate. */
 uint64_t kiln_board_ticks(void);

@@ -1,5 +1,5 @@
-/* kiln_board.h on the host: files in a directory (argv[1], default "."), stdout console,
- * CLOCK_MONOTONIC ticks in nanoseconds. Exit codes are the process's exit status.
+/* kiln_board.h on the host: files in a directory (argv[1], default "."), stdin/stdout
+ * console, CLOCK_MONOTONIC ticks in nanoseconds. Exit codes are the process's exit status.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -38,6 +38,10 @@ int kiln_board_write_output(int index, const void* buf, size_t nbytes) {
   return (fclose(f) == 0 && put == nbytes) ? 0 : -1;
 }
 
+int kiln_board_read_console(void* buf, size_t nbytes) {
+  return fread(buf, 1, nbytes, stdin) == nbytes ? 0 : -1;
+}
+
 void kiln_board_puts(const char* text) {
   fputs(text, stdout);
   fputc('\n', stdout);
@@ -59,7 +63,7 @@ void kiln_board_exit(int code) {
   exit(code);
 }
 
-size_t kiln_board_read_console(uint8_t* buf, size_t max) {
+size_t kiln_board_receive(uint8_t* buf, size_t max) {
   ssize_t n;
   fflush(stdout); /* console lines written with stdio go out before we wait */
   do {
@@ -68,7 +72,7 @@ size_t kiln_board_read_console(uint8_t* buf, size_t max) {
   return (size_t)n;
 }
 
-void kiln_board_write_console(const uint8_t* data, size_t nbytes) {
+void kiln_board_send(const uint8_t* data, size_t nbytes) {
   fflush(stdout);
   while (nbytes > 0) {
     ssize_t n = write(1, data, nbytes);
