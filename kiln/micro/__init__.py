@@ -29,6 +29,9 @@ _LAZY = {
     "transport": "kiln.micro.transport",
     "TransportTimeouts": ("kiln.micro.transport", "TransportTimeouts"),
     "SessionTerminatedError": ("kiln.micro.session_layer", "SessionTerminatedError"),
+    "Session": ("kiln.micro.session", "Session"),
+    "create_local_graph_executor": ("kiln.micro.session", "create_local_graph_executor"),
+    "create_local_aot_executor": ("kiln.micro.session", "create_local_aot_executor"),
     "board": "kiln.micro.board",
 }
 

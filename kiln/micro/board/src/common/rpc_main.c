@@ -3,7 +3,8 @@
  * QEMU) through the microTVM session layer. The host drives it with tvm.micro.Session.
  *
  * A kShutdown ends one RPC session; the program then waits for the next StartSession. It exits
- * when the link closes (host board) and, like every kiln program, on TVMPlatformAbort.
+ * when the link closes (host board) and, like every kiln program, on TVMPlatformAbort, which
+ * the host can trigger through the global "kiln.testing.abort" (to test device resets).
  */
 #include <tvm/runtime/crt/aot_executor_module.h>
 #include <tvm/runtime/crt/crt.h>
@@ -13,9 +14,16 @@
 
 #include "kiln_board.h"
 
+static int abort_device(TVMValue* args, int* type_codes, int num_args, TVMValue* ret_value,
+                        int* ret_type_code, void* resource_handle) {
+  (void)args, (void)type_codes, (void)num_args, (void)ret_value, (void)ret_type_code;
+  (void)resource_handle;
+  TVMPlatformAbort(kTvmErrorPlatformCheckFailure);
+}
+
 static ssize_t write_console(void* context, const uint8_t* data, size_t nbytes) {
   (void)context;
-  kiln_board_write_console(data, nbytes);
+  kiln_board_send(data, nbytes);
   return (ssize_t)nbytes;
 }
 
@@ -23,7 +31,8 @@ int main(int argc, char** argv) {
   kiln_board_init(argc, argv);
   if (TVMPlatformInitialize() != kTvmErrorNoError || TVMInitializeRuntime() != kTvmErrorNoError ||
       TVMGraphExecutorModule_Register() != kTvmErrorNoError ||
-      TVMAotExecutorModule_Register() != kTvmErrorNoError) {
+      TVMAotExecutorModule_Register() != kTvmErrorNoError ||
+      TVMFuncRegisterGlobal("kiln.testing.abort", (TVMFunctionHandle)&abort_device, 0) != 0) {
     kiln_board_puts("kiln-error: runtime initialization failed");
     kiln_board_exit(KILN_EXIT_INIT);
   }
@@ -34,7 +43,7 @@ int main(int argc, char** argv) {
   }
   for (;;) {
     uint8_t buf[256];
-    size_t n = kiln_board_read_console(buf, sizeof(buf));
+    size_t n = kiln_board_receive(buf, sizeof(buf));
     if (n == 0) kiln_board_exit(KILN_EXIT_OK);
     uint8_t* data = buf;
     /* kTvmErrorPlatformShutdown: the RPC session ended; serve the next one. */
