@@ -133,8 +133,10 @@ class TemplateProject:
     def generate_project_from_mlf(self, model_library_format_path, project_dir,
                                   options: dict | None = None) -> GeneratedProject:
         options = _check_options(self._info, options)
-        self._client.generate_project(str(model_library_format_path), get_standalone_crt_dir(),
-                                      str(project_dir), options)
+        # The server runs in the template's directory: hand it absolute paths.
+        project_dir = Path(project_dir).resolve()
+        self._client.generate_project(str(Path(model_library_format_path).resolve()),
+                                      get_standalone_crt_dir(), str(project_dir), options)
         self._client.close()
         return GeneratedProject.from_directory(project_dir, options)
 

@@ -119,7 +119,8 @@ class ProjectAPIClient:
 def instantiate_from_dir(project_dir: str | os.PathLike, debug: bool = False
                          ) -> ProjectAPIClient:
     """Start ``project_dir/microtvm_api_server.py`` and return a client connected to it."""
-    script = Path(project_dir) / SERVER_SCRIPT
+    project_dir = Path(project_dir).resolve()
+    script = project_dir / SERVER_SCRIPT
     if not script.is_file():
         raise ServerError(f"{project_dir} is not a microTVM project: no {SERVER_SCRIPT}")
     request_read, request_write = os.pipe()
