@@ -176,3 +176,22 @@ def test_template_server_reports_options_and_refuses_unknown_ones(tmp_path):
             template.generate_project_from_mlf(tmp_path / "m.tar", tmp_path / "p", {})
     finally:
         template._client.close()
+
+
+def test_generated_project_remembers_its_options(tmp_path):
+    (tmp_path / "m.tar").write_bytes(b"not read until build")
+    project = tvm.micro.generate_project_from_mlf(
+        tvm.micro.get_microtvm_template_projects("qemu-cortex-m"), tmp_path / "p",
+        tmp_path / "m.tar", {"board": "qemu-cortex-m7", "workspace_size_bytes": 4096})
+    try:
+        defaults = {o["name"]: o["default"] for o in project.info["project_options"]}
+        assert defaults["board"] == "qemu-cortex-m7" and defaults["workspace_size_bytes"] == 4096
+        assert not project.info["is_template"]
+        assert (tmp_path / "p" / "model.tar").read_bytes() == b"not read until build"
+        with pytest.raises(server.ServerError, match="call build\\(\\) first"):
+            project.flash()
+    finally:
+        project.close()
+    with pytest.raises(server.ServerError, match="exists and is not empty"):
+        tvm.micro.generate_project_from_mlf(
+            tvm.micro.get_microtvm_template_projects("crt"), tmp_path / "p", tmp_path / "m.tar")

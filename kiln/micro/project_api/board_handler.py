@@ -65,9 +65,14 @@ class BoardProjectHandler(server.ProjectAPIHandler):
 
     def server_info_query(self, tvm_version: str) -> ServerInfo:
         mlf = None if self._is_template else str(self.project_dir / MODEL_FILE)
+        options = self.options
+        if not self._is_template:  # the options it was generated with become the defaults
+            chosen = json.loads((self.project_dir / "project.json").read_text())["options"]
+            options = [o.replace({"default": chosen[o.name]}) if chosen.get(o.name) is not None
+                       else o for o in options]
         return ServerInfo(platform_name="host" if self.platform == "crt" else self.platform,
                           is_template=self._is_template, model_library_format_path=mlf,
-                          project_options=self.options)
+                          project_options=options)
 
     def generate_project(self, model_library_format_path, standalone_crt_dir, project_dir,
                          options):
