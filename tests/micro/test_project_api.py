@@ -188,7 +188,7 @@ def test_generated_project_remembers_its_options(tmp_path):
         assert defaults["board"] == "qemu-cortex-m7" and defaults["workspace_size_bytes"] == 4096
         assert not project.info["is_template"]
         assert (tmp_path / "p" / "model.tar").read_bytes() == b"not read until build"
-        with pytest.raises(server.ServerError, match="call build\\(\\) first"):
+        with pytest.raises(server.ServerError, match="not a Model Library Format tar"):
             project.flash()
     finally:
         project.close()
