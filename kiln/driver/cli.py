@@ -427,7 +427,7 @@ def cmd_micro_project(args: argparse.Namespace) -> int:
                            "pass them with --inputs file.npz") from None
         meta = {"inputs": []}
     inputs = _make_inputs(meta, args.inputs)
-    outputs = pc.run_host_driven(project_dir, inputs, options)
+    outputs = pc.run_project(project_dir, inputs, options)
     for i, out in enumerate(outputs):
         print(f"output {i}: shape {list(out.shape)} {out.dtype}")
         print(np.array2string(out, precision=5, threshold=64))

@@ -5,7 +5,7 @@ returning, so nothing outlives the command. ``run`` flashes, opens a :class:`Ses
 the model host-driven (the graph on the host for graph-executor archives, the device's AOT
 executor otherwise).
 
-Entry points: :func:`parse_options`, :func:`generate`, :func:`run_host_driven`.
+Entry points: :func:`parse_options`, :func:`generate`, :func:`run_project`.
 """
 
 from __future__ import annotations
@@ -72,24 +72,44 @@ def opened(project_dir: str | os.PathLike, options: Mapping) -> Iterator:
         project.close()
 
 
-def run_host_driven(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray],
-                    options: Mapping) -> list[np.ndarray]:
-    """Flash the built project, run the model once through a Session; its outputs."""
+def run_project(project_dir: str | os.PathLike, inputs: Mapping[str, np.ndarray],
+                options: Mapping) -> list[np.ndarray]:
+    """Run the built project's model once; its outputs. Host-driven projects are flashed and
+    driven through a Session; standalone ones run their program (``StandaloneProject.run``)."""
+    with opened(project_dir, options) as project:
+        chosen = {o["name"]: o["default"] for o in project.info["project_options"]}
+        chosen.update(project.options)
+        if chosen["execution"] == "standalone":
+            from kiln.micro.board import StandaloneProject
+
+            board = chosen.get("board", "host")
+            standalone = StandaloneProject(Path(project_dir) / "model.tar", board,
+                                           build_dir=Path(project_dir) / "build",
+                                           workspace_bytes=chosen.get("workspace_size_bytes"))
+            program = standalone.build_dir / ("program" if board == "host" else "program.elf")
+            if not program.is_file():
+                raise TVMError(f"{program} does not exist: build the project first")
+            standalone.program = program
+            return standalone.run(dict(inputs)).outputs
+        return _run_host_driven(project, project_dir, inputs)
+
+
+def _run_host_driven(project, project_dir, inputs: Mapping[str, np.ndarray]
+                     ) -> list[np.ndarray]:
     from kiln.micro.session import Session, create_local_graph_executor
 
-    with opened(project_dir, options) as project:
-        library = ModelLibrary(Path(project_dir) / "model.tar", read_interface=False)
-        project.flash()
-        with Session(project.transport()) as session:
-            if library.executor == "graph":
-                runner = create_local_graph_executor(library.graph_json(),
-                                                     session.get_system_lib(), session.device)
-                blob = library.params_blob()
-                if blob:
-                    runner.set_input(**load_param_dict(blob))
-            else:
-                runner = session.create_aot_executor()
-            for name, value in inputs.items():
-                runner.set_input(name, value)
-            runner.run()
-            return [runner.get_output(i).numpy() for i in range(runner.get_num_outputs())]
+    library = ModelLibrary(Path(project_dir) / "model.tar", read_interface=False)
+    project.flash()
+    with Session(project.transport()) as session:
+        if library.executor == "graph":
+            runner = create_local_graph_executor(library.graph_json(),
+                                                 session.get_system_lib(), session.device)
+            blob = library.params_blob()
+            if blob:
+                runner.set_input(**load_param_dict(blob))
+        else:
+            runner = session.create_aot_executor()
+        for name, value in inputs.items():
+            runner.set_input(name, value)
+        runner.run()
+        return [runner.get_output(i).numpy() for i in range(runner.get_num_outputs())]

@@ -40,3 +40,12 @@ def test_project_commands_run_the_model(tmp_path, capsys):
     assert "is a bool" in capsys.readouterr().err
     assert main(["micro", "project", "run", str(tmp_path)]) == 1
     assert "is not a generated microTVM project" in capsys.readouterr().err
+    # The same archive as a standalone program (the model runs by itself, I/O through files).
+    standalone = str(tmp_path / "standalone")
+    assert main(["micro", "project", "generate", str(tmp_path / "model.tar"), standalone,
+                 "-o", "execution=standalone"]) == 0
+    assert main(["micro", "project", "build", standalone]) == 0
+    assert main(["micro", "project", "run", standalone, "--inputs", str(tmp_path / "in.npz"),
+                 "--outputs", str(tmp_path / "out2.npz")]) == 0
+    out = np.load(tmp_path / "out2.npz")["arr_0"]
+    np.testing.assert_allclose(out, (data["x"] + data["y"]) * data["x"], rtol=1e-6)
