@@ -103,7 +103,8 @@ def test_session_start_retries_until_device_listens(echo):
     with SubprocessTransport([str(echo), "5", "2"]) as transport:
         session = SessionLayer(transport, TransportTimeouts(0.2, 5.0, 5.0), nonce=1)
         session.start()
-        assert session.established and session.start_attempts == 3
+        # Two attempts are dropped; a loaded host may time out a third and try again.
+        assert session.established and session.start_attempts >= 3
 
 
 def test_session_start_gives_up_with_clear_error(echo):
