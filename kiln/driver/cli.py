@@ -377,7 +377,9 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
     for info, out in zip(project.outputs, result.outputs):
         print(f"{info.name}: shape {list(out.shape)} {out.dtype}")
         print(np.array2string(out, precision=5, threshold=64))
-    line = (f"board {args.board}: {result.ticks} ticks at {result.ticks_per_second / 1e6:g} "
+    # the Cortex-M's SysTick counts CPU cycles; the host's clock counts nanoseconds
+    unit = "cycles" if args.board != "host" else "ticks"
+    line = (f"board {args.board}: {result.ticks} {unit} at {result.ticks_per_second / 1e6:g} "
             f"MHz = {result.seconds * 1e3:.3f} ms")
     if result.instructions is not None:
         line += f" (virtual), {result.instructions} instructions per inference"

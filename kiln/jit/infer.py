@@ -63,6 +63,13 @@ class Context:
         return f"<{self.graph!r} {self.args}>"
 
 
+class _NoUnroll(Exception):
+    """A loop being unrolled branches on data: infer again with that loop kept a loop."""
+
+    def __init__(self, header: Graph):
+        self.header = header
+
+
 class Inferrer:
     """Infers a root graph and everything it calls; keeps the contexts for specialize."""
 
@@ -145,6 +152,8 @@ class Inferrer:
         if isinstance(fn, Func) and len(fn.options) == 1:
             (opt,) = fn.options
             if isinstance(opt, PrimFn) and opt.prim in (S.switch,):
+                if isinstance(args[0], Scalar) and args[0].value is ANY:
+                    self.check_unrolled(ctx)
                 return opt.prim.infer(node, *args)  # joins its branches itself
         if any(a is BOTTOM for a in args) or fn is BOTTOM:
             return BOTTOM
@@ -183,12 +192,24 @@ class Inferrer:
         return out, callee
 
 
+    def check_unrolled(self, ctx: Context) -> None:
+        """A branch on data inside the body of a loop being unrolled: unrolling would keep
+        one segment per iteration instead of giving straight-line code, so stop it."""
+        c, in_body = ctx, False
+        while c is not None:
+            in_body = in_body or bool(c.graph.flags.get("loop_body"))
+            if in_body and c.graph.flags.get("loop_header") and any(
+                    isinstance(a, Scalar) and a.dtype == "int64" and a.value is not ANY
+                    for a in c.args):
+                raise _NoUnroll(c.graph)
+            c = c.parent
+
     def unrolls(self, opt, args: tuple) -> bool:
         """Whether a loop header keeps its constant arguments: when every integer argument
         (counter, bound, step) is known, each iteration is its own context, the condition is
         known, and opt turns the loop into straight-line code (as tracing does in JAX).
         Bounded by MAX_UNROLL iterations per loop."""
-        if not opt.graph.flags.get("loop_header"):
+        if not opt.graph.flags.get("loop_header") or opt.graph.flags.get("no_unroll"):
             return False
         ints = [a for a in args if isinstance(a, Scalar) and a.dtype == "int64"]
         if not ints or any(a.value is ANY for a in ints):
@@ -217,8 +238,12 @@ def _fold_scalar(prim: Primitive, args: tuple, out: Abstract) -> Abstract:
 
 def infer(graph: Graph, argspec: tuple) -> tuple[Inferrer, Context]:
     """Infer ``graph`` called with abstract arguments ``argspec``."""
-    inf = Inferrer(graph)
-    return inf, inf.run(graph, argspec)
+    while True:
+        inf = Inferrer(graph)
+        try:
+            return inf, inf.run(graph, argspec)
+        except _NoUnroll as stop:
+            stop.header.flags["no_unroll"] = True  # a property of the loop: kept
 
 
 # -- specialization -----------------------------------------------------------------------------

@@ -304,6 +304,7 @@ class FunctionParser:
         self.ctx.current_graph = header.graph
         cond = test_fn(header)
         body, exit_ = self.new_block("loop_body", header), self.new_block("loop_exit", header)
+        body.graph.flags["loop_body"] = True
         header.graph.output = header.apply(header.apply(S.switch, cond, Constant(body.graph),
                                                         Constant(exit_.graph), loc=loc), loc=loc)
         after = Block(self, "loop_after", matured=False)

@@ -21,6 +21,7 @@ from kiln.jit.abstract import (
     PrimFn,
     Scalar,
     Tuple,
+    is_tensor,
     join,
 )
 from kiln.jit.errors import JitError
@@ -399,4 +400,28 @@ def check_callable(f: Abstract, node) -> None:
     if not isinstance(f, Func):
         raise JitError(f"calling a value of type {f}, which is not a function",
                        getattr(node, "loc", None))
+
+
+def _infer_grad_seed(node, value: Abstract, name: Abstract) -> Abstract:
+    """``1`` of the output's type; grad is defined for scalar outputs only (as in JAX)."""
+    ok = (isinstance(value, Scalar) and is_tensor(value)) or (
+        isinstance(value, Array) and int(np.prod(value.shape)) == 1)
+    if not ok:
+        _fail("grad", node, f"{name.value}() must return a scalar to be differentiated, it "
+              f"returns {value} (use has_aux=True to return more)")
+    if value.dtype in ("bool", "int64") or value.dtype.startswith(("int", "uint")):
+        _fail("grad", node, f"{name.value}() returns an integer ({value}); grad needs a "
+              "floating-point output")
+    return value
+
+
+def _relay_grad_seed(args, ins, out):
+    from kiln import relay
+    return relay.full(relay.const(1, out.dtype), out.shape if isinstance(out, Array) else (),
+                      out.dtype)
+
+
+grad_seed = Primitive("grad_seed", _infer_grad_seed,
+                      lambda v, name: np.ones_like(v) if isinstance(v, np.ndarray) else 1.0,
+                      py="1.0", relay=_relay_grad_seed)
 

@@ -22,6 +22,7 @@ Example
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import shutil
 import socket
@@ -44,6 +45,7 @@ from kiln.rpc.protocol import (
     RPC_MAGIC,
     Channel,
     Handle,
+    Lazy,
     Reader,
     RemoteRef,
     RPCCode,
@@ -71,8 +73,7 @@ __all__ = ["connect", "RPCSession", "LocalSession", "ClientEndpoint", "RPCModule
 DEFAULT_REPLY_TIMEOUT = 600.0  # seconds a reply may take unless connect(timeout=...) says
 _UINT8 = DataType("uint8")
 _HEADER = struct.Struct("<Qi")
-_SESSIONS: list[ClientEndpoint | None] = []  # index -> session, for remote device types
-_SESSIONS_LOCK = threading.Lock()
+_SESSION_COUNT = itertools.count()  # session index, for remote device types
 
 
 class ClientEndpoint:
@@ -86,9 +87,10 @@ class ClientEndpoint:
         self._closed: str | None = None
         self._max_transfer: int | None = None
         self.codec = LEGACY  # until InitServer's reply shows the server's encoding
-        with _SESSIONS_LOCK:
-            self.index = len(_SESSIONS)
-            _SESSIONS.append(self)
+        self.index = next(_SESSION_COUNT)
+        # An endpoint nobody uses any more (no session, module, function or array of it)
+        # shuts its session down, as TVM's does when its last reference goes.
+        weakref.finalize(self, _shutdown, channel)
 
     # ---- requests ----------------------------------------------------------------------------
 
@@ -110,7 +112,7 @@ class ClientEndpoint:
         return self._decode_reply(reply, body, what)
 
     def _decode_reply(self, reply: int, body: memoryview, what: str) -> list[tuple[int, Any]]:
-        reader = Reader(body, f"RPC reply to {what}", self.codec)
+        reader = Reader(body, Lazy("RPC reply to {}", what), self.codec)
         if reply == RPCCode.kReturn:
             values = reader.packed_seq()
             reader.end()
@@ -156,16 +158,16 @@ class ClientEndpoint:
                 try:
                     self._decode_reply(code, body, "InitServer")
                 except RPCError as err:
-                    if "Error caught" in str(err):
+                    if isinstance(err, RPCSessionTimeoutError) or "Error caught" in str(err):
                         raise
             raise self._lost("InitServer", f"unexpected reply {bytes(body)[:32].hex()}")
 
-    def call(self, handle: int, args: tuple, what: str = "a remote call") -> Any:
-        """Call the remote function ``handle``; the decoded return value."""
+    def call(self, handle: int, args: tuple, name: str = "") -> Any:
+        """Call the remote function ``handle`` (called ``name``); the decoded return value."""
         writer = Writer(self.codec)
+        writer.u64(handle)
         writer.packed_seq([self._encode_arg(arg) for arg in args])
-        writer.parts.insert(0, struct.pack("<Q", handle))
-        writer.size += 8
+        what = Lazy("call to {!r}", name)
         values = self._request(RPCCode.kCallFunc, writer, what)
         return self._decode_return(values, what)
 
@@ -274,7 +276,7 @@ class ClientEndpoint:
         return self._remote_function(int(handle), name)
 
     def _remote_function(self, handle: int, name: str) -> PackedFunc:
-        func = PackedFunc(lambda *args: self.call(handle, args, f"call to {name!r}"), name)
+        func = PackedFunc(lambda *args: self.call(handle, args, name), name)
         weakref.finalize(func, self.free_later, handle, TypeCode.PACKED_FUNC_HANDLE)
         _REMOTE_HANDLES[func] = (self, handle, TypeCode.PACKED_FUNC_HANDLE)
         return func
@@ -289,7 +291,7 @@ class ClientEndpoint:
 
     def remote_device(self, dev: Device) -> Device:
         masked = Device(dev.device_type + RPC_SESS_MASK * (self.index + 1), dev.device_id)
-        register_device_api(masked.device_type, _RemoteDeviceAPI(self))
+        register_device_api(masked.device_type, _RemoteDeviceAPI(weakref.ref(self)))
         return masked
 
     def _encode_arg(self, arg: Any) -> tuple[int, Any]:
@@ -364,6 +366,27 @@ class ClientEndpoint:
 _REMOTE_HANDLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+class _RemotePointer(int):
+    """A remote data pointer that keeps its session alive while memory uses it."""
+
+    def __new__(cls, value: int, endpoint: ClientEndpoint) -> _RemotePointer:
+        pointer = super().__new__(cls, value)
+        pointer.endpoint = endpoint
+        return pointer
+
+
+def _shutdown(channel: Channel) -> None:
+    """Send kShutdown and close ``channel`` (after an explicit close this does nothing)."""
+    try:
+        write_packet(channel, RPCCode.kShutdown)
+    except (RPCError, OSError):
+        pass
+    try:
+        channel.close()
+    except OSError:
+        pass
+
+
 class RemoteObject:
     """An object that stays on the server (TVM's ``RPCObjectRef``)."""
 
@@ -376,16 +399,30 @@ class _RemoteDeviceAPI(DeviceAPI):
     """Memory of one RPC session: allocation, copies and frees are RPC requests.
 
     ``container`` set: the buffer is an NDArray the server returned, freed with kFreeHandle.
+    The API registered for a session's device types holds the session weakly (the registry
+    lives forever); the memory it allocates holds the session through its handle.
     """
 
-    def __init__(self, endpoint: ClientEndpoint, container: int | None = None) -> None:
-        self.endpoint, self.container = endpoint, container
+    def __init__(self, endpoint: ClientEndpoint | weakref.ref,
+                 container: int | None = None) -> None:
+        self._endpoint, self.container = endpoint, container
+
+    @property
+    def endpoint(self) -> ClientEndpoint:
+        if isinstance(self._endpoint, ClientEndpoint):
+            return self._endpoint
+        endpoint = self._endpoint()
+        if endpoint is None:
+            raise TVMError("this RPC session is closed (no session object is left)")
+        return endpoint
 
     def alloc(self, device: Device, nbytes: int) -> int:
-        dev = self.endpoint.strip_device(device)
-        return int(self.endpoint.syscall(RPCCode.kDevAllocData, (TypeCode.DEVICE, dev),
-                                         (TypeCode.INT, nbytes), (TypeCode.INT, 64),
-                                         (TypeCode.DATATYPE, _UINT8)))
+        endpoint = self.endpoint
+        dev = endpoint.strip_device(device)
+        handle = endpoint.syscall(RPCCode.kDevAllocData, (TypeCode.DEVICE, dev),
+                                  (TypeCode.INT, nbytes), (TypeCode.INT, 64),
+                                  (TypeCode.DATATYPE, _UINT8))
+        return _RemotePointer(int(handle), endpoint)
 
     def free(self, device: Device, handle: int) -> None:
         if self.container is not None:

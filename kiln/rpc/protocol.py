@@ -45,6 +45,7 @@ __all__ = [
     "ChannelClosed",
     "ChannelTimeout",
     "Handle",
+    "Lazy",
     "TensorMeta",
     "Writer",
     "Reader",
@@ -247,6 +248,19 @@ def recv_handshake_int(channel: Channel) -> int:
 
 
 # ---- values that only have meaning on the wire ----------------------------------------------
+
+
+class Lazy:
+    """Text formatted only when an error message needs it (``str.format`` of ``args``): keeps
+    descriptions of every packet off the hot path."""
+
+    __slots__ = ("fmt", "args")
+
+    def __init__(self, fmt: str, *args: Any) -> None:
+        self.fmt, self.args = fmt, args
+
+    def __str__(self) -> str:
+        return self.fmt.format(*self.args)
 
 
 class Handle(int):
@@ -482,7 +496,7 @@ class Reader:
 
     __slots__ = ("buf", "pos", "what", "codec")
 
-    def __init__(self, buf: bytes | bytearray | memoryview, what: str = "RPC packet",
+    def __init__(self, buf: bytes | bytearray | memoryview, what: str | Lazy = "RPC packet",
                  codec: Codec | None = None) -> None:
         self.buf, self.pos, self.what = memoryview(buf), 0, what
         self.codec = codec or LEGACY
@@ -593,7 +607,7 @@ def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
     """
     header = bytearray(8)
     view = memoryview(header)
-    waited_since = time.monotonic()
+    waited_since = time.monotonic() if idle_timeout not in (-1.0, None) else 0.0
     while True:
         try:
             channel.recv_into(view)
@@ -613,9 +627,12 @@ def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
     if not 4 <= nbytes <= max_bytes:
         raise RPCError(f"RPC packet length {nbytes} is out of range (4..{max_bytes}): "
                        "garbage on the channel")
-    try:  # uninitialized: the pages of a bare huge length are never touched
-        body = np.empty(nbytes, np.uint8)
-    except MemoryError:
-        raise RPCError(f"cannot hold an RPC packet of {nbytes} bytes") from None
+    if nbytes <= SocketChannel._CHUNK:
+        body = bytearray(nbytes)
+    else:
+        try:  # uninitialized: the pages of a bare huge length are never touched
+            body = np.empty(nbytes, np.uint8)
+        except MemoryError:
+            raise RPCError(f"cannot hold an RPC packet of {nbytes} bytes") from None
     channel.recv_into(memoryview(body))
     return _I32.unpack_from(body)[0], memoryview(body)[4:]

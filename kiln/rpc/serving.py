@@ -30,6 +30,7 @@ from kiln.rpc.protocol import (
     Channel,
     Codec,
     Handle,
+    Lazy,
     Reader,
     RemoteRef,
     RPCCode,
@@ -154,7 +155,7 @@ class ServingSession:
             code, body = packet
             if code == RPCCode.kShutdown:
                 return
-            reader = Reader(body, f"RPC packet (code {code})", self.codec)
+            reader = Reader(body, Lazy("RPC packet (code {})", code), self.codec)
             handler = self._handlers.get(code)
             if handler is not None:
                 handler(reader)

@@ -253,7 +253,7 @@ def test_zero_copy_input_and_output_in_device_memory():
     m = graph_executor.GraphModule(lib["default"](CL))
     xv = RNG.random((2, 32), dtype="float32")
     storage = tvm.nd.array(np.concatenate([np.zeros(16, "float32"), xv.ravel()]), CL)
-    at_offset = DeviceNDArray._on(storage._buffer, 64, (2, 32), DataType("float32"))
+    at_offset = DeviceNDArray.on(storage._buffer, 64, (2, 32), DataType("float32"))
     m.module.set_input_zero_copy("x", at_offset)  # a view 64 bytes into a buffer
     out = tvm.nd.empty((2, 32), "float32", CL)
     m.module.set_output_zero_copy(0, out)

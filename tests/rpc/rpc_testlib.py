@@ -47,10 +47,12 @@ class Process:
         self.kill()
 
 
-def kiln_server(*extra: str) -> Process:
-    """``python -m kiln.exec.rpc_server`` with the test functions, on a free port."""
-    return Process([sys.executable, "-m", "kiln.exec.rpc_server", "--port", "0",
-                    "--port-end", "0", "--init-module", str(REMOTE_FUNCS), *extra])
+def kiln_server(*extra: str, cli: bool = False) -> Process:
+    """``python -m kiln.exec.rpc_server`` (``cli``: ``kiln rpc server``) with the test
+    functions, on a free port."""
+    program = ["kiln", "rpc", "server"] if cli else ["kiln.exec.rpc_server"]
+    return Process([sys.executable, "-m", *program, "--port", "0", "--port-end", "0",
+                    "--init-module", str(REMOTE_FUNCS), *extra])
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):

@@ -3,6 +3,7 @@ timing, LocalSession. Oracles: Python/NumPy computing the same values locally.""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -137,6 +138,19 @@ def test_session_directory_is_removed_after_the_session(server):
     wait_for(lambda: not workdir.exists())
 
 
+def test_dropping_the_last_reference_ends_the_session(server):
+    sess = rpc.connect("127.0.0.1", server.port)
+    workdir = Path(sess.get_function("tvm.rpc.server.workpath")("x")).parent
+    arr = tvm.nd.array(np.arange(5, dtype="int32"), sess.cpu(0))
+    del sess
+    gc.collect()
+    np.testing.assert_array_equal(arr.numpy(), np.arange(5))  # the array keeps it alive
+    assert workdir.is_dir()
+    del arr
+    gc.collect()
+    wait_for(lambda: not workdir.exists())
+
+
 def test_upload_load_module_run_and_time(remote, affine_library, rng):
     remote.upload(affine_library)
     mod = remote.load_module("affine.so")
@@ -171,9 +185,9 @@ def test_key_mismatch_is_refused():
 
 
 def test_session_timeout_ends_a_long_call(server):
-    sess = rpc.connect("127.0.0.1", server.port, session_timeout=0.5)
-    with pytest.raises(RPCSessionTimeoutError, match="session has expired"):
-        sess.get_function("rpc_test.sleep")(3.0)
+    sess = rpc.connect("127.0.0.1", server.port, session_timeout=2.0)
+    with pytest.raises(RPCSessionTimeoutError, match="Your 2.0s session has expired"):
+        sess.get_function("rpc_test.sleep")(10.0)
 
 
 def test_local_session_has_the_same_api(affine_library, rng):

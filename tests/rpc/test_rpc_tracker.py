@@ -57,6 +57,11 @@ class RawPeer:
         return self.recv()
 
 
+def _queue(peer: RawPeer, key: str = "board") -> dict:
+    """The tracker's queue entry for ``key`` ({} before it has one)."""
+    return peer.call([6])[1]["queue_info"].get(key, {})
+
+
 def test_ping_put_summary_and_pending_keys(tracker):
     server = RawPeer(tracker.port)
     assert server.call([1]) == 0
@@ -71,13 +76,11 @@ def test_ping_put_summary_and_pending_keys(tracker):
 
 def test_requests_are_served_by_priority_then_fifo(tracker):
     low, high, high_later = (RawPeer(tracker.port) for _ in range(3))
-    low.send([4, "board", "", 1])
-    high.send([4, "board", "", 5])
-    high_later.send([4, "board", "", 5])
+    observer = RawPeer(tracker.port)
+    for count, (peer, priority) in enumerate(((low, 1), (high, 5), (high_later, 5)), 1):
+        peer.send([4, "board", "", priority])  # one at a time: arrival order is FIFO order
+        wait_for(lambda n=count: _queue(observer).get("pending") == n)
     server = RawPeer(tracker.port)
-    pending = wait_for(lambda: RawPeer(tracker.port).call([6])[1]["queue_info"]["board"]
-                       ["pending"] == 3)
-    assert pending
     for matchkey, peer in (("k:1", high), ("k:2", high_later), ("k:3", low)):
         assert server.call([3, "board", [9000, matchkey], None]) == 0
         assert peer.recv() == [0, ["127.0.0.1", 9000, matchkey]]
@@ -89,7 +92,7 @@ def test_closing_a_server_connection_removes_its_entries(tracker):
     server.call([3, "board", [9000, "k:1"], None])
     server.sock.close()
     client = RawPeer(tracker.port)
-    wait_for(lambda: client.call([6])[1]["queue_info"]["board"]["free"] == 0)
+    wait_for(lambda: _queue(client).get("free") == 0)
 
 
 def test_malformed_messages_close_only_that_connection(tracker):
@@ -100,7 +103,7 @@ def test_malformed_messages_close_only_that_connection(tracker):
 
 
 def test_server_process_registers_and_a_client_gets_it_through_the_tracker(tracker, capsys):
-    with kiln_server("--tracker", f"127.0.0.1:{tracker.port}", "--key", "cpu-box"):
+    with kiln_server("--tracker", f"127.0.0.1:{tracker.port}", "--key", "cpu-box", cli=True):
         session = rpc.connect_tracker("127.0.0.1", tracker.port)
         wait_for(lambda: session.summary()["queue_info"].get("cpu-box", {}).get("free") == 1)
         remote = session.request("cpu-box", priority=2, session_timeout=30)
