@@ -26,7 +26,7 @@ import numpy as np
 from kiln.micro.session_layer import SessionLayer, SessionTerminatedError
 from kiln.micro.transport import IoTimeoutError, Transport, TransportTimeouts
 from kiln.rpc.client import ClientEndpoint, RPCSession
-from kiln.rpc.protocol import Channel, ChannelTimeout
+from kiln.rpc.protocol import Channel, ChannelClosed, ChannelTimeout
 from kiln.runtime.device import Device
 from kiln.runtime.error import TVMError
 from kiln.runtime.graph_executor import parse_graph_json
@@ -44,8 +44,11 @@ class SessionChannel(Channel):
         self.layer = layer
         self.timeout = layer.timeouts.session_established_timeout_sec or None
         self._pending = bytearray()
+        self.ending = False  # set by Session.__exit__: a dead device is no error then
 
     def send(self, *parts: bytes | bytearray | memoryview) -> None:
+        if self.ending and not self.layer.established:
+            raise ChannelClosed("the microTVM session has ended")
         self.layer.send(b"".join(bytes(p) for p in parts))
 
     def recv_into(self, view: memoryview) -> None:
@@ -83,6 +86,7 @@ class Session:
         self.timeout_override = timeout_override
         self._rpc: RPCSession | None = None
         self._layer: SessionLayer | None = None
+        self._channel: SessionChannel | None = None
         self.device: Device | None = None
 
     def __enter__(self) -> Session:
@@ -91,7 +95,8 @@ class Session:
             timeouts = self.timeout_override or self.transport.timeouts()
             self._layer = SessionLayer(self.transport, timeouts)
             self._layer.start()
-            endpoint = ClientEndpoint(SessionChannel(self._layer), self.session_name)
+            self._channel = SessionChannel(self._layer)
+            endpoint = ClientEndpoint(self._channel, self.session_name)
             endpoint.init_server()
             self._rpc = RPCSession(endpoint)
             self.device = self._rpc.cpu(0)
@@ -102,8 +107,11 @@ class Session:
 
     def __exit__(self, exc_type, exc_value, exc_traceback) -> None:
         try:
-            if self._rpc is not None and self._layer is not None and self._layer.established:
-                self._rpc.close()  # kShutdown
+            if self._rpc is not None:
+                # kShutdown if the device still listens; either way the endpoint is closed,
+                # so remote objects freed later do not talk to a dead link.
+                self._channel.ending = True
+                self._rpc.close()
             if self._layer is not None:
                 self._layer.terminate()
         except TVMError:
