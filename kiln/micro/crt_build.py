@@ -37,6 +37,8 @@ COMPONENTS = (
     "graph_executor_module",
     "aot_executor",
     "aot_executor_module",
+    "microtvm_rpc_common",
+    "microtvm_rpc_server",
 )
 
 #: Warning flags the CRT must build cleanly with, on every compiler.
