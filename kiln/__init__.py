@@ -32,6 +32,8 @@ _LAZY = {
     "jit": "kiln.jit",
     "driver": "kiln.driver",
     "error": "kiln.runtime.error",
+    "_ffi": "kiln._ffi",
+    "compat": "kiln.compat",
     # runtime names
     "Object": ("kiln.runtime.object", "Object"),
     "register_object": ("kiln.runtime.object", "register_object"),
