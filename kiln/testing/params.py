@@ -99,16 +99,16 @@ def parameters(*value_sets: Sequence[Any], ids: Any = None) -> tuple:
     group = next(_group_counter)
     fixtures = []
     for index in range(width):
-        @pytest.fixture
         def as_fixture(request):
             return request.param
 
-        # The plugin finds these attributes and parametrizes the whole group at once.
+        # The plugin finds these attributes and parametrizes the whole group at once; they go
+        # on the plain function, which is what pytest's fixture definition keeps.
         as_fixture.parametrize_group = group
         as_fixture.parametrize_index = index
         as_fixture.parametrize_values = [tuple(v) for v in value_sets]
         as_fixture.parametrize_ids = ids
-        fixtures.append(as_fixture)
+        fixtures.append(pytest.fixture(as_fixture))
     return tuple(fixtures)
 
 
