@@ -17,6 +17,7 @@ _LAZY = {
     "ndarray": "kiln.runtime.ndarray",
     "ir": "kiln.ir",
     "transform": "kiln.ir.transform",
+    "instrument": "kiln.ir.instrument",
     "relay": "kiln.relay",
     "parser": "kiln.relay.parser",
     "te": "kiln.te",
