@@ -39,7 +39,7 @@ def resolve_kiln_module(tvm_name: str) -> types.ModuleType | None:
     if parts[0] != ALIAS:
         raise ValueError(f"{tvm_name!r} is not a name under {ALIAS!r}")
     module = importlib.import_module("kiln")
-    for i, part in enumerate(parts[1:], start=1):
+    for part in parts[1:]:
         # A real submodule file wins; otherwise a lazy attribute naming a module (tvm.error).
         candidate = f"{module.__name__}.{part}"
         try:
@@ -48,11 +48,16 @@ def resolve_kiln_module(tvm_name: str) -> types.ModuleType | None:
         except ModuleNotFoundError as err:
             if err.name != candidate:
                 raise  # the module exists but one of its own imports is missing
-        value = getattr(module, part, None)
+        try:
+            value = getattr(module, part, None)
+        except ModuleNotFoundError as err:
+            # A lazy table naming a module this checkout lacks is the same as no module.
+            if err.name and tvm_name.replace(ALIAS, "kiln", 1).startswith(err.name):
+                return None
+            raise
         if not isinstance(value, types.ModuleType):
             return None
         module = value
-        del i
     return module
 
 

@@ -123,3 +123,13 @@ def test_relay_quick_start_script_runs_unchanged():
     # The script checks the reloaded library against the in-memory one itself; here: it got
     # through every step of the tutorial.
     assert "['deploy_lib.tar']" in out and "Mean inference time (std dev):" in out
+
+
+def test_porting_doc_status_table_is_current():
+    from kiln.compat import status
+
+    text = status.DOC.read_text()
+    committed = text.split(status.BEGIN)[1].split(status.END)[0].strip()
+    assert committed == status.render_table(), (
+        "docs/porting_from_tvm.md's status table is stale: run "
+        "'python -m kiln.compat.status --write'")
