@@ -1,8 +1,9 @@
 """Model workloads and test helpers with TVM's names (``tvm.relay.testing``).
 
 Entry points: :func:`run_infer_type`, :func:`run_opt_pass`, :func:`create_workload`, and the
-workload modules :mod:`~kiln.relay.testing.mlp` and :mod:`~kiln.relay.testing.resnet`
-(``get_workload(batch_size=1, ...) -> (mod, params)``), and
+workload modules (``mlp``, ``resnet``, ``mobilenet``, ``squeezenet``, ``vgg``, ``dqn``,
+``dcgan``: ``get_workload(batch_size=1, ...) -> (mod, params)``), ``layers`` (their layer
+helpers), and
 :mod:`~kiln.relay.testing.executors` (one program on every executor, checked to agree).
 """
 
@@ -14,11 +15,12 @@ import numpy as np
 
 from kiln._lazy import attach
 
-__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "mlp", "resnet", "executors"]
+_WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "layers")
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS]
 
-__getattr__, __dir__ = attach(__name__, {"mlp": "kiln.relay.testing.mlp",
-                                         "resnet": "kiln.relay.testing.resnet",
-                                         "executors": "kiln.relay.testing.executors"})
+__getattr__, __dir__ = attach(__name__, {
+    "executors": "kiln.relay.testing.executors",
+    **{name: f"kiln.relay.testing.{name}" for name in _WORKLOADS}})
 
 
 def run_opt_pass(expr: Any, opt_pass: Any) -> Any:

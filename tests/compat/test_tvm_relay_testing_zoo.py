@@ -1,0 +1,55 @@
+"""Every relay.testing workload builds with relay.build and gives the interpreter's outputs on
+the graph executor and the VM (small batch and image sizes keep it fast)."""
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relay
+from tvm.relay.testing import executors
+
+from kiln.relay.testing.executors import ExecutorConfig
+
+WORKLOADS = {
+    "mlp": dict(batch_size=1, image_shape=(1, 8, 8)),
+    "resnet": dict(batch_size=1, num_classes=10, num_layers=18, image_shape=(3, 16, 16)),
+    "mobilenet": dict(batch_size=1, num_classes=10, image_shape=(3, 32, 32)),
+    "squeezenet": dict(batch_size=1, num_classes=10, version="1.1", image_shape=(3, 48, 48)),
+    "vgg": dict(batch_size=1, num_classes=10, image_shape=(3, 32, 32)),
+    "dqn": dict(batch_size=1, num_actions=4, image_shape=(4, 36, 36)),
+    "dcgan": dict(batch_size=1, oshape=(3, 16, 16), ngf=8, random_len=10),
+}
+CONFIGS = [ExecutorConfig("graph", 3, "constants"), ExecutorConfig("vm", 3, "constants")]
+
+
+# VGG's dropout -> dense -> bias_add chain reaches CanonicalizeOps untyped inside relay.build
+# (a pipeline bug outside relay.testing); strict, so this fails once the pipeline is fixed.
+_VGG_PIPELINE_BUG = pytest.mark.xfail(raises=tvm.TVMError, strict=True,
+                                      reason="CanonicalizeOps sees an untyped bias_add in VGG")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_VGG_PIPELINE_BUG) if n == "vgg" else n
+                                  for n in WORKLOADS])
+def test_workload_runs_on_graph_and_vm_like_the_interpreter(name):
+    mod, params = getattr(relay.testing, name).get_workload(**WORKLOADS[name])
+    main = mod["main"]
+    assert main.params[0].name_hint == "data"
+    assert [p.name_hint for p in main.params[1:]] == list(params)
+    shape = [int(d) for d in main.params[0].checked_type.shape]
+    data = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
+    args = [data, *(v.numpy() for v in params.values())]
+    [out] = executors.check_executors_agree(mod, args, configs=CONFIGS, bind=list(params),
+                                            rtol=1e-4, atol=1e-5)
+    assert np.all(np.isfinite(out))
+
+
+def test_workloads_reject_bad_configurations():
+    with pytest.raises(ValueError, match="Choices are 11, 13, 16, 19"):
+        relay.testing.vgg.get_workload(num_layers=12)
+    with pytest.raises(ValueError, match="Unsupported SqueezeNet version"):
+        relay.testing.squeezenet.get_workload(version="2.0")
+    with pytest.raises(tvm.TVMError, match="square output"):
+        relay.testing.dcgan.get_workload(1, oshape=(3, 12, 12))
+    with pytest.raises(tvm.TVMError, match="NCHW"):
+        relay.testing.mobilenet.get_workload(layout="NHWC")
+    with pytest.raises(ValueError, match="no kernel layout"):
+        relay.testing.layers.conv_kernel_layout("NCW")
