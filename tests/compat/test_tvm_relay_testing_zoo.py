@@ -17,6 +17,7 @@ WORKLOADS = {
     "vgg": dict(batch_size=1, num_classes=10, image_shape=(3, 32, 32)),
     "dqn": dict(batch_size=1, num_actions=4, image_shape=(4, 36, 36)),
     "dcgan": dict(batch_size=1, oshape=(3, 16, 16), ngf=8, random_len=10),
+    "synthetic": dict(input_shape=(1, 3, 8, 6)),
 }
 CONFIGS = [ExecutorConfig("graph", 3, "constants"), ExecutorConfig("vm", 3, "constants")]
 
@@ -53,3 +54,29 @@ def test_workloads_reject_bad_configurations():
         relay.testing.mobilenet.get_workload(layout="NHWC")
     with pytest.raises(ValueError, match="no kernel layout"):
         relay.testing.layers.conv_kernel_layout("NCW")
+
+
+def test_nat_helpers_round_trip_through_the_interpreter():
+    from tvm.relay.prelude import Prelude
+    from tvm.relay.testing import count, make_nat_expr, make_nat_value
+
+    prelude = Prelude()
+    value = relay.create_executor("debug", mod=prelude.mod).evaluate(make_nat_expr(prelude, 3))
+    assert count(prelude, value) == 3
+    assert count(prelude, make_nat_value(prelude, 0)) == 0
+    assert count(prelude, make_nat_value(prelude, 2000)) == 2000
+    with pytest.raises(tvm.TVMError, match="non-negative int"):
+        make_nat_expr(prelude, -1)
+
+
+def test_check_grad_compares_relay_gradients_with_finite_differences():
+    x = relay.var("x", shape=(3,), dtype="float64")
+    y = relay.var("y", shape=(3,), dtype="float64")
+    func = relay.Function([x, y], relay.multiply(x, relay.exp(y)))
+    relay.testing.check_grad(func)
+    # A coarse step leaves an O(eps^2) error that a near-zero tolerance must catch.
+    with pytest.raises(AssertionError):
+        relay.testing.check_grad(func, inputs=[np.ones(3), np.ones(3)], eps=1e-2, rtol=1e-9,
+                                 atol=1e-12)
+    assert relay.testing.count_ops(func.body) == {"multiply": 1, "exp": 1}
+    assert relay.testing.rand("float32", 2, 3).shape == (2, 3)

@@ -2,8 +2,9 @@
 
 Entry points: :func:`run_infer_type`, :func:`run_opt_pass`, :func:`create_workload`, and the
 workload modules (``mlp``, ``resnet``, ``mobilenet``, ``squeezenet``, ``vgg``, ``dqn``,
-``dcgan``: ``get_workload(batch_size=1, ...) -> (mod, params)``), ``layers`` (their layer
-helpers), and
+``dcgan``, ``synthetic``: ``get_workload(...) -> (mod, params)``), ``layers`` (their layer
+helpers), ``nat`` (``make_nat_expr``, ``make_nat_value``, ``count``), ``check_grad``, ``rand``,
+``count_ops``, and
 :mod:`~kiln.relay.testing.executors` (one program on every executor, checked to agree).
 """
 
@@ -15,12 +16,17 @@ import numpy as np
 
 from kiln._lazy import attach
 
-_WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "layers")
-__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS]
+_WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "synthetic",
+              "layers", "nat")
+_HELPERS = {"check_grad": "gradients", "rand": "gradients", "count_ops": "gradients",
+            "make_nat_expr": "nat", "make_nat_value": "nat", "count": "nat"}
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS,
+           *_HELPERS]
 
 __getattr__, __dir__ = attach(__name__, {
     "executors": "kiln.relay.testing.executors",
-    **{name: f"kiln.relay.testing.{name}" for name in _WORKLOADS}})
+    **{name: f"kiln.relay.testing.{name}" for name in _WORKLOADS},
+    **{name: (f"kiln.relay.testing.{home}", name) for name, home in _HELPERS.items()}})
 
 
 def run_opt_pass(expr: Any, opt_pass: Any) -> Any:
