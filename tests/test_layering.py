@@ -32,6 +32,7 @@ LAYER = {
     "micro": 7,
     "jit": 7,
     "rpc": 7,
+    "exec": 7,
     "autotvm": 7,
     "driver": 7,
     "testing": 7,

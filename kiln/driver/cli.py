@@ -14,9 +14,9 @@ Entry point: :func:`main`. Subcommands:
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
 - ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
-  [--outputs out.npz]``: build a Model Library Format archive with the C runtime into a
-  standalone program for the board, run it once, print the outputs and the board's ticks
-  (exact instructions on the emulated Cortex-M).
+  [--outputs out.npz] [--io files|console|linked]``: build a Model Library Format archive
+  with the C runtime into a standalone program for the board, run it once, print the outputs
+  and the board's ticks (exact instructions on the emulated Cortex-M).
 
 Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
 """
@@ -366,7 +366,7 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
         raise CLIError(f"no such Model Library Format archive: {args.model}",
                        "export one with kiln.micro.export_model_library_format")
     project = StandaloneProject(args.model, args.board, build_dir=args.build_dir,
-                                workspace_bytes=args.workspace_bytes)
+                                workspace_bytes=args.workspace_bytes, io=args.io)
     meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
                    for t in project.inputs]
     inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
@@ -377,7 +377,9 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
     for info, out in zip(project.outputs, result.outputs):
         print(f"{info.name}: shape {list(out.shape)} {out.dtype}")
         print(np.array2string(out, precision=5, threshold=64))
-    line = (f"board {args.board}: {result.ticks} ticks at {result.ticks_per_second / 1e6:g} "
+    # the Cortex-M's SysTick counts CPU cycles; the host's clock counts nanoseconds
+    unit = "cycles" if args.board != "host" else "ticks"
+    line = (f"board {args.board}: {result.ticks} {unit} at {result.ticks_per_second / 1e6:g} "
             f"MHz = {result.seconds * 1e3:.3f} ms")
     if result.instructions is not None:
         line += f" (virtual), {result.instructions} instructions per inference"
@@ -407,9 +409,28 @@ def _add_micro_parser(sub) -> None:
     p.add_argument("--workspace-bytes", type=int, default=None,
                    help="the platform memory pool (default: 524288 for the graph executor, "
                    "what the archive asks for AOT)")
+    p.add_argument("--io", choices=["files", "console", "linked"], default="files",
+                   help="how inputs and outputs travel: files (semihosting on the Cortex-M), "
+                   "console (the UART / stdin), linked (inputs compiled in, outputs on the "
+                   "UART); default files")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before the program is killed (default 120)")
     p.set_defaults(func=cmd_micro_run)
+
+
+def _add_rpc_parser(sub) -> None:
+    """``kiln rpc server|tracker|queue``: the programs of :mod:`kiln.exec`."""
+    from kiln.exec import query_rpc_tracker, rpc_server, rpc_tracker
+
+    rpc = sub.add_parser("rpc", help="RPC: start a server or a tracker, show a tracker's "
+                         "queue", description="TVM-protocol RPC over TCP.")
+    actions = rpc.add_subparsers(dest="rpc_command", metavar="ACTION", required=True)
+    for name, module, text in (("server", rpc_server, "start an RPC server"),
+                               ("tracker", rpc_tracker, "start an RPC tracker"),
+                               ("queue", query_rpc_tracker, "print a tracker's summary")):
+        p = actions.add_parser(name, help=text, description=module.__doc__)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
 
 
 # ---- entry ------------------------------------------------------------------------------
@@ -469,6 +490,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
     p.set_defaults(func=cmd_bench)
     _add_micro_parser(sub)
+    _add_rpc_parser(sub)
     return parser
 
 

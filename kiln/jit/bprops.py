@@ -269,7 +269,7 @@ _ = gadd
 NONDIFF = {
     "bprop_nondiff1": ("truth", "not", "shape", "ndim", "len", "int", "ones_like", "raise",
                        "size"),
-    "bprop_nondiff2": ("lt", "gt", "le", "ge", "eq", "ne", "floordiv", "mod"),
+    "bprop_nondiff2": ("lt", "gt", "le", "ge", "eq", "ne", "floordiv", "mod", "grad_seed"),
     "bprop_nondiff3": ("range_continue",),
 }
 

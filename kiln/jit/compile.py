@@ -7,8 +7,7 @@
 - :func:`compile_graph`: Myia's CompileGraph: simulates the frame height, encodes operands as
   offsets from ``sp``, emits ``external`` for segments and VM instructions for cuts.
 - :func:`optimize_instrs`: peephole rewrites (adjacent scalar segments merge into one,
-  ``dup r; return -1 h`` becomes ``return r h-1``, ``push c; return -1 h`` returns c without
-  the push).
+  ``dup r; return -1 h`` becomes ``return r h-1``).
 - :func:`link`: ``push_graph g`` becomes ``push <address of g>``.
 """
 
@@ -122,7 +121,7 @@ def split_graph(graph: Graph, mng: GraphManager) -> list:
     splits: list = []
     run: list[Apply] = []
     for n in _schedule(graph, mng):
-        if is_linear(n) and n is not graph.output or (is_linear(n) and n is graph.output):
+        if is_linear(n):
             run.append(n)
         else:
             if run:
@@ -158,8 +157,6 @@ class CompileGraph:
             if isinstance(node.value, Graph):
                 self.emit(Op.PUSH_GRAPH, node.value)
             else:
-                assert not (isinstance(node.value, Primitive) and node.value.vm is None
-                            and False)
                 self.emit(Op.PUSH, node.value)
             self.push_slot(node)
         return self.slots[node] - self.height

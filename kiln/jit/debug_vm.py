@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.jit import structural as S
-from kiln.jit.ir import Apply, Constant, Graph, Node, Parameter, manage, toposort
+from kiln.jit.ir import Apply, Constant, Graph, Node, manage, toposort
 from kiln.jit.primitives import Primitive
 
 
@@ -83,4 +83,4 @@ def evaluate(graph: Graph, *args: Any) -> Any:
     return _run(graph, args, {})
 
 
-__all__ = ["evaluate", "Closure", "Parameter"]
+__all__ = ["evaluate", "Closure"]

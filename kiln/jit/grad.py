@@ -86,6 +86,8 @@ def J(graph: Graph) -> Graph:
     mng = GraphManager(graph)
     scope = [g for g in mng.graphs if graph in mng.scope_chain(g)]
     fwd: dict[Graph, Graph] = {g: Graph("J_" + g.name, g.loc) for g in scope}
+    for g in scope:
+        fwd[g].flags = {k: v for k, v in g.flags.items() if k in ("loop_header", "loop_body")}
     _J_GRAPHS[graph] = fwd[graph]
     value: dict[Node, Node] = {}   # primal node -> its forward value
     back: dict[Node, Node] = {}    # primal Apply -> its bprop closure (in the forward graph)
@@ -229,7 +231,7 @@ def grad_graph(f: Graph, argnums: Any, has_aux: bool, with_value: bool) -> Graph
     out = Apply([Constant(S.tuple_getitem), app, Constant(0)], g)
     value = Apply([Constant(S.tuple_getitem), out, Constant(0)], g) if has_aux else out
     bprop = Apply([Constant(S.tuple_getitem), app, Constant(1)], g)
-    seed = Apply([Constant(P.ones_like), value], g)
+    seed = Apply([Constant(S.grad_seed), value, Constant(f.name)], g, f.loc)
     if has_aux:
         aux = Apply([Constant(S.tuple_getitem), out, Constant(1)], g)
         seed = Apply([Constant(S.make_tuple), seed, Apply([Constant(P.zeros_like), aux], g)],

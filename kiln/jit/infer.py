@@ -38,6 +38,7 @@ from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, t
 from kiln.jit.primitives import Primitive
 
 MAX_ITERATIONS = 12
+MAX_UNROLL = 64
 
 
 class Context:
@@ -60,6 +61,13 @@ class Context:
 
     def __repr__(self) -> str:
         return f"<{self.graph!r} {self.args}>"
+
+
+class _NoUnroll(Exception):
+    """A loop being unrolled branches on data: infer again with that loop kept a loop."""
+
+    def __init__(self, header: Graph):
+        self.header = header
 
 
 class Inferrer:
@@ -144,6 +152,8 @@ class Inferrer:
         if isinstance(fn, Func) and len(fn.options) == 1:
             (opt,) = fn.options
             if isinstance(opt, PrimFn) and opt.prim in (S.switch,):
+                if isinstance(args[0], Scalar) and args[0].value is ANY:
+                    self.check_unrolled(ctx)
                 return opt.prim.infer(node, *args)  # joins its branches itself
         if any(a is BOTTOM for a in args) or fn is BOTTOM:
             return BOTTOM
@@ -164,13 +174,14 @@ class Inferrer:
                 raise JitError(f"{prim.name} takes {prim.nparams} arguments, got {len(args)}",
                                node.loc)
             try:
-                return prim.infer(node, *args), None
+                out = prim.infer(node, *args)
             except TypeError as err:
                 raise JitError(f"{prim.name}: wrong number of arguments ({err})",
                                node.loc) from None
+            return _fold_scalar(prim, args, out), None
         if isinstance(opt, PartialFn):
             return self.call_option(opt.fn, tuple(opt.args) + args, node, ctx)
-        if not opt.graph.flags.get("keep_constants"):
+        if not opt.graph.flags.get("keep_constants") and not self.unrolls(opt, args):
             args = tuple(broaden(a) for a in args)
         out = self.call_graph(opt.graph, args, opt.parent, node)
         callee = self.cache.get((opt.graph, args, opt.parent))
@@ -181,10 +192,58 @@ class Inferrer:
         return out, callee
 
 
+    def check_unrolled(self, ctx: Context) -> None:
+        """A branch on data inside the body of a loop being unrolled: unrolling would keep
+        one segment per iteration instead of giving straight-line code, so stop it."""
+        c, in_body = ctx, False
+        while c is not None:
+            in_body = in_body or bool(c.graph.flags.get("loop_body"))
+            if in_body and c.graph.flags.get("loop_header") and any(
+                    isinstance(a, Scalar) and a.dtype == "int64" and a.value is not ANY
+                    for a in c.args):
+                raise _NoUnroll(c.graph)
+            c = c.parent
+
+    def unrolls(self, opt, args: tuple) -> bool:
+        """Whether a loop header keeps its constant arguments: when every integer argument
+        (counter, bound, step) is known, each iteration is its own context, the condition is
+        known, and opt turns the loop into straight-line code (as tracing does in JAX).
+        Bounded by MAX_UNROLL iterations per loop."""
+        if not opt.graph.flags.get("loop_header") or opt.graph.flags.get("no_unroll"):
+            return False
+        ints = [a for a in args if isinstance(a, Scalar) and a.dtype == "int64"]
+        if not ints or any(a.value is ANY for a in ints):
+            return False
+        n = sum(1 for k in self.cache if k[0] is opt.graph and k[2] is opt.parent)
+        return n < MAX_UNROLL
+
+
+def _fold_scalar(prim: Primitive, args: tuple, out: Abstract) -> Abstract:
+    """A scalar primitive on known values has a known value (constant propagation)."""
+    if not isinstance(out, Scalar) or prim.py is None or prim.vm is not None or not args:
+        return out
+    if not all(isinstance(a, Scalar) and a.value is not ANY
+               and a.dtype in ("int64", "float64", "bool") for a in args):
+        return out
+    try:
+        value = prim.impl(*[a.value for a in args])
+    except (ArithmeticError, ValueError, TypeError):
+        return out  # let it fail at run time, where Python would
+    if hasattr(value, "item"):
+        value = value.item()
+    if not isinstance(value, (bool, int, float)):
+        return out
+    return Scalar(out.dtype, value)
+
+
 def infer(graph: Graph, argspec: tuple) -> tuple[Inferrer, Context]:
     """Infer ``graph`` called with abstract arguments ``argspec``."""
-    inf = Inferrer(graph)
-    return inf, inf.run(graph, argspec)
+    while True:
+        inf = Inferrer(graph)
+        try:
+            return inf, inf.run(graph, argspec)
+        except _NoUnroll as stop:
+            stop.header.flags["no_unroll"] = True  # a property of the loop: kept
 
 
 # -- specialization -----------------------------------------------------------------------------

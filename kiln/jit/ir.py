@@ -180,18 +180,26 @@ class GraphManager:
 
     def __init__(self, *roots: Graph):
         self.roots = list(roots)
-        self.uses: dict[Node, set] = defaultdict(set)
-        self._derived: dict | None = None
+        self._uses: dict[Node, set] | None = None  # built on first use: many managers
+        self._derived: dict | None = None          # are made only to read nesting
         self.stale = False
-        self._rebuild_uses()
+
+    @property
+    def uses(self) -> dict[Node, set]:
+        """node -> {(user, input index)} over every graph."""
+        if self._uses is None:
+            self._uses = defaultdict(set)
+            self._rebuild_uses()
+        return self._uses
 
     # -- edges ------------------------------------------------------------------------------
     def _rebuild_uses(self) -> None:
-        self.uses.clear()
+        uses = self._uses
+        uses.clear()
         for g in self.graphs:
             for node in self.nodes(g):
                 for i, inp in enumerate(node.inputs):
-                    self.uses[inp].add((node, i))
+                    uses[inp].add((node, i))
 
     def set_edge(self, node: Apply, index: int, value: Node) -> None:
         """Make ``node.inputs[index]`` be ``value``, keeping ``uses`` exact."""
@@ -217,7 +225,7 @@ class GraphManager:
     def invalidate(self) -> None:
         """Forget derived tables after edits made outside set_edge/replace."""
         self._derived = None
-        self._rebuild_uses()
+        self._uses = None
 
     # -- derived tables ---------------------------------------------------------------------
     def _derive(self) -> dict:
@@ -274,12 +282,13 @@ class GraphManager:
     def free_variables_total(self, graph: Graph) -> list[Node]:
         """Nodes of other graphs that ``graph`` or the closures it builds refer to."""
         d = self._derive()
-        if graph not in d["fv_direct"]:
-            self.roots.append(graph)
-            self._derived = None
-            d = self._derive()
         if not d["fv_total"]:
             d["fv_total"] = self._fv_fixpoint(d)
+        if graph not in d["fv_total"]:
+            # a graph made after the tables were derived (a pass is editing): compute its
+            # free variables from its own reachable world instead of re-deriving everything
+            d["fv_total"][graph] = GraphManager(graph).free_variables_total(graph)
+            d.pop("owners", None)
         return d["fv_total"][graph]
 
     def _fv_fixpoint(self, d: dict) -> dict:
@@ -331,6 +340,27 @@ class GraphManager:
             chain.append(p)
             p = self.parent(p)
         return chain
+
+    def scope(self, graph: Graph) -> list[Graph]:
+        """``graph`` and every graph nested in it, at any depth (what clone copies): those
+        using a node owned inside the scope (lexical nesting makes that exact)."""
+        d = self._derive()
+        if not d["fv_total"]:
+            d["fv_total"] = self._fv_fixpoint(d)
+        owners = d.get("owners")
+        if owners is None:
+            owners = d["owners"] = {g: {fv.graph for fv in fvs}
+                                    for g, fvs in d["fv_total"].items() if fvs}
+        out, inside = [graph], {graph}
+        changed = True
+        while changed:
+            changed = False
+            for g, own in owners.items():
+                if g not in inside and own & inside:
+                    out.append(g)
+                    inside.add(g)
+                    changed = True
+        return out
 
     def children(self, graph: Graph) -> list[Graph]:
         """Graphs whose parent is ``graph``."""
@@ -388,8 +418,7 @@ def clone(graph: Graph, manager: GraphManager | None = None,
     With ``inline_into``, ``graph``'s nodes are copied into that graph, its parameters replaced
     by ``param_values``; the copied output node is returned instead of a new graph.
     """
-    mng = manager or manage(graph)
-    scope = [graph] + [g for g in mng.graphs if g is not graph and graph in mng.scope_chain(g)]
+    scope = (manager or GraphManager(graph)).scope(graph)
     eq: dict = {} if equiv is None else equiv
     for g in scope:
         if g is graph and inline_into is not None:

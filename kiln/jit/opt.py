@@ -16,7 +16,7 @@ from kiln.jit import primitives as P
 from kiln.jit import structural as S
 from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, clone, toposort
 
-MAX_ROUNDS = 30
+MAX_ROUNDS = 200
 
 
 def _prim(node: Node, prim) -> bool:
@@ -68,6 +68,9 @@ def _fold(node: Apply) -> Node | None:
             return args[2]
         if env is not args[0]:
             return Apply([fn, env, args[1], args[2]], node.graph, node.loc)
+    if _prim(node, P.truth) and getattr(args[0].abstract, "dtype", None) == "bool" \
+            and not hasattr(args[0].abstract, "shape"):
+        return args[0]  # bool(b) of a bool scalar
     if _prim(node, S.switch) and isinstance(args[0], Constant):
         return args[1] if args[0].value else args[2]
     if _prim(fn, S.partial):  # partial(g, a)(b) -> g(a, b)
@@ -87,7 +90,8 @@ def optimize(root: Graph, passes: tuple = ("inline", "fold")) -> Graph:
         changed = False
         modified: set[Graph] = set()  # their nesting changed: inline them next round
         known = set(mng.graphs)  # graphs copied during this round are inlined next round
-        for g in list(mng.graphs):
+        # callees before callers: a callee inlined into its caller is already flat
+        for g in reversed(list(mng.graphs)):
             for node in toposort(g, mng):
                 if not (isinstance(node, Apply) and node.graph is g):
                     continue
@@ -95,9 +99,12 @@ def optimize(root: Graph, passes: tuple = ("inline", "fold")) -> Graph:
                 fn = node.inputs[0]
                 if new is None and "inline" in passes and isinstance(fn, Constant) \
                         and isinstance(fn.value, Graph) and fn.value not in rec \
-                        and fn.value in known and fn.value not in modified and fn.value is not g \
+                        and fn.value is not g \
                         and len(fn.value.parameters) == len(node.inputs) - 1:
-                    new = clone(fn.value, mng, inline_into=g, param_values=node.inputs[1:])
+                    # a graph edited (or made) in this round: its nesting must be re-read
+                    fresh = fn.value not in known or fn.value in modified
+                    new = clone(fn.value, GraphManager(fn.value) if fresh else mng,
+                                inline_into=g, param_values=node.inputs[1:])
                 if new is not None and new is not node:
                     if new.abstract is None:
                         new.abstract = node.abstract

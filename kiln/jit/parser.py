@@ -299,10 +299,12 @@ class FunctionParser:
         if node.orelse:
             raise JitError("else clauses on loops are not supported", loc)
         header = Block(self, "loop_header", matured=False)
+        header.graph.flags["loop_header"] = True  # infer may unroll it (constant bounds)
         block.jump(header, loc)
         self.ctx.current_graph = header.graph
         cond = test_fn(header)
         body, exit_ = self.new_block("loop_body", header), self.new_block("loop_exit", header)
+        body.graph.flags["loop_body"] = True
         header.graph.output = header.apply(header.apply(S.switch, cond, Constant(body.graph),
                                                         Constant(exit_.graph), loc=loc), loc=loc)
         after = Block(self, "loop_after", matured=False)
@@ -432,7 +434,12 @@ class FunctionParser:
         return block.apply(GETATTR, self.expr(block, node.value), node.attr, loc=loc)
 
     def expr_Tuple(self, block, node, loc):
-        return block.apply(S.make_tuple, *[self.expr(block, e) for e in node.elts], loc=loc)
+        elts = [self.expr(block, e) for e in node.elts]
+        if all(isinstance(e, Constant) and isinstance(e.value, (int, float, bool, str,
+                                                                 type(None), tuple))
+               for e in elts):
+            return Constant(tuple(e.value for e in elts), loc)  # (0, 1), shapes, argnums
+        return block.apply(S.make_tuple, *elts, loc=loc)
 
     expr_List = expr_Tuple
 
@@ -531,12 +538,40 @@ class ParseContext:
         self.ns = Namespace(fn)
         self.current_graph: Graph | None = None
         self.lambdas = 0
+        if fn.__name__ == "<lambda>":
+            self.node = self._find_lambda(fn)
+            return
         tree = ast.parse(textwrap.dedent("".join(lines)))
         defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
         if not defs:
-            raise JitError(f"{fn!r}: only functions defined with def can be compiled "
-                           "(a lambda at top level: wrap it in a def)")
+            raise JitError(f"{fn!r}: cannot find its def in its source")
         self.node = defs[0]
+
+    def _find_lambda(self, fn) -> ast.Lambda:
+        """The lambda's node in its whole file (its own lines may not parse alone): the one
+        on its first line with its parameters, the column telling several apart."""
+        import linecache
+        self.lines = linecache.getlines(self.filename)
+        self.start = 1
+        tree = ast.parse("".join(self.lines))
+        code = fn.__code__
+        names = list(code.co_varnames[:code.co_argcount])
+        found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)
+                 and n.lineno == code.co_firstlineno and [a.arg for a in n.args.args] == names]
+        if len(found) > 1:  # the one whose body holds the code's instruction columns
+            cols = [p[2] for p in code.co_positions() if p[0] == code.co_firstlineno
+                    and p[2] is not None]
+
+            def inside(n: ast.Lambda) -> int:
+                end = n.body.end_col_offset or 10 ** 9
+                return sum(n.body.col_offset <= c < end for c in cols)
+
+            best = max(inside(n) for n in found)
+            found = [n for n in found if inside(n) == best]
+        if len(found) != 1:
+            raise JitError(f"cannot tell which lambda on line {code.co_firstlineno} of "
+                           f"{self.filename} is {fn!r}; define it with def")
+        return found[0]
 
     def loc(self, node: ast.AST) -> Location:
         lineno = getattr(node, "lineno", 1)
@@ -549,6 +584,7 @@ def parse(fn) -> Graph:
     if not inspect.isfunction(fn):
         raise JitError(f"kiln.jit compiles Python functions, got {type(fn).__name__}")
     ctx = ParseContext(fn)
-    graph = FunctionParser(ctx, ctx.node, None, fn.__name__).parse()
+    name = "lambda" if fn.__name__ == "<lambda>" else fn.__name__
+    graph = FunctionParser(ctx, ctx.node, None, name).parse()
     graph.flags["pyfunc"] = fn
     return graph

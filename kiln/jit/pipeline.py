@@ -115,10 +115,17 @@ def step_compile(graph: Graph, linear_impl: str = "relay", target: str = "llvm",
     """SplitGraph + CompileGraph + OptimizeInstrs over every graph, the root first.
 
     ``backend``: "finalvm"; "python" (scalar-only programs as one generated Python
-    function, see kiln.jit.pybackend); "auto" picks "python" when the program has no arrays.
+    function, see kiln.jit.pybackend); "vm" (the whole program as one Relay module on the
+    Relay VM, see kiln.jit.relay_backend); "auto" picks "python" when the program has no
+    arrays and FinalVM otherwise.
     """
-    if backend not in ("auto", "finalvm", "python"):
-        raise JitError(f"unknown backend {backend!r} (use 'auto', 'finalvm' or 'python')")
+    if backend not in ("auto", "finalvm", "python", "vm"):
+        raise JitError(f"unknown backend {backend!r} (use 'auto', 'finalvm', 'python' or "
+                       "'vm')")
+    if backend == "vm":
+        from kiln.jit.relay_backend import compile_relay_vm
+        program = compile_relay_vm(graph, [p.abstract for p in graph.parameters], target)
+        return {"mapping": {}, "uinstrs": [], "pyprogram": program, "backend": "vm"}
     program = None
     if backend in ("auto", "python") and linear_impl == "relay":
         program = compile_python(graph)
@@ -180,6 +187,7 @@ class PipelineResult:
     def __init__(self):
         self.by_step: dict[str, dict] = {}
         self.values: dict[str, Any] = {}
+        self.texts: dict[str, str] = {}  # graph listings taken right after each step
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -187,13 +195,15 @@ class PipelineResult:
     def show(self, step: str) -> str:
         """The graph IR after a graph step, or the instruction listing after compile/link."""
         out = self.by_step[step]
-        if "graph" in out:
+        if step in self.texts:
+            return self.texts[step]
+        if "graph" in out:  # no snapshot: later steps (opt, cconv) may have edited it since
             return print_graph(out["graph"])
+        if step == "compile" and out.get("pyprogram") is not None:
+            return out["pyprogram"].source  # the generated Python, or the Relay module
         if "instrs" in out or "uinstrs" in out:
             code = out.get("instrs") or out.get("uinstrs")
             return disassemble(code, self.values.get("mapping"))
-        if step == "compile" and out.get("pyprogram") is not None:
-            return out["pyprogram"].source
         if "outspec" in out:
             return f"{self.values['argspec']} -> {out['outspec']}"
         return repr(out)
@@ -233,8 +243,12 @@ class Pipeline:
             config.setdefault(step, {})[opt] = value
         return Pipeline(self.steps, config)
 
-    def run(self, **inputs: Any) -> PipelineResult:
-        """Run the steps on ``inputs`` (``input`` = the function, ``argspec`` = types)."""
+    def run(self, snapshots: bool = True, **inputs: Any) -> PipelineResult:
+        """Run the steps on ``inputs`` (``input`` = the function, ``argspec`` = types).
+
+        With ``snapshots``, the graph listing after each graph step is kept for
+        :meth:`PipelineResult.show` (opt and cconv edit graphs in place).
+        """
         result = PipelineResult()
         values = dict(inputs)
         for name in self.steps:
@@ -245,6 +259,8 @@ class Pipeline:
             kwargs.update(opts)
             out = fn(**kwargs)
             result.by_step[name] = out
+            if snapshots and "graph" in out:
+                result.texts[name] = print_graph(out["graph"])
             values.update(out)
         result.values = values
         return result
@@ -276,10 +292,14 @@ class MyiaFunction:
         """Run the pipeline for ``args``' signature (cached) and return its results."""
         sig = self.signature(*args)
         if sig not in self.results:
-            res = self.pipeline.run(input=self.fn, argspec=sig)
+            res = self.pipeline.run(input=self.fn, argspec=sig, snapshots=False)
             self.results[sig] = res
             self.cache[sig] = res.values.get("output")
         return self.results[sig]
+
+    def inspect(self, *args: Any) -> PipelineResult:
+        """A fresh pipeline run for ``args`` keeping every step's listing (``show(step)``)."""
+        return self.pipeline.run(input=self.fn, argspec=self.signature(*args))
 
     def backend(self, *args: Any) -> str:
         """Which backend runs this signature ("python" or "finalvm")."""
@@ -295,7 +315,7 @@ class MyiaFunction:
 
 
 def myia(fn: Callable | None = None, *, pipeline: Pipeline = standard_pipeline,
-         linear_impl: str | None = None) -> Any:
+         linear_impl: str | None = None, backend: str | None = None) -> Any:
     """Compile ``fn`` with kiln.jit (usable as ``@myia`` or ``@myia(linear_impl="debug")``).
 
     Example
@@ -308,6 +328,8 @@ def myia(fn: Callable | None = None, *, pipeline: Pipeline = standard_pipeline,
     """
     if linear_impl is not None:
         pipeline = pipeline.configure({"compile.linear_impl": linear_impl})
+    if backend is not None:
+        pipeline = pipeline.configure({"compile.backend": backend})
     if fn is None:
         return lambda f: MyiaFunction(f, pipeline)
     return MyiaFunction(fn, pipeline)

@@ -78,6 +78,7 @@ class _Gen:
                         self.uses[i.value] = self.uses.get(i.value, 0) + 1
         self.out: list[str] = []
         self.skipped: set[Node] = set()
+        self.alias: dict[Node, str] = {}  # parameters of blocks emitted inline
 
     # -- names ------------------------------------------------------------------------------
     def name(self, node: Node) -> str:
@@ -93,6 +94,8 @@ class _Gen:
             return key
         if node in self.skipped:
             raise Unsupported("a function value stored or returned")
+        if node in self.alias:
+            return self.alias[node]
         return f"{'p' if isinstance(node, Parameter) else 'v'}{node.id}"
 
     def function_for(self, g: Graph) -> str:
@@ -197,15 +200,20 @@ class _Gen:
             return
         g, bound = self.target(fn)
         allargs = [self.name(x) for x in bound] + args
-        params = [self.name(p) for p in g.parameters]
-        if len(params) == 1:
-            out.append(pad + f"{params[0]} = {allargs[0]}")
-        elif params:
-            out.append(pad + f"{', '.join(params)} = {', '.join(allargs)}")
         if self.uses.get(g, 0) == 1 and g is not self.root and g not in self.functions \
                 and g not in self.states:
-            self.emit_body(g, depth, out)  # its only caller: emit it here
+            # its only caller: emit it here, its parameters read as the argument names
+            self.alias.update(zip(g.parameters, allargs))
+            self.emit_body(g, depth, out)
             return
+        pairs = [(self.name(p), a) for p, a in zip(g.parameters, allargs)
+                 if self.name(p) != a]
+        targets = {t for t, _ in pairs}
+        if any(a in targets for _, a in pairs):  # a swap: assign all at once
+            out.append(pad + f"{', '.join(t for t, _ in pairs)} = "
+                       f"{', '.join(a for _, a in pairs)}")
+        else:
+            out.extend(pad + f"{t} = {a}" for t, a in pairs)
         if g not in self.states:
             self.states[g] = len(self.states)
         out.append(pad + f"state = {self.states[g]}")

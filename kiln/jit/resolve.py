@@ -200,6 +200,12 @@ def resolve_graph(root: Graph) -> None:
     mng = GraphManager(root)
     macros = []
     for g in list(mng.graphs):
+        out = g.output
+        if isinstance(out, Apply) and out.inputs and isinstance(out.inputs[0], Constant) \
+                and out.inputs[0].value is GETATTR:
+            g.output = _fold_getattr(out, called=False)  # ``return x.T``
+        elif isinstance(out, Constant) and isinstance(out.value, GlobalRef):
+            g.output = _resolve_constant(out)
         for node in toposort(g, mng):
             if isinstance(node, Apply) and node.graph is g:
                 _resolve_apply(node)

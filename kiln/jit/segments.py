@@ -82,15 +82,6 @@ def _py_segment(nodes, inputs, outputs) -> PySegment:
     return PySegment(lines, in_names, [names[o] for o in outputs], consts)
 
 
-def merge_py_segments(a: PySegment, b: PySegment) -> PySegment:
-    """One Python segment doing ``a`` then ``b`` (``b`` may use ``a``'s outputs by name)."""
-    inputs = list(a.inputs) + [i for i in b.inputs if i not in a.inputs and
-                               i not in a.outputs and not any(i == ln.split(" = ")[0]
-                                                              for ln in a.lines)]
-    return PySegment(a.lines + b.lines, inputs, a.outputs + b.outputs, {**a.consts,
-                                                                         **b.consts})
-
-
 def _relay_type(a):
     return (a.shape if isinstance(a, Array) else ()), a.dtype
 

@@ -402,7 +402,26 @@ def check_callable(f: Abstract, node) -> None:
                        getattr(node, "loc", None))
 
 
-__all__ = ["make_tuple", "tuple_getitem", "getitem", "array_getitem", "shape", "len_",
-           "switch", "partial", "raise_", "env_getitem", "env_setitem", "array_map",
-           "array_reduce", "range_continue", "ndim", "array_getitem_grad", "is_tensor",
-           "NoneT"]
+def _infer_grad_seed(node, value: Abstract, name: Abstract) -> Abstract:
+    """``1`` of the output's type; grad is defined for scalar outputs only (as in JAX)."""
+    ok = (isinstance(value, Scalar) and is_tensor(value)) or (
+        isinstance(value, Array) and int(np.prod(value.shape)) == 1)
+    if not ok:
+        _fail("grad", node, f"{name.value}() must return a scalar to be differentiated, it "
+              f"returns {value} (use has_aux=True to return more)")
+    if value.dtype in ("bool", "int64") or value.dtype.startswith(("int", "uint")):
+        _fail("grad", node, f"{name.value}() returns an integer ({value}); grad needs a "
+              "floating-point output")
+    return value
+
+
+def _relay_grad_seed(args, ins, out):
+    from kiln import relay
+    return relay.full(relay.const(1, out.dtype), out.shape if isinstance(out, Array) else (),
+                      out.dtype)
+
+
+grad_seed = Primitive("grad_seed", _infer_grad_seed,
+                      lambda v, name: np.ones_like(v) if isinstance(v, np.ndarray) else 1.0,
+                      py="1.0", relay=_relay_grad_seed)
+

@@ -61,12 +61,13 @@ class Op(IntEnum):
 
 
 class Partial:
-    """A closure at runtime: a code address and the values bound to its leading parameters."""
+    """A closure at runtime: a code address and the values bound to its leading parameters
+    (``rargs``: the same values reversed, the order a jump pushes them in)."""
 
-    __slots__ = ("fn", "args")
+    __slots__ = ("fn", "args", "rargs")
 
     def __init__(self, fn: int, args: tuple):
-        self.fn, self.args = fn, args
+        self.fn, self.args, self.rargs = fn, args, args[::-1]
 
     def __repr__(self) -> str:
         return f"Partial({self.fn}, {self.args!r})"
@@ -80,11 +81,9 @@ class FinalVM:
             assert len(instr) <= 4, f"FinalVM: instruction {instr} has too many fields"
         self.instrs = list(code)
         # generated Python segments keep their source for listings; the VM calls the function
-        # plain ints for opcodes: comparing IntEnum members costs a Python-level call
-        self.code = [(int(i[0]), getattr(i[1], "segment_fn", i[1]), *i[2:])
-                     + (None,) * (4 - len(i))
-                     if i[0] == Op.EXTERNAL else (int(i[0]), *i[1:]) + (None,) * (4 - len(i))
-                     for i in code]
+        # plain ints for opcodes (comparing IntEnum members costs a Python-level call), and
+        # one- and two-input externals as their own internal opcodes (no argument list)
+        self.code = [_internal(i) for i in code]
         self.stack_size = 0  # the value stack's length after the last run (tests read it)
 
     def __call__(self, *args: Any) -> Any:
@@ -99,23 +98,21 @@ class FinalVM:
         DUP, EXTERNAL, PUSH, TAILCALL, RETURN = 0, 1, 2, 3, 4
         SWITCH, PARTIAL, CALL, TUPLE, TUPLE_GETITEM = 5, 6, 7, 8, 9
         PAD_STACK, ENV_GETITEM, ENV_SETITEM, RAISE = 10, 11, 12, 13
+        EXTERNAL1, EXTERNAL2 = 20, 21
         while pc >= 0:
             op, a, b, c = code[pc]
             pc += 1
             if op == DUP:
                 stack[sp] = stack[sp + a]
                 sp += 1
-            elif op == EXTERNAL:
-                out = a(*[stack[sp + r] for r in b])
-                if c == 1:
-                    stack[sp] = out
-                    sp += 1
-                else:
-                    for v in out:
-                        stack[sp] = v
-                        sp += 1
+            elif op == EXTERNAL2:
+                stack[sp] = a(stack[sp + b], stack[sp + c])
+                sp += 1
             elif op == PUSH:
                 stack[sp] = a
+                sp += 1
+            elif op == EXTERNAL1:
+                stack[sp] = a(stack[sp + b])
                 sp += 1
             elif op == TAILCALL:
                 fn = stack[sp + a]
@@ -123,15 +120,19 @@ class FinalVM:
                 stack[base:base + c] = stack[sp - c:sp]
                 sp = base + c
                 if fn.__class__ is Partial:
-                    bound = fn.args
-                    n = len(bound)
-                    if sp + n + 1 >= len(stack):
-                        stack.extend([None] * (n + 64))
-                    for k in range(n - 1, -1, -1):
-                        stack[sp] = bound[k]
-                        sp += 1
+                    n = len(fn.args)
+                    stack[sp:sp + n] = fn.rargs
+                    sp += n
                     fn = fn.fn
                 pc = fn
+            elif op == EXTERNAL:
+                out = a(*[stack[sp + r] for r in b])
+                if c == 1:
+                    stack[sp] = out
+                    sp += 1
+                else:
+                    stack[sp:sp + c] = out
+                    sp += c
             elif op == RETURN:
                 rv = stack[sp + a]
                 sp -= b
@@ -146,7 +147,7 @@ class FinalVM:
                 sp += 1
             elif op == PARTIAL:
                 fn = stack[sp + a]
-                vals = tuple(stack[sp + r] for r in b)
+                vals = tuple([stack[sp + r] for r in b])
                 if fn.__class__ is Partial:  # nested partials flatten (Myia asserted)
                     stack[sp] = Partial(fn.fn, fn.args + vals)
                 else:
@@ -156,17 +157,13 @@ class FinalVM:
                 retp.append(pc)
                 fn = stack[sp + a]
                 if fn.__class__ is Partial:
-                    bound = fn.args
-                    n = len(bound)
-                    if sp + n + 1 >= len(stack):
-                        stack.extend([None] * (n + 64))
-                    for k in range(n - 1, -1, -1):
-                        stack[sp] = bound[k]
-                        sp += 1
+                    n = len(fn.args)
+                    stack[sp:sp + n] = fn.rargs
+                    sp += n
                     fn = fn.fn
                 pc = fn
             elif op == TUPLE:
-                stack[sp] = tuple(stack[sp + r] for r in a)
+                stack[sp] = tuple([stack[sp + r] for r in a])
                 sp += 1
             elif op == TUPLE_GETITEM:
                 stack[sp] = stack[sp + a][b]
@@ -186,6 +183,22 @@ class FinalVM:
         assert sp == 1, f"FinalVM: stack height {sp} at exit"
         self.stack_size = len(stack)
         return stack[0]
+
+
+EXTERNAL1, EXTERNAL2 = 20, 21
+
+
+def _internal(instr: tuple) -> tuple:
+    op, *rest = tuple(instr) + (None,) * (4 - len(instr))
+    if op == Op.EXTERNAL:
+        fn, refs, nout = rest
+        fn = getattr(fn, "segment_fn", fn)
+        if nout == 1 and len(refs) == 1:
+            return (EXTERNAL1, fn, refs[0], None)
+        if nout == 1 and len(refs) == 2:
+            return (EXTERNAL2, fn, refs[0], refs[1])
+        return (int(op), fn, refs, nout)
+    return (int(op), *rest)
 
 
 def format_instr(instr: tuple) -> str:

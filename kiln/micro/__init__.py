@@ -4,7 +4,8 @@ the helpers around building models for microcontrollers.
 Entry points: :func:`export_model_library_format`, :func:`get_standalone_crt_dir` (the CRT's C
 sources, in TVM's standalone layout), :mod:`kiln.micro.crt_build` (compile the CRT for a compiler
 and flags), :mod:`kiln.micro.testing` (``get_target``, ...),
-:mod:`kiln.micro.model_library_format`.
+:mod:`kiln.micro.model_library_format`, :mod:`kiln.micro.board` (build an archive + the CRT into a
+standalone program for the host or a QEMU Cortex-M and run it).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _LAZY = {
                                              "UnsupportedInModelLibraryFormatError"),
     "model_library_format": "kiln.micro.model_library_format",
     "testing": "kiln.micro.testing",
+    "board": "kiln.micro.board",
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)

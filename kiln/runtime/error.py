@@ -10,6 +10,7 @@ __all__ = [
     "KilnError",
     "InternalError",
     "RPCError",
+    "RPCSessionTimeoutError",
     "OpError",
     "OpNotImplemented",
     "OpAttributeRequired",
@@ -79,6 +80,10 @@ class InternalError(TVMError):
 
 class RPCError(TVMError):
     """An error in the RPC / microTVM transport or session layer."""
+
+
+class RPCSessionTimeoutError(RPCError, TimeoutError):
+    """An RPC session outlived its ``session_timeout`` (TVM's ``tvm.error`` name)."""
 
 
 class OpError(TVMError):

@@ -258,6 +258,25 @@ def _layout(root: int, nodes: list[dict[str, Any]], ndarrays: list[str]) -> str:
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _deep_nesting_place(text: str, depth_limit: int = 500) -> str:
+    """Where ``text`` first nests ``depth_limit`` arrays/objects deep, as line and column."""
+    depth = 0
+    for match in _JSON_STRUCTURE.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth >= depth_limit:
+                line = text.count("\n", 0, match.start()) + 1
+                column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+                return f"{depth_limit} levels deep at line {line}, column {column}"
+        elif char in "]}":
+            depth -= 1
+    return "deeper than Python's JSON reader follows"
+
+
 def read_json(text: str | bytes | bytearray, what: str) -> Any:
     """Parse a JSON document read from a file or a peer; every failure a TVMError.
 
@@ -285,7 +304,8 @@ surrogate such as \\ud800)
     try:
         value = json.loads(text)
     except RecursionError:
-        raise TVMError(f"{what} nests arrays or objects too deeply to read") from None
+        raise TVMError(f"{what} nests arrays or objects too deeply to read "
+                       f"({_deep_nesting_place(text)})") from None
     except ValueError as err:
         raise TVMError(f"{what} is not valid JSON: {err}") from None
     if _SURROGATE_ESCAPE.search(text) or not text.isascii():

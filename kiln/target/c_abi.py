@@ -21,6 +21,7 @@ from typing import Any
 
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
+from kiln.target.narrow_types_c import NARROW_TYPE_HELPERS
 from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
 __all__ = ["c_type", "c_function_identifier", "FunctionSignature", "function_signature",
@@ -66,7 +67,16 @@ _C_SCALAR = {
     (DataTypeCode.FLOAT, 16): "_Float16",
     (DataTypeCode.FLOAT, 32): "float",
     (DataTypeCode.FLOAT, 64): "double",
+    # the narrow types as bit patterns (kiln.tir.transform.narrow_types)
     (DataTypeCode.BFLOAT, 16): "uint16_t",
+    (DataTypeCode.FLOAT8_E4M3FN, 8): "uint8_t",
+    (DataTypeCode.FLOAT8_E4M3FNUZ, 8): "uint8_t",
+    (DataTypeCode.FLOAT8_E5M2, 8): "uint8_t",
+    (DataTypeCode.FLOAT8_E5M2FNUZ, 8): "uint8_t",
+    (DataTypeCode.INT, 4): "uint8_t",
+    (DataTypeCode.UINT, 4): "uint8_t",
+    (DataTypeCode.INT, 2): "uint8_t",
+    (DataTypeCode.UINT, 2): "uint8_t",
     (DataTypeCode.HANDLE, 64): "void*",
     (DataTypeCode.HANDLE, 0): "void*",
 }
@@ -170,6 +180,7 @@ static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
   return -1;
 }
 """
+_PRELUDE_HELPERS += "\n" + NARROW_TYPE_HELPERS
 
 
 _TYPE_CODE_TENSOR = (7, 13)  # kTVMDLTensorHandle, kTVMNDArrayHandle

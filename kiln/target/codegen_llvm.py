@@ -193,7 +193,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         if t.type_code == DataTypeCode.FLOAT:
             scalar = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}[t.bits]
         elif t.type_code == DataTypeCode.BFLOAT:
-            scalar = ir.IntType(16)
+            scalar = ir.IntType(16)  # narrow types are bit patterns (LegalizeNarrowTypes)
+        elif t.is_float8 or t.bits in (2, 4):
+            scalar = self.i8
         elif t.bits == 1:
             scalar = self.i8 if storage else self.i1
         else:

@@ -119,6 +119,15 @@ def _floor_mod(x: Any, y: Any) -> Any:
     return _op.if_then_else(rem == zero, _op.copysign(zero, y), rem)
 
 
+def _power(x: Any, y: Any) -> Any:
+    """``x ** y``; integers go through float64 (exact while the result fits in 53 bits), as
+    LLVM's pow intrinsic takes floating-point operands only."""
+    if not _is_int(x):
+        return _op.power(x, y)
+    wide = _op.power(_op.cast(x, "float64"), _op.cast(y, "float64"))
+    return _op.cast(_op.round(wide), x.dtype)
+
+
 def _shift_in_range(x: Any, y: Any) -> Any:
     width = _op.const(int("".join(c for c in x.dtype if c.isdigit()) or 32), y.dtype)
     below = y < width
@@ -168,7 +177,7 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "add": _op.add, "subtract": _op.subtract, "multiply": _op.multiply,
     "divide": _divide, "floor_divide": _op.floordiv, "floor_mod": _floor_mod,
     "mod": _trunc_mod, "trunc_divide": _trunc_div, "trunc_mod": _trunc_mod,
-    "power": _op.power, "maximum": _op.max, "minimum": _op.min,
+    "power": _power, "maximum": _op.max, "minimum": _op.min,
     "equal": _op.equal, "not_equal": _op.not_equal, "less": _op.less,
     "less_equal": _op.less_equal, "greater": _op.greater, "greater_equal": _op.greater_equal,
     "logical_and": _logical(_op.logical_and), "logical_or": _logical(_op.logical_or),

@@ -64,9 +64,12 @@ def ravel_index(indices: Sequence[Any], shape: Sequence[Any]) -> Any:
 
 
 def unravel_index(flat: Any, shape: Sequence[Any]) -> list[Any]:
-    """Row-major indices of ``flat`` in ``shape``."""
+    """Row-major indices of ``flat`` in ``shape``. A shape with a zero extent has no elements,
+    so no index is ever unravelled in it: its dims count as 1 instead of dividing by zero."""
     from kiln.tir.op import floordiv, floormod
 
+    if any(getattr(d, "value", d) == 0 for d in shape if is_const(d)):
+        shape = [1] * len(shape)
     out = []
     for dim in reversed(shape):
         out.append(floormod(flat, dim))

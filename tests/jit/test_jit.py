@@ -97,6 +97,30 @@ def test_arrays_against_numpy():
     check(f, x, w, b)
 
 
+def test_constant_bound_loops_unroll_unless_they_branch_on_data():
+    def layers(x):
+        for _ in range(4):
+            x = np.tanh(x) * 2.0
+        return x
+
+    def newton(a, x):
+        for _ in range(30):
+            nx = 0.5 * (x + a / x)
+            if np.max(np.abs(nx - x)) < 1e-9:
+                break
+            x = nx
+        return x
+
+    x = RNG.standard_normal(3)
+    unrolled = myia(layers)
+    np.testing.assert_allclose(unrolled(x), layers(x), rtol=1e-12)
+    assert "tailcall" not in unrolled.compile(x).show("link")  # straight-line code
+    a = np.array([2.0, 9.0, 17.0])
+    loop = myia(newton)
+    np.testing.assert_allclose(loop(a, np.ones(3)), newton(a, np.ones(3)), rtol=1e-12)
+    assert loop.compile(a, np.ones(3)).show("link").count("GraphRunner") <= 3
+
+
 def test_debug_linear_impl_matches_relay_and_numpy():
     def f(x, n, y):
         for _ in range(n):
@@ -169,6 +193,36 @@ def test_million_iteration_loop_and_deep_tail_recursion():
 def test_python_and_finalvm_backends_agree():
     for fn, args in [(loops, (30,)), (fact, (10,)), (closures, (1.5,)), (branches, (1.0, 2.0))]:
         assert myia(fn, pipeline=FINALVM)(*args) == myia(fn)(*args) == fn(*args)
+
+
+def test_relay_vm_backend_runs_whole_programs():
+    def layers(x, w, n):
+        for _ in range(n):
+            x = np.tanh(x @ w)
+        return x.sum()
+
+    def pick(x):
+        def g(y):
+            return x * y
+        h = g if x > 0 else (lambda y: y - x)
+        return h(3.0) + g(1.0)
+
+    x = RNG.standard_normal((2, 3)).astype("float32")
+    w = RNG.standard_normal((3, 3)).astype("float32")
+    vm = myia(layers, backend="vm")
+    np.testing.assert_allclose(vm(x, w, 3), layers(x, w, 3), rtol=1e-5)
+    assert vm.backend(x, w, 3) == "vm" and myia(layers).backend(x, w, 3) == "finalvm"
+    assert "def @main" in vm.compile(x, w, 3).show("compile")
+    for args in [(fact, (6,)), (pick, (2.0,)), (pick, (-2.0,))]:
+        fn, a = args
+        assert myia(fn, backend="vm")(*a) == fn(*a)
+    with pytest.raises(JitError, match="assert"):
+        myia(has_assert, backend="vm")(1.0)
+
+
+def has_assert(x):
+    assert x > 0
+    return x
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -379,6 +433,19 @@ def test_grad_of_grad_for_scalar_functions_against_jax():
         return g(x) + g(3.0)
 
     np.testing.assert_allclose(grad(grad(clo))(2.0), 12.0)
+
+
+def test_grad_of_non_scalar_or_integer_output_raises():
+    def vector(x):
+        return x * 2.0
+
+    def integer(n):
+        return n * 2
+
+    with pytest.raises(JitError, match=r"vector\(\) must return a scalar"):
+        grad(vector)(np.ones(3))
+    with pytest.raises(JitError, match="integer"):
+        grad(integer)(3)
 
 
 def test_grad_argnums_out_of_range():

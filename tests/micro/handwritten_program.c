@@ -1,6 +1,6 @@
 /* A hand-written board program (no kiln, no CRT): y = 2 * x + 1 over KILN_N floats, then a
  * busy loop of exactly 2 * KILN_LOOPS + a few instructions timed by the board's ticks. With
- * KILN_ABORT set it exits with KILN_EXIT_ABORT instead. */
+ * KILN_ABORT set it exits with KILN_EXIT_ABORT instead; with KILN_CRASH it traps. */
 #include <stdio.h>
 
 #include "kiln_board.h"
@@ -19,6 +19,9 @@ static void count_down(unsigned n) {
 
 int main(int argc, char** argv) {
   kiln_board_init(argc, argv);
+#ifdef KILN_CRASH
+  __builtin_trap(); /* an undefined instruction: SIGILL on the host, a fault on the Cortex-M */
+#endif
   if (KILN_ABORT) {
     kiln_board_puts("kiln-abort: requested");
     kiln_board_exit(KILN_EXIT_ABORT);

@@ -101,3 +101,25 @@ def test_host_build_error_carries_the_compiler_output(tmp_path):
     bad.write_text("int main(void) { return undefined_name; }\n")
     with pytest.raises(MicroBoardError, match="undefined_name"):
         HostBoard().build([SourceGroup.of([bad])], tmp_path / "build")
+
+
+def test_a_missing_toolchain_names_the_package(monkeypatch, tmp_path):
+    import kiln.micro.board.qemu as qemu
+
+    monkeypatch.setattr(qemu.shutil, "which", lambda name: None)
+    with pytest.raises(MicroBoardError, match="apt-get install gcc-arm-none-eabi"):
+        CortexMBoard("qemu-cortex-m4").build([SourceGroup.of([PROGRAM])], tmp_path)
+    with pytest.raises(MicroBoardError, match="qemu-system-arm is not installed"):
+        CortexMBoard("qemu-cortex-m7").execute(tmp_path / "x.elf", tmp_path, 1)
+
+
+@pytest.mark.parametrize("name", ["host", pytest.param("qemu-cortex-m4", marks=needs_qemu)])
+def test_a_crash_is_reported_not_hidden(name, tmp_path_factory):
+    # An undefined instruction: SIGILL on the host; on the Cortex-M the fault handler prints
+    # and exits QEMU with KILN_EXIT_FAULT through semihosting.
+    board = get_board(name)
+    program = _build(board, tmp_path_factory, KILN_CRASH="1")
+    want = "killed by SIGILL" if name == "host" else \
+        r"(?s)status 5 \(the CPU took a fault exception\).*kiln-fault"
+    with pytest.raises(MicroBoardError, match=want):
+        board.run(program, [np.zeros(N, "float32")], [((N,), "float32")])

@@ -132,7 +132,8 @@ def test_kiln_micro_run_cli(models, tmp_path, capsys):
     model = models["mlp"]
     np.savez(tmp_path / "in.npz", input=model.x)
     code = main(["micro", "run", model.archive("aot"), "--board", "host", "--inputs",
-                 str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz")])
+                 str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"),
+                 "--io", "console"])
     assert code == 0
     out = capsys.readouterr().out
     assert "output: shape [1, 12] float32" in out and "ticks at 1000 MHz" in out
@@ -173,12 +174,24 @@ def test_linked_inputs_and_uart_outputs(models, tmp_path):
     assert not np.allclose(again.outputs[0], result.outputs[0])
 
 
+@pytest.mark.parametrize("board", BOARDS)
+def test_inputs_and_outputs_over_the_console(models, board, tmp_path):
+    # io="console": the program asks with "kiln-ready", the inputs arrive over the UART
+    # (stdin on the host), the outputs leave as hex lines; the graph executor this time.
+    model = models["mlp"]
+    project = StandaloneProject(model.archive("graph"), board, build_dir=tmp_path / "c",
+                                io="console")
+    result = project.run([model.x])
+    np.testing.assert_allclose(result.outputs[0], model.want, rtol=1e-4, atol=1e-6)
+    assert "kiln-ready" in result.console
+
+
 def test_graph_executor_out_of_workspace_is_an_error_not_a_crash(models, tmp_path):
     # The page allocator runs dry while the C graph executor sets up its storage:
     # kTvmErrorPlatformNoMemory (0x503) comes back through kiln_model_init.
-    model = models["kws_dscnn"]
+    model = models["mlp"]
     project = StandaloneProject(model.archive("graph"), "host", build_dir=tmp_path / "small",
-                                workspace_bytes=16 * 1024)
+                                workspace_bytes=4 * 1024)
     with pytest.raises(MicroBoardError, match=r"(?s)failed to initialize.*0x503"):
         project.run([model.x])
 
@@ -243,7 +256,51 @@ def test_onnx_to_cortex_m_from_the_command_line(tmp_path, capsys):
     assert main(["micro", "run", str(tmp_path / "model.tar"), "--board", "qemu-cortex-m4",
                  "--inputs", str(tmp_path / "in.npz"), "--outputs",
                  str(tmp_path / "out.npz")]) == 0
-    assert "instructions per inference" in capsys.readouterr().out
+    assert "cycles at 25 MHz" in (out := capsys.readouterr().out)
+    assert "instructions per inference" in out
     want = ort.InferenceSession(str(model)).run(None, {"x": x})[0]
     got = np.load(tmp_path / "out.npz")
     np.testing.assert_allclose(got[got.files[0]], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
+def test_user_memory_pools(models, tmp_path):
+    # External pools (TVM's WorkspaceMemoryPools / ConstantMemoryPools): the program provides
+    # the SRAM pool and the flash pool, the latter filled from <POOL>_CONSTANT_POOL_DATA.
+    from kiln.ir.memory_pools import (
+        ConstantMemoryPools,
+        ConstantPoolInfo,
+        WorkspaceMemoryPools,
+        WorkspacePoolInfo,
+    )
+    from kiln.micro.board.qemu import size_of
+
+    model = models["mlp"]
+    target = tvm.target.Target(TARGET)
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        module = relay.build(
+            model.mod, target=target, params=model.params, executor=EXECUTORS["aot"],
+            runtime=Runtime("crt", {"system-lib": True}),
+            workspace_memory_pools=WorkspaceMemoryPools([WorkspacePoolInfo("sram", [target])]),
+            constant_memory_pools=ConstantMemoryPools([ConstantPoolInfo("flash", [target])]))
+    tvm.micro.export_model_library_format(module, str(tmp_path / "pools.tar"))
+    project = StandaloneProject(tmp_path / "pools.tar", "qemu-cortex-m4", build_dir=tmp_path / "b")
+    result = project.run([model.x])
+    np.testing.assert_allclose(result.outputs[0], model.want, rtol=1e-4, atol=1e-6)
+    sizes = size_of(project.program)
+    weights = sum(p.size for p in model.params.values()) * 4
+    assert sizes[".rodata"] >= weights and sizes[".tvm_workspace"] < 4096
+
+
+def test_the_packed_aot_interface_is_refused_with_the_fix(models, tmp_path):
+    model = models["mlp"]
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        module = relay.build(model.mod, target=tvm.target.Target(TARGET), params=model.params,
+                             executor=Executor("aot", {"interface-api": "packed"}),
+                             runtime=Runtime("crt", {"system-lib": True}))
+    tvm.micro.export_model_library_format(module, str(tmp_path / "packed.tar"))
+    with pytest.raises(MicroBoardError, match="interface-api.*unpacked-api"):
+        StandaloneProject(tmp_path / "packed.tar", "host")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MicroBoardError, match="no metadata.json"):
+        StandaloneProject(tmp_path / "empty", "host")

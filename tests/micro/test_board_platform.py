@@ -54,3 +54,28 @@ def test_platform_hooks_and_abort_on_the_cortex_m4(tmp_path):
     program = _build(board, "stack", tmp_path / "abort", KILN_TEST_ABORT="1")
     code, console = board.execute(program, tmp_path, timeout=60)
     assert code == 4 and "kiln-abort: TVMPlatformAbort(0x503)" in console, console
+
+
+@pytest.mark.parametrize("compiler", ["cc", pytest.param("arm-none-eabi-gcc", marks=needs_qemu)])
+def test_board_sources_compile_warning_free(compiler, tmp_path):
+    from kiln.micro.board.base import compile_command
+
+    crt = Path(get_standalone_crt_dir())
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "crt_config.h").write_text((crt / "template" / "crt_config-template.h")
+                                         .read_text())
+    src = source_dir()
+    files = [src / "common" / "main.c", src / "common" / "platform.c"]
+    if compiler == "cc":
+        files.append(src / "host" / "board_host.c")
+        flags = []
+    else:
+        files += sorted((src / "cortex_m").glob("*.c"))
+        flags = CortexMBoard("qemu-cortex-m4").cflags
+    for variant in ([], ["-DKILN_ALLOCATOR_STACK=1"], ["-DKILN_LINKED_IO=1"],
+                    ["-DKILN_CONSOLE_IO=1"]):
+        cmd = [compiler, *flags, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", *variant,
+               f"-I{config}", f"-I{src / 'common'}", f"-I{crt / 'include'}", "-c",
+               *map(str, files)]
+        compile_command(cmd, tmp_path, f"{compiler} -Werror {' '.join(variant)}")

@@ -28,6 +28,18 @@ ONCE_WRONG_ON_THE_VM = [
 ]
 
 
+# cases that once raised: ops kiln converts through their ONNX function bodies
+# (kiln/relay/frontend/onnx_functions.py); reductions over an empty axis (reshaping an empty
+# tensor divided by its zero extent)
+ONCE_UNSUPPORTED = [
+    "test_causal_conv_with_state_basic", "test_linear_attention_delta",
+    "test_center_crop_pad_crop_and_pad", "test_swiglu_alpha", "test_flexattention_causal_mask",
+    "test_reduce_sum_empty_set", "test_reduce_log_sum_exp_empty_set_expanded",
+    "test_reduce_max_empty_set_bool",
+    # DFT as products with constant cosine/sine matrices
+    "test_dft_opset19", "test_dft_rfft_opset19", "test_dft_irfft_opset19",
+]
+
 # refused with a clear error, never a guess: a random training-mode mask cannot be reproduced;
 # Resize's antialias filter is not implemented; a downscale whose output size is not exact maps
 # coordinates through ONNX's scale, which Relay's resize (size ratio) cannot express
@@ -45,7 +57,7 @@ def cases_by_name() -> dict:
     return {case.name: case for case in node_cases()}
 
 
-@pytest.mark.parametrize("name", ONCE_WRONG_ON_THE_VM)
+@pytest.mark.parametrize("name", ONCE_WRONG_ON_THE_VM + ONCE_UNSUPPORTED)
 def test_node_case_passes_on_the_vm(cases_by_name, name):
     outcome = run_kiln(cases_by_name[name], "vm")
     assert outcome.status == "pass", outcome.reason

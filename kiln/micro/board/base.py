@@ -2,13 +2,15 @@
 
 Entry points: :class:`Board` (the base of :class:`~kiln.micro.board.host.HostBoard` and
 :class:`~kiln.micro.board.qemu.CortexMBoard`), :class:`RunResult`, :class:`ExitCode`,
-:class:`MicroBoardError`, :func:`source_dir`, :func:`run_process`.
+:class:`MicroBoardError`, :class:`SourceGroup`, :func:`compile_objects`, :func:`source_dir`,
+:func:`run_process`.
 
 A board program (C, written against ``src/common/kiln_board.h``) reads its inputs from files
-``input_<i>.bin``, writes ``output_<i>.bin``, prints one line
+``input_<i>.bin`` (or, after printing ``kiln-ready``, from the console), writes
+``output_<i>.bin`` (or ``kiln-output <i> <offset> <hex>`` console lines), prints one line
 ``kiln-result status=0 ticks_hi=H ticks_lo=L ticks_per_second=F stack_bytes=S
-heap_peak_bytes=P`` (``ticks=N`` also accepted) and exits
-with an :class:`ExitCode`. :meth:`Board.run` drives that protocol in a fresh directory.
+heap_peak_bytes=P`` (``ticks=N`` also accepted) and exits with an :class:`ExitCode`.
+:meth:`Board.run` drives that protocol in a fresh directory.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,28 +115,84 @@ def parse_console_outputs(console: str, sizes: Sequence[int]) -> list[bytes]:
     return [bytes(c) for c in chunks]
 
 
-def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float,
-                what: str) -> tuple[int, str, str]:
+READY_LINE = b"kiln-ready\n"
+
+
+def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float, what: str,
+                feed: bytes | None = None) -> tuple[int, str, str]:
     """Run ``cmd`` in its own process group; kill the whole group on timeout or error.
 
-    Returns (exit status, stdout, stderr). A program that outlives ``timeout`` seconds raises
-    :class:`MicroBoardError` after it and its children are killed.
+    Returns (exit status, stdout, stderr). With ``feed``, the bytes go to the program's
+    stdin once it prints ``kiln-ready`` (a UART drops bytes sent before the receiver is on).
+    A program that outlives ``timeout`` seconds raises :class:`MicroBoardError` after it and
+    its children are killed.
     """
-    proc = subprocess.Popen(list(cmd), cwd=cwd, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(list(cmd), cwd=cwd,
+                            stdin=subprocess.DEVNULL if feed is None else subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        if feed is None:
+            out, err = proc.communicate(timeout=timeout)
+        else:
+            out, err = _feed_when_ready(proc, feed, timeout)
+    except (subprocess.TimeoutExpired, _FedTimeout) as expired:
         _kill_group(proc)
-        out, err = proc.communicate()
+        out, err = (expired.out, expired.err) if isinstance(expired, _FedTimeout) \
+            else proc.communicate()
         raise MicroBoardError(f"{what} did not finish within {timeout:g} s (killed): "
                               f"{' '.join(map(str, cmd))}\n{_tail(out, err)}") from None
     except BaseException:
         _kill_group(proc)
-        proc.communicate()
+        proc.wait()
         raise
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _feed_when_ready(proc: subprocess.Popen, feed: bytes,
+                     timeout: float) -> tuple[bytes, bytes]:
+    """Collect stdout/stderr; write ``feed`` to stdin after the ready line appears."""
+    import threading
+
+    out, err = bytearray(), bytearray()
+    ready = threading.Event()
+
+    def pump(stream, sink, watch):
+        for chunk in iter(lambda: stream.read1(4096), b""):
+            sink += chunk
+            if watch and not ready.is_set() and READY_LINE in sink:
+                ready.set()
+        ready.set()  # the program ended without asking: stop waiting
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, out, True), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, err, False), daemon=True)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    try:
+        if not ready.wait(timeout):
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        try:
+            proc.stdin.write(feed)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it exited first; its status and output say why
+        proc.wait(max(deadline - time.monotonic(), 0.001))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.wait()
+        for t in threads:
+            t.join(5)
+        raise _FedTimeout(bytes(out), bytes(err)) from None
+    for t in threads:
+        t.join(5)
+    return bytes(out), bytes(err)
+
+
+class _FedTimeout(Exception):
+    def __init__(self, out: bytes, err: bytes) -> None:
+        super().__init__("timeout")
+        self.out, self.err = out, err
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -230,8 +289,10 @@ class Board:
         ``build_dir``; return its path."""
         raise NotImplementedError
 
-    def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
-        """Run ``program`` with its input/output files in ``io_dir``: (exit status, console)."""
+    def execute(self, program: Path, io_dir: Path, timeout: float,
+                feed: bytes | None = None) -> tuple[int, str]:
+        """Run ``program`` with its input/output files in ``io_dir``: (exit status, console).
+        ``feed`` goes to the console's input once the program prints ``kiln-ready``."""
         raise NotImplementedError
 
     def instructions(self, ticks: int) -> int | None:
@@ -240,19 +301,26 @@ class Board:
 
     def run(self, program: Path, inputs: Sequence[bytes | np.ndarray],
             outputs: Sequence[tuple[tuple[int, ...], str]],
-            timeout: float | None = None, console_outputs: bool = False) -> RunResult:
+            timeout: float | None = None, console_outputs: bool = False,
+            console_inputs: bool = False) -> RunResult:
         """Run ``program`` once on ``inputs`` (raw bytes or arrays, in the program's input
         order); ``outputs`` gives each output's (shape, dtype) for reading it back, from the
-        output files or, with ``console_outputs``, from the console's hex lines."""
+        output files or, with ``console_outputs``, from the console's hex lines. With
+        ``console_inputs`` the inputs go over the console (stdin, the UART) instead of
+        files."""
         with tempfile.TemporaryDirectory(prefix=f"kiln-{self.name}-") as tmp:
             io_dir = Path(tmp)
-            for i, value in enumerate(inputs):
-                data = value.tobytes() if isinstance(value, np.ndarray) else bytes(value)
-                (io_dir / f"input_{i}.bin").write_bytes(data)
+            raw = [v.tobytes() if isinstance(v, np.ndarray) else bytes(v) for v in inputs]
+            if not console_inputs:
+                for i, data in enumerate(raw):
+                    (io_dir / f"input_{i}.bin").write_bytes(data)
             code, console = self.execute(Path(program), io_dir,
-                                         timeout or self.default_timeout)
+                                         timeout or self.default_timeout,
+                                         b"".join(raw) if console_inputs else None)
             if code != ExitCode.OK:
                 meaning = _EXIT_MEANING.get(code, "unknown exit status")  # type: ignore
+                if code < 0:  # a host program killed by a signal
+                    meaning = f"killed by {signal.Signals(-code).name}"
                 raise MicroBoardError(f"board {self.name!r}: program exited with status "
                                       f"{int(code)} ({meaning}); console:\n"
                                       f"{console[-3000:]}")

@@ -1,8 +1,8 @@
 """The ``host`` board: a standalone program built by the system C compiler and run as a
 process. Entry point: :class:`HostBoard`.
 
-The program takes its input/output directory as ``argv[1]``; its ticks are
-``CLOCK_MONOTONIC`` nanoseconds.
+The program takes its input/output directory as ``argv[1]`` (or, built for console I/O, reads
+its inputs from stdin); its ticks are ``CLOCK_MONOTONIC`` nanoseconds.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class HostBoard(Board):
                          "-lm"], build_dir, "linking for board host")
         return program
 
-    def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
+    def execute(self, program: Path, io_dir: Path, timeout: float,
+                feed: bytes | None = None) -> tuple[int, str]:
         code, out, err = run_process([str(program.resolve()), str(io_dir)], io_dir, timeout,
-                                     "the host program")
+                                     "the host program", feed)
         return code, out + err

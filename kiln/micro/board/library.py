@@ -95,7 +95,9 @@ class ModelLibrary:
             raise MicroBoardError(f"{path}: no generated C in codegen/host/src (build with "
                                   "target 'c' to deploy standalone)")
         self.include_dir = self.root / "codegen" / "host" / "include"
-        self.external_pools: list[tuple[str, int]] = []  # AOT: (pool field, bytes)
+        # AOT pools the application provides: (struct field, bytes, constant?); a constant
+        # pool's bytes are the header's <POOL>_CONSTANT_POOL_DATA
+        self.external_pools: list[tuple[str, int, bool]] = []
         self.io_in_pools = False  # AOT: I/O inside the pools (tir.usmp.use_workspace_io)
         self.aot_workspace_size = 0  # AOT: TVMBackendAllocWorkspace bytes (0 under USMP)
         try:
@@ -140,7 +142,10 @@ class ModelLibrary:
     def _aot_io(self) -> tuple[list[TensorInfo], list[TensorInfo]]:
         header = self.include_dir / f"tvmgen_{self.mod_name}.h"
         if not header.exists():
-            raise MicroBoardError(f"{self.path}: AOT archive without {header.name}")
+            raise MicroBoardError(f"{self.path}: AOT archive without {header.name}; "
+                                  "standalone boards need the AOT C interface: "
+                                  'Executor("aot", {"interface-api": "c", '
+                                  '"unpacked-api": True})')
         text = header.read_text()
         prefix = f"tvmgen_{self.mod_name}"
         if not re.search(rf"int32_t\s+{prefix}_run\s*\(\s*struct\s+{prefix}_", text):
@@ -151,11 +156,14 @@ class ModelLibrary:
         # live inside them (tir.usmp.use_workspace_io: found through map_inputs/outputs).
         pools = re.search(rf"struct\s+{prefix}_workspace_pools\s*{{(.*?)}}", text, re.S)
         for name in re.findall(r"void\s*\*\s*(\w+)\s*;", pools.group(1) if pools else ""):
-            size = re.search(rf"#define\s+{prefix.upper()}_{name.upper()}_WORKSPACE_POOL_SIZE"
-                             r"\s+(\d+)", text)
-            if size is None:
+            for kind in ("WORKSPACE", "CONSTANT"):
+                size = re.search(rf"#define\s+{prefix.upper()}_{name.upper()}_{kind}_POOL_SIZE"
+                                 r"\s+(\d+)", text)
+                if size is not None:
+                    self.external_pools.append((name, int(size.group(1)), kind == "CONSTANT"))
+                    break
+            else:
                 raise MicroBoardError(f"{header.name}: no size macro for pool {name}")
-            self.external_pools.append((name, int(size.group(1))))
         self.io_in_pools = f"{prefix}_map_inputs" in text
         found = re.search(rf"#define\s+{prefix.upper()}_WORKSPACE_SIZE\s+(\d+)", text)
         self.aot_workspace_size = int(found.group(1)) if found else 0

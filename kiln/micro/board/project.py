@@ -9,8 +9,9 @@ archive's generated C, and a generated ``kiln_model.c`` that connects them: for 
 executor it embeds the graph JSON (and the params blob unless the params are linked), gets
 ``runtime.SystemLib`` and drives ``TVMGraphExecutor_*``. AOT archives with external pools and
 ``tir.usmp.use_workspace_io`` are supported: the glue provides the pools and the program reads
-its inputs straight into them. With ``io="linked"`` the inputs are compiled into the image
-and the outputs return over the UART instead of through files.
+its inputs straight into them. With ``io="console"`` inputs and outputs travel over the
+UART (stdin/stdout on the host); with ``io="linked"`` the inputs are compiled into the image
+and the outputs return over the UART.
 
 Example
 -------
@@ -34,13 +35,17 @@ from kiln.micro.board.library import ModelLibrary, TensorInfo
 __all__ = ["StandaloneProject", "build_standalone", "model_glue"]
 
 _DL_TYPE_CODES = {"i": "kDLInt", "u": "kDLUInt", "f": "kDLFloat", "b": "kDLUInt"}
+_IO_DEFINES = {"files": {}, "linked": {"KILN_LINKED_IO": "1"},
+               "console": {"KILN_CONSOLE_IO": "1"}}
 _CRT_PARTS = {"aot": ("common", "memory"), "graph": ("common", "memory", "graph_executor")}
 
 
-def _c_bytes(data: bytes, per_line: int = 24) -> str:
-    rows = [", ".join(str(b) for b in data[i:i + per_line])
+def _c_bytes(data: bytes, per_line: int = 64) -> str:
+    """``data`` as a C string literal (three-digit octal escapes, so no escape swallows the
+    next character); gcc reads these far faster than a brace list of numbers."""
+    rows = ["".join(f"\\{b:03o}" for b in data[i:i + per_line])
             for i in range(0, len(data), per_line)]
-    return "{\n  " + ",\n  ".join(rows) + "\n}" if rows else "{0}"
+    return "\n  ".join(f'"{row}"' for row in rows) if rows else '""'
 
 
 def _buffers(infos: Sequence[TensorInfo], kind: str, in_pool: bool = False) -> list[str]:
@@ -65,10 +70,15 @@ def _aot_glue(lib: ModelLibrary) -> list[str]:
     lines = [f'#include "{prefix}.h"', "",
              *_buffers(lib.inputs, "input", lib.io_in_pools),
              *_buffers(lib.outputs, "output", lib.io_in_pools)]
-    for name, size in lib.external_pools:
-        lines.append(f"static uint8_t kiln_pool_{name}[{size}] __attribute__((aligned(16), "
-                     f"section(\".bss.noinit.tvm\")));")
-    pools = ", ".join(f".{name} = kiln_pool_{name}" for name, _ in lib.external_pools)
+    for name, size, constant in lib.external_pools:
+        if constant:  # in flash, filled from the header's data macro
+            lines.append(f"static const uint8_t kiln_pool_{name}[{size}] "
+                         f"__attribute__((aligned(16))) = "
+                         f"{{{prefix.upper()}_{name.upper()}_CONSTANT_POOL_DATA}};")
+        else:
+            lines.append(f"static uint8_t kiln_pool_{name}[{size}] __attribute__((aligned(16), "
+                         f"section(\".bss.noinit.tvm\")));")
+    pools = ", ".join(f".{name} = (void*)kiln_pool_{name}" for name, *_ in lib.external_pools)
     if lib.external_pools:
         lines.append(f"static struct {prefix}_workspace_pools kiln_pools = {{{pools}}};")
     lines += ["", "int kiln_model_prepare(void) {"]
@@ -95,7 +105,7 @@ def _aot_glue(lib: ModelLibrary) -> list[str]:
 
 def _dl_tensor(t: TensorInfo, data: str, var: str) -> list[str]:
     dtype = np.dtype(t.dtype)
-    code = "kDLBfloat" if t.dtype == "bfloat16" else _DL_TYPE_CODES[dtype.kind]
+    code = _DL_TYPE_CODES[dtype.kind]
     shape = ", ".join(str(d) for d in t.resolved_shape()) or "1"
     return [f"  static int64_t {var}_shape[] = {{{shape}}};",
             f"  DLTensor {var} = {{{data}, {{kDLCPU, 0}}, {len(t.resolved_shape())}, "
@@ -103,17 +113,17 @@ def _dl_tensor(t: TensorInfo, data: str, var: str) -> list[str]:
 
 
 def _graph_glue(lib: ModelLibrary) -> list[str]:
-    graph = lib.graph_json().encode() + b"\0"
+    graph = lib.graph_json().encode()  # the literal adds the terminating NUL
     params = None if lib.params_linked else lib.params_blob()
     lines = ["#include <dlpack/dlpack.h>", "#include <tvm/runtime/crt/crt.h>",
              "#include <tvm/runtime/crt/graph_executor.h>",
              "#include <tvm/runtime/crt/packed_func.h>", "",
              *_buffers(lib.inputs, "input"), *_buffers(lib.outputs, "output"), "",
              "int kiln_model_prepare(void) { return 0; }", "",
-             f"static const char kiln_graph_json[{len(graph)}] = {_c_bytes(graph)};"]
-    if params is not None:
+             f"static const char kiln_graph_json[{len(graph) + 1}] =\n  {_c_bytes(graph)};"]
+    if params is not None:  # exactly len(params) bytes: C drops the literal's NUL
         lines.append(f"static const char kiln_params[{len(params)}] "
-                     f"__attribute__((aligned(8))) = {_c_bytes(params)};")
+                     f"__attribute__((aligned(8))) =\n  {_c_bytes(params)};")
     lines += ["static TVMGraphExecutor* g_executor;", "",
               "int kiln_model_init(void) {",
               "  int err = TVMInitializeRuntime();",
@@ -180,9 +190,11 @@ class StandaloneProject:
         Extra ``-D`` definitions, e.g. CRT limits such as ``TVM_CRT_MAX_ARGS``.
     io : str
         ``"files"``: the program reads inputs from and writes outputs to files (host files,
-        or semihosting on the Cortex-M), so one build serves any inputs. ``"linked"``: each
-        run compiles its inputs into the image and the outputs come back over the console
-        (the UART), as a deployed program without host file access would do it.
+        or semihosting on the Cortex-M), so one build serves any inputs. ``"console"``: the
+        inputs are sent over the console (the UART; stdin on the host) after the program
+        asks for them, and the outputs come back there. ``"linked"``: each run compiles its
+        inputs into the image and the outputs come back over the console, as a deployed
+        program without any host link would hold them.
     """
 
     def __init__(self, mlf: str | Path | ModelLibrary, board: Board | str,
@@ -208,11 +220,10 @@ class StandaloneProject:
         self.workspace_bytes = int(workspace_bytes)
         self.repeat = int(repeat)
         self.defines = dict(defines or {})
-        if io not in ("files", "linked"):
-            raise MicroBoardError(f"io must be 'files' or 'linked', got {io!r}")
+        if io not in _IO_DEFINES:
+            raise MicroBoardError(f"io must be one of {sorted(_IO_DEFINES)}, got {io!r}")
         self.io = io
-        if io == "linked":
-            self.defines["KILN_LINKED_IO"] = "1"
+        self.defines.update(_IO_DEFINES[io])
         self.program: Path | None = None
 
     @property
@@ -267,7 +278,7 @@ class StandaloneProject:
         for i, array in enumerate(arrays):
             data = np.ascontiguousarray(array).tobytes()
             lines.append(f"static const uint8_t kiln_linked_input_{i}[{max(len(data), 1)}] "
-                         f"__attribute__((aligned(16))) = {_c_bytes(data)};")
+                         f"__attribute__((aligned(16))) =\n  {_c_bytes(data)};")
         names = ", ".join(f"kiln_linked_input_{i}" for i in range(len(arrays))) or "0"
         lines.append(f"const uint8_t* const kiln_linked_inputs[] = {{{names}}};")
         (self.build_dir / "kiln_inputs.c").write_text("\n".join(lines) + "\n")
@@ -313,7 +324,8 @@ class StandaloneProject:
             self.program = self.board.build(self.source_groups(), self.build_dir)
         return self.board.run(self.program, arrays,
                               [(t.resolved_shape(), t.dtype) for t in self.outputs], timeout,
-                              console_outputs=self.io == "linked")
+                              console_outputs=self.io != "files",
+                              console_inputs=self.io == "console")
 
 
 def build_standalone(mlf: str | Path, board: Board | str, build_dir: str | Path | None = None,

@@ -5,10 +5,11 @@ Entry points: :class:`CortexMBoard`, :data:`QEMU_BOARDS`, :func:`size_of`.
 
 A program is built by ``arm-none-eabi-gcc`` with kiln's own startup code and linker script
 (``src/cortex_m/``): vector table, reset handler, .data/.bss init, FPU enable. It runs under
-``qemu-system-arm`` with semihosting (input/output files, exit status) and the UART on stdout
-(console). With ``icount`` on (the default) QEMU runs ``-icount shift=0``: one instruction per
-virtual nanosecond, so SysTick's 25 MHz reference ticks times 40 is the exact, repeatable
-instruction count of the run call.
+``qemu-system-arm`` with semihosting (input/output files, exit status) and the UART on
+stdin/stdout (console). With ``icount`` on (the default) QEMU runs ``-icount shift=0``: one
+instruction per virtual nanosecond, so SysTick on the 25 MHz CPU clock times 40 is the exact,
+repeatable instruction count of the run call. (QEMU's MPS2 SysTick reference clock,
+CLKSOURCE=0, runs at 1 MHz; QEMU has no DWT cycle counter.)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kiln.micro.board.base import (
 
 __all__ = ["CortexMBoard", "QEMU_BOARDS", "size_of", "find_tool"]
 
-# One instruction per virtual ns (1 GHz) over SysTick's 25 MHz reference clock on MPS2.
+# One instruction per virtual ns (1 GHz) over SysTick counting MPS2's 25 MHz CPU clock.
 INSTRUCTIONS_PER_TICK = 40
 
 
@@ -135,9 +136,11 @@ class CortexMBoard(Board):
             cmd += ["-icount", "shift=0"]
         return [*cmd, "-kernel", str(program)]
 
-    def execute(self, program: Path, io_dir: Path, timeout: float) -> tuple[int, str]:
+    def execute(self, program: Path, io_dir: Path, timeout: float,
+                feed: bytes | None = None) -> tuple[int, str]:
+        # -serial stdio: the UART is QEMU's stdin/stdout, so `feed` reaches the UART receiver
         code, out, err = run_process(self.qemu_command(program.resolve()), io_dir, timeout,
-                                     f"QEMU ({self.core.machine})")
+                                     f"QEMU ({self.core.machine})", feed)
         # QEMU's own warnings (e.g. about the absent NIC) go to stderr; keep them visible.
         return code, out + err
 

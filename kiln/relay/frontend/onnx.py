@@ -42,10 +42,13 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
     onnx_ops_nn,
     onnx_ops_quant,
     onnx_ops_rnn,
+    onnx_ops_signal,
     onnx_ops_tensor,
 )
 from kiln.relay.frontend.common import AnyDim, infer_shape, infer_type, new_var
+from kiln.relay.frontend.onnx_functions import expand_function, has_function_body
 from kiln.relay.frontend.onnx_registry import get_converter
+from kiln.runtime.dtype import dtype_str
 from kiln.runtime.error import OpError, OpNotImplemented, TVMError
 
 __all__ = ["from_onnx", "load_model", "GraphConverter", "onnx_dtype", "DEFAULT_DOMAINS"]
@@ -74,11 +77,11 @@ def onnx_dtype(elem_type: int) -> str:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError) as exc:
         raise TVMError(f"ONNX element type {elem_type} is not a known tensor type") from exc
-    if dtype.kind not in "biuf" or dtype.name == "bfloat16" or dtype.itemsize == 1 and \
-            dtype.kind == "f":
+    try:  # bfloat16, the 8-bit floats and int4/uint4/int2/uint2 come as ml_dtypes types
+        return dtype_str(dtype)
+    except TVMError:
         name = onnx.TensorProto.DataType.Name(elem_type)
-        raise OpNotImplemented(f"ONNX element type {name} has no kiln dtype")
-    return dtype.name
+        raise OpNotImplemented(f"ONNX element type {name} has no kiln dtype") from None
 
 
 def load_model(model: Any) -> Any:
@@ -145,12 +148,15 @@ def _all_nodes(graph: Any) -> Iterator[Any]:
 
 
 def unsupported_ops(graph: Any, opset: int) -> list[str]:
-    """Sorted op types of ``graph`` (subgraphs included) that kiln cannot convert at ``opset``."""
+    """Sorted op types of ``graph`` (subgraphs included) that kiln cannot convert at ``opset``
+    (an op without a converter converts through its ONNX function body when it has one)."""
     missing = set()
     for node in _all_nodes(graph):
         if node.domain not in DEFAULT_DOMAINS:
-            missing.add(f"{node.domain}.{node.op_type}")
-        elif get_converter(node.op_type, opset) is None:
+            if not has_function_body(node.op_type, opset, node.domain):
+                missing.add(f"{node.domain}.{node.op_type}")
+        elif get_converter(node.op_type, opset) is None and \
+                not has_function_body(node.op_type, opset):
             missing.add(node.op_type)
     return sorted(missing)
 
@@ -311,11 +317,16 @@ class GraphConverter:
 
     def _convert_nodes(self, graph: Any) -> None:
         for node in graph.node:
-            self._convert_node(node)
+            self.convert_node(node)
 
-    def _convert_node(self, node: Any) -> None:
-        impl = get_converter(node.op_type, self.opset)
-        if impl is None or node.domain not in DEFAULT_DOMAINS:
+    def convert_node(self, node: Any) -> None:
+        """Convert one node, binding its outputs in this scope."""
+        impl = get_converter(node.op_type, self.opset) if node.domain in DEFAULT_DOMAINS \
+            else None
+        if impl is None and has_function_body(node.op_type, self.opset, node.domain):
+            def impl(inputs, attrs, ctx):
+                return expand_function(node, inputs, ctx)
+        if impl is None:
             raise OpNotImplemented(f"ONNX op {node.op_type} (opset {self.opset}) is not "
                                    "supported by kiln")
         inputs = [self.lookup(name) if name else None for name in node.input]

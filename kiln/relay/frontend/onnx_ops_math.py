@@ -139,6 +139,8 @@ def _elu(inputs, attrs, ctx):
 
 def _celu(inputs, attrs, ctx):
     x = inputs[0]
+    if ctx.dtype(x) == "bfloat16":  # ONNX's reference: expm1 rounded once, not op by op
+        return relay.cast(_celu([relay.cast(x, "float32")], attrs, ctx), "bfloat16")
     alpha = _scalar(ctx, x, attrs.get("alpha", 1.0))
     negative = relay.multiply(alpha, relay.subtract(relay.exp(relay.divide(x, alpha)),
                                                     _scalar(ctx, x, 1)))

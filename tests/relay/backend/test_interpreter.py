@@ -229,3 +229,15 @@ def test_reshape_special_values(newshape, shape):
     xv = np.arange(24, dtype="float32").reshape(2, 3, 4)
     out = run(relay.Function([x], relay.reshape(x, newshape)), xv)
     np.testing.assert_array_equal(out.numpy(), xv.reshape(shape))
+
+
+def test_float16_sum_and_mean_accumulate_in_float32_along_any_axis():
+    # as the kernels do (kiln.topi.reduction.ACCUMULATOR_DTYPE); NumPy's float16 sum
+    # accumulates in float32 only along a contiguous axis
+    data = (np.random.default_rng(5).standard_normal((4, 301, 3)) * 3).astype("float16")
+    x = relay.var("x", shape=data.shape, dtype="float16")
+    out = run(relay.Function([x], relay.Tuple([relay.sum(x, axis=[1]),
+                                               relay.mean(x, axis=[0, 1])])), data)
+    wide = data.astype("float32")
+    np.testing.assert_array_equal(out[0].numpy(), wide.sum(1).astype("float16"))
+    np.testing.assert_array_equal(out[1].numpy(), wide.mean((0, 1)).astype("float16"))

@@ -1,5 +1,6 @@
-"""floor_mod on floats and the bit shifts at their edges (signed zeros, infinite divisors,
-negative or too-wide shift counts) agree with NumPy on the interpreter and on compiled code."""
+"""floor_mod on floats, integer power and the bit shifts at their edges (signed zeros,
+infinite divisors, negative or too-wide shift counts) agree with NumPy on the interpreter and
+on compiled code."""
 
 from __future__ import annotations
 
@@ -49,3 +50,11 @@ def test_shift_by_a_negative_or_too_wide_count_is_numpys(direction, dtype):
     want = numpy_shift(x, counts)
     for got in _run(relay_shift, x, counts):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_integer_power_compiles_and_matches_numpy(dtype):
+    base = np.array([-3, -2, 0, 1, 2, 5, 7], dtype)
+    exponent = np.array([3, 2, 4, 9, 10, 3, 2], dtype)
+    for got in _run(relay.power, base, exponent):
+        np.testing.assert_array_equal(got, np.power(base, exponent))

@@ -110,18 +110,20 @@ def test_workspace_alignment_option_spaces_the_buffers():
 def test_kernel_scratch_lives_in_the_pool_not_on_the_stack():
     import re
 
-    # Cortex-M convolutions keep one output row as scratch: 100 floats, past the stack limit
-    x = relay.var("x", shape=(1, 4, 4, 100))
-    w = relay.const(np.ones((8, 4, 3, 3), "float32"))
-    y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1)))
+    # An int8 convolution takes the generic schedule, which materializes its int32 result
+    # (8x10x10 values) before the relu: scratch past the stack limit. (Float32 Cortex-M
+    # convolutions keep only a block of 8 partial sums.)
+    x = relay.var("x", shape=(1, 4, 10, 10), dtype="int8")
+    w = relay.const(np.ones((8, 4, 3, 3), "int8"))
+    y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1), out_dtype="int32"))
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.softmax(
-        relay.nn.batch_flatten(y))))
+        relay.nn.batch_flatten(relay.cast(y, "float32")))))
     with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
         lib = relay.build(mod, "c -keys=arm_cpu -mcpu=cortex-m4", runtime=Runtime("crt"),
                           executor=Executor("aot", {"interface-api": "c",
                                                     "unpacked-api": True}))
     kernels = lib.lib.imports[0].get_source()
-    arrays = [int(n) * 4 for n in re.findall(r"\bfloat \w+\[(\d+)\]", kernels)]
+    arrays = [int(n) * 4 for n in re.findall(r"\b(?:float|int32_t) \w+\[(\d+)\]", kernels)]
     assert all(size <= 256 for size in arrays), arrays  # nothing big on the stack
     scratch = [b for b in lib.plan.buffers if b.name.startswith("scratch_")]
     assert scratch and all(b.first == b.last for b in scratch)

@@ -6,7 +6,8 @@
  *
  * Inputs and outputs are raw little-endian tensor bytes in files named input_<i>.bin and
  * output_<i>.bin: on the host in the directory given as argv[1], on the Cortex-M in QEMU's
- * working directory through semihosting.
+ * working directory through semihosting. Programs built for console I/O read the input
+ * bytes from the console instead (stdin, or the UART).
  */
 #ifndef KILN_BOARD_H_
 #define KILN_BOARD_H_
@@ -34,6 +35,9 @@ int kiln_board_read_input(int index, void* buf, size_t nbytes);
 
 /* Write `nbytes` of output `index`; 0 on success. */
 int kiln_board_write_output(int index, const void* buf, size_t nbytes);
+
+/* Read exactly `nbytes` from the console's input (stdin or the UART); 0 on success. */
+int kiln_board_read_console(void* buf, size_t nbytes);
 
 /* Write a line of text to the board's console (stdout or the UART). */
 void kiln_board_puts(const char* text);

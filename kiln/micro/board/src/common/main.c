@@ -2,8 +2,9 @@
  * the platform timer, write the outputs, report ticks and memory on one console line.
  *
  * Inputs and outputs travel as files (kiln_board_read_input/write_output: host files or
- * semihosting), or with KILN_LINKED_IO the inputs are compiled into the image
- * (kiln_inputs.c) and the outputs go to the console as hex lines
+ * semihosting). With KILN_LINKED_IO the inputs are compiled into the image (kiln_inputs.c);
+ * with KILN_CONSOLE_IO the program prints "kiln-ready" and reads the input bytes from the
+ * console (stdin, the UART). In both the outputs go to the console as hex lines
  * "kiln-output <index> <byte offset> <hex>", so the program needs no host file access.
  *
  * KILN_REPEAT (default 1) runs the model that many times and reports the ticks of the last
@@ -22,14 +23,22 @@
 #define KILN_REPEAT 1
 #endif
 
-#ifdef KILN_LINKED_IO
+#if defined(KILN_LINKED_IO)
 extern const uint8_t* const kiln_linked_inputs[]; /* kiln_inputs.c */
 
 static int load_input(int index) {
   memcpy(kiln_input_data[index], kiln_linked_inputs[index], kiln_input_bytes[index]);
   return 0;
 }
+#elif defined(KILN_CONSOLE_IO)
+static int load_input(int index) {
+  /* Bytes that reach a UART before its receiver is on are lost: ask for them. */
+  if (index == 0) kiln_board_puts("kiln-ready");
+  return kiln_board_read_console(kiln_input_data[index], kiln_input_bytes[index]);
+}
+#endif
 
+#if defined(KILN_LINKED_IO) || defined(KILN_CONSOLE_IO)
 static int store_output(int index) {
   static const char digits[] = "0123456789abcdef";
   const uint8_t* data = (const uint8_t*)kiln_output_data[index];

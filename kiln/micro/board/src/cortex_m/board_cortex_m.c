@@ -19,6 +19,7 @@
 #define UART_CTRL (*(volatile uint32_t*)(UART0_BASE + 0x08u))
 #define UART_BAUDDIV (*(volatile uint32_t*)(UART0_BASE + 0x10u))
 #define UART_STATE_TXFULL 1u
+#define UART_STATE_RXFULL 2u
 #define UART_CTRL_TXEN 1u
 #define UART_CTRL_RXEN 2u
 
@@ -62,6 +63,17 @@ void kiln_cortex_m_putc(char c) {
   while (UART_STATE & UART_STATE_TXFULL) {
   }
   UART_DATA = (uint32_t)(unsigned char)c;
+}
+
+/* Polls: input arrives only while the host sends a model's inputs. */
+int kiln_board_read_console(void* buf, size_t nbytes) {
+  uint8_t* out = (uint8_t*)buf;
+  for (size_t i = 0; i < nbytes; ++i) {
+    while (!(UART_STATE & UART_STATE_RXFULL)) {
+    }
+    out[i] = (uint8_t)UART_DATA;
+  }
+  return 0;
 }
 
 void kiln_board_puts(const char* text) {

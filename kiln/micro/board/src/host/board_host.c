@@ -1,5 +1,5 @@
-/* kiln_board.h on the host: files in a directory (argv[1], default "."), stdout console,
- * CLOCK_MONOTONIC ticks in nanoseconds. Exit codes are the process's exit status.
+/* kiln_board.h on the host: files in a directory (argv[1], default "."), stdin/stdout
+ * console, CLOCK_MONOTONIC ticks in nanoseconds. Exit codes are the process's exit status.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -35,6 +35,10 @@ int kiln_board_write_output(int index, const void* buf, size_t nbytes) {
   if (f == NULL) return -1;
   size_t put = fwrite(buf, 1, nbytes, f);
   return (fclose(f) == 0 && put == nbytes) ? 0 : -1;
+}
+
+int kiln_board_read_console(void* buf, size_t nbytes) {
+  return fread(buf, 1, nbytes, stdin) == nbytes ? 0 : -1;
 }
 
 void kiln_board_puts(const char* text) {
