@@ -11,13 +11,15 @@ from kiln.relay.testing.executors import ExecutorConfig
 
 WORKLOADS = {
     "mlp": dict(batch_size=1, image_shape=(1, 8, 8)),
-    "resnet": dict(batch_size=1, num_classes=10, num_layers=18, image_shape=(3, 16, 16)),
+    # the quick-start script's shapes, so the two share compiled kernels through the cache
+    "resnet": dict(batch_size=1, num_classes=10, num_layers=18, image_shape=(3, 32, 32)),
     "mobilenet": dict(batch_size=1, num_classes=10, image_shape=(3, 32, 32)),
     "squeezenet": dict(batch_size=1, num_classes=10, version="1.1", image_shape=(3, 48, 48)),
     "vgg": dict(batch_size=1, num_classes=10, image_shape=(3, 32, 32)),
     "dqn": dict(batch_size=1, num_actions=4, image_shape=(4, 36, 36)),
     "dcgan": dict(batch_size=1, oshape=(3, 16, 16), ngf=8, random_len=10),
     "synthetic": dict(input_shape=(1, 3, 8, 6)),
+    "resnet_3d": dict(batch_size=1, num_classes=10, num_layers=18, image_shape=(3, 4, 8, 8)),
 }
 CONFIGS = [ExecutorConfig("graph", 3, "constants"), ExecutorConfig("vm", 3, "constants")]
 
