@@ -88,3 +88,37 @@ def test_check_grad_compares_relay_gradients_with_finite_differences():
                                  atol=1e-12)
     assert relay.testing.count_ops(func.body) == {"multiply": 1, "exp": 1}
     assert relay.testing.rand("float32", 2, 3).shape == (2, 3)
+
+
+def test_initializers_fill_by_name_as_tvm():
+    from tvm.relay.testing.init import Constant, Xavier
+
+    weight = np.zeros((4, 2, 3, 3))
+    np.random.seed(0)
+    Xavier()("conv_weight", weight)
+    bound = np.sqrt(3.0 / ((2 * 9 + 4 * 9) / 2.0))  # magnitude / average fan, spatial counted
+    assert np.all(np.abs(weight) <= bound) and np.abs(weight).max() > 0.8 * bound
+    gamma, mean = np.zeros(3), np.ones(3)
+    Constant()("bn_gamma", gamma)
+    Constant()("bn_moving_mean", mean)
+    assert gamma.tolist() == [1, 1, 1] and mean.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="Unknown initialization pattern for scale"):
+        Constant()("scale", gamma)
+    with pytest.raises(ValueError, match="at least 2D"):
+        Xavier()("fc_weight", np.zeros(3))
+    mod, params = relay.testing.synthetic.get_workload(input_shape=(1, 2, 4, 4))
+    assert np.all(params["conv_weight"].numpy() == 1.0 / (2 * 2 * 3 * 3))
+
+
+def test_profiler_vm_reports_kernels():
+    from tvm.runtime import profiler_vm
+    from tvm.runtime.vm import VirtualMachine
+
+    x = relay.var("x", shape=(4,))
+    mod = tvm.IRModule.from_expr(relay.Function([x], relay.exp(x)))
+    exe = relay.vm.compile(mod, target="llvm")
+    assert profiler_vm.enabled()
+    vm = profiler_vm.VirtualMachineProfiler(exe, tvm.cpu())
+    assert isinstance(vm, VirtualMachine)
+    report = vm.profile(tvm.nd.array(np.zeros(4, "float32")), func_name="main")
+    assert any(row["Name"] != "(dispatch)" for row in report.calls)

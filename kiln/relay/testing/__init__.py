@@ -17,7 +17,7 @@ import numpy as np
 from kiln._lazy import attach
 
 _WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "synthetic",
-              "resnet_3d", "lstm", "layers", "nat")
+              "resnet_3d", "lstm", "layers", "nat", "init")
 _HELPERS = {"check_grad": "gradients", "rand": "gradients", "count_ops": "gradients",
             "make_nat_expr": "nat", "make_nat_value": "nat", "count": "nat"}
 __all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS,
@@ -65,8 +65,12 @@ def _annotate_params(func: Any) -> Any:
                     func.checked_type.ret_type, func.type_params, func.attrs)
 
 
-def create_workload(net: Any, seed: int = 0) -> tuple[Any, dict]:
+def create_workload(net: Any, initializer: Any = None, seed: int = 0) -> tuple[Any, dict]:
     """An IRModule of ``net`` plus random parameters for every input but the first ("data").
+
+    ``initializer`` (a :class:`~kiln.relay.testing.init.Initializer`, called as
+    ``initializer(name, array)`` after seeding NumPy's global generator with ``seed``, as in
+    TVM) replaces the default filling described next.
 
     Only the data needs a type annotation: InferType derives the weights' types from the
     layers' attrs, and the returned ``main`` carries them as annotations, as in TVM. Weights
@@ -90,10 +94,15 @@ def create_workload(net: Any, seed: int = 0) -> tuple[Any, dict]:
     mod = InferType()(IRModule.from_expr(_annotate_params(typed["main"])))
     rng = np.random.default_rng(seed)
     params = {}
+    if initializer is not None:
+        np.random.seed(seed)
     for param in mod["main"].params[1:]:
         ty = param.checked_type
         shape, dtype, name = ty.concrete_shape, str(ty.dtype), param.name_hint
-        if name.endswith(("_gamma", "_moving_var")):
+        if initializer is not None:
+            value = np.zeros(shape, dtype)
+            initializer(name, value)
+        elif name.endswith(("_gamma", "_moving_var")):
             value = np.ones(shape, dtype)
         elif name.endswith(("_beta", "_moving_mean", "_bias")):
             value = np.zeros(shape, dtype)

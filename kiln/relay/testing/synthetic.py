@@ -7,6 +7,7 @@ from typing import Any
 
 from kiln import relay
 from kiln.relay.testing import create_workload, layers
+from kiln.relay.testing.init import Constant
 
 
 def _dense_conv(x: Any, input_shape: tuple, wtype: str, suffix: str) -> Any:
@@ -35,5 +36,5 @@ def get_net(input_shape: tuple = (1, 3, 24, 12), dtype: str = "float32",
 
 def get_workload(input_shape: tuple = (1, 3, 24, 12), dtype: str = "float32",
                  wtype: str | None = None) -> tuple[Any, dict]:
-    """``(mod, params)`` of the synthetic network."""
-    return create_workload(get_net(input_shape, dtype, wtype))
+    """``(mod, params)`` of the synthetic network, weights filled by TVM's ``Constant()``."""
+    return create_workload(get_net(input_shape, dtype, wtype), initializer=Constant())
