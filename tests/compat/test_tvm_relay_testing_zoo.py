@@ -122,3 +122,21 @@ def test_profiler_vm_reports_kernels():
     assert isinstance(vm, VirtualMachine)
     report = vm.profile(tvm.nd.array(np.zeros(4, "float32")), func_name="main")
     assert any(row["Name"] != "(dispatch)" for row in report.calls)
+
+
+def test_densenet_small_configuration_runs_everywhere_and_121_types():
+    from tvm.relay.testing import create_workload, densenet
+
+    net = densenet.make_dense_net(8, 4, (2, 2), (1, 3, 32, 32), "float32", bn_size=2,
+                                  classes=5)
+    mod, params = create_workload(net)
+    data = np.random.default_rng(1).uniform(-1, 1, (1, 3, 32, 32)).astype("float32")
+    args = [data, *(v.numpy() for v in params.values())]
+    executors.check_executors_agree(mod, args, configs=CONFIGS, bind=list(params), rtol=1e-4,
+                                    atol=1e-5)
+    # The full-size network is checked for shapes only: building it takes minutes of CPU.
+    mod, params = densenet.get_workload(121, classes=10, batch_size=1)
+    assert str(mod["main"].checked_type.ret_type) == "Tensor[(1, 10), float32]"
+    assert sum(name.startswith("conv2d_2_") for name in params) == 6 + 12 + 24 + 16
+    with pytest.raises(ValueError, match="Invalid densenet_size"):
+        densenet.get_workload(100)
