@@ -110,3 +110,9 @@ def test_printing_and_timing_instruments(capsys):
     assert "Before Running Pass:" in out and "Print IR after: InferType" in out
     assert "add(" in out
     assert report.startswith("InferType:")
+
+
+def test_relay_parse_expr_reads_the_text_format():
+    expr = relay.parse_expr("free_var %x: Tensor[(2), float32]; add(%x, %x)")
+    x = relay.analysis.free_vars(expr)[0]
+    assert tvm.ir.structural_equal(expr, relay.add(x, x), map_free_vars=True)
