@@ -140,3 +140,14 @@ def test_densenet_small_configuration_runs_everywhere_and_121_types():
     assert sum(name.startswith("conv2d_2_") for name in params) == 6 + 12 + 24 + 16
     with pytest.raises(ValueError, match="Invalid densenet_size"):
         densenet.get_workload(100)
+
+
+def test_inception_v3_types_at_its_smallest_input():
+    # Shapes only: building Inception v3 takes minutes of CPU (about 100 distinct kernels).
+    mod, params = relay.testing.inception_v3.get_workload(num_classes=10,
+                                                          image_shape=(3, 75, 75))
+    assert str(mod["main"].checked_type.ret_type) == "Tensor[(1, 10), float32]"
+    # 2048 features reach the classifier, as in the paper's network.
+    assert params["fc1_weight"].shape == (10, 2048)
+    with pytest.raises(ValueError, match="at least 75x75"):
+        relay.testing.inception_v3.get_workload(image_shape=(3, 64, 64))

@@ -17,7 +17,7 @@ import numpy as np
 from kiln._lazy import attach
 
 _WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "synthetic",
-              "resnet_3d", "lstm", "densenet", "layers", "nat", "init")
+              "resnet_3d", "lstm", "densenet", "inception_v3", "layers", "nat", "init")
 _HELPERS = {"check_grad": "gradients", "rand": "gradients", "count_ops": "gradients",
             "make_nat_expr": "nat", "make_nat_value": "nat", "count": "nat"}
 __all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS,
