@@ -74,7 +74,7 @@ TVM_MODULES: dict[str, tuple[str, ...]] = {
     "tvm.rpc": ("connect", "Server", "LocalSession"),
     "tvm.micro": ("export_model_library_format",),
     "tvm.autotvm": ("task", "tuner", "apply_history_best"),
-    "tvm.contrib.cuda_graph": ("cuda_graph_executor",),
+    "tvm.contrib.cuda_graph.cuda_graph_executor": ("create", "GraphModuleCudaGraph"),
 }
 
 

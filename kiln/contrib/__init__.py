@@ -13,6 +13,7 @@ _LAZY = {
     "graph_executor": "kiln.contrib.graph_executor",
     "debugger": "kiln.contrib.debugger",
     "utils": "kiln.contrib.utils",
+    "cuda_graph": "kiln.contrib.cuda_graph",
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)

@@ -159,3 +159,12 @@ def test_ffi_registration_and_init_api():
         tvm.runtime.registry.remove_global_func("kiln_compat_test.triple")
     with pytest.raises(ValueError, match="not imported"):
         tvm._ffi._init_api("kiln_compat_test", "no_such_module_kiln")
+
+
+def test_cuda_graph_behaves_as_tvm_without_cuda_graphs():
+    from tvm.contrib.cuda_graph import cuda_graph_executor
+
+    with pytest.raises(ValueError, match="USE_GRAPH_EXECUTOR_CUGRAPH"):
+        cuda_graph_executor.create("{}", None, tvm.cuda(0))
+    with pytest.raises(tvm.TVMError, match="needs a CUDA graph executor module"):
+        cuda_graph_executor.GraphModuleCudaGraph(None)
