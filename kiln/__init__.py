@@ -17,6 +17,7 @@ _LAZY = {
     "ndarray": "kiln.runtime.ndarray",
     "ir": "kiln.ir",
     "transform": "kiln.ir.transform",
+    "instrument": "kiln.ir.instrument",
     "relay": "kiln.relay",
     "parser": "kiln.relay.parser",
     "te": "kiln.te",
@@ -32,6 +33,8 @@ _LAZY = {
     "jit": "kiln.jit",
     "driver": "kiln.driver",
     "error": "kiln.runtime.error",
+    "_ffi": "kiln._ffi",
+    "compat": "kiln.compat",
     # runtime names
     "Object": ("kiln.runtime.object", "Object"),
     "register_object": ("kiln.runtime.object", "register_object"),

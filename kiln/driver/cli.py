@@ -392,6 +392,74 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_micro_project(args: argparse.Namespace) -> int:
+    """``kiln micro project generate|build|flash|run``: a template project from the shell."""
+    from kiln.micro import project_commands as pc
+    from kiln.micro.board.library import ModelLibrary
+
+    project_dir = Path(args.project_dir)
+    if args.project_command == "generate":
+        options = pc.parse_options(args.option, pc.template_options(args.template))
+        pc.generate(args.template, args.model, project_dir, options)
+        print(f"generated {project_dir} from template {args.template!r}")
+        return 0
+    if not (project_dir / "microtvm_api_server.py").is_file():
+        raise CLIError(f"{project_dir} is not a generated microTVM project",
+                       "create one with: kiln micro project generate")
+    options = {}
+    with pc.opened(project_dir, {}) as project:
+        options = pc.parse_options(args.option, project.info["project_options"])
+        project.options = options
+        if args.project_command == "build":
+            _progress(f"building {project_dir}")
+            project.build()
+            print(f"built {project_dir}")
+            return 0
+        if args.project_command == "flash":
+            project.flash()
+            print(f"flashed {project_dir}")
+            return 0
+    try:
+        infos = ModelLibrary(project_dir / "model.tar").inputs
+        meta = {"inputs": [{"name": t.name, "shape": list(t.resolved_shape()),
+                            "dtype": t.dtype} for t in infos]}
+    except Exception:  # a packed-API AOT archive does not describe its inputs
+        if args.inputs is None:
+            raise CLIError("this archive does not describe its inputs",
+                           "pass them with --inputs file.npz") from None
+        meta = {"inputs": []}
+    inputs = _make_inputs(meta, args.inputs)
+    outputs = pc.run_project(project_dir, inputs, options)
+    for i, out in enumerate(outputs):
+        print(f"output {i}: shape {list(out.shape)} {out.dtype}")
+        print(np.array2string(out, precision=5, threshold=64))
+    if args.outputs:
+        np.savez(args.outputs, *outputs)
+        print(f"saved outputs to {args.outputs}")
+    return 0
+
+
+def _add_micro_project_parser(actions) -> None:
+    p = actions.add_parser("project", help="generate/build/flash/run a template project",
+                           description="microTVM template projects (crt, qemu-cortex-m) "
+                           "through the Project API; run drives the model over a Session.")
+    steps = p.add_subparsers(dest="project_command", metavar="STEP", required=True)
+    gen = steps.add_parser("generate", help="generate a project from a template and an MLF")
+    gen.add_argument("model", help="Model Library Format archive (.tar)")
+    gen.add_argument("project_dir", help="the new project's directory")
+    gen.add_argument("--template", default="crt", choices=["crt", "qemu-cortex-m"])
+    for name in ("build", "flash", "run"):
+        step = steps.add_parser(name, help=f"{name} a generated project")
+        step.add_argument("project_dir")
+        if name == "run":
+            step.add_argument("--inputs", help=".npz file of inputs by name (default random)")
+            step.add_argument("--outputs", help="save outputs to this .npz file")
+    for step in steps.choices.values():
+        step.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                          help="a project option, e.g. -o board=qemu-cortex-m7")
+    p.set_defaults(func=cmd_micro_project)
+
+
 def _add_micro_parser(sub) -> None:
     micro = sub.add_parser("micro", help="microTVM: run a Model Library Format archive "
                            "standalone", description="Standalone microTVM programs.")
@@ -416,6 +484,7 @@ def _add_micro_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before the program is killed (default 120)")
     p.set_defaults(func=cmd_micro_run)
+    _add_micro_project_parser(actions)
 
 
 def _add_rpc_parser(sub) -> None:

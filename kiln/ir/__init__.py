@@ -24,6 +24,7 @@ _LAZY = {
     "function": "kiln.ir.function",
     "structural": "kiln.ir.structural",
     "transform": "kiln.ir.transform",
+    "instrument": "kiln.ir.instrument",
     "op": "kiln.ir.op",
     "memory_pools": "kiln.ir.memory_pools",
     "IRModule": ("kiln.ir.module", "IRModule"),

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln import relay
 from kiln.jit.abstract import (
     ANY,
     Abstract,
@@ -105,13 +106,11 @@ def elementwise(npfn: Callable, name: str, force: str | None = None) -> Callable
 
 
 def _promote_for_relay(args, ins, out_dtype):
-    from kiln import relay
     return [relay.cast(a, out_dtype) if t.dtype != out_dtype else a for a, t in zip(args, ins)]
 
 
 def _relay_elementwise(opname: str, compare: bool = False) -> Callable:
     def convert(args, ins, out):
-        from kiln import relay
         if compare:
             common = str(np.result_type(*[_dummy(t, opname, None) for t in ins]))
             args = _promote_for_relay(args, ins, common)
@@ -154,7 +153,6 @@ def _float_unary(name: str, npfn: Callable, mathfn: str, relay_op: str):
         return _result(dtype, _broadcast(name, node, x), [x])
 
     def convert(args, ins, out):
-        from kiln import relay
         return getattr(relay, relay_op)(*_promote_for_relay(args, ins, out.dtype))
 
     return Primitive(name, infer, npfn, py=mathfn + "({0})", relay=convert, nparams=1)
@@ -173,8 +171,8 @@ abs_ = Primitive("abs", elementwise(np.abs, "abs"), np.abs, py="abs({0})",
 sign = Primitive("sign", elementwise(np.sign, "sign"), np.sign,
                  py="((0 < {0}) - ({0} < 0))", relay=_relay_elementwise("sign"))
 not_ = Primitive("not", elementwise(np.logical_not, "not", "bool"), np.logical_not,
-                 py="(not {0})", relay=lambda a, i, o: __import__("kiln").relay.logical_not(
-                     __import__("kiln").relay.cast(a[0], "bool")))
+                 py="(not {0})", relay=lambda a, i, o: relay.logical_not(
+                     relay.cast(a[0], "bool")))
 
 
 def _infer_truth(node, x: Abstract) -> Abstract:
@@ -187,9 +185,9 @@ def _infer_truth(node, x: Abstract) -> Abstract:
 
 
 truth = Primitive("truth", _infer_truth, lambda x: bool(x), py="bool({0})",
-                  relay=lambda a, i, o: __import__("kiln").relay.not_equal(
-                      __import__("kiln").relay.reshape(a[0], ()),
-                      __import__("kiln").relay.const(0, i[0].dtype)))
+                  relay=lambda a, i, o: relay.not_equal(
+                      relay.reshape(a[0], ()),
+                      relay.const(0, i[0].dtype)))
 
 
 def _cast_infer(dtype: str):
@@ -203,9 +201,9 @@ def _cast_infer(dtype: str):
 
 
 to_float = Primitive("float", _cast_infer("float64"), float, py="float({0})",
-                     relay=lambda a, i, o: __import__("kiln").relay.cast(a[0], "float64"))
+                     relay=lambda a, i, o: relay.cast(a[0], "float64"))
 to_int = Primitive("int", _cast_infer("int64"), int, py="int({0})",
-                   relay=lambda a, i, o: __import__("kiln").relay.cast(a[0], "int64"))
+                   relay=lambda a, i, o: relay.cast(a[0], "int64"))
 
 
 def _infer_asscalar(node, x: Abstract) -> Abstract:
@@ -217,7 +215,7 @@ def _infer_asscalar(node, x: Abstract) -> Abstract:
 
 
 asscalar = Primitive("asscalar", _infer_asscalar, lambda x: np.asarray(x).reshape(()).item(),
-                     py="{0}", relay=lambda a, i, o: __import__("kiln").relay.reshape(a[0], ()))
+                     py="{0}", relay=lambda a, i, o: relay.reshape(a[0], ()))
 
 
 def _infer_scalar_to_array(node, x: Abstract) -> Abstract:
@@ -238,7 +236,7 @@ def _infer_astype(node, x: Abstract, dtype: Abstract) -> Abstract:
 
 
 astype = Primitive("astype", _infer_astype, lambda x, d: np.asarray(x).astype(d),
-                   relay=lambda a, i, o: __import__("kiln").relay.cast(a[0], o.dtype))
+                   relay=lambda a, i, o: relay.cast(a[0], o.dtype))
 
 
 # -- linear algebra and shapes ------------------------------------------------------------------
@@ -271,7 +269,6 @@ def _transposed(expr):
 
 
 def _relay_matmul(args, ins, out):
-    from kiln import relay
     a, b = args
     sa, sb = ins[0].shape, ins[1].shape
     if len(sa) == 1:
@@ -323,7 +320,6 @@ def _reduce(name: str, npfn: Callable, relay_op: str, mean: bool = False):
         return Array(str(d), out)
 
     def convert(args, ins, out):
-        from kiln import relay
         shape = ins[0].shape if isinstance(ins[0], Array) else ()
         if not shape:
             return relay.cast(args[0], out.dtype)
@@ -352,7 +348,6 @@ def _infer_transpose(node, x: Abstract, axes: Abstract) -> Abstract:
 
 
 def _relay_transpose(args, ins, out):
-    from kiln import relay
     if not isinstance(ins[0], Array):
         return args[0]
     perm = _const_value(ins[1], "transpose", None, "axes")
@@ -379,7 +374,7 @@ def _infer_reshape(node, x: Abstract, shape: Abstract) -> Abstract:
 
 
 reshape = Primitive("reshape", _infer_reshape, lambda x, s: np.reshape(x, s), py="{0}",
-                    relay=lambda a, i, o: __import__("kiln").relay.reshape(a[0], shape_of(o)))
+                    relay=lambda a, i, o: relay.reshape(a[0], shape_of(o)))
 
 
 def _infer_broadcast_to(node, x: Abstract, shape: Abstract) -> Abstract:
@@ -398,7 +393,7 @@ def _infer_broadcast_to(node, x: Abstract, shape: Abstract) -> Abstract:
 
 broadcast_to = Primitive("broadcast_to", _infer_broadcast_to,
                          lambda x, s: np.broadcast_to(x, s).copy(), py="{0}",
-                         relay=lambda a, i, o: __import__("kiln").relay.broadcast_to(
+                         relay=lambda a, i, o: relay.broadcast_to(
                              a[0], shape_of(o)))
 
 
@@ -421,7 +416,6 @@ def sum_to_shape(x, shape):
 
 
 def _relay_sum_to(args, ins, out):
-    from kiln import relay
     src = ins[0].shape if isinstance(ins[0], Array) else ()
     dst = out.shape if isinstance(out, Array) else ()
     if src == dst:
@@ -446,7 +440,6 @@ def _infer_where(node, c: Abstract, a: Abstract, b: Abstract) -> Abstract:
 
 
 def _relay_where(args, ins, out):
-    from kiln import relay
     c = relay.cast(args[0], "bool") if ins[0].dtype != "bool" else args[0]
     a, b = _promote_for_relay(args[1:], ins[1:], out.dtype)
     return relay.where(c, a, b)
@@ -479,7 +472,6 @@ def _like(name: str, value: int):
         return x
 
     def convert(args, ins, out):
-        from kiln import relay
         return relay.full(relay.const(value, out.dtype),
                           out.shape if isinstance(out, Array) else (), out.dtype)
 

@@ -16,16 +16,19 @@ from typing import Any
 
 import numpy as np
 
+from kiln import relay
+from kiln.ir.module import IRModule
 from kiln.jit import structural as S
 from kiln.jit.abstract import Array, Env, Func, Scalar, Tuple
 from kiln.jit.errors import JitError
 from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, toposort
 from kiln.jit.primitives import Primitive
+from kiln.runtime.device import cpu
+from kiln.runtime.vm import VirtualMachine
 
 
 def relay_type(a) -> Any:
     """The Relay type of an abstract value (scalars are 0-d tensors)."""
-    from kiln import relay
     if isinstance(a, Array):
         return relay.TensorType(a.shape, a.dtype)
     if isinstance(a, Scalar) and a.dtype not in ("str", "index", "dtype"):
@@ -40,7 +43,6 @@ def relay_type(a) -> Any:
 
 class _Converter:
     def __init__(self, root: Graph):
-        from kiln import relay
         self.relay = relay
         self.mng = GraphManager(root)
         self.root = root
@@ -142,8 +144,7 @@ class _Converter:
         return relay.Call(self.value(fn), vals)
 
     def module(self):
-        import kiln as tvm
-        mod = tvm.IRModule()
+        mod = IRModule()
         todo = [self.root]
         done: set[Graph] = set()
         self.gvar(self.root)
@@ -176,13 +177,10 @@ class RelayVMProgram:
     """The compiled module on the Relay VM; calling it runs ``main``."""
 
     def __init__(self, mod, target: str, argspec):
-        import kiln as tvm
-        from kiln import relay
-        from kiln.runtime.vm import VirtualMachine
         self.mod = mod
         self.source = mod.astext()  # before compiling: the VM compiler rewrites the module
         self.exe = relay.vm.compile(mod, target=target)
-        self.vm = VirtualMachine(self.exe, tvm.cpu(0))
+        self.vm = VirtualMachine(self.exe, cpu(0))
         self.argspec = argspec
 
     def run(self, args: tuple) -> Any:

@@ -20,9 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from kiln import relay
+from kiln.contrib import graph_executor
+from kiln.ir.module import IRModule
+from kiln.ir.transform import PassContext
 from kiln.jit.abstract import Array, Scalar
 from kiln.jit.errors import JitError
 from kiln.jit.ir import Apply, Constant, Node
+from kiln.runtime import ndarray
+from kiln.runtime.device import cpu
 
 _PY_DTYPES = {"int64": int, "float64": float, "bool": bool}
 
@@ -88,7 +94,6 @@ def _relay_type(a):
 
 def relay_function(nodes, inputs, outputs):
     """The segment as a Relay function of its inputs, returning a tuple of its outputs."""
-    from kiln import relay
     env: dict[Node, Any] = {}
     params = []
     for k, n in enumerate(inputs):
@@ -157,7 +162,6 @@ class DebugRunner:
         self.nout = len(out_types)
 
     def __call__(self, *args):
-        from kiln.runtime import ndarray
         vals = [ndarray.array(np.asarray(v, dtype=t.dtype)) for v, t in zip(args, self.in_types)]
         res = self.evaluate(*vals)
         items = [res[i] for i in range(self.nout)]  # the function returns a tuple
@@ -170,10 +174,8 @@ def convert_segment(nodes: list[Apply], inputs: list[Node], outputs: list[Node],
     """Compile a linear segment with ``linear_impl`` ("relay" or "debug")."""
     if linear_impl == "relay" and is_scalar_segment(nodes):
         return _py_segment(nodes, inputs, outputs)
-    import kiln as tvm
-    from kiln import relay
     fn, _ = relay_function(nodes, inputs, outputs)
-    mod = tvm.IRModule.from_expr(fn)
+    mod = IRModule.from_expr(fn)
     in_t = [n.abstract for n in inputs]
     out_t = [n.abstract for n in outputs]
     if linear_impl == "debug":
@@ -181,8 +183,7 @@ def convert_segment(nodes: list[Apply], inputs: list[Node], outputs: list[Node],
         return DebugRunner(ex.evaluate(), in_t, out_t)
     if linear_impl != "relay":
         raise JitError(f"unknown linear_impl {linear_impl!r} (use 'relay' or 'debug')")
-    from kiln.contrib import graph_executor
-    with tvm.transform.PassContext(opt_level=3):
+    with PassContext(opt_level=3):
         lib = relay.build(mod, target=target)
-    gm = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    gm = graph_executor.GraphModule(lib["default"](cpu(0)))
     return GraphRunner(gm, in_t, out_t)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kiln import relay
 from kiln.jit.abstract import (
     ANY,
     BOTTOM,
@@ -25,7 +26,15 @@ from kiln.jit.abstract import (
     join,
 )
 from kiln.jit.errors import JitError
-from kiln.jit.primitives import Primitive, _const_value, _fail, sum_to_shape
+from kiln.jit.primitives import (
+    Primitive,
+    _axes,
+    _const_value,
+    _fail,
+    _relay_sum_to,
+    sum_to_shape,
+    zeros_like,
+)
 
 
 def _infer_make_tuple(node, *xs: Abstract) -> Abstract:
@@ -73,7 +82,6 @@ def _infer_array_getitem(node, x: Abstract, idx: Abstract) -> Abstract:
 
 
 def _relay_array_getitem(args, ins, out):
-    from kiln import relay
     shape = ins[0].shape
     idx = ins[1].value if isinstance(ins[1].value, tuple) else (ins[1].value,)
     begin, end, strides = [], [], []
@@ -100,11 +108,11 @@ def _setitem_zeros(dout, like, idx):
     return out
 
 
-def _infer_getitem_grad(node, dout: Abstract, like: Abstract, idx: Abstract) -> Abstract:
+def _infer_array_getitem_grad(node, dout: Abstract, like: Abstract, idx: Abstract) -> Abstract:
     return Array(dout.dtype, like.shape)
 
 
-array_getitem_grad = Primitive("array_getitem_grad", _infer_getitem_grad, _setitem_zeros)
+array_getitem_grad = Primitive("array_getitem_grad", _infer_array_getitem_grad, _setitem_zeros)
 
 
 def _infer_array_take(node, x: Abstract, i: Abstract) -> Abstract:
@@ -117,7 +125,6 @@ def _infer_array_take(node, x: Abstract, i: Abstract) -> Abstract:
 
 
 def _relay_array_take(args, ins, out):
-    from kiln import relay
     return relay.take(args[0], relay.cast(args[1], "int32"), axis=0, mode="wrap")
 
 
@@ -125,19 +132,12 @@ array_take = Primitive("array_take", _infer_array_take, lambda x, i: np.asarray(
                        relay=_relay_array_take)
 
 
-def _take_grad(dout, x, i):
-    out = np.zeros(np.shape(x), np.asarray(dout).dtype)
-    out[i] = dout
-    return out
-
-
 array_take_grad = Primitive("array_take_grad",
-                            lambda node, d, x, i: Array(d.dtype, x.shape), _take_grad)
+                            lambda node, d, x, i: Array(d.dtype, x.shape), _setitem_zeros)
 
 
 def _infer_getitem_grad(node, x: Abstract, i: Abstract, dout: Abstract) -> Abstract:
     if isinstance(x, Tuple):
-        from kiln.jit.primitives import zeros_like
         k = _index(x, i, "getitem", node)
         zeros = zeros_like.infer(node, x)
         return Tuple(zeros.elements[:k] + (dout,) + zeros.elements[k + 1:])
@@ -146,7 +146,6 @@ def _infer_getitem_grad(node, x: Abstract, i: Abstract, dout: Abstract) -> Abstr
 
 def _getitem_grad(x, i, dout):
     if isinstance(x, tuple):
-        from kiln.jit.primitives import zeros_like
         z = zeros_like.impl(x)
         return z[:i] + (dout,) + z[i + 1:]
     return _setitem_zeros(dout, x, i)
@@ -240,11 +239,11 @@ def _infer_range_continue(node, i, stop, step) -> Abstract:
 range_continue = Primitive("range_continue", _infer_range_continue,
                            lambda i, stop, step: i < stop if step > 0 else i > stop,
                            py="(({0} < {1}) if {2} > 0 else ({0} > {1}))",
-                           relay=lambda a, i, o: __import__("kiln").relay.where(
-                               __import__("kiln").relay.greater(
-                                   a[2], __import__("kiln").relay.const(0, "int64")),
-                               __import__("kiln").relay.less(a[0], a[1]),
-                               __import__("kiln").relay.greater(a[0], a[1])))
+                           relay=lambda a, i, o: relay.where(
+                               relay.greater(
+                                   a[2], relay.const(0, "int64")),
+                               relay.less(a[0], a[1]),
+                               relay.greater(a[0], a[1])))
 
 
 # -- grad's environments -----------------------------------------------------------------------
@@ -318,7 +317,6 @@ def _infer_array_reduce(node, f: Abstract, x: Abstract, shp: Abstract) -> Abstra
 
 
 def _relay_array_reduce(args, ins, out):
-    from kiln.jit.primitives import _relay_sum_to
     return _relay_sum_to(args[1:2], ins[1:2], out)
 
 
@@ -357,7 +355,6 @@ axes_inverse = Primitive("axes_inverse", _infer_axes_inverse,
 
 
 def _reduced_shape(x: Abstract, axis: Abstract, keepdims: Abstract, node) -> tuple:
-    from kiln.jit.primitives import _axes
     shape = x.shape if isinstance(x, Array) else ()
     axes = _axes(_const_value(axis, "sum", node, "axis"), len(shape), "sum", node)
     return tuple(1 if i in axes else d for i, d in enumerate(shape)), shape
@@ -379,7 +376,6 @@ def _reduce_grad(dout, x, axis, keepdims):
 
 
 def _relay_reduce_grad(args, ins, out):
-    from kiln import relay
     kept, shape = _reduced_shape(ins[1], ins[2], ins[3], None)
     if not shape:
         return relay.reshape(args[0], ())
@@ -416,7 +412,6 @@ def _infer_grad_seed(node, value: Abstract, name: Abstract) -> Abstract:
 
 
 def _relay_grad_seed(args, ins, out):
-    from kiln import relay
     return relay.full(relay.const(1, out.dtype), out.shape if isinstance(out, Array) else (),
                       out.dtype)
 

@@ -20,6 +20,18 @@ _LAZY = {
                                              "UnsupportedInModelLibraryFormatError"),
     "model_library_format": "kiln.micro.model_library_format",
     "testing": "kiln.micro.testing",
+    "generate_project": ("kiln.micro.project", "generate_project"),
+    "generate_project_from_mlf": ("kiln.micro.project", "generate_project_from_mlf"),
+    "get_microtvm_template_projects": ("kiln.micro.project", "get_microtvm_template_projects"),
+    "GeneratedProject": ("kiln.micro.project", "GeneratedProject"),
+    "TemplateProject": ("kiln.micro.project", "TemplateProject"),
+    "project_api": "kiln.micro.project_api",
+    "transport": "kiln.micro.transport",
+    "TransportTimeouts": ("kiln.micro.transport", "TransportTimeouts"),
+    "SessionTerminatedError": ("kiln.micro.session_layer", "SessionTerminatedError"),
+    "Session": ("kiln.micro.session", "Session"),
+    "create_local_graph_executor": ("kiln.micro.session", "create_local_graph_executor"),
+    "create_local_aot_executor": ("kiln.micro.session", "create_local_aot_executor"),
     "board": "kiln.micro.board",
 }
 

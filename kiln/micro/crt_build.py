@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from kiln.runtime.cc import run_compiler
 from kiln.runtime.error import TVMError
 
 _CRT_DIR = Path(__file__).resolve().parent / "crt"
@@ -37,6 +37,8 @@ COMPONENTS = (
     "graph_executor_module",
     "aot_executor",
     "aot_executor_module",
+    "microtvm_rpc_common",
+    "microtvm_rpc_server",
 )
 
 #: Warning flags the CRT must build cleanly with, on every compiler.
@@ -98,18 +100,6 @@ def write_crt_config(out_dir: str | os.PathLike, overrides: Mapping[str, object]
     return path
 
 
-def _run(cmd: Sequence[str], what: str) -> None:
-    try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, check=False)
-    except OSError as err:
-        raise TVMError(f"{what} failed: cannot run {cmd[0]!r}: {err}") from None
-    if proc.returncode != 0:
-        raise TVMError(
-            f"{what} failed (exit code {proc.returncode}).\ncommand: {' '.join(cmd)}\n"
-            f"{proc.stdout}{proc.stderr}"
-        )
-
-
 def _find(cc: str) -> str:
     path = shutil.which(cc)
     if path is None:
@@ -140,7 +130,7 @@ def compile_objects(
     objects = []
     for source in sources:
         obj = out / (Path(source).stem + ".o")
-        _run(
+        run_compiler(
             [compiler, "-c", *cflags, *flags, os.fspath(source), "-o", os.fspath(obj)],
             f"Compiling {Path(source).name}",
         )
@@ -156,5 +146,6 @@ def link_executable(
     ldflags: Sequence[str] = ("-lm",),
 ) -> Path:
     """Link object files into an executable at ``output``."""
-    _run([_find(cc), *map(os.fspath, objects), "-o", os.fspath(output), *ldflags], "Linking")
+    run_compiler([_find(cc), *map(os.fspath, objects), "-o", os.fspath(output), *ldflags],
+                 "Linking")
     return Path(output)

@@ -19,6 +19,7 @@ Entry points: :func:`build`, :func:`optimize`, :func:`create_executor`,
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from typing import Any
@@ -278,6 +279,10 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
         raise TVMError("relay.build: executor= takes relay.backend.Executor('graph'|'aot') "
                        "and runtime= takes relay.backend.Runtime('cpp'|'crt')")
     check_combination(executor, runtime)
+    # Both executors put mod_name into C symbols and Model Library Format paths.
+    if not isinstance(mod_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", mod_name):
+        raise TVMError(f"mod_name {mod_name!r} must be letters, digits and '_': it becomes "
+                       "part of C names (tvmgen_<mod_name>_run) and file names")
     if isinstance(ir_mod, rx.Function):
         ir_mod = IRModule.from_expr(ir_mod)
     if not isinstance(ir_mod, IRModule):

@@ -37,6 +37,7 @@ __all__ = [
     "compiler_version",
     "openmp_available",
     "default_options",
+    "run_compiler",
     "include_dirs",
     "compile_object",
     "create_shared",
@@ -70,9 +71,12 @@ def compiler_version(cc: str | None = None) -> str:
     """First line of ``cc --version`` (part of every cache key)."""
     cc = cc or find_compiler()
     try:
-        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False,
+                              timeout=config.compile_timeout())
     except OSError as err:
         raise TVMError(f"cannot run the C compiler {cc!r}: {err}") from None
+    except subprocess.TimeoutExpired:
+        raise TVMError(f"'{cc} --version' did not finish (KILN_CC_TIMEOUT)") from None
     lines = (proc.stdout or proc.stderr).splitlines()
     return lines[0] if lines else cc
 
@@ -86,8 +90,11 @@ def openmp_available(cc: str | None = None) -> bool:
         src = Path(tmp, "probe.c")
         src.write_text(probe)
         cmd = [cc, "-fopenmp", "-fPIC", "-shared", str(src), "-o", str(Path(tmp, "probe.so"))]
-        proc = subprocess.run(cmd, capture_output=True, check=False)
-    return proc.returncode == 0
+        try:
+            run_compiler(cmd, "OpenMP probe")
+        except TVMError:  # no OpenMP (or a compiler that hangs on it): build without
+            return False
+    return True
 
 
 def default_options(cc: str | None = None) -> list[str]:
@@ -103,7 +110,13 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _run(cmd: list[str], what: str) -> None:
+def run_compiler(cmd: Sequence[str], what: str) -> None:
+    """Run one compiler/archiver command; raise :class:`TVMError` with its output on failure.
+
+    The command gets its own process group and ``KILN_CC_TIMEOUT`` seconds; past that the whole
+    group is killed and :class:`TVMError` says so.
+    """
+    cmd = list(cmd)
     if config.debug_level() >= 4:
         print(f"[kiln cc] {' '.join(cmd)}", file=sys.stderr)
     timeout = config.compile_timeout()
@@ -158,7 +171,7 @@ def compile_object(
     cc = cc or find_compiler()
     opts = list(default_options(cc) if options is None else options)
     cmd = [cc, "-c", *opts, "-fPIC", *_include_flags(), os.fspath(source), "-o", os.fspath(output)]
-    _run(cmd, "Compilation")
+    run_compiler(cmd, "Compilation")
     return os.fspath(output)
 
 
@@ -187,7 +200,7 @@ def create_shared(
     opts = list(default_options(cc) if options is None else options)
     cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
     cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
-    _run(cmd, "Compilation")
+    run_compiler(cmd, "Compilation")
     return os.fspath(output)
 
 
@@ -215,7 +228,7 @@ def create_staticlib(
             objects.append(path)
         if os.path.exists(output):
             os.remove(output)
-        _run([ar, "rcs", os.fspath(output), *objects], "Archiving")
+        run_compiler([ar, "rcs", os.fspath(output), *objects], "Archiving")
     return os.fspath(output)
 
 

@@ -4,7 +4,9 @@ import json
 import tarfile
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from kiln.driver.cli import main
 from kiln.micro import model_library_format as mlf
@@ -12,9 +14,6 @@ from kiln.micro import model_library_format as mlf
 
 @pytest.fixture
 def onnx_model(tmp_path):
-    onnx = pytest.importorskip("onnx")
-    from onnx import TensorProto, helper, numpy_helper
-
     w = numpy_helper.from_array(np.linspace(-1, 1, 40, dtype="float32").reshape(10, 4), "w")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),

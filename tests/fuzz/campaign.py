@@ -191,7 +191,9 @@ def run_inputs(name: str, inputs: Iterable[bytes], out_dir: str | os.PathLike | 
             reply = worker.feed(data)
             status = reply["status"]
             stats.counts[status] += 1
-            stats.slow += bool(reply.get("slow"))
+            if reply.get("slow"):  # kept to look at: a slow loader, or just a busy host
+                stats.slow += 1
+                _record(out, name, data, {**reply, "status": f"slow-{status}"})
             if status in FINDINGS:
                 path = _record(out, name, data, reply)
                 summary = f"{reply.get('type', '')}: {reply.get('message', '')}".strip()

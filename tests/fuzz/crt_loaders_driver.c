@@ -21,20 +21,11 @@
 #include <tvm/runtime/crt/internal/graph_executor/graph_executor.h>
 
 #include "crt_test.h"
+#include "fuzz_rng.h"
 #include "test_platform.h"
 
 #define MAX_SEEDS 8
 
-static uint64_t g_rng;
-
-static uint64_t Next(void) {
-  g_rng ^= g_rng << 13;
-  g_rng ^= g_rng >> 7;
-  g_rng ^= g_rng << 17;
-  return g_rng;
-}
-
-static size_t Below(size_t n) { return n == 0 ? 0 : (size_t)(Next() % n); }
 
 typedef struct {
   char* data;

@@ -3,6 +3,7 @@ finite differences, FinalVM limits, the Pipeline object and JitError messages.""
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -286,8 +287,8 @@ def test_assert_raises_at_runtime():
 
 # -- grad ----------------------------------------------------------------------------------------
 
-jax = pytest.importorskip("jax")
 jnp = jax.numpy
+# JAX defaults to float32; the oracle must compute in float64 like kiln.jit does.
 jax.config.update("jax_enable_x64", True)
 
 

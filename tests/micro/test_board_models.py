@@ -5,10 +5,11 @@ standalone on the host and on the emulated Cortex-M (QEMU), against the host gra
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import kiln as tvm
 from kiln import relay
@@ -18,10 +19,7 @@ from kiln.relay.backend import Executor, Runtime
 from kiln.relay.testing import micro_models
 
 TARGET = "c -keys=arm_cpu -mcpu=cortex-m4"
-HAVE_QEMU = shutil.which("qemu-system-arm") is not None and \
-    shutil.which("arm-none-eabi-gcc") is not None
-BOARDS = ["host", pytest.param("qemu-cortex-m4", marks=pytest.mark.skipif(
-    not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi (apt)"))]
+BOARDS = ["host", "qemu-cortex-m4"]
 EXECUTORS = {"aot": Executor("aot", {"interface-api": "c", "unpacked-api": True}),
              "graph": Executor("graph", {"link-params": True}),
              "graph-params": Executor("graph", {"link-params": False})}
@@ -83,7 +81,6 @@ def test_standalone_output_matches_the_host_graph_executor(models, name, executo
     assert result.ticks > 0
 
 
-@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
 def test_cortex_m4_instruction_counts_are_exact_and_repeatable(models):
     project = models["mlp"].project("aot", "qemu-cortex-m4")
     first = project.run([models["mlp"].x])
@@ -95,7 +92,6 @@ def test_cortex_m4_instruction_counts_are_exact_and_repeatable(models):
     assert 0 < first.stack_bytes < 64 * 1024
 
 
-@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
 def test_the_same_archive_runs_on_the_cortex_m7(models):
     model = models["kws_dscnn"]
     project = StandaloneProject(model.archive("aot"), "qemu-cortex-m7",
@@ -159,7 +155,6 @@ def test_a_corrupt_archive_is_a_clear_error(tmp_path):
         StandaloneProject(bad, "host")
 
 
-@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
 def test_linked_inputs_and_uart_outputs(models, tmp_path):
     # io="linked": no semihosting files; each run relinks its inputs into the image and the
     # outputs come back as hex lines on the UART.
@@ -196,7 +191,6 @@ def test_graph_executor_out_of_workspace_is_an_error_not_a_crash(models, tmp_pat
         project.run([model.x])
 
 
-@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
 def test_io_inside_the_workspace_pool(models, tmp_path):
     # tir.usmp.use_workspace_io: the program finds its inputs and outputs in the pool it
     # provides (map_inputs/map_outputs), so the image has no separate I/O buffers.
@@ -231,14 +225,9 @@ def test_an_archive_escaping_its_directory_is_refused(tmp_path):
     assert not (tmp_path.parent / "escaped.txt").exists()
 
 
-@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
 def test_onnx_to_cortex_m_from_the_command_line(tmp_path, capsys):
     # The workflow: kiln compile --runtime crt, then kiln micro run on the board;
     # onnxruntime is the oracle.
-    onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper, numpy_helper
-
     from kiln.driver.cli import main
 
     rng = np.random.default_rng(4)
@@ -263,7 +252,6 @@ def test_onnx_to_cortex_m_from_the_command_line(tmp_path, capsys):
     np.testing.assert_allclose(got[got.files[0]], want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.skipif(not HAVE_QEMU, reason="needs qemu-system-arm and gcc-arm-none-eabi")
 def test_user_memory_pools(models, tmp_path):
     # External pools (TVM's WorkspaceMemoryPools / ConstantMemoryPools): the program provides
     # the SRAM pool and the flash pool, the latter filled from <POOL>_CONSTANT_POOL_DATA.

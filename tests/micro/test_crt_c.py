@@ -209,3 +209,13 @@ def test_crt_dlpack_header_is_the_runtime_one():
     crt_copy = os.path.join(tvm.micro.get_standalone_crt_dir(), "include/dlpack/dlpack.h")
     with open(runtime_copy, "rb") as a, open(crt_copy, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_crt_build_kills_a_compiler_that_hangs(tmp_path, monkeypatch):
+    # A compiler stuck on its input (e.g. `#include "/dev/zero"`) must not hang the build.
+    hang = tmp_path / "hanging-cc"
+    hang.write_text("#!/bin/sh\nsleep 60\n")
+    hang.chmod(0o755)
+    monkeypatch.setenv("KILN_CC_TIMEOUT", "0.5")
+    with pytest.raises(tvm.TVMError, match=r"did not finish within .*KILN_CC_TIMEOUT"):
+        crt_build.link_executable(tmp_path / "prog", [], cc=str(hang))

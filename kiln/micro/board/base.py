@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -92,7 +93,11 @@ def parse_result_line(console: str) -> dict[str, int]:
     fields = {}
     for item in lines[-1].split()[1:]:
         key, _, value = item.partition("=")
-        fields[key] = int(value)
+        try:
+            fields[key] = int(value)
+        except ValueError:
+            raise MicroBoardError(f"malformed 'kiln-result' field {item!r} in "
+                                  f"{lines[-1][:80]!r}") from None
     return fields
 
 
@@ -104,10 +109,14 @@ def parse_console_outputs(console: str, sizes: Sequence[int]) -> list[bytes]:
         if not line.startswith("kiln-output "):
             continue
         parts = line.split()
-        index, offset = int(parts[1]), int(parts[2])
-        if index >= len(sizes) or offset != len(chunks[index]):
+        try:
+            index, offset = int(parts[1]), int(parts[2])
+            data = bytes.fromhex(parts[3] if len(parts) > 3 else "")
+        except (IndexError, ValueError):
+            raise MicroBoardError(f"malformed console output line: {line[:60]!r}") from None
+        if not 0 <= index < len(sizes) or offset != len(chunks[index]):
             raise MicroBoardError(f"console output line out of order: {line[:60]!r}")
-        chunks[index] += bytes.fromhex(parts[3] if len(parts) > 3 else "")
+        chunks[index] += data
     for i, (chunk, size) in enumerate(zip(chunks, sizes)):
         if len(chunk) != size:
             raise MicroBoardError(f"output {i}: {len(chunk)} bytes on the console, expected "
@@ -152,8 +161,6 @@ def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float, what: str,
 def _feed_when_ready(proc: subprocess.Popen, feed: bytes,
                      timeout: float) -> tuple[bytes, bytes]:
     """Collect stdout/stderr; write ``feed`` to stdin after the ready line appears."""
-    import threading
-
     out, err = bytearray(), bytearray()
     ready = threading.Event()
 
@@ -210,7 +217,7 @@ def _tail(out: bytes | str, err: bytes | str) -> str:
 
 def compile_command(cmd: Sequence[str], cwd: Path, what: str) -> None:
     """Run a compiler/linker command; raise :class:`MicroBoardError` with its output on error."""
-    code, out, err = run_process(cmd, cwd, timeout=600, what=what)
+    code, out, err = run_process(cmd, cwd, timeout=config.compile_timeout(), what=what)
     if code != 0:
         raise MicroBoardError(f"{what} failed (exit {code}):\n{' '.join(map(str, cmd))}\n"
                               f"{(out + err)[-6000:]}")

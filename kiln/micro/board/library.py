@@ -58,7 +58,7 @@ class ModelLibrary:
         The archive written by ``tvm.micro.export_model_library_format``.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, read_interface: bool = True) -> None:
         path = Path(path)
         if not path.exists():
             raise MicroBoardError(f"Model Library Format archive {path} does not exist")
@@ -85,6 +85,10 @@ class ModelLibrary:
         except (TVMError, ValueError, KeyError, StopIteration, AttributeError, TypeError) as err:
             raise MicroBoardError(f"{path}: metadata.json lacks modules/<name>/executors "
                                   f"({err!r})") from None
+        # The name goes into file paths, regular expressions and the generated C.
+        if not re.fullmatch(r"[A-Za-z0-9_]+", self.mod_name):
+            raise MicroBoardError(f"{path}: module name {self.mod_name!r} in metadata.json "
+                                  "must be letters, digits and '_'")
         self.executor = executors[0] if executors else ""
         if self.executor not in ("aot", "graph"):
             raise MicroBoardError(f"{path}: executor {self.executor!r}; standalone boards run "
@@ -100,6 +104,9 @@ class ModelLibrary:
         self.external_pools: list[tuple[str, int, bool]] = []
         self.io_in_pools = False  # AOT: I/O inside the pools (tir.usmp.use_workspace_io)
         self.aot_workspace_size = 0  # AOT: TVMBackendAllocWorkspace bytes (0 under USMP)
+        self.inputs, self.outputs = [], []
+        if not read_interface:  # host-driven: the host learns the I/O over RPC
+            return
         try:
             self.inputs, self.outputs = (self._aot_io() if self.executor == "aot"
                                          else self._graph_io())

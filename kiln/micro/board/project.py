@@ -38,6 +38,10 @@ _DL_TYPE_CODES = {"i": "kDLInt", "u": "kDLUInt", "f": "kDLFloat", "b": "kDLUInt"
 _IO_DEFINES = {"files": {}, "linked": {"KILN_LINKED_IO": "1"},
                "console": {"KILN_CONSOLE_IO": "1"}}
 _CRT_PARTS = {"aot": ("common", "memory"), "graph": ("common", "memory", "graph_executor")}
+#: A host-driven program serves any executor over RPC.
+_RPC_CRT_PARTS = ("common", "memory", "graph_executor", "graph_executor_module", "aot_executor",
+                  "aot_executor_module", "microtvm_rpc_common", "microtvm_rpc_server")
+EXECUTIONS = ("standalone", "host-driven")
 
 
 def _c_bytes(data: bytes, per_line: int = 64) -> str:
@@ -195,15 +199,25 @@ class StandaloneProject:
         asks for them, and the outputs come back there. ``"linked"``: each run compiles its
         inputs into the image and the outputs come back over the console, as a deployed
         program without any host link would hold them.
+    execution : str
+        ``"standalone"``: the program runs the model once by itself (``run``).
+        ``"host-driven"``: the program is microTVM's RPC server over the console link
+        (``rpc_main.c``) with the model's system library; the host drives it through
+        ``tvm.micro.Session`` (the archive must be built with ``Runtime("crt",
+        {"system-lib": True})``).
     """
 
     def __init__(self, mlf: str | Path | ModelLibrary, board: Board | str,
                  build_dir: str | Path | None = None, workspace_bytes: int | None = None,
                  repeat: int = 1, defines: Mapping[str, str] | None = None,
-                 io: str = "files") -> None:
+                 io: str = "files", execution: str = "standalone") -> None:
         from kiln.micro.board import get_board
 
-        self.library = mlf if isinstance(mlf, ModelLibrary) else ModelLibrary(mlf)
+        if execution not in EXECUTIONS:
+            raise MicroBoardError(f"execution must be one of {EXECUTIONS}, got {execution!r}")
+        self.execution = execution
+        self.library = mlf if isinstance(mlf, ModelLibrary) else ModelLibrary(
+            mlf, read_interface=execution == "standalone")
         self.board = get_board(board) if isinstance(board, str) else board
         self._tmp = None
         if build_dir is None:
@@ -212,7 +226,8 @@ class StandaloneProject:
         self.build_dir = Path(build_dir)
         if workspace_bytes is None:
             workspace_bytes = self.library.aot_workspace_size + 64
-            if self.library.executor == "graph":
+            # Host-driven programs allocate what the host asks for over RPC.
+            if self.library.executor == "graph" or execution == "host-driven":
                 # Unlinked params live in the executor's storage, and LoadParams holds one
                 # more copy of a param while it loads it: twice the blob is always enough.
                 params = None if self.library.params_linked else self.library.params_blob()
@@ -239,8 +254,9 @@ class StandaloneProject:
         ``platform.c``; shared by every model) and the model (generated C + glue)."""
         crt = self.library.crt_dir
         crt_src = crt / "src" / "runtime" / "crt"
-        crt_files = [f for part in _CRT_PARTS[self.library.executor]
-                     for f in sorted((crt_src / part).glob("*.c"))]
+        host_driven = self.execution == "host-driven"
+        parts = _RPC_CRT_PARTS if host_driven else _CRT_PARTS[self.library.executor]
+        crt_files = [f for part in parts for f in sorted((crt_src / part).glob("*.c"))]
         if not crt_files:
             raise MicroBoardError(f"no CRT sources under {crt_src}")
         common = source_dir() / "common"
@@ -248,11 +264,16 @@ class StandaloneProject:
         runtime_includes = [config_dir, common, crt / "include", crt_src / "include"]
         defines = {"KILN_WORKSPACE_BYTES": str(self.workspace_bytes),
                    "KILN_REPEAT": str(self.repeat), **self.defines}
-        if self.library.executor == "aot":
+        # AOT frees in LIFO order (stack allocator); RPC clients free in any order.
+        if self.library.executor == "aot" and not host_driven:
             defines["KILN_ALLOCATOR_STACK"] = "1"
-        runtime = SourceGroup.of([common / "main.c", common / "platform.c", *crt_files],
+        if host_driven:  # the global registry, the system library and an executor module
+            defines.setdefault("TVM_CRT_MAX_REGISTERED_MODULES", "3")
+        main = common / ("rpc_main.c" if host_driven else "main.c")
+        runtime = SourceGroup.of([main, common / "platform.c", *crt_files],
                                  runtime_includes, defines)
-        model = SourceGroup.of([*self.library.sources, self.build_dir / "kiln_model.c"],
+        glue = [] if host_driven else [self.build_dir / "kiln_model.c"]
+        model = SourceGroup.of([*self.library.sources, *glue],
                                [*runtime_includes, self.library.include_dir], defines)
         groups = [runtime, model]
         if self.io == "linked":
@@ -265,7 +286,8 @@ class StandaloneProject:
         config_dir = self.build_dir / "crt_config"
         config_dir.mkdir(exist_ok=True)
         shutil.copyfile(self.library.crt_config_template(), config_dir / "crt_config.h")
-        (self.build_dir / "kiln_model.c").write_text(model_glue(self.library))
+        if self.execution == "standalone":
+            (self.build_dir / "kiln_model.c").write_text(model_glue(self.library))
         if self.io == "linked" and not (self.build_dir / "kiln_inputs.c").exists():
             self._write_inputs([np.zeros(t.nbytes, "uint8") for t in self.inputs])
         self.program = self.board.build(self.source_groups(), self.build_dir)

@@ -17,7 +17,6 @@ linked with the kernels into one shared library.
 from __future__ import annotations
 
 import math
-import re
 import time
 from typing import Any
 
@@ -147,9 +146,6 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
     from kiln.target.source_module import CSourceModule
 
     start = time.perf_counter()
-    if not isinstance(mod_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", mod_name):
-        raise TVMError(f"mod_name {mod_name!r} must be letters, digits and '_': it becomes "
-                       "part of C names (tvmgen_<mod_name>_run)")
     unpacked, interface = check_combination(executor, runtime)
     config = _config()
     usmp = config.get("tir.usmp.enable", True)

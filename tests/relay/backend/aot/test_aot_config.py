@@ -85,10 +85,12 @@ def test_crt_source_cannot_be_run_here():
         lib["default"]
 
 
-@pytest.mark.parametrize("mod_name", ["", "my-model", "a b"])
-def test_mod_name_must_make_c_names(mod_name):
+@pytest.mark.parametrize("executor", ["aot", "graph"])
+@pytest.mark.parametrize("mod_name", ["", "my-model", "a b", "../x", None])
+def test_mod_name_must_make_c_names(mod_name, executor):
+    # The graph executor too: mod_name names C symbols and Model Library Format tar entries.
     with pytest.raises(tvm.TVMError, match="must be letters, digits and '_'"):
-        relay.build(_mod(), "c", executor=Executor("aot"), mod_name=mod_name)
+        relay.build(_mod(), "c", executor=Executor(executor), mod_name=mod_name)
 
 
 def test_output_tensor_names_name_the_c_interface():

@@ -42,6 +42,14 @@ int kiln_board_read_console(void* buf, size_t nbytes);
 /* Write a line of text to the board's console (stdout or the UART). */
 void kiln_board_puts(const char* text);
 
+/* Receive what the host sent over the console link (stdin, or the UART) as a byte stream:
+ * waits for at least one byte, returns how many were stored (at most `max`), 0 once the link
+ * is closed. For the RPC server (rpc_main.c). */
+size_t kiln_board_receive(uint8_t* buf, size_t max);
+
+/* Send raw bytes over the console link (no newline added). */
+void kiln_board_send(const uint8_t* data, size_t nbytes);
+
 /* A free-running tick counter and its rate. */
 uint64_t kiln_board_ticks(void);
 uint64_t kiln_board_ticks_per_second(void);

@@ -65,6 +65,19 @@ void kiln_cortex_m_putc(char c) {
   UART_DATA = (uint32_t)(unsigned char)c;
 }
 
+size_t kiln_board_receive(uint8_t* buf, size_t max) {
+  size_t n = 0;
+  /* QEMU's CMSDK UART holds one received byte at a time: poll until it has one. */
+  while (!(UART_STATE & UART_STATE_RXFULL)) {
+  }
+  while (n < max && (UART_STATE & UART_STATE_RXFULL)) buf[n++] = (uint8_t)UART_DATA;
+  return n;
+}
+
+void kiln_board_send(const uint8_t* data, size_t nbytes) {
+  for (size_t i = 0; i < nbytes; ++i) kiln_cortex_m_putc((char)data[i]);
+}
+
 /* Polls: input arrives only while the host sends a model's inputs. */
 int kiln_board_read_console(void* buf, size_t nbytes) {
   uint8_t* out = (uint8_t*)buf;

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kiln_board.h"
 
@@ -60,4 +61,23 @@ uint32_t kiln_board_stack_used(void) { return 0; }
 void kiln_board_exit(int code) {
   fflush(stdout);
   exit(code);
+}
+
+size_t kiln_board_receive(uint8_t* buf, size_t max) {
+  ssize_t n;
+  fflush(stdout); /* console lines written with stdio go out before we wait */
+  do {
+    n = read(0, buf, max);
+  } while (n < 0);
+  return (size_t)n;
+}
+
+void kiln_board_send(const uint8_t* data, size_t nbytes) {
+  fflush(stdout);
+  while (nbytes > 0) {
+    ssize_t n = write(1, data, nbytes);
+    if (n <= 0) kiln_board_exit(KILN_EXIT_IO); /* the host went away */
+    data += n;
+    nbytes -= (size_t)n;
+  }
 }
