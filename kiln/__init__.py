@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from kiln._lazy import attach
+from kiln.runtime.object import register_node_type_modules
 
 __version__ = "0.1.0"
 
@@ -16,6 +17,7 @@ _LAZY = {
     "ndarray": "kiln.runtime.ndarray",
     "ir": "kiln.ir",
     "transform": "kiln.ir.transform",
+    "instrument": "kiln.ir.instrument",
     "relay": "kiln.relay",
     "parser": "kiln.relay.parser",
     "te": "kiln.te",
@@ -31,6 +33,8 @@ _LAZY = {
     "jit": "kiln.jit",
     "driver": "kiln.driver",
     "error": "kiln.runtime.error",
+    "_ffi": "kiln._ffi",
+    "compat": "kiln.compat",
     # runtime names
     "Object": ("kiln.runtime.object", "Object"),
     "register_object": ("kiln.runtime.object", "register_object"),
@@ -62,3 +66,16 @@ _LAZY = {
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)
+
+# Every module that defines node types, or registers what nodes name (operators for Op nodes):
+# load_json and type lookups import them on demand, so saved IR loads in a fresh process.
+# tests/runtime/test_serialization_fresh_process.py checks this list is complete.
+register_node_type_modules(
+    "kiln.ir.base", "kiln.ir.type", "kiln.ir.expr", "kiln.ir.attrs", "kiln.ir.adt",
+    "kiln.ir.function", "kiln.ir.module", "kiln.ir.op", "kiln.ir.transform",
+    "kiln.arith.int_set", "kiln.tir.expr", "kiln.tir.stmt", "kiln.tir.buffer",
+    "kiln.tir.function", "kiln.tir.transform.base", "kiln.te.tensor", "kiln.target.target",
+    "kiln.relay.base", "kiln.relay.expr", "kiln.relay.adt", "kiln.relay.op",
+    "kiln.relay.op.op_attrs", "kiln.relay.transform", "kiln.runtime.vm.memory",
+    "kiln.runtime.vm.values",
+)

@@ -132,6 +132,7 @@ class Analyzer:
     rewrite_simplify = simplify
 
     def const_int_bound_interval(self, expr: Any) -> Interval:
+        """``(min, max)`` of an integer expression's values (infinities when unbounded)."""
         expr = convert_expr(expr)
         if isinstance(expr, IntImm):
             return (expr.value, expr.value)
@@ -163,6 +164,7 @@ class Analyzer:
         return isinstance(result, IntImm) and result.value != 0
 
     def can_prove_equal(self, a: Any, b: Any) -> bool:
+        """Whether ``a - b`` simplifies to the constant 0."""
         diff = self.simplify(convert_expr(a) - convert_expr(b))
         return isinstance(diff, IntImm) and diff.value == 0
 

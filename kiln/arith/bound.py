@@ -47,6 +47,7 @@ class ModularSet:
 
 
 def is_finite(v: int) -> bool:
+    """Whether ``v`` is a finite bound (not ``NEG_INF``/``POS_INF``)."""
     return NEG_INF < v < POS_INF
 
 
@@ -63,16 +64,19 @@ def _mul(a: int, b: int) -> int:
 
 
 def interval_add(x: Interval, y: Interval) -> Interval:
+    """``x + y`` of two intervals; an infinite end stays infinite."""
     lo = NEG_INF if x[0] <= NEG_INF or y[0] <= NEG_INF else _clamp(x[0] + y[0])
     hi = POS_INF if x[1] >= POS_INF or y[1] >= POS_INF else _clamp(x[1] + y[1])
     return (lo, hi)
 
 
 def interval_neg(x: Interval) -> Interval:
+    """``-x`` of an interval."""
     return (-x[1], -x[0])
 
 
 def interval_mul(x: Interval, y: Interval) -> Interval:
+    """``x * y`` of two intervals: the extremes of the four corner products."""
     products = [_mul(a, b) for a in x for b in y]
     return (min(products), max(products))
 
@@ -89,4 +93,5 @@ def interval_floordiv(x: Interval, c: int) -> Interval:
 
 
 def interval_union(x: Interval, y: Interval) -> Interval:
+    """The smallest interval holding both ``x`` and ``y``."""
     return (min(x[0], y[0]), max(x[1], y[1]))

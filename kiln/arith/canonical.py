@@ -45,6 +45,7 @@ Poly = dict  # tuple[int, ...] -> int; the empty tuple is the constant term
 
 
 def is_int_dtype(dtype: str) -> bool:
+    """Whether ``dtype`` is a scalar signed or unsigned integer (not bool)."""
     dt = DataType(dtype)
     return (dt.is_int or dt.is_uint) and not dt.is_bool and dt.lanes == 1
 
@@ -178,6 +179,7 @@ class Simplifier(StmtExprMutator):
 
     # ---- polynomial plumbing ---------------------------------------------------------------
     def atom(self, e: PrimExpr) -> int:
+        """The index of ``e`` as a polynomial variable (structurally equal atoms share one)."""
         key = structural_key(e, self._keys)
         idx = self.atom_ids.get(key)
         if idx is None:
@@ -187,14 +189,17 @@ class Simplifier(StmtExprMutator):
         return idx
 
     def atom_poly(self, e: PrimExpr) -> Poly:
+        """The polynomial ``1 * e`` of an atom."""
         return {(self.atom(e),): 1}
 
     @staticmethod
     def const_poly(v: int) -> Poly:
+        """The constant polynomial ``v``."""
         return {(): v} if v else {}
 
     @staticmethod
     def add_poly(p: Poly, q: Poly, scale: int = 1) -> Poly:
+        """``p + scale * q``, dropping terms that cancel."""
         out = dict(p)
         for mono, c in q.items():
             v = out.get(mono, 0) + c * scale
@@ -206,6 +211,7 @@ class Simplifier(StmtExprMutator):
 
     @staticmethod
     def mul_poly(p: Poly, q: Poly) -> Poly:
+        """``p * q``, dropping terms that cancel."""
         out: Poly = {}
         for m1, c1 in p.items():
             for m2, c2 in q.items():
@@ -230,6 +236,7 @@ class Simplifier(StmtExprMutator):
         return self.atom_poly(e)
 
     def from_poly(self, p: Poly, dtype: str) -> PrimExpr:
+        """A polynomial back as a TIR expression of ``dtype`` (positive terms first)."""
         p = self.merge_divmod(p, dtype)
         monos = sorted((m for m in p if m), key=lambda m: m)
         const = p.get((), 0)
@@ -289,6 +296,7 @@ class Simplifier(StmtExprMutator):
         return not isinstance(e, _e.Add | _e.Sub | _e.Mul)
 
     def poly_bound(self, p: Poly, depth: int = 0) -> Interval:
+        """``(min, max)`` of a polynomial's values, tightened by div/mod and range facts."""
         bound = self._plain_bound(p)
         for tighter in (self._paired_floordiv_bound(p), self._divmod_bound(p),
                         self._symbolic_range_bound(p, depth)):
@@ -379,6 +387,7 @@ class Simplifier(StmtExprMutator):
         return total
 
     def atom_bound(self, idx: int) -> Interval:
+        """``(min, max)`` of atom ``idx`` (cached; a cycle gives everything)."""
         cached = self.atom_bounds.get(idx)
         if cached is None:
             self.atom_bounds[idx] = EVERYTHING  # guards against cycles
@@ -433,6 +442,7 @@ class Simplifier(StmtExprMutator):
 
     # ---- rewriting ----------------------------------------------------------------------------
     def simplify(self, e: PrimExpr) -> PrimExpr:
+        """``e`` simplified: integers through their canonical polynomial, others by node."""
         if not is_int_dtype(e.dtype):
             return self.visit(e)
         done = self._simplified.get(id(e))
@@ -444,6 +454,7 @@ class Simplifier(StmtExprMutator):
 
     def visit(self, node: Any) -> Any:
         # simplify() shares this memo: an integer node's visit rewrites it as simplify does
+        """``node`` rewritten (memoized with :meth:`simplify`)."""
         done = self._simplified.get(id(node))
         if done is not None and done[0] is node:
             return done[1]
@@ -495,6 +506,7 @@ class Simplifier(StmtExprMutator):
         return self.atom_poly(simplified)
 
     def canon_minmax(self, e: PrimExpr) -> Poly:
+        """The polynomial of a min/max: one side when the bound of their difference decides."""
         pa, pb = self.canon(e.a), self.canon(e.b)
         lo, hi = self.poly_bound(self.add_poly(pa, pb, -1))
         is_min = isinstance(e, _e.Min)
@@ -506,6 +518,7 @@ class Simplifier(StmtExprMutator):
         return self.atom_poly(type(e)(a, b))
 
     def canon_div(self, e: PrimExpr) -> Poly:
+        """The polynomial of a (floor/trunc) div or mod by a constant, or an atom."""
         pa = self.canon(e.a)
         divisor = self.simplify(e.b)
         floor_kind = isinstance(e, _e.FloorDiv | _e.FloorMod)
@@ -535,6 +548,7 @@ class Simplifier(StmtExprMutator):
         return quotient, rest
 
     def floordiv_poly(self, p: Poly, c: int, dtype: str) -> Poly:
+        """``floor(p / c)``: the exact quotient terms plus the remainder's division."""
         quotient, rest = self._split(p, c)
         lo, hi = self.poly_bound(rest)
         if is_finite(lo) and is_finite(hi) and lo // c == hi // c:
@@ -557,6 +571,7 @@ class Simplifier(StmtExprMutator):
 
     def floormod_poly(self, p: Poly, c: int, dtype: str) -> Poly:
         # (a*x + r) mod c == ((a mod c)*x + r) mod c
+        """``p mod c``: coefficients reduced mod ``c``, folded when the bound decides."""
         rest = {m: v % c if m else v for m, v in p.items() if not m or v % c}
         const = rest.get((), 0)
         if const:
@@ -590,6 +605,7 @@ class Simplifier(StmtExprMutator):
 
     # ---- non-polynomial nodes -------------------------------------------------------------
     def generic_visit(self, node: Any) -> Any:
+        """Rewrite the children, then fold a node of two constants."""
         node = super().generic_visit(node)
         fold = _FOLD.get(type(node))
         if fold is not None:
@@ -597,9 +613,11 @@ class Simplifier(StmtExprMutator):
         return node
 
     def visit_IntImm(self, node):
+        """A constant is already simple."""
         return node
 
     def visit_Var(self, node):
+        """A variable's bound value (simplified) if the analyzer has one."""
         value = self.analyzer._var_value(node)
         return node if value is None else self.simplify(value)
 
@@ -614,6 +632,7 @@ class Simplifier(StmtExprMutator):
     visit_Div = visit_Mod = visit_Min = visit_Max = _int_visit
 
     def visit_Cast(self, node):
+        """A cast of the simplified value (folded for constants)."""
         value = self.simplify(node.value)
         return _op.cast(value, node.dtype)
 
@@ -631,9 +650,11 @@ class Simplifier(StmtExprMutator):
     visit_LT = visit_LE = visit_GT = visit_GE = visit_EQ = visit_NE = _compare
 
     def visit_Not(self, node):
+        """``!a`` of the simplified operand (folded for constants)."""
         return _op.logical_not(self.visit(node.a))
 
     def visit_Select(self, node):
+        """A select decided by its condition, or of simplified arms."""
         cond = self.visit(node.condition)
         if isinstance(cond, IntImm):
             return self.simplify(node.true_value if cond.value else node.false_value)
@@ -643,6 +664,7 @@ class Simplifier(StmtExprMutator):
         return _e.Select(cond, t, f)
 
     def visit_Call(self, node):
+        """A call of simplified arguments; a constant if_then_else/likely is decided."""
         args = [self.simplify(a) if isinstance(a, PrimExpr) and not isinstance(a, _e.IterVar)
                 else a for a in node.args]
         if node.op == "tir.if_then_else" and isinstance(args[0], IntImm):

@@ -33,12 +33,15 @@ class IntervalSet(Object):
 
     @staticmethod
     def from_range(rng: Range) -> IntervalSet:
+        """The integers ``[min, min + extent - 1]`` of a Range."""
         return IntervalSet(rng.min, rng.min + rng.extent - 1)
 
     def is_single_point(self) -> bool:
+        """Whether the set is one value (its two ends are the same node)."""
         return self.min_value is self.max_value
 
     def cover_range(self, default: Range | None = None) -> Range:
+        """A Range covering the set (``default`` when it is unbounded)."""
         if self.min_value is None or self.max_value is None:
             if default is None:
                 raise ValueError("cannot make a range from an unbounded interval")

@@ -2,13 +2,21 @@
 
 Entry point: :func:`main`. Subcommands:
 
-- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm]
-  [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file (``.rly``/``.txt``).
-  The package is a tar holding ``model.so`` (kernels plus the graph/params or VM bytecode blob)
-  and ``metadata.json`` (executor, target, inputs, outputs, compile statistics).
+- ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
+  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
+  (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
+  ``model.so`` (kernels plus the graph/params or VM bytecode blob, or the AOT main with its
+  metadata) and ``metadata.json``
+  (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
+  Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
+  ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
 - ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
+- ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
+  [--outputs out.npz] [--io files|console|linked]``: build a Model Library Format archive
+  with the C runtime into a standalone program for the board, run it once, print the outputs
+  and the board's ticks (exact instructions on the emulated Cortex-M).
 
 Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
 """
@@ -25,6 +33,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from kiln.runtime.archive import safe_extract
+from kiln.runtime.error import TVMError
+from kiln.runtime.serialization import read_json
 
 __all__ = ["main", "parse_input_shapes"]
 
@@ -106,6 +118,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     _progress(f"loading {args.model}")
     mod, params = _load_model(Path(args.model), shapes)
+    if args.runtime == "crt":
+        return _compile_micro(args, mod, params, start)
     inputs, outputs = _io_info(mod)
     target = args.target
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,6 +133,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 summary = (f"{stats['kernels']} fused kernels, {stats['kernel_calls']} kernel "
                            f"calls, {stats['planned_bytes']} bytes planned (lower bound "
                            f"{stats['peak_live_bytes']})")
+            elif args.executor == "aot":
+                from kiln.relay.backend import Executor
+
+                factory = relay.build(mod, target=target, params=params,
+                                      executor=Executor("aot"))
+                factory.export_library(str(lib_path))
+                stats = dict(factory.stats)
+                summary = (f"{stats['kernels']} fused kernels, AOT workspace pool "
+                           f"{stats['workspace_pool_bytes']} bytes (lower bound "
+                           f"{stats['workspace_lower_bound_bytes']})")
             else:
                 exe = relay.vm.compile(mod, target=target, params=params)
                 exe.mod.export_library(str(lib_path))
@@ -138,6 +162,42 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
+    """``--runtime crt``: C for the C runtime, written as a Model Library Format tar."""
+    import kiln
+    from kiln import relay
+    from kiln.relay.backend import Executor, Runtime
+
+    if args.executor == "vm":
+        raise CLIError("the C runtime has no VM", "use --executor aot or --executor graph "
+                       "with --runtime crt")
+    if args.executor == "aot":
+        interface = args.interface_api
+        executor = Executor("aot", {"interface-api": interface,
+                                    "unpacked-api": interface == "c"})
+    else:
+        executor = Executor("graph", {"link-params": True})
+    config = {"tir.disable_vectorize": True, "tir.usmp.algorithm": args.usmp_algorithm}
+    _progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
+              "C runtime)")
+    with kiln.transform.PassContext(opt_level=args.opt_level, config=config):
+        factory = relay.build(mod, target=args.target, params=params, executor=executor,
+                              runtime=Runtime("crt", {"system-lib": True}))
+    kiln.micro.export_model_library_format(factory, args.output)
+    stats = factory.stats
+    if args.executor == "aot":
+        summary = (f"{stats['kernels']} fused kernels, workspace pool "
+                   f"{stats['workspace_pool_bytes']} bytes (lower bound "
+                   f"{stats['workspace_lower_bound_bytes']}, {stats['usmp_algorithm']}), "
+                   f"constants {stats['constant_pool_bytes']} bytes")
+    else:
+        summary = (f"{stats['kernels']} fused kernels, {stats['planned_bytes']} bytes planned "
+                   f"(lower bound {stats['peak_live_bytes']})")
+    print(f"compiled {args.model} -> {args.output} (Model Library Format): {summary}, "
+          f"{time.perf_counter() - start:.2f} s")
+    return 0
+
+
 def _count_op_calls(func) -> int:
     from kiln.ir.op import Op
     from kiln.relay.analysis import post_order_visit
@@ -154,21 +214,18 @@ def _open_package(path: Path, workdir: str) -> tuple[dict, str]:
     if not path.exists():
         raise CLIError(f"no such package: {path}", "create one with `kiln compile`")
     try:
-        with tarfile.open(path) as tar:
-            names = set(tar.getnames())
-            if not {"model.so", "metadata.json"} <= names:
-                raise CLIError(f"{path} is not a kiln package (missing model.so or "
-                               "metadata.json)", "create one with `kiln compile`")
-            for name in ("model.so", "metadata.json"):
-                tar.extract(name, workdir, filter="data")
-    except tarfile.TarError as err:
+        root = safe_extract(path, Path(workdir) / "package")
+    except TVMError as err:
         raise CLIError(f"{path} is not a readable tar archive: {err}",
                        "create one with `kiln compile`") from None
+    if not ((root / "model.so").is_file() and (root / "metadata.json").is_file()):
+        raise CLIError(f"{path} is not a kiln package (missing model.so or metadata.json)",
+                       "create one with `kiln compile`")
     try:
-        meta = json.loads((Path(workdir) / "metadata.json").read_text())
-    except json.JSONDecodeError as err:
+        meta = read_json((root / "metadata.json").read_bytes(), "metadata.json")
+    except TVMError as err:
         raise CLIError(f"{path}: metadata.json is corrupt: {err}", "recompile the model") from None
-    return meta, str(Path(workdir) / "model.so")
+    return meta, str(root / "model.so")
 
 
 def _make_inputs(meta: dict, path: str | None) -> dict[str, np.ndarray]:
@@ -226,6 +283,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 for name, value in inputs.items():
                     debug.set_input(name, value)
                 print(debug.profile())
+        elif meta["executor"] == "aot":
+            from kiln.runtime.executor import AotModule
+
+            amod = AotModule(module["default"](dev))
+            amod.run(**inputs)
+            outputs = [amod.get_output(i).numpy() for i in range(amod.get_num_outputs())]
+            timer = amod.module.time_evaluator("run", dev, number=1, repeat=args.repeat)
+            if args.profile:
+                raise CLIError("--profile times the graph executor's operators",
+                               "compile with --executor graph to profile per operator")
         else:
             from kiln.runtime.vm import VirtualMachine
 
@@ -289,6 +356,152 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- micro ------------------------------------------------------------------------------
+def cmd_micro_run(args: argparse.Namespace) -> int:
+    from kiln.micro.board import BOARD_NAMES, StandaloneProject
+
+    if args.board not in BOARD_NAMES:
+        raise CLIError(f"unknown board {args.board!r}", f"choose one of {list(BOARD_NAMES)}")
+    if not Path(args.model).exists():
+        raise CLIError(f"no such Model Library Format archive: {args.model}",
+                       "export one with kiln.micro.export_model_library_format")
+    project = StandaloneProject(args.model, args.board, build_dir=args.build_dir,
+                                workspace_bytes=args.workspace_bytes, io=args.io)
+    meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
+                   for t in project.inputs]
+    inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
+    _progress(f"building {args.model} ({project.library.executor} executor) for "
+              f"{args.board}")
+    project.build()
+    result = project.run(inputs, timeout=args.timeout)
+    for info, out in zip(project.outputs, result.outputs):
+        print(f"{info.name}: shape {list(out.shape)} {out.dtype}")
+        print(np.array2string(out, precision=5, threshold=64))
+    # the Cortex-M's SysTick counts CPU cycles; the host's clock counts nanoseconds
+    unit = "cycles" if args.board != "host" else "ticks"
+    line = (f"board {args.board}: {result.ticks} {unit} at {result.ticks_per_second / 1e6:g} "
+            f"MHz = {result.seconds * 1e3:.3f} ms")
+    if result.instructions is not None:
+        line += f" (virtual), {result.instructions} instructions per inference"
+    if result.stack_bytes:
+        line += f"; stack {result.stack_bytes} B"
+    print(line)
+    if args.outputs:
+        np.savez(args.outputs, **{t.name: o for t, o in zip(project.outputs, result.outputs)})
+        print(f"saved outputs to {args.outputs}")
+    return 0
+
+
+def cmd_micro_project(args: argparse.Namespace) -> int:
+    """``kiln micro project generate|build|flash|run``: a template project from the shell."""
+    from kiln.micro import project_commands as pc
+    from kiln.micro.board.library import ModelLibrary
+
+    project_dir = Path(args.project_dir)
+    if args.project_command == "generate":
+        options = pc.parse_options(args.option, pc.template_options(args.template))
+        pc.generate(args.template, args.model, project_dir, options)
+        print(f"generated {project_dir} from template {args.template!r}")
+        return 0
+    if not (project_dir / "microtvm_api_server.py").is_file():
+        raise CLIError(f"{project_dir} is not a generated microTVM project",
+                       "create one with: kiln micro project generate")
+    options = {}
+    with pc.opened(project_dir, {}) as project:
+        options = pc.parse_options(args.option, project.info["project_options"])
+        project.options = options
+        if args.project_command == "build":
+            _progress(f"building {project_dir}")
+            project.build()
+            print(f"built {project_dir}")
+            return 0
+        if args.project_command == "flash":
+            project.flash()
+            print(f"flashed {project_dir}")
+            return 0
+    try:
+        infos = ModelLibrary(project_dir / "model.tar").inputs
+        meta = {"inputs": [{"name": t.name, "shape": list(t.resolved_shape()),
+                            "dtype": t.dtype} for t in infos]}
+    except Exception:  # a packed-API AOT archive does not describe its inputs
+        if args.inputs is None:
+            raise CLIError("this archive does not describe its inputs",
+                           "pass them with --inputs file.npz") from None
+        meta = {"inputs": []}
+    inputs = _make_inputs(meta, args.inputs)
+    outputs = pc.run_project(project_dir, inputs, options)
+    for i, out in enumerate(outputs):
+        print(f"output {i}: shape {list(out.shape)} {out.dtype}")
+        print(np.array2string(out, precision=5, threshold=64))
+    if args.outputs:
+        np.savez(args.outputs, *outputs)
+        print(f"saved outputs to {args.outputs}")
+    return 0
+
+
+def _add_micro_project_parser(actions) -> None:
+    p = actions.add_parser("project", help="generate/build/flash/run a template project",
+                           description="microTVM template projects (crt, qemu-cortex-m) "
+                           "through the Project API; run drives the model over a Session.")
+    steps = p.add_subparsers(dest="project_command", metavar="STEP", required=True)
+    gen = steps.add_parser("generate", help="generate a project from a template and an MLF")
+    gen.add_argument("model", help="Model Library Format archive (.tar)")
+    gen.add_argument("project_dir", help="the new project's directory")
+    gen.add_argument("--template", default="crt", choices=["crt", "qemu-cortex-m"])
+    for name in ("build", "flash", "run"):
+        step = steps.add_parser(name, help=f"{name} a generated project")
+        step.add_argument("project_dir")
+        if name == "run":
+            step.add_argument("--inputs", help=".npz file of inputs by name (default random)")
+            step.add_argument("--outputs", help="save outputs to this .npz file")
+    for step in steps.choices.values():
+        step.add_argument("--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+                          help="a project option, e.g. -o board=qemu-cortex-m7")
+    p.set_defaults(func=cmd_micro_project)
+
+
+def _add_micro_parser(sub) -> None:
+    micro = sub.add_parser("micro", help="microTVM: run a Model Library Format archive "
+                           "standalone", description="Standalone microTVM programs.")
+    actions = micro.add_subparsers(dest="micro_command", metavar="ACTION", required=True)
+    p = actions.add_parser("run", help="build and run an MLF archive on a board",
+                           description="Build a Model Library Format archive (AOT or graph "
+                           "executor) and the C runtime into a program for the board, run "
+                           "it once, print the outputs and the board's ticks.")
+    p.add_argument("model", help="Model Library Format archive (.tar)")
+    p.add_argument("--board", default="host",
+                   help="host, qemu-cortex-m4 or qemu-cortex-m7 (default host)")
+    p.add_argument("--inputs", help=".npz file of inputs by name (default: random inputs)")
+    p.add_argument("--outputs", help="save outputs to this .npz file")
+    p.add_argument("--build-dir", help="keep the build here (default: a temporary folder)")
+    p.add_argument("--workspace-bytes", type=int, default=None,
+                   help="the platform memory pool (default: 524288 for the graph executor, "
+                   "what the archive asks for AOT)")
+    p.add_argument("--io", choices=["files", "console", "linked"], default="files",
+                   help="how inputs and outputs travel: files (semihosting on the Cortex-M), "
+                   "console (the UART / stdin), linked (inputs compiled in, outputs on the "
+                   "UART); default files")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds before the program is killed (default 120)")
+    p.set_defaults(func=cmd_micro_run)
+    _add_micro_project_parser(actions)
+
+
+def _add_rpc_parser(sub) -> None:
+    """``kiln rpc server|tracker|queue``: the programs of :mod:`kiln.exec`."""
+    from kiln.exec import query_rpc_tracker, rpc_server, rpc_tracker
+
+    rpc = sub.add_parser("rpc", help="RPC: start a server or a tracker, show a tracker's "
+                         "queue", description="TVM-protocol RPC over TCP.")
+    actions = rpc.add_subparsers(dest="rpc_command", metavar="ACTION", required=True)
+    for name, module, text in (("server", rpc_server, "start an RPC server"),
+                               ("tracker", rpc_tracker, "start an RPC tracker"),
+                               ("queue", query_rpc_tracker, "print a tracker's summary")):
+        p = actions.add_parser(name, help=text, description=module.__doc__)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
+
+
 # ---- entry ------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     import kiln
@@ -307,8 +520,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="c", help='target string, e.g. "llvm -mcpu=znver3" '
                    "or c (default: c)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
-    p.add_argument("--executor", choices=["graph", "vm"], default="graph",
-                   help="graph (static shapes, fastest) or vm (control flow, dynamic shapes)")
+    p.add_argument("--executor", choices=["graph", "vm", "aot"], default="graph",
+                   help="graph (static shapes), vm (control flow, dynamic shapes) or aot (one "
+                   "generated C entry point over a statically planned workspace)")
+    p.add_argument("--runtime", choices=["cpp", "crt"], default="cpp",
+                   help="cpp: a package for kiln run (default); crt: a Model Library Format "
+                   "tar for the C runtime (microcontrollers)")
+    p.add_argument("--interface-api", choices=["c", "packed"], default="c",
+                   help="AOT entry point for the C runtime: c (tvmgen_default_run over "
+                   "structs, default) or packed (for the C AOT executor)")
+    p.add_argument("--usmp-algorithm", default="greedy_by_size",
+                   choices=["greedy_by_size", "greedy_by_conflicts", "hill_climb"],
+                   help="AOT workspace planning (tir.usmp.algorithm)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(0, 5),
                    help="optimization level 0-4 (default 3)")
     p.add_argument("-o", "--output", default="model.tar", help="package path (default "
@@ -335,6 +558,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
     p.add_argument("--number", type=int, default=10, help="runs per repeat (default 10)")
     p.set_defaults(func=cmd_bench)
+    _add_micro_parser(sub)
+    _add_rpc_parser(sub)
     return parser
 
 

@@ -50,6 +50,7 @@ _PASS_CONFIG_TYPES: dict[str, type] = {
     "tir.UnrollLoop": dict,
     "tir.usmp.enable": bool,
     "tir.usmp.algorithm": str,
+    "tir.usmp.use_workspace_io": bool,
     "tir.link_params": bool,
 }
 

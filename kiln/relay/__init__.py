@@ -52,6 +52,7 @@ _LAZY: dict[str, _AnyValue] = {
     "optimize": ("kiln.relay.build_module", "optimize"),
     "fromtext": ("kiln.relay.parser", "fromtext"),
     "parse": ("kiln.relay.parser", "parse"),
+    "parse_expr": ("kiln.relay.parser", "parse_expr"),
     "save_param_dict": ("kiln.runtime.params", "save_param_dict"),
     "load_param_dict": ("kiln.runtime.params", "load_param_dict"),
     # expressions

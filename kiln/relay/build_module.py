@@ -19,6 +19,7 @@ Entry points: :func:`build`, :func:`optimize`, :func:`create_executor`,
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 from typing import Any
@@ -28,7 +29,7 @@ import numpy as np
 from kiln.ir.module import IRModule
 from kiln.ir.transform import Sequential
 from kiln.relay import expr as rx
-from kiln.relay.backend.executor_config import Executor, Runtime
+from kiln.relay.backend.executor_config import Executor, Runtime, check_combination
 from kiln.runtime.error import TVMError
 
 __all__ = ["build", "optimize", "create_executor", "bind_params_by_name",
@@ -207,6 +208,9 @@ class GraphExecutorFactoryModule:
         self.params = params
         self.libmod_name = mod_name
         self.stats = stats
+        self.executor = Executor("graph")
+        self.runtime = Runtime("cpp")
+        self.lowered: dict[str, Any] = {}  # kernel name -> LoweredFunc
         self.module = GraphExecutorFactory(graph_json, lib, mod_name, params)
 
     def __getitem__(self, name: str):
@@ -239,7 +243,12 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
           executor: Executor | None = None, runtime: Runtime | None = None,
           workspace_memory_pools: Any = None, constant_memory_pools: Any = None,
           params: dict | None = None, mod_name: str = "default") -> GraphExecutorFactoryModule:
-    """Compile a Relay module for the graph executor.
+    """Compile a Relay module for the graph executor or the AOT executor.
+
+    ``executor`` is ``Executor("graph")`` (default) or ``Executor("aot", {...})``; ``runtime``
+    is ``Runtime("cpp")`` (default; the result runs here) or ``Runtime("crt")`` (C source for
+    the C runtime, exported with ``tvm.micro.export_model_library_format``). The AOT executor
+    and the C runtime take one CPU target.
 
     Example
     -------
@@ -257,17 +266,29 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
 
     executor = executor or Executor("graph")
     runtime = runtime or Runtime("cpp")
-    if executor.name != "graph":
-        raise TVMError(f"relay.build with Executor({executor.name!r}) is not available in "
-                       "this kiln; use Executor('graph'), or relay.vm.compile for the VM")
+    if not isinstance(executor, Executor) or not isinstance(runtime, Runtime):
+        raise TVMError("relay.build: executor= takes relay.backend.Executor('graph'|'aot') "
+                       "and runtime= takes relay.backend.Runtime('cpp'|'crt')")
+    check_combination(executor, runtime)
+    # Both executors put mod_name into C symbols and Model Library Format paths.
+    if not isinstance(mod_name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", mod_name):
+        raise TVMError(f"mod_name {mod_name!r} must be letters, digits and '_': it becomes "
+                       "part of C names (tvmgen_<mod_name>_run) and file names")
     if isinstance(ir_mod, rx.Function):
         ir_mod = IRModule.from_expr(ir_mod)
     if not isinstance(ir_mod, IRModule):
         raise TVMError(f"relay.build expects an IRModule or a relay.Function, got "
                        f"{type(ir_mod).__name__}")
+    pools = (workspace_memory_pools, constant_memory_pools)
+    if executor.name != "aot" and pools != (None, None):
+        raise TVMError("relay.build: workspace_memory_pools / constant_memory_pools are "
+                       "planned by the AOT executor; use executor=Executor('aot')")
     targets, host = parse_targets(target, target_host)
     default_device = default_device_of(targets)
     start = time.perf_counter()
+    if executor.name == "aot" or runtime.name == "crt":
+        return _build_single_target(ir_mod, targets, host, params, executor, runtime, mod_name,
+                                    pools)
     with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
         compilers = {device_type: TECompiler(t, mod_name) for device_type, t in targets.items()}
@@ -283,8 +304,40 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
         "compile_seconds": time.perf_counter() - start,
     }
     target = host if len(targets) == 1 else targets
-    return GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
-                                      mod_name, stats)
+    factory = GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
+                                         mod_name, stats)
+    factory.lowered = {f.name: f for c in compilers.values() for f in c.lowered}
+    return factory
+
+
+def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,
+                         params: dict | None, executor: Executor, runtime: Runtime,
+                         mod_name: str, pools: tuple[Any, Any] = (None, None)) -> Any:
+    """relay.build for the AOT executor or the C runtime: one CPU target."""
+    from kiln.relay.backend.aot.build import build_aot, build_graph_crt
+
+    if list(targets) != [1]:
+        raise TVMError(f"Executor({executor.name!r}) with Runtime({runtime.name!r}) compiles "
+                       f"for one CPU target; got targets for device types {sorted(targets)}")
+    target = targets[1]
+    start = time.perf_counter()
+    with target:
+        mod = optimize(ir_mod, target, params, default_device_of(targets))
+        if executor.name == "aot":
+            return build_aot(mod, target, executor, runtime, mod_name, *pools)
+        result, lib, _ = build_graph_crt(mod, target, executor, runtime, mod_name)
+    stats = {
+        "kernels": len(result.compilers[1].lowered),
+        "kernel_calls": result.num_kernel_calls,
+        "planned_bytes": result.memory_plan.planned_bytes,
+        "peak_live_bytes": result.memory_plan.peak_live_bytes,
+        "compile_seconds": time.perf_counter() - start,
+    }
+    factory = GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
+                                         mod_name, stats)
+    factory.executor, factory.runtime = executor, runtime
+    factory.lowered = {f.name: f for f in result.compilers[1].lowered}
+    return factory
 
 
 def _share_kernel_names(compilers: Any) -> None:

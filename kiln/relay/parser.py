@@ -22,8 +22,8 @@ offending source line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,10 +47,13 @@ from kiln.ir.type import (
 )
 from kiln.relay import adt
 from kiln.relay import expr as rx
+from kiln.relay.base import deep_recursion
 from kiln.relay.printer import SCALAR_SUFFIX
-from kiln.runtime.error import DiagnosticError
+from kiln.runtime.container import Array, Map
+from kiln.runtime.error import DiagnosticError, TVMError
+from kiln.runtime.ndarray import NDArray
 
-__all__ = ["parse", "fromtext", "parse_expr", "parse_type", "SpanCheck"]
+__all__ = ["parse", "fromtext", "parse_expr", "parse_type", "SpanCheck", "MAX_NESTING"]
 
 _SUFFIX_DTYPE = {suffix: dtype for dtype, suffix in SCALAR_SUFFIX.items() if suffix}
 _DTYPES = {
@@ -67,14 +70,52 @@ _TOKEN = re.compile(r"""
   | (?P<string>"(?:[^"\\]|\\.)*")
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
   | (?P<punct>=>|->|\#\[|[()\[\]{},;:=.?_*^+-])
-""", re.VERBOSE | re.DOTALL)
+  | (?P<bad>.)
+""", re.VERBOSE | re.DOTALL | re.ASCII)  # ASCII: \d must not accept other scripts' digits
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     pos: int
+
+
+# Nesting deeper than this (parentheses, calls, fn/if/match bodies, types, attribute lists,
+# patterns) is refused with a DiagnosticError instead of exhausting the stack.
+MAX_NESTING = 1000
+# Python refuses int() of longer digit strings; no dtype kiln parses needs more digits.
+_MAX_NUMBER_CHARS = 400
+_INT_RANGES = {f"{sign}int{bits}": ((-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if sign == ""
+                                    else (0, (1 << bits) - 1))
+               for sign in ("", "u") for bits in (8, 16, 32, 64)}
+
+
+class _Scopes:
+    """Nested name scopes with O(1) lookup: each name keeps the stack of its bindings."""
+
+    def __init__(self) -> None:
+        self.bindings: dict[str, list[Any]] = {}
+        self.frames: list[list[str]] = [[]]
+
+    def push(self, names: dict[str, Any] | None = None) -> None:
+        self.frames.append([])
+        for name, value in (names or {}).items():
+            self.bind(name, value)
+
+    def pop(self) -> None:
+        for name in self.frames.pop():
+            stack = self.bindings[name]
+            stack.pop()
+            if not stack:
+                del self.bindings[name]
+
+    def bind(self, name: str, value: Any) -> None:
+        self.bindings.setdefault(name, []).append(value)
+        self.frames[-1].append(name)
+
+    def get(self, name: str) -> Any:
+        stack = self.bindings.get(name)
+        return stack[-1] if stack else None
 
 
 class SpanCheck:
@@ -92,17 +133,16 @@ class SpanCheck:
 
 
 def _tokenize(source: str) -> list[Token]:
-    tokens, pos = [], 0
-    while pos < len(source):
-        m = _TOKEN.match(source, pos)
-        if m is None:
-            raise DiagnosticError(
-                f"Relay parser: unexpected character {source[pos]!r} at "
-                f"{SpanCheck(source).describe(pos)}")
+    tokens = []
+    for m in _TOKEN.finditer(source):
         kind = m.lastgroup
-        if kind != "ws":
-            tokens.append(Token(kind, m.group(), pos))
-        pos = m.end()
+        if kind == "ws":
+            continue
+        if kind == "bad":  # stop here: rescanning past it could take quadratic time
+            raise DiagnosticError(
+                f"Relay parser: unexpected character {m.group()!r} at "
+                f"{SpanCheck(source).describe(m.start())}")
+        tokens.append(Token(kind, m.group(), m.start()))
     tokens.append(Token("eof", "", len(source)))
     return tokens
 
@@ -113,8 +153,9 @@ class _Parser:
         self.tokens = _tokenize(source)
         self.i = 0
         self.meta = meta or {}
-        self.scopes: list[dict[str, Any]] = [{}]     # local names -> Var / bound expression
-        self.type_scopes: list[dict[str, TypeVar]] = [{}]
+        self.scopes = _Scopes()  # local names -> Var / bound expression
+        self.type_scopes = _Scopes()  # type parameter names -> TypeVar
+        self.depth = 0
         self.global_vars: dict[str, GlobalVar] = {}
         self.type_headers: dict[str, GlobalTypeVar] = {}
         self.constructors: dict[str, Constructor] = {}
@@ -168,16 +209,44 @@ class _Parser:
     # -- scopes -----------------------------------------------------------------------------
     def lookup_local(self, tok: Token) -> Any:
         name = tok.text[1:]
-        for scope in reversed(self.scopes):
-            if name in scope:
-                return scope[name]
-        raise self.error(f"unbound local variable %{name}", tok)
+        value = self.scopes.get(name)
+        if value is None:
+            raise self.error(f"unbound local variable %{name}", tok)
+        return value
 
     def lookup_type_var(self, name: str) -> TypeVar | None:
-        for scope in reversed(self.type_scopes):
-            if name in scope:
-                return scope[name]
-        return None
+        return self.type_scopes.get(name)
+
+    def nested(self, parse: Callable[[], Any], what: str) -> Any:
+        """Run ``parse`` one nesting level deeper, refusing input nested past MAX_NESTING."""
+        if self.depth >= MAX_NESTING:
+            raise self.error(f"{what} nested more than {MAX_NESTING} levels deep")
+        self.depth += 1
+        result = parse()
+        self.depth -= 1
+        return result
+
+    def int_token(self, tok: Token, what: str, low: int = 0, high: int = (1 << 63) - 1) -> int:
+        """A token that must be a plain decimal integer in [low, high]."""
+        digits = tok.text.removeprefix("-")
+        if tok.kind != "number" or not (digits.isascii() and digits.isdigit()) \
+                or len(digits) > _MAX_NUMBER_CHARS:
+            raise self.error(f"expected {what} (an integer), found {tok.text!r}", tok)
+        value = int(tok.text)
+        if not low <= value <= high:
+            raise self.error(f"{what} {value} is out of range [{low}, {high}]", tok)
+        return value
+
+    def number(self, tok: Token) -> tuple[Any, str | None]:
+        """A literal's value and dtype, checked to fit the dtype."""
+        if len(tok.text) > _MAX_NUMBER_CHARS:
+            raise self.error(f"numeric literal of {len(tok.text)} characters is too long", tok)
+        value, dtype = _number(tok.text)
+        bounds = _INT_RANGES.get(dtype or "int32")
+        if isinstance(value, int) and bounds and not bounds[0] <= value <= bounds[1]:
+            raise self.error(f"integer literal {value} does not fit {dtype or 'int32'} "
+                             f"(range [{bounds[0]}, {bounds[1]}])", tok)
+        return value, dtype
 
     # -- module -----------------------------------------------------------------------------
     def module(self) -> IRModule:
@@ -211,7 +280,7 @@ class _Parser:
             return []
         names = self.comma_list("]", lambda: self.expect_kind("name", "a type parameter").text)
         params = [TypeVar(n) for n in names]
-        self.type_scopes.append({p.name_hint: p for p in params})
+        self.type_scopes.push({p.name_hint: p for p in params})
         return params
 
     def type_def(self) -> TypeData:
@@ -241,7 +310,7 @@ class _Parser:
     def function_rest(self) -> rx.Function:
         tparams = self.type_params()
         self.expect("(")
-        self.scopes.append({})
+        self.scopes.push()
         params, attrs = [], {}
         while not self.at(")"):
             if self.tok.kind == "local":
@@ -265,14 +334,14 @@ class _Parser:
         tok = self.expect_kind("local", "a local variable")
         ty = self.type() if self.accept(":") else None
         var = rx.Var(tok.text[1:], ty)
-        self.scopes[-1][tok.text[1:]] = var
+        self.scopes.bind(tok.text[1:], var)
         return var
 
     # -- bodies and expressions ---------------------------------------------------------------
     def body(self, close: str) -> Any:
         """Bindings then a value, up to and including ``close``; lets nest to the right."""
         lets: list[tuple[rx.Var, Any]] = []
-        self.scopes.append({})
+        self.scopes.push()
         while True:
             if self.at("let"):
                 self.i += 1
@@ -281,7 +350,7 @@ class _Parser:
                 self.expect("=")
                 value = self.expr()
                 self.expect(";")
-                self.scopes[-1][var_tok.text[1:]] = var
+                self.scopes.bind(var_tok.text[1:], var)
                 lets.append((var, value))
             elif self.at("free_var"):
                 self.i += 1
@@ -293,7 +362,7 @@ class _Parser:
                 self.i += 2
                 value = self.expr()
                 self.expect(";")
-                self.scopes[-1][name] = value
+                self.scopes.bind(name, value)
             else:
                 break
         result = self.expr()
@@ -312,6 +381,9 @@ class _Parser:
         return rx.Var(tok.text[1:], ty)
 
     def expr(self) -> Any:
+        return self.nested(self.postfix_expr, "expressions")
+
+    def postfix_expr(self) -> Any:
         node = self.atom()
         while True:
             if self.at("("):
@@ -320,7 +392,7 @@ class _Parser:
             elif self.at(".") and self.peek().kind == "number":
                 self.i += 1
                 index_tok = self.expect_kind("number", "a tuple index")
-                if not re.fullmatch(r"\d+(\.\d+)?", index_tok.text):
+                if not re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", index_tok.text):
                     raise self.error("expected a tuple index", index_tok)
                 for index in index_tok.text.split("."):  # %t.0.1 lexes 0.1 as one number
                     node = rx.TupleGetItem(node, int(index))
@@ -363,6 +435,9 @@ class _Parser:
             raise self.error(f"bad attributes for {callee.name}: {err}") from None
 
     def attr_value(self) -> Any:
+        return self.nested(self.attr_value_here, "attribute lists")
+
+    def attr_value_here(self) -> Any:
         tok = self.tok
         if self.accept("["):
             return tuple(self.comma_list("]", self.attr_value))
@@ -371,7 +446,7 @@ class _Parser:
             return _unquote(tok.text)
         if tok.kind == "number":
             self.i += 1
-            value, dtype = _number(tok.text)
+            value, dtype = self.number(tok)
             return value if dtype is None or not dtype.startswith("float") else float(value)
         if tok.text in ("True", "False"):
             self.i += 1
@@ -398,7 +473,7 @@ class _Parser:
             return self.global_vars[name]
         if kind == "number":
             self.i += 1
-            value, dtype = _number(tok.text)
+            value, dtype = self.number(tok)
             return rx.const(np.array(value, dtype=dtype or "int32"))
         if kind == "punct" and tok.text == "(":
             self.i += 1
@@ -477,12 +552,18 @@ class _Parser:
         self.expect("]")
         self.expect("[")
         index_tok = self.expect_kind("number", "a metadata index")
+        index = self.int_token(index_tok, "a metadata index")
         self.expect("]")
         items = self.meta.get(kind)
-        index = int(index_tok.text)
         if items is None or not 0 <= index < len(items):
             raise self.error(f"meta[{kind}][{index}] is not in the metadata section", index_tok)
-        return items[index]
+        item = items[index]
+        if isinstance(item, rx.Constant) and not isinstance(item.data, NDArray):
+            raise self.error(f"meta[{kind}][{index}] is a constant without data", index_tok)
+        if kind == "relay.Constant" and not isinstance(item, rx.Constant):
+            raise self.error(f"meta[{kind}][{index}] is a {type(item).__name__}, "
+                             "not a relay.Constant", index_tok)
+        return item
 
     def kw_match(self) -> adt.Match:
         complete = not self.accept("?")
@@ -493,7 +574,7 @@ class _Parser:
         clauses = []
         while not self.at("}"):
             self.accept("|")
-            self.scopes.append({})
+            self.scopes.push()
             lhs = self.pattern()
             self.expect("=>")
             if self.accept("{"):
@@ -508,6 +589,9 @@ class _Parser:
         return adt.Match(data, clauses, complete)
 
     def pattern(self) -> Any:
+        return self.nested(self.pattern_here, "patterns")
+
+    def pattern_here(self) -> Any:
         tok = self.tok
         if self.accept("_"):
             return adt.PatternWildcard()
@@ -523,6 +607,9 @@ class _Parser:
 
     # -- types ------------------------------------------------------------------------------
     def type(self) -> Any:
+        return self.nested(self.type_here, "types")
+
+    def type_here(self) -> Any:
         tok = self.tok
         if self.accept("("):
             fields = []
@@ -577,8 +664,7 @@ class _Parser:
     def dim(self) -> Any:
         if self.accept("?"):
             return AnyDim()
-        tok = self.expect_kind("number", "a dimension")
-        return int(tok.text)
+        return self.int_token(self.expect_kind("number", "a dimension"), "a dimension")
 
 
 def _unquote(text: str) -> str:
@@ -604,13 +690,41 @@ def _split_metadata(source: str) -> tuple[str, dict[str, list]]:
 
     try:
         meta = load_json(tail.strip())
-    except Exception as err:
+    except TVMError as err:
         raise DiagnosticError(f"Relay parser: malformed metadata section: {err}") from None
+    if not isinstance(meta, Map | dict) or not all(
+            isinstance(items, Array | list | tuple) for items in meta.values()):
+        raise DiagnosticError("Relay parser: the metadata section must map kinds to lists, "
+                              f"got a {type(meta).__name__}")
     return head, {str(k): list(v) for k, v in meta.items()}
+
+
+def _run(source: Any, parse_with: Callable[[_Parser], Any], metadata: bool = True) -> Any:
+    """Parse ``source`` with one of the parser's entry rules; every failure a DiagnosticError.
+
+    The grammar is recursive; nesting is capped at MAX_NESTING levels, each a handful of
+    Python frames, which deep_recursion allows (Python 3.11 frames use no C stack).
+    """
+    if not isinstance(source, str):
+        raise DiagnosticError(f"Relay parser: expected text, got {type(source).__name__}")
+    head, meta = _split_metadata(source) if metadata else (source, {})
+    parser = _Parser(head, meta)
+    with deep_recursion():
+        try:
+            return parse_with(parser)
+        except TVMError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                OverflowError) as err:
+            # A node constructor refusing what the text asked for: name the place.
+            raise parser.error(f"{type(err).__name__}: {err}") from None
 
 
 def parse(source: str, source_name: str = "from_string") -> IRModule:
     """Parse a module in the Relay text format (``tvm.parser.parse``).
+
+    Malformed text raises :class:`DiagnosticError` with the line and column, as does text
+    nested more than :data:`MAX_NESTING` levels deep.
 
     Example
     -------
@@ -618,28 +732,29 @@ def parse(source: str, source_name: str = "from_string") -> IRModule:
     >>> mod["main"].params[0].name_hint
     'x'
     """
-    if not isinstance(source, str):
-        raise DiagnosticError(f"Relay parser: expected text, got {type(source).__name__}")
-    head, meta = _split_metadata(source)
-    parser = _Parser(head, meta)
-    return parser.module()
+    return _run(source, _Parser.module)
 
 
 fromtext = parse
 
 
-def parse_expr(source: str) -> Any:
-    """Parse one expression (``free_var`` declarations may come first)."""
-    head, meta = _split_metadata(source)
-    parser = _Parser(head, meta)
+def _whole_expr(parser: _Parser) -> Any:
     parser.predeclare()
     return parser.body("")  # "" matches end of input
 
 
-def parse_type(source: str) -> Any:
-    """Parse a type such as ``Tensor[(1, ?), float32]``."""
-    parser = _Parser(source)
+def parse_expr(source: str) -> Any:
+    """Parse one expression (``free_var`` declarations may come first)."""
+    return _run(source, _whole_expr)
+
+
+def _whole_type(parser: _Parser) -> Any:
     ty = parser.type()
     if parser.tok.kind != "eof":
         raise parser.error("unexpected text after the type")
     return ty
+
+
+def parse_type(source: str) -> Any:
+    """Parse a type such as ``Tensor[(1, ?), float32]``."""
+    return _run(source, _whole_type, metadata=False)

@@ -25,6 +25,7 @@ differ from the attrs class defaults. Scalar constants print inline (``1f``, ``2
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,21 @@ def astext(node: Any, show_meta_data: bool = True) -> str:
                      " * If you would like to see the full metadata section you can set the\n"
                      " * option to `True` when invoking `astext`.\n */")
     return text
+
+
+_LOCAL_NAME = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z_][A-Za-z0-9_]*)*", re.ASCII)
+
+
+def _local_name(hint: str | None) -> str:
+    """A variable's name as the parser reads it back after ``%``.
+
+    Characters the text format has no place for become ``_``; an all-digit name gets a
+    leading ``_``, since ``%0``, ``%1`` ... name the printer's temporaries.
+    """
+    name = hint or "x"
+    if not _LOCAL_NAME.fullmatch(name):
+        name = re.sub(r"[^A-Za-z0-9_]", "_", name, flags=re.ASCII)
+    return "_" + name if name.isdigit() else name
 
 
 def type_text(ty: Any) -> str:
@@ -212,9 +228,9 @@ class _Printer:
         key = id(var.vid)
         name = self.var_names.get(key)
         if name is None:
-            base = var.name_hint or "x"
+            base = _local_name(var.name_hint)
             name, k = base, 1
-            while name in self.used_names or name.isdigit():
+            while name in self.used_names:
                 name, k = f"{base}{k}", k + 1
             self.used_names.add(name)
             self.var_names[key] = name

@@ -46,6 +46,8 @@ _LAZY = {
     "enabled": ("kiln.runtime.module", "enabled"),
     "vm": "kiln.runtime.vm",
     "graph_executor": "kiln.runtime.graph_executor",
+    "aot_executor": "kiln.runtime.aot_executor",
+    "executor": "kiln.runtime.executor",
     "profiling": "kiln.runtime.profiling",
 }
 

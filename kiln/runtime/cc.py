@@ -16,10 +16,12 @@ processes (pytest-xdist workers) never see a half-written file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ __all__ = [
     "compiler_version",
     "openmp_available",
     "default_options",
+    "run_compiler",
     "include_dirs",
     "compile_object",
     "create_shared",
@@ -68,9 +71,12 @@ def compiler_version(cc: str | None = None) -> str:
     """First line of ``cc --version`` (part of every cache key)."""
     cc = cc or find_compiler()
     try:
-        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
+        proc = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False,
+                              timeout=config.compile_timeout())
     except OSError as err:
         raise TVMError(f"cannot run the C compiler {cc!r}: {err}") from None
+    except subprocess.TimeoutExpired:
+        raise TVMError(f"'{cc} --version' did not finish (KILN_CC_TIMEOUT)") from None
     lines = (proc.stdout or proc.stderr).splitlines()
     return lines[0] if lines else cc
 
@@ -84,8 +90,11 @@ def openmp_available(cc: str | None = None) -> bool:
         src = Path(tmp, "probe.c")
         src.write_text(probe)
         cmd = [cc, "-fopenmp", "-fPIC", "-shared", str(src), "-o", str(Path(tmp, "probe.so"))]
-        proc = subprocess.run(cmd, capture_output=True, check=False)
-    return proc.returncode == 0
+        try:
+            run_compiler(cmd, "OpenMP probe")
+        except TVMError:  # no OpenMP (or a compiler that hangs on it): build without
+            return False
+    return True
 
 
 def default_options(cc: str | None = None) -> list[str]:
@@ -96,17 +105,46 @@ def default_options(cc: str | None = None) -> list[str]:
     return options
 
 
-def _run(cmd: list[str], what: str) -> None:
+def _kill_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it may have just finished
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_compiler(cmd: Sequence[str], what: str) -> None:
+    """Run one compiler/archiver command; raise :class:`TVMError` with its output on failure.
+
+    The command gets its own process group and ``KILN_CC_TIMEOUT`` seconds; past that the whole
+    group is killed and :class:`TVMError` says so.
+    """
+    cmd = list(cmd)
     if config.debug_level() >= 4:
         print(f"[kiln cc] {' '.join(cmd)}", file=sys.stderr)
+    timeout = config.compile_timeout()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        # Its own process group, so a timeout stops cc1/as/ld too, not just the gcc driver.
+        # Diagnostics quote the source, which need not be UTF-8: never fail on decoding them.
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                                errors="replace", start_new_session=True)
     except OSError as err:
         raise TVMError(f"{what} failed: cannot run {cmd[0]!r}: {err}") from None
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
+        raise TVMError(
+            f"{what} did not finish within {timeout:.0f} s (KILN_CC_TIMEOUT).\n"
+            f"command: {' '.join(cmd)}"
+        ) from None
+    except BaseException:  # interrupted: leave no compiler behind
+        _kill_group(proc)
+        proc.wait()
+        raise
     if proc.returncode != 0:
         raise TVMError(
             f"{what} failed (exit code {proc.returncode}).\ncommand: {' '.join(cmd)}\n"
-            f"{proc.stdout}{proc.stderr}"
+            f"{stdout}{stderr}"
         )
 
 
@@ -133,7 +171,7 @@ def compile_object(
     cc = cc or find_compiler()
     opts = list(default_options(cc) if options is None else options)
     cmd = [cc, "-c", *opts, "-fPIC", *_include_flags(), os.fspath(source), "-o", os.fspath(output)]
-    _run(cmd, "Compilation")
+    run_compiler(cmd, "Compilation")
     return os.fspath(output)
 
 
@@ -162,7 +200,7 @@ def create_shared(
     opts = list(default_options(cc) if options is None else options)
     cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
     cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
-    _run(cmd, "Compilation")
+    run_compiler(cmd, "Compilation")
     return os.fspath(output)
 
 
@@ -190,7 +228,7 @@ def create_staticlib(
             objects.append(path)
         if os.path.exists(output):
             os.remove(output)
-        _run([ar, "rcs", os.fspath(output), *objects], "Archiving")
+        run_compiler([ar, "rcs", os.fspath(output), *objects], "Archiving")
     return os.fspath(output)
 
 

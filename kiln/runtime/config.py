@@ -4,6 +4,7 @@
 - ``KILN_DEBUG``: 1 pass names and times, 2 IR after each pass, 3 lowered TIR,
   4 generated C/LLVM with the compiler command and cache path.
 - ``KILN_NUM_THREADS`` (or ``TVM_NUM_THREADS``): threads for parallel kernels.
+- ``KILN_CC_TIMEOUT``: seconds one compiler run may take (default 1800).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "debug_level", "num_threads"]
+__all__ = ["cache_dir", "debug_level", "num_threads", "compile_timeout"]
 
 
 def cache_dir() -> Path:
@@ -41,3 +42,16 @@ def num_threads() -> int:
             if n > 0:
                 return n
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def compile_timeout() -> float:
+    """Seconds one C compiler run may take (``KILN_CC_TIMEOUT``, default 1800).
+
+    Source that includes a device file (``#include "/dev/zero"``) makes gcc read forever;
+    the limit turns that into an error instead of a hang.
+    """
+    try:
+        value = float(os.environ.get("KILN_CC_TIMEOUT", "1800"))
+    except ValueError:
+        return 1800.0
+    return value if value > 0 else 1800.0

@@ -36,7 +36,7 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.ndarray import NDArray
 
 __all__ = ["DeviceAPI", "register_device_api", "get_device_api", "has_device_api",
-           "DeviceNDArray", "device_empty"]
+           "DeviceBuffer", "DeviceNDArray", "device_empty"]
 
 # device type -> module whose import registers that type's device API
 _PROVIDERS = {4: "kiln.runtime.opencl"}
@@ -102,14 +102,19 @@ def has_device_api(device_type: int) -> bool:
     return True
 
 
-class _Buffer:
-    """One device allocation; freed when the last array using it goes away."""
+class DeviceBuffer:
+    """One device allocation; freed when the last array using it goes away.
+
+    ``handle`` adopts memory allocated elsewhere (e.g. an array a remote function returned),
+    which the API's ``free`` then releases.
+    """
 
     __slots__ = ("api", "device", "handle", "nbytes")
 
-    def __init__(self, api: DeviceAPI, device: Device, nbytes: int) -> None:
+    def __init__(self, api: DeviceAPI, device: Device, nbytes: int,
+                 handle: int | None = None) -> None:
         self.api, self.device, self.nbytes = api, device, nbytes
-        self.handle = api.alloc(device, max(nbytes, 1))
+        self.handle = api.alloc(device, max(nbytes, 1)) if handle is None else handle
 
     def __del__(self) -> None:
         try:
@@ -128,7 +133,7 @@ class DeviceNDArray(NDArray):
     _extra_slots = ("_buffer", "_offset")
 
     @classmethod
-    def _on(cls, buffer: _Buffer, offset: int, shape: tuple[int, ...],
+    def on(cls, buffer: DeviceBuffer, offset: int, shape: tuple[int, ...],
             dtype: DataType) -> DeviceNDArray:
         np_dtype = dtype.numpy_dtype
         np_shape = shape + ((dtype.lanes,) if dtype.lanes > 1 else ())
@@ -176,6 +181,10 @@ class DeviceNDArray(NDArray):
                                              source._offset, self._buffer.handle,
                                              self._offset, self.nbytes)
                 return self
+            if source.device.is_cpu and source.is_contiguous():  # no staging copy
+                self._buffer.api.copy_from_host(self.device, self._buffer.handle,
+                                                self._offset, source._np)
+                return self
             source = source.numpy()
         from kiln.runtime.ndarray import empty
 
@@ -204,7 +213,7 @@ class DeviceNDArray(NDArray):
         if needed > self.nbytes:
             raise TVMError(f"_create_view: a {new_shape} {new_dtype} view needs {needed} "
                            f"bytes but the NDArray has only {self.nbytes}")
-        return DeviceNDArray._on(self._buffer, self._offset, new_shape, new_dtype)
+        return DeviceNDArray.on(self._buffer, self._offset, new_shape, new_dtype)
 
     def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
         raise BufferError(f"a {self.device} NDArray cannot be shared through DLPack here; "
@@ -214,11 +223,13 @@ class DeviceNDArray(NDArray):
         return f"<kiln.nd.NDArray shape={self.shape}, {self.device}>\n{self.numpy()!r}"
 
 
-def device_empty(shape: tuple[int, ...], dtype: DataType, device: Device) -> DeviceNDArray:
-    """A new array of ``shape``/``dtype`` in the memory of ``device`` (zero-filled)."""
+def device_empty(shape: tuple[int, ...], dtype: DataType, device: Device,
+                 zero: bool = True) -> DeviceNDArray:
+    """A new array of ``shape``/``dtype`` in the memory of ``device`` (zero-filled unless
+    ``zero`` is False, for callers that overwrite it at once)."""
     api = get_device_api(device.device_type, device)
     nbytes = math.prod(shape) * dtype.numpy_dtype.itemsize * dtype.lanes
-    result = DeviceNDArray._on(_Buffer(api, device, nbytes), 0, tuple(shape), dtype)
-    if nbytes:
+    result = DeviceNDArray.on(DeviceBuffer(api, device, nbytes), 0, tuple(shape), dtype)
+    if nbytes and zero:
         api.copy_from_host(device, result._buffer.handle, 0, np.zeros(nbytes, np.uint8))
     return result

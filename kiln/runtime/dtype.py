@@ -10,6 +10,13 @@ dict keyed by DataType finds ``"float32"``.
 ``bool`` is TVM's ``uint1`` (stored one byte per element); ``bfloat16`` maps to
 ``ml_dtypes.bfloat16`` when ml_dtypes is installed and to its ``uint16`` bit pattern otherwise,
 so the core needs only NumPy.
+
+The 8-bit floats ``float8_e4m3fn``, ``float8_e4m3fnuz``, ``float8_e5m2`` and
+``float8_e5m2fnuz`` (ONNX's FLOAT8E4M3FN … and ml_dtypes' names; TVM v0.16's spellings
+``e4m3_float8`` and ``e5m2_float8`` parse too) carry DLPack 1.1's type codes (10-13: TVM
+v0.16's 6 and 7 would collide with DLPack's ``kDLBool`` = 6). They and the sub-byte integers
+``int4``/``uint4``/``int2``/``uint2`` are stored one byte per element, as ml_dtypes stores them
+(a narrow integer in the low bits, the high bits zero), and need ml_dtypes for NumPy views.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import numpy as np
 
 from kiln.runtime.error import TVMError
 
-__all__ = ["DataTypeCode", "DataType", "dtype_str", "BFLOAT16_NUMPY"]
+__all__ = ["DataTypeCode", "DataType", "dtype_str", "BFLOAT16_NUMPY", "FLOAT8_CODES"]
 
 try:  # optional: a real bfloat16 NumPy scalar type
     import ml_dtypes
@@ -40,6 +47,24 @@ class DataTypeCode(IntEnum):
     FLOAT = 2
     HANDLE = 3
     BFLOAT = 4
+    FLOAT8_E4M3FN = 10  # DLPack 1.1 kDLFloat8_e4m3fn
+    FLOAT8_E4M3FNUZ = 11
+    FLOAT8_E5M2 = 12
+    FLOAT8_E5M2FNUZ = 13
+
+
+FLOAT8_CODES = frozenset({DataTypeCode.FLOAT8_E4M3FN, DataTypeCode.FLOAT8_E4M3FNUZ,
+                          DataTypeCode.FLOAT8_E5M2, DataTypeCode.FLOAT8_E5M2FNUZ})
+# The 8-bit floats go by name (a code alone does not say which format): printed name -> code.
+_FLOAT8_NAMES = {
+    "float8_e4m3fn": DataTypeCode.FLOAT8_E4M3FN,
+    "float8_e4m3fnuz": DataTypeCode.FLOAT8_E4M3FNUZ,
+    "float8_e5m2": DataTypeCode.FLOAT8_E5M2,
+    "float8_e5m2fnuz": DataTypeCode.FLOAT8_E5M2FNUZ,
+}
+_FLOAT8_ALIASES = {"e4m3_float8": "float8_e4m3fn", "e5m2_float8": "float8_e5m2"}  # TVM v0.16
+_FLOAT8_RE = re.compile(r"^(float8_e[45]m[23](?:fn)?(?:uz)?|e4m3_float8|e5m2_float8)"
+                        r"(?:x(\d+))?$")
 
 
 _CODE_PREFIX = {
@@ -62,6 +87,7 @@ _VALID_BITS = {
     DataTypeCode.FLOAT: frozenset({16, 32, 64}),
     DataTypeCode.BFLOAT: frozenset({16}),
     DataTypeCode.HANDLE: frozenset({0, 64}),
+    **{code: frozenset({8}) for code in FLOAT8_CODES},
 }
 _DEFAULT_BITS = 32  # "int", "uint", "float" alone mean 32 bits, as in TVM
 _TYPE_RE = re.compile(r"^([a-z]+)(\d*)(?:x(\d+))?$")
@@ -89,6 +115,16 @@ _FROM_NUMPY = {
 }
 if BFLOAT16_NUMPY is not None:
     _FROM_NUMPY[BFLOAT16_NUMPY] = (DataTypeCode.BFLOAT, 16)
+    # ml_dtypes' types of the 8-bit floats and sub-byte integers (no NumPy view without it)
+    _ML_DTYPES = {**{(code, 8): name for name, code in _FLOAT8_NAMES.items()},
+                  (DataTypeCode.INT, 4): "int4", (DataTypeCode.UINT, 4): "uint4",
+                  (DataTypeCode.INT, 2): "int2", (DataTypeCode.UINT, 2): "uint2"}
+    for _fields, _name in _ML_DTYPES.items():
+        if hasattr(ml_dtypes, _name):  # int2/uint2 arrived in ml_dtypes 0.5
+            _NUMPY_OF[_fields] = np.dtype(getattr(ml_dtypes, _name))
+            _FROM_NUMPY[_NUMPY_OF[_fields]] = _fields
+
+_FLOAT8_NAME_OF = {code: name for name, code in _FLOAT8_NAMES.items()}
 
 _PARSE_CACHE: dict[str, tuple[int, int, int]] = {}
 _INSTANCES: dict[str, DataType] = {}
@@ -109,6 +145,16 @@ def _parse_uncached(text: str) -> tuple[int, int, int]:
         return (DataTypeCode.HANDLE, 64, 1)
     if text == "void":
         return (DataTypeCode.HANDLE, 0, 0)
+    named = _FLOAT8_RE.match(text)
+    if named is not None:
+        name = _FLOAT8_ALIASES.get(named.group(1), named.group(1))
+        if name not in _FLOAT8_NAMES:
+            raise TVMError(f"unknown data type {text!r}; the 8-bit floats are "
+                           + ", ".join(_FLOAT8_NAMES))
+        lanes = int(named.group(2)) if named.group(2) else 1
+        if not 1 <= lanes <= 0xFFFF:
+            raise TVMError(f"unknown data type {text!r}: lanes must be in [1, 65535]")
+        return (_FLOAT8_NAMES[name], 8, lanes)
     match = _TYPE_RE.match(text)
     if match is None:
         raise TVMError(f"unknown data type {text!r}")
@@ -207,12 +253,19 @@ class DataType:
         """NumPy dtype of one lane (bfloat16 without ml_dtypes: its uint16 bit pattern)."""
         np_dtype = _NUMPY_OF.get((self.type_code, self.bits))
         if np_dtype is None:
-            raise TVMError(f"data type {self._str} has no NumPy equivalent")
+            needs = " (install ml_dtypes for it)" if self.type_code in FLOAT8_CODES or \
+                self.bits in (2, 4) else ""
+            raise TVMError(f"data type {self._str} has no NumPy equivalent{needs}")
         return np_dtype
 
     @property
     def is_float(self) -> bool:
-        return self.type_code in (DataTypeCode.FLOAT, DataTypeCode.BFLOAT)
+        return self.type_code in (DataTypeCode.FLOAT, DataTypeCode.BFLOAT) \
+            or self.type_code in FLOAT8_CODES
+
+    @property
+    def is_float8(self) -> bool:
+        return self.type_code in FLOAT8_CODES
 
     @property
     def is_int(self) -> bool:
@@ -267,7 +320,7 @@ def _format(code: int, bits: int, lanes: int) -> str:
         return "bool"
     if code == DataTypeCode.HANDLE:
         return "void" if bits == 0 and lanes == 0 else "handle"
-    base = f"{_CODE_PREFIX[code]}{bits}"
+    base = _FLOAT8_NAME_OF.get(code) or f"{_CODE_PREFIX[code]}{bits}"
     return base if lanes == 1 else f"{base}x{lanes}"
 
 

@@ -7,9 +7,10 @@ the globals ``tvm.graph_executor.create`` and ``tvm.graph_executor_debug.create`
 Setup does all the work, once: the JSON is parsed and checked, one pool buffer per storage id
 is allocated on its device (a float32 array of ``ceil(max_bytes / 4)`` elements, as TVM does),
 every entry becomes a view on its pool buffer, and every ``tvm_op`` node becomes an op record
-``{kernel pointer, TVMValue[] of DLTensor*, type codes, nargs}`` for the C loop in
-``src/graph_executor.c``. :meth:`GraphExecutor.run` is then a single ctypes call; it allocates
-and converts nothing. Each op argument is the executor's own DLTensor copy, so zero-copy
+``{kernel pointer, TVMValue[] of DLTensor*, type codes, nargs}`` for the C call-list loop
+(:mod:`kiln.runtime.call_list`, shared with the VM's fused segments).
+:meth:`GraphExecutor.run` is then a single ctypes call; it allocates and converts nothing.
+Each op argument is the executor's own DLTensor copy, so zero-copy
 inputs/outputs and shared params rebind pointers in place.
 """
 
@@ -23,12 +24,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.runtime.call_list import OpRecord, c_loop, record_address
 from kiln.runtime.device import Device, cpu
 from kiln.runtime.dlpack import DLTensor
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import Module
-from kiln.runtime.native import load_runtime_lib
 from kiln.runtime.ndarray import NDArray, empty
 from kiln.runtime.packed_func import (
     KERNEL_PROTOTYPE,
@@ -39,6 +40,7 @@ from kiln.runtime.packed_func import (
 )
 from kiln.runtime.params import load_param_dict
 from kiln.runtime.registry import register_func
+from kiln.runtime.serialization import read_json
 
 __all__ = [
     "Graph",
@@ -199,10 +201,7 @@ def parse_graph_json(text: str) -> Graph:
         text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str):
         raise TVMError(f"graph JSON must be a string, got {type(text).__name__}")
-    try:
-        raw = json.loads(text)
-    except ValueError as err:
-        raise _fail(f"not JSON ({err})") from None
+    raw = read_json(text, "invalid graph JSON: the document")
     if not isinstance(raw, dict):
         raise _fail("the top level must be an object")
     for key in _REQUIRED_KEYS:
@@ -343,19 +342,6 @@ _MODULE_FUNCTIONS = frozenset({
 })
 
 
-class _OpRecord(ctypes.Structure):
-    """Mirror of ``KilnGraphOp`` in src/graph_executor.c."""
-
-    _fields_ = [
-        ("fn", ctypes.c_void_p),
-        ("args", ctypes.c_void_p),
-        ("type_codes", ctypes.c_void_p),
-        ("num_args", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
-        ("resource_handle", ctypes.c_void_p),
-    ]
-
-
 @dataclass
 class _OpExec:
     """What the executor keeps per kernel call (the record's arrays must stay alive)."""
@@ -369,38 +355,6 @@ class _OpExec:
     resource_handle: int | None
     tensors: list[Any]  # the DLTensor copies the record points to
     keepalive: list[Any]
-
-
-@dataclass(frozen=True)
-class _CLoop:
-    """The entry points of src/graph_executor.c, with their ctypes signatures set."""
-
-    run: Any  # (records, begin, end, failed*) -> rc
-    run_repeated: Any  # (records, begin, end, number, failed*) -> rc
-    run_timed: Any  # (records, num_ops, number, seconds*, failed*) -> rc
-    copy_address: int  # the packed function behind __copy nodes
-
-
-_c_loop_cache: list[_CLoop] = []
-
-
-def _c_loop() -> _CLoop:
-    if not _c_loop_cache:
-        lib = load_runtime_lib()
-        i64, i64p, records = ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p
-        signatures = {
-            "kiln_graph_run": [records, i64, i64, i64p],
-            "kiln_graph_run_repeated": [records, i64, i64, i64, i64p],
-            "kiln_graph_run_timed": [records, i64, i64, ctypes.POINTER(ctypes.c_double), i64p],
-        }
-        for name, argtypes in signatures.items():
-            getattr(lib, name).argtypes = argtypes
-            getattr(lib, name).restype = ctypes.c_int32
-        _c_loop_cache.append(_CLoop(
-            lib.kiln_graph_run, lib.kiln_graph_run_repeated, lib.kiln_graph_run_timed,
-            ctypes.cast(lib.kiln_graph_copy, ctypes.c_void_p).value,
-        ))
-    return _c_loop_cache[0]
 
 
 class GraphExecutor(Module):
@@ -481,7 +435,7 @@ class GraphExecutor(Module):
 
     def _setup_op_execs(self) -> None:
         graph = self.graph
-        copy_address = _c_loop().copy_address
+        copy_address = c_loop().copy_address
         ops: list[_OpExec] = []
         uses: dict[int, list[Any]] = {}
         aliases: dict[int, list[int]] = {}
@@ -512,7 +466,7 @@ class GraphExecutor(Module):
                 uses.setdefault(eid, []).append(tensor)
             ops.append(_OpExec(nid, node.name, node.func_name, input_eids, output_eids,
                                address, resource, tensors, keepalive))
-        records = (_OpRecord * max(len(ops), 1))()
+        records = (OpRecord * max(len(ops), 1))()
         for record, op in zip(records, ops):
             n = len(op.tensors)
             values = (TVMValue * n)(*(TVMValue(v_handle=ctypes.addressof(t)) for t in op.tensors))
@@ -751,13 +705,13 @@ class GraphExecutor(Module):
 
     def run(self) -> None:
         """Run every operator once, in graph order (one call into the C loop)."""
-        rc = _c_loop().run(self._records_address, 0, len(self._ops), ctypes.byref(self._failed))
+        rc = c_loop().run(self._records_address, 0, len(self._ops), ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
 
     def run_repeated(self, number: int) -> None:
         """Run the whole graph ``number`` times back to back in C (for benchmarking)."""
-        rc = _c_loop().run_repeated(self._records_address, 0, len(self._ops), int(number),
+        rc = c_loop().run_repeated(self._records_address, 0, len(self._ops), int(number),
                                     ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
@@ -771,7 +725,7 @@ class GraphExecutor(Module):
     def run_op(self, index: int) -> None:
         """Run operator ``index`` (position in :attr:`op_execs`) alone, for the debugger."""
         index = self._check_op_index(index)
-        rc = _c_loop().run(self._records_address, index, index + 1, ctypes.byref(self._failed))
+        rc = c_loop().run(self._records_address, index, index + 1, ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)
 
@@ -779,8 +733,8 @@ class GraphExecutor(Module):
         """Mean seconds of operator ``index`` over ``number`` calls, measured in C."""
         index = self._check_op_index(index)
         seconds = ctypes.c_double()
-        record = self._records_address + index * ctypes.sizeof(_OpRecord)
-        rc = _c_loop().run_timed(record, 1, int(number), ctypes.byref(seconds),
+        record = record_address(self._records, index)
+        rc = c_loop().run_timed(record, 1, int(number), ctypes.byref(seconds),
                                  ctypes.byref(self._failed))
         if rc:
             self._failed.value = index
@@ -790,7 +744,7 @@ class GraphExecutor(Module):
     def time_ops(self, number: int = 1) -> list[float]:
         """Mean seconds per operator over ``number`` calls each, measured in C."""
         seconds = (ctypes.c_double * max(len(self._ops), 1))()
-        rc = _c_loop().run_timed(self._records_address, len(self._ops), int(number), seconds,
+        rc = c_loop().run_timed(self._records_address, len(self._ops), int(number), seconds,
                                  ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)

@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import importlib
 import importlib.util
 import os
+import re
 import struct
 import tarfile
 import tempfile
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.runtime import cc
+from kiln.runtime.archive import extracted
 from kiln.runtime.binary import BinaryReader, BinaryWriter
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
@@ -669,10 +672,15 @@ class DSOModule(Module):
             entry = self._symbol_address(_ENTRY_SYMBOL)
             if entry is None:
                 return None
-            name = ctypes.string_at(entry).decode()  # a char array naming the entry
+            name = _read_c_string(entry, self.path)  # a char array naming the entry
         address = self._symbol_address(name)
         if address is None:
-            return None
+            if self._symbol_address("get_c_metadata") is None:
+                return None
+            # an AOT library: lib["default"](dev) creates its executor (as in TVM)
+            from kiln.runtime.aot_executor import executor_creator
+
+            return executor_creator(self, name)
         return PackedFunc.from_c_address(address, owner=self, name=name)
 
     def read_blob(self) -> bytes | None:
@@ -684,7 +692,64 @@ class DSOModule(Module):
         return _read_blob_at(address, symbol_size, self.path)
 
 
+class _PhdrInfo(ctypes.Structure):
+    _fields_ = [
+        ("dlpi_addr", ctypes.c_uint64),
+        ("dlpi_name", ctypes.c_char_p),
+        ("dlpi_phdr", ctypes.c_void_p),
+        ("dlpi_phnum", ctypes.c_uint16),
+    ]
+
+
+_PHDR_CALLBACK = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(_PhdrInfo), ctypes.c_size_t, ctypes.c_void_p
+)
+_libc.dl_iterate_phdr.argtypes = [_PHDR_CALLBACK, ctypes.c_void_p]
+
+
+def _mapped_segment_end(address: int) -> int | None:
+    """The end of the loaded ELF segment holding ``address``, or None when none holds it.
+
+    A symbol's address comes from the library's own symbol table, which a tampered file
+    controls; reading through it is safe only inside a segment the loader mapped.
+    """
+    found: list[int] = []
+
+    def visit(info_ptr, size, data):
+        info = info_ptr.contents
+        for index in range(info.dlpi_phnum):
+            header = ctypes.string_at(info.dlpi_phdr + index * _ELF_PROGRAM_HEADER.size,
+                                      _ELF_PROGRAM_HEADER.size)
+            p_type, _, _, p_vaddr, _, _, p_memsz, _ = _ELF_PROGRAM_HEADER.unpack(header)
+            start = info.dlpi_addr + p_vaddr
+            if p_type == _PT_LOAD and start <= address < start + p_memsz:
+                found.append(start + p_memsz)
+                return 1
+        return 0
+
+    _libc.dl_iterate_phdr(_PHDR_CALLBACK(visit), None)
+    return found[0] if found else None
+
+
+def _read_c_string(address: int, where: str, limit: int = 4096) -> str:
+    """The NUL-terminated string at a symbol's address, read only inside its segment."""
+    end = _mapped_segment_end(address)
+    if end is None:
+        raise TVMError(f"{where}: a symbol points outside the loaded library")
+    data = ctypes.string_at(address, min(limit, end - address))
+    if b"\0" not in data:
+        raise TVMError(f"{where}: a symbol's string has no terminating NUL")
+    try:
+        return data[:data.index(b"\0")].decode()
+    except UnicodeDecodeError:
+        raise TVMError(f"{where}: a symbol's string is not UTF-8") from None
+
+
 def _read_blob_at(address: int, symbol_size: int | None, where: str) -> bytes:
+    """The module blob at ``address`` (u64 length + bytes), checked against the mapped image."""
+    end = _mapped_segment_end(address)
+    if end is None or end - address < 8:
+        raise TVMError(f"{where}: {_BLOB_SYMBOL} points outside the loaded library")
     if symbol_size is not None and symbol_size < 8:
         raise TVMError(f"{where}: {_BLOB_SYMBOL} is {symbol_size} bytes, too small for a blob")
     length = ctypes.c_uint64.from_address(address).value
@@ -692,6 +757,11 @@ def _read_blob_at(address: int, symbol_size: int | None, where: str) -> bytes:
         raise TVMError(
             f"{where}: {_BLOB_SYMBOL} claims {length} bytes but the symbol holds "
             f"{symbol_size - 8}; the library is truncated or tampered"
+        )
+    if length > end - address - 8:
+        raise TVMError(
+            f"{where}: {_BLOB_SYMBOL} claims {length} bytes but only {end - address - 8} "
+            "are mapped after it; the library is truncated or tampered"
         )
     return ctypes.string_at(address + 8, length)
 
@@ -707,27 +777,100 @@ def _load_so(path: str, fmt: str = "so") -> Module:
         raise TVMError(f"{path}: bad module blob: {err}") from err
 
 
-def _load_tar(path: str, fmt: str = "tar") -> Module:
+# Flags an archive's kiln_link_options.txt may carry: what export_library writes (the
+# target's codegen flags). Anything else could write files (-o, -MF, -Wl,-Map), load code into
+# the compiler (-fplugin, -B, -specs) or read arbitrary paths, so it is refused by name.
+ARCHIVE_LINK_OPTIONS = frozenset({
+    "-O0", "-O1", "-O2", "-O3", "-Os", "-fPIC", "-fopenmp", "-pthread", "-lm",
+    "-std=c99", "-std=gnu99", "-std=c11", "-std=gnu11", "-std=c17", "-std=gnu17",
+    "-fno-math-errno", "-fno-trapping-math", "-ffast-math",
+})
+_ARCHIVE_MACHINE_OPTION = re.compile(r"-m(?:arch|cpu|tune)=[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+_MAX_LINK_OPTIONS_BYTES = 4096
+
+
+def check_archive_link_options(text: bytes, where: str) -> list[str]:
+    """The link options stored in a module archive, each checked against the allow-list.
+
+    Only :data:`ARCHIVE_LINK_OPTIONS` and ``-march=``/``-mcpu=``/``-mtune=`` with a plain
+    CPU name pass; any other option raises :class:`TVMError` naming it.
+    """
+    if len(text) > _MAX_LINK_OPTIONS_BYTES:
+        raise TVMError(f"{where}: {_LINK_OPTIONS_FILE} is {len(text)} bytes, more than "
+                       f"{_MAX_LINK_OPTIONS_BYTES}")
     try:
-        with tarfile.open(path) as tar, tempfile.TemporaryDirectory() as tmp:
-            members = tar.getmembers()
-            for member in members:
-                if not member.isfile() or os.path.basename(member.name) != member.name:
-                    raise TVMError(f"{path}: unexpected tar member {member.name!r}")
-            # Members are checked above (plain files, no paths); the "data" filter is extra
-            # protection where this Python has it.
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(tmp, members=members, **safe)
-            names = [m.name for m in members]
-            sources = [os.path.join(tmp, n) for n in names if n.endswith(_OBJECT_SUFFIXES)]
-            if not sources:
-                raise TVMError(f"{path}: the archive holds no object or source files")
-            options = cc.default_options()
-            if _LINK_OPTIONS_FILE in names:
-                options += Path(tmp, _LINK_OPTIONS_FILE).read_text().split()
-            library = cc.cached_shared_library(sorted(sources), options)
-    except tarfile.TarError as err:
-        raise TVMError(f"cannot load {path}: not a valid tar archive ({err})") from None
+        options = text.decode("ascii").split()
+    except UnicodeDecodeError:
+        raise TVMError(f"{where}: {_LINK_OPTIONS_FILE} is not ASCII text") from None
+    for option in options:
+        if option not in ARCHIVE_LINK_OPTIONS and not _ARCHIVE_MACHINE_OPTION.fullmatch(option):
+            raise TVMError(
+                f"{where}: {_LINK_OPTIONS_FILE} holds the option {option!r}, which is not "
+                "allowed in a module archive (allowed: -march=/-mcpu=/-mtune=<cpu>, "
+                f"{', '.join(sorted(ARCHIVE_LINK_OPTIONS))})"
+            )
+    return options
+
+
+_C_COMMENT_OR_LITERAL = re.compile(
+    rb"""("(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')|/\*.*?(?:\*/|\Z)|//[^\n]*""", re.S)
+# Anywhere, not only at a line start: "/**/#include" is a directive too (comments are spaces
+# by then). A string literal that merely mentions one is refused as well; kernels have none.
+_INCLUDE_DIRECTIVE = re.compile(
+    rb"(?:#|%:)[ \t]*(include|include_next|import|embed)\b[ \t]*(.*)$", re.M)
+_SAFE_INCLUDE = re.compile(rb"""(?:<([A-Za-z0-9_./+-]+)>|"([A-Za-z0-9_./+-]+)")[ \t]*""")
+_ASSEMBLER_FILE_DIRECTIVE = re.compile(rb"\.(?:incbin|include)\b")
+
+
+def check_archive_source(data: bytes, where: str) -> None:
+    """Refuse archive sources whose compilation would read files outside the compiler's
+    include path: absolute or ``..`` includes, computed includes, ``#embed``, and the
+    assembler's ``.incbin``/``.include`` (``#include "/dev/zero"`` makes gcc read forever).
+    """
+    text = data.replace(b"\\\n", b"").replace(b"\\\r\n", b"")  # line splices come first
+    # Comments become spaces before directives are read; literals are kept as they are.
+    text = _C_COMMENT_OR_LITERAL.sub(lambda m: m.group(1) or b" ", text)
+    for match in _INCLUDE_DIRECTIVE.finditer(text):
+        directive, rest = match.group(1).decode(), match.group(2)
+        target = _SAFE_INCLUDE.fullmatch(rest)
+        name = target and (target.group(1) or target.group(2)).decode()
+        if directive == "embed" or not name or name.startswith("/") or ".." in name.split("/"):
+            shown = rest.decode("utf-8", "replace")[:80]
+            raise TVMError(f"{where}: '#{directive} {shown}' may read a file outside the "
+                           "include path; module archives may include only headers by "
+                           "relative name")
+    if _ASSEMBLER_FILE_DIRECTIVE.search(text):
+        raise TVMError(f"{where}: assembler .incbin/.include directives are not allowed in "
+                       "a module archive")
+
+
+def _load_tar(path: str, fmt: str = "tar") -> Module:
+    """Link a ``.tar`` written by ``export_library`` into a cached library and load it.
+
+    The archive is data: it is unpacked with :func:`kiln.runtime.archive.safe_extract`, its
+    members must be plain top-level files, and its stored link options pass the allow-list
+    of :func:`check_archive_link_options`; its sources include headers only by relative name
+    (:func:`check_archive_source`). The sources it holds are compiled and then run,
+    so an untrusted archive is as unsafe to load as an untrusted ``.so``.
+    """
+    with extracted(path) as root:
+        names = []
+        for entry in sorted(root.iterdir()):
+            if not entry.is_file():
+                raise TVMError(f"{path}: unexpected tar member {entry.name!r} (a directory; "
+                               "a module archive holds only top-level files)")
+            names.append(entry.name)
+        sources = [str(root / n) for n in names if n.endswith(_OBJECT_SUFFIXES)]
+        if not sources:
+            raise TVMError(f"{path}: the archive holds no object or source files")
+        for source in sources:
+            if not source.endswith((".o", ".obj")):
+                check_archive_source(Path(source).read_bytes(), f"{path}: {Path(source).name}")
+        options = cc.default_options()
+        if _LINK_OPTIONS_FILE in names:
+            stored = check_archive_link_options((root / _LINK_OPTIONS_FILE).read_bytes(), path)
+            options += [o for o in stored if o not in options]
+        library = cc.cached_shared_library(sources, options)
     return _load_so(str(library))
 
 
@@ -746,11 +889,21 @@ for _fmt, _loader in {
     register_func(f"runtime.module.loadfile_{_fmt}", _loader, override=True)
 
 
-def load_module(path: str | os.PathLike, fmt: str = "") -> Module:
+def load_module(path: str | os.PathLike, fmt: str = "",
+                expected_sha256: str | None = None) -> Module:
     """Load a module from a file: ``.so`` (dlopen), ``.tar`` (link, then load), ``.o``/``.c``.
 
     The loader is the global function ``runtime.module.loadfile_<fmt>`` (``fmt`` defaults to
     the file's extension). A library's module blob is unpacked into its import tree.
+
+    Loading a shared library runs its code (its constructors run inside ``dlopen``, and its
+    kernels run when called), exactly as in TVM and every dlopen-based loader; a ``.tar``,
+    ``.o`` or ``.c`` module is compiled into one first. **Never load a module from an
+    untrusted source.** kiln checks file contents it parses itself (ELF headers, the module
+    blob, archive members and link options) and raises :class:`TVMError` on tampering, but it
+    cannot make a library's own code safe. For deployments, pass ``expected_sha256`` (the
+    hex SHA-256 of the file you built): the file is read once, checked, and the checked bytes
+    are what gets loaded (from a private copy), so a file swapped after the check is not run.
 
     Example
     -------
@@ -771,7 +924,34 @@ def load_module(path: str | os.PathLike, fmt: str = "") -> Module:
             f"cannot load {path!r}: no loader for format {fmt!r} "
             f"(register runtime.module.loadfile_{fmt})"
         )
+    if expected_sha256 is not None:
+        path = _checked_copy(path, expected_sha256)
     return loader(path, fmt)
+
+
+_checked_copies: list[tempfile.TemporaryDirectory] = []  # live as long as the process
+
+
+def _checked_copy(path: str, expected_sha256: str) -> str:
+    """A private copy of ``path`` whose bytes have the SHA-256 ``expected_sha256``."""
+    if not isinstance(expected_sha256, str) or not re.fullmatch(r"[0-9a-fA-F]{64}",
+                                                                expected_sha256):
+        raise TVMError(f"expected_sha256 must be 64 hex digits, got {expected_sha256!r}")
+    with open(path, "rb") as file:
+        data = file.read()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected_sha256.lower():
+        raise TVMError(
+            f"cannot load {path!r}: its SHA-256 is {actual}, expected {expected_sha256.lower()}"
+        )
+    # A loaded library must stay on disk (dlopen keeps one copy per path), so the private
+    # directory lives until the interpreter exits.
+    copy_dir = tempfile.TemporaryDirectory(prefix="kiln_checked_")
+    _checked_copies.append(copy_dir)
+    copy = os.path.join(copy_dir.name, os.path.basename(path))
+    with open(copy, "xb") as file:
+        file.write(data)
+    return copy
 
 
 _ENABLED_TARGETS = {"cpu": True, "c": True, "stackvm": True, "llvm": None}

@@ -351,8 +351,14 @@ def array(obj: Any, device: Device = _CPU0, dtype: Any = None, mem_scope: Any = 
                 f"{data_type.lanes} lanes"
             )
         shape = shape[:-1]
-    if not _named_device(device).is_cpu:
-        return empty(shape, data_type, device, mem_scope).copyfrom(array(data, dtype=data_type))
+    if not _named_device(device).is_cpu:  # no zero fill: the copy overwrites it all
+        from kiln.runtime.device_api import device_empty
+
+        if mem_scope not in (None, "global"):
+            raise TVMError(f"memory scope {mem_scope!r} does not exist on {device}; use "
+                           "'global'")
+        target = device_empty(shape, data_type, _named_device(device), zero=False)
+        return target.copyfrom(array(data, dtype=data_type))
     result = empty(shape, data_type, device, mem_scope)
     np.copyto(result._np, _to_storage(data, data_type, "unsafe"), casting="no")
     return result

@@ -27,6 +27,7 @@ Objects are immutable once built: ``__setattr__`` raises, except for names a cla
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,9 @@ __all__ = [
     "type_key_to_class",
     "type_key_to_index",
     "fields_of",
+    "register_node_type_modules",
+    "import_node_type_modules",
+    "node_type_modules",
     "is_instance_index",
 ]
 
@@ -110,8 +114,39 @@ def type_key_to_index(key: str) -> int:
         raise KeyError(f"no object type is registered with type_key {key!r}") from None
 
 
+# Modules above the runtime that define node types (or register what nodes name, such as
+# operators). The kiln package lists them when it is imported; this layer cannot import
+# upward, so lookups import them on demand and a fresh process still finds every type.
+_NODE_TYPE_MODULES: list[str] = []
+_node_type_modules_imported = 0
+
+
+def register_node_type_modules(*modules: str) -> None:
+    """Name modules that define node types; :func:`import_node_type_modules` imports them."""
+    _NODE_TYPE_MODULES.extend(m for m in modules if m not in _NODE_TYPE_MODULES)
+
+
+def node_type_modules() -> tuple[str, ...]:
+    """The modules named so far by :func:`register_node_type_modules`."""
+    return tuple(_NODE_TYPE_MODULES)
+
+
+def import_node_type_modules() -> None:
+    """Import every module named by :func:`register_node_type_modules` (once each)."""
+    global _node_type_modules_imported
+    while _node_type_modules_imported < len(_NODE_TYPE_MODULES):
+        importlib.import_module(_NODE_TYPE_MODULES[_node_type_modules_imported])
+        _node_type_modules_imported += 1
+
+
 def type_key_to_class(key: str) -> type:
-    """The Python class registered for ``key`` (used by load_json)."""
+    """The Python class registered for ``key`` (used by load_json).
+
+    A key not registered yet makes the node type modules load first, so a fresh process
+    resolves every kiln node type.
+    """
+    if key not in _KEY_TO_INDEX:
+        import_node_type_modules()
     cls = _TYPE_TABLE[type_key_to_index(key)].cls
     if cls is None:
         raise KeyError(f"type_key {key!r} has no Python class")

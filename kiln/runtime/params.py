@@ -116,6 +116,14 @@ def load_ndarray(reader: BinaryReader) -> NDArray:
     shape = tuple(reader.i64(f"NDArray shape[{i}]") for i in range(ndim))
     if any(d < 0 for d in shape):
         raise TVMError(f"{reader.what} is corrupt: negative dimension in NDArray shape {shape}")
+    # NumPy refuses shapes whose nonzero dimensions multiply past the address space, even
+    # when another dimension is 0 (and the blob therefore holds no data).
+    extent = max(1, (data_type.bits * data_type.lanes + 7) // 8)
+    for dim in shape:
+        extent *= max(dim, 1)
+    if extent >= 1 << 63:
+        raise TVMError(f"{reader.what} is corrupt: NDArray shape {shape} of {data_type} "
+                       "is too large for any array")
     size = reader.i64("NDArray data_byte_size")
     expected = _stored_byte_size(data_type, shape)
     if size != expected:

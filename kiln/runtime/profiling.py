@@ -70,6 +70,7 @@ def time_repeats(
     limit_zero_time_iterations: int = 100,
     cooldown_interval_ms: float = 0,
     repeats_to_cooldown: int = 1,
+    before_repeat: Callable[[], None] | None = None,
 ) -> BenchmarkResult:
     """Time ``run(number)`` (which performs ``number`` calls) ``repeat`` times.
 
@@ -77,6 +78,7 @@ def time_repeats(
     time evaluator does) until one repeat lasts at least that long. A repeat measured as zero
     seconds is retried up to ``limit_zero_time_iterations`` times; every
     ``repeats_to_cooldown`` repeats the loop sleeps ``cooldown_interval_ms``.
+    ``before_repeat`` (untimed) runs before each timing, e.g. to flush caches.
 
     Example
     -------
@@ -91,6 +93,8 @@ def time_repeats(
     for index in range(repeat):
         zero_time_retries = 0
         while True:
+            if before_repeat is not None:
+                before_repeat()
             start = time.perf_counter()
             run(number)
             elapsed = time.perf_counter() - start

@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -44,10 +45,10 @@ from kiln.runtime.container import Array, Map, ShapeTuple, String
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.ndarray import NDArray
-from kiln.runtime.object import Object, fields_of, type_key_to_class
+from kiln.runtime.object import Object, fields_of, import_node_type_modules, type_key_to_class
 from kiln.runtime.params import load_ndarray, save_ndarray
 
-__all__ = ["save_json", "load_json", "TVM_VERSION"]
+__all__ = ["save_json", "load_json", "read_json", "TVM_VERSION"]
 
 TVM_VERSION = "0.16.0"  # written to attrs.tvm_version so TVM's loader accepts the file
 
@@ -254,6 +255,70 @@ def _layout(root: int, nodes: list[dict[str, Any]], ndarrays: list[str]) -> str:
 
 # -- loading --------------------------------------------------------------------------------
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+_JSON_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _deep_nesting_place(text: str, depth_limit: int = 500) -> str:
+    """Where ``text`` first nests ``depth_limit`` arrays/objects deep, as line and column."""
+    depth = 0
+    for match in _JSON_STRUCTURE.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth >= depth_limit:
+                line = text.count("\n", 0, match.start()) + 1
+                column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+                return f"{depth_limit} levels deep at line {line}, column {column}"
+        elif char in "]}":
+            depth -= 1
+    return "deeper than Python's JSON reader follows"
+
+
+def read_json(text: str | bytes | bytearray, what: str) -> Any:
+    """Parse a JSON document read from a file or a peer; every failure a TVMError.
+
+    Besides malformed JSON this refuses nesting deeper than Python's JSON reader follows (it
+    raises RecursionError) and strings that are not valid Unicode: a lone surrogate escape
+    such as ``"\\ud800"`` is legal JSON, but no file name, symbol or C string can hold it.
+
+    Example
+    -------
+    >>> read_json('{"a": [1]}', "config")["a"]
+    [1]
+    >>> read_json('["\\ud800"]', "graph JSON")
+    Traceback (most recent call last):
+    ...
+    kiln.runtime.error.TVMError: graph JSON holds a string that is not valid Unicode (a lone \
+surrogate such as \\ud800)
+    """
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise TVMError(f"{what} is not UTF-8 text: {err}") from None
+    if not isinstance(text, str):
+        raise TVMError(f"{what} must be text, got {type(text).__name__}")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TVMError(f"{what} nests arrays or objects too deeply to read "
+                       f"({_deep_nesting_place(text)})") from None
+    except ValueError as err:
+        raise TVMError(f"{what} is not valid JSON: {err}") from None
+    if _SURROGATE_ESCAPE.search(text) or not text.isascii():
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except RecursionError:
+            raise TVMError(f"{what} nests arrays or objects too deeply to read") from None
+        except UnicodeEncodeError:
+            raise TVMError(f"{what} holds a string that is not valid Unicode (a lone "
+                           "surrogate such as \\ud800)") from None
+    return value
+
+
 
 def _fail(message: str) -> TVMError:
     return TVMError(f"load_json: {message}")
@@ -275,6 +340,11 @@ class _Reader:
         self.root = self.node_index(graph["root"], "root")
         for i, node in enumerate(self.nodes):
             self.check_node(i, node)
+        if any(not self.type_key(i).startswith("runtime.") and self.type_key(i) != ""
+               for i in range(len(self.nodes))):
+            # IR nodes: their classes (and the operators Op nodes name) live above the
+            # runtime, in modules a fresh process may not have imported yet.
+            import_node_type_modules()
         self.loaded: dict[int, Any] = {0: None}
         self.ndarrays: dict[int, NDArray] = {}
 
@@ -374,7 +444,8 @@ class _Reader:
             return self.build_reflected(i, key)
         except TVMError:
             raise
-        except (ValueError, TypeError, KeyError, binascii.Error, UnicodeDecodeError) as err:
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError,
+                binascii.Error, UnicodeError) as err:
             raise _fail(f"node {i} ({key}) is malformed: {err}") from None
 
     def build_reflected(self, i: int, key: str) -> Any:
@@ -387,7 +458,13 @@ class _Reader:
             if text is None:
                 values[name] = None
             elif _is_node_kind(kind):
-                values[name] = self.loaded[self.node_index(text, f"node {i} field {name!r}")]
+                value = self.loaded[self.node_index(text, f"node {i} field {name!r}")]
+                if not _fits_kind(value, kind):
+                    raise _fail(
+                        f"node {i} ({key}) field {name!r} must hold {_kind_name(kind)}, but "
+                        f"node {text} is a {_value_name(value)}"
+                    )
+                values[name] = value
             elif text == "null" and kind is not str:
                 values[name] = None
             else:
@@ -412,6 +489,34 @@ class _Reader:
         if slot not in self.ndarrays:
             self.ndarrays[slot] = _decode_ndarray(self.ndarray_texts[slot], f"b64ndarrays[{slot}]")
         return self.ndarrays[slot]
+
+
+def _fits_kind(value: Any, kind: Any) -> bool:
+    """Whether a loaded value may fill an object field of ``kind``: None, an instance, or
+    Arrays / Map values (nested) of instances. Iterative: loaded arrays may nest deeply."""
+    if kind == "any":
+        return True
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if item is None or isinstance(item, kind):
+            continue
+        if isinstance(item, Array):
+            pending.extend(item)
+        elif isinstance(item, Map):
+            pending.extend(item.values())
+        else:
+            return False
+    return True
+
+
+def _kind_name(kind: Any) -> str:
+    key = getattr(kind, "type_key", None) or getattr(kind, "__name__", str(kind))
+    return f"a {key} (or an Array/Map of them)"
+
+
+def _value_name(value: Any) -> str:
+    return getattr(value, "type_key", None) or type(value).__name__
 
 
 def _decode_ndarray(text: Any, where: str) -> NDArray:
@@ -494,9 +599,5 @@ def load_json(text: str | bytes) -> Any:
     >>> load_json(save_json({"axis": 1}))["axis"]
     1
     """
-    try:
-        graph = json.loads(text)
-    except (ValueError, TypeError) as err:
-        raise _fail(f"not valid JSON: {err}") from None
-    reader = _Reader(graph)
+    reader = _Reader(read_json(text, "load_json: the document"))
     return reader.load(reader.root)

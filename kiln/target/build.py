@@ -87,7 +87,19 @@ class NativeModule(Module):
     @classmethod
     def from_c_source(cls, source: str, names: Sequence[str], options: Sequence[str],
                       kind: str = "c") -> NativeModule:
+        """A module of one C translation unit (``lib0.c``) exporting ``names``."""
         return cls(kind, {"lib0.c": source}, {}, names, options, {"c": source, "": source})
+
+    def with_source(self, name: str, text: str, function_names: Sequence[str]) -> NativeModule:
+        """This module plus one more C file (compiled and linked with the rest): how the AOT
+        main joins the kernels it calls."""
+        sources = {**self.sources, name: text}
+        shown = {fmt: (src + "\n" + text if fmt in ("c", "") else src)
+                 for fmt, src in self.text.items()}
+        shown.setdefault("c", text)
+        return NativeModule(self.type_key, sources, self.objects,
+                            self.function_names + list(function_names), self.options, shown,
+                            self.foreign_triple)
 
     def _compile(self) -> Path:
         if config.debug_level() >= 4:
@@ -107,6 +119,7 @@ class NativeModule(Module):
 
     @property
     def format(self) -> str:
+        """The module's format: its codegen kind (``c`` or ``llvm``)."""
         return self.type_key
 
     def _get_function(self, name: str) -> Any:
@@ -139,6 +152,7 @@ class NativeModule(Module):
         Path(path).write_text(self.get_source(fmt_of.get(suffix, suffix)))
 
     def export_objects(self, workspace_dir: str) -> list[str]:
+        """Write the sources and objects into ``workspace_dir``; return their paths."""
         paths = []
         for name, text in self.sources.items():
             path = Path(workspace_dir, name)

@@ -21,9 +21,12 @@ from typing import Any
 
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
+from kiln.target.narrow_types_c import NARROW_TYPE_HELPERS
+from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
 __all__ = ["c_type", "c_function_identifier", "FunctionSignature", "function_signature",
-           "packed_glue", "functions_of", "PACKED_CALLING_CONV"]
+           "packed_glue", "functions_of", "PACKED_CALLING_CONV", "crt_func_registry_names",
+           "crt_system_lib_source"]
 
 _TYPE_CODE_INT, _TYPE_CODE_FLOAT = 0, 2
 # Names a generated identifier must not take (C11 keywords and the types kiln's C uses).
@@ -64,7 +67,16 @@ _C_SCALAR = {
     (DataTypeCode.FLOAT, 16): "_Float16",
     (DataTypeCode.FLOAT, 32): "float",
     (DataTypeCode.FLOAT, 64): "double",
+    # the narrow types as bit patterns (kiln.tir.transform.narrow_types)
     (DataTypeCode.BFLOAT, 16): "uint16_t",
+    (DataTypeCode.FLOAT8_E4M3FN, 8): "uint8_t",
+    (DataTypeCode.FLOAT8_E4M3FNUZ, 8): "uint8_t",
+    (DataTypeCode.FLOAT8_E5M2, 8): "uint8_t",
+    (DataTypeCode.FLOAT8_E5M2FNUZ, 8): "uint8_t",
+    (DataTypeCode.INT, 4): "uint8_t",
+    (DataTypeCode.UINT, 4): "uint8_t",
+    (DataTypeCode.INT, 2): "uint8_t",
+    (DataTypeCode.UINT, 2): "uint8_t",
     (DataTypeCode.HANDLE, 64): "void*",
     (DataTypeCode.HANDLE, 0): "void*",
 }
@@ -168,6 +180,7 @@ static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
   return -1;
 }
 """
+_PRELUDE_HELPERS += "\n" + NARROW_TYPE_HELPERS
 
 
 _TYPE_CODE_TENSOR = (7, 13)  # kTVMDLTensorHandle, kTVMNDArrayHandle
@@ -487,6 +500,42 @@ def _system_lib_registration(names: Sequence[str], module_ctx: bool = False) -> 
     return "\n".join(lines)
 
 
+def crt_func_registry_names(names: Sequence[str]) -> bytes:
+    """The ``names`` blob of a CRT ``TVMFuncRegistry`` (``func_registry_generator.cc``): the
+    function count as a little-endian u16, then each name followed by a NUL.
+
+    >>> crt_func_registry_names(["f", "g"])
+    b'\\x02\\x00f\\x00g\\x00'
+    """
+    if len(names) >= 1 << 16:
+        raise TVMError(f"a CRT function registry holds at most 65535 functions, got {len(names)}")
+    return len(names).to_bytes(2, "little") + b"".join(n.encode() + b"\0" for n in names)
+
+
+def crt_system_lib_source(names: Sequence[str], defined_here: Sequence[str] = ()) -> str:
+    """The CRT system library of packed functions ``names`` (TVM's ``CreateFuncRegistry`` +
+    ``GenerateCrtSystemLib``): a ``TVMFuncRegistry`` and ``TVMSystemLibEntryPoint``.
+
+    Functions not in ``defined_here`` are declared first (they live in another translation
+    unit). The names blob is written with octal escapes, which never swallow the next
+    character as hex escapes can.
+    """
+    lines = ["#include <tvm/runtime/crt/module.h>"]
+    lines += [f"TVM_DLL int32_t {name}({_PACKED_PARAMS_TEXT});" for name in names
+              if name not in defined_here]
+    lines.append("static TVMBackendPackedCFunc _tvm_func_array[] = {")
+    lines += [f"    (TVMBackendPackedCFunc){name}," for name in names]
+    lines.append("};")
+    blob = "".join(f"\\{byte:03o}" if not (32 <= byte < 127) or chr(byte) in '"\\?'
+                   else chr(byte) for byte in crt_func_registry_names(names))
+    lines += ["static const TVMFuncRegistry _tvm_func_registry = {",
+              f'    "{blob}",', "    _tvm_func_array,", "};",
+              "static const TVMModule _tvm_system_lib = {", "    &_tvm_func_registry,", "};",
+              "const TVMModule* TVMSystemLibEntryPoint(void) {",
+              "    return &_tvm_system_lib;", "}"]
+    return "\n".join(lines)
+
+
 def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
                 imported_c: Sequence[str] = (), kind: str = "llvm",
                 system_lib: bool = False, packed_names: Sequence[str] = (),
@@ -509,14 +558,16 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
 
 
 def functions_of(mod: Any) -> list[tuple[str, Any]]:
-    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them."""
+    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them: what a
+    codegen prints, each function already through the TIR passes every codegen's input goes
+    through (:func:`kiln.tir.transform.codegen_prep.prepare_for_codegen`)."""
     if _node_name(mod) == "PrimFunc":
-        return [(mod.attrs.get("global_symbol") or "default_function", mod)]
+        return [(mod.attrs.get("global_symbol") or "default_function", prepare_for_codegen(mod))]
     items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
     out = []
     for gvar, func in items:
         if _node_name(func) != "PrimFunc":
             raise TVMError(f"codegen: {gvar!r} is a {_node_name(func)}, not a tir.PrimFunc")
         symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
-        out.append((symbol, func))
+        out.append((symbol, prepare_for_codegen(func)))
     return out

@@ -80,6 +80,7 @@ class CIntrinsics:
     ``expr``, ``_var_name``, ``_per_lane`` and the module context flag)."""
 
     def expr_Call(self, node: Any) -> str:
+        """C text of a ``Call``: its ``call_<name>`` rule, else a math or format rule."""
         op = node.op
         args = list(node.args)
         method = getattr(self, "call_" + op.replace("tir.", "").replace(".", "_"), None)
@@ -106,6 +107,7 @@ class CIntrinsics:
         return rule.format(*texts, **fmt)
 
     def call_call_extern(self, node: Any) -> str:
+        """C text of a ``tir.call_extern`` call."""
         name = node.args[0].value
         args = ", ".join(self.expr(a) for a in node.args[1:])
         return f"{name}({args})"
@@ -113,17 +115,20 @@ class CIntrinsics:
     call_call_pure_extern = call_call_extern
 
     def call_tvm_access_ptr(self, node: Any) -> str:
+        """C text of a ``tir.tvm_access_ptr`` call."""
         ptype, data, offset = node.args[0], node.args[1], node.args[2]
         ctype = c_type(ptype.dtype)
         return f"(({ctype}*){self._var_name(data)} + {self.expr(offset)})"
 
     def call_reinterpret(self, node: Any) -> str:
+        """C text of a ``tir.reinterpret`` call."""
         source = node.args[0]
         src_c, dst_c = c_type(source.dtype), c_type(node.dtype)
         return (f"({{ {src_c} _x = {self.expr(source)}; {dst_c} _y; "
                 f"__builtin_memcpy(&_y, &_x, sizeof(_y)); _y; }})")
 
     def call_type_annotation(self, node: Any) -> str:
+        """C text of a ``tir.type_annotation`` call."""
         return "0"
 
     def call_tvm_call_packed(self, node: Any) -> str:
@@ -159,9 +164,11 @@ class CIntrinsics:
                 f"_rc; }})")
 
     def call_isnullptr(self, node: Any) -> str:
+        """C text of a ``tir.isnullptr`` call."""
         return f"({self.expr(node.args[0])} == NULL)"
 
     def call_tvm_struct_get(self, node: Any) -> str:
+        """C text of a ``tir.tvm_struct_get`` call."""
         handle, index, kind = (self.expr(node.args[0]), self.expr(node.args[1]),
                                int(node.args[2].value))
         if kind == _VALUE_CONTENT:

@@ -32,7 +32,7 @@ Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vecto
 be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
 value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
 ``if_then_else`` arm that may fault (a load not proved in bounds by
-:func:`~kiln.target.load_bounds.speculable`, an integer division) reads only the lanes that take
+:func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
 it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
 than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
 works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are
@@ -81,6 +81,7 @@ from kiln.target.codegen_c_masked import CLaneMasks, _loads_of
 __all__ = [
     "CodeGenC",
     "CodeGenCBareMetal",
+    "scratch_layout",
     "BINARY_FORMATS",
     "UNARY_MATH",
     "INTRINSIC_FORMATS",
@@ -262,15 +263,21 @@ class CodeGenC(CLaneMasks, CIntrinsics):
             f"{c_type(buf.dtype)}* {self.restrict} {self._bind(buf.data, buf.name)}"
             for buf in signature.buffers
         ] + [f"{c_type(var.dtype)} {self._bind(var)}" for var in signature.scalars]
-        self._lines.append(f"int32_t {name}_unpacked({', '.join(params) or 'void'}) {{")
+        self._functions.append(self._unpacked_definition(func, name, f"{name}_unpacked",
+                                                         params))
+        if self.emit_packed:
+            self._functions.append(_packed_wrapper(name, signature))
+        self.function_names.append(name)
+
+    def _unpacked_definition(self, func: Any, name: str, symbol: str, params: list[str]) -> str:
+        """The C text of ``symbol`` (``<name>_unpacked``): the loop nest over the buffers'
+        pointers."""
+        self._lines.append(f"int32_t {symbol}({', '.join(params) or 'void'}) {{")
         self._indent = 1
         self.emit_stmt(func.body)
         self._line("return 0;")
         self._lines.append("}")
-        self._functions.append("\n".join(self._lines))
-        if self.emit_packed:
-            self._functions.append(_packed_wrapper(name, signature))
-        self.function_names.append(name)
+        return "\n".join(self._lines)
 
     def _add_packed_form(self, func: Any, name: str) -> None:
         """A PrimFunc already in packed form (after MakePackedAPI): emit it as it is."""
@@ -427,6 +434,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return name
 
     def expr_IntImm(self, node: Any) -> str:
+        """C text of a TIR ``IntImm`` node."""
         t = DataType(node.dtype)
         value = int(node.value)
         if t.is_bool:
@@ -444,6 +452,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"({literal})" if value < 0 else literal
 
     def expr_FloatImm(self, node: Any) -> str:
+        """C text of a TIR ``FloatImm`` node."""
         t = DataType(node.dtype)
         value = float(node.value)
         suffix = "f" if t.bits == 32 else ""
@@ -459,14 +468,17 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"({text}{suffix})" if value < 0 else f"{text}{suffix}"
 
     def expr_StringImm(self, node: Any) -> str:
+        """C text of a TIR ``StringImm`` node."""
         return _c_string(node.value)
 
     def expr_Var(self, node: Any) -> str:
+        """C text of a TIR ``Var`` node."""
         return self._var_name(node)
 
     expr_SizeVar = expr_Var
 
     def expr_Cast(self, node: Any) -> str:
+        """C text of a TIR ``Cast`` node."""
         target = DataType(node.dtype)
         if target.lanes > 1 and target.is_bool:
             source = DataType(node.value.dtype)
@@ -483,6 +495,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"(({c_type(target)}){self.expr(node.value)})"
 
     def expr_Not(self, node: Any) -> str:
+        """C text of a TIR ``Not`` node."""
         if DataType(node.dtype).lanes > 1:
             return self._bool_bytes(node)
         return f"(!{self.expr(node.a)})"
@@ -527,6 +540,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return self.expr(node)
 
     def expr_Select(self, node: Any) -> str:
+        """C text of a TIR ``Select`` node."""
         t = DataType(node.dtype)
         if t.lanes > 1:
             mask = self._lane_mask(node.condition, max(t.bits, 8))
@@ -541,12 +555,14 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return self._bool_bytes(node) if DataType(node.dtype).is_bool else self.expr(node)
 
     def expr_Ramp(self, node: Any) -> str:
+        """C text of a TIR ``Ramp`` node."""
         t = DataType(node.dtype)
         name = self._vector_type(t)
         steps = ", ".join(str(i) for i in range(t.lanes))
         return f"((({name}){{{steps}}}) * {self.expr(node.stride)} + {self.expr(node.base)})"
 
     def expr_Broadcast(self, node: Any) -> str:
+        """C text of a TIR ``Broadcast`` node."""
         t = DataType(node.dtype)
         name = self._vector_type(t)
         value = self.expr(node.value)
@@ -554,11 +570,13 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"({{ {c_type(t.element_of)} _b = {value}; ({name}){{{lanes}}}; }})"
 
     def expr_Let(self, node: Any) -> str:
+        """C text of a TIR ``Let`` node."""
         name = self._bind(node.var)
         value = self.expr(node.value)
         return f"({{ {c_type(node.var.dtype)} {name} = {value}; {self.expr(node.body)}; }})"
 
     def expr_Shuffle(self, node: Any) -> str:
+        """C text of a TIR ``Shuffle`` node."""
         vectors = [self.expr(v) for v in node.vectors]
         decls = []
         sources = []
@@ -581,6 +599,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return data if have == want else f"(({want}){data})"
 
     def expr_BufferLoad(self, node: Any) -> str:
+        """C text of a TIR ``BufferLoad`` node."""
         buffer = node.buffer
         data = self._data(buffer)
         access = _flat_access(self, buffer, node.indices)
@@ -608,6 +627,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
 
     def call_address_of(self, node: Any) -> str:
+        """C text of ``tir.address_of``: the address of a buffer element."""
         load = node.args[0]
         access = _flat_access(self, load.buffer, load.indices)
         return f"(&{self._var_name(load.buffer.data)}[{access.base}])"
@@ -627,6 +647,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         method(node)
 
     def stmt_SeqStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``SeqStmt`` statement."""
         first_use = self._share_vector_loads(node.seq)
         for index, stmt in enumerate(node.seq):
             for text, name in first_use.get(index, ()):
@@ -693,6 +714,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return out
 
     def stmt_Evaluate(self, node: Any) -> None:
+        """Append the C lines of a TIR ``Evaluate`` statement."""
         if _node_name(node.value) in ("IntImm", "FloatImm"):
             return
         if (_node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed"
@@ -702,6 +724,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line(f"{self.expr(node.value)};")
 
     def stmt_BufferStore(self, node: Any) -> None:
+        """Append the C lines of a TIR ``BufferStore`` statement."""
         buffer = node.buffer
         data = self._data(buffer)
         lanes = DataType(node.value.dtype).lanes
@@ -844,6 +867,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return f"(*({vtype}_u*)({data} + {access.base} + {part * width}))"
 
     def stmt_LetStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``LetStmt`` statement."""
         value = self.expr(node.value)
         t = DataType(node.var.dtype)
         ctype = self._vector_type(t) if t.lanes > 1 else c_type(t)
@@ -856,6 +880,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``AttrStmt`` statement."""
         key = node.attr_key
         if key == "pragma_import_c":
             source = node.value.value
@@ -867,6 +892,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self.emit_stmt(node.body)
 
     def stmt_AssertStmt(self, node: Any) -> None:
+        """Append the C lines of a TIR ``AssertStmt`` statement."""
         message = _assert_message(node, self._func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
         self._indent += 1
@@ -896,6 +922,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line(f"  goto {label}; }}")
 
     def stmt_IfThenElse(self, node: Any) -> None:
+        """Append the C lines of a TIR ``IfThenElse`` statement."""
         self._line(f"if ({self.expr(node.condition)}) {{")
         self._block(node.then_case)
         if node.else_case is not None:
@@ -904,14 +931,17 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line("}")
 
     def stmt_While(self, node: Any) -> None:
+        """Append the C lines of a TIR ``While`` statement."""
         self._line(f"while ({self.expr(node.condition)}) {{")
         self._block(node.body)
         self._line("}")
 
     def stmt_DeclBuffer(self, node: Any) -> None:
+        """Append the C lines of a TIR ``DeclBuffer`` statement."""
         self.emit_stmt(node.body)
 
     def stmt_For(self, node: Any) -> None:
+        """Append the C lines of a TIR ``For`` statement."""
         kind = int(node.kind)
         loop_type = c_type(node.loop_var.dtype)
         name = self._bind(node.loop_var)
@@ -982,6 +1012,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line("}")
 
     def stmt_Allocate(self, node: Any) -> None:
+        """Append the C lines of a TIR ``Allocate`` statement."""
         t = DataType(node.dtype)
         elem = c_type(t.element_of)
         name = self._bind(node.buffer_var)
@@ -1034,20 +1065,68 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     # Nodes that must be lowered away before code generation: say so by name.
     def stmt_BufferRealize(self, node: Any) -> None:
+        """Reject: a BufferRealize must be flattened before codegen."""
         raise TVMError("C codegen: BufferRealize must be flattened before code generation")
 
     def expr_ProducerLoad(self, node: Any) -> str:
+        """Reject: a te.Tensor read must be lowered before codegen."""
         raise TVMError("C codegen: ProducerLoad (a te.Tensor read) must be lowered first")
 
     def expr_Reduce(self, node: Any) -> str:
+        """Reject: a Reduce must be lowered to loops before codegen."""
         raise TVMError("C codegen: Reduce must be lowered to loops before code generation")
 
 
+# Constant allocations up to this many bytes stay on the stack in the bare-metal dialect.
+STACK_LIMIT_BYTES = 256
+SCRATCH_ALIGNMENT = 16
+
+
 class CodeGenCBareMetal(CodeGenC):
-    """The microcontroller dialect: no OpenMP pragmas, every allocation on the stack."""
+    """The microcontroller dialect: no OpenMP, no heap, big scratch in the caller's pool.
+
+    A constant-size allocation of at most :attr:`stack_limit` bytes (register tiles, small
+    temporaries) lives on the stack. Bigger ones are carved from one scratch block at the
+    offsets :func:`scratch_layout` gives: the kernel becomes ``<name>_unpacked_ws(buffers...,
+    uint8_t* kiln_scratch)``, which the AOT executor calls with a slice of its planned pool,
+    and ``<name>_unpacked`` (what the packed wrapper, and so the C graph executor, calls) takes
+    the block from ``TVMBackendAllocWorkspace`` around the call.
+    """
 
     use_openmp = False
     workspace_threshold = 1 << 62
+    stack_limit = STACK_LIMIT_BYTES
+
+    def _unpacked_definition(self, func: Any, name: str, symbol: str, params: list[str]) -> str:
+        self._scratch, total = scratch_layout(func)
+        if not total:
+            return super()._unpacked_definition(func, name, symbol, params)
+        body = super()._unpacked_definition(func, name, f"{symbol}_ws", params + [
+            f"uint8_t* {self.restrict} kiln_scratch"])
+        names = [p.rsplit(" ", 1)[1] for p in params]
+        shim = "\n".join([
+            f"int32_t {symbol}({', '.join(params) or 'void'}) {{",
+            f"  uint8_t* kiln_scratch = (uint8_t*)TVMBackendAllocWorkspace(1, 0, "
+            f"(uint64_t){total}, 0, 8);",
+            "  if (kiln_scratch == NULL) {",
+            f"    TVMAPISetLastError({_c_string(f'{name}: no {total} bytes of workspace')});",
+            "    return -1;", "  }",
+            f"  int32_t rc = {symbol}_ws({', '.join(names + ['kiln_scratch'])});",
+            "  if (TVMBackendFreeWorkspace(1, 0, kiln_scratch) != 0) return -1;",
+            "  return rc;", "}"])
+        return body + "\n" + shim
+
+    def stmt_Allocate(self, node: Any) -> None:
+        """An allocation planned into the scratch block is a pointer into it; others as in C."""
+        offset = getattr(self, "_scratch", {}).get(id(node.buffer_var))
+        if offset is None:
+            super().stmt_Allocate(node)
+            return
+        elem = c_type(DataType(node.dtype).element_of)
+        name = self._bind(node.buffer_var)
+        self._pointer_types[id(node.buffer_var)] = f"{elem}*"
+        self._line(f"{elem}* {self.restrict} {name} = ({elem}*)(kiln_scratch + {offset});")
+        self.emit_stmt(node.body)
 
     def _emit_workspace(self, node: Any, elem: str, name: str, count: str,
                         t: DataType) -> None:
@@ -1055,6 +1134,30 @@ class CodeGenCBareMetal(CodeGenC):
         self.emit_stmt(node.body)
 
 
+def scratch_layout(func: Any) -> tuple[dict[int, int], int]:
+    """``({id(buffer var): byte offset}, total bytes)`` of the allocations of ``func`` that the
+    bare-metal dialect takes from the scratch block (constant size over
+    :data:`STACK_LIMIT_BYTES`, not kept as a vector register tile), in the order they appear.
+    """
+    from kiln.tir.stmt_functor import pre_order_visit
+
+    tiles = _uniform_vector_lanes(func.body)
+    offsets: dict[int, int] = {}
+    total = [0]
+
+    def visit(node: Any) -> None:
+        if _node_name(node) != "Allocate" or id(node.buffer_var) in tiles:
+            return
+        if not all(_is_const_int(e) for e in node.extents):
+            return
+        t = DataType(node.dtype)
+        nbytes = math.prod(int(e.value) for e in node.extents) * t.lanes * t.element_of.itemsize
+        if nbytes > STACK_LIMIT_BYTES:
+            offsets[id(node.buffer_var)] = total[0]
+            total[0] += -(-nbytes // SCRATCH_ALIGNMENT) * SCRATCH_ALIGNMENT
+
+    pre_order_visit(func.body, visit)
+    return offsets, total[0]
 
 
 def _pointer_type(var: Any) -> str:

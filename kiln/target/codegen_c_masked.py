@@ -6,7 +6,7 @@ Entry point: :class:`CLaneMasks`, a mixin of :class:`~kiln.target.codegen_c.Code
 
 TIR evaluates only the arm a lane takes, so an arm may hold a load that would fall outside its
 buffer, or an integer division by zero, in the lanes that do not take it (a padded border). Each
-arm first goes through :func:`~kiln.target.load_bounds.speculable` (the proof the llvm target
+arm first goes through :func:`~kiln.arith.load_bounds.speculable` (the proof the llvm target
 uses too):
 
 * both arms cannot fault: both are evaluated whole and blended on the condition's mask (plain
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.arith.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.target.c_abi import _is_const_int, _node_name, c_type
-from kiln.target.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 
 __all__ = ["CLaneMasks"]
 
@@ -117,7 +117,7 @@ class CLaneMasks:
         return f"({{ {' '.join(decls)} {texts[0]} ? {texts[1]} : {texts[2]}; }})"
 
     def _speculable(self, expr: Any) -> bool:
-        """Whether ``expr`` cannot fault (:func:`~kiln.target.load_bounds.speculable` under
+        """Whether ``expr`` cannot fault (:func:`~kiln.arith.load_bounds.speculable` under
         the enclosing loops' ranges), so it may be evaluated where TIR says it is not."""
         memo = self._speculation_memo if self._speculation_memo is not None else {}
         return speculable(expr, self._analyzer, memo)
@@ -129,8 +129,8 @@ class CLaneMasks:
     def _vector_if_then_else(self, node: Any) -> str:
         """A vector ``if_then_else`` with a per-lane condition.
 
-        Arms that cannot fault are evaluated whole; when both can, the result is a blend on
-        the condition's mask (plain vector loads and an and/or, no branch). An arm whose only
+        Arms that cannot fault are evaluated whole and blended on the condition's mask (plain
+        vector loads and an and/or, no branch). An arm whose only
         faulting parts are contiguous 32/64-bit loads lining up with its lanes reads them
         with masked loads (``vmaskmovps``/``vpmaskmovd`` on AVX2: untaken lanes touch no
         memory) and is then blended too: the padded border of a conv. Any other arm that may
@@ -145,10 +145,8 @@ class CLaneMasks:
                            f"{DataType(cond.dtype).lanes} lanes but its arms have {t.lanes}; "
                            "broadcast the arms or the condition to one lane count")
         bits = max(t.bits, 8)
-        if self._speculable(then) and self._speculable(other):
-            return self._blend(t, self._lane_mask(cond, bits),
-                               self._inside_arm(then, cond, True, self._vector_value),
-                               self._inside_arm(other, cond, False, self._vector_value))
+        # (When neither arm can fault, tir.transform.SelectSafeIfThenElse has already made the
+        # choice a Select, unless an arm nests a choice that may; _whole_arm blends those.)
         vtype, lanes = self._vector_type(t), t.lanes
         mask_type = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
         decls = [f"{mask_type} _mv = {self._lane_mask(cond, bits)};"]

@@ -193,7 +193,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         if t.type_code == DataTypeCode.FLOAT:
             scalar = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}[t.bits]
         elif t.type_code == DataTypeCode.BFLOAT:
-            scalar = ir.IntType(16)
+            scalar = ir.IntType(16)  # narrow types are bit patterns (LegalizeNarrowTypes)
+        elif t.is_float8 or t.bits in (2, 4):
+            scalar = self.i8
         elif t.bits == 1:
             scalar = self.i8 if storage else self.i1
         else:
@@ -201,6 +203,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return ir.VectorType(scalar, t.lanes) if t.lanes > 1 else scalar
 
     def const(self, dtype: Any, value: Any):
+        """An LLVM constant of TIR dtype ``dtype``."""
         return self.ir.Constant(self.ltype(dtype), value)
 
     # -- functions -------------------------------------------------------------------------
@@ -327,10 +330,12 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             op, lhs, rhs)
 
     def expr_Min(self, node: Any):
+        """LLVM value of a TIR ``Min`` node."""
         a, b = self.expr(node.a), self.expr(node.b)
         return self.builder.select(self._cmp(node.a.dtype, "<", a, b), a, b)
 
     def expr_Max(self, node: Any):
+        """LLVM value of a TIR ``Max`` node."""
         a, b = self.expr(node.a), self.expr(node.b)
         return self.builder.select(self._cmp(node.a.dtype, ">", a, b), a, b)
 
@@ -348,6 +353,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return q, r, adjust, b_val
 
     def expr_FloorDiv(self, node: Any):
+        """LLVM value of a TIR ``FloorDiv`` node."""
         if DataType(node.dtype).is_float:
             quotient = self.builder.fdiv(self.expr(node.a), self.expr(node.b))
             return self._call_intrinsic("llvm.floor", [quotient])
@@ -357,6 +363,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return self.builder.sub(q, self.builder.zext(adjust, q.type))
 
     def expr_FloorMod(self, node: Any):
+        """LLVM value of a TIR ``FloorMod`` node."""
         b = self.builder
         if DataType(node.dtype).is_float:
             a_val, b_val = self.expr(node.a), self.expr(node.b)
@@ -368,15 +375,19 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return b.add(r, b.select(adjust, divisor, self.ir.Constant(r.type, None)))
 
     def expr_IntImm(self, node: Any):
+        """LLVM value of a TIR ``IntImm`` node."""
         return self.const(node.dtype, int(node.value))
 
     def expr_FloatImm(self, node: Any):
+        """LLVM value of a TIR ``FloatImm`` node."""
         return self.const(node.dtype, float(node.value))
 
     def expr_StringImm(self, node: Any):
+        """LLVM value of a TIR ``StringImm`` node."""
         return self._string(node.value)
 
     def expr_Var(self, node: Any):
+        """LLVM value of a TIR ``Var`` node."""
         try:
             return self.vars[id(node)]
         except KeyError:
@@ -386,6 +397,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     expr_SizeVar = expr_Var
 
     def expr_Cast(self, node: Any):
+        """LLVM value of a TIR ``Cast`` node."""
         return self._convert(self.expr(node.value), DataType(node.value.dtype),
                              DataType(node.dtype))
 
@@ -412,9 +424,11 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return value
 
     def expr_Not(self, node: Any):
+        """LLVM value of a TIR ``Not`` node."""
         return self.builder.not_(self.expr(node.a))
 
     def expr_Select(self, node: Any):
+        """LLVM value of a TIR ``Select`` node."""
         cond = self.expr(node.condition)
         then, other = self.expr(node.true_value), self.expr(node.false_value)
         lanes = DataType(node.dtype).lanes
@@ -430,19 +444,23 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return b.shuffle_vector(vec, ir.Constant(vec.type, None), mask)
 
     def expr_Broadcast(self, node: Any):
+        """LLVM value of a TIR ``Broadcast`` node."""
         return self._splat(self.expr(node.value), node.lanes)
 
     def expr_Ramp(self, node: Any):
+        """LLVM value of a TIR ``Ramp`` node."""
         ir, b = self.ir, self.builder
         base, stride = self.expr(node.base), self.expr(node.stride)
         steps = ir.Constant(ir.VectorType(base.type, node.lanes), list(range(node.lanes)))
         return b.add(self._splat(base, node.lanes), b.mul(steps, self._splat(stride, node.lanes)))
 
     def expr_Let(self, node: Any):
+        """LLVM value of a TIR ``Let`` node."""
         self.vars[id(node.var)] = self.expr(node.value)
         return self.expr(node.body)
 
     def expr_Shuffle(self, node: Any):
+        """LLVM value of a TIR ``Shuffle`` node."""
         b = self.builder
         lanes = []
         for vec in node.vectors:
@@ -520,6 +538,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return per_lane, False
 
     def expr_BufferLoad(self, node: Any):
+        """LLVM value of a TIR ``BufferLoad`` node."""
         b = self.builder
         ptr = self._element_pointer(node.buffer)
         t = DataType(node.dtype)
@@ -548,6 +567,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return self.builder.zext(value, self.ltype(t, storage=True))
 
     def stmt_BufferStore(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``BufferStore`` statement."""
         b = self.builder
         ptr = self._element_pointer(node.buffer)
         t = DataType(node.value.dtype)
@@ -611,10 +631,12 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         method(node)
 
     def stmt_SeqStmt(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``SeqStmt`` statement."""
         for stmt in node.seq:
             self.emit_stmt(stmt)
 
     def stmt_Evaluate(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``Evaluate`` statement."""
         if _node_name(node.value) in ("IntImm", "FloatImm"):
             return
         value = self.expr(node.value)
@@ -628,18 +650,22 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             self.builder.position_at_end(ok)
 
     def stmt_LetStmt(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``LetStmt`` statement."""
         self.vars[id(node.var)] = self.expr(node.value)
         self.emit_stmt(node.body)
 
     def stmt_DeclBuffer(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``DeclBuffer`` statement."""
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``AttrStmt`` statement."""
         if node.attr_key == "pragma_import_c" and node.value.value not in self.imported_c:
             self.imported_c.append(node.value.value)
         self.emit_stmt(node.body)
 
     def stmt_AssertStmt(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``AssertStmt`` statement."""
         b = self.builder
         fail = self.function.append_basic_block("assert_fail")
         ok = self.function.append_basic_block("assert_ok")
@@ -650,6 +676,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.emit_stmt(node.body)
 
     def stmt_IfThenElse(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``IfThenElse`` statement."""
         b = self.builder
         then_block = self.function.append_basic_block("then")
         else_block = self.function.append_basic_block("else") if node.else_case else None
@@ -667,6 +694,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         b.position_at_end(done)
 
     def stmt_While(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``While`` statement."""
         b = self.builder
         head = self.function.append_basic_block("while_head")
         body = self.function.append_basic_block("while_body")
@@ -681,6 +709,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         b.position_at_end(done)
 
     def stmt_For(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``For`` statement."""
         with self._analyzer.constraint_scope(node.loop_var,
                                              Range.from_min_extent(node.min, node.extent)):
             self._emit_for(node)
@@ -805,6 +834,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         b.position_at_end(ok)
 
     def stmt_Allocate(self, node: Any) -> None:
+        """Emit the LLVM instructions of a TIR ``Allocate`` statement."""
         ir, b = self.ir, self.builder
         t = DataType(node.dtype)
         elem = self.ltype(t.element_of, storage=True)
@@ -842,12 +872,15 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             self.builder.call(free, [self.const("int32", 1), self.const("int32", 0), raw])
 
     def stmt_BufferRealize(self, node: Any) -> None:
+        """Reject: a BufferRealize must be flattened before codegen."""
         raise TVMError("LLVM codegen: BufferRealize must be flattened before code generation")
 
     def expr_ProducerLoad(self, node: Any):
+        """Reject: a te.Tensor read must be lowered before codegen."""
         raise TVMError("LLVM codegen: ProducerLoad (a te.Tensor read) must be lowered first")
 
     def expr_Reduce(self, node: Any):
+        """Reject: a Reduce must be lowered to loops before codegen."""
         raise TVMError("LLVM codegen: Reduce must be lowered to loops before code generation")
 
 

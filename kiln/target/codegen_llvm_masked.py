@@ -6,7 +6,7 @@ condition (a scalar condition keeps the short-circuit branches: only the taken a
 
 A vector condition becomes ``select <N x i1> cond, then, else``, and each arm is evaluated
 for all N lanes. TIR promises an arm is evaluated only where it is taken, so each arm first
-goes through :func:`~kiln.target.load_bounds.speculable`:
+goes through :func:`~kiln.arith.load_bounds.speculable`:
 
 * an arm that cannot fault (its loads provably in bounds under the loop ranges, no integer
   division by a possibly-zero divisor) is evaluated plainly: vector loads and a blend, no
@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.arith.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.target.llvm_intrinsics import _mangle
-from kiln.target.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 
 __all__ = ["LLVMLaneMasks"]
 

@@ -114,6 +114,7 @@ class CodeGenOpenCL(CodeGenC):
         self.kernels: list[tuple[str, int, tuple[int, ...], tuple[int, ...]]] = []
 
     def add_function(self, func: Any, name: str | None = None, comment: str = "") -> None:
+        """Emit ``func`` as an OpenCL ``__kernel`` and record its launch shape."""
         from kiln.target.c_abi import function_signature
 
         name = name or func.attrs.get("global_symbol") or "default_function"
@@ -168,6 +169,7 @@ class CodeGenOpenCL(CodeGenC):
         self.kernels.append((name, len(signature.buffers), *launch))
 
     def stmt_For(self, node: Any) -> None:
+        """A thread-bound loop reads its work-item index; others as in C."""
         if int(node.kind) != int(ForKind.THREAD_BINDING):
             super().stmt_For(node)
             return
@@ -185,6 +187,7 @@ class CodeGenOpenCL(CodeGenC):
                        "allocation does not fit in private memory")
 
     def finish(self) -> str:
+        """The OpenCL C program: prelude, vector types and every kernel."""
         return "\n\n".join([_prelude(), *self._vector_types.values(), *self._functions]) + "\n"
 
 

@@ -102,6 +102,7 @@ class LLVMIntrinsics:
         return out
 
     def expr_Call(self, node: Any):
+        """LLVM value of a ``Call``: its ``call_<name>`` rule, else a math intrinsic."""
         op = node.op
         method = getattr(self, "call_" + op.replace("tir.", "").replace(".", "_"), None)
         if method is not None:
@@ -155,6 +156,7 @@ class LLVMIntrinsics:
         return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
     def call_sigmoid(self, node: Any):
+        """LLVM value of a ``tir.sigmoid`` call."""
         b = self.builder
         x = self.expr(node.args[0])
         one = self._float_const(x, 1.0)
@@ -164,27 +166,33 @@ class LLVMIntrinsics:
         return b.fdiv(one, b.fadd(one, e))
 
     def call_rsqrt(self, node: Any):
+        """LLVM value of a ``tir.rsqrt`` call."""
         x = self.expr(node.args[0])
         return self.builder.fdiv(self._float_const(x, 1.0),
                                  self._call_intrinsic("llvm.sqrt", [x]))
 
     def call_exp10(self, node: Any):
+        """LLVM value of a ``tir.exp10`` call."""
         x = self.expr(node.args[0])
         return self._call_intrinsic("llvm.pow", [self._float_const(x, 10.0), x])
 
     def call_isnan(self, node: Any):
+        """LLVM value of a ``tir.isnan`` call."""
         x = self.expr(node.args[0])
         return self.builder.fcmp_unordered("uno", x, x)
 
     def call_isinf(self, node: Any):
+        """LLVM value of a ``tir.isinf`` call."""
         x = self._call_intrinsic("llvm.fabs", [self.expr(node.args[0])])
         return self.builder.fcmp_ordered("==", x, self._float_const(x, math.inf))
 
     def call_isfinite(self, node: Any):
+        """LLVM value of a ``tir.isfinite`` call."""
         x = self._call_intrinsic("llvm.fabs", [self.expr(node.args[0])])
         return self.builder.fcmp_ordered("<", x, self._float_const(x, math.inf))
 
     def call_abs(self, node: Any):
+        """LLVM value of a ``tir.abs`` call."""
         x = self.expr(node.args[0])
         if DataType(node.dtype).is_float:
             return self._call_intrinsic("llvm.fabs", [x])
@@ -193,6 +201,7 @@ class LLVMIntrinsics:
                                    self.builder.sub(zero, x), x)
 
     def call_clz(self, node: Any):
+        """LLVM value of a ``tir.clz`` call."""
         x = self.expr(node.args[0])
         fn = self._declare(f"llvm.ctlz.{_mangle(x.type)}", x.type, [x.type, self.i1])
         return self.builder.call(fn, [x, self.ir.Constant(self.i1, 0)])
@@ -201,27 +210,35 @@ class LLVMIntrinsics:
         return getattr(self.builder, method)(self.expr(node.args[0]), self.expr(node.args[1]))
 
     def call_bitwise_and(self, node: Any):
+        """LLVM value of a ``tir.bitwise_and`` call."""
         return self._bitwise(node, "and_")
 
     def call_bitwise_or(self, node: Any):
+        """LLVM value of a ``tir.bitwise_or`` call."""
         return self._bitwise(node, "or_")
 
     def call_bitwise_xor(self, node: Any):
+        """LLVM value of a ``tir.bitwise_xor`` call."""
         return self._bitwise(node, "xor")
 
     def call_shift_left(self, node: Any):
+        """LLVM value of a ``tir.shift_left`` call."""
         return self._bitwise(node, "shl")
 
     def call_shift_right(self, node: Any):
+        """LLVM value of a ``tir.shift_right`` call."""
         return self._bitwise(node, "lshr" if DataType(node.dtype).is_uint else "ashr")
 
     def call_bitwise_not(self, node: Any):
+        """LLVM value of a ``tir.bitwise_not`` call."""
         return self.builder.not_(self.expr(node.args[0]))
 
     def call_likely(self, node: Any):
+        """LLVM value of a ``tir.likely`` call."""
         return self.expr(node.args[0])
 
     def call_reinterpret(self, node: Any):
+        """LLVM value of a ``tir.reinterpret`` call."""
         return self.builder.bitcast(self.expr(node.args[0]), self.ltype(node.dtype))
 
     def call_tvm_call_packed(self, node: Any):
@@ -314,6 +331,7 @@ class LLVMIntrinsics:
         return 0, self._convert(value, t, DataType("int64"))
 
     def call_isnullptr(self, node: Any):
+        """LLVM value of a ``tir.isnullptr`` call."""
         x = self.expr(node.args[0])
         return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
 
@@ -359,6 +377,7 @@ class LLVMIntrinsics:
     call_call_pure_extern = call_call_extern
 
     def call_tvm_access_ptr(self, node: Any):
+        """LLVM value of a ``tir.tvm_access_ptr`` call."""
         ptype, data, offset = node.args[0], node.args[1], node.args[2]
         elem = self.ltype(ptype.dtype, storage=True)
         ptr = self.builder.bitcast(self.expr_Var(data), elem.as_pointer())
@@ -367,12 +386,14 @@ class LLVMIntrinsics:
             else address
 
     def call_address_of(self, node: Any):
+        """LLVM value of a ``tir.address_of`` call."""
         load = node.args[0]
         ptr = self._element_pointer(load.buffer)
         offset, _ = self._lane_offsets(load.buffer, load.indices, 1)
         return self.builder.gep(ptr, [offset])
 
     def call_type_annotation(self, node: Any):
+        """LLVM value of a ``tir.type_annotation`` call."""
         return self.const("int32", 0)
 
     def _dltensor_type(self):
@@ -383,6 +404,7 @@ class LLVMIntrinsics:
             self.i64.as_pointer(), self.i64.as_pointer(), self.i64])
 
     def call_tvm_struct_get(self, node: Any):
+        """LLVM value of a ``tir.tvm_struct_get`` call."""
         b = self.builder
         handle, index = self.expr(node.args[0]), self.expr(node.args[1])
         kind = int(node.args[2].value)

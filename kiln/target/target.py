@@ -72,6 +72,7 @@ class TargetKind:
     options: Mapping[str, type] = field(default_factory=dict)
 
     def option_type(self, name: str) -> type | None:
+        """The Python type of option ``name`` (kind-specific or common), or None."""
         return self.options.get(name) or _COMMON_OPTIONS.get(name)
 
     def __str__(self) -> str:
@@ -199,37 +200,46 @@ class Target(Object):
     # -- attribute views --------------------------------------------------------------------
     @property
     def mcpu(self) -> str:
+        """The ``-mcpu`` option ("" when not given)."""
         return self.attrs.get("mcpu", "")
 
     @property
     def mattr(self) -> list[str]:
+        """The ``-mattr`` features, e.g. ``["+avx2"]``."""
         return list(self.attrs.get("mattr", []))
 
     @property
     def model(self) -> str:
+        """The ``-model`` option (``"unknown"`` when not given)."""
         return self.attrs.get("model", "unknown")
 
     @property
     def libs(self) -> list[str]:
+        """The ``-libs`` option: external libraries the target may call."""
         return list(self.attrs.get("libs", []))
 
     @property
     def device_name(self) -> str:
+        """The ``-device`` option (e.g. ``"arm_cpu"``), "" when not given."""
         return self.attrs.get("device", "")
 
     @property
     def opt_level(self) -> int:
+        """The ``-opt-level`` option (default 3)."""
         return int(self.attrs.get("opt-level", 3))
 
     @property
     def num_cores(self) -> int | None:
+        """The ``-num-cores`` option, or None."""
         return self.attrs.get("num-cores")
 
     @property
     def device_type(self) -> int:
+        """The DLPack device type code of the target's kind (1 = CPU)."""
         return self.kind.device_type
 
     def get_target_device_type(self) -> int:
+        """The DLPack device type code (TVM's method name)."""
         return self.kind.device_type
 
     def export(self) -> dict[str, Any]:
@@ -240,6 +250,7 @@ class Target(Object):
         return out
 
     def with_host(self, host: str | Mapping | Target) -> Target:
+        """This target with ``host`` as its host target."""
         return Target(self, host)
 
     # -- scoping ----------------------------------------------------------------------------
@@ -304,6 +315,7 @@ class Target(Object):
 
     @staticmethod
     def list_kinds() -> list[str]:
+        """The names of every target kind kiln knows."""
         return sorted(TARGET_KINDS)
 
     @staticmethod
@@ -313,6 +325,7 @@ class Target(Object):
 
     @staticmethod
     def canon_target_and_host(target: Any, host: Any = None) -> tuple[Target | None, Any]:
+        """Canonical ``(target, host)``: Targets, the host folded into the target."""
         target = Target.canon_target(target)
         if target is None:
             return None, Target.canon_target(host)

@@ -25,6 +25,7 @@ from kiln.tir.buffer import Buffer, decl_buffer
 from kiln.tir.function import PrimFunc
 from kiln.tir.transform.loop_partition import partition_loops
 from kiln.tir.transform.lower_intrin import lower_intrinsics
+from kiln.tir.transform.narrow_types import legalize_narrow_types
 from kiln.tir.transform.simplify import _simplify_func
 from kiln.tir.transform.storage_flatten import flatten_buffers
 from kiln.tir.transform.vectorize import unroll_stmt, vectorize_stmt
@@ -50,6 +51,7 @@ LOWER_PIPELINE = [
     ("tir.Simplify", _simplify_func),
     ("tir.LoopPartition", partition_loops),
     ("tir.Simplify", _simplify_func),
+    ("tir.LegalizeNarrowTypes", legalize_narrow_types),  # before vectorizing: scalar helpers
     ("tir.UnrollLoop", lambda f: f.with_body(unroll_stmt(f.body))),
     ("tir.VectorizeLoop", _vectorize),
     ("tir.Simplify", _simplify_func),

@@ -21,6 +21,7 @@ Example
 
 from __future__ import annotations
 
+from kiln._lazy import attach
 from kiln.topi import arm_cpu, generic, image, nn, tag, utils, x86  # noqa: F401,E402,I001
 from kiln.topi.broadcast import *  # noqa: F403
 from kiln.topi.math import *  # noqa: F403
@@ -28,3 +29,6 @@ from kiln.topi.reduction import *  # noqa: F403
 from kiln.topi.scatter import *  # noqa: F403
 from kiln.topi.sort import *  # noqa: F403
 from kiln.topi.transform import *  # noqa: F403
+
+# tvm.topi.testing (NumPy references) loads on first use: kernels never need it.
+__getattr__, __dir__ = attach(__name__, {"testing": "kiln.topi.testing"})

@@ -77,6 +77,19 @@ def _graph_inputs(case) -> list:
     return [i for i in case.model.graph.input if i.name not in initializers]
 
 
+def _ml_float(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is one of ml_dtypes' floats (NumPy sees most of them as kind "V")."""
+    if dtype.kind not in "Vf" or dtype in (np.float16, np.float32, np.float64):
+        return False
+    import ml_dtypes
+
+    try:
+        ml_dtypes.finfo(dtype)
+    except ValueError:
+        return False
+    return True
+
+
 def compare(actual: list, expected: list, rtol: float, atol: float) -> Outcome:
     """Compare outputs as ONNX's backend tests do: dtype, shape, then values within tolerance."""
     if len(actual) != len(expected):
@@ -89,6 +102,8 @@ def compare(actual: list, expected: list, rtol: float, atol: float) -> Outcome:
             return Outcome("fail", f"output {index} dtype {got.dtype}, expected {want.dtype}")
         if got.shape != want.shape:
             return Outcome("fail", f"output {index} shape {got.shape}, expected {want.shape}")
+        if _ml_float(want.dtype):  # bfloat16, float8_*: compare their values as float32
+            got, want = got.astype(np.float32), want.astype(np.float32)
         if want.dtype.kind in "fc":
             close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
         else:

@@ -13,10 +13,12 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+# tests/ is on sys.path under pytest (it holds conftest.py).
+from seed_documents import seed_text  # seed 004, or its in-repository excerpt
 
 import kiln as tvm
 from kiln import relay, te, tir
@@ -29,13 +31,11 @@ from kiln.target.codegen_opencl import emit_opencl
 CL = tvm.opencl(0)
 TARGETS = {"cpu": "c", "opencl": "opencl"}
 RNG = np.random.default_rng(3)
-SEEDS = Path(os.environ.get("KILN_SEEDS_DIR", Path(__file__).resolve().parents[3] / "shared"
-                            / "seeds"))
 
 
 def _seed_example() -> str:
     """The seed's test_on_device script, from ``import tvm`` to its ``__main__`` call."""
-    text = next(SEEDS.glob("004_*.txt")).read_text(encoding="utf-8")
+    text = seed_text("004")
     lines = text.splitlines()
     end = next(i for i, line in enumerate(lines) if line.strip() == "test_on_device()")
     start = max(i for i in range(end) if lines[i].strip() == "import tvm")
@@ -45,7 +45,7 @@ def _seed_example() -> str:
 
 
 def _seed_printed_graph() -> dict:
-    text = next(SEEDS.glob("004_*.txt")).read_text(encoding="utf-8")
+    text = seed_text("004")
     after = text[text.index("log(%1) }") + len("log(%1) }"):]
     return json.JSONDecoder().raw_decode(after.strip())[0]
 
@@ -253,7 +253,7 @@ def test_zero_copy_input_and_output_in_device_memory():
     m = graph_executor.GraphModule(lib["default"](CL))
     xv = RNG.random((2, 32), dtype="float32")
     storage = tvm.nd.array(np.concatenate([np.zeros(16, "float32"), xv.ravel()]), CL)
-    at_offset = DeviceNDArray._on(storage._buffer, 64, (2, 32), DataType("float32"))
+    at_offset = DeviceNDArray.on(storage._buffer, 64, (2, 32), DataType("float32"))
     m.module.set_input_zero_copy("x", at_offset)  # a view 64 bytes into a buffer
     out = tvm.nd.empty((2, 32), "float32", CL)
     m.module.set_output_zero_copy(0, out)

@@ -1,6 +1,9 @@
-"""Randomized differential test: relay.build + the graph executor against the interpreter on
-random static dataflow programs (elementwise, broadcast, reductions, layout ops, fusion
-boundaries)."""
+"""Randomized differential test: random static dataflow programs (elementwise, broadcast,
+reductions, layout ops, fusion boundaries, several parameters read in any order) on the graph
+executor and the VM at opt_level 0-3, parameters as run-time inputs and bound as constants,
+each against the Relay interpreter (kiln.relay.testing.executors)."""
+
+import os
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -8,20 +11,21 @@ from hypothesis import strategies as st
 
 import kiln as tvm
 from kiln import relay
-from kiln.contrib import graph_executor
+from kiln.relay.testing.executors import check_executors_agree
 
 UNARY = [relay.nn.relu, relay.tanh, relay.sigmoid, relay.negative, relay.abs]
 BINARY = [relay.add, relay.subtract, relay.multiply, relay.maximum, relay.minimum]
+PARAMS = {"x": (2, 3, 4), "y": (3, 1), "z": (4,), "w": (3, 4)}
 
 
 @st.composite
 def programs(draw):
-    """A random DAG over a (2, 3, 4) input and a (3, 1) input; returns (params, outputs)."""
-    x = relay.var("x", shape=(2, 3, 4))
-    y = relay.var("y", shape=(3, 1))
-    values = [(x, (2, 3, 4)), (y, (3, 1))]
+    """A random DAG over the PARAMS inputs; returns (params, outputs)."""
+    params = [relay.var(name, shape=shape) for name, shape in PARAMS.items()]
+    values = list(zip(params, PARAMS.values()))
     for _ in range(draw(st.integers(2, 8))):
-        kind = draw(st.sampled_from(["unary", "binary", "reduce", "transpose", "concat"]))
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "reduce", "transpose",
+                                     "concat"]))
         a, sa = values[draw(st.integers(0, len(values) - 1))]
         if kind == "unary":
             values.append((draw(st.sampled_from(UNARY))(a), sa))
@@ -45,24 +49,19 @@ def programs(draw):
         elif kind == "concat" and len(sa) >= 1:
             values.append((relay.concatenate([a, a], axis=0), (2 * sa[0], *sa[1:])))
     outputs = [v for v, _ in values[-draw(st.integers(1, 2)):]]
-    return [x, y], outputs
+    return params, outputs
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(programs(), st.sampled_from([0, 3]))
-def test_graph_executor_matches_interpreter(program, opt_level):
+# KILN_DIFFERENTIAL=full (benchmarks/differential_executors.py): a long soak instead
+EXAMPLES = 300 if os.environ.get("KILN_DIFFERENTIAL") == "full" else 8
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.sampled_from([["y", "z", "w"], list(PARAMS)]))
+def test_every_executor_matches_the_interpreter(program, bind):
     params, outputs = program
     body = outputs[0] if len(outputs) == 1 else relay.Tuple(outputs)
     mod = tvm.IRModule.from_expr(relay.Function(params, body))
     rng = np.random.default_rng(0)
-    xv = rng.standard_normal((2, 3, 4)).astype("float32")
-    yv = rng.standard_normal((3, 1)).astype("float32")
-    expected = relay.create_executor("debug", mod=mod).evaluate()(xv, yv)
-    expected = [expected] if len(outputs) == 1 else list(expected)
-    with tvm.transform.PassContext(opt_level=opt_level):
-        lib = relay.build(mod, target="c")
-    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
-    m.run(x=xv, y=yv)
-    assert m.get_num_outputs() == len(expected)
-    for i, want in enumerate(expected):
-        np.testing.assert_allclose(m.get_output(i).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+    args = [rng.standard_normal(shape).astype("float32") for shape in PARAMS.values()]
+    check_executors_agree(mod, args, bind=bind)

@@ -118,3 +118,14 @@ def test_cross_compiler_wraps_a_compiler_with_extra_flags(tmp_path: Path) -> Non
     assert fcompile.output_format == "so"
     lib = ctypes.CDLL(fcompile(str(tmp_path / "flag.so"), [tmp_path / "flag.c"], ["-O1"]))
     assert lib.flag() == 5
+
+
+def test_compiler_probes_time_out_on_a_hanging_compiler(tmp_path, monkeypatch):
+    # Every build probes the compiler first; a compiler that never answers must not hang it.
+    hang = tmp_path / "hanging-cc"
+    hang.write_text("#!/bin/sh\nsleep 60\n")
+    hang.chmod(0o755)
+    monkeypatch.setenv("KILN_CC_TIMEOUT", "0.5")
+    assert cc.openmp_available(str(hang)) is False
+    with pytest.raises(TVMError, match="did not finish"):
+        cc.compiler_version(str(hang))

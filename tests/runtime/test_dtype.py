@@ -127,8 +127,40 @@ def test_from_fields_validates_the_triple():
 
 
 def test_types_without_numpy_storage_raise_on_numpy_dtype():
-    with pytest.raises(TVMError, match="int4 has no NumPy"):
-        _ = DataType("int4").numpy_dtype
+    with pytest.raises(TVMError, match="int3 has no NumPy"):
+        _ = DataType("int3").numpy_dtype
+
+
+NARROW = {"float8_e4m3fn": 10, "float8_e4m3fnuz": 11, "float8_e5m2": 12, "float8_e5m2fnuz": 13}
+
+
+@pytest.mark.parametrize("name", sorted(NARROW))
+def test_float8_types_parse_print_and_map_to_ml_dtypes(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    t = DataType(name)
+    assert t.as_tuple() == (NARROW[name], 8, 1) and str(t) == name and t.itemsize == 1
+    assert t.is_float and t.is_float8 and not t.is_int
+    assert t.numpy_dtype == np.dtype(getattr(ml_dtypes, name))
+    assert DataType(getattr(ml_dtypes, name)) == t
+    assert str(DataType(f"{name}x4")) == f"{name}x4"
+    assert DataType.from_fields(NARROW[name], 8) == name
+
+
+def test_tvm_v016_float8_spellings_and_bad_float8_names():
+    assert DataType("e4m3_float8") == "float8_e4m3fn"
+    assert DataType("e5m2_float8") == "float8_e5m2"
+    with pytest.raises(TVMError, match="the 8-bit floats are"):
+        DataType("float8_e4m3")
+    with pytest.raises(TVMError, match="16 bits"):
+        DataType.from_fields(NARROW["float8_e5m2"], 16)
+
+
+@pytest.mark.parametrize("name", ["int4", "uint4", "int2", "uint2"])
+def test_sub_byte_integers_store_one_byte_per_element(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    t = DataType(name)
+    assert t.itemsize == 1 and t.numpy_dtype == np.dtype(getattr(ml_dtypes, name))
+    assert DataType(getattr(ml_dtypes, name)) == name
 
 
 def test_datatype_is_immutable():

@@ -378,6 +378,9 @@ BAD_GRAPHS = {
     "negative dim": (_mutate("attrs/shape/1/0", [2, -3]), "shape dim must be an integer >= 0"),
     "bad dltype": (_mutate("attrs/dltype/1/0", "floaty32"), "bad dltype 'floaty32'"),
     "unknown attr": (_mutate("attrs/fancy", ["list_str", []]), "unknown graph attribute 'fancy'"),
+    "lone surrogate func_name": (_mutate("nodes/2/attrs/func_name", "\ud800"),
+                                 r"not valid Unicode \(a lone surrogate"),
+    "lone surrogate name": (_mutate("nodes/0/name", "x\udfff"), "not valid Unicode"),
 }
 
 
@@ -389,7 +392,8 @@ def test_malformed_graph_json_raises(lib, case):
         graph_executor.create(text, lib, cpu(0))
 
 
-@pytest.mark.parametrize("text", ["", "{", "[]", "null", '{"nodes": 3}', "\x00\xff"])
+@pytest.mark.parametrize("text", ["", "{", "[]", "null", '{"nodes": 3}', "\x00\xff",
+                                  '{"nodes": ' + "[" * 100_000])
 def test_garbage_graph_json_raises(lib, text):
     with pytest.raises(TVMError, match="invalid graph JSON"):
         graph_executor.create(text, lib, cpu(0))

@@ -374,7 +374,7 @@ def test_tar_with_unsafe_or_missing_members_is_rejected(tmp_path: Path) -> None:
     source.write_text("int k(void) { return 1; }\n")
     with tarfile.open(tmp_path / "escape.tar", "w") as tar:
         tar.add(source, arcname="../k.c")
-    with pytest.raises(TVMError, match="unexpected tar member '../k.c'"):
+    with pytest.raises(TVMError, match="member '../k.c' has a '..' component"):
         load_module(tmp_path / "escape.tar")
     notes = tmp_path / "notes.txt"
     notes.write_text("no code here")

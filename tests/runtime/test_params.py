@@ -187,6 +187,13 @@ def test_a_tampered_lane_count_cannot_force_a_huge_allocation():
         load_ndarray(BinaryReader(blob))
 
 
+@pytest.mark.parametrize("shape", [(0, 1 << 62, 1 << 62), (1 << 40, 0, 1 << 40), (0, 1 << 61)])
+def test_shapes_no_array_can_have_are_refused_before_numpy_sees_them(shape):
+    # The blob holds 0 bytes, matching the 0 elements, but NumPy refuses such shapes.
+    with pytest.raises(TVMError, match=r"NDArray shape .* is too large for any array"):
+        load_ndarray(BinaryReader(tensor_blob(2, 32, 1, shape, b"")))
+
+
 def test_public_names_resolve_through_kiln_runtime():
     import kiln
 

@@ -13,6 +13,8 @@ _LAZY = {
     "graph_executor_codegen": "kiln.relay.backend.graph_executor_codegen",
     "graph_plan_memory": "kiln.relay.backend.graph_plan_memory",
     "vm": "kiln.relay.vm",
+    "aot": "kiln.relay.backend.aot",
+    "executor_factory": "kiln.relay.backend.executor_factory",
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)

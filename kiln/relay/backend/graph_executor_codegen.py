@@ -1,6 +1,7 @@
 """Graph executor codegen: a fused, typed ``main`` → TVM's graph JSON + kernels + params.
 
-Entry points: :func:`codegen` returning a :class:`GraphCodegenResult`.
+Entry points: :func:`codegen` returning a :class:`GraphCodegenResult`; :func:`build_nodes`
+(the node list and heads alone, which the AOT codegen walks too).
 
 Walks ``main`` (graph normal form, lets allowed): parameters become ``"null"`` input nodes,
 constants become ``"null"`` nodes ``p0, p1, …`` whose values go to the params dict, each call
@@ -41,11 +42,13 @@ from kiln.runtime.device import Device, cpu
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 
-__all__ = ["codegen", "GraphCodegenResult"]
+__all__ = ["codegen", "GraphCodegenResult", "build_nodes", "CodegenNode"]
 
 
 @dataclass
-class _Node:
+class CodegenNode:
+    """One graph node: ``"null"`` (input or param) or ``"tvm_op"`` with its attrs and types."""
+
     op: str
     name: str
     inputs: list[tuple[int, int]]
@@ -88,13 +91,13 @@ class _GraphBuilder:
     def __init__(self, compilers: Mapping[int, TECompiler], device_map: DeviceMap) -> None:
         self.compilers = compilers
         self.device_map = device_map
-        self.nodes: list[_Node] = []
+        self.nodes: list[CodegenNode] = []
         self.params: dict[str, Any] = {}
         self.memo: dict[int, list[tuple[int, int]]] = {}
         self.name_count: dict[str, int] = {}
         self.kernel_calls = 0
 
-    def add(self, node: _Node) -> list[tuple[int, int]]:
+    def add(self, node: CodegenNode) -> list[tuple[int, int]]:
         self.nodes.append(node)
         nid = len(self.nodes) - 1
         return [(nid, i) for i in range(max(len(node.types), 1))]
@@ -120,7 +123,7 @@ class _GraphBuilder:
     def visit_Constant(self, node: rx.Constant) -> list[tuple[int, int]]:
         name = f"p{len(self.params)}"
         self.params[name] = node.data
-        return self.add(_Node("null", name, [], types=[node.checked_type],
+        return self.add(CodegenNode("null", name, [], types=[node.checked_type],
                               device=self.device_map.device_of(node)))
 
     def visit_Tuple(self, node: rx.Tuple) -> list[tuple[int, int]]:
@@ -144,7 +147,7 @@ class _GraphBuilder:
             inputs = self.visit(node.args[0])
             attrs = {"func_name": "__copy", "num_inputs": "1", "num_outputs": "1",
                      "flatten_data": "0"}
-            return self.add(_Node("tvm_op", self.node_name("__copy"), inputs, attrs,
+            return self.add(CodegenNode("tvm_op", self.node_name("__copy"), inputs, attrs,
                                   [node.checked_type], self.device_map.device_of(node)))
         if isinstance(func, Op):  # an unfused op: give it its own primitive function
             params = [rx.Var(f"p{i}", a.checked_type) for i, a in enumerate(node.args)]
@@ -165,7 +168,7 @@ class _GraphBuilder:
         if is_reshape_only(func) and len(inputs) == 1:
             attrs = {"func_name": "__nop", "num_inputs": "1", "num_outputs": "1",
                      "flatten_data": "0"}
-            return self.add(_Node("tvm_op", self.node_name("reshape_nop"), inputs, attrs,
+            return self.add(CodegenNode("tvm_op", self.node_name("reshape_nop"), inputs, attrs,
                                   types, device))
         compiler = self.compilers.get(device.device_type)
         if compiler is None:
@@ -176,18 +179,17 @@ class _GraphBuilder:
         self.kernel_calls += 1
         attrs = {"num_outputs": str(len(types)), "num_inputs": str(len(inputs)),
                  "flatten_data": "0", "func_name": lowered.name, "hash": lowered.hash}
-        return self.add(_Node("tvm_op", self.node_name(lowered.name), inputs, attrs, types,
+        return self.add(CodegenNode("tvm_op", self.node_name(lowered.name), inputs, attrs, types,
                               device))
 
 
-def codegen(main: rx.Function, compiler: TECompiler | Mapping[int, TECompiler],
-            default_device: Device | None = None) -> GraphCodegenResult:
-    """Generate the graph for a fused, typed ``main`` function.
-
-    ``compiler`` lowers the kernels: one TECompiler, or one per device type (heterogeneous
-    builds). ``default_device`` is where unplanned expressions run (default ``cpu(0)``).
-    """
+def build_nodes(main: rx.Function, compiler: TECompiler | Mapping[int, TECompiler],
+                default_device: Device | None = None
+                ) -> tuple[list[CodegenNode], list[tuple[int, int]], dict[str, Any], int]:
+    """``(nodes, heads, params, kernel calls)`` of a fused, typed ``main``: inputs first, then
+    constants and kernel calls in evaluation order (each kernel lowered by its compiler)."""
     from kiln.ir.module import IRModule
+    from kiln.relay.base import deep_recursion
 
     compilers = {1: compiler} if isinstance(compiler, TECompiler) else dict(compiler)
     device_map = analyze_devices(IRModule.from_expr(main), default_device)
@@ -199,13 +201,23 @@ def codegen(main: rx.Function, compiler: TECompiler | Mapping[int, TECompiler],
         if len(types) != 1:
             raise TVMError(f"graph input %{param.name_hint} must be a tensor, got "
                            f"{param.checked_type!r}")
-        builder.memo[id(param)] = builder.add(_Node("null", param.name_hint, [], types=types,
-                                                    device=device_map.device_of(param)))
-    from kiln.relay.base import deep_recursion
-
+        builder.memo[id(param)] = builder.add(CodegenNode("null", param.name_hint, [],
+                                                          types=types,
+                                                          device=device_map.device_of(param)))
     with deep_recursion():
         heads = builder.visit(main.body)
-    nodes = builder.nodes
+    return builder.nodes, heads, builder.params, builder.kernel_calls
+
+
+def codegen(main: rx.Function, compiler: TECompiler | Mapping[int, TECompiler],
+            default_device: Device | None = None) -> GraphCodegenResult:
+    """Generate the graph for a fused, typed ``main`` function.
+
+    ``compiler`` lowers the kernels: one TECompiler, or one per device type (heterogeneous
+    builds). ``default_device`` is where unplanned expressions run (default ``cpu(0)``).
+    """
+    compilers = {1: compiler} if isinstance(compiler, TECompiler) else dict(compiler)
+    nodes, heads, params, kernel_calls = build_nodes(main, compilers, default_device)
 
     plan_nodes = [PlanNode("input" if n.op == "null" else
                            "alias" if n.attrs.get("func_name") == "__nop" else "op",
@@ -233,8 +245,7 @@ def codegen(main: rx.Function, compiler: TECompiler | Mapping[int, TECompiler],
                                                        for _ in n.types]]
         graph["attrs"]["device_id"] = ["list_int", [n.device.device_id for n in nodes
                                                     for _ in n.types]]
-    return GraphCodegenResult(graph_json_text(graph), compilers, builder.params, plan,
-                              builder.kernel_calls)
+    return GraphCodegenResult(graph_json_text(graph), compilers, params, plan, kernel_calls)
 
 
 _FLAT_LIST = re.compile(r"\[[^\[\]{}]*\]")
@@ -246,7 +257,7 @@ def graph_json_text(graph: dict) -> str:
     return _FLAT_LIST.sub(lambda m: json.dumps(json.loads(m.group())), text)
 
 
-def _node_json(node: _Node) -> dict:
+def _node_json(node: CodegenNode) -> dict:
     out: dict[str, Any] = {"op": node.op, "name": node.name}
     if node.op != "null":
         out["attrs"] = node.attrs

@@ -53,7 +53,7 @@ def _conv(data, weight, strides, padding, dilation, groups, out_dtype):
     o = weight.shape[0]
     cg, og = c // groups, o // groups
     outs = []
-    letters = "abc"[:nd]
+    letters = "pqr"[:nd]  # kernel offsets; upper case: output positions (never n, c or o)
     for g in range(groups):
         wg = weight[g * og:(g + 1) * og].astype(np.float64 if out_dtype.kind == "f" else np.int64)
         xg = win[:, g * cg:(g + 1) * cg]
@@ -79,6 +79,73 @@ def _conv_eval(attrs, args, out_type, nd):
 register_numpy("nn.conv1d")(lambda a, x, t: _conv_eval(a, x, t, 1))
 register_numpy("nn.conv2d")(lambda a, x, t: _conv_eval(a, x, t, 2))
 register_numpy("nn.conv3d")(lambda a, x, t: _conv_eval(a, x, t, 3))
+
+
+# ---- convolutions with pre-transformed weights (contrib_conv2d_winograd_* / _gemm_*) --------
+def _winograd_matrices(tile: int, kernel: int):
+    from kiln.topi.nn.winograd import winograd_matrices  # the Toom-Cook constants only
+
+    return winograd_matrices(tile, kernel)
+
+
+@register_numpy("nn.contrib_conv2d_winograd_weight_transform")
+def _winograd_weight(attrs, args, out_type):
+    """``U = G g G^T`` per (out, in) channel pair: OIHW -> [alpha, alpha, O, I]."""
+    (weight,) = args
+    _, g, _ = _winograd_matrices(int(attrs.tile_size), weight.shape[2])
+    u = np.einsum("ar,oirs,bs->aboi", g, weight.astype(np.float64), g)
+    return u.astype(_out_dtype(out_type))
+
+
+@register_numpy("nn.contrib_conv2d_winograd_without_weight_transform")
+def _winograd_conv(attrs, args, out_type):
+    """Stride-1 NCHW conv from a transformed weight: per m x m output tile,
+    ``A^T [U ⊙ (B^T d B)] A`` summed over input channels."""
+    data, u = args
+    m = int(attrs.tile_size)
+    alpha = u.shape[0]
+    at, _, bt = _winograd_matrices(m, alpha - m + 1)
+    (pt, pb), (pl, pr) = _pads(attrs.padding, 2)
+    n, _, h, w = data.shape
+    oh, ow = h + pt + pb - (alpha - m), w + pl + pr - (alpha - m)
+    nh, nw = -(-oh // m), -(-ow // m)
+    padded = np.pad(data.astype(np.float64), [(0, 0), (0, 0),
+                                             (pt, (nh - 1) * m + alpha - h - pt),
+                                             (pl, (nw - 1) * m + alpha - w - pl)])
+    tiles = sliding_window_view(padded, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]
+    v = np.einsum("as,ncyxst,bt->ncyxab", bt, tiles, bt)
+    prod = np.einsum("abfc,ncyxab->nfyxab", u.astype(np.float64), v)
+    y = np.einsum("ia,nfyxab,jb->nfyixj", at, prod, at)
+    y = y.reshape(n, u.shape[2], nh * m, nw * m)[:, :, :oh, :ow]
+    return y.astype(_out_dtype(out_type))
+
+
+@register_numpy("nn.contrib_conv2d_gemm_weight_transform")
+def _gemm_weight(attrs, args, out_type):
+    """HWIO -> ``[ceil(O/N), ceil(K/Kt), N, Kt]``: the (K = H*W*I, O) matrix, zero-padded to
+    whole tiles, cut into N x Kt tiles stored transposed."""
+    (weight,) = args
+    tn, tk = int(attrs.tile_N), int(attrs.tile_K)
+    big_k, oc = int(np.prod(weight.shape[:3])), weight.shape[3]
+    kp, npad = -(-big_k // tk) * tk, -(-oc // tn) * tn
+    mat = np.zeros((kp, npad), weight.dtype)
+    mat[:big_k, :oc] = weight.reshape(big_k, oc)
+    return mat.reshape(kp // tk, tk, npad // tn, tn).transpose(2, 0, 3, 1)
+
+
+@register_numpy("nn.contrib_conv2d_gemm_without_weight_transform")
+def _gemm_conv(attrs, args, out_type):
+    """NHWC conv whose HWIO weight comes interleaved (:func:`_gemm_weight`): unpack, convolve."""
+    data, packed = args
+    kh, kw = (int(k) for k in attrs.kernel_size)
+    ic, oc = data.shape[3], int(attrs.channels)
+    nb, kb, tn, tk = packed.shape
+    mat = packed.transpose(1, 3, 0, 2).reshape(kb * tk, nb * tn)
+    weight = mat[:kh * kw * ic, :oc].reshape(kh, kw, ic, oc)
+    x = layout_transform(data, "NHWC", "NCHW")
+    out = _conv(x, layout_transform(weight, "HWIO", "OIHW"), attrs.strides, attrs.padding,
+                attrs.dilation, 1, _out_dtype(out_type))
+    return layout_transform(out, "NCHW", "NHWC")
 
 
 def _conv_transpose_eval(attrs, args, out_type, nd):

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from kiln.ir.op import Op
+from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.topi.newshape import infer_newshape
+from kiln.topi.reduction import ACCUMULATOR_DTYPE
 
-__all__ = ["numpy_eval", "register_numpy", "np_dtype", "NUMPY_EVAL"]
+__all__ = ["numpy_eval", "register_numpy", "np_dtype", "cast_array", "NUMPY_EVAL"]
 
 NUMPY_EVAL = "FNumpyEval"
 
@@ -50,8 +52,6 @@ def numpy_eval(op: Op, attrs: Any, args: list, out_type: Any) -> Any:
 
 
 def np_dtype(dtype: Any) -> np.dtype:
-    from kiln.runtime.dtype import DataType
-
     return np.dtype(DataType(str(dtype)).numpy_dtype)
 
 
@@ -94,6 +94,12 @@ def _trunc_div(a, b):
     return np.true_divide(a, b)
 
 
+def _trunc_divide(a, b):
+    """``trunc_divide``: rounds toward zero for floats too (``divide`` does not)."""
+    q = _trunc_div(a, b)
+    return q if np.issubdtype(q.dtype, np.integer) else np.trunc(q)
+
+
 def _trunc_mod(a, b):
     if np.issubdtype(np.result_type(a, b), np.integer):
         return a - _trunc_div(a, b) * b
@@ -114,7 +120,7 @@ def _floor_mod(a, b):
 
 _BINARY: dict[str, Callable] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _trunc_div,
-    "trunc_divide": _trunc_div, "floor_divide": _floor_div, "mod": _trunc_mod,
+    "trunc_divide": _trunc_divide, "floor_divide": _floor_div, "mod": _trunc_mod,
     "trunc_mod": _trunc_mod, "floor_mod": _floor_mod,
     "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal,
     "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
@@ -146,7 +152,31 @@ def _clip(attrs, args, out_type):
 
 @register_numpy("cast", "cast_like")
 def _cast(attrs, args, out_type):
-    return args[0].astype(_out_dtype(out_type))
+    return cast_array(args[0], DataType(out_type.dtype))
+
+
+def cast_array(x: np.ndarray, dtype: DataType) -> np.ndarray:
+    """Relay ``cast`` of ``x`` to ``dtype``: NumPy's ``astype``, except that the 8-bit floats
+    saturate (ONNX Cast's default: NaN stays NaN, ±inf and finite values beyond the largest
+    become ± that value), and that the ml_dtypes types (bfloat16, 8-bit floats, sub-byte
+    integers) convert through float32, which holds each of them exactly. Integers narrower
+    than a byte wrap (keep the low bits, as int8 does); a float becomes one by truncation
+    toward zero, NaN and ±inf become 0."""
+    target = dtype.numpy_dtype
+    if _is_ml_dtype(DataType.from_numpy(x.dtype)) and x.dtype != target:
+        x = x.astype(np.float32)
+    if dtype.is_float8:
+        import ml_dtypes
+
+        largest = float(ml_dtypes.finfo(target).max)
+        x = np.clip(x.astype(np.float64) if x.dtype.kind in "iub" else x, -largest, largest)
+    elif _is_ml_dtype(dtype) and not dtype.is_float and x.dtype.kind == "f":
+        x = np.where(np.isfinite(x), np.trunc(x), 0)
+    return x.astype(target)
+
+
+def _is_ml_dtype(t: DataType) -> bool:
+    return t.is_float8 or t.type_code == DataTypeCode.BFLOAT or (t.bits < 8 and not t.is_bool)
 
 
 @register_numpy("reinterpret")
@@ -198,6 +228,11 @@ def _reduce(func: Callable) -> Callable:
             extra["initial"] = info.min if func is np.max else info.max
             if x.dtype.kind == "f":
                 extra["initial"] = -np.inf if func is np.max else np.inf
+        wide = ACCUMULATOR_DTYPE.get(str(x.dtype))
+        if wide is not None and func in (np.sum, np.mean):
+            # as the kernels do: accumulate in the wider type, round once (NumPy's own float16
+            # sum does so only along a contiguous axis)
+            extra["dtype"] = np.dtype(wide)
         result = func(x, axis=axes, keepdims=bool(attrs.keepdims), **extra) \
             if axes or x.ndim == 0 else x.copy()
         return np.asarray(result).astype(_out_dtype(out_type), copy=False)

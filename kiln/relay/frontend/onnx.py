@@ -49,6 +49,7 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
 from kiln.relay.frontend.common import AnyDim, infer_shape, infer_type, new_var
 from kiln.relay.frontend.onnx_functions import expand_function, has_function_body
 from kiln.relay.frontend.onnx_registry import get_converter
+from kiln.runtime.dtype import dtype_str
 from kiln.runtime.error import OpError, OpNotImplemented, TVMError
 
 __all__ = ["from_onnx", "load_model", "GraphConverter", "onnx_dtype", "DEFAULT_DOMAINS"]
@@ -77,11 +78,11 @@ def onnx_dtype(elem_type: int) -> str:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError) as exc:
         raise TVMError(f"ONNX element type {elem_type} is not a known tensor type") from exc
-    if dtype.kind not in "biuf" or dtype.name == "bfloat16" or dtype.itemsize == 1 and \
-            dtype.kind == "f":
+    try:  # bfloat16, the 8-bit floats and int4/uint4/int2/uint2 come as ml_dtypes types
+        return dtype_str(dtype)
+    except TVMError:
         name = onnx.TensorProto.DataType.Name(elem_type)
-        raise OpNotImplemented(f"ONNX element type {name} has no kiln dtype")
-    return dtype.name
+        raise OpNotImplemented(f"ONNX element type {name} has no kiln dtype") from None
 
 
 def load_model(model: Any) -> Any:

@@ -24,6 +24,7 @@ from kiln.relay.frontend.onnx_registry import (
     register_function,
     unsupported,
 )
+from kiln.runtime.error import OpAttributeInvalid
 
 __all__: list[str] = []
 
@@ -138,6 +139,8 @@ def _elu(inputs, attrs, ctx):
 
 def _celu(inputs, attrs, ctx):
     x = inputs[0]
+    if ctx.dtype(x) == "bfloat16":  # ONNX's reference: expm1 rounded once, not op by op
+        return relay.cast(_celu([relay.cast(x, "float32")], attrs, ctx), "bfloat16")
     alpha = _scalar(ctx, x, attrs.get("alpha", 1.0))
     negative = relay.multiply(alpha, relay.subtract(relay.exp(relay.divide(x, alpha)),
                                                     _scalar(ctx, x, 1)))
@@ -252,6 +255,11 @@ class Clip(OnnxOpConverter):
 def _flattened_softmax(fn, x, axis, ctx):
     """Opset < 13 semantics: softmax over all dims from ``axis`` on, as one flattened dim."""
     shape = ctx.shape(x)
+    if not -len(shape) <= axis < len(shape):
+        # Checked here, before the reshape: an axis of 2**40 would build a 2**40-long shape.
+        raise OpAttributeInvalid(
+            f"ONNX Softmax (opset < 13): axis {axis} is out of range for an input of rank "
+            f"{len(shape)} (expected [{-len(shape)}, {len(shape) - 1}])")
     axis = axis + len(shape) if axis < 0 else axis
     if axis == len(shape) - 1:
         return fn(x, -1)

@@ -17,6 +17,13 @@ import numpy as np
 
 from kiln import relay
 from kiln.relay.frontend.onnx_registry import register_function, unsupported
+from kiln.runtime.dtype import DataType
+
+
+def _onnx_dtype(elem_type: int) -> str:
+    from kiln.relay.frontend.onnx import onnx_dtype
+
+    return onnx_dtype(elem_type)
 
 __all__: list[str] = []
 
@@ -35,24 +42,41 @@ def _per_axis(param, x, axis, ctx):
 
 
 def _saturate(values, dtype):
-    info = np.iinfo(dtype)
+    """``values`` clipped to integer ``dtype``'s range (int4/uint4/int2/uint2 included), cast."""
+    storage = DataType(dtype).numpy_dtype
+    info = np.iinfo(storage) if storage.kind in "iu" else _ml_dtypes().iinfo(storage)
     return relay.cast(relay.clip(values, float(info.min), float(info.max)), dtype)
 
 
+def _ml_dtypes():
+    import ml_dtypes
+
+    return ml_dtypes
+
+
 def _quantize(inputs, attrs, ctx):
+    from kiln.relay.frontend.onnx_ops_tensor import onnx_cast
+
     x, scale = inputs[0], inputs[1]
     zero_point = inputs[2] if len(inputs) > 2 else None
     if attrs.get("block_size", 0):
         raise unsupported("QuantizeLinear", "blocked quantization")
-    dtype = ctx.dtype(zero_point) if zero_point is not None else "uint8"
-    if not dtype.startswith(("int", "uint")):
+    dtype = attrs.get("output_dtype") or 0
+    dtype = ctx.dtype(zero_point) if zero_point is not None else (
+        _onnx_dtype(dtype) if dtype else "uint8")
+    float8 = DataType(dtype).is_float8
+    if not (float8 or dtype.startswith(("int", "uint"))):
         raise unsupported("QuantizeLinear", f"output type {dtype}")
     axis = attrs.get("axis", 1)
     scale = _per_axis(scale, x, axis, ctx)
     x = relay.cast(x, "float32")
-    values = relay.round(relay.divide(x, relay.cast(scale, "float32")))
+    values = relay.divide(x, relay.cast(scale, "float32"))
+    if not float8:  # an 8-bit float rounds to nearest even in the cast itself
+        values = relay.round(values)
     if zero_point is not None:
         values = relay.add(values, relay.cast(_per_axis(zero_point, x, axis, ctx), "float32"))
+    if float8:
+        return onnx_cast(values, dtype, bool(attrs.get("saturate", 1)), ctx)
     return _saturate(values, dtype)
 
 

@@ -27,6 +27,7 @@ from kiln.relay.frontend.onnx_registry import (
     required,
     unsupported,
 )
+from kiln.runtime.dtype import DataType
 
 __all__: list[str] = []
 
@@ -585,15 +586,47 @@ class Pad(OnnxOpConverter):
 
 
 # ---- casting and selection ----------------------------------------------------------------
+# Where rounding to nearest even leaves an 8-bit float's range (|x| from here on overflows;
+# the largest finite value's mantissa is even for e4m3fn only, so the midpoint rounds down):
+# beyond it ONNX Cast with saturate=0 gives NaN (or ±inf for e5m2, the one with infinities).
+_FLOAT8_OVERFLOW = {"float8_e4m3fn": (464.0, False), "float8_e4m3fnuz": (248.0, True),
+                    "float8_e5m2": (61440.0, True), "float8_e5m2fnuz": (61440.0, True)}
+
+
+def onnx_cast(x, dtype: str, saturate: bool, ctx):
+    """ONNX Cast of ``x`` to ``dtype``: Relay's cast (which saturates the 8-bit floats), and
+    for ``saturate=0`` from a float, NaN / ±inf where the value overflows the 8-bit float."""
+    source = ctx.dtype(x)
+    if saturate or dtype not in _FLOAT8_OVERFLOW or not source.startswith(("float", "bfloat")):
+        return relay.cast(x, dtype)
+    limit, inclusive = _FLOAT8_OVERFLOW[dtype]
+    wide = "float64" if source == "float64" else "float32"
+    magnitude = relay.abs(relay.cast(x, wide))
+    over = (relay.greater_equal if inclusive else relay.greater)(magnitude, _const(limit, wide))
+    over = relay.logical_or(over, relay.isinf(magnitude))
+    storage = DataType(dtype).numpy_dtype  # constants of the type itself: a cast saturates
+
+    def special_const(value):
+        return relay.const(np.asarray(value, dtype=np.float32).astype(storage), dtype)
+
+    if dtype == "float8_e5m2":
+        special = relay.where(relay.less(relay.cast(x, wide), _const(0, wide)),
+                              special_const(-np.inf), special_const(np.inf))
+    else:
+        special = special_const(np.nan)
+    return relay.where(over, special, relay.cast(x, dtype))
+
+
 def _cast(inputs, attrs, ctx):
-    return relay.cast(inputs[0], _onnx_dtype(required(attrs, "to", "Cast")))
+    return onnx_cast(inputs[0], _onnx_dtype(required(attrs, "to", "Cast")),
+                     bool(attrs.get("saturate", 1)), ctx)
 
 
 register_function("Cast", _cast)
 register_function("BitCast", lambda inputs, attrs, ctx: relay.reinterpret(
     inputs[0], _onnx_dtype(required(attrs, "to", "BitCast"))), since=26)
-register_function("CastLike", lambda inputs, attrs, ctx: relay.cast(inputs[0],
-                                                                    ctx.dtype(inputs[1])))
+register_function("CastLike", lambda inputs, attrs, ctx: onnx_cast(
+    inputs[0], ctx.dtype(inputs[1]), bool(attrs.get("saturate", 1)), ctx))
 register_function("Where", lambda inputs, attrs, ctx: relay.where(*inputs))
 
 

@@ -1,8 +1,11 @@
 """Model workloads and test helpers with TVM's names (``tvm.relay.testing``).
 
 Entry points: :func:`run_infer_type`, :func:`run_opt_pass`, :func:`create_workload`, and the
-workload modules :mod:`~kiln.relay.testing.mlp` and :mod:`~kiln.relay.testing.resnet`
-(``get_workload(batch_size=1, ...) -> (mod, params)``).
+workload modules (``mlp``, ``resnet``, ``mobilenet``, ``squeezenet``, ``vgg``, ``dqn``,
+``dcgan``, ``synthetic``: ``get_workload(...) -> (mod, params)``), ``layers`` (their layer
+helpers), ``nat`` (``make_nat_expr``, ``make_nat_value``, ``count``), ``check_grad``, ``rand``,
+``count_ops``, and
+:mod:`~kiln.relay.testing.executors` (one program on every executor, checked to agree).
 """
 
 from __future__ import annotations
@@ -13,10 +16,17 @@ import numpy as np
 
 from kiln._lazy import attach
 
-__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "mlp", "resnet"]
+_WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "synthetic",
+              "resnet_3d", "lstm", "densenet", "inception_v3", "layers", "nat", "init")
+_HELPERS = {"check_grad": "gradients", "rand": "gradients", "count_ops": "gradients",
+            "make_nat_expr": "nat", "make_nat_value": "nat", "count": "nat"}
+__all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS,
+           *_HELPERS]
 
-__getattr__, __dir__ = attach(__name__, {"mlp": "kiln.relay.testing.mlp",
-                                         "resnet": "kiln.relay.testing.resnet"})
+__getattr__, __dir__ = attach(__name__, {
+    "executors": "kiln.relay.testing.executors",
+    **{name: f"kiln.relay.testing.{name}" for name in _WORKLOADS},
+    **{name: (f"kiln.relay.testing.{home}", name) for name, home in _HELPERS.items()}})
 
 
 def run_opt_pass(expr: Any, opt_pass: Any) -> Any:
@@ -55,8 +65,12 @@ def _annotate_params(func: Any) -> Any:
                     func.checked_type.ret_type, func.type_params, func.attrs)
 
 
-def create_workload(net: Any, seed: int = 0) -> tuple[Any, dict]:
+def create_workload(net: Any, initializer: Any = None, seed: int = 0) -> tuple[Any, dict]:
     """An IRModule of ``net`` plus random parameters for every input but the first ("data").
+
+    ``initializer`` (a :class:`~kiln.relay.testing.init.Initializer`, called as
+    ``initializer(name, array)`` after seeding NumPy's global generator with ``seed``, as in
+    TVM) replaces the default filling described next.
 
     Only the data needs a type annotation: InferType derives the weights' types from the
     layers' attrs, and the returned ``main`` carries them as annotations, as in TVM. Weights
@@ -80,10 +94,15 @@ def create_workload(net: Any, seed: int = 0) -> tuple[Any, dict]:
     mod = InferType()(IRModule.from_expr(_annotate_params(typed["main"])))
     rng = np.random.default_rng(seed)
     params = {}
+    if initializer is not None:
+        np.random.seed(seed)
     for param in mod["main"].params[1:]:
         ty = param.checked_type
         shape, dtype, name = ty.concrete_shape, str(ty.dtype), param.name_hint
-        if name.endswith(("_gamma", "_moving_var")):
+        if initializer is not None:
+            value = np.zeros(shape, dtype)
+            initializer(name, value)
+        elif name.endswith(("_gamma", "_moving_var")):
             value = np.ones(shape, dtype)
         elif name.endswith(("_beta", "_moving_mean", "_bias")):
             value = np.zeros(shape, dtype)

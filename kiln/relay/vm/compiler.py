@@ -655,8 +655,9 @@ class VMCompiler:
                     lib = kernels
                 else:
                     lib.import_module(kernels)
-        self._exec = Executable(ctx.functions, ctx.constants, ctx.primitive_names, lib,
-                                ctx.devices, ctx.host_index, ctx.const_device_indexes)
+        exe = Executable(ctx.functions, ctx.constants, ctx.primitive_names, lib, ctx.devices,
+                         ctx.host_index, ctx.const_device_indexes)
+        self._exec = exe.fuse_segments()  # straight kernel runs become super-instructions
         self.stats = {"kernels": sum(len(c.lowered) for c in ctx.compilers.values()),
                       "arena_bytes": dict(ctx.arena_bytes)}
 

@@ -9,7 +9,9 @@ from typing import Any
 
 from kiln.ir.module import IRModule
 from kiln.relay import expr as rx
+from kiln.runtime.container import ADT
 from kiln.runtime.error import TVMError
+from kiln.runtime.ndarray import NDArray
 
 __all__ = ["VMExecutor"]
 
@@ -19,7 +21,9 @@ class VMExecutor:
 
     ``evaluate()`` compiles ``mod`` once and returns a function of ``main``'s arguments;
     ``evaluate(expr)`` compiles ``expr`` as ``main`` of a copy of ``mod`` (a Function is called
-    with arguments; any other expression is evaluated right away).
+    with arguments; any other expression is evaluated right away). The function returns
+    copies of the VM's results (which are valid only until its next run), so each call's
+    values are the caller's to keep, as TVM's graph executor wrapper copies its outputs.
 
     Example
     -------
@@ -55,14 +59,23 @@ class VMExecutor:
         """A Python function running ``main`` (or ``expr``) on the VM."""
         if expr is None:
             vm = self._make(self.mod)
-            return lambda *args, **kwargs: vm.run(*args, **kwargs)
+            return lambda *args, **kwargs: _detached(vm.run(*args, **kwargs))
         if binds:
             expr = rx.bind(expr, binds)
         mod = IRModule(dict(self.mod.functions), dict(self.mod.type_definitions))
         if isinstance(expr, rx.Function):
             mod["main"] = expr
             vm = self._make(mod)
-            return lambda *args, **kwargs: vm.run(*args, **kwargs)
+            return lambda *args, **kwargs: _detached(vm.run(*args, **kwargs))
         mod["main"] = rx.Function([], expr)
         vm = self._make(mod)
         return vm.run()
+
+
+def _detached(value: Any) -> Any:
+    """``value`` with every tensor copied out of the VM's storage (tuples at any depth)."""
+    if isinstance(value, NDArray):
+        return value.copyto(value.device)
+    if isinstance(value, ADT):
+        return ADT(value.tag, [_detached(field) for field in value.fields])
+    return value

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, ClassVar
 
+from kiln.runtime.dtype import FLOAT8_CODES, DataType
 from kiln.runtime.error import TVMError
 
 __all__ = [
@@ -91,7 +92,6 @@ class Opcode(IntEnum):
 
 
 _DTYPE_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "handle", 4: "bfloat"}
-_DTYPE_NAME_CODES = {name: code for code, name in _DTYPE_CODE_NAMES.items()}
 
 
 def normalize_dtype(dtype: Any) -> tuple[int, int, int]:
@@ -110,19 +110,17 @@ def normalize_dtype(dtype: Any) -> tuple[int, int, int]:
 
 
 def _parse_dtype_string(text: str) -> tuple[int, int, int]:
-    if text == "bool":
-        return 1, 1, 1
-    base, _, lanes = text.partition("x")
-    name = base.rstrip("0123456789")
-    bits = base[len(name):]
-    if name not in _DTYPE_NAME_CODES or not bits.isdigit() or (lanes and not lanes.isdigit()):
-        raise TVMError(f"unknown dtype string {text!r}")
-    return _DTYPE_NAME_CODES[name], int(bits), int(lanes or 1)
+    try:
+        return DataType(text).as_tuple()
+    except TVMError:
+        raise TVMError(f"unknown dtype string {text!r}") from None
 
 
 def dtype_str(dtype: tuple[int, int, int]) -> str:
     """Printable name of a ``(code, bits, lanes)`` dtype: ``float32``, ``bool``, ``int8x4``."""
     code, bits, lanes = dtype
+    if code in FLOAT8_CODES and bits == 8 and lanes >= 1:  # printed by name, not code + bits
+        return str(DataType.from_fields(code, bits, lanes))
     if (code, bits) == (1, 1):
         name = "bool"
     else:

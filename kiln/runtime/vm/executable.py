@@ -18,13 +18,16 @@ A compiler builds an Executable directly from Python objects::
 5. primitive names ``vector<string>`` and per-primitive attrs ``map<u64, map<string,string>>``;
 6. code: ``u64 num_functions``; per function ``vector<string>{name, str(register_file_size),
    str(num_instructions)}``, ``vector<string> params``, ``vector<i64> param_device_indexes``,
-   then per instruction ``vector<i64>[hash, opcode, fields...]``. kiln's one addition: when a
+   then per instruction ``vector<i64>[hash, opcode, fields...]``. kiln's additions: when a
    function declares parameter types, its header vector has a 4th string, e.g.
-   ``"float32[1,10];?"`` (``-1`` = dynamic dimension, ``?`` = unchecked parameter).
+   ``"float32[1,10];?"`` (``-1`` = dynamic dimension, ``?`` = unchecked parameter); when it
+   has fused segments (super-instructions, :mod:`kiln.runtime.vm.segment`), a 5th string
+   ``"0:9;12:20"`` (the 4th is then ``""`` if there are no parameter types).
 
 :meth:`Executable.load_exec` reads that back and checks everything a running VM relies on
 (:func:`verify_executable`): register, function, constant, kernel and device indices, jump
-targets, field counts and instruction hashes; a bad file raises :class:`TVMError`.
+targets, field counts, instruction hashes and fused segments; a bad file raises
+:class:`TVMError`.
 """
 
 from __future__ import annotations
@@ -33,12 +36,13 @@ import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kiln.runtime.binary import BinaryReader, BinaryWriter
 from kiln.runtime.error import TVMError
 from kiln.runtime.vm import bytecode as bc
+from kiln.runtime.vm.segment import check_segments, find_segments
 
 __all__ = ["VMFunction", "Executable", "verify_executable", "VM_MAGIC", "VM_VERSION"]
 
@@ -47,6 +51,7 @@ VM_VERSION = "kiln-0.1.0"
 # Sanity bound on a function's register file so a tampered file cannot request a huge frame.
 MAX_REGISTERS = 1 << 20
 _CONST_IMMEDIATE, _CONST_LATE_BOUND = 0, 1
+_CPU_DEVICE_TYPE = 1
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Instructions after which control never falls through to pc + 1.
 _NO_FALLTHROUGH = (bc.Ret, bc.Goto, bc.Fatal, bc.If)
@@ -72,6 +77,10 @@ class VMFunction:
         Per parameter, ``(shape, dtype)`` of the tensor it must be (``-1`` for a dynamic
         dimension) or ``None`` for no check (tuples, closures). The VM checks arguments
         against it. Serialized as a 4th entry of the function header (see :func:`_spec_text`).
+    segments : sequence of (int, int), optional
+        The function's super-instructions: instruction ranges ``[start, end)`` the VM runs as
+        one C call list (:mod:`kiln.runtime.vm.segment`; the VM compiler finds them with
+        :meth:`Executable.fuse_segments`). Serialized as a 5th header entry ``"0:9;12:20"``.
 
     Example
     -------
@@ -86,6 +95,7 @@ class VMFunction:
     register_file_size: int
     param_device_indexes: tuple[int, ...] = ()
     param_types: tuple[tuple[tuple[int, ...], str] | None, ...] = ()
+    segments: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "params", tuple(self.params))
@@ -97,6 +107,7 @@ class VMFunction:
             for t in self.param_types
         )
         object.__setattr__(self, "param_types", types)
+        object.__setattr__(self, "segments", tuple((s, e) for s, e in self.segments))
 
     @property
     def arity(self) -> int:
@@ -174,6 +185,35 @@ class Executable:
         self._module = None
         verify_executable(self)
 
+    def host_memory_constant(self, instr: bc.LoadConst) -> bool:
+        """Whether the tensor a LoadConst loads is host memory (its virtual device is a CPU)."""
+        return self._virtual_devices[instr.device_index][0] == _CPU_DEVICE_TYPE
+
+    def fuse_segments(self) -> Executable:
+        """Record every function's super-instructions (the VM compiler's last step).
+
+        Each longest straight run of kernel work whose tensors view one storage at static
+        offsets and whose kernels are C functions of :attr:`lib` becomes a ``segments`` range
+        of its function (:func:`kiln.runtime.vm.segment.find_segments`). Returns ``self``.
+        """
+        native = [getattr(self._kernel(name), "is_native", False)
+                  for name in self.primitive_names]
+        self.functions = [
+            replace(func, segments=find_segments(func.instructions, self.host_memory_constant,
+                                                 native.__getitem__))
+            for func in self.functions
+        ]
+        verify_executable(self)
+        return self
+
+    def _kernel(self, name: str) -> Any:
+        if self.lib is None:
+            return None
+        try:
+            return self.lib.get_function(name, query_imports=True)
+        except AttributeError:
+            return None
+
     # -- introspection (TVM's Python Executable surface) -------------------------------------
 
     @property
@@ -229,11 +269,12 @@ class Executable:
     def bytecode(self) -> str:
         """A ``dis``-style listing of every function, separated by blank lines.
 
-        Each function starts with ``fn @name(%param, ...) -> registers: R, instructions: N``;
-        each instruction line holds a ``>>`` marker when some If/Goto jumps there, the
-        instruction index, the opcode name (15 columns) and its operands: ``$k`` is register
-        k of the frame, ``a <- b`` means a receives b, jump offsets are relative with the
-        absolute target after ``->``, and function/kernel indices are followed by their
+        Each function starts with ``fn @name(%param, ...) -> registers: R, instructions: N``,
+        then ``fused segments: [0, 9) ...`` if it has super-instructions; each instruction
+        line holds a ``>>`` marker when some If/Goto jumps there, the instruction index, the
+        opcode name (15 columns) and its operands: ``$k`` is register k of the frame,
+        ``a <- b`` means a receives b, jump offsets are relative with the absolute target
+        after ``->``, and function/kernel indices are followed by their
         names in parentheses (see :func:`kiln.runtime.vm.bytecode.disassemble`).
 
         Example
@@ -249,10 +290,7 @@ class Executable:
         <BLANKLINE>
         """
         names = {"functions": self.globals, "primitives": self.primitive_names}
-        return "\n\n".join(
-            bc.disassemble(f.name, f.params, f.instructions, f.register_file_size, names)
-            for f in self.functions
-        ) + "\n"
+        return "\n\n".join(_listing(f, names) for f in self.functions) + "\n"
 
     @property
     def stats(self) -> str:
@@ -314,8 +352,10 @@ class Executable:
         w.u64(len(self.functions))
         for func in self.functions:
             header = [func.name, str(func.register_file_size), str(len(func.instructions))]
-            if func.param_types:
-                header.append(_spec_text(func.param_types))
+            if func.param_types or func.segments:
+                header.append(_spec_text(func.param_types) if func.param_types else "")
+            if func.segments:
+                header.append(";".join(f"{start}:{end}" for start, end in func.segments))
             w.string_vector(header)
             w.string_vector(func.params)
             w.i64_vector(func.param_device_indexes)
@@ -435,6 +475,17 @@ class Executable:
         return self._module
 
 
+def _listing(func: VMFunction, names: dict[str, Sequence[str]]) -> str:
+    """One function's ``dis``-style listing, its super-instructions after the header."""
+    text = bc.disassemble(func.name, func.params, func.instructions, func.register_file_size,
+                          names)
+    if not func.segments:
+        return text
+    header, _, body = text.partition("\n")
+    ranges = " ".join(f"[{start}, {end})" for start, end in func.segments)
+    return f"{header}\n  fused segments: {ranges}\n{body}"
+
+
 def _late_bound_name(index: int) -> str:
     return f"const_{index}"
 
@@ -478,13 +529,14 @@ _INT_TEXT = re.compile(r"[0-9]{1,19}")
 
 def _load_function(r: BinaryReader, index: int) -> VMFunction:
     header = r.string_vector(f"function {index} header")
-    if len(header) not in (3, 4) or not all(_INT_TEXT.fullmatch(h) for h in header[1:3]):
+    if len(header) not in (3, 4, 5) or not all(_INT_TEXT.fullmatch(h) for h in header[1:3]):
         raise TVMError(
             f"VM executable is corrupt: function {index} header {header!r} is not "
-            "[name, register_file_size, num_instructions(, param types)]"
+            "[name, register_file_size, num_instructions(, param types(, segments))]"
         )
     name, register_file_size, num_instructions = header[0], int(header[1]), int(header[2])
-    param_types = _parse_spec_text(header[3], name) if len(header) == 4 else ()
+    param_types = _parse_spec_text(header[3], name) if len(header) >= 4 and header[3] else ()
+    segments = _parse_segments_text(header[4], name) if len(header) == 5 else ()
     params = r.string_vector(f"function {name!r} params")
     param_device_indexes = r.i64_vector(f"function {name!r} param device indexes")
     if num_instructions * 24 > r.remaining:
@@ -507,7 +559,7 @@ def _load_function(r: BinaryReader, index: int) -> VMFunction:
         except TVMError as err:
             raise TVMError(f"VM executable instruction {pc} of {name!r}: {err}") from None
     return VMFunction(name, params, instructions, register_file_size, param_device_indexes,
-                      param_types)
+                      param_types, segments)
 
 
 def _spec_text(param_types: Sequence[Any]) -> str:
@@ -532,6 +584,20 @@ def _parse_spec_text(text: str, name: str) -> tuple:
         else:
             raise TVMError(f"VM executable is corrupt: bad param type {entry!r} in {name!r}")
     return tuple(specs)
+
+
+_SEGMENT = re.compile(r"([0-9]{1,19}):([0-9]{1,19})")
+
+
+def _parse_segments_text(text: str, name: str) -> tuple[tuple[int, int], ...]:
+    """``"0:9;12:20"`` as ``((0, 9), (12, 20))``; the ranges are checked by the verifier."""
+    segments = []
+    for entry in text.split(";"):
+        match = _SEGMENT.fullmatch(entry)
+        if not match:
+            raise TVMError(f"VM executable is corrupt: bad fused segment {entry!r} in {name!r}")
+        segments.append((int(match.group(1)), int(match.group(2))))
+    return tuple(segments)
 
 
 def _is_int64(value: Any) -> bool:
@@ -602,6 +668,9 @@ def _verify_function(exe: Executable, func: VMFunction, n_devices: int) -> None:
             _check_index(target, n, at, "jump target")
         _check(pc + 1 < n or isinstance(instr, _NO_FALLTHROUGH), at,
                "the last instruction must be Ret, Goto, If or Fatal")
+    if func.segments:
+        problem = check_segments(func.instructions, func.segments, exe.host_memory_constant)
+        _check(problem is None, where, f"fused {problem}")
 
 
 def _check_dtype_name(name: str, where: str) -> None:

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.runtime.device_api import DeviceNDArray, _Buffer, get_device_api
+from kiln.runtime.device_api import DeviceBuffer, DeviceNDArray, get_device_api
 from kiln.runtime.error import TVMError
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.object import Object, register_object
@@ -107,7 +107,7 @@ class _DeviceBlock:
     def __init__(self, device: Any, nbytes: int) -> None:
         api = get_device_api(device.device_type, device)
         try:
-            self.owner = _Buffer(api, device, nbytes)
+            self.owner = DeviceBuffer(api, device, nbytes)
         except TVMError:
             raise
         except Exception as err:  # the driver's own error (out of device memory, ...)
@@ -132,7 +132,7 @@ class _StorageLease:
 
     __slots__ = ("api", "device", "handle", "nbytes", "storage")
 
-    def __init__(self, buffer: _Buffer, storage: Storage) -> None:
+    def __init__(self, buffer: DeviceBuffer, storage: Storage) -> None:
         self.api, self.device, self.handle = buffer.api, storage.device, buffer.handle
         self.nbytes, self.storage = buffer.nbytes, storage
 
@@ -142,12 +142,13 @@ class _DeviceViewSpec:
 
     __slots__ = ("buffer", "offset", "shape", "dtype")
 
-    def __init__(self, buffer: _Buffer, offset: int, shape: tuple[int, ...], dtype: Any) -> None:
+    def __init__(self, buffer: DeviceBuffer, offset: int, shape: tuple[int, ...],
+                 dtype: Any) -> None:
         self.buffer, self.offset, self.shape, self.dtype = buffer, offset, shape, dtype
 
     def lease(self, storage: Storage) -> DeviceNDArray:
         """A DeviceNDArray over this view that keeps ``storage`` alive."""
-        return DeviceNDArray._on(_StorageLease(self.buffer, storage), self.offset, self.shape,
+        return DeviceNDArray.on(_StorageLease(self.buffer, storage), self.offset, self.shape,
                                  self.dtype)
 
 
@@ -209,6 +210,21 @@ class Storage(Object):
 
     _fields = {"nbytes": int, "alignment": int, "device": "any"}
     _extra_slots = ("_block", "_allocator")
+
+    @property
+    def plans(self) -> dict[Any, Any]:
+        """Data a user keeps per block (e.g. a fused segment's call list), freed with it."""
+        return self._block.plans
+
+    @property
+    def address(self) -> int:
+        """Address of the block's first byte (device memory: the buffer's handle)."""
+        return self._block.address
+
+    @property
+    def fusable(self) -> bool:
+        """Whether the VM's fused segments may run on it (pooled host memory)."""
+        return self._allocator.fusable
 
     def alloc_tensor(self, offset: int, shape: tuple[int, ...], dtype: Any) -> Any:
         """An NDArray of ``shape``/``dtype`` viewing this storage at byte ``offset``."""

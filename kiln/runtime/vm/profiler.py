@@ -40,6 +40,7 @@ from kiln.runtime.device_api import DeviceNDArray
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.profiling import Report
 from kiln.runtime.vm import bytecode as bc
+from kiln.runtime.vm.segment import SegmentError
 from kiln.runtime.vm.vm import VirtualMachine
 
 __all__ = ["VirtualMachineProfiler"]
@@ -101,8 +102,12 @@ class VirtualMachineProfiler(VirtualMachine):
         segment = operand[0]
         seconds = (ctypes.c_double * max(len(segment.kernels), 1))()
         start = time.perf_counter()
-        if not segment.run(regs, self.allocators, seconds):
-            return self._run_unfused(regs, operand)  # its steps are timed one by one
+        try:
+            if not segment.run(regs, self.allocators, seconds):
+                return self._run_unfused(regs, operand)  # its steps are timed one by one
+        except SegmentError as err:
+            self._fault_pc = err.pc
+            raise
         elapsed = time.perf_counter() - start
         for k, (site, _) in enumerate(segment.kernels):
             self._record(("InvokePacked", site.name), seconds[k],

@@ -1,55 +1,75 @@
-"""Fused segments: straight runs of VM kernel work executed as one C call list.
+"""Fused segments: the VM's super-instruction, straight kernel work run as one C call list.
 
-Entry points: :func:`find_segment` (analysis at VM creation), :class:`FusedSegment`
-(``run(regs, allocators)``, the VM's super-instruction), :class:`SegmentPlan` (a segment's
-call list over one storage block) and :class:`DirectFunction` (a whole function that is one
-segment and a ``Ret``, run without a frame).
+Entry points: :func:`find_segments` (the VM compiler's last step: which instruction ranges of
+a function are super-instructions), :func:`check_segments` (the Executable's validation of
+those ranges), :class:`FusedSegment` (a range bound to a VM: ``run(regs, allocators)``),
+:class:`SegmentPlan` (a segment's call list over one storage block), :class:`DirectFunction`
+(a whole function that is one segment and a ``Ret``, run without a frame) and
+:class:`SegmentError`.
 
-A segment is a run of ``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/
-``AllocADT``/``InvokePacked``/``KillRegister`` whose tensors all view one storage at static
-offsets and shapes. Its kernels' ``DLTensor`` arguments then depend only on the storage's
-block, so the argument arrays are built once per pooled block (:class:`SegmentPlan`) and a run
-only writes the input tensors' addresses and calls the graph executor's C loop. The bytecode
-is unchanged: whatever a segment was not built for runs the original instructions.
+A segment is a range ``[start, end)`` of ``LoadConsti``/``LoadConst``/``AllocStorage``/
+``AllocTensor``/``AllocADT``/``InvokePacked``/``KillRegister`` whose tensors all view one
+storage at static offsets and shapes, and whose kernels are C functions. The compiler records
+the ranges in ``VMFunction.segments`` (serialized with the function, validated by the loader);
+the instructions inside stay ordinary bytecode, so ``Executable.bytecode`` still lists them and
+the profiler can time them one by one. Because the kernels' ``DLTensor`` arguments then depend
+only on the storage's block, the argument arrays are built once per pooled block
+(:class:`SegmentPlan`, run by :mod:`kiln.runtime.call_list`) and a run only writes the input
+tensors' addresses and makes one C call.
+
+Before it touches anything a run checks its operands: when an input register holds something
+other than a host tensor (a tuple passed to a kernel, a device array) or the storage taken
+from a register is not pooled host memory, the VM runs the range's instructions instead. A
+failing kernel or allocation raises :class:`SegmentError` naming the instruction's pc.
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
-import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from kiln.runtime.call_list import OpRecord, c_loop
 from kiln.runtime.container import ADT
+from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
-from kiln.runtime.graph_executor import _c_loop, _OpRecord  # its C loop runs the call lists
 from kiln.runtime.ndarray import NDArray as _NDArray
+from kiln.runtime.packed_func import get_last_error
 from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.memory import Storage
 from kiln.runtime.vm.packed_call import PackedCallSite
 
-__all__ = ["FusedSegment", "SegmentPlan", "DirectFunction", "find_segment"]
+__all__ = ["FusedSegment", "SegmentPlan", "DirectFunction", "SegmentError", "find_segments",
+           "check_segments"]
 
 _DLTENSOR_HANDLE = 7  # kTVMDLTensorHandle
-
 
 # Opcodes a fused segment may contain: straight-line, static-shape kernel work.
 _FUSIBLE = frozenset({bc.Opcode.LoadConsti, bc.Opcode.LoadConst, bc.Opcode.AllocStorage,
                       bc.Opcode.AllocTensor, bc.Opcode.AllocADT, bc.Opcode.InvokePacked,
                       bc.Opcode.KillRegister})
 
+
+class SegmentError(TVMError):
+    """A kernel or the storage allocation of a fused segment failed at instruction ``pc``."""
+
+    def __init__(self, message: str, pc: int = -1) -> None:
+        super().__init__(message)
+        self.pc = pc
+
+
 # Symbolic register values while a segment is analysed. A register the segment reads before
 # writing it is an *input*: a tensor made outside, checked at run time.
 
 
 class _Value:
-    """A value known when the VM is built: a LoadConsti scalar or LoadConst tensor."""
+    """A LoadConsti scalar (``int_value``) or LoadConst tensor (``const``: its instruction);
+    ``tensor`` is the VM's tensor for it once the segment is bound."""
 
-    __slots__ = ("tensor", "int_value")
+    __slots__ = ("int_value", "const", "tensor")
 
-    def __init__(self, tensor: Any, int_value: int | None = None) -> None:
-        self.tensor, self.int_value = tensor, int_value
+    def __init__(self, int_value: int | None = None, const: bc.LoadConst | None = None) -> None:
+        self.int_value, self.const, self.tensor = int_value, const, None
 
 
 class _View:
@@ -82,33 +102,45 @@ class _Tuple:
 _STORAGE = object()  # symbolic value of the register holding the segment's storage
 
 
+_DTYPES: dict[tuple[int, int, int], DataType] = {}
+
+
+def _dtype_of(fields: tuple[int, int, int]) -> DataType:
+    dtype = _DTYPES.get(fields)
+    if dtype is None:
+        dtype = _DTYPES[fields] = DataType.from_fields(*fields)
+    return dtype
+
+
 class FusedSegment:
-    """A run of LoadConsti/LoadConst/AllocStorage/AllocTensor/AllocADT/InvokePacked/
-    KillRegister instructions ``[start, end)`` whose kernels run from one C call list.
+    """The instructions ``[start, end)`` of a function run as one C call list.
 
     Every tensor it allocates views one storage (allocated in the segment or held by a
     register on entry) at a static offset and shape, so the kernels' ``DLTensor`` arguments
-    depend only on the storage's block: a :class:`SegmentPlan` is built per block and kept
-    on it (``block.plans``). Per run only the input registers' ``DLTensor`` addresses are
+    depend only on the storage's block: a :class:`SegmentPlan` is built per block and kept on
+    it (``storage.plans``). Per run only the input registers' ``DLTensor`` addresses are
     written. Afterwards the registers hold what the instructions would have left: the
     storage, leased views for tensors still live, tuples of them, the scalar and constant
     tensors, and ``None`` for killed registers. Tensors allocated and killed inside never
     exist in Python.
     """
 
-    __slots__ = ("start", "end", "alloc", "alloc_nbytes", "storage_reg", "views", "input_regs",
-                 "kernels", "output_views", "out_values", "out_views", "out_storage",
-                 "out_tuples")
+    __slots__ = ("start", "end", "alloc", "alloc_pc", "alloc_nbytes", "storage_reg", "views",
+                 "input_regs", "kernels", "kernel_pcs", "output_views", "out_values",
+                 "out_views", "out_storage", "out_tuples", "failed")
 
     def __init__(self, start: int) -> None:
         self.start = self.end = start
         self.alloc: bc.AllocStorage | None = None  # the in-segment AllocStorage, if any
+        self.alloc_pc = -1
         self.alloc_nbytes = -1
         self.storage_reg = -1  # register of the storage (set on entry when alloc is None)
         self.views: list[tuple[int, tuple[int, ...], Any]] = []  # (offset, shape, dtype)
         self.input_regs: list[int] = []
-        # (call site, flattened symbolic arguments) per kernel call
-        self.kernels: list[tuple[PackedCallSite, list[Any]]] = []
+        # (call site, flattened symbolic arguments) per kernel call; the site is the
+        # InvokePacked instruction until the segment is bound to a VM.
+        self.kernels: list[tuple[Any, list[Any]]] = []
+        self.kernel_pcs: list[int] = []
         self.output_views: list[list[int]] = []  # per kernel: the views it writes
         # Registers on exit: (reg, value or None), (reg, view index), storage registers,
         # (reg, tag, symbolic fields).
@@ -116,39 +148,59 @@ class FusedSegment:
         self.out_views: list[tuple[int, int]] = []
         self.out_storage: list[int] = []
         self.out_tuples: list[tuple[int, int, list[Any]]] = []
+        self.failed = ctypes.c_int64(-1)  # where the C loop names a failing call
 
-    def plan_for(self, storage: Any) -> SegmentPlan:
+    @classmethod
+    def bind(cls, instructions: Sequence[bc.Instruction], start: int, end: int,
+             sites: dict[int, PackedCallSite], scalar: Callable[[int], Any],
+             constant: Callable[[bc.LoadConst], Any]) -> FusedSegment:
+        """The recorded segment ``[start, end)`` bound to a VM's kernels and tensors.
+
+        ``sites`` maps a pc to its InvokePacked call site, ``scalar(value)`` gives the VM's
+        LoadConsti tensor and ``constant(instr)`` a LoadConst tensor. The range was checked
+        when the Executable was made (:func:`check_segments`).
+        """
+        seg = _analyse(instructions, start, end, lambda instr: True)
+        assert seg is not None and seg.end == end, "check_segments accepted the range"
+        seg.kernels = [(sites[pc], args) for pc, (_, args) in zip(seg.kernel_pcs, seg.kernels)]
+        for value in _symbolic_values(seg):
+            if value.const is not None:
+                value.tensor = constant(value.const)
+            elif value.int_value is not None:
+                value.tensor = scalar(value.int_value)
+        seg.out_values = [(reg, None if v is None else v.tensor) for reg, v in seg.out_values]
+        return seg
+
+    def plan_for(self, storage: Storage) -> SegmentPlan:
         """The call list for ``storage``'s block (built on first use, kept on the block)."""
-        plans = storage._block.plans
+        plans = storage.plans
         plan = plans.get(self)
         if plan is None:
             plan = plans[self] = SegmentPlan(self, storage)
         return plan
 
     def run(self, regs: list, allocators: list[Any], seconds: Any = None) -> bool:
-        """Run the segment fused on the register file ``regs``; False (having changed
-        nothing the instructions would not) when it must run unfused instead: an input is
-        not a plain host tensor, the storage is not pooled host memory, a view does not fit,
-        a kernel failed. ``seconds`` (a ctypes double array, one per kernel) asks for each
-        kernel's time, measured in C (the profiler).
-        """
+        """Run the segment on the register file ``regs``; False, having changed nothing, when
+        its operands ask for the instructions instead (module docstring). ``seconds`` (a ctypes
+        double array, one per kernel) asks for each kernel's time, measured in C."""
         inputs = [regs[reg] for reg in self.input_regs]
-        if self.alloc is not None:
-            storage = self.new_storage(allocators)
-        else:
+        if not _host_tensors(inputs):
+            return False
+        if self.alloc is None:
             storage = regs[self.storage_reg]
-            if type(storage) is not Storage or not storage._allocator.fusable:
+            if type(storage) is not Storage or not storage.fusable:
                 return False
-        if storage is None:
-            return False
-        plan = self.launch(inputs, storage, seconds)
-        if plan is None:
-            return False
+            try:
+                self.plan_for(storage)
+            except TVMError:  # a view does not fit: the AllocTensor instruction says which
+                return False
+        else:
+            storage = self.new_storage(allocators)
+        specs = self.launch(inputs, storage, seconds).specs
         for reg, value in self.out_values:
             regs[reg] = value
         for reg in self.out_storage:
             regs[reg] = storage
-        specs = plan.specs
         for reg, index in self.out_views:
             regs[reg] = specs[index].lease(storage)
         for reg, tag, fields in self.out_tuples:
@@ -159,34 +211,20 @@ class FusedSegment:
         """Shapes of the tensors kernel number ``kernel`` of the segment writes."""
         return [self.views[index][1] for index in self.output_views[kernel]]
 
-    def new_storage(self, allocators: list[Any]) -> Storage | None:
-        """The segment's own AllocStorage from its pooled host allocator, or None when the
-        allocator is not one (naive: a fresh block per run; or device memory) or the memory
-        cannot be had (the unfused AllocStorage then raises, naming its instruction)."""
+    def new_storage(self, allocators: list[Any]) -> Storage:
+        """The segment's own AllocStorage from its (pooled host) allocator."""
         alloc = self.alloc
-        allocator = allocators[alloc.device_index]
-        if not allocator.fusable:
-            return None
         try:
-            return allocator.alloc(self.alloc_nbytes, alloc.alignment)
-        except TVMError:
-            return None
+            return allocators[alloc.device_index].alloc(self.alloc_nbytes, alloc.alignment)
+        except TVMError as err:
+            raise SegmentError(str(err), self.alloc_pc) from None
 
-    def launch(self, inputs: list[Any], storage: Storage,
-               seconds: Any = None) -> SegmentPlan | None:
-        """Run the kernels over ``storage`` on ``inputs``; the plan used, or None if an input
-        is not a plain host tensor, a view does not fit, or a kernel failed. ``seconds``: as
-        in :meth:`run`."""
-        plan = storage._block.plans.get(self)
-        if plan is None:
-            try:
-                plan = self.plan_for(storage)
-            except TVMError:  # a view does not fit this storage: the unfused path says so
-                return None
+    def launch(self, inputs: list[Any], storage: Storage, seconds: Any = None) -> SegmentPlan:
+        """Run the kernels over ``storage`` on ``inputs`` (host tensors); the plan used.
+        ``seconds``: as in :meth:`run`. A failing kernel raises :class:`SegmentError`."""
+        plan = self.plan_for(storage)
         values = plan.values
         for tensor, slots in zip(inputs, plan.input_slots):
-            if type(tensor) is not _NDArray:
-                return None
             dltensor = tensor._dltensor
             if dltensor is None:
                 tensor._build_dltensor()
@@ -194,16 +232,32 @@ class FusedSegment:
             address = ctypes.addressof(dltensor)
             for slot in slots:
                 values[slot] = address
+        failed = ctypes.byref(self.failed)
         if seconds is None:
-            rc = _c_loop().run(plan.address, 0, plan.count, _FAILED_OP_REF)
+            rc = c_loop().run(plan.address, 0, plan.count, failed)
         else:
-            rc = _c_loop().run_timed(plan.address, plan.count, 1, seconds, _FAILED_OP_REF)
+            rc = c_loop().run_timed(plan.address, plan.count, 1, seconds, failed)
         if rc != 0:
-            return None  # the unfused run raises with the failing instruction's context
+            index = self.failed.value
+            message = get_last_error() or f"returned {rc}"
+            raise SegmentError(f"kernel {self.kernels[index][0].name!r} failed: {message}",
+                               self.kernel_pcs[index])
         return plan
 
 
-_FAILED_OP_REF = ctypes.byref(ctypes.c_int64(-1))  # where the C loop names a failing call
+def _host_tensors(values: list[Any]) -> bool:
+    for value in values:
+        if type(value) is not _NDArray:
+            return False
+    return True
+
+
+def _symbolic_values(seg: FusedSegment) -> list[_Value]:
+    """Every LoadConsti/LoadConst value the bound segment hands to kernels or registers."""
+    values = [a for _, args in seg.kernels for a in args if isinstance(a, _Value)]
+    values += [v for _, v in seg.out_values if isinstance(v, _Value)]
+    values += [f for _, _, fields in seg.out_tuples for f in fields if isinstance(f, _Value)]
+    return values
 
 
 class DirectFunction:
@@ -211,28 +265,24 @@ class DirectFunction:
     ``Ret`` of a tensor or tuple of tensors the segment made (a static model's ``main``).
 
     ``VirtualMachine.invoke`` runs it straight from the arguments: no frame, no register
-    file, no instruction dispatch. It is also handed the VM's previous result (which the VM
-    has just let go of): when that is this function's last result and nothing else holds it,
-    the run computes into the same block and returns the same NDArray object, so a run
-    allocates nothing. "Nothing else holds it" is decided by CPython reference counts (as
-    NumPy's ``resize`` decides whether an array is shared): every path to the block's memory
-    from Python goes through a result NDArray (or a tuple result's field tuple), its NumPy
-    array (views of which reference it) or that array's buffer object, so if none of their
-    counts is above what they were when the result was made, nobody can observe the block.
-    Otherwise the run takes a block from the pool, as the instructions would. Only a weak
-    reference to the result is kept, so memory goes back to the pool exactly when it would
-    without this path.
+    file, no instruction dispatch. It owns one storage block and its result objects, and each
+    run computes into that block and returns the same result (TVM's contract: a result is
+    valid until the next run of its function; copy it, or ``set_outputs``, to keep it), so a
+    run allocates nothing. The one exception is an input that lies in the owned block (the
+    last result passed back in): the run then takes a new block and gives up the old one to
+    whoever holds its tensors.
     """
 
-    __slots__ = ("segment", "result_tag", "result_views", "last", "baseline")
+    __slots__ = ("segment", "result_tag", "result_views", "storage", "result", "low", "high")
 
     def __init__(self, segment: FusedSegment, result_tag: int | None,
                  result_views: list[int]) -> None:
         self.segment = segment
         self.result_tag = result_tag  # None: a single tensor; else the tuple's ADT tag
         self.result_views = result_views  # the segment's view index of each result tensor
-        self.last: Any = None  # weak reference to the last result made
-        self.baseline: list[int] = []  # its reference counts then (see _holders)
+        self.storage: Storage | None = None  # the owned block, its result, its address range
+        self.result: Any = None
+        self.low = self.high = 0
 
     @classmethod
     def of(cls, instructions: Sequence[bc.Instruction], segment: FusedSegment,
@@ -252,52 +302,37 @@ class DirectFunction:
                 return cls(segment, tag, [f.index for f in fields])
         return None
 
-    def run(self, inputs: list[Any], allocators: list[Any], previous: Any) -> Any:
-        """The function's result on ``inputs``, or None when the VM must run the bytecode
-        instead (as :meth:`FusedSegment.run` returns False). ``previous`` is the VM's last
-        result, no longer referenced by the VM itself."""
-        reuse = (previous is not None and self.last is not None and self.last() is previous
-                 and self._holders(previous) == self.baseline)
-        if reuse:
-            first = previous if self.result_tag is None else previous.fields[0]
-            storage = first._np.base.storage
-        else:
-            storage = self.segment.new_storage(allocators)
-            if storage is None:
-                return None
-        plan = self.segment.launch(inputs, storage)
-        if plan is None:
+    def run(self, args: list[Any], allocators: list[Any]) -> Any:
+        """The function's result on its arguments ``args``, or None when the VM must run the
+        bytecode instead (an input is not a host tensor)."""
+        # Argument i lives in register i; the segment numbers its inputs in the order its
+        # kernels first read them, which need not be the parameters' order.
+        inputs = [args[reg] for reg in self.segment.input_regs]
+        if not _host_tensors(inputs):
             return None
-        if reuse:
-            return previous
-        leases = [plan.specs[index].lease(storage) for index in self.result_views]
-        result = leases[0] if self.result_tag is None else ADT(self.result_tag, leases)
-        del leases  # the counts below must see only what the check in a later run sees
-        self.last = weakref.ref(result)
-        self.baseline = self._baseline(result)
-        return result
+        storage = self.storage
+        if storage is None or self._reads_own_block(inputs):
+            storage = self.segment.new_storage(allocators)
+            plan = self.segment.launch(inputs, storage)
+            leases = [plan.specs[index].lease(storage) for index in self.result_views]
+            self.result = leases[0] if self.result_tag is None else ADT(self.result_tag, leases)
+            self.storage, self.low = storage, storage.address
+            self.high = self.low + storage.nbytes
+        else:
+            self.segment.launch(inputs, storage)
+        return self.result
 
-    def _baseline(self, previous: Any) -> list[int]:
-        """``_holders(previous)`` through the same frames as the check in :meth:`run`: the
-        caller's local ``result`` stands for ``VirtualMachine._call``'s local ``previous``,
-        this parameter for :meth:`run`'s. Each reference is then made the same way in both
-        (a local, a call argument, a parameter), so the counts agree on interpreters whose
-        arguments and parameters borrow references (CPython 3.14) as on those where they
-        count; a stand-in local here would count where the borrowed parameter does not,
-        and a user's one reference could then hide in its place."""
-        return self._holders(previous)
-
-    def _holders(self, result: Any) -> list[int]:
-        """Reference counts of ``result``, of a tuple's field tuple (what ``out.fields``,
-        ``iter(out)`` and ``copy.copy(out)`` keep), and of each of its tensors, their NumPy
-        arrays and the arrays' buffer objects."""
-        tensors = [result] if self.result_tag is None else result.fields
-        counts = [sys.getrefcount(result), sys.getrefcount(tensors)]
-        for tensor in tensors:
-            array = tensor._np
-            counts += (sys.getrefcount(tensor), sys.getrefcount(array),
-                       sys.getrefcount(array.base))
-        return counts
+    def _reads_own_block(self, inputs: list[Any]) -> bool:
+        """Whether an input's data lies in the owned block (kernels would overwrite it)."""
+        low, high = self.low, self.high
+        for tensor in inputs:
+            dltensor = tensor._dltensor
+            if dltensor is None:
+                tensor._build_dltensor()
+                dltensor = tensor._dltensor
+            if low <= (dltensor.data or 0) < high:
+                return True
+        return False
 
 
 def _tuple_field(field: Any, inputs: list[Any], specs: list[Any], storage: Any) -> Any:
@@ -309,13 +344,49 @@ def _tuple_field(field: Any, inputs: list[Any], specs: list[Any], storage: Any) 
     return field.tensor
 
 
-def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict[int, Any],
-                 scalar: Any, constant: Any, dtype_of: Any) -> FusedSegment | None:
-    """The longest fusable segment starting at ``start`` (at least one kernel), or None.
+def find_segments(instructions: Sequence[bc.Instruction],
+                  fusable_const: Callable[[bc.LoadConst], bool],
+                  native: Callable[[int], bool]) -> tuple[tuple[int, int], ...]:
+    """The super-instructions of a function: its longest fusable ranges, left to right.
 
-    ``sites`` maps a pc to its InvokePacked call site; ``scalar(value)`` gives the VM's
-    LoadConsti tensor, ``constant(instr)`` a LoadConst tensor, ``dtype_of(fields)`` a DataType.
+    ``fusable_const(instr)`` says whether a LoadConst's tensor is host memory (its virtual
+    device is a CPU); ``native(packed_index)`` whether a kernel is a C function.
     """
+    found = []
+    pc = 0
+    while pc < len(instructions):
+        seg = _analyse(instructions, pc, len(instructions), fusable_const, native)
+        if seg is None:
+            pc += 1
+            continue
+        found.append((pc, seg.end))
+        pc = seg.end
+    return tuple(found)
+
+
+def check_segments(instructions: Sequence[bc.Instruction],
+                   segments: Sequence[tuple[int, int]],
+                   fusable_const: Callable[[bc.LoadConst], bool]) -> str | None:
+    """Why ``segments`` are not valid super-instructions of ``instructions``, or None."""
+    last = 0
+    for start, end in segments:
+        if not (last <= start < end <= len(instructions)):
+            return f"segment [{start}, {end}) is out of order or out of range"
+        seg = _analyse(instructions, start, end, fusable_const)
+        if seg is None:
+            return f"segment [{start}, {end}) calls no kernel it can fuse"
+        if seg.end != end:
+            return (f"segment [{start}, {end}): instruction {seg.end} "
+                    f"({instructions[seg.end].opcode.name}) cannot be part of it")
+        last = end
+    return None
+
+
+def _analyse(instructions: Sequence[bc.Instruction], start: int, stop: int,
+             fusable_const: Callable[[bc.LoadConst], bool],
+             native: Callable[[int], bool] | None = None) -> FusedSegment | None:
+    """The longest fusable segment in ``[start, stop)`` starting at ``start`` (at least one
+    kernel), unbound, or None. ``native``: as in :func:`find_segments` (None: any kernel)."""
     seg = FusedSegment(start)
     sym: dict[int, Any] = {}
     inputs: dict[int, _Input] = {}
@@ -340,18 +411,17 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
         return inputs[value]
 
     pc = start
-    while pc < len(instructions):
+    while pc < stop:
         instr = instructions[pc]
         op = instr.opcode
         if op not in _FUSIBLE:
             break
         if op == bc.Opcode.LoadConsti:
-            sym[instr.dst] = _Value(scalar(instr.val), instr.val)
+            sym[instr.dst] = _Value(int_value=instr.val)
         elif op == bc.Opcode.LoadConst:
-            tensor = constant(instr)
-            if type(tensor) is not _NDArray:  # device memory: kernels here read host memory
+            if not fusable_const(instr):  # device memory: kernels here read host memory
                 break
-            sym[instr.dst] = _Value(tensor)
+            sym[instr.dst] = _Value(const=instr)
         elif op == bc.Opcode.KillRegister:
             sym[instr.dst] = None
         elif op == bc.Opcode.AllocStorage:
@@ -359,7 +429,7 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
             if (seg.alloc is not None or seg.storage_reg >= 0 or instr.shape
                     or not isinstance(size, _Value) or size.int_value is None):
                 break
-            seg.alloc, seg.alloc_nbytes = instr, size.int_value
+            seg.alloc, seg.alloc_pc, seg.alloc_nbytes = instr, pc, size.int_value
             sym[instr.dst] = _STORAGE
         elif op == bc.Opcode.AllocTensor:
             offset = sym.get(instr.offset)
@@ -370,7 +440,7 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
                 sym[instr.storage] = _STORAGE
             elif sym.get(instr.storage) is not _STORAGE:
                 break
-            dtype = dtype_of(instr.dtype)
+            dtype = _dtype_of(instr.dtype)
             nbytes = dtype.itemsize
             for dim in instr.shape:
                 nbytes *= dim
@@ -385,7 +455,9 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
             sym[instr.dst] = _Tuple(instr.tag, [commit(f) for f in fields])
         else:  # InvokePacked
             regs = [operand(reg) for reg in instr.args]
-            if _site_unfusable(sites[pc], regs, instr.output_size):
+            if native is not None and not native(instr.packed_index):
+                break
+            if _unfusable_call(regs, instr.output_size):
                 break
             args = []
             for value in regs:
@@ -393,7 +465,8 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
             args = [commit(a) for a in args]
             last = args[-1]
             if not (instr.output_size == 1 and 0 in seg.views[last.index][1]):
-                seg.kernels.append((sites[pc], args))  # (an empty output: no call, as TVM)
+                seg.kernels.append((instr, args))  # (an empty output: no call, as TVM)
+                seg.kernel_pcs.append(pc)
                 outputs = regs[len(regs) - instr.output_size:]
                 seg.output_views.append([f.index for out in outputs
                                          for f in (out.fields if isinstance(out, _Tuple)
@@ -413,7 +486,7 @@ def find_segment(instructions: Sequence[bc.Instruction], start: int, sites: dict
         elif isinstance(value, _Tuple):
             seg.out_tuples.append((reg, value.tag, value.fields))
         else:
-            seg.out_values.append((reg, None if value is None else value.tensor))
+            seg.out_values.append((reg, value))
     return seg
 
 
@@ -438,10 +511,10 @@ def _registers_read_outside(instructions: Sequence[bc.Instruction], start: int,
     return read
 
 
-def _site_unfusable(site: PackedCallSite, regs: list[Any], output_size: int) -> bool:
-    """Whether an InvokePacked cannot join a segment: a Python kernel, a non-tensor operand,
-    or an output that is not a tensor (or tuple of tensors) the segment allocated."""
-    if site.kernel is None or any(r is None for r in regs) or output_size < 1:
+def _unfusable_call(regs: list[Any], output_size: int) -> bool:
+    """Whether an InvokePacked cannot join a segment: a non-tensor operand, or an output that
+    is not a tensor (or tuple of tensors) the segment allocated."""
+    if any(r is None for r in regs) or output_size < 1:
         return True
     for out in regs[len(regs) - output_size:]:
         fields = out.fields if isinstance(out, _Tuple) else [out]
@@ -451,8 +524,8 @@ def _site_unfusable(site: PackedCallSite, regs: list[Any], output_size: int) -> 
 
 
 class SegmentPlan:
-    """A segment's kernel call list over one block: ``KilnGraphOp`` records (run by the graph
-    executor's C loop), their argument values and type codes, and the input slots to fill."""
+    """A segment's kernel call list over one block: :class:`~kiln.runtime.call_list.OpRecord`
+    records, their argument values and type codes, and the input slots to fill."""
 
     __slots__ = ("specs", "values", "codes", "records", "address", "count", "input_slots")
 
@@ -462,7 +535,7 @@ class SegmentPlan:
         total = max(sum(len(args) for _, args in seg.kernels), 1)
         self.values = values = (ctypes.c_void_p * total)()
         self.codes = (ctypes.c_int * total)(*([_DLTENSOR_HANDLE] * total))
-        self.records = (_OpRecord * len(seg.kernels))()
+        self.records = (OpRecord * len(seg.kernels))()
         self.address = ctypes.addressof(self.records)
         self.count = len(seg.kernels)
         self.input_slots: list[list[int]] = [[] for _ in seg.input_regs]

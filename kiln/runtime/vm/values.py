@@ -1,20 +1,11 @@
 """VM values: closures, and Python arguments converted and checked for a VM function.
 
 Entry points: :class:`VMClosure`, :func:`convert_argument`, :func:`check_argument`,
-:func:`spec_str`, :class:`ConvertedInputs` (NumPy arguments refilled in place) and
-:func:`holder_counts`.
-
-Whether a tensor the VM made may be overwritten is decided by CPython reference counts (as
-NumPy's ``resize`` decides whether an array is shared): every path from Python to an
-NDArray's memory goes through the NDArray, its NumPy array (views of which reference it) or
-that array's base object, so if none of their counts is above what it was when the VM made
-the tensor, nothing outside the VM can observe it.
+:func:`spec_str` and :class:`ConvertedInputs` (NumPy arguments refilled in place).
 """
 
 from __future__ import annotations
 
-import sys
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +21,7 @@ from kiln.runtime.vm.executable import VMFunction
 from kiln.runtime.vm.memory import Storage
 
 __all__ = ["VMClosure", "convert_argument", "check_argument", "spec_str", "ConvertedInputs",
-           "holder_counts", "load_shape", "as_tensor", "as_storage"]
+           "load_shape", "as_tensor", "as_storage"]
 
 _NDArray = _nd.NDArray
 
@@ -130,45 +121,32 @@ def spec_str(spec: tuple[tuple[int, ...], str]) -> str:
     return f"Tensor[({dims}{',' if len(shape) == 1 else ''}), {dtype}]"
 
 
-def holder_counts(tensor: Any) -> tuple[int, int, int]:
-    """Reference counts of a host NDArray, its NumPy array and that array's base (module
-    docstring); compare two calls made from the same code shape."""
-    array = tensor._np
-    return sys.getrefcount(tensor), sys.getrefcount(array), sys.getrefcount(array.base)
-
-
 class ConvertedInputs:
     """The NDArrays the VM made from NumPy arguments, per (function, parameter index).
 
-    ``set_input`` with a NumPy array of the same shape and dtype as the one before copies it
-    into the NDArray made last time instead of allocating a new one (the graph executor's
-    ``set_input`` copies into its input buffer the same way), unless something outside the VM
-    holds that NDArray — e.g. a result that is a view of it. In two steps, so a ``set_input``
-    that fails on a later argument changes nothing: :meth:`reusable` picks the NDArrays while
-    arguments are converted, :meth:`note` copies into them once all were.
-
-    The reference counts an NDArray is checked against are taken once, when it is made (then
-    only the new input list holds it); a refill keeps them, since while ``set_input`` swaps
-    lists the old one may still be alive (a kept traceback's frame holds it), and counting it
-    would let a user's reference hide in its place once it dies.
+    They belong to the VM (the ownership contract in :mod:`kiln.runtime.vm.vm`): ``set_input``
+    with a NumPy array of the same shape and dtype as the one before copies it into the
+    NDArray made last time instead of allocating a new one, as the graph executor's
+    ``set_input`` copies into its input buffer. A result that is (a view of) such an input is
+    valid until the next ``set_input`` or invoke of its function. In two steps, so a
+    ``set_input`` that fails on a later argument changes nothing: :meth:`reusable` picks the
+    NDArrays while arguments are converted, :meth:`note` copies into them once all were.
     """
 
     def __init__(self) -> None:
-        self._made: dict[tuple[str, int], tuple[Any, tuple[int, int, int]]] = {}
+        self._made: dict[tuple[str, int], Any] = {}
 
     def reusable(self, func_name: str, stored: list[Any] | None, index: int,
                  value: Any) -> Any:
         """The NDArray made from the last NumPy argument ``index`` if ``value`` may be copied
-        into it (same shape and dtype, nothing outside the VM holds it), else None. Nothing is
+        into it (same shape and dtype, still the stored argument), else None. Nothing is
         copied yet: :meth:`note` does, after every argument converted."""
-        made = self._made.get((func_name, index))
-        if made is None or stored is None or type(value) is not np.ndarray:
+        tensor = self._made.get((func_name, index))
+        if (tensor is None or stored is None or type(value) is not np.ndarray
+                or stored[index] is not tensor):
             return None
-        ref, baseline = made
-        if stored[index] is not ref() or _stored_counts(stored, index) != baseline:
-            return None
-        tensor = stored[index]
-        if value.shape != tensor._np.shape or value.dtype != tensor._np.dtype:
+        array = tensor._np
+        if value.shape != array.shape or value.dtype != array.dtype:
             return None
         return tensor
 
@@ -177,22 +155,14 @@ class ConvertedInputs:
         ``stored[index]`` if that is the :meth:`reusable` NDArray, else record it if the VM
         made it from ``value``."""
         key = (func_name, index)
-        made = self._made.get(key)
         tensor = stored[index]
         is_numpy = type(value) is np.ndarray
-        if made is not None and is_numpy and made[0]() is tensor:
-            np.copyto(tensor._np, value)  # a refill: its counts stay those taken when made
-            return
-        made_here = is_numpy and type(tensor) is _NDArray and tensor is not value
-        del tensor  # the counts must see what reusable's check will see
-        if made_here:
-            self._made[key] = (weakref.ref(stored[index]), _stored_counts(stored, index))
+        if is_numpy and self._made.get(key) is tensor:
+            np.copyto(tensor._np, value)
+        elif is_numpy and type(tensor) is _NDArray:
+            self._made[key] = tensor
         else:
             self._made.pop(key, None)
-
-
-def _stored_counts(stored: list[Any], index: int) -> tuple[int, int, int]:
-    return holder_counts(stored[index])
 
 
 def load_shape(value: Any) -> tuple[int, ...]:

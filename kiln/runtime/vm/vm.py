@@ -25,16 +25,23 @@ tail-calling itself just refills its register file and jumps to pc 0.
 Scalars: ``LoadConsti`` and ``GetTag`` tensors are created once per value and treated as
 read-only constants (as TVM treats LoadConst tensors), which keeps counter loops cheap.
 
-**Fused segments** (a run-time optimization; the bytecode is unchanged): a straight run of
-``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/``AllocADT``/``InvokePacked``/
-``KillRegister`` with static shapes and one storage becomes one entry at its first pc (see
-:mod:`kiln.runtime.vm.segment`). It runs its kernels in one C call from a call list prebuilt
-per pooled storage block, then sets the registers as the instructions would have. Anything it
-was not built for (a non-tensor input, a naive allocator, a kernel error) runs the original
-instructions one by one instead, so results, errors and the pcs they name are those of the
-unfused program. A function that is nothing but one segment and a ``Ret`` (a static model)
-is invoked *directly* (:class:`~kiln.runtime.vm.segment.DirectFunction`): no frame, and the
-last result's block is reused when nothing outside holds it. The profiler runs unfused.
+**Fused segments** (super-instructions): the VM compiler records in ``VMFunction.segments``
+the straight runs of ``LoadConsti``/``LoadConst``/``AllocStorage``/``AllocTensor``/
+``AllocADT``/``InvokePacked``/``KillRegister`` with static shapes, one storage and C kernels
+(:meth:`Executable.fuse_segments`, :mod:`kiln.runtime.vm.segment`). Each becomes one entry at
+its first pc that runs its kernels in one C call (:mod:`kiln.runtime.call_list`) from a call
+list prebuilt per pooled storage block, then sets the registers as the instructions would
+have; a failing kernel raises naming its own instruction. With a naive allocator, or when an
+input register holds something other than a host tensor (a tuple, a device array), the
+instructions run one by one. A function that is nothing but one segment and a ``Ret`` (a
+static model) is invoked *directly* (:class:`~kiln.runtime.vm.segment.DirectFunction`): no
+frame, and every run computes into the same block.
+
+**Ownership** (TVM's contract): a result is valid until the next ``invoke``/``run`` (or
+``set_input``) of the same function; the VM may then overwrite it in place. Copy it
+(``.numpy()``, ``.copyto``) to keep it, or give the VM destination tensors with
+:meth:`VirtualMachine.set_outputs`. Inputs made from NumPy arrays belong to the VM: the next
+``set_input`` of the same shape and dtype copies into them.
 
 **Devices**: virtual device ``i`` of the executable runs on ``devices[i]``, each with its own
 allocator; a non-CPU device's storage is memory of its device API (e.g. OpenCL buffers), its
@@ -61,7 +68,7 @@ from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
 from kiln.runtime.vm.memory import make_allocators
 from kiln.runtime.vm.packed_call import PackedCallSite
-from kiln.runtime.vm.segment import DirectFunction, FusedSegment, find_segment
+from kiln.runtime.vm.segment import DirectFunction, FusedSegment, SegmentError
 from kiln.runtime.vm.values import (
     ConvertedInputs,
     VMClosure,
@@ -133,6 +140,14 @@ class VirtualMachine:
     memory_cfg : str or dict, optional
         ``"naive"``, ``"pooled"`` (default), or ``{device: kind}`` per device.
 
+    Notes
+    -----
+    Ownership follows TVM: a result (``invoke``, ``run``, ``get_output``) is valid until the
+    next ``invoke``/``run`` or ``set_input`` of the same function, which may overwrite it in
+    place (a static model's ``main`` always does: it computes into one block it owns). Copy a
+    result (``.numpy()``, ``.copyto``) to keep it, or pass destination tensors to
+    :meth:`set_outputs`. NumPy arguments are copied into NDArrays the VM owns.
+
     Example
     -------
     >>> import kiln
@@ -142,8 +157,6 @@ class VirtualMachine:
     >>> VirtualMachine(exe, kiln.cpu(0)).run().numpy()
     array([42])
     """
-
-    _fuse_segments = True  # the profiler turns fusion off to time kernels one by one
 
     def __init__(self, exe: Executable, device: Any = None,
                  memory_cfg: str | dict | None = None) -> None:
@@ -264,24 +277,25 @@ class VirtualMachine:
             elif opcode == bc.Opcode.LoadConsti:
                 operand = (instr.dst, self._scalar_tensor(instr.val, "int64"))
             code.append(self._wrap(handler, operand, instr))
-        if self._fuse_segments:
-            self._fuse(func.instructions, code)
+        for start, end in func.segments:
+            self._bind_segment(func.instructions, start, end, code)
         return code
 
-    def _fuse(self, instructions: list[bc.Instruction], code: list[tuple[Any, Any]]) -> None:
-        """Replace the first entry of every fusable segment by the fused handler."""
-        sites = {pc: operand for pc, (_, operand) in enumerate(code)
+    def _bind_segment(self, instructions: Sequence[bc.Instruction], start: int, end: int,
+                      code: list[tuple[Any, Any]]) -> None:
+        """Make the recorded super-instruction ``[start, end)`` the entry at ``start``, unless
+        a kernel of it is not a C function or its storage's allocator is not pooled host
+        memory (then its instructions run one by one)."""
+        sites = {pc: operand for pc, (_, operand) in enumerate(code[start:end], start)
                  if isinstance(operand, PackedCallSite)}
-        pc = 0
-        while pc < len(code):
-            segment = find_segment(
-                instructions, pc, sites, lambda v: self._scalar_tensor(v, "int64"),
-                lambda instr: self._constant(instr.const_index, instr.device_index), self._dtype)
-            if segment is None:
-                pc += 1
-                continue
-            code[pc] = (self._op_fused, (segment, code[pc:segment.end]))
-            pc = segment.end
+        if any(site.kernel is None for site in sites.values()):
+            return
+        segment = FusedSegment.bind(
+            instructions, start, end, sites, lambda v: self._scalar_tensor(v, "int64"),
+            lambda instr: self._constant(instr.const_index, instr.device_index))
+        if segment.alloc is not None and not self.allocators[segment.alloc.device_index].fusable:
+            return
+        code[start] = (self._op_fused, (segment, code[start:end]))
 
     def _direct_form(self, func: VMFunction, code: list[tuple[Any, Any]]) -> Any:
         """The function as a :class:`DirectFunction` if it is one fused segment and a Ret."""
@@ -439,8 +453,12 @@ class VirtualMachine:
     def _op_fused(self, regs: list, operand: tuple[FusedSegment, list], pc: int) -> int:
         """A fused segment (module docstring): one C call, then the registers it leaves."""
         segment = operand[0]
-        if segment.run(regs, self.allocators):
-            return segment.end
+        try:
+            if segment.run(regs, self.allocators):
+                return segment.end
+        except SegmentError as err:
+            self._fault_pc = err.pc
+            raise
         return self._run_unfused(regs, operand)
 
     def _run_unfused(self, regs: list, operand: tuple[FusedSegment, list]) -> int:
@@ -665,7 +683,8 @@ class VirtualMachine:
         inputs[index] = self._set_arg(func, index, tensor)
 
     def set_outputs(self, func_name: str, *outputs: Any) -> None:
-        """Give ``func_name`` destination tensors: each run copies its results into them."""
+        """Give ``func_name`` destination tensors: each run copies its results into them and
+        returns them. They stay the caller's: set new ones to keep one run's results."""
         self._function_index(func_name)
         for out in outputs:
             if not isinstance(out, _NDArray):
@@ -684,7 +703,8 @@ class VirtualMachine:
     def invoke(self, func_name: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``func_name`` (on ``args`` if given, else on the stored inputs); return the result.
 
-        A single tensor comes back as an NDArray, several as an ADT.
+        A single tensor comes back as an NDArray, several as an ADT; it is valid until the next
+        run of ``func_name`` (class notes).
         """
         if args or kwargs:
             self.set_input(func_name, *args, **kwargs)
@@ -697,9 +717,8 @@ class VirtualMachine:
 
     def _call(self, func_name: str) -> Any:
         # The last result is about to be replaced: drop it first, so its storage (unless the
-        # caller still holds it) goes back to the pool for this run to reuse, or, for a
-        # direct function, is reused in place.
-        previous, self._last_result = self._last_result, None
+        # caller still holds it) goes back to the pool for this run to reuse.
+        self._last_result = None
         index = self._function_index(func_name)
         func = self._functions[index]
         inputs = self._inputs.get(func_name)
@@ -711,8 +730,14 @@ class VirtualMachine:
             missing = [func.params[i] for i, v in enumerate(inputs) if v is None]
             raise TVMError(f"@{func_name}: inputs {missing} were never set")
         direct = self._direct[index]
-        result = None if direct is None else direct.run(inputs, self.allocators, previous)
-        del previous
+        result = None
+        if direct is not None:
+            try:
+                result = direct.run(inputs, self.allocators)
+            except SegmentError as err:
+                instr = func.instructions[err.pc]
+                raise type(err)(f"{err}\n  in @{func_name} instruction {err.pc} "
+                                f"({instr.opcode.name})", err.pc) from err
         if result is None:
             result = self._invoke_global(index, inputs)  # copied into the register file
         outputs = self._outputs.get(func_name)

@@ -1,7 +1,8 @@
 """TIR passes (TVM's ``tvm.tir.transform``).
 
 Each name is a factory returning a pass that runs on an IRModule (every PrimFunc in it) or on
-a single PrimFunc. :data:`LOWER_PIPELINE` is the ordered list ``kiln.lower`` runs.
+a single PrimFunc. :data:`LOWER_PIPELINE` is the ordered list ``kiln.lower`` runs;
+:data:`CODEGEN_PIPELINE` the list every codegen's input goes through.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ _LAZY = {
     "LowerIntrin": ("kiln.tir.transform.lower_intrin", "LowerIntrin"),
     "MakePackedAPI": ("kiln.tir.transform.packed_api", "MakePackedAPI"),
     "make_packed_api": ("kiln.tir.transform.packed_api", "make_packed_api"),
+    "BindSharedSubexprs": ("kiln.tir.transform.shared_subexpr", "BindSharedSubexprs"),
+    "SelectSafeIfThenElse": ("kiln.tir.transform.safe_choices", "SelectSafeIfThenElse"),
+    "CODEGEN_PIPELINE": ("kiln.tir.transform.codegen_prep", "CODEGEN_PIPELINE"),
     "LOWER_PIPELINE": ("kiln.te.lowering", "LOWER_PIPELINE"),
 }
 

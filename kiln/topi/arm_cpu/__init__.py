@@ -1,7 +1,10 @@
 """Schedules for bare-metal ARM CPUs (TVM's ``topi.arm_cpu``): serial, no threads.
 
-Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``), and the
-generic schedules for everything else.
+Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel``),
+:func:`dense_micro_kernel` + :func:`schedule_dense_micro_kernel` and the pointwise
+:func:`conv2d_nhwc_1x1_micro_kernel` (a C micro-kernel through ``import_c`` + ``tensorize``,
+:mod:`.dense`), :func:`schedule_conv2d_direct` (other convolutions, no whole intermediate
+tensor), and the generic schedules for everything else.
 """
 
 from __future__ import annotations
@@ -9,6 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 from kiln import te
+from kiln.topi.arm_cpu.conv2d import schedule_conv2d_direct
+from kiln.topi.arm_cpu.dense import (
+    conv2d_1x1_applies,
+    conv2d_nhwc_1x1_micro_kernel,
+    dense_micro_kernel,
+    gemv_intrin,
+    gemv_source,
+    schedule_conv2d_nhwc_1x1_micro_kernel,
+    schedule_dense_micro_kernel,
+)
 from kiln.topi.utils import get_const_tuple, traverse_inline
 
 
@@ -27,4 +40,7 @@ def schedule_injective(outs: Any) -> Any:
 
 schedule_reduce = schedule_injective
 
-__all__ = ["schedule_injective", "schedule_reduce"]
+__all__ = ["schedule_injective", "schedule_reduce", "dense_micro_kernel",
+           "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source",
+           "conv2d_nhwc_1x1_micro_kernel", "schedule_conv2d_nhwc_1x1_micro_kernel",
+           "conv2d_1x1_applies", "schedule_conv2d_direct"]

@@ -80,6 +80,43 @@ def test_conv_pool_match_pytorch():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_conv3d_matches_pytorch():
+    # three spatial dims: the einsum's spatial letters must not reuse the channel letters
+    d, w = relay.var("d", shape=(1, 2, 4, 5, 3)), relay.var("w", shape=(3, 2, 2, 3, 2))
+    y = relay.nn.conv3d(d, w, padding=(1, 0, 1, 1, 0, 1))
+    dv = np.random.randn(1, 2, 4, 5, 3).astype("float32")
+    wv = np.random.randn(3, 2, 2, 3, 2).astype("float32")
+    ref = torch.nn.functional.conv3d(
+        torch.nn.functional.pad(torch.tensor(dv), (1, 1, 0, 0, 1, 1)), torch.tensor(wv))
+    np.testing.assert_allclose(run(relay.Function([d, w], y), dv, wv).numpy(), ref.numpy(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_pre_transformed_weight_convolutions_match_pytorch():
+    # winograd (NCHW, stride 1, asymmetric padding) and gemm (NHWC, strided) convolutions,
+    # each fed the weight transform's output, against the plain convolution
+    x, w = np.random.randn(1, 3, 7, 9).astype("float32"), np.random.randn(4, 3, 3, 3).astype(
+        "float32")
+    d, k = relay.var("d", shape=x.shape), relay.var("k", shape=w.shape)
+    u = relay.nn.contrib_conv2d_winograd_weight_transform(k, tile_size=4)
+    wino = relay.nn.contrib_conv2d_winograd_without_weight_transform(
+        d, u, tile_size=4, padding=(1, 0, 2, 1), channels=4, kernel_size=(3, 3))
+    ref = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(torch.tensor(x), (0, 1, 1, 2)), torch.tensor(w))
+    np.testing.assert_allclose(run(relay.Function([d, k], wino), x, w).numpy(), ref.numpy(),
+                               rtol=1e-4, atol=1e-4)
+    xn, hwio = x.transpose(0, 2, 3, 1).copy(), w.transpose(2, 3, 1, 0).copy()
+    dn, kn = relay.var("d", shape=xn.shape), relay.var("k", shape=hwio.shape)
+    packed = relay.nn.contrib_conv2d_gemm_weight_transform(kn, tile_N=3, tile_K=8)
+    gemm = relay.nn.contrib_conv2d_gemm_without_weight_transform(
+        dn, packed, strides=(2, 1), padding=(1, 1, 0, 0), channels=4, kernel_size=(3, 3),
+        data_layout="NHWC", kernel_layout="HWIO")
+    ref = torch.nn.functional.conv2d(
+        torch.nn.functional.pad(torch.tensor(x), (1, 0, 1, 0)), torch.tensor(w), stride=(2, 1))
+    np.testing.assert_allclose(run(relay.Function([dn, kn], gemm), xn, hwio).numpy(),
+                               ref.permute(0, 2, 3, 1).numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_nhwc_conv_matches_nchw():
     d, w = relay.var("d", shape=(1, 5, 5, 3)), relay.var("w", shape=(3, 3, 3, 4))
     y = relay.nn.conv2d(d, w, padding=(1, 1), data_layout="NHWC", kernel_layout="HWIO")
@@ -112,6 +149,16 @@ def test_integer_division_truncates_like_tir():
               a, b)
     assert [o.numpy().tolist() for o in out] == [[3, -3, -3, 3], [3, -4, -4, 3],
                                                  [1, -1, 1, -1], [1, 1, -1, -1]]
+
+
+def test_float_trunc_divide_rounds_toward_zero_and_divide_does_not():
+    x, y = relay.var("x", shape=(4,)), relay.var("y", shape=(4,))
+    a = np.array([7, -7, 7.5, -0.5], "float32")
+    b = np.array([2, 2, -2, 4], "float32")
+    out = run(relay.Function([x, y], relay.Tuple([relay.trunc_divide(x, y),
+                                                   relay.divide(x, y)])), a, b)
+    np.testing.assert_array_equal(out[0].numpy(), np.trunc(a / b))
+    np.testing.assert_array_equal(out[1].numpy(), a / b)
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -182,3 +229,15 @@ def test_reshape_special_values(newshape, shape):
     xv = np.arange(24, dtype="float32").reshape(2, 3, 4)
     out = run(relay.Function([x], relay.reshape(x, newshape)), xv)
     np.testing.assert_array_equal(out.numpy(), xv.reshape(shape))
+
+
+def test_float16_sum_and_mean_accumulate_in_float32_along_any_axis():
+    # as the kernels do (kiln.topi.reduction.ACCUMULATOR_DTYPE); NumPy's float16 sum
+    # accumulates in float32 only along a contiguous axis
+    data = (np.random.default_rng(5).standard_normal((4, 301, 3)) * 3).astype("float16")
+    x = relay.var("x", shape=data.shape, dtype="float16")
+    out = run(relay.Function([x], relay.Tuple([relay.sum(x, axis=[1]),
+                                               relay.mean(x, axis=[0, 1])])), data)
+    wide = data.astype("float32")
+    np.testing.assert_array_equal(out[0].numpy(), wide.sum(1).astype("float16"))
+    np.testing.assert_array_equal(out[1].numpy(), wide.mean((0, 1)).astype("float16"))

@@ -92,6 +92,15 @@ def test_softmax_axis_semantics_follow_the_opset(opset):
     np.testing.assert_allclose(evaluate_main(mod, x)[0], expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("axis", [1 << 40, 1 << 28, 3, -4])
+def test_softmax_axis_out_of_range_is_a_clear_error(opset, axis):
+    model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)],
+                   [_info("x", [2, 3, 4])], [_info("y", [2, 3, 4])], opset=opset)
+    with pytest.raises(TVMError, match=f"axis {axis} is out of range"):
+        from_onnx(model)
+
+
 def test_squeeze_axes_attribute_before_13_and_input_from_13():
     x = RNG.standard_normal((1, 3, 1)).astype("float32")
     old = _model([helper.make_node("Squeeze", ["x"], ["y"], axes=[0, 2])],

@@ -1,11 +1,14 @@
 """Fused segments: straight-line kernel work run from one prebuilt C call list.
 
-The oracle is NumPy (and, for a compiled model, the graph executor); the properties checked
-are the ones fusion must not change: results, aliasing of returned tensors, memory release,
-errors and the pcs they name, and the profiler's per-kernel rows.
+The segments are recorded by ``Executable.fuse_segments`` (what the VM compiler calls). The
+oracle is NumPy (and, for a compiled model, the graph executor); the properties checked are
+the ones fusion must not change: results, the ownership contract (a result is valid until the
+next run), memory release, errors and the pcs they name, and the profiler's per-kernel rows.
 """
 
 from __future__ import annotations
+
+import gc
 
 import numpy as np
 import pytest
@@ -49,10 +52,15 @@ def add_then_mul(checked: bool = True) -> VMFunction:
     ], 8, param_types=[(SHAPE, "float32"), (SHAPE, "float32")] if checked else ())
 
 
+def fused_vm(kernels, main: VMFunction) -> VirtualMachine:
+    """A VM for ``main`` with its segments recorded, as the VM compiler records them."""
+    exe = Executable([main], primitive_names=PRIMS, lib=kernels).fuse_segments()
+    return VirtualMachine(exe, kiln.cpu(0))
+
+
 @pytest.fixture
 def vm(kernels):
-    return VirtualMachine(Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels),
-                          kiln.cpu(0))
+    return fused_vm(kernels, add_then_mul())
 
 
 @pytest.fixture
@@ -73,32 +81,26 @@ def test_straight_line_kernels_fuse_into_one_segment(vm, xy):
         np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
 
 
-def test_output_held_across_runs_keeps_its_values(vm, xy, rng):
+def test_output_is_valid_until_the_next_run_and_a_copy_is_kept(vm, xy, rng):
     x, y = xy
     first = vm.run(x, y)
-    first_view = np.asarray(first.__array__(copy=False))     # a zero-copy NumPy view
+    kept = first.numpy()                                     # a copy: the caller's to keep
+    np.testing.assert_allclose(first.numpy(), (x + y) * y, rtol=1e-6)
     x2 = rng.standard_normal(SHAPE).astype("float32")
     second = vm.run(x2, y)
-    np.testing.assert_allclose(first.numpy(), (x + y) * y, rtol=1e-6)
     np.testing.assert_allclose(second.numpy(), (x2 + y) * y, rtol=1e-6)
-    assert first.data_ptr != second.data_ptr
-    del first
-    vm.run(x, x)                                             # `first`'s block is still viewed
-    np.testing.assert_allclose(first_view, (x + y) * y, rtol=1e-6)
+    np.testing.assert_allclose(kept, (x + y) * y, rtol=1e-6)
 
 
-def test_dropped_output_lets_the_next_run_reuse_block_and_call_list(vm, xy):
+def test_every_run_computes_into_the_same_block_with_one_call_list(vm, xy):
     x, y = xy
-    address = vm.run(x, y).data_ptr
-    block_plans = [len(b.plans) for blocks in vm.allocators[0]._free.values() for b in blocks]
-    assert block_plans == []                                  # the VM still holds the result
-    out = vm.run(y, x)                                        # replaces (drops) the last one
-    assert out.data_ptr == address
-    assert len(out._np.base.storage._block.plans) == 1
+    first = vm.run(x, y)
+    address, identity = first.data_ptr, id(first)
+    out = vm.run(y, x)
+    assert out.data_ptr == address and id(out) == identity
+    assert len(out._np.base.storage.plans) == 1
     np.testing.assert_allclose(out.numpy(), (y + x) * x, rtol=1e-6)
-    del out
-    vm._last_result = None
-    assert vm.memory_in_use() == 0 and vm.allocators[0].cached_bytes > 0
+    assert vm.memory_in_use() == 4096 and vm.allocators[0].num_allocations == 1
 
 
 def test_memory_follows_changing_input_shapes_through_fused_programs(kernels):
@@ -113,21 +115,20 @@ def test_memory_follows_changing_input_shapes_through_fused_programs(kernels):
             LoadConsti(nbytes, 6), AllocTensor(3, 6, shape, "float32", 7),
             InvokePacked(MUL, 1, (5, 0, 7)), KillRegister(5), Ret(7),
         ], 8)
-        vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels),
-                            kiln.cpu(0))
+        vm = fused_vm(kernels, main)
         vm.allocators[0] = pool
         x = np.full(shape, 2, "float32")
         for _ in range(2):
             np.testing.assert_array_equal(vm.run(x, x).numpy(), (x + x) * x)
-        vm._last_result = None
+        del vm                                   # a VM keeps its direct function's block
+        gc.collect()
     assert pool.used_bytes == 0
     assert pool.cached_bytes <= sum(2 * n * 4096 for n in range(39 - 8 - 16, 40))
 
 
 def test_kernel_error_inside_a_segment_names_its_instruction_and_vm_stays_usable(kernels, xy):
     x, y = xy
-    exe = Executable([add_then_mul(checked=False)], primitive_names=PRIMS, lib=kernels)
-    vm = VirtualMachine(exe, kiln.cpu(0))
+    vm = fused_vm(kernels, add_then_mul(checked=False))
     np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
     bad = np.zeros((3, 8), "float32")
     with pytest.raises(TVMError, match="kernel 'add_f32' failed: elementwise kernel: operand "
@@ -143,7 +144,7 @@ def test_second_kernel_failing_reports_the_second_instruction(kernels, xy):
     instrs = list(main.instructions)
     instrs[6] = AllocTensor(3, 6, (2, 8), "float32", 7)       # too small for mul's output
     exe = Executable([VMFunction("main", ["x", "y"], instrs, 8)], primitive_names=PRIMS,
-                     lib=kernels)
+                     lib=kernels).fuse_segments()
     vm = VirtualMachine(exe, kiln.cpu(0))
     assert fused_entries(vm) == [0]
     with pytest.raises(TVMError, match="sizes differ\n  in @main instruction 7 \\(InvokePacked"):
@@ -159,7 +160,7 @@ def test_tuple_input_runs_unfused_and_flattens_like_invoke_packed(kernels, xy):
         InvokePacked(ADD, 1, (0, 4)),                         # the pair flattens to x, y
         Ret(4),
     ], 5)
-    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    vm = fused_vm(kernels, main)
     assert fused_entries(vm) == [0]
     for _ in range(2):
         np.testing.assert_allclose(vm.run((x, y)).numpy(), x + y, rtol=1e-6)
@@ -175,13 +176,14 @@ def test_registers_after_a_segment_match_the_unfused_program(kernels, xy, kind):
     instrs = list(add_then_mul().instructions)
     instrs[8:] = [AllocADT(0, (5, 7), 8), Ret(8)]            # return the sum and the product
     exe = Executable([VMFunction("main", ["x", "y"], instrs, 9)], primitive_names=PRIMS,
-                     lib=kernels)
+                     lib=kernels).fuse_segments()
     vm = VirtualMachine(exe, kiln.cpu(0), kind)
     for _ in range(3):
         result = vm.run(x, y)
         np.testing.assert_allclose(result.fields[0].numpy(), x + y, rtol=1e-6)
         np.testing.assert_allclose(result.fields[1].numpy(), (x + y) * y, rtol=1e-6)
-    assert vm.allocators[0].num_allocations == 3             # one AllocStorage per run
+    # Naive: one AllocStorage per run; pooled: the direct function keeps its one block.
+    assert vm.allocators[0].num_allocations == (3 if kind == "naive" else 1)
 
 
 def test_profile_times_each_kernel_of_a_fused_program(vm, xy):
@@ -200,7 +202,7 @@ def test_profile_times_each_kernel_of_a_fused_program(vm, xy):
 
 def test_profile_of_a_segment_that_runs_unfused_times_its_instructions(kernels, xy):
     x, y = xy
-    exe = Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels)
+    exe = Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels).fuse_segments()
     report = VirtualMachine(exe, kiln.cpu(0), "naive").profile(x, y)
     rows = {row["Name"]: row for row in report.calls}
     assert "FusedSegment" not in rows
@@ -224,10 +226,10 @@ def test_tuple_made_and_consumed_inside_a_segment(kernels, xy):
         KillRegister(6),
         Ret(9),
     ], 10)
-    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    vm = fused_vm(kernels, main)
     assert fused_entries(vm) == [0]
-    held = [vm.run(x, y) for _ in range(3)]
-    for result in held:
+    for _ in range(3):
+        result = vm.run(x, y)
         (total, second), product = result.fields[0].fields, result.fields[1]
         np.testing.assert_allclose(total.numpy(), x + y, rtol=1e-6)
         np.testing.assert_array_equal(second.numpy(), y)
@@ -252,7 +254,7 @@ def test_jump_into_the_middle_of_a_segment_sees_every_register_it_left(kernels, 
         LoadConsti(1, 9),
         Goto(-7),
     ], 11)
-    vm = VirtualMachine(Executable([main], primitive_names=PRIMS, lib=kernels), kiln.cpu(0))
+    vm = fused_vm(kernels, main)
     assert fused_entries(vm) == [0]
     for _ in range(2):
         np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)
@@ -260,9 +262,9 @@ def test_jump_into_the_middle_of_a_segment_sees_every_register_it_left(kernels, 
 
 def test_unfused_calls_see_new_argument_tensors_every_run(kernels, rng):
     """The naive allocator runs unfused: each run's new tensors reach the kernels."""
-    exe = Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels)
+    exe = Executable([add_then_mul()], primitive_names=PRIMS, lib=kernels).fuse_segments()
     vm = VirtualMachine(exe, kiln.cpu(0), "naive")
-    assert fused_entries(vm) == [0]
+    assert fused_entries(vm) == []
     for _ in range(3):
         x, y = (rng.standard_normal(SHAPE).astype("float32") for _ in range(2))
         np.testing.assert_allclose(vm.run(x, y).numpy(), (x + y) * y, rtol=1e-6)

@@ -510,7 +510,7 @@ def test_stateful_api(kernels, rng):
 
 
 def test_benchmark_and_profile(kernels, rng):
-    exe = Executable([binary_op_main(ADD_F32)], primitive_names=PRIMS, lib=kernels)
+    exe = Executable([binary_op_main(ADD_F32)], primitive_names=PRIMS, lib=kernels).fuse_segments()
     vm = VirtualMachine(exe, kiln.cpu(0))
     x = rng.standard_normal((2, 3), dtype="float32")
     result = vm.benchmark(kiln.cpu(0), x, x, repeat=3, number=2)

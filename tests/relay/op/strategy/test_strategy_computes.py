@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from strategy_testlib import run_cases
+from strategy_testlib import EXECUTORS, run_cases
 
 from kiln.relay.op import op_attrs as A
 
@@ -367,7 +367,7 @@ def test_like_and_init_ops_match_numpy(results):
         assert out.dtype == want.dtype, name
 
 
-@pytest.fixture(scope="module", params=["c", "llvm"])
+@pytest.fixture(scope="module", params=["c", "llvm", EXECUTORS])
 def results(request):
     """group name -> its cases' outputs, built once per target.
 

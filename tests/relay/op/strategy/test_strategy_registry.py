@@ -53,8 +53,12 @@ def test_dispatch_follows_target_keys_with_generic_fallback():
     cpu = strategy.strategy_for("nn.dense", attrs, inputs, out_type, Target("llvm"))
     assert [i.name for i in cpu.implementations] == ["dense.generic", "dense_pack.x86"]
     arm = strategy.strategy_for("nn.dense", attrs, inputs, out_type,
-                                Target("c -keys=arm_cpu -mcpu=cortex-m7"))
+                                Target("c -keys=arm_cpu -mcpu=cortex-a53"))
     assert [i.name for i in arm.implementations] == ["dense.generic"]
+    cortex_m = strategy.strategy_for("nn.dense", attrs, inputs, out_type,
+                                     Target("c -keys=arm_cpu -mcpu=cortex-m7"))
+    assert [i.name for i in cortex_m.implementations] == ["dense.generic",
+                                                          "dense_micro_kernel.arm_cpu"]
 
 
 def test_select_implementation_takes_the_highest_plevel_and_builds():

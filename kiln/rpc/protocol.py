@@ -1,0 +1,638 @@
+"""TVM's RPC wire protocol (v0.16, ``kRPCProtocolVer = "0.8.0"``): constants, channels, packets
+and the packed-sequence codec, shared by the client (:mod:`kiln.rpc.client`) and the server
+(:mod:`kiln.rpc.serving`).
+
+Entry points: :class:`RPCCode`, :class:`Channel`, :class:`SocketChannel`, :func:`write_packet`,
+:func:`read_packet`, :class:`Writer`, :class:`Reader`, :class:`TensorMeta`, :class:`Handle`.
+
+Transport. The protocol engine only needs a :class:`Channel`: ``send(data)`` writes all bytes,
+``recv_into(view)`` fills the whole view or raises, both bounded by the channel's timeout. TCP
+uses :class:`SocketChannel`; the microTVM serial session provides its own channel over the
+framing layer, and nothing else changes.
+
+Every message is ``u64 packet_nbytes`` + ``i32 RPCCode`` + a body (little-endian, no padding).
+A packed sequence is ``i32 n``, ``i32 type_codes[n]``, then one payload per argument
+(docs/rpc.md lists them). Readers check every length against the bytes of the packet, so a
+garbage or truncated packet raises :class:`~kiln.runtime.error.RPCError`, never more.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+
+from kiln.runtime.device import Device
+from kiln.runtime.dtype import DataType
+from kiln.runtime.error import RPCError
+from kiln.runtime.packed_func import TypeCode
+
+__all__ = [
+    "RPC_MAGIC",
+    "RPC_TRACKER_MAGIC",
+    "RPC_CODE_SUCCESS",
+    "RPC_CODE_DUPLICATE",
+    "RPC_CODE_MISMATCH",
+    "PROTOCOL_VERSION",
+    "RPCCode",
+    "Channel",
+    "SocketChannel",
+    "ChannelClosed",
+    "ChannelTimeout",
+    "Handle",
+    "Lazy",
+    "TensorMeta",
+    "Writer",
+    "Reader",
+    "write_packet",
+    "read_packet",
+    "Codec",
+    "LEGACY",
+    "FFI",
+    "CODECS",
+    "send_handshake_int",
+    "recv_handshake_int",
+]
+
+RPC_MAGIC = 0xFF271
+RPC_TRACKER_MAGIC = 0x2F271
+RPC_CODE_SUCCESS = RPC_MAGIC + 0
+RPC_CODE_DUPLICATE = RPC_MAGIC + 1
+RPC_CODE_MISMATCH = RPC_MAGIC + 2
+PROTOCOL_VERSION = "0.8.0"
+RPC_OBJECT_REF_TYPE_INDEX = 9  # kRuntimeRPCObjectRefTypeIndex: the only object sent by value
+MAX_PACKET_BYTES = 1 << 34  # larger lengths are garbage, not data (16 GiB)
+MAX_NDIM = 64
+MAX_ARGS = 1 << 16
+
+_I32 = struct.Struct("<i")
+_U32 = struct.Struct("<I")
+_I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
+_F64 = struct.Struct("<d")
+_DEVICE = struct.Struct("<ii")
+_DTYPE = struct.Struct("<BBH")
+_HEADER = struct.Struct("<Qi")
+
+
+class RPCCode(IntEnum):
+    """``RPCCode`` of ``minrpc/rpc_reference.h``; codes >= 9 are syscalls."""
+
+    kNone = 0
+    kShutdown = 1
+    kInitServer = 2
+    kCallFunc = 3
+    kReturn = 4
+    kException = 5
+    kCopyFromRemote = 6
+    kCopyToRemote = 7
+    kCopyAck = 8
+    kGetGlobalFunc = 9
+    kFreeHandle = 10
+    kDevSetDevice = 11
+    kDevGetAttr = 12
+    kDevAllocData = 13
+    kDevFreeData = 14
+    kDevStreamSync = 15
+    kCopyAmongRemote = 16
+    kDevAllocDataWithScope = 17
+    kDevCreateStream = 18
+    kDevFreeStream = 19
+    kDevSetStream = 20
+    kDevGetCurrentStream = 21
+
+
+class ChannelClosed(RPCError):
+    """The peer closed the channel (EOF) or the channel failed; ``received`` counts the bytes
+    of the interrupted read that did arrive."""
+
+    def __init__(self, message: str, received: int = 0) -> None:
+        super().__init__(message)
+        self.received = received
+
+
+class ChannelTimeout(RPCError):
+    """No data came within the channel's timeout; ``received`` counts the bytes of the
+    interrupted read that did arrive."""
+
+    def __init__(self, message: str, received: int = 0) -> None:
+        super().__init__(message)
+        self.received = received
+
+
+class Channel:
+    """A byte pipe with a timeout: what the protocol engine needs from a transport.
+
+    ``recv_into`` raises :class:`ChannelClosed` on EOF and :class:`ChannelTimeout` when the
+    timeout passes; both carry how many bytes of the view did arrive.
+    """
+
+    timeout: float | None = None
+
+    def send(self, *parts: bytes | bytearray | memoryview) -> None:
+        """Write all of ``parts`` in order, as one message (no other send interleaves)."""
+        raise NotImplementedError
+
+    def recv_into(self, view: memoryview) -> None:
+        """Fill all of ``view``; raise :class:`ChannelClosed` on EOF, RPCError on timeout."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the transport."""
+
+
+class SocketChannel(Channel):
+    """A :class:`Channel` over a connected stream socket; every read and write has a timeout.
+
+    Small reads go through a 64 KiB buffer, so a short packet (header and body) costs one
+    ``recv``; large reads land directly in the caller's memory.
+    """
+
+    _CHUNK = 65536
+
+    def __init__(self, sock: socket.socket, timeout: float | None, peer: str = "") -> None:
+        self.sock = sock
+        self.peer = peer or _peer_name(sock)
+        self.timeout = timeout
+        self._send_lock = threading.Lock()
+        self._chunk = bytearray(self._CHUNK)
+        self._pending = memoryview(b"")  # received, not yet consumed
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.set_timeout(timeout)
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """Bound every send and receive by ``timeout`` seconds (None: no bound).
+
+        The bound is the kernel's (SO_RCVTIMEO/SO_SNDTIMEO) on a blocking socket: Python's
+        own socket timeout would add a poll() before every send and receive, which costs a
+        third of an empty call's round trip.
+        """
+        self.timeout = timeout
+        self.sock.settimeout(None)
+        seconds = 0.0 if timeout is None else max(timeout, 1e-3)
+        value = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+
+    def send(self, *parts: bytes | bytearray | memoryview) -> None:
+        if len(parts) > 1 and sum(len(p) for p in parts) < self._CHUNK:
+            parts = (b"".join(parts),)  # one segment for small packets
+        try:
+            with self._send_lock:
+                for part in parts:
+                    self.sock.sendall(part)
+        except (TimeoutError, BlockingIOError):
+            raise ChannelTimeout(f"RPC channel to {self.peer}: send timed out after "
+                                 f"{self.timeout}s") from None
+        except OSError as err:
+            raise ChannelClosed(f"RPC channel to {self.peer} failed while sending: "
+                                f"{err}") from None
+
+    def recv_into(self, view: memoryview) -> None:
+        got, total = 0, len(view)
+        if self._pending:
+            got = min(total, len(self._pending))
+            view[:got] = self._pending[:got]
+            self._pending = self._pending[got:]
+        while got < total:
+            need = total - got
+            small = need < self._CHUNK
+            try:
+                n = self.sock.recv_into(self._chunk if small else view[got:])
+            except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO passed: EAGAIN
+                raise ChannelTimeout(f"RPC channel to {self.peer}: no data for "
+                                     f"{self.timeout}s (got {got} of {total} bytes); the "
+                                     "peer is stuck or gone", got) from None
+            except OSError as err:
+                raise ChannelClosed(f"RPC channel to {self.peer} failed: {err}", got) from None
+            if n == 0:
+                raise ChannelClosed(f"RPC channel to {self.peer} closed by the peer "
+                                    f"(got {got} of {total} bytes)", got)
+            if small:
+                take = min(n, need)
+                view[got:got + take] = self._chunk[:take]
+                if n > take:
+                    self._pending = memoryview(bytes(self._chunk[take:n]))
+                n = take
+            got += n
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "<unconnected>"
+
+
+def send_handshake_int(channel: Channel, value: int) -> None:
+    channel.send(_I32.pack(value))
+
+
+def recv_handshake_int(channel: Channel) -> int:
+    buf = bytearray(4)
+    channel.recv_into(memoryview(buf))
+    return _I32.unpack(buf)[0]
+
+
+# ---- values that only have meaning on the wire ----------------------------------------------
+
+
+class Lazy:
+    """Text formatted only when an error message needs it (``str.format`` of ``args``): keeps
+    descriptions of every packet off the hot path."""
+
+    __slots__ = ("fmt", "args")
+
+    def __init__(self, fmt: str, *args: Any) -> None:
+        self.fmt, self.args = fmt, args
+
+    def __str__(self) -> str:
+        return self.fmt.format(*self.args)
+
+
+class Handle(int):
+    """An opaque remote handle (type code 3): a server-side address, never dereferenced here."""
+
+
+class TensorMeta:
+    """A DLTensor as sent over RPC: remote data pointer, device, shape, dtype, byte offset."""
+
+    __slots__ = ("data", "device", "shape", "dtype", "byte_offset")
+
+    def __init__(self, data: int, device: Device, shape: tuple[int, ...], dtype: DataType,
+                 byte_offset: int = 0) -> None:
+        self.data, self.device, self.shape = data, device, shape
+        self.dtype, self.byte_offset = dtype, byte_offset
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        code, bits, lanes = self.dtype.as_tuple()
+        return count * ((bits * lanes + 7) // 8)
+
+    def __repr__(self) -> str:
+        return (f"TensorMeta(data=0x{self.data:x}, {self.device}, {self.shape}, {self.dtype}, "
+                f"byte_offset={self.byte_offset})")
+
+
+class RemoteRef:
+    """A value the peer holds: a remote handle with its type code (9 Module, 10 PackedFunc,
+    8 RPC object reference)."""
+
+    __slots__ = ("type_code", "handle")
+
+    def __init__(self, type_code: int, handle: int) -> None:
+        self.type_code, self.handle = type_code, handle
+
+
+# ---- writing ---------------------------------------------------------------------------------
+
+
+class Writer:
+    """Builds one packet body; :meth:`packet` prepends the length and code. Packed sequences
+    are written in ``codec``'s encoding."""
+
+    __slots__ = ("parts", "size", "codec")
+
+    def __init__(self, codec: Codec | None = None) -> None:
+        self.parts: list[bytes | bytearray | memoryview] = []
+        self.size = 0
+        self.codec = codec or LEGACY
+
+    def raw(self, data: bytes | bytearray | memoryview) -> None:
+        self.parts.append(data)
+        self.size += len(data)
+
+    def i32(self, value: int) -> None:
+        self.raw(_I32.pack(value))
+
+    def u64(self, value: int) -> None:
+        self.raw(_U64.pack(value))
+
+    def string(self, data: bytes) -> None:
+        self.raw(_U64.pack(len(data)))
+        self.raw(data)
+
+    def device(self, dev: Device) -> None:
+        self.raw(_DEVICE.pack(dev.device_type, dev.device_id))
+
+    def tensor(self, meta: TensorMeta) -> None:
+        ndim = len(meta.shape)
+        self.raw(_U64.pack(meta.data) + _DEVICE.pack(meta.device.device_type,
+                                                      meta.device.device_id)
+                 + _I32.pack(ndim) + _DTYPE.pack(*meta.dtype.as_tuple())
+                 + struct.pack(f"<{ndim}q", *meta.shape) + _U64.pack(meta.byte_offset))
+
+    def packed_seq(self, values: list[tuple[int, Any]]) -> None:
+        """Write ``(type_code, value)`` pairs (TVM v0.16 type codes) as a packed sequence."""
+        self.codec.write_seq(self, values)
+
+    def packet(self, code: int) -> list[bytes | bytearray | memoryview]:
+        return [_HEADER.pack(self.size + 4, code), *self.parts]
+
+
+def _write_dtype(writer: Writer, value: DataType) -> None:
+    writer.raw(_DTYPE.pack(*value.as_tuple()) + b"\0\0\0\0")
+
+
+_WRITERS = {
+    TypeCode.INT: lambda w, v: w.raw(_I64.pack(v)),
+    TypeCode.UINT: lambda w, v: w.raw(_U64.pack(v)),
+    TypeCode.FLOAT: lambda w, v: w.raw(_F64.pack(v)),
+    TypeCode.HANDLE: lambda w, v: w.u64(v),
+    TypeCode.NULL: lambda w, v: None,
+    TypeCode.DATATYPE: _write_dtype,
+    TypeCode.DEVICE: Writer.device,
+    TypeCode.DLTENSOR_HANDLE: Writer.tensor,
+    TypeCode.OBJECT_HANDLE: lambda w, v: w.raw(_U32.pack(RPC_OBJECT_REF_TYPE_INDEX)
+                                                + _U64.pack(v)),
+    TypeCode.MODULE_HANDLE: lambda w, v: w.u64(v),
+    TypeCode.PACKED_FUNC_HANDLE: lambda w, v: w.u64(v),
+    TypeCode.STR: lambda w, v: w.string(v.encode()),
+    TypeCode.BYTES: lambda w, v: w.string(bytes(v)),
+}
+
+
+# ---- packed-sequence codecs -----------------------------------------------------------------
+
+
+class Codec:
+    """One encoding of packed sequences; kiln's side always uses TVM v0.16 type codes."""
+
+    name = ""
+    free_handle_takes_type_code = True  # kFreeHandle(handle, type code) vs (handle)
+
+    def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        raise NotImplementedError
+
+    def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
+        raise NotImplementedError
+
+    def return_index(self, type_code: int) -> int:
+        """The first value of a call's return (the type of what follows) on the wire."""
+        return type_code
+
+    def return_type_code(self, index: int) -> int:
+        return index
+
+
+class LegacyCodec(Codec):
+    """TVM <= 0.20: ``i32 n``, all ``n`` type codes, then the payloads."""
+
+    name = "v0.16"
+
+    def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        writer.i32(len(values))
+        writer.raw(struct.pack(f"<{len(values)}i", *(code for code, _ in values)))
+        for code, value in values:
+            _WRITERS[code](writer, value)
+
+    def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
+        codes = struct.unpack(f"<{count}i", reader.take(4 * count))
+        values = []
+        for code in codes:
+            read = _READERS.get(code)
+            if read is None:
+                raise RPCError(f"{reader.what}: unknown argument type code {code}")
+            values.append((code, read(reader)))
+        return values
+
+
+# tvm-ffi TypeIndex values (apache-tvm >= 0.21) <-> v0.16 type codes.
+_FFI_OF_CODE = {
+    TypeCode.NULL: 0, TypeCode.INT: 1, TypeCode.UINT: 1, TypeCode.FLOAT: 3,
+    TypeCode.HANDLE: 4, TypeCode.DATATYPE: 5, TypeCode.DEVICE: 6,
+    TypeCode.DLTENSOR_HANDLE: 7, TypeCode.STR: 8, TypeCode.BYTES: 9,
+    TypeCode.PACKED_FUNC_HANDLE: 68, TypeCode.MODULE_HANDLE: 73,
+}
+_CODE_OF_FFI = {0: TypeCode.NULL, 1: TypeCode.INT, 2: TypeCode.INT, 3: TypeCode.FLOAT,
+                4: TypeCode.HANDLE, 5: TypeCode.DATATYPE, 6: TypeCode.DEVICE,
+                7: TypeCode.DLTENSOR_HANDLE, 8: TypeCode.STR, 9: TypeCode.BYTES,
+                68: TypeCode.PACKED_FUNC_HANDLE, 73: TypeCode.MODULE_HANDLE}
+# what a return's first value names: the type of the value, not of its wire form
+_FFI_RETURN_OF_CODE = {**_FFI_OF_CODE, TypeCode.STR: 65, TypeCode.BYTES: 66,
+                       TypeCode.NDARRAY_HANDLE: 70, TypeCode.OBJECT_HANDLE: 64}
+_CODE_OF_FFI_RETURN = {**_CODE_OF_FFI, 11: TypeCode.STR, 65: TypeCode.STR,
+                       12: TypeCode.BYTES, 66: TypeCode.BYTES, 70: TypeCode.NDARRAY_HANDLE}
+_FFI_STR, _FFI_BYTES, _FFI_OBJECT_BEGIN = 65, 66, 64
+
+
+class FFICodec(Codec):
+    """apache-tvm >= 0.21 (PR #17931): per argument ``i32 type_index`` + payload, tvm-ffi
+    type indices; String/Bytes objects as ``u32 index, u64 len, bytes``."""
+
+    name = "ffi"
+    free_handle_takes_type_code = False
+
+    def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        writer.i32(len(values))
+        for code, value in values:
+            index = _FFI_OF_CODE.get(code)
+            if index is None:
+                raise RPCError(f"type code {code} cannot be sent to an apache-tvm >= 0.21 peer")
+            writer.i32(index)
+            _WRITERS[code](writer, value)
+
+    def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
+        values = []
+        for _ in range(count):
+            index = reader.i32()
+            code = _CODE_OF_FFI.get(index)
+            if code is not None:
+                values.append((code, _READERS[code](reader)))
+            elif index in (11, 12) or index >= _FFI_OBJECT_BEGIN:
+                inner = reader.unpack(_U32)
+                if inner == _FFI_STR:
+                    values.append((TypeCode.STR, reader.text()))
+                elif inner == _FFI_BYTES:
+                    values.append((TypeCode.BYTES, bytes(reader.string())))
+                else:
+                    raise RPCError(f"{reader.what}: object type index {inner} cannot cross "
+                                   "RPC here")
+            else:
+                raise RPCError(f"{reader.what}: unknown argument type index {index}")
+        return values
+
+    def return_index(self, type_code: int) -> int:
+        return _FFI_RETURN_OF_CODE[type_code]
+
+    def return_type_code(self, index: int) -> int:
+        code = _CODE_OF_FFI_RETURN.get(index)
+        if code is None:
+            return TypeCode.OBJECT_HANDLE if index >= _FFI_OBJECT_BEGIN else -1
+        return code
+
+
+LEGACY = LegacyCodec()
+FFI = FFICodec()
+CODECS = {LEGACY.name: LEGACY, FFI.name: FFI}
+
+
+def write_packet(channel: Channel, code: int, writer: Writer | None = None) -> None:
+    """Send one packet (``writer`` holds the body; None for an empty body)."""
+    channel.send(*(writer or Writer()).packet(code))
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+
+class Reader:
+    """Reads fields from one received packet body; every read is bounds-checked."""
+
+    __slots__ = ("buf", "pos", "what", "codec")
+
+    def __init__(self, buf: bytes | bytearray | memoryview, what: str | Lazy = "RPC packet",
+                 codec: Codec | None = None) -> None:
+        self.buf, self.pos, self.what = memoryview(buf), 0, what
+        self.codec = codec or LEGACY
+
+    def remaining(self) -> int:
+        return len(self.buf) - self.pos
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise RPCError(f"{self.what} is truncated: needs {n} more bytes at offset "
+                           f"{self.pos}, has {len(self.buf) - self.pos}")
+        view = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return view
+
+    def unpack(self, fmt: struct.Struct) -> Any:
+        return fmt.unpack(self.take(fmt.size))[0]
+
+    def i32(self) -> int:
+        return self.unpack(_I32)
+
+    def u64(self) -> int:
+        return self.unpack(_U64)
+
+    def string(self) -> memoryview:
+        return self.take(self.u64())
+
+    def text(self) -> str:
+        try:
+            return bytes(self.string()).decode()
+        except UnicodeDecodeError:
+            raise RPCError(f"{self.what}: a string argument is not UTF-8") from None
+
+    def device(self) -> Device:
+        return Device(*_DEVICE.unpack(self.take(8)))
+
+    def dtype(self) -> DataType:
+        code, bits, lanes = _DTYPE.unpack(self.take(4))
+        try:
+            return DataType.from_fields(code, bits, lanes)
+        except Exception as err:
+            raise RPCError(f"{self.what}: invalid DLDataType ({code}, {bits}, {lanes}): "
+                           f"{err}") from None
+
+    def tensor(self) -> TensorMeta:
+        data = self.u64()
+        dev = self.device()
+        ndim = self.i32()
+        if not 0 <= ndim <= MAX_NDIM:
+            raise RPCError(f"{self.what}: DLTensor has an invalid ndim {ndim}")
+        dtype = self.dtype()
+        shape = struct.unpack(f"<{ndim}q", self.take(8 * ndim))
+        if any(d < 0 for d in shape):
+            raise RPCError(f"{self.what}: DLTensor has a negative dimension in {shape}")
+        return TensorMeta(data, dev, shape, dtype, self.u64())
+
+    def packed_seq(self) -> list[tuple[int, Any]]:
+        """``(type_code, value)`` pairs (v0.16 type codes); handles stay integers."""
+        count = self.i32()
+        if not 0 <= count <= MAX_ARGS or 4 * count > self.remaining():
+            raise RPCError(f"{self.what}: invalid argument count {count}")
+        return self.codec.read_seq(self, count)
+
+    def end(self) -> None:
+        if self.remaining():
+            raise RPCError(f"{self.what} has {self.remaining()} unexpected trailing bytes")
+
+
+def _read_dtype(reader: Reader) -> DataType:
+    dtype = reader.dtype()
+    reader.take(4)  # padding to 8 bytes
+    return dtype
+
+
+def _read_object(reader: Reader) -> RemoteRef:
+    type_index = reader.unpack(_U32)
+    if type_index != RPC_OBJECT_REF_TYPE_INDEX:
+        raise RPCError(f"{reader.what}: object type index {type_index} cannot cross RPC "
+                       "(only RPC object references can)")
+    return RemoteRef(TypeCode.OBJECT_HANDLE, reader.unpack(_I64))
+
+
+_READERS = {
+    TypeCode.INT: lambda r: r.unpack(_I64),
+    TypeCode.UINT: lambda r: r.unpack(_U64),
+    TypeCode.FLOAT: lambda r: r.unpack(_F64),
+    TypeCode.HANDLE: lambda r: Handle(r.u64()),
+    TypeCode.NULL: lambda r: None,
+    TypeCode.DATATYPE: _read_dtype,
+    TypeCode.DEVICE: Reader.device,
+    TypeCode.DLTENSOR_HANDLE: Reader.tensor,
+    TypeCode.OBJECT_HANDLE: _read_object,
+    TypeCode.MODULE_HANDLE: lambda r: RemoteRef(TypeCode.MODULE_HANDLE, r.u64()),
+    TypeCode.PACKED_FUNC_HANDLE: lambda r: RemoteRef(TypeCode.PACKED_FUNC_HANDLE, r.u64()),
+    TypeCode.STR: Reader.text,
+    TypeCode.BYTES: lambda r: bytes(r.string()),
+}
+
+
+def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
+                idle_timeout: float | None = -1.0) -> tuple[int, memoryview] | None:
+    """Receive one packet: ``(code, body after the code)``, or None on a clean EOF between
+    packets.
+
+    Reads use the channel's timeout. ``idle_timeout`` (when not -1) is how long to wait for a
+    packet to begin, in as many channel timeouts as it takes (None: wait forever, as a server
+    waits for its client). A zero length is skipped, as TVM does.
+    """
+    header = bytearray(8)
+    view = memoryview(header)
+    waited_since = time.monotonic() if idle_timeout not in (-1.0, None) else 0.0
+    while True:
+        try:
+            channel.recv_into(view)
+        except ChannelClosed as err:
+            if err.received == 0:
+                return None
+            raise
+        except ChannelTimeout as err:
+            idle = time.monotonic() - waited_since
+            if err.received == 0 and idle_timeout != -1.0 and (
+                    idle_timeout is None or idle < idle_timeout):
+                continue
+            raise
+        nbytes = _U64.unpack(header)[0]
+        if nbytes:
+            break
+    if not 4 <= nbytes <= max_bytes:
+        raise RPCError(f"RPC packet length {nbytes} is out of range (4..{max_bytes}): "
+                       "garbage on the channel")
+    if nbytes <= SocketChannel._CHUNK:
+        body = bytearray(nbytes)
+    else:
+        try:  # uninitialized: the pages of a bare huge length are never touched
+            body = np.empty(nbytes, np.uint8)
+        except MemoryError:
+            raise RPCError(f"cannot hold an RPC packet of {nbytes} bytes") from None
+    channel.recv_into(memoryview(body))
+    return _I32.unpack_from(body)[0], memoryview(body)[4:]
