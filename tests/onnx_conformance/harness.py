@@ -151,7 +151,7 @@ def run_kiln(case, executor: str = "interpreter") -> Outcome:
         else:
             actual = _run_graph(mod, params, formal, inputs)
     except Exception as exc:  # noqa: BLE001  (the measure records every failure)
-        return Outcome("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return Outcome("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:800]}"
                        if str(exc) else type(exc).__name__)
     return compare(actual, list(expected), case.rtol, case.atol)
 
@@ -204,7 +204,7 @@ def run_onnxruntime(case) -> Outcome:
                                        providers=["CPUExecutionProvider"])
         actual = session.run(None, {f.name: x for f, x in zip(formal, inputs)})
     except Exception as exc:  # noqa: BLE001
-        return Outcome("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        return Outcome("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:800]}")
     return compare(actual, list(expected), case.rtol, case.atol)
 
 

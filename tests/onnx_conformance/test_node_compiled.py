@@ -53,6 +53,7 @@ REFUSED_ON_EVERY_EXECUTOR = {
     "test_resize_downsample_sizes_cubic_antialias": "antialias",
     "test_resize_downsample_scales_linear": "negative",
     "test_resize_downsample_scales_cubic_align_corners": "negative",
+    "test_resize_downsample_scales_nearest": "negative",
 }
 
 
