@@ -114,10 +114,6 @@ class TypeInferenceError(DiagnosticError):
     """Type inference failed: the message names the expression and the mismatch."""
 
 
-class RPCSessionTimeoutError(RPCError, TimeoutError):
-    """An RPC session did not answer in time."""
-
-
 for _cls in (TVMError, InternalError, RPCError, RPCSessionTimeoutError, OpError,
              OpNotImplemented, OpAttributeRequired, OpAttributeInvalid, OpAttributeUnImplemented,
              DiagnosticError, TypeInferenceError):

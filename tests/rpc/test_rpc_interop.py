@@ -26,6 +26,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rpc_testlib import ROOT, kiln_server, wait_for  # noqa: E402
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _without_the_tvm_alias():
+    """The real apache-tvm for this module, even in a process where tests/compat made
+    ``import tvm`` resolve to kiln (its conftest installs the alias at collection); the alias
+    comes back afterwards, with the real tvm's modules forgotten again."""
+    from kiln import compat
+
+    aliased = compat.tvm_alias_installed()
+    compat.uninstall_tvm_alias()
+    yield
+    if aliased:
+        compat.install_tvm_alias(shadow=True)  # also forgets the real tvm's modules
+
+
 def _apache_tvm():
     spec = importlib.util.find_spec("tvm")
     if spec is None or "kiln" in str(spec.origin):
