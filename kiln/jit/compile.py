@@ -87,7 +87,7 @@ def is_linear(node: Apply) -> bool:
         all(is_tensor(i.abstract) or isinstance(i, Constant) for i in node.inputs[1:])
 
 
-def _schedule(graph: Graph, mng: GraphManager) -> list[Apply]:
+def schedule_applies(graph: Graph, mng: GraphManager) -> list[Apply]:
     """The graph's Applies in dependency order, linear ones as early as they can go, so each
     run of linear nodes is as long as possible (fewer, bigger segments)."""
     own = [n for n in mng.nodes(graph) if isinstance(n, Apply) and n.graph is graph]
@@ -120,7 +120,7 @@ def split_graph(graph: Graph, mng: GraphManager) -> list:
     """SplitGraph: a list mixing linear segments (lists of Apply) and single cut Applies."""
     splits: list = []
     run: list[Apply] = []
-    for n in _schedule(graph, mng):
+    for n in schedule_applies(graph, mng):
         if is_linear(n):
             run.append(n)
         else:

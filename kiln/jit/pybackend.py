@@ -19,6 +19,7 @@ from typing import Any
 
 from kiln.jit import structural as S
 from kiln.jit.abstract import Array, Env, Scalar, Tuple
+from kiln.jit.compile import schedule_applies
 from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter
 from kiln.jit.primitives import Primitive
 
@@ -125,8 +126,7 @@ class _Gen:
 
     def emit_body(self, g: Graph, depth: int, out: list[str]) -> None:
         pad = "    " * depth
-        from kiln.jit.compile import _schedule
-        order = _schedule(g, self.mng)
+        order = schedule_applies(g, self.mng)
         for n in order:
             if n is g.output and self.is_call(n):
                 self.emit_jump(n, depth, out)

@@ -55,12 +55,17 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _attrs(name: str, doc: str, **defaults: Any) -> type:
+def declare_attrs(name: str, doc: str, **defaults: Any) -> type:
+    """A registered ``relay.attrs.<name>`` class whose fields (and their kinds) are the
+    keyword defaults; op families outside this module (QNN) declare theirs with it."""
     fields = {key: _KINDS.get(type(value), "any") for key, value in defaults.items()}
     cls = type(OpAttrs)(name, (OpAttrs,), {
         "_fields": fields, "_defaults": defaults, "__doc__": doc, "__module__": __name__,
     })
     return register_object(f"relay.attrs.{name}")(cls)
+
+
+_attrs = declare_attrs
 
 
 # ---- tensor / transform -------------------------------------------------------------------

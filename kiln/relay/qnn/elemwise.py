@@ -20,7 +20,7 @@ import numpy as np
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, const
 from kiln.relay.op.op import BROADCAST, as_expr, call, constant_value, define_op
-from kiln.relay.op.op_attrs import _attrs
+from kiln.relay.op.op_attrs import declare_attrs
 from kiln.relay.op.type_relations import (
     broadcast_shape,
     dims,
@@ -30,12 +30,12 @@ from kiln.relay.op.type_relations import (
     tensor_type,
 )
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS, along_axis, ndim_of
-from kiln.relay.qnn.op import _check_param, dtype_range, requantize
+from kiln.relay.qnn.op import check_qnn_param, dtype_range, requantize
 from kiln.runtime.error import TVMError
 
 __all__ = ["add", "subtract", "mul", "BroadcastAttrs"]
 
-BroadcastAttrs = _attrs("BroadcastAttrs", "qnn.add/subtract/mul.", lhs_axis=-1, rhs_axis=-1)
+BroadcastAttrs = declare_attrs("BroadcastAttrs", "qnn.add/subtract/mul.", lhs_axis=-1, rhs_axis=-1)
 
 _DTYPES = ("int8", "uint8", "int16", "int32")
 _PARAMS = ("lhs_scale", "lhs_zero_point", "rhs_scale", "rhs_zero_point", "output_scale",
@@ -56,7 +56,7 @@ def _binary_rel(types, attrs, op_name):
         data_dims, axis = (ld, lax) if name.startswith("lhs") else (rd, rax)
         if name.startswith("output"):
             data_dims, axis = [], 0  # the output's parameters are per-tensor
-        _check_param(types, index, name, dtype, data_dims, axis, op_name)
+        check_qnn_param(types, index, name, dtype, data_dims, axis, op_name)
     return tensor_type(broadcast_shape(ld, rd, op_name), lhs.dtype)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op.op import INJECTIVE, OPAQUE, as_expr, call, constant_value, define_op
-from kiln.relay.op.op_attrs import _attrs
+from kiln.relay.op.op_attrs import declare_attrs
 from kiln.relay.op.type_relations import (
     dim_value,
     dims,
@@ -40,9 +40,9 @@ __all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "re
            "DequantizeAttrs", "RequantizeAttrs", "QUANTIZED_DTYPES", "ROUNDING_MODES",
            "dtype_range"]
 
-QuantizeAttrs = _attrs("QuantizeAttrs", "qnn.quantize.", out_dtype="int8", axis=-1)
-DequantizeAttrs = _attrs("DequantizeAttrs", "qnn.dequantize.", out_dtype="float32", axis=-1)
-RequantizeAttrs = _attrs("RequantizeAttrs", "qnn.requantize.", axis=-1, rounding="None",
+QuantizeAttrs = declare_attrs("QuantizeAttrs", "qnn.quantize.", out_dtype="int8", axis=-1)
+DequantizeAttrs = declare_attrs("DequantizeAttrs", "qnn.dequantize.", out_dtype="float32", axis=-1)
+RequantizeAttrs = declare_attrs("RequantizeAttrs", "qnn.requantize.", axis=-1, rounding="None",
                          compute_dtype="None", out_dtype="int8")
 
 QUANTIZED_DTYPES = ("int8", "uint8", "int16", "uint16", "int32")
@@ -56,7 +56,7 @@ def dtype_range(dtype: str) -> tuple[int, int]:
     return int(info.min), int(info.max)
 
 
-def _check_param(types, index, what, dtype, data_dims, axis, op_name):
+def check_qnn_param(types, index, what, dtype, data_dims, axis, op_name):
     """A scale or zero point: a ``dtype`` scalar, or a 1-D vector of data.shape[axis] values
     (a 1-element vector counts as per-tensor, as in TVM)."""
     ty = tensor_arg(types, index, op_name)
@@ -86,7 +86,7 @@ def _params_rel(types, attrs, op_name, names, out_dtype):
     axis = normalize_axis(int(attrs.axis), len(d), op_name) if d else 0
     for index, name in enumerate(names, start=1):
         dtype = "float32" if name.endswith("scale") else "int32"
-        _check_param(types, index, name, dtype, d, axis, op_name)
+        check_qnn_param(types, index, name, dtype, d, axis, op_name)
     return tensor_type(d, out_dtype)
 
 
