@@ -202,11 +202,13 @@ def test_too_long_param_name_is_refused_not_truncated(params_tool, tmp_path):
     assert "TVM_CRT_MAX_STRLEN_PARAM_NAME" in out and "80 characters" in out
 
 
-def test_crt_dlpack_header_is_the_runtime_one():
-    # The DLTensor ABI must not drift between host kernels and the CRT: one header, two copies
-    # (the CRT directory ships standalone, the runtime cannot depend on kiln.micro).
-    runtime_copy = os.path.join(os.path.dirname(tvm.runtime.__file__), "include/dlpack/dlpack.h")
-    crt_copy = os.path.join(tvm.micro.get_standalone_crt_dir(), "include/dlpack/dlpack.h")
+@pytest.mark.parametrize("header", ["dlpack/dlpack.h", "tvm/runtime/metadata_types.h"])
+def test_crt_abi_header_is_the_runtime_one(header):
+    # The DLTensor and TVMMetadata ABIs must not drift between host code and the CRT: one
+    # header, two copies (the CRT directory ships standalone, the runtime cannot depend on
+    # kiln.micro).
+    runtime_copy = os.path.join(os.path.dirname(tvm.runtime.__file__), "include", header)
+    crt_copy = os.path.join(tvm.micro.get_standalone_crt_dir(), "include", header)
     with open(runtime_copy, "rb") as a, open(crt_copy, "rb") as b:
         assert a.read() == b.read()
 

@@ -1,6 +1,8 @@
 /*
- * metadata_types.h - the model description generated AOT code hands to the C AOT executor
- * (TVM v0.16's TVMMetadata, TVMTensorInfo, TVMConstantInfo; field order is ABI).
+ * The AOT metadata structs (TVM v0.16's include/tvm/runtime/metadata_types.h, same layout):
+ * generated AOT code describes its inputs, outputs and pools with them, and returns a
+ * pointer to its TVMMetadata from `get_c_metadata` (C++ runtime) or
+ * `tvmgen_<mod>_get_c_metadata` (CRT). kiln's host AOT executor reads them through ctypes.
  */
 #ifndef TVM_RUNTIME_METADATA_TYPES_H_
 #define TVM_RUNTIME_METADATA_TYPES_H_
@@ -12,26 +14,19 @@
 extern "C" {
 #endif
 
-/* Top-level metadata of one compiled model, returned by tvmgen_<mod>_get_c_metadata. */
 struct TVMMetadata {
-  int64_t version;
-  /* Inputs of the run function, in argument order. */
-  const struct TVMTensorInfo* inputs;
+  int64_t version;                               /* TVM_METADATA_VERSION, 1 */
+  const struct TVMTensorInfo* inputs;            /* the first num_inputs run arguments */
   int64_t num_inputs;
-  /* Outputs, passed after the inputs. */
-  const struct TVMTensorInfo* outputs;
+  const struct TVMTensorInfo* outputs;           /* then num_outputs outputs */
   int64_t num_outputs;
-  /* Workspace pools the caller provides, passed after the outputs. */
-  const struct TVMTensorInfo* workspace_pools;
+  const struct TVMTensorInfo* workspace_pools;   /* then the pools the executor provides */
   int64_t num_workspace_pools;
-  /* Constant pools linked into the generated code. */
   const struct TVMConstantInfo* constant_pools;
   int64_t num_constant_pools;
-  /* Prefix of the model's symbols, e.g. "tvmgen_default". */
-  const char* mod_name;
+  const char* mod_name;                          /* "tvmgen_<mod_name>" */
 };
 
-/* Name, shape and element type of one tensor. */
 struct TVMTensorInfo {
   const char* name;
   const int64_t* shape;
@@ -39,7 +34,6 @@ struct TVMTensorInfo {
   DLDataType dtype;
 };
 
-/* One constant inside a constant pool. */
 struct TVMConstantInfo {
   const char* name_hint;
   int64_t byte_offset;
@@ -48,7 +42,7 @@ struct TVMConstantInfo {
 };
 
 #ifdef __cplusplus
-}
+}  /* extern "C" */
 #endif
 
-#endif /* TVM_RUNTIME_METADATA_TYPES_H_ */
+#endif  /* TVM_RUNTIME_METADATA_TYPES_H_ */
