@@ -43,6 +43,7 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
     onnx_ops_nn,
     onnx_ops_quant,
     onnx_ops_rnn,
+    onnx_ops_sequence,
     onnx_ops_signal,
     onnx_ops_tensor,
 )
@@ -272,7 +273,8 @@ class GraphConverter:
         body = outputs[0] if len(outputs) == 1 else rx.Tuple(outputs)
         func = rx.Function(self.input_vars + self.param_vars, body)
         mod = IRModule.from_expr(func, functions={
-            gv: self.module[gv] for gv in self.module.get_global_vars()})
+            gv: self.module[gv] for gv in self.module.get_global_vars()},
+            type_defs=dict(self.module.type_definitions))
         mod = InferType()(mod)
         params = {name: ndarray.array(value) for name, value in self.params.items()}
         return mod, params
@@ -304,6 +306,13 @@ class GraphConverter:
     def _load_inputs(self, graph: Any) -> None:
         for inp in graph.input:
             if inp.name in self.values:  # an initializer shadows the input of the same name
+                continue
+            if inp.type.WhichOneof("value") != "tensor_type":  # a sequence or an optional
+                ty = onnx_ops_sequence.relay_type(inp.type, self.shape_dict.get(inp.name),
+                                                  inp.name, self.module)
+                var = rx.var(inp.name, type_annotation=ty)
+                self.input_vars.append(var)
+                self.values[inp.name] = var
                 continue
             tensor_type = inp.type.tensor_type
             if inp.name in self.shape_dict:
@@ -365,10 +374,13 @@ def _as_output_list(result: Any) -> list[Any]:
 
 def _fold(expr: Any, mod: IRModule, check_closed: bool = False) -> Any:
     """Evaluate a closed expression to a Constant (tensors only; other values are kept)."""
+    from kiln.ir.adt import Constructor
     from kiln.ir.type import TensorType
     from kiln.relay.analysis import free_vars
     from kiln.relay.frontend.common import fold_constant
 
+    if isinstance(expr, rx.Call) and isinstance(expr.op, Constructor):
+        return expr  # an ADT value (an optional), typed only where it is used
     if isinstance(expr, rx.Constant) or not isinstance(infer_type(expr, mod), TensorType):
         return expr
     if check_closed and free_vars(expr):
