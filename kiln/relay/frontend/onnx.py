@@ -38,6 +38,7 @@ from kiln.relay import expr as rx
 from kiln.relay.frontend import (  # noqa: F401  (each module registers its converters)
     onnx_ops_attention,
     onnx_ops_control,
+    onnx_ops_detection,
     onnx_ops_image,
     onnx_ops_math,
     onnx_ops_nn,
