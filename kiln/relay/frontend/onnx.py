@@ -47,6 +47,7 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
     onnx_ops_sequence,
     onnx_ops_signal,
     onnx_ops_tensor,
+    onnx_ops_unique,
 )
 from kiln.relay.frontend.common import AnyDim, infer_shape, infer_type, new_var
 from kiln.relay.frontend.onnx_functions import expand_function, has_function_body
