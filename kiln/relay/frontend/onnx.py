@@ -41,6 +41,7 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
     onnx_ops_detection,
     onnx_ops_image,
     onnx_ops_math,
+    onnx_ops_ml,
     onnx_ops_nn,
     onnx_ops_quant,
     onnx_ops_rnn,
@@ -58,6 +59,7 @@ from kiln.runtime.error import OpError, OpNotImplemented, TVMError
 __all__ = ["from_onnx", "load_model", "GraphConverter", "onnx_dtype", "DEFAULT_DOMAINS"]
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+ML_DOMAIN = "ai.onnx.ml"
 
 
 def _onnx():
@@ -151,16 +153,35 @@ def _all_nodes(graph: Any) -> Iterator[Any]:
                     yield from _all_nodes(sub)
 
 
-def unsupported_ops(graph: Any, opset: int) -> list[str]:
+def domain_opset(model: Any, domain: str) -> int:
+    """The opset ``model`` imports for ``domain`` (1 if it names none)."""
+    for entry in model.opset_import:
+        if entry.domain == domain:
+            return int(entry.version)
+    return 1
+
+
+def node_converter(node: Any, opset: int, ml_opset: int = 1) -> Any:
+    """The registered converter of ``node``: default-domain ops by op type at ``opset``,
+    ``ai.onnx.ml`` ops as ``"ai.onnx.ml.<op>"`` at ``ml_opset``; None when kiln has none."""
+    if node.domain in DEFAULT_DOMAINS:
+        return get_converter(node.op_type, opset)
+    if node.domain == ML_DOMAIN:
+        return get_converter(f"{ML_DOMAIN}.{node.op_type}", ml_opset)
+    return None
+
+
+def unsupported_ops(graph: Any, opset: int, ml_opset: int = 1) -> list[str]:
     """Sorted op types of ``graph`` (subgraphs included) that kiln cannot convert at ``opset``
     (an op without a converter converts through its ONNX function body when it has one)."""
     missing = set()
     for node in _all_nodes(graph):
+        if node_converter(node, opset, ml_opset) is not None:
+            continue
         if node.domain not in DEFAULT_DOMAINS:
             if not has_function_body(node.op_type, opset, node.domain):
                 missing.add(f"{node.domain}.{node.op_type}")
-        elif get_converter(node.op_type, opset) is None and \
-                not has_function_body(node.op_type, opset):
+        elif not has_function_body(node.op_type, opset):
             missing.add(node.op_type)
     return sorted(missing)
 
@@ -175,6 +196,7 @@ class GraphConverter:
         self.shape_dict = dict(shape or {})
         self.dtype_spec = dtype
         self.opset = opset
+        self.ml_opset = 1 if parent is None else parent.ml_opset  # the ai.onnx.ml opset
         self.freeze_params = freeze_params
         self.parent = parent
         self.values: dict[str, Any] = {}
@@ -263,7 +285,7 @@ class GraphConverter:
         from kiln.runtime import ndarray
 
         graph = model.graph
-        missing = unsupported_ops(graph, self.opset)
+        missing = unsupported_ops(graph, self.opset, self.ml_opset)
         if missing:
             raise OpNotImplemented(
                 f"the following operators are not supported by kiln's ONNX frontend at opset "
@@ -333,8 +355,7 @@ class GraphConverter:
 
     def convert_node(self, node: Any) -> None:
         """Convert one node, binding its outputs in this scope."""
-        impl = get_converter(node.op_type, self.opset) if node.domain in DEFAULT_DOMAINS \
-            else None
+        impl = node_converter(node, self.opset, self.ml_opset)
         if impl is None and has_function_body(node.op_type, self.opset, node.domain):
             def impl(inputs, attrs, ctx):
                 return expand_function(node, inputs, ctx)
@@ -433,4 +454,5 @@ def from_onnx(model: Any, shape: dict | None = None, dtype: Any = "float32",
     proto = load_model(model)
     converter = GraphConverter(shape, dtype, int(opset) if opset else model_opset(proto),
                                freeze_params)
+    converter.ml_opset = domain_opset(proto, ML_DOMAIN)
     return converter.from_model(proto)
