@@ -588,10 +588,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _console_entry() -> None:
+def console_entry() -> None:
+    """The ``kiln`` console script: run :func:`main` on ``sys.argv`` and exit with its code."""
     sys.exit(main())
 
 
 if __name__ == "__main__":
-    _console_entry()
+    console_entry()
 
