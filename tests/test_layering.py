@@ -158,7 +158,7 @@ def _function_level_upward_imports():
 
 # Function-level imports of a higher layer (late bindings where a hook belongs), as counted
 # when the ratchet was set; lower it when you replace one by a hook, never raise it.
-MAX_FUNCTION_LEVEL_UPWARD_IMPORTS = 9
+MAX_FUNCTION_LEVEL_UPWARD_IMPORTS = 1
 
 
 def test_function_level_upward_imports_only_go_down():
