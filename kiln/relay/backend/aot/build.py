@@ -6,8 +6,8 @@ Entry points: :func:`build_aot` (``Executor("aot")``), :func:`build_graph_crt`
 
 Both take the optimized, fused module that ``relay.build`` made. The kernels are lowered by
 the one TE compiler; for the C runtime they are printed by the bare-metal C dialect
-(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, big scratch from the caller,
-parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
+(:class:`~kiln.target.codegen_c_baremetal.CodeGenCBareMetal`: no OpenMP, big scratch from the
+caller, parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
 (:class:`~kiln.target.source_module.CSourceModule`) for the firmware's toolchain and the CRT
 headers; a crt graph build's kernels also compile for the host on demand, so its factory runs
 on the host graph executor. For the C++ runtime (host AOT) the AOT main is compiled and
@@ -164,7 +164,7 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
     kernels = {lowered.name: lowered for lowered in compiler.lowered}
     scratch = {}
     if runtime.name == "crt":  # the bare-metal dialect takes big scratch from the pool
-        from kiln.target.codegen_c import scratch_layout
+        from kiln.target.codegen_c_baremetal import scratch_layout
 
         scratch = {name: scratch_layout(f.prim_func)[1] for name, f in kernels.items()}
     plan = plan_aot(nodes, heads, len(main.params), params, kernels,
