@@ -37,7 +37,7 @@ value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). 
 :func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
 it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
 than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
-works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are
+works lane by lane (:mod:`kiln.target.codegen_c_vectors`), and vector locals of that width are
 arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
 """
 
@@ -77,9 +77,16 @@ from kiln.target.c_abi import (
     preamble,
     system_lib_registration,
 )
-from kiln.target.c_access import Access, flat_access, uniform_vector_lanes
+from kiln.target.c_access import flat_access, uniform_vector_lanes
 from kiln.target.c_intrinsics import INTRINSIC_FORMATS, UNARY_MATH, CIntrinsics
-from kiln.target.codegen_c_masked import CLaneMasks, loads_of
+from kiln.target.codegen_c_masked import CLaneMasks
+from kiln.target.codegen_c_vectors import (
+    COMPARISONS,
+    VECTOR_MASK_BINARY,
+    VECTOR_MIN_MAX,
+    CNativeParts,
+    native_lanes,
+)
 
 __all__ = [
     "CodeGenC",
@@ -120,32 +127,8 @@ BINARY_FORMATS: dict[str, str | dict[str, str]] = {
 # Binary nodes that GCC's vector extensions do directly on whole vectors (C semantics per lane).
 _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT", "GE"}
 
-# Logical ops on vector masks (all-ones / zero lanes) are bitwise in GCC's vector C.
-_VECTOR_MASK_BINARY = {"And": "({a} & {b})", "Or": "({a} | {b})"}
-# Vector min/max: a comparison mask, then a blend (keeps scalar C's NaN behaviour).
-_VECTOR_MIN_MAX = {"Min": "<", "Max": ">"}
-_COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
-# Lane-wise binary nodes whose wide vectors are emitted as native-width parts.
-_SLICED_BINARY = {"Add", "Sub", "Mul", "Div", "Min", "Max"}
-# The host's vector register width (AVX2): GCC keeps generic vectors up to this in registers.
-NATIVE_VECTOR_BITS = 256
-
-
-def _native_lanes(dtype: DataType, lanes: int) -> int:
-    """Lanes of ``dtype`` elements in one native vector register, or ``lanes`` when a vector
-    of ``lanes`` fits (or does not split into whole native registers)."""
-    per_register = max(NATIVE_VECTOR_BITS // max(dtype.bits, 8), 1)
-    return per_register if lanes > per_register and lanes % per_register == 0 else lanes
-
-
 # -- the emitter -------------------------------------------------------------------------------
 
-
-def _fits_vector_register(vtype: str) -> bool:
-    """Whether a C vector type (``float32x8``) fits one AVX2 register (32 bytes); wider
-    values cannot take the register-pinning asm constraint without AVX-512."""
-    m = re.fullmatch(r"[a-z]+?(\d+)x(\d+)", vtype)
-    return m is not None and int(m.group(1)) * int(m.group(2)) <= 256
 
 # The runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS) and the chunk size of a
 # dynamically scheduled parallel loop: about four chunks per thread of the running team.
@@ -164,7 +147,7 @@ static inline int64_t kiln_parallel_chunk(int64_t count) {
 }"""
 
 
-class CodeGenC(CLaneMasks, CIntrinsics):
+class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
@@ -336,10 +319,10 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _binary(self, node: Any, kind: str) -> str:
         a_type = DataType(node.a.dtype)
-        if a_type.lanes > 1 and kind in _VECTOR_MASK_BINARY:
+        if a_type.lanes > 1 and kind in VECTOR_MASK_BINARY:
             return self._bool_bytes(node)
         a, b = self.expr(node.a), self.expr(node.b)
-        if a_type.lanes > 1 and kind in _VECTOR_MIN_MAX:
+        if a_type.lanes > 1 and kind in VECTOR_MIN_MAX:
             return self._min_max(kind, DataType(node.dtype), a, b)
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
             return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
@@ -348,7 +331,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _min_max(self, kind: str, dtype: DataType, a: str, b: str) -> str:
         vtype = self._vector_type(dtype)
-        mask = f"_x {_VECTOR_MIN_MAX[kind]} _y"
+        mask = f"_x {VECTOR_MIN_MAX[kind]} _y"
         return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
                 f"{self._blend(dtype, mask, '_x', '_y')}; }})")
 
@@ -499,13 +482,13 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         kind = node_name(cond)
         lanes = DataType(cond.dtype).lanes
         itype = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
-        if kind in _COMPARISONS and not DataType(cond.a.dtype).is_bool:
+        if kind in COMPARISONS and not DataType(cond.a.dtype).is_bool:
             text = self.expr(cond)
             if DataType(cond.a.dtype).bits == bits:
                 return text
             return f"__builtin_convertvector({text}, {itype})"
-        if kind in _VECTOR_MASK_BINARY:
-            return _VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
+        if kind in VECTOR_MASK_BINARY:
+            return VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
                                                     b=self._lane_mask(cond.b, bits))
         if kind == "Not":
             return f"(~{self._lane_mask(cond.a, bits)})"
@@ -516,7 +499,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _bool_bytes(self, node: Any) -> str:
         """A vector bool expression as the bytes a bool buffer holds (0 or 1 per lane)."""
-        if node_name(node) in _COMPARISONS or node_name(node) in _VECTOR_MASK_BINARY \
+        if node_name(node) in COMPARISONS or node_name(node) in VECTOR_MASK_BINARY \
                 or node_name(node) == "Not":
             return f"(-{self._lane_mask(node, 8)})"
         return self.expr(node)
@@ -619,73 +602,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
             raise TVMError(f"C codegen: no rule for TIR statement node {kind}")
         method(node)
 
-    def stmt_SeqStmt(self, node: Any) -> None:
-        """Append the C lines of a TIR ``SeqStmt`` statement."""
-        first_use = self._share_vector_loads(node.seq)
-        for index, stmt in enumerate(node.seq):
-            for text, name in first_use.get(index, ()):
-                vtype = text[text.index("(*(") + 3:text.index("_u*)")]
-                pin = f" KILN_IN_REGISTER({name});" if _fits_vector_register(vtype) else ""
-                self._line(f"{vtype} {name} = {text};{pin}")
-                self._shared_loads[text] = name
-                if not pin:
-                    self._share_native_parts(text, vtype, name)
-            self.emit_stmt(stmt)
-        for pairs in first_use.values():
-            for text, _ in pairs:
-                self._shared_loads.pop(text, None)
-                self._shared_parts.pop(text, None)
-
-    def _share_native_parts(self, text: str, vtype: str, name: str) -> None:
-        """Also read a shared load wider than a register as register-pinned native-width
-        parts, which the stores emitted in parts (:meth:`_store_in_parts`) use."""
-        m = re.fullmatch(r"([a-z]+?)(\d+)x(\d+)", vtype)
-        if m is None:
-            return
-        dtype = DataType(f"{m.group(1)}{m.group(2)}")
-        lanes = int(m.group(3))
-        width = _native_lanes(dtype, lanes)
-        if width == lanes:
-            return
-        part_type = self._vector_type(dtype.with_lanes(width))
-        address = text[text.index("_u*)") + 4:-1]
-        names = []
-        for part in range(lanes // width):
-            names.append(f"{name}_{part}")
-            self._line(f"{part_type} {names[-1]} = *({part_type}_u*)({address} + "
-                       f"{part * width}); KILN_IN_REGISTER({names[-1]});")
-        self._shared_parts[text] = names
-
-    def _share_vector_loads(self, seq: Sequence[Any]) -> dict[int, list[tuple[str, str]]]:
-        """Vector loads repeated across a run of stores (an unrolled micro-kernel's B panel)
-        are read once into a register-pinned local; gcc would otherwise re-read memory at
-        every use, which makes a GEMM inner loop load-bound. Only buffers that the run does
-        not store to qualify. Returns statement index -> (load text, local name)."""
-        if len(seq) < 2 or not all(node_name(s) == "BufferStore" for s in seq):
-            return {}
-        stored = {id(s.buffer.data) for s in seq}
-        first: dict[str, int] = {}
-        uses: dict[str, int] = {}
-        for index, stmt in enumerate(seq):
-            loads, guarded = loads_of(stmt.value)
-            if guarded:
-                continue  # a guarded or let-bound load must stay where it is
-            for load in loads:
-                if (DataType(load.dtype).lanes == 1 or id(load.buffer.data) in stored
-                        or id(load.buffer.data) in self._vector_locals):
-                    continue
-                text = self.expr_BufferLoad(load)
-                if not text.startswith("(*("):
-                    continue
-                first.setdefault(text, index)
-                uses[text] = uses.get(text, 0) + 1
-        out: dict[int, list[tuple[str, str]]] = {}
-        for text, count in uses.items():
-            if count > 1 and text not in self._shared_loads:
-                self._shared_count += 1
-                out.setdefault(first[text], []).append((text, f"_shared{self._shared_count}"))
-        return out
-
     def stmt_Evaluate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Evaluate`` statement."""
         if node_name(node.value) in ("IntImm", "FloatImm"):
@@ -727,117 +643,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         for lane in range(lanes):
             self._line(f"  {data}[_i[{lane}]] = _v[{lane}];")
         self._line("}")
-
-    def _store_in_parts(self, node: Any, access: Access) -> bool:
-        """Emit a vector store wider than a native register as one store per native-width
-        part when every node of its value works lane by lane (arithmetic, broadcasts,
-        contiguous loads). GCC lowers its wider generic vectors piecewise through the stack;
-        native-width statements stay in registers. Returns whether the store was emitted."""
-        t = DataType(node.value.dtype)
-        width = _native_lanes(t, t.lanes)
-        buffer = node.buffer
-        to_local = id(buffer.data) in self._split_locals
-        if width >= t.lanes or t.is_bool or not (access.contiguous or to_local) \
-                or not self._sliceable(node.value, t.bits):
-            return False
-        part_type = self._vector_type(t.element_of.with_lanes(width))
-        data = self._data(buffer)
-        for part in range(t.lanes // width):
-            value = self._slice(node.value, part, width)
-            if to_local:
-                self._line(f"{data}[({access.base}) / {width} + {part}] = {value};")
-            else:
-                self._line(f"*({part_type}_u*)({data} + {access.base} + {part * width}) = "
-                           f"{value};")
-        return True
-
-    def _sliceable(self, node: Any, bits: int) -> bool:
-        """Whether :meth:`_slice` can take native-width parts of vector ``node``."""
-        kind = node_name(node)
-        if kind in ("Broadcast", "Ramp"):
-            return True
-        if DataType(node.dtype).bits != bits or DataType(node.dtype).is_bool:
-            return False
-        if kind in _SLICED_BINARY:
-            return self._sliceable(node.a, bits) and self._sliceable(node.b, bits)
-        if kind == "Select":
-            return (self._sliceable(node.true_value, bits) and self._mask_sliceable(
-                node.condition) and self._sliceable(node.false_value, bits))
-        if kind == "Call" and node.op == "tir.if_then_else":
-            return self._choice_sliceable(node, bits)
-        return kind == "BufferLoad" and self._load_sliceable(node)
-
-    def _load_sliceable(self, load: Any) -> bool:
-        if id(load.buffer.data) in self._split_locals:
-            return True
-        access = flat_access(self, load.buffer, load.indices)
-        return access.contiguous and id(load.buffer.data) not in self._vector_locals
-
-    def _mask_sliceable(self, cond: Any) -> bool:
-        """Whether :meth:`_slice_mask` can take native-width parts of vector bool ``cond``."""
-        kind = node_name(cond)
-        if kind in _COMPARISONS:
-            operand = DataType(cond.a.dtype)
-            return not operand.is_bool and self._sliceable(cond.a, operand.bits) and \
-                self._sliceable(cond.b, operand.bits)
-        if kind in _VECTOR_MASK_BINARY:
-            return self._mask_sliceable(cond.a) and self._mask_sliceable(cond.b)
-        if kind == "Not":
-            return self._mask_sliceable(cond.a)
-        return kind == "Broadcast" or (kind == "BufferLoad" and self._load_sliceable(cond))
-
-    def _slice_mask(self, cond: Any, part: int, width: int, bits: int) -> str:
-        """Part ``part`` of :meth:`_lane_mask` (``width`` lanes of ``bits`` bits)."""
-        kind = node_name(cond)
-        itype = self._vector_type(DataType(f"int{bits}").with_lanes(width))
-        if kind in _COMPARISONS:
-            operand = DataType(cond.a.dtype)
-            text = self._binary_scalar(kind, operand, self._slice(cond.a, part, width),
-                                       self._slice(cond.b, part, width))
-            return text if operand.bits == bits else f"__builtin_convertvector({text}, {itype})"
-        if kind in _VECTOR_MASK_BINARY:
-            return _VECTOR_MASK_BINARY[kind].format(
-                a=self._slice_mask(cond.a, part, width, bits),
-                b=self._slice_mask(cond.b, part, width, bits))
-        if kind == "Not":
-            return f"(~{self._slice_mask(cond.a, part, width, bits)})"
-        mask = f"({self._slice(cond, part, width)} != 0)"
-        return mask if bits == 8 else f"__builtin_convertvector({mask}, {itype})"
-
-    def _slice(self, node: Any, part: int, width: int) -> str:
-        """C text of lanes ``[part * width, (part + 1) * width)`` of vector ``node``."""
-        kind = node_name(node)
-        t = DataType(node.dtype).element_of.with_lanes(width)
-        vtype = self._vector_type(t)
-        if kind in _SLICED_BINARY:
-            a, b = self._slice(node.a, part, width), self._slice(node.b, part, width)
-            if kind in _VECTOR_MIN_MAX:
-                return self._min_max(kind, t, a, b)
-            return self._binary_scalar(kind, t, a, b)
-        if kind == "Call":  # a per-lane if_then_else (see _choice_sliceable)
-            return self._slice_choice(node, part, width)
-        if kind == "Select":
-            mask = self._slice_mask(node.condition, part, width, max(t.bits, 8))
-            return self._blend(t, mask, self._slice(node.true_value, part, width),
-                               self._slice(node.false_value, part, width))
-        if kind == "Broadcast":
-            lanes = ", ".join(["_b"] * width)
-            return (f"({{ {c_type(t.element_of)} _b = {self.expr(node.value)}; "
-                    f"({vtype}){{{lanes}}}; }})")
-        if kind == "Ramp":
-            stride = self.expr(node.stride)
-            steps = ", ".join(str(i) for i in range(width))
-            return (f"((({vtype}){{{steps}}}) * {stride} + ({self.expr(node.base)} + "
-                    f"{part * width} * {stride}))")
-        data = self._data(node.buffer)
-        access = flat_access(self, node.buffer, node.indices)
-        if id(node.buffer.data) in self._split_locals:
-            return f"{data}[({access.base}) / {width} + {part}]"
-        whole = self._vector_type(DataType(node.dtype))
-        shared = self._shared_parts.get(f"(*({whole}_u*)({data} + {access.base}))")
-        if shared:
-            return shared[part]
-        return f"(*({vtype}_u*)({data} + {access.base} + {part * width}))"
 
     def stmt_LetStmt(self, node: Any) -> None:
         """Append the C lines of a TIR ``LetStmt`` statement."""
@@ -1000,7 +805,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
                     self._vector_locals[id(node.buffer_var)] = lanes_used
-                    native = _native_lanes(t.element_of, lanes_used)
+                    native = native_lanes(t.element_of, lanes_used)
                     if native < lanes_used:
                         self._split_locals[id(node.buffer_var)] = native
                         lanes_used = native
