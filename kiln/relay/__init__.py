@@ -35,7 +35,6 @@ _LAZY: dict[str, _AnyValue] = {
     "op": "kiln.relay.op",
     "nn": "kiln.relay.op.nn",
     "image": "kiln.relay.op.image",
-    "vision": "kiln.relay.op.vision",
     "dyn": "kiln.relay.op.dyn",
     "annotation": "kiln.relay.op.annotation",
     "qnn": "kiln.relay.qnn",
