@@ -436,6 +436,19 @@ def test_grad_of_grad_for_scalar_functions_against_jax():
     np.testing.assert_allclose(grad(grad(clo))(2.0), 12.0)
 
 
+def test_third_order_grad_against_jax():
+    # derivative rules are copied per use and keep their constant indices under J, so
+    # grad(grad(grad(f))) types (it failed on a tuple index that lost its value)
+    def f(x):
+        return np.sin(x) * x * x + np.tanh(x)
+
+    def jf(x):
+        return jnp.sin(x) * x * x + jnp.tanh(x)
+
+    np.testing.assert_allclose(grad(grad(grad(f)))(0.7),
+                               jax.grad(jax.grad(jax.grad(jf)))(0.7), rtol=1e-9)
+
+
 def test_grad_of_non_scalar_or_integer_output_raises():
     def vector(x):
         return x * 2.0
