@@ -288,8 +288,16 @@ def test_assert_raises_at_runtime():
 # -- grad ----------------------------------------------------------------------------------------
 
 jnp = jax.numpy
-# JAX defaults to float32; the oracle must compute in float64 like kiln.jit does.
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def jax_float64():
+    """JAX defaults to float32; the oracle must compute in float64 like kiln.jit does. Set
+    for this module only: the flag is process-wide and other test modules share workers."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", before)
 
 
 def finite_diff(f, x, eps=1e-6):
