@@ -157,7 +157,7 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     """``FTVMAlterOpLayout`` of ``nn.dense`` on cpu targets: use ``contrib_dense_pack`` with the
     weight behind a ``layout_transform`` to ``NC{n}n``, which FoldConstant folds away for a
     constant weight (so ``dense_pack.x86`` packs nothing at run time). None elsewhere."""
-    from kiln.relay.op.nn.conv import contrib_dense_pack
+    from kiln.relay.op.nn.dense import contrib_dense_pack
     from kiln.relay.op.strategy.registry import target_keys
     from kiln.relay.op.transform import layout_transform
     from kiln.target import Target
