@@ -17,7 +17,9 @@ from kiln.relay.op.type_relations import dim_value, dims, fail, tensor_arg
 from kiln.runtime.error import TVMError, TypeInferenceError
 
 __all__ = ["check_scalar_param", "check_channel_param", "check_dtype", "reuse_relation",
-           "is_zero", "is_vector", "channel_vector", "make_scale", "make_zero_point", "param_dtype"]
+           "is_zero", "is_vector", "channel_vector", "make_scale", "make_zero_point",
+           "param_dtype", "same_constant", "requantize_or_upcast", "kernel_op_rel",
+           "out_channels"]
 
 
 def param_dtype(name: str) -> str:
@@ -108,3 +110,46 @@ def make_zero_point(value: Any, what: str, dtype: str | None = None) -> Any:
             raise TVMError(f"{what} {const.tolist()} is outside {dtype}'s range "
                            f"[{info.min}, {info.max}]")
     return expr
+
+
+def same_constant(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are constants with equal values."""
+    va, vb = constant_value(a), constant_value(b)
+    return va is not None and vb is not None and va.shape == vb.shape and bool(np.all(va == vb))
+
+
+def requantize_or_upcast(data: Any, scale: Any, zp: Any, out_scale: Any, out_zp: Any,
+                         axis: int = -1) -> Any:
+    """``data`` requantized to (out_scale, out_zp) in int32, or just cast when the parameters
+    already are those (TVM's ``RequantizeOrUpcast``)."""
+    from kiln.relay import op as _op
+    from kiln.relay.qnn.op import requantize
+
+    if same_constant(scale, out_scale) and same_constant(zp, out_zp):
+        return _op.cast(data, "int32")
+    return requantize(data, scale, zp, out_scale, out_zp, axis=axis, out_dtype="int32")
+
+
+def kernel_op_rel(types, attrs, op_name: str, plain_op: str, dtypes: tuple,
+                  channel_axis: Any) -> Any:
+    """The relation of a (data, kernel, input_zp, kernel_zp, input_scale, kernel_scale) op:
+    ``dtypes`` = (data dtypes, kernel dtypes, out dtypes); the input's parameters are scalars,
+    the kernel's scalars or one per output channel (``channel_axis(out_dims)``); the output
+    type is ``plain_op``'s."""
+    data, weight = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    check_dtype(data.dtype, dtypes[0], "data", op_name)
+    check_dtype(weight.dtype, dtypes[1], "weight", op_name)
+    check_dtype(attrs.out_dtype, dtypes[2], "out_dtype", op_name)
+    check_scalar_param(types, 2, "input_zero_point", op_name)
+    check_scalar_param(types, 4, "input_scale", op_name)
+    out = reuse_relation(plain_op, types[:2], attrs, op_name)
+    channels = channel_axis(dims(out))
+    check_channel_param(types, 3, "kernel_zero_point", channels, op_name)
+    check_channel_param(types, 5, "kernel_scale", channels, op_name)
+    return out
+
+
+def out_channels(attrs: Any) -> Any:
+    """For conv attrs: the output's channel extent from its dims (None without a C axis)."""
+    layout = str(attrs.out_layout or attrs.data_layout)
+    return lambda out_dims: out_dims[layout.index("C")] if "C" in layout else None

@@ -27,18 +27,15 @@ from kiln.relay.expr import Call, const
 from kiln.relay.op import nn as _nn
 from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
 from kiln.relay.op.op_attrs import Conv2DAttrs
-from kiln.relay.op.type_relations import dims, tensor_arg
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS, check_zero_point_range
 from kiln.relay.qnn.common import (
     channel_vector,
-    check_channel_param,
-    check_dtype,
-    check_scalar_param,
     is_vector,
     is_zero,
+    kernel_op_rel,
     make_scale,
     make_zero_point,
-    reuse_relation,
+    out_channels,
 )
 from kiln.relay.transform.pass_util import type_of
 from kiln.runtime.error import TVMError
@@ -52,18 +49,9 @@ KERNEL_LAYOUTS = ("OIHW", "HWIO", "HWOI", "OHWI")
 
 
 def _conv2d_rel(types, attrs, op_name):
-    data, weight = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
-    check_dtype(data.dtype, CONV_INPUT_DTYPES, "data", op_name)
-    check_dtype(weight.dtype, CONV_INPUT_DTYPES, "weight", op_name)
-    check_dtype(attrs.out_dtype, CONV_OUT_DTYPES, "out_dtype", op_name)
-    check_scalar_param(types, 2, "input_zero_point", op_name)
-    check_scalar_param(types, 4, "input_scale", op_name)
-    out = reuse_relation("nn.conv2d", types[:2], attrs, op_name)
-    layout = attrs.out_layout or attrs.data_layout
-    channels = dims(out)[layout.index("C")] if "C" in layout else None
-    check_channel_param(types, 3, "kernel_zero_point", channels, op_name)
-    check_channel_param(types, 5, "kernel_scale", channels, op_name)
-    return out
+    return kernel_op_rel(types, attrs, op_name, "nn.conv2d",
+                         (CONV_INPUT_DTYPES, CONV_INPUT_DTYPES, CONV_OUT_DTYPES),
+                         out_channels(attrs))
 
 
 define_op("qnn.conv2d", _conv2d_rel, OUT_ELEMWISE_FUSABLE, 6, Conv2DAttrs,

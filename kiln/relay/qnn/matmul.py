@@ -22,14 +22,14 @@ from kiln.relay.expr import Call, const
 from kiln.relay.op import nn as _nn
 from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
 from kiln.relay.op.op_attrs import BatchMatmulAttrs, DenseAttrs
-from kiln.relay.op.type_relations import dims, tensor_arg
+from kiln.relay.op.type_relations import tensor_arg
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS, check_zero_point_range
 from kiln.relay.qnn.common import (
     channel_vector,
-    check_channel_param,
     check_dtype,
     check_scalar_param,
     is_zero,
+    kernel_op_rel,
     make_scale,
     make_zero_point,
     reuse_relation,
@@ -43,16 +43,9 @@ _OUT_DTYPES = ("int32", "int64")
 
 
 def _dense_rel(types, attrs, op_name):
-    data, weight = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
-    check_dtype(data.dtype, ("int8", "uint8", "int16", "uint16"), "data", op_name)
-    check_dtype(weight.dtype, ("int8", "uint8"), "weight", op_name)
-    check_dtype(attrs.out_dtype, _OUT_DTYPES, "out_dtype", op_name)
-    check_scalar_param(types, 2, "input_zero_point", op_name)
-    check_scalar_param(types, 4, "input_scale", op_name)
-    out = reuse_relation("nn.dense", types[:2], attrs, op_name)
-    check_channel_param(types, 3, "kernel_zero_point", dims(out)[-1], op_name)
-    check_channel_param(types, 5, "kernel_scale", dims(out)[-1], op_name)
-    return out
+    return kernel_op_rel(types, attrs, op_name, "nn.dense",
+                         (("int8", "uint8", "int16", "uint16"), ("int8", "uint8"), _OUT_DTYPES),
+                         lambda out_dims: out_dims[-1])
 
 
 def _batch_matmul_rel(types, attrs, op_name):
