@@ -174,6 +174,8 @@ class _FakeQuantRewriter(ExprMutator):
 
     def _bias(self, new: Call, node: Call) -> None:
         acc, bias = self.info(new.args[0]), self.info(new.args[1])
+        if acc is not None and bias is None and acc.dtype == "int32":
+            bias = _quantized_bias(new.args[1], acc, new.op.name == "nn.bias_add")
         if acc is None or bias is None or acc.dtype != "int32" or bias.dtype != "int32":
             return
         if np.any(acc.zero_point != 0) or np.any(bias.zero_point != 0):
@@ -181,9 +183,16 @@ class _FakeQuantRewriter(ExprMutator):
         acc_scale, bias_scale = acc.scale.reshape(-1), bias.scale.reshape(-1)
         if bias_scale.size not in (1, acc_scale.size) or acc_scale.size not in (1, bias_scale.size):
             return
-        # ONNX Runtime writes the bias with scale s_x * s_w (computed in float32)
+        # ONNX Runtime writes the bias with scale s_x * s_w (computed in float32); a constant
+        # bias at another scale (a shared initializer) is rounded again to the accumulator's
         if not np.allclose(bias_scale, acc_scale, rtol=1e-5, atol=0):
-            return
+            q = constant_value(bias.q)
+            if q is None:
+                return
+            real = ((q.astype("int64") - bias.zero_point) * bias.scale).astype("float32")
+            bias = _quantized_bias(const(real), acc, new.op.name == "nn.bias_add")
+            if bias is None:
+                return
         q = Call(new.op, [acc.q, bias.q], new.attrs)
         self.mark(new, Affine(q, acc.scale, acc.zero_point, acc.axis, "int32"))
 
@@ -246,6 +255,23 @@ class _FakeQuantRewriter(ExprMutator):
         if name in ("nn.global_avg_pool2d", "mean"):
             return _mean_to_output(value, typed, a, out, out_dtype)
         return None
+
+
+def _quantized_bias(bias: Any, acc: Affine, is_bias_add: bool) -> Affine | None:
+    """A float constant bias of an int32 accumulator, rounded to the accumulator's scale (the
+    error, half an accumulator step, is far below one output step); quantize_static leaves
+    some biases (depthwise convs) float."""
+    value = constant_value(bias)
+    if value is None or value.dtype != np.float32 or np.any(acc.zero_point != 0):
+        return None
+    scale = acc.scale.reshape(-1)
+    if scale.size > 1 and not (is_bias_add and value.shape == scale.shape):
+        return None
+    with np.errstate(all="ignore"):
+        q = np.round(value.astype("float64") / (scale if scale.size > 1 else scale[0]))
+    if not np.all(np.isfinite(q)) or np.any(np.abs(q) >= 2**31):
+        return None
+    return Affine(const(q.astype("int32")), acc.scale, acc.zero_point, acc.axis, "int32")
 
 
 def _mean_to_output(value: Call, typed: Call, a: Affine, out: tuple, out_dtype: str) -> Any:

@@ -227,3 +227,31 @@ def test_dequantize_with_a_zero_point_outside_its_type_is_refused():
         mod, params = from_onnx(model, {"x": (4,)}, dtype="int8")
         relay.create_executor("graph", mod=mod, target="llvm", params=params).evaluate()(
             np.zeros(4, "int8"))
+
+
+@pytest.mark.parametrize("bias_kind", ["float", "other_scale"])
+def test_qdq_conv_with_a_float_or_differently_scaled_bias_stays_integer(bias_kind):
+    """quantize_static leaves some biases float, and a bias initializer shared by two convs is
+    dequantized with the first conv's scale: both are rounded to the accumulator's scale."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 256, (1, 4, 6, 6)).astype("uint8")
+    bias = rng.standard_normal(4).astype("float32")
+    inits = {"xs": np.array(0.05, "float32"), "xz": np.array(128, "uint8"),
+             "w": rng.integers(-127, 128, (4, 1, 3, 3)).astype("int8"),
+             "ws": np.array(0.02, "float32"), "wz": np.array(0, "int8"),
+             "ys": np.array(0.1, "float32"), "yz": np.array(0, "uint8")}
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"])]
+    if bias_kind == "float":
+        inits["b"] = bias
+    else:  # stored at scale 0.003 (not 0.05 * 0.02)
+        inits.update(bq=np.round(bias / 0.003).astype("int32"), bs=np.array(0.003, "float32"),
+                     bz=np.array(0, "int32"))
+        nodes.append(helper.make_node("DequantizeLinear", ["bq", "bs", "bz"], ["b"]))
+    nodes += [helper.make_node("Conv", ["xf", "wf", "b"], ["c"], pads=[1, 1, 1, 1], group=4),
+              helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["y"])]
+    model = _model(nodes, [_info("x", "uint8", x.shape)], [_info("y", "uint8", (1, 4, 6, 6))],
+                   inits)
+    (got,), mod = _kiln(model, {"x": x})
+    assert "qnn.conv2d" in _ops(mod) and "nn.conv2d" not in _ops(mod)
+    _assert_within_one_step(got, _ort(model, {"x": x})[0])
