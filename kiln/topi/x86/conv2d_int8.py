@@ -6,11 +6,12 @@ Entry points: :func:`conv2d_nchw_int8` (compute), :func:`schedule_conv2d_nchw_in
 
 Layout: the padded data is widened to int16 and packed as ``[N][C/2][H][W][2]`` (channel
 pairs adjacent), the kernel as ``[OC/16][C/2][KH][KW][16][2]``; the micro-kernel computes one
-(batch, 16-output-channel block) plane. With AVX2: four output columns at a time in eight ymm
-accumulators; for each (channel pair, ky, kx) two 32-byte weight loads, and per column a
-broadcast of the pixel's channel pair and two ``vpmaddwd`` (8 outputs x 2 channels) + adds.
-With AVX-512 (the code is compiled for the build machine, ``-march``): eight columns in eight
-zmm accumulators, and with AVX512-VNNI the multiply-add and the add are one ``vpdpwssd``.
+(batch, 16-output-channel block) plane. With AVX2: four output pixels at a time in eight ymm
+accumulators; for each (channel pair, ky, kx) two 32-byte weight loads, and per pixel a
+broadcast of its channel pair and two ``vpmaddwd`` (8 outputs x 2 channels) + adds. With
+AVX-512 (the code is compiled for the build machine, ``-march``): eight pixels in eight zmm
+accumulators, and with AVX512-VNNI the multiply-add and the add are one ``vpdpwssd``. Pixel
+blocks run across output rows, so 7x7 outputs fill the registers as well as wide ones.
 int16 operands make the products and their pairwise sums exact for any mix of int8/uint8
 (``vpmaddubsw`` on raw bytes would saturate its 16-bit pair sums, e.g. 2 * 255 * 127).
 Without AVX2 the same function is plain C. The planes run
@@ -40,87 +41,90 @@ MICRO_KERNEL_SOURCE = r"""
 #endif
 #ifndef KILN_CONV2D_I16_NCHW16C_DEFINED
 #define KILN_CONV2D_I16_NCHW16C_DEFINED
-/* out[y][x][16] = sum over channel pairs c, ky, kx of the 16x2 weights times the pixel's pair.
-   data: [C2][HP][WP][2] int16 of one batch; weight: [C2][KH][KW][16][2] int16 of one block. */
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#define KILN_PIXELS 8
+#elif defined(__AVX2__)
+#define KILN_PIXELS 4
+#else
+#define KILN_PIXELS 1
+#endif
+/* out[p][16] for the output pixels p (row-major over oh x ow) = sum over channel pairs c, ky,
+   kx of the 16x2 weights times the pixel's channel pair. data: [C2][HP][WP][2] int16 of one
+   batch; weight: [C2][KH][KW][16][2] int16 of one block. Pixels go in blocks of KILN_PIXELS
+   (across rows, so narrow outputs fill the registers too); a partial last block repeats its
+   last pixel and stores only the real ones. */
 static int32_t kiln_conv2d_i16_nchw16c_plane(
     int32_t* out, const int16_t* data, const int16_t* weight, int32_t c2, int32_t hp,
     int32_t wp, int32_t kh, int32_t kw, int32_t oh, int32_t ow, int32_t sh, int32_t sw,
     int32_t dh, int32_t dw) {
-  const int64_t plane = (int64_t)hp * wp;
-  for (int32_t y = 0; y < oh; ++y) {
-    int32_t x = 0;
+  const int64_t plane = (int64_t)hp * wp, pixels = (int64_t)oh * ow;
+  for (int64_t p0 = 0; p0 < pixels; p0 += KILN_PIXELS) {
+    const int nb = pixels - p0 < KILN_PIXELS ? (int)(pixels - p0) : KILN_PIXELS;
+    int64_t off[KILN_PIXELS]; /* each pixel's first tap, in int32 (channel pair) units */
+    for (int j = 0; j < KILN_PIXELS; ++j) {
+      const int64_t p = p0 + (j < nb ? j : nb - 1);
+      off[j] = (p / ow) * sh * wp + (p % ow) * sw;
+    }
+    int32_t* o = out + p0 * 16;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #if defined(__AVX512VNNI__)
 #define KILN_MADD(acc, a, w) _mm512_dpwssd_epi32((acc), (a), (w))
 #else
 #define KILN_MADD(acc, a, w) _mm512_add_epi32((acc), _mm512_madd_epi16((a), (w)))
 #endif
-    /* 8 columns x 16 channels: 8 zmm accumulators, one weight vector per tap */
-    for (; x + 8 <= ow; x += 8) {
-      __m512i acc[8];
-      for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_si512();
-      for (int32_t c = 0; c < c2; ++c) {
-        for (int32_t ky = 0; ky < kh; ++ky) {
-          const int32_t* row = (const int32_t*)(data + (c * plane + (int64_t)(y * sh + ky * dh)
-                                                        * wp) * 2) + x * sw;
-          const int16_t* wrow = weight + ((int64_t)(c * kh + ky) * kw) * 32;
-          for (int32_t kx = 0; kx < kw; ++kx) {
-            const __m512i w = _mm512_loadu_si512((const void*)(wrow + kx * 32));
-            const int32_t* px = row + kx * dw;
+    __m512i acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_si512();
+    for (int32_t c = 0; c < c2; ++c) {
+      for (int32_t ky = 0; ky < kh; ++ky) {
+        const int32_t* row = (const int32_t*)data + c * plane + (int64_t)ky * dh * wp;
+        const int16_t* wrow = weight + ((int64_t)(c * kh + ky) * kw) * 32;
+        for (int32_t kx = 0; kx < kw; ++kx) {
+          const __m512i w = _mm512_loadu_si512((const void*)(wrow + kx * 32));
+          const int32_t* tap = row + kx * dw;
 #pragma GCC unroll 8
-            for (int j = 0; j < 8; ++j)
-              acc[j] = KILN_MADD(acc[j], _mm512_set1_epi32(px[j * sw]), w);
-          }
+          for (int j = 0; j < 8; ++j)
+            acc[j] = KILN_MADD(acc[j], _mm512_set1_epi32(tap[off[j]]), w);
         }
       }
-      int32_t* o = out + ((int64_t)y * ow + x) * 16;
-      for (int j = 0; j < 8; ++j) _mm512_storeu_si512((void*)(o + 16 * j), acc[j]);
     }
+    for (int j = 0; j < nb; ++j) _mm512_storeu_si512((void*)(o + 16 * j), acc[j]);
 #undef KILN_MADD
 #elif defined(__AVX2__)
-    /* 4 columns x 16 channels: 8 ymm accumulators, two weight vectors per tap */
-    for (; x + 4 <= ow; x += 4) {
-      __m256i lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_si256();
-      for (int32_t c = 0; c < c2; ++c) {
-        for (int32_t ky = 0; ky < kh; ++ky) {
-          const int32_t* row = (const int32_t*)(data + (c * plane + (int64_t)(y * sh + ky * dh)
-                                                        * wp) * 2) + x * sw;
-          const int16_t* wrow = weight + ((int64_t)(c * kh + ky) * kw) * 32;
-          for (int32_t kx = 0; kx < kw; ++kx) {
-            const __m256i w0 = _mm256_loadu_si256((const __m256i*)(wrow + kx * 32));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i*)(wrow + kx * 32 + 16));
-            const int32_t* px = row + kx * dw;
+    __m256i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_si256();
+    for (int32_t c = 0; c < c2; ++c) {
+      for (int32_t ky = 0; ky < kh; ++ky) {
+        const int32_t* row = (const int32_t*)data + c * plane + (int64_t)ky * dh * wp;
+        const int16_t* wrow = weight + ((int64_t)(c * kh + ky) * kw) * 32;
+        for (int32_t kx = 0; kx < kw; ++kx) {
+          const __m256i w0 = _mm256_loadu_si256((const __m256i*)(wrow + kx * 32));
+          const __m256i w1 = _mm256_loadu_si256((const __m256i*)(wrow + kx * 32 + 16));
+          const int32_t* tap = row + kx * dw;
 #pragma GCC unroll 4
-            for (int j = 0; j < 4; ++j) {
-              const __m256i a = _mm256_set1_epi32(px[j * sw]);
-              lo[j] = _mm256_add_epi32(lo[j], _mm256_madd_epi16(a, w0));
-              hi[j] = _mm256_add_epi32(hi[j], _mm256_madd_epi16(a, w1));
-            }
+          for (int j = 0; j < 4; ++j) {
+            const __m256i a = _mm256_set1_epi32(tap[off[j]]);
+            lo[j] = _mm256_add_epi32(lo[j], _mm256_madd_epi16(a, w0));
+            hi[j] = _mm256_add_epi32(hi[j], _mm256_madd_epi16(a, w1));
           }
         }
       }
-      int32_t* o = out + ((int64_t)y * ow + x) * 16;
-      for (int j = 0; j < 4; ++j) {
-        _mm256_storeu_si256((__m256i*)(o + 16 * j), lo[j]);
-        _mm256_storeu_si256((__m256i*)(o + 16 * j + 8), hi[j]);
-      }
     }
+    for (int j = 0; j < nb; ++j) {
+      _mm256_storeu_si256((__m256i*)(o + 16 * j), lo[j]);
+      _mm256_storeu_si256((__m256i*)(o + 16 * j + 8), hi[j]);
+    }
+#else
+    int32_t acc[16] = {0}; /* plain C, exact in int32 */
+    for (int32_t c = 0; c < c2; ++c)
+      for (int32_t ky = 0; ky < kh; ++ky)
+        for (int32_t kx = 0; kx < kw; ++kx) {
+          const int16_t* px = data + (c * plane + (int64_t)ky * dh * wp + kx * dw + off[0]) * 2;
+          const int16_t* wv = weight + (((int64_t)(c * kh + ky) * kw) + kx) * 32;
+          for (int q = 0; q < 16; ++q)
+            acc[q] += (int32_t)px[0] * wv[2 * q] + (int32_t)px[1] * wv[2 * q + 1];
+        }
+    for (int q = 0; q < 16; ++q) o[q] = acc[q];
 #endif
-    /* the remaining columns (all of them without AVX2): plain C, exact in int32 */
-    for (; x < ow; ++x) {
-      int32_t acc[16] = {0};
-      for (int32_t c = 0; c < c2; ++c)
-        for (int32_t ky = 0; ky < kh; ++ky)
-          for (int32_t kx = 0; kx < kw; ++kx) {
-            const int16_t* px = data + (c * plane + (int64_t)(y * sh + ky * dh) * wp
-                                        + (int64_t)x * sw + kx * dw) * 2;
-            const int16_t* wv = weight + (((int64_t)(c * kh + ky) * kw) + kx) * 32;
-            for (int o = 0; o < 16; ++o)
-              acc[o] += (int32_t)px[0] * wv[2 * o] + (int32_t)px[1] * wv[2 * o + 1];
-          }
-      for (int o = 0; o < 16; ++o) out[((int64_t)y * ow + x) * 16 + o] = acc[o];
-    }
   }
   return 0;
 }
