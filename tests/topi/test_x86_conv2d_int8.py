@@ -76,3 +76,13 @@ def test_extreme_products_do_not_saturate(target):
     w = np.full((16, 64, 3, 3), -128, "int8")
     out = _run(x, w, target=target)
     assert np.all(out == 255 * -128 * 64 * 9)
+
+
+@pytest.mark.skipif(not target_has_avx2(kiln.target.Target("llvm")), reason="needs AVX2")
+def test_constant_kernel_is_packed_at_compile_time():
+    x = relay.var("x", shape=(1, 32, 8, 8), dtype="uint8")
+    w = relay.const(np.ones((16, 32, 3, 3), "int8"))
+    mod = kiln.IRModule.from_expr(relay.Function([x], relay.nn.conv2d(x, w, out_dtype="int32")))
+    with kiln.transform.PassContext(opt_level=3), kiln.target.Target("llvm"):
+        text = relay.optimize(mod, target="llvm")[0]["main"].astext()
+    assert 'kernel_layout="OIHW16o2i"' in text and "layout_transform" not in text

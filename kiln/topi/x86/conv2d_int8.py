@@ -16,7 +16,9 @@ int16 operands make the products and their pairwise sums exact for any mix of in
 (``vpmaddubsw`` on raw bytes would saturate its 16-bit pair sums, e.g. 2 * 255 * 127).
 Without AVX2 the same function is plain C. The planes run
 in parallel on kiln's thread pool (a parallel loop in the extern stage). The result is
-unpacked to NCHW by the output stage, where the fused requantize epilogue is inlined.
+unpacked to NCHW by the output stage, where the fused requantize epilogue is inlined. A
+constant kernel is packed at compile time: AlterOpLayout gives the conv an int16
+``OIHW16o2i`` kernel behind a ``layout_transform`` that FoldConstant folds.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kiln.topi.nn.pad import pad
 from kiln.topi.utils import get_const_tuple
 
 __all__ = ["conv2d_nchw_int8", "schedule_conv2d_nchw_int8", "conv2d_int8_applies",
-           "MICRO_KERNEL_SOURCE", "OC_BLOCK"]
+           "MICRO_KERNEL_SOURCE", "OC_BLOCK", "PACKED_KERNEL_LAYOUT"]
 
 OC_BLOCK = 16  # output channels per block (one zmm, or two ymm, of int32)
 KERNEL_NAME = "kiln_conv2d_i16_nchw16c_plane"
@@ -132,13 +134,18 @@ static int32_t kiln_conv2d_i16_nchw16c_plane(
 """
 
 
+PACKED_KERNEL_LAYOUT = f"OIHW{OC_BLOCK}o2i"  # the int16 kernel_pack, made at compile time
+
+
 def conv2d_int8_applies(attrs: Any, data_dtype: str, kernel_dtype: str, out_dtype: str,
                         host_has_avx2: bool) -> bool:
-    """Whether the micro-kernel computes this ``nn.conv2d``: 8-bit NCHW/OIHW data and kernel,
-    int32 output, groups 1, on a CPU with AVX2."""
-    return (host_has_avx2 and data_dtype in ("int8", "uint8")
-            and kernel_dtype in ("int8", "uint8") and out_dtype == "int32"
-            and attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
+    """Whether the micro-kernel computes this ``nn.conv2d``: 8-bit NCHW data, an 8-bit OIHW
+    kernel (or one already packed: int16 ``OIHW16o2i``), int32 output, groups 1, on a CPU
+    with AVX2."""
+    kernel_ok = (kernel_dtype in ("int8", "uint8") and attrs.kernel_layout == "OIHW") or (
+        kernel_dtype == "int16" and attrs.kernel_layout == PACKED_KERNEL_LAYOUT)
+    return (host_has_avx2 and data_dtype in ("int8", "uint8") and kernel_ok
+            and out_dtype == "int32" and attrs.data_layout == "NCHW"
             and attrs.out_layout in ("", "NCHW") and int(attrs.groups) == 1)
 
 
@@ -151,7 +158,12 @@ def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
     """The int32 NCHW convolution of 8-bit ``data`` and OIHW ``kernel`` through the
     micro-kernel (see the module docstring for the packed layouts)."""
     n, c, h, w = get_const_tuple(data.shape)
-    oc, ic, kh, kw = get_const_tuple(kernel.shape)
+    prepacked = len(kernel.shape) == 6
+    if prepacked:  # [OC/16][C/2][KH][KW][16][2] int16, from AlterOpLayout
+        ocb_, _, kh, kw, _, _ = get_const_tuple(kernel.shape)
+        oc = ocb_ * OC_BLOCK
+    else:
+        oc, _, kh, kw = get_const_tuple(kernel.shape)
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
     pt, pl, pb, pr = (int(p) for p in padding)
@@ -176,7 +188,8 @@ def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
             return value
         return tir.Select(tir.all(o < oc, ch < c), value, zero)
 
-    kernel_pack = te.compute((ocb, c2, kh, kw, OC_BLOCK, 2), kernel_at, name="kernel_pack_i16")
+    kernel_pack = kernel if prepacked else te.compute(
+        (ocb, c2, kh, kw, OC_BLOCK, 2), kernel_at, name="kernel_pack_i16")
 
     def planes(ins, outs):
         d, k = ins

@@ -201,7 +201,9 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
         return None
     if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, Target.current(allow_none=True)):
-        return None  # the 8-bit micro-kernel packs its own layout
+        # the 8-bit micro-kernel's own packed layout
+        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type,
+                                                 Target.current(allow_none=True))
     dims = [*tinfos[1].shape, *out_type.shape]
     if not all(hasattr(d, "value") for d in dims):
         return None

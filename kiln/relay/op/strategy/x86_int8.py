@@ -11,7 +11,8 @@ from __future__ import annotations
 from kiln.relay.op.strategy.registry import register_implementation
 from kiln.topi.x86 import conv2d_int8
 
-__all__ = ["CONV2D_NCHW_INT8", "int8_conv2d_applies", "target_has_avx2"]
+__all__ = ["CONV2D_NCHW_INT8", "int8_conv2d_applies", "target_has_avx2",
+           "alter_int8_conv2d_layout"]
 
 # -mcpu names of x86 CPUs with AVX2 (prefixes)
 _AVX2_CPUS = ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
@@ -64,3 +65,23 @@ def _schedule(attrs, outs, target, config=None):
 
 CONV2D_NCHW_INT8 = register_implementation(_compute, _schedule, "conv2d_nchw_int8.x86",
                                            plevel=20, op_name="nn.conv2d")
+
+
+def alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target):
+    """The conv with its kernel as int16 ``OIHW16o2i`` behind a ``layout_transform`` (which
+    FoldConstant folds for a constant kernel), when the micro-kernel computes it and the
+    channels fill the blocks; else None."""
+    from kiln.relay.op.nn.conv import conv2d
+    from kiln.relay.op.transform import cast, layout_transform
+
+    if not int8_conv2d_applies(attrs, tinfos, out_type, target) or \
+            attrs.kernel_layout != "OIHW":
+        return None
+    oc, ic = (int(d.value) for d in tinfos[1].shape[:2])
+    if oc % conv2d_int8.OC_BLOCK or ic % 2:
+        return None
+    weight = layout_transform(cast(inputs[1], "int16"), "OIHW",
+                              conv2d_int8.PACKED_KERNEL_LAYOUT)
+    return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation, 1,
+                  attrs.channels, attrs.kernel_size, "NCHW", conv2d_int8.PACKED_KERNEL_LAYOUT,
+                  "", "int32")
