@@ -188,7 +188,9 @@ def convert_pad(conv, op):
         value = conv.const_value(ins[2], "the pad value").reshape(-1)[0].item()
     elif is_quantized(conv, op):
         value = require_quant(conv, ins[0], "input").zero_point
-    return _keep_quant(conv, op, relay.nn.pad(data, pad_width, pad_value=value))
+    # the fill value has the data's dtype (a quantized zero point is int8/uint8 like its data)
+    fill = relay.const(np.asarray(value, conv.tensor(ins[0]).dtype))
+    return _keep_quant(conv, op, relay.nn.pad(data, pad_width, pad_value=fill))
 
 
 @register("CONCATENATION")
