@@ -99,11 +99,11 @@ def optimize(mod: IRModule, target: Any = None, params: dict | None = None,
 
 
 def qnn_lowering_passes(mod: Any) -> list:
-    """QNN canonicalization when ``mod`` calls ``qnn.*`` ops (first in TVM's pass prefix):
-    the QNN ops have no kernels."""
-    from kiln.relay.qnn.transform import CanonicalizeOps, has_qnn_ops
+    """QNN legalization + canonicalization when ``mod`` calls ``qnn.*`` ops (first in TVM's
+    pass prefix): the QNN ops have no kernels."""
+    from kiln.relay.qnn.transform import Legalize, has_qnn_ops
 
-    return [CanonicalizeOps()] if has_qnn_ops(mod) else []
+    return [Legalize()] if has_qnn_ops(mod) else []
 
 
 def _as_target(value: Any, what: str):
