@@ -301,7 +301,7 @@ def _tflite_seeds() -> list[bytes]:
         b.add_output(s)
         return b.finish()
 
-    return [cnn("float32")]
+    return [cnn("float32"), cnn("int8")]
 
 
 def _tflite_setup():

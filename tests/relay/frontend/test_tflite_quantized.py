@@ -154,3 +154,94 @@ def test_quantize_array_matches_litert_quantize():
     from tflite_helpers import run_litert
 
     np.testing.assert_array_equal(run_litert(b.finish(), [x])[0], quantize_array(x, 0.05, -3))
+
+
+def conv_model(op, c_in, c_out, kernel, stride, padding, act, per_channel, multiplier=1,
+               h=9, dtype="int8"):
+    """A quantized CONV_2D / DEPTHWISE_CONV_2D with int32 bias, as TFLite's converter writes
+    them (symmetric int8 weights, per-channel along the output channels when asked)."""
+    b = TFLiteModelBuilder()
+    x = b.add_input("x", (1, h, h, c_in), dtype, **QIN)
+    n_out = c_in * multiplier if op == "DEPTHWISE_CONV_2D" else c_out
+    w_scale = RNG.uniform(0.005, 0.02, n_out if per_channel else 1).astype("float32")
+    if op == "DEPTHWISE_CONV_2D":
+        shape, qdim = (1, kernel, kernel, n_out), 3
+    else:
+        shape, qdim = (n_out, kernel, kernel, c_in), 0
+    w = b.add_const("w", qrand(*shape), "int8", scale=w_scale, zero_point=[0] * w_scale.size,
+                    quantized_dimension=qdim)
+    bias_scale = (QIN["scale"] * w_scale).astype("float32")
+    bias = b.add_const("b", RNG.integers(-2000, 2000, n_out), "int32", scale=bias_scale,
+                       zero_point=[0] * bias_scale.size)
+    out_h = (h + stride - 1) // stride if padding == 0 else (h - kernel) // stride + 1
+    y = b.add_tensor("y", (1, out_h, out_h, n_out), dtype, scale=0.5, zero_point=-10)
+    fields = dict(Padding=padding, StrideH=stride, StrideW=stride, FusedActivationFunction=act,
+                  DilationHFactor=1, DilationWFactor=1)
+    if op == "DEPTHWISE_CONV_2D":
+        b.add_operator(op, [x, w, bias], [y], "DepthwiseConv2DOptions",
+                       DepthMultiplier=multiplier, **fields)
+    else:
+        b.add_operator(op, [x, w, bias], [y], "Conv2DOptions", **fields)
+    b.add_output(y)
+    return b.finish()
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("kernel,stride,padding,act", [(3, 1, 0, 0), (3, 2, 1, 1), (1, 1, 1, 3),
+                                                        (5, 2, 0, 2)])
+def test_conv2d(per_channel, kernel, stride, padding, act):
+    model = conv_model("CONV_2D", 3, 6, kernel, stride, padding, act, per_channel)
+    check_quantized(model, [qrand(1, 9, 9, 3)])
+
+
+@pytest.mark.parametrize("per_channel,multiplier,stride,padding", [
+    (True, 1, 1, 0), (True, 2, 2, 1), (False, 1, 2, 0)])
+def test_depthwise_conv2d(per_channel, multiplier, stride, padding):
+    model = conv_model("DEPTHWISE_CONV_2D", 4, 0, 3, stride, padding, 3, per_channel,
+                       multiplier=multiplier)
+    check_quantized(model, [qrand(1, 9, 9, 4)])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fully_connected(bias):
+    b = TFLiteModelBuilder()
+    x = b.add_input("x", (2, 16), "int8", **QIN)
+    w = b.add_const("w", qrand(5, 16), "int8", scale=0.01, zero_point=0)
+    inputs = [x, w]
+    if bias:
+        inputs.append(b.add_const("b", RNG.integers(-500, 500, 5), "int32",
+                                  scale=QIN["scale"] * 0.01, zero_point=0))
+    y = b.add_tensor("y", (2, 5), "int8", scale=0.2, zero_point=3)
+    b.add_operator("FULLY_CONNECTED", inputs, [y], "FullyConnectedOptions",
+                   FusedActivationFunction=1)
+    b.add_output(y)
+    check_quantized(b.finish(), [qrand(2, 16)])
+
+
+@pytest.mark.parametrize("dtype,qy,qz", [
+    ("int8", QIN, QIN),   # LiteRT's int8 kernel needs equal parameters
+    ("uint8", {"scale": 0.1, "zero_point": 130}, {"scale": 0.08, "zero_point": 120})])
+def test_concatenation(dtype, qy, qz):
+    b = TFLiteModelBuilder()
+    qx = QIN if dtype == "int8" else {"scale": 0.05, "zero_point": 128}
+    x = b.add_input("x", (1, 4, 4, 2), dtype, **qx)
+    y = b.add_input("y", (1, 4, 4, 3), dtype, **qy)
+    z = b.add_tensor("z", (1, 4, 4, 5), dtype, **qz)
+    b.add_operator("CONCATENATION", [x, y], [z], "ConcatenationOptions", Axis=3)
+    b.add_output(z)
+    check_quantized(b.finish(), [qrand(1, 4, 4, 2, dtype=dtype), qrand(1, 4, 4, 3, dtype=dtype)])
+
+
+def test_uint8_conv_with_weight_zero_point():
+    """TFLite 1.x style: uint8 activations and weights with non-zero zero points."""
+    b = TFLiteModelBuilder()
+    qx = {"scale": 0.03, "zero_point": 120}
+    x = b.add_input("x", (1, 6, 6, 2), "uint8", **qx)
+    w = b.add_const("w", qrand(3, 3, 3, 2, dtype="uint8"), "uint8", scale=0.01,
+                    zero_point=130)
+    bias = b.add_const("b", RNG.integers(-300, 300, 3), "int32", scale=0.0003, zero_point=0)
+    y = b.add_tensor("y", (1, 6, 6, 3), "uint8", scale=0.15, zero_point=100)
+    b.add_operator("CONV_2D", [x, w, bias], [y], "Conv2DOptions", Padding=0, StrideH=1,
+                   StrideW=1, FusedActivationFunction=1)
+    b.add_output(y)
+    check_quantized(b.finish(), [qrand(1, 6, 6, 2, dtype="uint8")])
