@@ -17,7 +17,8 @@ from kiln.relay.testing.micro_models_int8 import to_tflite_int8
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 pytest.importorskip("tflite")
 
-TARGETS = {"generic": "c -keys=arm_cpu -mcpu=cortex-m4"}
+TARGETS = {"dsp": "c -keys=arm_cpu -mcpu=cortex-m4",
+           "portable": "c -keys=arm_cpu -mcpu=cortex-m4 -mattr=+nodsp"}
 
 
 def litert_output(model_bytes: bytes, x: np.ndarray) -> np.ndarray:
