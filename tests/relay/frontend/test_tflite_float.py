@@ -193,3 +193,31 @@ def test_small_cnn_on_the_vm():
     b.add_output(s)
     for executor in ("graph", "vm"):
         check_float(b.finish(), [rand(1, 8, 8, 1)], executor=executor)
+
+
+@pytest.mark.parametrize("op", ["FLOOR_DIV", "FLOOR_MOD", "POW"])
+def test_more_binary(op):
+    model = single_op(op, [(3, 4)], (3, 4), [np.abs(rand(3, 4)) + 0.5])
+    check_float(model, [np.abs(rand(3, 4)) * 3])
+
+
+@pytest.mark.parametrize("op", ["ARG_MAX", "ARG_MIN"])
+def test_arg_max_min(op):
+    options = "ArgMaxOptions" if op == "ARG_MAX" else "ArgMinOptions"
+    model = single_op(op, [(3, 7)], (3,), [np.array([1], "int32")], options, out_dtype="int64",
+                      OutputType=4)
+    check_float(model, [rand(3, 7)])
+
+
+def test_cast_and_reduce_prod():
+    check_float(single_op("CAST", [(2, 5)], (2, 5), out_dtype="int32"), [5 * rand(2, 5)])
+    model = single_op("REDUCE_PROD", [(2, 3, 4)], (2, 4), [np.array([1], "int32")],
+                      "ReducerOptions", KeepDims=False)
+    check_float(model, [rand(2, 3, 4)])
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_mirror_pad(mode):
+    pads = np.array([[1, 2], [2, 1]], "int32")
+    model = single_op("MIRROR_PAD", [(4, 5)], (7, 8), [pads], "MirrorPadOptions", Mode=mode)
+    check_float(model, [rand(4, 5)])

@@ -245,3 +245,46 @@ def test_uint8_conv_with_weight_zero_point():
                    StrideW=1, FusedActivationFunction=1)
     b.add_output(y)
     check_quantized(b.finish(), [qrand(1, 6, 6, 2, dtype="uint8")])
+
+
+@pytest.mark.parametrize("op,options", [("LEAKY_RELU", "LeakyReluOptions"),
+                                        ("HARD_SWISH", None)])
+def test_dequantize_float_quantize_ops(op, options):
+    fields = {"Alpha": 0.2} if options else {}
+    check_quantized(single_op(op, [(3, 11)], (3, 11), options, **fields), [qrand(3, 11)])
+
+
+def test_strided_slice_and_slice_keep_integers():
+    consts = [np.array(v, "int32") for v in ([0, 1, 0], [2, 3, 4], [1, 1, 2])]
+    model = single_op("STRIDED_SLICE", [(2, 3, 4)], (2, 2, 2), "StridedSliceOptions",
+                      consts=consts, qout=QIN)
+    assert check_quantized(model, [qrand(2, 3, 4)], max_step=0) == [0]
+    model = single_op("SLICE", [(3, 5)], (2, 3), consts=[np.array([1, 2], "int32"),
+                                                        np.array([2, -1], "int32")], qout=QIN)
+    assert check_quantized(model, [qrand(3, 5)], max_step=0) == [0]
+
+
+def test_quantized_sub_with_a_constant_on_the_vm():
+    b = TFLiteModelBuilder()
+    x = b.add_input("x", (2, 6), "int8", **QIN)
+    c = b.add_const("c", qrand(1, 6), "int8", scale=0.04, zero_point=-2)
+    y = b.add_tensor("y", (2, 6), "int8", **QOUT)
+    b.add_operator("SUB", [c, x], [y], "SubOptions", FusedActivationFunction=0)
+    b.add_output(y)
+    check_quantized(b.finish(), [qrand(2, 6)], executor="vm")
+
+
+def test_per_channel_fused_activation_is_refused():
+    from kiln import relay
+    from kiln.runtime.error import OpAttributeUnImplemented
+
+    b = TFLiteModelBuilder()
+    x = b.add_input("x", (1, 4, 4, 2), "int8", **QIN)
+    w = b.add_const("w", qrand(2, 1, 1, 2), "int8", scale=[0.01, 0.02], zero_point=[0, 0])
+    y = b.add_tensor("y", (1, 4, 4, 2), "int8", scale=[0.1, 0.2], zero_point=[0, 0],
+                     quantized_dimension=3)
+    b.add_operator("CONV_2D", [x, w, -1], [y], "Conv2DOptions", Padding=1, StrideH=1,
+                   StrideW=1, FusedActivationFunction=1)
+    b.add_output(y)
+    with pytest.raises(OpAttributeUnImplemented, match="per-channel quantized output"):
+        relay.frontend.from_tflite(b.finish())
