@@ -43,7 +43,7 @@ def test_int8_dense_matches_numpy(kernels, units, depth):
     xv = rng.integers(-128, 128, (2, depth)).astype("int8")
     source, got = build_and_run(relay.Function([x], y), TARGETS[kernels], x=xv)
     rows = max(d for d in range(1, 9) if units % d == 0)
-    name = f"kiln_gemv_s8_{'dsp_' if kernels == 'dsp' else ''}{rows}("
+    name = f"kiln_gemv_s8_{'dsp_' if kernels == 'dsp' else ''}{rows}x{depth}("
     assert name in source
     np.testing.assert_array_equal(got, xv.astype(np.int64) @ w.T.astype(np.int64))
 

@@ -7,15 +7,17 @@ Entry points: :func:`gemv_s8_source`, :func:`gemv_s8_intrin`, :func:`has_dsp`,
 :func:`conv2d_nhwc_ohwi_1x1_s8`, :func:`schedule_conv2d_nhwc_ohwi_1x1_s8`,
 :data:`DSP_CPUS`.
 
-The kernel computes ``M`` outputs ``c[j] (+)= sum_k a[k] * b[j * sb0 + k]`` with both operands
+The kernel computes ``M`` outputs ``c[j] (+)= sum_k a[k] * b[j * K + k]`` with both operands
 contiguous along ``k`` (a dense weight row; an OHWI pointwise kernel, which the arm_cpu
 AlterOpLayout hook makes from HWIO at compile time). With DSP it reads four int8 of ``a`` and
 of each weight row as one word, widens them to two pairs of int16 (``SXTB16`` of the word and of
 the word rotated by 8 bits: elements 0,2 and 1,3) and accumulates both pairs with two ``SMLAD``s:
 four MACs in five instructions per row, the ``a`` pairs shared by the ``M`` rows (CMSIS-NN's
-scheme). Without DSP (``-mattr=+nodsp``, or a core such as the Cortex-M3) the portable kernel
-multiplies one int8 pair per step. The DSP kernel also compiles for hosts: it then uses C
-versions of the two instructions, so one Model Library Format archive builds everywhere.
+scheme, in passes of four rows so that the sums stay in registers). Without DSP
+(``-mattr=+nodsp``, or a core such as the Cortex-M3) the portable kernel multiplies one int8
+pair per step. The row length is baked into each kernel, so rows are immediate offsets. The
+DSP kernel also compiles for hosts: it then uses C versions of the two instructions, so one
+Model Library Format archive builds everywhere.
 """
 
 from __future__ import annotations
@@ -71,48 +73,70 @@ def has_dsp(target: Any) -> bool:
     return mcpu in DSP_CPUS and "+nodsp" not in mattr and "-dsp" not in mattr
 
 
-def _name(rows: int, dsp: bool) -> str:
-    return f"kiln_gemv_s8_{'dsp_' if dsp else ''}{rows}"
+def _name(rows: int, length: int, dsp: bool) -> str:
+    return f"kiln_gemv_s8_{'dsp_' if dsp else ''}{rows}x{length}"
 
 
-def gemv_s8_source(rows: int, dsp: bool) -> str:
-    """The C of the ``rows``-output int8 micro-kernel (DSP or portable)."""
-    name = _name(rows, dsp)
-    guard = name.upper() + "_DEFINED"
+# Rows per pass over k, so that the sums stay in the 13 usable core registers: the DSP loop
+# also holds two int16 pairs of ``a`` and two unpacked pairs of ``b`` (8 sums spill there).
+PASS_ROWS = {True: 4, False: 8}
+
+
+def _row_pass(first: int, rows: int, dsp: bool) -> str:
+    """C for output rows ``first .. first + rows - 1``: one pass over ``k`` (``l``, the row
+    length and stride, is a constant, so row addresses are immediate offsets)."""
     if dsp:
-        body = f"""  int32_t k = 0;
-  for (; k + 4 <= l; k += 4) {{
-    const int32_t av = kiln_load_s8x4(a + k);
-    const int32_t a02 = kiln_sxtb16(av), a13 = kiln_sxtb16_ror8(av);
+        inner = f"""    int32_t k = 0;
+    for (; k + 4 <= l; k += 4) {{
+      const int32_t av = kiln_load_s8x4(a + k);
+      const int32_t a02 = kiln_sxtb16(av), a13 = kiln_sxtb16_ror8(av);
+#pragma GCC unroll {rows}
+      for (int j = 0; j < {rows}; ++j) {{
+        const int32_t bv = kiln_load_s8x4(row[j] + k);
+        acc[j] = kiln_smlad(a02, kiln_sxtb16(bv), acc[j]);
+        acc[j] = kiln_smlad(a13, kiln_sxtb16_ror8(bv), acc[j]);
+      }}
+    }}
+    for (; k < l; ++k) {{
+#pragma GCC unroll {rows}
+      for (int j = 0; j < {rows}; ++j) acc[j] += (int32_t)a[k] * (int32_t)row[j][k];
+    }}"""
+    else:
+        inner = f"""    for (int32_t k = 0; k < l; ++k) {{
+      const int32_t ak = a[k];
+#pragma GCC unroll {rows}
+      for (int j = 0; j < {rows}; ++j) acc[j] += ak * (int32_t)row[j][k];
+    }}"""
+    return f"""  {{
+    int32_t acc[{rows}];
+    const int8_t* row[{rows}];
 #pragma GCC unroll {rows}
     for (int j = 0; j < {rows}; ++j) {{
-      const int32_t bv = kiln_load_s8x4(b + j * sb0 + k);
-      acc[j] = kiln_smlad(a02, kiln_sxtb16(bv), acc[j]);
-      acc[j] = kiln_smlad(a13, kiln_sxtb16_ror8(bv), acc[j]);
+      acc[j] = accumulate ? c[{first} + j] : 0;
+      row[j] = b + ({first} + j) * l;
     }}
-  }}
-  for (; k < l; ++k) {{
+{inner}
 #pragma GCC unroll {rows}
-    for (int j = 0; j < {rows}; ++j) acc[j] += (int32_t)a[k] * (int32_t)b[j * sb0 + k];
+    for (int j = 0; j < {rows}; ++j) c[{first} + j] = acc[j];
   }}"""
-    else:
-        body = f"""  for (int32_t k = 0; k < l; ++k) {{
-    const int32_t ak = a[k];
-#pragma GCC unroll {rows}
-    for (int j = 0; j < {rows}; ++j) acc[j] += ak * (int32_t)b[j * sb0 + k];
-  }}"""
+
+
+def gemv_s8_source(rows: int, length: int, dsp: bool) -> str:
+    """The C of the ``rows``-output int8 micro-kernel over rows of ``length`` (DSP or
+    portable)."""
+    name = _name(rows, length, dsp)
+    guard = name.upper() + "_DEFINED"
+    step = PASS_ROWS[dsp]
+    passes = "\n".join(_row_pass(first, min(step, rows - first), dsp)
+                        for first in range(0, rows, step))
     return f"""{_DSP_HELPERS if dsp else ""}
-/* {name}: c[j] (+)= sum_k a[k] * b[j * sb0 + k] for j < {rows}, int8 x int8 -> int32. */
+/* {name}: c[j] (+)= sum_k a[k] * b[j * {length} + k] for j < {rows}, k < {length},
+   int8 x int8 -> int32, in passes of up to {step} rows so the sums stay in registers. */
 #ifndef {guard}
 #define {guard}
-static int32_t {name}(int32_t* c, const int8_t* a, const int8_t* b, int32_t l, int32_t sb0,
-                      int32_t accumulate) {{
-  int32_t acc[{rows}];
-#pragma GCC unroll {rows}
-  for (int j = 0; j < {rows}; ++j) acc[j] = accumulate ? c[j] : 0;
-{body}
-#pragma GCC unroll {rows}
-  for (int j = 0; j < {rows}; ++j) c[j] = acc[j];
+static int32_t {name}(int32_t* c, const int8_t* a, const int8_t* b, int32_t accumulate) {{
+  const int32_t l = {length};
+{passes}
   return 0;
 }}
 static int32_t {name}_reset(int32_t* c) {{
@@ -132,10 +156,11 @@ def gemv_s8_intrin(rows: int, length: int, dsp: bool) -> Any:
     c = te.compute((rows,), lambda j: te.sum(a[k].astype("int32") * b[j, k].astype("int32"),
                                              axis=k), name="c")
     a_buf = tir.decl_buffer(a.shape, "int8", name="a_buf", offset_factor=1, strides=[1])
+    # rows of b are contiguous and adjacent: the kernel bakes in the stride
     b_buf = tir.decl_buffer(b.shape, "int8", name="b_buf", offset_factor=1,
-                            strides=[te.var("s0"), 1])
+                            strides=[length, 1])
     c_buf = tir.decl_buffer(c.shape, "int32", name="c_buf", offset_factor=1, strides=[1])
-    kernel = _name(rows, dsp)
+    kernel = _name(rows, length, dsp)
 
     def intrin_func(ins, outs):
         aa, bb = ins
@@ -143,7 +168,7 @@ def gemv_s8_intrin(rows: int, length: int, dsp: bool) -> Any:
 
         def call(accumulate: int):
             return tir.call_extern("int32", kernel, cc.access_ptr("w"), aa.access_ptr("r"),
-                                   bb.access_ptr("r"), length, bb.strides[0], accumulate)
+                                   bb.access_ptr("r"), accumulate)
 
         reset = tir.call_extern("int32", f"{kernel}_reset", cc.access_ptr("w"))
         return call(0), reset, call(1)
@@ -159,7 +184,7 @@ def dense_s8_micro_kernel(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
 
 def _kernel_pair(dsp: bool):
     def make(rows: int, length: int, dtype: str, b_order: str) -> tuple[Any, str]:
-        return gemv_s8_intrin(rows, length, dsp), gemv_s8_source(rows, dsp)
+        return gemv_s8_intrin(rows, length, dsp), gemv_s8_source(rows, length, dsp)
     return make
 
 
