@@ -269,6 +269,30 @@ def convert_fully_connected(conv, op):
     return fused_activation(conv, out, option(op, "FusedActivationFunction", 0), op.outputs[0])
 
 
+def quantized_average(data, dtype: str, channels: int, attrs: dict):
+    """TFLite's integer average: (sum +- count/2) / count, rounded half away from zero."""
+    if any(attrs["padding"]):
+        # the count varies at the padded edges: average in float, then round the same way
+        avg = relay.nn.avg_pool2d(relay.cast(data, "float32"), count_include_pad=False,
+                                  **attrs)
+        rounded = relay.multiply(relay.sign(avg), relay.floor(relay.add(
+            relay.abs(avg), relay.const(0.5, "float32"))))
+        return relay.cast(rounded, dtype)
+    # one count everywhere: the window sums come from an int8 depthwise convolution with a
+    # kernel of ones (int32 accumulation computed in blocks; a cast + sum would materialize an
+    # int32 copy of the input, 4x its RAM), then integer rounding
+    pool = attrs["pool_size"]
+    ones = relay.const(np.ones((pool[0], pool[1], 1, channels), dtype))
+    total = relay.nn.conv2d(data, ones, strides=attrs["strides"], groups=channels,
+                            channels=channels, kernel_size=pool, data_layout="NHWC",
+                            kernel_layout="HWIO", out_dtype="int32")
+    count = pool[0] * pool[1]
+    half = relay.const(np.int32(count // 2))
+    nudged = relay.where(relay.greater_equal(total, relay.const(np.int32(0))),
+                         relay.add(total, half), relay.subtract(total, half))
+    return relay.cast(relay.trunc_divide(nudged, relay.const(np.int32(count))), dtype)
+
+
 @register("AVERAGE_POOL_2D", "MAX_POOL_2D")
 def convert_pool2d(conv, op):
     """2-D pooling on NHWC data; SAME padding counts only real elements in averages."""
@@ -287,13 +311,7 @@ def convert_pool2d(conv, op):
     if op.name == "MAX_POOL_2D":
         out = relay.nn.max_pool2d(data, **attrs)
     elif quantized:
-        # TFLite rounds the integer average half away from zero: (sum +- count/2) / count
-        dtype = conv.tensor(data_i).dtype
-        avg = relay.nn.avg_pool2d(relay.cast(data, "float32"), count_include_pad=False,
-                                  **attrs)
-        rounded = relay.multiply(relay.sign(avg), relay.floor(relay.add(
-            relay.abs(avg), relay.const(0.5, "float32"))))
-        out = relay.cast(rounded, dtype)
+        out = quantized_average(data, conv.tensor(data_i).dtype, in_shape[3], attrs)
     else:
         out = relay.nn.avg_pool2d(data, count_include_pad=False, **attrs)
     if quantized:

@@ -288,3 +288,10 @@ def test_per_channel_fused_activation_is_refused():
     b.add_output(y)
     with pytest.raises(OpAttributeUnImplemented, match="per-channel quantized output"):
         relay.frontend.from_tflite(b.finish())
+
+
+def test_global_average_pool_is_exact():
+    """A window over the whole map (the KWS head): integer sums, rounded as TFLite."""
+    model = single_op("AVERAGE_POOL_2D", [(1, 5, 3, 8)], (1, 1, 1, 8), "Pool2DOptions",
+                      qout=QIN, Padding=1, StrideH=5, StrideW=3, FilterHeight=5, FilterWidth=3)
+    assert check_quantized(model, [qrand(1, 5, 3, 8)], max_step=0) == [0]
