@@ -154,7 +154,8 @@ def unsupported_ops(graph: Any, opset: int) -> list[str]:
     missing = set()
     for node in _all_nodes(graph):
         if node.domain not in DEFAULT_DOMAINS:
-            if not has_function_body(node.op_type, opset, node.domain):
+            if not has_function_body(node.op_type, opset, node.domain) and \
+                    get_converter(f"{node.domain}.{node.op_type}", opset) is None:
                 missing.add(f"{node.domain}.{node.op_type}")
         elif get_converter(node.op_type, opset) is None and \
                 not has_function_body(node.op_type, opset):
@@ -256,6 +257,8 @@ class GraphConverter:
     # -- whole models ----------------------------------------------------------------------
     def from_model(self, model: Any) -> tuple[IRModule, dict]:
         """Convert ``model``'s main graph; returns ``(mod, params)``."""
+        from kiln.relay.qnn.fake_quantization import FakeQuantizationToInteger
+        from kiln.relay.qnn.transform import has_qnn_ops
         from kiln.relay.transform import InferType
         from kiln.runtime import ndarray
 
@@ -274,6 +277,10 @@ class GraphConverter:
         mod = IRModule.from_expr(func, functions={
             gv: self.module[gv] for gv in self.module.get_global_vars()})
         mod = InferType()(mod)
+        if self.parent is None and has_qnn_ops(mod):
+            # QDQ regions and the QLinear ops run as integer QNN ops (as ONNX Runtime's own
+            # QDQ fusion does); TVM leaves this pass to the user
+            mod = FakeQuantizationToInteger()(mod)
         params = {name: ndarray.array(value) for name, value in self.params.items()}
         return mod, params
 
@@ -322,8 +329,9 @@ class GraphConverter:
 
     def convert_node(self, node: Any) -> None:
         """Convert one node, binding its outputs in this scope."""
-        impl = get_converter(node.op_type, self.opset) if node.domain in DEFAULT_DOMAINS \
-            else None
+        # converters for other domains (com.microsoft's QLinear ops) are named domain.op_type
+        impl = get_converter(node.op_type if node.domain in DEFAULT_DOMAINS
+                             else f"{node.domain}.{node.op_type}", self.opset)
         if impl is None and has_function_body(node.op_type, self.opset, node.domain):
             def impl(inputs, attrs, ctx):
                 return expand_function(node, inputs, ctx)
@@ -340,7 +348,9 @@ class GraphConverter:
             if len(outputs) < len([o for o in node.output if o]):
                 raise TVMError(f"the converter produced {len(outputs)} outputs, the node "
                                f"names {len(node.output)}")
-            if all(isinstance(i, rx.Constant) for i in inputs if i is not None):
+            # a dequantized constant (a QDQ weight) stays quantized, for the integer path
+            if all(isinstance(i, rx.Constant) for i in inputs if i is not None) and \
+                    node.op_type != "DequantizeLinear":
                 # a subgraph may capture outer values: fold only closed results
                 closed = not any(a.type in (5, 10) for a in node.attribute)
                 outputs = [_fold(out, self.module, check_closed=not closed) for out in outputs]
