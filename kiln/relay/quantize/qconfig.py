@@ -31,7 +31,10 @@ DEFAULTS: dict[str, Any] = {
 }
 CHOICES = {"calibrate_mode": ("global_scale", "kl_divergence", "percentile"),
            "weight_scale": ("power2", "max"), "rounding": ("UPWARD", "TONEAREST"),
-           "partition_conversions": ("disabled", "enabled", "fully_integral"),
+           # kiln realizes one integer module; TVM's partitioned and simulated forms are not
+           # built, so asking for them is an error rather than a silent no-op
+           "partition_conversions": ("disabled",), "do_simulation": (False,),
+           "nbit_activation": (32,),
            "dtype_input": ("int8",), "dtype_weight": ("int8",),
            "dtype_activation": ("int32",)}
 

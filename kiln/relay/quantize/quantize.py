@@ -75,27 +75,21 @@ def prerequisite_optimize(mod: IRModule, params: dict | None = None) -> IRModule
 
 
 def _post_order(expr: rx.Expr) -> list[rx.Expr]:
-    order, seen, stack = [], set(), [(expr, False)]
-    while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        children = []
-        if isinstance(node, rx.Call):
-            children = list(node.args)
-        elif isinstance(node, rx.Tuple):
-            children = list(node.fields)
-        elif isinstance(node, rx.TupleGetItem):
-            children = [node.tuple_value]
-        elif not isinstance(node, (rx.Var, rx.Constant)):
+    """The dataflow nodes of ``expr``, children first; control flow is refused."""
+    from kiln.ir.op import Op
+    from kiln.relay.expr_functor import post_order_visit
+
+    order: list[rx.Expr] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, Op):
+            return
+        if not isinstance(node, (rx.Call, rx.Tuple, rx.TupleGetItem, rx.Var, rx.Constant)):
             raise TVMError(f"relay.quantize works on dataflow graphs; found a "
                            f"{type(node).__name__} (run ToGraphNormalForm first)")
-        stack.extend((c, False) for c in reversed(children))
+        order.append(node)
+
+    post_order_visit(expr, visit)
     return order
 
 
@@ -104,7 +98,8 @@ def _op_name(node: Any) -> str:
 
 
 def annotate(func: rx.Function, cfg: Any = None) -> list[QuantizedLayer]:
-    """The conv2d/dense calls to quantize, in program order, honouring the skip options."""
+    """The conv2d/dense calls to quantize, in program order, honouring the skip options and
+    ``debug_enabled_ops`` (when set, only the op names it lists)."""
     cfg = cfg or current_qconfig()
     layers, conv_index = [], 0
     for node in _post_order(func.body):
@@ -114,6 +109,8 @@ def annotate(func: rx.Function, cfg: Any = None) -> list[QuantizedLayer]:
             if index in cfg.skip_conv_layers:
                 continue
         elif name != "nn.dense" or cfg.skip_dense_layer:
+            continue
+        if cfg.debug_enabled_ops is not None and name not in cfg.debug_enabled_ops:
             continue
         if isinstance(node.args[1], rx.Constant):
             layers.append(QuantizedLayer(node))

@@ -33,6 +33,9 @@ def test_defaults_are_tvms_and_contexts_nest():
     ({"nbit_input": 16}, "nbit_input=16"),
     ({"dtype_input": "uint8"}, "dtype_input"),
     ({"global_scale": 0.0}, "global_scale must be positive"),
+    ({"partition_conversions": "enabled"}, "partition_conversions"),
+    ({"do_simulation": True}, "do_simulation"),
+    ({"nbit_activation": 16}, "nbit_activation"),
 ])
 def test_bad_qconfig(kwargs, match):
     with pytest.raises(TVMError, match=match):
@@ -92,3 +95,24 @@ def test_dense_realizes_to_integer_math_matching_numpy():
     expected = (qx @ qw.T) * np.float32(step_x * step_w)
     np.testing.assert_allclose(out, expected, rtol=1e-5)
     np.testing.assert_allclose(out, value @ w.T, atol=0.1)
+
+
+def test_debug_enabled_ops_limits_the_quantized_layers():
+    x = relay.var("x", shape=(1, 1, 6, 6))
+    w = relay.const(np.ones((2, 1, 3, 3), "float32"))
+    d = relay.const(np.ones((3, 32), "float32"))
+    y = relay.nn.dense(relay.nn.batch_flatten(relay.nn.conv2d(x, w, channels=2,
+                                                              kernel_size=(3, 3))), d)
+    mod = kiln.IRModule.from_expr(relay.Function([x], y))
+    with relay.quantize.qconfig(skip_conv_layers=[], skip_dense_layer=False,
+                                debug_enabled_ops=["nn.dense"]):
+        text = relay.quantize.quantize(mod, {}).astext()
+    assert text.count('out_dtype="int32"') == 1 and "nn.dense" in text
+
+
+def test_control_flow_is_refused():
+    x, c = relay.var("x", shape=(2,)), relay.var("c", shape=(), dtype="bool")
+    body = relay.If(c, x, relay.negative(x))
+    mod = kiln.IRModule.from_expr(relay.Function([x, c], body))
+    with pytest.raises(TVMError, match="dataflow graphs; found a If"):
+        relay.quantize.quantize(mod, {})
