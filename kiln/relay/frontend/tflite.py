@@ -26,7 +26,6 @@ Example
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -328,12 +327,10 @@ class TFLiteConverter:
 
     # -- values ---------------------------------------------------------------------------
     def unique_name(self, name: str) -> str:
-        base = re.sub(r"[^A-Za-z0-9_]", "_", name) or "t"
-        if base[0].isdigit():
-            base = "t_" + base
-        out, i = base, 1
+        """``name`` as the model spells it (TVM keeps TFLite's tensor names), made unique."""
+        out, i = name, 1
         while out in self._names:
-            out, i = f"{base}_{i}", i + 1
+            out, i = f"{name}_{i}", i + 1
         self._names.add(out)
         return out
 

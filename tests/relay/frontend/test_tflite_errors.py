@@ -131,3 +131,16 @@ def test_unsupported_tensor_type():
     with pytest.raises(OpNotImplemented, match="TFLite type 5"):
         relay.frontend.from_tflite(b.finish())
 
+
+
+def test_tensor_names_are_kept_as_tvm_does():
+    b = TFLiteModelBuilder()
+    x = b.add_input("serving_default_input:0", (1, 4))
+    w = b.add_const("dense/kernel", np.ones((2, 4), "float32"))
+    y = b.add_tensor("Identity", (1, 2))
+    b.add_operator("FULLY_CONNECTED", [x, w], [y])
+    b.add_output(y)
+    mod, params = relay.frontend.from_tflite(b.finish())
+    assert [p.name_hint for p in mod["main"].params] == ["serving_default_input:0",
+                                                         "dense/kernel"]
+    assert list(params) == ["dense/kernel"]
