@@ -3,10 +3,10 @@
 Entry point: :func:`main`. Subcommands:
 
 - ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
-  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
-  (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
-  ``model.so`` (kernels plus the graph/params or VM bytecode blob, or the AOT main with its
-  metadata) and ``metadata.json``
+  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``), a TFLite file
+  (``.tflite``) or a Relay text file (``.rly``/``.txt``). With the C++ runtime (default) the
+  package is a tar holding ``model.so`` (kernels plus the graph/params or VM bytecode blob,
+  or the AOT main with its metadata) and ``metadata.json``
   (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
   Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
   ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
@@ -82,12 +82,21 @@ def _load_model(path: Path, shapes: dict[str, list[int]]):
         from kiln.relay.frontend import from_onnx
 
         return from_onnx(str(path), shape=shapes or None)
+    if suffix == ".tflite":
+        try:
+            import tflite  # noqa: F401
+        except ImportError:
+            raise CLIError("reading TFLite models needs the tflite package",
+                           "pip install kiln[tflite]") from None
+        from kiln.relay.frontend import from_tflite
+
+        return from_tflite(path.read_bytes(), shape_dict=shapes or None)
     if suffix in (".rly", ".txt", ".relay"):
         from kiln.relay.parser import parse
 
         return parse(path.read_text(), str(path)), {}
     raise CLIError(f"unknown model format {suffix!r}",
-                   "kiln compile reads .onnx files and Relay text (.rly)")
+                   "kiln compile reads .onnx and .tflite files and Relay text (.rly)")
 
 
 def _io_info(mod) -> tuple[list[dict], list[dict]]:
@@ -516,7 +525,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile a model into a package (.tar)",
                        description="Compile an ONNX model or a Relay text file into a package "
                        "holding the kernels, the graph or VM bytecode, and the params.")
-    p.add_argument("model", help="model file: .onnx or Relay text (.rly)")
+    p.add_argument("model", help="model file: .onnx, .tflite or Relay text (.rly)")
     p.add_argument("--target", default="c", help='target string, e.g. "llvm -mcpu=znver3" '
                    "or c (default: c)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
