@@ -20,7 +20,12 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from kiln.runtime.error import TVMError
+
 __all__ = ["WorkerPool"]
+
+# seconds a new worker may take to import kiln (a loaded 2-core machine is slow)
+_STARTUP_TIMEOUT = 120.0
 
 
 def _serve(conn: Any) -> None:
@@ -40,7 +45,9 @@ def _serve(conn: Any) -> None:
 
 def main(read_fd: int, write_fd: int) -> None:
     """Entry of a worker process: serve calls over the two inherited pipe ends."""
-    _serve(_Duplex(Connection(read_fd, writable=False), Connection(write_fd, readable=False)))
+    conn = _Duplex(Connection(read_fd, writable=False), Connection(write_fd, readable=False))
+    conn.send(("ready", None))  # imports done: call timeouts start counting now
+    _serve(conn)
 
 
 class _Duplex:
@@ -75,6 +82,21 @@ class _Worker:
         os.close(from_child_w)
         self.conn = _Duplex(Connection(from_child_r, writable=False),
                             Connection(to_child_w, readable=False))
+        self.ready = False
+
+    def wait_ready(self, timeout: float = _STARTUP_TIMEOUT) -> None:
+        """Block until the worker has imported kiln (or raise if it died or hung)."""
+        if self.ready:
+            return
+        if not self.conn.reader.poll(timeout):
+            self.kill()
+            raise TVMError(f"an AutoTVM worker process did not start in {timeout:g} s")
+        try:
+            self.conn.recv()
+        except (EOFError, OSError):
+            raise TVMError(f"an AutoTVM worker process exited at startup (exit code "
+                           f"{self.proc.wait(5)})") from None
+        self.ready = True
 
     @property
     def alive(self) -> bool:
@@ -101,6 +123,8 @@ class WorkerPool:
         self._workers = [w for w in self._workers if w.alive]
         while len(self._workers) < self.n:
             self._workers.append(_Worker())
+        for worker in self._workers:  # started together, so their imports overlap
+            worker.wait_ready()
 
     def run(self, calls: list[tuple[Any, tuple]], timeout: float) -> list[tuple[str, Any]]:
         """Run ``func(*args)`` for each call; per call ``("ok", value)``, ``("error",
@@ -113,6 +137,7 @@ class WorkerPool:
         while pending or busy:
             while idle and pending:
                 worker = idle.pop()
+                worker.wait_ready()
                 index, (func, args) = pending.pop(0)
                 worker.conn.send((func, args))
                 busy[id(worker.conn.reader)] = (worker, index, time.monotonic() + timeout)

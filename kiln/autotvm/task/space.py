@@ -321,6 +321,7 @@ class ConfigSpace:
             self.space_map[name] = space
             self._entity_map[name] = space[0]
             self._valid = None
+            self._dims = None
         return self._entity_map.get(name)
 
     def add_flop(self, flop: float) -> None:
@@ -344,7 +345,10 @@ class ConfigSpace:
 
     @property
     def dims(self) -> list[int]:
-        return [len(s) for s in self.space_map.values()]
+        """The number of entities of each knob, in definition order."""
+        if getattr(self, "_dims", None) is None:
+            self._dims = [len(s) for s in self.space_map.values()]
+        return self._dims
 
     @property
     def range_length(self) -> int:

@@ -24,7 +24,8 @@ class SimulatedAnnealingOptimizer(ModelOptimizer):
 
     def __init__(self, task: Any, n_iter: int = 500, temp: tuple = (1, 0),
                  persistent: bool = True, parallel_size: int = 128, early_stop: int = 50,
-                 log_interval: int = 50, seed: int | None = None) -> None:
+                 log_interval: int = 50, seed: int | None = None,
+                 exhaustive_limit: int | None = None) -> None:
         self.space = task.config_space
         self.n_iter, self.temp = n_iter, temp
         self.persistent = persistent
@@ -32,11 +33,14 @@ class SimulatedAnnealingOptimizer(ModelOptimizer):
         self.early_stop = early_stop or int(1e9)
         self.rng = random.Random(seed)
         self.points: list[int] | None = None
+        # spaces up to this size are rated point by point (cheap with knob features)
+        self.exhaustive_limit = 4 * self.parallel_size if exhaustive_limit is None \
+            else exhaustive_limit
 
     def find_maximums(self, model: Any, num: int, exclusive: set) -> list[int]:
         space = self.space
-        if len(space) <= 4 * self.parallel_size:
-            # a small space: rate every valid point instead of walking
+        if len(space) <= self.exhaustive_limit:
+            # a small space: rate every valid point at once instead of walking
             candidates = [i for i in range(space.range_length)
                           if i not in exclusive and space.is_index_valid(i)]
             scores = model.predict(candidates) if candidates else []

@@ -48,8 +48,9 @@ class XGBoostCostModel(CostModel):
                        "eta": 0.3, "lambda": 1.00, "alpha": 0, "verbosity": 0,
                        "objective": "reg:squarederror" if loss_type == "reg"
                        else "rank:pairwise"}
-        if num_threads:
-            self.params["nthread"] = num_threads
+        # one thread unless asked: these matrices are small, and on a shared machine the
+        # thread pool's synchronisation costs more than it saves (measured 50x on 2 cores)
+        self.params["nthread"] = num_threads or 1
         self.bst = None
         self.base_model: XGBoostCostModel | None = None
         self._sample_size = 0
@@ -78,7 +79,7 @@ class XGBoostCostModel(CostModel):
         return labels
 
     def _train(self, x: np.ndarray, y: np.ndarray, rounds: int, base: np.ndarray | None):
-        dtrain = self.xgb.DMatrix(x, y)
+        dtrain = self.xgb.DMatrix(x, y, nthread=self.params["nthread"])
         if self.loss_type != "reg":
             dtrain.set_group([len(y)])
         if base is not None:
@@ -118,11 +119,13 @@ class XGBoostCostModel(CostModel):
     def predict(self, xs: list[int], output_margin: bool = False) -> np.ndarray:
         if self.bst is None:
             return np.zeros(len(xs))
-        dtest = self.xgb.DMatrix(self._matrix(xs))
+        x = self._matrix(xs)
         if self.base_model is not None and self._base_discount is not None:
-            dtest.set_base_margin(self._base_discount * self.base_model.predict(
-                xs, output_margin=True))
-        return self.bst.predict(dtest, output_margin=output_margin)
+            margin = self._base_discount * self.base_model.predict(xs, output_margin=True)
+            return self.bst.inplace_predict(x, predict_type="margin" if output_margin
+                                            else "value", base_margin=margin)
+        return self.bst.inplace_predict(x, predict_type="margin" if output_margin
+                                        else "value")
 
     def load_basemodel(self, base_model: XGBoostCostModel) -> None:
         self.base_model = base_model

@@ -27,7 +27,10 @@ class XGBTuner(ModelBasedTuner):
                  log_interval: int = 50, seed: int | None = None) -> None:
         model = XGBoostCostModel(task, feature_type, loss_type, num_threads, log_interval)
         if optimizer == "sa":
-            optimizer = SimulatedAnnealingOptimizer(task, log_interval=log_interval, seed=seed)
+            # knob features cost microseconds: rate small spaces whole instead of annealing
+            limit = 20000 if feature_type == "knob" else None
+            optimizer = SimulatedAnnealingOptimizer(task, log_interval=log_interval, seed=seed,
+                                                    exhaustive_limit=limit)
         elif isinstance(optimizer, str):
             raise TVMError(f"XGBTuner optimizer must be 'sa' or a ModelOptimizer, got "
                            f"{optimizer!r}")
