@@ -81,3 +81,26 @@ def test_measure_option_rejects_what_is_not_a_builder_or_runner():
         autotvm.measure_option(builder=object(), runner="local")
     with pytest.raises(tvm.TVMError, match="number and repeat"):
         autotvm.LocalRunner(number=0)
+
+
+def test_rpc_runner_measures_through_a_tracker_and_reports_a_missing_device():
+    from kiln import rpc
+
+    tracker = rpc.Tracker(port=0, port_end=0, silent=True)
+    server = rpc.Server(port=0, port_end=0, tracker_addr=("127.0.0.1", tracker.port),
+                        key="autotvm-test", silent=True)
+    try:
+        x, w = te.placeholder((2, 32)), te.placeholder((16, 32))
+        task = autotvm.task.create("dense_pack.x86", (x, w, None, "float32"), "c")
+        runner = autotvm.RPCRunner("autotvm-test", "127.0.0.1", tracker.port, number=2,
+                                   repeat=1, cooldown_interval=0, timeout=20)
+        option = autotvm.measure_option(autotvm.LocalBuilder(n_parallel=1), runner)
+        batch = autotvm.create_measure_batch(task, option)
+        results = batch([MeasureInput(task.target, task, task.config_space.get(0))])
+        option["builder"].close()
+        assert results[0].error_no == MeasureErrorNo.NO_ERROR and results[0].costs[0] > 0
+        with pytest.raises(tvm.TVMError, match="no free device with key 'absent'"):
+            autotvm.RPCRunner("absent", "127.0.0.1", tracker.port).set_task(task)
+    finally:
+        server.terminate()
+        tracker.terminate()

@@ -268,7 +268,7 @@ class RPCRunner(_TimingRunner):
         tracker = rpc.connect_tracker(self.host, self.port)
         try:
             session = tracker.request(self.key, priority=100, session_timeout=self.timeout,
-                                      wait_timeout=10)
+                                      max_retry=1, wait_timeout=10)
         except Exception as err:
             raise TVMError(f"RPCRunner: no free device with key {self.key!r} at tracker "
                            f"{self.host}:{self.port} ({err})") from err
