@@ -168,6 +168,7 @@ class LocalBuilder(Builder):
     def build(self, measure_inputs: list) -> list[BuildResult]:
         if self._pool is None:
             self._pool = WorkerPool(self.n_parallel)
+        os.makedirs(self.tmp_dir, exist_ok=True)  # again after close()
         calls = [(build_candidate, (inp, self.tmp_dir, self.build_kwargs))
                  for inp in measure_inputs]
         results = []
