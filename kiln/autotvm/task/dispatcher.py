@@ -24,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from kiln.autotvm.env import GLOBAL_SCOPE
 from kiln.autotvm.task.space import FallbackConfigEntity
 from kiln.runtime.error import TVMError
 
@@ -199,7 +200,7 @@ class FallbackContext(DispatchContext):
         key = (str(target), workload)
         if key in self.memory:
             return self.memory[key]
-        if not self.silent:
+        if not (self.silent or GLOBAL_SCOPE.silent):
             logger.warning("Cannot find config for target=%s, workload=%s. A fallback "
                            "configuration is used, which may bring great performance "
                            "regression.", target, workload)
