@@ -21,6 +21,7 @@ from typing import Any
 
 from kiln import te
 from kiln.autotvm.env import GLOBAL_SCOPE
+from kiln.autotvm.task.task import DEFAULT_CONFIG_INDEX, deserialize_args
 from kiln.autotvm.task.topi_integration import register_topi_compute, register_topi_schedule
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple
 from kiln.topi.utils import divisor_at_most, get_const_tuple
@@ -36,7 +37,9 @@ _LANES = (4, 8, 16, 32)
 
 
 def _lanes_of(n: int) -> list[int]:
-    return [d for d in _LANES if n % d == 0] or [divisor_at_most(n, 16)]
+    """Vector block widths for an extent ``n``: the standard widths dividing it, and the
+    default schedule's own choice (the largest divisor up to 16, e.g. 10 for 1000)."""
+    return sorted({d for d in _LANES if n % d == 0} | {divisor_at_most(n, 16)})
 
 
 def _entity(cfg: Any, name: str) -> Any:
@@ -209,6 +212,47 @@ KNOBS = {"dense_pack.x86": lambda cfg: _knobs(cfg, _DENSE_KNOBS),
          "conv2d_nchw.x86": lambda cfg: _knobs(cfg, _CONV_KNOBS),
          "depthwise_conv2d_nchw.x86": lambda cfg: _knobs(cfg, _DEPTHWISE_KNOBS),
          "batch_matmul_pack.x86": lambda cfg: _knobs(cfg, _BATCH_MATMUL_KNOBS)}
+
+
+# ---- the config of the untuned schedule ---------------------------------------------------
+
+def _default_knobs(task: Any) -> dict:
+    """The knob values kiln's default schedule picks for ``task``'s workload."""
+    args = deserialize_args(task.args)
+    if task.name == "dense_pack.x86" or task.name == "batch_matmul_pack.x86":
+        transpose_b = task.name == "dense_pack.x86" or args[3]
+        x, y = (get_const_tuple(t.shape) for t in args[:2])
+        m, k = x[-2], x[-1]
+        n = y[-2] if transpose_b else y[-1]
+        cfg = x86_dense.DEFAULT_CONFIG
+        lanes = divisor_at_most(n, cfg["tile_x"])
+        ty, blocks = x86_dense.register_block(m, n // lanes, lanes, cfg)
+        knobs = {"tile_y": ty, "tile_x": lanes, "tile_k": divisor_at_most(k, cfg["tile_k"])}
+        if task.name == "dense_pack.x86":
+            knobs["blocks"] = blocks
+        return knobs
+    data, kernel, strides, padding, dilation = args[:5]
+    _, ow, _, kw = _conv_geometry(data, kernel, strides, padding, dilation)
+    o = get_const_tuple(kernel.shape)[0]
+    if task.name == "conv2d_nchw.x86":
+        bn, tile = x86_conv2d.block_shape(o, ow, x86_conv2d.DEFAULT_CONFIG, kw)
+        return {"oc_bn": bn, "tile_ow": tile,
+                "unroll_kw": x86_conv2d.DEFAULT_CONFIG["unroll_kw"]}
+    cfg = x86_depthwise.DEFAULT_CONFIG
+    return {"c_bn": divisor_at_most(o, cfg["c_bn"]),
+            "tile_ow": x86_depthwise.tile_width(ow, cfg)}
+
+
+def _default_index(task: Any) -> int | None:
+    want = _default_knobs(task)
+    space = task.config_space
+    for index in range(space.range_length):
+        if KNOBS[task.name](space.get(index)) == want:
+            return index
+    return None  # the default lies outside the space (e.g. a tile the filter excludes)
+
+
+DEFAULT_CONFIG_INDEX.update({name: _default_index for name in KNOBS})
 
 
 # ---- Relay calls -> workloads -------------------------------------------------------------

@@ -12,6 +12,7 @@ import kiln as tvm
 from kiln import autotvm, te
 from kiln.autotvm.measure import MeasureErrorNo, MeasureInput
 from kiln.autotvm.measure.worker import WorkerPool
+from kiln.autotvm.task.task import default_config_index
 
 
 def _exit_with(code):
@@ -64,6 +65,7 @@ def test_tuning_real_candidates_logs_every_trial(tmp_path):
         callbacks=[autotvm.callback.log_to_file(str(log))])
     records = list(autotvm.record.load_from_file(log))
     assert len(records) == 4 and all(r.error_no == 0 for _, r in records)
+    assert records[0][0].config.index == default_config_index(task)  # measured first
     best = min(records, key=lambda ir: np.mean(ir[1].costs))
     assert tuner.best_flops == pytest.approx(task.flop / np.mean(best[1].costs))
     # the tuned config builds a correct dense through the relay-free template path

@@ -11,6 +11,7 @@ import kiln as tvm
 from kiln import autotvm, relay, te, topi
 from kiln.autotvm.record import decode, encode, load_from_file
 from kiln.autotvm.task.space import FallbackConfigEntity
+from kiln.autotvm.task.task import default_config_index
 from kiln.contrib import graph_executor
 from kiln.relay.op.op_attrs import DenseAttrs
 from kiln.relay.op.strategy.registry import select_implementation
@@ -87,6 +88,13 @@ def test_fallback_of_every_x86_template_is_todays_default_schedule():
         out = compute()
         want_ir = str(tvm.lower(schedule([out]), [*args[:2], out], name="f"))
         assert str(tvm.lower(sch, bufs, name="f")) == want_ir, name
+        # the space holds the default too: tuners measure that config first
+        task = autotvm.task.create(name, args, TARGET)
+        index = default_config_index(task)
+        with autotvm.task.ApplyConfig(task.config_space.get(index)), \
+                tvm.target.Target(TARGET):
+            sch, bufs = autotvm.task.TASK_TABLE[name](*task.args)
+        assert str(tvm.lower(sch, bufs, name="f")) == want_ir, (name, index)
 
 
 @pytest.mark.parametrize("name", ["dense_pack.x86", "batch_matmul_pack.x86"])

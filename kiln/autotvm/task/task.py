@@ -37,7 +37,8 @@ from kiln.autotvm.task.dispatcher import ApplyConfig, DispatchContext
 from kiln.autotvm.task.space import ConfigSpace, InstantiationError
 from kiln.runtime.error import TVMError
 
-__all__ = ["Task", "TaskTemplate", "TASK_TABLE", "template", "create", "get_config",
+__all__ = ["Task", "TaskTemplate", "TASK_TABLE", "DEFAULT_CONFIG_INDEX",
+           "default_config_index", "template", "create", "get_config",
            "serialize_args", "deserialize_args", "args_to_workload", "compute_flop",
            "MissingTask"]
 
@@ -85,6 +86,15 @@ def _placeholders(outs: list) -> list:
 
 # task name -> its template
 TASK_TABLE: dict[str, TaskTemplate] = {}
+# task name -> ``f(task) -> index`` of the config equal to the untuned schedule (or None)
+DEFAULT_CONFIG_INDEX: dict[str, Callable] = {}
+
+
+def default_config_index(task: Task) -> int | None:
+    """The index of the config that reproduces the template's untuned schedule, when the
+    template knows it; tuners measure it first, so tuning starts from the default."""
+    find = DEFAULT_CONFIG_INDEX.get(task.name)
+    return None if find is None or task.config_space is None else find(task)
 
 
 def _serialize(x: Any) -> Any:

@@ -39,6 +39,8 @@ class GridSearchTuner(_IndexBasedTuner):
         while len(batch) < batch_size and self.counter < len(self.indices):
             index = self.indices[self.counter]
             self.counter += 1
+            if index in self.visited:  # measured already (the default config)
+                continue
             self.visited.add(index)
             batch.append(self.space.get(index))
         return batch
@@ -57,6 +59,8 @@ class RandomTuner(_IndexBasedTuner):
         batch = []
         while len(batch) < batch_size and self.order:
             index = self.order.pop()
+            if index in self.visited:
+                continue
             self.visited.add(index)
             batch.append(self.space.get(index))
         return batch

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kiln.autotvm.measure import MeasureInput, create_measure_batch
+from kiln.autotvm.task.task import default_config_index
 from kiln.runtime.error import TVMError
 
 __all__ = ["Tuner"]
@@ -65,8 +66,15 @@ class Tuner:
         old_level = logger.level
         i = error_ct = 0
         errors: list[str] = []
+        first = default_config_index(self.task)
         while i < n_trial and self.has_next():
-            configs = self.next_batch(min(n_parallel, n_trial - i))
+            if first is not None and first not in self.visited:
+                # kiln: the untuned schedule's config first, so tuning starts from it
+                self.visited.add(first)
+                configs = [self.space.get(first)]
+                configs += self.next_batch(min(n_parallel, n_trial - i) - 1)
+            else:
+                configs = self.next_batch(min(n_parallel, n_trial - i))
             if not configs:
                 break
             inputs = [MeasureInput(self.task.target, self.task, c) for c in configs]
