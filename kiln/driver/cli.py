@@ -13,6 +13,9 @@ Entry point: :func:`main`. Subcommands:
 - ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
+- ``kiln tune MODEL --trials N -o tune.log [--ray ADDRESS] [--plot curve.png]``: AutoTVM
+  tuning of the model's kernels (see :mod:`kiln.driver.tune_cli`); ``kiln compile
+  --tuning-records tune.log`` then builds with the best configs.
 - ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
   [--outputs out.npz] [--io files|console|linked]``: build a Model Library Format archive
   with the C runtime into a standalone program for the board, run it once, print the outputs
@@ -34,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.driver.tune_cli import add_tune_parser
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.serialization import read_json
 
-__all__ = ["main", "parse_input_shapes"]
+__all__ = ["main", "parse_input_shapes", "load_model", "CLIError", "progress"]
 
 
 class CLIError(Exception):
@@ -49,7 +53,8 @@ class CLIError(Exception):
         self.hint = hint
 
 
-def _progress(message: str) -> None:
+def progress(message: str) -> None:
+    """One progress line on stderr."""
     print(f"[kiln] {message}", file=sys.stderr, flush=True)
 
 
@@ -69,7 +74,8 @@ def parse_input_shapes(text: str | None) -> dict[str, list[int]]:
 
 
 # ---- compile ----------------------------------------------------------------------------
-def _load_model(path: Path, shapes: dict[str, list[int]]):
+def load_model(path: Path, shapes: dict[str, list[int]]):
+    """``(mod, params)`` of an ONNX or Relay text model file (CLIError when it cannot load)."""
     if not path.exists():
         raise CLIError(f"no such model file: {path}", "check the path")
     suffix = path.suffix.lower()
@@ -125,15 +131,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     shapes = parse_input_shapes(args.input_shapes)
     start = time.perf_counter()
-    _progress(f"loading {args.model}")
-    mod, params = _load_model(Path(args.model), shapes)
+    progress(f"loading {args.model}")
+    mod, params = load_model(Path(args.model), shapes)
     if args.runtime == "crt":
         return _compile_micro(args, mod, params, start)
     inputs, outputs = _io_info(mod)
     target = args.target
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _tuning_records(args.tuning_records):
         lib_path = Path(tmp) / "model.so"
-        _progress(f"optimizing and compiling for {target} ({args.executor} executor)")
+        progress(f"optimizing and compiling for {target} ({args.executor} executor)")
         with kiln.transform.PassContext(opt_level=args.opt_level):
             if args.executor == "graph":
                 factory = relay.build(mod, target=target, params=params)
@@ -171,6 +177,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tuning_records(path: str | None):
+    """``apply_history_best(path)`` when tuning records are given, else no context."""
+    import contextlib
+
+    if path is None:
+        return contextlib.nullcontext()
+    if not Path(path).is_file():
+        raise CLIError(f"tuning records {path} do not exist", "make them with `kiln tune`")
+    from kiln import autotvm
+
+    return autotvm.apply_history_best(path)
+
+
 def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
     """``--runtime crt``: C for the C runtime, written as a Model Library Format tar."""
     import kiln
@@ -187,7 +206,7 @@ def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
     else:
         executor = Executor("graph", {"link-params": True})
     config = {"tir.disable_vectorize": True, "tir.usmp.algorithm": args.usmp_algorithm}
-    _progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
+    progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
               "C runtime)")
     with kiln.transform.PassContext(opt_level=args.opt_level, config=config):
         factory = relay.build(mod, target=args.target, params=params, executor=executor,
@@ -338,10 +357,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kiln.contrib.graph_executor import GraphModule
 
     shapes = parse_input_shapes(args.input_shapes)
-    mod, params = _load_model(Path(args.model), shapes)
+    mod, params = load_model(Path(args.model), shapes)
     inputs, _ = _io_info(mod)
     feed = _make_inputs({"inputs": inputs}, None)
-    _progress("compiling with kiln")
+    progress("compiling with kiln")
     with kiln.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=args.target, params=params)
     dev = kiln.cpu(0)
@@ -379,7 +398,7 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
     meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
                    for t in project.inputs]
     inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
-    _progress(f"building {args.model} ({project.library.executor} executor) for "
+    progress(f"building {args.model} ({project.library.executor} executor) for "
               f"{args.board}")
     project.build()
     result = project.run(inputs, timeout=args.timeout)
@@ -420,7 +439,7 @@ def cmd_micro_project(args: argparse.Namespace) -> int:
         options = pc.parse_options(args.option, project.info["project_options"])
         project.options = options
         if args.project_command == "build":
-            _progress(f"building {project_dir}")
+            progress(f"building {project_dir}")
             project.build()
             print(f"built {project_dir}")
             return 0
@@ -543,6 +562,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="AOT workspace planning (tir.usmp.algorithm)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(0, 5),
                    help="optimization level 0-4 (default 3)")
+    p.add_argument("--tuning-records", metavar="LOG", help="AutoTVM log (kiln tune -o LOG): "
+                   "kernels use their best tuned configs")
     p.add_argument("-o", "--output", default="model.tar", help="package path (default "
                    "model.tar)")
     p.set_defaults(func=cmd_compile)
@@ -569,6 +590,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     _add_micro_parser(sub)
     _add_rpc_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
