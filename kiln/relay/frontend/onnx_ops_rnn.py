@@ -2,10 +2,15 @@
 
 Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on import.
 
-Each direction runs the cell once per time step with Relay ``dense`` calls; forward,
-reverse and bidirectional layers, custom activations (with their alpha/beta), ``clip``,
-``layout=1``, LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the
-ONNX operator definitions. ``sequence_lens`` masks the state updates of forward directions.
+Each direction projects the inputs of all steps with one GEMM (``[T * B, I] @ W.T`` plus the
+biases that add outside the recurrent product), then unrolls the steps. With ONNX's default
+activations and no masking, peepholes or ``input_forget``, a step is one fused cell op
+(``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell``: the product of the state with all gates'
+recurrent weights and the gate arithmetic in one kernel); otherwise a step is one ``dense``
+for all gates and the gate arithmetic in primitive ops. Forward, reverse and bidirectional
+layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``, LSTM peepholes
+and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX operator definitions.
+``sequence_lens`` masks the state updates of forward directions.
 
 Example
 -------
@@ -55,6 +60,16 @@ ACTIVATION_DEFAULTS = {"leakyrelu": (0.01, 0.0), "thresholdedrelu": (1.0, 0.0),
                        "affine": (1.0, 0.0)}
 
 
+class _Activation:
+    """One activation of a cell: ``act(x, dtype)``; ``key`` is its lower-case ONNX name."""
+
+    def __init__(self, key, alpha, beta):
+        self.key, self.alpha, self.beta = key, alpha, beta
+
+    def __call__(self, x, dtype):
+        return ACTIVATIONS[self.key](x, self.alpha, self.beta, dtype)
+
+
 def _activation_list(attrs, defaults, num_directions, op_name):
     names = list(attrs.get("activations", defaults * num_directions))
     alphas = list(attrs.get("activation_alpha", []))
@@ -69,7 +84,7 @@ def _activation_list(attrs, defaults, num_directions, op_name):
             alpha = alphas.pop(0) if alphas else alpha
             beta = betas.pop(0) if betas and key in ("scaledtanh", "hardsigmoid",
                                                      "affine") else beta
-        result.append(lambda x, dt, f=ACTIVATIONS[key], a=alpha, b=beta: f(x, a, b, dt))
+        result.append(_Activation(key, alpha, beta))
     per_direction = len(defaults)
     return [result[i * per_direction:(i + 1) * per_direction] for i in range(num_directions)]
 
@@ -92,7 +107,8 @@ class _Layer:
         self.directions = {"forward": ["forward"], "reverse": ["reverse"],
                            "bidirectional": ["forward", "reverse"]}[direction]
         self.clip = attrs.get("clip")
-        self.xs = [relay.squeeze(s, [0]) for s in _split(x, self.steps, 0)]
+        self.x = x
+        self.input_size = shape[2]
         count = len(self.directions)
 
         def per_direction(index):
@@ -128,6 +144,21 @@ class _Layer:
         steps = range(self.steps)
         return list(reversed(steps)) if direction == "reverse" else list(steps)
 
+    def projection(self, d, bias):
+        """``[T, B, G*H]``: every step's input projection ``x_t @ W.T + bias`` as one GEMM."""
+        flat = relay.reshape(self.x, (self.steps * self.batch, self.input_size))
+        out = relay.nn.dense(flat, self.w[d])
+        if bias is not None:
+            out = relay.add(out, bias)
+        return relay.reshape(out, (self.steps, self.batch, self.gates * self.hidden))
+
+    def fusable(self, acts, defaults, *, extra_ok=True):
+        """Whether the fused cell op computes this layer: ONNX's default activations, no
+        masking, static shapes (anything else composes the cell from primitive ops)."""
+        default = all(a.key == key for direction in acts for a, key in zip(direction, defaults))
+        return (extra_ok and default and self.step_mask(0) is None
+                and is_static([self.batch, self.input_size]))
+
     def finish(self, outputs_per_direction, finals_per_direction):
         """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H)."""
         ys = [relay.stack(outs, 0) for outs in outputs_per_direction]
@@ -148,10 +179,6 @@ def _split(x, parts, axis, squeeze=False):
     return [relay.squeeze(p, [axis]) for p in pieces] if squeeze else pieces
 
 
-def _gate_weights(matrix, count):
-    return _split(matrix, count, 0)
-
-
 def _bias_pairs(bias, hidden_count):
     """(input bias chunks, recurrent bias chunks) from ONNX's concatenated [Wb, Rb]."""
     if bias is None:
@@ -160,13 +187,31 @@ def _bias_pairs(bias, hidden_count):
     return _split(wb, hidden_count, 0), _split(rb, hidden_count, 0)
 
 
-def _linear(x, weight, bias=None):
-    out = relay.nn.dense(x, weight)
-    return relay.add(out, bias) if bias is not None else out
-
-
 def _masked(mask, new, old):
     return new if mask is None else relay.where(mask, new, old)
+
+
+def _lanes(hidden):
+    """Lanes of the packed recurrent weight: two AVX2 vectors, or the largest divisor."""
+    return next(n for n in (16, 8, 4, 2, 1) if hidden % n == 0)
+
+
+def _state_row(state, index):
+    """``state[index]`` of a stacked ``[2, B, H]`` state."""
+    return relay.squeeze(relay.strided_slice(state, [index], [index + 1], axes=[0]), [0])
+
+
+def _step_inputs(projection, steps):
+    """The per-step rows ``[B, G*H]`` of a ``[T, B, G*H]`` projection."""
+    return _split(projection, steps, 0, squeeze=True)
+
+
+def _recurrent(h, r, gates, rbias=None):
+    """``h @ R.T (+ rbias)`` split per gate (one product for all gates)."""
+    out = relay.nn.dense(h, r)
+    if rbias is not None:
+        out = relay.add(out, rbias)
+    return _split(out, gates, 1) if gates > 1 else [out]
 
 
 def _rnn(inputs, attrs, ctx):
@@ -177,11 +222,12 @@ def _rnn(inputs, attrs, ctx):
         f = acts[d][0]
         wb, rb = _bias_pairs(layer.b[d], 1)
         bias = relay.add(wb[0], rb[0]) if wb is not None else None
+        xs = _step_inputs(layer.projection(d, bias), layer.steps)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         outs = [None] * layer.steps
         for t in layer.order(direction):
-            new = f(layer.clipped(relay.add(_linear(layer.xs[t], layer.w[d], bias),
-                                            _linear(h, layer.r[d]))), layer.dtype)
+            new = f(layer.clipped(relay.add(relay.nn.dense(h, layer.r[d]), xs[t])),
+                    layer.dtype)
             mask = layer.step_mask(t)
             outs[t] = _masked(mask, new, relay.zeros_like(new))
             h = _masked(mask, new, h)
@@ -190,32 +236,59 @@ def _rnn(inputs, attrs, ctx):
     return layer.finish(ys, finals)
 
 
+def _gru_biases(layer, d, linear_before_reset):
+    """(projection bias [3H] or None, recurrent h-gate bias [H] or None): every bias that
+    adds outside a gate's recurrent product goes into the projection."""
+    wb, rb = _bias_pairs(layer.b[d], 3)
+    if wb is None:
+        return None, None
+    zero = relay.zeros_like(rb[2])
+    outside = relay.concatenate([relay.add(wb[0], rb[0]), relay.add(wb[1], rb[1]),
+                                 wb[2] if linear_before_reset else relay.add(wb[2], rb[2])], 0)
+    return outside, (rb[2] if linear_before_reset else zero)
+
+
 def _gru(inputs, attrs, ctx):
     layer = _Layer(inputs, attrs, ctx, 3, "GRU", 1)
     acts = _activation_list(attrs, ["Sigmoid", "Tanh"], len(layer.directions), "GRU")
     linear_before_reset = attrs.get("linear_before_reset", 0)
+    fused = layer.fusable(acts, ["sigmoid", "tanh"])
+    lanes = _lanes(layer.hidden)
     ys, finals = [], []
     for d, direction in enumerate(layer.directions):
         f, g = acts[d]
-        wz, wr, wh = _gate_weights(layer.w[d], 3)
-        rz, rr, rh = _gate_weights(layer.r[d], 3)
-        wb, rb = _bias_pairs(layer.b[d], 3)
-        wb = wb or [None] * 3
-        rb = rb or [None] * 3
+        bias, hbias = _gru_biases(layer, d, linear_before_reset)
+        projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         outs = [None] * layer.steps
+        if fused:
+            weight = relay.nn.pack_recurrent_weight(layer.r[d], 3, layer.hidden, lanes)
+            if hbias is None:
+                hbias = relay.zeros((layer.hidden,), layer.dtype)
+            for t in layer.order(direction):
+                h = relay.nn.contrib_gru_cell(projection, h, weight, hbias, t,
+                                              bool(linear_before_reset), layer.clip)
+                outs[t] = h
+            ys.append(outs)
+            finals.append([h])
+            continue
+        xs = _step_inputs(projection, layer.steps)
+        rz, rr, rh = _split(layer.r[d], 3, 0)
+        r_zr = relay.concatenate([rz, rr], 0)
         for t in layer.order(direction):
-            x = layer.xs[t]
-            z = f(layer.clipped(relay.add(_linear(x, wz, wb[0]), _linear(h, rz, rb[0]))),
-                  layer.dtype)
-            r = f(layer.clipped(relay.add(_linear(x, wr, wb[1]), _linear(h, rr, rb[1]))),
-                  layer.dtype)
+            xz, xr, xh = _split(xs[t], 3, 1)
             if linear_before_reset:
-                recurrent = relay.multiply(r, _linear(h, rh, rb[2]))
+                pz, pr, ph = _recurrent(h, layer.r[d], 3)
+                ph = relay.add(ph, hbias) if hbias is not None else ph
             else:
-                recurrent = _linear(relay.multiply(r, h), rh, rb[2])
-            candidate = g(layer.clipped(relay.add(_linear(x, wh, wb[2]), recurrent)),
-                          layer.dtype)
+                pz, pr = _recurrent(h, r_zr, 2)
+            z = f(layer.clipped(relay.add(xz, pz)), layer.dtype)
+            r = f(layer.clipped(relay.add(xr, pr)), layer.dtype)
+            if linear_before_reset:
+                recurrent = relay.multiply(r, ph)
+            else:
+                recurrent = relay.nn.dense(relay.multiply(r, h), rh)
+            candidate = g(layer.clipped(relay.add(xh, recurrent)), layer.dtype)
             one = _const(1, layer.dtype)
             new = relay.add(relay.multiply(relay.subtract(one, z), candidate),
                             relay.multiply(z, h))
@@ -234,21 +307,34 @@ def _lstm(inputs, attrs, ctx):
     peep = [None] * len(layer.directions) if peepholes is None else \
         _split(peepholes, len(layer.directions), 0, squeeze=True)
     input_forget = attrs.get("input_forget", 0)
+    fused = layer.fusable(acts, ["sigmoid", "tanh", "tanh"],
+                          extra_ok=peepholes is None and not input_forget)
+    lanes = _lanes(layer.hidden)
     ys, finals = [], []
     for d, direction in enumerate(layer.directions):
         f, g, hact = acts[d]
-        w_gates = _gate_weights(layer.w[d], 4)  # i, o, f, c
-        r_gates = _gate_weights(layer.r[d], 4)
-        wb, rb = _bias_pairs(layer.b[d], 4)
-        biases = [relay.add(a, b) for a, b in zip(wb, rb)] if wb is not None else [None] * 4
-        p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
+        bias = None
+        if layer.b[d] is not None:
+            wb, rb = _split(layer.b[d], 2, 0)
+            bias = relay.add(wb, rb)
+        projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         c = layer.initial[1][d] if layer.initial[1][d] is not None else layer.zeros()
         outs = [None] * layer.steps
+        if fused:
+            weight = relay.nn.pack_recurrent_weight(layer.r[d], 4, layer.hidden, lanes)
+            state = relay.stack([h, c], 0)
+            for t in layer.order(direction):
+                state = relay.nn.contrib_lstm_cell(projection, state, weight, t, layer.clip)
+                outs[t] = _state_row(state, 0)
+            ys.append(outs)
+            finals.append([_state_row(state, 0), _state_row(state, 1)])
+            continue
+        xs = _step_inputs(projection, layer.steps)
+        p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
         for t in layer.order(direction):
-            x = layer.xs[t]
-            pre = [relay.add(_linear(x, w, b), _linear(h, r))
-                   for w, r, b in zip(w_gates, r_gates, biases)]
+            pre = [relay.add(x, p) for x, p in zip(_split(xs[t], 4, 1),
+                                                   _recurrent(h, layer.r[d], 4))]
             if p_i is not None:
                 pre[0] = relay.add(pre[0], relay.multiply(p_i, c))
                 pre[2] = relay.add(pre[2], relay.multiply(p_f, c))
