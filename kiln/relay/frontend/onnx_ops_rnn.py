@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import relay
-from kiln.relay.frontend.common import is_static
+from kiln.relay.frontend.common import AnyDim, is_static
 from kiln.relay.frontend.onnx_registry import register_function, unsupported
 
 __all__: list[str] = []
@@ -98,8 +98,9 @@ class _Layer:
         if self.layout:
             x = relay.transpose(x, (1, 0, 2))
         shape = ctx.shape(x)
-        if not is_static(shape[:1]):
-            raise unsupported(op_name, "a sequence length unknown at conversion time")
+        # an unknown length runs as a loop (fused cells only; see _symbolic_direction)
+        self.symbolic = not is_static(shape[:1])
+        self.op_name = op_name
         self.steps, self.batch = shape[0], shape[1]
         self.dtype = ctx.dtype(x)
         self.hidden = attrs.get("hidden_size") or ctx.shape(inputs[2])[-1]
@@ -118,7 +119,10 @@ class _Layer:
         self.w, self.r = per_direction(1), per_direction(2)
         self.b = per_direction(3)
         self.lens = inputs[4] if len(inputs) > 4 else None
-        self.initial = [per_direction(5 + i) for i in range(state_count)]
+        # an initial state built from the input's shape has unknown dims: give it its own
+        self.initial = [[v if v is None or not is_static([self.batch])
+                         else relay.reshape(v, (self.batch, self.hidden))
+                         for v in per_direction(5 + i)] for i in range(state_count)]
         self.gates = gates
         self.ctx = ctx
 
@@ -138,6 +142,14 @@ class _Layer:
         mask = relay.less(_const(t, "int32"), relay.cast(self.lens, "int32"))
         return relay.expand_dims(mask, 1)
 
+    def step_inputs(self, projection):
+        """The per-step rows ``[B, G*H]`` of a ``[T, B, G*H]`` projection (static length)."""
+        if self.symbolic:
+            raise unsupported(self.op_name, "a sequence length unknown at conversion time "
+                              "with non-default activations, peepholes, input_forget or "
+                              "sequence_lens")
+        return _split(projection, self.steps, 0, squeeze=True)
+
     def order(self, direction):
         if direction == "reverse" and self.step_mask(0) is not None:
             raise unsupported("RNN", "sequence_lens with a reverse direction")
@@ -146,11 +158,11 @@ class _Layer:
 
     def projection(self, d, bias):
         """``[T, B, G*H]``: every step's input projection ``x_t @ W.T + bias`` as one GEMM."""
-        flat = relay.reshape(self.x, (self.steps * self.batch, self.input_size))
+        flat = relay.reshape(self.x, (-1, self.input_size))
         out = relay.nn.dense(flat, self.w[d])
         if bias is not None:
             out = relay.add(out, bias)
-        return relay.reshape(out, (self.steps, self.batch, self.gates * self.hidden))
+        return relay.reshape(out, (-1, self.batch, self.gates * self.hidden))
 
     def fusable(self, acts, defaults, *, extra_ok=True):
         """Whether the fused cell op computes this layer: ONNX's default activations, no
@@ -160,8 +172,12 @@ class _Layer:
                 and is_static([self.batch, self.input_size]))
 
     def finish(self, outputs_per_direction, finals_per_direction):
-        """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H)."""
-        ys = [relay.stack(outs, 0) for outs in outputs_per_direction]
+        """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H).
+
+        A direction's outputs are a list of per-step ``[B, H]`` values, or one ``[T, B, H]``
+        value (from a loop over an unknown length)."""
+        ys = [outs if not isinstance(outs, list) else relay.stack(outs, 0)
+              for outs in outputs_per_direction]
         y = relay.stack(ys, 1)
         finals = [relay.stack(list(states), 0) for states in zip(*finals_per_direction)]
         if self.layout:
@@ -201,17 +217,74 @@ def _state_row(state, index):
     return relay.squeeze(relay.strided_slice(state, [index], [index + 1], axes=[0]), [0])
 
 
-def _step_inputs(projection, steps):
-    """The per-step rows ``[B, G*H]`` of a ``[T, B, G*H]`` projection."""
-    return _split(projection, steps, 0, squeeze=True)
-
-
 def _recurrent(h, r, gates, rbias=None):
     """``h @ R.T (+ rbias)`` split per gate (one product for all gates)."""
     out = relay.nn.dense(h, r)
     if rbias is not None:
         out = relay.add(out, rbias)
     return _split(out, gates, 1) if gates > 1 else [out]
+
+
+# Steps per call of the loop over an unknown length: the VM runs a call's cells, their
+# output rows and one concatenation as one segment, so its per-instruction cost is paid
+# once per UNROLL steps; a one-step loop finishes the remainder.
+UNROLL = 8
+
+
+def _symbolic_direction(layer, direction, cell, state, operands, hidden_of):
+    """``([T, B, H] outputs, final state)`` of one direction over a length known only at run
+    time: tail-recursive functions ``@<op>_loop(t, steps, state, ys, *operands)`` that run
+    ``cell(state, base, offset, *operands)`` (the row read is ``base + offset``) and append the
+    new hidden states to ``ys`` (prepend, for the reverse direction, so ``ys`` stays in time
+    order), :data:`UNROLL` steps per call while that many remain, then one at a time."""
+    from kiln.ir.type import TensorType, TupleType
+    from kiln.relay.expr import Call
+
+    ctx = layer.ctx
+    # the initial state may come from shape arithmetic on the input (unknown dims to Relay)
+    state_shape = (*ctx.shape(state)[:-2], layer.batch, layer.hidden)
+    types = {"state": TensorType(state_shape, layer.dtype),
+             "ys": TensorType((AnyDim(), layer.batch, layer.hidden), layer.dtype),
+             "operands": [TensorType(ctx.shape(v), ctx.dtype(v)) for v in operands]}
+    types["ret"] = TupleType([types["state"], types["ys"]])
+    single = _loop_function(layer, direction, cell, hidden_of, types, 1, None)
+    unrolled = _loop_function(layer, direction, cell, hidden_of, types, UNROLL, single)
+    length = relay.reshape(relay.strided_slice(relay.shape_of(layer.x, "int32"), [0], [1]), [])
+    empty = relay.const(np.zeros((0, layer.batch, layer.hidden), layer.dtype))
+    result = Call(unrolled, [relay.const(np.int32(0)), length,
+                             relay.reshape(state, state_shape), empty, *operands])
+    return relay.TupleGetItem(result, 1), relay.TupleGetItem(result, 0)
+
+
+def _loop_function(layer, direction, cell, hidden_of, types, unroll, remainder):
+    """Define ``@<op>_loop(t, steps, state, ys, *operands)`` running ``unroll`` steps per
+    call while ``t + unroll <= steps``, then ``remainder`` (or returning ``(state, ys)``)."""
+    from kiln.relay.expr import Call
+
+    ctx = layer.ctx
+    t = relay.var("t", shape=(), dtype="int32")
+    steps = relay.var("steps", shape=(), dtype="int32")
+    current = relay.var("state", types["state"])
+    ys = relay.var("ys", types["ys"])
+    params = [relay.var(f"operand{k}", ty) for k, ty in enumerate(types["operands"])]
+    if direction == "forward":
+        base, sign = t, 1
+    else:
+        base, sign = relay.subtract(relay.subtract(steps, relay.const(np.int32(1))), t), -1
+    new, rows = current, []
+    for k in range(unroll):
+        new = cell(new, base, sign * k, *params)
+        rows.append(relay.expand_dims(hidden_of(new), 0))
+    grown = relay.concatenate([ys, *rows] if direction == "forward" else [*rows[::-1], ys], 0)
+    gvar = ctx.global_var(f"{layer.op_name.lower()}_loop")
+    after = relay.add(t, relay.const(np.int32(unroll)))
+    done = relay.Tuple([current, ys]) if remainder is None else \
+        Call(remainder, [t, steps, current, ys, *params])
+    body = relay.If(relay.less_equal(after, steps),
+                    Call(gvar, [after, steps, new, grown, *params]), done)
+    ctx.define_function(gvar, relay.Function([t, steps, current, ys, *params], body,
+                                             types["ret"]))
+    return gvar
 
 
 def _rnn(inputs, attrs, ctx):
@@ -222,9 +295,9 @@ def _rnn(inputs, attrs, ctx):
         f = acts[d][0]
         wb, rb = _bias_pairs(layer.b[d], 1)
         bias = relay.add(wb[0], rb[0]) if wb is not None else None
-        xs = _step_inputs(layer.projection(d, bias), layer.steps)
+        xs = layer.step_inputs(layer.projection(d, bias))
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
-        outs = [None] * layer.steps
+        outs = [None] * (0 if layer.symbolic else layer.steps)
         for t in layer.order(direction):
             new = f(layer.clipped(relay.add(relay.nn.dense(h, layer.r[d]), xs[t])),
                     layer.dtype)
@@ -260,11 +333,20 @@ def _gru(inputs, attrs, ctx):
         bias, hbias = _gru_biases(layer, d, linear_before_reset)
         projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
-        outs = [None] * layer.steps
+        outs = [None] * (0 if layer.symbolic else layer.steps)
         if fused:
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 3, layer.hidden, lanes)
             if hbias is None:
                 hbias = relay.zeros((layer.hidden,), layer.dtype)
+            if layer.symbolic:
+                outs, h = _symbolic_direction(
+                    layer, direction,
+                    lambda state, row, offset, xp, w, hb: relay.nn.contrib_gru_cell(
+                        xp, state, w, hb, row, bool(linear_before_reset), layer.clip, offset),
+                    h, [projection, weight, hbias], lambda state: state)
+                ys.append(outs)
+                finals.append([h])
+                continue
             for t in layer.order(direction):
                 h = relay.nn.contrib_gru_cell(projection, h, weight, hbias, t,
                                               bool(linear_before_reset), layer.clip)
@@ -272,7 +354,7 @@ def _gru(inputs, attrs, ctx):
             ys.append(outs)
             finals.append([h])
             continue
-        xs = _step_inputs(projection, layer.steps)
+        xs = layer.step_inputs(projection)
         rz, rr, rh = _split(layer.r[d], 3, 0)
         r_zr = relay.concatenate([rz, rr], 0)
         for t in layer.order(direction):
@@ -320,17 +402,26 @@ def _lstm(inputs, attrs, ctx):
         projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         c = layer.initial[1][d] if layer.initial[1][d] is not None else layer.zeros()
-        outs = [None] * layer.steps
+        outs = [None] * (0 if layer.symbolic else layer.steps)
         if fused:
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 4, layer.hidden, lanes)
             state = relay.stack([h, c], 0)
+            if layer.symbolic:
+                outs, state = _symbolic_direction(
+                    layer, direction,
+                    lambda st, row, offset, xp, w: relay.nn.contrib_lstm_cell(
+                        xp, st, w, row, layer.clip, offset),
+                    state, [projection, weight], lambda st: _state_row(st, 0))
+                ys.append(outs)
+                finals.append([_state_row(state, 0), _state_row(state, 1)])
+                continue
             for t in layer.order(direction):
                 state = relay.nn.contrib_lstm_cell(projection, state, weight, t, layer.clip)
                 outs[t] = _state_row(state, 0)
             ys.append(outs)
             finals.append([_state_row(state, 0), _state_row(state, 1)])
             continue
-        xs = _step_inputs(projection, layer.steps)
+        xs = layer.step_inputs(projection)
         p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
         for t in layer.order(direction):
             pre = [relay.add(x, p) for x, p in zip(_split(xs[t], 4, 1),

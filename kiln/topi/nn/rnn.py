@@ -6,12 +6,14 @@ A recurrent layer spends its time in the per-step product of the hidden state wi
 recurrent weight ``R`` (``[G * H, H]`` for ``G`` gates, ONNX's gate order) and the gate
 arithmetic after it. The input projection of every step is one GEMM computed before the loop
 (``xproj [T, B, G * H]``, input biases and the biases that add outside a gate's product
-included); a cell reads row ``step`` of it, ``step`` a 0-d int32 tensor (so every step of a
-layer runs the same compiled kernel), clamped into ``[0, T)``. ``R`` arrives packed as
-``[H / n, H, G, n]``, ``packed[jb, k, q, ji] = R[q * H + jb * n + ji, k]``: for a block of
-``n`` hidden units the products of all ``G`` gates read one contiguous run of ``G * n`` floats
-per ``k``, and the gate epilogue of those units runs right after them, with no ``[B, G * H]`` buffer. ``tanh`` is
-``fast_tanh`` in float32 (error below 8e-7), which vectorizes where libm's ``tanhf`` does not.
+included); a cell reads row ``step + offset`` of it, ``step`` a 0-d int32 tensor (so every step
+of a layer runs the same compiled kernel), clamped into ``[0, T)``; the constant ``offset``
+lets a loop unrolled ``U`` times read rows ``t .. t + U - 1`` from one ``t``. ``R`` arrives
+packed as ``[H / n, H, G, n]``, ``packed[jb, k, q, ji] = R[q * H + jb * n + ji, k]``: for a
+block of ``n`` hidden units the products of all ``G`` gates read one contiguous run of ``G *
+n`` floats per ``k``, and the gate epilogue of those units runs right after them, with no ``[B,
+G * H]`` buffer. ``tanh`` is ``fast_tanh`` in float32 (error below 8e-7), which vectorizes
+where libm's ``tanhf`` does not.
 
 Example
 -------
@@ -60,10 +62,10 @@ def _check(op_name: str, xproj: te.Tensor, hidden_in: te.Tensor, weight: te.Tens
     return batch, hidden, lanes
 
 
-def _row(step: te.Tensor, steps: Any) -> Any:
-    """The projection row a cell reads: ``step`` clamped into ``[0, T)``."""
+def _row(step: te.Tensor, steps: Any, offset: int) -> Any:
+    """The projection row a cell reads: ``step + offset`` clamped into ``[0, T)``."""
     index = _op.cast(step(), "int32") if len(step.shape) == 0 else _op.cast(step[0], "int32")
-    return _op.min(_op.max(index, 0), _op.cast(steps, "int32") - 1)
+    return _op.min(_op.max(index + offset, 0), _op.cast(steps, "int32") - 1)
 
 
 def _tanh(x: Any) -> Any:
@@ -91,7 +93,7 @@ def _gate_products(name: str, h: Any, weight: te.Tensor, batch: int, gates: rang
 
 
 def lstm_cell(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor, step: te.Tensor,
-              clip: float | None = None) -> te.Tensor:
+              clip: float | None = None, offset: int = 0) -> te.Tensor:
     """One LSTM step with ONNX's default activations (sigmoid, tanh, tanh), gates i, o, f, c.
 
     ``state`` is ``[2, B, H]`` (hidden, cell); the result is the next state, same layout::
@@ -101,7 +103,7 @@ def lstm_cell(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor, step: te.Te
         h' = sigmoid(pre_o) * tanh(c')
     """
     batch, hidden, lanes = _check("lstm_cell", xproj, state, weight, 4)
-    row = _row(step, xproj.shape[0])
+    row = _row(step, xproj.shape[0], offset)
     products = _gate_products("lstm_gates", lambda b, k: state[0, b, k], weight, batch,
                               range(4), state.dtype)
 
@@ -122,7 +124,8 @@ def lstm_cell(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor, step: te.Te
 
 
 def gru_cell(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor, hbias: te.Tensor,
-             step: te.Tensor, linear_before_reset: bool, clip: float | None = None) -> te.Tensor:
+             step: te.Tensor, linear_before_reset: bool, clip: float | None = None,
+             offset: int = 0) -> te.Tensor:
     """One GRU step with ONNX's default activations (sigmoid, tanh), gates z, r, h.
 
     ``hidden_state`` is ``[B, H]``; ``hbias`` (``[H]``) is the candidate gate's recurrent
@@ -134,7 +137,7 @@ def gru_cell(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor, hbias
         h' = (1 - z) * n + z * h
     """
     batch, hidden, lanes = _check("gru_cell", xproj, hidden_state, weight, 3)
-    row = _row(step, xproj.shape[0])
+    row = _row(step, xproj.shape[0], offset)
 
     def x(q, b, j):
         return xproj[row, b, q * hidden + j]

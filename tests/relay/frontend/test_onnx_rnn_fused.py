@@ -31,10 +31,10 @@ def _rand(*shape, scale=0.5):
 
 
 def _recurrent_model(op, gates, hidden, direction="forward", layout=0, bias=True,
-                     initial=0, lens=None, peepholes=False, **attrs):
+                     initial=0, lens=None, peepholes=False, steps=STEPS, **attrs):
     """An ONNX model with one ``op`` node; returns (model bytes, feeds)."""
     dirs = 2 if direction == "bidirectional" else 1
-    x_shape = [BATCH, STEPS, INPUT] if layout else [STEPS, BATCH, INPUT]
+    x_shape = [BATCH, steps, INPUT] if layout else [steps, BATCH, INPUT]
     state_shape = [BATCH, dirs, hidden] if layout else [dirs, BATCH, hidden]
     inits = [numpy_helper.from_array(_rand(dirs, gates * hidden, INPUT), "w"),
              numpy_helper.from_array(_rand(dirs, gates * hidden, hidden), "r")]
@@ -42,7 +42,7 @@ def _recurrent_model(op, gates, hidden, direction="forward", layout=0, bias=True
     if bias:
         inits.append(numpy_helper.from_array(_rand(dirs, 2 * gates * hidden), "b"))
         names[3] = "b"
-    feeds = {"x": _rand(*x_shape, scale=1.0)}
+    feeds = {"x": _rand(*(STEPS if d == steps else d for d in x_shape), scale=1.0)}
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
     names.append("")
     if lens is not None:
@@ -59,8 +59,8 @@ def _recurrent_model(op, gates, hidden, direction="forward", layout=0, bias=True
         names.pop()
     outputs = ["y", "y_h"] + (["y_c"] if op == "LSTM" else [])
     node = helper.make_node(op, names, outputs, hidden_size=hidden, direction=direction,
-                            layout=layout, **attrs)
-    y_shape = [BATCH, STEPS, dirs, hidden] if layout else [STEPS, dirs, BATCH, hidden]
+                            layout=layout, **{k: v for k, v in attrs.items() if v is not None})
+    y_shape = [BATCH, steps, dirs, hidden] if layout else [steps, dirs, BATCH, hidden]
     graph = helper.make_graph(
         [node], "rnn", inputs,
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, y_shape if o == "y" else state_shape)
@@ -183,3 +183,33 @@ def test_cell_ops_reject_mismatched_operands():
             [xproj, state, good, bad_step], call)))
     with pytest.raises(kiln.TVMError, match="hidden size 10 is not a multiple of 4"):
         relay.nn.pack_recurrent_weight(relay.var("r", shape=(40, 10)), 4, 10, 4)
+
+
+@pytest.mark.parametrize("op, gates, direction", [("LSTM", 4, "forward"),
+                                                  ("GRU", 3, "bidirectional")])
+def test_unknown_sequence_length_runs_as_a_loop_on_the_vm(op, gates, direction, monkeypatch):
+    from kiln.relay.frontend import onnx_ops_rnn
+    from kiln.runtime.vm import VirtualMachine
+
+    monkeypatch.setattr(onnx_ops_rnn, "UNROLL", 4)  # fewer kernels to compile than 8
+    model, feeds = _recurrent_model(op, gates, 8, direction=direction, initial=1,
+                                    steps="seq",
+                                    linear_before_reset=1 if op == "GRU" else None)
+    proto = onnx.load_from_string(model)
+    mod, params = from_onnx(proto, shape={"x": [relay.Any(), BATCH, INPUT],
+                                          "h0": list(feeds["h0"].shape)})
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(mod, target="llvm", params=params)
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for steps in (3, 11):  # shorter than one unrolled call, and 4 + 4 + 3
+        x = _rand(steps, BATCH, INPUT, scale=1.0)
+        got = vm.invoke("main", x, feeds["h0"])
+        for value, want in zip(got, session.run(None, {"x": x, "h0": feeds["h0"]})):
+            np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
+
+
+def test_unknown_sequence_length_with_masking_is_refused_by_name():
+    model, feeds = _recurrent_model("LSTM", 4, 8, lens=[STEPS, 2])
+    with pytest.raises(kiln.TVMError, match="sequence length unknown at conversion time"):
+        from_onnx(onnx.load_from_string(model), shape={"x": [relay.Any(), BATCH, INPUT]})

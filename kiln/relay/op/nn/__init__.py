@@ -1,8 +1,9 @@
 """``relay.nn``: neural-network operators (convolution, pooling, normalization, activations).
 
 Entry points: everything in :mod:`.conv` (conv1d/2d/3d, transposed and contrib convs, dense,
-matmul, batch_matmul), :mod:`.pool` (max/avg/global/adaptive pooling) and :mod:`.nn` (bias_add,
-relu, softmax, pad, batch_norm, upsampling …) and :mod:`.rnn` (fused LSTM/GRU cells), re-exported here under TVM's names.
+matmul, batch_matmul), :mod:`.pool` (max/avg/global/adaptive pooling), :mod:`.nn` (bias_add,
+relu, softmax, pad, batch_norm, upsampling …) and :mod:`.rnn` (fused LSTM/GRU cells),
+re-exported here under TVM's names.
 """
 
 from __future__ import annotations

@@ -6,10 +6,12 @@ Entry points: :func:`contrib_lstm_cell`, :func:`contrib_gru_cell`,
 One call is one time step of an ONNX LSTM or GRU direction with the default activations: the
 recurrent product of all gates and the gate arithmetic in one kernel (``OPAQUE``: nothing
 fuses into it). The input projection of every step, ``xproj = X @ W.T + biases`` with shape
-``[T, B, G * H]``, is computed once before the loop; the 0-d int32 input ``step`` names the
-row a call reads (clamped into ``[0, T)``), so every step of a layer is the same primitive
-function and compiles once. The recurrent weight ``R [G * H, H]`` is packed as ``[H / n, H, G, n]``
-(:func:`pack_recurrent_weight`; FoldConstant folds it for a constant ``R``). The ONNX
+``[T, B, G * H]``, is computed once before the loop; the 0-d int32 input ``step`` plus the
+attribute ``offset`` names the row a call reads (clamped into ``[0, T)``), so every step of a
+layer is the same primitive function and compiles once (a loop unrolled ``U`` times over an
+unknown length uses offsets ``0 .. U - 1``). The recurrent weight ``R [G * H, H]`` is packed
+as ``[H / n, H, G, n]`` (:func:`pack_recurrent_weight`; FoldConstant folds it for a constant
+``R``). The ONNX
 converters use these ops when a layer has the default activations and no peepholes,
 ``input_forget`` or ``sequence_lens`` masking, and compose the cell from primitive ops
 otherwise.
@@ -38,9 +40,10 @@ from kiln.runtime.error import TVMError
 
 __all__ = ["contrib_lstm_cell", "contrib_gru_cell", "pack_recurrent_weight"]
 
-LSTMCellAttrs = A.declare_attrs("LSTMCellAttrs", "nn.contrib_lstm_cell.", clip=None)
+LSTMCellAttrs = A.declare_attrs("LSTMCellAttrs", "nn.contrib_lstm_cell.", clip=None,
+                                offset=0)
 GRUCellAttrs = A.declare_attrs("GRUCellAttrs", "nn.contrib_gru_cell.",
-                               linear_before_reset=False, clip=None)
+                               linear_before_reset=False, clip=None, offset=0)
 
 
 def _cell_dims(types, op_name: str, gates: int, state_rank: int) -> list[int]:
@@ -103,19 +106,20 @@ def _step(step: Any) -> Any:
 
 
 def contrib_lstm_cell(xproj: Any, state: Any, weight: Any, step: Any,
-                      clip: float | None = None) -> Any:
+                      clip: float | None = None, offset: int = 0) -> Any:
     """Next ``[2, B, H]`` (hidden, cell) state of an ONNX LSTM (gates i, o, f, c).
 
     ``xproj [T, B, 4H]``: the input projections with both biases; ``weight``: ``R`` packed by
-    :func:`pack_recurrent_weight`; ``step``: the row of ``xproj`` (an int or a 0-d int32
-    expression); ``clip``: ONNX's cell clip of the gate pre-activations.
+    :func:`pack_recurrent_weight`; ``step + offset``: the row of ``xproj`` (``step`` an int
+    or a 0-d int32 expression); ``clip``: ONNX's cell clip of the gate pre-activations.
     """
     return call("nn.contrib_lstm_cell", [xproj, state, weight, _step(step)],
-                LSTMCellAttrs(clip=None if clip is None else float(clip)))
+                LSTMCellAttrs(clip=None if clip is None else float(clip), offset=int(offset)))
 
 
 def contrib_gru_cell(xproj: Any, hidden: Any, weight: Any, hbias: Any, step: Any,
-                     linear_before_reset: bool = False, clip: float | None = None) -> Any:
+                     linear_before_reset: bool = False, clip: float | None = None,
+                     offset: int = 0) -> Any:
     """Next ``[B, H]`` hidden state of an ONNX GRU (gates z, r, h).
 
     ``xproj [T, B, 3H]`` holds the input biases and the z and r gates' recurrent biases;
@@ -123,7 +127,7 @@ def contrib_gru_cell(xproj: Any, hidden: Any, weight: Any, hbias: Any, step: Any
     """
     return call("nn.contrib_gru_cell", [xproj, hidden, weight, hbias, _step(step)],
                 GRUCellAttrs(linear_before_reset=bool(linear_before_reset),
-                             clip=None if clip is None else float(clip)))
+                             clip=None if clip is None else float(clip), offset=int(offset)))
 
 
 def pack_recurrent_weight(weight: Any, gates: int, hidden: int, lanes: int) -> Any:
@@ -155,15 +159,15 @@ def _clip(x, clip):
     return x if clip is None else np.clip(x, -clip, clip)
 
 
-def _row(xproj, step):
-    return xproj[min(max(int(step), 0), xproj.shape[0] - 1)]
+def _row(xproj, step, offset):
+    return xproj[min(max(int(step) + int(offset), 0), xproj.shape[0] - 1)]
 
 
 def _lstm_cell_numpy(attrs, args, out_type):
     xproj, state, weight, step = args
     r = _unpack(weight)
     h, c = state[0], state[1]
-    x = np.split(_row(xproj, step), 4, axis=-1)
+    x = np.split(_row(xproj, step, attrs.offset), 4, axis=-1)
     i, o, f, g = (_clip(x[q] + h @ r[q].T, attrs.clip) for q in range(4))
     c_next = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
     return np.stack([_sigmoid(o) * np.tanh(c_next), c_next]).astype(state.dtype)
@@ -172,7 +176,7 @@ def _lstm_cell_numpy(attrs, args, out_type):
 def _gru_cell_numpy(attrs, args, out_type):
     xproj, h, weight, hbias, step = args
     r_w = _unpack(weight)
-    xz, xr, xh = np.split(_row(xproj, step), 3, axis=-1)
+    xz, xr, xh = np.split(_row(xproj, step, attrs.offset), 3, axis=-1)
     z = _sigmoid(_clip(xz + h @ r_w[0].T, attrs.clip))
     r = _sigmoid(_clip(xr + h @ r_w[1].T, attrs.clip))
     if attrs.linear_before_reset:

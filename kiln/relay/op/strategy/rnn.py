@@ -16,12 +16,13 @@ __all__: list[str] = []
 
 
 def _lstm_compute(attrs, inputs, out_type, config=None):
-    return [rnn.lstm_cell(inputs[0], inputs[1], inputs[2], inputs[3], attrs.clip)]
+    return [rnn.lstm_cell(inputs[0], inputs[1], inputs[2], inputs[3], attrs.clip,
+                          int(attrs.offset))]
 
 
 def _gru_compute(attrs, inputs, out_type, config=None):
     return [rnn.gru_cell(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
-                         bool(attrs.linear_before_reset), attrs.clip)]
+                         bool(attrs.linear_before_reset), attrs.clip, int(attrs.offset))]
 
 
 for _key in ("generic", "cpu"):
