@@ -36,6 +36,7 @@ _LAZY: dict = {
     "stmt_functor": "kiln.tir.stmt_functor",
     "printer": "kiln.tir.printer",
     "transform": "kiln.tir.transform",
+    "ir_builder": "kiln.tir.ir_builder",
     "Range": ("kiln.ir.expr", "Range"),
     "Buffer": ("kiln.tir.buffer", "Buffer"),
     "decl_buffer": ("kiln.tir.buffer", "decl_buffer"),
