@@ -347,7 +347,9 @@ class GraphConverter:
                 continue
             tensor_type = inp.type.tensor_type
             if inp.name in self.shape_dict:
-                shape = tuple(int(d) for d in self.shape_dict[inp.name])
+                # relay.Any() in a user's shape leaves that dim symbolic, as in TVM
+                shape = tuple(d if isinstance(d, AnyDim) else int(d)
+                              for d in self.shape_dict[inp.name])
             else:
                 shape = tuple(
                     int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
