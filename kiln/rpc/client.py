@@ -22,6 +22,7 @@ Example
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import shutil
@@ -44,6 +45,7 @@ from kiln.rpc.protocol import (
     RPC_CODE_SUCCESS,
     RPC_MAGIC,
     Channel,
+    ChannelClosed,
     Handle,
     Lazy,
     Reader,
@@ -111,12 +113,13 @@ class ClientEndpoint:
             self._check_open()
         try:
             self.channel.send(*parts)
-            packet = read_packet(self.channel)
+            return self.channel.recv_packet()
+        except ChannelClosed as err:
+            if err.received == 0:
+                raise self._lost(what, "the server closed the connection") from None
+            raise self._lost(what, err) from None
         except RPCError as err:
             raise self._lost(what, err) from None
-        if packet is None:
-            raise self._lost(what, "the server closed the connection")
-        return packet
 
     def _decode_reply(self, reply: int, body: memoryview, what: str) -> list[tuple[int, Any]]:
         reader = Reader(body, Lazy("RPC reply to {}", what), self.codec)
@@ -169,15 +172,16 @@ class ClientEndpoint:
                         raise
             raise self._lost("InitServer", f"unexpected reply {bytes(body)[:32].hex()}")
 
-    def call(self, handle: int, args: tuple, name: str = "") -> Any:
-        """Call the remote function ``handle`` (called ``name``); the decoded return value.
+    def call(self, handle: int, args: tuple, name: str | Lazy = "") -> Any:
+        """Call the remote function ``handle`` (called ``name``); the decoded return value."""
+        return self._call(handle, Lazy("call to {!r}", name), *args)
 
-        The hot path of RPC: one prebuilt packet out, one packet in, and a void reply
-        recognised by its bytes (an empty call costs two syscalls and little else).
-        """
+    def _call(self, handle: int, what: Lazy, *args: Any) -> Any:
+        """:meth:`call`, the hot path of RPC: one prebuilt packet out, one packet in, and a
+        void reply recognised by its bytes (an empty call costs two syscalls and little else).
+        Remote functions bind ``handle`` and ``what`` once."""
         codec = self.codec
         packet = codec.call_packet(handle, [self._encode_arg(arg) for arg in args])
-        what = Lazy("call to {!r}", name)
         with self._lock:
             if self._pending_frees:
                 self._flush_frees()
@@ -292,7 +296,8 @@ class ClientEndpoint:
         return self._remote_function(int(handle), name)
 
     def _remote_function(self, handle: int, name: str) -> PackedFunc:
-        func = PackedFunc(lambda *args: self.call(handle, args, name), name)
+        func = PackedFunc(functools.partial(self._call, handle, Lazy("call to {!r}", name)),
+                          name)
         weakref.finalize(func, self.free_later, handle, TypeCode.PACKED_FUNC_HANDLE)
         _REMOTE_HANDLES[func] = (self, handle, TypeCode.PACKED_FUNC_HANDLE)
         return func
@@ -368,7 +373,7 @@ class ClientEndpoint:
             raise self._lost(what, f"a call reply has {len(values)} values")
         value = values[1][1]
         if type_code == TypeCode.PACKED_FUNC_HANDLE:
-            return self._remote_function(int(value), what)
+            return self._remote_function(int(value), str(what))
         if type_code == TypeCode.MODULE_HANDLE:
             return RPCModule(self, int(value))
         if type_code == TypeCode.OBJECT_HANDLE:

@@ -233,16 +233,22 @@ class SocketChannel(Channel):
         """One ``recv_into(into)``; errors name ``got`` of ``total`` bytes of the read."""
         try:
             n = self.sock.recv_into(into)
-        except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO passed: EAGAIN
-            raise ChannelTimeout(f"RPC channel to {self.peer}: no data for {self.timeout}s "
-                                 f"(got {got} of {total} bytes); the peer is stuck or gone",
-                                 got) from None
         except OSError as err:
-            raise ChannelClosed(f"RPC channel to {self.peer} failed: {err}", got) from None
+            raise self._recv_error(err, got, total) from None
         if n == 0:
-            raise ChannelClosed(f"RPC channel to {self.peer} closed by the peer (got {got} "
-                                f"of {total} bytes)", got)
+            raise self._recv_error(None, got, total)
         return n
+
+    def _recv_error(self, err: OSError | None, got: int, total: int) -> RPCError:
+        """The error of a receive that failed (``err``) or met EOF (None)."""
+        if isinstance(err, (TimeoutError, BlockingIOError)):  # SO_RCVTIMEO passed: EAGAIN
+            return ChannelTimeout(f"RPC channel to {self.peer}: no data for {self.timeout}s "
+                                  f"(got {got} of {total} bytes); the peer is stuck or gone",
+                                  got)
+        if err is not None:
+            return ChannelClosed(f"RPC channel to {self.peer} failed: {err}", got)
+        return ChannelClosed(f"RPC channel to {self.peer} closed by the peer (got {got} of "
+                             f"{total} bytes)", got)
 
     def _fill(self, count: int) -> None:
         """Make ``count`` (<= the buffer size) bytes available at ``_buf[_start:]``."""
@@ -289,12 +295,18 @@ class SocketChannel(Channel):
         start, end = self._start, self._end
         if start == end:  # the usual case: nothing buffered, one recv brings a whole packet
             start = self._start = self._end = 0
-            end = self._end = self._recv_some(self._view, 0, 8)
+            try:
+                end = self.sock.recv_into(self._buf)
+            except OSError as err:
+                raise self._recv_error(err, 0, 8) from None
+            if not end:
+                raise self._recv_error(None, 0, 8)
+            self._end = end
         if end - start >= 12:
-            nbytes = _U64.unpack_from(self._buf, start)[0]
+            nbytes, code = _HEADER.unpack_from(self._buf, start)
             if 4 <= nbytes <= end - start - 8 and nbytes <= max_bytes:
                 self._start = stop = start + 8 + nbytes
-                return _I32.unpack_from(self._buf, start + 8)[0], self._view[start + 12:stop]
+                return code, self._view[start + 12:stop]
         return super().recv_packet(max_bytes)
 
     def close(self) -> None:
@@ -523,7 +535,9 @@ class LegacyCodec(Codec):
 
     def call_packet(self, handle: int, values: list[tuple[int, Any]]) -> bytes:
         codes = tuple([code for code, _ in values])
-        layout = _fixed_layout(self._call_layouts, codes, "QiQ" + "i" * (len(codes) + 1))
+        layout = self._call_layouts.get(codes)
+        if layout is None:
+            layout = _fixed_layout(self._call_layouts, codes, "QiQ" + "i" * (len(codes) + 1))
         if layout is None:
             return super().call_packet(handle, values)
         return layout.pack(layout.size - 8, RPCCode.kCallFunc, handle, len(codes), *codes,
