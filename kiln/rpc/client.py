@@ -67,7 +67,7 @@ from kiln.runtime.error import RPCError, RPCSessionTimeoutError, TVMError
 from kiln.runtime.module import Module, load_module
 from kiln.runtime.ndarray import NDArray
 from kiln.runtime.packed_func import PackedFunc, TypeCode
-from kiln.runtime.profiling import BenchmarkResult
+from kiln.runtime.profiling import BenchmarkResult, check_timing_args
 from kiln.runtime.registry import get_global_func
 
 __all__ = ["connect", "RPCSession", "LocalSession", "ClientEndpoint", "RPCModule"]
@@ -506,6 +506,8 @@ def remote_time_evaluator(endpoint: ClientEndpoint | None, module: RPCModule | N
                           cache_flush_bytes: int = 0, f_preproc: str = "") -> Any:
     """A local function that runs the time evaluator of ``endpoint``'s server (None: this
     process) and returns a :class:`BenchmarkResult` of ``repeat`` seconds-per-call values."""
+    check_timing_args(number, repeat, min_repeat_ms, limit_zero_time_iterations,
+                      cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes)
     if endpoint is None:
         from kiln.rpc.serving import rpc_time_evaluator as make
     else:

@@ -45,7 +45,7 @@ from kiln.runtime.error import RPCError, TVMError
 from kiln.runtime.module import Module, load_module
 from kiln.runtime.ndarray import NDArray, from_dlpack
 from kiln.runtime.packed_func import PackedFunc, TypeCode
-from kiln.runtime.profiling import time_repeats
+from kiln.runtime.profiling import check_timing_args, time_repeats
 from kiln.runtime.registry import get_global_func
 
 __all__ = ["ServingSession", "encode_return", "confined_path", "session_globals",
@@ -436,8 +436,8 @@ def rpc_time_evaluator(module: Module | None, name: str, device_type: int, devic
     else:
         func = get_global_func(name)
     preproc = get_global_func(f_preproc) if f_preproc else None
-    if cache_flush_bytes < 0:
-        raise TVMError(f"cache_flush_bytes must be >= 0, got {cache_flush_bytes}")
+    check_timing_args(number, repeat, min_repeat_ms, limit_zero_time_iterations,
+                      cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes)
     flush = [np.zeros(cache_flush_bytes // 4, np.int32) for _ in range(2)]
 
     def evaluate(*args: Any) -> bytes:
