@@ -163,12 +163,13 @@ def domain_opset(model: Any, domain: str) -> int:
 
 def node_converter(node: Any, opset: int, ml_opset: int = 1) -> Any:
     """The registered converter of ``node``: default-domain ops by op type at ``opset``,
-    ``ai.onnx.ml`` ops as ``"ai.onnx.ml.<op>"`` at ``ml_opset``; None when kiln has none."""
+    ``ai.onnx.ml`` ops as ``"ai.onnx.ml.<op>"`` at ``ml_opset``, other domains' ops (such as
+    com.microsoft's QLinear ops) as ``"<domain>.<op>"``; None when kiln has none."""
     if node.domain in DEFAULT_DOMAINS:
         return get_converter(node.op_type, opset)
     if node.domain == ML_DOMAIN:
         return get_converter(f"{ML_DOMAIN}.{node.op_type}", ml_opset)
-    return None
+    return get_converter(f"{node.domain}.{node.op_type}", opset)
 
 
 def unsupported_ops(graph: Any, opset: int, ml_opset: int = 1) -> list[str]:
@@ -281,6 +282,8 @@ class GraphConverter:
     # -- whole models ----------------------------------------------------------------------
     def from_model(self, model: Any) -> tuple[IRModule, dict]:
         """Convert ``model``'s main graph; returns ``(mod, params)``."""
+        from kiln.relay.qnn.fake_quantization import FakeQuantizationToInteger
+        from kiln.relay.qnn.transform import has_qnn_ops
         from kiln.relay.transform import InferType
         from kiln.runtime import ndarray
 
@@ -300,6 +303,10 @@ class GraphConverter:
             gv: self.module[gv] for gv in self.module.get_global_vars()},
             type_defs=dict(self.module.type_definitions))
         mod = InferType()(mod)
+        if self.parent is None and has_qnn_ops(mod):
+            # QDQ regions and the QLinear ops run as integer QNN ops (as ONNX Runtime's own
+            # QDQ fusion does); TVM leaves this pass to the user
+            mod = FakeQuantizationToInteger()(mod)
         params = {name: ndarray.array(value) for name, value in self.params.items()}
         return mod, params
 
@@ -340,7 +347,9 @@ class GraphConverter:
                 continue
             tensor_type = inp.type.tensor_type
             if inp.name in self.shape_dict:
-                shape = tuple(int(d) for d in self.shape_dict[inp.name])
+                # relay.Any() in a user's shape leaves that dim symbolic, as in TVM
+                shape = tuple(d if isinstance(d, AnyDim) else int(d)
+                              for d in self.shape_dict[inp.name])
             else:
                 shape = tuple(
                     int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
@@ -372,7 +381,9 @@ class GraphConverter:
             if len(outputs) < len([o for o in node.output if o]):
                 raise TVMError(f"the converter produced {len(outputs)} outputs, the node "
                                f"names {len(node.output)}")
-            if all(isinstance(i, rx.Constant) for i in inputs if i is not None):
+            # a dequantized constant (a QDQ weight) stays quantized, for the integer path
+            if all(isinstance(i, rx.Constant) for i in inputs if i is not None) and \
+                    node.op_type != "DequantizeLinear":
                 # a subgraph may capture outer values: fold only closed results
                 closed = not any(a.type in (5, 10) for a in node.attribute)
                 outputs = [_fold(out, self.module, check_closed=not closed) for out in outputs]
