@@ -29,7 +29,7 @@ from kiln.relay.frontend.onnx_registry import (
 )
 from kiln.relay.frontend.onnx_resize import SCALE_MAPPED, resize_through_scale
 
-__all__: list[str] = []
+__all__ = ["conv"]
 
 
 def _const(value, dtype: str):
@@ -71,7 +71,8 @@ CONV_TRANSPOSE = {1: (relay.nn.conv1d_transpose, "NCW", "IOW"),
                   2: (relay.nn.conv2d_transpose, "NCHW", "IOHW")}
 
 
-def _conv(inputs, attrs, ctx):
+def conv(inputs, attrs, ctx):
+    """ONNX Conv (any rank, groups, auto_pad) as Relay; QLinearConv/ConvInteger reuse it."""
     x, weight = inputs[0], inputs[1]
     w_shape = ctx.shape(weight)
     kernel = list(attrs.get("kernel_shape", w_shape[2:]))
@@ -93,7 +94,7 @@ def _conv(inputs, attrs, ctx):
     return out
 
 
-register_function("Conv", _conv)
+register_function("Conv", conv)
 
 
 def _conv_transpose(inputs, attrs, ctx):
