@@ -357,7 +357,9 @@ def from_python_value(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value
     if isinstance(value, ADT):
-        return tuple(from_python_value(v) for v in value)
+        fields = [from_python_value(v) for v in value]
+        # tag 0 is a tuple; a constructor's tag (e.g. the VM's Option values) matches by tag
+        return tuple(fields) if value.tag == 0 else ConstructorValue(value.tag, fields)
     if isinstance(value, tuple | list):
         return tuple(from_python_value(v) for v in value)
     if isinstance(value, bool):

@@ -199,3 +199,17 @@ def test_get_element_of_an_empty_optional_is_refused():
     model = _model(nodes, [], [_tensor("y", [2])])
     with pytest.raises(TVMError, match="OptionalGetElement of an empty optional"):
         from_onnx(model)
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_optional_input_on_the_interpreter(present):
+    # the VM's Option value (an ADT with the constructor's tag) matches on the interpreter too
+    from kiln.relay.backend.interpreter import Interpreter
+
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(FLOAT, [3]))
+    model = _model([helper.make_node("OptionalHasElement", ["o"], ["has"])],
+                   [_value("o", opt)], [_tensor("has", [], TensorProto.BOOL)])
+    value = np.arange(3, dtype="float32") if present else None
+    mod, _ = from_onnx(model, shape={"o": _spec(value)})
+    arg = to_vm_value(mod, model.graph.input[0].type, value)
+    assert bool(Interpreter(mod).evaluate()(arg).numpy()) is present
