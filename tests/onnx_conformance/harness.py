@@ -161,17 +161,18 @@ def run_kiln(case, executor: str = "interpreter") -> Outcome:
         elif executor == "vm":
             actual = _run_vm(mod, params, case, formal, inputs)
         else:
-            actual = _run_graph(mod, params, formal, inputs)
+            actual = _run_graph(mod, params, case, formal, inputs)
     except Exception as exc:  # noqa: BLE001  (the measure records every failure)
         return Outcome("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:800]}"
                        if str(exc) else type(exc).__name__)
     return compare(actual, list(expected), case.rtol, case.atol)
 
 
-def _run_graph(mod, params, formal, inputs) -> list:
+def _run_graph(mod, params, case, formal, inputs) -> list:
     import kiln
     from kiln import relay
     from kiln.contrib import graph_executor
+    from kiln.ir.type import TupleType
 
     with kiln.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm", params=params)
@@ -179,7 +180,16 @@ def _run_graph(mod, params, formal, inputs) -> list:
     for f, x in zip(formal, inputs):
         module.set_input(f.name, x)
     module.run()
-    return [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+    flat = [module.get_output(i).numpy() for i in range(module.get_num_outputs())]
+    # the graph executor flattens tuples: a sequence output takes one tensor per element
+    ret = mod["main"].checked_type.ret_type
+    types = [ret] if len(case.model.graph.output) == 1 else list(ret.fields)
+    grouped, at = [], 0
+    for ty in types:
+        width = len(ty.fields) if isinstance(ty, TupleType) else 1
+        grouped.append(flat[at:at + width] if isinstance(ty, TupleType) else flat[at])
+        at += width
+    return grouped
 
 
 def _spec(value):
