@@ -518,6 +518,12 @@ def test_every_reference_rule_has_an_oracle_case_or_a_reason():
 _IDENTITY = "an annotation for passes: evaluation passes its value through unchanged"
 _QNN = ("evaluated by canonicalizing to core ops (relay/qnn/interp.py), whose rules are checked "
         "here; QNN results are compared with onnxruntime in tests/relay/qnn/test_qnn_core.py")
+_QNN_NUMPY = ("evaluated by canonicalizing to core ops (relay/qnn/interp.py), whose rules are "
+              "checked here; the QNN results are compared with NumPy integer math and float "
+              "math in tests/relay/qnn/test_qnn_conv_dense.py and test_qnn_unary_pool.py")
+_CELL = ("kiln's fused recurrent step (packed weight): checked against a NumPy LSTM/GRU step "
+         "and, inside ONNX models, against onnxruntime in "
+         "tests/relay/frontend/test_onnx_rnn_fused.py")
 _PACKED = ("a kiln-internal packed weight layout that no other framework computes; the "
            "transform + conv pair is checked against nn.conv2d in tests/relay/op/test_op_nn.py")
 NO_ORACLE_YET: dict[str, str] = {
@@ -528,6 +534,11 @@ NO_ORACLE_YET: dict[str, str] = {
     "debug": "runs the user's Python callback and returns its input",
     **{name: _QNN for name in ("qnn.add", "qnn.dequantize", "qnn.mul", "qnn.quantize",
                                "qnn.requantize", "qnn.subtract")},
+    **{name: _QNN_NUMPY for name in (
+        "qnn.abs", "qnn.avg_pool2d", "qnn.batch_matmul", "qnn.concatenate", "qnn.conv2d",
+        "qnn.conv2d_transpose", "qnn.dense", "qnn.erf", "qnn.exp", "qnn.hardswish",
+        "qnn.leaky_relu", "qnn.log", "qnn.rsqrt", "qnn.sigmoid", "qnn.sqrt", "qnn.tanh")},
+    **{name: _CELL for name in ("nn.contrib_gru_cell", "nn.contrib_lstm_cell")},
     **{name: _PACKED for name in (
         "nn.contrib_conv2d_gemm_weight_transform",
         "nn.contrib_conv2d_gemm_without_weight_transform",
