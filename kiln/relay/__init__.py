@@ -38,6 +38,7 @@ _LAZY: dict[str, _AnyValue] = {
     "dyn": "kiln.relay.op.dyn",
     "annotation": "kiln.relay.op.annotation",
     "qnn": "kiln.relay.qnn",
+    "quantize": "kiln.relay.quantize",
     "testing": "kiln.relay.testing",
     "frontend": "kiln.relay.frontend",
     "backend": "kiln.relay.backend",

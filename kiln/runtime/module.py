@@ -262,16 +262,21 @@ class Module(Object):
         number: int = 10,
         repeat: int = 1,
         min_repeat_ms: float = 0,
+        limit_zero_time_iterations: int = 100,
         cooldown_interval_ms: float = 0,
         repeats_to_cooldown: int = 1,
+        cache_flush_bytes: int = 0,
         f_preproc: str = "",
     ) -> Callable[..., Any]:
         """A function that runs ``func_name`` and returns timing statistics (seconds).
 
         Each of ``repeat`` measurements is the mean over ``number`` calls; ``number`` grows
         until a measurement lasts ``min_repeat_ms``. The result has ``.mean``, ``.median``,
-        ``.results``. ``dev`` and the cooldown/preprocessing arguments are accepted for TVM
-        compatibility; kiln times host (CPU) functions, which need no device synchronization.
+        ``.results``. A repeat timed as zero is retried up to ``limit_zero_time_iterations``
+        times; every ``repeats_to_cooldown`` repeats sleep ``cooldown_interval_ms``. ``dev``,
+        ``cache_flush_bytes`` and ``f_preproc`` are accepted for TVM compatibility (kiln times
+        host functions here; an RPC module's evaluator honours them on the server). Arguments
+        a C int could not hold raise TVMError at once.
 
         Example
         -------
@@ -282,8 +287,10 @@ class Module(Object):
         >>> len(timer().results)
         2
         """
-        from kiln.runtime.profiling import time_repeats
+        from kiln.runtime.profiling import check_timing_args, time_repeats
 
+        check_timing_args(number, repeat, min_repeat_ms, limit_zero_time_iterations,
+                          cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes)
         func = self.get_function(func_name, query_imports=True)
 
         def evaluator(*args: Any) -> Any:
@@ -293,7 +300,10 @@ class Module(Object):
                 for _ in range(times):
                     call()
 
-            return time_repeats(run, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms)
+            return time_repeats(run, repeat=repeat, number=number, min_repeat_ms=min_repeat_ms,
+                                limit_zero_time_iterations=limit_zero_time_iterations,
+                                cooldown_interval_ms=cooldown_interval_ms,
+                                repeats_to_cooldown=repeats_to_cooldown)
 
         return evaluator
 

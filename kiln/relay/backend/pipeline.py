@@ -5,7 +5,7 @@ Entry points: :data:`OPTIMIZE_PASSES`, :func:`pass_pipeline`, :func:`make_compil
 
 ``relay.build`` (graph and AOT executors) and ``relay.vm.compile`` read the same three steps:
 
-1. :func:`pass_pipeline` — QNN canonicalization (when the module has ``qnn.*`` ops),
+1. :func:`pass_pipeline` — QNN legalization + canonicalization (when the module has ``qnn.*`` ops),
    ``PlanDevices``, the optimization passes (:data:`OPTIMIZE_PASSES`, each gated by its own
    opt level in the current ``PassContext``), ``PlanDevices`` again and ``FuseOps``; the VM
    adds A-normal form and ``ManifestLifetimes`` (TVM's ``GetPassPrefix`` plus the VM's tail);
@@ -32,7 +32,7 @@ from typing import Any
 
 from kiln.ir.transform import Pass, PassContext, Sequential
 from kiln.relay.backend.te_compiler import TECompiler
-from kiln.relay.qnn.transform import CanonicalizeOps as QnnCanonicalizeOps
+from kiln.relay.qnn.transform import Legalize as QnnLegalize
 from kiln.relay.qnn.transform import has_qnn_ops
 from kiln.relay.transform import InferType
 from kiln.relay.transform.alter_op_layout import AlterOpLayout
@@ -73,9 +73,9 @@ EXECUTORS = ("graph", "aot", "vm")
 
 
 def qnn_lowering_passes(mod: Any) -> list[Pass]:
-    """QNN canonicalization when ``mod`` calls ``qnn.*`` ops (first in TVM's pass prefix):
-    the QNN ops have no kernels."""
-    return [QnnCanonicalizeOps()] if has_qnn_ops(mod) else []
+    """QNN legalization + canonicalization when ``mod`` calls ``qnn.*`` ops (first in TVM's
+    pass prefix): the QNN ops have no kernels."""
+    return [QnnLegalize()] if has_qnn_ops(mod) else []
 
 
 def _to_a_normal_form_at_any_level() -> Pass:

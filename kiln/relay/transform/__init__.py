@@ -64,6 +64,8 @@ _LAZY: dict[str, Any] = {
     "AnnotateSpans": ("kiln.relay.transform.annotate_spans", "AnnotateSpans"),
     "Gradient": ("kiln.relay.transform.autodiff", "Gradient"),
     "gradient": ("kiln.relay.transform.autodiff", "gradient"),
+    "FakeQuantizationToInteger": ("kiln.relay.qnn.fake_quantization",
+                                  "FakeQuantizationToInteger"),
 }
 
 _lazy_getattr, __dir__ = attach(__name__, _LAZY)

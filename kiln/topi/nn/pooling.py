@@ -27,6 +27,13 @@ def _all(conds: list) -> Any:
     return out
 
 
+def window_mean(total: Any, count: Any) -> Any:
+    """``total / count``; integer averages truncate toward zero, as TVM's ``div``."""
+    if "int" in str(total.dtype):
+        return _op.truncdiv(total, count)
+    return total / count
+
+
 def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, padding: Any,
          pool_type: str, ceil_mode: bool = False, layout: str = "NCHW",
          count_include_pad: bool = True) -> te.Tensor:
@@ -94,8 +101,8 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
         return te.sum(_op.if_then_else(_all(conds), 1, 0), axis=cnt_red)
 
     counts = te.compute(out_shape, count, name="pool_count", tag="pool_count")
-    return te.compute(out_shape, lambda *i: sums(*i) / _op.cast(
-        _op.max(counts(*i), 1), data.dtype), name="pool_avg", tag="elemwise")
+    return te.compute(out_shape, lambda *i: window_mean(sums(*i), _op.cast(
+        _op.max(counts(*i), 1), data.dtype)), name="pool_avg", tag="elemwise")
 
 
 def pool1d(data, kernel, stride, dilation, padding, pool_type, ceil_mode=False, layout="NCW",
@@ -158,7 +165,7 @@ def adaptive_pool(data: te.Tensor, output_size: Sequence[int], pool_type: str,
         count = None
         for s, e in zip(starts, ends):
             count = (e - s) if count is None else count * (e - s)
-        return out(*i) / _op.cast(count, data.dtype)
+        return window_mean(out(*i), _op.cast(count, data.dtype))
 
     return te.compute(out_shape, average, name="adaptive_pool_avg", tag="elemwise")
 

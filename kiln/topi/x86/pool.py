@@ -120,7 +120,7 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
                 (0, shape[ax])
             n = _window_count(i[ax], kernel[k], stride[k], dilation[k], before[k], lo, hi)
             count = n if count is None else count * n
-        return sums(*i) / _op.cast(_op.max(count, 1), data.dtype)
+        return nn.pooling.window_mean(sums(*i), _op.cast(_op.max(count, 1), data.dtype))
 
     return te.compute(out_shape, average, name="pool_avg", tag=tag.ELEMWISE)
 

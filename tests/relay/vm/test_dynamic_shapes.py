@@ -146,9 +146,28 @@ def test_transpose_expand_dims_and_reduce(rng):
 
 
 def test_op_without_shape_function_is_a_clear_error():
-    x2 = relay.var("x", shape=(4, 3))
-    idx = relay.var("idx", shape=(1, ANY), dtype="int32")
-    func = relay.Function([x2, idx], relay.gather_nd(x2, idx))
+    # an injective op whose output shape is not its input's needs a rule; this one has none
+    from kiln import te
+    from kiln.relay.op.op import (
+        INJECTIVE,
+        define_op,
+        register_compute,
+        register_injective_schedule,
+    )
+    from kiln.relay.op.type_relations import tensor_arg, tensor_type
+
+    def _swap_rel(types, attrs, op_name):
+        return tensor_type(list(tensor_arg(types, 0, op_name).shape)[::-1], "float32")
+
+    def _swap(attrs, inputs, out_type):
+        x = inputs[0]
+        return [te.compute(x.shape[::-1], lambda i, j: x[j, i], name="swap")]
+
+    define_op("test.swap_no_shape_func", _swap_rel, INJECTIVE, 1)
+    register_compute("test.swap_no_shape_func", _swap)
+    register_injective_schedule("test.swap_no_shape_func")
+    x2 = relay.var("x", shape=(ANY, 3))
+    func = relay.Function([x2], relay.Call(kiln.ir.op.Op.get("test.swap_no_shape_func"), [x2]))
     with pytest.raises(kiln.TVMError, match="shape function"):
         compile_vm(kiln.IRModule.from_expr(func))
 
