@@ -137,7 +137,7 @@ def _broadcast_to(value: PrimExpr, lanes: int) -> PrimExpr:
     return _e.Broadcast(value, lanes)
 
 
-def _match_types(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
+def match_types(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
     """TVM's BinaryOpMatchTypes: make both operands one dtype."""
     lanes = builtins.max(_lanes(a.dtype), _lanes(b.dtype))
     a, b = _broadcast_to(a, lanes), _broadcast_to(b, lanes)
@@ -165,7 +165,7 @@ def _operands(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
         b = _weak_const(b, a.dtype)
     else:
         a, b = convert_expr(a), convert_expr(b)
-    return _match_types(a, b)
+    return match_types(a, b)
 
 
 def _weak_const(value: int | float, other_dtype: str) -> PrimExpr:
