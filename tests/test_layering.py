@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import kiln
@@ -42,6 +43,12 @@ LAYER = {
 }
 # issue 13: the cap fails at 1,000 lines
 REPORT_LINES, MAX_LINES = 800, 1000
+
+
+@functools.cache
+def _parse(path: Path) -> ast.Module:
+    """The syntax tree of a kiln module (parsed once for all the checks here)."""
+    return ast.parse(path.read_text())
 
 
 def _modules():
@@ -81,7 +88,7 @@ def _private_imports():
     that imports a private name from another kiln module."""
     for path in sorted(ROOT.rglob("*.py")):
         module = _module_name(path)
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parse(path)):
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
                     and node.module.split(".")[0] == "kiln" and node.module != module):
                 continue
@@ -114,7 +121,7 @@ def test_runtime_imports_nothing_else_from_kiln():
     for path, package in _modules():
         if package != "runtime":
             continue
-        tree = ast.parse(path.read_text())
+        tree = _parse(path)
         for lineno, target in _kiln_imports(tree, module_level_only=False):
             if target not in ("runtime", "_lazy"):
                 offenders.append(f"{path.relative_to(ROOT)}:{lineno} imports kiln.{target}")
@@ -126,7 +133,7 @@ def test_layers_import_only_from_below():
     for path, package in _modules():
         layer = LAYER.get(package)
         assert layer is not None, f"kiln.{package} has no layer in ARCHITECTURE.md's table"
-        tree = ast.parse(path.read_text())
+        tree = _parse(path)
         for lineno, target in _kiln_imports(tree, module_level_only=True):
             if LAYER.get(target, 99) > layer:
                 offenders.append(
@@ -139,7 +146,7 @@ def test_layers_import_only_from_below():
 def _function_level_upward_imports():
     for path, package in _modules():
         layer = LAYER[package]
-        tree = ast.parse(path.read_text())
+        tree = _parse(path)
         functions = [n for n in ast.walk(tree)
                      if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         seen: set[int] = set()
