@@ -109,6 +109,34 @@ def test_no_private_name_is_imported_from_another_package():
                            + "\n".join(offenders))
 
 
+def _is_kiln_module(name: str) -> bool:
+    path = ROOT.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_no_private_attribute_of_another_kiln_module_is_used():
+    # ``from kiln.target import c_abi`` then ``c_abi._helper(...)`` is a private import too
+    offenders = []
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = _parse(path)
+        modules = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                    and node.module.split(".")[0] == "kiln":
+                modules.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                                if _is_kiln_module(f"{node.module}.{a.name}")})
+            elif isinstance(node, ast.Import):
+                modules.update({a.asname: a.name for a in node.names
+                                if a.asname and a.name.split(".")[0] == "kiln"})
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in modules and node.attr.startswith("_") \
+                    and not node.attr.startswith("__"):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} uses "
+                                 f"{modules[node.value.id]}.{node.attr}")
+    assert not offenders, "\n".join(offenders)
+
+
 def test_private_imports_within_a_package_only_go_down():
     found = [f"{path.relative_to(ROOT)}:{line} {source}.{name}"
              for path, line, _, source, name in _private_imports()]
