@@ -699,7 +699,8 @@ def where(condition: Any, x: Any, y: Any) -> Any:
     return call("where", [condition, as_expr(x), as_expr(y)])
 
 
-def _one_hot_rel(types, attrs, op_name):
+def one_hot_rel(types, attrs, op_name):
+    """The type relation of one_hot (indices' shape with depth inserted at axis)."""
     indices = tensor_arg(types, 0, op_name)
     on, off = tensor_arg(types, 1, op_name), tensor_arg(types, 2, op_name)
     if on.shape or off.shape:
@@ -712,7 +713,7 @@ def _one_hot_rel(types, attrs, op_name):
     return tensor_type(d[:axis] + [depth] + d[axis:], attrs.dtype or on.dtype)
 
 
-define_op("one_hot", _one_hot_rel, OUT_ELEMWISE_FUSABLE, 3, A.OneHotAttrs, "one-hot encode", 10)
+define_op("one_hot", one_hot_rel, OUT_ELEMWISE_FUSABLE, 3, A.OneHotAttrs, "one-hot encode", 10)
 
 
 def one_hot(indices: Any, on_value: Any, off_value: Any, depth: Any, axis: int,

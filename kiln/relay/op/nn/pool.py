@@ -25,7 +25,7 @@ from typing import Any
 
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.layout import parse_layout
-from kiln.relay.op.nn.conv import _tuple, get_pad_tuple, pad_pairs
+from kiln.relay.op.nn.conv import get_pad_tuple, int_tuple, pad_pairs
 from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
 from kiln.relay.op.type_relations import dim_op, dims, fail, is_static, tensor_arg, tensor_type
 
@@ -52,7 +52,7 @@ def _pool_rel(types, attrs, op_name, n):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     axes = spatial_axes(attrs.layout, _SPATIAL[n], len(d), op_name)
-    pool, strides, dilation = (list(_tuple(v, n)) for v in (attrs.pool_size, attrs.strides,
+    pool, strides, dilation = (list(int_tuple(v, n)) for v in (attrs.pool_size, attrs.strides,
                                                            attrs.dilation))
     if len(pool) == 1:
         pool = pool * n
@@ -141,8 +141,8 @@ def _pool(name, n, data, pool_size, strides, dilation, padding, layout, out_layo
           **extra):
     attrs_type = _POOL_OPS[name][1]
     return call(name, [data], attrs_type(
-        pool_size=_tuple(pool_size, n), strides=_tuple(strides, n),
-        dilation=_tuple(dilation, n), padding=get_pad_tuple(padding, n), layout=layout,
+        pool_size=int_tuple(pool_size, n), strides=int_tuple(strides, n),
+        dilation=int_tuple(dilation, n), padding=get_pad_tuple(padding, n), layout=layout,
         out_layout=out_layout, ceil_mode=bool(ceil_mode), **extra))
 
 
