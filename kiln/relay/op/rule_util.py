@@ -1,6 +1,7 @@
 """Helpers the op family modules share when they write an op's rules.
 
-Entry points: for computes, :func:`out_shape`, :func:`out_dtype`, :func:`optional_list`,
+Entry points: for computes, :func:`out_shape`, :func:`out_dtype`, :func:`int_list`,
+:func:`optional_list`,
 :func:`static_or_symbolic`; for reference rules, :func:`reference_dtype`; for shape functions
 (``rule(attrs, in_dims, out_types) -> out_dims`` over int64 ``PrimExpr`` dims),
 :func:`i64`, :func:`broadcast_dims`, :func:`product`, :func:`checked`.
@@ -16,8 +17,8 @@ import numpy as np
 from kiln import tir
 from kiln.runtime.dtype import DataType
 
-__all__ = ["out_shape", "out_dtype", "optional_list", "static_or_symbolic", "reference_dtype",
-           "i64", "broadcast_dims", "product", "checked"]
+__all__ = ["out_shape", "out_dtype", "int_list", "optional_list", "static_or_symbolic",
+           "reference_dtype", "i64", "broadcast_dims", "product", "checked"]
 
 
 # ---- computes: compute(attrs, inputs, out_type) -> [te.Tensor] -------------------------------
@@ -30,6 +31,15 @@ def out_shape(out_type: Any, index: int | None = None) -> list[Any]:
 def out_dtype(out_type: Any, index: int | None = None) -> str:
     """The output dtype (of field ``index`` of a tuple type)."""
     return str((out_type.fields[index] if index is not None else out_type).dtype)
+
+
+def int_list(value: Any) -> list[int] | None:
+    """An int or a sequence of ints as a list of ints (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return [int(value)]
+    return [int(v) for v in value]
 
 
 def optional_list(value: Any) -> Any:

@@ -31,12 +31,14 @@ from kiln.relay.op.op import (
     define_op,
     register_arg_types,
     register_compute,
+    register_fold_scale_axis,
     register_gradient,
     register_mac_count,
     register_opaque_schedule,
     register_reference,
     register_shape_func,
 )
+from kiln.relay.op.reshape import transpose
 from kiln.relay.op.rule_util import (
     broadcast_dims,
     out_dtype,
@@ -44,7 +46,6 @@ from kiln.relay.op.rule_util import (
     reference_dtype,
     static_or_symbolic,
 )
-from kiln.relay.op.transform import transpose
 from kiln.relay.op.type_relations import (
     Any as DynDim,
 )
@@ -340,3 +341,17 @@ def mac_count_matmul(call_node: Any) -> int:
 
 for _name in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
     register_mac_count(_name, mac_count_matmul)
+
+
+# ---- FoldScaleAxis: a per-channel scale moves into the (units, K) weight ---------------------
+def scale_axis_output_dense(call_node: Any) -> tuple[int, int, int]:
+    """A scale on the last (units) axis of the result scales the weight's rows."""
+    return len(call_node.checked_type.shape) - 1, 0, 2
+
+
+def scale_axis_input_dense(call_node: Any) -> tuple[int, int, int]:
+    """A scale on the last (K) axis of the data scales the weight's columns."""
+    return len(call_node.args[0].checked_type.shape) - 1, 1, 2
+
+
+register_fold_scale_axis("nn.dense", scale_axis_output_dense, scale_axis_input_dense)

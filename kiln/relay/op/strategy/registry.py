@@ -7,10 +7,7 @@ Entry points: :class:`OpImplementation`, :class:`OpStrategy`, :func:`register_st
 A strategy function ``fstrategy(attrs, inputs, out_type, target) -> OpStrategy`` is registered
 per op and *target key* with ``@register_strategy("nn.dense", "cpu")``. An op's
 ``FTVMStrategy`` attribute dispatches on ``target.keys`` in order and falls back to the
-``"generic"`` registration; an op registered with a compute and a schedule
-(``register_compute`` + ``register_injective_schedule`` …) gets its ``generic`` strategy from
-them with :func:`register_generic_strategy`, at the latest when it is first lowered.
-:func:`select_implementation` runs the strategy and takes the
+``"generic"`` registration. :func:`select_implementation` runs the strategy and takes the
 implementation with the highest ``plevel`` unless a tuner's selector (AutoTVM records) picks
 another by name.
 
@@ -34,8 +31,7 @@ from kiln.runtime.error import OpNotImplemented, TVMError
 __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for",
            "register_implementation", "IMPLEMENTATIONS", "IMPLEMENTATIONS_OF",
            "select_implementation", "register_tuned_selector", "register_target_schedule",
-           "target_schedule", "target_keys", "registered_keys", "register_generic_strategy",
-           "implementation_stem"]
+           "target_schedule", "target_keys", "registered_keys"]
 
 
 @dataclass(frozen=True)
