@@ -12,8 +12,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kiln.relay.backend.numpy_layout import layout_transform
-from kiln.relay.backend.numpy_ops import _axes, _out_dtype, register_numpy
+from kiln.relay.backend.numpy_ops import register_numpy
 from kiln.relay.op.nn.conv import canonical_layout as _canonical
+from kiln.relay.op.rule_util import reference_dtype
 from kiln.runtime.error import TVMError
 
 
@@ -22,7 +23,7 @@ from kiln.runtime.error import TVMError
 def _softmax(attrs, args, out_type):
     x = args[0].astype(np.float64)
     e = np.exp(x - x.max(axis=attrs.axis, keepdims=True))
-    return (e / e.sum(axis=attrs.axis, keepdims=True)).astype(_out_dtype(out_type))
+    return (e / e.sum(axis=attrs.axis, keepdims=True)).astype(reference_dtype(out_type))
 
 
 @register_numpy("nn.log_softmax")
@@ -30,7 +31,7 @@ def _log_softmax(attrs, args, out_type):
     x = args[0].astype(np.float64)
     shifted = x - x.max(axis=attrs.axis, keepdims=True)
     out = shifted - np.log(np.exp(shifted).sum(axis=attrs.axis, keepdims=True))
-    return out.astype(_out_dtype(out_type))
+    return out.astype(reference_dtype(out_type))
 
 
 def _channel_shape(ndim: int, axis: int) -> list[int]:
@@ -99,7 +100,8 @@ def _group_norm(attrs, args, out_type):
 @register_numpy("nn.l2_normalize")
 def _l2_normalize(attrs, args, out_type):
     x = args[0]
-    axes = _axes(attrs.axis, x.ndim)
+    axes = tuple(range(x.ndim)) if attrs.axis is None else \
+        tuple(int(a) % x.ndim for a in attrs.axis)
     sq = np.sum(x.astype(np.float64) ** 2, axis=axes, keepdims=True)
     return (x / np.sqrt(np.maximum(sq, attrs.eps))).astype(x.dtype)
 
@@ -114,7 +116,7 @@ def _lrn(attrs, args, out_type):
     window = sliding_window_view(padded, size, axis=-1).sum(axis=-1)
     window = np.moveaxis(window, -1, axis)
     out = x / (attrs.bias + attrs.alpha * window / size) ** attrs.beta
-    return out.astype(_out_dtype(out_type))
+    return out.astype(reference_dtype(out_type))
 
 
 # ---- padding, resampling, pixel shuffles ----------------------------------------------------
@@ -244,7 +246,7 @@ def _resize(attrs, args, out_type, nd):
     for i in range(nd):
         x = _resize_axis(x, 2 + i, sizes[i], attrs, (roi[i], roi[nd + i]))
     out = layout_transform(x, canon, layout)
-    dtype = _out_dtype(out_type)
+    dtype = reference_dtype(out_type)
     if dtype.kind != "f":
         out = np.round(out)
     return out.astype(dtype)
@@ -275,4 +277,4 @@ def _upsampling(attrs, args, out_type):
     resize = _UpsamplingAsResize(attrs)
     for axis, size in zip((2, 3), sizes):
         x = _resize_axis(x, axis, size, resize, (0.0, 1.0))
-    return layout_transform(x.astype(_out_dtype(out_type)), "NCHW", attrs.layout)
+    return layout_transform(x.astype(reference_dtype(out_type)), "NCHW", attrs.layout)

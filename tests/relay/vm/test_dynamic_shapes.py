@@ -178,20 +178,20 @@ def test_op_without_shape_function_is_a_clear_error():
 def _shape_of_output(body_fn, arg_types, arg_shapes):
     """Run the shape function kernel of ``body_fn(*vars)`` on concrete input shapes."""
     from kiln.relay import transform
-    from kiln.relay.vm.shape_func import _build_shape_kernel, _dynamic_params
-    from kiln.target.build import build_module
+    from kiln.relay.backend.te_compiler import TECompiler
 
     params = [relay.var(f"p{i}", t) for i, t in enumerate(arg_types)]
     func = relay.Function(params, body_fn(*params)).with_attr("Primitive", 1)
     func = transform.InferType()(kiln.IRModule.from_expr(func))["main"]
-    prim, dynamic, checked = _build_shape_kernel(func, "shape_fn")
-    lib = build_module(kiln.IRModule({"shape_fn": prim}), kiln.target.Target("c"))
+    compiler = TECompiler("c")
+    shape_func = compiler.lower_shape_func(func)
+    lib = compiler.build()
     flat = [s for s, t in zip(arg_shapes, arg_types)]
-    ins = [kiln.nd.array(np.array(flat[i], "int64")) for i, _ in _dynamic_params(func)]
+    ins = [kiln.nd.array(np.array(flat[i], "int64")) for i in shape_func.inputs]
     ndim = len(func.body.checked_type.shape)
     shape, size = kiln.nd.empty((ndim,), "int64"), kiln.nd.empty((1,), "int64")
-    agreement = [kiln.nd.empty((1,), "int64")] if checked else []
-    lib["shape_fn"](*ins, shape, size, *agreement)
+    agreement = [kiln.nd.empty((1,), "int64")] if shape_func.checked else []
+    lib[shape_func.name](*ins, shape, size, *agreement)
     return tuple(shape.numpy()), int(size.numpy()[0])
 
 

@@ -67,7 +67,7 @@ from kiln.topi.nn.winograd import winograd_matrices
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
 
-def _tuple(value: Any, n: int) -> tuple:
+def as_tuple(value: Any, n: int) -> tuple:
     """An int (or a 1-tuple) repeated ``n`` times; a tuple as is."""
     if isinstance(value, int):
         return (int(value),) * n
@@ -76,7 +76,7 @@ def _tuple(value: Any, n: int) -> tuple:
 
 def get_pad_tuple(padding: Any, n: int) -> tuple:
     """TVM's ``get_pad_tuple{1,2,3}d``: 1, n or 2n values -> 2n values (befores, afters)."""
-    pad = _tuple(padding, 1) if isinstance(padding, int) else tuple(padding)
+    pad = as_tuple(padding, 1) if isinstance(padding, int) else tuple(padding)
     if len(pad) == 1:
         return pad * (2 * n)
     if len(pad) == n:
@@ -301,9 +301,9 @@ for _name in ("nn.conv1d_transpose", "nn.conv2d_transpose"):
 
 
 def _conv_attrs(n, strides, padding, dilation, groups, channels, kernel_size):
-    return dict(strides=_tuple(strides, n), padding=get_pad_tuple(padding, n),
-                dilation=_tuple(dilation, n), groups=int(groups), channels=channels,
-                kernel_size=None if kernel_size is None else _tuple(kernel_size, n))
+    return dict(strides=as_tuple(strides, n), padding=get_pad_tuple(padding, n),
+                dilation=as_tuple(dilation, n), groups=int(groups), channels=channels,
+                kernel_size=None if kernel_size is None else as_tuple(kernel_size, n))
 
 
 def conv1d(data: Any, weight: Any, strides: Any = 1, padding: Any = 0, dilation: Any = 1,
@@ -355,7 +355,7 @@ def conv1d_transpose(data: Any, weight: Any, strides: Any = (1,), padding: Any =
     """1-D transposed convolution (``IOW`` kernel by default)."""
     return call("nn.conv1d_transpose", [data, weight], A.Conv1DTransposeAttrs(
         **_conv_attrs(1, strides, padding, dilation, groups, channels, kernel_size),
-        output_padding=_tuple(output_padding, 1), data_layout=data_layout,
+        output_padding=as_tuple(output_padding, 1), data_layout=data_layout,
         kernel_layout=kernel_layout, out_layout=out_layout, out_dtype=out_dtype))
 
 
@@ -367,7 +367,7 @@ def conv2d_transpose(data: Any, weight: Any, strides: Any = (1, 1), padding: Any
     """2-D transposed convolution (``IOHW`` kernel by default)."""
     return call("nn.conv2d_transpose", [data, weight], A.Conv2DTransposeAttrs(
         **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
-        output_padding=_tuple(output_padding, 2), data_layout=data_layout,
+        output_padding=as_tuple(output_padding, 2), data_layout=data_layout,
         kernel_layout=kernel_layout, out_layout=out_layout, out_dtype=out_dtype))
 
 

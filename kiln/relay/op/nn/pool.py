@@ -28,7 +28,7 @@ import numpy as np
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.layout import convert_array, parse_layout
 from kiln.relay.op.nn.conv import (
-    _tuple,
+    as_tuple,
     canonical_layout,
     explicit_pads,
     get_pad_tuple,
@@ -72,7 +72,7 @@ def _pool_rel(types, attrs, op_name, n):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     axes = spatial_axes(attrs.layout, _SPATIAL[n], len(d), op_name)
-    pool, strides, dilation = (list(_tuple(v, n)) for v in (attrs.pool_size, attrs.strides,
+    pool, strides, dilation = (list(as_tuple(v, n)) for v in (attrs.pool_size, attrs.strides,
                                                            attrs.dilation))
     if len(pool) == 1:
         pool = pool * n
@@ -161,8 +161,8 @@ def _pool(name, n, data, pool_size, strides, dilation, padding, layout, out_layo
           **extra):
     attrs_type = _POOL_OPS[name][1]
     return call(name, [data], attrs_type(
-        pool_size=_tuple(pool_size, n), strides=_tuple(strides, n),
-        dilation=_tuple(dilation, n), padding=get_pad_tuple(padding, n), layout=layout,
+        pool_size=as_tuple(pool_size, n), strides=as_tuple(strides, n),
+        dilation=as_tuple(dilation, n), padding=get_pad_tuple(padding, n), layout=layout,
         out_layout=out_layout, ceil_mode=bool(ceil_mode), **extra))
 
 
