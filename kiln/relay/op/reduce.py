@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from kiln import topi
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.op import (
@@ -43,7 +42,9 @@ from kiln.relay.op.reshape import reshape
 from kiln.relay.op.rule_util import i64, optional_list, reference_dtype
 from kiln.relay.op.transform import broadcast_to_like
 from kiln.relay.op.type_relations import dims, fail, normalize_axis, tensor_arg, tensor_type
-from kiln.topi.reduction import ACCUMULATOR_DTYPE
+
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
 
 def reduce_axes(ndim: int, axis: Any, exclude: bool, op_name: str) -> list[int]:
@@ -201,34 +202,41 @@ def logsumexp(data: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 # ---- computes (TOPI) and schedule kind ------------------------------------------------------
-def _reduce_compute(topi_fn: Callable) -> Callable:
-    """The TE compute of a reduction: ``topi_fn(data, axis, keepdims, exclude)``."""
+def _reduce_compute(topi_name: str) -> Callable:
+    """The TE compute of a reduction: ``topi.<topi_name>(data, axis, keepdims, exclude)``."""
     def compute(attrs: Any, inputs: list, out_type: Any) -> list:
-        return [topi_fn(inputs[0], optional_list(attrs.axis), attrs.keepdims, attrs.exclude)]
+        from kiln import topi
 
-    compute.__name__ = compute.__qualname__ = f"compute_{topi_fn.__name__}"
+        return [getattr(topi, topi_name)(inputs[0], optional_list(attrs.axis), attrs.keepdims,
+                                         attrs.exclude)]
+
+    compute.__name__ = compute.__qualname__ = f"compute_{topi_name}"
     return compute
 
 
-def _arg_reduce_compute(topi_fn: Callable) -> Callable:
+def _arg_reduce_compute(topi_name: str) -> Callable:
     """The TE compute of argmax/argmin (with ``select_last_index``)."""
     def compute(attrs: Any, inputs: list, out_type: Any) -> list:
-        return [topi_fn(inputs[0], optional_list(attrs.axis), attrs.keepdims, attrs.exclude,
-                        attrs.select_last_index)]
+        from kiln import topi
 
-    compute.__name__ = compute.__qualname__ = f"compute_{topi_fn.__name__}"
+        return [getattr(topi, topi_name)(inputs[0], optional_list(attrs.axis), attrs.keepdims,
+                                         attrs.exclude, attrs.select_last_index)]
+
+    compute.__name__ = compute.__qualname__ = f"compute_{topi_name}"
     return compute
 
 
 for _name in REDUCE_OPS:
-    register_compute(_name, _reduce_compute(getattr(topi, _name)))
+    register_compute(_name, _reduce_compute(_name))
 for _name in ARG_REDUCE_OPS:
-    register_compute(_name, _arg_reduce_compute(getattr(topi, _name)))
+    register_compute(_name, _arg_reduce_compute(_name))
 
 
 @register_compute("variance")
 def compute_variance(attrs, inputs, out_type):
     """``topi.variance`` of the data about the given mean."""
+    from kiln import topi
+
     return [topi.variance(inputs[0], inputs[1], optional_list(attrs.axis), attrs.keepdims,
                           attrs.exclude, attrs.unbiased)]
 
@@ -251,6 +259,8 @@ def _reduce_reference(op_name: str) -> Callable:
     func = _NUMPY_REDUCTIONS[op_name]
 
     def reference(attrs: Any, args: list, out_type: Any) -> np.ndarray:
+        from kiln.topi.reduction import ACCUMULATOR_DTYPE
+
         x = args[0]
         axes = _axes(attrs, x, op_name)
         extra = {}

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from kiln import topi
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.op import (
     BROADCAST,
@@ -58,9 +57,9 @@ from kiln.relay.op.type_relations import (
     tensor_type,
 )
 from kiln.runtime.error import TVMError, TypeInferenceError
-from kiln.topi import dynamic
-from kiln.topi.newshape import element_count, infer_newshape
 
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 __all__ = ["reshape", "reverse_reshape", "reshape_like", "transpose", "squeeze", "expand_dims"]
 
 
@@ -68,6 +67,8 @@ __all__ = ["reshape", "reverse_reshape", "reshape_like", "transpose", "squeeze",
 # The special values (0, -1, -2, -3, -4) are resolved by topi.newshape.infer_newshape, the one
 # resolver the interpreter and the VM's shape functions use too.
 def _reshape_rel(types, attrs, op_name):
+    from kiln.topi.newshape import infer_newshape
+
     data = tensor_arg(types, 0, op_name)
     out = infer_newshape(dims(data), attrs.newshape, bool(attrs.allowzero), op_name,
                          TypeInferenceError)
@@ -75,6 +76,8 @@ def _reshape_rel(types, attrs, op_name):
 
 
 def _reverse_reshape_rel(types, attrs, op_name):
+    from kiln.topi.newshape import infer_newshape
+
     data = tensor_arg(types, 0, op_name)
     out = infer_newshape(dims(data)[::-1], list(attrs.newshape)[::-1], False, op_name,
                          TypeInferenceError)
@@ -109,6 +112,8 @@ def reverse_reshape(data: Any, newshape: Any) -> Any:
 
 
 def _reshape_like_rel(types, attrs, op_name):
+    from kiln.topi.newshape import element_count
+
     data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
     d, s = dims(data), dims(like)
 
@@ -211,10 +216,14 @@ def expand_dims(data: Any, axis: Any, num_newaxis: int = 1) -> Any:
 # ---- computes (TOPI), all with the injective schedule -----------------------------------------
 def _reshape_static(attrs, inputs, out_type):
     """``topi.reshape`` to the call's (static) output shape."""
+    from kiln import topi
+
     return [topi.reshape(inputs[0], out_shape(out_type))]
 
 
 def _reshape_symbolic(attrs, inputs, out_type):
+    from kiln.topi import dynamic
+
     return [dynamic.reshape(inputs[0], out_shape(out_type))]
 
 
@@ -226,18 +235,24 @@ for _name in ("reshape", "contrib_reverse_reshape", "reshape_like"):
 @register_compute("transpose")
 def compute_transpose(attrs, inputs, out_type):
     """``topi.transpose``."""
+    from kiln import topi
+
     return [topi.transpose(inputs[0], optional_list(attrs.axes))]
 
 
 @register_compute("squeeze")
 def compute_squeeze(attrs, inputs, out_type):
     """``topi.squeeze``."""
+    from kiln import topi
+
     return [topi.squeeze(inputs[0], optional_list(attrs.axis))]
 
 
 @register_compute("expand_dims")
 def compute_expand_dims(attrs, inputs, out_type):
     """``topi.expand_dims``."""
+    from kiln import topi
+
     return [topi.expand_dims(inputs[0], attrs.axis, attrs.num_newaxis)]
 
 
@@ -250,6 +265,8 @@ for _name in ("reshape", "contrib_reverse_reshape", "reshape_like", "transpose",
 @register_reference("reshape")
 def reference_reshape(attrs, args, out_type):
     """``np.reshape`` to the resolved new shape."""
+    from kiln.topi.newshape import infer_newshape
+
     return np.reshape(args[0], infer_newshape(args[0].shape, attrs.newshape,
                                               bool(attrs.allowzero)))
 
@@ -257,6 +274,8 @@ def reference_reshape(attrs, args, out_type):
 @register_reference("contrib_reverse_reshape")
 def reference_reverse_reshape(attrs, args, out_type):
     """The codes resolved from the last dimension backwards."""
+    from kiln.topi.newshape import infer_newshape
+
     shape = infer_newshape(args[0].shape[::-1], list(attrs.newshape)[::-1])
     return np.reshape(args[0], shape[::-1])
 
@@ -308,6 +327,8 @@ def _as_dims(values: list[Any]) -> list[Any]:
 @register_shape_func("reshape", False)
 def shape_func_reshape(attrs, in_dims, out_types):
     """The resolved new shape; all -1 (a clear run-time error) if the count differs."""
+    from kiln.topi.newshape import infer_newshape
+
     out = _as_dims(infer_newshape(in_dims[0], attrs.newshape, bool(attrs.allowzero)))
     return [checked(out, product(out) == product(in_dims[0]))]
 
@@ -315,6 +336,8 @@ def shape_func_reshape(attrs, in_dims, out_types):
 @register_shape_func("contrib_reverse_reshape", False)
 def shape_func_reverse_reshape(attrs, in_dims, out_types):
     """The codes resolved from the last dimension backwards."""
+    from kiln.topi.newshape import infer_newshape
+
     out = _as_dims(infer_newshape(in_dims[0][::-1], list(attrs.newshape)[::-1]))[::-1]
     return [checked(out, product(out) == product(in_dims[0]))]
 

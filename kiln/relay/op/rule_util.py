@@ -50,9 +50,9 @@ def optional_list(value: Any) -> Any:
 def static_or_symbolic(static: Callable, symbolic: Callable) -> Callable:
     """A compute that is ``static`` (constant shapes, folded indexing) unless the call has a
     run-time extent (``Any`` dims, sized by the VM's shape functions), then ``symbolic``."""
-    from kiln.topi import dynamic  # the loop-level layer; bound when the compute runs
-
     def compute(attrs: Any, inputs: list, out_type: Any) -> list:
+        from kiln.topi import dynamic  # the loop-level layer, loaded by the first lowering
+
         shapes = [list(t.shape) for t in getattr(out_type, "fields", [out_type])]
         shapes += [list(t.shape) for t in inputs]
         if all(dynamic.is_static(shape) for shape in shapes):

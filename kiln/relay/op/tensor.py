@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln import tir, topi
+from kiln import tir
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.op import (
@@ -63,6 +63,9 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
+
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
 # name -> description; all ELEMWISE with the input's type.
 UNARY_OPS = {
@@ -272,29 +275,35 @@ def clip(a: Any, a_min: float, a_max: float) -> Any:
 
 
 # ---- computes (TOPI) and schedule kinds -----------------------------------------------------
-def _elementwise_compute(topi_fn: Callable) -> Callable:
-    """The TE compute of an elementwise op: ``topi_fn`` over the op's inputs."""
+def _elementwise_compute(topi_name: str) -> Callable:
+    """The TE compute of an elementwise op: ``topi.<topi_name>`` over the op's inputs."""
     def compute(attrs: Any, inputs: list, out_type: Any) -> list:
-        return [topi_fn(*inputs)]
+        from kiln import topi
 
-    compute.__name__ = compute.__qualname__ = f"compute_{topi_fn.__name__}"
+        return [getattr(topi, topi_name)(*inputs)]
+
+    compute.__name__ = compute.__qualname__ = f"compute_{topi_name}"
     return compute
 
 
 for _name in (*UNARY_OPS, *CLASSIFY_OPS, *BINARY_OPS, *COMPARE_OPS):
-    register_compute(_name, _elementwise_compute(getattr(topi, _name)))
+    register_compute(_name, _elementwise_compute(_name))
     register_broadcast_schedule(_name)
-register_compute("copy", _elementwise_compute(topi.identity))
+register_compute("copy", _elementwise_compute("identity"))
 
 
 @register_compute("clip")
 def compute_clip(attrs, inputs, out_type):
     """``topi.clip`` to the attrs' bounds."""
+    from kiln import topi
+
     return [topi.clip(inputs[0], attrs.a_min, attrs.a_max)]
 
 
 def _fill_compute(value: int) -> Callable:
     def compute(attrs: Any, inputs: list, out_type: Any) -> list:
+        from kiln import topi
+
         return [topi.full(out_shape(out_type), out_dtype(out_type), value)]
 
     compute.__name__ = compute.__qualname__ = f"compute_fill_{value}"
@@ -310,12 +319,16 @@ register_compute("ones_like", _fill_compute(1))
 @register_compute("shape_of")
 def compute_shape_of(attrs, inputs, out_type):
     """``topi.shape_of``."""
+    from kiln import topi
+
     return [topi.shape_of(inputs[0], out_dtype(out_type))]
 
 
 @register_compute("ndarray_size")
 def compute_ndarray_size(attrs, inputs, out_type):
     """``topi.ndarray_size``."""
+    from kiln import topi
+
     return [topi.ndarray_size(inputs[0], out_dtype(out_type))]
 
 

@@ -64,7 +64,6 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
-from kiln.topi.newshape import infer_newshape
 
 
 def _optional_ints(values: Any) -> list:
@@ -784,5 +783,5 @@ __all__ = [
     "scatter_nd", "strided_slice", "slice_like", "tile", "repeat", "reverse", "where",
     "one_hot", "arange", "full", "full_like", "layout_transform", "broadcast_to",
     "broadcast_to_like", "collapse_sum_like", "collapse_sum_to", "cast", "cast_like",
-    "reinterpret", "sequence_mask", "infer_newshape",
+    "reinterpret", "sequence_mask",
 ]

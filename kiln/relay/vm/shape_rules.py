@@ -472,11 +472,11 @@ def _register() -> None:
     for table, data_dependent in ((SHAPE_RULES, False), (DATA_DEPENDENT_RULES, True)):
         for name, rule in table.items():
             try:
-                op = Op.get(name)
+                Op.get(name)
             except Exception:  # noqa: BLE001 - an op this kiln does not define
                 continue
-            if op.get_attr("FShapeFunc") is None:
-                register_shape_func(name, data_dependent, rule)
+            # a rule registered beside the op as well fails here, naming the op
+            register_shape_func(name, data_dependent, rule)
 
 
 _register()

@@ -60,9 +60,9 @@ from kiln.relay.op.type_relations import (
     tensor_type,
 )
 from kiln.runtime.error import OpNotImplemented, TVMError
-from kiln.topi import nn as topi_nn
-from kiln.topi.nn import winograd
-from kiln.topi.nn.winograd import winograd_matrices
+
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
@@ -414,6 +414,8 @@ def contrib_conv2d_gemm_without_weight_transform(
 # ---- computes (TOPI) and schedule kind ------------------------------------------------------
 def _conv_compute(ndim: int):
     def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
         return [topi_nn.conv(inputs[0], inputs[1], list(attrs.strides), list(attrs.padding),
                              list(attrs.dilation), attrs.groups, attrs.data_layout,
                              attrs.kernel_layout, out_dtype(out_type), name=f"conv{ndim}d")]
@@ -430,6 +432,8 @@ for _nd in (1, 2, 3):
 @register_compute("nn.conv2d_transpose")
 def compute_conv_transpose(attrs, inputs, out_type):
     """``topi.nn.conv_transpose`` in NCW/IOW or NCHW/IOHW."""
+    from kiln.topi import nn as topi_nn
+
     if attrs.data_layout not in ("NCW", "NCHW") or attrs.kernel_layout not in ("IOW", "IOHW"):
         raise OpNotImplemented(f"conv transpose: layouts {attrs.data_layout}/"
                                f"{attrs.kernel_layout}; kiln computes NCW/IOW and NCHW/IOHW")
@@ -442,12 +446,16 @@ def compute_conv_transpose(attrs, inputs, out_type):
 @register_compute("nn.contrib_conv2d_winograd_weight_transform")
 def compute_winograd_weight_transform(attrs, inputs, out_type):
     """``U = G g G^T`` per channel pair."""
+    from kiln.topi.nn import winograd
+
     return [winograd.winograd_weight_transform(inputs[0], attrs.tile_size)]
 
 
 @register_compute("nn.contrib_conv2d_winograd_without_weight_transform")
 def compute_winograd_conv2d(attrs, inputs, out_type):
     """Winograd conv2d over a transformed weight (NCHW, stride 1, dilation 1)."""
+    from kiln.topi.nn import winograd
+
     if attrs.data_layout != "NCHW" or tuple(attrs.strides) != (1, 1) or \
             tuple(attrs.dilation) != (1, 1):
         raise OpNotImplemented("winograd conv2d: kiln computes NCHW, stride 1, dilation 1")
@@ -458,12 +466,16 @@ def compute_winograd_conv2d(attrs, inputs, out_type):
 @register_compute("nn.contrib_conv2d_gemm_weight_transform")
 def compute_gemm_weight_transform(attrs, inputs, out_type):
     """The HWIO weight interleaved into ``tile_N x tile_K`` tiles."""
+    from kiln.topi.nn import winograd
+
     return [winograd.gemm_weight_transform(inputs[0], attrs.tile_N, attrs.tile_K)]
 
 
 @register_compute("nn.contrib_conv2d_gemm_without_weight_transform")
 def compute_gemm_conv2d(attrs, inputs, out_type):
     """NHWC conv2d as a GEMM over the interleaved weight."""
+    from kiln.topi.nn import winograd
+
     if attrs.data_layout != "NHWC":
         raise OpNotImplemented("gemm conv2d: kiln computes NHWC data")
     return [winograd.conv2d_gemm_nhwc(inputs[0], inputs[1], list(attrs.strides),
@@ -567,6 +579,8 @@ def reference_conv3d(attrs, args, out_type):
 @register_reference("nn.contrib_conv2d_winograd_weight_transform")
 def reference_winograd_weight_transform(attrs, args, out_type):
     """``U = G g G^T`` per (out, in) channel pair: OIHW -> [alpha, alpha, O, I]."""
+    from kiln.topi.nn.winograd import winograd_matrices
+
     (weight,) = args
     _, g, _ = winograd_matrices(int(attrs.tile_size), weight.shape[2])
     u = np.einsum("ar,oirs,bs->aboi", g, weight.astype(np.float64), g)
@@ -577,6 +591,8 @@ def reference_winograd_weight_transform(attrs, args, out_type):
 def reference_winograd_conv2d(attrs, args, out_type):
     """Stride-1 NCHW conv from a transformed weight: per m x m output tile,
     ``A^T [U ⊙ (B^T d B)] A`` summed over input channels."""
+    from kiln.topi.nn.winograd import winograd_matrices
+
     data, u = args
     m = int(attrs.tile_size)
     alpha = u.shape[0]

@@ -60,9 +60,9 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
-from kiln.topi import dynamic
-from kiln.topi import nn as topi_nn
 
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 __all__ = ["dense", "matmul", "contrib_dense_pack", "batch_matmul"]
 
 
@@ -184,12 +184,16 @@ def batch_matmul(tensor_a: Any, tensor_b: Any, out_dtype: str = "", transpose_a:
 @register_compute("nn.dense")
 def compute_dense(attrs, inputs, out_type):
     """``topi.nn.dense``; the x86 strategy adds the packed ``dense_pack.x86``."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.dense(inputs[0], inputs[1], None, out_dtype(out_type))]
 
 
 @register_compute("nn.matmul")
 def compute_matmul(attrs, inputs, out_type):
     """``topi.nn.matmul`` with the transposes of the attrs."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.matmul(inputs[0], inputs[1], None, out_dtype(out_type), attrs.transpose_a,
                            attrs.transpose_b)]
 
@@ -197,16 +201,22 @@ def compute_matmul(attrs, inputs, out_type):
 @register_compute("nn.contrib_dense_pack")
 def compute_dense_pack(attrs, inputs, out_type):
     """``topi.nn.dense_pack`` over the ``(N/n, K, n)`` weight."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.dense_pack(inputs[0], inputs[1], None, out_dtype(out_type))]
 
 
 def _batch_matmul_static(attrs, inputs, out_type):
     """``topi.nn.batch_matmul`` (``topi.dynamic.batch_matmul`` when a dim is ``Any``)."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.batch_matmul(inputs[0], inputs[1], out_dtype(out_type), attrs.transpose_a,
                                  attrs.transpose_b)]
 
 
 def _batch_matmul_symbolic(attrs, inputs, out_type):
+    from kiln.topi import dynamic
+
     return [dynamic.batch_matmul(inputs[0], inputs[1], out_shape(out_type), out_dtype(out_type),
                                  attrs.transpose_a, attrs.transpose_b)]
 

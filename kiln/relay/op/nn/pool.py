@@ -47,7 +47,9 @@ from kiln.relay.op.op import (
 )
 from kiln.relay.op.rule_util import reference_dtype
 from kiln.relay.op.type_relations import dim_op, dims, fail, is_static, tensor_arg, tensor_type
-from kiln.topi import nn as topi_nn
+
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
@@ -267,6 +269,8 @@ def adaptive_avg_pool2d(data: Any, output_size: Any = None, layout: str = "NCHW"
 # ---- computes (TOPI) and schedule kind ------------------------------------------------------
 def _pool_compute(kind: str):
     def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
         return [topi_nn.pool(inputs[0], list(attrs.pool_size), list(attrs.strides),
                              list(attrs.dilation), list(attrs.padding), kind, attrs.ceil_mode,
                              attrs.layout, getattr(attrs, "count_include_pad", False))]
@@ -277,6 +281,8 @@ def _pool_compute(kind: str):
 
 def _global_pool_compute(kind: str):
     def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
         return [topi_nn.global_pool(inputs[0], kind, attrs.layout)]
 
     compute.__name__ = compute.__qualname__ = f"compute_global_{kind}_pool"
@@ -285,6 +291,8 @@ def _global_pool_compute(kind: str):
 
 def _adaptive_pool_compute(kind: str):
     def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
         n = sum(1 for c in attrs.layout if c in "DHW")
         size = list(attrs.output_size) if attrs.output_size is not None else [None] * n
         size = size * n if len(size) == 1 else size

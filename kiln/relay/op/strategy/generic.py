@@ -279,8 +279,9 @@ def _register_all() -> None:
 
     for op_name, compute in COMPUTES.items():
         op = Op.get(op_name)
-        if op.get_attr("FTVMCompute") is None:
-            op.set_attr("FTVMCompute", compute)
+        # an op whose family module registers its compute must not be listed here too: the
+        # registry refuses a second FTVMCompute at the same level, naming the op
+        op.set_attr("FTVMCompute", compute)
         if op.get_attr("FTVMSchedule") is None:
             op.set_attr("FTVMSchedule", SCHEDULES[_table_kind(op_name)])
     for op_name in Op.list_op_names():
