@@ -56,6 +56,7 @@ NO_REFERENCE = {
     "vm.shape_of": _VM_INTERNAL,
 }
 _STATIC_LAYOUT = "produced by AlterOpLayout, which rewrites only calls with static shapes"
+_STATIC_STATE = "the relation requires a static state and weight: the result is never dynamic"
 # Ops the VM would need a shape function for (pattern above BROADCAST, or dyn.*) without one.
 NO_SHAPE_FUNC = {
     **{name: reason for name, reason in NO_KERNEL.items()},
@@ -63,6 +64,8 @@ NO_SHAPE_FUNC = {
     "nn.contrib_conv2d_gemm_without_weight_transform": _STATIC_LAYOUT,
     "nn.contrib_conv2d_winograd_weight_transform": _STATIC_LAYOUT,
     "nn.contrib_conv2d_winograd_without_weight_transform": _STATIC_LAYOUT,
+    "nn.contrib_lstm_cell": _STATIC_STATE,
+    "nn.contrib_gru_cell": _STATIC_STATE,
 }
 
 
@@ -177,3 +180,17 @@ def test_shape_functions_of_shape_of_ndarray_size_and_gather_nd_on_the_vm():
     np.testing.assert_array_equal(shape.numpy(), [5, 3])
     assert int(size.numpy()) == 15
     np.testing.assert_array_equal(rows.numpy(), xv[iv[0]])
+
+
+def test_declaring_the_ops_does_not_load_topi():
+    # the family modules import TOPI inside their computes: building Relay stays cheap
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, kiln.relay.op; from kiln import relay; relay.nn.relu(relay.var('x')); "
+            "print(sorted(m for m in sys.modules if m.startswith('kiln.topi')))")
+    root = Path(kiln.__file__).parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]", out
