@@ -45,6 +45,8 @@ from kiln.relay.frontend import (  # noqa: F401  (each module registers its conv
     onnx_ops_nn,
     onnx_ops_quant,
     onnx_ops_rnn,
+    onnx_ops_roi,
+    onnx_ops_scatter,
     onnx_ops_sequence,
     onnx_ops_signal,
     onnx_ops_tensor,

@@ -52,6 +52,9 @@ _PURE_CALLS = frozenset({
 })
 
 
+_PREFIX = "cse_var_"  # the names of the variables this pass binds
+
+
 def _children(node: Any) -> list[PrimExpr]:
     """The expression operands of ``node`` (PrimExpr fields and lists of them)."""
     out = []
@@ -165,6 +168,10 @@ class _Binder(StmtExprMutator):
         return _e.Call(node.dtype, node.op, [cond, then, other])
 
     def visit_Let(self, node: _e.Let) -> Any:
+        if node.var.name.startswith(_PREFIX):
+            # a scope this pass bound already (values and body done): visiting it again
+            # would rebind every nested scope once per enclosing one, exponentially
+            return node
         value = self.visit(node.value)
         body = _bind_scope(self.visit(node.body), self.counter)
         if value is node.value and body is node.body:
@@ -179,7 +186,7 @@ class _Binder(StmtExprMutator):
         new = super().visit(node)
         if key in self.bound and isinstance(node, PrimExpr):
             self.counter[0] += 1
-            var = _e.Var(f"cse_var_{self.counter[0]}", node.dtype)
+            var = _e.Var(f"{_PREFIX}{self.counter[0]}", node.dtype)
             self.vars[key] = var
             self.lets.append((var, new))
             return var
