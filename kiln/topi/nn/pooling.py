@@ -13,7 +13,7 @@ from typing import Any
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi.nn.conv import _tuple, get_pad_tuple
+from kiln.topi.nn.conv import get_pad_tuple, int_values
 from kiln.topi.nn.pad import clamp, in_bounds
 from kiln.topi.utils import get_const_tuple
 
@@ -51,8 +51,8 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
         raise TVMError(f"pool: pool_type must be 'max' or 'avg', got {pool_type!r}")
     spatial = [k for k, a in enumerate(layout) if a in _SPATIAL]
     nsp = len(spatial)
-    kernel = _tuple(kernel, nsp, "pool_size")
-    stride, dilation = _tuple(stride, nsp, "strides"), _tuple(dilation, nsp, "dilation")
+    kernel = int_values(kernel, nsp, "pool_size")
+    stride, dilation = int_values(stride, nsp, "strides"), int_values(dilation, nsp, "dilation")
     before, after = get_pad_tuple(padding, nsp)
     shape = get_const_tuple(data.shape)
     out_sp = []
