@@ -52,8 +52,10 @@ def _make_tuner(name: str, task: Any) -> Any:
 def cmd_tune(args: argparse.Namespace) -> int:
     """Tune every task of a model; write the records; print each task's best."""
     from kiln import autotvm
-    from kiln.driver.cli import CLIError, load_model, parse_input_shapes, progress
+    from kiln.driver.cli import CLIError, default_target, load_model, parse_input_shapes, progress
 
+    if args.target is None:  # what `kiln compile` builds for, so its records apply there
+        args.target = default_target()
     if args.trials < 1:
         raise CLIError(f"--trials must be at least 1, got {args.trials}")
     mod, params = load_model(Path(args.model), parse_input_shapes(args.input_shapes))
@@ -90,7 +92,8 @@ def add_tune_parser(sub: Any) -> None:
                        description="Extract a model's tunable kernels and search their "
                        "schedules by measuring candidates (AutoTVM).")
     p.add_argument("model", help="model file: .onnx or Relay text (.rly)")
-    p.add_argument("--target", default="c", help="target string (default: c)")
+    p.add_argument("--target", default=None, help="target string (default: the one "
+                   "`kiln compile` uses: llvm -mcpu=native with llvmlite, else c -mcpu=native)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224]"')
     p.add_argument("--trials", type=int, default=64, help="trials per task (default 64)")
     p.add_argument("--tuner", choices=sorted(_TUNERS), default="xgb",

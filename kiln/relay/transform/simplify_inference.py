@@ -17,6 +17,7 @@ Training-only or composite operators become plain arithmetic, as TVM writes them
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -147,8 +148,8 @@ class _InferenceSimplifier(ExprMutator):
         rewrite = _CALL_REWRITES.get(new.op.name) if is_op_call(new) else None
         if rewrite is None:
             return new
-        _keep_types(node, new)
-        return rewrite(new)
+        with _borrowed_types(node, new):
+            return rewrite(new)
 
     def visit_tuple_getitem(self, node: TupleGetItem) -> Any:
         new = super().visit_tuple_getitem(node)
@@ -156,15 +157,25 @@ class _InferenceSimplifier(ExprMutator):
         rewrite = _FIELD0_REWRITES.get(value.op.name) if is_op_call(value) else None
         if rewrite is None or new.index != 0:
             return new
-        _keep_types(node.tuple_value, value)
-        return rewrite(value)
+        with _borrowed_types(node.tuple_value, value):
+            return rewrite(value)
 
 
-def _keep_types(old: Call, new: Call) -> None:
-    """Rebuilt calls keep their arguments' types (arguments are rebuilt nodes themselves)."""
+@contextmanager
+def _borrowed_types(old: Call, new: Call):
+    """Rebuilt arguments lend the old arguments' types to a rewrite, and lose them after:
+    a rebuilt node may hold untyped nodes below it, and a type left on it would let the
+    incremental InferType reuse it without typing them (VGG's dropout -> dense chain)."""
+    lent = []
     for old_arg, new_arg in zip(old.args, new.args):
         if type_of(new_arg) is None:
             new_arg.checked_type_ = type_of(old_arg)
+            lent.append(new_arg)
+    try:
+        yield
+    finally:
+        for arg in lent:
+            arg.checked_type_ = None
 
 
 def simplify_inference(expr: Any) -> Any:

@@ -8,10 +8,13 @@ Entry points: :class:`OpImplementation`, :class:`OpStrategy`, :func:`register_st
 A strategy function ``fstrategy(attrs, inputs, out_type, target) -> OpStrategy`` is registered
 per op and *target key* with ``@register_strategy("nn.dense", "cpu")``. An op's
 ``FTVMStrategy`` attribute dispatches on ``target.keys`` in order and falls back to the
-``"generic"`` registration. :func:`select_implementation` runs the strategy and takes the
-implementation with the highest ``plevel`` unless a tuner's selector picks another by name, or
-tuning records (a config provider: ``kiln.autotvm``'s dispatch context) know configs for some
-implementations: then the one with the lowest measured cost runs with its tuned knobs.
+``"generic"`` registration; an op registered with a compute and a schedule
+(``register_compute`` + ``register_injective_schedule`` …) gets its ``generic`` strategy from
+them with :func:`register_generic_strategy`, at the latest when it is first lowered.
+:func:`select_implementation` runs the strategy and takes the implementation with the highest
+``plevel`` unless a tuner's selector picks another by name, or tuning records (a config
+provider: ``kiln.autotvm``'s dispatch context) know configs for some implementations: then the
+one with the lowest measured cost runs with its tuned knobs.
 
 Example
 -------
@@ -34,8 +37,8 @@ from kiln.runtime.error import OpNotImplemented, TVMError
 __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for",
            "register_implementation", "IMPLEMENTATIONS", "IMPLEMENTATIONS_OF",
            "select_implementation", "register_tuned_selector", "register_config_provider",
-           "tuned_config", "register_target_schedule",
-           "target_schedule", "target_keys", "registered_keys"]
+           "tuned_config", "register_target_schedule", "target_schedule", "target_keys",
+           "registered_keys", "register_generic_strategy", "implementation_stem"]
 
 
 @dataclass(frozen=True)
@@ -157,14 +160,47 @@ def registered_keys(op_name: str) -> list[str]:
     return sorted(_STRATEGIES.get(op_name, {}))
 
 
+def implementation_stem(op_name: str) -> str:
+    """``nn.dense`` → ``dense``; ``dyn.nn.pad`` → ``dyn_pad`` (apart from ``nn.pad``'s)."""
+    stem = op_name.split(".")[-1]
+    return f"dyn_{stem}" if op_name.startswith("dyn.") else stem
+
+
+def register_generic_strategy(op_name: str) -> bool:
+    """Give ``op_name`` the ``generic`` strategy made of its ``FTVMCompute`` and
+    ``FTVMSchedule`` (one implementation, ``<op>.generic``), as TVM's
+    ``_create_fstrategy_from_schedule``. False when the op lacks either or already has one."""
+    from kiln.ir.op import Op
+
+    op = Op.get(op_name)
+    compute, schedule = op.get_attr("FTVMCompute"), op.get_attr("FTVMSchedule")
+    if compute is None or schedule is None or "generic" in _STRATEGIES.get(op_name, {}):
+        return False
+    impl = register_implementation(compute, schedule, f"{implementation_stem(op_name)}.generic",
+                                   op_name=op_name)
+
+    def generic_strategy(attrs: Any, inputs: list, out_type: Any, target: Any) -> OpStrategy:
+        strategy = OpStrategy()
+        strategy.add(impl)
+        return strategy
+
+    generic_strategy.__name__ = f"{implementation_stem(op_name)}_strategy_generic"
+    register_strategy(op_name, "generic")(generic_strategy)
+    return True
+
+
 def strategy_for(op: Any, attrs: Any, inputs: list, out_type: Any, target: Any) -> OpStrategy:
     """Run ``op``'s ``FTVMStrategy`` for this call."""
     from kiln.ir.op import Op
 
     op = Op.get(op) if isinstance(op, str) else op
     fstrategy = op.get_attr("FTVMStrategy")
+    if fstrategy is None and register_generic_strategy(op.name):
+        # registered with a compute and a schedule after the strategy layer was loaded
+        fstrategy = op.get_attr("FTVMStrategy")
     if fstrategy is None:
-        raise OpNotImplemented(f"operator {op.name} has no FTVMStrategy")
+        raise OpNotImplemented(f"operator {op.name} has no FTVMStrategy (register a compute "
+                               "and a schedule, or a strategy)")
     strategy = fstrategy(attrs, inputs, out_type, target)
     if not strategy.implementations:
         raise OpNotImplemented(f"operator {op.name}: the strategy has no implementation for "

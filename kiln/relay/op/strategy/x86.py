@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from kiln import topi
+from kiln.relay.op.strategy import x86_int8
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
     IMPLEMENTATIONS,
@@ -136,7 +137,9 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     nchw = attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
     channels = inputs[0].shape[1] if len(inputs[0].shape) == 4 else None
     prepacked = attrs.data_layout == "NCHW" and _PACKED_KERNEL.fullmatch(attrs.kernel_layout)
-    if prepacked and attrs.groups == 1 and attrs.out_layout in ("", "NCHW"):
+    if x86_int8.int8_conv2d_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.CONV2D_NCHW_INT8)
+    elif prepacked and attrs.groups == 1 and attrs.out_layout in ("", "NCHW"):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
@@ -165,7 +168,7 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     """``FTVMAlterOpLayout`` of ``nn.dense`` on cpu targets: use ``contrib_dense_pack`` with the
     weight behind a ``layout_transform`` to ``NC{n}n``, which FoldConstant folds away for a
     constant weight (so ``dense_pack.x86`` packs nothing at run time). None elsewhere."""
-    from kiln.relay.op.nn.conv import contrib_dense_pack
+    from kiln.relay.op.nn.dense import contrib_dense_pack
     from kiln.relay.op.strategy.registry import target_keys
     from kiln.relay.op.transform import layout_transform
     from kiln.target import Target
@@ -207,6 +210,10 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
         return None
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
         return None
+    if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, Target.current(allow_none=True)):
+        # the 8-bit micro-kernel's own packed layout
+        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type,
+                                                 Target.current(allow_none=True))
     dims = [*tinfos[1].shape, *out_type.shape]
     if not all(hasattr(d, "value") for d in dims):
         return None
