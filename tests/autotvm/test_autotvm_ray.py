@@ -72,3 +72,17 @@ def test_tuning_on_ray_writes_a_log_the_local_path_reads(local_ray, tmp_path):
     # the default config first, then grid order
     assert [i.config.index for i, _ in records] == [default_config_index(task), 0]
     assert all(r.error_no == 0 for _, r in records) and tuner.best_flops > 0
+
+
+def test_kiln_tune_on_ray(local_ray, tmp_path, capsys):
+    from kiln.driver.cli import main
+
+    model = tmp_path / "dense.rly"
+    model.write_text('#[version = "0.0.5"]\n'
+                     "def @main(%x: Tensor[(2, 32), float32], %w: Tensor[(16, 32), float32]) {\n"
+                     "  nn.dense(%x, %w, units=None)\n}\n")
+    log = tmp_path / "tune.log"
+    assert main(["tune", str(model), "--target", "c", "--trials", "2", "--tuner", "grid",
+                 "--ray", "local", "--number", "2", "--repeat", "1", "-o", str(log)]) == 0
+    assert "dense_pack.x86: best" in capsys.readouterr().out
+    assert [r.error_no for _, r in autotvm.record.load_from_file(log)] == [0, 0]
