@@ -142,6 +142,40 @@ class Channel:
         """Fill all of ``view``; raise :class:`ChannelClosed` on EOF, RPCError on timeout."""
         raise NotImplementedError
 
+    def recv_view(self, nbytes: int) -> memoryview:
+        """The next ``nbytes`` bytes; the view may be the channel's own buffer, valid only
+        until the next receive."""
+        if nbytes <= 65536:
+            body = bytearray(nbytes)
+        else:
+            try:  # uninitialized: the pages of a bare huge length are never touched
+                body = np.empty(nbytes, np.uint8)
+            except MemoryError:
+                raise RPCError(f"cannot hold an RPC packet of {nbytes} bytes") from None
+        view = memoryview(body).cast("B")
+        self.recv_into(view)
+        return view
+
+    def recv_packet(self, max_bytes: int = MAX_PACKET_BYTES) -> tuple[int, memoryview]:
+        """One packet: ``(code, body after the code)``, the body valid until the next receive.
+
+        Zero lengths are skipped, as TVM does. A timeout or EOF before the packet's first byte
+        raises with ``received == 0`` (see :func:`read_packet`).
+        """
+        while True:
+            nbytes = _U64.unpack(self.recv_view(8))[0]
+            if nbytes:
+                break
+        if not 4 <= nbytes <= max_bytes:
+            raise RPCError(f"RPC packet length {nbytes} is out of range (4..{max_bytes}): "
+                           "garbage on the channel")
+        try:
+            body = self.recv_view(nbytes)
+        except (ChannelClosed, ChannelTimeout) as err:
+            err.received += 8
+            raise
+        return _I32.unpack_from(body)[0], body[4:]
+
     def close(self) -> None:
         """Release the transport."""
 
@@ -149,8 +183,9 @@ class Channel:
 class SocketChannel(Channel):
     """A :class:`Channel` over a connected stream socket; every read and write has a timeout.
 
-    Small reads go through a 64 KiB buffer, so a short packet (header and body) costs one
-    ``recv``; large reads land directly in the caller's memory.
+    Receives go through one 64 KiB buffer that is never reallocated: a short packet (length,
+    code and body) usually costs one ``recv`` and no allocation, and :meth:`recv_view` hands
+    out its body in place. Reads larger than the buffer land directly in the caller's memory.
     """
 
     _CHUNK = 65536
@@ -160,8 +195,9 @@ class SocketChannel(Channel):
         self.peer = peer or _peer_name(sock)
         self.timeout = timeout
         self._send_lock = threading.Lock()
-        self._chunk = bytearray(self._CHUNK)
-        self._pending = memoryview(b"")  # received, not yet consumed
+        self._buf = bytearray(self._CHUNK)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0  # received, not yet consumed: _buf[_start:_end]
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.set_timeout(timeout)
 
@@ -193,33 +229,85 @@ class SocketChannel(Channel):
             raise ChannelClosed(f"RPC channel to {self.peer} failed while sending: "
                                 f"{err}") from None
 
+    def _recv_some(self, into: memoryview, got: int, total: int) -> int:
+        """One ``recv_into(into)``; errors name ``got`` of ``total`` bytes of the read."""
+        try:
+            n = self.sock.recv_into(into)
+        except OSError as err:
+            raise self._recv_error(err, got, total) from None
+        if n == 0:
+            raise self._recv_error(None, got, total)
+        return n
+
+    def _recv_error(self, err: OSError | None, got: int, total: int) -> RPCError:
+        """The error of a receive that failed (``err``) or met EOF (None)."""
+        if isinstance(err, (TimeoutError, BlockingIOError)):  # SO_RCVTIMEO passed: EAGAIN
+            return ChannelTimeout(f"RPC channel to {self.peer}: no data for {self.timeout}s "
+                                  f"(got {got} of {total} bytes); the peer is stuck or gone",
+                                  got)
+        if err is not None:
+            return ChannelClosed(f"RPC channel to {self.peer} failed: {err}", got)
+        return ChannelClosed(f"RPC channel to {self.peer} closed by the peer (got {got} of "
+                             f"{total} bytes)", got)
+
+    def _fill(self, count: int) -> None:
+        """Make ``count`` (<= the buffer size) bytes available at ``_buf[_start:]``."""
+        have = self._end - self._start
+        if not have:
+            self._start = self._end = 0
+        elif self._start + count > self._CHUNK:  # move the partial packet to the front
+            self._buf[:have] = bytes(self._view[self._start:self._end])
+            self._start, self._end = 0, have
+        while have < count:
+            self._end += self._recv_some(self._view[self._end:], have, count)
+            have = self._end - self._start
+
     def recv_into(self, view: memoryview) -> None:
-        got, total = 0, len(view)
-        if self._pending:
-            got = min(total, len(self._pending))
-            view[:got] = self._pending[:got]
-            self._pending = self._pending[got:]
-        while got < total:
-            need = total - got
-            small = need < self._CHUNK
+        total = len(view)
+        got = min(total, self._end - self._start)
+        if got:
+            view[:got] = self._view[self._start:self._start + got]
+            self._start += got
+        if got == total:
+            return
+        self._start = self._end = 0
+        if total - got >= self._CHUNK:  # large: straight into the caller's memory
+            while got < total:
+                got += self._recv_some(view[got:], got, total)
+            return
+        try:
+            self._fill(total - got)
+        except (ChannelClosed, ChannelTimeout) as err:
+            err.received += got
+            raise
+        view[got:] = self._view[:total - got]
+        self._start = total - got
+
+    def recv_view(self, nbytes: int) -> memoryview:
+        if nbytes > self._CHUNK:
+            return super().recv_view(nbytes)
+        self._fill(nbytes)
+        start = self._start
+        self._start += nbytes
+        return self._view[start:start + nbytes]
+
+    def recv_packet(self, max_bytes: int = MAX_PACKET_BYTES) -> tuple[int, memoryview]:
+        start, end = self._start, self._end
+        if start == end:  # the usual case: nothing buffered, one recv brings a whole packet
+            start = self._start = self._end = 0
             try:
-                n = self.sock.recv_into(self._chunk if small else view[got:])
-            except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO passed: EAGAIN
-                raise ChannelTimeout(f"RPC channel to {self.peer}: no data for "
-                                     f"{self.timeout}s (got {got} of {total} bytes); the "
-                                     "peer is stuck or gone", got) from None
+                end = self.sock.recv_into(self._buf)
             except OSError as err:
-                raise ChannelClosed(f"RPC channel to {self.peer} failed: {err}", got) from None
-            if n == 0:
-                raise ChannelClosed(f"RPC channel to {self.peer} closed by the peer "
-                                    f"(got {got} of {total} bytes)", got)
-            if small:
-                take = min(n, need)
-                view[got:got + take] = self._chunk[:take]
-                if n > take:
-                    self._pending = memoryview(bytes(self._chunk[take:n]))
-                n = take
-            got += n
+                raise self._recv_error(err, 0, 8) from None
+            if not end:
+                raise self._recv_error(None, 0, 8)
+            self._end = end
+        if end - start >= 12:
+            nbytes, code = _HEADER.unpack_from(self._buf, start)
+            if 4 <= nbytes <= end - start - 8 and nbytes <= max_bytes:
+                self._start = stop = start + 8 + nbytes
+                return code, self._view[start + 12:stop]
+        return super().recv_packet(max_bytes)
 
     def close(self) -> None:
         try:
@@ -390,20 +478,96 @@ class Codec:
     def return_type_code(self, index: int) -> int:
         return index
 
+    def call_packet(self, handle: int, values: list[tuple[int, Any]]) -> bytes:
+        """A whole kCallFunc packet calling remote function ``handle`` with ``values``."""
+        writer = Writer(self)
+        writer.u64(handle)
+        writer.packed_seq(values)
+        return b"".join(writer.packet(RPCCode.kCallFunc))
+
+    @property
+    def null_return(self) -> bytes:
+        """The body of the kReturn packet of a call that returned nothing (the usual reply,
+        sent and recognised without decoding)."""
+        body = self.__dict__.get("_null_return")
+        if body is None:
+            writer = Writer(self)
+            writer.packed_seq([(TypeCode.INT, self.return_index(TypeCode.NULL)),
+                               (TypeCode.NULL, None)])
+            body = self.__dict__["_null_return"] = b"".join(writer.parts)
+        return body
+
+
+# payloads of one fixed size: a sequence made only of these packs with one Struct
+_FIXED_FORMATS = {
+    TypeCode.INT: "q", TypeCode.UINT: "Q", TypeCode.FLOAT: "d", TypeCode.HANDLE: "Q",
+    TypeCode.NULL: "", TypeCode.MODULE_HANDLE: "Q", TypeCode.PACKED_FUNC_HANDLE: "Q",
+}
+_FIXED_WRAPPERS = {  # what a fixed payload reads as
+    TypeCode.HANDLE: Handle,
+    TypeCode.MODULE_HANDLE: lambda v: RemoteRef(TypeCode.MODULE_HANDLE, v),
+    TypeCode.PACKED_FUNC_HANDLE: lambda v: RemoteRef(TypeCode.PACKED_FUNC_HANDLE, v),
+}
+_MAX_CACHED_LAYOUTS = 4096
+
+
+def _fixed_layout(cache: dict, codes: tuple[int, ...], prefix: str) -> struct.Struct | None:
+    """The Struct of ``prefix`` + the payloads of ``codes`` when all have a fixed size
+    (cached per type-code tuple: calls repeat the same signatures)."""
+    layout = cache.get(codes, False)
+    if layout is False:
+        formats = [_FIXED_FORMATS.get(code) for code in codes]
+        layout = None if None in formats else struct.Struct("<" + prefix + "".join(formats))
+        if len(cache) < _MAX_CACHED_LAYOUTS:
+            cache[codes] = layout
+    return layout
+
 
 class LegacyCodec(Codec):
     """TVM <= 0.20: ``i32 n``, all ``n`` type codes, then the payloads."""
 
     name = "v0.16"
 
+    def __init__(self) -> None:
+        self._write_layouts: dict[tuple[int, ...], struct.Struct | None] = {}
+        self._read_layouts: dict[tuple[int, ...], struct.Struct | None] = {}
+        self._call_layouts: dict[tuple[int, ...], struct.Struct | None] = {}
+
+    def call_packet(self, handle: int, values: list[tuple[int, Any]]) -> bytes:
+        codes = tuple([code for code, _ in values])
+        layout = self._call_layouts.get(codes)
+        if layout is None:
+            layout = _fixed_layout(self._call_layouts, codes, "QiQ" + "i" * (len(codes) + 1))
+        if layout is None:
+            return super().call_packet(handle, values)
+        return layout.pack(layout.size - 8, RPCCode.kCallFunc, handle, len(codes), *codes,
+                           *[value for code, value in values if code != TypeCode.NULL])
+
     def write_seq(self, writer: Writer, values: list[tuple[int, Any]]) -> None:
+        codes = tuple([code for code, _ in values])
+        layout = _fixed_layout(self._write_layouts, codes, "i" * (len(codes) + 1))
+        if layout is not None:  # count, codes and payloads in one pack
+            writer.raw(layout.pack(len(codes), *codes,
+                                   *[value for code, value in values if code != TypeCode.NULL]))
+            return
         writer.i32(len(values))
-        writer.raw(struct.pack(f"<{len(values)}i", *(code for code, _ in values)))
+        writer.raw(struct.pack(f"<{len(values)}i", *codes))
         for code, value in values:
             _WRITERS[code](writer, value)
 
     def read_seq(self, reader: Reader, count: int) -> list[tuple[int, Any]]:
         codes = struct.unpack(f"<{count}i", reader.take(4 * count))
+        layout = _fixed_layout(self._read_layouts, codes, "")
+        if layout is not None:
+            payloads = iter(layout.unpack(reader.take(layout.size)))
+            fixed = []
+            for code in codes:
+                if code == TypeCode.NULL:
+                    fixed.append((code, None))
+                    continue
+                wrap = _FIXED_WRAPPERS.get(code)
+                fixed.append((code, next(payloads) if wrap is None else wrap(next(payloads))))
+            return fixed
         values = []
         for code in codes:
             read = _READERS.get(code)
@@ -599,18 +763,16 @@ _READERS = {
 def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
                 idle_timeout: float | None = -1.0) -> tuple[int, memoryview] | None:
     """Receive one packet: ``(code, body after the code)``, or None on a clean EOF between
-    packets.
+    packets. The body may live in the channel's buffer: it is valid until the next receive.
 
     Reads use the channel's timeout. ``idle_timeout`` (when not -1) is how long to wait for a
     packet to begin, in as many channel timeouts as it takes (None: wait forever, as a server
     waits for its client). A zero length is skipped, as TVM does.
     """
-    header = bytearray(8)
-    view = memoryview(header)
     waited_since = time.monotonic() if idle_timeout not in (-1.0, None) else 0.0
     while True:
         try:
-            channel.recv_into(view)
+            return channel.recv_packet(max_bytes)
         except ChannelClosed as err:
             if err.received == 0:
                 return None
@@ -621,18 +783,3 @@ def read_packet(channel: Channel, max_bytes: int = MAX_PACKET_BYTES,
                     idle_timeout is None or idle < idle_timeout):
                 continue
             raise
-        nbytes = _U64.unpack(header)[0]
-        if nbytes:
-            break
-    if not 4 <= nbytes <= max_bytes:
-        raise RPCError(f"RPC packet length {nbytes} is out of range (4..{max_bytes}): "
-                       "garbage on the channel")
-    if nbytes <= SocketChannel._CHUNK:
-        body = bytearray(nbytes)
-    else:
-        try:  # uninitialized: the pages of a bare huge length are never touched
-            body = np.empty(nbytes, np.uint8)
-        except MemoryError:
-            raise RPCError(f"cannot hold an RPC packet of {nbytes} bytes") from None
-    channel.recv_into(memoryview(body))
-    return _I32.unpack_from(body)[0], memoryview(body)[4:]

@@ -45,7 +45,7 @@ from kiln.runtime.error import RPCError, TVMError
 from kiln.runtime.module import Module, load_module
 from kiln.runtime.ndarray import NDArray, from_dlpack
 from kiln.runtime.packed_func import PackedFunc, TypeCode
-from kiln.runtime.profiling import time_repeats
+from kiln.runtime.profiling import check_timing_args, time_repeats
 from kiln.runtime.registry import get_global_func
 
 __all__ = ["ServingSession", "encode_return", "confined_path", "session_globals",
@@ -53,6 +53,10 @@ __all__ = ["ServingSession", "encode_return", "confined_path", "session_globals"
 
 _ALIGNMENT = 64
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_CALL_FUNC = int(RPCCode.kCallFunc)
+_HEADER = struct.Struct("<Qi")  # packet length, RPC code
+_U64 = struct.Struct("<Q")
+_NO_ARGS = b"\0\0\0\0"  # a packed sequence of no values
 _KIND_CODES = ((Module, TypeCode.MODULE_HANDLE), (PackedFunc, TypeCode.PACKED_FUNC_HANDLE))
 
 
@@ -122,9 +126,10 @@ class ServingSession:
         self._returned_memory: dict[int, int] = {}  # NDArray handle -> its data pointer
         self._next_handle = 0x10
         self.globals = session_globals(self.workdir)
+        null = codec.null_return
+        self._null_reply = _HEADER.pack(len(null) + 4, RPCCode.kReturn) + null
         self._handlers = {
             RPCCode.kInitServer: self._init_server,
-            RPCCode.kCallFunc: self._call_func,
             RPCCode.kCopyFromRemote: self._copy_from_remote,
             RPCCode.kCopyToRemote: self._copy_to_remote,
         }
@@ -153,6 +158,9 @@ class ServingSession:
             if packet is None:
                 return
             code, body = packet
+            if code == _CALL_FUNC:
+                self._call_func(body)
+                continue
             if code == RPCCode.kShutdown:
                 return
             reader = Reader(body, Lazy("RPC packet (code {})", code), self.codec)
@@ -170,9 +178,7 @@ class ServingSession:
             writer = Writer(self.codec)
             writer.packed_seq(run())
         except Exception as err:  # the remote caller gets the message, the session lives
-            message = f"{type(err).__name__}: {err}" if not isinstance(err, TVMError) else str(
-                err)
-            self._exception(message)
+            self._exception(_error_message(err))
             return
         write_packet(self.channel, RPCCode.kReturn, writer)
 
@@ -199,19 +205,34 @@ class ServingSession:
 
         self._respond(run)
 
-    def _call_func(self, reader: Reader) -> None:
-        handle = reader.u64()
-        args = reader.packed_seq()
-        reader.end()
-
-        def run() -> list[tuple[int, Any]]:
-            func = self._lookup(handle, PackedFunc, "function")
+    def _call_func(self, body: memoryview) -> None:
+        """kCallFunc, the hot path: a call without arguments skips the decoder and a void
+        result goes back as the codec's prebuilt reply."""
+        if len(body) == 12 and body[8:] == _NO_ARGS:
+            handle, args = _U64.unpack_from(body)[0], ()
+        else:
+            reader = Reader(body, Lazy("RPC packet (code {})", _CALL_FUNC), self.codec)
+            handle = reader.u64()
+            args = reader.packed_seq()
+            reader.end()
+        try:
+            func = self.handles.get(handle)
+            if not isinstance(func, PackedFunc):
+                func = self._lookup(handle, PackedFunc, "function")  # raises, naming it
             result = func(*[self._decode_arg(code, value) for code, value in args])
+        except Exception as err:  # the remote caller gets the message, the session lives
+            self._exception(_error_message(err))
+            return
+        if result is None:
+            self.channel.send(self._null_reply)
+            return
+
+        def encode() -> list[tuple[int, Any]]:
             values = encode_return(result, self._register)
             values[0] = (TypeCode.INT, self.codec.return_index(values[0][1]))
             return values
 
-        self._respond(run)
+        self._respond(encode)
 
     def _copy_from_remote(self, reader: Reader) -> None:
         meta = reader.tensor()
@@ -360,6 +381,11 @@ def session_globals(workdir: Path) -> dict[str, Callable[..., Any]]:
     }
 
 
+def _error_message(err: Exception) -> str:
+    """What the remote caller reads: TVM errors as they are, others with their class."""
+    return str(err) if isinstance(err, TVMError) else f"{type(err).__name__}: {err}"
+
+
 def _plain_value(value: Any) -> tuple[int, Any]:
     """A syscall's single return value."""
     if value is None:
@@ -410,8 +436,8 @@ def rpc_time_evaluator(module: Module | None, name: str, device_type: int, devic
     else:
         func = get_global_func(name)
     preproc = get_global_func(f_preproc) if f_preproc else None
-    if cache_flush_bytes < 0:
-        raise TVMError(f"cache_flush_bytes must be >= 0, got {cache_flush_bytes}")
+    check_timing_args(number, repeat, min_repeat_ms, limit_zero_time_iterations,
+                      cooldown_interval_ms, repeats_to_cooldown, cache_flush_bytes)
     flush = [np.zeros(cache_flush_bytes // 4, np.int32) for _ in range(2)]
 
     def evaluate(*args: Any) -> bytes:

@@ -38,6 +38,7 @@ __all__ = [
     "openmp_available",
     "default_options",
     "run_compiler",
+    "kill_process_group",
     "include_dirs",
     "compile_object",
     "create_shared",
@@ -105,7 +106,9 @@ def default_options(cc: str | None = None) -> list[str]:
     return options
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_process_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of ``proc`` (started with ``start_new_session=True``), so
+    that its children (cc1/as/ld, QEMU) die with it."""
     with contextlib.suppress(ProcessLookupError):  # it may have just finished
         os.killpg(proc.pid, signal.SIGKILL)
 
@@ -131,14 +134,14 @@ def run_compiler(cmd: Sequence[str], what: str) -> None:
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_process_group(proc)
         proc.communicate()
         raise TVMError(
             f"{what} did not finish within {timeout:.0f} s (KILN_CC_TIMEOUT).\n"
             f"command: {' '.join(cmd)}"
         ) from None
     except BaseException:  # interrupted: leave no compiler behind
-        _kill_group(proc)
+        kill_process_group(proc)
         proc.wait()
         raise
     if proc.returncode != 0:

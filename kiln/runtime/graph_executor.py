@@ -711,7 +711,14 @@ class GraphExecutor(Module):
 
     def run_repeated(self, number: int) -> None:
         """Run the whole graph ``number`` times back to back in C (for benchmarking)."""
-        rc = c_loop().run_repeated(self._records_address, 0, len(self._ops), int(number),
+        try:
+            count = operator.index(number)
+        except TypeError:
+            count = -1
+        if isinstance(number, bool) or not 0 <= count < 1 << 63:
+            raise TVMError(f"run_repeated: number must be an integer in [0, 2**63), got "
+                           f"{number!r}")
+        rc = c_loop().run_repeated(self._records_address, 0, len(self._ops), count,
                                     ctypes.byref(self._failed))
         if rc:
             self._raise_op_failure(rc)

@@ -22,8 +22,11 @@ import numpy as np
 
 from kiln.runtime.error import TVMError
 
-__all__ = ["BenchmarkResult", "Count", "DeviceWrapper", "Duration", "MetricCollector",
-           "Percent", "Ratio", "Report", "TimeCollector", "profile_function", "time_repeats"]
+__all__ = ["BenchmarkResult", "Count", "DeviceWrapper", "Duration", "MAX_TIMING_COUNT",
+           "MetricCollector", "Percent", "Ratio", "Report", "TimeCollector", "check_timing_args",
+           "profile_function", "time_repeats"]
+
+MAX_TIMING_COUNT = (1 << 31) - 1  # TVM's time evaluator takes number/repeat as a C int
 
 
 class BenchmarkResult:
@@ -90,8 +93,10 @@ def time_repeats(
     >>> len(result.results)
     3
     """
-    if repeat < 1 or number < 1:
-        raise TVMError(f"repeat and number must be >= 1, got repeat={repeat}, number={number}")
+    check_timing_args(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                      limit_zero_time_iterations=limit_zero_time_iterations,
+                      cooldown_interval_ms=cooldown_interval_ms,
+                      repeats_to_cooldown=repeats_to_cooldown)
     run(1)
     results = []
     for index in range(repeat):
@@ -108,11 +113,45 @@ def time_repeats(
             if not min_repeat_ms or elapsed * 1e3 >= min_repeat_ms:
                 break
             per_call_ms = max(elapsed * 1e3 / number, 1e-6)
-            number = max(int(min_repeat_ms / per_call_ms) + 1, int(number * 1.618))
+            number = min(max(int(min_repeat_ms / per_call_ms) + 1, int(number * 1.618)),
+                         MAX_TIMING_COUNT)
         results.append(elapsed / number)
         if cooldown_interval_ms > 0 and (index + 1) % max(repeats_to_cooldown, 1) == 0:
             time.sleep(cooldown_interval_ms / 1e3)
     return BenchmarkResult(results)
+
+
+def check_timing_args(number: Any = 1, repeat: Any = 1, min_repeat_ms: Any = 0,
+                      limit_zero_time_iterations: Any = 0, cooldown_interval_ms: Any = 0,
+                      repeats_to_cooldown: Any = 1, cache_flush_bytes: Any = 0) -> None:
+    """Refuse time-evaluator arguments TVM's C++ evaluator could not take (a TVMError naming
+    the argument), before any run: counts are C ints, durations are not negative.
+
+    Example
+    -------
+    >>> check_timing_args(number=2**40)
+    Traceback (most recent call last):
+    ...
+    kiln.runtime.error.TVMError: time evaluator: number must be an integer in [1, 2147483647], \
+got 1099511627776
+    """
+    counts = (("number", number, 1), ("repeat", repeat, 1),
+              ("repeats_to_cooldown", repeats_to_cooldown, 1),
+              ("limit_zero_time_iterations", limit_zero_time_iterations, 0))
+    for name, value, low in counts:
+        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                or not low <= value <= MAX_TIMING_COUNT):
+            raise TVMError(f"time evaluator: {name} must be an integer in [{low}, "
+                           f"{MAX_TIMING_COUNT}], got {value!r}")
+    for name, value in (("min_repeat_ms", min_repeat_ms),
+                        ("cooldown_interval_ms", cooldown_interval_ms),
+                        ("cache_flush_bytes", cache_flush_bytes)):
+        if value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, (int, float, np.number))
+                or not 0 <= value < float("inf")):
+            raise TVMError(f"time evaluator: {name} must be a finite number >= 0, "
+                           f"got {value!r}")
 
 
 class Report:

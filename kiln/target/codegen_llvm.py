@@ -671,7 +671,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         ok = self.function.append_basic_block("assert_ok")
         b.cbranch(self.expr(node.condition), ok, fail)
         b.position_at_end(fail)
-        self._return_error(c_abi._assert_message(node, self._func_name))
+        self._return_error(c_abi.assert_message(node, self._func_name))
         b.position_at_end(ok)
         self.emit_stmt(node.body)
 

@@ -60,7 +60,7 @@ def test_time_repeats_grows_number_to_reach_min_repeat_ms():
 
 @pytest.mark.parametrize("repeat,number", [(0, 1), (1, 0)])
 def test_time_repeats_rejects_nonpositive_counts(repeat, number):
-    with pytest.raises(TVMError, match="must be >= 1"):
+    with pytest.raises(TVMError, match=r"must be an integer in \[1, "):
         time_repeats(lambda n: None, repeat=repeat, number=number)
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from kiln.runtime import config
+from kiln.runtime.cc import kill_process_group
 from kiln.runtime.error import TVMError
 
 __all__ = ["Board", "RunResult", "ExitCode", "MicroBoardError", "SourceGroup", "source_dir",
@@ -146,13 +147,13 @@ def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float, what: str,
         else:
             out, err = _feed_when_ready(proc, feed, timeout)
     except (subprocess.TimeoutExpired, _FedTimeout) as expired:
-        _kill_group(proc)
+        kill_process_group(proc)
         out, err = (expired.out, expired.err) if isinstance(expired, _FedTimeout) \
             else proc.communicate()
         raise MicroBoardError(f"{what} did not finish within {timeout:g} s (killed): "
                               f"{' '.join(map(str, cmd))}\n{_tail(out, err)}") from None
     except BaseException:
-        _kill_group(proc)
+        kill_process_group(proc)
         proc.wait()
         raise
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
@@ -186,7 +187,7 @@ def _feed_when_ready(proc: subprocess.Popen, feed: bytes,
             pass  # it exited first; its status and output say why
         proc.wait(max(deadline - time.monotonic(), 0.001))
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        kill_process_group(proc)
         proc.wait()
         for t in threads:
             t.join(5)
@@ -200,13 +201,6 @@ class _FedTimeout(Exception):
     def __init__(self, out: bytes, err: bytes) -> None:
         super().__init__("timeout")
         self.out, self.err = out, err
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _tail(out: bytes | str, err: bytes | str) -> str:
