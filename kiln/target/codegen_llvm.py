@@ -17,7 +17,9 @@ vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes th
 exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
 ``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
 already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself.
+function itself. The optimized object file (and its IR text) is cached on disk
+(``KILN_CACHE_DIR/llvm``) by the unoptimized IR, the target and the host CPU: a second build
+of the same kernels skips LLVM's optimization and code emission.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``.
@@ -889,21 +891,80 @@ def emit_llvm(mod: Any, target: Any = None):
 
     Returns ``(codegen, optimized llvmlite ModuleRef, TargetMachine)``.
     """
-    _, llvm = _initialized()
+    cg, tm = _generate(mod, target)
+    return cg, _parse_and_optimize(cg, tm, target), tm
+
+
+def _generate(mod: Any, target: Any):
+    """``(codegen holding the unoptimized module, TargetMachine)`` for ``mod``."""
     cg = CodeGenLLVM()
     for symbol, func in c_abi.functions_of(mod):
         cg.add_function(func, symbol)
     tm = host_target_machine(target)
     cg.module.triple = tm.triple
     cg.module.data_layout = str(tm.target_data)
+    return cg, tm
+
+
+def _opt_level(target: Any) -> int:
+    opt_level = getattr(target, "opt_level", 3) if target is not None else 3
+    return min(max(opt_level, 0), 3)
+
+
+def _parse_and_optimize(cg: Any, tm: Any, target: Any):
+    """The verified, optimized llvmlite ModuleRef of ``cg``'s module."""
+    _, llvm = _initialized()
     try:
         ref = llvm.parse_assembly(str(cg.module))
         ref.verify()
     except RuntimeError as err:
         raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{cg.module}") from None
-    opt_level = getattr(target, "opt_level", 3) if target is not None else 3
-    _optimize(llvm, ref, tm, min(max(opt_level, 0), 3))
-    return cg, ref, tm
+    _optimize(llvm, ref, tm, _opt_level(target))
+    return ref
+
+
+def _object_cache_path(ir_text: str, target: Any) -> Any:
+    """Where the object file of this unoptimized IR for this target is cached: the key covers
+    the IR (with its triple and data layout), the target string, the host CPU and features
+    (what ``-mcpu=native`` or no ``-mcpu`` select) and the LLVM version."""
+    import hashlib
+
+    from kiln.runtime import config
+
+    _, llvm = _initialized()
+    key = hashlib.sha256("\0".join([
+        ir_text, str(target), llvm.get_host_cpu_name(),
+        llvm.get_host_cpu_features().flatten(), str(_opt_level(target)),
+        str(llvm.llvm_version_info)]).encode()).hexdigest()
+    return config.cache_dir() / "llvm" / key
+
+
+def _compile_cached(cg: Any, tm: Any, target: Any) -> tuple[bytes, str]:
+    """``(object bytes, optimized IR text)``, from the disk cache when this exact module was
+    compiled before (LLVM's optimization and object emission are most of a build's codegen)."""
+    import os
+    import tempfile
+
+    path = _object_cache_path(str(cg.module), target)
+    obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
+    try:
+        return obj_path.read_bytes(), ir_path.read_text()
+    except OSError:
+        pass
+    ref = _parse_and_optimize(cg, tm, target)
+    obj, ir_text = tm.emit_object(ref), str(ref)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # the IR first and the object last, each renamed into place: a reader finding the
+        # object finds its IR complete
+        for final, data in ((ir_path, ir_text.encode()), (obj_path, obj)):
+            fd, tmp = tempfile.mkstemp(dir=path.parent)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, final)
+    except OSError:
+        pass  # a read-only cache only costs the next build its time
+    return obj, ir_text
 
 
 def _optimize(llvm, ref, tm, opt_level: int) -> None:
@@ -932,22 +993,24 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
     from kiln.target.build import NativeModule
 
-    cg, ref, tm = emit_llvm(mod, target)
+    cg, tm = _generate(mod, target)
+    obj, ir_text = _compile_cached(cg, tm, target)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
     glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
                                  packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    ir_text = str(ref)
-    text = {"ll": ir_text, "": ir_text, "asm": lambda: tm.emit_assembly(ref), "c": glue}
+    llvm = _initialized()[1]
+    text = {"ll": ir_text, "": ir_text, "c": glue,
+            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
     options = codegen_c.compile_options(target)
     if not cg.imported_c:
         # The glue only checks arguments and calls the kernels in kernels.o: -O1 compiles it
         # in under half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
         options = ["-O1" if flag == "-O3" else flag for flag in options]
     names = [name for name, _, _ in cg.signatures] + cg.packed_names
-    host = _initialized()[1].get_process_triple()
+    host = llvm.get_process_triple()
     foreign = None if _same_machine(tm.triple, host) else tm.triple
-    return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": tm.emit_object(ref)}, names,
+    return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": obj}, names,
                         options, text, foreign_triple=foreign)
 
 

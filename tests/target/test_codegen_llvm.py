@@ -34,6 +34,26 @@ def test_asm_is_vectorized_for_the_host(llvm_module):
     assert "ymm" in asm  # 256-bit AVX registers: the host CPU's features were used
 
 
+def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch):
+    from kiln.target import codegen_llvm
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    first = build_module(dict(kernels), Target("llvm"))
+    cached = sorted(p.suffix for p in (tmp_path / "llvm").iterdir())
+    assert cached == [".ll", ".o"]
+
+    def no_optimizing(*args):
+        raise AssertionError("LLVM optimized a module whose object is cached")
+
+    monkeypatch.setattr(codegen_llvm, "_parse_and_optimize", no_optimizing)
+    second = build_module(dict(kernels), Target("llvm"))
+    assert second.objects == first.objects
+    assert second.get_source("ll") == first.get_source("ll")
+    assert "exp_scale_unpacked:" in second.get_source("asm")
+    with pytest.raises(AssertionError, match="cached"):  # another CPU: another key
+        build_module(dict(kernels), Target("llvm -mcpu=haswell"))
+
+
 def test_glue_holds_the_packed_wrappers(llvm_module):
     glue = llvm_module.get_source("c")
     assert "int32_t exp_scale_unpacked(float*, float*, int32_t);" in glue
