@@ -25,14 +25,7 @@ WORKLOADS = {
 CONFIGS = [ExecutorConfig("graph", 3, "constants"), ExecutorConfig("vm", 3, "constants")]
 
 
-# VGG's dropout -> dense -> bias_add chain reaches CanonicalizeOps untyped inside relay.build
-# (a pipeline bug outside relay.testing); strict, so this fails once the pipeline is fixed.
-_VGG_PIPELINE_BUG = pytest.mark.xfail(raises=tvm.TVMError, strict=True,
-                                      reason="CanonicalizeOps sees an untyped bias_add in VGG")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_VGG_PIPELINE_BUG) if n == "vgg" else n
-                                  for n in WORKLOADS])
+@pytest.mark.parametrize("name", list(WORKLOADS))
 def test_workload_runs_on_graph_and_vm_like_the_interpreter(name):
     mod, params = getattr(relay.testing, name).get_workload(**WORKLOADS[name])
     main = mod["main"]
