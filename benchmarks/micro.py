@@ -9,10 +9,13 @@ For the three models of ``kiln.relay.testing.micro_models`` (small CNN, KWS DS-C
 - the AOT workspace pool against the largest-live-set lower bound in ``metadata.json``;
 - TensorFlow Lite for Microcontrollers' arena for the same model (the same weights, written as
   a ``.tflite`` by ``micro_tflite.py``; its outputs are checked against kiln's);
-- host latency of AOT vs the graph executor (target ``llvm``, same process, interleaved).
+- host latency of AOT vs the graph executor (target ``llvm``, same process, interleaved);
+- the int8 KWS DS-CNN (``micro_models_int8.to_tflite_int8``, imported with ``from_tflite``):
+  instructions with the DSP (SMLAD) int8 micro-kernels and with the portable C kernels
+  (``-mattr=+nodsp``), flash, AOT pool, TFLite Micro's arena; outputs equal to LiteRT's.
 
 Every board output is checked against the host graph executor before a number is reported.
-Run: ``python benchmarks/micro.py [--models cnn,kws_dscnn,mlp] [--skip-graph]``.
+Run: ``python benchmarks/micro.py [--models cnn,kws_dscnn,mlp] [--skip-graph] [--int8-only]``.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ from kiln.relay.backend import Executor, Runtime  # noqa: E402
 from kiln.relay.testing import micro_models  # noqa: E402
 
 TARGET = "c -keys=arm_cpu -mcpu=cortex-m4"
+INT8_TARGETS = {"DSP (SMLAD)": TARGET, "portable C": TARGET + " -mattr=+nodsp"}
 FLASH_SECTIONS = (".isr_vector", ".text", ".rodata", ".ARM.exidx", ".ARM.extab", ".data")
 
 
-def build_mlf(mod, params, executor: str, path: Path) -> Path:
+def build_mlf(mod, params, executor: str, path: Path, target: str = TARGET) -> Path:
     """Relay → Model Library Format for the Cortex-M4: ``aot`` (C interface), ``aot-io``
     (the same with the inputs and outputs in the workspace pool), ``graph`` (linked
     params)."""
@@ -51,7 +55,7 @@ def build_mlf(mod, params, executor: str, path: Path) -> Path:
     pass_config = {"tir.disable_vectorize": True,
                    "tir.usmp.use_workspace_io": executor == "aot-io"}
     with tvm.transform.PassContext(opt_level=3, config=pass_config):
-        module = relay.build(mod, target=tvm.target.Target(TARGET), params=params,
+        module = relay.build(mod, target=tvm.target.Target(target), params=params,
                              runtime=Runtime("crt", {"system-lib": True}), executor=config)
     tvm.micro.export_model_library_format(module, str(path))
     return path
@@ -84,7 +88,10 @@ def board_numbers(mlf: Path, x: np.ndarray, want: np.ndarray, workdir: Path) -> 
     elf = project.build()
     result = project.run([x])
     got = result.outputs[0].reshape(want.shape)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
     sizes = size_of(elf)
     return {
         "flash": sum(sizes.get(s, 0) for s in FLASH_SECTIONS),
@@ -126,13 +133,64 @@ def _once(runner) -> np.ndarray:
     return runner.get_output(0).numpy()
 
 
+def int8_kws(tmp: Path) -> list[dict]:
+    """The int8 KWS through from_tflite on qemu-cortex-m4, DSP and portable kernels."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from micro_tflite import tflm_run
+
+    from kiln.relay.testing.micro_models_int8 import to_tflite_int8
+
+    model = micro_models.kws_dscnn()
+    model_bytes = to_tflite_int8(model)
+    x = np.clip(np.round(model.random_input() * 128), -128, 127).astype("int8")
+    litert = Interpreter(model_content=model_bytes,
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    litert.allocate_tensors()
+    litert.set_tensor(litert.get_input_details()[0]["index"], x)
+    litert.invoke()
+    want = litert.get_tensor(litert.get_output_details()[0]["index"])
+    tflm_out, arena, _ = tflm_run(model_bytes, x)
+    np.testing.assert_array_equal(tflm_out.reshape(want.shape), want)
+    mod, params = relay.frontend.from_tflite(model_bytes)
+    rows = []
+    for kernels, target in INT8_TARGETS.items():
+        print(f"[micro] int8 kws_dscnn: {kernels}", file=sys.stderr, flush=True)
+        mlf = build_mlf(mod, params, "aot", tmp / f"int8_{len(rows)}.tar", target)
+        row = {"kernels": kernels, **board_numbers(mlf, x, want, tmp / f"int8_{len(rows)}")}
+        row["pool"], _ = pool_bounds(mlf)
+        row["tflm_arena"] = arena
+        rows.append(row)
+    return rows
+
+
+def print_int8_table(rows: list[dict]) -> None:
+    print("\nint8 KWS DS-CNN from TFLite (from_tflite), AOT on qemu-cortex-m4, -O2; "
+          "outputs equal to LiteRT's reference kernels and to TFLite Micro's\n")
+    head = (f"{'kernels':<12} {'instr/inf':>11} {'vs portable':>12} {'flash':>8} "
+            f"{'AOT pool':>9} {'TFLM arena':>11} {'stack':>7}")
+    print(head)
+    print("-" * len(head))
+    portable = rows[-1]["instructions"]
+    for row in rows:
+        print(f"{row['kernels']:<12} {row['instructions']:>11} "
+              f"{row['instructions'] / portable:>12.3f} {row['flash']:>8} {row['pool'] or 0:>9} "
+              f"{row['tflm_arena']:>11} {row['stack']:>7}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="cnn,kws_dscnn,mlp")
     parser.add_argument("--skip-graph", action="store_true",
                         help="AOT only (no C graph executor program)")
+    parser.add_argument("--int8-only", action="store_true",
+                        help="only the int8 KWS (DSP vs portable kernels)")
     args = parser.parse_args()
     from micro_tflite import tflm_run, to_tflite
+
+    if args.int8_only:
+        with tempfile.TemporaryDirectory(prefix="kiln-bench-micro-") as tmp:
+            print_int8_table(int8_kws(Path(tmp)))
+        return
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="kiln-bench-micro-") as tmp:
@@ -161,7 +219,9 @@ def main() -> None:
             row["tflm_arena"] = arena
             row["host_aot"], row["host_graph"] = host_latency(mod, params, x)
             rows.append(row)
+        int8_rows = int8_kws(tmp)
     print_table(rows)
+    print_int8_table(int8_rows)
 
 
 def print_table(rows: list[dict]) -> None:

@@ -1,14 +1,19 @@
 """Whole-model benchmark: kiln vs onnxruntime (1 and 2 threads) vs PyTorch, in one run.
 
-    python benchmarks/models.py [--models mlp1,mlp64,cnn,resnet18,transformer] [--target T]
-                                [--repeat 10] [--stat median|min]
+    python benchmarks/models.py [--models mlp1,mlp64,cnn,...] [--target T] [--repeat 10]
+                                [--rounds 3] [--stat median|min]
 
 Each model is defined here in PyTorch (no torchvision), exported to ONNX at run time
 (``torch.onnx.export(..., dynamo=False)``), imported with ``relay.frontend.from_onnx``,
-compiled with ``relay.build`` and run on kiln's graph executor. The table reports medians
-(or minimums, ``--stat min``, which other processes' load distorts less),
-each runtime's ratio to onnxruntime with 2 threads, kiln's compile time, and the largest
-difference between kiln's and PyTorch's outputs. Column ``reload``: the compiled library is
+compiled with ``relay.build`` and run on kiln's graph executor; ``lstm_vm`` is the LSTM
+exported with a symbolic sequence length and run on the VM (``relay.vm.compile``). Models:
+MLP at batch 1 and 64, a small CNN on 32x32 images, ResNet-18, a MobileNet-style
+depthwise-separable CNN, a 2-layer LSTM and GRU (hidden 256, seq 32), a transformer encoder
+block (seq 128, d 256) and a 4-layer encoder. Each round times every runtime (the median, or
+with ``--stat min`` the minimum, of ``--repeat`` timings); the table gives kiln's ratio to
+onnxruntime at 1 thread (kiln 1 thread) and 2 threads (kiln 2 threads) as min/median over the
+rounds, their geometric means, kiln's compile time, and the largest difference between kiln's
+and PyTorch's outputs. Column ``reload``: the compiled library is
 exported (``export_library``), loaded in a fresh Python process that imports only
 ``kiln.runtime``, run on the same input, and its output compared bit for bit with the
 in-process run ("same" or "DIFFERS"). The machine is printed first: absolute times
@@ -28,6 +33,8 @@ import time
 
 import numpy as np
 
+# the checkout this script sits in, not whichever kiln the environment installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("KILN_NUM_THREADS", "2")
 # the per-runtime statistic over the repeats (``--stat``): median, or min on a loaded machine
 STATISTIC = [np.median]
@@ -104,14 +111,48 @@ def build_models():
             x = self.layers(self.stem(x))
             return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
-    class EncoderBlock(nn.Module):
-        def __init__(self, d=256, heads=4):
+    class Encoder(nn.Module):
+        def __init__(self, layers, d=256, heads=4):
             super().__init__()
-            self.layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0,
-                                                    batch_first=True)
+            self.layers = nn.Sequential(*[
+                nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+                for _ in range(layers)])
 
         def forward(self, x):
-            return self.layer(x)
+            return self.layers(x)
+
+    class SeparableCNN(nn.Module):
+        """MobileNet-v1 style: a stride-2 stem, then depthwise 3x3 + pointwise 1x1 pairs."""
+
+        def __init__(self):
+            super().__init__()
+
+            def separable(cin, cout, stride):
+                return [nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False),
+                        nn.BatchNorm2d(cin), nn.ReLU(),
+                        nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+            layers = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()]
+            for cin, cout, stride in ((32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2),
+                                      (256, 256, 1), (256, 512, 2), (512, 512, 1),
+                                      (512, 1024, 2)):
+                layers += separable(cin, cout, stride)
+            self.features = nn.Sequential(*layers)
+            self.fc = nn.Linear(1024, 1000)
+
+        def forward(self, x):
+            x = self.features(x)
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    class Recurrent(nn.Module):
+        """``nn.LSTM`` / ``nn.GRU`` (2 layers, hidden 256), returning the output sequence."""
+
+        def __init__(self, cell):
+            super().__init__()
+            self.rnn = cell(256, 256, num_layers=2)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
 
     torch.manual_seed(0)
     return {
@@ -119,19 +160,39 @@ def build_models():
         "mlp64": (MLP(), (64, 784)),
         "cnn": (SmallCNN(), (1, 3, 32, 32)),
         "resnet18": (ResNet18(), (1, 3, 224, 224)),
-        "transformer": (EncoderBlock(), (1, 64, 256)),
+        "mobilenet": (SeparableCNN(), (1, 3, 224, 224)),
+        "lstm": (Recurrent(nn.LSTM), (32, 1, 256)),
+        "gru": (Recurrent(nn.GRU), (32, 1, 256)),
+        "transformer": (Encoder(1), (1, 128, 256)),
+        "transformer4": (Encoder(4), (1, 128, 256)),
     }
 
 
-def _time(fn, repeat: int, number: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return float(STATISTIC[0](times))
+# Models run on the VM with a symbolic leading (sequence) dimension: name -> graph model.
+VM_MODELS = {"lstm_vm": "lstm"}
+DEFAULT_MODELS = ("mlp1,mlp64,cnn,resnet18,mobilenet,lstm,gru,transformer,transformer4,"
+                  "lstm_vm")
+
+
+def _set_kiln_threads(n: int) -> None:
+    from kiln.runtime.native import load_runtime_lib
+
+    load_runtime_lib().KilnRuntimeSetNumThreads(n)
+
+
+def _round_times(fns: dict, repeat: int, number: int) -> dict:
+    """One round: each runtime's statistic over ``repeat`` timings of ``number`` calls."""
+    times = {}
+    for key, fn in fns.items():
+        fn()
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples.append((time.perf_counter() - start) / number)
+        times[key] = float(STATISTIC[0](samples))
+    return times
 
 
 def _reload_matches(lib, xn, out, workdir: str, name: str) -> str:
@@ -154,54 +215,97 @@ def _reload_matches(lib, xn, out, workdir: str, name: str) -> str:
     return "same" if np.array_equal(np.load(y_path), out) else "DIFFERS"
 
 
-def bench_model(name, model, shape, target, repeat, workdir):
-    import onnxruntime as ort
-    import torch
-
+def _compile_kiln(path, shape, target, on_vm: bool):
+    """Import and build the ONNX file; return (a run function, an output function, the lib)."""
     import kiln
     from kiln import relay
     from kiln.contrib.graph_executor import GraphModule
     from kiln.relay.frontend import from_onnx
+    from kiln.runtime.vm import VirtualMachine
+
+    dev = kiln.cpu(0)
+    if on_vm:
+        mod, params = from_onnx(path, shape={"input": [relay.Any(), *shape[1:]]})
+        with kiln.transform.PassContext(opt_level=3):
+            exe = relay.vm.compile(mod, target=target, params=params)
+        vm = VirtualMachine(exe, dev)
+        return (lambda: vm.invoke_stateful("main"),
+                lambda: vm.get_outputs()[0].numpy(), None, vm)
+    mod, params = from_onnx(path, shape={"input": list(shape)})
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    gmod = GraphModule(lib["default"](dev))
+    return gmod.run, lambda: gmod.get_output(0).numpy(), lib, gmod
+
+
+def bench_model(name, model, shape, target, repeat, rounds, workdir):
+    """Per-round times of kiln and onnxruntime at 1 and 2 threads and PyTorch at 2."""
+    import onnxruntime as ort
+    import torch
 
     model.eval()
     x = torch.randn(*shape)
     path = os.path.join(workdir, f"{name}.onnx")
+    on_vm = name in VM_MODELS
+    dynamic = {"input": {0: "seq"}, "output": {0: "seq"}} if on_vm else None
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["output"],
-                      dynamo=False, opset_version=17)
+                      dynamo=False, opset_version=17, dynamic_axes=dynamic)
     xn = x.numpy()
-    number = 1 if name == "resnet18" else 10
+    number = 1 if name in ("resnet18", "mobilenet", "transformer4") else 10
 
     start = time.perf_counter()
-    mod, params = from_onnx(path, shape={"input": list(shape)})
-    with kiln.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
+    run, output, lib, executor = _compile_kiln(path, shape, target, on_vm)
     compile_s = time.perf_counter() - start
-    dev = kiln.cpu(0)
-    gmod = GraphModule(lib["default"](dev))
-    gmod.set_input("input", xn)
-    t_kiln = _time(gmod.run, repeat, number)
-    out = gmod.get_output(0).numpy()
+    if on_vm:
+        executor.set_input("main", xn)
+    else:
+        executor.set_input("input", xn)
+    run()
+    out = output()
+    reload = _reload_matches(lib, xn, out, workdir, name) if lib is not None else "-"
 
-    results = {"kiln": t_kiln, "reload": _reload_matches(lib, xn, out, workdir, name)}
+    sessions = {}
     for threads in (1, 2):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
-        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-        results[f"ort{threads}"] = _time(lambda s=sess: s.run(None, {"input": xn}), repeat,
-                                         number)
+        sessions[threads] = ort.InferenceSession(path, opts,
+                                                 providers=["CPUExecutionProvider"])
+
+    def kiln_at(threads):
+        def timed():
+            _set_kiln_threads(threads)
+            run()
+        return timed
+
+    def torch_run():
+        with torch.no_grad():
+            model(x)
+
     torch.set_num_threads(2)
+    fns = {"kiln1": kiln_at(1), "ort1": lambda: sessions[1].run(None, {"input": xn}),
+           "kiln2": kiln_at(2), "ort2": lambda: sessions[2].run(None, {"input": xn}),
+           "torch": torch_run}
+    per_round = [_round_times(fns, repeat, number) for _ in range(rounds)]
+    _set_kiln_threads(int(os.environ["KILN_NUM_THREADS"]))
     with torch.no_grad():
-        results["torch"] = _time(lambda: model(x), repeat, number)
         ref = model(x).numpy()
-    return results, compile_s, float(np.abs(out - ref).max())
+    return per_round, compile_s, float(np.abs(out - ref).max()), reload
+
+
+def _ratio(per_round, num: str, den: str) -> tuple[float, float]:
+    """(min, median) over the rounds of the ratio measured within each round."""
+    ratios = [r[num] / r[den] for r in per_round]
+    return float(np.min(ratios)), float(np.median(ratios))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mlp1,mlp64,cnn,resnet18,transformer")
+    parser.add_argument("--models", default=DEFAULT_MODELS)
     parser.add_argument("--target", default=None, help="kiln target (default: llvm if "
                         "llvmlite is installed, else c)")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of timings; ratios are reported as min/median of rounds")
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="statistic over the repeats (min resists other processes' load)")
     args = parser.parse_args()
@@ -210,25 +314,33 @@ def main() -> None:
 
     target = args.target or ("llvm" if llvm_available() else "c")
     print(f"machine: {_machine()}; kiln target: {target}; KILN_NUM_THREADS="
-          f"{os.environ['KILN_NUM_THREADS']}; {args.stat} of {args.repeat} repeats, load "
-          f"{os.getloadavg()[0]:.1f}")
-    header = (f"{'model':12} {'kiln ms':>9} {'ort1 ms':>9} {'ort2 ms':>9} {'torch ms':>9} "
-              f"{'kiln/ort2':>9} {'torch/ort2':>10} {'compile s':>9} {'max|diff|':>10} reload")
-    print(header)
+          f"{os.environ['KILN_NUM_THREADS']}; {args.stat} of {args.repeat} repeats, "
+          f"{args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    print(f"{'model':12} {'kiln2 ms':>9} {'ort2 ms':>9} {'torch ms':>9} {'k1/o1 min/med':>14} "
+          f"{'k2/o2 min/med':>14} {'torch/o2':>8} {'compile s':>9} {'max|diff|':>9} reload")
     models = build_models()
+    ratios1, ratios2 = [], []
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.models.split(","):
-            model, shape = models[name]
+            model, shape = models[VM_MODELS.get(name, name)]
             try:
-                r, compile_s, diff = bench_model(name, model, shape, target, args.repeat,
-                                                 workdir)
+                rounds, compile_s, diff, reload = bench_model(
+                    name, model, shape, target, args.repeat, args.rounds, workdir)
             except Exception as err:  # report and go on with the other models
                 print(f"{name:12} failed: {type(err).__name__}: {str(err).splitlines()[0]}")
                 continue
-            print(f"{name:12} {r['kiln'] * 1e3:9.3f} {r['ort1'] * 1e3:9.3f} "
-                  f"{r['ort2'] * 1e3:9.3f} {r['torch'] * 1e3:9.3f} "
-                  f"{r['kiln'] / r['ort2']:9.2f} {r['torch'] / r['ort2']:10.2f} "
-                  f"{compile_s:9.1f} {diff:10.2e} {r['reload']}", flush=True)
+            best = {k: min(r[k] for r in rounds) for k in rounds[0]}
+            r1, r2 = _ratio(rounds, "kiln1", "ort1"), _ratio(rounds, "kiln2", "ort2")
+            ratios1.append(r1[1])
+            ratios2.append(r2[1])
+            print(f"{name:12} {best['kiln2'] * 1e3:9.3f} {best['ort2'] * 1e3:9.3f} "
+                  f"{best['torch'] * 1e3:9.3f} {r1[0]:6.2f}/{r1[1]:<7.2f} "
+                  f"{r2[0]:6.2f}/{r2[1]:<7.2f} {best['torch'] / best['ort2']:8.2f} "
+                  f"{compile_s:9.1f} {diff:9.2e} {reload}", flush=True)
+    if ratios2:
+        geo = [float(np.exp(np.mean(np.log(r)))) for r in (ratios1, ratios2)]
+        print(f"geomean of median ratios: kiln1/ort1 {geo[0]:.2f}, kiln2/ort2 {geo[1]:.2f}; "
+              f"load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

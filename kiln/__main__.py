@@ -1,5 +1,5 @@
 """``python -m kiln``: the kiln command line."""
 
-from kiln.driver.cli import _console_entry
+from kiln.driver.cli import console_entry
 
-_console_entry()
+console_entry()

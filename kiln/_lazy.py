@@ -10,9 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# package -> its lazy table, for tests that check every entry resolves (tests/test_layering.py)
+TABLES: dict[str, dict[str, Any]] = {}
+
 
 def attach(package: str, table: dict[str, Any]):
     """Return ``(__getattr__, __dir__)`` for a package with the lazy ``table``."""
+    TABLES[package] = table
 
     def __getattr__(name: str) -> Any:
         target = table.get(name)

@@ -1,9 +1,11 @@
 """Package structure rules from ARCHITECTURE.md and STYLE.md.
 
-- A layer imports only from layers below it (module-level imports; a function-level import of
-  a higher layer is a deliberate late binding and is allowed outside kiln.runtime).
+- A layer imports only from layers below it. Module-level imports must; function-level imports
+  of a higher layer are late bindings that only go away (a ratchet: the count may only drop).
 - kiln.runtime imports nothing else from kiln at all: a deployed model needs only it.
-- Size is a budget: modules past 800 lines are reported; past 1500 lines is a failure.
+- Private names stay private (STYLE.md 15): no ``_name`` is imported from another package, and
+  the imports of ``_name`` across modules of one package may only drop.
+- Size is a budget: modules past 800 lines are reported; past MAX_LINES is a failure.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ LAYER = {
     "testing": 7,
     "compat": 7,
 }
-REPORT_LINES, MAX_LINES = 800, 1500
+# issue 13 wants the cap at 1,000; relay/op/transform.py (1,008) is being split by archops
+REPORT_LINES, MAX_LINES = 800, 1010
 
 
 def _modules():
@@ -62,6 +65,55 @@ def _kiln_imports(tree: ast.AST, module_level_only: bool):
             parts = name.split(".")
             if parts[0] == "kiln" and len(parts) > 1:
                 yield node.lineno, parts[1]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _private_imports():
+    """(path, line, importing package, source module, name) of each ``from kiln.x import _y``
+    that imports a private name from another kiln module."""
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] == "kiln" and node.module != module):
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    yield path, node.lineno, _package_of(module, path), node.module, alias.name
+
+
+# Private names imported between modules of one package, as counted when the ratchet was set
+# (issue 13 counted 58 in 27 files); lower it when you remove some, never raise it.
+MAX_PRIVATE_IMPORTS_WITHIN_A_PACKAGE = 20
+# The op modules archops reorganizes (issue 13 item 1) still import four relations privately.
+PRIVATE_IMPORTS_PENDING = {("kiln.relay.op.dyn", "kiln.relay.op.algorithm", "_topk_rel"),
+                           ("kiln.relay.op.dyn", "kiln.relay.op.image.image", "_resize2d_rel"),
+                           ("kiln.relay.op.dyn", "kiln.relay.op.nn.nn", "_upsampling_rel"),
+                           ("kiln.relay.op.dyn", "kiln.relay.op.transform", "_one_hot_rel")}
+
+
+def test_no_private_name_is_imported_from_another_package():
+    offenders = [f"{path.relative_to(ROOT)}:{line} imports {source}.{name}"
+                 for path, line, package, source, name in _private_imports()
+                 if source.rpartition(".")[0] != package and source != package
+                 and (package, source, name) not in PRIVATE_IMPORTS_PENDING]
+    assert not offenders, ("make these names public (with a docstring) or move the code:\n"
+                           + "\n".join(offenders))
+
+
+def test_private_imports_within_a_package_only_go_down():
+    found = [f"{path.relative_to(ROOT)}:{line} {source}.{name}"
+             for path, line, _, source, name in _private_imports()]
+    print(f"\n{len(found)} private names imported across modules")
+    assert len(found) <= MAX_PRIVATE_IMPORTS_WITHIN_A_PACKAGE, "\n".join(found)
 
 
 def test_runtime_imports_nothing_else_from_kiln():
@@ -89,6 +141,71 @@ def test_layers_import_only_from_below():
                     f"(layer {LAYER.get(target)})"
                 )
     assert not offenders, "\n".join(offenders)
+
+
+def _function_level_upward_imports():
+    for path, package in _modules():
+        layer = LAYER[package]
+        tree = ast.parse(path.read_text())
+        functions = [n for n in ast.walk(tree)
+                     if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        seen: set[int] = set()
+        for func in functions:
+            for lineno, target in _kiln_imports(func, module_level_only=False):
+                if LAYER.get(target, 99) > layer and lineno not in seen:
+                    seen.add(lineno)
+                    yield f"{path.relative_to(ROOT)}:{lineno} (layer {layer}) imports kiln.{target}"
+
+
+# Function-level imports of a higher layer (late bindings where a hook belongs), as counted
+# when the ratchet was set; lower it when you replace one by a hook, never raise it.
+MAX_FUNCTION_LEVEL_UPWARD_IMPORTS = 1
+
+
+def test_function_level_upward_imports_only_go_down():
+    found = list(_function_level_upward_imports())
+    print(f"\n{len(found)} function-level upward imports")
+    assert len(found) <= MAX_FUNCTION_LEVEL_UPWARD_IMPORTS, (
+        "a lower layer imports a higher one inside a function; let the higher layer register "
+        "a hook instead:\n" + "\n".join(found))
+
+
+# Lazy names whose module lands on another branch this wave.
+LAZY_PENDING = {"kiln.autotvm"}
+
+
+def _lazy_tables():
+    """(package, its ``_LAZY`` table) for every package that loads names on first use."""
+    import importlib
+
+    from kiln import _lazy
+
+    for init in sorted(ROOT.rglob("__init__.py")):
+        if "attach(" in init.read_text():
+            importlib.import_module(_module_name(init))
+    yield from sorted(_lazy.TABLES.items())
+
+
+def test_every_lazy_name_resolves_to_a_lower_layer():
+    # A lazy table is a promise that "go to definition" cannot check: import every entry.
+    import importlib
+
+    unresolved, upward, total = [], [], 0
+    for package, table in _lazy_tables():
+        for name, target in table.items():
+            total += 1
+            module = target if isinstance(target, str) else target[0]
+            if package != "kiln" and LAYER[module.split(".")[1]] > LAYER[package.split(".")[1]]:
+                upward.append(f"{package}.{name} -> {module}")
+            if f"{package}.{name}" in LAZY_PENDING:
+                continue
+            try:
+                getattr(importlib.import_module(package), name)
+            except (ImportError, AttributeError) as err:
+                unresolved.append(f"{package}.{name}: {err}")
+    print(f"\n{total} lazy names")
+    assert not unresolved, "\n".join(unresolved)
+    assert not upward, "lazy names must not reach a higher layer:\n" + "\n".join(upward)
 
 
 def test_module_size_budget():

@@ -73,7 +73,9 @@ TVM_MODULES: dict[str, tuple[str, ...]] = {
                     "echo", "nop", "object_use_count", "device_test"),
     "tvm.rpc": ("connect", "Server", "LocalSession"),
     "tvm.micro": ("export_model_library_format",),
-    "tvm.autotvm": ("task", "tuner", "apply_history_best"),
+    "tvm.autotvm": ("task", "tuner", "apply_history_best", "measure_option", "LocalBuilder",
+                    "LocalRunner", "RPCRunner", "record", "callback", "template",
+                    "register_topi_compute", "register_topi_schedule", "get_config"),
     "tvm.contrib.cuda_graph.cuda_graph_executor": ("create", "GraphModuleCudaGraph"),
 }
 

@@ -3,20 +3,27 @@
 Entry point: :func:`main`. Subcommands:
 
 - ``kiln compile MODEL [--target T] [--input-shapes "x:[1,3,224,224]"] [--executor graph|vm|aot]
-  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``) or a Relay text file
-  (``.rly``/``.txt``). With the C++ runtime (default) the package is a tar holding
-  ``model.so`` (kernels plus the graph/params or VM bytecode blob, or the AOT main with its
-  metadata) and ``metadata.json``
+  [--runtime cpp|crt] [-o model.tar]``: MODEL is an ONNX file (``.onnx``), a TFLite file
+  (``.tflite``) or a Relay text file (``.rly``/``.txt``). With the C++ runtime (default) the
+  package is a tar holding ``model.so`` (kernels plus the graph/params or VM bytecode blob,
+  or the AOT main with its metadata) and ``metadata.json``
   (executor, target, inputs, outputs, compile statistics). With ``--runtime crt`` it is a
   Model Library Format tar for the C runtime: ``--executor aot`` (``tvmgen_default_run``;
   ``--interface-api c|packed``, ``--usmp-algorithm``) or ``--executor graph`` (linked params).
 - ``kiln run PACKAGE [--inputs in.npz] [--outputs out.npz] [--print-time --repeat N]
   [--profile]``: random inputs when none are given; needs only ``kiln.runtime``.
 - ``kiln bench MODEL.onnx``: compile, then time kiln against onnxruntime in one run.
+- ``kiln tune MODEL --trials N -o tune.log [--ray ADDRESS] [--plot curve.png]``: AutoTVM
+  tuning of the model's kernels (see :mod:`kiln.driver.tune_cli`); ``kiln compile
+  --tuning-records tune.log`` then builds with the best configs.
 - ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
   [--outputs out.npz] [--io files|console|linked]``: build a Model Library Format archive
   with the C runtime into a standalone program for the board, run it once, print the outputs
   and the board's ticks (exact instructions on the emulated Cortex-M).
+
+Without ``--target``, compile and bench use the best target of the host
+(:func:`default_target`: ``llvm -mcpu=native`` with llvmlite, else ``c -mcpu=native``) and
+print it with the host CPU's name; ``--runtime crt`` defaults to ``c``.
 
 Errors print one line and a hint, exit non-zero, and show a traceback only with ``--verbose``.
 """
@@ -34,11 +41,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.driver.tune_cli import add_tune_parser
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.serialization import read_json
 
-__all__ = ["main", "parse_input_shapes"]
+__all__ = ["main", "parse_input_shapes", "load_model", "CLIError", "progress"]
 
 
 class CLIError(Exception):
@@ -49,7 +57,49 @@ class CLIError(Exception):
         self.hint = hint
 
 
-def _progress(message: str) -> None:
+def host_cpu_name() -> str:
+    """The host CPU as ``-mcpu`` names it (``znver3``): LLVM's answer when llvmlite is
+    installed, else what ``gcc -march=native`` resolves to, else ``native``."""
+    import subprocess
+
+    try:
+        import llvmlite.binding as llvm
+
+        return llvm.get_host_cpu_name()
+    except ImportError:
+        pass
+    try:
+        text = subprocess.run(["gcc", "-march=native", "-Q", "--help=target"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "native"
+    found = re.search(r"^\s*-march=\s*(\S+)", text, re.MULTILINE)
+    return found.group(1) if found else "native"
+
+
+def default_target() -> str:
+    """The best target the host offers: ``llvm -mcpu=native`` when llvmlite is installed, else
+    ``c -mcpu=native``: the host CPU and all its features (``native`` rather than the CPU's
+    name, which the gcc that compiles the glue may not know: LLVM 15 says ``znver4``)."""
+    from kiln.target.codegen_llvm import llvm_available
+
+    return f"{'llvm' if llvm_available() else 'c'} -mcpu=native"
+
+
+def _resolve_target(args: argparse.Namespace) -> str:
+    """``--target`` as given; unset, ``c`` for the C runtime and the host's best otherwise."""
+    if args.target is None:
+        args.target = "c" if getattr(args, "runtime", "cpp") == "crt" else default_target()
+    return args.target
+
+
+def _describe_target(target: str) -> str:
+    """``target`` for messages, naming the host CPU that ``-mcpu=native`` stands for."""
+    return f"{target} ({host_cpu_name()})" if "-mcpu=native" in target else target
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr."""
     print(f"[kiln] {message}", file=sys.stderr, flush=True)
 
 
@@ -69,7 +119,8 @@ def parse_input_shapes(text: str | None) -> dict[str, list[int]]:
 
 
 # ---- compile ----------------------------------------------------------------------------
-def _load_model(path: Path, shapes: dict[str, list[int]]):
+def load_model(path: Path, shapes: dict[str, list[int]]):
+    """``(mod, params)`` of an ONNX or Relay text model file (CLIError when it cannot load)."""
     if not path.exists():
         raise CLIError(f"no such model file: {path}", "check the path")
     suffix = path.suffix.lower()
@@ -82,12 +133,21 @@ def _load_model(path: Path, shapes: dict[str, list[int]]):
         from kiln.relay.frontend import from_onnx
 
         return from_onnx(str(path), shape=shapes or None)
+    if suffix == ".tflite":
+        try:
+            import tflite  # noqa: F401
+        except ImportError:
+            raise CLIError("reading TFLite models needs the tflite package",
+                           "pip install kiln[tflite]") from None
+        from kiln.relay.frontend import from_tflite
+
+        return from_tflite(path.read_bytes(), shape_dict=shapes or None)
     if suffix in (".rly", ".txt", ".relay"):
         from kiln.relay.parser import parse
 
         return parse(path.read_text(), str(path)), {}
     raise CLIError(f"unknown model format {suffix!r}",
-                   "kiln compile reads .onnx files and Relay text (.rly)")
+                   "kiln compile reads .onnx and .tflite files and Relay text (.rly)")
 
 
 def _io_info(mod) -> tuple[list[dict], list[dict]]:
@@ -116,15 +176,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     shapes = parse_input_shapes(args.input_shapes)
     start = time.perf_counter()
-    _progress(f"loading {args.model}")
-    mod, params = _load_model(Path(args.model), shapes)
+    progress(f"loading {args.model}")
+    mod, params = load_model(Path(args.model), shapes)
+    target = _resolve_target(args)
     if args.runtime == "crt":
         return _compile_micro(args, mod, params, start)
     inputs, outputs = _io_info(mod)
-    target = args.target
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _tuning_records(args.tuning_records):
         lib_path = Path(tmp) / "model.so"
-        _progress(f"optimizing and compiling for {target} ({args.executor} executor)")
+        progress(f"optimizing and compiling for {_describe_target(target)} "
+                 f"({args.executor} executor)")
         with kiln.transform.PassContext(opt_level=args.opt_level):
             if args.executor == "graph":
                 factory = relay.build(mod, target=target, params=params)
@@ -157,9 +218,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
             tar.add(lib_path, "model.so")
             tar.add(meta_path, "metadata.json")
     n_ops = _count_op_calls(mod["main"])
-    print(f"compiled {args.model} -> {args.output}: {n_ops} operator calls, {summary}, "
-          f"{stats['compile_seconds']:.2f} s")
+    print(f"compiled {args.model} -> {args.output} for {_describe_target(target)}: "
+          f"{n_ops} operator calls, "
+          f"{summary}, {stats['compile_seconds']:.2f} s")
     return 0
+
+
+def _tuning_records(path: str | None):
+    """``apply_history_best(path)`` when tuning records are given, else no context."""
+    import contextlib
+
+    if path is None:
+        return contextlib.nullcontext()
+    if not Path(path).is_file():
+        raise CLIError(f"tuning records {path} do not exist", "make them with `kiln tune`")
+    from kiln import autotvm
+
+    return autotvm.apply_history_best(path)
 
 
 def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
@@ -178,7 +253,7 @@ def _compile_micro(args: argparse.Namespace, mod, params, start: float) -> int:
     else:
         executor = Executor("graph", {"link-params": True})
     config = {"tir.disable_vectorize": True, "tir.usmp.algorithm": args.usmp_algorithm}
-    _progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
+    progress(f"optimizing and compiling for {args.target} ({args.executor} executor, "
               "C runtime)")
     with kiln.transform.PassContext(opt_level=args.opt_level, config=config):
         factory = relay.build(mod, target=args.target, params=params, executor=executor,
@@ -329,10 +404,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from kiln.contrib.graph_executor import GraphModule
 
     shapes = parse_input_shapes(args.input_shapes)
-    mod, params = _load_model(Path(args.model), shapes)
+    mod, params = load_model(Path(args.model), shapes)
     inputs, _ = _io_info(mod)
     feed = _make_inputs({"inputs": inputs}, None)
-    _progress("compiling with kiln")
+    progress(f"compiling with kiln for {_describe_target(_resolve_target(args))}")
     with kiln.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target=args.target, params=params)
     dev = kiln.cpu(0)
@@ -370,7 +445,7 @@ def cmd_micro_run(args: argparse.Namespace) -> int:
     meta_inputs = [{"name": t.name, "shape": list(t.resolved_shape()), "dtype": t.dtype}
                    for t in project.inputs]
     inputs = _make_inputs({"inputs": meta_inputs}, args.inputs)
-    _progress(f"building {args.model} ({project.library.executor} executor) for "
+    progress(f"building {args.model} ({project.library.executor} executor) for "
               f"{args.board}")
     project.build()
     result = project.run(inputs, timeout=args.timeout)
@@ -411,7 +486,7 @@ def cmd_micro_project(args: argparse.Namespace) -> int:
         options = pc.parse_options(args.option, project.info["project_options"])
         project.options = options
         if args.project_command == "build":
-            _progress(f"building {project_dir}")
+            progress(f"building {project_dir}")
             project.build()
             print(f"built {project_dir}")
             return 0
@@ -516,9 +591,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile a model into a package (.tar)",
                        description="Compile an ONNX model or a Relay text file into a package "
                        "holding the kernels, the graph or VM bytecode, and the params.")
-    p.add_argument("model", help="model file: .onnx or Relay text (.rly)")
-    p.add_argument("--target", default="c", help='target string, e.g. "llvm -mcpu=znver3" '
-                   "or c (default: c)")
+    p.add_argument("model", help="model file: .onnx, .tflite or Relay text (.rly)")
+    p.add_argument("--target", default=None, help='target string, e.g. "llvm -mcpu=znver3" '
+                   "or c (default: llvm -mcpu=native when llvmlite is installed, else "
+                   "c -mcpu=native; c with --runtime crt)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224] y:[1,10]"')
     p.add_argument("--executor", choices=["graph", "vm", "aot"], default="graph",
                    help="graph (static shapes), vm (control flow, dynamic shapes) or aot (one "
@@ -534,6 +610,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="AOT workspace planning (tir.usmp.algorithm)")
     p.add_argument("--opt-level", type=int, default=3, choices=range(0, 5),
                    help="optimization level 0-4 (default 3)")
+    p.add_argument("--tuning-records", metavar="LOG", help="AutoTVM log (kiln tune -o LOG): "
+                   "kernels use their best tuned configs")
     p.add_argument("-o", "--output", default="model.tar", help="package path (default "
                    "model.tar)")
     p.set_defaults(func=cmd_compile)
@@ -552,7 +630,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Compile an ONNX model with kiln and time it against "
                        "onnxruntime in the same process.")
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--target", default="c", help="kiln target (default: c)")
+    p.add_argument("--target", default=None, help="kiln target (default: llvm -mcpu=native "
+                   "when llvmlite is installed, else c -mcpu=native)")
     p.add_argument("--input-shapes", help='pin input shapes: "x:[1,3,224,224]"')
     p.add_argument("--threads", type=int, default=2, help="onnxruntime threads (default 2)")
     p.add_argument("--repeat", type=int, default=10, help="timed repeats (default 10)")
@@ -560,6 +639,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     _add_micro_parser(sub)
     _add_rpc_parser(sub)
+    add_tune_parser(sub)
     return parser
 
 
@@ -588,10 +668,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def _console_entry() -> None:
+def console_entry() -> None:
+    """The ``kiln`` console script: run :func:`main` on ``sys.argv`` and exit with its code."""
     sys.exit(main())
 
 
 if __name__ == "__main__":
-    _console_entry()
+    console_entry()
 

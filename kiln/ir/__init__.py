@@ -30,6 +30,7 @@ _LAZY = {
     "IRModule": ("kiln.ir.module", "IRModule"),
     "Node": ("kiln.ir.base", "Node"),
     "Span": ("kiln.ir.base", "Span"),
+    "EnvFunc": ("kiln.ir.base", "EnvFunc"),
     "SourceName": ("kiln.ir.base", "SourceName"),
     "BaseExpr": ("kiln.ir.expr", "BaseExpr"),
     "PrimExpr": ("kiln.ir.expr", "PrimExpr"),

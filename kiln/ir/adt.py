@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from kiln.ir.base import Span
 from kiln.ir.expr import RelayExpr
+from kiln.ir.hooks import get_hook
 from kiln.ir.type import GlobalTypeVar, Type, TypeVar
 from kiln.runtime.object import Object, register_object
 
@@ -35,9 +36,7 @@ class Constructor(RelayExpr):
         self.checked_type_ = None
 
     def __call__(self, *args):
-        from kiln.relay.expr import Call  # building a call node is Relay's job
-
-        return Call(self, list(args))
+        return get_hook("make_call")(self, args)  # building a call node is Relay's job
 
     def __repr__(self) -> str:
         return self.name_hint

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
+from kiln.runtime.registry import get_global_func
 
-__all__ = ["Node", "SourceName", "Span"]
+__all__ = ["EnvFunc", "Node", "SourceName", "Span"]
 
 Node = Object
 
@@ -30,3 +32,31 @@ class Span(Object):
     def __repr__(self) -> str:
         name = self.source_name.name if self.source_name is not None else "?"
         return f"{name}:{self.line}:{self.column}"
+
+
+@register_object("EnvFunc")
+class EnvFunc(Object):
+    """A global function referred to by name (TVM's ``tvm.ir.EnvFunc``): it serializes as
+    its name and finds the function in the registry again when loaded."""
+
+    _fields = {"name": str}
+
+    @staticmethod
+    def get(name: str) -> EnvFunc:
+        """The env function of the registered global ``name``."""
+        if not isinstance(name, str):
+            raise TVMError(f"EnvFunc.get: expected a function name, got {name!r}")
+        if get_global_func(name, allow_missing=True) is None:
+            raise TVMError(f"EnvFunc.get: no global function {name!r} is registered")
+        return EnvFunc(name)
+
+    @property
+    def func(self):
+        """The registered function (looked up now: a re-registration is seen)."""
+        fn = get_global_func(self.name, allow_missing=True)
+        if fn is None:
+            raise TVMError(f"EnvFunc: global function {self.name!r} is no longer registered")
+        return fn
+
+    def __call__(self, *args):
+        return self.func(*args)

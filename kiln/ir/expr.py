@@ -5,7 +5,8 @@ Entry points: :class:`BaseExpr`, :class:`PrimExpr` (TIR scalar expressions: ``In
 :class:`Range`.
 
 ``PrimExpr`` overloads Python operators; the arithmetic itself (type promotion, constant
-folding, node construction) lives in :mod:`kiln.tir.op`, which is imported on first use.
+folding, node construction) lives in :mod:`kiln.tir.op`, which kiln.tir registers as a hook
+(:mod:`kiln.ir.hooks`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.ir.base import Span
+from kiln.ir.hooks import get_hook
 from kiln.runtime.object import Object, register_object
 
 __all__ = ["BaseExpr", "PrimExpr", "RelayExpr", "GlobalVar", "Range", "IntImm", "FloatImm"]
 
 
 def _tir_op():
-    from kiln.tir import op  # a higher layer supplies the arithmetic; see module docstring
-
-    return op
+    """The arithmetic module kiln.tir registers (:mod:`kiln.ir.hooks`)."""
+    return get_hook("prim_expr_ops")()
 
 
 @register_object("BaseExpr")
@@ -216,9 +217,7 @@ class GlobalVar(RelayExpr):
         object.__setattr__(self, "checked_type_", type_annot)
 
     def __call__(self, *args):
-        from kiln.relay.expr import Call  # building a call node is Relay's job
-
-        return Call(self, list(args))
+        return get_hook("make_call")(self, args)  # building a call node is Relay's job
 
     def __repr__(self) -> str:
         return f"@{self.name_hint}"

@@ -16,6 +16,7 @@ from kiln.ir.adt import Constructor, TypeData
 from kiln.ir.attrs import DictAttrs
 from kiln.ir.expr import GlobalVar, RelayExpr
 from kiln.ir.function import BaseFunc
+from kiln.ir.hooks import get_hook
 from kiln.ir.type import GlobalTypeVar
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
@@ -80,12 +81,9 @@ class IRModule(Object):
         >>> [p.name_hint for p in IRModule.from_expr(x).get("main").params]
         ['x']
         """
-        from kiln.relay.analysis import free_vars  # the Relay layer supplies the analysis
-        from kiln.relay.expr import Function
-
         mod = IRModule(functions, type_defs)
-        if not isinstance(expr, BaseFunc):
-            expr = Function(free_vars(expr), expr)
+        if not isinstance(expr, BaseFunc):  # the Relay layer supplies the free variables
+            expr = get_hook("function_from_expr")(expr)
         main = mod._global_vars.get("main") or GlobalVar("main")
         mod.add(main, expr, update=True)
         return mod
@@ -251,23 +249,12 @@ class IRModule(Object):
 
     def import_from_std(self, file_to_import: str) -> None:
         """Add the definitions of a standard library file (``prelude.rly``) to the module."""
-        from kiln.relay import prelude  # the prelude is another engineer's layer
-
-        prelude.import_into(self, file_to_import)
+        get_hook("import_std")(self, file_to_import)
 
     # -- printing -------------------------------------------------------------------------
     def astext(self, show_meta_data: bool = True) -> str:
-        """The module in the Relay text format (a readable fallback before the printer)."""
-        try:
-            from kiln.relay.printer import astext
-        except ImportError:
-            astext = None
-        if astext is not None:
-            return astext(self, show_meta_data)
-        lines = [repr(data) for data in self.type_definitions.values()]
-        for var, func in self.functions.items():
-            lines.append(f"def @{var.name_hint} = {func!r}")
-        return "\n".join(lines)
+        """The module in the Relay text format."""
+        return get_hook("astext")(self, show_meta_data)
 
     def __str__(self) -> str:
         return self.astext()

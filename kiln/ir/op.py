@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.ir.expr import RelayExpr
+from kiln.ir.hooks import get_hook
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
 
@@ -143,9 +144,7 @@ class Op(RelayExpr):
 def _load_relay_ops() -> None:
     # The Relay op library registers its ops on import; looking an op up must not depend on
     # whether the caller happened to import it first.
-    import importlib
-
-    importlib.import_module("kiln.relay.op")
+    get_hook("load_op_library")()
 
 
 def register(op_name: str, describe: str = "") -> Op:

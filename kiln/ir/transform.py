@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kiln.ir.hooks import get_hook
 from kiln.runtime.config import debug_level
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
@@ -301,13 +302,11 @@ class ModulePass(Pass):
 
 
 def resolve_pass(name: str) -> Pass:
-    """The pass a ``required`` name refers to, built from ``kiln.relay.transform``."""
-    from kiln.relay import transform as relay_transform
-
-    factory = getattr(relay_transform, name, None)
-    if factory is None:
+    """The pass a ``required`` name refers to (Relay's passes, through its hook)."""
+    required = get_hook("pass_by_name")(name)
+    if required is None:
         raise TVMError(f"required pass {name!r} is not a known pass")
-    return factory()
+    return required
 
 
 @register_object("transform.Sequential")

@@ -14,6 +14,7 @@ from kiln.jit.primitives import (
     add,
     amax,
     broadcast_to,
+    broadcast_to_like,
     cos,
     exp,
     gadd,
@@ -171,7 +172,11 @@ def bprop_broadcast_to(x, shp, out, dout):
 
 
 def bprop_sum_to_like(x, like, out, dout):
-    return (broadcast_to(dout, shape(x)), zeros_like(like))
+    return (broadcast_to_like(dout, x), zeros_like(like))
+
+
+def bprop_broadcast_to_like(x, like, out, dout):
+    return (sum_to_like(dout, x), zeros_like(like))
 
 
 def bprop_where(c, x, y, out, dout):

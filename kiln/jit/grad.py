@@ -25,7 +25,7 @@ from kiln.jit import bprops
 from kiln.jit import primitives as P
 from kiln.jit import structural as S
 from kiln.jit.errors import JitError
-from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, toposort
+from kiln.jit.ir import Apply, Constant, Graph, GraphManager, Node, Parameter, clone, toposort
 from kiln.jit.resolve import REQUIRED, parsed, register_macro
 
 _J_GRAPHS: dict[Graph, Graph] = {}
@@ -39,7 +39,9 @@ def _bprop_graph(prim: P.Primitive) -> Graph:
     fn = getattr(bprops, name, None)
     if fn is None:
         raise JitError(f"grad: primitive {prim.name} has no derivative rule")
-    g = parsed(fn)
+    # a copy per use: grad of grad differentiates the rule at each use's types, and a
+    # closure J builds inside one shared copy would flow with several signatures
+    g = clone(parsed(fn))
     for h in GraphManager(g).graphs:
         h.flags["keep_constants"] = True  # axes and indices must stay known inside
     return g
@@ -87,7 +89,8 @@ def J(graph: Graph) -> Graph:
     scope = [g for g in mng.graphs if graph in mng.scope_chain(g)]
     fwd: dict[Graph, Graph] = {g: Graph("J_" + g.name, g.loc) for g in scope}
     for g in scope:
-        fwd[g].flags = {k: v for k, v in g.flags.items() if k in ("loop_header", "loop_body")}
+        fwd[g].flags = {k: v for k, v in g.flags.items() if k in ("loop_header", "loop_body",
+                                                          "keep_constants")}
     _J_GRAPHS[graph] = fwd[graph]
     value: dict[Node, Node] = {}   # primal node -> its forward value
     back: dict[Node, Node] = {}    # primal Apply -> its bprop closure (in the forward graph)
@@ -139,6 +142,8 @@ def _callee(node: Apply):
 def _build_bprop(g: Graph, fwd, value, back, mng: GraphManager, jvalue) -> None:
     jg = fwd[g]
     b = Graph("bprop_" + g.name, g.loc)
+    if g.flags.get("keep_constants"):
+        b.flags["keep_constants"] = True  # a derivative rule's J keeps its indices known
     dout = b.add_parameter("dout")
     contrib: dict[Node, list[Node]] = {g.output: [dout]}
     order = [n for n in toposort(g, mng) if isinstance(n, Apply) and n.graph is g]

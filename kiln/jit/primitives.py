@@ -433,6 +433,25 @@ sum_to_like = Primitive("sum_to_like", _infer_sum_to,
                         py="{0}")  # a scalar segment has nothing to sum
 
 
+def _infer_broadcast_like(node, x: Abstract, like: Abstract) -> Abstract:
+    """``broadcast_to_like(x, like)``: sum_to_like's transpose (x spread to like's shape)."""
+    if not is_tensor(x):
+        return x  # a tuple or environment of sensitivities passes through, as in sum_to_like
+    if isinstance(like, Array):
+        return Array(x.dtype, like.shape)
+    return Scalar(x.dtype) if isinstance(x, Scalar) else Array(x.dtype, ())
+
+
+broadcast_to_like = Primitive(
+    "broadcast_to_like", _infer_broadcast_like,
+    lambda x, like: x if isinstance(x, (dict, tuple)) else
+    np.broadcast_to(x, np.shape(like)).copy(),
+    relay=lambda a, i, o: a[0] if not isinstance(o, Array) or (
+        isinstance(i[0], Array) and i[0].shape == o.shape) else relay.broadcast_to(
+            a[0], shape_of(o)),
+    py="{0}")
+
+
 def _infer_where(node, c: Abstract, a: Abstract, b: Abstract) -> Abstract:
     shape = _broadcast("where", node, c, a, b)
     dtype = str(np.result_type(_dummy(a, "where", node), _dummy(b, "where", node)))

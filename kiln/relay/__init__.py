@@ -19,6 +19,7 @@ import sys
 from typing import Any as _AnyValue
 
 from kiln._lazy import attach
+from kiln.relay.ir_hooks import register_ir_hooks
 
 _LAZY: dict[str, _AnyValue] = {
     # subpackages and modules
@@ -34,10 +35,10 @@ _LAZY: dict[str, _AnyValue] = {
     "op": "kiln.relay.op",
     "nn": "kiln.relay.op.nn",
     "image": "kiln.relay.op.image",
-    "vision": "kiln.relay.op.vision",
     "dyn": "kiln.relay.op.dyn",
     "annotation": "kiln.relay.op.annotation",
     "qnn": "kiln.relay.qnn",
+    "quantize": "kiln.relay.quantize",
     "testing": "kiln.relay.testing",
     "frontend": "kiln.relay.frontend",
     "backend": "kiln.relay.backend",
@@ -116,6 +117,7 @@ _LAZY: dict[str, _AnyValue] = {
 }
 
 _table_getattr, __dir__ = attach(__name__, _LAZY)
+register_ir_hooks()  # the IR core's GlobalVar calls, from_expr, printing … are Relay's
 
 
 def __getattr__(name: str) -> _AnyValue:

@@ -8,13 +8,15 @@ Entry points: :func:`build`, :func:`optimize`, :func:`create_executor`,
 1. normalize inputs (a Function becomes ``IRModule.from_expr``; targets are parsed by
    :func:`parse_targets`: one target, or one per device type for heterogeneous execution);
 2. bind ``params`` into ``main`` as constants;
-3. ``PlanDevices`` (``on_device`` → ``device_copy``), the optimization pipeline
+3. the one compile pipeline (:func:`~kiln.relay.backend.pipeline.pass_pipeline`):
+   ``PlanDevices`` (``on_device`` → ``device_copy``), the optimization passes
    (:data:`OPTIMIZE_PASSES`, each gated by its opt level in the current ``PassContext``),
    ``PlanDevices`` again (on what the passes made) and ``FuseOps``;
-4. graph codegen: lower every primitive function with the TE compiler of its device's target,
-   plan memory, emit the graph JSON;
-5. compile the kernels into one module per target (the host's imports the others), and wrap
-   everything in a factory module.
+4. graph codegen: lower every primitive function with the TE compiler of its device's target
+   (:func:`~kiln.relay.backend.pipeline.make_compilers`), plan memory, emit the graph JSON;
+5. compile the kernels into one module per target, the host's importing the others
+   (:func:`~kiln.relay.backend.pipeline.build_kernels`), and wrap everything in a factory
+   module.
 """
 
 from __future__ import annotations
@@ -27,28 +29,20 @@ from typing import Any
 import numpy as np
 
 from kiln.ir.module import IRModule
-from kiln.ir.transform import Sequential
 from kiln.relay import expr as rx
 from kiln.relay.backend.executor_config import Executor, Runtime, check_combination
+from kiln.relay.backend.pipeline import (
+    OPTIMIZE_PASSES,
+    build_kernels,
+    make_compilers,
+    pass_pipeline,
+    qnn_lowering_passes,
+)
 from kiln.runtime.error import TVMError
 
 __all__ = ["build", "optimize", "create_executor", "bind_params_by_name",
-           "GraphExecutorFactoryModule", "OPTIMIZE_PASSES", "parse_targets"]
-
-# The default pipeline, in order (TVM's GetPassPrefix for the graph executor). Each pass has
-# its own opt level; PassContext(opt_level=...) decides which run.
-OPTIMIZE_PASSES = (
-    "RemoveUnusedFunctions",
-    "SimplifyInference",
-    "EliminateCommonSubexpr",
-    "FoldConstant",
-    "FoldScaleAxis",
-    "SimplifyExpr",
-    "CanonicalizeOps",
-    "AlterOpLayout",
-    "FastMath",
-    "FoldConstant",
-)
+           "GraphExecutorFactoryModule", "OPTIMIZE_PASSES", "parse_targets",
+           "qnn_lowering_passes"]
 
 
 def bind_params_by_name(func: rx.Function, params: dict[str, Any]) -> rx.Function:
@@ -76,34 +70,18 @@ def bind_params_by_name(func: rx.Function, params: dict[str, Any]) -> rx.Functio
 
 def optimize(mod: IRModule, target: Any = None, params: dict | None = None,
              default_device: Any = None) -> IRModule:
-    """Run the default optimization pipeline, PlanDevices and FuseOps on ``mod``.
+    """Run the graph executor's compile pipeline (optimization passes, PlanDevices, FuseOps)
+    on ``mod``.
 
     ``default_device`` is where expressions no ``on_device`` places run (default: the
     device of a single target, ``cpu(0)`` for several).
     """
-    from kiln.relay import transform
-
     if default_device is None and target is not None:
         default_device = default_device_of(parse_targets(target)[0])
     if params:
         mod = mod.copy()
         mod["main"] = bind_params_by_name(mod["main"], params)
-    # PlanDevices first too: once on_device became device_copy, common-subexpression
-    # elimination cannot merge equal computations meant for different devices
-    passes = [transform.InferType(), *qnn_lowering_passes(mod),
-              transform.PlanDevices(default_device)]
-    passes += [getattr(transform, name)() for name in OPTIMIZE_PASSES]
-    passes += [transform.InferType(), transform.PlanDevices(default_device),
-               transform.FuseOps(), transform.InferType()]
-    return Sequential(passes, name="relay_build_optimize")(mod)
-
-
-def qnn_lowering_passes(mod: Any) -> list:
-    """QNN canonicalization when ``mod`` calls ``qnn.*`` ops (first in TVM's pass prefix):
-    the QNN ops have no kernels."""
-    from kiln.relay.qnn.transform import CanonicalizeOps, has_qnn_ops
-
-    return [CanonicalizeOps()] if has_qnn_ops(mod) else []
+    return pass_pipeline(mod, default_device, "graph")(mod)
 
 
 def _as_target(value: Any, what: str):
@@ -271,7 +249,6 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
     True
     """
     from kiln.relay.backend.graph_executor_codegen import codegen
-    from kiln.relay.backend.te_compiler import TECompiler
 
     executor = executor or Executor("graph")
     runtime = runtime or Runtime("cpp")
@@ -300,11 +277,9 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
                                     pools)
     with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
-        compilers = {device_type: TECompiler(t, mod_name) for device_type, t in targets.items()}
-        compilers.setdefault(1, TECompiler(host, mod_name))
-        _share_kernel_names(compilers.values())
+        compilers = make_compilers(targets, host, mod_name)
         result = codegen(mod["main"], compilers, default_device)
-        lib = _build_kernels(compilers, host)
+        lib = build_kernels(compilers)
     stats = {
         "kernels": sum(len(c.lowered) for c in compilers.values()),
         "kernel_calls": result.num_kernel_calls,
@@ -347,24 +322,6 @@ def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,
     factory.executor, factory.runtime = executor, runtime
     factory.lowered = {f.name: f for f in result.compilers[1].lowered}
     return factory
-
-
-def _share_kernel_names(compilers: Any) -> None:
-    """Make the TE compilers of one build draw kernel names from one set, so a kernel lowered
-    for two targets gets two names (the host library imports the others)."""
-    names: set[str] = set()
-    for compiler in compilers:
-        compiler._names = names
-
-
-def _build_kernels(compilers: dict[int, Any], host: Any) -> Any:
-    """One module per target that has kernels; the host's (always built) imports the others."""
-    host_lib = compilers[1].build()
-    for device_type, compiler in compilers.items():
-        if device_type != 1 and compiler.lowered:
-            with compiler.target:
-                host_lib.import_module(compiler.build())
-    return host_lib
 
 
 class _GraphExecutorEvaluator:

@@ -265,6 +265,15 @@ class _Parser:
                 raise self.error(f"expected 'def' or 'type', found {self.tok.text!r}")
         return IRModule(functions, type_defs)
 
+    def seed(self, mod: IRModule) -> None:
+        """Make ``mod``'s globals, ADTs and constructors visible to the text."""
+        for gv in mod.get_global_vars():
+            self.global_vars[gv.name_hint] = gv
+        for tv in mod.get_global_type_vars():
+            self.type_headers[tv.name_hint] = tv
+            for ctor in mod.type_definitions[tv].constructors:
+                self.constructors[ctor.name_hint] = ctor
+
     def predeclare(self) -> None:
         """Create global vars and ADT headers first, so definitions may refer forward."""
         for k, tok in enumerate(self.tokens[:-1]):
@@ -699,7 +708,8 @@ def _split_metadata(source: str) -> tuple[str, dict[str, list]]:
     return head, {str(k): list(v) for k, v in meta.items()}
 
 
-def _run(source: Any, parse_with: Callable[[_Parser], Any], metadata: bool = True) -> Any:
+def _run(source: Any, parse_with: Callable[[_Parser], Any], metadata: bool = True,
+         init_module: IRModule | None = None, init_meta: dict | None = None) -> Any:
     """Parse ``source`` with one of the parser's entry rules; every failure a DiagnosticError.
 
     The grammar is recursive; nesting is capped at MAX_NESTING levels, each a handful of
@@ -708,7 +718,11 @@ def _run(source: Any, parse_with: Callable[[_Parser], Any], metadata: bool = Tru
     if not isinstance(source, str):
         raise DiagnosticError(f"Relay parser: expected text, got {type(source).__name__}")
     head, meta = _split_metadata(source) if metadata else (source, {})
+    if init_meta:
+        meta = {**{str(k): list(v) for k, v in init_meta.items()}, **meta}
     parser = _Parser(head, meta)
+    if init_module is not None:
+        parser.seed(init_module)
     with deep_recursion():
         try:
             return parse_with(parser)
@@ -720,9 +734,13 @@ def _run(source: Any, parse_with: Callable[[_Parser], Any], metadata: bool = Tru
             raise parser.error(f"{type(err).__name__}: {err}") from None
 
 
-def parse(source: str, source_name: str = "from_string") -> IRModule:
+def parse(source: str, source_name: str = "from_string", init_module: IRModule | None = None,
+          init_meta_table: dict | None = None) -> IRModule:
     """Parse a module in the Relay text format (``tvm.parser.parse``).
 
+    ``init_module``'s functions and types are visible to the text and part of the result
+    (a name defined in both is an error); ``init_meta_table`` (``{"relay.Constant": [...]}``)
+    serves ``meta[...]`` references that the text's own metadata section does not.
     Malformed text raises :class:`DiagnosticError` with the line and column, as does text
     nested more than :data:`MAX_NESTING` levels deep.
 
@@ -732,7 +750,22 @@ def parse(source: str, source_name: str = "from_string") -> IRModule:
     >>> mod["main"].params[0].name_hint
     'x'
     """
-    return _run(source, _Parser.module)
+    if init_module is not None and not isinstance(init_module, IRModule):
+        raise DiagnosticError(f"Relay parser: init_module must be an IRModule, got "
+                              f"{type(init_module).__name__}")
+    if init_meta_table is not None and not (isinstance(init_meta_table, dict | Map) and all(
+            isinstance(v, list | tuple | Array) for v in init_meta_table.values())):
+        raise DiagnosticError("Relay parser: init_meta_table must map kinds to lists")
+    parsed = _run(source, _Parser.module, init_module=init_module, init_meta=init_meta_table)
+    if init_module is None:
+        return parsed
+    merged = init_module.copy()
+    for gv in parsed.get_global_vars():
+        if gv.name_hint in merged:
+            raise DiagnosticError(f"Relay parser: @{gv.name_hint} is defined both in the text "
+                                  "and in init_module")
+    merged.update(parsed)
+    return merged
 
 
 fromtext = parse

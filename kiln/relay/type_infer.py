@@ -419,7 +419,7 @@ class TypeInferencer:
             return known
         if self.reuse_types and not isinstance(node, Var | Function | GlobalVar):
             cached = getattr(node, "checked_type_", None)
-            if cached is not None and _is_closed(cached):
+            if cached is not None and _is_closed(cached) and _operands_typed(node):
                 self.types[id(node)] = cached
                 return cached
         visitor = self._visitors.get(type(node))
@@ -737,6 +737,21 @@ class TypeInferencer:
                 return self.visit(expr)
         finally:
             self.reuse_types = True
+
+
+def _operands_typed(node: RelayExpr) -> bool:
+    """Whether a typed node's direct operands are typed too: a pass that gave a rebuilt node
+    its old type over new, untyped operands must not stop the incremental walk there."""
+    if isinstance(node, Call):
+        operands = node.args
+    elif isinstance(node, Tuple):
+        operands = node.fields
+    elif isinstance(node, TupleGetItem):
+        operands = [node.tuple_value]
+    else:
+        return True
+    return all(getattr(a, "checked_type_", None) is not None or isinstance(a, Var | GlobalVar)
+               for a in operands)
 
 
 def _already_typed(func: Any) -> bool:

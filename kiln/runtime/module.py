@@ -60,6 +60,12 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
 from kiln.runtime.packed_func import PackedFunc, _runtime, object_handle
 from kiln.runtime.registry import get_global_func, register_func
+from kiln.runtime.shared_library import (
+    check_elf,
+    read_blob_at,
+    read_c_string,
+    symbol_info,
+)
 
 __all__ = [
     "Module",
@@ -548,74 +554,6 @@ def _create_tar(output: str, files: Sequence[str], link_options: Sequence[str]) 
 # ---- shared libraries ----------------------------------------------------------------------
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [
-        ("dli_fname", ctypes.c_char_p),
-        ("dli_fbase", ctypes.c_void_p),
-        ("dli_sname", ctypes.c_char_p),
-        ("dli_saddr", ctypes.c_void_p),
-    ]
-
-
-_libc = ctypes.CDLL(None)
-_libc.dladdr1.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo), ctypes.c_void_p, ctypes.c_int]
-_RTLD_DL_SYMENT = 1
-_ELF64_SYM_SIZE_OFFSET = 16  # Elf64_Sym: u32 name, u8 info, u8 other, u16 shndx, u64 value
-
-
-def _symbol_info(address: int) -> tuple[str, int | None]:
-    """(file that defines the symbol at ``address``, the symbol's size in bytes or None)."""
-    info = _DlInfo()
-    symbol = ctypes.c_void_p()
-    if not _libc.dladdr1(address, ctypes.byref(info), ctypes.byref(symbol), _RTLD_DL_SYMENT):
-        return "", None
-    size = None
-    if symbol.value:
-        size = ctypes.c_uint64.from_address(symbol.value + _ELF64_SYM_SIZE_OFFSET).value
-    return (info.dli_fname or b"").decode(errors="replace"), size
-
-
-_ELF_HEADER = struct.Struct("<4sBBBBB7xHHIQQQIHHHHHH")
-_ELF_PROGRAM_HEADER = struct.Struct("<IIQQQQQQ")
-_PT_LOAD, _ET_DYN = 1, 3
-
-
-def _check_elf(path: str) -> None:
-    """Refuse files dlopen would crash on: not 64-bit ELF, or segments past the file's end.
-
-    dlopen maps segments straight from the file, so a truncated library faults (SIGBUS)
-    instead of failing; checking the headers against the real size first keeps that a
-    clear error.
-    """
-    size = os.path.getsize(path)
-    with open(path, "rb") as file:
-        header = file.read(_ELF_HEADER.size)
-        if len(header) < _ELF_HEADER.size or not header.startswith(b"\x7fELF"):
-            raise TVMError(f"cannot load shared library {path}: not an ELF file")
-        fields = _ELF_HEADER.unpack(header)
-        elf_class, data_order, e_type = fields[1], fields[2], fields[6]
-        ph_offset, sh_offset = fields[10], fields[11]
-        ph_size, ph_count, sh_size, sh_count = fields[14], fields[15], fields[16], fields[17]
-        if elf_class != 2 or data_order != 1 or e_type != _ET_DYN:
-            raise TVMError(
-                f"cannot load shared library {path}: not a 64-bit little-endian shared object"
-            )
-        if ph_size < _ELF_PROGRAM_HEADER.size or ph_offset + ph_size * ph_count > size:
-            raise TVMError(f"cannot load shared library {path}: program headers truncated")
-        if sh_offset + sh_size * sh_count > size:
-            raise TVMError(f"cannot load shared library {path}: file is truncated")
-        for index in range(ph_count):
-            file.seek(ph_offset + index * ph_size)
-            p_type, _, p_offset, _, _, p_filesz, _, _ = _ELF_PROGRAM_HEADER.unpack(
-                file.read(_ELF_PROGRAM_HEADER.size)
-            )
-            if p_offset + p_filesz > size:
-                raise TVMError(
-                    f"cannot load shared library {path}: segment {index} ends at byte "
-                    f"{p_offset + p_filesz} but the file has {size}; it is truncated"
-                )
-
-
 class _LibraryContext:
     """What a library's ``__tvm_module_ctx`` points at: every live DSOModule loaded from it.
 
@@ -651,7 +589,7 @@ class DSOModule(Module):
         super().__init__()
         _runtime()  # kernels resolve TVMAPISetLastError & co. against the support library
         self.path = os.path.realpath(path)
-        _check_elf(self.path)
+        check_elf(self.path)
         try:
             self.lib = ctypes.CDLL(self.path, mode=ctypes.RTLD_LOCAL)
         except OSError as err:
@@ -672,7 +610,7 @@ class DSOModule(Module):
         except AttributeError:
             return None
         # dlsym also searches the library's dependencies (libc…); only our own symbols count.
-        owner, _ = _symbol_info(address)
+        owner, _ = symbol_info(address)
         if owner and os.path.realpath(owner) != self.path:
             return None
         return address
@@ -682,7 +620,7 @@ class DSOModule(Module):
             entry = self._symbol_address(_ENTRY_SYMBOL)
             if entry is None:
                 return None
-            name = _read_c_string(entry, self.path)  # a char array naming the entry
+            name = read_c_string(entry, self.path)  # a char array naming the entry
         address = self._symbol_address(name)
         if address is None:
             if self._symbol_address("get_c_metadata") is None:
@@ -698,82 +636,8 @@ class DSOModule(Module):
         address = self._symbol_address(_BLOB_SYMBOL)
         if address is None:
             return None
-        _, symbol_size = _symbol_info(address)
-        return _read_blob_at(address, symbol_size, self.path)
-
-
-class _PhdrInfo(ctypes.Structure):
-    _fields_ = [
-        ("dlpi_addr", ctypes.c_uint64),
-        ("dlpi_name", ctypes.c_char_p),
-        ("dlpi_phdr", ctypes.c_void_p),
-        ("dlpi_phnum", ctypes.c_uint16),
-    ]
-
-
-_PHDR_CALLBACK = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(_PhdrInfo), ctypes.c_size_t, ctypes.c_void_p
-)
-_libc.dl_iterate_phdr.argtypes = [_PHDR_CALLBACK, ctypes.c_void_p]
-
-
-def _mapped_segment_end(address: int) -> int | None:
-    """The end of the loaded ELF segment holding ``address``, or None when none holds it.
-
-    A symbol's address comes from the library's own symbol table, which a tampered file
-    controls; reading through it is safe only inside a segment the loader mapped.
-    """
-    found: list[int] = []
-
-    def visit(info_ptr, size, data):
-        info = info_ptr.contents
-        for index in range(info.dlpi_phnum):
-            header = ctypes.string_at(info.dlpi_phdr + index * _ELF_PROGRAM_HEADER.size,
-                                      _ELF_PROGRAM_HEADER.size)
-            p_type, _, _, p_vaddr, _, _, p_memsz, _ = _ELF_PROGRAM_HEADER.unpack(header)
-            start = info.dlpi_addr + p_vaddr
-            if p_type == _PT_LOAD and start <= address < start + p_memsz:
-                found.append(start + p_memsz)
-                return 1
-        return 0
-
-    _libc.dl_iterate_phdr(_PHDR_CALLBACK(visit), None)
-    return found[0] if found else None
-
-
-def _read_c_string(address: int, where: str, limit: int = 4096) -> str:
-    """The NUL-terminated string at a symbol's address, read only inside its segment."""
-    end = _mapped_segment_end(address)
-    if end is None:
-        raise TVMError(f"{where}: a symbol points outside the loaded library")
-    data = ctypes.string_at(address, min(limit, end - address))
-    if b"\0" not in data:
-        raise TVMError(f"{where}: a symbol's string has no terminating NUL")
-    try:
-        return data[:data.index(b"\0")].decode()
-    except UnicodeDecodeError:
-        raise TVMError(f"{where}: a symbol's string is not UTF-8") from None
-
-
-def _read_blob_at(address: int, symbol_size: int | None, where: str) -> bytes:
-    """The module blob at ``address`` (u64 length + bytes), checked against the mapped image."""
-    end = _mapped_segment_end(address)
-    if end is None or end - address < 8:
-        raise TVMError(f"{where}: {_BLOB_SYMBOL} points outside the loaded library")
-    if symbol_size is not None and symbol_size < 8:
-        raise TVMError(f"{where}: {_BLOB_SYMBOL} is {symbol_size} bytes, too small for a blob")
-    length = ctypes.c_uint64.from_address(address).value
-    if symbol_size is not None and length > symbol_size - 8:
-        raise TVMError(
-            f"{where}: {_BLOB_SYMBOL} claims {length} bytes but the symbol holds "
-            f"{symbol_size - 8}; the library is truncated or tampered"
-        )
-    if length > end - address - 8:
-        raise TVMError(
-            f"{where}: {_BLOB_SYMBOL} claims {length} bytes but only {end - address - 8} "
-            "are mapped after it; the library is truncated or tampered"
-        )
-    return ctypes.string_at(address + 8, length)
+        _, symbol_size = symbol_info(address)
+        return read_blob_at(address, symbol_size, self.path)
 
 
 def _load_so(path: str, fmt: str = "so") -> Module:
@@ -1027,7 +891,7 @@ def system_lib(prefix: str = "") -> Module:
         root = library
         address = library._lookup(_BLOB_SYMBOL)
         if address is not None:
-            blob = _read_blob_at(address, _symbol_info(address)[1], "system library")
+            blob = read_blob_at(address, symbol_info(address)[1], "system library")
             root = deserialize_module_blob(blob, library)
         _system_libs[prefix] = root
     return root

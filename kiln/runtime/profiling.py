@@ -6,6 +6,9 @@ Entry points: :func:`time_repeats`, :class:`BenchmarkResult`, :class:`Report`.
 measurements, each the mean over ``number`` back-to-back calls. The debug executor's
 ``profile()`` returns a :class:`Report`: one row per operator call with its duration, share
 of the total and output shapes, printable as a table and exportable as CSV or JSON.
+:func:`profile_function` runs one compiled function under :class:`MetricCollector` objects
+(TVM's interface for performance counters; :class:`TimeCollector` is kiln's built-in one)
+and returns their metrics as :class:`Count`/:class:`Duration`/:class:`Percent`/:class:`Ratio`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import numpy as np
 
 from kiln.runtime.error import TVMError
 
-__all__ = ["BenchmarkResult", "Report", "time_repeats", "check_timing_args", "MAX_TIMING_COUNT"]
+__all__ = ["BenchmarkResult", "Count", "DeviceWrapper", "Duration", "MAX_TIMING_COUNT",
+           "MetricCollector", "Percent", "Ratio", "Report", "TimeCollector", "check_timing_args",
+           "profile_function", "time_repeats"]
 
 MAX_TIMING_COUNT = (1 << 31) - 1  # TVM's time evaluator takes number/repeat as a C int
 
@@ -264,3 +269,138 @@ def _format_cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.2f}"
     return str(value)
+
+
+class _Metric:
+    """A metric value of a profile (TVM's ``CountNode``/``DurationNode``/...)."""
+
+    __slots__ = ("value",)
+    kind = float
+
+    def __init__(self, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+            raise TVMError(f"{type(self).__name__}: expected a number, got {value!r}")
+        self.value = self.kind(value)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.value))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value!r})"
+
+
+class Count(_Metric):
+    """An integer count of something (events, calls)."""
+
+    kind = int
+
+
+class Duration(_Metric):
+    """A duration, in microseconds as in TVM's reports."""
+
+
+class Percent(_Metric):
+    """A percentage."""
+
+
+class Ratio(_Metric):
+    """A ratio of two quantities."""
+
+
+class DeviceWrapper:
+    """A device usable as a dict key (TVM wraps ``Device`` for collector maps)."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, dev: Any) -> None:
+        if not hasattr(dev, "device_type") or not hasattr(dev, "device_id"):
+            raise TVMError(f"DeviceWrapper: expected a device such as kiln.cpu(0), got {dev!r}")
+        self.device = dev
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceWrapper) and \
+            (other.device.device_type, other.device.device_id) == \
+            (self.device.device_type, self.device.device_id)
+
+    def __hash__(self) -> int:
+        return hash((self.device.device_type, self.device.device_id))
+
+    def __repr__(self) -> str:
+        return f"DeviceWrapper({self.device!r})"
+
+
+class MetricCollector:
+    """Collects metrics around one run (TVM's interface): ``init`` once with the devices,
+    then ``start(device)`` before and ``stop(token)`` after each profiled call; ``stop``
+    returns ``{metric name: Count | Duration | Percent | Ratio}``."""
+
+    def init(self, devices: Sequence[DeviceWrapper]) -> None:
+        """Prepare for ``devices`` (no-op by default)."""
+
+    def start(self, device: DeviceWrapper) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.start")
+
+    def stop(self, token: Any) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__name__}.stop")
+
+
+class TimeCollector(MetricCollector):
+    """Wall-clock duration of the profiled call (kiln's built-in collector: TVM's only one,
+    PAPI's, needs a TVM built against libpapi)."""
+
+    def start(self, device: DeviceWrapper) -> float:
+        return time.perf_counter()
+
+    def stop(self, token: float) -> dict[str, Any]:
+        return {"Duration (us)": Duration((time.perf_counter() - token) * 1e6)}
+
+
+def profile_function(mod: Any, dev: Any, collectors: Sequence[MetricCollector],
+                     func_name: str | None = None, warmup_iters: int = 10) -> Callable:
+    """A function taking ``mod[func_name]``'s arguments that runs it ``warmup_iters`` times,
+    then once under each collector, and returns the collectors' metrics merged.
+
+    Example
+    -------
+    >>> import numpy as np, kiln
+    >>> from kiln import te
+    >>> from kiln.runtime import profiling
+    >>> A = te.placeholder((4,), name="A")
+    >>> B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    >>> f = kiln.build(te.create_schedule(B.op), [A, B], "c", name="add_one")
+    >>> prof = profiling.profile_function(f, kiln.cpu(), [profiling.TimeCollector()],
+    ...                                   func_name="add_one", warmup_iters=1)
+    >>> a, b = kiln.nd.array(np.zeros(4, "float32")), kiln.nd.empty((4,))
+    >>> sorted(prof(a, b))
+    ['Duration (us)']
+    """
+    if isinstance(warmup_iters, bool) or not isinstance(warmup_iters, int) or warmup_iters < 0:
+        raise TVMError(f"profile_function: warmup_iters must be a non-negative int, got "
+                       f"{warmup_iters!r}")
+    collectors = list(collectors)
+    for c in collectors:
+        if not isinstance(c, MetricCollector):
+            raise TVMError(f"profile_function: collectors must be MetricCollector objects, got "
+                           f"{type(c).__name__}")
+    name = func_name if func_name is not None else mod.entry_name
+    if not mod.implements_function(name, query_imports=True):
+        raise TVMError(f"profile_function: the module has no function {name!r}")
+    fn = mod.get_function(name, query_imports=True)
+    device = DeviceWrapper(dev)
+    for c in collectors:
+        c.init([device])
+
+    def profiled(*args: Any) -> dict[str, Any]:
+        for _ in range(warmup_iters):
+            fn(*args)
+        metrics: dict[str, Any] = {}
+        for c in collectors:
+            token = c.start(device)
+            fn(*args)
+            metrics.update(c.stop(token))
+        return metrics
+
+    return profiled

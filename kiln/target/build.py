@@ -69,14 +69,16 @@ class NativeModule(Module):
 
     def __init__(self, kind: str, sources: dict[str, str], objects: dict[str, bytes],
                  function_names: Sequence[str], options: Sequence[str],
-                 text: dict[str, str], foreign_triple: str | None = None) -> None:
+                 text: dict[str, Any], foreign_triple: str | None = None) -> None:
         super().__init__()
         self.type_key = kind
         self.sources = dict(sources)
         self.objects = dict(objects)
         self.function_names = list(function_names)
         self.options = list(options)
-        self.text = dict(text)  # fmt -> source text for get_source
+        # fmt -> source text for get_source, or a function making it on first request (LLVM
+        # assembly costs as much as the object file: a build should not pay for it unasked)
+        self.text = dict(text)
         # Code for another machine (-mtriple) is kept for export and source, never loaded.
         self.foreign_triple = foreign_triple
         self.library_path = None if foreign_triple else self._compile()
@@ -103,9 +105,10 @@ class NativeModule(Module):
 
     def _compile(self) -> Path:
         if config.debug_level() >= 4:
-            for fmt, text in self.text.items():
+            for fmt in self.text:
                 if fmt:
-                    print(f"[kiln codegen] generated {fmt}:\n{text}", file=sys.stderr)
+                    print(f"[kiln codegen] generated {fmt}:\n{self.get_source(fmt)}",
+                          file=sys.stderr)
         if not self.objects:
             path = cc.cached_shared_library(self.sources, self.options)
         else:
@@ -134,12 +137,15 @@ class NativeModule(Module):
     def get_source(self, fmt: str = "") -> str:
         """The generated source: ``"c"`` for C; ``"ll"`` / ``"asm"`` for LLVM."""
         try:
-            return self.text[fmt]
+            text = self.text[fmt]
         except KeyError:
             raise TVMError(
                 f"Module[{self.type_key}] has no source of format {fmt!r}; available: "
                 + ", ".join(repr(k) for k in self.text if k)
             ) from None
+        if callable(text):
+            text = self.text[fmt] = text()
+        return text
 
     def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
         """Write the source (``.c``, ``.ll``, ``.s``) or the object file (``.o``)."""

@@ -26,7 +26,10 @@ from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
 __all__ = ["c_type", "c_function_identifier", "FunctionSignature", "function_signature",
            "packed_glue", "functions_of", "PACKED_CALLING_CONV", "crt_func_registry_names",
-           "crt_system_lib_source"]
+           "crt_system_lib_source", "C_RESERVED", "MODULE_CTX", "PACKED_PARAM_TYPES",
+           "PRELUDE_HELPERS", "DLTENSOR_FIELDS", "VALUE_CONTENT", "assert_message", "c_string",
+           "entry_symbol", "float_suffix", "is_const_int", "node_name", "packed_declaration",
+           "packed_wrapper", "preamble", "system_lib_registration"]
 
 _TYPE_CODE_INT, _TYPE_CODE_FLOAT = 0, 2
 # Names a generated identifier must not take (C11 keywords and the types kiln's C uses).
@@ -87,20 +90,20 @@ _C_SCALAR = {
 PACKED_CALLING_CONV = 1
 
 
-_PACKED_PARAM_TYPES = ("TVMValue*", "int*", "int32_t", "TVMValue*", "int*", "void*")
+PACKED_PARAM_TYPES = ("TVMValue*", "int*", "int32_t", "TVMValue*", "int*", "void*")
 
 
 # tir.tvm_struct_get field kinds (TVM's builtin::TVMStructFieldKind) -> DLTensor member
-_DLTENSOR_FIELDS = {0: "", 1: "data", 2: "shape", 3: "strides", 4: "ndim", 5: "dtype.code",
+DLTENSOR_FIELDS = {0: "", 1: "data", 2: "shape", 3: "strides", 4: "ndim", 5: "dtype.code",
                     6: "dtype.bits", 7: "dtype.lanes", 8: "byte_offset", 9: "device.device_id",
                     10: "device.device_type"}
 
 
-_VALUE_CONTENT = 12
+VALUE_CONTENT = 12
 
 
 # Helpers every translation unit carries (static inline, so unused ones cost nothing).
-_PRELUDE_HELPERS = r"""
+PRELUDE_HELPERS = r"""
 static inline int32_t kiln_floordiv_32(int32_t a, int32_t b) {
   int32_t q = a / b;
   return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -180,7 +183,7 @@ static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
   return -1;
 }
 """
-_PRELUDE_HELPERS += "\n" + NARROW_TYPE_HELPERS
+PRELUDE_HELPERS += "\n" + NARROW_TYPE_HELPERS
 
 
 _TYPE_CODE_TENSOR = (7, 13)  # kTVMDLTensorHandle, kTVMNDArrayHandle
@@ -203,28 +206,32 @@ def c_type(dtype: Any) -> str:
         raise TVMError(f"C codegen: no C type for dtype {t}") from None
 
 
-def _float_suffix(dtype: DataType) -> str:
+def float_suffix(dtype: DataType) -> str:
+    """The libm name suffix of a float type: ``f`` for float32 (``expf``), none otherwise."""
     return "f" if dtype.bits == 32 else ""
 
 
-def _c_string(text: str) -> str:
+def c_string(text: str) -> str:
+    """``text`` as a C string literal (quotes, backslashes and newlines escaped)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return '"' + escaped + '"'
 
 
-def _node_name(node: Any) -> str:
+def node_name(node: Any) -> str:
+    """The class name of a TIR node: the key of the printers' dispatch tables."""
     return type(node).__name__
 
 
-def _is_const_int(node: Any, value: int | None = None) -> bool:
-    if _node_name(node) != "IntImm":
+def is_const_int(node: Any, value: int | None = None) -> bool:
+    """Whether ``node`` is an ``IntImm`` (equal to ``value`` when one is given)."""
+    if node_name(node) != "IntImm":
         return False
     return value is None or node.value == value
 
 
-def _assert_message(node: Any, func_name: str) -> str:
+def assert_message(node: Any, func_name: str) -> str:
     """The error text of a failed AssertStmt, prefixed by the function unless it names it."""
-    message = node.message.value if _node_name(node.message) == "StringImm" else "assertion"
+    message = node.message.value if node_name(node.message) == "StringImm" else "assertion"
     return message if func_name in message else f"{func_name}: {message}"
 
 
@@ -263,7 +270,7 @@ def _free_vars(expr: Any) -> list:
     """Vars in a shape expression, in order of first appearance."""
     if expr is None:
         return []
-    kind = _node_name(expr)
+    kind = node_name(expr)
     if kind in ("Var", "SizeVar"):
         return [expr]
     out = []
@@ -299,12 +306,12 @@ class _WrapperEmitter:
         values_arg = f"(const int64_t[]){{{got}}}, {len(values)}" if values else "NULL, 0"
         self.lines.append(f"  if ({condition}) {{")
         self.lines.append(
-            f"    return kiln_arg_error({_c_string(f'{self.name}: {message}')}, {values_arg});")
+            f"    return kiln_arg_error({c_string(f'{self.name}: {message}')}, {values_arg});")
         self.lines.append("  }")
 
     def shape_text(self, expr: Any) -> str:
         """C text of a shape expression over already bound vars (for equality checks)."""
-        kind = _node_name(expr)
+        kind = node_name(expr)
         if kind == "IntImm":
             return str(int(expr.value))
         if kind in ("Var", "SizeVar"):
@@ -318,7 +325,7 @@ class _WrapperEmitter:
         sig, name = self.sig, self.name
         arg_names = ", ".join(item.name for _, item in sig.param_kinds)
         self.lines = [
-            _packed_declaration(name),
+            packed_declaration(name),
             f"int32_t {c_function_identifier(name)}({_PACKED_PARAMS_TEXT}) {{",
             "  (void)out_ret_value; (void)out_ret_tcode; (void)resource_handle;",
         ]
@@ -387,7 +394,7 @@ class _WrapperEmitter:
         deferred = []
         for dim, extent in enumerate(buffer.shape):
             actual = f"{tensor}->shape[{dim}]"
-            kind = _node_name(extent)
+            kind = node_name(extent)
             if kind == "IntImm":
                 self.fail(f"{actual} != {int(extent.value)}",
                           f"{what}: expected shape[{dim}] == {int(extent.value)}, got ", [actual])
@@ -400,7 +407,7 @@ class _WrapperEmitter:
         self.strides(tensor, what, buffer)
         ctype = c_type(t)
         offset = buffer.elem_offset
-        if _node_name(offset) in ("Var", "SizeVar") and id(offset) not in self.bound:
+        if node_name(offset) in ("Var", "SizeVar") and id(offset) not in self.bound:
             # The kernel indexes from elem_offset: it takes byte_offset, the pointer does not.
             itemsize = max(t.itemsize, 1)
             self.fail(f"{tensor}->byte_offset % {itemsize} != 0",
@@ -416,7 +423,7 @@ class _WrapperEmitter:
     def strides(self, tensor: str, what: str, buffer: Any) -> None:
         if buffer.strides:
             for dim, stride in enumerate(buffer.strides):
-                if _node_name(stride) in ("Var", "SizeVar") and id(stride) not in self.bound:
+                if node_name(stride) in ("Var", "SizeVar") and id(stride) not in self.bound:
                     compact = " * ".join(f"{tensor}->shape[{d}]"
                                          for d in range(dim + 1, len(buffer.shape))) or "1"
                     self.bound[id(stride)] = (f"({tensor}->strides ? {tensor}->strides[{dim}] "
@@ -439,7 +446,9 @@ class _WrapperEmitter:
                   "compact)")
 
 
-def _packed_wrapper(name: str, signature: FunctionSignature) -> str:
+def packed_wrapper(name: str, signature: FunctionSignature) -> str:
+    """The C source of the packed-ABI function ``name``: it checks every argument (naming
+    it in the error) and calls ``<name>_unpacked``."""
     return _WrapperEmitter(name, signature).emit()
 
 
@@ -450,7 +459,7 @@ _PACKED_PARAMS_TEXT = ("TVMValue* args, int* type_codes, int num_args, TVMValue*
 def c_function_identifier(name: str) -> str:
     """The C identifier of the packed function exported as ``name``: ``name`` itself unless it
     is a C keyword or a libm/stdlib name (then ``kiln_fn_<name>``, exported as ``name`` through
-    an asm label, see :func:`_packed_declaration`).
+    an asm label, see :func:`packed_declaration`).
 
     >>> c_function_identifier("add"), c_function_identifier("exp")
     ('add', 'kiln_fn_exp')
@@ -458,13 +467,15 @@ def c_function_identifier(name: str) -> str:
     return f"kiln_fn_{name}" if name in C_RESERVED else name
 
 
-def _packed_declaration(name: str) -> str:
+def packed_declaration(name: str) -> str:
     """Prototype of the packed function ``name``; a mangled one keeps the symbol ``name``."""
     label = f' __asm__("{name}")' if c_function_identifier(name) != name else ""
     return f"int32_t {c_function_identifier(name)}({_PACKED_PARAMS_TEXT}){label};"
 
 
-def _preamble(kind: str) -> str:
+def preamble(kind: str) -> str:
+    """The first lines of a generated translation unit for target ``kind``: the banner and
+    the includes the kernels need."""
     return "\n".join([
         f"/* Generated by kiln (target {kind}). */",
         "#include <stdint.h>",
@@ -476,18 +487,18 @@ def _preamble(kind: str) -> str:
     ])
 
 
-def _entry_symbol(names: Sequence[str]) -> str:
+def entry_symbol(names: Sequence[str]) -> str:
     """``__tvm_main__`` names the module's entry function (weak: modules link together)."""
     if not names:
         return ""
     return f'__attribute__((weak)) const char __tvm_main__[] = "{names[0]}";'
 
 
-_MODULE_CTX = ("/* set by the loader; tvm_call_packed looks names up through it */\n"
+MODULE_CTX = ("/* set by the loader; tvm_call_packed looks names up through it */\n"
                "__attribute__((weak)) void* __tvm_module_ctx = NULL;")
 
 
-def _system_lib_registration(names: Sequence[str], module_ctx: bool = False) -> str:
+def system_lib_registration(names: Sequence[str], module_ctx: bool = False) -> str:
     """A load-time constructor registering every packed function with the system library
     (``-system-lib`` targets; found again with ``kiln.runtime.system_lib()``)."""
     lines = ["static void __attribute__((constructor)) kiln_register_system_lib(void) {"]
@@ -542,18 +553,18 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
                 module_ctx: bool = False) -> str:
     """C glue for kernels compiled elsewhere: ``(name, signature, unpacked C param types)``
     become a prototype of ``name_unpacked`` plus the packed wrapper ``name``."""
-    parts = [_preamble(kind), _PRELUDE_HELPERS.strip()]
+    parts = [preamble(kind), PRELUDE_HELPERS.strip()]
     if module_ctx:
-        parts.append(_MODULE_CTX)
+        parts.append(MODULE_CTX)
     parts.extend("/* imported by pragma import_c */\n" + src.strip() for src in imported_c)
     for name, signature, param_types in functions:
         parts.append(f"int32_t {name}_unpacked({', '.join(param_types) or 'void'});")
-        parts.append(_packed_wrapper(name, signature))
+        parts.append(packed_wrapper(name, signature))
     names = [name for name, _, _ in functions] + list(packed_names)
-    parts.extend(_packed_declaration(name) for name in packed_names)
-    parts.append(_entry_symbol(names))
+    parts.extend(packed_declaration(name) for name in packed_names)
+    parts.append(entry_symbol(names))
     if system_lib:
-        parts.append(_system_lib_registration(names, module_ctx))
+        parts.append(system_lib_registration(names, module_ctx))
     return "\n\n".join(parts) + "\n"
 
 
@@ -561,13 +572,13 @@ def functions_of(mod: Any) -> list[tuple[str, Any]]:
     """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them: what a
     codegen prints, each function already through the TIR passes every codegen's input goes
     through (:func:`kiln.tir.transform.codegen_prep.prepare_for_codegen`)."""
-    if _node_name(mod) == "PrimFunc":
+    if node_name(mod) == "PrimFunc":
         return [(mod.attrs.get("global_symbol") or "default_function", prepare_for_codegen(mod))]
     items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
     out = []
     for gvar, func in items:
-        if _node_name(func) != "PrimFunc":
-            raise TVMError(f"codegen: {gvar!r} is a {_node_name(func)}, not a tir.PrimFunc")
+        if node_name(func) != "PrimFunc":
+            raise TVMError(f"codegen: {gvar!r} is a {node_name(func)}, not a tir.PrimFunc")
         symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
         out.append((symbol, prepare_for_codegen(func)))
     return out

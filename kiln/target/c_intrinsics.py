@@ -17,12 +17,12 @@ from typing import Any
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.target.c_abi import (
-    _DLTENSOR_FIELDS,
-    _VALUE_CONTENT,
-    _c_string,
-    _float_suffix,
-    _node_name,
+    DLTENSOR_FIELDS,
+    VALUE_CONTENT,
+    c_string,
     c_type,
+    float_suffix,
+    node_name,
 )
 
 __all__ = ["CIntrinsics", "UNARY_MATH", "INTRINSIC_FORMATS"]
@@ -99,7 +99,7 @@ class CIntrinsics:
             raise TVMError(f"C codegen: no rule for TIR intrinsic Call {op!r}")
         arg_type = DataType(args[0].dtype) if args else t
         float_type = arg_type if arg_type.is_float else t
-        fmt = dict(f=_float_suffix(float_type), fs="f" if float_type.bits == 32 else "",
+        fmt = dict(f=float_suffix(float_type), fs="f" if float_type.bits == 32 else "",
                    bits=arg_type.bits, t=c_type(t.element_of))
         if any(DataType(a.dtype).lanes > 1 for a in args if hasattr(a, "dtype")):
             return self._per_lane(node.dtype, [a.dtype for a in args], texts,
@@ -138,7 +138,7 @@ class CIntrinsics:
         name = node.args[0].value
         decls, fills = [], []
         for index, arg in enumerate(node.args[1:]):
-            kind = _node_name(arg)
+            kind = node_name(arg)
             if kind == "Buffer":
                 dims = ", ".join(f"(int64_t){self.expr(d)}" for d in arg.shape) or "0"
                 code, bits, lanes = DataType(arg.dtype).as_tuple()
@@ -147,7 +147,7 @@ class CIntrinsics:
                              f"{{{code}, {bits}, {lanes}}}, _s{index}, NULL, 0}};")
                 fills.append(f"_a[{index}].v_handle = &_t{index}; _c[{index}] = 7;")
             elif kind == "StringImm":
-                fills.append(f"_a[{index}].v_str = {_c_string(arg.value)}; _c[{index}] = 11;")
+                fills.append(f"_a[{index}].v_str = {c_string(arg.value)}; _c[{index}] = 11;")
             elif DataType(arg.dtype).is_float:
                 fills.append(f"_a[{index}].v_float64 = {self.expr(arg)}; _c[{index}] = 2;")
             elif DataType(arg.dtype).is_handle:
@@ -158,7 +158,7 @@ class CIntrinsics:
         count = max(len(node.args) - 1, 1)
         return (f"({{ static TVMFunctionHandle _f = NULL; int32_t _rc = 0; "
                 f"if (_f == NULL) _rc = TVMBackendGetFuncFromEnv(__tvm_module_ctx, "
-                f"{_c_string(name)}, &_f); {' '.join(decls)} TVMValue _a[{count}]; "
+                f"{c_string(name)}, &_f); {' '.join(decls)} TVMValue _a[{count}]; "
                 f"int _c[{count}]; {' '.join(fills)} TVMValue _r; int _rt; "
                 f"if (_rc == 0) _rc = TVMFuncCall(_f, _a, _c, {len(node.args) - 1}, &_r, &_rt); "
                 f"_rc; }})")
@@ -171,14 +171,14 @@ class CIntrinsics:
         """C text of a ``tir.tvm_struct_get`` call."""
         handle, index, kind = (self.expr(node.args[0]), self.expr(node.args[1]),
                                int(node.args[2].value))
-        if kind == _VALUE_CONTENT:
+        if kind == VALUE_CONTENT:
             t = DataType(node.dtype)
             member = "v_handle" if t.is_handle else ("v_float64" if t.is_float else "v_int64")
             value = f"((TVMValue*){handle})[{index}].{member}"
             return value if t.is_handle else f"(({c_type(t)}){value})"
-        if kind not in _DLTENSOR_FIELDS:
+        if kind not in DLTENSOR_FIELDS:
             raise TVMError(f"C codegen: tvm_struct_get of unknown field kind {kind}")
-        field = _DLTENSOR_FIELDS[kind]
+        field = DLTENSOR_FIELDS[kind]
         if kind == 0:
             return f"((void*)&((DLTensor*){handle})[{index}])"
         return f"((DLTensor*){handle})[{index}].{field}"

@@ -1,8 +1,10 @@
 """TIR -> C source, and the ``c`` target's build function.
 
 Entry points: :class:`CodeGenC` (the emitter: one base class with dialect settings and
-op -> format tables), :class:`CodeGenCBareMetal` (the no-OpenMP, no-workspace dialect),
-:func:`emit_c` (PrimFuncs -> one translation unit), :func:`build_c` (``target.build.c``).
+op -> format tables), :func:`emit_c` (PrimFuncs -> one translation unit), :func:`build_c`
+(``target.build.c``). The bare-metal dialect (no OpenMP, no heap) is the subclass
+:class:`~kiln.target.codegen_c_baremetal.CodeGenCBareMetal`; buffer indexing is
+:mod:`kiln.target.c_access`.
 
 Every PrimFunc ``f`` becomes two C functions:
 
@@ -35,7 +37,7 @@ value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). 
 :func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
 it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
 than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
-works lane by lane (:meth:`CodeGenC._store_in_parts`), and vector locals of that width are
+works lane by lane (:mod:`kiln.target.codegen_c_vectors`), and vector locals of that width are
 arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
 """
 
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -54,34 +56,40 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
 from kiln.target.c_abi import (
-    _MODULE_CTX,
-    _PACKED_PARAM_TYPES,
-    _PRELUDE_HELPERS,
     C_RESERVED,
+    MODULE_CTX,
     PACKED_CALLING_CONV,
-    _assert_message,
-    _c_string,
-    _entry_symbol,
-    _float_suffix,
-    _is_const_int,
-    _node_name,
-    _packed_declaration,
-    _packed_wrapper,
-    _preamble,
-    _system_lib_registration,
+    PACKED_PARAM_TYPES,
+    PRELUDE_HELPERS,
+    assert_message,
     c_function_identifier,
+    c_string,
     c_type,
+    entry_symbol,
+    float_suffix,
     function_signature,
     functions_of,
+    is_const_int,
+    node_name,
+    packed_declaration,
     packed_glue,
+    packed_wrapper,
+    preamble,
+    system_lib_registration,
 )
+from kiln.target.c_access import flat_access, uniform_vector_lanes
 from kiln.target.c_intrinsics import INTRINSIC_FORMATS, UNARY_MATH, CIntrinsics
-from kiln.target.codegen_c_masked import CLaneMasks, _loads_of
+from kiln.target.codegen_c_masked import CLaneMasks
+from kiln.target.codegen_c_vectors import (
+    COMPARISONS,
+    VECTOR_MASK_BINARY,
+    VECTOR_MIN_MAX,
+    CNativeParts,
+    native_lanes,
+)
 
 __all__ = [
     "CodeGenC",
-    "CodeGenCBareMetal",
-    "scratch_layout",
     "BINARY_FORMATS",
     "UNARY_MATH",
     "INTRINSIC_FORMATS",
@@ -119,51 +127,8 @@ BINARY_FORMATS: dict[str, str | dict[str, str]] = {
 # Binary nodes that GCC's vector extensions do directly on whole vectors (C semantics per lane).
 _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT", "GE"}
 
-# Logical ops on vector masks (all-ones / zero lanes) are bitwise in GCC's vector C.
-_VECTOR_MASK_BINARY = {"And": "({a} & {b})", "Or": "({a} | {b})"}
-# Vector min/max: a comparison mask, then a blend (keeps scalar C's NaN behaviour).
-_VECTOR_MIN_MAX = {"Min": "<", "Max": ">"}
-_COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
-# Lane-wise binary nodes whose wide vectors are emitted as native-width parts.
-_SLICED_BINARY = {"Add", "Sub", "Mul", "Div", "Min", "Max"}
-# The host's vector register width (AVX2): GCC keeps generic vectors up to this in registers.
-NATIVE_VECTOR_BITS = 256
-
-
-def _native_lanes(dtype: DataType, lanes: int) -> int:
-    """Lanes of ``dtype`` elements in one native vector register, or ``lanes`` when a vector
-    of ``lanes`` fits (or does not split into whole native registers)."""
-    per_register = max(NATIVE_VECTOR_BITS // max(dtype.bits, 8), 1)
-    return per_register if lanes > per_register and lanes % per_register == 0 else lanes
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # -- the emitter -------------------------------------------------------------------------------
 
-
-
-def _fits_vector_register(vtype: str) -> bool:
-    """Whether a C vector type (``float32x8``) fits one AVX2 register (32 bytes); wider
-    values cannot take the register-pinning asm constraint without AVX-512."""
-    m = re.fullmatch(r"[a-z]+?(\d+)x(\d+)", vtype)
-    return m is not None and int(m.group(1)) * int(m.group(2)) <= 256
 
 # The runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS) and the chunk size of a
 # dynamically scheduled parallel loop: about four chunks per thread of the running team.
@@ -182,7 +147,7 @@ static inline int64_t kiln_parallel_chunk(int64_t count) {
 }"""
 
 
-class CodeGenC(CLaneMasks, CIntrinsics):
+class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
@@ -250,7 +215,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
         self._analyzer = Analyzer()
-        self._vector_lanes_of = _uniform_vector_lanes(func.body)
+        self._vector_lanes_of = uniform_vector_lanes(func.body)
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
         if func.attrs.get("calling_conv") == PACKED_CALLING_CONV:
@@ -266,7 +231,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._functions.append(self._unpacked_definition(func, name, f"{name}_unpacked",
                                                          params))
         if self.emit_packed:
-            self._functions.append(_packed_wrapper(name, signature))
+            self._functions.append(packed_wrapper(name, signature))
         self.function_names.append(name)
 
     def _unpacked_definition(self, func: Any, name: str, symbol: str, params: list[str]) -> str:
@@ -281,13 +246,13 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _add_packed_form(self, func: Any, name: str) -> None:
         """A PrimFunc already in packed form (after MakePackedAPI): emit it as it is."""
-        if len(func.params) != len(_PACKED_PARAM_TYPES):
+        if len(func.params) != len(PACKED_PARAM_TYPES):
             raise TVMError(f"C codegen: packed function {name} must take the 6 packed params")
         params = []
-        for var, ctype in zip(func.params, _PACKED_PARAM_TYPES):
+        for var, ctype in zip(func.params, PACKED_PARAM_TYPES):
             params.append(f"{ctype} {self._bind(var)}")
             self._pointer_types[id(var)] = ctype
-        self._lines.append(_packed_declaration(name))
+        self._lines.append(packed_declaration(name))
         self._lines.append(f"int32_t {c_function_identifier(name)}({', '.join(params)}) {{")
         self._indent = 1
         self.emit_stmt(func.body)
@@ -298,17 +263,17 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def finish(self) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions."""
-        parts = [_preamble("c"), *self._vector_types.values(), _PRELUDE_HELPERS.strip()]
+        parts = [preamble("c"), *self._vector_types.values(), PRELUDE_HELPERS.strip()]
         if self.use_openmp:
             parts.append(_PARALLEL_CHUNK_HELPER)
         if self.uses_module_ctx:
-            parts.append(_MODULE_CTX)
+            parts.append(MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
                      for src in self._imported_c)
         parts.extend(self._functions)
-        parts.append(_entry_symbol(self.function_names))
+        parts.append(entry_symbol(self.function_names))
         if self.system_lib:
-            parts.append(_system_lib_registration(self.function_names, self.uses_module_ctx))
+            parts.append(system_lib_registration(self.function_names, self.uses_module_ctx))
         return "\n\n".join(parts) + "\n"
 
     # -- names -----------------------------------------------------------------------------
@@ -344,7 +309,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
     # -- expressions -----------------------------------------------------------------------
     def expr(self, node: Any) -> str:
         """The C text of a PrimExpr."""
-        kind = _node_name(node)
+        kind = node_name(node)
         if kind in BINARY_FORMATS:
             return self._binary(node, kind)
         method = getattr(self, f"expr_{kind}", None)
@@ -354,10 +319,10 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _binary(self, node: Any, kind: str) -> str:
         a_type = DataType(node.a.dtype)
-        if a_type.lanes > 1 and kind in _VECTOR_MASK_BINARY:
+        if a_type.lanes > 1 and kind in VECTOR_MASK_BINARY:
             return self._bool_bytes(node)
         a, b = self.expr(node.a), self.expr(node.b)
-        if a_type.lanes > 1 and kind in _VECTOR_MIN_MAX:
+        if a_type.lanes > 1 and kind in VECTOR_MIN_MAX:
             return self._min_max(kind, DataType(node.dtype), a, b)
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
             return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
@@ -366,7 +331,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _min_max(self, kind: str, dtype: DataType, a: str, b: str) -> str:
         vtype = self._vector_type(dtype)
-        mask = f"_x {_VECTOR_MIN_MAX[kind]} _y"
+        mask = f"_x {VECTOR_MIN_MAX[kind]} _y"
         return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
                 f"{self._blend(dtype, mask, '_x', '_y')}; }})")
 
@@ -376,7 +341,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         if isinstance(rule, dict):
             rule = rule["float" if a_type.is_float else "int"]
         bits = 64 if a_type.bits == 64 else 32
-        return rule.format(a=a, b=b, f=_float_suffix(a_type), bits=bits)
+        return rule.format(a=a, b=b, f=float_suffix(a_type), bits=bits)
 
     def _per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
                   lane_rule) -> str:
@@ -469,7 +434,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def expr_StringImm(self, node: Any) -> str:
         """C text of a TIR ``StringImm`` node."""
-        return _c_string(node.value)
+        return c_string(node.value)
 
     def expr_Var(self, node: Any) -> str:
         """C text of a TIR ``Var`` node."""
@@ -514,16 +479,16 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         """C text of an ``int<bits>`` vector that is all ones in the lanes where the vector
         bool ``cond`` holds and zero elsewhere: comparison masks are converted to the width,
         And/Or/Not combine masks bitwise, bool data (bytes 0/1) is compared with zero."""
-        kind = _node_name(cond)
+        kind = node_name(cond)
         lanes = DataType(cond.dtype).lanes
         itype = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
-        if kind in _COMPARISONS and not DataType(cond.a.dtype).is_bool:
+        if kind in COMPARISONS and not DataType(cond.a.dtype).is_bool:
             text = self.expr(cond)
             if DataType(cond.a.dtype).bits == bits:
                 return text
             return f"__builtin_convertvector({text}, {itype})"
-        if kind in _VECTOR_MASK_BINARY:
-            return _VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
+        if kind in VECTOR_MASK_BINARY:
+            return VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
                                                     b=self._lane_mask(cond.b, bits))
         if kind == "Not":
             return f"(~{self._lane_mask(cond.a, bits)})"
@@ -534,8 +499,8 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _bool_bytes(self, node: Any) -> str:
         """A vector bool expression as the bytes a bool buffer holds (0 or 1 per lane)."""
-        if _node_name(node) in _COMPARISONS or _node_name(node) in _VECTOR_MASK_BINARY \
-                or _node_name(node) == "Not":
+        if node_name(node) in COMPARISONS or node_name(node) in VECTOR_MASK_BINARY \
+                or node_name(node) == "Not":
             return f"(-{self._lane_mask(node, 8)})"
         return self.expr(node)
 
@@ -602,7 +567,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         """C text of a TIR ``BufferLoad`` node."""
         buffer = node.buffer
         data = self._data(buffer)
-        access = _flat_access(self, buffer, node.indices)
+        access = flat_access(self, buffer, node.indices)
         lanes = DataType(node.dtype).lanes
         if lanes == 1:
             return f"{data}[{access.base}]"
@@ -622,102 +587,26 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         return (f"({{ {itype} _i = __builtin_convertvector({index_vec}, {itype}); "
                 f"({vtype}){{{elems}}}; }})")
 
-
-
-
-
     def call_address_of(self, node: Any) -> str:
         """C text of ``tir.address_of``: the address of a buffer element."""
         load = node.args[0]
-        access = _flat_access(self, load.buffer, load.indices)
+        access = flat_access(self, load.buffer, load.indices)
         return f"(&{self._var_name(load.buffer.data)}[{access.base}])"
-
-
-
-
-
 
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
         """Append the C lines of a TIR statement."""
-        kind = _node_name(node)
+        kind = node_name(node)
         method = getattr(self, f"stmt_{kind}", None)
         if method is None:
             raise TVMError(f"C codegen: no rule for TIR statement node {kind}")
         method(node)
 
-    def stmt_SeqStmt(self, node: Any) -> None:
-        """Append the C lines of a TIR ``SeqStmt`` statement."""
-        first_use = self._share_vector_loads(node.seq)
-        for index, stmt in enumerate(node.seq):
-            for text, name in first_use.get(index, ()):
-                vtype = text[text.index("(*(") + 3:text.index("_u*)")]
-                pin = f" KILN_IN_REGISTER({name});" if _fits_vector_register(vtype) else ""
-                self._line(f"{vtype} {name} = {text};{pin}")
-                self._shared_loads[text] = name
-                if not pin:
-                    self._share_native_parts(text, vtype, name)
-            self.emit_stmt(stmt)
-        for pairs in first_use.values():
-            for text, _ in pairs:
-                self._shared_loads.pop(text, None)
-                self._shared_parts.pop(text, None)
-
-    def _share_native_parts(self, text: str, vtype: str, name: str) -> None:
-        """Also read a shared load wider than a register as register-pinned native-width
-        parts, which the stores emitted in parts (:meth:`_store_in_parts`) use."""
-        m = re.fullmatch(r"([a-z]+?)(\d+)x(\d+)", vtype)
-        if m is None:
-            return
-        dtype = DataType(f"{m.group(1)}{m.group(2)}")
-        lanes = int(m.group(3))
-        width = _native_lanes(dtype, lanes)
-        if width == lanes:
-            return
-        part_type = self._vector_type(dtype.with_lanes(width))
-        address = text[text.index("_u*)") + 4:-1]
-        names = []
-        for part in range(lanes // width):
-            names.append(f"{name}_{part}")
-            self._line(f"{part_type} {names[-1]} = *({part_type}_u*)({address} + "
-                       f"{part * width}); KILN_IN_REGISTER({names[-1]});")
-        self._shared_parts[text] = names
-
-    def _share_vector_loads(self, seq: Sequence[Any]) -> dict[int, list[tuple[str, str]]]:
-        """Vector loads repeated across a run of stores (an unrolled micro-kernel's B panel)
-        are read once into a register-pinned local; gcc would otherwise re-read memory at
-        every use, which makes a GEMM inner loop load-bound. Only buffers that the run does
-        not store to qualify. Returns statement index -> (load text, local name)."""
-        if len(seq) < 2 or not all(_node_name(s) == "BufferStore" for s in seq):
-            return {}
-        stored = {id(s.buffer.data) for s in seq}
-        first: dict[str, int] = {}
-        uses: dict[str, int] = {}
-        for index, stmt in enumerate(seq):
-            loads, guarded = _loads_of(stmt.value)
-            if guarded:
-                continue  # a guarded or let-bound load must stay where it is
-            for load in loads:
-                if (DataType(load.dtype).lanes == 1 or id(load.buffer.data) in stored
-                        or id(load.buffer.data) in self._vector_locals):
-                    continue
-                text = self.expr_BufferLoad(load)
-                if not text.startswith("(*("):
-                    continue
-                first.setdefault(text, index)
-                uses[text] = uses.get(text, 0) + 1
-        out: dict[int, list[tuple[str, str]]] = {}
-        for text, count in uses.items():
-            if count > 1 and text not in self._shared_loads:
-                self._shared_count += 1
-                out.setdefault(first[text], []).append((text, f"_shared{self._shared_count}"))
-        return out
-
     def stmt_Evaluate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Evaluate`` statement."""
-        if _node_name(node.value) in ("IntImm", "FloatImm"):
+        if node_name(node.value) in ("IntImm", "FloatImm"):
             return
-        if (_node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed"
+        if (node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed"
                 and self._parallel_depth == 0):
             self._line(f"if ({self.expr(node.value)} != 0) return -1;")
             return
@@ -728,7 +617,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         buffer = node.buffer
         data = self._data(buffer)
         lanes = DataType(node.value.dtype).lanes
-        access = _flat_access(self, buffer, node.indices)
+        access = flat_access(self, buffer, node.indices)
         if lanes > 1 and self._store_in_parts(node, access):
             return
         value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
@@ -754,117 +643,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         for lane in range(lanes):
             self._line(f"  {data}[_i[{lane}]] = _v[{lane}];")
         self._line("}")
-
-    def _store_in_parts(self, node: Any, access: _Access) -> bool:
-        """Emit a vector store wider than a native register as one store per native-width
-        part when every node of its value works lane by lane (arithmetic, broadcasts,
-        contiguous loads). GCC lowers its wider generic vectors piecewise through the stack;
-        native-width statements stay in registers. Returns whether the store was emitted."""
-        t = DataType(node.value.dtype)
-        width = _native_lanes(t, t.lanes)
-        buffer = node.buffer
-        to_local = id(buffer.data) in self._split_locals
-        if width >= t.lanes or t.is_bool or not (access.contiguous or to_local) \
-                or not self._sliceable(node.value, t.bits):
-            return False
-        part_type = self._vector_type(t.element_of.with_lanes(width))
-        data = self._data(buffer)
-        for part in range(t.lanes // width):
-            value = self._slice(node.value, part, width)
-            if to_local:
-                self._line(f"{data}[({access.base}) / {width} + {part}] = {value};")
-            else:
-                self._line(f"*({part_type}_u*)({data} + {access.base} + {part * width}) = "
-                           f"{value};")
-        return True
-
-    def _sliceable(self, node: Any, bits: int) -> bool:
-        """Whether :meth:`_slice` can take native-width parts of vector ``node``."""
-        kind = _node_name(node)
-        if kind in ("Broadcast", "Ramp"):
-            return True
-        if DataType(node.dtype).bits != bits or DataType(node.dtype).is_bool:
-            return False
-        if kind in _SLICED_BINARY:
-            return self._sliceable(node.a, bits) and self._sliceable(node.b, bits)
-        if kind == "Select":
-            return (self._sliceable(node.true_value, bits) and self._mask_sliceable(
-                node.condition) and self._sliceable(node.false_value, bits))
-        if kind == "Call" and node.op == "tir.if_then_else":
-            return self._choice_sliceable(node, bits)
-        return kind == "BufferLoad" and self._load_sliceable(node)
-
-    def _load_sliceable(self, load: Any) -> bool:
-        if id(load.buffer.data) in self._split_locals:
-            return True
-        access = _flat_access(self, load.buffer, load.indices)
-        return access.contiguous and id(load.buffer.data) not in self._vector_locals
-
-    def _mask_sliceable(self, cond: Any) -> bool:
-        """Whether :meth:`_slice_mask` can take native-width parts of vector bool ``cond``."""
-        kind = _node_name(cond)
-        if kind in _COMPARISONS:
-            operand = DataType(cond.a.dtype)
-            return not operand.is_bool and self._sliceable(cond.a, operand.bits) and \
-                self._sliceable(cond.b, operand.bits)
-        if kind in _VECTOR_MASK_BINARY:
-            return self._mask_sliceable(cond.a) and self._mask_sliceable(cond.b)
-        if kind == "Not":
-            return self._mask_sliceable(cond.a)
-        return kind == "Broadcast" or (kind == "BufferLoad" and self._load_sliceable(cond))
-
-    def _slice_mask(self, cond: Any, part: int, width: int, bits: int) -> str:
-        """Part ``part`` of :meth:`_lane_mask` (``width`` lanes of ``bits`` bits)."""
-        kind = _node_name(cond)
-        itype = self._vector_type(DataType(f"int{bits}").with_lanes(width))
-        if kind in _COMPARISONS:
-            operand = DataType(cond.a.dtype)
-            text = self._binary_scalar(kind, operand, self._slice(cond.a, part, width),
-                                       self._slice(cond.b, part, width))
-            return text if operand.bits == bits else f"__builtin_convertvector({text}, {itype})"
-        if kind in _VECTOR_MASK_BINARY:
-            return _VECTOR_MASK_BINARY[kind].format(
-                a=self._slice_mask(cond.a, part, width, bits),
-                b=self._slice_mask(cond.b, part, width, bits))
-        if kind == "Not":
-            return f"(~{self._slice_mask(cond.a, part, width, bits)})"
-        mask = f"({self._slice(cond, part, width)} != 0)"
-        return mask if bits == 8 else f"__builtin_convertvector({mask}, {itype})"
-
-    def _slice(self, node: Any, part: int, width: int) -> str:
-        """C text of lanes ``[part * width, (part + 1) * width)`` of vector ``node``."""
-        kind = _node_name(node)
-        t = DataType(node.dtype).element_of.with_lanes(width)
-        vtype = self._vector_type(t)
-        if kind in _SLICED_BINARY:
-            a, b = self._slice(node.a, part, width), self._slice(node.b, part, width)
-            if kind in _VECTOR_MIN_MAX:
-                return self._min_max(kind, t, a, b)
-            return self._binary_scalar(kind, t, a, b)
-        if kind == "Call":  # a per-lane if_then_else (see _choice_sliceable)
-            return self._slice_choice(node, part, width)
-        if kind == "Select":
-            mask = self._slice_mask(node.condition, part, width, max(t.bits, 8))
-            return self._blend(t, mask, self._slice(node.true_value, part, width),
-                               self._slice(node.false_value, part, width))
-        if kind == "Broadcast":
-            lanes = ", ".join(["_b"] * width)
-            return (f"({{ {c_type(t.element_of)} _b = {self.expr(node.value)}; "
-                    f"({vtype}){{{lanes}}}; }})")
-        if kind == "Ramp":
-            stride = self.expr(node.stride)
-            steps = ", ".join(str(i) for i in range(width))
-            return (f"((({vtype}){{{steps}}}) * {stride} + ({self.expr(node.base)} + "
-                    f"{part * width} * {stride}))")
-        data = self._data(node.buffer)
-        access = _flat_access(self, node.buffer, node.indices)
-        if id(node.buffer.data) in self._split_locals:
-            return f"{data}[({access.base}) / {width} + {part}]"
-        whole = self._vector_type(DataType(node.dtype))
-        shared = self._shared_parts.get(f"(*({whole}_u*)({data} + {access.base}))")
-        if shared:
-            return shared[part]
-        return f"(*({vtype}_u*)({data} + {access.base} + {part * width}))"
 
     def stmt_LetStmt(self, node: Any) -> None:
         """Append the C lines of a TIR ``LetStmt`` statement."""
@@ -893,10 +671,10 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def stmt_AssertStmt(self, node: Any) -> None:
         """Append the C lines of a TIR ``AssertStmt`` statement."""
-        message = _assert_message(node, self._func_name)
+        message = assert_message(node, self._func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
         self._indent += 1
-        self._fail(_c_string(message))
+        self._fail(c_string(message))
         self._indent -= 1
         self._line("}")
         self.emit_stmt(node.body)
@@ -946,13 +724,13 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         loop_type = c_type(node.loop_var.dtype)
         name = self._bind(node.loop_var)
         begin, extent = self.expr(node.min), self.expr(node.extent)
-        end = extent if _is_const_int(node.min, 0) else f"{begin} + {extent}"
+        end = extent if is_const_int(node.min, 0) else f"{begin} + {extent}"
         if kind == 1 and self.use_openmp and self._parallel_depth == 0:
             self._parallel_chunks(node, loop_type, name, begin, extent)
             return
         if kind == 2:
             self._lines.append("#pragma GCC ivdep")
-        elif kind == 3 and _is_const_int(node.extent):
+        elif kind == 3 and is_const_int(node.extent):
             self._lines.append(f"#pragma GCC unroll {max(int(node.extent.value), 1)}")
         self._line(f"for ({loop_type} {name} = {begin}; {name} < {end}; ++{name}) {{")
         self._loop_body(node)
@@ -994,7 +772,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
                    f"__atomic_load_n(&{failure}, __ATOMIC_RELAXED) != NULL) break;")
         self._line(f"const {loop_type} {stop} = "
                    f"{count} - {start} < {chunk} ? {count} : {start} + {chunk};")
-        offset = "" if _is_const_int(node.min, 0) else f"({begin}) + "
+        offset = "" if is_const_int(node.min, 0) else f"({begin}) + "
         self._line(f"for ({loop_type} {name} = {offset}{start}; {name} < {offset}{stop}; "
                    f"++{name}) {{")
         self._parallel_depth += 1
@@ -1017,7 +795,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         elem = c_type(t.element_of)
         name = self._bind(node.buffer_var)
         self._pointer_types[id(node.buffer_var)] = f"{elem}*"
-        count_const = all(_is_const_int(e) for e in node.extents)
+        count_const = all(is_const_int(e) for e in node.extents)
         lanes = t.lanes
         if count_const:
             count = math.prod(int(e.value) for e in node.extents) * lanes
@@ -1027,7 +805,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
                     self._vector_locals[id(node.buffer_var)] = lanes_used
-                    native = _native_lanes(t.element_of, lanes_used)
+                    native = native_lanes(t.element_of, lanes_used)
                     if native < lanes_used:
                         self._split_locals[id(node.buffer_var)] = native
                         lanes_used = native
@@ -1077,246 +855,36 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         raise TVMError("C codegen: Reduce must be lowered to loops before code generation")
 
 
-# Constant allocations up to this many bytes stay on the stack in the bare-metal dialect.
-STACK_LIMIT_BYTES = 256
-SCRATCH_ALIGNMENT = 16
-
-
-class CodeGenCBareMetal(CodeGenC):
-    """The microcontroller dialect: no OpenMP, no heap, big scratch in the caller's pool.
-
-    A constant-size allocation of at most :attr:`stack_limit` bytes (register tiles, small
-    temporaries) lives on the stack. Bigger ones are carved from one scratch block at the
-    offsets :func:`scratch_layout` gives: the kernel becomes ``<name>_unpacked_ws(buffers...,
-    uint8_t* kiln_scratch)``, which the AOT executor calls with a slice of its planned pool,
-    and ``<name>_unpacked`` (what the packed wrapper, and so the C graph executor, calls) takes
-    the block from ``TVMBackendAllocWorkspace`` around the call.
-    """
-
-    use_openmp = False
-    workspace_threshold = 1 << 62
-    stack_limit = STACK_LIMIT_BYTES
-
-    def _unpacked_definition(self, func: Any, name: str, symbol: str, params: list[str]) -> str:
-        self._scratch, total = scratch_layout(func)
-        if not total:
-            return super()._unpacked_definition(func, name, symbol, params)
-        body = super()._unpacked_definition(func, name, f"{symbol}_ws", params + [
-            f"uint8_t* {self.restrict} kiln_scratch"])
-        names = [p.rsplit(" ", 1)[1] for p in params]
-        shim = "\n".join([
-            f"int32_t {symbol}({', '.join(params) or 'void'}) {{",
-            f"  uint8_t* kiln_scratch = (uint8_t*)TVMBackendAllocWorkspace(1, 0, "
-            f"(uint64_t){total}, 0, 8);",
-            "  if (kiln_scratch == NULL) {",
-            f"    TVMAPISetLastError({_c_string(f'{name}: no {total} bytes of workspace')});",
-            "    return -1;", "  }",
-            f"  int32_t rc = {symbol}_ws({', '.join(names + ['kiln_scratch'])});",
-            "  if (TVMBackendFreeWorkspace(1, 0, kiln_scratch) != 0) return -1;",
-            "  return rc;", "}"])
-        return body + "\n" + shim
-
-    def stmt_Allocate(self, node: Any) -> None:
-        """An allocation planned into the scratch block is a pointer into it; others as in C."""
-        offset = getattr(self, "_scratch", {}).get(id(node.buffer_var))
-        if offset is None:
-            super().stmt_Allocate(node)
-            return
-        elem = c_type(DataType(node.dtype).element_of)
-        name = self._bind(node.buffer_var)
-        self._pointer_types[id(node.buffer_var)] = f"{elem}*"
-        self._line(f"{elem}* {self.restrict} {name} = ({elem}*)(kiln_scratch + {offset});")
-        self.emit_stmt(node.body)
-
-    def _emit_workspace(self, node: Any, elem: str, name: str, count: str,
-                        t: DataType) -> None:
-        self._line(f"{elem} {name}[{count}] __attribute__((aligned(16)));")
-        self.emit_stmt(node.body)
-
-
-def scratch_layout(func: Any) -> tuple[dict[int, int], int]:
-    """``({id(buffer var): byte offset}, total bytes)`` of the allocations of ``func`` that the
-    bare-metal dialect takes from the scratch block (constant size over
-    :data:`STACK_LIMIT_BYTES`, not kept as a vector register tile), in the order they appear.
-    """
-    from kiln.tir.stmt_functor import pre_order_visit
-
-    tiles = _uniform_vector_lanes(func.body)
-    offsets: dict[int, int] = {}
-    total = [0]
-
-    def visit(node: Any) -> None:
-        if _node_name(node) != "Allocate" or id(node.buffer_var) in tiles:
-            return
-        if not all(_is_const_int(e) for e in node.extents):
-            return
-        t = DataType(node.dtype)
-        nbytes = math.prod(int(e.value) for e in node.extents) * t.lanes * t.element_of.itemsize
-        if nbytes > STACK_LIMIT_BYTES:
-            offsets[id(node.buffer_var)] = total[0]
-            total[0] += -(-nbytes // SCRATCH_ALIGNMENT) * SCRATCH_ALIGNMENT
-
-    pre_order_visit(func.body, visit)
-    return offsets, total[0]
-
-
 def _pointer_type(var: Any) -> str:
     annotation = getattr(var, "type_annotation", None)
     element = getattr(getattr(annotation, "element_type", None), "dtype", None)
     return f"{c_type(element)}*" if element is not None else "void*"
 
 
-def _uniform_vector_lanes(body: Any) -> dict[int, int]:
-    """id(buffer var) -> L for every buffer whose accesses in ``body`` are all
-    ``Ramp(base, 1, L)`` with ``base`` a provable multiple of L (so the buffer can be an array
-    of L-lane vectors). One walk serves every allocation of a function."""
-    from kiln.tir.stmt_functor import post_order_visit
-
-    lanes_seen: dict[int, set[int]] = {}
-    rejected: set[int] = set()
-
-    def visit(node: Any) -> None:
-        kind = _node_name(node)
-        if kind in ("BufferLoad", "BufferStore"):
-            key = id(node.buffer.data)
-            index = list(node.indices)
-            ramp = index[-1] if len(index) == 1 else None
-            if (ramp is None or _node_name(ramp) != "Ramp" or not _is_const_int(ramp.stride, 1)
-                    or not _multiple_of(ramp.base, ramp.lanes)):
-                rejected.add(key)
-                return
-            lanes_seen.setdefault(key, set()).add(ramp.lanes)
-        elif kind == "Call":
-            # the pointer escapes (tvm_access_ptr, extern call); a bare use (address_of)
-            # is caught by the access check
-            rejected.update(id(a) for a in node.args if _node_name(a) == "Var")
-
-    post_order_visit(body, visit)
-    return {key: next(iter(lanes)) for key, lanes in lanes_seen.items()
-            if key not in rejected and len(lanes) == 1}
-
-
-def _multiple_of(expr: Any, factor: int) -> bool:
-    kind = _node_name(expr)
-    if kind == "IntImm":
-        return int(expr.value) % factor == 0
-    if kind == "Mul":
-        return _multiple_of(expr.a, factor) or _multiple_of(expr.b, factor)
-    if kind in ("Add", "Sub"):
-        return _multiple_of(expr.a, factor) and _multiple_of(expr.b, factor)
-    return False
-
-
-# -- buffer indexing ---------------------------------------------------------------------------
-
-
-class _Access:
-    """A flattened buffer index: scalar ``base`` text, plus how the lanes spread."""
-
-    __slots__ = ("base", "contiguous", "vector_index")
-
-    def __init__(self, base: str, contiguous: bool, vector_index: str | None) -> None:
-        self.base, self.contiguous, self.vector_index = base, contiguous, vector_index
-
-
-def _strides(cg: CodeGenC, buffer: Any) -> list[str]:
-    """Element strides of each dimension as C text (row-major when the buffer has none)."""
-    if buffer.strides:
-        return [cg.expr(s) for s in buffer.strides]
-    out: list[str] = []
-    const = 1
-    symbolic: list[str] = []
-    for dim in reversed(list(buffer.shape)):
-        text = str(const) if not symbolic else " * ".join([*symbolic, str(const)])
-        out.append(text)
-        if _is_const_int(dim):
-            const *= int(dim.value)
-        else:
-            symbolic.append(cg.expr(dim))
-    return out[::-1]
-
-
-def _flat_access(cg: CodeGenC, buffer: Any, indices: Iterable[Any]) -> _Access:
-    indices = list(indices)
-    strides = _strides(cg, buffer) if len(indices) > 1 or buffer.strides else ["1"]
-    terms: list[str] = []
-    ramp_stride: list[str] = []
-    vector_terms: list[str] = []
-    for index, stride in zip(indices, strides):
-        scale = "" if stride == "1" else f" * {stride}"
-        kind = _node_name(index)
-        lanes = DataType(index.dtype).lanes
-        if kind == "Ramp":
-            terms.append(f"{cg.expr(index.base)}{scale}")
-            ramp_stride.append(cg.expr(index.stride) + scale)
-            vector_terms.append(f"{cg.expr(index)}{scale}")
-        elif kind == "Broadcast":
-            terms.append(f"{cg.expr(index.value)}{scale}")
-        elif lanes > 1:
-            vector_terms.append(f"{cg.expr(index)}{scale}")
-            ramp_stride.append("?")
-        else:
-            terms.append(f"{cg.expr(index)}{scale}")
-    offset = buffer.elem_offset
-    if offset is not None and not _is_const_int(offset, 0):
-        terms.append(cg.expr(offset))
-    base = " + ".join(terms) or "0"
-    contiguous = ramp_stride == ["1"] or ramp_stride == ["(1)"]
-    vector_index = None
-    if vector_terms:
-        scalar_terms = [t for t, i in zip(terms, indices) if _node_name(i) != "Ramp"]
-        vector_index = " + ".join(vector_terms + scalar_terms)
-    return _Access(base, contiguous, vector_index)
-
-
-# -- the packed wrapper ------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# -- module-level entry points -----------------------------------------------------------------
-
-
-
-
 def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tuple[str, list[str]]:
     """Emit one C translation unit for every PrimFunc of ``mod``; return (source, names).
 
-    ``bare_metal`` picks :class:`CodeGenCBareMetal`; by default it is chosen when the
-    target's keys include ``arm_cpu`` and it names an ``-mcpu=cortex-m*``.
+    ``bare_metal`` picks :class:`~kiln.target.codegen_c_baremetal.CodeGenCBareMetal`; by
+    default it is chosen when the target names an ``-mcpu=cortex-m*``.
     """
     if bare_metal is None:
         mcpu = getattr(target, "mcpu", "") if target is not None else ""
         bare_metal = mcpu.startswith("cortex-m")
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
-    cg = CodeGenCBareMetal(system_lib) if bare_metal else CodeGenC(system_lib)
+    if bare_metal:
+        from kiln.target.codegen_c_baremetal import CodeGenCBareMetal  # a subclass of CodeGenC
+
+        cg: CodeGenC = CodeGenCBareMetal(system_lib)
+    else:
+        cg = CodeGenC(system_lib)
     for symbol, func in functions_of(mod):
-        comment = func.attrs.get("kiln.source") or f"{symbol}: {_describe(func)}"
+        comment = func.attrs.get("kiln.source") or f"{symbol}: {describe_kernel(func)}"
         cg.add_function(func, symbol, comment)
     return cg.finish(), cg.function_names
 
 
-def _describe(func: Any) -> str:
+def describe_kernel(func: Any) -> str:
+    """A one-line comment for a kernel without a Relay source: its buffers' shapes, dtypes."""
     buffers = function_signature(func).buffers
     parts = [f"{b.name}[{', '.join(map(repr, b.shape))}] {b.dtype}" for b in buffers]
     return "kernel over " + ", ".join(parts)

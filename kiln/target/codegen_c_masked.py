@@ -30,7 +30,8 @@ from typing import Any
 from kiln.arith.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
-from kiln.target.c_abi import _is_const_int, _node_name, c_type
+from kiln.target.c_abi import c_type, is_const_int, node_name
+from kiln.target.c_access import buffer_strides, flat_access
 
 __all__ = ["CLaneMasks"]
 
@@ -40,21 +41,6 @@ _DIVISIONS = frozenset({"Div", "Mod", "FloorDiv", "FloorMod"})
 _BINARY_NODES = frozenset(kind for kind, fields in OPERAND_FIELDS.items()
                           if fields == ("a", "b")) | _DIVISIONS
 _LANEWISE_NODES = _BINARY_NODES | {"Not", "Cast", "Select"}
-
-
-def _flat_access(cg: Any, buffer: Any, indices: Any) -> Any:
-    """:func:`kiln.target.codegen_c._flat_access` (imported on use: codegen_c imports this
-    module)."""
-    from kiln.target import codegen_c
-
-    return codegen_c._flat_access(cg, buffer, indices)
-
-
-def _strides(cg: Any, buffer: Any) -> list[str]:
-    """:func:`kiln.target.codegen_c._strides` (imported on use, as above)."""
-    from kiln.target import codegen_c
-
-    return codegen_c._strides(cg, buffer)
 
 
 class CLaneMasks:
@@ -103,7 +89,7 @@ class CLaneMasks:
     def _scalar_if_then_else(self, node: Any) -> str:
         _, then, other = node.args
         texts = [self.expr(a) for a in node.args]
-        loading = [bool(_loads_of(arm)[0]) for arm in (then, other)]
+        loading = [bool(loads_of(arm)[0]) for arm in (then, other)]
         if not any(loading) or not (self._speculable(then) and self._speculable(other)):
             return f"({texts[0]} ? {texts[1]} : {texts[2]})"
         ctype = self._vector_type(DataType(node.dtype))
@@ -217,7 +203,7 @@ class CLaneMasks:
                 mask = "_mv" if taken else "(~_mv)"
             else:
                 mask = self._enclosing_mask(load_type.bits, (cond, taken))
-            access = _flat_access(self, load.buffer, load.indices)
+            access = flat_access(self, load.buffer, load.indices)
             decls.append(f"{self._vector_type(load_type)} {self._bind(masked[id(load)])} = "
                          f"{self._masked_load_helper(load_type)}({self._data(load.buffer)} + "
                          f"{access.base}, {mask});")
@@ -230,7 +216,7 @@ class CLaneMasks:
         if t.lanes == 1 or t.bits not in (32, 64) or t.is_bool or t.is_handle \
                 or (t.bits * t.lanes) % 128 or id(load.buffer.data) in self._vector_locals:
             return False
-        return _flat_access(self, load.buffer, load.indices).contiguous
+        return flat_access(self, load.buffer, load.indices).contiguous
 
     def _masked_load_helper(self, dtype: DataType) -> str:
         """Declare (once, beside the vector typedefs) and name ``kiln_maskload_<vector>``:
@@ -278,7 +264,7 @@ class CLaneMasks:
         value. Nodes with no lane rule (an extern call) are evaluated whole, and indexed."""
         if DataType(node.dtype).lanes == 1:
             return self.expr(node)
-        kind = _node_name(node)
+        kind = node_name(node)
         if kind in _BINARY_NODES:
             return self._lane_binary(node, kind, lane)
         rule = getattr(self, f"_lane_{kind}", None)
@@ -381,17 +367,17 @@ class CLaneMasks:
         if id(buffer.data) in self._vector_locals:
             return None  # a local array of vectors: in bounds by construction, read whole
         data = self._data(buffer)
-        access = _flat_access(self, buffer, node.indices)
+        access = flat_access(self, buffer, node.indices)
         if access.contiguous:
             return f"{data}[({access.base}) + {lane}]"
         indices = list(node.indices)
-        strides = _strides(self, buffer) if len(indices) > 1 or buffer.strides else ["1"]
+        strides = buffer_strides(self, buffer) if len(indices) > 1 or buffer.strides else ["1"]
         terms = []
         for index, stride in zip(indices, strides):
             text = self._lane(index, lane)
             terms.append(text if stride == "1" else f"{text} * {stride}")
         offset = buffer.elem_offset
-        if offset is not None and not _is_const_int(offset, 0):
+        if offset is not None and not is_const_int(offset, 0):
             terms.append(self.expr(offset))
         return f"{data}[{' + '.join(terms)}]"
 
@@ -402,7 +388,7 @@ class CLaneMasks:
         if DataType(cond.dtype).lanes == 1 or not self._mask_sliceable(cond):
             return False
         for arm in node.args[1:]:
-            if _node_name(arm) == "BufferLoad" and not self._speculable(arm):
+            if node_name(arm) == "BufferLoad" and not self._speculable(arm):
                 if not (self._maskable(arm) and self._load_sliceable(arm)):
                     return False
             elif not (self._speculable(arm) and self._sliceable(arm, bits)):
@@ -417,8 +403,8 @@ class CLaneMasks:
         mask_type = self._vector_type(DataType(f"int{t.bits}").with_lanes(width))
         arms = []
         for arm, mask in ((node.args[1], "_mp"), (node.args[2], "(~_mp)")):
-            if _node_name(arm) == "BufferLoad" and not self._speculable(arm):
-                access = _flat_access(self, arm.buffer, arm.indices)
+            if node_name(arm) == "BufferLoad" and not self._speculable(arm):
+                access = flat_access(self, arm.buffer, arm.indices)
                 arms.append(f"{self._masked_load_helper(t)}({self._data(arm.buffer)} + "
                             f"{access.base} + {part * width}, {mask})")
             else:
@@ -427,7 +413,7 @@ class CLaneMasks:
                 f"{self._blend(t, '_mp', *arms)}; }})")
 
 
-def _loads_of(expr: Any) -> tuple[list[Any], bool]:
+def loads_of(expr: Any) -> tuple[list[Any], bool]:
     """The BufferLoads in ``expr``, and whether any sits under a Let or an if_then_else."""
     from kiln.tir.stmt_functor import post_order_visit
 
@@ -435,7 +421,7 @@ def _loads_of(expr: Any) -> tuple[list[Any], bool]:
     guarded = [False]
 
     def collect(node: Any) -> None:
-        kind = _node_name(node)
+        kind = node_name(node)
         if kind == "BufferLoad":
             loads.append(node)
         elif kind == "Let" or (kind == "Call" and node.op == "tir.if_then_else"):
@@ -459,7 +445,7 @@ def _lanewise_loads(expr: Any) -> list[Any]:
         if id(node) in seen or DataType(node.dtype).lanes == 1:
             continue
         seen.add(id(node))
-        kind = _node_name(node)
+        kind = node_name(node)
         if kind == "BufferLoad":
             loads[id(node)] = node
             stack.extend(node.indices)

@@ -671,7 +671,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         ok = self.function.append_basic_block("assert_ok")
         b.cbranch(self.expr(node.condition), ok, fail)
         b.position_at_end(fail)
-        self._return_error(c_abi._assert_message(node, self._func_name))
+        self._return_error(c_abi.assert_message(node, self._func_name))
         b.position_at_end(ok)
         self.emit_stmt(node.body)
 
@@ -937,8 +937,13 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
                                  packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    text = {"ll": str(ref), "": str(ref), "asm": tm.emit_assembly(ref), "c": glue}
+    ir_text = str(ref)
+    text = {"ll": ir_text, "": ir_text, "asm": lambda: tm.emit_assembly(ref), "c": glue}
     options = codegen_c.compile_options(target)
+    if not cg.imported_c:
+        # The glue only checks arguments and calls the kernels in kernels.o: -O1 compiles it
+        # in under half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
+        options = ["-O1" if flag == "-O3" else flag for flag in options]
     names = [name for name, _, _ in cg.signatures] + cg.packed_names
     host = _initialized()[1].get_process_triple()
     foreign = None if _same_machine(tm.triple, host) else tm.triple

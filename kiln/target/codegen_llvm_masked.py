@@ -34,7 +34,7 @@ from typing import Any
 from kiln.arith.load_bounds import OPERAND_FIELDS, PURE_CALLS, speculable
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
-from kiln.target.llvm_intrinsics import _mangle
+from kiln.target.llvm_intrinsics import mangle_type
 
 __all__ = ["LLVMLaneMasks"]
 
@@ -154,7 +154,7 @@ class LLVMLaneMasks:
         # the (pointer, i32 align, mask, passthru) form: LLVM 22 moved the alignment onto the
         # pointer and upgrades this form when it reads it; older LLVMs take it as it is
         args = [address, align, self._active_lanes, passthru]
-        fn = self._declare(f"{name}.{_mangle(passthru.type)}.{_mangle(address.type)}",
+        fn = self._declare(f"{name}.{mangle_type(passthru.type)}.{mangle_type(address.type)}",
                            passthru.type, [a.type for a in args])
         return self.builder.call(fn, args)
 

@@ -41,9 +41,9 @@ from typing import Any
 
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
-from kiln.target.c_abi import _PRELUDE_HELPERS, _is_const_int, _node_name, c_type, functions_of
+from kiln.target.c_abi import PRELUDE_HELPERS, c_type, functions_of, is_const_int, node_name
 from kiln.target.c_intrinsics import UNARY_MATH
-from kiln.target.codegen_c import CodeGenC, _describe
+from kiln.target.codegen_c import CodeGenC, describe_kernel
 from kiln.tir.stmt import ForKind
 
 __all__ = ["CodeGenOpenCL", "emit_opencl", "build_opencl"]
@@ -67,7 +67,7 @@ typedef ulong uint64_t;"""
 
 def _prelude() -> str:
     # the C emitter's integer helpers (plain C, valid OpenCL C), not its gcc-only parts
-    helpers = _PRELUDE_HELPERS.split("/* Keep a value")[0].strip()
+    helpers = PRELUDE_HELPERS.split("/* Keep a value")[0].strip()
     aliases = "\n".join(f"#define {c} {cl}" for c, cl in sorted(_MATH_ALIASES.items())
                         if c != cl)
     return "\n\n".join([
@@ -87,7 +87,7 @@ def _independent_iterations(loop: Any) -> bool:
     nodes: list[Any] = []
     post_order_visit(loop.body, nodes.append)
     for node in nodes:
-        kind = _node_name(node)
+        kind = node_name(node)
         if kind == "BufferStore":
             index = repr(list(node.indices))
             if loop.loop_var.name not in index:
@@ -141,7 +141,7 @@ class CodeGenOpenCL(CodeGenC):
             self._line(line)
         body = func.body
         bound = _thread_extents(body, name)
-        if bound and not (_node_name(body) == "For" and body.kind == ForKind.THREAD_BINDING):
+        if bound and not (node_name(body) == "For" and body.kind == ForKind.THREAD_BINDING):
             raise TVMError(f"OpenCL codegen ({name}): with loops bound to thread axes, the "
                            "whole body must sit inside them (every work item runs the rest); "
                            "bind the outer loops of the output stage")
@@ -151,8 +151,8 @@ class CodeGenOpenCL(CodeGenC):
             launch = (tuple(bound.get(f"blockIdx.{d}", 1) * t for d, t in zip("xyz", local)),
                       local)
             self.emit_stmt(body)
-        elif (_node_name(body) == "For" and _is_const_int(body.min, 0)
-                and _is_const_int(body.extent) and _independent_iterations(body)):
+        elif (node_name(body) == "For" and is_const_int(body.min, 0)
+                and is_const_int(body.extent) and _independent_iterations(body)):
             size = max(int(body.extent.value), 1)
             launch = ((size,), ())
             index = self._bind(body.loop_var)
@@ -198,10 +198,10 @@ def _thread_extents(body: Any, name: str) -> dict[str, int]:
     extents: dict[str, int] = {}
 
     def visit(node: Any) -> None:
-        if _node_name(node) != "For" or int(node.kind) != int(ForKind.THREAD_BINDING):
+        if node_name(node) != "For" or int(node.kind) != int(ForKind.THREAD_BINDING):
             return
         tag = getattr(node.thread_binding, "thread_tag", "")
-        if not _is_const_int(node.extent) or not _is_const_int(node.min, 0):
+        if not is_const_int(node.extent) or not is_const_int(node.min, 0):
             raise TVMError(f"OpenCL codegen ({name}): the loop bound to {tag or '?'} needs a "
                            "constant extent from 0")
         extent = int(node.extent.value)
@@ -218,7 +218,7 @@ def emit_opencl(mod: Any) -> tuple[str, list[tuple[str, int, tuple, tuple]]]:
     ``(name, number of buffer arguments, global work size, work-group size or ())``."""
     cg = CodeGenOpenCL()
     for symbol, func in functions_of(mod):
-        cg.add_function(func, symbol, func.attrs.get("kiln.source") or _describe(func))
+        cg.add_function(func, symbol, func.attrs.get("kiln.source") or describe_kernel(func))
     return cg.finish(), cg.kernels
 
 

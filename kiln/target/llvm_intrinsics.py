@@ -19,19 +19,19 @@ from typing import Any
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.target import c_abi
-from kiln.target.c_abi import _node_name
+from kiln.target.c_abi import node_name
 
 __all__ = ["LLVMIntrinsics", "LLVM_INTRINSICS", "LIBM_FUNCTIONS"]
 
 _FLOAT_MANGLING = {"FloatType": "f32", "DoubleType": "f64", "HalfType": "f16"}
 
 
-def _mangle(ty) -> str:
+def mangle_type(ty) -> str:
     """LLVM's overload suffix of a type: ``f32``, ``v8f32``, ``i64``."""
     if type(ty).__name__ == "VectorType":
-        return f"v{ty.count}{_mangle(ty.element)}"
+        return f"v{ty.count}{mangle_type(ty.element)}"
     if "PointerType" in type(ty).__name__:  # address space 0 (llvmlite: _TypedPointerType)
-        return "p0" if _opaque_pointers() else f"p0{_mangle(ty.pointee)}"
+        return "p0" if _opaque_pointers() else f"p0{mangle_type(ty.pointee)}"
     return _FLOAT_MANGLING.get(type(ty).__name__) or f"i{ty.width}"
 
 
@@ -77,7 +77,7 @@ class LLVMIntrinsics:
 
     def _call_intrinsic(self, base: str, args: Sequence[Any], overload=None):
         ty = overload or args[0].type
-        fn = self._declare(f"{base}.{_mangle(ty)}", ty if base != "llvm.ctpop" else ty,
+        fn = self._declare(f"{base}.{mangle_type(ty)}", ty if base != "llvm.ctpop" else ty,
                            [a.type for a in args])
         return self.builder.call(fn, list(args))
 
@@ -203,7 +203,7 @@ class LLVMIntrinsics:
     def call_clz(self, node: Any):
         """LLVM value of a ``tir.clz`` call."""
         x = self.expr(node.args[0])
-        fn = self._declare(f"llvm.ctlz.{_mangle(x.type)}", x.type, [x.type, self.i1])
+        fn = self._declare(f"llvm.ctlz.{mangle_type(x.type)}", x.type, [x.type, self.i1])
         return self.builder.call(fn, [x, self.ir.Constant(self.i1, 0)])
 
     def _bitwise(self, node: Any, method: str):
@@ -296,7 +296,7 @@ class LLVMIntrinsics:
     def _packed_arg(self, arg: Any):
         """(type code, value to store in the TVMValue slot) of one call_packed argument."""
         b = self.builder
-        kind = _node_name(arg)
+        kind = node_name(arg)
         if kind == "Buffer":
             tensor = self._alloca_builder.alloca(self._dltensor_type(), name="packed_tensor")
             dims = self._alloca_builder.alloca(self.ir.ArrayType(self.i64, max(len(arg.shape),
@@ -409,7 +409,7 @@ class LLVMIntrinsics:
         handle, index = self.expr(node.args[0]), self.expr(node.args[1])
         kind = int(node.args[2].value)
         t = DataType(node.dtype)
-        if kind == c_abi._VALUE_CONTENT:
+        if kind == c_abi.VALUE_CONTENT:
             slot_t = self.void_ptr if t.is_handle else (
                 self.ir.DoubleType() if t.is_float else self.i64)
             slots = b.bitcast(handle, slot_t.as_pointer())

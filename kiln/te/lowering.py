@@ -26,7 +26,7 @@ from kiln.tir.function import PrimFunc
 from kiln.tir.transform.loop_partition import partition_loops
 from kiln.tir.transform.lower_intrin import lower_intrinsics
 from kiln.tir.transform.narrow_types import legalize_narrow_types
-from kiln.tir.transform.simplify import _simplify_func
+from kiln.tir.transform.simplify import simplify_prim_func
 from kiln.tir.transform.storage_flatten import flatten_buffers
 from kiln.tir.transform.vectorize import unroll_stmt, vectorize_stmt
 
@@ -39,22 +39,22 @@ def _vectorize(func: PrimFunc) -> PrimFunc:
     config = PassContext.current().config or {}
     if config.get("tir.disable_vectorize", False):
         from kiln.tir.stmt import ForKind
-        from kiln.tir.transform.vectorize import _to_serial
+        from kiln.tir.transform.vectorize import loops_to_serial
 
-        return func.with_body(_to_serial(func.body, (ForKind.VECTORIZED,)))
+        return func.with_body(loops_to_serial(func.body, (ForKind.VECTORIZED,)))
     return func.with_body(vectorize_stmt(func.body))
 
 
 # (name, PrimFunc -> PrimFunc), run in this order by lower()
 LOWER_PIPELINE = [
     ("tir.StorageFlatten", flatten_buffers),
-    ("tir.Simplify", _simplify_func),
+    ("tir.Simplify", simplify_prim_func),
     ("tir.LoopPartition", partition_loops),
-    ("tir.Simplify", _simplify_func),
+    ("tir.Simplify", simplify_prim_func),
     ("tir.LegalizeNarrowTypes", legalize_narrow_types),  # before vectorizing: scalar helpers
     ("tir.UnrollLoop", lambda f: f.with_body(unroll_stmt(f.body))),
     ("tir.VectorizeLoop", _vectorize),
-    ("tir.Simplify", _simplify_func),
+    ("tir.Simplify", simplify_prim_func),
     ("tir.LowerIntrin", lower_intrinsics),
 ]
 

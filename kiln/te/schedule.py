@@ -23,7 +23,8 @@ from kiln.tir.op import const, convert_expr
 from kiln.tir.stmt import ForKind
 from kiln.tir.stmt_functor import StmtExprMutator, substitute
 
-__all__ = ["Schedule", "Stage", "Split", "Fuse", "IterVarAttr", "create_schedule"]
+__all__ = ["Schedule", "Stage", "Split", "Fuse", "IterVarAttr", "create_schedule", "InferBound",
+           "ScheduleOps"]
 
 
 @dataclass
@@ -518,3 +519,18 @@ def create_schedule(ops: Operation | Tensor | list) -> Schedule:
     return Schedule(ops)
 
 
+
+
+def InferBound(sch: Schedule) -> dict:  # noqa: N802 - TVM's name
+    """``{IterVar: Range}`` for every loop of ``sch`` (see ``schedule_ops.infer_bound``)."""
+    from kiln.te.schedule_ops import infer_bound  # schedule_ops builds on this module
+
+    return infer_bound(sch)
+
+
+def ScheduleOps(sch: Schedule, bounds: dict | None = None,  # noqa: N802 - TVM's name
+                debug_keep_trivial_loop: bool = False) -> Any:
+    """The loop nest of ``sch`` as a TIR statement (see ``schedule_ops.schedule_ops``)."""
+    from kiln.te.schedule_ops import schedule_ops
+
+    return schedule_ops(sch, bounds, debug_keep_trivial_loop)

@@ -570,3 +570,48 @@ def _row_major_strides(shape) -> list[PrimExpr]:
 def schedule_to_stmt(sch: Schedule, arg_buffers: dict[int, Buffer]) -> _s.Stmt:
     """The loop nest of ``sch`` on N-D buffers (``arg_buffers``: id(tensor) -> Buffer)."""
     return _ScheduleLowering(sch, arg_buffers).lower()
+
+
+def _io_buffers(sch: Schedule) -> dict[int, Buffer]:
+    """A buffer for every placeholder and output tensor of ``sch`` (TVM's defaults)."""
+    bufs: dict[int, Buffer] = {}
+    for stage in sch.stages:
+        if isinstance(stage.op, PlaceholderOp) or stage.is_output:
+            for i in range(stage.op.num_outputs):
+                t = stage.op.output(i)
+                bufs[id(t)] = decl_buffer(t.shape, t.dtype, name=t.op.name)
+    return bufs
+
+
+def infer_bound(sch: Schedule) -> dict[_e.IterVar, Range]:
+    """The range of every iteration variable of ``sch`` (TVM's ``te.schedule.InferBound``):
+    a stage attached inside another loop covers only the region its consumers read there."""
+    if not isinstance(sch, Schedule):
+        raise TVMError(f"InferBound: expected a te.Schedule, got {type(sch).__name__}")
+    low = _ScheduleLowering(sch, _io_buffers(sch))
+    low.inline_all()
+    low.assign_buffers()
+    low.collect_attachments()
+    low.infer_bounds()
+    bounds: dict[_e.IterVar, Range] = {}
+    for stage in low.order:
+        if stage.attach_type == "inline":
+            continue
+        for iv in list(stage.all_iter_vars) + list(getattr(stage.op, "reduce_axis", [])):
+            rng = low.ranges.get(id(iv))
+            if rng is not None:
+                bounds[iv] = rng
+    return bounds
+
+
+def schedule_ops(sch: Schedule, bounds: dict | None = None,
+                 debug_keep_trivial_loop: bool = False) -> _s.Stmt:
+    """The loop nest of ``sch`` over its placeholder and output buffers (TVM's
+    ``te.schedule.ScheduleOps``). ``bounds`` is :func:`infer_bound`'s result; kiln infers
+    the bounds again while lowering, so it is only checked to be such a map."""
+    if not isinstance(sch, Schedule):
+        raise TVMError(f"ScheduleOps: expected a te.Schedule, got {type(sch).__name__}")
+    if bounds is not None and not isinstance(bounds, dict):
+        raise TVMError(f"ScheduleOps: bounds must be the map InferBound returns, got "
+                       f"{type(bounds).__name__}")
+    return schedule_to_stmt(sch, _io_buffers(sch))

@@ -9,6 +9,7 @@ the passes (:mod:`kiln.tir.transform`). Names load on first use.
 from __future__ import annotations
 
 from kiln._lazy import attach
+from kiln.ir.hooks import register_hook
 
 _EXPR = ("Any IntImm FloatImm Var SizeVar IterVar IterVarType StringImm Cast Add Sub Mul Div "
          "Mod FloorDiv FloorMod Min Max EQ NE LT LE GT GE And Or Not Select BufferLoad "
@@ -36,6 +37,7 @@ _LAZY: dict = {
     "stmt_functor": "kiln.tir.stmt_functor",
     "printer": "kiln.tir.printer",
     "transform": "kiln.tir.transform",
+    "ir_builder": "kiln.tir.ir_builder",
     "Range": ("kiln.ir.expr", "Range"),
     "Buffer": ("kiln.tir.buffer", "Buffer"),
     "decl_buffer": ("kiln.tir.buffer", "decl_buffer"),
@@ -47,3 +49,13 @@ for _module, _names in (("kiln.tir.expr", _EXPR), ("kiln.tir.stmt", _STMT),
     _LAZY.update({name: (_module, name) for name in _names.split()})
 
 __getattr__, __dir__ = attach(__name__, _LAZY)
+
+
+def _prim_expr_ops():
+    """The module of PrimExpr arithmetic (imported on first use: it is most of kiln.tir)."""
+    from kiln.tir import op
+
+    return op
+
+
+register_hook("prim_expr_ops", _prim_expr_ops)

@@ -1,9 +1,10 @@
 """Relay ``reshape``'s special ``newshape`` values, resolved once for ints and TIR expressions.
 
-Entry point: :func:`infer_newshape`. The interpreter resolves against concrete ``int``
-shapes; the VM's shape functions resolve against int64 ``PrimExpr`` dimensions (read from
-shape tensors at run time). Both call this one function, so the two executors cannot disagree
-on what ``0``, ``-1``, ``-2``, ``-3`` and ``-4`` mean:
+Entry point: :func:`infer_newshape`. Every consumer calls this one function, so none can
+disagree on what ``0``, ``-1``, ``-2``, ``-3`` and ``-4`` mean: the type relation of
+``reshape``/``contrib_reverse_reshape`` resolves against type dims (``int``, ``relay.Any()``,
+symbolic vars), the reference interpreter against concrete ``int`` shapes, and the VM's shape
+functions against int64 ``PrimExpr`` dimensions read from shape tensors at run time:
 
 =====  ===================================================================================
 code   meaning
@@ -29,34 +30,59 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kiln.ir.type import Any as AnyDim
 from kiln.runtime.error import TVMError
 
 __all__ = ["infer_newshape", "element_count"]
 
 
+def _is_int(d: Any) -> bool:
+    return isinstance(d, int)
+
+
+def _mul(a: Any, b: Any) -> Any:
+    """``a * b`` over dims: ints fold, ``Any`` (unknown until run time) absorbs."""
+    if isinstance(a, AnyDim) or isinstance(b, AnyDim):
+        return AnyDim()
+    if _is_int(a) and _is_int(b):
+        return a * b
+    if _is_int(a):  # keep the expression on the left: PrimExpr * int
+        a, b = b, a
+    return a if _is_int(b) and b == 1 else a * b
+
+
 def element_count(dims: Sequence[Any]) -> Any:
-    """The product of ``dims`` (ints or expressions); 1 for a scalar."""
+    """The product of ``dims`` (ints, expressions or ``Any``); 1 for a scalar."""
     total: Any = 1
     for d in dims:
-        total = total * d
+        total = _mul(total, d)
     return total
 
 
 def _exact_quotient(total: Any, known: Any) -> Any:
     """``total // known``, and 0 when ``known`` is 0 (a zero-size tensor)."""
-    if isinstance(total, int) and isinstance(known, int):
+    if isinstance(total, AnyDim) or isinstance(known, AnyDim):
+        return AnyDim()
+    if _is_int(total) and _is_int(known):
         return total // known if known else 0
+    constant = known if _is_int(known) else getattr(known, "value", None)
+    if isinstance(constant, int) and constant != 0:
+        return total // constant
     from kiln.tir import op as _op
 
     return _op.if_then_else(known == 0, total * 0, total // _op.max(known, 1))
 
 
-def infer_newshape(shape: Sequence[Any], newshape: Sequence[int],
-                   allowzero: bool = False) -> list[Any]:
+def infer_newshape(shape: Sequence[Any], newshape: Sequence[int], allowzero: bool = False,
+                   op_name: str = "reshape", error: type = TVMError) -> list[Any]:
     """The output shape of ``reshape(x, newshape)`` for ``x`` of ``shape``.
 
-    ``shape`` holds ints or integer ``PrimExpr``\\ s; the codes in ``newshape`` are ints.
-    The element count is not checked here (callers check it where they can).
+    ``shape`` holds ints, integer ``PrimExpr``\\ s or ``relay.Any()``; the codes in
+    ``newshape`` are ints. ``-1`` is the product of the input dims that no ``0``/``-2``/
+    ``-3``/``-4`` copied, divided by the output dims that were not copied (TVM's rule), so
+    ``(?, 3, 4)`` with ``(0, -1)`` gives ``(?, 12)`` and ``(0, 3, 4)`` gives ``(0, 12)``.
+    When every dim is an int the element count is checked; bad codes raise ``error``
+    (the type relation passes ``TypeInferenceError``) naming ``op_name``.
 
     Example
     -------
@@ -64,53 +90,85 @@ def infer_newshape(shape: Sequence[Any], newshape: Sequence[int],
     [8, 3]
     """
     spec = [int(v) for v in newshape]
+    shown = list(spec)
     out: list[Any] = []
+    copied_in: set[int] = set()
+    copied_out: set[int] = set()
     infer_at = None
     src = i = 0
+
+    def need(count: int) -> None:
+        if len(shape) < count:
+            raise error(f"{op_name}: newshape {shown} reads past the {len(shape)} input "
+                        f"dimensions {_shape_str(shape)}")
+
+    def copy(dims: range, value: Any) -> None:
+        copied_in.update(dims)
+        copied_out.add(len(out))
+        out.append(value)
+
     while i < len(spec):
         code = spec[i]
         if code > 0 or (code == 0 and allowzero):
             out.append(code)
             src += 1
         elif code == 0:
-            _need(shape, src + 1, newshape)
-            out.append(shape[src])
+            need(src + 1)
+            copy(range(src, src + 1), shape[src])
             src += 1
         elif code == -1:
             if infer_at is not None:
-                raise TVMError(f"reshape: newshape {list(newshape)} has more than one -1")
+                raise error(f"{op_name}: newshape {shown} has more than one -1")
             infer_at = len(out)
             out.append(1)
             src += 1
         elif code == -2:
-            out.extend(shape[src:])
-            src = len(shape)
+            while src < len(shape):
+                copy(range(src, src + 1), shape[src])
+                src += 1
         elif code == -3:
-            _need(shape, src + 2, newshape)
-            out.append(shape[src] * shape[src + 1])
+            need(src + 2)
+            copy(range(src, src + 2), _mul(shape[src], shape[src + 1]))
             src += 2
         elif code == -4:
             if i + 2 >= len(spec):
-                raise TVMError(f"reshape: -4 in newshape {list(newshape)} needs two values "
-                               "after it")
-            _need(shape, src + 1, newshape)
-            first, second = spec[i + 1], spec[i + 2]
-            whole = shape[src]
-            first = _exact_quotient(whole, second) if first == -1 else first
-            second = _exact_quotient(whole, first) if second == -1 else second
-            out.extend([first, second])
+                raise error(f"{op_name}: -4 in newshape {shown} needs two values after it")
+            need(src + 1)
+            out.extend(_split(shape[src], spec[i + 1], spec[i + 2], shown, op_name, error))
+            copied_in.add(src)
+            copied_out.update((len(out) - 2, len(out) - 1))
             src += 1
             i += 2
         else:
-            raise TVMError(f"reshape: invalid value {code} in newshape {list(newshape)}")
+            raise error(f"{op_name}: invalid value {code} in newshape {shown}")
         i += 1
     if infer_at is not None:
-        known = element_count(d for k, d in enumerate(out) if k != infer_at)
-        out[infer_at] = _exact_quotient(element_count(shape), known)
+        total = element_count([d for k, d in enumerate(shape) if k not in copied_in])
+        known = element_count([d for k, d in enumerate(out)
+                               if k not in copied_out and k != infer_at])
+        if _is_int(total) and _is_int(known) and (known == 0 or total % known):
+            raise error(f"{op_name}: cannot reshape {_shape_str(shape)} into {shown}")
+        out[infer_at] = _exact_quotient(total, known)
+    old, new = element_count(shape), element_count(out)
+    if _is_int(old) and _is_int(new) and old != new:
+        raise error(f"{op_name}: cannot reshape {_shape_str(shape)} ({old} elements) into "
+                    f"{_shape_str(out)} ({new} elements)")
     return out
 
 
-def _need(shape: Sequence[Any], count: int, newshape: Sequence[int]) -> None:
-    if len(shape) < count:
-        raise TVMError(f"reshape: newshape {list(newshape)} reads past the {len(shape)} "
-                       "input dimensions")
+def _split(whole: Any, first: int, second: int, shown: list, op_name: str,
+           error: type) -> list[Any]:
+    """The two extents ``-4`` splits ``whole`` into; one of them may be -1."""
+    if first == -1 and second == -1:
+        raise error(f"{op_name}: -4 split of newshape {shown} has two -1")
+    if first == -1:
+        return [_exact_quotient(whole, second), second]
+    if second == -1:
+        return [first, _exact_quotient(whole, first)]
+    if _is_int(whole) and first * second != whole:
+        raise error(f"{op_name}: -4 split {first} x {second} does not cover dimension {whole}")
+    return [first, second]
+
+
+def _shape_str(dims: Sequence[Any]) -> str:
+    return "(" + ", ".join("?" if isinstance(d, AnyDim) else str(d) for d in dims) + ")"

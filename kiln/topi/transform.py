@@ -63,7 +63,10 @@ def transpose(x: te.Tensor, axes: Sequence[int] | None = None) -> te.Tensor:
             src[a] = i[out_pos]
         return x(*src)
 
-    return _inj(shape, body, "T_transpose")
+    # the permutation travels with the op: the x86 schedule tiles a transpose that moves
+    # the innermost axis (kiln.topi.x86.injective)
+    return te.compute(list(shape), body, name="T_transpose", tag=tag.INJECTIVE,
+                      attrs={"axes": axes})
 
 
 def squeeze(x: te.Tensor, axis: Any = None) -> te.Tensor:

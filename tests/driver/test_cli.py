@@ -41,6 +41,17 @@ def test_compile_writes_a_package(package, capsys):
         assert sorted(tar.getnames()) == ["metadata.json", "model.so"]
 
 
+def test_compile_defaults_to_the_hosts_best_target(package):
+    import json
+
+    from kiln.target.codegen_llvm import llvm_available
+
+    _, out = package
+    with tarfile.open(out) as tar:
+        meta = json.load(tar.extractfile("metadata.json"))
+    assert meta["target"] == f"{'llvm' if llvm_available() else 'c'} -mcpu=native"
+
+
 def test_run_with_inputs_matches_numpy(package, capsys):
     tmp, out = package
     x = np.random.default_rng(0).standard_normal((2, 8)).astype("float32")

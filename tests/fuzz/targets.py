@@ -262,6 +262,58 @@ def _mlf_setup():
     return run
 
 
+# ---- TFLite --------------------------------------------------------------------------------
+
+def _tflite_seeds() -> list[bytes]:
+    """A float CNN and an int8 one (conv, depthwise, pool, fully connected, softmax)."""
+    from kiln.relay.testing.tflite import TFLiteModelBuilder
+
+    rng = np.random.default_rng(0)
+
+    def cnn(dtype: str) -> bytes:
+        q = {} if dtype == "float32" else {"scale": 0.05, "zero_point": -3}
+        wq = {} if dtype == "float32" else {"scale": [0.01, 0.02], "zero_point": [0, 0],
+                                            "quantized_dimension": 0}
+        bq = {} if dtype == "float32" else {"scale": [5e-4, 1e-3], "zero_point": [0, 0]}
+        bias_dtype = "float32" if dtype == "float32" else "int32"
+        b = TFLiteModelBuilder()
+        x = b.add_input("x", (1, 6, 6, 1), dtype, **q)
+        w = b.add_const("w", rng.integers(-5, 5, (2, 3, 3, 1)), dtype, **wq)
+        c = b.add_tensor("c", (1, 6, 6, 2), dtype, **q)
+        b.add_operator("CONV_2D", [x, w, b.add_const("b", [1, -1], bias_dtype, **bq)], [c],
+                       "Conv2DOptions", Padding=0, StrideH=1, StrideW=1,
+                       FusedActivationFunction=1)
+        d = b.add_tensor("d", (1, 6, 6, 2), dtype, **q)
+        dw = b.add_const("dw", rng.integers(-5, 5, (1, 3, 3, 2)), dtype,
+                         **({**wq, "quantized_dimension": 3} if wq else {}))
+        b.add_operator("DEPTHWISE_CONV_2D", [c, dw, -1], [d], "DepthwiseConv2DOptions",
+                       Padding=0, StrideH=1, StrideW=1, DepthMultiplier=1)
+        p = b.add_tensor("p", (1, 3, 3, 2), dtype, **q)
+        b.add_operator("AVERAGE_POOL_2D", [d], [p], "Pool2DOptions", Padding=1, StrideH=2,
+                       StrideW=2, FilterHeight=2, FilterWidth=2)
+        f = b.add_tensor("f", (1, 3), dtype, **q)
+        fw = b.add_const("fw", rng.integers(-5, 5, (3, 18)), dtype,
+                         **({"scale": 0.01, "zero_point": 0} if q else {}))
+        b.add_operator("FULLY_CONNECTED", [p, fw], [f])
+        s = b.add_tensor("s", (1, 3), dtype,
+                         **({"scale": 1 / 256, "zero_point": -128} if q else {}))
+        b.add_operator("SOFTMAX", [f], [s], "SoftmaxOptions", Beta=1.0)
+        b.add_output(s)
+        return b.finish()
+
+    return [cnn("float32"), cnn("int8")]
+
+
+def _tflite_setup():
+    from kiln.relay.frontend import from_tflite
+
+    def run(data: bytes):
+        mod, _ = from_tflite(data)
+        return len(mod.functions)
+
+    return run
+
+
 # ---- ONNX ----------------------------------------------------------------------------------
 
 def _onnx_seeds() -> list[bytes]:
@@ -367,6 +419,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in [
     Target("module_archive", _archive_seeds, _archive_setup, timeout=120.0, restart_every=300),
     Target("model_library_format", _mlf_seeds, _mlf_setup),
     Target("onnx", _onnx_seeds, _onnx_setup),
+    Target("tflite", _tflite_seeds, _tflite_setup),
     Target("relay_text", _relay_text_seeds, _relay_text_setup, text=True),
     Target("ir_json", _ir_json_seeds, _ir_json_setup, text=True),
 ]}

@@ -12,7 +12,7 @@ from .campaign import run_campaign, run_inputs
 from .targets import TARGETS
 
 SMOKE_INPUTS = {"module_archive": 40, "model_library_format": 60, "graph_json": 150,
-                "vm_executable": 150, "onnx": 150}
+                "vm_executable": 150, "onnx": 150, "tflite": 2000}
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))

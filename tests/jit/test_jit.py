@@ -288,8 +288,16 @@ def test_assert_raises_at_runtime():
 # -- grad ----------------------------------------------------------------------------------------
 
 jnp = jax.numpy
-# JAX defaults to float32; the oracle must compute in float64 like kiln.jit does.
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def jax_float64():
+    """JAX defaults to float32; the oracle must compute in float64 like kiln.jit does. Set
+    for this module only: the flag is process-wide and other test modules share workers."""
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", before)
 
 
 def finite_diff(f, x, eps=1e-6):
@@ -434,6 +442,19 @@ def test_grad_of_grad_for_scalar_functions_against_jax():
         return g(x) + g(3.0)
 
     np.testing.assert_allclose(grad(grad(clo))(2.0), 12.0)
+
+
+def test_third_order_grad_against_jax():
+    # derivative rules are copied per use and keep their constant indices under J, so
+    # grad(grad(grad(f))) types (it failed on a tuple index that lost its value)
+    def f(x):
+        return np.sin(x) * x * x + np.tanh(x)
+
+    def jf(x):
+        return jnp.sin(x) * x * x + jnp.tanh(x)
+
+    np.testing.assert_allclose(grad(grad(grad(f)))(0.7),
+                               jax.grad(jax.grad(jax.grad(jf)))(0.7), rtol=1e-9)
 
 
 def test_grad_of_non_scalar_or_integer_output_raises():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kiln.runtime import module as module_lib
+from kiln.runtime import shared_library
 from kiln.runtime.archive import extracted, safe_extract
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import check_archive_link_options, load_module
@@ -182,9 +183,9 @@ def test_load_module_checks_expected_sha256(tmp_path: Path) -> None:
 def test_blob_symbol_outside_the_mapped_image_is_refused() -> None:
     # The address a tampered symbol table could name: nothing is mapped at page zero.
     with pytest.raises(TVMError, match="points outside the loaded library"):
-        module_lib._read_blob_at(4096, None, "tampered.so")
+        shared_library.read_blob_at(4096, None, "tampered.so")
     with pytest.raises(TVMError, match="points outside the loaded library"):
-        module_lib._read_c_string(4096, "tampered.so")
+        shared_library.read_c_string(4096, "tampered.so")
 
 
 # Each makes gcc (or the assembler) read a file outside the archive; /dev/zero never ends.

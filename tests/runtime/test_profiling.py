@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 
+import numpy as np
 import pytest
 
 from kiln.runtime.error import TVMError
@@ -132,3 +133,63 @@ def test_time_repeats_cools_down_between_repeats(monkeypatch):
     time_repeats(lambda n: None, repeat=4, number=1, cooldown_interval_ms=5,
                  repeats_to_cooldown=2)
     assert sleeps == [0.005, 0.005]
+
+
+def _add_one_module():
+    import kiln
+    from kiln import te
+
+    a = te.placeholder((8,), name="A")
+    b = te.compute((8,), lambda i: a[i] + 1.0, name="B")
+    return kiln.build(te.create_schedule(b.op), [a, b], "c", name="add_one")
+
+
+def test_profile_function_runs_warmups_then_each_collector_once():
+    import kiln
+    from kiln.runtime import profiling
+
+    calls = []
+
+    class Counting(profiling.MetricCollector):
+        def init(self, devices):
+            calls.append(("init", devices))
+
+        def start(self, device):
+            calls.append(("start", device))
+            return len(calls)
+
+        def stop(self, token):
+            return {"Calls before stop": profiling.Count(len(calls) - token),
+                    "Share": profiling.Percent(50)}
+
+    mod = _add_one_module()
+    prof = profiling.profile_function(mod, kiln.cpu(0), [Counting(), profiling.TimeCollector()],
+                                      func_name="add_one", warmup_iters=3)
+    x = kiln.nd.array(np.arange(8, dtype="float32"))
+    y = kiln.nd.empty((8,))
+    metrics = prof(x, y)
+    np.testing.assert_array_equal(y.numpy(), np.arange(8) + 1.0)
+    assert calls[0] == ("init", [profiling.DeviceWrapper(kiln.cpu(0))])
+    assert [c[0] for c in calls] == ["init", "start"]
+    assert metrics["Calls before stop"] == profiling.Count(0)
+    assert metrics["Share"].value == 50.0
+    assert isinstance(metrics["Duration (us)"], profiling.Duration)
+    assert metrics["Duration (us)"].value > 0
+
+
+def test_profile_function_rejects_bad_arguments():
+    import kiln
+    from kiln.runtime import profiling
+
+    mod = _add_one_module()
+    with pytest.raises(kiln.TVMError, match="no function 'missing'"):
+        profiling.profile_function(mod, kiln.cpu(0), [], func_name="missing")
+    with pytest.raises(kiln.TVMError, match="MetricCollector"):
+        profiling.profile_function(mod, kiln.cpu(0), [object()], func_name="add_one")
+    with pytest.raises(kiln.TVMError, match="warmup_iters"):
+        profiling.profile_function(mod, kiln.cpu(0), [], func_name="add_one", warmup_iters=-1)
+    with pytest.raises(kiln.TVMError, match="device"):
+        profiling.DeviceWrapper("cpu")
+    with pytest.raises(kiln.TVMError, match="number"):
+        profiling.Count("3")
+    assert profiling.DeviceWrapper(kiln.cpu(0)) != profiling.DeviceWrapper(kiln.cpu(1))

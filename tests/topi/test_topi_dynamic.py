@@ -66,7 +66,10 @@ def test_zero_and_minus_one_agree_with_numpy(shape, data):
 
 
 def test_allowzero_keeps_a_literal_zero():
-    assert infer_newshape((2, 3), (0, 6), allowzero=True) == [0, 6]
+    assert infer_newshape((0, 6), (3, 0), allowzero=True) == [3, 0]
+    # without allowzero the 0 copies the input's 6: 18 elements cannot come from 0
+    with pytest.raises(TVMError, match="cannot reshape"):
+        infer_newshape((0, 6), (3, 0))
 
 
 @pytest.mark.parametrize("newshape, message", [((-1, -1), "more than one -1"), ((-5,), "invalid"),

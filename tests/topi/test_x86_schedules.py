@@ -119,3 +119,21 @@ def test_depthwise_conv2d_x86(target):
     ref2 = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
                                       padding=1, groups=4) + torch.from_numpy(b)[:, None, None]
     np.testing.assert_allclose(results[1][0], torch.relu(ref2).numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_transpose_moving_the_innermost_axis_is_tiled_and_exact(target):
+    from kiln.topi.x86 import schedule_injective
+
+    x2, x4 = f32(48, 32), f32(2, 16, 8, 24)
+    cases = [(lambda a: topi.transpose(a, [1, 0]), [x2]),
+             (lambda a: topi.multiply(topi.transpose(a, [0, 3, 1, 2]), 2.0), [x4]),
+             (lambda a: topi.transpose(a, [0, 2, 1, 3]), [x4])]  # innermost stays: untiled
+    results = run_many(cases, target, schedule_injective)
+    np.testing.assert_array_equal(results[0][0], x2.T)
+    np.testing.assert_array_equal(results[1][0], x4.transpose(0, 3, 1, 2) * 2.0)
+    np.testing.assert_array_equal(results[2][0], x4.transpose(0, 2, 1, 3))
+
+    from kiln import te
+    sch = schedule_injective([topi.transpose(te.placeholder((48, 32)), [1, 0])])
+    assert len(sch.stages[-1].leaf_iter_vars) == 4  # (tiles fused), row, 2 x column parts

@@ -180,38 +180,6 @@ register_numpy("nn.conv1d_transpose")(lambda a, x, t: _conv_transpose_eval(a, x,
 register_numpy("nn.conv2d_transpose")(lambda a, x, t: _conv_transpose_eval(a, x, t, 2))
 
 
-# ---- dense family -------------------------------------------------------------------------
-@register_numpy("nn.dense")
-def _dense(attrs, args, out_type):
-    x, w = args
-    return (x.astype(np.float64) @ w.T.astype(np.float64)).astype(_out_dtype(out_type)) \
-        if _out_dtype(out_type).kind == "f" else (x.astype(np.int64) @ w.T).astype(
-            _out_dtype(out_type))
-
-
-@register_numpy("nn.contrib_dense_pack")
-def _dense_pack(attrs, args, out_type):
-    x, w = args  # w: (N // n, K, n)
-    unpacked = np.transpose(w, (0, 2, 1)).reshape(-1, w.shape[1])
-    return (x.astype(np.float64) @ unpacked.T).astype(_out_dtype(out_type))
-
-
-@register_numpy("nn.matmul")
-def _matmul(attrs, args, out_type):
-    a, b = args
-    a = a.T if attrs.transpose_a else a
-    b = b.T if attrs.transpose_b else b
-    return (a.astype(np.float64) @ b.astype(np.float64)).astype(_out_dtype(out_type))
-
-
-@register_numpy("nn.batch_matmul")
-def _batch_matmul(attrs, args, out_type):
-    a, b = args
-    a = np.swapaxes(a, -1, -2) if attrs.transpose_a else a
-    b = np.swapaxes(b, -1, -2) if attrs.transpose_b else b
-    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(_out_dtype(out_type))
-
-
 # ---- pooling ------------------------------------------------------------------------------
 def _pool_eval(attrs, args, out_type, nd, kind):
     layout = attrs.layout

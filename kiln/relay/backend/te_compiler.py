@@ -1,7 +1,8 @@
 """The TE compiler: lower each primitive (fused) Relay function to one TIR PrimFunc.
 
-Entry points: :class:`TECompiler` (``lower(func) -> LoweredFunc``, ``ir_module()``,
-``build()``) and :func:`lower_primitive`.
+Entry points: :class:`TECompiler` (``lower(func, symbolic=False) -> LoweredFunc``,
+``lower_shape_func(func) -> LoweredShapeFunc``, ``ir_module()``, ``build()``),
+:func:`lower_primitive` and :class:`ComputeBuilder`.
 
 For a function marked ``Primitive=1`` (made by FuseOps), the compiler creates a
 ``te.placeholder`` per tensor parameter (tuple parameters are flattened), walks the body and
@@ -11,9 +12,12 @@ complex op (reduction, conv, dense …) its implementation's schedule schedules 
 (TVM allows only one such op per group), otherwise the target's injective schedule does. The
 schedule is lowered to a PrimFunc named ``tvmgen_<mod_name>_<fused name>``.
 
-Lowered functions are cached by structural hash + target, so identical groups share one
-kernel; the C toolchain's on-disk cache then makes a second build of the same model compile
-nothing.
+A function with ``Any`` dimensions (the VM's dynamic shapes) lowers with ``symbolic=True``:
+its dynamic extents become shape variables bound from the buffers at run time, and its shape
+function (:mod:`kiln.relay.backend.shape_func`) lowers to a second small kernel that computes
+the output shapes. All three kinds of kernel share one cache per compiler, keyed by structural
+hash, so identical groups share one kernel; the C toolchain's on-disk cache then makes a
+second build of the same model compile nothing.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from kiln.ir.op import Op
 from kiln.ir.structural import structural_equal, structural_hash
 from kiln.ir.type import TensorType, TupleType
 from kiln.relay import expr as rx
+from kiln.relay.backend import shape_func
 from kiln.relay.op.op import OpPattern
 from kiln.runtime.error import TVMError
 
-__all__ = ["TECompiler", "LoweredFunc", "lower_primitive", "is_reshape_only"]
+__all__ = ["TECompiler", "LoweredFunc", "LoweredShapeFunc", "ComputeBuilder",
+           "lower_primitive", "is_reshape_only", "kernel_recursion_room"]
 
 # ops that only change the shape: a group made only of them runs as a zero-copy view (__nop)
 _RESHAPE_OPS = frozenset({"reshape", "squeeze", "expand_dims", "nn.batch_flatten",
@@ -49,6 +55,24 @@ class LoweredFunc:
     num_inputs: int
     num_outputs: int
     num_ops: int = 1
+
+
+@dataclass
+class LoweredShapeFunc:
+    """The shape function of a primitive with ``Any`` dimensions.
+
+    ``name`` is its kernel (None when every output shape is static and nothing needs
+    checking), ``dynamic`` says per flat output whether its shape is computed, ``checked``
+    whether the kernel ends with the run-time check that computed extents agree with the
+    static ones (one more int64 ``[1]`` output), and ``inputs`` lists the flat input indexes
+    it reads (shapes, or values for a data-dependent function).
+    """
+
+    name: str | None
+    dynamic: list[bool]
+    checked: bool
+    inputs: list[int]
+    by_value: bool
 
 
 # Python frames one fused Relay op may need in the recursive TE/TIR walks below it: an op nests
@@ -106,15 +130,25 @@ def is_reshape_only(func: rx.Function) -> bool:
     return bool(calls) and all(c in _RESHAPE_OPS for c in calls) and node in func.params
 
 
-class _ComputeBuilder:
-    """Builds the te compute of a primitive function body, remembering the anchor op."""
+class ComputeBuilder:
+    """Builds the te compute of a primitive function body, remembering the anchor op.
 
-    def __init__(self, target: Any) -> None:
+    With ``symbolic=True`` the ``Any`` output dimensions of each call become shape variables
+    (as TVM's lowering does), so each op's strategy sizes its compute from the output type;
+    ``inner_dims`` (node id -> dims of its flat outputs, from the composed shape rules) gives
+    the extents of calls that no output buffer binds.
+    """
+
+    def __init__(self, target: Any, symbolic: bool = False,
+                 inner_dims: dict[int, list[list[Any]]] | None = None) -> None:
         self.target = target
+        self.symbolic = symbolic
+        self.inner_dims = inner_dims or {}
         self.memo: dict[int, list] = {}
         self.anchor: tuple[int, Any, Any, list] | None = None  # (pattern, impl, attrs, outs)
 
     def visit(self, node: Any) -> list:
+        """The te tensors of ``node``'s flat outputs (each node is built once)."""
         key = id(node)
         if key in self.memo:
             return self.memo[key]
@@ -125,7 +159,7 @@ class _ComputeBuilder:
         self.memo[key] = result
         return result
 
-    def visit_Constant(self, node: rx.Constant) -> list:
+    def visit_Constant(self, node: rx.Constant) -> list:  # noqa: N802 (node kind)
         from kiln import te
 
         array = node.data.numpy()
@@ -135,26 +169,26 @@ class _ComputeBuilder:
         dtype = str(array.dtype)
         return [te.compute((), lambda: te.const(array.item(), dtype), name="compile_engine_const")]
 
-    def visit_Tuple(self, node: rx.Tuple) -> list:
+    def visit_Tuple(self, node: rx.Tuple) -> list:  # noqa: N802 (node kind)
         return [t for f in node.fields for t in self.visit(f)]
 
-    def visit_TupleGetItem(self, node: rx.TupleGetItem) -> list:
+    def visit_TupleGetItem(self, node: rx.TupleGetItem) -> list:  # noqa: N802 (node kind)
         fields = self.visit(node.tuple_value)
         sizes = [len(_flat_types(t)) for t in node.tuple_value.checked_type.fields]
         start = sum(sizes[: node.index])
         return fields[start: start + sizes[node.index]]
 
-    def visit_Let(self, node: rx.Let) -> list:
+    def visit_Let(self, node: rx.Let) -> list:  # noqa: N802 (node kind)
         self.memo[id(node.var)] = self.visit(node.value)
         return self.visit(node.body)
 
-    def visit_Call(self, node: rx.Call) -> list:
+    def visit_Call(self, node: rx.Call) -> list:  # noqa: N802 (node kind)
         from kiln.relay.op.strategy import select_implementation
 
         if not isinstance(node.op, Op):
             raise TVMError(f"a primitive function may only call operators, found {node.op!r}")
         inputs = [t for a in node.args for t in self.visit(a)]
-        out_type = node.checked_type
+        out_type = self._output_type(node)
         impl, outs = select_implementation(node.op, node.attrs, inputs, out_type, self.target)
         pattern = node.op.get_attr("TOpPattern")
         pattern = int(OpPattern.OPAQUE if pattern is None else pattern)
@@ -166,70 +200,170 @@ class _ComputeBuilder:
             self.anchor = (pattern, impl, node.attrs, outs)
         return outs
 
+    def _output_type(self, node: rx.Call) -> Any:
+        if not self.symbolic:
+            return node.checked_type
+        dims = self.inner_dims.get(id(node))
+        if dims is None:
+            return shape_func.symbolic_type(node.checked_type, f"out{len(self.memo)}")
+        return shape_func.typed_like(node.checked_type, iter(dims))
 
-def lower_primitive(func: rx.Function, target: Any, name: str) -> Any:
-    """Lower one primitive Relay function to a PrimFunc named ``name``."""
+
+def _placeholders(func: rx.Function, builder: ComputeBuilder) -> list:
+    """One te.placeholder per flat tensor parameter (``Any`` dims of a symbolic lowering
+    become int64 variables; a static lowering refuses them)."""
     from kiln import te
-    from kiln.relay.op.strategy import target_schedule
-    from kiln.te.lowering import lower
 
-    builder = _ComputeBuilder(target)
-    inputs = []
+    inputs: list = []
     for param in func.params:
         types = _flat_types(param.checked_type)
         # a tuple parameter flattens to one placeholder per field, each with its own name
         names = [param.name_hint] if len(types) == 1 else [
             f"{param.name_hint}_{i}" for i in range(len(types))]
-        tensors = [te.placeholder(tuple(t.concrete_shape), str(t.dtype), name=name)
-                   for t, name in zip(types, names)]
+        tensors = []
+        for ty, name in zip(types, names):
+            if builder.symbolic:
+                shape = tuple(
+                    int(d.value) if isinstance(getattr(d, "value", None), int)
+                    else te.var(f"{param.name_hint}_n{k}_{len(inputs) + len(tensors)}", "int64")
+                    for k, d in enumerate(ty.shape))
+            else:
+                shape = tuple(ty.concrete_shape)
+            tensors.append(te.placeholder(shape, str(ty.dtype), name=name))
         builder.memo[id(param)] = tensors
         inputs.extend(tensors)
-    outputs = builder.visit(func.body)
-    # an output that is an input (identity group) needs a copy to have its own buffer
-    outputs = [te.compute(o.shape, lambda *i, o=o: o(*i), name="copy")
-               if any(o is i for i in inputs) else o for o in outputs]
-    anchor = builder.anchor
-    if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
-        _, impl, attrs, _ = anchor
-        sch = impl.schedule(attrs, outputs, target)
-    else:
-        sch = target_schedule("injective", outputs, target)
+    return inputs
+
+
+def _bindable(tensor: Any, ty: TensorType, index: int, inputs: list) -> Any:
+    """An output whose buffer the kernel's arguments can bind: a copy when the tensor is an
+    input (an identity group needs its own output buffer), or when its extents are
+    expressions of inner extents: then the copy has fresh variables, bound from the buffer the
+    VM allocated with the shape function's extents."""
+    from kiln import te, tir
+
+    if any(tensor is i for i in inputs):
+        return te.compute(tensor.shape, lambda *i: tensor(*i), name="copy")
+    if all(isinstance(d, int | tir.IntImm | tir.Var) for d in tensor.shape):
+        return tensor
+    return te.compute(shape_func.symbolic_shape(ty, f"result{index}"), lambda *i: tensor(*i),
+                      name="T_output", tag="injective")
+
+
+def _schedule(anchor: Any, outputs: list, target: Any, symbolic: bool) -> Any:
+    """The anchor op's schedule when it is a complex op, else the target's injective one.
+
+    A schedule tuned for constant shapes (packed GEMM tiles …) may reject symbolic ones (a
+    TVMError, or the ValueError of a symbolic extent used as a Python bool): a symbolic
+    kernel then gets the plain loop nest. A static kernel's schedule error is a real error.
+    """
+    from kiln import te
+    from kiln.relay.op.strategy import target_schedule
+
+    try:
+        if anchor is not None and anchor[0] >= OpPattern.COMM_REDUCE:
+            _, impl, attrs, _ = anchor
+            return impl.schedule(attrs, outputs, target)
+        return target_schedule("injective", outputs, target)
+    except (TVMError, ValueError):
+        if not symbolic:
+            raise
+        return te.create_schedule([o.op for o in outputs])
+
+
+def lower_primitive(func: rx.Function, target: Any, name: str,
+                    symbolic: bool = False) -> tuple[Any, int, int]:
+    """Lower one primitive Relay function to a PrimFunc named ``name``.
+
+    Returns ``(prim_func, number of flat inputs, number of flat outputs)``. With
+    ``symbolic=True`` the ``Any`` dimensions become shape variables (see
+    :class:`ComputeBuilder`).
+    """
+    from kiln.te.lowering import lower
+
+    builder = ComputeBuilder(target, symbolic)
+    inputs = _placeholders(func, builder)
+    if symbolic:
+        builder.inner_dims = shape_func.inner_dims(func, inputs)
+    out_types = _flat_types(func.body.checked_type)
+    outputs = [_bindable(o, ty, k, inputs)
+               for k, (o, ty) in enumerate(zip(builder.visit(func.body), out_types))]
+    sch = _schedule(builder.anchor, outputs, target, symbolic)
     lowered = lower(sch, inputs + outputs, name=name)
     prim_func = lowered[name] if isinstance(lowered, IRModule) else lowered
     return prim_func, len(inputs), len(outputs)
 
 
 class TECompiler:
-    """Lowers primitive functions for one target, sharing kernels between equal functions."""
+    """Lowers primitive functions for one target, sharing kernels between equal functions.
 
-    def __init__(self, target: Any, mod_name: str = "default") -> None:
+    ``kernel_names`` is the set the compiler draws unique kernel names from; the compilers of
+    one heterogeneous build share one set, so a kernel lowered for two targets gets two names
+    (the host library imports the others).
+    """
+
+    def __init__(self, target: Any, mod_name: str = "default",
+                 kernel_names: set[str] | None = None) -> None:
         from kiln.target import Target
 
         self.target = Target(target) if isinstance(target, str) else target
         self.prefix = f"tvmgen_{mod_name}_" if mod_name else ""
-        self._cache: dict[int, list[tuple[rx.Function, LoweredFunc]]] = {}
-        self._names: set[str] = set()
+        # (kind, structural hash) -> [(function, lowered)]; kind is "static", "symbolic" or
+        # "shape_func"
+        self._cache: dict[tuple[str, int], list[tuple[rx.Function, Any]]] = {}
+        self._names: set[str] = set() if kernel_names is None else kernel_names
         self.lowered: list[LoweredFunc] = []
 
-    def lower(self, func: rx.Function) -> LoweredFunc:
-        """The kernel of a primitive function (lowered once per structurally equal function)."""
+    def lower(self, func: rx.Function, symbolic: bool = False) -> LoweredFunc:
+        """The kernel of a primitive function (lowered once per structurally equal function).
+
+        ``symbolic=True`` lowers a function with ``Any`` dimensions: its kernel is named with
+        a ``_dyn`` suffix and takes buffers whose extents it reads at run time.
+        """
+        kind, suffix = ("symbolic", "_dyn") if symbolic else ("static", "")
+
+        def make(key: int) -> LoweredFunc:
+            name = self._kernel_name(func, suffix)
+            num_ops = _count_calls(func)
+            with kernel_recursion_room(num_ops):
+                prim_func, n_in, n_out = lower_primitive(func, self.target, name, symbolic)
+            lowered = LoweredFunc(name, prim_func, _hash_text(key), n_in, n_out, num_ops)
+            self.lowered.append(lowered)
+            return lowered
+
+        return self._cached(kind, func, make)
+
+    def lower_shape_func(self, func: rx.Function) -> LoweredShapeFunc:
+        """The shape function of a primitive with ``Any`` dimensions (lowered once per
+        structurally equal function); its kernel joins this compiler's kernels."""
+
+        def make(key: int) -> LoweredShapeFunc:
+            name = self._kernel_name(func, "_shape_func")
+            kernel = shape_func.build_shape_kernel(
+                func, name, lambda: ComputeBuilder(self.target, symbolic=True))
+            inputs = [i for i, _ in shape_func.shape_func_inputs(func)]
+            if kernel.prim_func is not None:
+                self.lowered.append(LoweredFunc(name, kernel.prim_func, _hash_text(key),
+                                                kernel.num_inputs, kernel.num_outputs))
+            return LoweredShapeFunc(name if kernel.prim_func is not None else None,
+                                    kernel.dynamic, kernel.checked, inputs,
+                                    shape_func.needs_input_data(func))
+
+        return self._cached("shape_func", func, make)
+
+    def _cached(self, kind: str, func: rx.Function, make: Any) -> Any:
         key = structural_hash(func)
-        for seen, lowered in self._cache.get(key, ()):
+        for seen, lowered in self._cache.get((kind, key), ()):
             if structural_equal(seen, func):
                 return lowered
-        from kiln.relay.transform.fuse_ops import fused_function_name
-
-        name = self._unique(self.prefix + fused_function_name(func))
-        num_ops = _count_calls(func)
-        with kernel_recursion_room(num_ops):
-            prim_func, n_in, n_out = lower_primitive(func, self.target, name)
-        lowered = LoweredFunc(name, prim_func, f"{key & (2**64 - 1):016x}", n_in, n_out,
-                              num_ops)
-        self._cache.setdefault(key, []).append((func, lowered))
-        self.lowered.append(lowered)
+        lowered = make(key)
+        self._cache.setdefault((kind, key), []).append((func, lowered))
         return lowered
 
-    def _unique(self, name: str) -> str:
+    def _kernel_name(self, func: rx.Function, suffix: str) -> str:
+        from kiln.relay.transform.fuse_ops import fused_function_name
+
+        name = self.prefix + fused_function_name(func) + suffix
         candidate, k = name, 0
         while candidate in self._names:
             k += 1
@@ -248,3 +382,8 @@ class TECompiler:
         deepest = max((lowered.num_ops for lowered in self.lowered), default=1)
         with kernel_recursion_room(deepest):
             return build_module(self.ir_module(), self.target)
+
+
+def _hash_text(key: int) -> str:
+    """The ``hash`` attribute of a kernel: the structural hash as 16 hex digits."""
+    return f"{key & (2**64 - 1):016x}"

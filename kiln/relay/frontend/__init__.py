@@ -1,6 +1,7 @@
 """``relay.frontend``: model importers (TVM's ``tvm.relay.frontend``).
 
-Entry points: :func:`from_onnx` (ONNX models, :mod:`.onnx`) and the shared helpers in
+Entry points: :func:`from_onnx` (ONNX models, :mod:`.onnx`), :func:`from_tflite` (TFLite
+models, :mod:`.tflite`) and the shared helpers in
 :mod:`.common` (``infer_shape``, ``infer_value``, ``new_var`` …).
 
 Example
@@ -13,5 +14,6 @@ True
 from __future__ import annotations
 
 from kiln.relay.frontend.onnx import from_onnx
+from kiln.relay.frontend.tflite import from_tflite
 
-__all__ = ["from_onnx"]
+__all__ = ["from_onnx", "from_tflite"]

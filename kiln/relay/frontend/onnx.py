@@ -38,13 +38,17 @@ from kiln.relay import expr as rx
 from kiln.relay.frontend import (  # noqa: F401  (each module registers its converters)
     onnx_ops_attention,
     onnx_ops_control,
+    onnx_ops_detection,
     onnx_ops_image,
     onnx_ops_math,
+    onnx_ops_ml,
     onnx_ops_nn,
     onnx_ops_quant,
     onnx_ops_rnn,
+    onnx_ops_sequence,
     onnx_ops_signal,
     onnx_ops_tensor,
+    onnx_ops_unique,
 )
 from kiln.relay.frontend.common import AnyDim, infer_shape, infer_type, new_var
 from kiln.relay.frontend.onnx_functions import expand_function, has_function_body
@@ -55,6 +59,7 @@ from kiln.runtime.error import OpError, OpNotImplemented, TVMError
 __all__ = ["from_onnx", "load_model", "GraphConverter", "onnx_dtype", "DEFAULT_DOMAINS"]
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+ML_DOMAIN = "ai.onnx.ml"
 
 
 def _onnx():
@@ -148,16 +153,36 @@ def _all_nodes(graph: Any) -> Iterator[Any]:
                     yield from _all_nodes(sub)
 
 
-def unsupported_ops(graph: Any, opset: int) -> list[str]:
+def domain_opset(model: Any, domain: str) -> int:
+    """The opset ``model`` imports for ``domain`` (1 if it names none)."""
+    for entry in model.opset_import:
+        if entry.domain == domain:
+            return int(entry.version)
+    return 1
+
+
+def node_converter(node: Any, opset: int, ml_opset: int = 1) -> Any:
+    """The registered converter of ``node``: default-domain ops by op type at ``opset``,
+    ``ai.onnx.ml`` ops as ``"ai.onnx.ml.<op>"`` at ``ml_opset``, other domains' ops (such as
+    com.microsoft's QLinear ops) as ``"<domain>.<op>"``; None when kiln has none."""
+    if node.domain in DEFAULT_DOMAINS:
+        return get_converter(node.op_type, opset)
+    if node.domain == ML_DOMAIN:
+        return get_converter(f"{ML_DOMAIN}.{node.op_type}", ml_opset)
+    return get_converter(f"{node.domain}.{node.op_type}", opset)
+
+
+def unsupported_ops(graph: Any, opset: int, ml_opset: int = 1) -> list[str]:
     """Sorted op types of ``graph`` (subgraphs included) that kiln cannot convert at ``opset``
     (an op without a converter converts through its ONNX function body when it has one)."""
     missing = set()
     for node in _all_nodes(graph):
+        if node_converter(node, opset, ml_opset) is not None:
+            continue
         if node.domain not in DEFAULT_DOMAINS:
             if not has_function_body(node.op_type, opset, node.domain):
                 missing.add(f"{node.domain}.{node.op_type}")
-        elif get_converter(node.op_type, opset) is None and \
-                not has_function_body(node.op_type, opset):
+        elif not has_function_body(node.op_type, opset):
             missing.add(node.op_type)
     return sorted(missing)
 
@@ -172,6 +197,7 @@ class GraphConverter:
         self.shape_dict = dict(shape or {})
         self.dtype_spec = dtype
         self.opset = opset
+        self.ml_opset = 1 if parent is None else parent.ml_opset  # the ai.onnx.ml opset
         self.freeze_params = freeze_params
         self.parent = parent
         self.values: dict[str, Any] = {}
@@ -256,11 +282,13 @@ class GraphConverter:
     # -- whole models ----------------------------------------------------------------------
     def from_model(self, model: Any) -> tuple[IRModule, dict]:
         """Convert ``model``'s main graph; returns ``(mod, params)``."""
+        from kiln.relay.qnn.fake_quantization import FakeQuantizationToInteger
+        from kiln.relay.qnn.transform import has_qnn_ops
         from kiln.relay.transform import InferType
         from kiln.runtime import ndarray
 
         graph = model.graph
-        missing = unsupported_ops(graph, self.opset)
+        missing = unsupported_ops(graph, self.opset, self.ml_opset)
         if missing:
             raise OpNotImplemented(
                 f"the following operators are not supported by kiln's ONNX frontend at opset "
@@ -272,8 +300,13 @@ class GraphConverter:
         body = outputs[0] if len(outputs) == 1 else rx.Tuple(outputs)
         func = rx.Function(self.input_vars + self.param_vars, body)
         mod = IRModule.from_expr(func, functions={
-            gv: self.module[gv] for gv in self.module.get_global_vars()})
+            gv: self.module[gv] for gv in self.module.get_global_vars()},
+            type_defs=dict(self.module.type_definitions))
         mod = InferType()(mod)
+        if self.parent is None and has_qnn_ops(mod):
+            # QDQ regions and the QLinear ops run as integer QNN ops (as ONNX Runtime's own
+            # QDQ fusion does); TVM leaves this pass to the user
+            mod = FakeQuantizationToInteger()(mod)
         params = {name: ndarray.array(value) for name, value in self.params.items()}
         return mod, params
 
@@ -305,9 +338,18 @@ class GraphConverter:
         for inp in graph.input:
             if inp.name in self.values:  # an initializer shadows the input of the same name
                 continue
+            if inp.type.WhichOneof("value") != "tensor_type":  # a sequence or an optional
+                ty = onnx_ops_sequence.relay_type(inp.type, self.shape_dict.get(inp.name),
+                                                  inp.name, self.module)
+                var = rx.var(inp.name, type_annotation=ty)
+                self.input_vars.append(var)
+                self.values[inp.name] = var
+                continue
             tensor_type = inp.type.tensor_type
             if inp.name in self.shape_dict:
-                shape = tuple(int(d) for d in self.shape_dict[inp.name])
+                # relay.Any() in a user's shape leaves that dim symbolic, as in TVM
+                shape = tuple(d if isinstance(d, AnyDim) else int(d)
+                              for d in self.shape_dict[inp.name])
             else:
                 shape = tuple(
                     int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
@@ -322,8 +364,7 @@ class GraphConverter:
 
     def convert_node(self, node: Any) -> None:
         """Convert one node, binding its outputs in this scope."""
-        impl = get_converter(node.op_type, self.opset) if node.domain in DEFAULT_DOMAINS \
-            else None
+        impl = node_converter(node, self.opset, self.ml_opset)
         if impl is None and has_function_body(node.op_type, self.opset, node.domain):
             def impl(inputs, attrs, ctx):
                 return expand_function(node, inputs, ctx)
@@ -340,7 +381,9 @@ class GraphConverter:
             if len(outputs) < len([o for o in node.output if o]):
                 raise TVMError(f"the converter produced {len(outputs)} outputs, the node "
                                f"names {len(node.output)}")
-            if all(isinstance(i, rx.Constant) for i in inputs if i is not None):
+            # a dequantized constant (a QDQ weight) stays quantized, for the integer path
+            if all(isinstance(i, rx.Constant) for i in inputs if i is not None) and \
+                    node.op_type != "DequantizeLinear":
                 # a subgraph may capture outer values: fold only closed results
                 closed = not any(a.type in (5, 10) for a in node.attribute)
                 outputs = [_fold(out, self.module, check_closed=not closed) for out in outputs]
@@ -365,10 +408,13 @@ def _as_output_list(result: Any) -> list[Any]:
 
 def _fold(expr: Any, mod: IRModule, check_closed: bool = False) -> Any:
     """Evaluate a closed expression to a Constant (tensors only; other values are kept)."""
+    from kiln.ir.adt import Constructor
     from kiln.ir.type import TensorType
     from kiln.relay.analysis import free_vars
     from kiln.relay.frontend.common import fold_constant
 
+    if isinstance(expr, rx.Call) and isinstance(expr.op, Constructor):
+        return expr  # an ADT value (an optional), typed only where it is used
     if isinstance(expr, rx.Constant) or not isinstance(infer_type(expr, mod), TensorType):
         return expr
     if check_closed and free_vars(expr):
@@ -419,4 +465,5 @@ def from_onnx(model: Any, shape: dict | None = None, dtype: Any = "float32",
     proto = load_model(model)
     converter = GraphConverter(shape, dtype, int(opset) if opset else model_opset(proto),
                                freeze_params)
+    converter.ml_opset = domain_opset(proto, ML_DOMAIN)
     return converter.from_model(proto)

@@ -92,6 +92,11 @@ def _recursive_loop(inputs, body, ctx):
     from kiln.relay.expr import Call, bind
 
     carried = list(inputs[2:])
+    from kiln.relay.frontend.common import infer_type
+
+    if any(not isinstance(infer_type(v, ctx.module), TensorType) for v in carried):
+        raise unsupported("Loop", "a sequence or optional carried through a loop whose trip "
+                          "count or condition is known only at run time")
     i = relay.var("i", shape=(), dtype="int64")
     limit = relay.var("max", shape=(), dtype="int64")
     cond = relay.var("cond", shape=(), dtype="bool")

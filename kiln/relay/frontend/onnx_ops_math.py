@@ -130,6 +130,25 @@ def _leaky_relu(inputs, attrs, ctx):
     return relay.nn.leaky_relu(inputs[0], float(attrs.get("alpha", 0.01)))
 
 
+_NARROW_FLOATS = ("float16", "bfloat16")
+
+
+def _rounded_once(fn):
+    """A converter computing 16-bit floats in float32 and rounding the op's result once:
+    ONNX defines the op as one function, so its intermediates (``exp(x) - 1`` above all,
+    which ONNX's reference takes from ``np.expm1``) must not each round to 16 bits."""
+
+    def convert(inputs, attrs, ctx):
+        x = inputs[0]
+        dtype = ctx.dtype(x)
+        if dtype not in _NARROW_FLOATS:
+            return fn(inputs, attrs, ctx)
+        return relay.cast(fn([relay.cast(x, "float32"), *inputs[1:]], attrs, ctx), dtype)
+
+    return convert
+
+
+@_rounded_once
 def _elu(inputs, attrs, ctx):
     x = inputs[0]
     alpha = _scalar(ctx, x, attrs.get("alpha", 1.0))
@@ -137,16 +156,16 @@ def _elu(inputs, attrs, ctx):
     return relay.where(relay.less(x, _scalar(ctx, x, 0)), negative, x)
 
 
+@_rounded_once
 def _celu(inputs, attrs, ctx):
     x = inputs[0]
-    if ctx.dtype(x) == "bfloat16":  # ONNX's reference: expm1 rounded once, not op by op
-        return relay.cast(_celu([relay.cast(x, "float32")], attrs, ctx), "bfloat16")
     alpha = _scalar(ctx, x, attrs.get("alpha", 1.0))
     negative = relay.multiply(alpha, relay.subtract(relay.exp(relay.divide(x, alpha)),
                                                     _scalar(ctx, x, 1)))
     return relay.add(relay.nn.relu(x), relay.minimum(_scalar(ctx, x, 0), negative))
 
 
+@_rounded_once
 def _selu(inputs, attrs, ctx):
     x = inputs[0]
     alpha = attrs.get("alpha", 1.67326319217681884765625)

@@ -2,10 +2,15 @@
 
 Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on import.
 
-Each direction runs the cell once per time step with Relay ``dense`` calls; forward,
-reverse and bidirectional layers, custom activations (with their alpha/beta), ``clip``,
-``layout=1``, LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the
-ONNX operator definitions. ``sequence_lens`` masks the state updates of forward directions.
+Each direction projects the inputs of all steps with one GEMM (``[T * B, I] @ W.T`` plus the
+biases that add outside the recurrent product), then unrolls the steps. With ONNX's default
+activations and no masking, peepholes or ``input_forget``, a step is one fused cell op
+(``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell``: the product of the state with all gates'
+recurrent weights and the gate arithmetic in one kernel); otherwise a step is one ``dense``
+for all gates and the gate arithmetic in primitive ops. Forward, reverse and bidirectional
+layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``, LSTM peepholes
+and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX operator definitions.
+``sequence_lens`` masks the state updates of forward directions.
 
 Example
 -------
@@ -20,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import relay
-from kiln.relay.frontend.common import is_static
+from kiln.relay.frontend.common import AnyDim, is_static
 from kiln.relay.frontend.onnx_registry import register_function, unsupported
 
 __all__: list[str] = []
@@ -55,6 +60,16 @@ ACTIVATION_DEFAULTS = {"leakyrelu": (0.01, 0.0), "thresholdedrelu": (1.0, 0.0),
                        "affine": (1.0, 0.0)}
 
 
+class _Activation:
+    """One activation of a cell: ``act(x, dtype)``; ``key`` is its lower-case ONNX name."""
+
+    def __init__(self, key, alpha, beta):
+        self.key, self.alpha, self.beta = key, alpha, beta
+
+    def __call__(self, x, dtype):
+        return ACTIVATIONS[self.key](x, self.alpha, self.beta, dtype)
+
+
 def _activation_list(attrs, defaults, num_directions, op_name):
     names = list(attrs.get("activations", defaults * num_directions))
     alphas = list(attrs.get("activation_alpha", []))
@@ -69,7 +84,7 @@ def _activation_list(attrs, defaults, num_directions, op_name):
             alpha = alphas.pop(0) if alphas else alpha
             beta = betas.pop(0) if betas and key in ("scaledtanh", "hardsigmoid",
                                                      "affine") else beta
-        result.append(lambda x, dt, f=ACTIVATIONS[key], a=alpha, b=beta: f(x, a, b, dt))
+        result.append(_Activation(key, alpha, beta))
     per_direction = len(defaults)
     return [result[i * per_direction:(i + 1) * per_direction] for i in range(num_directions)]
 
@@ -83,8 +98,9 @@ class _Layer:
         if self.layout:
             x = relay.transpose(x, (1, 0, 2))
         shape = ctx.shape(x)
-        if not is_static(shape[:1]):
-            raise unsupported(op_name, "a sequence length unknown at conversion time")
+        # an unknown length runs as a loop (fused cells only; see _symbolic_direction)
+        self.symbolic = not is_static(shape[:1])
+        self.op_name = op_name
         self.steps, self.batch = shape[0], shape[1]
         self.dtype = ctx.dtype(x)
         self.hidden = attrs.get("hidden_size") or ctx.shape(inputs[2])[-1]
@@ -92,7 +108,8 @@ class _Layer:
         self.directions = {"forward": ["forward"], "reverse": ["reverse"],
                            "bidirectional": ["forward", "reverse"]}[direction]
         self.clip = attrs.get("clip")
-        self.xs = [relay.squeeze(s, [0]) for s in _split(x, self.steps, 0)]
+        self.x = x
+        self.input_size = shape[2]
         count = len(self.directions)
 
         def per_direction(index):
@@ -102,7 +119,10 @@ class _Layer:
         self.w, self.r = per_direction(1), per_direction(2)
         self.b = per_direction(3)
         self.lens = inputs[4] if len(inputs) > 4 else None
-        self.initial = [per_direction(5 + i) for i in range(state_count)]
+        # an initial state built from the input's shape has unknown dims: give it its own
+        self.initial = [[v if v is None or not is_static([self.batch])
+                         else relay.reshape(v, (self.batch, self.hidden))
+                         for v in per_direction(5 + i)] for i in range(state_count)]
         self.gates = gates
         self.ctx = ctx
 
@@ -122,15 +142,42 @@ class _Layer:
         mask = relay.less(_const(t, "int32"), relay.cast(self.lens, "int32"))
         return relay.expand_dims(mask, 1)
 
+    def step_inputs(self, projection):
+        """The per-step rows ``[B, G*H]`` of a ``[T, B, G*H]`` projection (static length)."""
+        if self.symbolic:
+            raise unsupported(self.op_name, "a sequence length unknown at conversion time "
+                              "with non-default activations, peepholes, input_forget or "
+                              "sequence_lens")
+        return _split(projection, self.steps, 0, squeeze=True)
+
     def order(self, direction):
         if direction == "reverse" and self.step_mask(0) is not None:
             raise unsupported("RNN", "sequence_lens with a reverse direction")
         steps = range(self.steps)
         return list(reversed(steps)) if direction == "reverse" else list(steps)
 
+    def projection(self, d, bias):
+        """``[T, B, G*H]``: every step's input projection ``x_t @ W.T + bias`` as one GEMM."""
+        flat = relay.reshape(self.x, (-1, self.input_size))
+        out = relay.nn.dense(flat, self.w[d])
+        if bias is not None:
+            out = relay.add(out, bias)
+        return relay.reshape(out, (-1, self.batch, self.gates * self.hidden))
+
+    def fusable(self, acts, defaults, *, extra_ok=True):
+        """Whether the fused cell op computes this layer: ONNX's default activations, no
+        masking, static shapes (anything else composes the cell from primitive ops)."""
+        default = all(a.key == key for direction in acts for a, key in zip(direction, defaults))
+        return (extra_ok and default and self.step_mask(0) is None
+                and is_static([self.batch, self.input_size]))
+
     def finish(self, outputs_per_direction, finals_per_direction):
-        """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H)."""
-        ys = [relay.stack(outs, 0) for outs in outputs_per_direction]
+        """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H).
+
+        A direction's outputs are a list of per-step ``[B, H]`` values, or one ``[T, B, H]``
+        value (from a loop over an unknown length)."""
+        ys = [outs if not isinstance(outs, list) else relay.stack(outs, 0)
+              for outs in outputs_per_direction]
         y = relay.stack(ys, 1)
         finals = [relay.stack(list(states), 0) for states in zip(*finals_per_direction)]
         if self.layout:
@@ -148,10 +195,6 @@ def _split(x, parts, axis, squeeze=False):
     return [relay.squeeze(p, [axis]) for p in pieces] if squeeze else pieces
 
 
-def _gate_weights(matrix, count):
-    return _split(matrix, count, 0)
-
-
 def _bias_pairs(bias, hidden_count):
     """(input bias chunks, recurrent bias chunks) from ONNX's concatenated [Wb, Rb]."""
     if bias is None:
@@ -160,13 +203,88 @@ def _bias_pairs(bias, hidden_count):
     return _split(wb, hidden_count, 0), _split(rb, hidden_count, 0)
 
 
-def _linear(x, weight, bias=None):
-    out = relay.nn.dense(x, weight)
-    return relay.add(out, bias) if bias is not None else out
-
-
 def _masked(mask, new, old):
     return new if mask is None else relay.where(mask, new, old)
+
+
+def _lanes(hidden):
+    """Lanes of the packed recurrent weight: two AVX2 vectors, or the largest divisor."""
+    return next(n for n in (16, 8, 4, 2, 1) if hidden % n == 0)
+
+
+def _state_row(state, index):
+    """``state[index]`` of a stacked ``[2, B, H]`` state."""
+    return relay.squeeze(relay.strided_slice(state, [index], [index + 1], axes=[0]), [0])
+
+
+def _recurrent(h, r, gates, rbias=None):
+    """``h @ R.T (+ rbias)`` split per gate (one product for all gates)."""
+    out = relay.nn.dense(h, r)
+    if rbias is not None:
+        out = relay.add(out, rbias)
+    return _split(out, gates, 1) if gates > 1 else [out]
+
+
+# Steps per call of the loop over an unknown length: the VM runs a call's cells, their
+# output rows and one concatenation as one segment, so its per-instruction cost is paid
+# once per UNROLL steps; a one-step loop finishes the remainder.
+UNROLL = 8
+
+
+def _symbolic_direction(layer, direction, cell, state, operands, hidden_of):
+    """``([T, B, H] outputs, final state)`` of one direction over a length known only at run
+    time: tail-recursive functions ``@<op>_loop(t, steps, state, ys, *operands)`` that run
+    ``cell(state, base, offset, *operands)`` (the row read is ``base + offset``) and append the
+    new hidden states to ``ys`` (prepend, for the reverse direction, so ``ys`` stays in time
+    order), :data:`UNROLL` steps per call while that many remain, then one at a time."""
+    from kiln.ir.type import TensorType, TupleType
+    from kiln.relay.expr import Call
+
+    ctx = layer.ctx
+    # the initial state may come from shape arithmetic on the input (unknown dims to Relay)
+    state_shape = (*ctx.shape(state)[:-2], layer.batch, layer.hidden)
+    types = {"state": TensorType(state_shape, layer.dtype),
+             "ys": TensorType((AnyDim(), layer.batch, layer.hidden), layer.dtype),
+             "operands": [TensorType(ctx.shape(v), ctx.dtype(v)) for v in operands]}
+    types["ret"] = TupleType([types["state"], types["ys"]])
+    single = _loop_function(layer, direction, cell, hidden_of, types, 1, None)
+    unrolled = _loop_function(layer, direction, cell, hidden_of, types, UNROLL, single)
+    length = relay.reshape(relay.strided_slice(relay.shape_of(layer.x, "int32"), [0], [1]), [])
+    empty = relay.const(np.zeros((0, layer.batch, layer.hidden), layer.dtype))
+    result = Call(unrolled, [relay.const(np.int32(0)), length,
+                             relay.reshape(state, state_shape), empty, *operands])
+    return relay.TupleGetItem(result, 1), relay.TupleGetItem(result, 0)
+
+
+def _loop_function(layer, direction, cell, hidden_of, types, unroll, remainder):
+    """Define ``@<op>_loop(t, steps, state, ys, *operands)`` running ``unroll`` steps per
+    call while ``t + unroll <= steps``, then ``remainder`` (or returning ``(state, ys)``)."""
+    from kiln.relay.expr import Call
+
+    ctx = layer.ctx
+    t = relay.var("t", shape=(), dtype="int32")
+    steps = relay.var("steps", shape=(), dtype="int32")
+    current = relay.var("state", types["state"])
+    ys = relay.var("ys", types["ys"])
+    params = [relay.var(f"operand{k}", ty) for k, ty in enumerate(types["operands"])]
+    if direction == "forward":
+        base, sign = t, 1
+    else:
+        base, sign = relay.subtract(relay.subtract(steps, relay.const(np.int32(1))), t), -1
+    new, rows = current, []
+    for k in range(unroll):
+        new = cell(new, base, sign * k, *params)
+        rows.append(relay.expand_dims(hidden_of(new), 0))
+    grown = relay.concatenate([ys, *rows] if direction == "forward" else [*rows[::-1], ys], 0)
+    gvar = ctx.global_var(f"{layer.op_name.lower()}_loop")
+    after = relay.add(t, relay.const(np.int32(unroll)))
+    done = relay.Tuple([current, ys]) if remainder is None else \
+        Call(remainder, [t, steps, current, ys, *params])
+    body = relay.If(relay.less_equal(after, steps),
+                    Call(gvar, [after, steps, new, grown, *params]), done)
+    ctx.define_function(gvar, relay.Function([t, steps, current, ys, *params], body,
+                                             types["ret"]))
+    return gvar
 
 
 def _rnn(inputs, attrs, ctx):
@@ -177,11 +295,12 @@ def _rnn(inputs, attrs, ctx):
         f = acts[d][0]
         wb, rb = _bias_pairs(layer.b[d], 1)
         bias = relay.add(wb[0], rb[0]) if wb is not None else None
+        xs = layer.step_inputs(layer.projection(d, bias))
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
-        outs = [None] * layer.steps
+        outs = [None] * (0 if layer.symbolic else layer.steps)
         for t in layer.order(direction):
-            new = f(layer.clipped(relay.add(_linear(layer.xs[t], layer.w[d], bias),
-                                            _linear(h, layer.r[d]))), layer.dtype)
+            new = f(layer.clipped(relay.add(relay.nn.dense(h, layer.r[d]), xs[t])),
+                    layer.dtype)
             mask = layer.step_mask(t)
             outs[t] = _masked(mask, new, relay.zeros_like(new))
             h = _masked(mask, new, h)
@@ -190,32 +309,68 @@ def _rnn(inputs, attrs, ctx):
     return layer.finish(ys, finals)
 
 
+def _gru_biases(layer, d, linear_before_reset):
+    """(projection bias [3H] or None, recurrent h-gate bias [H] or None): every bias that
+    adds outside a gate's recurrent product goes into the projection."""
+    wb, rb = _bias_pairs(layer.b[d], 3)
+    if wb is None:
+        return None, None
+    zero = relay.zeros_like(rb[2])
+    outside = relay.concatenate([relay.add(wb[0], rb[0]), relay.add(wb[1], rb[1]),
+                                 wb[2] if linear_before_reset else relay.add(wb[2], rb[2])], 0)
+    return outside, (rb[2] if linear_before_reset else zero)
+
+
 def _gru(inputs, attrs, ctx):
     layer = _Layer(inputs, attrs, ctx, 3, "GRU", 1)
     acts = _activation_list(attrs, ["Sigmoid", "Tanh"], len(layer.directions), "GRU")
     linear_before_reset = attrs.get("linear_before_reset", 0)
+    fused = layer.fusable(acts, ["sigmoid", "tanh"])
+    lanes = _lanes(layer.hidden)
     ys, finals = [], []
     for d, direction in enumerate(layer.directions):
         f, g = acts[d]
-        wz, wr, wh = _gate_weights(layer.w[d], 3)
-        rz, rr, rh = _gate_weights(layer.r[d], 3)
-        wb, rb = _bias_pairs(layer.b[d], 3)
-        wb = wb or [None] * 3
-        rb = rb or [None] * 3
+        bias, hbias = _gru_biases(layer, d, linear_before_reset)
+        projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
-        outs = [None] * layer.steps
+        outs = [None] * (0 if layer.symbolic else layer.steps)
+        if fused:
+            weight = relay.nn.pack_recurrent_weight(layer.r[d], 3, layer.hidden, lanes)
+            if hbias is None:
+                hbias = relay.zeros((layer.hidden,), layer.dtype)
+            if layer.symbolic:
+                outs, h = _symbolic_direction(
+                    layer, direction,
+                    lambda state, row, offset, xp, w, hb: relay.nn.contrib_gru_cell(
+                        xp, state, w, hb, row, bool(linear_before_reset), layer.clip, offset),
+                    h, [projection, weight, hbias], lambda state: state)
+                ys.append(outs)
+                finals.append([h])
+                continue
+            for t in layer.order(direction):
+                h = relay.nn.contrib_gru_cell(projection, h, weight, hbias, t,
+                                              bool(linear_before_reset), layer.clip)
+                outs[t] = h
+            ys.append(outs)
+            finals.append([h])
+            continue
+        xs = layer.step_inputs(projection)
+        rz, rr, rh = _split(layer.r[d], 3, 0)
+        r_zr = relay.concatenate([rz, rr], 0)
         for t in layer.order(direction):
-            x = layer.xs[t]
-            z = f(layer.clipped(relay.add(_linear(x, wz, wb[0]), _linear(h, rz, rb[0]))),
-                  layer.dtype)
-            r = f(layer.clipped(relay.add(_linear(x, wr, wb[1]), _linear(h, rr, rb[1]))),
-                  layer.dtype)
+            xz, xr, xh = _split(xs[t], 3, 1)
             if linear_before_reset:
-                recurrent = relay.multiply(r, _linear(h, rh, rb[2]))
+                pz, pr, ph = _recurrent(h, layer.r[d], 3)
+                ph = relay.add(ph, hbias) if hbias is not None else ph
             else:
-                recurrent = _linear(relay.multiply(r, h), rh, rb[2])
-            candidate = g(layer.clipped(relay.add(_linear(x, wh, wb[2]), recurrent)),
-                          layer.dtype)
+                pz, pr = _recurrent(h, r_zr, 2)
+            z = f(layer.clipped(relay.add(xz, pz)), layer.dtype)
+            r = f(layer.clipped(relay.add(xr, pr)), layer.dtype)
+            if linear_before_reset:
+                recurrent = relay.multiply(r, ph)
+            else:
+                recurrent = relay.nn.dense(relay.multiply(r, h), rh)
+            candidate = g(layer.clipped(relay.add(xh, recurrent)), layer.dtype)
             one = _const(1, layer.dtype)
             new = relay.add(relay.multiply(relay.subtract(one, z), candidate),
                             relay.multiply(z, h))
@@ -234,21 +389,43 @@ def _lstm(inputs, attrs, ctx):
     peep = [None] * len(layer.directions) if peepholes is None else \
         _split(peepholes, len(layer.directions), 0, squeeze=True)
     input_forget = attrs.get("input_forget", 0)
+    fused = layer.fusable(acts, ["sigmoid", "tanh", "tanh"],
+                          extra_ok=peepholes is None and not input_forget)
+    lanes = _lanes(layer.hidden)
     ys, finals = [], []
     for d, direction in enumerate(layer.directions):
         f, g, hact = acts[d]
-        w_gates = _gate_weights(layer.w[d], 4)  # i, o, f, c
-        r_gates = _gate_weights(layer.r[d], 4)
-        wb, rb = _bias_pairs(layer.b[d], 4)
-        biases = [relay.add(a, b) for a, b in zip(wb, rb)] if wb is not None else [None] * 4
-        p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
+        bias = None
+        if layer.b[d] is not None:
+            wb, rb = _split(layer.b[d], 2, 0)
+            bias = relay.add(wb, rb)
+        projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         c = layer.initial[1][d] if layer.initial[1][d] is not None else layer.zeros()
-        outs = [None] * layer.steps
+        outs = [None] * (0 if layer.symbolic else layer.steps)
+        if fused:
+            weight = relay.nn.pack_recurrent_weight(layer.r[d], 4, layer.hidden, lanes)
+            state = relay.stack([h, c], 0)
+            if layer.symbolic:
+                outs, state = _symbolic_direction(
+                    layer, direction,
+                    lambda st, row, offset, xp, w: relay.nn.contrib_lstm_cell(
+                        xp, st, w, row, layer.clip, offset),
+                    state, [projection, weight], lambda st: _state_row(st, 0))
+                ys.append(outs)
+                finals.append([_state_row(state, 0), _state_row(state, 1)])
+                continue
+            for t in layer.order(direction):
+                state = relay.nn.contrib_lstm_cell(projection, state, weight, t, layer.clip)
+                outs[t] = _state_row(state, 0)
+            ys.append(outs)
+            finals.append([_state_row(state, 0), _state_row(state, 1)])
+            continue
+        xs = layer.step_inputs(projection)
+        p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
         for t in layer.order(direction):
-            x = layer.xs[t]
-            pre = [relay.add(_linear(x, w, b), _linear(h, r))
-                   for w, r, b in zip(w_gates, r_gates, biases)]
+            pre = [relay.add(x, p) for x, p in zip(_split(xs[t], 4, 1),
+                                                   _recurrent(h, layer.r[d], 4))]
             if p_i is not None:
                 pre[0] = relay.add(pre[0], relay.multiply(p_i, c))
                 pre[2] = relay.add(pre[2], relay.multiply(p_f, c))

@@ -1,6 +1,9 @@
 """ONNX converters: signal processing (DFT).
 
-A DFT of static length is a product with constant cosine and sine matrices: the transform
+A float32 inverse DFT (not one-sided) whose length factors into 2, 3, 4 and 5 runs NumPy's
+float32 FFT passes (:mod:`.onnx_fft`), so it rounds as ONNX's reference does (NumPy's forward
+float32 FFT computes in double: its scale factor is a Python int). Otherwise a DFT of static
+length is a product with constant cosine and sine matrices: the transform
 axis moves last, two ``nn.matmul``\\ s in float64 give the real and imaginary parts (float64
 so that outputs that are exactly zero in ONNX's reference, which uses ``np.fft``, stay within
 its absolute tolerance), and the result is cast back.
@@ -12,6 +15,7 @@ import numpy as np
 
 from kiln import relay
 from kiln.relay.frontend.common import is_static
+from kiln.relay.frontend.onnx_fft import complex_fft, pocketfft_factors
 from kiln.relay.frontend.onnx_ops_math import matmul
 from kiln.relay.frontend.onnx_registry import OnnxOpConverter, register, unsupported
 
@@ -55,6 +59,9 @@ def _dft(x, axis: int, length: int | None, inverse: bool, onesided: bool, ctx):
     if not 0 < axis < rank - 1 or shape[-1] not in (1, 2):
         raise unsupported("DFT", f"axis {axis} of a {list(shape)} input")
     dtype = ctx.dtype(x)
+    length_now = length or shape[axis]
+    if dtype == "float32" and inverse and not onesided and pocketfft_factors(length_now):
+        return _numpy_fft(x, axis, length_now, inverse, ctx)
     wide = relay.cast(x, _WIDE)
     real = relay.squeeze(relay.strided_slice(wide, [0], [1], axes=[rank - 1]), [rank - 1])
     imag = relay.squeeze(relay.strided_slice(wide, [1], [2], axes=[rank - 1]), [rank - 1]) \
@@ -91,6 +98,21 @@ def _dft(x, axis: int, length: int | None, inverse: bool, onesided: bool, ctx):
         parts = [re, im]
     parts = [relay.transpose(p, back) for p in parts]
     return relay.cast(relay.stack(parts, axis=rank - 1), dtype)
+
+
+def _numpy_fft(x, axis: int, length: int, inverse: bool, ctx):
+    """The transform as NumPy's float32 FFT rounds it (:mod:`.onnx_fft`)."""
+    shape = ctx.shape(x)
+    rank = len(shape)
+    real = relay.squeeze(relay.strided_slice(x, [0], [1], axes=[rank - 1]), [rank - 1])
+    imag = relay.squeeze(relay.strided_slice(x, [1], [2], axes=[rank - 1]), [rank - 1]) \
+        if shape[-1] == 2 else relay.zeros_like(real)
+    real, back = _move_last(real, axis, rank - 1)
+    imag = _move_last(imag, axis, rank - 1)[0]
+    real, imag = (_fit(p, length, shape[axis], ctx) for p in (real, imag))
+    batch = tuple(ctx.shape(real)[:-1])
+    parts = complex_fft(real, imag, batch, length, inverse, "float32")
+    return relay.stack([relay.transpose(p, back) for p in parts], axis=rank - 1)
 
 
 def _length(ctx, expr):

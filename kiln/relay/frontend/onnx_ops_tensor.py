@@ -29,7 +29,7 @@ from kiln.relay.frontend.onnx_registry import (
 )
 from kiln.runtime.dtype import DataType
 
-__all__: list[str] = []
+__all__ = ["split_dynamic"]
 
 
 def _const(value, dtype: str):
@@ -339,7 +339,7 @@ class Split(OnnxOpConverter):
     def _impl_v13(cls, inputs, attrs, ctx):
         axis = attrs.get("axis", 0)
         if len(inputs) > 1 and inputs[1] is not None and ctx.value(inputs[1]) is None:
-            return _split_dynamic(inputs[0], inputs[1], axis, ctx)
+            return split_dynamic(inputs[0], inputs[1], axis, ctx)
         sizes = _ints(ctx, inputs[1] if len(inputs) > 1 else None, "Split", "split")
         if sizes is None:
             parts = attrs.get("num_outputs", ctx.num_outputs)
@@ -347,7 +347,7 @@ class Split(OnnxOpConverter):
         return _split(inputs[0], axis, sizes, ctx)
 
 
-def _split_dynamic(x, sizes, axis, ctx):
+def split_dynamic(x, sizes, axis, ctx):
     """Split at sizes known only at run time: one ``dyn.strided_slice`` per part."""
     sizes = relay.cast(sizes, "int64")
     ends = relay.cumsum(sizes, axis=0, dtype="int64")

@@ -3,12 +3,29 @@
 Entry points: :class:`OpPattern`, :func:`get`, :func:`register_op_attr`, :func:`define_op`,
 :func:`register_pattern`, :func:`register_arg_types`, :func:`register_compute`,
 :func:`register_strategy`, :func:`register_shape_func`, :func:`register_gradient`,
-:func:`call`.
+:func:`register_reference`, :func:`register_mac_count`, :func:`register_injective_schedule`,
+:func:`register_reduce_schedule`, :func:`register_opaque_schedule`, :func:`call`.
 
-Every op family module (``tensor.py``, ``transform.py``, ``nn/nn.py`` …) declares its ops with
-:func:`define_op`, which registers the op together with its type relation and pattern kind in
-one line; later layers add their attributes (compute, strategy, shape function, gradient,
-NumPy evaluation) beside the op with the ``register_*`` helpers here.
+Every op family module (``tensor.py``, ``transform.py``, ``nn/dense.py`` …) declares its ops
+with :func:`define_op`, which registers the op together with its type relation and pattern kind
+in one line, and registers everything else about the op beside it with the ``register_*``
+helpers here (see ``docs/adding_an_op.md``):
+
+==============================  =======================  ====================================
+helper                          attribute                who asks
+==============================  =======================  ====================================
+:func:`register_compute`        ``FTVMCompute``          the generic strategy (TE compiler)
+``register_*_schedule``         ``FTVMSchedule``         the generic strategy, fused groups
+:func:`register_strategy`       ``FTVMStrategy``         TE compiler (target-keyed strategies
+                                                         use ``strategy.register_strategy``)
+:func:`register_reference`      ``FNumpyEval``           interpreter, FoldConstant, importers
+:func:`register_shape_func`     ``FShapeFunc``           VM shape functions (``Any`` dims)
+:func:`register_gradient`       ``FPrimalGradient``      ``relay.transform.gradient``
+:func:`register_mac_count`      ``FMacCount``            ``analysis.get_total_mac_number``
+==============================  =======================  ====================================
+
+An op with a compute and a schedule gets its ``generic`` strategy from them (TVM's
+``_create_fstrategy_from_schedule``), so a new elementwise op needs no strategy code.
 """
 
 from __future__ import annotations
@@ -42,6 +59,12 @@ __all__ = [
     "register_injective_schedule",
     "register_broadcast_schedule",
     "register_reduce_schedule",
+    "register_opaque_schedule",
+    "register_reference",
+    "register_mac_count",
+    "schedule_injective",
+    "schedule_reduce",
+    "schedule_opaque",
     "call",
     "as_expr",
     "is_expr",
@@ -154,10 +177,39 @@ def register_schedule(op_name: str, schedule: Callable | None = None, level: int
     return register_op_attr(op_name, "FTVMSchedule", schedule, level)
 
 
+def schedule_injective(attrs: Any, outs: Any, target: Any) -> Any:
+    """Schedule a fused injective group for ``target`` (TVM's ``strategy.schedule_injective``)."""
+    return _target_schedule("injective", outs, target)
+
+
+def schedule_reduce(attrs: Any, outs: Any, target: Any) -> Any:
+    """Schedule a fused group ending in a reduction for ``target``."""
+    return _target_schedule("reduce", outs, target)
+
+
+def schedule_opaque(attrs: Any, outs: Any, target: Any) -> Any:
+    """Schedule an op with its own loop nest (matmul, conv, sort …) with the default recipe."""
+    return _target_schedule("opaque", outs, target)
+
+
+def _target_schedule(kind: str, outs: Any, target: Any) -> Any:
+    # The per-target recipes live in the strategy layer, which imports TOPI; binding late
+    # keeps declaring an op free of TOPI.
+    from kiln.relay.op.strategy.registry import target_schedule
+
+    return target_schedule(kind, outs, target)
+
+
+# The schedule kind of each standard schedule, for the strategy layer and the coverage table.
+SCHEDULE_KINDS: dict[Callable, str] = {
+    schedule_injective: "injective",
+    schedule_reduce: "reduce",
+    schedule_opaque: "opaque",
+}
+
+
 def register_injective_schedule(op_name: str, level: int = 10) -> None:
     """Schedule ``op_name`` with the generic injective schedule (TVM's helper of this name)."""
-    from kiln.relay.op.strategy import schedule_injective  # the strategy layer sits above
-
     register_op_attr(op_name, "FTVMSchedule", schedule_injective, level)
 
 
@@ -168,9 +220,29 @@ def register_broadcast_schedule(op_name: str, level: int = 10) -> None:
 
 def register_reduce_schedule(op_name: str, level: int = 10) -> None:
     """Schedule ``op_name`` with the generic reduction schedule."""
-    from kiln.relay.op.strategy import schedule_reduce
-
     register_op_attr(op_name, "FTVMSchedule", schedule_reduce, level)
+
+
+def register_opaque_schedule(op_name: str, level: int = 10) -> None:
+    """Schedule ``op_name`` with the default schedule for ops with their own loop nest."""
+    register_op_attr(op_name, "FTVMSchedule", schedule_opaque, level)
+
+
+def register_reference(op_name: str, reference: Callable | None = None, level: int = 10):
+    """Set the reference NumPy semantics (``FNumpyEval``) of ``op_name`` (decorator when None).
+
+    ``reference(attrs, args, out_type)`` gets NumPy arrays (tuples for tuple arguments) and
+    returns the result (a tuple for tuple results); ``out_type`` is the call's checked type.
+    The interpreter, FoldConstant and the frontends evaluate with it, so a test checks every
+    rule against an independent oracle (``tests/relay/op/test_reference_oracles.py``).
+    """
+    return register_op_attr(op_name, "FNumpyEval", reference, level)
+
+
+def register_mac_count(op_name: str, fmac: Callable | None = None, level: int = 10):
+    """Set ``FMacCount`` of ``op_name``: ``fmac(call) -> int`` multiply-accumulates of a typed
+    call, summed by ``relay.analysis.get_total_mac_number`` (decorator when None)."""
+    return register_op_attr(op_name, "FMacCount", fmac, level)
 
 
 def register_shape_func(

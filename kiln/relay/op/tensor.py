@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln import tir
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.op import (
     BROADCAST,
@@ -35,6 +36,7 @@ from kiln.relay.op.op import (
     call,
     define_op,
     is_expr,
+    register_shape_func,
     shape_arg,
 )
 from kiln.relay.op.type_relations import (
@@ -215,6 +217,18 @@ def _ndarray_size_rel(types, attrs, op_name):
 define_op("shape_of", _shape_of_rel, OPAQUE, 1, A.ShapeOfAttrs, "the shape as a tensor", 10)
 define_op("ndarray_size", _ndarray_size_rel, INJECTIVE, 1, A.NdarraySizeAttrs,
           "number of elements", 10)
+
+
+@register_shape_func("shape_of", False)
+def shape_of_shape_func(attrs, in_dims, out_types):
+    """One extent: the input's rank (known at compile time even when its dims are not)."""
+    return [[tir.const(len(in_dims[0]), "int64")]]
+
+
+@register_shape_func("ndarray_size", False)
+def ndarray_size_shape_func(attrs, in_dims, out_types):
+    """A scalar."""
+    return [[]]
 
 
 def shape_of(data: Any, dtype: str = "int32") -> Any:

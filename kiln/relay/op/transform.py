@@ -36,6 +36,7 @@ from kiln.relay.op.op import (
     constant_value,
     define_op,
     is_expr,
+    register_shape_func,
     shape_arg,
 )
 from kiln.relay.op.type_relations import (
@@ -55,6 +56,8 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
+from kiln.runtime.error import TypeInferenceError
+from kiln.topi.newshape import infer_newshape
 
 
 def _int_list(value: Any) -> list[int] | None:
@@ -79,99 +82,20 @@ def _product(ds: Sequence[Any]) -> Any:
     return out
 
 
-# ---- reshape family -------------------------------------------------------------------------
-def infer_newshape(data: list, newshape: Sequence[int], allowzero: bool, op_name: str) -> list:
-    """Output shape of reshape with TVM's special values 0, -1, -2, -3, -4.
-
-    The -1 extent is the product of the input dims not copied by 0/-2/-3/-4 divided by the
-    output dims not copied, so ``(?, 3, 4)`` with ``(0, -1)`` gives ``(?, 12)``.
-    """
-    out: list = []
-    used_in: set[int] = set()
-    used_out: set[int] = set()
-    src = 0
-    infer_at = -1
-    shown = list(newshape)
-
-    def copy_input() -> None:
-        nonlocal src
-        if src >= len(data):
-            fail(f"{op_name}: newshape {shown} uses more dims than the input {shape_str(data)}")
-        used_in.add(src)
-        used_out.add(len(out))
-        out.append(data[src])
-        src += 1
-
-    i = 0
-    while i < len(newshape):
-        v = int(newshape[i])
-        if v > 0 or (v == 0 and allowzero):
-            out.append(v)
-            src += 1
-        elif v == 0:
-            copy_input()
-        elif v == -1:
-            if infer_at >= 0:
-                fail(f"{op_name}: newshape {shown} has more than one -1")
-            infer_at = len(out)
-            out.append(1)
-            src += 1
-        elif v == -2:
-            while src < len(data):
-                copy_input()
-        elif v == -3:
-            if src + 1 >= len(data):
-                fail(f"{op_name}: -3 in newshape {shown} needs two input dims")
-            used_in.update((src, src + 1))
-            used_out.add(len(out))
-            out.append(dim_op(lambda a, b: a * b, data[src], data[src + 1]))
-            src += 2
-        elif v == -4:
-            if i + 2 >= len(newshape) or src >= len(data):
-                fail(f"{op_name}: -4 in newshape {shown} needs two following values")
-            d, d1, d2 = data[src], int(newshape[i + 1]), int(newshape[i + 2])
-            used_in.add(src)
-            src += 1
-            if d1 == -1 and d2 == -1:
-                fail(f"{op_name}: -4 split of newshape {shown} has two -1")
-            if d1 == -1:
-                d1 = dim_op(lambda a, b=d2: a // b, d)
-            elif d2 == -1:
-                d2 = dim_op(lambda a, b=d1: a // b, d)
-            elif is_static(d) and d1 * d2 != d:
-                fail(f"{op_name}: -4 split {d1} x {d2} does not cover dimension {d}")
-            used_out.update((len(out), len(out) + 1))
-            out.extend([d1, d2])
-            i += 2
-        else:
-            fail(f"{op_name}: invalid value {v} in newshape {shown}")
-        i += 1
-    if infer_at >= 0:
-        total = _product(x for k, x in enumerate(data) if k not in used_in)
-        known = _product(x for k, x in enumerate(out) if k not in used_out)
-        if is_static(total) and is_static(known):
-            if known == 0 or total % known:
-                fail(f"{op_name}: cannot reshape {shape_str(data)} into {shown}")
-            out[infer_at] = total // known
-        else:
-            # Any stays Any; a symbolic extent divides symbolically (as TVM's indexdiv)
-            out[infer_at] = dim_op(lambda a, b: a // b, total, known)
-    total, new_total = _product(data), _product(out)
-    if is_static(total) and is_static(new_total) and total != new_total:
-        fail(f"{op_name}: cannot reshape {shape_str(data)} ({total} elements) into "
-             f"{shape_str(out)} ({new_total} elements)")
-    return out
-
-
+# ---- reshape family ----------------------------------------------------------------------
+# The special values (0, -1, -2, -3, -4) are resolved by topi.newshape.infer_newshape, the one
+# resolver the interpreter and the VM's shape functions use too.
 def _reshape_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
-    out = infer_newshape(dims(data), attrs.newshape, bool(attrs.allowzero), op_name)
+    out = infer_newshape(dims(data), attrs.newshape, bool(attrs.allowzero), op_name,
+                         TypeInferenceError)
     return tensor_type(out, data.dtype)
 
 
 def _reverse_reshape_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
-    out = infer_newshape(dims(data)[::-1], list(attrs.newshape)[::-1], False, op_name)
+    out = infer_newshape(dims(data)[::-1], list(attrs.newshape)[::-1], False, op_name,
+                         TypeInferenceError)
     return tensor_type(out[::-1], data.dtype)
 
 
@@ -511,6 +435,14 @@ def _gather_nd_rel(types, attrs, op_name):
 
 
 define_op("gather_nd", _gather_nd_rel, INJECTIVE, 2, A.GatherNDAttrs, "gather by n-d indices", 3)
+
+
+@register_shape_func("gather_nd", False)
+def gather_nd_shape_func(attrs, in_dims, out_types):
+    """``indices.shape[1:] + data.shape[batch_dims + M:]``; M from the output's rank."""
+    data, indices = in_dims
+    index_rank = len(indices) - 1 + len(data) - int(attrs.batch_dims) - len(out_types[0].shape)
+    return [list(indices[1:]) + list(data[int(attrs.batch_dims) + index_rank:])]
 
 
 def gather_nd(data: Any, indices: Any, batch_dims: int = 0, index_rank: int | None = None) -> Any:

@@ -27,7 +27,7 @@ from kiln.relay.transform.pass_util import type_of
 from kiln.relay.transform.simplify_inference import expand_bias_to_match_axis
 from kiln.runtime.error import TVMError
 
-__all__ = ["lower_quantize", "lower_dequantize", "lower_requantize",
+__all__ = ["lower_quantize", "lower_dequantize", "lower_requantize", "fixed_point_multiply",
            "fixed_point_multiplier_shift", "QNN_LOWERINGS"]
 
 
@@ -117,7 +117,7 @@ def _per_channel_const(values: list[int], ndim: int, axis: int, per_channel: boo
     return const(np.asarray(values, "int64").reshape(shape))
 
 
-def _fixed_point_multiply(x: Any, multipliers: np.ndarray, rounding: str, ndim: int,
+def fixed_point_multiply(x: Any, multipliers: np.ndarray, rounding: str, ndim: int,
                           axis: int) -> Any:
     """``x * multiplier`` in int64 with the fixed-point multiplier and ``rounding``."""
     pairs = [fixed_point_multiplier_shift(float(m)) for m in multipliers]
@@ -175,7 +175,7 @@ def lower_requantize(call: Call, node: Call) -> Any:
         x = _op.subtract(x, along_axis(_op.cast(in_zp, "int64"), node.args[2], ndim, axis))
     if np.any(multipliers != 1.0):
         if compute == "int64":
-            x = _fixed_point_multiply(x, multipliers, rounding, ndim, axis)
+            x = fixed_point_multiply(x, multipliers, rounding, ndim, axis)
         else:
             x = _float_multiply(x, multipliers, rounding, compute, ndim, axis)
     if constant_value(out_zp) is None or np.any(constant_value(out_zp) != 0):

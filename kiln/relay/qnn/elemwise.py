@@ -30,6 +30,7 @@ from kiln.relay.op.type_relations import (
     tensor_type,
 )
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS, along_axis, ndim_of
+from kiln.relay.qnn.common import requantize_or_upcast
 from kiln.relay.qnn.op import check_qnn_param, dtype_range, requantize
 from kiln.runtime.error import TVMError
 
@@ -96,20 +97,8 @@ def mul(lhs: Any, rhs: Any, lhs_scale: Any, lhs_zero_point: Any, rhs_scale: Any,
                                    output_scale, output_zero_point), lhs_axis, rhs_axis)
 
 
-def _same(a: Any, b: Any) -> bool:
-    va, vb = constant_value(a), constant_value(b)
-    return va is not None and vb is not None and va.shape == vb.shape and bool(np.all(va == vb))
-
-
 def _axis(axis: int, ndim: int) -> int:
     return axis + ndim if axis < 0 else axis
-
-
-def _to_output(data: Any, scale: Any, zp: Any, out_scale: Any, out_zp: Any, axis: int) -> Any:
-    """``data`` requantized to the output parameters in int32 (a cast when they match)."""
-    if _same(scale, out_scale) and _same(zp, out_zp):
-        return _op.cast(data, "int32")
-    return requantize(data, scale, zp, out_scale, out_zp, axis=axis, out_dtype="int32")
 
 
 def _clip_cast(value: Any, dtype: str) -> Any:
@@ -120,8 +109,8 @@ def _clip_cast(value: Any, dtype: str) -> Any:
 def _lower_add_sub(call_: Call, node: Call, combine: Any, out_zp_sign: Any) -> Any:
     lhs, rhs, ls, lz, rs, rz, os_, oz = call_.args
     attrs = call_.attrs
-    left = _to_output(lhs, ls, lz, os_, oz, attrs.lhs_axis)
-    right = _to_output(rhs, rs, rz, os_, oz, attrs.rhs_axis)
+    left = requantize_or_upcast(lhs, ls, lz, os_, oz, attrs.lhs_axis)
+    right = requantize_or_upcast(rhs, rs, rz, os_, oz, attrs.rhs_axis)
     value = out_zp_sign(combine(left, right), oz)
     return _clip_cast(value, str(node.args[0].checked_type.dtype))
 

@@ -20,10 +20,15 @@ def eval_canonicalized(op_name: str, attrs: Any, args: list, out_type: Any) -> A
     """``op_name(*args)`` evaluated through its canonical (plain Relay) form."""
     import kiln
     from kiln.relay.backend.interpreter import Interpreter
-    from kiln.relay.expr import Call, const
+    from kiln.relay.expr import Call, Tuple, const
     from kiln.relay.qnn.transform import CanonicalizeOps
 
-    call = Call(Op.get(op_name), [const(a) for a in args], attrs)
+    def as_const(value: Any) -> Any:  # tuple arguments (qnn.concatenate) arrive as lists
+        if isinstance(value, (list, tuple)):
+            return Tuple([as_const(v) for v in value])
+        return const(value)
+
+    call = Call(Op.get(op_name), [as_const(a) for a in args], attrs)
     mod = CanonicalizeOps()(kiln.IRModule.from_expr(call))
     return Interpreter(mod).evaluate()().numpy()
 

@@ -35,7 +35,10 @@ from kiln.relay.op.type_relations import (
 )
 from kiln.runtime.error import TVMError
 
-__all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "requantize_config",
+__all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "conv2d", "dense",
+           "batch_matmul", "concatenate", "conv2d_transpose", "avg_pool2d", "leaky_relu",
+           "sqrt", "rsqrt", "exp", "tanh", "erf", "sigmoid", "log", "abs", "hardswish",
+           "requantize_config",
            "get_requantize_config", "QuantizeAttrs",
            "DequantizeAttrs", "RequantizeAttrs", "QUANTIZED_DTYPES", "ROUNDING_MODES",
            "dtype_range"]
@@ -219,5 +222,22 @@ def requantize(data: Any, input_scale: Any, input_zero_point: Any, output_scale:
                         out_dtype=out_dtype))
 
 
-# TVM's relay.qnn.op also holds the element-wise ops (imported last: they build on the above)
+# TVM's relay.qnn.op also holds the ops below (imported last: they build on the above)
+from kiln.relay.qnn.concat import concatenate  # noqa: E402
+from kiln.relay.qnn.conv_transpose import conv2d_transpose  # noqa: E402
+from kiln.relay.qnn.convolution import conv2d  # noqa: E402
 from kiln.relay.qnn.elemwise import add, mul, subtract  # noqa: E402
+from kiln.relay.qnn.matmul import batch_matmul, dense  # noqa: E402
+from kiln.relay.qnn.pool import avg_pool2d  # noqa: E402
+from kiln.relay.qnn.unary import (  # noqa: E402
+    abs,  # noqa: A004 (TVM's name)
+    erf,
+    exp,
+    hardswish,
+    leaky_relu,
+    log,
+    rsqrt,
+    sigmoid,
+    sqrt,
+    tanh,
+)

@@ -1,7 +1,8 @@
 """``relay.qnn.transform``: passes over the QNN dialect.
 
-Entry points: :func:`CanonicalizeOps` (QNN ops to plain Relay), :func:`canonicalize_qnn`
-(one expression), :func:`has_qnn_ops`.
+Entry points: :func:`CanonicalizeOps` (QNN ops to plain Relay), :func:`Legalize` (the
+target's QNN legalizations, then CanonicalizeOps: what ``relay.build`` runs first),
+:func:`canonicalize_qnn` / :func:`legalize_qnn` (one expression), :func:`has_qnn_ops`.
 
 Example
 -------
@@ -23,24 +24,27 @@ from kiln.relay.qnn import elemwise  # noqa: F401 (registers the add/subtract/mu
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS
 from kiln.relay.transform.pass_util import is_op_call, relay_function_pass
 
-__all__ = ["CanonicalizeOps", "canonicalize_qnn", "has_qnn_ops"]
+__all__ = ["CanonicalizeOps", "Legalize", "canonicalize_qnn", "legalize_qnn", "has_qnn_ops"]
 
 
-class _QnnCanonicalizer(ExprMutator):
-    def __init__(self) -> None:
+class _QnnRewriter(ExprMutator):
+    """Replaces each QNN call that ``rule(call, typed call)`` rewrites (None keeps it)."""
+
+    def __init__(self, rules: dict, *extra: Any) -> None:
         super().__init__()
-        self.found = False
+        self.rules, self.extra, self.found = rules, extra, False
 
     def visit_function(self, node: Function) -> Any:
         return node if node.get_attr("Primitive") else super().visit_function(node)
 
     def visit_call(self, node: Call) -> Any:
         new = super().visit_call(node)
-        lower = QNN_LOWERINGS.get(new.op.name) if is_op_call(new) else None
-        if lower is None:
+        rule = self.rules.get(new.op.name) if is_op_call(new) else None
+        replaced = None if rule is None else rule(new, node, *self.extra)
+        if replaced is None:
             return new
         self.found = True
-        return lower(new, node)
+        return replaced
 
 
 def canonicalize_qnn(expr: Any, mod: Any = None) -> Any:
@@ -49,7 +53,7 @@ def canonicalize_qnn(expr: Any, mod: Any = None) -> Any:
 
     # qnn.add/subtract/mul lower to qnn.requantize: type that and lower again
     for _ in range(3):
-        canon = _QnnCanonicalizer()
+        canon = _QnnRewriter(QNN_LOWERINGS)
         expr = canon.visit(expr)
         if not canon.found:
             return expr
@@ -82,3 +86,30 @@ def CanonicalizeOps():  # noqa: N802 (TVM's name)
 
     return relay_function_pass("qnn.CanonicalizeOps", 0, rewrite, required=("InferType",),
                                needs_types=True)
+
+
+def legalize_qnn(expr: Any, target: Any = None, mod: Any = None) -> Any:
+    """Apply the target's QNN legalizations (:mod:`kiln.relay.qnn.legalize`) to a
+    type-checked expression; the result still holds QNN ops."""
+    from kiln.relay.qnn.legalize import QNN_LEGALIZATIONS
+    from kiln.relay.type_infer import infer_expr
+
+    rewriter = _QnnRewriter(QNN_LEGALIZATIONS, target)
+    expr = rewriter.visit(expr)
+    if rewriter.found:
+        infer_expr(expr, mod)
+    return expr
+
+
+def Legalize():  # noqa: N802 (TVM's name)
+    """TVM's ``relay.qnn.transform.Legalize``: the current target's QNN legalizations (u8 x s8
+    on x86, table lookups for 8-bit unary ops), then :func:`CanonicalizeOps`."""
+    from kiln.ir.transform import Sequential
+    from kiln.target import Target
+
+    def rewrite(func: Function, mod: Any, ctx: Any) -> Function:
+        return legalize_qnn(func, Target.current(allow_none=True), mod)
+
+    legalize = relay_function_pass("qnn.QnnLegalize", 0, rewrite, required=("InferType",),
+                                   needs_types=True)
+    return Sequential([legalize, CanonicalizeOps()], name="qnn.Legalize")

@@ -52,6 +52,7 @@ _LAZY: dict[str, Any] = {
     "ToANormalFormExpr": ("kiln.relay.transform.normal_forms", "ToANormalFormExpr"),
     "ToGraphNormalForm": ("kiln.relay.transform.normal_forms", "ToGraphNormalForm"),
     "ToBasicBlockNormalForm": ("kiln.relay.transform.normal_forms", "ToBasicBlockNormalForm"),
+    "ManifestLifetimes": ("kiln.relay.transform.manifest_lifetimes", "ManifestLifetimes"),
     "LambdaLift": ("kiln.relay.transform.lambda_lift", "LambdaLift"),
     "Inline": ("kiln.relay.transform.inline", "Inline"),
     "EtaExpand": ("kiln.relay.transform.eta_expand", "EtaExpand"),
@@ -63,6 +64,8 @@ _LAZY: dict[str, Any] = {
     "AnnotateSpans": ("kiln.relay.transform.annotate_spans", "AnnotateSpans"),
     "Gradient": ("kiln.relay.transform.autodiff", "Gradient"),
     "gradient": ("kiln.relay.transform.autodiff", "gradient"),
+    "FakeQuantizationToInteger": ("kiln.relay.qnn.fake_quantization",
+                                  "FakeQuantizationToInteger"),
 }
 
 _lazy_getattr, __dir__ = attach(__name__, _LAZY)

@@ -157,44 +157,6 @@ def _mean_grad(orig: Call, grad: Any) -> list:
     return [_op.divide(_spread_back(orig, grad), _scalar_like(float(count), orig))]
 
 
-@_register("nn.dense")
-def _dense_grad(orig: Call, grad: Any) -> list:
-    data, weight = orig.args
-    return [_op.nn.dense(grad, _op.transpose(weight, (1, 0))),
-            _op.nn.dense(_op.transpose(grad, (1, 0)), _op.transpose(data, (1, 0)))]
-
-
-def _swap_last_two(expr: Any) -> Any:
-    ndim = _ndim(expr)
-    axes = list(range(ndim))
-    axes[-2], axes[-1] = axes[-1], axes[-2]
-    return _op.transpose(expr, axes)
-
-
-@_register("nn.matmul")
-def _matmul_grad(orig: Call, grad: Any) -> list:
-    a, b = orig.args
-    lhs = _swap_last_two(a) if orig.attrs.transpose_a else a
-    rhs = _swap_last_two(b) if orig.attrs.transpose_b else b
-    da = _op.nn.matmul(grad, rhs, transpose_b=True)
-    db = _op.nn.matmul(lhs, grad, transpose_a=True)
-    da = _op.transpose(da, (1, 0)) if orig.attrs.transpose_a else da
-    db = _op.transpose(db, (1, 0)) if orig.attrs.transpose_b else db
-    return [da, db]
-
-
-@_register("nn.batch_matmul")
-def _batch_matmul_grad(orig: Call, grad: Any) -> list:
-    a, b = orig.args
-    lhs = _op.transpose(a, (0, 2, 1)) if orig.attrs.transpose_a else a
-    rhs = _op.transpose(b, (0, 2, 1)) if orig.attrs.transpose_b else b
-    da = _op.nn.batch_matmul(grad, rhs, transpose_b=True)  # grad @ rhs^T
-    db = _op.nn.batch_matmul(_op.transpose(lhs, (0, 2, 1)), grad, transpose_b=False)
-    da = _op.transpose(da, (0, 2, 1)) if orig.attrs.transpose_a else da
-    db = _op.transpose(db, (0, 2, 1)) if orig.attrs.transpose_b else db
-    return [da, db]
-
-
 def _conv2d_geometry(orig: Call) -> tuple:
     attrs = orig.attrs
     if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" or \

@@ -17,6 +17,7 @@ Training-only or composite operators become plain arithmetic, as TVM writes them
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -37,12 +38,6 @@ def expand_bias_to_match_axis(bias: Any, ndim: int, axis: int) -> Any:
 
 
 def _data_type(call: Call) -> Any:
-    """The checked type of ``call``'s data argument, from the type-checked input expression.
-
-    Rewrites read it from the original call, never from the rebuilt one: giving a rebuilt node
-    a type would mark its (possibly rebuilt, untyped) sub-expressions as typed for incremental
-    InferType, which then never types them.
-    """
     ty = type_of(call.args[0])
     if ty is None or not hasattr(ty, "shape"):
         raise TVMError(f"SimplifyInference needs the types of {call.op.name}'s arguments; "
@@ -58,9 +53,9 @@ def _axis(axis: int, ndim: int) -> int:
     return axis + ndim if axis < 0 else axis
 
 
-def batch_norm_to_arithmetic(call: Call, ty: Any) -> Any:
+def batch_norm_to_arithmetic(call: Call) -> Any:
     data, gamma, beta, mean, var = call.args
-    attrs = call.attrs
+    attrs, ty = call.attrs, _data_type(call)
     scale = _op.divide(_scalar(1.0, ty.dtype),
                        _op.sqrt(_op.add(var, _scalar(attrs.epsilon, ty.dtype))))
     if attrs.scale:
@@ -90,14 +85,16 @@ def _affine(out: Any, call: Call, ndim: int, axis: int) -> Any:
     return out
 
 
-def layer_norm_to_arithmetic(call: Call, ty: Any) -> Any:
+def layer_norm_to_arithmetic(call: Call) -> Any:
+    ty = _data_type(call)
     ndim = len(ty.shape)
     axis = _axis(int(call.attrs.axis), ndim)
     out = _normalize(call.args[0], [axis], call.attrs.epsilon, ty.dtype)
     return _affine(out, call, ndim, axis)
 
 
-def instance_norm_to_arithmetic(call: Call, ty: Any) -> Any:
+def instance_norm_to_arithmetic(call: Call) -> Any:
+    ty = _data_type(call)
     ndim = len(ty.shape)
     axis = _axis(int(call.attrs.axis), ndim)
     axes = [i for i in range(1, ndim) if i != axis]
@@ -105,7 +102,8 @@ def instance_norm_to_arithmetic(call: Call, ty: Any) -> Any:
     return _affine(out, call, ndim, axis)
 
 
-def group_norm_to_arithmetic(call: Call, ty: Any) -> Any:
+def group_norm_to_arithmetic(call: Call) -> Any:
+    ty = _data_type(call)
     shape = list(ty.concrete_shape)
     ndim = len(shape)
     axis = _axis(int(call.attrs.axis), ndim)
@@ -116,26 +114,26 @@ def group_norm_to_arithmetic(call: Call, ty: Any) -> Any:
     return _affine(_op.reshape(out, shape), call, ndim, axis)
 
 
-def l2_normalize_to_arithmetic(call: Call, ty: Any) -> Any:
+def l2_normalize_to_arithmetic(call: Call) -> Any:
+    ty = _data_type(call)
     data = call.args[0]
     axis = None if call.attrs.axis is None else [int(a) for a in call.attrs.axis]
     sum_sq = _op.sum(_op.multiply(data, data), axis, keepdims=True)
     return _op.divide(data, _op.sqrt(_op.maximum(sum_sq, _scalar(call.attrs.eps, ty.dtype))))
 
 
-# op name -> rewrite(call, type of its data argument)
-_CALL_REWRITES: dict[str, Callable[[Call, Any], Any]] = {
+# op name -> rewrite of a call to it
+_CALL_REWRITES: dict[str, Callable[[Call], Any]] = {
     "nn.layer_norm": layer_norm_to_arithmetic,
     "nn.instance_norm": instance_norm_to_arithmetic,
     "nn.group_norm": group_norm_to_arithmetic,
     "nn.l2_normalize": l2_normalize_to_arithmetic,
 }
 
-# op name -> rewrite(call, type of its data argument) of field 0 of a call to it (ops
-# returning a tuple)
-_FIELD0_REWRITES: dict[str, Callable[[Call, Any], Any]] = {
+# op name -> rewrite of field 0 of a call to it (ops returning a tuple)
+_FIELD0_REWRITES: dict[str, Callable[[Call], Any]] = {
     "nn.batch_norm": batch_norm_to_arithmetic,
-    "nn.dropout": lambda call, ty: call.args[0],
+    "nn.dropout": lambda call: call.args[0],
 }
 
 
@@ -150,7 +148,8 @@ class _InferenceSimplifier(ExprMutator):
         rewrite = _CALL_REWRITES.get(new.op.name) if is_op_call(new) else None
         if rewrite is None:
             return new
-        return rewrite(new, _data_type(node))
+        with _borrowed_types(node, new):
+            return rewrite(new)
 
     def visit_tuple_getitem(self, node: TupleGetItem) -> Any:
         new = super().visit_tuple_getitem(node)
@@ -158,7 +157,25 @@ class _InferenceSimplifier(ExprMutator):
         rewrite = _FIELD0_REWRITES.get(value.op.name) if is_op_call(value) else None
         if rewrite is None or new.index != 0:
             return new
-        return rewrite(value, _data_type(node.tuple_value))
+        with _borrowed_types(node.tuple_value, value):
+            return rewrite(value)
+
+
+@contextmanager
+def _borrowed_types(old: Call, new: Call):
+    """Rebuilt arguments lend the old arguments' types to a rewrite, and lose them after:
+    a rebuilt node may hold untyped nodes below it, and a type left on it would let the
+    incremental InferType reuse it without typing them (VGG's dropout -> dense chain)."""
+    lent = []
+    for old_arg, new_arg in zip(old.args, new.args):
+        if type_of(new_arg) is None:
+            new_arg.checked_type_ = type_of(old_arg)
+            lent.append(new_arg)
+    try:
+        yield
+    finally:
+        for arg in lent:
+            arg.checked_type_ = None
 
 
 def simplify_inference(expr: Any) -> Any:

@@ -3,11 +3,12 @@
 Entry points: :func:`compile`, :class:`VMCompiler`, :class:`VMExecutor`; :class:`Executable`
 and :class:`VirtualMachine` are re-exported from :mod:`kiln.runtime.vm`.
 
-Modules: ``compiler`` (pipeline + bytecode emission), ``memory_alloc`` (ManifestAlloc: the
-per-function arena and per-tensor storage), ``manifest_lifetimes`` (liveness → memory.kill),
-``shape_rules`` (per-op ``FShapeFunc`` rules), ``shape_func`` (shape-function kernels for
-``Any`` dimensions, dynamic-shape lowering through the ops' strategies), ``executor``
-(``create_executor("vm")``).
+Modules: ``compiler`` (bytecode emission after the one compile pipeline,
+:mod:`kiln.relay.backend.pipeline`), ``memory_alloc`` (ManifestAlloc: the per-function arena
+and per-tensor storage), ``shape_rules`` (per-op ``FShapeFunc`` rules), ``shape_func`` (the
+bytecode calling a shape-function kernel; the kernels are lowered by the TE compiler),
+``executor`` (``create_executor("vm")``). The liveness pass is
+:func:`kiln.relay.transform.ManifestLifetimes`.
 
 Example
 -------

@@ -5,18 +5,20 @@ Entry points: :func:`compile`, :class:`VMCompiler` (``lower``, ``codegen``, ``ge
 
 Pipeline (TVM's VM order, reference §1.6):
 
-1. bind ``params``; InferType; the default optimization passes that this kiln has;
-   **FuseOps** (primitive functions);
-2. **ToANormalForm**, InferType; **ManifestLifetimes** (``memory.kill`` after last uses);
+1. bind ``params``; the one compile pipeline
+   (:func:`~kiln.relay.backend.pipeline.pass_pipeline` for ``"vm"``): InferType, the
+   optimization passes, **FuseOps** (primitive functions), **ToANormalForm**, InferType,
+   **ManifestLifetimes** (``memory.kill`` after last uses);
 3. per Relay function, :class:`_FunctionCompiler` emits bytecode. On the way it does what TVM
    splits into passes: **LambdaLift** (each closure becomes its own VMFunction taking its free
    variables first; ``AllocClosure`` captures them, ``InvokeClosure`` calls), **LowerTE** (every
-   primitive function is lowered by one :class:`~kiln.relay.backend.te_compiler.TECompiler`,
-   dynamic ones with symbolic shapes), **ManifestAlloc** (:mod:`.memory_alloc`: a static arena
-   per function plus per-tensor storage for escaping and dynamic tensors, shape functions from
-   :mod:`.shape_func`), and ``if``/``match`` become decision trees of
+   primitive function is lowered by one :class:`~kiln.relay.backend.te_compiler.TECompiler`
+   per target, dynamic ones with symbolic shapes), **ManifestAlloc** (:mod:`.memory_alloc`: a
+   static arena per function plus per-tensor storage for escaping and dynamic tensors, shape
+   functions called by :mod:`.shape_func`), and ``if``/``match`` become decision trees of
    ``If``/``Goto``/``GetTag``/``LoadConsti``/``Fatal``;
-4. all kernels (and shape functions) compile into one library, the Executable's ``lib``.
+4. all kernels (and shape functions) compile into one library per target
+   (:func:`~kiln.relay.backend.pipeline.build_kernels`), the Executable's ``lib``.
 
 Heterogeneous execution: ``PlanDevices`` runs before FuseOps, and
 :func:`~kiln.relay.transform.plan_devices.analyze_devices` gives every expression its virtual
@@ -59,6 +61,15 @@ from kiln.relay.adt import (
     PatternVar,
     PatternWildcard,
 )
+from kiln.relay.backend.pipeline import (
+    OPTIMIZE_PASSES,
+    build_kernels,
+    make_compilers,
+    pass_pipeline,
+)
+from kiln.relay.backend.te_compiler import is_reshape_only
+from kiln.relay.build_module import bind_params_by_name, default_device_of, parse_targets
+from kiln.relay.vm import shape_func
 from kiln.relay.vm.memory_alloc import ManifestAlloc
 from kiln.runtime import ndarray as nd
 from kiln.runtime.device import cpu
@@ -67,21 +78,6 @@ from kiln.runtime.vm import bytecode as bc
 from kiln.runtime.vm.executable import Executable, VMFunction
 
 __all__ = ["compile", "VMCompiler", "OPTIMIZE_PASSES"]
-
-# The optimization passes run before FuseOps: relay.build's pipeline, so both executors run
-# the same kernels (each pass is gated by its own opt level in the PassContext).
-from kiln.relay.build_module import OPTIMIZE_PASSES, qnn_lowering_passes  # noqa: E402
-
-
-def _available_pass(name: str) -> Any:
-    """The pass named ``name``, or None while this kiln does not have it yet."""
-    from kiln.relay import transform
-
-    try:
-        return getattr(transform, name)()
-    except (ImportError, AttributeError):
-        return None
-
 
 def _flat_tensor_types(ty: Any) -> list[TensorType]:
     if isinstance(ty, TupleType):
@@ -130,7 +126,6 @@ def _kernel_only_vars(body: Any) -> set[int]:
 
     Those are the tensors that may share arena slots (see :mod:`.memory_alloc`).
     """
-    from kiln.relay.backend.te_compiler import is_reshape_only
     from kiln.relay.expr_functor import children_of
 
     kernel_uses: dict[int, int] = {}
@@ -274,7 +269,8 @@ class _FunctionCompiler:
     def emit(self, instr: bc.Instruction) -> None:
         self.instructions.append(instr)
 
-    def _emit_dst(self, make: Any) -> int:
+    def emit_dst(self, make: Any) -> int:
+        """Emit ``make(dst)`` for a new register ``dst``; returns ``dst``."""
         dst = self.new_register()
         self.emit(make(dst))
         return dst
@@ -288,7 +284,7 @@ class _FunctionCompiler:
         for param in params:
             self.var_register[param] = self.new_register()
         if self_var is not None:
-            self.var_register[self_var] = self._emit_dst(
+            self.var_register[self_var] = self.emit_dst(
                 lambda d: bc.AllocClosure(self.index, tuple(range(len(free_vars))), d))
         self.kernel_only = _kernel_only_vars(func.body)
         self.alloc.prologue()
@@ -312,7 +308,7 @@ class _FunctionCompiler:
         sub = _FunctionCompiler(self.ctx, name, index)
         self.ctx.functions[index] = sub.compile(func, captured, self_var)
         regs = tuple(self.lookup(v) for v in captured)
-        return self._emit_dst(lambda d: bc.AllocClosure(index, regs, d))
+        return self.emit_dst(lambda d: bc.AllocClosure(index, regs, d))
 
     def lookup(self, var: rx.Var) -> int:
         try:
@@ -339,25 +335,25 @@ class _FunctionCompiler:
     def visit_constant(self, const: rx.Constant) -> int:
         device = self.ctx.device_index_of(const)
         index = self.ctx.constant(const.data, device)
-        return self._emit_dst(lambda d: bc.LoadConst(index, device, d))
+        return self.emit_dst(lambda d: bc.LoadConst(index, device, d))
 
     def visit_global_var(self, gvar: GlobalVar) -> int:
         index = self._global(gvar)
-        return self._emit_dst(lambda d: bc.AllocClosure(index, (), d))
+        return self.emit_dst(lambda d: bc.AllocClosure(index, (), d))
 
     def visit_constructor(self, con: Constructor) -> int:
         if not con.inputs:
-            return self._emit_dst(lambda d: bc.AllocADT(con.tag, (), d))
+            return self.emit_dst(lambda d: bc.AllocADT(con.tag, (), d))
         index = self.ctx.constructor_function(con)
-        return self._emit_dst(lambda d: bc.AllocClosure(index, (), d))
+        return self.emit_dst(lambda d: bc.AllocClosure(index, (), d))
 
     def visit_tuple(self, tup: rx.Tuple) -> int:
         fields = tuple(self.visit(f) for f in tup.fields)
-        return self._emit_dst(lambda d: bc.AllocADT(0, fields, d))
+        return self.emit_dst(lambda d: bc.AllocADT(0, fields, d))
 
     def visit_tuple_get_item(self, item: rx.TupleGetItem) -> int:
         obj = self.visit(item.tuple_value)
-        return self._emit_dst(lambda d: bc.GetField(obj, item.index, d))
+        return self.emit_dst(lambda d: bc.GetField(obj, item.index, d))
 
     def visit_function(self, func: rx.Function) -> int:
         if _is_primitive(func):
@@ -372,7 +368,7 @@ class _FunctionCompiler:
                 register = self.lift(value, self_var=var)
             elif isinstance(value, rx.Var):
                 source = self.lookup(value)  # a copy, so killing one name keeps the other
-                register = self._emit_dst(lambda d, s=source: bc.Move(s, d))
+                register = self.emit_dst(lambda d, s=source: bc.Move(s, d))
             else:
                 self._internal_call = value if id(var) in self.kernel_only else None
                 register = self.visit(value)
@@ -382,7 +378,7 @@ class _FunctionCompiler:
 
     def visit_if(self, node: rx.If) -> int:
         cond = self.visit(node.cond)
-        true_value = self._emit_dst(lambda d: bc.LoadConsti(1, d))
+        true_value = self.emit_dst(lambda d: bc.LoadConsti(1, d))
         result = self.new_register()
         branch_at = len(self.instructions)
         self.emit(bc.If(cond, true_value, 1, 1))
@@ -424,8 +420,8 @@ class _FunctionCompiler:
             self.var_register[pattern.var] = register
             return
         if isinstance(pattern, PatternConstructor):
-            tag = self._emit_dst(lambda d: bc.GetTag(register, d))
-            want = self._emit_dst(lambda d: bc.LoadConsti(pattern.constructor.tag, d))
+            tag = self.emit_dst(lambda d: bc.GetTag(register, d))
+            want = self.emit_dst(lambda d: bc.LoadConsti(pattern.constructor.tag, d))
             fails.append(len(self.instructions))
             self.emit(bc.If(tag, want, 1, 1))
             subpatterns = pattern.patterns
@@ -436,7 +432,7 @@ class _FunctionCompiler:
         for i, sub in enumerate(subpatterns):
             if isinstance(sub, PatternWildcard):
                 continue
-            field = self._emit_dst(lambda d, i=i: bc.GetField(register, i, d))
+            field = self.emit_dst(lambda d, i=i: bc.GetField(register, i, d))
             self._match_pattern(sub, field, fails)
 
     def visit_call(self, call: rx.Call) -> int:
@@ -451,11 +447,11 @@ class _FunctionCompiler:
         args = tuple(self.visit(a) for a in call.args)
         if isinstance(op, GlobalVar):
             index = self._global(op)
-            return self._emit_dst(lambda d: bc.Invoke(index, args, d))
+            return self.emit_dst(lambda d: bc.Invoke(index, args, d))
         if isinstance(op, Constructor):
-            return self._emit_dst(lambda d: bc.AllocADT(op.tag, args, d))
+            return self.emit_dst(lambda d: bc.AllocADT(op.tag, args, d))
         closure = self.visit(op)
-        return self._emit_dst(lambda d: bc.InvokeClosure(closure, args, d))
+        return self.emit_dst(lambda d: bc.InvokeClosure(closure, args, d))
 
     def _global(self, gvar: GlobalVar) -> int:
         index = self.ctx.global_index.get(gvar.name_hint)
@@ -478,11 +474,11 @@ class _FunctionCompiler:
         src = self.visit(call.args[0])
         src_index = self.ctx.device_index(as_device(call.attrs.src_virtual_device))
         dst_index = self.ctx.device_index(as_device(call.attrs.dst_virtual_device))
-        return self._emit_dst(lambda d: bc.DeviceCopy(src, src_index, dst_index, d))
+        return self.emit_dst(lambda d: bc.DeviceCopy(src, src_index, dst_index, d))
 
     def _op_shape_of(self, call: rx.Call) -> int:
         src = self.visit(call.args[0])
-        return self._emit_dst(lambda d: bc.ShapeOf(src, d))
+        return self.emit_dst(lambda d: bc.ShapeOf(src, d))
 
     _BUILTIN_OPS = {
         "memory.kill": _op_kill,
@@ -494,9 +490,6 @@ class _FunctionCompiler:
 
     def primitive_call(self, func: rx.Function, call: rx.Call) -> int:
         """Allocate outputs (ManifestAlloc), then InvokePacked; or a zero-copy reshape."""
-        from kiln.relay.backend.te_compiler import is_reshape_only
-        from kiln.relay.vm import shape_func
-
         args = [self.visit(a) for a in call.args]
         out_types = _flat_tensor_types(call.checked_type)
         static = [_static_shape(t) for t in out_types]
@@ -508,15 +501,11 @@ class _FunctionCompiler:
             if static[0] is not None:
                 shape = self.ctx.constant(nd.array(np.array(static[0], dtype="int64")))
                 host = self.ctx.host_index
-                shape_reg = self._emit_dst(lambda d: bc.LoadConst(shape, host, d))
+                shape_reg = self.emit_dst(lambda d: bc.LoadConst(shape, host, d))
             else:
                 shape_reg = shape_func.emit_shape_function(self, func, args)[0][0]
-            return self._emit_dst(lambda d: bc.ReshapeTensor(args[0], shape_reg, d))
-        tec = self.ctx.compiler_for(device)
-        if dynamic:
-            kernel = shape_func.lower_dynamic(tec, func)
-        else:
-            kernel = tec.lower(func)
+            return self.emit_dst(lambda d: bc.ReshapeTensor(args[0], shape_reg, d))
+        kernel = self.ctx.compiler_for(device).lower(func, symbolic=dynamic)
         internal = len(out_types) == 1 and self._internal_call is call
         if all(s is not None for s in static):
             if dynamic:  # inputs of run-time shape must agree with the static outputs
@@ -531,7 +520,7 @@ class _FunctionCompiler:
         packed = self.ctx.packed_index(kernel.name)
         self.emit(bc.InvokePacked(packed, len(outs), tuple(args) + tuple(outs)))
         if isinstance(call.checked_type, TupleType):
-            return self._emit_dst(lambda d: bc.AllocADT(0, tuple(outs), d))
+            return self.emit_dst(lambda d: bc.AllocADT(0, tuple(outs), d))
         return outs[0]
 
     _VISIT: dict = {}
@@ -588,11 +577,6 @@ class VMCompiler:
         target is given), as ``relay.build``'s do: an explicit ``target_host`` changes where
         host code is built, not how the CPU kernels' program is optimized.
         """
-        from kiln.ir.transform import PassContext, Sequential
-        from kiln.relay import transform
-        from kiln.relay.build_module import bind_params_by_name, default_device_of, parse_targets
-        from kiln.relay.vm.manifest_lifetimes import ManifestLifetimes
-
         if params:
             self.set_params(params)
         mod = _as_module(mod)
@@ -600,31 +584,18 @@ class VMCompiler:
         if self._params and "main" in [g.name_hint for g in mod.get_global_vars()]:
             mod = mod.copy()
             mod["main"] = bind_params_by_name(mod["main"], self._params)
-        default_device = default_device_of(targets)
-        passes = [transform.InferType(), *qnn_lowering_passes(mod),
-                  transform.PlanDevices(default_device)]
-        passes += [p for p in map(_available_pass, OPTIMIZE_PASSES) if p is not None]
-        passes += [transform.InferType(), transform.PlanDevices(default_device),
-                   transform.FuseOps(), transform.InferType(),
-                   _ToANormalFormAtAnyLevel(), transform.InferType()]
-        disabled = set(PassContext.current().disabled_pass or ())
-        if "ManifestLifetimes" not in disabled:
-            passes += [ManifestLifetimes(), transform.InferType()]
         with targets.get(1, host):
-            return Sequential(passes, name="vm_optimize")(mod)
+            return pass_pipeline(mod, default_device_of(targets), "vm")(mod)
 
     def lower(self, mod: Any, target: Any = None, target_host: Any = None) -> None:
         """Optimize ``mod`` and emit bytecode for every Relay function; kernels are lowered."""
-        from kiln.relay.backend.te_compiler import TECompiler
-        from kiln.relay.build_module import _share_kernel_names, default_device_of, parse_targets
         from kiln.relay.transform.plan_devices import analyze_devices
 
         targets, host = parse_targets(target, target_host)
         self._target = host
         mod = self.optimize(mod, targets, host)
-        compilers = {device_type: TECompiler(t, "vm_mod") for device_type, t in targets.items()}
-        tec = compilers.setdefault(1, TECompiler(host, "vm_mod"))
-        _share_kernel_names(compilers.values())
+        compilers = make_compilers(targets, host, "vm_mod")
+        tec = compilers[1]
         device_map = analyze_devices(mod, default_device_of(targets))
         ctx = _ModuleContext(mod, tec, compilers, device_map)
         used = _reachable_from_main(mod)
@@ -646,16 +617,7 @@ class VMCompiler:
         if ctx is None:
             raise TVMError("VMCompiler.codegen: call lower(mod, target) first")
         with self._target:
-            lib = ctx.tec.build() if ctx.tec.lowered else None
-            for compiler in ctx.compilers.values():
-                if compiler is ctx.tec or not compiler.lowered:
-                    continue
-                with compiler.target:
-                    kernels = compiler.build()
-                if lib is None:
-                    lib = kernels
-                else:
-                    lib.import_module(kernels)
+            lib = build_kernels(ctx.compilers, always_host=False)
         exe = Executable(ctx.functions, ctx.constants, ctx.primitive_names, lib, ctx.devices,
                          ctx.host_index, ctx.const_device_indexes)
         self._exec = exe.fuse_segments()  # straight kernel runs become super-instructions
@@ -669,17 +631,6 @@ class VMCompiler:
         return self._exec
 
     get_executable = get_exec
-
-
-def _ToANormalFormAtAnyLevel() -> Any:  # noqa: N802 (a pass factory, named like one)
-    """ToANormalForm that runs at opt_level 0 too: the compiler walks let chains in a loop,
-    while a nested call chain (3,000 unfused ops) would recurse once per call."""
-    from kiln.relay.transform.normal_forms import to_a_normal_form
-    from kiln.relay.transform.pass_util import relay_function_pass
-
-    return relay_function_pass("ToANormalForm", 0,
-                               lambda func, mod, ctx: to_a_normal_form(func),
-                               skip_primitive=True)
 
 
 def _reachable_from_main(mod: IRModule) -> set[str]:

@@ -2,7 +2,9 @@
 
 Entry points: :data:`SHAPE_RULES` (rules over input dimensions), :data:`DATA_DEPENDENT_RULES`
 (rules that read input values, TVM's ``TShapeDataDependent``), :data:`VALUE_REQUIREMENTS`,
-:func:`shape_rule`, :func:`broadcast_dims`.
+:func:`shape_rule`; :func:`broadcast_dims`, :func:`product` and :func:`i64` come from
+:mod:`kiln.relay.op.rule_util`. Op family modules register their ops' shape functions beside
+the ops (``register_shape_func``); the tables here hold the rules of ops not moved yet.
 
 A rule is ``rule(attrs, in_dims, out_types) -> out_dims`` — ``in_dims`` holds, per flattened
 input tensor, its dimensions as int64 ``PrimExpr``\\ s, and ``out_dims`` the same per output.
@@ -15,7 +17,7 @@ with the op's entry in :data:`VALUE_REQUIREMENTS`.
 
 Example
 -------
->>> shape_rule("nn.dense") is not None
+>>> shape_rule("reshape") is not None
 True
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.ir.op import Op
+from kiln.relay.op.rule_util import broadcast_dims, checked, i64, product
 from kiln.runtime.error import TVMError
 from kiln.topi.dynamic import attr_slice_spec, slice_bounds
 from kiln.topi.newshape import infer_newshape
@@ -31,37 +34,6 @@ from kiln.topi.transform import layout_transform_shape
 
 __all__ = ["SHAPE_RULES", "DATA_DEPENDENT_RULES", "VALUE_REQUIREMENTS", "shape_rule",
            "broadcast_dims", "product", "i64"]
-
-
-def i64(value: int) -> Any:
-    from kiln import tir
-
-    return tir.const(int(value), "int64")
-
-
-def broadcast_dims(dims_list: list[list[Any]]) -> list[Any]:
-    """NumPy broadcasting of several dimension lists."""
-    from kiln import tir
-
-    ndim = max(len(d) for d in dims_list)
-    out = []
-    for k in range(ndim):
-        result = None
-        for dims in dims_list:
-            offset = k - (ndim - len(dims))
-            if offset < 0:
-                continue
-            d = dims[offset]
-            result = d if result is None else tir.Select(result == i64(1), d, result)
-        out.append(result)
-    return out
-
-
-def product(dims: list[Any]) -> Any:
-    result = i64(1)
-    for d in dims:
-        result = result * d
-    return result
 
 
 def _axes(axis: Any, ndim: int) -> list[int]:
@@ -74,33 +46,6 @@ def _axes(axis: Any, ndim: int) -> list[int]:
 # -- per-op rules: (attrs, in_dims, out_types) -> out_dims --------------------------------
 
 
-def _dense(attrs, ins, outs):
-    return [ins[0][:-1] + [ins[1][0]]]
-
-
-def _matmul(attrs, ins, outs):
-    a, b = ins
-    rows = a[-1] if getattr(attrs, "transpose_a", False) else a[-2]
-    cols = b[-2] if getattr(attrs, "transpose_b", False) else b[-1]
-    return [broadcast_dims([a[:-2], b[:-2]]) + [rows, cols]]
-
-
-def _batch_matmul(attrs, ins, outs):
-    a, b = ins
-    rows = a[-1] if getattr(attrs, "transpose_a", False) else a[-2]
-    cols = b[-2] if getattr(attrs, "transpose_b", True) else b[-1]
-    return [broadcast_dims([a[:1], b[:1]]) + [rows, cols]]
-
-
-def _checked(dims: list[Any], valid: Any) -> list[Any]:
-    """``dims``, or all -1 when ``valid`` is false at run time: the VM refuses to allocate a
-    negative extent, so bad shape-carrying input raises a TVMError instead of reading out of
-    bounds."""
-    from kiln import tir
-
-    return [tir.Select(valid, d, i64(-1)) for d in dims]
-
-
 def _as_dims(values: list[Any]) -> list[Any]:
     return [i64(v) if isinstance(v, int) else v for v in values]
 
@@ -109,13 +54,13 @@ def _reshape(attrs, ins, outs):
     """TVM's newshape codes (0, -1, -2, -3, -4), resolved by :func:`infer_newshape`."""
     out = _as_dims(infer_newshape(ins[0], attrs.newshape,
                                   bool(getattr(attrs, "allowzero", False))))
-    return [_checked(out, product(out) == product(ins[0]))]
+    return [checked(out, product(out) == product(ins[0]))]
 
 
 def _reverse_reshape(attrs, ins, outs):
     """``contrib_reverse_reshape``: the codes resolved from the last dimension backwards."""
     out = _as_dims(infer_newshape(ins[0][::-1], list(attrs.newshape)[::-1]))[::-1]
-    return [_checked(out, product(out) == product(ins[0]))]
+    return [checked(out, product(out) == product(ins[0]))]
 
 
 def _concatenate(attrs, ins, outs):
@@ -268,7 +213,7 @@ def _topk(attrs, ins, outs):
         return [list(out) for _ in outs]
     valid = i64(k) <= out[axis]  # an Any axis shorter than k at run time
     out[axis] = i64(k)
-    return [_checked(list(out), valid) for _ in outs]
+    return [checked(list(out), valid) for _ in outs]
 
 
 def _layout_transform(attrs, ins, outs):
@@ -332,24 +277,31 @@ def _dyn_broadcast_to(attrs, ins, outs, data):
     out = _values_of(data[1], len(outs[0].shape))
     lead = len(out) - len(ins[0])
     fits = [tir.any(d == i64(1), d == out[lead + k]) for k, d in enumerate(ins[0])]
-    return [_checked(out, tir.all(*fits) if fits else tir.const(True, "bool"))]
+    return [checked(out, tir.all(*fits) if fits else tir.const(True, "bool"))]
 
 
 def _dyn_reshape(attrs, ins, outs, data):
     """reshape to the run-time values of a newshape tensor: 0 copies the input dimension at
-    its position (unless ``allowzero``), -1 infers one extent; the element count must match."""
+    its position (unless ``allowzero``), -1 infers one extent; the element count must match.
+    -1 is resolved as :func:`~kiln.topi.newshape.infer_newshape` resolves it: the input dims
+    no 0 copied over the output dims no 0 copied (so (0, 3, 4) with (0, -1) gives (0, 12))."""
     from kiln import tir
 
     src, codes = ins[0], _values_of(data[1], len(outs[0].shape))
     one, minus_one = i64(1), i64(-1)
     copy_zero = not bool(getattr(attrs, "allowzero", False))
-    resolved = [tir.Select(c == i64(0), src[k] if k < len(src) else minus_one, c)
-                if copy_zero else c for k, c in enumerate(codes)]
-    known = product([tir.Select(r == minus_one, one, r) for r in resolved])
-    inferred = tir.floordiv(product(src), tir.Max(known, one))
+    copied = [tir.all(c == i64(0), tir.const(copy_zero and k < len(src), "bool"))
+              for k, c in enumerate(codes)]
+    resolved = [tir.Select(copied[k], src[k], c) if copy_zero and k < len(src) else c
+                for k, c in enumerate(codes)]
+    total = product([tir.Select(copied[k], one, d) if k < len(codes) else d
+                     for k, d in enumerate(src)])
+    known = product([tir.Select(tir.any(copied[k], r == minus_one), one, r)
+                     for k, r in enumerate(resolved)])
+    inferred = tir.floordiv(total, tir.Max(known, one))
     out = [tir.Select(r == minus_one, inferred, r) for r in resolved]
     inferred_count = sum((tir.Cast("int64", r == minus_one) for r in resolved), i64(0))
-    return [_checked(out, tir.all(product(out) == product(src), inferred_count <= one))]
+    return [checked(out, tir.all(product(out) == product(src), inferred_count <= one))]
 
 
 def _argwhere(attrs, ins, outs, data):
@@ -448,7 +400,7 @@ def _dyn_squeeze(attrs, ins, outs, data):
     # every axis named once, in range, and of extent 1
     dropped_count = sum((tir.Cast("int64", dropped(k)) for k in range(len(dims))), i64(0))
     ones = [tir.any(tir.Not(dropped(k)), d == i64(1)) for k, d in enumerate(dims)]
-    return [_checked(out, tir.all(dropped_count == i64(count), *ones))]
+    return [checked(out, tir.all(dropped_count == i64(count), *ones))]
 
 
 def _dyn_topk(attrs, ins, outs, data):
@@ -460,7 +412,7 @@ def _dyn_topk(attrs, ins, outs, data):
     k = tir.Cast("int64", _scalar_value(data[1]))
     valid = k <= out[axis]
     out[axis] = tir.Select(k < i64(1), out[axis], k)
-    return [_checked(list(out), valid) for _ in outs]
+    return [checked(list(out), valid) for _ in outs]
 
 
 def _spatial_axes(layout: str, letters: str) -> list[int]:
@@ -530,10 +482,6 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
 
 
 SHAPE_RULES: dict[str, Any] = {
-    "nn.dense": _dense,
-    "nn.contrib_dense_pack": lambda attrs, ins, outs: [ins[0][:-1] + [ins[1][0] * ins[1][2]]],
-    "nn.matmul": _matmul,
-    "nn.batch_matmul": _batch_matmul,
     "reshape": _reshape,
     "contrib_reverse_reshape": _reverse_reshape,
     "concatenate": _concatenate,

@@ -22,7 +22,8 @@ from kiln.tir.function import PrimFunc
 from kiln.tir.stmt_functor import StmtExprMutator, substitute
 from kiln.tir.transform.base import prim_func_pass
 
-__all__ = ["Simplify", "RemoveNoOp", "simplify_stmt", "remove_no_op", "is_no_op"]
+__all__ = ["Simplify", "RemoveNoOp", "simplify_stmt", "remove_no_op", "is_no_op",
+           "simplify_prim_func"]
 
 
 class _StmtSimplifier(StmtExprMutator):
@@ -76,7 +77,9 @@ def simplify_stmt(stmt: _s.Stmt, analyzer: Analyzer | None = None) -> _s.Stmt:
     return _StmtSimplifier(analyzer or Analyzer()).visit(stmt)
 
 
-def _simplify_func(func: PrimFunc) -> PrimFunc:
+def simplify_prim_func(func: PrimFunc) -> PrimFunc:
+    """``func`` with its body simplified (buffer extents known non-negative) and no-ops
+    removed: the ``tir.Simplify`` pass on one function."""
     analyzer = Analyzer()
     for buf in func.buffer_map.values():
         for dim in buf.shape:
@@ -87,7 +90,7 @@ def _simplify_func(func: PrimFunc) -> PrimFunc:
 
 def Simplify():  # noqa: N802 - TVM's pass name
     """The Simplify pass."""
-    return prim_func_pass(_simplify_func, "tir.Simplify")
+    return prim_func_pass(simplify_prim_func, "tir.Simplify")
 
 
 def is_no_op(stmt: _s.Stmt | None) -> bool:

@@ -26,8 +26,8 @@ from kiln.tir.function import PrimFunc
 from kiln.tir.stmt_functor import StmtExprMutator, post_order_visit, substitute
 from kiln.tir.transform.base import prim_func_pass
 
-__all__ = ["VectorizeLoop", "UnrollLoop", "ConvertForLoopsToSerial", "vectorize_stmt",
-           "unroll_stmt"]
+__all__ = ["VectorizeLoop", "UnrollLoop", "ConvertForLoopsToSerial", "loops_to_serial",
+           "vectorize_stmt", "unroll_stmt"]
 
 
 class _CannotVectorize(Exception):
@@ -305,7 +305,7 @@ def VectorizeLoop(enable_vectorize: bool = True):  # noqa: N802 - TVM's pass nam
     def run(func: PrimFunc) -> PrimFunc:
         if enable_vectorize:
             return func.with_body(vectorize_stmt(func.body))
-        return func.with_body(_to_serial(func.body, (_s.ForKind.VECTORIZED,)))
+        return func.with_body(loops_to_serial(func.body, (_s.ForKind.VECTORIZED,)))
     return prim_func_pass(run, "tir.VectorizeLoop")
 
 
@@ -326,14 +326,15 @@ class _ToSerial(StmtExprMutator):
                       node.annotations)
 
 
-def _to_serial(stmt: _s.Stmt, kinds) -> _s.Stmt:
+def loops_to_serial(stmt: _s.Stmt, kinds) -> _s.Stmt:
+    """``stmt`` with every loop whose kind is in ``kinds`` made serial."""
     return _ToSerial(kinds).visit(stmt)
 
 
 def ConvertForLoopsToSerial():  # noqa: N802 - TVM's pass name
     """Make every parallel, vectorized or unrolled loop a serial loop."""
     kinds = (_s.ForKind.PARALLEL, _s.ForKind.VECTORIZED, _s.ForKind.UNROLLED)
-    return prim_func_pass(lambda f: f.with_body(_to_serial(f.body, kinds)),
+    return prim_func_pass(lambda f: f.with_body(loops_to_serial(f.body, kinds)),
                           "tir.ConvertForLoopsToSerial")
 
 

@@ -27,7 +27,7 @@ from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple
 
 __all__ = ["dense_micro_kernel", "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source",
            "conv2d_nhwc_1x1_micro_kernel", "schedule_conv2d_nhwc_1x1_micro_kernel",
-           "conv2d_1x1_applies", "MAX_ROWS"]
+           "conv2d_1x1_applies", "schedule_micro_kernel", "MAX_ROWS"]
 
 # Outputs per micro-kernel call: 8 accumulators + operands fit the M4F's 32 s-registers.
 MAX_ROWS = 8
@@ -111,7 +111,7 @@ def schedule_dense_micro_kernel(outs: Any) -> Any:
     The dense's own inputs stay materialized (the intrinsic reads them through buffers), so
     only stages after the dense (bias, activation) are inlined into the output.
     """
-    return _schedule_micro_kernel(outs, "dense", "jk")
+    return schedule_micro_kernel(outs, "dense", "jk")
 
 
 def conv2d_1x1_applies(attrs: Any, data_shape, kernel_shape) -> bool:
@@ -130,10 +130,17 @@ def conv2d_nhwc_1x1_micro_kernel(data: te.Tensor, kernel: te.Tensor, strides: An
 
 def schedule_conv2d_nhwc_1x1_micro_kernel(outs: Any) -> Any:
     """Per output pixel, the micro-kernel over blocks of output channels."""
-    return _schedule_micro_kernel(outs, "conv2d_nhwc", "kj")
+    return schedule_micro_kernel(outs, "conv2d_nhwc", "kj")
 
 
-def _schedule_micro_kernel(outs: Any, main_tag: str, b_order: str) -> Any:
+def _float_kernel(rows: int, length: int, dtype: str, b_order: str) -> tuple[Any, str]:
+    return gemv_intrin(rows, length, dtype, b_order), gemv_source(rows)
+
+
+def schedule_micro_kernel(outs: Any, main_tag: str, b_order: str,
+                          kernel: Any = _float_kernel) -> Any:
+    """Tensorize the ``main_tag`` stage's output axis in blocks of up to ``MAX_ROWS`` with
+    ``kernel(rows, length, dtype, b_order) -> (intrinsic, C source)``; inline the epilogue."""
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
     main = _find_tagged(outs[0].op, main_tag)
@@ -154,8 +161,9 @@ def _schedule_micro_kernel(outs: Any, main_tag: str, b_order: str) -> Any:
     *outer, j = stage.op.axis
     jo, ji = stage.split(j, factor=rows)
     stage.reorder(*outer, jo, ji, *stage.op.reduce_axis)
-    stage.tensorize(ji, gemv_intrin(rows, _reduce_extent(main), out.dtype, b_order))
-    final.pragma(final.leaf_iter_vars[0], "import_c", gemv_source(rows))
+    intrin, source = kernel(rows, _reduce_extent(main), out.dtype, b_order)
+    stage.tensorize(ji, intrin)
+    final.pragma(final.leaf_iter_vars[0], "import_c", source)
     return sch
 
 

@@ -24,7 +24,9 @@ from kiln.topi.utils import get_const_int, get_const_tuple
 _SPATIAL = "DHW"
 
 
-def _tuple(value: Any, n: int, what: str) -> list[int]:
+def int_values(value: Any, n: int, what: str) -> list[int]:
+    """``n`` ints from an int or a sequence (one value repeats); ``what`` names the attribute
+    in the error raised for a sequence of another length (``strides``, ``padding`` …)."""
     values = [value] * n if isinstance(value, int) else [int(v) for v in value]
     if len(values) == 1 and n > 1:
         values = values * n
@@ -72,7 +74,7 @@ def conv(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any, dilatio
             sorted(kernel_layout) != sorted("OI" + "".join(spatial)):
         raise TVMError(f"conv: unsupported layouts {data_layout}/{kernel_layout}")
     out_dtype = out_dtype or data.dtype
-    strides, dilation = _tuple(strides, nsp, "strides"), _tuple(dilation, nsp, "dilation")
+    strides, dilation = int_values(strides, nsp, "strides"), int_values(dilation, nsp, "dilation")
     before, after = get_pad_tuple(padding, nsp)
     dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)
     dim = {a: dshape[data_layout.index(a)] for a in data_layout}
@@ -164,8 +166,8 @@ def conv_transpose(data: te.Tensor, kernel: te.Tensor, strides: Sequence[int], p
                    out_dtype: str | None = None) -> te.Tensor:
     """Transposed convolution, data ``NC<spatial>``, kernel ``IO<spatial>`` (Relay's)."""
     nsp = data.ndim - 2
-    strides, dilation = _tuple(strides, nsp, "strides"), _tuple(dilation, nsp, "dilation")
-    output_padding = _tuple(output_padding, nsp, "output_padding")
+    strides, dilation = int_values(strides, nsp, "strides"), int_values(dilation, nsp, "dilation")
+    output_padding = int_values(output_padding, nsp, "output_padding")
     before, after = get_pad_tuple(padding, nsp)
     out_dtype = out_dtype or data.dtype
     dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)

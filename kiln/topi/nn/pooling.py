@@ -13,7 +13,7 @@ from typing import Any
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi.nn.conv import _tuple, get_pad_tuple
+from kiln.topi.nn.conv import get_pad_tuple, int_values
 from kiln.topi.nn.pad import clamp, in_bounds
 from kiln.topi.utils import get_const_tuple
 
@@ -25,6 +25,13 @@ def _all(conds: list) -> Any:
     for c in conds[1:]:
         out = _op.logical_and(out, c)
     return out
+
+
+def window_mean(total: Any, count: Any) -> Any:
+    """``total / count``; integer averages truncate toward zero, as TVM's ``div``."""
+    if "int" in str(total.dtype):
+        return _op.truncdiv(total, count)
+    return total / count
 
 
 def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, padding: Any,
@@ -44,8 +51,8 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
         raise TVMError(f"pool: pool_type must be 'max' or 'avg', got {pool_type!r}")
     spatial = [k for k, a in enumerate(layout) if a in _SPATIAL]
     nsp = len(spatial)
-    kernel = _tuple(kernel, nsp, "pool_size")
-    stride, dilation = _tuple(stride, nsp, "strides"), _tuple(dilation, nsp, "dilation")
+    kernel = int_values(kernel, nsp, "pool_size")
+    stride, dilation = int_values(stride, nsp, "strides"), int_values(dilation, nsp, "dilation")
     before, after = get_pad_tuple(padding, nsp)
     shape = get_const_tuple(data.shape)
     out_sp = []
@@ -94,8 +101,8 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
         return te.sum(_op.if_then_else(_all(conds), 1, 0), axis=cnt_red)
 
     counts = te.compute(out_shape, count, name="pool_count", tag="pool_count")
-    return te.compute(out_shape, lambda *i: sums(*i) / _op.cast(
-        _op.max(counts(*i), 1), data.dtype), name="pool_avg", tag="elemwise")
+    return te.compute(out_shape, lambda *i: window_mean(sums(*i), _op.cast(
+        _op.max(counts(*i), 1), data.dtype)), name="pool_avg", tag="elemwise")
 
 
 def pool1d(data, kernel, stride, dilation, padding, pool_type, ceil_mode=False, layout="NCW",
@@ -158,7 +165,7 @@ def adaptive_pool(data: te.Tensor, output_size: Sequence[int], pool_type: str,
         count = None
         for s, e in zip(starts, ends):
             count = (e - s) if count is None else count * (e - s)
-        return out(*i) / _op.cast(count, data.dtype)
+        return window_mean(out(*i), _op.cast(count, data.dtype))
 
     return te.compute(out_shape, average, name="adaptive_pool_avg", tag="elemwise")
 

@@ -159,13 +159,13 @@ def conv2d_gemm_nhwc(data: te.Tensor, weight: te.Tensor, strides: Any, padding: 
                      dilation: Any, kernel_size: Any, channels: int,
                      out_dtype: str | None = None) -> te.Tensor:
     """NHWC conv as im2col × an interleaved weight from :func:`gemm_weight_transform`."""
-    from kiln.topi.nn.conv import _tuple, conv_output_size, get_pad_tuple
+    from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 
     n, h, w, ic = get_const_tuple(data.shape)
     _, _, tr, tc = get_const_tuple(weight.shape)
-    kh, kw = _tuple(kernel_size, 2, "kernel_size")
-    sh, sw = _tuple(strides, 2, "strides")
-    dh, dw = _tuple(dilation, 2, "dilation")
+    kh, kw = int_values(kernel_size, 2, "kernel_size")
+    sh, sw = int_values(strides, 2, "strides")
+    dh, dw = int_values(dilation, 2, "dilation")
     (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
     oh = conv_output_size(h, kh, sh, dh, pt, pb)
     ow = conv_output_size(w, kw, sw, dw, pl, pr)

@@ -62,6 +62,7 @@ def _schedule_block(sch: Any, bmm: te.Tensor, out: te.Tensor, cfg: dict) -> None
     packed = bmm.op.input_tensors[1]
     if packed.op.name == "batch_weight_pack" and packed.op in sch:
         stage = sch[packed]
+        stage.compute_root()  # traverse_inline inlined it: packing per use of each element
         b, z, _, c = stage.leaf_iter_vars
         stage.parallel(stage.fuse(b, z))
         stage.vectorize(c)

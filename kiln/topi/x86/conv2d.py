@@ -29,7 +29,7 @@ from typing import Any
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi.nn.conv import _tuple, conv_output_size, get_pad_tuple
+from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.nn.pad import pad
 from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
@@ -140,8 +140,8 @@ def conv2d_nchwc(data: te.Tensor, packed: te.Tensor, strides: Any, padding: Any,
         raise TVMError(f"conv2d x86: the packed kernel {list(kshape)} does not match {c} input "
                        f"channels (expected [O / oc_bn, {c}, KH, KW, oc_bn])")
     ob, _, kh, kw, bn = kshape
-    sh, sw = _tuple(strides, 2, "strides")
-    dh, dw = _tuple(dilation, 2, "dilation")
+    sh, sw = int_values(strides, 2, "strides")
+    dh, dw = int_values(dilation, 2, "dilation")
     (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
     oh = conv_output_size(h, kh, sh, dh, pt, pb)
     ow = conv_output_size(w, kw, sw, dw, pl, pr)
@@ -203,8 +203,8 @@ def _output_width(data: te.Tensor, kernel_width: int, strides: Any, padding: Any
                   dilation: Any) -> int:
     (_, left), (_, right) = get_pad_tuple(padding, 2)
     return conv_output_size(get_const_int(data.shape[3]), kernel_width,
-                            _tuple(strides, 2, "strides")[1], _tuple(dilation, 2, "dilation")[1],
-                            left, right)
+                            int_values(strides, 2, "strides")[1],
+                            int_values(dilation, 2, "dilation")[1], left, right)
 
 
 def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:

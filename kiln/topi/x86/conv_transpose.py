@@ -22,7 +22,7 @@ from typing import Any
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi.nn.conv import _tuple, get_pad_tuple
+from kiln.topi.nn.conv import get_pad_tuple, int_values
 from kiln.topi.nn.pad import pad
 from kiln.topi.utils import ceil_div, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.conv1d import register_block
@@ -43,8 +43,8 @@ def conv_transpose_phased(data: te.Tensor, kernel: te.Tensor, strides: Any, padd
     ([1, 6, 16, 16], 'conv_transpose_phased')
     """
     nsp = data.ndim - 2
-    strides = _tuple(strides, nsp, "strides")
-    output_padding = _tuple(output_padding, nsp, "output_padding")
+    strides = int_values(strides, nsp, "strides")
+    output_padding = int_values(output_padding, nsp, "output_padding")
     before, after = get_pad_tuple(padding, nsp)
     out_dtype = out_dtype or data.dtype
     dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)

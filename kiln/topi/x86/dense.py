@@ -125,6 +125,7 @@ def _schedule_block(sch: Any, dense: te.Tensor, out: te.Tensor, cfg: dict) -> No
     packed = dense.op.input_tensors[1]
     if packed.op.name == "weight_pack" and packed.op in sch:
         stage = sch[packed]
+        stage.compute_root()  # traverse_inline inlined it: packing per use of each element
         z, _, x = stage.leaf_iter_vars
         stage.parallel(z)
         stage.vectorize(x)

@@ -24,7 +24,7 @@ from typing import Any
 from kiln import te
 from kiln.runtime.error import TVMError
 from kiln.tir import op as _op
-from kiln.topi.nn.conv import _tuple, conv_output_size, get_pad_tuple
+from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
 from kiln.topi.x86.conv2d import schedule_unblocked_output, split_blocked_rows, worth_threads
 
@@ -70,8 +70,8 @@ def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padd
                        f"KH, KW] for {c} input channels")
     o, _, kh, kw = kshape
     multiplier = o // c
-    sh, sw = _tuple(strides, 2, "strides")
-    dh, dw = _tuple(dilation, 2, "dilation")
+    sh, sw = int_values(strides, 2, "strides")
+    dh, dw = int_values(dilation, 2, "dilation")
     (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
     oh = conv_output_size(h, kh, sh, dh, pt, pb)
     ow = conv_output_size(w, kw, sw, dw, pl, pr)

@@ -32,6 +32,8 @@ def schedule_injective_from_existing(sch: Any, out: te.Tensor, config: dict | No
     if not axes or dims is None or 0 in dims:
         return sch
     lanes = cfg["vector_lanes"]
+    if _tile_transpose(sch, out, dims, lanes):
+        return sch
     if dims[-1] % lanes == 0 and dims[-1] >= lanes:
         outer, inner = stage.split(axes[-1], factor=lanes)
         stage.vectorize(inner)
@@ -40,6 +42,53 @@ def schedule_injective_from_existing(sch: Any, out: te.Tensor, config: dict | No
     if _extent(dims, lanes) >= cfg["min_parallel_extent"] and worth_parallel(static_work(dims)):
         stage.parallel(fused)
     return sch
+
+
+def _moved_innermost(sch: Any, out: te.Tensor, dims: list[int]) -> int | None:
+    """The output axis that reads the input's innermost axis, when ``out`` is (an
+    elementwise epilogue of) a transpose moving that axis; None otherwise."""
+    from kiln.te.tensor import ComputeOp
+
+    stack, seen = [out.op], set()
+    while stack:
+        op = stack.pop()
+        if id(op) in seen or not isinstance(op, ComputeOp):
+            continue
+        seen.add(id(op))
+        axes = (op.attrs or {}).get("axes") if op.name == "T_transpose" else None
+        if axes is not None:
+            shape = _static(op.output(0).shape)
+            last = len(axes) - 1
+            if shape == dims and axes[-1] != last:
+                return list(axes).index(last)
+            return None
+        if op is out.op or (op in sch and sch[op].attach_type == "inline"):
+            stack.extend(t.op for t in op.input_tensors)
+    return None
+
+
+def _tile_transpose(sch: Any, out: te.Tensor, dims: list[int], lanes: int) -> bool:
+    """A transpose moving the innermost axis reads one element per cache line when its
+    output is written row by row: tile the two swapped axes so that each tile's input lines
+    stay in cache (TILE x TILE elements), vectorizing the output's innermost axis."""
+    p = _moved_innermost(sch, out, dims)
+    if p is None:
+        return False
+    tile = next((t for t in (16, 8) if dims[p] % t == 0 and dims[-1] % t == 0), None)
+    if tile is None:
+        return False
+    stage = sch[out]
+    axes = list(stage.leaf_iter_vars)
+    po, pi = stage.split(axes[p], factor=tile)
+    lo, li = stage.split(axes[-1], factor=tile)
+    rest = [a for k, a in enumerate(axes[:-1]) if k != p]
+    lio, lii = stage.split(li, factor=min(lanes, tile))
+    stage.reorder(*rest, po, lo, pi, lio, lii)
+    stage.vectorize(lii)
+    fused = stage.fuse(*rest, po, lo)
+    if worth_parallel(static_work(dims)):
+        stage.parallel(fused)
+    return True
 
 
 def _extent(dims: list[int], lanes: int) -> int:

@@ -29,7 +29,7 @@ from kiln.tir import expr as _e
 from kiln.tir import op as _op
 from kiln.tir.stmt_functor import post_order_visit, substitute
 from kiln.topi import nn, tag
-from kiln.topi.nn.conv import _tuple, get_pad_tuple
+from kiln.topi.nn.conv import get_pad_tuple, int_values
 from kiln.topi.nn.pad import clamp
 from kiln.topi.utils import get_const_tuple, prod, traverse_inline
 from kiln.topi.x86.parallel import static_work, worth_parallel
@@ -75,8 +75,8 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
     letters = _letters(layout)
     spatial = [k for k, a in enumerate(letters) if a in _SPATIAL]
     nsp = len(spatial)
-    kernel = _tuple(kernel, nsp, "pool_size")
-    stride, dilation = _tuple(stride, nsp, "strides"), _tuple(dilation, nsp, "dilation")
+    kernel = int_values(kernel, nsp, "pool_size")
+    stride, dilation = int_values(stride, nsp, "strides"), int_values(dilation, nsp, "dilation")
     before, after = get_pad_tuple(padding, nsp)
     shape = get_const_tuple(data.shape)
     pad_before, pad_after = [0] * data.ndim, [0] * data.ndim
@@ -120,7 +120,7 @@ def pool(data: te.Tensor, kernel: Sequence[int], stride: Any, dilation: Any, pad
                 (0, shape[ax])
             n = _window_count(i[ax], kernel[k], stride[k], dilation[k], before[k], lo, hi)
             count = n if count is None else count * n
-        return sums(*i) / _op.cast(_op.max(count, 1), data.dtype)
+        return nn.pooling.window_mean(sums(*i), _op.cast(_op.max(count, 1), data.dtype))
 
     return te.compute(out_shape, average, name="pool_avg", tag=tag.ELEMWISE)
 

@@ -61,3 +61,23 @@ def test_inverse_onesided_dft_is_numpys_irfft(length):
     want = np.fft.irfft(spectrum, n=length, axis=1)[..., None]
     np.testing.assert_allclose(_dft(x, length, inverse=1, onesided=1), want,
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("length, shape", [(None, (2, 10, 3, 2)), (12, (1, 9, 2, 2)),
+                                           (None, (1, 15, 1, 1))])
+def test_inverse_dft_rounds_as_numpys_float32_ifft(length, shape):
+    # np.fft.ifft of complex64 runs pocketfft in single precision: kiln's float32 inverse
+    # DFT takes the same passes and matches it bit for bit (zeros included, which a more
+    # exact transform leaves as 0 where NumPy has rounding noise)
+    x = RNG.standard_normal(shape).astype("float32")
+    z = x[..., 0] + 1j * (x[..., 1] if shape[-1] == 2 else 0)
+    want = np.fft.ifft(z.astype(np.complex64), n=length, axis=1)
+    np.testing.assert_array_equal(_dft(x, length, inverse=1), _pairs(want))
+
+
+def test_pocketfft_factor_order():
+    from kiln.relay.frontend.onnx_fft import pocketfft_factors
+
+    assert pocketfft_factors(10) == [2, 5]
+    assert pocketfft_factors(20) == [4, 5] and pocketfft_factors(45) == [3, 3, 5]
+    assert pocketfft_factors(7) is None and pocketfft_factors(32) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from qnn_reference import numpy_requantize, run  # beside this file
 
 import kiln
 from kiln import relay
@@ -12,16 +13,6 @@ from kiln.relay.qnn.canonicalize import fixed_point_multiplier_shift
 from kiln.runtime.error import TVMError
 
 EXECUTORS = ("graph", "vm", "debug")
-
-
-def run(expr, inputs, kind):
-    """Evaluate ``expr`` (free vars bound from ``inputs`` by name) with executor ``kind``."""
-    func = relay.Function(relay.analysis.free_vars(expr), expr)
-    mod = kiln.IRModule.from_expr(func)
-    names = [v.name_hint for v in func.params]
-    out = relay.create_executor(kind, mod=mod, target="llvm").evaluate()(
-        *[inputs[n] for n in names])
-    return out.numpy()
 
 
 # ---- oracles --------------------------------------------------------------------------------
@@ -45,38 +36,6 @@ def ort_run(node_type, x, scale, zp, axis, out_dtype):
     sess = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"])
     return sess.run(None, {"x": x})[0]
-
-
-def _along(v, ndim, axis):
-    v = np.asarray(v)
-    if v.ndim == 1 and v.size > 1:
-        shape = [1] * ndim
-        shape[axis] = v.size
-        return v.reshape(shape)
-    return v
-
-
-def numpy_requantize(q, in_scale, in_zp, out_scale, out_zp, axis, rounding, out_dtype):
-    """Requantize from the math: exact rational product, rounded by ``rounding``, written
-    independently of the fixed-point lowering (Python ints, per element)."""
-    from fractions import Fraction
-
-    ndim = q.ndim
-    in_scale = np.broadcast_to(_along(np.float32(in_scale), ndim, axis), q.shape)
-    out_scale = np.broadcast_to(_along(np.float32(out_scale), ndim, axis), q.shape)
-    in_zp = np.broadcast_to(_along(in_zp, ndim, axis), q.shape)
-    out_zp = np.broadcast_to(_along(out_zp, ndim, axis), q.shape)
-    info = np.iinfo(out_dtype)
-    out = np.empty(q.shape, out_dtype)
-    for idx in np.ndindex(q.shape):
-        ratio = Fraction(float(in_scale[idx])) / Fraction(float(out_scale[idx]))
-        v = (int(q[idx]) - int(in_zp[idx])) * ratio
-        if rounding == "TONEAREST":  # half away from zero
-            r = int((abs(v) + Fraction(1, 2)).__floor__()) * (1 if v >= 0 else -1)
-        else:  # UPWARD: half toward +inf
-            r = int((v + Fraction(1, 2)).__floor__())
-        out[idx] = min(max(r + int(out_zp[idx]), info.min), info.max)
-    return out
 
 
 # ---- quantize / dequantize vs onnxruntime -------------------------------------------------------

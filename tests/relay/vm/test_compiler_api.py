@@ -9,7 +9,7 @@ import pytest
 import kiln
 from kiln import relay
 from kiln.relay.vm import VMCompiler
-from kiln.relay.vm.manifest_lifetimes import manifest_lifetimes
+from kiln.relay.transform.manifest_lifetimes import manifest_lifetimes
 from kiln.runtime.vm import VirtualMachine
 
 

@@ -146,9 +146,28 @@ def test_transpose_expand_dims_and_reduce(rng):
 
 
 def test_op_without_shape_function_is_a_clear_error():
-    x2 = relay.var("x", shape=(4, 3))
-    idx = relay.var("idx", shape=(1, ANY), dtype="int32")
-    func = relay.Function([x2, idx], relay.gather_nd(x2, idx))
+    # an injective op whose output shape is not its input's needs a rule; this one has none
+    from kiln import te
+    from kiln.relay.op.op import (
+        INJECTIVE,
+        define_op,
+        register_compute,
+        register_injective_schedule,
+    )
+    from kiln.relay.op.type_relations import tensor_arg, tensor_type
+
+    def _swap_rel(types, attrs, op_name):
+        return tensor_type(list(tensor_arg(types, 0, op_name).shape)[::-1], "float32")
+
+    def _swap(attrs, inputs, out_type):
+        x = inputs[0]
+        return [te.compute(x.shape[::-1], lambda i, j: x[j, i], name="swap")]
+
+    define_op("test.swap_no_shape_func", _swap_rel, INJECTIVE, 1)
+    register_compute("test.swap_no_shape_func", _swap)
+    register_injective_schedule("test.swap_no_shape_func")
+    x2 = relay.var("x", shape=(ANY, 3))
+    func = relay.Function([x2], relay.Call(kiln.ir.op.Op.get("test.swap_no_shape_func"), [x2]))
     with pytest.raises(kiln.TVMError, match="shape function"):
         compile_vm(kiln.IRModule.from_expr(func))
 
@@ -159,20 +178,20 @@ def test_op_without_shape_function_is_a_clear_error():
 def _shape_of_output(body_fn, arg_types, arg_shapes):
     """Run the shape function kernel of ``body_fn(*vars)`` on concrete input shapes."""
     from kiln.relay import transform
-    from kiln.relay.vm.shape_func import _build_shape_kernel, _dynamic_params
-    from kiln.target.build import build_module
+    from kiln.relay.backend.te_compiler import TECompiler
 
     params = [relay.var(f"p{i}", t) for i, t in enumerate(arg_types)]
     func = relay.Function(params, body_fn(*params)).with_attr("Primitive", 1)
     func = transform.InferType()(kiln.IRModule.from_expr(func))["main"]
-    prim, dynamic, checked = _build_shape_kernel(func, "shape_fn")
-    lib = build_module(kiln.IRModule({"shape_fn": prim}), kiln.target.Target("c"))
+    compiler = TECompiler("c")
+    shape_func = compiler.lower_shape_func(func)
+    lib = compiler.build()
     flat = [s for s, t in zip(arg_shapes, arg_types)]
-    ins = [kiln.nd.array(np.array(flat[i], "int64")) for i, _ in _dynamic_params(func)]
+    ins = [kiln.nd.array(np.array(flat[i], "int64")) for i in shape_func.inputs]
     ndim = len(func.body.checked_type.shape)
     shape, size = kiln.nd.empty((ndim,), "int64"), kiln.nd.empty((1,), "int64")
-    agreement = [kiln.nd.empty((1,), "int64")] if checked else []
-    lib["shape_fn"](*ins, shape, size, *agreement)
+    agreement = [kiln.nd.empty((1,), "int64")] if shape_func.checked else []
+    lib[shape_func.name](*ins, shape, size, *agreement)
     return tuple(shape.numpy()), int(size.numpy()[0])
 
 

@@ -6,8 +6,8 @@ Entry points: :func:`build_aot` (``Executor("aot")``), :func:`build_graph_crt`
 
 Both take the optimized, fused module that ``relay.build`` made. The kernels are lowered by
 the one TE compiler; for the C runtime they are printed by the bare-metal C dialect
-(:class:`~kiln.target.codegen_c.CodeGenCBareMetal`: no OpenMP, big scratch from the caller,
-parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
+(:class:`~kiln.target.codegen_c_baremetal.CodeGenCBareMetal`: no OpenMP, big scratch from the
+caller, parallel loops made serial by ``tir.ConvertForLoopsToSerial``) and kept as source
 (:class:`~kiln.target.source_module.CSourceModule`) for the firmware's toolchain and the CRT
 headers; a crt graph build's kernels also compile for the host on demand, so its factory runs
 on the host graph executor. For the C++ runtime (host AOT) the AOT main is compiled and
@@ -25,6 +25,7 @@ from kiln.relay.backend.aot.aot_codegen import AotPlan, plan_aot
 from kiln.relay.backend.aot.aot_emit import AotOptions, AotSource, emit_aot
 from kiln.relay.backend.executor_config import Executor, Runtime, check_combination
 from kiln.relay.backend.graph_executor_codegen import build_nodes
+from kiln.relay.backend.pipeline import build_kernels, make_compilers
 from kiln.relay.backend.te_compiler import TECompiler, kernel_recursion_room
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
@@ -157,13 +158,13 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
                        "tvmgen_<mod>_map_inputs/map_outputs of the C interface")
     pool_fields, limits = _pool_settings(workspace_pools, constant_pools, interface, usmp)
     link_params = executor["link-params"]
-    compiler = TECompiler(target, mod_name)
+    compiler = make_compilers({1: target}, target, mod_name)[1]
     main = mod["main"]
     nodes, heads, params, kernel_calls = build_nodes(main, compiler)
     kernels = {lowered.name: lowered for lowered in compiler.lowered}
     scratch = {}
     if runtime.name == "crt":  # the bare-metal dialect takes big scratch from the pool
-        from kiln.target.codegen_c import scratch_layout
+        from kiln.target.codegen_c_baremetal import scratch_layout
 
         scratch = {name: scratch_layout(f.prim_func)[1] for name, f in kernels.items()}
     plan = plan_aot(nodes, heads, len(main.params), params, kernels,
@@ -189,7 +190,7 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
                                         f"{mod_name}_lib1.c"))
     else:
         aot = emit_aot(plan, options, [])
-        kernel_lib = compiler.build()
+        kernel_lib = build_kernels({1: compiler})
         lib = kernel_lib.with_source(f"{mod_name}_lib0.c", aot.lib0,
                                      aot.packed_functions)
     stats = _stats(plan, aot, compiler, kernel_calls, time.perf_counter() - start)
@@ -223,7 +224,7 @@ def build_graph_crt(mod: Any, target: Any, executor: Executor, runtime: Runtime,
     from kiln.target.c_abi import crt_system_lib_source
     from kiln.target.source_module import CSourceModule
 
-    compiler = TECompiler(target, mod_name)
+    compiler = make_compilers({1: target}, target, mod_name)[1]
     result = codegen(mod["main"], compiler)
     kernel_source, kernel_names = emit_crt_kernels(compiler)
     import json

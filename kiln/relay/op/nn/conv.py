@@ -1,13 +1,12 @@
-"""Convolutions and matrix products: ``nn.conv1d/2d/3d``, transposed convs, Winograd and GEMM
-variants, ``nn.dense``, ``nn.matmul``, ``nn.batch_matmul``, ``nn.contrib_dense_pack``.
+"""Convolutions: ``nn.conv1d/2d/3d``, transposed convs, Winograd and GEMM variants (the matrix
+products are in :mod:`.dense`).
 
 Entry points (TVM's signatures): :func:`conv1d`, :func:`conv2d`, :func:`conv3d`,
 :func:`conv1d_transpose`, :func:`conv2d_transpose`,
 :func:`contrib_conv2d_winograd_weight_transform`,
 :func:`contrib_conv2d_winograd_without_weight_transform`,
 :func:`contrib_conv2d_gemm_weight_transform`,
-:func:`contrib_conv2d_gemm_without_weight_transform`, :func:`dense`, :func:`matmul`,
-:func:`batch_matmul`, :func:`contrib_dense_pack`. All are ``OUT_ELEMWISE_FUSABLE``.
+:func:`contrib_conv2d_gemm_without_weight_transform`. All are ``OUT_ELEMWISE_FUSABLE``.
 
 Relations work in a canonical layout (``NCHW`` data, ``OIHW`` kernel): the input shapes are
 converted from the attrs' layouts, the output is computed there and converted to
@@ -33,14 +32,9 @@ from kiln.relay.op import op_attrs as A
 from kiln.relay.op.layout import convert_shape
 from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op, register_arg_types
 from kiln.relay.op.type_relations import (
-    Any as DynDim,
-)
-from kiln.relay.op.type_relations import (
     dim_op,
     dims,
-    dims_equal,
     fail,
-    is_any,
     is_static,
     shape_str,
     tensor_arg,
@@ -394,123 +388,10 @@ def contrib_conv2d_gemm_without_weight_transform(
                     out_layout=out_layout, out_dtype=out_dtype))
 
 
-# ---- matrix products ----------------------------------------------------------------------
-def _check_reduction(a, b, op_name, lhs, rhs):
-    if is_static(a) and is_static(b) and a != b:
-        fail(f"{op_name}: reduction dims differ: {a} in {shape_str(lhs)} vs {b} in "
-             f"{shape_str(rhs)}")
-
-
-def _matmul_rel(types, attrs, op_name):
-    a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
-    x, w = dims(a), dims(b)
-    transpose_a = bool(getattr(attrs, "transpose_a", False))
-    transpose_b = bool(getattr(attrs, "transpose_b", True))  # dense: weight is (units, K)
-    if len(x) < 1 or len(w) != 2 or (transpose_a and len(x) < 2):
-        fail(f"{op_name}: expects data of rank >= 1 and a rank-2 weight, got "
-             f"{shape_str(x)} and {shape_str(w)}")
-    if transpose_a:
-        x = x[:-2] + [x[-1], x[-2]]
-    n, k = (w[0], w[1]) if transpose_b else (w[1], w[0])
-    _check_reduction(x[-1], k, op_name, dims(a), w)
-    if attrs.units is not None:
-        if is_static(n) and n != int(attrs.units):
-            fail(f"{op_name}: units={attrs.units} but the weight gives {n} outputs")
-        n = int(attrs.units)
-    return tensor_type(x[:-1] + [n], attrs.out_dtype or a.dtype)
-
-
-def _matmul_weight(types, attrs, op_name):
-    """``FInferArgTypes`` of dense/matmul: an unannotated weight from the data and ``units``."""
-    if types[0] is None or types[1] is not None or attrs.units is None:
-        return {}
-    a = tensor_arg(types, 0, op_name)
-    x = dims(a)
-    transpose_a = bool(getattr(attrs, "transpose_a", False))
-    if len(x) < (2 if transpose_a else 1):
-        return {}  # the relation reports the bad rank
-    k, units = (x[-2] if transpose_a else x[-1]), int(attrs.units)
-    transpose_b = bool(getattr(attrs, "transpose_b", True))
-    return {1: tensor_type([units, k] if transpose_b else [k, units], a.dtype)}
-
-
-def _dense_pack_rel(types, attrs, op_name):
-    a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
-    x, w = dims(a), dims(b)
-    if len(w) != 3:
-        fail(f"{op_name}: expects a packed (N/n, K, n) weight, got {shape_str(w)}")
-    _check_reduction(x[-1], w[1], op_name, x, w)
-    return tensor_type(x[:-1] + [dim_op(lambda p, q: p * q, w[0], w[2])],
-                       attrs.out_dtype or a.dtype)
-
-
-def _batch_matmul_rel(types, attrs, op_name):
-    a, b = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
-    x, y = dims(a), dims(b)
-    if len(x) != 3 or len(y) != 3:
-        fail(f"{op_name}: expects rank-3 operands, got {shape_str(x)} and {shape_str(y)}")
-    m, k1 = (x[2], x[1]) if attrs.transpose_a else (x[1], x[2])
-    n, k2 = (y[1], y[2]) if attrs.transpose_b else (y[2], y[1])
-    _check_reduction(k1, k2, op_name, x, y)
-    if is_any(x[0]) or is_any(y[0]):
-        batch = DynDim()
-    elif dims_equal(x[0], y[0]) or y[0] == 1:
-        batch = x[0]
-    elif x[0] == 1:
-        batch = y[0]
-    else:
-        fail(f"{op_name}: batch dims {x[0]} and {y[0]} do not broadcast")
-    return tensor_type([batch, m, n], attrs.out_dtype or a.dtype)
-
-
-define_op("nn.dense", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.DenseAttrs, "x @ w.T", 1)
-define_op("nn.matmul", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.MatmulAttrs, "a @ b", 1)
-define_op("nn.contrib_dense_pack", _dense_pack_rel, OUT_ELEMWISE_FUSABLE, 2, A.DensePackAttrs,
-          "dense on a packed weight", 10)
-define_op("nn.batch_matmul", _batch_matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.BatchMatmulAttrs,
-          "batched matrix product", 10)
-# nn.batch_matmul has no ``units``: an unannotated operand's extent N cannot be determined.
-register_arg_types("nn.dense", _matmul_weight)
-register_arg_types("nn.matmul", _matmul_weight)
-
-
-def dense(data: Any, weight: Any, units: int | None = None, out_dtype: str = "") -> Any:
-    """``data @ weight.T`` with weight ``(units, K)``.
-
-    Example
-    -------
-    >>> from kiln import relay
-    >>> y = relay.nn.dense(relay.var("x", shape=(4, 8)), relay.var("w", shape=(16, 8)))
-    """
-    return call("nn.dense", [data, weight], A.DenseAttrs(units=units, out_dtype=out_dtype))
-
-
-def matmul(tensor_a: Any, tensor_b: Any, units: int | None = None, out_dtype: str = "",
-           transpose_a: bool = False, transpose_b: bool = False) -> Any:
-    """``op(a) @ op(b)`` with optional transposes of the last two axes."""
-    return call("nn.matmul", [tensor_a, tensor_b], A.MatmulAttrs(
-        units=units, out_dtype=out_dtype, transpose_a=bool(transpose_a),
-        transpose_b=bool(transpose_b)))
-
-
-def contrib_dense_pack(data: Any, weight: Any, weight_layout: str = "NC",
-                       units: int | None = None, out_dtype: str = "") -> Any:
-    """Dense with a weight packed as ``(N/n, K, n)``."""
-    return call("nn.contrib_dense_pack", [data, weight], A.DensePackAttrs(
-        units=units, out_dtype=out_dtype, weight_layout=weight_layout))
-
-
-def batch_matmul(tensor_a: Any, tensor_b: Any, out_dtype: str = "", transpose_a: bool = False,
-                 transpose_b: bool = True) -> Any:
-    """Batched ``a @ b`` (``b`` given as ``(B, N, K)`` when ``transpose_b``, the default)."""
-    return call("nn.batch_matmul", [tensor_a, tensor_b], A.BatchMatmulAttrs(
-        out_dtype=out_dtype, transpose_a=bool(transpose_a), transpose_b=bool(transpose_b)))
-
-
 __all__ = [
     "conv1d", "conv2d", "conv3d", "conv1d_transpose", "conv2d_transpose",
     "contrib_conv2d_winograd_weight_transform",
     "contrib_conv2d_winograd_without_weight_transform",
     "contrib_conv2d_gemm_weight_transform", "contrib_conv2d_gemm_without_weight_transform",
-    "dense", "matmul", "contrib_dense_pack", "batch_matmul", "get_pad_tuple", "pad_pairs",
+    "get_pad_tuple", "pad_pairs",
 ]

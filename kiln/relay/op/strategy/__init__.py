@@ -16,7 +16,7 @@ True
 
 from __future__ import annotations
 
-from kiln.relay.op.strategy import arm_cpu, generic, gpu, x86  # noqa: F401 - registers
+from kiln.relay.op.strategy import arm_cpu, generic, gpu, rnn, x86  # noqa: F401 - registers
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_injective, schedule_reduce
 from kiln.relay.op.strategy.registry import (
                                             OpImplementation,

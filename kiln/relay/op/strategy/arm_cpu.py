@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kiln import topi
 from kiln.relay.op.strategy import generic  # noqa: F401 - registers the generic pairs reused here
+from kiln.relay.op.strategy.arm_cpu_int8 import add_int8_conv2d, add_int8_dense
 from kiln.relay.op.strategy.registry import (
     IMPLEMENTATIONS,
     OpStrategy,
@@ -87,6 +88,7 @@ def dense_strategy_arm_cpu(attrs, inputs, out_type, target):
     strategy.add(IMPLEMENTATIONS["dense.generic"])
     if _micro_kernel_fits(inputs, out_type, target):
         strategy.add(_DENSE_MICRO_KERNEL)
+    add_int8_dense(strategy, attrs, inputs, out_type, target)
     return strategy
 
 
@@ -101,4 +103,5 @@ def conv2d_strategy_arm_cpu(attrs, inputs, out_type, target):
         if topi.arm_cpu.conv2d_1x1_applies(attrs, inputs[0].shape,
                                            [int(d.value) for d in inputs[1].shape]):
             strategy.add(_CONV2D_1X1_MICRO_KERNEL)
+    add_int8_conv2d(strategy, attrs, inputs, out_type, target, _CONV2D_DIRECT)
     return strategy

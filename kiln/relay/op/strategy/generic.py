@@ -1,12 +1,15 @@
-"""Generic strategies: a TOPI compute and a target-keyed schedule for every Tier-1 op.
+"""Generic strategies: every op with a compute and a schedule gets one (``<op>.generic``).
 
 Entry points: :data:`COMPUTES` (op name → ``compute(attrs, inputs, out_type)``),
-:data:`SCHEDULE_KIND` (op name → ``"injective"``, ``"reduce"`` or ``"opaque"``),
-:func:`schedule_injective`, :func:`schedule_reduce`.
+:func:`schedule_kind` (``"injective"``, ``"reduce"`` or ``"opaque"``),
+:func:`schedule_injective`, :func:`schedule_reduce`, :func:`schedule_opaque`.
 
-Every op in :data:`COMPUTES` gets a ``"generic"`` strategy (one implementation,
-``<op>.generic``) and, when injective, its ``FTVMCompute`` and ``FTVMSchedule`` as well.
-Faster target-specific implementations live in :mod:`.x86` and :mod:`.arm_cpu`.
+Op family modules (``kiln/relay/op/nn/dense.py`` …) register an op's compute and schedule
+beside the op (``register_compute``, ``register_injective_schedule`` …). The ops not moved
+into a family module yet keep their compute in the :data:`COMPUTES` table below, which
+gives them ``FTVMCompute`` and ``FTVMSchedule``; after import :data:`COMPUTES` lists every
+op's compute. Faster target-specific implementations live in :mod:`.x86` and
+:mod:`.arm_cpu`.
 
 The ``dyn.*`` ops and ``argwhere`` have computes too (:mod:`kiln.topi.dynamic`): their output
 extents are run-time values that the VM gets from each op's shape function
@@ -21,30 +24,22 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln import topi
+from kiln.relay.op.op import SCHEDULE_KINDS, schedule_injective, schedule_opaque, schedule_reduce
+from kiln.relay.op.rule_util import optional_list as _opt
+from kiln.relay.op.rule_util import out_dtype as _dtype
+from kiln.relay.op.rule_util import out_shape, static_or_symbolic
 from kiln.relay.op.strategy.registry import (
     OpStrategy,
+    register_generic_strategy,
     register_implementation,
-    register_strategy,
     register_target_schedule,
-    target_schedule,
 )
 from kiln.tir import op as _op
 from kiln.topi import dynamic, nn
 from kiln.topi.nn import winograd
 
-
-def out_shape(out_type: Any, index: int | None = None) -> list[Any]:
-    """The output shape (of field ``index`` of a tuple type) with static dims as ints."""
-    t = out_type.fields[index] if index is not None else out_type
-    return [int(d.value) if isinstance(getattr(d, "value", None), int) else d for d in t.shape]
-
-
-def _dtype(out_type: Any, index: int | None = None) -> str:
-    return str((out_type.fields[index] if index is not None else out_type).dtype)
-
-
-def _opt(value: Any) -> Any:
-    return None if value is None else (list(value) if isinstance(value, tuple | list) else value)
+__all__ = ["COMPUTES", "SCHEDULES", "out_shape", "schedule_kind", "schedule_injective",
+           "schedule_reduce", "schedule_opaque", "wrap_strategy"]
 
 
 # ---- computes: fn(attrs, inputs, out_type) -> list of tensors ---------------------------------
@@ -72,10 +67,6 @@ def _reduce(fn: Callable) -> Callable:
 def _arg_reduce(fn: Callable) -> Callable:
     return lambda a, i, t: [fn(i[0], _opt(a.axis), a.keepdims, a.exclude,
                                a.select_last_index)]
-
-
-def _full_value(value: Any) -> Any:
-    return value
 
 
 COMPUTES.update({
@@ -170,12 +161,6 @@ COMPUTES.update({
     "scatter_elements": lambda a, i, t: [topi.scatter_elements(i[0], i[1], i[2], a.axis,
                                                                a.reduction)],
     "scatter_nd": lambda a, i, t: [topi.scatter_nd(i[0], i[1], i[2], a.mode)],
-    "nn.dense": lambda a, i, t: [nn.dense(i[0], i[1], None, _dtype(t))],
-    "nn.matmul": lambda a, i, t: [nn.matmul(i[0], i[1], None, _dtype(t), a.transpose_a,
-                                            a.transpose_b)],
-    "nn.contrib_dense_pack": lambda a, i, t: [nn.dense_pack(i[0], i[1], None, _dtype(t))],
-    "nn.batch_matmul": lambda a, i, t: [nn.batch_matmul(i[0], i[1], _dtype(t),
-                                                        a.transpose_a, a.transpose_b)],
     "image.resize1d": lambda a, i, t: [topi.image.resize1d(
         i[0], _opt(a.roi), out_shape(t)[a.layout.index("W"):][:1], a.layout, a.method,
         a.coordinate_transformation_mode, a.rounding_method, a.cubic_alpha,
@@ -280,18 +265,6 @@ COMPUTES.update({
 # dims, bound from the buffers it allocates from each op's shape function).
 
 
-def _symbolic_or(static: Callable, symbolic: Callable) -> Callable:
-    """``static`` (constant shapes, folded indexing) unless the call has a run-time extent."""
-    def compute(attrs, inputs, out_type):
-        shapes = [list(t.shape) for t in getattr(out_type, "fields", [out_type])]
-        shapes += [list(t.shape) for t in inputs]
-        if all(dynamic.is_static(shape) for shape in shapes):
-            return static(attrs, inputs, out_type)
-        return symbolic(attrs, inputs, out_type)
-
-    return compute
-
-
 def _slice_with_attrs(a, i, t):
     spec = dynamic.attr_slice_spec(list(i[0].shape), list(a.begin), _opt(a.end), _opt(a.strides),
                                    _opt(a.axes), a.slice_mode)
@@ -333,10 +306,8 @@ for _name, _symbolic in (
         ("concatenate", lambda a, i, t: [dynamic.concatenate(list(i), a.axis, out_shape(t))]),
         ("strided_slice", _slice_with_attrs),
         ("split", lambda a, i, t: dynamic.split(
-            i[0], [out_shape(t, k) for k in range(len(t.fields))], a.axis)),
-        ("nn.batch_matmul", lambda a, i, t: [dynamic.batch_matmul(
-            i[0], i[1], out_shape(t), _dtype(t), a.transpose_a, a.transpose_b)])):
-    COMPUTES[_name] = _symbolic_or(COMPUTES[_name], _symbolic)
+            i[0], [out_shape(t, k) for k in range(len(t.fields))], a.axis))):
+    COMPUTES[_name] = static_or_symbolic(COMPUTES[_name], _symbolic)
 
 COMPUTES.update({
     "dyn.reshape": _reshape_to_out_type,
@@ -360,12 +331,12 @@ COMPUTES.update({
     "argwhere": lambda a, i, t: [dynamic.argwhere(i[0], out_shape(t), _dtype(t))],
 })
 
-# "injective" ops fuse and use the injective schedule; "reduce" the reduction schedule;
-# everything else the generic default (producers inlined, root stages serial).
+# Schedule kinds of the ops still in COMPUTES: "injective" ops fuse and use the injective
+# schedule; "reduce" the reduction schedule; everything else the generic default (producers
+# inlined, root stages serial). Ops in family modules register their schedule themselves.
 _REDUCE = {"sum", "mean", "max", "min", "prod", "all", "any", "argmax", "argmin",
            "variance", "collapse_sum_like", "collapse_sum_to"}
-_OPAQUE = {"nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul",
-           "nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose",
+_OPAQUE = {"nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose",
            "nn.conv2d_transpose", "nn.softmax", "nn.fast_softmax", "nn.log_softmax",
            "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.l2_normalize", "nn.lrn",
            "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of", "argsort",
@@ -376,13 +347,21 @@ _OPAQUE = {"nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul",
            "nn.contrib_conv2d_gemm_without_weight_transform"}
 
 
-def schedule_kind(op_name: str) -> str:
+def _table_kind(op_name: str) -> str:
     if op_name in _REDUCE:
         return "reduce"
     if op_name in _OPAQUE or op_name.startswith(("nn.max_pool", "nn.avg_pool", "nn.global",
                                                  "nn.adaptive")):
         return "opaque"
     return "injective"
+
+
+def schedule_kind(op_name: str) -> str:
+    """``"injective"``, ``"reduce"`` or ``"opaque"``: how ``op_name``'s groups are scheduled."""
+    from kiln.ir.op import Op
+
+    kind = SCHEDULE_KINDS.get(Op.get(op_name).get_attr("FTVMSchedule"))
+    return kind if kind is not None else _table_kind(op_name)
 
 
 @register_target_schedule("injective", "generic")
@@ -400,22 +379,7 @@ def _generic_opaque(outs):
     return topi.generic.default_schedule(outs)
 
 
-def schedule_injective(attrs: Any, outs: Any, target: Any) -> Any:
-    """Schedule a fused injective group for ``target`` (TVM's strategy.schedule_injective)."""
-    return target_schedule("injective", outs, target)
-
-
-def schedule_reduce(attrs: Any, outs: Any, target: Any) -> Any:
-    """Schedule a fused group ending in a reduction for ``target``."""
-    return target_schedule("reduce", outs, target)
-
-
-def schedule_opaque(attrs: Any, outs: Any, target: Any) -> Any:
-    return target_schedule("opaque", outs, target)
-
-
-SCHEDULES = {"injective": schedule_injective, "reduce": schedule_reduce,
-             "opaque": schedule_opaque}
+SCHEDULES = {kind: schedule for schedule, kind in SCHEDULE_KINDS.items()}
 
 
 def wrap_strategy(compute: Callable, schedule: Callable, name: str,
@@ -431,27 +395,26 @@ def wrap_strategy(compute: Callable, schedule: Callable, name: str,
     return fstrategy
 
 
-def _implementation_stem(op_name: str) -> str:
-    """``nn.dense`` → ``dense``; ``dyn.nn.pad`` → ``dyn_pad`` (apart from ``nn.pad``'s)."""
-    stem = op_name.split(".")[-1]
-    return f"dyn_{stem}" if op_name.startswith("dyn.") else stem
-
-
 def _register_all() -> None:
+    """Generic strategies for every op with a compute and a schedule.
+
+    Ops still listed in :data:`COMPUTES` get their ``FTVMCompute`` and ``FTVMSchedule`` from
+    it first; :data:`COMPUTES` then lists the compute of every op, wherever it is defined, so
+    target strategies can reuse an op's generic compute by name.
+    """
     from kiln.ir.op import Op
 
     for op_name, compute in COMPUTES.items():
-        kind = schedule_kind(op_name)
-        schedule = SCHEDULES[kind]
-        register_strategy(op_name, "generic")(
-            wrap_strategy(compute, schedule, f"{_implementation_stem(op_name)}.generic",
-                          op_name=op_name))
         op = Op.get(op_name)
         if op.get_attr("FTVMCompute") is None:
             op.set_attr("FTVMCompute", compute)
-        if kind == "injective" and op.get_attr("FTVMSchedule") is None:
-            op.set_attr("FTVMSchedule", schedule)
+        if op.get_attr("FTVMSchedule") is None:
+            op.set_attr("FTVMSchedule", SCHEDULES[_table_kind(op_name)])
+    for op_name in Op.list_op_names():
+        register_generic_strategy(op_name)
+        compute = Op.get(op_name).get_attr("FTVMCompute")
+        if compute is not None:
+            COMPUTES.setdefault(op_name, compute)
 
 
 _register_all()
-_ = _full_value

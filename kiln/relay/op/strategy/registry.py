@@ -2,14 +2,19 @@
 
 Entry points: :class:`OpImplementation`, :class:`OpStrategy`, :func:`register_strategy`,
 :func:`strategy_for`, :func:`select_implementation`, :func:`register_tuned_selector`,
-:func:`register_target_schedule`, :func:`target_schedule`.
+:func:`register_config_provider`, :func:`tuned_config`, :func:`register_target_schedule`,
+:func:`target_schedule`.
 
 A strategy function ``fstrategy(attrs, inputs, out_type, target) -> OpStrategy`` is registered
 per op and *target key* with ``@register_strategy("nn.dense", "cpu")``. An op's
 ``FTVMStrategy`` attribute dispatches on ``target.keys`` in order and falls back to the
-``"generic"`` registration. :func:`select_implementation` runs the strategy and takes the
-implementation with the highest ``plevel`` unless a tuner's selector (AutoTVM records) picks
-another by name.
+``"generic"`` registration; an op registered with a compute and a schedule
+(``register_compute`` + ``register_injective_schedule`` …) gets its ``generic`` strategy from
+them with :func:`register_generic_strategy`, at the latest when it is first lowered.
+:func:`select_implementation` runs the strategy and takes the implementation with the highest
+``plevel`` unless a tuner's selector picks another by name, or tuning records (a config
+provider: ``kiln.autotvm``'s dispatch context) know configs for some implementations: then the
+one with the lowest measured cost runs with its tuned knobs.
 
 Example
 -------
@@ -22,6 +27,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +36,9 @@ from kiln.runtime.error import OpNotImplemented, TVMError
 
 __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for",
            "register_implementation", "IMPLEMENTATIONS", "IMPLEMENTATIONS_OF",
-           "select_implementation", "register_tuned_selector", "register_target_schedule",
-           "target_schedule", "target_keys", "registered_keys"]
+           "select_implementation", "register_tuned_selector", "register_config_provider",
+           "tuned_config", "register_target_schedule", "target_schedule", "target_keys",
+           "registered_keys", "register_generic_strategy", "implementation_stem"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,7 @@ _STRATEGIES: dict[str, dict[str, Callable]] = {}
 # schedule kind ("injective", "reduce") -> target key -> schedule(outs)
 _TARGET_SCHEDULES: dict[str, dict[str, Callable]] = {}
 _TUNED_SELECTORS: list[Callable] = []
+_CONFIG_PROVIDERS: list[Callable] = []
 
 
 def target_keys(target: Any) -> tuple[str, ...]:
@@ -152,14 +160,47 @@ def registered_keys(op_name: str) -> list[str]:
     return sorted(_STRATEGIES.get(op_name, {}))
 
 
+def implementation_stem(op_name: str) -> str:
+    """``nn.dense`` → ``dense``; ``dyn.nn.pad`` → ``dyn_pad`` (apart from ``nn.pad``'s)."""
+    stem = op_name.split(".")[-1]
+    return f"dyn_{stem}" if op_name.startswith("dyn.") else stem
+
+
+def register_generic_strategy(op_name: str) -> bool:
+    """Give ``op_name`` the ``generic`` strategy made of its ``FTVMCompute`` and
+    ``FTVMSchedule`` (one implementation, ``<op>.generic``), as TVM's
+    ``_create_fstrategy_from_schedule``. False when the op lacks either or already has one."""
+    from kiln.ir.op import Op
+
+    op = Op.get(op_name)
+    compute, schedule = op.get_attr("FTVMCompute"), op.get_attr("FTVMSchedule")
+    if compute is None or schedule is None or "generic" in _STRATEGIES.get(op_name, {}):
+        return False
+    impl = register_implementation(compute, schedule, f"{implementation_stem(op_name)}.generic",
+                                   op_name=op_name)
+
+    def generic_strategy(attrs: Any, inputs: list, out_type: Any, target: Any) -> OpStrategy:
+        strategy = OpStrategy()
+        strategy.add(impl)
+        return strategy
+
+    generic_strategy.__name__ = f"{implementation_stem(op_name)}_strategy_generic"
+    register_strategy(op_name, "generic")(generic_strategy)
+    return True
+
+
 def strategy_for(op: Any, attrs: Any, inputs: list, out_type: Any, target: Any) -> OpStrategy:
     """Run ``op``'s ``FTVMStrategy`` for this call."""
     from kiln.ir.op import Op
 
     op = Op.get(op) if isinstance(op, str) else op
     fstrategy = op.get_attr("FTVMStrategy")
+    if fstrategy is None and register_generic_strategy(op.name):
+        # registered with a compute and a schedule after the strategy layer was loaded
+        fstrategy = op.get_attr("FTVMStrategy")
     if fstrategy is None:
-        raise OpNotImplemented(f"operator {op.name} has no FTVMStrategy")
+        raise OpNotImplemented(f"operator {op.name} has no FTVMStrategy (register a compute "
+                               "and a schedule, or a strategy)")
     strategy = fstrategy(attrs, inputs, out_type, target)
     if not strategy.implementations:
         raise OpNotImplemented(f"operator {op.name}: the strategy has no implementation for "
@@ -172,6 +213,32 @@ def register_tuned_selector(selector: Callable) -> Callable:
     of the implementation a tuning record prefers (or None); the newest selector asks first."""
     _TUNED_SELECTORS.insert(0, selector)
     return selector
+
+
+def register_config_provider(provider: Callable) -> Callable:
+    """``provider(impl_name, attrs, inputs, out_type, target)`` returns ``(cost, knobs)`` when
+    tuning records hold a config for that implementation of this call, else None. ``inputs``
+    and ``out_type`` need only ``shape`` and ``dtype`` (te tensors or Relay types)."""
+    if provider not in _CONFIG_PROVIDERS:
+        _CONFIG_PROVIDERS.append(provider)
+    return provider
+
+
+def tuned_config(impl_name: str, attrs: Any, inputs: list, out_type: Any,
+                 target: Any) -> tuple[float, dict] | None:
+    """``(cost, knobs)`` of the tuned config of ``impl_name`` for this call, or None."""
+    for provider in _CONFIG_PROVIDERS:
+        found = provider(impl_name, attrs, inputs, out_type, target)
+        if found is not None:
+            return found
+    return None
+
+
+def _with_config(impl: OpImplementation, knobs: dict) -> OpImplementation:
+    """``impl`` whose compute and schedule both run with the tuned ``knobs``."""
+    return OpImplementation(functools.partial(impl.compute, config=knobs),
+                            functools.partial(impl.schedule, config=knobs), impl.name,
+                            impl.plevel, {**impl.config, **knobs})
 
 
 def select_implementation(op: Any, attrs: Any, inputs: list, out_type: Any,
@@ -203,6 +270,15 @@ def select_implementation(op: Any, attrs: Any, inputs: list, out_type: Any,
         chosen = next((i for i in impls if i.name == name), None)
         if chosen is not None:
             break
+    if chosen is None and _CONFIG_PROVIDERS:
+        tuned = {}
+        for impl in impls:  # every implementation is asked: extraction records them all
+            found = tuned_config(impl.name, attrs, inputs, out_type, target)
+            if found is not None:
+                tuned[impl.name] = found
+        if tuned:
+            best = min((i for i in impls if i.name in tuned), key=lambda i: tuned[i.name][0])
+            chosen = _with_config(best, tuned[best.name][1])
     if chosen is None:
         chosen = max(impls, key=lambda i: i.plevel)
     outs = chosen.compute(attrs, inputs, out_type)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from kiln import topi
+from kiln.relay.op.strategy import x86_int8
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
     IMPLEMENTATIONS,
@@ -21,6 +22,7 @@ from kiln.relay.op.strategy.registry import (
     register_strategy,
     register_target_schedule,
     target_keys,
+    tuned_config,
 )
 from kiln.topi.utils import normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
@@ -135,7 +137,9 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     nchw = attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
     channels = inputs[0].shape[1] if len(inputs[0].shape) == 4 else None
     prepacked = attrs.data_layout == "NCHW" and _PACKED_KERNEL.fullmatch(attrs.kernel_layout)
-    if prepacked and attrs.groups == 1 and attrs.out_layout in ("", "NCHW"):
+    if x86_int8.int8_conv2d_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.CONV2D_NCHW_INT8)
+    elif prepacked and attrs.groups == 1 and attrs.out_layout in ("", "NCHW"):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
@@ -153,11 +157,18 @@ def _foldable_weight(weight, tinfos) -> bool:
     return _static_2d(tinfos[1]) and not free_vars(weight)
 
 
+def _tuned_knobs(impl_name, attrs, tinfos, out_type, target, defaults: dict) -> dict:
+    """The knobs tuning records give ``impl_name`` for this call over ``defaults``: the packed
+    layout chosen here must be the one the tuned schedule was measured with."""
+    tuned = tuned_config(impl_name, attrs, tinfos, out_type, target)
+    return {**defaults, **(tuned[1] if tuned is not None else {})}
+
+
 def alter_dense_layout(attrs, inputs, tinfos, out_type):
     """``FTVMAlterOpLayout`` of ``nn.dense`` on cpu targets: use ``contrib_dense_pack`` with the
     weight behind a ``layout_transform`` to ``NC{n}n``, which FoldConstant folds away for a
     constant weight (so ``dense_pack.x86`` packs nothing at run time). None elsewhere."""
-    from kiln.relay.op.nn.conv import contrib_dense_pack
+    from kiln.relay.op.nn.dense import contrib_dense_pack
     from kiln.relay.op.strategy.registry import target_keys
     from kiln.relay.op.transform import layout_transform
     from kiln.target import Target
@@ -171,7 +182,8 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     units = tinfos[1].shape[0]
     if not hasattr(units, "value"):
         return None
-    lanes = x86_dense.DEFAULT_CONFIG["tile_x"]
+    lanes = _tuned_knobs("dense_pack.x86", attrs, tinfos, out_type, target,
+                         x86_dense.DEFAULT_CONFIG)["tile_x"]
     lanes = max(d for d in range(1, lanes + 1) if int(units.value) % d == 0)
     weight = layout_transform(inputs[1], "NC", f"NC{lanes}n")
     return contrib_dense_pack(inputs[0], weight, f"NC{lanes}n", attrs.units, attrs.out_dtype)
@@ -190,19 +202,25 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     from kiln.relay.op.transform import layout_transform
     from kiln.target import Target
 
-    keys = target_keys(Target.current(allow_none=True))
+    target = Target.current(allow_none=True)
+    keys = target_keys(target)
     if "cpu" not in keys or "arm_cpu" in keys or attrs.groups != 1:
         return None
     if not _foldable_weight(inputs[1], tinfos):
         return None
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
         return None
+    if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, Target.current(allow_none=True)):
+        # the 8-bit micro-kernel's own packed layout
+        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type,
+                                                 Target.current(allow_none=True))
     dims = [*tinfos[1].shape, *out_type.shape]
     if not all(hasattr(d, "value") for d in dims):
         return None
     out_channels, out_width = int(out_type.shape[1].value), int(out_type.shape[3].value)
-    bn, _ = x86_conv2d.block_shape(out_channels, out_width, x86_conv2d.DEFAULT_CONFIG,
-                                   int(tinfos[1].shape[3].value))
+    knobs = _tuned_knobs("conv2d_nchw.x86", attrs, tinfos, out_type, target,
+                         x86_conv2d.DEFAULT_CONFIG)
+    bn, _ = x86_conv2d.block_shape(out_channels, out_width, knobs, int(tinfos[1].shape[3].value))
     if bn <= 1:
         return None
     kernel_layout = f"OIHW{bn}o"

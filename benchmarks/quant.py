@@ -1,0 +1,167 @@
+"""int8 models: kiln int8 vs onnxruntime int8 (2 threads) vs kiln float32, in one run.
+
+    python benchmarks/quant.py [--models resnet18,mobilenet] [--size 224] [--repeat 10]
+                               [--per-channel] [--target llvm]
+
+Each model is defined in PyTorch (ResNet-18 from ``benchmarks/models.py``, a MobileNet-v1
+style depthwise-separable net here), exported to ONNX, quantized by onnxruntime's
+``quantize_static`` (QDQ format, uint8 activations, int8 weights, calibrated on random
+inputs), imported with ``relay.frontend.from_onnx`` (QDQ regions become QNN integer ops),
+built with ``relay.build`` and run on kiln's graph executor. The float model is built too.
+Columns: kiln int8, onnxruntime int8 with 2 threads and kiln float32 (medians, ms), the
+ratio kiln int8 / ort int8 (goal <= 1.0), kiln float32 / kiln int8 (goal >= 1.5 on
+ResNet-18), compile seconds, and the largest difference of kiln's int8 output from
+onnxruntime's in output quantization steps. Absolute times on shared machines are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+os.environ.setdefault("KILN_NUM_THREADS", "2")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# this checkout's kiln (not an installed one) and benchmarks/models.py
+sys.path[:0] = [os.path.dirname(_HERE), _HERE]
+
+
+def mobilenet_style():
+    """MobileNet-v1 style: a 3x3 stem, then depthwise 3x3 + pointwise 1x1 blocks."""
+    import torch
+    from torch import nn
+
+    def separable(cin, cout, stride):
+        return nn.Sequential(
+            nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+            nn.ReLU(), nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    class MobileNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            cfg = [(32, 64, 1), (64, 128, 2), (128, 128, 1), (128, 256, 2), (256, 256, 1),
+                   (256, 512, 2), (512, 512, 1), (512, 512, 1), (512, 1024, 2)]
+            self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False),
+                                      nn.BatchNorm2d(32), nn.ReLU())
+            self.blocks = nn.Sequential(*[separable(*c) for c in cfg])
+            self.fc = nn.Linear(1024, 1000)
+
+        def forward(self, x):
+            x = self.blocks(self.stem(x))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    return MobileNet()
+
+
+def _models(size: int) -> dict:
+    from models import build_models
+
+    return {"resnet18": build_models()["resnet18"][0], "mobilenet": mobilenet_style()}
+
+
+def _time(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _export_and_quantize(model, shape, workdir, name, per_channel):
+    import onnx
+    import torch
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    model.eval()
+    f_path, q_path = (os.path.join(workdir, f"{name}_{k}.onnx") for k in ("f32", "int8"))
+    torch.onnx.export(model, (torch.randn(*shape),), f_path, input_names=["input"],
+                      output_names=["output"], dynamo=False, opset_version=17)
+    rng = np.random.default_rng(0)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"input": rng.standard_normal(shape).astype("float32")}
+                                 for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(f_path, q_path, Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                    per_channel=per_channel)
+    out_scale = [onnx.numpy_helper.to_array(i) for i in onnx.load(q_path).graph.initializer
+                 if i.name.startswith("output_scale")]
+    return f_path, q_path, float(out_scale[0]) if out_scale else float("nan")
+
+
+def _kiln(path, shape, x, target, repeat):
+    import kiln
+    from kiln import relay
+    from kiln.contrib.graph_executor import GraphModule
+    from kiln.relay.frontend import from_onnx
+
+    start = time.perf_counter()
+    mod, params = from_onnx(path, shape={"input": list(shape)})
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    compile_s = time.perf_counter() - start
+    gmod = GraphModule(lib["default"](kiln.cpu(0)))
+    gmod.set_input("input", x)
+    ms = _time(gmod.run, repeat) * 1e3
+    return ms, compile_s, gmod.get_output(0).numpy()
+
+
+def _ort(path, x, repeat, threads=2):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    ms = _time(lambda: sess.run(None, {"input": x}), repeat) * 1e3
+    return ms, sess.run(None, {"input": x})[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,mobilenet")
+    parser.add_argument("--size", type=int, default=224, help="input height and width")
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--per-channel", action="store_true")
+    parser.add_argument("--target", default="llvm")
+    args = parser.parse_args()
+    from models import _machine
+
+    print(_machine(), f"| KILN_NUM_THREADS={os.environ['KILN_NUM_THREADS']} | "
+          f"input {args.size}x{args.size} | per_channel={args.per_channel}")
+    header = (f"{'model':10} {'kiln int8':>10} {'ort int8':>9} {'kiln f32':>9} "
+              f"{'int8/ort':>9} {'f32/int8':>9} {'compile s':>10} {'max steps':>9}")
+    print(header)
+    models = _models(args.size)
+    shape = (1, 3, args.size, args.size)
+    x = np.random.default_rng(1).standard_normal(shape).astype("float32")
+    with tempfile.TemporaryDirectory() as workdir:
+        for name in args.models.split(","):
+            f_path, q_path, out_scale = _export_and_quantize(models[name], shape, workdir, name,
+                                                             args.per_channel)
+            k8, compile_s, out8 = _kiln(q_path, shape, x, args.target, args.repeat)
+            k32, _, _ = _kiln(f_path, shape, x, args.target, args.repeat)
+            o8, ref8 = _ort(q_path, x, args.repeat)
+            steps = float(np.max(np.abs(out8 - ref8)) / out_scale)
+            print(f"{name:10} {k8:10.2f} {o8:9.2f} {k32:9.2f} {k8 / o8:9.2f} "
+                  f"{k32 / k8:9.2f} {compile_s:10.1f} {steps:9.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""kiln's x86 schedules as AutoTVM templates, and the Relay calls they tune.
+
+Entry points: the TOPI templates ``dense_pack.x86``, ``conv2d_nchw.x86``,
+``depthwise_conv2d_nchw.x86`` and ``batch_matmul_pack.x86`` (registered on import),
+:data:`KNOBS` (template name -> ``knobs(cfg)``, the schedule's config dict), and
+:data:`RELAY_TASKS` (Relay implementation name -> ``(task_name, args)`` of its call).
+
+Each template defines a space over the knobs of the schedule's ``DEFAULT_CONFIG``; a
+fallback config (nothing tuned) maps to no knob at all, so an untuned build is exactly
+today's default schedule. While tuning (``GLOBAL_SCOPE.in_tuning``), weights are
+placeholders in their packed layout, as Relay folds the packing at compile time.
+
+Relay implementations whose weight was prepacked by AlterOpLayout
+(``contrib_dense_pack.x86``, ``conv2d_nchw_prepacked.x86``) map back to the workload of
+the unpacked call, as TVM's NCHWc workloads do: one record tunes both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te
+from kiln.autotvm.env import GLOBAL_SCOPE
+from kiln.autotvm.task.task import DEFAULT_CONFIG_INDEX, deserialize_args
+from kiln.autotvm.task.topi_integration import register_topi_compute, register_topi_schedule
+from kiln.topi.nn.conv import conv_output_size, get_pad_tuple
+from kiln.topi.utils import divisor_at_most, get_const_tuple
+from kiln.topi.x86 import batch_matmul as x86_batch_matmul
+from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import dense as x86_dense
+from kiln.topi.x86 import depthwise as x86_depthwise
+
+__all__ = ["KNOBS", "RELAY_TASKS"]
+
+# vector block widths (float lanes) the schedules are written for: AVX2 vectors are 8 wide
+_LANES = (4, 8, 16, 32)
+
+
+def _lanes_of(n: int) -> list[int]:
+    """Vector block widths for an extent ``n``: the standard widths dividing it, and the
+    default schedule's own choice (the largest divisor up to 16, e.g. 10 for 1000)."""
+    return sorted({d for d in _LANES if n % d == 0} | {divisor_at_most(n, 16)})
+
+
+def _entity(cfg: Any, name: str) -> Any:
+    try:
+        return cfg[name]
+    except KeyError:  # a record from a template with other knobs: keep the default
+        return None
+
+
+def _size(cfg: Any, name: str, index: int = -1) -> int | None:
+    entity = _entity(cfg, name)
+    return None if entity is None else entity.size[index]
+
+
+def _val(cfg: Any, name: str) -> Any:
+    entity = _entity(cfg, name)
+    return None if entity is None else entity.val
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    values = _ints(value) if isinstance(value, list | tuple) else (int(value),)
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+def _knobs(cfg: Any, table: dict) -> dict:
+    """The schedule config of ``cfg``: empty for a fallback (the default schedule)."""
+    if cfg is None or cfg.is_fallback:
+        return {}
+    found = {key: get(cfg) for key, get in table.items()}
+    return {k: v for k, v in found.items() if v is not None}
+
+
+# ---- dense_pack.x86 ----------------------------------------------------------------------
+
+def _dense_space(cfg: Any, m: int, n: int, k: int) -> None:
+    lanes = _lanes_of(n)
+    cfg.define_split("tile_y", m, num_outputs=2, filter=lambda e: e.size[-1] <= 8)
+    cfg.define_split("tile_x", n, num_outputs=3,
+                     filter=lambda e: e.size[-1] in lanes and e.size[-1] * e.size[-2] <= 64)
+    cfg.define_split("tile_k", k, num_outputs=2, filter=lambda e: e.size[-1] <= 16)
+    cfg.add_flop(2 * m * n * k)
+
+
+_DENSE_KNOBS = {"tile_y": lambda c: _size(c, "tile_y"), "tile_x": lambda c: _size(c, "tile_x"),
+                "blocks": lambda c: _size(c, "tile_x", -2),
+                "tile_k": lambda c: _size(c, "tile_k")}
+
+
+@register_topi_compute("dense_pack.x86")
+def dense_pack(cfg, data, weight, bias=None, out_dtype=None):
+    """``data @ weight.T (+ bias)`` through a packed weight, tile sizes from ``cfg``."""
+    m, k = get_const_tuple(data.shape)
+    n = get_const_tuple(weight.shape)[0]
+    _dense_space(cfg, m, n, k)
+    knobs = _knobs(cfg, _DENSE_KNOBS)
+    if GLOBAL_SCOPE.in_tuning:
+        lanes = knobs.get("tile_x", divisor_at_most(n, x86_dense.DEFAULT_CONFIG["tile_x"]))
+        packed = te.placeholder((n // lanes, k, lanes), weight.dtype, name="weight_packed")
+        return x86_dense.dense_packed_weight(data, packed, bias, out_dtype, knobs)
+    return x86_dense.dense_pack(data, weight, bias, out_dtype, knobs)
+
+
+@register_topi_schedule("dense_pack.x86")
+def schedule_dense_pack(cfg, outs):
+    """:func:`kiln.topi.x86.dense.schedule_dense_pack` with ``cfg``'s tiles."""
+    return x86_dense.schedule_dense_pack(outs, _knobs(cfg, _DENSE_KNOBS))
+
+
+# ---- conv2d_nchw.x86 (computed in NCHW[x]c) -----------------------------------------------
+
+def _conv_geometry(data, kernel, strides, padding, dilation) -> tuple[int, int, int, int]:
+    """``(out_height, out_width, kernel_height, kernel_width)``."""
+    _, _, h, w = get_const_tuple(data.shape)
+    kh, kw = get_const_tuple(kernel.shape)[2:]
+    sh, sw = _pair(strides)
+    dh, dw = _pair(dilation)
+    (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
+    return (conv_output_size(h, kh, sh, dh, pt, pb), conv_output_size(w, kw, sw, dw, pl, pr),
+            kh, kw)
+
+
+_CONV_KNOBS = {"oc_bn": lambda c: _size(c, "tile_oc"), "tile_ow": lambda c: _size(c, "tile_ow"),
+               "unroll_kw": lambda c: _val(c, "unroll_kw")}
+
+
+@register_topi_compute("conv2d_nchw.x86")
+def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
+    """NCHW conv2d computed channel-blocked; block sizes and unrolling from ``cfg``."""
+    n, c = get_const_tuple(data.shape)[:2]
+    o = get_const_tuple(kernel.shape)[0]
+    oh, ow, kh, kw = _conv_geometry(data, kernel, strides, padding, dilation)
+    lanes = _lanes_of(o)
+    widest = 12 if kw == 1 else 8  # register budget of a block (see topi.x86.conv2d)
+    cfg.define_split("tile_oc", o, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
+    cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
+                     filter=lambda e: e.size[-1] <= widest)
+    cfg.define_knob("unroll_kw", [True, False])
+    cfg.add_flop(2 * n * o * oh * ow * c * kh * kw)
+    knobs = _knobs(cfg, _CONV_KNOBS)
+    if GLOBAL_SCOPE.in_tuning:
+        bn, _ = x86_conv2d.block_shape(o, ow, {**x86_conv2d.DEFAULT_CONFIG, **knobs}, kw)
+        packed = te.placeholder((o // bn, c, kh, kw, bn), kernel.dtype, name="kernel_packed")
+        return x86_conv2d.conv2d_nchw_packed(data, packed, strides, padding, dilation,
+                                             out_dtype, knobs)
+    return x86_conv2d.conv2d_nchw(data, kernel, strides, padding, dilation, out_dtype, knobs)
+
+
+@register_topi_schedule("conv2d_nchw.x86")
+def schedule_conv2d_nchw(cfg, outs):
+    """:func:`kiln.topi.x86.conv2d.schedule_conv2d_nchw` with ``cfg``'s knobs."""
+    return x86_conv2d.schedule_conv2d_nchw(outs, _knobs(cfg, _CONV_KNOBS))
+
+
+# ---- depthwise_conv2d_nchw.x86 ------------------------------------------------------------
+
+_DEPTHWISE_KNOBS = {"c_bn": lambda c: _size(c, "tile_c"),
+                    "tile_ow": lambda c: _size(c, "tile_ow")}
+
+
+@register_topi_compute("depthwise_conv2d_nchw.x86")
+def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
+    """Depthwise NCHW conv2d vectorized over channel blocks of ``cfg``'s width."""
+    n = get_const_tuple(data.shape)[0]
+    o = get_const_tuple(kernel.shape)[0]
+    oh, ow, kh, kw = _conv_geometry(data, kernel, strides, padding, dilation)
+    lanes = _lanes_of(o)
+    cfg.define_split("tile_c", o, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
+    cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
+                     filter=lambda e: e.size[-1] <= 8)
+    cfg.add_flop(2 * n * o * oh * ow * kh * kw)
+    return x86_depthwise.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation,
+                                               out_dtype, _knobs(cfg, _DEPTHWISE_KNOBS))
+
+
+@register_topi_schedule("depthwise_conv2d_nchw.x86")
+def schedule_depthwise_conv2d_nchw(cfg, outs):
+    """:func:`kiln.topi.x86.depthwise.schedule_depthwise_conv2d_nchw` with ``cfg``'s knobs."""
+    return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, _knobs(cfg, _DEPTHWISE_KNOBS))
+
+
+# ---- batch_matmul_pack.x86 ----------------------------------------------------------------
+
+_BATCH_MATMUL_KNOBS = {"tile_y": lambda c: _size(c, "tile_y"),
+                       "tile_x": lambda c: _size(c, "tile_x"),
+                       "tile_k": lambda c: _size(c, "tile_k")}
+
+
+@register_topi_compute("batch_matmul_pack.x86")
+def batch_matmul_pack(cfg, x, y, out_dtype=None, transpose_b=True):
+    """Batched ``x @ op(y)`` through a packed ``y``, tile sizes from ``cfg``."""
+    b, m, k = get_const_tuple(x.shape)
+    n = get_const_tuple(y.shape)[1 if transpose_b else 2]
+    lanes = _lanes_of(n)
+    cfg.define_split("tile_y", m, num_outputs=2, filter=lambda e: e.size[-1] <= 8)
+    cfg.define_split("tile_x", n, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
+    cfg.define_split("tile_k", k, num_outputs=2, filter=lambda e: e.size[-1] <= 16)
+    cfg.add_flop(2 * max(b, get_const_tuple(y.shape)[0]) * m * n * k)
+    return x86_batch_matmul.batch_matmul_pack(x, y, out_dtype, transpose_b,
+                                              _knobs(cfg, _BATCH_MATMUL_KNOBS))
+
+
+@register_topi_schedule("batch_matmul_pack.x86")
+def schedule_batch_matmul_pack(cfg, outs):
+    """:func:`kiln.topi.x86.batch_matmul.schedule_batch_matmul_pack` with ``cfg``'s tiles."""
+    return x86_batch_matmul.schedule_batch_matmul_pack(outs, _knobs(cfg, _BATCH_MATMUL_KNOBS))
+
+
+# template name -> the schedule config of a tuned ConfigEntity
+KNOBS = {"dense_pack.x86": lambda cfg: _knobs(cfg, _DENSE_KNOBS),
+         "conv2d_nchw.x86": lambda cfg: _knobs(cfg, _CONV_KNOBS),
+         "depthwise_conv2d_nchw.x86": lambda cfg: _knobs(cfg, _DEPTHWISE_KNOBS),
+         "batch_matmul_pack.x86": lambda cfg: _knobs(cfg, _BATCH_MATMUL_KNOBS)}
+
+
+# ---- the config of the untuned schedule ---------------------------------------------------
+
+def _default_knobs(task: Any) -> dict:
+    """The knob values kiln's default schedule picks for ``task``'s workload."""
+    args = deserialize_args(task.args)
+    if task.name == "dense_pack.x86" or task.name == "batch_matmul_pack.x86":
+        transpose_b = task.name == "dense_pack.x86" or args[3]
+        x, y = (get_const_tuple(t.shape) for t in args[:2])
+        m, k = x[-2], x[-1]
+        n = y[-2] if transpose_b else y[-1]
+        cfg = x86_dense.DEFAULT_CONFIG
+        lanes = divisor_at_most(n, cfg["tile_x"])
+        ty, blocks = x86_dense.register_block(m, n // lanes, lanes, cfg)
+        knobs = {"tile_y": ty, "tile_x": lanes, "tile_k": divisor_at_most(k, cfg["tile_k"])}
+        if task.name == "dense_pack.x86":
+            knobs["blocks"] = blocks
+        return knobs
+    data, kernel, strides, padding, dilation = args[:5]
+    _, ow, _, kw = _conv_geometry(data, kernel, strides, padding, dilation)
+    o = get_const_tuple(kernel.shape)[0]
+    if task.name == "conv2d_nchw.x86":
+        bn, tile = x86_conv2d.block_shape(o, ow, x86_conv2d.DEFAULT_CONFIG, kw)
+        return {"oc_bn": bn, "tile_ow": tile,
+                "unroll_kw": x86_conv2d.DEFAULT_CONFIG["unroll_kw"]}
+    cfg = x86_depthwise.DEFAULT_CONFIG
+    return {"c_bn": divisor_at_most(o, cfg["c_bn"]),
+            "tile_ow": x86_depthwise.tile_width(ow, cfg)}
+
+
+def _default_index(task: Any) -> int | None:
+    want = _default_knobs(task)
+    space = task.config_space
+    for index in range(space.range_length):
+        if KNOBS[task.name](space.get(index)) == want:
+            return index
+    return None  # the default lies outside the space (e.g. a tile the filter excludes)
+
+
+DEFAULT_CONFIG_INDEX.update({name: _default_index for name in KNOBS})
+
+
+# ---- Relay calls -> workloads -------------------------------------------------------------
+
+def _static_shape(t: Any) -> tuple[int, ...] | None:
+    dims = [getattr(d, "value", d) for d in t.shape]
+    return tuple(dims) if all(isinstance(d, int) for d in dims) else None
+
+
+def _tensor(shape: tuple, dtype: Any) -> tuple:
+    return ("TENSOR", tuple(shape), str(dtype))
+
+
+def _ints(values: Any) -> tuple:
+    return tuple(int(getattr(v, "value", v)) for v in values)
+
+
+def _dense_task(attrs, inputs, out_type, packed=False):
+    data, weight = (_static_shape(t) for t in inputs[:2])
+    if data is None or weight is None or len(data) != 2:
+        return None
+    if packed:  # [N / n, K, n] -> [N, K]
+        weight = (weight[0] * weight[2], weight[1])
+    return "dense_pack.x86", (_tensor(data, inputs[0].dtype), _tensor(weight, inputs[1].dtype),
+                              None, str(out_type.dtype))
+
+
+def _conv_task(name, packed=False):
+    def task(attrs, inputs, out_type):
+        data, kernel = (_static_shape(t) for t in inputs[:2])
+        if data is None or kernel is None:
+            return None
+        if packed:  # [O / bn, C, KH, KW, bn] -> [O, C, KH, KW]
+            kernel = (kernel[0] * kernel[4], *kernel[1:4])
+        return name, (_tensor(data, inputs[0].dtype), _tensor(kernel, inputs[1].dtype),
+                      _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation),
+                      str(out_type.dtype))
+    return task
+
+
+def _batch_matmul_task(attrs, inputs, out_type):
+    x, y = (_static_shape(t) for t in inputs[:2])
+    if x is None or y is None:
+        return None
+    return "batch_matmul_pack.x86", (_tensor(x, inputs[0].dtype), _tensor(y, inputs[1].dtype),
+                                     str(out_type.dtype), bool(attrs.transpose_b))
+
+
+# Relay implementation name -> (attrs, inputs, out_type) -> (task_name, serialized args)
+RELAY_TASKS = {
+    "dense_pack.x86": _dense_task,
+    "contrib_dense_pack.x86": lambda a, i, t: _dense_task(a, i, t, packed=True),
+    "conv2d_nchw.x86": _conv_task("conv2d_nchw.x86"),
+    "conv2d_nchw_prepacked.x86": _conv_task("conv2d_nchw.x86", packed=True),
+    "depthwise_conv2d_nchw.x86": _conv_task("depthwise_conv2d_nchw.x86"),
+    "batch_matmul_pack.x86": _batch_matmul_task,
+}

@@ -1,0 +1,97 @@
+"""Helpers the op family modules share when they write an op's rules.
+
+Entry points: for computes, :func:`out_shape`, :func:`out_dtype`, :func:`optional_list`,
+:func:`static_or_symbolic`; for reference rules, :func:`reference_dtype`; for shape functions
+(``rule(attrs, in_dims, out_types) -> out_dims`` over int64 ``PrimExpr`` dims),
+:func:`i64`, :func:`broadcast_dims`, :func:`product`, :func:`checked`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kiln import tir
+from kiln.runtime.dtype import DataType
+
+__all__ = ["out_shape", "out_dtype", "optional_list", "static_or_symbolic", "reference_dtype",
+           "i64", "broadcast_dims", "product", "checked"]
+
+
+# ---- computes: compute(attrs, inputs, out_type) -> [te.Tensor] -------------------------------
+def out_shape(out_type: Any, index: int | None = None) -> list[Any]:
+    """The output shape (of field ``index`` of a tuple type) with static dims as ints."""
+    t = out_type.fields[index] if index is not None else out_type
+    return [int(d.value) if isinstance(getattr(d, "value", None), int) else d for d in t.shape]
+
+
+def out_dtype(out_type: Any, index: int | None = None) -> str:
+    """The output dtype (of field ``index`` of a tuple type)."""
+    return str((out_type.fields[index] if index is not None else out_type).dtype)
+
+
+def optional_list(value: Any) -> Any:
+    """An attrs tuple as a list; None and scalars as they are."""
+    return None if value is None else (list(value) if isinstance(value, tuple | list) else value)
+
+
+def static_or_symbolic(static: Callable, symbolic: Callable) -> Callable:
+    """A compute that is ``static`` (constant shapes, folded indexing) unless the call has a
+    run-time extent (``Any`` dims, sized by the VM's shape functions), then ``symbolic``."""
+    from kiln.topi import dynamic  # the loop-level layer; bound when the compute runs
+
+    def compute(attrs: Any, inputs: list, out_type: Any) -> list:
+        shapes = [list(t.shape) for t in getattr(out_type, "fields", [out_type])]
+        shapes += [list(t.shape) for t in inputs]
+        if all(dynamic.is_static(shape) for shape in shapes):
+            return static(attrs, inputs, out_type)
+        return symbolic(attrs, inputs, out_type)
+
+    compute.__name__ = static.__name__
+    compute.__doc__ = static.__doc__
+    return compute
+
+
+# ---- reference rules: reference(attrs, args, out_type) -> np.ndarray --------------------------
+def reference_dtype(out_type: Any) -> np.dtype:
+    """The NumPy dtype of a call's (tensor) result type."""
+    return np.dtype(DataType(str(out_type.dtype)).numpy_dtype)
+
+
+# ---- shape functions: rule(attrs, in_dims, out_types) -> out_dims ---------------------------
+def i64(value: int) -> Any:
+    """An int64 constant dim."""
+    return tir.const(int(value), "int64")
+
+
+def broadcast_dims(dims_list: list[list[Any]]) -> list[Any]:
+    """NumPy broadcasting of several dimension lists."""
+    ndim = max(len(d) for d in dims_list)
+    out = []
+    for k in range(ndim):
+        result = None
+        for dims in dims_list:
+            offset = k - (ndim - len(dims))
+            if offset < 0:
+                continue
+            d = dims[offset]
+            result = d if result is None else tir.Select(result == i64(1), d, result)
+        out.append(result)
+    return out
+
+
+def product(dims: list[Any]) -> Any:
+    """The product of int64 dims (1 for none)."""
+    result = i64(1)
+    for d in dims:
+        result = result * d
+    return result
+
+
+def checked(dims: list[Any], valid: Any) -> list[Any]:
+    """``dims``, or all -1 when ``valid`` is false at run time: the VM refuses to allocate a
+    negative extent, so bad shape-carrying input raises a TVMError instead of reading out of
+    bounds."""
+    return [tir.Select(valid, d, i64(-1)) for d in dims]

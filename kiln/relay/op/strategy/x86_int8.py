@@ -1,0 +1,87 @@
+"""The x86 8-bit convolution implementation (``conv2d_nchw_int8.x86``) and when it applies.
+
+Entry points: :data:`CONV2D_NCHW_INT8`, :func:`int8_conv2d_applies`, :func:`target_has_avx2`.
+The ``cpu`` strategy of ``nn.conv2d`` adds it (above the float schedules) for 8-bit NCHW/OIHW
+convolutions with an int32 result on targets with AVX2 — what ``qnn.conv2d`` lowers to after
+``relay.qnn.transform.Legalize``.
+"""
+
+from __future__ import annotations
+
+from kiln.relay.op.strategy.registry import register_implementation
+from kiln.topi.x86 import conv2d_int8
+
+__all__ = ["CONV2D_NCHW_INT8", "int8_conv2d_applies", "target_has_avx2",
+           "alter_int8_conv2d_layout"]
+
+# -mcpu names of x86 CPUs with AVX2 (prefixes)
+_AVX2_CPUS = ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
+              "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake",
+              "sapphirerapids", "emeraldrapids", "graniterapids", "znver", "bdver4",
+              "x86-64-v3", "x86-64-v4")
+
+
+def target_has_avx2(target) -> bool:
+    """Whether ``target`` (an llvm/c CPU target) may use AVX2: ``-mattr`` when it names it,
+    else ``-mcpu``, else the host (kiln builds CPU code for the host by default)."""
+    mattr = list(getattr(target, "mattr", []) or [])
+    if "-avx2" in mattr:
+        return False
+    if "+avx2" in mattr or "+avx512f" in mattr:
+        return True
+    mcpu = getattr(target, "mcpu", "") or ""
+    if mcpu and mcpu != "native":
+        return mcpu.startswith(_AVX2_CPUS)
+    try:
+        import llvmlite.binding as llvm
+
+        return bool(llvm.get_host_cpu_features().get("avx2", False))
+    except ImportError:
+        try:
+            with open("/proc/cpuinfo") as f:
+                return " avx2" in f.read()
+        except OSError:
+            return False
+
+
+def int8_conv2d_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether ``conv2d_nchw_int8.x86`` computes this ``nn.conv2d`` call."""
+    static = all(hasattr(d, "value") for t in inputs for d in t.shape)
+    kind = getattr(getattr(target, "kind", None), "name", "")
+    return static and kind in ("llvm", "c") and conv2d_int8.conv2d_int8_applies(
+        attrs, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype),
+        target_has_avx2(target))
+
+
+def _compute(attrs, inputs, out_type, config=None):
+    return [conv2d_int8.conv2d_nchw_int8(inputs[0], inputs[1], list(attrs.strides),
+                                         list(attrs.padding), list(attrs.dilation),
+                                         str(out_type.dtype))]
+
+
+def _schedule(attrs, outs, target, config=None):
+    return conv2d_int8.schedule_conv2d_nchw_int8(outs)
+
+
+CONV2D_NCHW_INT8 = register_implementation(_compute, _schedule, "conv2d_nchw_int8.x86",
+                                           plevel=20, op_name="nn.conv2d")
+
+
+def alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target):
+    """The conv with its kernel as int16 ``OIHW16o2i`` behind a ``layout_transform`` (which
+    FoldConstant folds for a constant kernel), when the micro-kernel computes it and the
+    channels fill the blocks; else None."""
+    from kiln.relay.op.nn.conv import conv2d
+    from kiln.relay.op.transform import cast, layout_transform
+
+    if not int8_conv2d_applies(attrs, tinfos, out_type, target) or \
+            attrs.kernel_layout != "OIHW":
+        return None
+    oc, ic = (int(d.value) for d in tinfos[1].shape[:2])
+    if oc % conv2d_int8.OC_BLOCK or ic % 2:
+        return None
+    weight = layout_transform(cast(inputs[1], "int16"), "OIHW",
+                              conv2d_int8.PACKED_KERNEL_LAYOUT)
+    return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation, 1,
+                  attrs.channels, attrs.kernel_size, "NCHW", conv2d_int8.PACKED_KERNEL_LAYOUT,
+                  "", "int32")

@@ -1,0 +1,203 @@
+"""int8 dense and pointwise convolution for Cortex-M: an int8 x int8 -> int32 C micro-kernel
+through ``tensorize``, with the DSP extension's dual 16-bit multiply-accumulate (``SMLAD``) where
+the core has it and portable C where it does not.
+
+Entry points: :func:`gemv_s8_source`, :func:`gemv_s8_intrin`, :func:`has_dsp`,
+:func:`dense_s8_micro_kernel`, :func:`schedule_dense_s8_micro_kernel`,
+:func:`conv2d_nhwc_ohwi_1x1_s8`, :func:`schedule_conv2d_nhwc_ohwi_1x1_s8`,
+:data:`DSP_CPUS`.
+
+The kernel computes ``M`` outputs ``c[j] (+)= sum_k a[k] * b[j * K + k]`` with both operands
+contiguous along ``k`` (a dense weight row; an OHWI pointwise kernel, which the arm_cpu
+AlterOpLayout hook makes from HWIO at compile time). With DSP it reads four int8 of ``a`` and
+of each weight row as one word, widens them to two pairs of int16 (``SXTB16`` of the word and of
+the word rotated by 8 bits: elements 0,2 and 1,3) and accumulates both pairs with two ``SMLAD``s:
+four MACs in five instructions per row, the ``a`` pairs shared by the ``M`` rows (CMSIS-NN's
+scheme, in passes of four rows so that the sums stay in registers). Without DSP
+(``-mattr=+nodsp``, or a core such as the Cortex-M3) the portable kernel multiplies one int8
+pair per step. The row length is baked into each kernel, so rows are immediate offsets. The
+DSP kernel also compiles for hosts: it then uses C versions of the two instructions, so one
+Model Library Format archive builds everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln import te, tir
+from kiln.topi.arm_cpu.dense import schedule_micro_kernel
+from kiln.topi.nn.conv import conv
+from kiln.topi.nn.dense import dense
+
+__all__ = ["gemv_s8_source", "gemv_s8_intrin", "has_dsp", "DSP_CPUS", "dense_s8_micro_kernel",
+           "schedule_dense_s8_micro_kernel", "conv2d_nhwc_ohwi_1x1_s8",
+           "schedule_conv2d_nhwc_ohwi_1x1_s8"]
+
+# Cortex-M cores with the DSP extension (Armv7E-M and Armv8-M Mainline with DSP)
+DSP_CPUS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85")
+
+_DSP_HELPERS = r"""
+#ifndef KILN_S8_DSP_HELPERS
+#define KILN_S8_DSP_HELPERS
+#include <string.h>
+/* one unaligned 32-bit load (LDR allows it on Armv7E-M) */
+static inline int32_t kiln_load_s8x4(const int8_t* p) { int32_t v; memcpy(&v, p, 4); return v; }
+#if defined(__ARM_FEATURE_DSP)
+/* SXTB16: bytes 0 and 2 sign-extended into two int16 halves; with ror #8, bytes 1 and 3 */
+static inline int32_t kiln_sxtb16(int32_t x) {
+  int32_t r; __asm__("sxtb16 %0, %1" : "=r"(r) : "r"(x)); return r; }
+static inline int32_t kiln_sxtb16_ror8(int32_t x) {
+  int32_t r; __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(x)); return r; }
+/* SMLAD: acc + lo(x) * lo(y) + hi(x) * hi(y) */
+static inline int32_t kiln_smlad(int32_t x, int32_t y, int32_t acc) {
+  int32_t r; __asm__("smlad %0, %1, %2, %3" : "=r"(r) : "r"(x), "r"(y), "r"(acc)); return r; }
+#else
+static inline int32_t kiln_pack16(int32_t lo, int32_t hi) {
+  return (int32_t)(((uint32_t)(uint16_t)(int16_t)lo) | ((uint32_t)(uint16_t)(int16_t)hi << 16)); }
+static inline int32_t kiln_sxtb16(int32_t x) {
+  return kiln_pack16((int8_t)(x & 0xff), (int8_t)((x >> 16) & 0xff)); }
+static inline int32_t kiln_sxtb16_ror8(int32_t x) {
+  return kiln_pack16((int8_t)((x >> 8) & 0xff), (int8_t)((x >> 24) & 0xff)); }
+static inline int32_t kiln_smlad(int32_t x, int32_t y, int32_t acc) {
+  return acc + (int16_t)(x & 0xffff) * (int16_t)(y & 0xffff)
+             + (int16_t)((uint32_t)x >> 16) * (int16_t)((uint32_t)y >> 16); }
+#endif
+#endif
+"""
+
+
+def has_dsp(target: Any) -> bool:
+    """Whether ``target`` is a Cortex-M with the DSP extension (``-mattr=+nodsp`` opts out)."""
+    mcpu = str(getattr(target, "mcpu", "") or "")
+    mattr = [str(a) for a in (getattr(target, "mattr", None) or [])]
+    return mcpu in DSP_CPUS and "+nodsp" not in mattr and "-dsp" not in mattr
+
+
+def _name(rows: int, length: int, dsp: bool) -> str:
+    return f"kiln_gemv_s8_{'dsp_' if dsp else ''}{rows}x{length}"
+
+
+# Rows per pass over k, so that the sums stay in the 13 usable core registers: the DSP loop
+# also holds two int16 pairs of ``a`` and two unpacked pairs of ``b`` (8 sums spill there).
+PASS_ROWS = {True: 4, False: 8}
+
+
+def _row_pass(first: int, rows: int, dsp: bool) -> str:
+    """C for output rows ``first .. first + rows - 1``: one pass over ``k`` (``l``, the row
+    length and stride, is a constant, so row addresses are immediate offsets)."""
+    if dsp:
+        inner = f"""    int32_t k = 0;
+    for (; k + 4 <= l; k += 4) {{
+      const int32_t av = kiln_load_s8x4(a + k);
+      const int32_t a02 = kiln_sxtb16(av), a13 = kiln_sxtb16_ror8(av);
+#pragma GCC unroll {rows}
+      for (int j = 0; j < {rows}; ++j) {{
+        const int32_t bv = kiln_load_s8x4(row[j] + k);
+        acc[j] = kiln_smlad(a02, kiln_sxtb16(bv), acc[j]);
+        acc[j] = kiln_smlad(a13, kiln_sxtb16_ror8(bv), acc[j]);
+      }}
+    }}
+    for (; k < l; ++k) {{
+#pragma GCC unroll {rows}
+      for (int j = 0; j < {rows}; ++j) acc[j] += (int32_t)a[k] * (int32_t)row[j][k];
+    }}"""
+    else:
+        inner = f"""    for (int32_t k = 0; k < l; ++k) {{
+      const int32_t ak = a[k];
+#pragma GCC unroll {rows}
+      for (int j = 0; j < {rows}; ++j) acc[j] += ak * (int32_t)row[j][k];
+    }}"""
+    return f"""  {{
+    int32_t acc[{rows}];
+    const int8_t* row[{rows}];
+#pragma GCC unroll {rows}
+    for (int j = 0; j < {rows}; ++j) {{
+      acc[j] = accumulate ? c[{first} + j] : 0;
+      row[j] = b + ({first} + j) * l;
+    }}
+{inner}
+#pragma GCC unroll {rows}
+    for (int j = 0; j < {rows}; ++j) c[{first} + j] = acc[j];
+  }}"""
+
+
+def gemv_s8_source(rows: int, length: int, dsp: bool) -> str:
+    """The C of the ``rows``-output int8 micro-kernel over rows of ``length`` (DSP or
+    portable)."""
+    name = _name(rows, length, dsp)
+    guard = name.upper() + "_DEFINED"
+    step = PASS_ROWS[dsp]
+    passes = "\n".join(_row_pass(first, min(step, rows - first), dsp)
+                        for first in range(0, rows, step))
+    return f"""{_DSP_HELPERS if dsp else ""}
+/* {name}: c[j] (+)= sum_k a[k] * b[j * {length} + k] for j < {rows}, k < {length},
+   int8 x int8 -> int32, in passes of up to {step} rows so the sums stay in registers. */
+#ifndef {guard}
+#define {guard}
+static int32_t {name}(int32_t* c, const int8_t* a, const int8_t* b, int32_t accumulate) {{
+  const int32_t l = {length};
+{passes}
+  return 0;
+}}
+static int32_t {name}_reset(int32_t* c) {{
+  for (int j = 0; j < {rows}; ++j) c[j] = 0;
+  return 0;
+}}
+#endif
+"""
+
+
+def gemv_s8_intrin(rows: int, length: int, dsp: bool) -> Any:
+    """``c[j] = sum_k int32(a[k]) * int32(b[j, k])`` (``j < rows``, ``k < length``) with ``b``
+    contiguous along ``k``, implemented by :func:`gemv_s8_source`'s kernel."""
+    a = te.placeholder((length,), "int8", name="a")
+    b = te.placeholder((rows, length), "int8", name="b")
+    k = te.reduce_axis((0, length), name="k")
+    c = te.compute((rows,), lambda j: te.sum(a[k].astype("int32") * b[j, k].astype("int32"),
+                                             axis=k), name="c")
+    a_buf = tir.decl_buffer(a.shape, "int8", name="a_buf", offset_factor=1, strides=[1])
+    # rows of b are contiguous and adjacent: the kernel bakes in the stride
+    b_buf = tir.decl_buffer(b.shape, "int8", name="b_buf", offset_factor=1,
+                            strides=[length, 1])
+    c_buf = tir.decl_buffer(c.shape, "int32", name="c_buf", offset_factor=1, strides=[1])
+    kernel = _name(rows, length, dsp)
+
+    def intrin_func(ins, outs):
+        aa, bb = ins
+        cc = outs[0]
+
+        def call(accumulate: int):
+            return tir.call_extern("int32", kernel, cc.access_ptr("w"), aa.access_ptr("r"),
+                                   bb.access_ptr("r"), accumulate)
+
+        reset = tir.call_extern("int32", f"{kernel}_reset", cc.access_ptr("w"))
+        return call(0), reset, call(1)
+
+    return te.decl_tensor_intrin(c.op, intrin_func, name=kernel,
+                                 binds={a: a_buf, b: b_buf, c: c_buf})
+
+
+def dense_s8_micro_kernel(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
+    """int8 x int8 -> int32 dense (``topi.nn.dense``), tensorized by the schedule below."""
+    return dense(data, weight, None, "int32")
+
+
+def _kernel_pair(dsp: bool):
+    def make(rows: int, length: int, dtype: str, b_order: str) -> tuple[Any, str]:
+        return gemv_s8_intrin(rows, length, dsp), gemv_s8_source(rows, length, dsp)
+    return make
+
+
+def schedule_dense_s8_micro_kernel(outs: Any, dsp: bool) -> Any:
+    """The dense's output axis in blocks of up to 8 through the int8 kernel; epilogue inlined."""
+    return schedule_micro_kernel(outs, "dense", "jk", _kernel_pair(dsp))
+
+
+def conv2d_nhwc_ohwi_1x1_s8(data: te.Tensor, kernel: te.Tensor, strides: Any) -> te.Tensor:
+    """Pointwise NHWC convolution with an OHWI kernel, int8 x int8 -> int32."""
+    return conv(data, kernel, strides, 0, 1, 1, "NHWC", "OHWI", "int32")
+
+
+def schedule_conv2d_nhwc_ohwi_1x1_s8(outs: Any, dsp: bool) -> Any:
+    """Per output pixel, the int8 kernel over blocks of up to 8 output channels."""
+    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", _kernel_pair(dsp))

@@ -1,0 +1,43 @@
+"""Templates for the AutoTVM tests, in a module the measuring worker processes can import."""
+
+from __future__ import annotations
+
+import time
+
+from kiln import autotvm, te
+
+
+@autotvm.template("test_autotvm.faulty_scale")
+def faulty_scale(n, dtype):
+    """``b = a * 3`` whose ``mode`` knob can also fail at instantiation, at compilation, or
+    hang the build."""
+    a = te.placeholder((n,), dtype, name="a")
+    b = te.compute((n,), lambda i: a[i] * 3, name="b")
+    s = te.create_schedule(b.op)
+    cfg = autotvm.get_config()
+    cfg.define_knob("mode", ["ok", "invalid", "uncompilable", "hang", "ok_split"])
+    mode = cfg["mode"].val
+    if mode == "invalid":
+        cfg.raise_error("mode 'invalid' is rejected by the template")
+    if mode == "hang":
+        time.sleep(60)
+    if mode == "ok_split":
+        s[b].split(b.op.axis[0], factor=4)
+    if mode == "uncompilable":
+        return s, [a, "not a tensor", b]
+    return s, [a, b]
+
+
+@autotvm.template("test_autotvm.synthetic")
+def synthetic(n, dtype):
+    """A space of three splits and a knob (measured by a fake runner in the tests)."""
+    a = te.placeholder((n, n), dtype, name="a")
+    b = te.compute((n, n), lambda i, j: a[i, j] + 1, name="b")
+    s = te.create_schedule(b.op)
+    cfg = autotvm.get_config()
+    cfg.define_split("tile_y", n, num_outputs=2)
+    cfg.define_split("tile_x", n, num_outputs=2)
+    cfg.define_split("tile_z", n, num_outputs=2)
+    cfg.define_knob("unroll", [0, 1, 2])
+    cfg.add_flop(1e9)
+    return s, [a, b]

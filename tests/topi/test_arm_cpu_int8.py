@@ -1,0 +1,81 @@
+"""Cortex-M int8 micro-kernels (``SMLAD`` with DSP, portable C without) inside relay.build:
+int8 dense and pointwise convolution (kernel re-laid out HWIO -> OHWI at compile time) against
+NumPy integer math, with the C built for the host (the DSP kernel's C versions of SXTB16 and
+SMLAD); the QEMU runs are in tests/micro/test_tflite_int8_board.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln as tvm
+from kiln import relay
+from kiln.contrib import graph_executor
+from kiln.topi.arm_cpu.gemv_s8 import has_dsp
+
+rng = np.random.default_rng(3)
+TARGETS = {"dsp": "c -keys=arm_cpu -mcpu=cortex-m4",
+           "portable": "c -keys=arm_cpu -mcpu=cortex-m4 -mattr=+nodsp"}
+
+
+def build_and_run(func, target, **inputs):
+    mod = tvm.IRModule.from_expr(func)
+    with tvm.transform.PassContext(opt_level=3, config={"tir.disable_vectorize": True}):
+        lib = relay.build(mod, target=tvm.target.Target(target))
+    m = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    m.set_input(**inputs)
+    m.run()
+    return lib.get_lib().get_source(), m.get_output(0).numpy()
+
+
+def test_has_dsp():
+    assert has_dsp(tvm.target.Target(TARGETS["dsp"]))
+    assert not has_dsp(tvm.target.Target(TARGETS["portable"]))
+    assert not has_dsp(tvm.target.Target("c -keys=arm_cpu -mcpu=cortex-m3"))
+
+
+@pytest.mark.parametrize("kernels", list(TARGETS))
+@pytest.mark.parametrize("units,depth", [(16, 64), (12, 37), (5, 3)])
+def test_int8_dense_matches_numpy(kernels, units, depth):
+    x = relay.var("x", shape=(2, depth), dtype="int8")
+    w = rng.integers(-128, 128, (units, depth)).astype("int8")
+    y = relay.nn.dense(x, relay.const(w), out_dtype="int32")
+    xv = rng.integers(-128, 128, (2, depth)).astype("int8")
+    source, got = build_and_run(relay.Function([x], y), TARGETS[kernels], x=xv)
+    rows = max(d for d in range(1, 9) if units % d == 0)
+    name = f"kiln_gemv_s8_{'dsp_' if kernels == 'dsp' else ''}{rows}x{depth}("
+    assert name in source
+    np.testing.assert_array_equal(got, xv.astype(np.int64) @ w.T.astype(np.int64))
+
+
+@pytest.mark.parametrize("kernels", list(TARGETS))
+@pytest.mark.parametrize("strides,channels", [((1, 1), 16), ((2, 2), 6)])
+def test_int8_pointwise_conv_matches_numpy(kernels, strides, channels):
+    x = relay.var("x", shape=(1, 5, 3, 20), dtype="int8")
+    k = rng.integers(-128, 128, (1, 1, 20, channels)).astype("int8")
+    y = relay.nn.conv2d(x, relay.const(k), strides=strides, kernel_size=(1, 1),
+                        channels=channels, data_layout="NHWC", kernel_layout="HWIO",
+                        out_dtype="int32")
+    y = relay.clip(relay.right_shift(y, relay.const(4)), -128, 127)   # an integer epilogue
+    xv = rng.integers(-128, 128, (1, 5, 3, 20)).astype("int8")
+    source, got = build_and_run(relay.Function([x], y), TARGETS[kernels], x=xv)
+    assert "kiln_gemv_s8_" in source
+    sub = xv[:, ::strides[0], ::strides[1], :].astype(np.int64)
+    want = np.clip(np.einsum("nhwc,co->nhwo", sub, k[0, 0].astype(np.int64)) >> 4, -128, 127)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_int8_depthwise_conv_uses_the_direct_schedule():
+    x = relay.var("x", shape=(1, 6, 6, 4), dtype="int8")
+    k = rng.integers(-128, 128, (3, 3, 4, 1)).astype("int8")
+    y = relay.nn.conv2d(x, relay.const(k), padding=(1, 1, 1, 1), groups=4, channels=4,
+                        kernel_size=(3, 3), data_layout="NHWC", kernel_layout="HWOI",
+                        out_dtype="int32")
+    xv = rng.integers(-128, 128, (1, 6, 6, 4)).astype("int8")
+    _, got = build_and_run(relay.Function([x], y), TARGETS["dsp"], x=xv)
+    padded = np.pad(xv.astype(np.int64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros((1, 6, 6, 4), np.int64)
+    for i in range(3):
+        for j in range(3):
+            want += padded[:, i:i + 6, j:j + 6, :] * k[i, j, :, 0].astype(np.int64)
+    np.testing.assert_array_equal(got, want)
