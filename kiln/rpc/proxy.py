@@ -215,6 +215,11 @@ class Proxy:
             threading.Thread(target=_forward, args=(src.sock, dst.sock), daemon=True,
                              name=f"kiln-rpc-proxy-forward-{src.match_key}").start()
 
+    def waiting(self) -> dict[str, list[str]]:
+        """The match keys of servers and clients waiting for a partner (for monitoring)."""
+        with self._lock:
+            return {"server": sorted(self._servers), "client": sorted(self._clients)}
+
     # ---- lifetime ------------------------------------------------------------------------
 
     def terminate(self) -> None:

@@ -61,7 +61,7 @@ def test_a_second_waiter_with_the_same_key_is_a_duplicate(proxy):
     key = b"client:same"
     first.sendall(struct.pack("<ii", RPC_MAGIC, len(key)) + key)
     try:
-        wait_for(lambda: "same" in proxy._clients)
+        wait_for(lambda: "same" in proxy.waiting()["client"])
         with pytest.raises(RPCError, match="server already have key='same'"):
             rpc.connect("127.0.0.1", proxy.port, key="same")
     finally:
