@@ -10,7 +10,10 @@ dropped; the others go on. Reads inside a packet time out after ``read_timeout``
 client's ``-timeout=T`` key option ends its session after T seconds with TVM's
 ``RPCSessionTimeoutError`` message. With a tracker, the server registers under ``key`` and
 serves one matched client at a time, re-registering a fresh match key after each session and
-whenever the tracker forgot the current one (TVM's behaviour).
+whenever the tracker forgot the current one (TVM's behaviour). With ``is_proxy=True`` the
+server listens nowhere: it connects out to the RPC proxy at ``host:port``
+(:mod:`kiln.rpc.proxy`) as ``server:key``, serves the client the proxy pairs it with, and
+offers itself again after each session.
 
 kiln serves sessions on threads rather than forked processes: a remote function runs in the
 server process (``--no-fork`` is accepted and is what kiln always does).
@@ -63,7 +66,7 @@ _MAX_KEY_BYTES = 4096
 
 class Server:
     """An RPC server on ``host`` (loopback unless told otherwise), first free port in
-    [port, port_end).
+    [port, port_end); with ``is_proxy``, a server behind the RPC proxy at ``host:port``.
 
     Example
     -------
