@@ -22,12 +22,12 @@ function itself. The optimized object file (and its IR text) is cached on disk
 of the same kernels skips LLVM's optimization and code emission.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
-saying ``pip install kiln[llvm]``.
+saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
+cache are :mod:`kiln.target.llvm_toolchain`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -40,64 +40,16 @@ from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
+from kiln.target.llvm_toolchain import (
+    compile_cached,
+    host_target_machine,
+    initialized_llvm,
+    llvm_available,
+    llvmlite_modules,
+    parse_and_optimize,
+)
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
-
-
-def _llvmlite():
-    try:
-        import llvmlite.binding as binding
-        import llvmlite.ir as ir
-    except ImportError:
-        raise TVMError(
-            "target 'llvm' needs llvmlite, which is not installed; install the extra with "
-            "`pip install kiln[llvm]` or use target 'c'"
-        ) from None
-    return ir, binding
-
-
-def llvm_available() -> bool:
-    """Whether llvmlite can be imported."""
-    try:
-        _llvmlite()
-    except TVMError:
-        return False
-    return True
-
-
-@functools.cache
-def _initialized():
-    ir, llvm = _llvmlite()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    return ir, llvm
-
-
-def host_target_machine(target: Any = None):
-    """An llvmlite TargetMachine for the host triple; CPU/features from ``-mcpu``/``-mattr``."""
-    _, llvm = _initialized()
-    mcpu = getattr(target, "mcpu", "") if target is not None else ""
-    mattr = ",".join(getattr(target, "mattr", []) or []) if target is not None else ""
-    triple = (getattr(target, "attrs", {}) or {}).get("mtriple") if target is not None else None
-    if mcpu and mcpu != "native":
-        features = mattr
-        if not triple and llvm.get_process_triple().startswith("x86_64"):
-            # an unknown CPU name would select a 32-bit subtarget and abort the process
-            features = f"+64bit,{features}" if features else "+64bit"
-    else:  # -mcpu=native or none: the host CPU with its features
-        mcpu = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
-        if mattr:
-            features = f"{features},{mattr}" if features else mattr
-    if triple:  # cross compilation needs every backend, not just the native one
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-    try:
-        llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
-    except RuntimeError as err:
-        raise TVMError(f"LLVM cannot generate code for -mtriple={triple}: {err}") from None
-    return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
-                                             codemodel="default")
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -107,9 +59,6 @@ _SIGNED_BINARY = {"Div": "sdiv", "Mod": "srem"}
 _UNSIGNED_BINARY = {"Div": "udiv", "Mod": "urem"}
 _FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mod": "frem"}
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-
-
-
 
 
 def _used_var_ids(stmt: Any) -> set[int]:
@@ -140,8 +89,6 @@ def _used_var_ids(stmt: Any) -> set[int]:
     return used
 
 
-
-
 def _node_name(node: Any) -> str:
     return type(node).__name__
 
@@ -165,7 +112,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     unroll_limit = 64
 
     def __init__(self, name: str = "kiln") -> None:
-        ir, _ = _llvmlite()
+        ir, _ = llvmlite_modules()
         self.ir = ir
         self.module = ir.Module(name=name)
         self.i1, self.i8, self.i32, self.i64 = (ir.IntType(b) for b in (1, 8, 32, 64))
@@ -589,37 +536,6 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     # -- calls -----------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
         """Emit a TIR statement at the builder's position."""
@@ -892,7 +808,7 @@ def emit_llvm(mod: Any, target: Any = None):
     Returns ``(codegen, optimized llvmlite ModuleRef, TargetMachine)``.
     """
     cg, tm = _generate(mod, target)
-    return cg, _parse_and_optimize(cg, tm, target), tm
+    return cg, parse_and_optimize(cg.module, tm, target), tm
 
 
 def _generate(mod: Any, target: Any):
@@ -906,100 +822,18 @@ def _generate(mod: Any, target: Any):
     return cg, tm
 
 
-def _opt_level(target: Any) -> int:
-    opt_level = getattr(target, "opt_level", 3) if target is not None else 3
-    return min(max(opt_level, 0), 3)
-
-
-def _parse_and_optimize(cg: Any, tm: Any, target: Any):
-    """The verified, optimized llvmlite ModuleRef of ``cg``'s module."""
-    _, llvm = _initialized()
-    try:
-        ref = llvm.parse_assembly(str(cg.module))
-        ref.verify()
-    except RuntimeError as err:
-        raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{cg.module}") from None
-    _optimize(llvm, ref, tm, _opt_level(target))
-    return ref
-
-
-def _object_cache_path(ir_text: str, target: Any) -> Any:
-    """Where the object file of this unoptimized IR for this target is cached: the key covers
-    the IR (with its triple and data layout), the target string, the host CPU and features
-    (what ``-mcpu=native`` or no ``-mcpu`` select) and the LLVM version."""
-    import hashlib
-
-    from kiln.runtime import config
-
-    _, llvm = _initialized()
-    key = hashlib.sha256("\0".join([
-        ir_text, str(target), llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(), str(_opt_level(target)),
-        str(llvm.llvm_version_info)]).encode()).hexdigest()
-    return config.cache_dir() / "llvm" / key
-
-
-def _compile_cached(cg: Any, tm: Any, target: Any) -> tuple[bytes, str]:
-    """``(object bytes, optimized IR text)``, from the disk cache when this exact module was
-    compiled before (LLVM's optimization and object emission are most of a build's codegen)."""
-    import os
-    import tempfile
-
-    path = _object_cache_path(str(cg.module), target)
-    obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
-    try:
-        return obj_path.read_bytes(), ir_path.read_text()
-    except OSError:
-        pass
-    ref = _parse_and_optimize(cg, tm, target)
-    obj, ir_text = tm.emit_object(ref), str(ref)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # the IR first and the object last, each renamed into place: a reader finding the
-        # object finds its IR complete
-        for final, data in ((ir_path, ir_text.encode()), (obj_path, obj)):
-            fd, tmp = tempfile.mkstemp(dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, final)
-    except OSError:
-        pass  # a read-only cache only costs the next build its time
-    return obj, ir_text
-
-
-def _optimize(llvm, ref, tm, opt_level: int) -> None:
-    """Run LLVM's standard O<n> pipeline with loop and SLP vectorization."""
-    vectorize = opt_level >= 2
-    if hasattr(llvm, "create_pass_builder"):  # llvmlite >= 0.44: the new pass manager
-        tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-        tuning.loop_vectorization = vectorize
-        tuning.slp_vectorization = vectorize
-        tuning.loop_unrolling = vectorize
-        passes = llvm.create_pass_builder(tm, tuning)
-        passes.getModulePassManager().run(ref, passes)
-        return
-    builder = llvm.create_pass_manager_builder()  # older llvmlite: the legacy one
-    builder.opt_level = opt_level
-    builder.loop_vectorize = vectorize
-    builder.slp_vectorize = vectorize
-    manager = llvm.create_module_pass_manager()
-    tm.add_analysis_passes(manager)
-    builder.populate(manager)
-    manager.run(ref)
-
-
 @register_func("target.build.llvm", override=True)
 def build_llvm(mod: Any, target: Any = None) -> Any:
     """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
     from kiln.target.build import NativeModule
 
     cg, tm = _generate(mod, target)
-    obj, ir_text = _compile_cached(cg, tm, target)
+    obj, ir_text = compile_cached(cg.module, tm, target)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
     glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
                                  packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    llvm = _initialized()[1]
+    llvm = initialized_llvm()[1]
     text = {"ll": ir_text, "": ir_text, "c": glue,
             "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
     options = codegen_c.compile_options(target)

@@ -12,7 +12,8 @@ from kiln import tir
 from kiln.runtime.error import TVMError
 from kiln.target import Target
 from kiln.target.build import build_module
-from kiln.target.codegen_llvm import CodeGenLLVM, _llvmlite, emit_llvm
+from kiln.target.codegen_llvm import CodeGenLLVM, emit_llvm
+from kiln.target.llvm_toolchain import llvmlite_modules
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_asm_is_vectorized_for_the_host(llvm_module):
 
 
 def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch):
-    from kiln.target import codegen_llvm
+    from kiln.target import llvm_toolchain
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     first = build_module(dict(kernels), Target("llvm"))
@@ -45,7 +46,7 @@ def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch)
     def no_optimizing(*args):
         raise AssertionError("LLVM optimized a module whose object is cached")
 
-    monkeypatch.setattr(codegen_llvm, "_parse_and_optimize", no_optimizing)
+    monkeypatch.setattr(llvm_toolchain, "parse_and_optimize", no_optimizing)
     second = build_module(dict(kernels), Target("llvm"))
     assert second.objects == first.objects
     assert second.get_source("ll") == first.get_source("ll")
@@ -92,7 +93,7 @@ def test_missing_llvmlite_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
     monkeypatch.setitem(sys.modules, "llvmlite.ir", None)
     with pytest.raises(TVMError, match=r"pip install kiln\[llvm\]"):
-        _llvmlite()
+        llvmlite_modules()
 
 
 def test_node_without_rule_names_it():
