@@ -70,7 +70,8 @@ CONV_TRANSPOSE = {1: (relay.nn.conv1d_transpose, "NCW", "IOW"),
                   2: (relay.nn.conv2d_transpose, "NCHW", "IOHW")}
 
 
-def _conv(inputs, attrs, ctx):
+def convert_conv(inputs, attrs, ctx):
+    """ONNX Conv (1-3 spatial dims, groups, auto_pad); the integer convolutions reuse it."""
     x, weight = inputs[0], inputs[1]
     w_shape = ctx.shape(weight)
     kernel = list(attrs.get("kernel_shape", w_shape[2:]))
@@ -92,7 +93,7 @@ def _conv(inputs, attrs, ctx):
     return out
 
 
-register_function("Conv", _conv)
+register_function("Conv", convert_conv)
 
 
 def _conv_transpose(inputs, attrs, ctx):

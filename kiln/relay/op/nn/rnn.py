@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.op import OPAQUE, call, define_op, register_op_attr
+from kiln.relay.op.op import OPAQUE, call, define_op, register_op_attr, register_shape_func
 from kiln.relay.op.type_relations import dims, fail, shape_str, tensor_arg, tensor_type
 from kiln.runtime.error import TVMError
 
@@ -188,3 +188,13 @@ def _gru_cell_numpy(attrs, args, out_type):
 
 register_op_attr("nn.contrib_lstm_cell", "FNumpyEval", _lstm_cell_numpy)
 register_op_attr("nn.contrib_gru_cell", "FNumpyEval", _gru_cell_numpy)
+
+
+def _cell_shape_func(attrs, in_dims, out_types):
+    """The new state has the old state's shape (static, the type relation checks it); the
+    step count of ``xproj`` may be symbolic (a VM loop)."""
+    return [list(in_dims[1])]
+
+
+register_shape_func("nn.contrib_lstm_cell", False, _cell_shape_func)
+register_shape_func("nn.contrib_gru_cell", False, _cell_shape_func)
