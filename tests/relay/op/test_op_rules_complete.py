@@ -56,7 +56,6 @@ NO_REFERENCE = {
     "vm.shape_of": _VM_INTERNAL,
 }
 _STATIC_LAYOUT = "produced by AlterOpLayout, which rewrites only calls with static shapes"
-_STATIC_STATE = "the relation requires a static state and weight: the result is never dynamic"
 # Ops the VM would need a shape function for (pattern above BROADCAST, or dyn.*) without one.
 NO_SHAPE_FUNC = {
     **{name: reason for name, reason in NO_KERNEL.items()},
@@ -64,8 +63,6 @@ NO_SHAPE_FUNC = {
     "nn.contrib_conv2d_gemm_without_weight_transform": _STATIC_LAYOUT,
     "nn.contrib_conv2d_winograd_weight_transform": _STATIC_LAYOUT,
     "nn.contrib_conv2d_winograd_without_weight_transform": _STATIC_LAYOUT,
-    "nn.contrib_lstm_cell": _STATIC_STATE,
-    "nn.contrib_gru_cell": _STATIC_STATE,
 }
 
 

@@ -561,6 +561,9 @@ def test_every_reference_rule_has_an_oracle_case_or_a_reason():
 _IDENTITY = "an annotation for passes: evaluation passes its value through unchanged"
 _QNN = ("evaluated by canonicalizing to core ops (relay/qnn/interp.py), whose rules are checked "
         "here; QNN results are compared with onnxruntime in tests/relay/qnn")
+_QNN_NUMPY = ("evaluated by canonicalizing to core ops (relay/qnn/interp.py), whose rules are "
+              "checked here; the QNN results are compared with NumPy integer math and float "
+              "math in tests/relay/qnn/test_qnn_conv_dense.py and test_qnn_unary_pool.py")
 _PACKED = ("a kiln-internal packed weight layout that no other framework computes; the "
            "transform + conv pair is checked against nn.conv2d in tests/relay/op/test_op_nn.py")
 NO_ORACLE_YET: dict[str, str] = {
@@ -569,7 +572,12 @@ NO_ORACLE_YET: dict[str, str] = {
         "annotation.checkpoint", "annotation.compiler_begin", "annotation.compiler_end",
         "annotation.stop_fusion", "on_device", "device_copy")},
     "debug": "runs the user's Python callback and returns its input",
+    # every QNN lowering (ops added later included); the named ones have dedicated tests
     **{name: _QNN for name in QNN_LOWERINGS},
+    **{name: _QNN_NUMPY for name in (
+        "qnn.abs", "qnn.avg_pool2d", "qnn.batch_matmul", "qnn.concatenate", "qnn.conv2d",
+        "qnn.conv2d_transpose", "qnn.dense", "qnn.erf", "qnn.exp", "qnn.hardswish",
+        "qnn.leaky_relu", "qnn.log", "qnn.rsqrt", "qnn.sigmoid", "qnn.sqrt", "qnn.tanh")},
     **{name: _PACKED for name in (
         "nn.contrib_conv2d_gemm_weight_transform",
         "nn.contrib_conv2d_gemm_without_weight_transform",
