@@ -18,8 +18,8 @@ exported C trampoline in the glue (so ``static`` functions from ``pragma import_
 ``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
 already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
 function itself. The optimized object file (and its IR text) is cached on disk
-(``KILN_CACHE_DIR/llvm``) by the unoptimized IR, the target and the host CPU: a second build
-of the same kernels skips LLVM's optimization and code emission.
+(:mod:`.llvm_object_cache`): a second build of the same kernels skips LLVM's optimization and
+code emission.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``.
@@ -40,6 +40,7 @@ from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
+from kiln.target.llvm_object_cache import compile_cached
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
 
@@ -923,50 +924,6 @@ def _parse_and_optimize(cg: Any, tm: Any, target: Any):
     return ref
 
 
-def _object_cache_path(ir_text: str, target: Any) -> Any:
-    """Where the object file of this unoptimized IR for this target is cached: the key covers
-    the IR (with its triple and data layout), the target string, the host CPU and features
-    (what ``-mcpu=native`` or no ``-mcpu`` select) and the LLVM version."""
-    import hashlib
-
-    from kiln.runtime import config
-
-    _, llvm = _initialized()
-    key = hashlib.sha256("\0".join([
-        ir_text, str(target), llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(), str(_opt_level(target)),
-        str(llvm.llvm_version_info)]).encode()).hexdigest()
-    return config.cache_dir() / "llvm" / key
-
-
-def _compile_cached(cg: Any, tm: Any, target: Any) -> tuple[bytes, str]:
-    """``(object bytes, optimized IR text)``, from the disk cache when this exact module was
-    compiled before (LLVM's optimization and object emission are most of a build's codegen)."""
-    import os
-    import tempfile
-
-    path = _object_cache_path(str(cg.module), target)
-    obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
-    try:
-        return obj_path.read_bytes(), ir_path.read_text()
-    except OSError:
-        pass
-    ref = _parse_and_optimize(cg, tm, target)
-    obj, ir_text = tm.emit_object(ref), str(ref)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # the IR first and the object last, each renamed into place: a reader finding the
-        # object finds its IR complete
-        for final, data in ((ir_path, ir_text.encode()), (obj_path, obj)):
-            fd, tmp = tempfile.mkstemp(dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, final)
-    except OSError:
-        pass  # a read-only cache only costs the next build its time
-    return obj, ir_text
-
-
 def _optimize(llvm, ref, tm, opt_level: int) -> None:
     """Run LLVM's standard O<n> pipeline with loop and SLP vectorization."""
     vectorize = opt_level >= 2
@@ -994,7 +951,8 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     from kiln.target.build import NativeModule
 
     cg, tm = _generate(mod, target)
-    obj, ir_text = _compile_cached(cg, tm, target)
+    obj, ir_text = compile_cached(str(cg.module), target,
+                                  lambda: _parse_and_optimize(cg, tm, target), tm)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
     glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
                                  packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
