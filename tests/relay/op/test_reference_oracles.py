@@ -512,6 +512,17 @@ def _torch_gru(xproj, hidden, weight, hbias, step):
     return torch.gru_cell(xproj[int(step)], hidden, eye, r, None, b_hh)
 
 
+_R1 = uniform(-0.5, 0.5, (_H, _H))
+
+
+def _torch_rnn(xproj, hidden, weight, step):
+    # xproj enters through an identity input weight, R through the recurrent weight
+    return torch.rnn_relu_cell(xproj[int(step)], hidden, torch.eye(_H), torch.from_numpy(_R1))
+
+
+case("nn.contrib_rnn_cell", lambda x, h, w, t: relay.nn.contrib_rnn_cell(x, h, w, t, "relu"),
+     [uniform(-1, 1, (_T, _B, _H)), uniform(-1, 1, (_B, _H)), _pack(_R1, 1, 2), _step],
+     _torch_rnn)
 case("nn.contrib_lstm_cell", lambda x, s, w, t: relay.nn.contrib_lstm_cell(x, s, w, t),
      [uniform(-1, 1, (_T, _B, 4 * _H)), uniform(-1, 1, (2, _B, _H)), _pack(_R4, 4, 2), _step],
      _torch_lstm)

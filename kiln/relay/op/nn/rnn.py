@@ -232,3 +232,4 @@ def _cell_shape_func(attrs, in_dims, out_types):
 
 register_shape_func("nn.contrib_lstm_cell", False, _cell_shape_func)
 register_shape_func("nn.contrib_gru_cell", False, _cell_shape_func)
+register_shape_func("nn.contrib_rnn_cell", False, _cell_shape_func)
