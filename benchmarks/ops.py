@@ -1,7 +1,8 @@
-"""Operator benchmarks: kiln's dense, ResNet-18 conv2d, topk and nn (pools, softmax,
-layer_norm, conv1d, conv2d_transpose, sum) kernels vs ONNX Runtime and PyTorch.
+"""Operator benchmarks: kiln's dense, ResNet-18 conv2d, MobileNet-style depthwise and
+pointwise convs, topk and nn (pools, softmax, layer_norm, conv1d, conv2d_transpose, sum)
+kernels vs ONNX Runtime and PyTorch.
 
-Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|topk|nn] [--threads 2]
+Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|mobilenet|topk|nn] [--threads 2]
 [--stat median|min] [--target "llvm -mcpu=znver3"]``.
 
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
@@ -22,6 +23,7 @@ still compares the kernels themselves.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import statistics
@@ -47,6 +49,20 @@ RESNET18_CONVS = [
     (256, 14, 14, 512, 3, 2, 1),
     (256, 14, 14, 512, 1, 2, 0),
     (512, 7, 7, 512, 3, 1, 1),
+]
+# MobileNet-style (benchmarks/models.py's separable CNN), batch 1: (C, H, W, O, kernel, stride,
+# pad, groups): depthwise 3x3 (groups = C) at stride 1 and 2, pointwise 1x1, the stride-2 stem
+MOBILENET_CONVS = [
+    (3, 224, 224, 32, 3, 2, 1, 1),
+    (32, 112, 112, 32, 3, 1, 1, 32),
+    (32, 112, 112, 64, 1, 1, 0, 1),
+    (64, 112, 112, 64, 3, 2, 1, 64),
+    (128, 56, 56, 128, 3, 1, 1, 128),
+    (128, 56, 56, 128, 1, 1, 0, 1),
+    (256, 28, 28, 256, 1, 1, 0, 1),
+    (512, 14, 14, 512, 3, 1, 1, 512),
+    (512, 14, 14, 512, 1, 1, 0, 1),
+    (1024, 7, 7, 1024, 1, 1, 0, 1),
 ]
 
 # topk rows: (rows, axis length, k); k <= n/4 takes the heap, k equal to the length is a full
@@ -148,7 +164,7 @@ def bench_dense(m, k, n, target, repeat, number):
     return name, times["kiln"], times["ort"], times["torch"]
 
 
-def bench_conv(c, h, w, o, kernel, stride, pad, target, repeat, number):
+def bench_conv(c, h, w, o, kernel, stride, pad, target, repeat, number, groups=1):
     import torch
     from onnx import helper
 
@@ -156,23 +172,26 @@ def bench_conv(c, h, w, o, kernel, stride, pad, target, repeat, number):
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, c, h, w)).astype("float32")
-    wt = rng.standard_normal((o, c, kernel, kernel)).astype("float32") * 0.1
+    wt = rng.standard_normal((o, c // groups, kernel, kernel)).astype("float32") * 0.1
     oh = (h + 2 * pad - kernel) // stride + 1
     ow = (w + 2 * pad - kernel) // stride + 1
     name, run_kiln, output = kiln_one_op(
         lambda d, p: relay.nn.conv2d(d, p["w"], (stride, stride), (pad,) * 4, channels=o,
-                                     kernel_size=(kernel, kernel)), x, {"w": wt}, target)
+                                     kernel_size=(kernel, kernel), groups=groups), x,
+        {"w": wt}, target)
     run_kiln()
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(wt), stride=stride,
-                                     padding=pad).numpy()
+                                     padding=pad, groups=groups).numpy()
     assert np.allclose(output(), ref, rtol=1e-3, atol=1e-3)
     run_ort = ort_session(helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * 2,
-                                           pads=[pad] * 4, kernel_shape=[kernel] * 2),
+                                           pads=[pad] * 4, kernel_shape=[kernel] * 2,
+                                           group=groups),
                           [("x", x)], [("w", wt)], [1, o, oh, ow])
     tx, tw = torch.from_numpy(x), torch.from_numpy(wt)
     times = side_by_side({"kiln": run_kiln, "ort": run_ort,
                           "torch": lambda: torch.nn.functional.conv2d(
-                              tx, tw, stride=stride, padding=pad)}, repeat, number)
+                              tx, tw, stride=stride, padding=pad, groups=groups)}, repeat,
+                          number)
     return name, times["kiln"], times["ort"], times["torch"]
 
 
@@ -293,7 +312,7 @@ def main() -> None:
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="per-runner statistic over the rounds (min resists a loaded "
                              "machine better)")
-    parser.add_argument("--only", choices=["dense", "conv", "topk", "nn"],
+    parser.add_argument("--only", choices=["dense", "conv", "mobilenet", "topk", "nn"],
                         help="one op family")
     args = parser.parse_args()
     THREADS[0] = args.threads
@@ -318,6 +337,9 @@ def main() -> None:
         "dense": [(f"dense {m}x{k}x{n}", bench_dense, (m, k, n)) for m, k, n in DENSES],
         "conv": [(f"conv2d {c}x{h}x{w}->{o} k{kernel} s{stride}", bench_conv, spec)
                  for spec in RESNET18_CONVS for c, h, w, o, kernel, stride, _ in [spec]],
+        "mobilenet": [(f"{'dw' if g > 1 else 'conv'} {c}x{h}x{w}->{o} k{kernel} s{stride}",
+                       functools.partial(bench_conv, groups=g), spec[:7])
+                      for spec in MOBILENET_CONVS for c, h, w, o, kernel, stride, _, g in [spec]],
         "topk": [(f"topk {r}x{n} k={k}", bench_topk, (r, n, k)) for r, n, k in TOPKS],
         "nn": [(case[0], bench_nn, (case,)) for case in _nn_cases()],
     }

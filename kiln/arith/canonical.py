@@ -645,7 +645,7 @@ class Simplifier(StmtExprMutator):
             if verdict is not None:
                 return IntImm("bool", int(verdict))
             return type(node)(self.simplify(a), self.simplify(b))
-        return _op._compare(type(node), self.simplify(a), self.simplify(b))
+        return _op.compare(type(node), self.simplify(a), self.simplify(b))
 
     visit_LT = visit_LE = visit_GT = visit_GE = visit_EQ = visit_NE = _compare
 

@@ -563,14 +563,15 @@ def _add_micro_parser(sub) -> None:
 
 
 def _add_rpc_parser(sub) -> None:
-    """``kiln rpc server|tracker|queue``: the programs of :mod:`kiln.exec`."""
-    from kiln.exec import query_rpc_tracker, rpc_server, rpc_tracker
+    """``kiln rpc server|tracker|proxy|queue``: the programs of :mod:`kiln.exec`."""
+    from kiln.exec import query_rpc_tracker, rpc_proxy, rpc_server, rpc_tracker
 
-    rpc = sub.add_parser("rpc", help="RPC: start a server or a tracker, show a tracker's "
-                         "queue", description="TVM-protocol RPC over TCP.")
+    rpc = sub.add_parser("rpc", help="RPC: start a server, a tracker or a proxy, show a "
+                         "tracker's queue", description="TVM-protocol RPC over TCP.")
     actions = rpc.add_subparsers(dest="rpc_command", metavar="ACTION", required=True)
     for name, module, text in (("server", rpc_server, "start an RPC server"),
                                ("tracker", rpc_tracker, "start an RPC tracker"),
+                               ("proxy", rpc_proxy, "start an RPC proxy"),
                                ("queue", query_rpc_tracker, "print a tracker's summary")):
         p = actions.add_parser(name, help=text, description=module.__doc__)
         module.add_arguments(p)
@@ -671,6 +672,10 @@ def main(argv: list[str] | None = None) -> int:
 def console_entry() -> None:
     """The ``kiln`` console script: run :func:`main` on ``sys.argv`` and exit with its code."""
     sys.exit(main())
+
+
+# the name console scripts installed before the rename still import (until `pip install -e .`)
+_console_entry = console_entry
 
 
 if __name__ == "__main__":

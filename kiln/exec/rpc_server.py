@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the host IP address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=9090, help="the first port to try")
     parser.add_argument("--port-end", type=int, default=9199, help="the end of the port range")
+    parser.add_argument("--through-proxy", dest="through_proxy", action="store_true",
+                        help="serve through an RPC proxy: --host and --port are the proxy's")
     parser.add_argument("--tracker", help="the tracker's address host:port; registers the "
                         "server there under --key")
     parser.add_argument("--key", default="", help="the key the server is matched by")
@@ -53,10 +55,15 @@ def run(args: argparse.Namespace) -> int:
     if args.tracker:
         host, _, port = args.tracker.rpartition(":")
         tracker = (host, int(port))
-    server = Server(args.host, args.port, args.port_end, tracker_addr=tracker, key=args.key,
+    server = Server(args.host, args.port, args.port_end, is_proxy=args.through_proxy,
+                    tracker_addr=tracker, key=args.key,
                     load_library=args.load_library, custom_addr=args.custom_addr,
                     silent=args.silent, read_timeout=args.read_timeout, codec=args.codec)
-    print(f"bind to {args.host}:{server.port}", file=sys.stderr, flush=True)
+    if args.through_proxy:
+        print(f"serving through the proxy at {args.host}:{server.port}", file=sys.stderr,
+              flush=True)
+    else:
+        print(f"bind to {args.host}:{server.port}", file=sys.stderr, flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

@@ -22,6 +22,7 @@ Entry points: :func:`build`, :func:`optimize`, :func:`create_executor`,
 from __future__ import annotations
 
 import re
+import sys
 import time
 import warnings
 from typing import Any
@@ -38,6 +39,7 @@ from kiln.relay.backend.pipeline import (
     pass_pipeline,
     qnn_lowering_passes,
 )
+from kiln.runtime.config import debug_level
 from kiln.runtime.error import TVMError
 
 __all__ = ["build", "optimize", "create_executor", "bind_params_by_name",
@@ -277,9 +279,13 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
                                     pools)
     with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
+        passes_done = time.perf_counter()
         compilers = make_compilers(targets, host, mod_name)
         result = codegen(mod["main"], compilers, default_device)
         lib = build_kernels(compilers)
+    if debug_level() >= 1:
+        print_build_stages(passes_done - start, time.perf_counter() - start,
+                           compilers.values(), lib)
     stats = {
         "kernels": sum(len(c.lowered) for c in compilers.values()),
         "kernel_calls": result.num_kernel_calls,
@@ -292,6 +298,21 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
                                          mod_name, stats)
     factory.lowered = {f.name: f for c in compilers.values() for f in c.lowered}
     return factory
+
+
+def print_build_stages(passes: float, total: float, compilers: Any, lib: Any) -> None:
+    """KILN_DEBUG=1: where a build's time went -- passes, lowering (TE -> TIR), codegen
+    (LLVM/C emission and optimization), the C compiler, and the rest (graph codegen, memory
+    planning, params)."""
+    lower = sum(c.seconds["lower"] for c in compilers)
+    build = sum(c.seconds["build"] for c in compilers)
+    modules = [lib, *getattr(lib, "imported_modules", [])]
+    cc = sum(getattr(m, "compile_seconds", 0.0) for m in modules)
+    kernels = sum(len(c.lowered) for c in compilers)
+    rest = total - passes - lower - build
+    print(f"[kiln] relay.build stages: passes {passes:.2f} s, lower {lower:.2f} s ({kernels} "
+          f"kernels), codegen {build - cc:.2f} s, cc {cc:.2f} s, other {rest:.2f} s; total "
+          f"{total:.2f} s", file=sys.stderr)
 
 
 def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,

@@ -10,7 +10,10 @@ dropped; the others go on. Reads inside a packet time out after ``read_timeout``
 client's ``-timeout=T`` key option ends its session after T seconds with TVM's
 ``RPCSessionTimeoutError`` message. With a tracker, the server registers under ``key`` and
 serves one matched client at a time, re-registering a fresh match key after each session and
-whenever the tracker forgot the current one (TVM's behaviour).
+whenever the tracker forgot the current one (TVM's behaviour). With ``is_proxy=True`` the
+server listens nowhere: it connects out to the RPC proxy at ``host:port``
+(:mod:`kiln.rpc.proxy`) as ``server:key``, serves the client the proxy pairs it with, and
+offers itself again after each session.
 
 kiln serves sessions on threads rather than forked processes: a remote function runs in the
 server process (``--no-fork`` is accepted and is what kiln always does).
@@ -30,6 +33,7 @@ from typing import Any
 
 from kiln.rpc.protocol import (
     CODECS,
+    RPC_CODE_DUPLICATE,
     RPC_CODE_MISMATCH,
     RPC_CODE_SUCCESS,
     RPC_MAGIC,
@@ -62,7 +66,7 @@ _MAX_KEY_BYTES = 4096
 
 class Server:
     """An RPC server on ``host`` (loopback unless told otherwise), first free port in
-    [port, port_end).
+    [port, port_end); with ``is_proxy``, a server behind the RPC proxy at ``host:port``.
 
     Example
     -------
@@ -85,8 +89,9 @@ class Server:
         if codec not in CODECS:
             raise TVMError(f"unknown RPC codec {codec!r}; choose one of {sorted(CODECS)}")
         self.codec = CODECS[codec]
-        if is_proxy:
-            raise TVMError("kiln's RPC server cannot register through a proxy (is_proxy)")
+        if is_proxy and tracker_addr:
+            raise TVMError("a server behind a proxy registers through the proxy's tracker, "
+                           "not its own (is_proxy with tracker_addr)")
         if tracker_addr and not key:
             raise TVMError("a server registering with a tracker needs a key (--key)")
         if load_library:
@@ -100,10 +105,18 @@ class Server:
         self.read_timeout, self.timeout = read_timeout, timeout
         if silent:
             logger.setLevel(logging.ERROR)
-        self._listener, self.port = bind_listener(host, port, port_end, "RPC server")
         self._stopped = threading.Event()
         self._matchkey = key
         self._tracker: _TrackerLink | None = None
+        self._listener: socket.socket | None = None
+        self._proxy_sock: socket.socket | None = None
+        if is_proxy:  # connect out to the proxy at host:port and serve what it pairs us with
+            self.port = port
+            self._thread = threading.Thread(target=self._proxy_loop, daemon=True,
+                                            name=f"kiln-rpc-server-proxy-{port}")
+            self._thread.start()
+            return
+        self._listener, self.port = bind_listener(host, port, port_end, "RPC server")
         if tracker_addr:
             self._tracker = _TrackerLink(self, tracker_addr)
         self._thread = threading.Thread(target=self._accept_loop, daemon=True,
@@ -171,9 +184,73 @@ class Server:
                 self._tracker.session_ended()
             logger.info("session with %s ended", peer)
 
+    def _proxy_loop(self) -> None:
+        """TVM's ``_connect_proxy_loop``: offer ``server:key`` to the proxy, serve the client
+        it pairs us with, and offer again; connection errors retry every few seconds."""
+        failures = 0
+        while not self._stopped.is_set():
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=30.0)
+            except OSError as err:
+                failures += 1
+                logger.warning("RPC proxy %s:%d unreachable (%s); retry %d", self.host,
+                               self.port, err, failures)
+                if failures > self.PROXY_RETRIES:
+                    logger.error("giving up on RPC proxy %s:%d", self.host, self.port)
+                    return
+                self._stopped.wait(self.PROXY_RETRY_SECONDS)
+                continue
+            failures = 0
+            self._proxy_sock = sock
+            channel = SocketChannel(sock, None, f"proxy {self.host}:{self.port}")
+            try:
+                options = self._proxy_handshake(channel)
+                if options is not None:
+                    channel.set_timeout(self.read_timeout)
+                    self._serve_session(channel, options, f"proxy {self.host}:{self.port}")
+            except RPCError as err:
+                logger.warning("RPC session through proxy %s:%d ended: %s", self.host,
+                               self.port, err)
+            finally:
+                channel.close()
+                self._proxy_sock = None
+
+    PROXY_RETRIES = 5
+    PROXY_RETRY_SECONDS = 5.0
+
+    def _proxy_handshake(self, channel: SocketChannel) -> dict[str, str] | None:
+        """Offer our key and wait (without timeout) for the proxy to pair us; the client's
+        key options, or None when the proxy refused (no client came: offer again)."""
+        offer = f"server:{self.key}".encode()
+        channel.send(struct.pack("<ii", RPC_MAGIC, len(offer)), offer)
+        answer = recv_handshake_int(channel)
+        if answer == RPC_CODE_DUPLICATE:
+            self._stopped.set()
+            raise RPCError(f"key {self.key!r} is already waiting at the proxy")
+        if answer == RPC_CODE_MISMATCH:
+            logger.info("RPC proxy has no client for key %r yet", self.key)
+            return None
+        if answer != RPC_CODE_SUCCESS:
+            raise RPCError(f"{self.host}:{self.port} is not an RPC proxy (answer {answer:#x})")
+        keylen = recv_handshake_int(channel)
+        if not 0 <= keylen <= _MAX_KEY_BYTES:
+            raise RPCError(f"the proxy sent an invalid key length {keylen}")
+        raw = bytearray(keylen)
+        channel.recv_into(memoryview(raw))
+        tokens = raw.decode(errors="replace").split()
+        return dict(t[1:].split("=", 1) for t in tokens[1:] if t.startswith("-") and "=" in t)
+
     def terminate(self) -> None:
         """Stop accepting, end the tracker registration; running sessions finish."""
         self._stopped.set()
+        if self._proxy_sock is not None:  # waiting at the proxy: stop waiting
+            try:
+                self._proxy_sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if self._listener is None:
+            self._thread.join(timeout=5)
+            return
         close_listener(self._listener)
         if self._tracker is not None:
             self._tracker.stop()

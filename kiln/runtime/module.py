@@ -58,7 +58,7 @@ from kiln.runtime.archive import extracted
 from kiln.runtime.binary import BinaryReader, BinaryWriter
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
-from kiln.runtime.packed_func import PackedFunc, _runtime, object_handle
+from kiln.runtime.packed_func import PackedFunc, object_handle, runtime_library
 from kiln.runtime.registry import get_global_func, register_func
 from kiln.runtime.shared_library import (
     check_elf,
@@ -587,7 +587,7 @@ class DSOModule(Module):
 
     def __init__(self, path: str) -> None:
         super().__init__()
-        _runtime()  # kernels resolve TVMAPISetLastError & co. against the support library
+        runtime_library()  # kernels resolve TVMAPISetLastError & co. against the support library
         self.path = os.path.realpath(path)
         check_elf(self.path)
         try:
@@ -860,13 +860,13 @@ class SystemLibModule(Module):
     def __init__(self, prefix: str = "") -> None:
         super().__init__()
         self.prefix = prefix
-        lib = _runtime()
+        lib = runtime_library()
         ctx = lib.KilnSystemLibLookup((prefix + _MODULE_CTX_SYMBOL).encode())
         if ctx:
             ctypes.c_void_p.from_address(ctx).value = object_handle(self)
 
     def _lookup(self, name: str) -> int | None:
-        return _runtime().KilnSystemLibLookup((self.prefix + name).encode()) or None
+        return runtime_library().KilnSystemLibLookup((self.prefix + name).encode()) or None
 
     def _get_function(self, name: str) -> PackedFunc | None:
         address = self._lookup(name)

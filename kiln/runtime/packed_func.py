@@ -125,7 +125,8 @@ _lib: ctypes.CDLL | None = None
 _thread_state = threading.local()
 
 
-def _runtime() -> ctypes.CDLL:
+def runtime_library() -> ctypes.CDLL:
+    """The kiln runtime support library (TVMAPISetLastError & co.), loaded once."""
     if _lib is None:
         from kiln.runtime import native
 
@@ -135,12 +136,12 @@ def _runtime() -> ctypes.CDLL:
 
 def get_last_error() -> str:
     """This thread's last error message from the C side (``TVMGetLastError``)."""
-    return _runtime().TVMGetLastError().decode("utf-8", errors="replace")
+    return runtime_library().TVMGetLastError().decode("utf-8", errors="replace")
 
 
 def set_last_error(message: str) -> None:
     """Store ``message`` as this thread's last error (``TVMAPISetLastError``)."""
-    _runtime().TVMAPISetLastError(message.encode("utf-8", errors="replace"))
+    runtime_library().TVMAPISetLastError(message.encode("utf-8", errors="replace"))
 
 
 def _raise_last_error(rc: int, what: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,14 @@ class NativeModule(Module):
                             self.foreign_triple)
 
     def _compile(self) -> Path:
+        start = time.perf_counter()
+        try:
+            return self._compile_timed()
+        finally:
+            # the C compiler's share of a build (KILN_DEBUG=1's stage breakdown)
+            self.compile_seconds = time.perf_counter() - start
+
+    def _compile_timed(self) -> Path:
         if config.debug_level() >= 4:
             for fmt in self.text:
                 if fmt:

@@ -568,17 +568,19 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
     return "\n\n".join(parts) + "\n"
 
 
-def functions_of(mod: Any) -> list[tuple[str, Any]]:
+def functions_of(mod: Any, pipeline: list[Any] | None = None) -> list[tuple[str, Any]]:
     """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them: what a
-    codegen prints, each function already through the TIR passes every codegen's input goes
-    through (:func:`kiln.tir.transform.codegen_prep.prepare_for_codegen`)."""
+    codegen prints, each function already through the TIR passes of ``pipeline`` (default:
+    those every codegen's input goes through,
+    :data:`kiln.tir.transform.codegen_prep.CODEGEN_PIPELINE`)."""
     if node_name(mod) == "PrimFunc":
-        return [(mod.attrs.get("global_symbol") or "default_function", prepare_for_codegen(mod))]
+        return [(mod.attrs.get("global_symbol") or "default_function",
+                 prepare_for_codegen(mod, pipeline))]
     items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
     out = []
     for gvar, func in items:
         if node_name(func) != "PrimFunc":
             raise TVMError(f"codegen: {gvar!r} is a {node_name(func)}, not a tir.PrimFunc")
         symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
-        out.append((symbol, prepare_for_codegen(func)))
+        out.append((symbol, prepare_for_codegen(func, pipeline)))
     return out

@@ -87,6 +87,7 @@ from kiln.target.codegen_c_vectors import (
     CNativeParts,
     native_lanes,
 )
+from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE
 
 __all__ = [
     "CodeGenC",
@@ -199,7 +200,6 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
         self._shared_count = 0
-        self._temp_count = 0
         self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
         self._vector_lanes_of: dict[int, int] = {}  # id(buffer var) -> lanes (see Allocate)
         self.function_names: list[str] = []
@@ -538,7 +538,8 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         """C text of a TIR ``Let`` node."""
         name = self._bind(node.var)
         value = self.expr(node.value)
-        return f"({{ {c_type(node.var.dtype)} {name} = {value}; {self.expr(node.body)}; }})"
+        ctype = self._vector_type(DataType(node.var.dtype))
+        return f"({{ {ctype} {name} = {value}; {self.expr(node.body)}; }})"
 
     def expr_Shuffle(self, node: Any) -> str:
         """C text of a TIR ``Shuffle`` node."""
@@ -877,7 +878,7 @@ def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tupl
         cg: CodeGenC = CodeGenCBareMetal(system_lib)
     else:
         cg = CodeGenC(system_lib)
-    for symbol, func in functions_of(mod):
+    for symbol, func in functions_of(mod, C_CODEGEN_PIPELINE):
         comment = func.attrs.get("kiln.source") or f"{symbol}: {describe_kernel(func)}"
         cg.add_function(func, symbol, comment)
     return cg.finish(), cg.function_names

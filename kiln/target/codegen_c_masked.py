@@ -54,15 +54,16 @@ class CLaneMasks:
     _speculation_memo: dict[int, bool] | None = None
 
     def call_if_then_else(self, node: Any) -> str:
-        """``cond ? a : b``; when both arms are safe to evaluate, evaluate them first.
+        """``cond ? a : b``; a per-lane (vector) condition goes to
+        :meth:`_vector_if_then_else`.
 
         A load under ``?:`` is conditional, so gcc's vectorizer makes it a masked load
         (``vmaskmovps``). GCC 12.2 picks the wrong mask for masked loads of interleaved
         groups (an outer loop vectorized over a fully unrolled small inner loop; GCC PR
         tree-optimization/114375), which silently broke scatter's "update" select. Loads
-        that are provably in bounds need no mask: hoisted out of the ``?:`` they become
-        plain loads and a blend, which is both correct and faster. A per-lane (vector)
-        condition goes to :meth:`_vector_if_then_else`.
+        that are provably in bounds need no mask: the C-family pipeline's
+        ``tir.HoistSafeArmLoads`` binds them before the choice, so they become plain loads
+        and a blend, which is both correct and faster.
         """
         outermost = self._speculation_memo is None
         if outermost:
@@ -87,20 +88,10 @@ class CLaneMasks:
                 self._speculation_memo = None
 
     def _scalar_if_then_else(self, node: Any) -> str:
-        _, then, other = node.args
-        texts = [self.expr(a) for a in node.args]
-        loading = [bool(loads_of(arm)[0]) for arm in (then, other)]
-        if not any(loading) or not (self._speculable(then) and self._speculable(other)):
-            return f"({texts[0]} ? {texts[1]} : {texts[2]})"
-        ctype = self._vector_type(DataType(node.dtype))
-        decls = []
-        for slot, has_load in ((1, loading[0]), (2, loading[1])):
-            if has_load:
-                self._temp_count += 1
-                name = f"_arm{self._temp_count}"
-                decls.append(f"{ctype} {name} = {texts[slot]};")
-                texts[slot] = name
-        return f"({{ {' '.join(decls)} {texts[0]} ? {texts[1]} : {texts[2]}; }})"
+        # arms that load and cannot fault were bound before the choice by
+        # tir.transform.HoistSafeArmLoads; what is left may fault and stays under the ?:
+        cond, then, other = (self.expr(a) for a in node.args)
+        return f"({cond} ? {then} : {other})"
 
     def _speculable(self, expr: Any) -> bool:
         """Whether ``expr`` cannot fault (:func:`~kiln.arith.load_bounds.speculable` under

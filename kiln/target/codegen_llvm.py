@@ -17,15 +17,17 @@ vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes th
 exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
 ``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
 already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself.
+function itself. The optimized object file (and its IR text) is cached on disk
+(``KILN_CACHE_DIR/llvm``) by the unoptimized IR, the target and the host CPU: a second build
+of the same kernels skips LLVM's optimization and code emission.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
-saying ``pip install kiln[llvm]``.
+saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
+cache are :mod:`kiln.target.llvm_toolchain`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -38,64 +40,16 @@ from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
+from kiln.target.llvm_toolchain import (
+    compile_cached,
+    host_target_machine,
+    initialized_llvm,
+    llvm_available,
+    llvmlite_modules,
+    parse_and_optimize,
+)
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
-
-
-def _llvmlite():
-    try:
-        import llvmlite.binding as binding
-        import llvmlite.ir as ir
-    except ImportError:
-        raise TVMError(
-            "target 'llvm' needs llvmlite, which is not installed; install the extra with "
-            "`pip install kiln[llvm]` or use target 'c'"
-        ) from None
-    return ir, binding
-
-
-def llvm_available() -> bool:
-    """Whether llvmlite can be imported."""
-    try:
-        _llvmlite()
-    except TVMError:
-        return False
-    return True
-
-
-@functools.cache
-def _initialized():
-    ir, llvm = _llvmlite()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    return ir, llvm
-
-
-def host_target_machine(target: Any = None):
-    """An llvmlite TargetMachine for the host triple; CPU/features from ``-mcpu``/``-mattr``."""
-    _, llvm = _initialized()
-    mcpu = getattr(target, "mcpu", "") if target is not None else ""
-    mattr = ",".join(getattr(target, "mattr", []) or []) if target is not None else ""
-    triple = (getattr(target, "attrs", {}) or {}).get("mtriple") if target is not None else None
-    if mcpu and mcpu != "native":
-        features = mattr
-        if not triple and llvm.get_process_triple().startswith("x86_64"):
-            # an unknown CPU name would select a 32-bit subtarget and abort the process
-            features = f"+64bit,{features}" if features else "+64bit"
-    else:  # -mcpu=native or none: the host CPU with its features
-        mcpu = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
-        if mattr:
-            features = f"{features},{mattr}" if features else mattr
-    if triple:  # cross compilation needs every backend, not just the native one
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-    try:
-        llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
-    except RuntimeError as err:
-        raise TVMError(f"LLVM cannot generate code for -mtriple={triple}: {err}") from None
-    return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
-                                             codemodel="default")
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -105,9 +59,6 @@ _SIGNED_BINARY = {"Div": "sdiv", "Mod": "srem"}
 _UNSIGNED_BINARY = {"Div": "udiv", "Mod": "urem"}
 _FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mod": "frem"}
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-
-
-
 
 
 def _used_var_ids(stmt: Any) -> set[int]:
@@ -138,8 +89,6 @@ def _used_var_ids(stmt: Any) -> set[int]:
     return used
 
 
-
-
 def _node_name(node: Any) -> str:
     return type(node).__name__
 
@@ -163,7 +112,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     unroll_limit = 64
 
     def __init__(self, name: str = "kiln") -> None:
-        ir, _ = _llvmlite()
+        ir, _ = llvmlite_modules()
         self.ir = ir
         self.module = ir.Module(name=name)
         self.i1, self.i8, self.i32, self.i64 = (ir.IntType(b) for b in (1, 8, 32, 64))
@@ -587,37 +536,6 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     # -- calls -----------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
         """Emit a TIR statement at the builder's position."""
@@ -889,42 +807,19 @@ def emit_llvm(mod: Any, target: Any = None):
 
     Returns ``(codegen, optimized llvmlite ModuleRef, TargetMachine)``.
     """
-    _, llvm = _initialized()
+    cg, tm = _generate(mod, target)
+    return cg, parse_and_optimize(cg.module, tm, target), tm
+
+
+def _generate(mod: Any, target: Any):
+    """``(codegen holding the unoptimized module, TargetMachine)`` for ``mod``."""
     cg = CodeGenLLVM()
     for symbol, func in c_abi.functions_of(mod):
         cg.add_function(func, symbol)
     tm = host_target_machine(target)
     cg.module.triple = tm.triple
     cg.module.data_layout = str(tm.target_data)
-    try:
-        ref = llvm.parse_assembly(str(cg.module))
-        ref.verify()
-    except RuntimeError as err:
-        raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{cg.module}") from None
-    opt_level = getattr(target, "opt_level", 3) if target is not None else 3
-    _optimize(llvm, ref, tm, min(max(opt_level, 0), 3))
-    return cg, ref, tm
-
-
-def _optimize(llvm, ref, tm, opt_level: int) -> None:
-    """Run LLVM's standard O<n> pipeline with loop and SLP vectorization."""
-    vectorize = opt_level >= 2
-    if hasattr(llvm, "create_pass_builder"):  # llvmlite >= 0.44: the new pass manager
-        tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-        tuning.loop_vectorization = vectorize
-        tuning.slp_vectorization = vectorize
-        tuning.loop_unrolling = vectorize
-        passes = llvm.create_pass_builder(tm, tuning)
-        passes.getModulePassManager().run(ref, passes)
-        return
-    builder = llvm.create_pass_manager_builder()  # older llvmlite: the legacy one
-    builder.opt_level = opt_level
-    builder.loop_vectorize = vectorize
-    builder.slp_vectorize = vectorize
-    manager = llvm.create_module_pass_manager()
-    tm.add_analysis_passes(manager)
-    builder.populate(manager)
-    manager.run(ref)
+    return cg, tm
 
 
 @register_func("target.build.llvm", override=True)
@@ -932,22 +827,24 @@ def build_llvm(mod: Any, target: Any = None) -> Any:
     """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
     from kiln.target.build import NativeModule
 
-    cg, ref, tm = emit_llvm(mod, target)
+    cg, tm = _generate(mod, target)
+    obj, ir_text = compile_cached(cg.module, tm, target)
     system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
     glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
                                  packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
     glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    ir_text = str(ref)
-    text = {"ll": ir_text, "": ir_text, "asm": lambda: tm.emit_assembly(ref), "c": glue}
+    llvm = initialized_llvm()[1]
+    text = {"ll": ir_text, "": ir_text, "c": glue,
+            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
     options = codegen_c.compile_options(target)
     if not cg.imported_c:
         # The glue only checks arguments and calls the kernels in kernels.o: -O1 compiles it
         # in under half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
         options = ["-O1" if flag == "-O3" else flag for flag in options]
     names = [name for name, _, _ in cg.signatures] + cg.packed_names
-    host = _initialized()[1].get_process_triple()
+    host = llvm.get_process_triple()
     foreign = None if _same_machine(tm.triple, host) else tm.triple
-    return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": tm.emit_object(ref)}, names,
+    return NativeModule("llvm", {"glue.c": glue}, {"kernels.o": obj}, names,
                         options, text, foreign_triple=foreign)
 
 

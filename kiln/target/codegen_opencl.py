@@ -45,6 +45,7 @@ from kiln.target.c_abi import PRELUDE_HELPERS, c_type, functions_of, is_const_in
 from kiln.target.c_intrinsics import UNARY_MATH
 from kiln.target.codegen_c import CodeGenC, describe_kernel
 from kiln.tir.stmt import ForKind
+from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE
 
 __all__ = ["CodeGenOpenCL", "emit_opencl", "build_opencl"]
 
@@ -217,7 +218,7 @@ def emit_opencl(mod: Any) -> tuple[str, list[tuple[str, int, tuple, tuple]]]:
     """One OpenCL C program for every PrimFunc of ``mod``, and per kernel its
     ``(name, number of buffer arguments, global work size, work-group size or ())``."""
     cg = CodeGenOpenCL()
-    for symbol, func in functions_of(mod):
+    for symbol, func in functions_of(mod, C_CODEGEN_PIPELINE):
         cg.add_function(func, symbol, func.attrs.get("kiln.source") or describe_kernel(func))
     return cg.finish(), cg.kernels
 

@@ -222,9 +222,9 @@ class Select(PrimExpr):
 
     def __init__(self, condition: _AnyValue, true_value: _AnyValue, false_value: _AnyValue,
                  span: Span | None = None) -> None:
-        from kiln.tir.op import _match_types
+        from kiln.tir.op import match_types
 
-        true_value, false_value = _match_types(_expr(true_value), _expr(false_value))
+        true_value, false_value = match_types(_expr(true_value), _expr(false_value))
         super().__init__(true_value.dtype, span, _expr(condition), true_value, false_value)
 
 

@@ -137,7 +137,7 @@ def _broadcast_to(value: PrimExpr, lanes: int) -> PrimExpr:
     return _e.Broadcast(value, lanes)
 
 
-def _match_types(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
+def match_types(a: PrimExpr, b: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
     """TVM's BinaryOpMatchTypes: make both operands one dtype."""
     lanes = builtins.max(_lanes(a.dtype), _lanes(b.dtype))
     a, b = _broadcast_to(a, lanes), _broadcast_to(b, lanes)
@@ -165,7 +165,7 @@ def _operands(a: Any, b: Any) -> tuple[PrimExpr, PrimExpr]:
         b = _weak_const(b, a.dtype)
     else:
         a, b = convert_expr(a), convert_expr(b)
-    return _match_types(a, b)
+    return match_types(a, b)
 
 
 def _weak_const(value: int | float, other_dtype: str) -> PrimExpr:
@@ -351,7 +351,9 @@ _COMPARE = {
 }
 
 
-def _compare(node_class: type, a: Any, b: Any, span=None) -> PrimExpr:
+def compare(node_class: type, a: Any, b: Any, span=None) -> PrimExpr:
+    """``node_class(a, b)`` (a comparison node class: LT, EQ …) after the operands' types
+    are matched, folded to a bool constant when both are constants."""
     a, b = _operands(a, b)
     va, vb = _imm(a), _imm(b)
     if va is not None and vb is not None:
@@ -361,32 +363,32 @@ def _compare(node_class: type, a: Any, b: Any, span=None) -> PrimExpr:
 
 def less(a: Any, b: Any, span=None) -> PrimExpr:
     """``a < b``."""
-    return _compare(_e.LT, a, b, span)
+    return compare(_e.LT, a, b, span)
 
 
 def less_equal(a: Any, b: Any, span=None) -> PrimExpr:
     """``a <= b``."""
-    return _compare(_e.LE, a, b, span)
+    return compare(_e.LE, a, b, span)
 
 
 def greater(a: Any, b: Any, span=None) -> PrimExpr:
     """``a > b``."""
-    return _compare(_e.GT, a, b, span)
+    return compare(_e.GT, a, b, span)
 
 
 def greater_equal(a: Any, b: Any, span=None) -> PrimExpr:
     """``a >= b``."""
-    return _compare(_e.GE, a, b, span)
+    return compare(_e.GE, a, b, span)
 
 
 def equal(a: Any, b: Any, span=None) -> PrimExpr:
     """``a == b`` as an ``EQ`` node (or a folded bool)."""
-    return _compare(_e.EQ, a, b, span)
+    return compare(_e.EQ, a, b, span)
 
 
 def not_equal(a: Any, b: Any, span=None) -> PrimExpr:
     """``a != b`` as an ``NE`` node (or a folded bool)."""
-    return _compare(_e.NE, a, b, span)
+    return compare(_e.NE, a, b, span)
 
 
 def equal_op(a: Any, b: Any) -> _e.EqualOp:

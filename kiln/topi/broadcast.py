@@ -56,7 +56,7 @@ def _show(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(str(_static(d) if _static(d) is not None else d) for d in shape) + ")"
 
 
-def _reader(t: te.Tensor, out_ndim: int) -> Callable[..., Any]:
+def broadcast_reader(t: te.Tensor, out_ndim: int) -> Callable[..., Any]:
     """Index ``t`` with output indices, pinning broadcast (size-1) dimensions to 0."""
     offset = out_ndim - t.ndim
     ones = [_static(d) == 1 for d in t.shape]
@@ -72,7 +72,7 @@ def broadcast_to(x: te.Tensor, shape: Sequence[Any]) -> te.Tensor:
     """``x`` repeated along size-1 (and missing leading) dimensions up to ``shape``."""
     shape = list(shape)
     broadcast_shape(x.shape, shape)
-    read = _reader(x, len(shape))
+    read = broadcast_reader(x, len(shape))
     return te.compute(shape, lambda *i: read(*i), name="T_broadcast_to", tag=tag.BROADCAST)
 
 
@@ -94,7 +94,7 @@ def broadcast_binary(fn: Callable[[Any, Any], Any], a: Any, b: Any, name: str) -
         value = _scalar(a, b.dtype)
         return te.compute(b.shape, lambda *i: fn(value, b(*i)), name=name, tag=tag.ELEMWISE)
     shape = broadcast_shape(a.shape, b.shape)
-    ra, rb = _reader(a, len(shape)), _reader(b, len(shape))
+    ra, rb = broadcast_reader(a, len(shape)), broadcast_reader(b, len(shape))
     return te.compute(shape, lambda *i: fn(ra(*i), rb(*i)), name=name, tag=tag.BROADCAST)
 
 

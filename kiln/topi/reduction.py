@@ -91,7 +91,8 @@ def min(data: te.Tensor, axis: Any = None, keepdims: bool = False,  # noqa: A001
     return _reduce(data, axis, keepdims, exclude, te.min, "T_min")
 
 
-_prod_reducer = _op.comm_reducer(lambda x, y: x * y, lambda t: _op.const(1, t), name="prod")
+# the product reducer (identity 1), shared with topi.transform's cumulative product
+prod_reducer = _op.comm_reducer(lambda x, y: x * y, lambda t: _op.const(1, t), name="prod")
 _all_reducer = _op.comm_reducer(lambda x, y: _op.logical_and(x, y),
                                 lambda t: _op.const(True, t), name="all")
 _any_reducer = _op.comm_reducer(lambda x, y: _op.logical_or(x, y),
@@ -101,7 +102,7 @@ _any_reducer = _op.comm_reducer(lambda x, y: _op.logical_or(x, y),
 def prod(data: te.Tensor, axis: Any = None, keepdims: bool = False,
          exclude: bool = False) -> te.Tensor:
     """Product over ``axis``."""
-    return _reduce(data, axis, keepdims, exclude, _prod_reducer, "T_prod")
+    return _reduce(data, axis, keepdims, exclude, prod_reducer, "T_prod")
 
 
 def _as_bool(data: te.Tensor) -> te.Tensor:

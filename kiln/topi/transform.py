@@ -357,7 +357,7 @@ def reverse(x: te.Tensor, axis: Any = None) -> te.Tensor:
 
 def where(condition: te.Tensor, x: Any, y: Any) -> te.Tensor:
     """``x`` where ``condition`` is true, else ``y``, all broadcast together."""
-    from kiln.topi.broadcast import _reader, broadcast_shape
+    from kiln.topi.broadcast import broadcast_reader, broadcast_shape
 
     tensors = [t for t in (condition, x, y) if isinstance(t, te.Tensor)]
     shape = tensors[0].shape
@@ -367,7 +367,7 @@ def where(condition: te.Tensor, x: Any, y: Any) -> te.Tensor:
 
     def reader(v):
         if isinstance(v, te.Tensor):
-            return _reader(v, len(shape))
+            return broadcast_reader(v, len(shape))
         const = _op.const(v, dtype)
         return lambda *i: const
 
@@ -552,14 +552,14 @@ def ndarray_size(x: te.Tensor, dtype: str = "int32") -> te.Tensor:
 def cumulative(data: te.Tensor, axis: int | None, dtype: str | None, exclusive: bool,
                is_sum: bool) -> te.Tensor:
     """Running sum or product along ``axis`` (the flattened input when None)."""
-    from kiln.topi.reduction import _prod_reducer
+    from kiln.topi.reduction import prod_reducer
 
     if axis is None:
         data = reshape(data, [prod(get_const_tuple(data.shape))])
         axis = 0
     axis = normalize_axes(axis, data.ndim)[0]
     dtype = dtype or data.dtype
-    reducer = te.sum if is_sum else _prod_reducer
+    reducer = te.sum if is_sum else prod_reducer
     k = te.reduce_axis((0, data.shape[axis]), name="k")
 
     def body(*i):

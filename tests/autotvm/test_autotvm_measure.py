@@ -106,3 +106,20 @@ def test_rpc_runner_measures_through_a_tracker_and_reports_a_missing_device():
     finally:
         server.terminate()
         tracker.terminate()
+
+
+def test_time_candidate_with_cache_flush_in_process(tmp_path):
+    from kiln.autotvm.measure.measure_methods import build_candidate, time_candidate
+
+    x, w = te.placeholder((2, 32)), te.placeholder((16, 32))
+    task = autotvm.task.create("dense_pack.x86", (x, w, None, "float32"), "c")
+    built = build_candidate(MeasureInput(task.target, task, task.config_space.get(0)),
+                            str(tmp_path))
+    assert built.error is None and built.filename.endswith(".so")
+    data, weight, out = built.arg_info
+    assert data == ((2, 32), "float32") and out == ((2, 16), "float32")
+    assert len(weight[0]) == 3  # tuning measures the packed weight layout, as Relay runs it
+    flushed = time_candidate(built.filename, built.arg_info, 1, 4, 0, True)
+    plain = time_candidate(built.filename, built.arg_info, 2, 4, 0, False)
+    assert len(flushed) == len(plain) == 2  # four measurements, fastest and slowest dropped
+    assert all(0 < c < 1e-2 for c in flushed + plain)

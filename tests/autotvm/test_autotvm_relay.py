@@ -258,3 +258,17 @@ def test_topi_templates_stamp_their_workload():
     with tvm.target.Target(TARGET):
         out = autotvm.task.TASK_TABLE["dense_pack.x86"].fcompute(x, w, None, "float32")
     assert autotvm.task.get_workload([topi.nn.relu(out)])[0] == "dense_pack.x86"
+
+
+def test_a_record_outside_kilns_space_is_ignored_not_built(tmp_path, caplog):
+    # TVM's dense_pack.x86 splits tile_y three ways; kiln's template two ways
+    foreign = json.loads(_dense_record(8))
+    foreign["config"]["entity"][0] = ["tile_y", "sp", [-1, 1, 1]]
+    log = tmp_path / "tvm.log"
+    log.write_text(json.dumps(foreign) + "\n")
+    x, w = te.placeholder((1, 64)), te.placeholder((32, 64))
+    out_type = relay.TensorType((1, 32), "float32")
+    with autotvm.apply_history_best(str(log)), caplog.at_level("WARNING", "autotvm"):
+        impl, _ = select_implementation("nn.dense", DenseAttrs(), [x, w], out_type, TARGET)
+    assert impl.config["tile_x"] == 16  # the default: the record was not applied
+    assert "not in kiln's space" in caplog.text

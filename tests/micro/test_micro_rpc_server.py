@@ -132,3 +132,29 @@ def test_bad_requests_get_exceptions_and_the_server_lives(device, code, body, me
     reply_code, reply = device.ask(code, body)
     assert reply_code == K_EXCEPTION and message in _exception_text(reply)
     assert device.ask(K_INIT_SERVER, _string(b"0.8.0") + struct.pack("<i", 0))[0] == K_RETURN
+
+
+def test_device_tvmlogf_reaches_the_host_log(program, caplog):
+    import logging
+
+    from kiln.micro import Session
+
+    with caplog.at_level(logging.INFO, logger="kiln.micro.device"):
+        with Session(SubprocessTransport([str(program)])) as session:
+            session.get_function("kiln.testing.log")("hello 42")
+            with pytest.raises(tvm.TVMError, match="takes one string"):
+                session.get_function("kiln.testing.log")(7)
+    lines = [r.getMessage() for r in caplog.records if r.name == "kiln.micro.device"]
+    assert "kiln.testing.log: hello 42" in lines  # the trailing newline is dropped, as TVM
+
+
+def test_each_boot_answers_with_its_own_nonce(program):
+    # The responder nonce (the session id's high byte) was the same fixed value on every boot
+    # before; now it is drawn when the session's first bytes arrive.
+    nonces = set()
+    for _ in range(4):
+        with SubprocessTransport([str(program)]) as transport:
+            layer = SessionLayer(transport, TransportTimeouts(1.0, 10.0, 10.0))
+            layer.start()
+            nonces.add(layer.session_id >> 8)
+    assert 0 not in nonces and len(nonces) > 1  # 4 equal draws: a 1 in 255**3 chance

@@ -53,10 +53,9 @@ def _build_for(mod, params, executor, target="c"):
                            executor=Executor(executor), params=params)
 
 
-# QEMU with the graph executor works the same way (checked by hand, ~17 s); left out to keep
-# the suite fast.
 @pytest.mark.parametrize("template, executor",
-                         [("crt", "graph"), ("crt", "aot"), ("qemu-cortex-m", "aot")])
+                         [("crt", "graph"), ("crt", "aot"), ("qemu-cortex-m", "graph"),
+                          ("qemu-cortex-m", "aot")])
 def test_tutorial_flow(tmp_path, model, template, executor):
     mod, params, data, expected = model
     target = "c" if template == "crt" else get_board("qemu-cortex-m4").target

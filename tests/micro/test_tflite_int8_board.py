@@ -61,3 +61,16 @@ def test_int8_kws_standalone_equals_litert(kws, board, kernels):
     got = project.run({"input": x}).outputs[0]
     assert got.dtype == np.int8 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+def test_int8_cnn_on_qemu_equals_litert(tmp_path):
+    """The small CNN (3x3 convs with padding through the DSP kernel, max pools, a 784-input
+    fully connected layer) on the emulated Cortex-M4."""
+    model = micro_models.cnn()
+    model_bytes = to_tflite_int8(model)
+    x = np.clip(np.round(model.random_input(3) * 128), -128, 127).astype("int8")
+    archive = build_archive(model_bytes, TARGETS["dsp"], tmp_path / "cnn.tar")
+    project = StandaloneProject(archive, "qemu-cortex-m4", build_dir=tmp_path / "build")
+    project.build()
+    got = project.run({"input": x}).outputs[0]
+    np.testing.assert_array_equal(got, litert_output(model_bytes, x))

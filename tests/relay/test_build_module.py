@@ -2,6 +2,7 @@
 reference interpreter."""
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -130,3 +131,19 @@ def test_bad_inputs_to_build_are_named():
         relay.build("not a module", target="c")
     with pytest.raises(TVMError, match="unknown executor"):
         relay.backend.Executor("nope")
+
+
+def test_kiln_debug_1_prints_the_build_stage_breakdown(monkeypatch, capfd):
+    monkeypatch.setenv("KILN_DEBUG", "1")
+    x = relay.var("x", shape=(4, 8))
+    w = relay.var("w", shape=(16, 8))
+    mod = tvm.IRModule.from_expr(relay.Function([x, w], relay.nn.relu(relay.nn.dense(x, w))))
+    with tvm.transform.PassContext(opt_level=3):
+        relay.build(mod, target="c")
+    line = [ln for ln in capfd.readouterr().err.splitlines() if "relay.build stages" in ln]
+    assert len(line) == 1
+    stages = dict(re.findall(r"(passes|lower|codegen|cc|other|total) (-?[\d.]+) s", line[0]))
+    assert set(stages) == {"passes", "lower", "codegen", "cc", "other", "total"}
+    assert "(1 kernels)" in line[0]
+    parts = sum(float(stages[k]) for k in ("passes", "lower", "codegen", "cc", "other"))
+    assert abs(parts - float(stages["total"])) < 0.05

@@ -16,16 +16,17 @@ REMOTE_FUNCS = Path(__file__).resolve().parent / "remote_funcs.py"
 class Process:
     """A server/tracker process that printed ``bind to HOST:PORT``; killed on exit."""
 
-    def __init__(self, argv: list[str], timeout: float = 60.0) -> None:
+    def __init__(self, argv: list[str], timeout: float = 60.0,
+                 expect: str = r"bind to [\d.]+:(\d+)") -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + timeout
         self.port = None
         for line in self.proc.stderr:
-            match = re.search(r"bind to [\d.]+:(\d+)", line)
+            match = re.search(expect, line)
             if match:
-                self.port = int(match.group(1))
+                self.port = int(match.group(1)) if match.groups() else 0
                 break
             if time.monotonic() > deadline:
                 break
@@ -47,12 +48,12 @@ class Process:
         self.kill()
 
 
-def kiln_server(*extra: str, cli: bool = False) -> Process:
+def kiln_server(*extra: str, cli: bool = False, **options) -> Process:
     """``python -m kiln.exec.rpc_server`` (``cli``: ``kiln rpc server``) with the test
-    functions, on a free port."""
+    functions, on a free port (``extra`` arguments come last and win)."""
     program = ["kiln", "rpc", "server"] if cli else ["kiln.exec.rpc_server"]
     return Process([sys.executable, "-m", *program, "--port", "0", "--port-end", "0",
-                    "--init-module", str(REMOTE_FUNCS), *extra])
+                    "--init-module", str(REMOTE_FUNCS), *extra], **options)
 
 
 def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05):

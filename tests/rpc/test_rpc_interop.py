@@ -123,6 +123,23 @@ def test_tvm_client_uses_a_kiln_server(rng):
         remote._sess.get_function("CloseRPCConnection")()
 
 
+def test_tvm_client_reaches_a_kiln_server_through_kiln_proxy():
+    from kiln.rpc.proxy import Proxy
+
+    tvm = _apache_tvm()
+    with Proxy("127.0.0.1", port=0, port_end=0) as proxy:
+        server = rpc.Server("127.0.0.1", proxy.port, is_proxy=True, key="nat-box",
+                            codec="ffi")
+        try:
+            wait_for(lambda: "nat-box" in proxy.waiting()["server"])
+            remote = tvm.rpc.connect("127.0.0.1", proxy.port, key="nat-box")
+            remote.upload(bytearray(b"via proxy"), "p.bin")
+            assert bytes(remote.download("p.bin")) == b"via proxy"
+            remote._sess.get_function("CloseRPCConnection")()
+        finally:
+            server.terminate()
+
+
 def test_protocol_versions_are_told_apart_by_the_init_reply():
     """The same kiln client talks to a v0.16 server (kiln's default) and learns its codec."""
     with kiln_server() as server:

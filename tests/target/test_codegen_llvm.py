@@ -12,7 +12,8 @@ from kiln import tir
 from kiln.runtime.error import TVMError
 from kiln.target import Target
 from kiln.target.build import build_module
-from kiln.target.codegen_llvm import CodeGenLLVM, _llvmlite, emit_llvm
+from kiln.target.codegen_llvm import CodeGenLLVM, emit_llvm
+from kiln.target.llvm_toolchain import llvmlite_modules
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +33,26 @@ def test_asm_is_vectorized_for_the_host(llvm_module):
     asm = llvm_module.get_source("asm")
     assert "exp_scale_unpacked:" in asm
     assert "ymm" in asm  # 256-bit AVX registers: the host CPU's features were used
+
+
+def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch):
+    from kiln.target import llvm_toolchain
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    first = build_module(dict(kernels), Target("llvm"))
+    cached = sorted(p.suffix for p in (tmp_path / "llvm").iterdir())
+    assert cached == [".ll", ".o"]
+
+    def no_optimizing(*args):
+        raise AssertionError("LLVM optimized a module whose object is cached")
+
+    monkeypatch.setattr(llvm_toolchain, "parse_and_optimize", no_optimizing)
+    second = build_module(dict(kernels), Target("llvm"))
+    assert second.objects == first.objects
+    assert second.get_source("ll") == first.get_source("ll")
+    assert "exp_scale_unpacked:" in second.get_source("asm")
+    with pytest.raises(AssertionError, match="cached"):  # another CPU: another key
+        build_module(dict(kernels), Target("llvm -mcpu=haswell"))
 
 
 def test_glue_holds_the_packed_wrappers(llvm_module):
@@ -72,7 +93,7 @@ def test_missing_llvmlite_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
     monkeypatch.setitem(sys.modules, "llvmlite.ir", None)
     with pytest.raises(TVMError, match=r"pip install kiln\[llvm\]"):
-        _llvmlite()
+        llvmlite_modules()
 
 
 def test_node_without_rule_names_it():

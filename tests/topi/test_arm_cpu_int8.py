@@ -79,3 +79,29 @@ def test_int8_depthwise_conv_uses_the_direct_schedule():
         for j in range(3):
             want += padded[:, i:i + 6, j:j + 6, :] * k[i, j, :, 0].astype(np.int64)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kernels", list(TARGETS))
+@pytest.mark.parametrize("kernel,strides,padding,channels_in", [
+    ((3, 3), (1, 1), (1, 1, 1, 1), 8), ((10, 4), (2, 2), (4, 1, 5, 2), 1),
+    ((3, 2), (2, 1), (0, 0, 0, 0), 5)])
+def test_int8_conv_matches_numpy(kernels, kernel, strides, padding, channels_in):
+    """Any kernel size: the micro-kernel per kernel row, accumulating over the rows."""
+    x = relay.var("x", shape=(1, 11, 9, channels_in), dtype="int8")
+    k = rng.integers(-128, 128, (*kernel, channels_in, 8)).astype("int8")
+    y = relay.nn.conv2d(x, relay.const(k), strides=strides, padding=padding,
+                        kernel_size=kernel, channels=8, data_layout="NHWC",
+                        kernel_layout="HWIO", out_dtype="int32")
+    xv = rng.integers(-128, 128, (1, 11, 9, channels_in)).astype("int8")
+    source, got = build_and_run(relay.Function([x], y), TARGETS[kernels], x=xv)
+    assert "kiln_gemv_s8_" in source
+    top, left, bottom, right = padding
+    padded = np.pad(xv.astype(np.int64), ((0, 0), (top, bottom), (left, right), (0, 0)))
+    oh = (padded.shape[1] - kernel[0]) // strides[0] + 1
+    ow = (padded.shape[2] - kernel[1]) // strides[1] + 1
+    want = np.zeros((1, oh, ow, 8), np.int64)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            window = padded[:, i:i + oh * strides[0]:strides[0], j:j + ow * strides[1]:strides[1]]
+            want += np.einsum("nhwc,co->nhwo", window, k[i, j].astype(np.int64))
+    np.testing.assert_array_equal(got, want)

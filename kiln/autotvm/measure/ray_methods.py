@@ -5,13 +5,20 @@ process already joined or a new local one, ``"auto"``, ``"ray://head:10001"`` fo
 cluster).
 
 Each candidate is built by a one-CPU Ray task; the library's bytes stay in Ray's object store
-and go straight to the timing task, wherever Ray places it (no shared file system needed).
-A timing task holds a *whole node* (all its CPUs) — or, on clusters whose nodes offer the
-custom resource ``autotvm_timer`` (``ray start --resources='{"autotvm_timer": 1}'``), that
-resource — so two candidates never time each other and no build shares the cores being
-timed. A task whose worker or node dies is retried once by Ray on another worker; if it
-fails again the candidate is recorded as failed (``RUNTIME_DEVICE`` or ``COMPILE_HOST``) and
-tuning goes on. A task past its timeout is cancelled (``BUILD_TIMEOUT`` / ``RUN_TIMEOUT``).
+and go straight to the timer, wherever it runs (no shared file system needed). Timing is
+done by one *timer actor per node*, which runs one candidate at a time: two candidates never
+time each other on a node, candidates on different nodes are timed in parallel, and a tuner's
+builds never overlap its timings (it builds a batch, then times it). On nodes that offer the
+custom resource ``autotvm_timer`` (``ray start --resources='{"autotvm_timer": 1}'``) the
+timer holds it, so cluster users can keep other work off those nodes. A build task whose
+worker or node dies is retried once by Ray; a timer that dies is restarted once and its call
+retried; a candidate that fails twice is recorded as failed (``COMPILE_HOST`` /
+``RUNTIME_DEVICE``) and tuning goes on. Timeouts count on the worker (``BUILD_TIMEOUT`` /
+``RUN_TIMEOUT``); a task stuck in native code is cancelled past a safety deadline.
+
+An actor rather than tasks holding a node's CPUs: on a small node, tasks of different CPU
+shapes make Ray restart workers between the build and timing phases (measured: builds 4x
+slower on 2 cores).
 
 Setup steps for a multi-node cluster are in ``docs/autotvm.md``.
 """
@@ -145,6 +152,21 @@ def _gather(ray: Any, refs: list, timeout: float) -> list[tuple[str, Any]]:
     return [outcome[id(r)] for r in refs]
 
 
+def _warm_up() -> int:
+    """Import kiln's AutoTVM on a worker (a fresh Ray worker takes seconds to), then hold
+    it briefly so that the warm-up tasks land on distinct workers."""
+    import kiln.autotvm  # noqa: F401
+
+    time.sleep(0.5)
+    return os.getpid()
+
+
+def _start_workers(ray: Any, n: int, options: dict) -> None:
+    """Start ``n`` workers with ``options`` before the first candidate, so that the first
+    candidates' timeouts and the throughput do not pay for worker start-up."""
+    ray.get([ray.remote(_warm_up).options(**options).remote() for _ in range(n)])
+
+
 class RayBuilder(Builder):
     """Build candidates as one-CPU Ray tasks (``n_parallel`` per batch, default: the
     cluster's CPU count)."""
@@ -154,8 +176,9 @@ class RayBuilder(Builder):
         self.ray = _connect(address)
         cpus = int(self.ray.cluster_resources().get("CPU", 1))
         super().__init__(timeout, n_parallel or cpus, build_kwargs)
-        self._remote = self.ray.remote(build_to_bytes).options(
-            num_cpus=1, num_returns=2, max_retries=_RETRIES, runtime_env=_runtime_env())
+        options = {"num_cpus": 1, "max_retries": _RETRIES, "runtime_env": _runtime_env()}
+        self._remote = self.ray.remote(build_to_bytes).options(num_returns=2, **options)
+        _start_workers(self.ray, min(self.n_parallel, cpus), options)
 
     def build(self, measure_inputs: list) -> list[BuildResult]:
         pairs = [self._remote.remote(inp, self.build_kwargs, self.timeout)
@@ -177,8 +200,17 @@ class RayBuilder(Builder):
         return results
 
 
+class _Timer:
+    """A Ray actor that times candidates on its node, one at a time (an actor runs one
+    method call at a time, so two candidates never time each other there)."""
+
+    def time(self, timing_function: Any, *args: Any) -> tuple[str, Any]:
+        return timing_function(*args)
+
+
 class RayRunner(Runner):
-    """Time candidates as Ray tasks, each holding a whole node (or an ``autotvm_timer``)."""
+    """Time candidates on one timing actor per Ray node (candidates on different nodes are
+    timed in parallel, never two on one node)."""
 
     def __init__(self, address: str | None = None, timeout: float = 10, number: int = 4,
                  repeat: int = 3, min_repeat_ms: float = 0, cooldown_interval: float = 0.1,
@@ -191,34 +223,42 @@ class RayRunner(Runner):
         self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), min_repeat_ms
         self.cooldown_interval = float(cooldown_interval)
         self.enable_cpu_cache_flush = bool(enable_cpu_cache_flush)
-        # the Ray task timing one candidate (``task_options()`` are its resources and retries)
-        self.timing_task = self.ray.remote(time_from_bytes).options(**self.task_options())
+        # what a timer runs per candidate: ``f(blob, arg_info, number, repeat, min_repeat_ms,
+        # flush, timeout) -> (status, costs)``
+        self.timing_function = time_from_bytes
+        self.timers = [self._timer(node) for node in self.ray.nodes() if node.get("Alive")]
+        self.ray.get([t.time.remote(_warm_up_timer) for t in self.timers])
 
-    def task_options(self) -> dict:
-        """Ray options of a timing task: its pinning, one retry, the driver's import path."""
-        return {"max_retries": _RETRIES, "runtime_env": _runtime_env(), **self.pinning()}
+    def _timer(self, node: dict) -> Any:
+        """A timing actor placed on ``node`` (elsewhere if it dies: restarted once, its
+        call retried once)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    def pinning(self) -> dict:
-        """Ray resources of one timing task: an ``autotvm_timer`` where nodes offer one,
-        else all the CPUs of the largest node."""
-        if self.ray.cluster_resources().get(TIMER_RESOURCE):
-            return {"num_cpus": 1, "resources": {TIMER_RESOURCE: 1}}
-        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
-        cpus = max((n["Resources"].get("CPU", 1) for n in nodes), default=1)
-        return {"num_cpus": cpus}
+        resources = {TIMER_RESOURCE: 1} if node["Resources"].get(TIMER_RESOURCE) else {}
+        return self.ray.remote(_Timer).options(
+            num_cpus=0, resources=resources, max_restarts=_RETRIES,
+            max_task_retries=_RETRIES, runtime_env=_runtime_env(),
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=True)
+        ).remote()
 
     def run(self, measure_inputs: list, build_results: list) -> list:
         outcomes: list[tuple[str, Any]] = [("skip", None)] * len(build_results)
         submitted = [(k, b) for k, b in enumerate(build_results) if b.error is None]
-        # one at a time per node is Ray's job (the resources above); submit them all
-        refs = [self.timing_task.remote(b.filename, b.arg_info, self.number, self.repeat,
-                                        self.min_repeat_ms, self.enable_cpu_cache_flush,
-                                        self.timeout)
-                for _, b in submitted]
-        # the tasks take the node in turn: the safety deadline covers them all
-        safety = (_SAFETY * self.timeout + _STARTUP) * max(1, len(refs))
+        refs = [self.timers[n % len(self.timers)].time.remote(
+                    self.timing_function, b.filename, b.arg_info, self.number, self.repeat,
+                    self.min_repeat_ms, self.enable_cpu_cache_flush, self.timeout)
+                for n, (_, b) in enumerate(submitted)]
+        # a timer's candidates run in turn: the safety deadline covers its whole queue
+        queue = -(-len(refs) // max(1, len(self.timers)))
+        safety = (_SAFETY * self.timeout + _STARTUP) * max(1, queue)
         for (k, _), outcome in zip(submitted, _gather(self.ray, refs, safety)):
             outcomes[k] = outcome
         if self.cooldown_interval > 0:
             time.sleep(self.cooldown_interval)
         return results_of_runs(build_results, outcomes)
+
+
+def _warm_up_timer() -> tuple[str, Any]:
+    import kiln.autotvm  # noqa: F401  (the first candidate should not pay for the import)
+
+    return "ok", None

@@ -14,6 +14,8 @@ wins (TVM's ``select_implementation``), and its knobs reach both its compute and
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from typing import Any
 
@@ -25,6 +27,8 @@ from kiln.relay.op.strategy.registry import IMPLEMENTATIONS_OF, register_config_
 from kiln.runtime.error import TVMError
 
 __all__ = ["extract_from_program", "extract_from_multiple_program", "relay_config"]
+
+logger = logging.getLogger("autotvm")
 
 
 def relay_config(impl_name: str, attrs: Any, inputs: list, out_type: Any,
@@ -51,9 +55,33 @@ def relay_config(impl_name: str, attrs: Any, inputs: list, out_type: Any,
 
     target = Target(target) if isinstance(target, str) else target
     cfg = DispatchContext.current.query(target, (task_name, *args))
-    if cfg is None or cfg.is_fallback:
+    if cfg is None or cfg.is_fallback or not _in_space(task_name, args, target, cfg):
         return None
     return (cfg.cost if cfg.cost is not None else 0.0), KNOBS[task_name](cfg)
+
+
+@functools.lru_cache(maxsize=1024)
+def _space_of(task_name: str, args: tuple, target: str) -> Any:
+    return create(task_name, deserialize_args(args), target).config_space
+
+
+_REJECTED: set[tuple] = set()
+
+
+def _in_space(task_name: str, args: tuple, target: Any, cfg: Any) -> bool:
+    """Whether a record's config sets every knob of kiln's space for this workload to one of
+    its values (a log from another template version, or TVM's, may use other knobs or
+    sizes: such a record is ignored with one warning rather than building a schedule the
+    template never offered). Knobs kiln's template lacks are ignored."""
+    space = _space_of(task_name, args, str(target))
+    names = {name for name, _, _ in cfg.to_json_dict()["entity"]}
+    ok = all(name in names and cfg[name] in knob.entities
+             for name, knob in space.space_map.items())
+    if not ok and (task_name, args) not in _REJECTED:
+        _REJECTED.add((task_name, args))
+        logger.warning("ignoring the tuning record of %s: its config %s is not in kiln's "
+                       "space for this workload", (task_name, *args), cfg)
+    return ok
 
 
 register_config_provider(relay_config)

@@ -2,60 +2,19 @@
 
 Entry points: :func:`get_total_mac_number`, :func:`count_layers`.
 
-Each op's count is its ``FMacCount`` rule, registered beside the op with
-``relay.op.register_mac_count``; the table below holds the rules of ops not yet moved into a
-family module.
+Each op's count is its ``FMacCount`` rule, registered beside the op by its family module
+(``relay/op/nn/dense.py``, ``relay/op/nn/conv.py``) with ``relay.op.register_mac_count``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 from kiln.ir.op import Op
 from kiln.relay.expr import Call
 from kiln.relay.expr_functor import children_of, post_order_visit
-from kiln.relay.op.op import register_mac_count
 
 __all__ = ["get_total_mac_number", "count_layers"]
-
-
-def _shape(expr: Any) -> tuple[int, ...]:
-    return expr.checked_type.concrete_shape
-
-
-def _layout_axis(attrs: Any, key: str, default: str, axis: str) -> int:
-    layout = str(getattr(attrs, key, None) or default)
-    return layout.index(axis)
-
-
-def _conv_macs(call: Call) -> int:
-    # Each output element sums over one filter: all kernel axes except the output channels.
-    kernel = _shape(call.args[1])
-    default = "OI" + "DHW"[3 - (len(kernel) - 2):]
-    out_axis = _layout_axis(call.attrs, "kernel_layout", default, "O")
-    return math.prod(_shape(call)) * math.prod(kernel) // kernel[out_axis]
-
-
-def _conv_transpose_macs(call: Call) -> int:
-    # Each input element is scattered through one filter slice: kernel axes except inputs.
-    kernel = _shape(call.args[1])
-    default = "IO" + "DHW"[3 - (len(kernel) - 2):]
-    in_axis = _layout_axis(call.attrs, "kernel_layout", default, "I")
-    return math.prod(_shape(call.args[0])) * math.prod(kernel) // kernel[in_axis]
-
-
-_MAC_RULES: dict[str, Callable[[Call], int]] = {
-    "nn.conv1d": _conv_macs,
-    "nn.conv2d": _conv_macs,
-    "nn.conv3d": _conv_macs,
-    "nn.conv1d_transpose": _conv_transpose_macs,
-    "nn.conv2d_transpose": _conv_transpose_macs,
-}
-for _name, _rule in _MAC_RULES.items():
-    if not Op.get(_name).has_attr("FMacCount"):
-        register_mac_count(_name, _rule)
 
 
 def get_total_mac_number(expr: Any) -> int:

@@ -12,259 +12,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kiln.relay.backend.numpy_layout import layout_transform
-from kiln.relay.backend.numpy_ops import _axes, _out_dtype, register_numpy
+from kiln.relay.backend.numpy_ops import register_numpy
+from kiln.relay.op.nn.conv import canonical_layout as _canonical
+from kiln.relay.op.rule_util import reference_dtype
 from kiln.runtime.error import TVMError
-
-_SPATIAL = "DHW"
-
-
-def _canonical(layout: str, nd: int, kernel: bool = False) -> str:
-    """The canonical layout with ``nd`` spatial dims: NCW/NCHW/NCDHW or OIW/OIHW/OIDHW."""
-    return ("OI" if kernel else "NC") + _SPATIAL[-nd:]
-
-
-def _pads(padding, nd: int) -> list[tuple[int, int]]:
-    pad = [int(p) for p in padding]
-    if len(pad) == 1:
-        pad = pad * (2 * nd)
-    elif len(pad) == nd:
-        pad = pad + pad
-    if len(pad) != 2 * nd:
-        raise TVMError(f"padding {padding} does not fit {nd} spatial dims")
-    return list(zip(pad[:nd], pad[nd:]))
-
-
-def _windows(x: np.ndarray, kernel, strides, dilation) -> np.ndarray:
-    """(N, C, out..., k...) windows of a padded NC<spatial> array."""
-    nd = len(kernel)
-    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
-    win = sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))
-    idx = [slice(None), slice(None)] + [slice(None, None, s) for s in strides]
-    idx += [slice(None, None, d) for d in dilation]
-    return win[tuple(idx)]
-
-
-def _conv(data, weight, strides, padding, dilation, groups, out_dtype):
-    nd = data.ndim - 2
-    pads = _pads(padding, nd)
-    x = np.pad(data, [(0, 0), (0, 0)] + pads)
-    win = _windows(x, weight.shape[2:], strides, dilation)  # N C out.. k..
-    n, c = data.shape[:2]
-    o = weight.shape[0]
-    cg, og = c // groups, o // groups
-    outs = []
-    letters = "pqr"[:nd]  # kernel offsets; upper case: output positions (never n, c or o)
-    for g in range(groups):
-        wg = weight[g * og:(g + 1) * og].astype(np.float64 if out_dtype.kind == "f" else np.int64)
-        xg = win[:, g * cg:(g + 1) * cg]
-        spec = f"nc{letters.upper()}{letters},oc{letters}->no{letters.upper()}"
-        outs.append(np.einsum(spec, xg, wg))
-    return np.concatenate(outs, axis=1).astype(out_dtype)
-
-
-def _conv_eval(attrs, args, out_type, nd):
-    data, weight = args
-    dl = attrs.data_layout
-    kl = attrs.kernel_layout
-    canon_d, canon_k = _canonical(dl, nd), _canonical(kl, nd, kernel=True)
-    x = layout_transform(data, dl, canon_d)
-    w = layout_transform(weight, kl, canon_k)
-    if attrs.groups > 1 and w.shape[1] * attrs.groups != x.shape[1]:
-        raise TVMError("conv: input channels do not match kernel * groups")
-    out = _conv(x, w, attrs.strides, attrs.padding, attrs.dilation, int(attrs.groups),
-                _out_dtype(out_type))
-    return layout_transform(out, canon_d, attrs.out_layout or dl)
-
-
-register_numpy("nn.conv1d")(lambda a, x, t: _conv_eval(a, x, t, 1))
-register_numpy("nn.conv2d")(lambda a, x, t: _conv_eval(a, x, t, 2))
-register_numpy("nn.conv3d")(lambda a, x, t: _conv_eval(a, x, t, 3))
-
-
-# ---- convolutions with pre-transformed weights (contrib_conv2d_winograd_* / _gemm_*) --------
-def _winograd_matrices(tile: int, kernel: int):
-    from kiln.topi.nn.winograd import winograd_matrices  # the Toom-Cook constants only
-
-    return winograd_matrices(tile, kernel)
-
-
-@register_numpy("nn.contrib_conv2d_winograd_weight_transform")
-def _winograd_weight(attrs, args, out_type):
-    """``U = G g G^T`` per (out, in) channel pair: OIHW -> [alpha, alpha, O, I]."""
-    (weight,) = args
-    _, g, _ = _winograd_matrices(int(attrs.tile_size), weight.shape[2])
-    u = np.einsum("ar,oirs,bs->aboi", g, weight.astype(np.float64), g)
-    return u.astype(_out_dtype(out_type))
-
-
-@register_numpy("nn.contrib_conv2d_winograd_without_weight_transform")
-def _winograd_conv(attrs, args, out_type):
-    """Stride-1 NCHW conv from a transformed weight: per m x m output tile,
-    ``A^T [U ⊙ (B^T d B)] A`` summed over input channels."""
-    data, u = args
-    m = int(attrs.tile_size)
-    alpha = u.shape[0]
-    at, _, bt = _winograd_matrices(m, alpha - m + 1)
-    (pt, pb), (pl, pr) = _pads(attrs.padding, 2)
-    n, _, h, w = data.shape
-    oh, ow = h + pt + pb - (alpha - m), w + pl + pr - (alpha - m)
-    nh, nw = -(-oh // m), -(-ow // m)
-    padded = np.pad(data.astype(np.float64), [(0, 0), (0, 0),
-                                             (pt, (nh - 1) * m + alpha - h - pt),
-                                             (pl, (nw - 1) * m + alpha - w - pl)])
-    tiles = sliding_window_view(padded, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]
-    v = np.einsum("as,ncyxst,bt->ncyxab", bt, tiles, bt)
-    prod = np.einsum("abfc,ncyxab->nfyxab", u.astype(np.float64), v)
-    y = np.einsum("ia,nfyxab,jb->nfyixj", at, prod, at)
-    y = y.reshape(n, u.shape[2], nh * m, nw * m)[:, :, :oh, :ow]
-    return y.astype(_out_dtype(out_type))
-
-
-@register_numpy("nn.contrib_conv2d_gemm_weight_transform")
-def _gemm_weight(attrs, args, out_type):
-    """HWIO -> ``[ceil(O/N), ceil(K/Kt), N, Kt]``: the (K = H*W*I, O) matrix, zero-padded to
-    whole tiles, cut into N x Kt tiles stored transposed."""
-    (weight,) = args
-    tn, tk = int(attrs.tile_N), int(attrs.tile_K)
-    big_k, oc = int(np.prod(weight.shape[:3])), weight.shape[3]
-    kp, npad = -(-big_k // tk) * tk, -(-oc // tn) * tn
-    mat = np.zeros((kp, npad), weight.dtype)
-    mat[:big_k, :oc] = weight.reshape(big_k, oc)
-    return mat.reshape(kp // tk, tk, npad // tn, tn).transpose(2, 0, 3, 1)
-
-
-@register_numpy("nn.contrib_conv2d_gemm_without_weight_transform")
-def _gemm_conv(attrs, args, out_type):
-    """NHWC conv whose HWIO weight comes interleaved (:func:`_gemm_weight`): unpack, convolve."""
-    data, packed = args
-    kh, kw = (int(k) for k in attrs.kernel_size)
-    ic, oc = data.shape[3], int(attrs.channels)
-    nb, kb, tn, tk = packed.shape
-    mat = packed.transpose(1, 3, 0, 2).reshape(kb * tk, nb * tn)
-    weight = mat[:kh * kw * ic, :oc].reshape(kh, kw, ic, oc)
-    x = layout_transform(data, "NHWC", "NCHW")
-    out = _conv(x, layout_transform(weight, "HWIO", "OIHW"), attrs.strides, attrs.padding,
-                attrs.dilation, 1, _out_dtype(out_type))
-    return layout_transform(out, "NCHW", "NHWC")
-
-
-def _conv_transpose_eval(attrs, args, out_type, nd):
-    data, weight = args
-    dl = attrs.data_layout
-    x = layout_transform(data, dl, _canonical(dl, nd))
-    w = layout_transform(weight, attrs.kernel_layout, "IO" + _SPATIAL[-nd:])  # I=in channels
-    groups = int(attrs.groups)
-    strides, dilation = list(attrs.strides), list(attrs.dilation)
-    pads = _pads(attrs.padding, nd)
-    out_pad = [int(p) for p in attrs.output_padding]
-    n, c = x.shape[:2]
-    og = w.shape[1]
-    k = w.shape[2:]
-    full = [(x.shape[2 + i] - 1) * strides[i] + (k[i] - 1) * dilation[i] + 1 + out_pad[i]
-            for i in range(nd)]
-    out = np.zeros((n, og * groups, *full), dtype=np.float64)
-    cg = c // groups
-    for g in range(groups):
-        for pos in np.ndindex(*x.shape[2:]):
-            vals = x[:, g * cg:(g + 1) * cg][(slice(None), slice(None), *pos)]  # n, cg
-            for kpos in np.ndindex(*k):
-                target = tuple(pos[i] * strides[i] + kpos[i] * dilation[i] for i in range(nd))
-                contrib = vals @ w[(slice(g * cg, (g + 1) * cg), slice(None), *kpos)]  # n, og
-                out[(slice(None), slice(g * og, (g + 1) * og), *target)] += contrib
-    crop = tuple(slice(pads[i][0], full[i] - pads[i][1]) for i in range(nd))
-    out = out[(slice(None), slice(None), *crop)].astype(_out_dtype(out_type))
-    return layout_transform(out, _canonical(dl, nd), attrs.out_layout or dl)
-
-
-register_numpy("nn.conv1d_transpose")(lambda a, x, t: _conv_transpose_eval(a, x, t, 1))
-register_numpy("nn.conv2d_transpose")(lambda a, x, t: _conv_transpose_eval(a, x, t, 2))
-
-
-# ---- pooling ------------------------------------------------------------------------------
-def _pool_eval(attrs, args, out_type, nd, kind):
-    layout = attrs.layout
-    x = layout_transform(args[0], layout, _canonical(layout, nd)).astype(np.float64)
-    kernel = [int(k) for k in attrs.pool_size]
-    strides = [int(s) for s in attrs.strides]
-    dilation = [int(d) for d in attrs.dilation]
-    pads = _pads(attrs.padding, nd)
-    extra = []
-    for i in range(nd):
-        span = (kernel[i] - 1) * dilation[i] + 1
-        size = x.shape[2 + i] + pads[i][0] + pads[i][1]
-        if attrs.ceil_mode:
-            out = -(-(size - span) // strides[i]) + 1
-            # the last window must start inside the input or its left padding
-            if (out - 1) * strides[i] >= x.shape[2 + i] + pads[i][0]:
-                out -= 1
-        else:
-            out = (size - span) // strides[i] + 1
-        extra.append(max(0, (out - 1) * strides[i] + span - size))
-    full_pads = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
-    inside = np.pad(np.ones(x.shape[2:]), [(p[0], p[1] + e) for p, e in zip(pads, extra)])
-    # ones over the input and its explicit padding, zeros over the ceil_mode extension
-    in_pad = np.ones([n + a + b for n, (a, b) in zip(x.shape[2:], pads)])
-    in_pad = np.pad(in_pad, [(0, e) for e in extra])
-    fill = -np.inf if kind == "max" else 0.0
-    xp = np.pad(x, full_pads, constant_values=fill)
-    win = _windows(xp, kernel, strides, dilation)
-    axes = tuple(range(2 + nd, 2 + 2 * nd))
-    if kind == "max":
-        out = win.max(axis=axes)
-    else:
-        count_src = in_pad if attrs.count_include_pad else inside
-        counts = _windows(count_src[None, None], kernel, strides, dilation).sum(axis=axes)
-        out = win.sum(axis=axes) / np.maximum(counts, 1)
-    out = out.astype(_out_dtype(out_type))
-    return layout_transform(out, _canonical(layout, nd), attrs.out_layout or layout)
-
-
-for _nd in (1, 2, 3):
-    register_numpy(f"nn.max_pool{_nd}d")(
-        lambda a, x, t, nd=_nd: _pool_eval(a, x, t, nd, "max"))
-    register_numpy(f"nn.avg_pool{_nd}d")(
-        lambda a, x, t, nd=_nd: _pool_eval(a, x, t, nd, "avg"))
-
-
-def _global_pool(attrs, args, out_type, kind):
-    layout = attrs.layout
-    x = layout_transform(args[0], layout, "NCHW")
-    out = x.max(axis=(2, 3), keepdims=True) if kind == "max" else x.mean(axis=(2, 3),
-                                                                            keepdims=True)
-    return layout_transform(out.astype(_out_dtype(out_type)), "NCHW",
-                            attrs.out_layout or layout)
-
-
-register_numpy("nn.global_max_pool2d")(lambda a, x, t: _global_pool(a, x, t, "max"))
-register_numpy("nn.global_avg_pool2d")(lambda a, x, t: _global_pool(a, x, t, "avg"))
-
-
-def _adaptive_pool(attrs, args, out_type, nd, kind):
-    layout = attrs.layout
-    x = layout_transform(args[0], layout, _canonical(layout, nd))
-    sizes = list(attrs.output_size) if attrs.output_size is not None else [None] * nd
-    if len(sizes) == 1 and nd > 1:
-        sizes = sizes * nd
-    sizes = [x.shape[2 + i] if s is None else int(s) for i, s in enumerate(sizes)]
-    out = np.empty(x.shape[:2] + tuple(sizes), dtype=np.float64)
-    for pos in np.ndindex(*sizes):
-        sl = []
-        for i, p in enumerate(pos):
-            n = x.shape[2 + i]
-            sl.append(slice(p * n // sizes[i], -(-(p + 1) * n // sizes[i])))
-        window = x[(slice(None), slice(None), *sl)]
-        axes = tuple(range(2, 2 + nd))
-        out[(slice(None), slice(None), *pos)] = (
-            window.max(axis=axes) if kind == "max" else window.mean(axis=axes))
-    out = out.astype(_out_dtype(out_type))
-    return layout_transform(out, _canonical(layout, nd), attrs.out_layout or layout)
-
-
-for _nd in (1, 2):
-    register_numpy(f"nn.adaptive_max_pool{_nd}d")(
-        lambda a, x, t, nd=_nd: _adaptive_pool(a, x, t, nd, "max"))
-    register_numpy(f"nn.adaptive_avg_pool{_nd}d")(
-        lambda a, x, t, nd=_nd: _adaptive_pool(a, x, t, nd, "avg"))
 
 
 # ---- normalization and softmax ------------------------------------------------------------
@@ -272,7 +23,7 @@ for _nd in (1, 2):
 def _softmax(attrs, args, out_type):
     x = args[0].astype(np.float64)
     e = np.exp(x - x.max(axis=attrs.axis, keepdims=True))
-    return (e / e.sum(axis=attrs.axis, keepdims=True)).astype(_out_dtype(out_type))
+    return (e / e.sum(axis=attrs.axis, keepdims=True)).astype(reference_dtype(out_type))
 
 
 @register_numpy("nn.log_softmax")
@@ -280,7 +31,7 @@ def _log_softmax(attrs, args, out_type):
     x = args[0].astype(np.float64)
     shifted = x - x.max(axis=attrs.axis, keepdims=True)
     out = shifted - np.log(np.exp(shifted).sum(axis=attrs.axis, keepdims=True))
-    return out.astype(_out_dtype(out_type))
+    return out.astype(reference_dtype(out_type))
 
 
 def _channel_shape(ndim: int, axis: int) -> list[int]:
@@ -349,7 +100,8 @@ def _group_norm(attrs, args, out_type):
 @register_numpy("nn.l2_normalize")
 def _l2_normalize(attrs, args, out_type):
     x = args[0]
-    axes = _axes(attrs.axis, x.ndim)
+    axes = tuple(range(x.ndim)) if attrs.axis is None else \
+        tuple(int(a) % x.ndim for a in attrs.axis)
     sq = np.sum(x.astype(np.float64) ** 2, axis=axes, keepdims=True)
     return (x / np.sqrt(np.maximum(sq, attrs.eps))).astype(x.dtype)
 
@@ -364,7 +116,7 @@ def _lrn(attrs, args, out_type):
     window = sliding_window_view(padded, size, axis=-1).sum(axis=-1)
     window = np.moveaxis(window, -1, axis)
     out = x / (attrs.bias + attrs.alpha * window / size) ** attrs.beta
-    return out.astype(_out_dtype(out_type))
+    return out.astype(reference_dtype(out_type))
 
 
 # ---- padding, resampling, pixel shuffles ----------------------------------------------------
@@ -494,7 +246,7 @@ def _resize(attrs, args, out_type, nd):
     for i in range(nd):
         x = _resize_axis(x, 2 + i, sizes[i], attrs, (roi[i], roi[nd + i]))
     out = layout_transform(x, canon, layout)
-    dtype = _out_dtype(out_type)
+    dtype = reference_dtype(out_type)
     if dtype.kind != "f":
         out = np.round(out)
     return out.astype(dtype)
@@ -525,4 +277,4 @@ def _upsampling(attrs, args, out_type):
     resize = _UpsamplingAsResize(attrs)
     for axis, size in zip((2, 3), sizes):
         x = _resize_axis(x, axis, size, resize, (0.0, 1.0))
-    return layout_transform(x.astype(_out_dtype(out_type)), "NCHW", attrs.layout)
+    return layout_transform(x.astype(reference_dtype(out_type)), "NCHW", attrs.layout)

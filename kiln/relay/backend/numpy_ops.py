@@ -15,7 +15,6 @@ round toward negative infinity.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,6 @@ from kiln.ir.op import Op
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.topi.newshape import infer_newshape
-from kiln.topi.reduction import ACCUMULATOR_DTYPE
 
 __all__ = ["numpy_eval", "register_numpy", "np_dtype", "cast_array", "NUMPY_EVAL"]
 
@@ -71,83 +69,10 @@ def _axes(axis: Any, ndim: int, exclude: bool = False) -> tuple[int, ...]:
 
 
 # ---- elementwise --------------------------------------------------------------------------
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "abs": np.abs, "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin,
-    "asinh": np.arcsinh, "atan": np.arctan, "atanh": np.arctanh, "ceil": np.ceil,
-    "cos": np.cos, "cosh": np.cosh, "erf": _erf, "fast_erf": _erf, "exp": np.exp,
-    "fast_exp": np.exp, "floor": np.floor, "log": np.log, "log10": np.log10, "log2": np.log2,
-    "negative": np.negative, "round": np.round, "sign": np.sign, "sin": np.sin,
-    "sinh": np.sinh, "sqrt": np.sqrt, "tan": np.tan, "tanh": np.tanh, "fast_tanh": np.tanh,
-    "trunc": np.trunc, "logical_not": np.logical_not, "bitwise_not": np.invert,
-    "copy": np.copy, "rsqrt": lambda x: 1 / np.sqrt(x),
-    "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "nn.relu": lambda x: np.maximum(x, 0),
-    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
-}
-
-
-def _trunc_div(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        q = np.abs(a) // np.abs(b)
-        return np.where((a < 0) != (b < 0), -q, q)
-    return np.true_divide(a, b)
-
-
-def _trunc_divide(a, b):
-    """``trunc_divide``: rounds toward zero for floats too (``divide`` does not)."""
-    q = _trunc_div(a, b)
-    return q if np.issubdtype(q.dtype, np.integer) else np.trunc(q)
-
-
-def _trunc_mod(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return a - _trunc_div(a, b) * b
-    return np.fmod(a, b)
-
-
-def _floor_div(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.floor_divide(a, b)
-    return np.floor(np.true_divide(a, b))
-
-
-def _floor_mod(a, b):
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return a - _floor_div(a, b) * b
-    return np.remainder(a, b)  # the divisor's sign, also for zeros and infinite divisors
-
-
-_BINARY: dict[str, Callable] = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _trunc_div,
-    "trunc_divide": _trunc_divide, "floor_divide": _floor_div, "mod": _trunc_mod,
-    "trunc_mod": _trunc_mod, "floor_mod": _floor_mod,
-    "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "equal": np.equal,
-    "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
-    "greater": np.greater, "greater_equal": np.greater_equal, "logical_and": np.logical_and,
-    "logical_or": np.logical_or, "logical_xor": np.logical_xor,
-    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or,
-    "bitwise_xor": np.bitwise_xor, "left_shift": np.left_shift, "right_shift": np.right_shift,
-}
-
-
-def _register_tables() -> None:
-    for name, func in _UNARY.items():
-        register_numpy(name)(
-            lambda attrs, args, out_type, f=func: np.asarray(f(args[0])).astype(
-                _out_dtype(out_type), copy=False))
-    for name, func in _BINARY.items():
-        register_numpy(name)(
-            lambda attrs, args, out_type, f=func: np.asarray(f(args[0], args[1])).astype(
-                _out_dtype(out_type), copy=False))
-
-
-_register_tables()
-
-
-@register_numpy("clip")
-def _clip(attrs, args, out_type):
-    return np.clip(args[0], attrs.a_min, attrs.a_max).astype(args[0].dtype)
+# (the elementwise family's rules are in kiln/relay/op/tensor.py)
+@register_numpy("nn.relu")
+def _relu(attrs, args, out_type):
+    return np.maximum(args[0], 0).astype(_out_dtype(out_type), copy=False)
 
 
 @register_numpy("cast", "cast_like")
@@ -217,120 +142,14 @@ def _dropout(attrs, args, out_type):
     return x, np.ones_like(x)
 
 
-# ---- reductions ---------------------------------------------------------------------------
-def _reduce(func: Callable) -> Callable:
-    def impl(attrs, args, out_type):
-        x = args[0]
-        axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
-        extra = {}
-        if func in (np.max, np.min) and x.size == 0:  # TIR starts from the dtype's extremes
-            info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
-            extra["initial"] = info.min if func is np.max else info.max
-            if x.dtype.kind == "f":
-                extra["initial"] = -np.inf if func is np.max else np.inf
-        wide = ACCUMULATOR_DTYPE.get(str(x.dtype))
-        if wide is not None and func in (np.sum, np.mean):
-            # as the kernels do: accumulate in the wider type, round once (NumPy's own float16
-            # sum does so only along a contiguous axis)
-            extra["dtype"] = np.dtype(wide)
-        result = func(x, axis=axes, keepdims=bool(attrs.keepdims), **extra) \
-            if axes or x.ndim == 0 else x.copy()
-        return np.asarray(result).astype(_out_dtype(out_type), copy=False)
-
-    return impl
-
-
-for _name, _func in {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min,
-                     "prod": np.prod, "all": np.all, "any": np.any}.items():
-    register_numpy(_name)(_reduce(_func))
-
-
-@register_numpy("variance")
-def _variance(attrs, args, out_type):
-    x, mean = args
-    axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
-    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
-    sq = np.sum((x - mean) ** 2, axis=axes, keepdims=bool(attrs.keepdims))
-    return (sq / (count - 1 if attrs.unbiased else count)).astype(_out_dtype(out_type))
-
-
-def _arg_reduce(is_max: bool) -> Callable:
-    def impl(attrs, args, out_type):
-        x = args[0]
-        axes = _axes(attrs.axis, x.ndim, bool(attrs.exclude))
-        # Move reduced axes to the end and flatten them, as TVM's argmax over several axes does.
-        keep = [a for a in range(x.ndim) if a not in axes]
-        moved = np.transpose(x, keep + list(axes)).reshape(
-            [x.shape[a] for a in keep] + [-1])
-        if attrs.select_last_index:
-            flipped = moved[..., ::-1]
-            idx = (np.argmax if is_max else np.argmin)(flipped, axis=-1)
-            idx = moved.shape[-1] - 1 - idx
-        else:
-            idx = (np.argmax if is_max else np.argmin)(moved, axis=-1)
-        if attrs.keepdims:
-            shape = [1 if a in axes else x.shape[a] for a in range(x.ndim)]
-            idx = idx.reshape(shape)
-        return np.asarray(idx).astype(_out_dtype(out_type))
-
-    return impl
-
-
-register_numpy("argmax")(_arg_reduce(True))
-register_numpy("argmin")(_arg_reduce(False))
-
-
 # ---- shape and layout ---------------------------------------------------------------------
 def _static_shape(out_type: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in out_type.shape)
 
 
-@register_numpy("reshape")
-def _reshape(attrs, args, out_type):
-    return np.reshape(args[0], infer_newshape(args[0].shape, attrs.newshape,
-                                              bool(getattr(attrs, "allowzero", False))))
-
-
-@register_numpy("contrib_reverse_reshape")
-def _reverse_reshape(attrs, args, out_type):
-    shape = infer_newshape(args[0].shape[::-1], list(attrs.newshape)[::-1])
-    return np.reshape(args[0], shape[::-1])
-
-
-@register_numpy("reshape_like")
-def _reshape_like(attrs, args, out_type):
-    x, like = args
-    lhs_end = x.ndim if attrs.lhs_end is None else int(attrs.lhs_end) % (x.ndim + 1)
-    rhs_end = like.ndim if attrs.rhs_end is None else int(attrs.rhs_end) % (like.ndim + 1)
-    shape = (x.shape[:int(attrs.lhs_begin)] + like.shape[int(attrs.rhs_begin):rhs_end]
-             + x.shape[lhs_end:])
-    return np.reshape(x, shape)
-
-
 @register_numpy("nn.batch_flatten")
 def _batch_flatten(attrs, args, out_type):
     return np.reshape(args[0], (args[0].shape[0], -1))
-
-
-@register_numpy("squeeze")
-def _squeeze(attrs, args, out_type):
-    axis = None if attrs.axis is None else tuple(int(a) for a in attrs.axis)
-    return np.squeeze(args[0], axis=axis)
-
-
-@register_numpy("expand_dims")
-def _expand_dims(attrs, args, out_type):
-    x, axis = args[0], int(attrs.axis)
-    axis = axis if axis >= 0 else x.ndim + axis + 1
-    for _ in range(int(attrs.num_newaxis)):
-        x = np.expand_dims(x, axis)
-    return x
-
-
-@register_numpy("transpose")
-def _transpose(attrs, args, out_type):
-    axes = None if not attrs.axes else [int(a) for a in attrs.axes]
-    return np.transpose(args[0], axes)
 
 
 @register_numpy("concatenate")
@@ -373,16 +192,6 @@ def _fill_shape(attrs, args, out_type) -> tuple[int, ...]:
         return args[0].shape
     shape = getattr(attrs, "shape", None)
     return tuple(int(d) for d in shape) if shape is not None else _static_shape(out_type)
-
-
-@register_numpy("zeros", "zeros_like")
-def _zeros(attrs, args, out_type):
-    return np.zeros(_fill_shape(attrs, args, out_type), dtype=_out_dtype(out_type))
-
-
-@register_numpy("ones", "ones_like")
-def _ones(attrs, args, out_type):
-    return np.ones(_fill_shape(attrs, args, out_type), dtype=_out_dtype(out_type))
 
 
 @register_numpy("full", "full_like")
@@ -494,16 +303,6 @@ def _one_hot(attrs, args, out_type):
 def _arange(attrs, args, out_type):
     start, stop, step = (np.asarray(a).item() for a in args)
     return np.arange(start, stop, step).astype(_out_dtype(out_type))
-
-
-@register_numpy("shape_of")
-def _shape_of(attrs, args, out_type):
-    return np.array(args[0].shape, dtype=_out_dtype(out_type))
-
-
-@register_numpy("ndarray_size")
-def _ndarray_size(attrs, args, out_type):
-    return np.array(args[0].size, dtype=_out_dtype(out_type))
 
 
 @register_numpy("sequence_mask")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -313,6 +314,9 @@ class TECompiler:
         self._cache: dict[tuple[str, int], list[tuple[rx.Function, Any]]] = {}
         self._names: set[str] = set() if kernel_names is None else kernel_names
         self.lowered: list[LoweredFunc] = []
+        # wall seconds spent lowering primitives and building the module (KILN_DEBUG=1's
+        # stage breakdown of relay.build)
+        self.seconds = {"lower": 0.0, "build": 0.0}
 
     def lower(self, func: rx.Function, symbolic: bool = False) -> LoweredFunc:
         """The kernel of a primitive function (lowered once per structurally equal function).
@@ -325,8 +329,10 @@ class TECompiler:
         def make(key: int) -> LoweredFunc:
             name = self._kernel_name(func, suffix)
             num_ops = _count_calls(func)
+            start = time.perf_counter()
             with kernel_recursion_room(num_ops):
                 prim_func, n_in, n_out = lower_primitive(func, self.target, name, symbolic)
+            self.seconds["lower"] += time.perf_counter() - start
             lowered = LoweredFunc(name, prim_func, _hash_text(key), n_in, n_out, num_ops)
             self.lowered.append(lowered)
             return lowered
@@ -380,8 +386,11 @@ class TECompiler:
         from kiln.target.build import build_module
 
         deepest = max((lowered.num_ops for lowered in self.lowered), default=1)
+        start = time.perf_counter()
         with kernel_recursion_room(deepest):
-            return build_module(self.ir_module(), self.target)
+            module = build_module(self.ir_module(), self.target)
+        self.seconds["build"] += time.perf_counter() - start
+        return module
 
 
 def _hash_text(key: int) -> str:

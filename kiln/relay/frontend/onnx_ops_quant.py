@@ -226,25 +226,28 @@ def _matmul_integer(inputs, attrs, ctx):
                   _centered_int32(b, b_zero, ctx), ctx)
 
 
-def _conv_integer(inputs, attrs, ctx):
-    from kiln.relay.frontend.onnx_ops_nn import conv
+def _onnx_conv(inputs, attrs, ctx):
+    """ONNX Conv's converter (registered by onnx_ops_nn) on ``inputs``."""
+    from kiln.relay.frontend.onnx_registry import get_converter
 
+    return get_converter("Conv", ctx.opset)(inputs, attrs, ctx)
+
+
+def _conv_integer(inputs, attrs, ctx):
     x, w = inputs[0], inputs[1]
     x_zero = inputs[2] if len(inputs) > 2 else None
     w_zero = inputs[3] if len(inputs) > 3 else None
     if ctx.rank(x) == 4 and _integer_operands(x, x_zero, ctx) and \
             _integer_operands(w, w_zero, ctx, per_axis_ok=True):
-        return _to_int32(conv([_unit_dequantized(x, x_zero, ctx, 1),
-                                _unit_dequantized(w, w_zero, ctx, 0)], attrs, ctx), ctx)
-    return conv([_centered_int32(x, x_zero, ctx), _centered_int32(w, w_zero, ctx, axis=0)],
-                 attrs, ctx)
+        return _to_int32(_onnx_conv([_unit_dequantized(x, x_zero, ctx, 1),
+                                     _unit_dequantized(w, w_zero, ctx, 0)], attrs, ctx), ctx)
+    return _onnx_conv([_centered_int32(x, x_zero, ctx),
+                       _centered_int32(w, w_zero, ctx, axis=0)], attrs, ctx)
 
 
 def _qlinear_conv(inputs, attrs, ctx):
     """QLinearConv: dequantize -> Conv (+ the int32 bias at scale x_scale * w_scale) ->
     quantize; FakeQuantizationToInteger makes it qnn.conv2d + bias_add + requantize."""
-    from kiln.relay.frontend.onnx_ops_nn import conv
-
     x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero = inputs[:8]
     bias = inputs[8] if len(inputs) > 8 else None
     conv_inputs = [dequantized(x, x_scale, x_zero, ctx), dequantized(w, w_scale, w_zero, ctx,
@@ -257,7 +260,8 @@ def _qlinear_conv(inputs, attrs, ctx):
         else:
             conv_inputs.append(relay.multiply(relay.cast(bias, "float32"), relay.multiply(
                 relay.cast(x_scale, "float32"), relay.cast(w_scale, "float32"))))
-    return quantized(conv(conv_inputs, attrs, ctx), y_scale, y_zero, ctx.dtype(y_zero), ctx)
+    return quantized(_onnx_conv(conv_inputs, attrs, ctx), y_scale, y_zero, ctx.dtype(y_zero),
+                     ctx)
 
 
 def _qlinear_binary(fn):

@@ -4,9 +4,10 @@ Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on
 
 Each direction projects the inputs of all steps with one GEMM (``[T * B, I] @ W.T`` plus the
 biases that add outside the recurrent product), then unrolls the steps. With ONNX's default
-activations and no masking, peepholes or ``input_forget``, a step is one fused cell op
-(``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell``: the product of the state with all gates'
-recurrent weights and the gate arithmetic in one kernel); otherwise a step is one ``dense``
+activations and no masking, peepholes or ``input_forget`` (an RNN: tanh, relu or sigmoid),
+a step is one fused cell op (``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell`` /
+``nn.contrib_rnn_cell``: the product of the state with all gates' recurrent weights and the
+gate arithmetic in one kernel); otherwise a step is one ``dense``
 for all gates and the gate arithmetic in primitive ops. Forward, reverse and bidirectional
 layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``, LSTM peepholes
 and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX operator definitions.
@@ -27,6 +28,7 @@ import numpy as np
 from kiln import relay
 from kiln.relay.frontend.common import AnyDim, is_static
 from kiln.relay.frontend.onnx_registry import register_function, unsupported
+from kiln.relay.op.nn.rnn import RNN_CELL_ACTIVATIONS
 
 __all__: list[str] = []
 
@@ -290,14 +292,32 @@ def _loop_function(layer, direction, cell, hidden_of, types, unroll, remainder):
 def _rnn(inputs, attrs, ctx):
     layer = _Layer(inputs, attrs, ctx, 1, "RNN", 1)
     acts = _activation_list(attrs, ["Tanh"], len(layer.directions), "RNN")
+    fused = layer.fusable([], []) and all(a[0].key in RNN_CELL_ACTIVATIONS for a in acts)
     ys, finals = [], []
     for d, direction in enumerate(layer.directions):
         f = acts[d][0]
         wb, rb = _bias_pairs(layer.b[d], 1)
         bias = relay.add(wb[0], rb[0]) if wb is not None else None
-        xs = layer.step_inputs(layer.projection(d, bias))
+        projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         outs = [None] * (0 if layer.symbolic else layer.steps)
+        if fused:
+            weight = relay.nn.pack_recurrent_weight(layer.r[d], 1, layer.hidden,
+                                                    _lanes(layer.hidden))
+
+            def cell(state, row, offset, xp, w, key=f.key):
+                return relay.nn.contrib_rnn_cell(xp, state, w, row, key, layer.clip, offset)
+
+            if layer.symbolic:
+                outs, h = _symbolic_direction(layer, direction, cell, h, [projection, weight],
+                                              lambda state: state)
+            else:
+                for t in layer.order(direction):
+                    h = outs[t] = cell(h, t, 0, projection, weight)
+            ys.append(outs)
+            finals.append([h])
+            continue
+        xs = layer.step_inputs(projection)
         for t in layer.order(direction):
             new = f(layer.clipped(relay.add(relay.nn.dense(h, layer.r[d]), xs[t])),
                     layer.dtype)

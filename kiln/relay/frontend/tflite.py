@@ -36,6 +36,7 @@ from kiln.ir.module import IRModule
 from kiln.relay import expr as rx
 from kiln.relay.frontend import (  # noqa: F401  (each module registers its converters)
     tflite_ops,
+    tflite_ops_extra,
     tflite_ops_math,
     tflite_ops_tensor,
 )

@@ -49,7 +49,8 @@ def _argsort_rel(types, attrs, op_name):
 _TOPK_RET_TYPES = ("both", "values", "indices")
 
 
-def _topk_rel(types, attrs, op_name):
+def topk_rel(types, attrs, op_name):
+    """The type relation of topk (also dyn.topk's: same outputs, k from data)."""
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     axis = normalize_axis(attrs.axis, len(d), op_name)
@@ -87,7 +88,7 @@ def _scan_rel(types, attrs, op_name):
 
 define_op("sort", _sort_rel, OPAQUE, 1, A.ArgsortAttrs, "sort along an axis", 6)
 define_op("argsort", _argsort_rel, OPAQUE, 1, A.ArgsortAttrs, "indices that sort", 6)
-define_op("topk", _topk_rel, OPAQUE, 1, A.TopKAttrs, "k largest (or smallest)", 6)
+define_op("topk", topk_rel, OPAQUE, 1, A.TopKAttrs, "k largest (or smallest)", 6)
 define_op("argwhere", _argwhere_rel, OPAQUE, 1, None, "indices of non-zero elements", 10)
 define_op("cumsum", _scan_rel, OPAQUE, 1, A.ScanopAttrs, "running sum", 3)
 define_op("cumprod", _scan_rel, OPAQUE, 1, A.ScanopAttrs, "running product", 3)

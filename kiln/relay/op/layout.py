@@ -1,6 +1,8 @@
-"""Data layouts such as ``NCHW``, ``NHWC``, ``OIHW`` and ``NCHW8c`` for shape relations.
+"""Data layouts such as ``NCHW``, ``NHWC``, ``OIHW`` and ``NCHW8c`` for shape relations and
+reference rules.
 
-Entry points: :func:`parse_layout`, :func:`convert_shape`, :func:`axis_index`.
+Entry points: :func:`parse_layout`, :func:`convert_shape`, :func:`convert_array` (a NumPy
+array between layouts), :func:`axis_index`.
 
 A layout names each dimension by a letter: an upper-case letter is a *primal* axis (``C``),
 a lower-case letter with a factor is a *sub*-axis split off it (``8c``: the channel axis split
@@ -14,9 +16,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.relay.op.type_relations import dim_op, fail, is_static
+import numpy as np
 
-__all__ = ["parse_layout", "convert_shape", "axis_index"]
+from kiln.relay.op.type_relations import dim_op, fail, is_static
+from kiln.runtime.error import TVMError
+
+__all__ = ["parse_layout", "convert_shape", "convert_array", "axis_index"]
 
 _TOKEN = re.compile(r"(\d*)([A-Za-z])")
 
@@ -83,3 +88,53 @@ def convert_shape(shape: Sequence[Any], src: str, dst: str, op_name: str) -> lis
             extent = dim_op(lambda a, f=split: a // f, extent)
         out.append(extent)
     return out
+
+
+def _to_primal(x: np.ndarray, layout: list[tuple[str, int | None]]) -> tuple[np.ndarray, str]:
+    names = [n for n, _ in layout]
+    primal = [n for n in names if n.isupper()]
+    order = []
+    for p in primal:
+        order.append(names.index(p))
+        if p.lower() in names:
+            order.append(names.index(p.lower()))
+    x = np.transpose(x, order)
+    shape, i = [], 0
+    for p in primal:
+        if p.lower() in names:
+            shape.append(x.shape[i] * x.shape[i + 1])
+            i += 2
+        else:
+            shape.append(x.shape[i])
+            i += 1
+    return x.reshape(shape), "".join(primal)
+
+
+def convert_array(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """``x`` (a NumPy array) transformed from layout ``src`` to ``dst`` (NCHW → NCHW8c): the
+    reference semantics of ``layout_transform``, and how reference rules reach their
+    canonical layouts."""
+    src_axes = parse_layout(src, "layout_transform")
+    dst_axes = parse_layout(dst, "layout_transform")
+    if x.ndim != len(src_axes):
+        raise TVMError(f"layout_transform: {src} has {len(src_axes)} axes, data has {x.ndim}")
+    primal_x, primal = _to_primal(x, src_axes)
+    dst_primal = "".join(n for n, _ in dst_axes if n.isupper())
+    if sorted(primal) != sorted(dst_primal):
+        raise TVMError(f"layout_transform: {src} and {dst} have different primal axes")
+    factors = {n.upper(): f for n, f in dst_axes if n.islower()}
+    # split each primal axis that dst subdivides, in primal order: P -> (P_outer, p)
+    shape, names = [], []
+    for i, p in enumerate(primal):
+        n = primal_x.shape[i]
+        if p in factors:
+            f = factors[p]
+            if n % f:
+                raise TVMError(f"layout_transform: axis {p} of size {n} is not divisible by {f}")
+            shape += [n // f, f]
+            names += [p, p.lower()]
+        else:
+            shape.append(n)
+            names.append(p)
+    split = primal_x.reshape(shape)
+    return np.ascontiguousarray(np.transpose(split, [names.index(n) for n, _ in dst_axes]))

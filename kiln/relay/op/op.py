@@ -22,6 +22,7 @@ helper                          attribute                who asks
 :func:`register_shape_func`     ``FShapeFunc``           VM shape functions (``Any`` dims)
 :func:`register_gradient`       ``FPrimalGradient``      ``relay.transform.gradient``
 :func:`register_mac_count`      ``FMacCount``            ``analysis.get_total_mac_number``
+``register_fold_scale_axis``    ``FScaleAxisOutput/Input``  ``transform.FoldScaleAxis``
 ==============================  =======================  ====================================
 
 An op with a compute and a schedule gets its ``generic`` strategy from them (TVM's
@@ -62,6 +63,7 @@ __all__ = [
     "register_opaque_schedule",
     "register_reference",
     "register_mac_count",
+    "register_fold_scale_axis",
     "schedule_injective",
     "schedule_reduce",
     "schedule_opaque",
@@ -237,6 +239,18 @@ def register_reference(op_name: str, reference: Callable | None = None, level: i
     rule against an independent oracle (``tests/relay/op/test_reference_oracles.py``).
     """
     return register_op_attr(op_name, "FNumpyEval", reference, level)
+
+
+def register_fold_scale_axis(op_name: str, output_rule: Callable, input_rule: Callable,
+                             level: int = 10) -> None:
+    """Let FoldScaleAxis fold per-channel scales into ``op_name``'s weight (argument 1).
+
+    ``output_rule(call)`` / ``input_rule(call)`` return ``(channel axis of the result / of the
+    data, the matching weight axis, the weight's rank)``, or None when this call cannot take
+    a scale; they are stored as ``FScaleAxisOutput`` / ``FScaleAxisInput``.
+    """
+    register_op_attr(op_name, "FScaleAxisOutput", output_rule, level)
+    register_op_attr(op_name, "FScaleAxisInput", input_rule, level)
 
 
 def register_mac_count(op_name: str, fmac: Callable | None = None, level: int = 10):

@@ -1,6 +1,7 @@
 """Helpers the op family modules share when they write an op's rules.
 
-Entry points: for computes, :func:`out_shape`, :func:`out_dtype`, :func:`optional_list`,
+Entry points: for computes, :func:`out_shape`, :func:`out_dtype`, :func:`int_list`,
+:func:`optional_list`,
 :func:`static_or_symbolic`; for reference rules, :func:`reference_dtype`; for shape functions
 (``rule(attrs, in_dims, out_types) -> out_dims`` over int64 ``PrimExpr`` dims),
 :func:`i64`, :func:`broadcast_dims`, :func:`product`, :func:`checked`.
@@ -16,8 +17,8 @@ import numpy as np
 from kiln import tir
 from kiln.runtime.dtype import DataType
 
-__all__ = ["out_shape", "out_dtype", "optional_list", "static_or_symbolic", "reference_dtype",
-           "i64", "broadcast_dims", "product", "checked"]
+__all__ = ["out_shape", "out_dtype", "int_list", "optional_list", "static_or_symbolic",
+           "reference_dtype", "i64", "broadcast_dims", "product", "checked"]
 
 
 # ---- computes: compute(attrs, inputs, out_type) -> [te.Tensor] -------------------------------
@@ -32,6 +33,15 @@ def out_dtype(out_type: Any, index: int | None = None) -> str:
     return str((out_type.fields[index] if index is not None else out_type).dtype)
 
 
+def int_list(value: Any) -> list[int] | None:
+    """An int or a sequence of ints as a list of ints (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return [int(value)]
+    return [int(v) for v in value]
+
+
 def optional_list(value: Any) -> Any:
     """An attrs tuple as a list; None and scalars as they are."""
     return None if value is None else (list(value) if isinstance(value, tuple | list) else value)
@@ -40,9 +50,9 @@ def optional_list(value: Any) -> Any:
 def static_or_symbolic(static: Callable, symbolic: Callable) -> Callable:
     """A compute that is ``static`` (constant shapes, folded indexing) unless the call has a
     run-time extent (``Any`` dims, sized by the VM's shape functions), then ``symbolic``."""
-    from kiln.topi import dynamic  # the loop-level layer; bound when the compute runs
-
     def compute(attrs: Any, inputs: list, out_type: Any) -> list:
+        from kiln.topi import dynamic  # the loop-level layer, loaded by the first lowering
+
         shapes = [list(t.shape) for t in getattr(out_type, "fields", [out_type])]
         shapes += [list(t.shape) for t in inputs]
         if all(dynamic.is_static(shape) for shape in shapes):

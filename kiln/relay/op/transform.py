@@ -19,7 +19,6 @@ registers the op with its pattern kind. Constructors that take a shape dispatch 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from kiln.relay.op import op_attrs as A
@@ -39,6 +38,15 @@ from kiln.relay.op.op import (
     register_shape_func,
     shape_arg,
 )
+from kiln.relay.op.reshape import (
+    expand_dims,
+    reshape,
+    reshape_like,
+    reverse_reshape,
+    squeeze,
+    transpose,
+)
+from kiln.relay.op.rule_util import int_list
 from kiln.relay.op.type_relations import (
     Any as DynDim,
 )
@@ -56,16 +64,6 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
-from kiln.runtime.error import TypeInferenceError
-from kiln.topi.newshape import infer_newshape
-
-
-def _int_list(value: Any) -> list[int] | None:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return [int(value)]
-    return [int(v) for v in value]
 
 
 def _optional_ints(values: Any) -> list:
@@ -73,157 +71,6 @@ def _optional_ints(values: Any) -> list:
     if isinstance(values, int):
         return [int(values)]
     return [None if x is None else int(x) for x in values]
-
-
-def _product(ds: Sequence[Any]) -> Any:
-    out: Any = 1
-    for d in ds:
-        out = dim_op(lambda a, b: a * b, out, d)
-    return out
-
-
-# ---- reshape family ----------------------------------------------------------------------
-# The special values (0, -1, -2, -3, -4) are resolved by topi.newshape.infer_newshape, the one
-# resolver the interpreter and the VM's shape functions use too.
-def _reshape_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    out = infer_newshape(dims(data), attrs.newshape, bool(attrs.allowzero), op_name,
-                         TypeInferenceError)
-    return tensor_type(out, data.dtype)
-
-
-def _reverse_reshape_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    out = infer_newshape(dims(data)[::-1], list(attrs.newshape)[::-1], False, op_name,
-                         TypeInferenceError)
-    return tensor_type(out[::-1], data.dtype)
-
-
-define_op("reshape", _reshape_rel, INJECTIVE, 1, A.ReshapeAttrs, "reshape", 3)
-define_op("contrib_reverse_reshape", _reverse_reshape_rel, INJECTIVE, 1, A.ReshapeAttrs,
-          "reshape with special values applied right to left", 10)
-
-
-def reshape(data: Any, newshape: Any, allowzero: bool = False) -> Any:
-    """Reshape ``data`` to ``newshape`` (0 copies, -1 infers, -2 copies the rest, -3 merges
-    two dims, -4 splits one dim in two); an Expr ``newshape`` gives ``dyn.reshape``.
-
-    Example
-    -------
-    >>> from kiln import relay
-    >>> y = relay.reshape(relay.var("x", shape=(2, 3, 4)), newshape=(-1, 4))
-    """
-    newshape = shape_arg(newshape)
-    if is_expr(newshape):
-        return call("dyn.reshape", [data, newshape], A.ReshapeAttrs(allowzero=allowzero))
-    return call("reshape", [data], A.ReshapeAttrs(newshape=tuple(newshape),
-                                                  allowzero=bool(allowzero)))
-
-
-def reverse_reshape(data: Any, newshape: Any) -> Any:
-    """Reshape with the special values applied from the right (``contrib_reverse_reshape``)."""
-    return call("contrib_reverse_reshape", [data],
-                A.ReshapeAttrs(newshape=tuple(_int_list(newshape))))
-
-
-def _reshape_like_rel(types, attrs, op_name):
-    data, like = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
-    d, s = dims(data), dims(like)
-
-    def span(shape, begin, end):
-        b = normalize_axis(begin, len(shape) + 1, op_name) if begin else 0
-        e = len(shape) if end is None else normalize_axis(end, len(shape) + 1, op_name)
-        return b, e
-
-    lb, le = span(d, attrs.lhs_begin, attrs.lhs_end)
-    rb, re_ = span(s, attrs.rhs_begin, attrs.rhs_end)
-    out = d[:lb] + s[rb:re_] + d[le:]
-    if all(is_static(x) for x in d + out) and _product(d) != _product(out):
-        fail(f"{op_name}: cannot reshape {shape_str(d)} like {shape_str(s)}")
-    return tensor_type(out, data.dtype)
-
-
-define_op("reshape_like", _reshape_like_rel, INJECTIVE, 2, A.ReshapeLikeAttrs,
-          "reshape to (part of) another tensor's shape", 10)
-
-
-def reshape_like(data: Any, shape_like: Any, lhs_begin: int = 0, lhs_end: int | None = None,
-                 rhs_begin: int = 0, rhs_end: int | None = None) -> Any:
-    """Reshape dims ``[lhs_begin, lhs_end)`` of data to dims ``[rhs_begin, rhs_end)`` of
-    ``shape_like``."""
-    return call("reshape_like", [data, shape_like], A.ReshapeLikeAttrs(
-        lhs_begin=lhs_begin, lhs_end=lhs_end, rhs_begin=rhs_begin, rhs_end=rhs_end))
-
-
-# ---- axes -------------------------------------------------------------------------------------
-def _transpose_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    d = dims(data)
-    if attrs.axes is None or len(attrs.axes) == 0:
-        return tensor_type(d[::-1], data.dtype)
-    if len(attrs.axes) != len(d):
-        fail(f"{op_name}: axes {list(attrs.axes)} do not match rank {len(d)}")
-    axes = [normalize_axis(a, len(d), op_name) for a in attrs.axes]
-    if sorted(axes) != list(range(len(d))):
-        fail(f"{op_name}: axes {list(attrs.axes)} are not a permutation")
-    return tensor_type([d[a] for a in axes], data.dtype)
-
-
-define_op("transpose", _transpose_rel, INJECTIVE, 1, A.TransposeAttrs, "permute axes", 3)
-
-
-def transpose(data: Any, axes: Sequence[int] | None = None) -> Any:
-    """Permute the axes of ``data`` (reverse them when ``axes`` is None)."""
-    return call("transpose", [data], A.TransposeAttrs(axes=_int_list(axes)))
-
-
-def _squeeze_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    d = dims(data)
-    if attrs.axis is None:
-        if not all(is_static(x) for x in d):
-            fail(f"{op_name}: axis needs to be given for a dynamic input {shape_str(d)}")
-        return tensor_type([x for x in d if x != 1], data.dtype)
-    axes = {normalize_axis(a, len(d), op_name) for a in attrs.axis}
-    for a in axes:
-        if is_static(d[a]) and d[a] != 1:
-            fail(f"{op_name}: cannot squeeze axis {a} of extent {d[a]} (must be 1)")
-    return tensor_type([x for k, x in enumerate(d) if k not in axes], data.dtype)
-
-
-define_op("squeeze", _squeeze_rel, INJECTIVE, 1, A.SqueezeAttrs, "drop unit axes", 3)
-
-
-def squeeze(data: Any, axis: Any = None) -> Any:
-    """Remove unit axes (all of them when ``axis`` is None); an Expr axis -> ``dyn.squeeze``."""
-    value = constant_value(axis)
-    if value is not None:
-        axis = [int(a) for a in value.reshape(-1)]
-    if is_expr(axis):
-        return call("dyn.squeeze", [data, axis], A.SqueezeAttrs())
-    return call("squeeze", [data], A.SqueezeAttrs(axis=_int_list(axis)))
-
-
-def _expand_dims_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    d = dims(data)
-    if attrs.num_newaxis < 0:
-        fail(f"{op_name}: num_newaxis must be >= 0, got {attrs.num_newaxis}")
-    axis = normalize_axis(attrs.axis, len(d) + 1, op_name)
-    return tensor_type(d[:axis] + [1] * attrs.num_newaxis + d[axis:], data.dtype)
-
-
-define_op("expand_dims", _expand_dims_rel, BROADCAST, 1, A.ExpandDimsAttrs, "insert axes", 1)
-
-
-def expand_dims(data: Any, axis: Any, num_newaxis: int = 1) -> Any:
-    """Insert ``num_newaxis`` unit axes at ``axis``; an Expr axis -> ``dyn.expand_dims``."""
-    value = constant_value(axis)
-    if value is not None:
-        axis = int(value)
-    if is_expr(axis):
-        return call("dyn.expand_dims", [data, axis], A.DynExpandDimsAttrs(num_newaxis=num_newaxis))
-    return call("expand_dims", [data], A.ExpandDimsAttrs(axis=int(axis), num_newaxis=num_newaxis))
 
 
 def _tuple_fields(types, op_name):
@@ -597,8 +444,8 @@ def strided_slice(data: Any, begin: Any, end: Any, strides: Any = None, axes: An
         return call("dyn.strided_slice", [data, begin, end, strides],
                     A.StridedSliceAttrs(slice_mode=slice_mode))
     return call("strided_slice", [data], A.StridedSliceAttrs(
-        begin=_optional_ints(begin), end=_optional_ints(end), strides=_int_list(strides),
-        slice_mode=slice_mode, axes=_int_list(axes)))
+        begin=_optional_ints(begin), end=_optional_ints(end), strides=int_list(strides),
+        slice_mode=slice_mode, axes=int_list(axes)))
 
 
 def _slice_like_rel(types, attrs, op_name):
@@ -624,7 +471,7 @@ define_op("slice_like", _slice_like_rel, INJECTIVE, 2, A.SliceLikeAttrs,
 
 def slice_like(data: Any, shape_like: Any, axes: Any = None) -> Any:
     """Slice ``data`` to the shape of ``shape_like`` on ``axes`` (all common axes if None)."""
-    return call("slice_like", [data, shape_like], A.SliceLikeAttrs(axes=_int_list(axes)))
+    return call("slice_like", [data, shape_like], A.SliceLikeAttrs(axes=int_list(axes)))
 
 
 # ---- repetition -------------------------------------------------------------------------------
@@ -699,7 +546,8 @@ def where(condition: Any, x: Any, y: Any) -> Any:
     return call("where", [condition, as_expr(x), as_expr(y)])
 
 
-def _one_hot_rel(types, attrs, op_name):
+def one_hot_rel(types, attrs, op_name):
+    """The type relation of one_hot (indices' shape with depth inserted at axis)."""
     indices = tensor_arg(types, 0, op_name)
     on, off = tensor_arg(types, 1, op_name), tensor_arg(types, 2, op_name)
     if on.shape or off.shape:
@@ -712,7 +560,7 @@ def _one_hot_rel(types, attrs, op_name):
     return tensor_type(d[:axis] + [depth] + d[axis:], attrs.dtype or on.dtype)
 
 
-define_op("one_hot", _one_hot_rel, OUT_ELEMWISE_FUSABLE, 3, A.OneHotAttrs, "one-hot encode", 10)
+define_op("one_hot", one_hot_rel, OUT_ELEMWISE_FUSABLE, 3, A.OneHotAttrs, "one-hot encode", 10)
 
 
 def one_hot(indices: Any, on_value: Any, off_value: Any, depth: Any, axis: int,
@@ -869,7 +717,7 @@ def collapse_sum_like(data: Any, collapse_type: Any) -> Any:
 
 def collapse_sum_to(data: Any, shape: Any) -> Any:
     """Sum ``data`` down to ``shape`` (the inverse of broadcasting to data's shape)."""
-    shape = _int_list(shape)
+    shape = int_list(shape)
     return call("collapse_sum_to", [data, as_expr(list(shape), "int32")],
                 A.InitOpAttrs(shape=tuple(shape)))
 
@@ -936,5 +784,5 @@ __all__ = [
     "scatter_nd", "strided_slice", "slice_like", "tile", "repeat", "reverse", "where",
     "one_hot", "arange", "full", "full_like", "layout_transform", "broadcast_to",
     "broadcast_to_like", "collapse_sum_like", "collapse_sum_to", "cast", "cast_like",
-    "reinterpret", "sequence_mask", "infer_newshape",
+    "reinterpret", "sequence_mask",
 ]

@@ -17,7 +17,10 @@ forward (a scale applied to a conv/dense input moves into the weight's input cha
     ``conv2d(relu(x * s), w)``      → ``conv2d(relu(x), w * s_I)``   (only when ``s > 0``)
     ``dense(x * s, w)``             → ``dense(x, w * s[None, :])``
 
-``s_O``/``s_I`` is ``s`` reshaped onto the kernel layout's ``O``/``I`` axis. The rewritten
+``s_O``/``s_I`` is ``s`` reshaped onto the kernel layout's ``O``/``I`` axis. Which ops take a
+scale, and on which axes, is each op's ``FScaleAxisOutput``/``FScaleAxisInput`` rule
+(``relay.op.register_fold_scale_axis``, beside conv2d and dense); ``relu`` (for positive
+scales) and a bias ``add`` pass a scale through. The rewritten
 intermediate must have no other consumer. Weights stay expressions (``w * s_O``); run
 FoldConstant afterwards to fold constant weights, as TVM's pipeline does.
 """
@@ -29,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.ir.op import Op
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, Constant, Function, const
 from kiln.relay.expr_functor import ExprMutator, children_of
@@ -65,12 +69,12 @@ def _on_axis(vector: np.ndarray, ndim: int, axis: int) -> Any:
     return const(vector.reshape(shape))
 
 
-def _conv_axes(call: Call) -> tuple[int, int, int]:
-    """(channel axis of the output, O axis and I axis of the kernel) of a conv2d call."""
-    attrs = call.attrs
-    out_layout = str(attrs.out_layout or attrs.data_layout)
-    kernel = str(attrs.kernel_layout)
-    return out_layout.index("C"), kernel.index("O"), kernel.index("I")
+def _rule(expr: Any, key: str) -> Any:
+    """The op's ``FScaleAxisOutput``/``FScaleAxisInput`` rule (see ``register_fold_scale_axis``)
+    when ``expr`` calls an op that has one."""
+    if isinstance(expr, Call) and isinstance(expr.op, Op):
+        return expr.op.get_attr(key)
+    return None
 
 
 def _scale_of_multiply(call: Call, is_producer: Any) -> tuple[Call, Any] | None:
@@ -121,8 +125,9 @@ class _BackwardFolder(_ScaleFolder):
     def fold(self, node: Call) -> Any:
         if not is_op_call(node, "multiply"):
             return None
-        found = _scale_of_multiply(node, lambda e: is_op_call(
-            e, "nn.conv2d", "nn.dense", "add", "nn.relu") and self.single_use(e))
+        found = _scale_of_multiply(node, lambda e: (
+            _rule(e, "FScaleAxisOutput") is not None or is_op_call(e, "add", "nn.relu"))
+            and self.single_use(e))
         if found is None:
             return None
         producer, scale = found
@@ -132,31 +137,26 @@ class _BackwardFolder(_ScaleFolder):
         return self.fold_into(producer, scale, out_shape)
 
     def fold_into(self, producer: Call, scale: Any, out_shape: tuple) -> Any:
-        if is_op_call(producer, "nn.conv2d"):
-            axis, out_axis, _ = _conv_axes(producer)
+        rule = _rule(producer, "FScaleAxisOutput")
+        if rule is not None:
+            axis, weight_axis, weight_ndim = rule(producer)
             vector = channel_vector(scale, len(out_shape), axis, out_shape[axis])
             if vector is None:
                 return None
             weight = _op.multiply(self.visit(producer.args[1]),
-                                  _on_axis(vector, len(producer.attrs.kernel_layout),
-                                           out_axis))
-            return Call(producer.op, [self.visit(producer.args[0]), weight], producer.attrs)
-        if is_op_call(producer, "nn.dense"):
-            vector = channel_vector(scale, len(out_shape), len(out_shape) - 1, out_shape[-1])
-            if vector is None:
-                return None
-            weight = _op.multiply(self.visit(producer.args[1]), const(vector.reshape(-1, 1)))
+                                  _on_axis(vector, weight_ndim, weight_axis))
             return Call(producer.op, [self.visit(producer.args[0]), weight], producer.attrs)
         if is_op_call(producer, "nn.relu"):
             inner = producer.args[0]
             if not bool(np.all(scale.data.numpy() > 0)) or not self.single_use(inner) or \
-                    not is_op_call(inner, "nn.conv2d", "nn.dense", "add"):
+                    not (_rule(inner, "FScaleAxisOutput") is not None or
+                         is_op_call(inner, "add")):
                 return None
             folded = self.fold_into(inner, scale, out_shape)
             return None if folded is None else Call(producer.op, [folded], producer.attrs)
         # add: (conv + b) * s = conv * s + b * s, with the conv on either side
         for conv, bias in (producer.args, producer.args[::-1]):
-            if is_op_call(conv, "nn.conv2d", "nn.dense") and self.single_use(conv) and \
+            if _rule(conv, "FScaleAxisOutput") is not None and self.single_use(conv) and \
                     tensor_shape(conv) == out_shape:
                 folded = self.fold_into(conv, scale, out_shape)
                 if folded is not None:
@@ -166,7 +166,8 @@ class _BackwardFolder(_ScaleFolder):
 
 class _ForwardFolder(_ScaleFolder):
     def fold(self, node: Call) -> Any:
-        if not is_op_call(node, "nn.conv2d", "nn.dense"):
+        rule = _rule(node, "FScaleAxisInput")
+        if rule is None:
             return None
         data, weight = node.args
         through_relu = is_op_call(data, "nn.relu") and self.single_use(data)
@@ -182,17 +183,12 @@ class _ForwardFolder(_ScaleFolder):
             return None
         if through_relu and not bool(np.all(scale.data.numpy() > 0)):
             return None
-        if is_op_call(node, "nn.conv2d"):
-            if int(node.attrs.groups) != 1:
-                return None
-            axis = str(node.attrs.data_layout).index("C")
-            vector = channel_vector(scale, len(in_shape), axis, in_shape[axis])
-            kernel_axis = _conv_axes(node)[2]
-            factor = None if vector is None else \
-                _on_axis(vector, len(node.attrs.kernel_layout), kernel_axis)
-        else:
-            vector = channel_vector(scale, len(in_shape), len(in_shape) - 1, in_shape[-1])
-            factor = None if vector is None else const(vector.reshape(1, -1))
+        placement = rule(node)
+        if placement is None:
+            return None
+        axis, weight_axis, weight_ndim = placement
+        vector = channel_vector(scale, len(in_shape), axis, in_shape[axis])
+        factor = None if vector is None else _on_axis(vector, weight_ndim, weight_axis)
         if factor is None:
             return None
         new_data = self.visit(source)

@@ -61,63 +61,6 @@ def _unbroadcast(grad: Any, arg: Any) -> Any:
     return _op.collapse_sum_like(grad, arg)
 
 
-@_register("add")
-def _add_grad(orig: Call, grad: Any) -> list:
-    x, y = orig.args
-    return [_unbroadcast(grad, x), _unbroadcast(grad, y)]
-
-
-@_register("subtract")
-def _subtract_grad(orig: Call, grad: Any) -> list:
-    x, y = orig.args
-    return [_unbroadcast(grad, x), _unbroadcast(_op.negative(grad), y)]
-
-
-@_register("multiply")
-def _multiply_grad(orig: Call, grad: Any) -> list:
-    x, y = orig.args
-    return [_unbroadcast(_op.multiply(grad, y), x), _unbroadcast(_op.multiply(grad, x), y)]
-
-
-@_register("divide")
-def _divide_grad(orig: Call, grad: Any) -> list:
-    x, y = orig.args
-    dy = _op.negative(_op.divide(_op.multiply(grad, orig), y))
-    return [_unbroadcast(_op.divide(grad, y), x), _unbroadcast(dy, y)]
-
-
-@_register("negative")
-def _negative_grad(orig: Call, grad: Any) -> list:
-    return [_op.negative(grad)]
-
-
-@_register("exp")
-def _exp_grad(orig: Call, grad: Any) -> list:
-    return [_op.multiply(grad, orig)]
-
-
-@_register("log")
-def _log_grad(orig: Call, grad: Any) -> list:
-    return [_op.divide(grad, orig.args[0])]
-
-
-@_register("sqrt")
-def _sqrt_grad(orig: Call, grad: Any) -> list:
-    return [_op.divide(_op.multiply(grad, _scalar_like(0.5, orig)), orig)]
-
-
-@_register("tanh")
-def _tanh_grad(orig: Call, grad: Any) -> list:
-    return [_op.multiply(grad, _op.subtract(_scalar_like(1.0, orig),
-                                            _op.multiply(orig, orig)))]
-
-
-@_register("sigmoid")
-def _sigmoid_grad(orig: Call, grad: Any) -> list:
-    return [_op.multiply(grad, _op.multiply(orig, _op.subtract(_scalar_like(1.0, orig),
-                                                               orig)))]
-
-
 @_register("nn.relu")
 def _relu_grad(orig: Call, grad: Any) -> list:
     x = orig.args[0]
@@ -125,82 +68,9 @@ def _relu_grad(orig: Call, grad: Any) -> list:
     return [_op.multiply(grad, positive)]
 
 
-def _reduced_axes(orig: Call) -> list[int]:
-    ndim = _ndim(orig.args[0])
-    axis = orig.attrs.axis
-    axes = list(range(ndim)) if axis is None else [int(a) % ndim for a in axis]
-    if orig.attrs.exclude:
-        axes = [a for a in range(ndim) if a not in axes]
-    return axes
-
-
-def _spread_back(orig: Call, grad: Any) -> Any:
-    """The adjoint of a reduction's result broadcast back over the reduced axes."""
-    data = orig.args[0]
-    if not orig.attrs.keepdims:
-        shape = list(type_of(data).concrete_shape)
-        for axis in _reduced_axes(orig):
-            shape[axis] = 1
-        grad = _op.reshape(grad, shape)
-    return _op.broadcast_to_like(grad, data)
-
-
-@_register("sum")
-def _sum_grad(orig: Call, grad: Any) -> list:
-    return [_spread_back(orig, grad)]
-
-
-@_register("mean")
-def _mean_grad(orig: Call, grad: Any) -> list:
-    shape = type_of(orig.args[0]).concrete_shape
-    count = int(np.prod([shape[a] for a in _reduced_axes(orig)], dtype=np.int64))
-    return [_op.divide(_spread_back(orig, grad), _scalar_like(float(count), orig))]
-
-
-def _conv2d_geometry(orig: Call) -> tuple:
-    attrs = orig.attrs
-    if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" or \
-            str(attrs.kernel_layout) != "OIHW" or any(int(d) != 1 for d in attrs.dilation):
-        raise TVMError("gradient: nn.conv2d is differentiable for groups=1, dilation 1 and "
-                       "NCHW/OIHW layouts only")
-    strides = [int(v) for v in attrs.strides]
-    padding = [int(v) for v in attrs.padding]  # top, left, bottom, right
-    return strides, padding
-
-
-@_register("nn.conv2d")
-def _conv2d_grad(orig: Call, grad: Any) -> list:
-    data, weight = orig.args
-    strides, padding = _conv2d_geometry(orig)
-    n, c, height, width = type_of(data).concrete_shape
-    out_c, _, kh, kw = type_of(weight).concrete_shape
-    oh, ow = type_of(orig).concrete_shape[2:]
-    # d data: the transposed convolution, padded at the end to reach the input's size
-    natural = [(oh - 1) * strides[0] - padding[0] - padding[2] + kh,
-               (ow - 1) * strides[1] - padding[1] - padding[3] + kw]
-    d_data = _op.nn.conv2d_transpose(grad, weight, strides=strides, padding=padding,
-                                     channels=c, kernel_size=(kh, kw),
-                                     output_padding=(height - natural[0], width - natural[1]))
-    # d weight: correlate the input with the output adjoint (batch and channels swapped),
-    # the forward stride becoming the dilation; cut the extra rows a stride can leave
-    swapped = _op.nn.conv2d(_op.transpose(data, (1, 0, 2, 3)), _op.transpose(grad, (1, 0, 2, 3)),
-                            padding=padding, dilation=strides)
-    d_weight = _op.strided_slice(_op.transpose(swapped, (1, 0, 2, 3)), [0, 0, 0, 0],
-                                 [out_c, c, kh, kw])
-    return [d_data, d_weight]
-
-
-@_register("reshape", "squeeze", "expand_dims", "contrib_reverse_reshape", "nn.batch_flatten")
+@_register("nn.batch_flatten")
 def _reshape_grad(orig: Call, grad: Any) -> list:
     return [_op.reshape_like(grad, orig.args[0])]
-
-
-@_register("transpose")
-def _transpose_grad(orig: Call, grad: Any) -> list:
-    ndim = _ndim(orig.args[0])
-    axes = orig.attrs.axes
-    axes = list(range(ndim - 1, -1, -1)) if axes is None else [int(a) % ndim for a in axes]
-    return [_op.transpose(grad, [int(i) for i in np.argsort(axes)])]
 
 
 @_register("broadcast_to", "broadcast_to_like")
@@ -232,8 +102,3 @@ def _log_softmax_grad(orig: Call, grad: Any) -> list:
 @_register("cast")
 def _cast_grad(orig: Call, grad: Any) -> list:
     return [_op.cast_like(grad, orig.args[0])]
-
-
-@_register("zeros_like", "ones_like")
-def _constant_like_grad(orig: Call, grad: Any) -> list:
-    return [_op.zeros_like(orig.args[0])]

@@ -29,7 +29,6 @@ from kiln.ir.op import Op
 from kiln.relay.op.rule_util import broadcast_dims, checked, i64, product
 from kiln.runtime.error import TVMError
 from kiln.topi.dynamic import attr_slice_spec, slice_bounds
-from kiln.topi.newshape import infer_newshape
 from kiln.topi.transform import layout_transform_shape
 
 __all__ = ["SHAPE_RULES", "DATA_DEPENDENT_RULES", "VALUE_REQUIREMENTS", "shape_rule",
@@ -50,19 +49,6 @@ def _as_dims(values: list[Any]) -> list[Any]:
     return [i64(v) if isinstance(v, int) else v for v in values]
 
 
-def _reshape(attrs, ins, outs):
-    """TVM's newshape codes (0, -1, -2, -3, -4), resolved by :func:`infer_newshape`."""
-    out = _as_dims(infer_newshape(ins[0], attrs.newshape,
-                                  bool(getattr(attrs, "allowzero", False))))
-    return [checked(out, product(out) == product(ins[0]))]
-
-
-def _reverse_reshape(attrs, ins, outs):
-    """``contrib_reverse_reshape``: the codes resolved from the last dimension backwards."""
-    out = _as_dims(infer_newshape(ins[0][::-1], list(attrs.newshape)[::-1]))[::-1]
-    return [checked(out, product(out) == product(ins[0]))]
-
-
 def _concatenate(attrs, ins, outs):
     axis = int(attrs.axis) % len(ins[0])
     out = list(ins[0])
@@ -71,39 +57,6 @@ def _concatenate(attrs, ins, outs):
         total = total + dims[axis]
     out[axis] = total
     return [out]
-
-
-def _transpose(attrs, ins, outs):
-    data = ins[0]
-    axes = getattr(attrs, "axes", None)
-    axes = list(range(len(data)))[::-1] if not axes else [int(a) % len(data) for a in axes]
-    return [[data[a] for a in axes]]
-
-
-def _expand_dims(attrs, ins, outs):
-    data = list(ins[0])
-    axis = int(attrs.axis)
-    axis = axis if axis >= 0 else len(data) + axis + 1
-    return [data[:axis] + [i64(1)] * int(attrs.num_newaxis) + data[axis:]]
-
-
-def _squeeze(attrs, ins, outs):
-    data = ins[0]
-    axis = getattr(attrs, "axis", None)
-    if axis is None:
-        raise TVMError("squeeze with axis=None on a dynamic shape cannot know which dims are 1")
-    drop = set(_axes(axis, len(data)))
-    return [[d for k, d in enumerate(data) if k not in drop]]
-
-
-def _reduce(attrs, ins, outs):
-    data = ins[0]
-    axes = set(_axes(getattr(attrs, "axis", None), len(data)))
-    if getattr(attrs, "exclude", False):
-        axes = set(range(len(data))) - axes
-    keep = getattr(attrs, "keepdims", False)
-    return [[(i64(1) if k in axes else d) for k, d in enumerate(data)
-             if keep or k not in axes]]
 
 
 def _strided_slice(attrs, ins, outs):
@@ -482,12 +435,7 @@ DATA_DEPENDENT_RULES: dict[str, Any] = {
 
 
 SHAPE_RULES: dict[str, Any] = {
-    "reshape": _reshape,
-    "contrib_reverse_reshape": _reverse_reshape,
     "concatenate": _concatenate,
-    "transpose": _transpose,
-    "expand_dims": _expand_dims,
-    "squeeze": _squeeze,
     "strided_slice": _strided_slice,
     "take": _take,
     "nn.batch_flatten": _batch_flatten,
@@ -507,23 +455,13 @@ SHAPE_RULES: dict[str, Any] = {
     "broadcast_to": _static_attr_shape,
     "collapse_sum_to": _static_attr_shape,
     "broadcast_to_like": _like_second,
-    "reshape_like": _like_second,
     "collapse_sum_like": _like_second,
     **{name: _identity for name in (
         "nn.softmax", "nn.log_softmax", "nn.fast_softmax", "nn.bias_add", "cast", "clip",
         "nn.prelu", "cumsum", "cumprod", "sort", "argsort", "reverse", "sequence_mask",
         "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.lrn", "nn.l2_normalize",
         "scatter_elements", "scatter_nd")},
-    **{name: _reduce for name in ("sum", "mean", "max", "min", "prod", "argmax", "argmin",
-                                  "all", "any", "variance")},
-    **{name: _same_batch for name in ("nn.conv2d", "nn.max_pool2d", "nn.avg_pool2d",
-                                      "nn.global_avg_pool2d", "nn.global_max_pool2d",
-                                      "nn.conv1d", "nn.max_pool1d", "nn.avg_pool1d",
-                                      "nn.conv3d", "nn.avg_pool3d", "nn.max_pool3d",
-                                      "nn.conv2d_transpose", "nn.conv1d_transpose",
-                                      "nn.adaptive_avg_pool2d", "nn.adaptive_max_pool2d",
-                                      "nn.adaptive_avg_pool1d", "nn.adaptive_max_pool1d",
-                                      "image.resize2d", "image.resize1d", "nn.upsampling",
+    **{name: _same_batch for name in ("image.resize2d", "image.resize1d", "nn.upsampling",
                                       "nn.depth_to_space", "nn.space_to_depth")},
 }
 
@@ -534,11 +472,11 @@ def _register() -> None:
     for table, data_dependent in ((SHAPE_RULES, False), (DATA_DEPENDENT_RULES, True)):
         for name, rule in table.items():
             try:
-                op = Op.get(name)
+                Op.get(name)
             except Exception:  # noqa: BLE001 - an op this kiln does not define
                 continue
-            if op.get_attr("FShapeFunc") is None:
-                register_shape_func(name, data_dependent, rule)
+            # a rule registered beside the op as well fails here, naming the op
+            register_shape_func(name, data_dependent, rule)
 
 
 _register()

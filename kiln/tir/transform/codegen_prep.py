@@ -1,6 +1,6 @@
 """The TIR passes every codegen's input goes through (C, LLVM, OpenCL, bare-metal C).
 
-Entry points: :data:`CODEGEN_PIPELINE`, :func:`prepare_for_codegen`.
+Entry points: :data:`CODEGEN_PIPELINE`, :data:`C_CODEGEN_PIPELINE`, :func:`prepare_for_codegen`.
 
 Target-independent rewriting happens here, on TIR, so that each codegen prints what it gets
 (STYLE.md, "Target-independent rewriting is a TIR pass, not codegen"). The codegens call
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from kiln.tir.function import PrimFunc
 from kiln.tir.transform.base import PrimFuncPass
-from kiln.tir.transform.safe_choices import SelectSafeIfThenElse
+from kiln.tir.transform.safe_choices import HoistSafeArmLoads, SelectSafeIfThenElse
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
 
-__all__ = ["CODEGEN_PIPELINE", "prepare_for_codegen"]
+__all__ = ["CODEGEN_PIPELINE", "C_CODEGEN_PIPELINE", "prepare_for_codegen"]
 
 CODEGEN_PIPELINE: list[PrimFuncPass] = [
     SelectSafeIfThenElse(),  # per-lane choices that cannot fault: blend both arms
@@ -22,8 +22,17 @@ CODEGEN_PIPELINE: list[PrimFuncPass] = [
 ]
 
 
-def prepare_for_codegen(func: PrimFunc) -> PrimFunc:
-    """``func`` after every pass of :data:`CODEGEN_PIPELINE`, in order."""
-    for codegen_pass in CODEGEN_PIPELINE:
+# The C-family printers (C, bare-metal C, OpenCL) also bind safe loading arms of scalar
+# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead).
+C_CODEGEN_PIPELINE: list[PrimFuncPass] = [
+    *CODEGEN_PIPELINE,
+    HoistSafeArmLoads(),  # last: on what the printer gets, under the same loop facts
+]
+
+
+def prepare_for_codegen(func: PrimFunc, pipeline: list[PrimFuncPass] | None = None) -> PrimFunc:
+    """``func`` after every pass of ``pipeline`` (default :data:`CODEGEN_PIPELINE`), in
+    order."""
+    for codegen_pass in CODEGEN_PIPELINE if pipeline is None else pipeline:
         func = codegen_pass(func)
     return func

@@ -1,7 +1,7 @@
 """A per-lane ``if_then_else`` whose arms cannot fault becomes a ``Select`` before codegen.
 
 Entry points: :func:`SelectSafeIfThenElse` (the pass) and :func:`select_safe_if_then_else`
-(one statement).
+(one statement); for the C-family printers also :func:`HoistSafeArmLoads`.
 
 ``tir.if_then_else`` evaluates only the arm it takes, lane by lane, so a codegen must keep an
 arm that may fault (a load past a padded border) from running in the lanes that do not take
@@ -12,8 +12,9 @@ says. Deciding it here, once, leaves the C, LLVM and OpenCL printers only the ch
 need masking. An arm holding another ``if_then_else`` whose own arms may fault is kept (the
 inner choice must stay restricted to the outer lanes). A choice on a scalar condition is kept
 too: LLVM branches on it, and hoisting its loads ahead of the branch made a padded max_pool
-kernel ~25% slower there (C still evaluates safe loading arms before its ``?:``, to keep
-GCC 12.2 from miscompiling the masked loads it would make: a C-specific workaround).
+kernel ~25% slower there. C binds the loading arms of such a choice before its ``?:``
+(:func:`HoistSafeArmLoads`, in the C-family pipeline only) to keep GCC 12.2 from miscompiling
+the masked loads it would make of a load under ``?:`` (GCC PR tree-optimization/114375).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from kiln.tir.function import PrimFunc
 from kiln.tir.stmt_functor import StmtExprMutator, post_order_visit
 from kiln.tir.transform.base import PrimFuncPass, prim_func_pass
 
-__all__ = ["SelectSafeIfThenElse", "select_safe_if_then_else"]
+__all__ = ["SelectSafeIfThenElse", "select_safe_if_then_else", "HoistSafeArmLoads",
+           "hoist_safe_arm_loads"]
 
 
 def _is_if_then_else(node: Any) -> bool:
@@ -74,6 +76,50 @@ class _SafeChoices(StmtExprMutator):
         post_order_visit(arm, lambda n: nested.append(n) if _is_if_then_else(n) else None)
         return all(speculable(a, self.analyzer, self.memo)
                    for choice in nested for a in choice.args[1:])
+
+
+class _SafeArmLoads(_SafeChoices):
+    """Binds the loading arms of scalar-condition choices that cannot fault to Lets."""
+
+    def visit_Call(self, node: _e.Call) -> Any:
+        node = self.generic_visit(node)
+        if not _is_if_then_else(node) or DataType(node.args[0].dtype).lanes != 1:
+            return node
+        cond, *arms = node.args
+        loading = [_has_load(arm) for arm in arms]
+        if not any(loading) or not all(speculable(a, self.analyzer, self.memo) for a in arms):
+            return node
+        bound = [(_e.Var("arm", arm.dtype), arm) if loads else (None, arm)
+                 for arm, loads in zip(arms, loading)]
+        choice: Any = _e.Call(node.dtype, node.op, [cond] + [var if var is not None else arm
+                                                         for var, arm in bound])
+        for var, arm in reversed(bound):  # evaluated in order: the then arm first
+            if var is not None:
+                choice = _e.Let(var, arm, choice)
+        return choice
+
+
+def _has_load(expr: Any) -> bool:
+    found: list[Any] = []
+    post_order_visit(expr, lambda n: found.append(n) if isinstance(n, _e.BufferLoad) else None)
+    return bool(found)
+
+
+def hoist_safe_arm_loads(stmt: _s.Stmt) -> _s.Stmt:
+    """``stmt`` with each scalar-condition ``if_then_else`` whose arms cannot fault and load
+    memory rewritten to bind those arms first: ``let arm = A[i] in (c ? arm : 0)``."""
+    return _SafeArmLoads().visit(stmt)
+
+
+def _hoist_func(func: PrimFunc) -> PrimFunc:
+    body = hoist_safe_arm_loads(func.body)
+    return func if body is func.body else func.with_body(body)
+
+
+def HoistSafeArmLoads() -> PrimFuncPass:  # noqa: N802 - named like TVM's pass factories
+    """The pass: scalar-condition ``if_then_else`` arms that load and cannot fault are bound
+    before the choice, so a C compiler sees plain loads (C-family printers only)."""
+    return prim_func_pass(_hoist_func, "tir.HoistSafeArmLoads")
 
 
 def select_safe_if_then_else(stmt: _s.Stmt) -> _s.Stmt:

@@ -133,14 +133,21 @@ def schedule_conv2d_nhwc_1x1_micro_kernel(outs: Any) -> Any:
     return schedule_micro_kernel(outs, "conv2d_nhwc", "kj")
 
 
-def _float_kernel(rows: int, length: int, dtype: str, b_order: str) -> tuple[Any, str]:
+def _float_kernel(rows: int, length: int, dtype: str, b_order: str,
+                  row_stride: int) -> tuple[Any, str]:
     return gemv_intrin(rows, length, dtype, b_order), gemv_source(rows)
 
 
 def schedule_micro_kernel(outs: Any, main_tag: str, b_order: str,
-                          kernel: Any = _float_kernel) -> Any:
+                          kernel: Any = _float_kernel, outer_reduce: int = 0) -> Any:
     """Tensorize the ``main_tag`` stage's output axis in blocks of up to ``MAX_ROWS`` with
-    ``kernel(rows, length, dtype, b_order) -> (intrinsic, C source)``; inline the epilogue."""
+    ``kernel(rows, length, dtype, b_order, row_stride) -> (intrinsic, C source)``; inline the
+    epilogue.
+
+    ``outer_reduce`` reduce axes (counted from the second one; for an NHWC convolution,
+    whose reduce axes are ``rc, ry, rx``, 1 keeps ``ry`` outside) stay loops around the call,
+    which then accumulates; ``length`` is the extent of the reduce axes inside it and
+    ``row_stride`` the extent of all of them (the distance between two outputs' weights)."""
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
     main = _find_tagged(outs[0].op, main_tag)
@@ -160,8 +167,15 @@ def schedule_micro_kernel(outs: Any, main_tag: str, b_order: str,
     stage = sch[main]
     *outer, j = stage.op.axis
     jo, ji = stage.split(j, factor=rows)
-    stage.reorder(*outer, jo, ji, *stage.op.reduce_axis)
-    intrin, source = kernel(rows, _reduce_extent(main), out.dtype, b_order)
+    first, *rest = stage.op.reduce_axis
+    outside, inside = rest[:outer_reduce], rest[outer_reduce:] + [first]
+    if not outer_reduce:
+        inside = list(stage.op.reduce_axis)
+    stage.reorder(*outer, jo, *outside, ji, *inside)
+    length = 1
+    for axis in inside:
+        length *= get_const_int(axis.dom.extent)
+    intrin, source = kernel(rows, length, out.dtype, b_order, _reduce_extent(main))
     stage.tensorize(ji, intrin)
     final.pragma(final.leaf_iter_vars[0], "import_c", source)
     return sch

@@ -1,23 +1,24 @@
-"""int8 dense and pointwise convolution for Cortex-M: an int8 x int8 -> int32 C micro-kernel
+"""int8 dense and convolution for Cortex-M: an int8 x int8 -> int32 C micro-kernel
 through ``tensorize``, with the DSP extension's dual 16-bit multiply-accumulate (``SMLAD``) where
 the core has it and portable C where it does not.
 
 Entry points: :func:`gemv_s8_source`, :func:`gemv_s8_intrin`, :func:`has_dsp`,
 :func:`dense_s8_micro_kernel`, :func:`schedule_dense_s8_micro_kernel`,
-:func:`conv2d_nhwc_ohwi_1x1_s8`, :func:`schedule_conv2d_nhwc_ohwi_1x1_s8`,
+:func:`conv2d_nhwc_ohwi_s8`, :func:`schedule_conv2d_nhwc_ohwi_s8`,
 :data:`DSP_CPUS`.
 
-The kernel computes ``M`` outputs ``c[j] (+)= sum_k a[k] * b[j * K + k]`` with both operands
-contiguous along ``k`` (a dense weight row; an OHWI pointwise kernel, which the arm_cpu
-AlterOpLayout hook makes from HWIO at compile time). With DSP it reads four int8 of ``a`` and
-of each weight row as one word, widens them to two pairs of int16 (``SXTB16`` of the word and of
-the word rotated by 8 bits: elements 0,2 and 1,3) and accumulates both pairs with two ``SMLAD``s:
-four MACs in five instructions per row, the ``a`` pairs shared by the ``M`` rows (CMSIS-NN's
-scheme, in passes of four rows so that the sums stay in registers). Without DSP
-(``-mattr=+nodsp``, or a core such as the Cortex-M3) the portable kernel multiplies one int8
-pair per step. The row length is baked into each kernel, so rows are immediate offsets. The
-DSP kernel also compiles for hosts: it then uses C versions of the two instructions, so one
-Model Library Format archive builds everywhere.
+The kernel computes ``M`` outputs ``c[j] (+)= sum_k a[k] * b[j * S + k]`` with ``a`` and each
+row of ``b`` contiguous: a dense weight row, or the ``KW x C`` weights of one kernel row of an
+OHWI convolution kernel (rows ``S = KH x KW x C`` apart; the arm_cpu AlterOpLayout hook makes
+OHWI from HWIO at compile time) against the ``KW x C`` contiguous NHWC inputs they multiply.
+With DSP it reads four int8 of ``a`` and of each weight row as one word, widens them to two
+pairs of int16 (``SXTB16`` of the word and of the word rotated by 8 bits: elements 0,2 and
+1,3) and accumulates both pairs with two ``SMLAD``s: four MACs in five instructions per row,
+the ``a`` pairs shared by the rows (CMSIS-NN's scheme, in passes of four rows so that the sums
+stay in registers). Without DSP (``-mattr=+nodsp``, or a core such as the Cortex-M3) the
+portable kernel multiplies one int8 pair per step. Lengths and strides are baked into each
+kernel, so rows are immediate offsets. The DSP kernel also compiles for hosts: it then uses C
+versions of the two instructions, so one Model Library Format archive builds everywhere.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from kiln.topi.nn.conv import conv
 from kiln.topi.nn.dense import dense
 
 __all__ = ["gemv_s8_source", "gemv_s8_intrin", "has_dsp", "DSP_CPUS", "dense_s8_micro_kernel",
-           "schedule_dense_s8_micro_kernel", "conv2d_nhwc_ohwi_1x1_s8",
-           "schedule_conv2d_nhwc_ohwi_1x1_s8"]
+           "schedule_dense_s8_micro_kernel", "conv2d_nhwc_ohwi_s8",
+           "schedule_conv2d_nhwc_ohwi_s8"]
 
 # Cortex-M cores with the DSP extension (Armv7E-M and Armv8-M Mainline with DSP)
 DSP_CPUS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85")
@@ -73,8 +74,9 @@ def has_dsp(target: Any) -> bool:
     return mcpu in DSP_CPUS and "+nodsp" not in mattr and "-dsp" not in mattr
 
 
-def _name(rows: int, length: int, dsp: bool) -> str:
-    return f"kiln_gemv_s8_{'dsp_' if dsp else ''}{rows}x{length}"
+def _name(rows: int, length: int, stride: int, dsp: bool) -> str:
+    tail = "" if stride == length else f"s{stride}"
+    return f"kiln_gemv_s8_{'dsp_' if dsp else ''}{rows}x{length}{tail}"
 
 
 # Rows per pass over k, so that the sums stay in the 13 usable core registers: the DSP loop
@@ -113,7 +115,7 @@ def _row_pass(first: int, rows: int, dsp: bool) -> str:
 #pragma GCC unroll {rows}
     for (int j = 0; j < {rows}; ++j) {{
       acc[j] = accumulate ? c[{first} + j] : 0;
-      row[j] = b + ({first} + j) * l;
+      row[j] = b + ({first} + j) * row_stride;
     }}
 {inner}
 #pragma GCC unroll {rows}
@@ -121,21 +123,22 @@ def _row_pass(first: int, rows: int, dsp: bool) -> str:
   }}"""
 
 
-def gemv_s8_source(rows: int, length: int, dsp: bool) -> str:
-    """The C of the ``rows``-output int8 micro-kernel over rows of ``length`` (DSP or
-    portable)."""
-    name = _name(rows, length, dsp)
+def gemv_s8_source(rows: int, length: int, dsp: bool, stride: int | None = None) -> str:
+    """The C of the ``rows``-output int8 micro-kernel over rows of ``length`` int8 that start
+    ``stride`` (default ``length``) apart (DSP or portable)."""
+    stride = length if stride is None else stride
+    name = _name(rows, length, stride, dsp)
     guard = name.upper() + "_DEFINED"
     step = PASS_ROWS[dsp]
     passes = "\n".join(_row_pass(first, min(step, rows - first), dsp)
                         for first in range(0, rows, step))
     return f"""{_DSP_HELPERS if dsp else ""}
-/* {name}: c[j] (+)= sum_k a[k] * b[j * {length} + k] for j < {rows}, k < {length},
+/* {name}: c[j] (+)= sum_k a[k] * b[j * {stride} + k] for j < {rows}, k < {length},
    int8 x int8 -> int32, in passes of up to {step} rows so the sums stay in registers. */
 #ifndef {guard}
 #define {guard}
 static int32_t {name}(int32_t* c, const int8_t* a, const int8_t* b, int32_t accumulate) {{
-  const int32_t l = {length};
+  const int32_t l = {length}, row_stride = {stride};
 {passes}
   return 0;
 }}
@@ -147,20 +150,23 @@ static int32_t {name}_reset(int32_t* c) {{
 """
 
 
-def gemv_s8_intrin(rows: int, length: int, dsp: bool) -> Any:
-    """``c[j] = sum_k int32(a[k]) * int32(b[j, k])`` (``j < rows``, ``k < length``) with ``b``
-    contiguous along ``k``, implemented by :func:`gemv_s8_source`'s kernel."""
+def gemv_s8_intrin(rows: int, length: int, dsp: bool, stride: int | None = None) -> Any:
+    """``c[j] = sum_k int32(a[k]) * int32(b[j, k])`` (``j < rows``, ``k < length``) with ``a``
+    and each row of ``b`` contiguous, rows ``stride`` apart, implemented by
+    :func:`gemv_s8_source`'s kernel (which takes only base pointers: tensorize computes them
+    from the region's first element)."""
+    stride = length if stride is None else stride
     a = te.placeholder((length,), "int8", name="a")
     b = te.placeholder((rows, length), "int8", name="b")
     k = te.reduce_axis((0, length), name="k")
     c = te.compute((rows,), lambda j: te.sum(a[k].astype("int32") * b[j, k].astype("int32"),
                                              axis=k), name="c")
     a_buf = tir.decl_buffer(a.shape, "int8", name="a_buf", offset_factor=1, strides=[1])
-    # rows of b are contiguous and adjacent: the kernel bakes in the stride
+    # the kernel bakes in the row stride
     b_buf = tir.decl_buffer(b.shape, "int8", name="b_buf", offset_factor=1,
-                            strides=[length, 1])
+                            strides=[stride, 1])
     c_buf = tir.decl_buffer(c.shape, "int32", name="c_buf", offset_factor=1, strides=[1])
-    kernel = _name(rows, length, dsp)
+    kernel = _name(rows, length, stride, dsp)
 
     def intrin_func(ins, outs):
         aa, bb = ins
@@ -183,8 +189,10 @@ def dense_s8_micro_kernel(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
 
 
 def _kernel_pair(dsp: bool):
-    def make(rows: int, length: int, dtype: str, b_order: str) -> tuple[Any, str]:
-        return gemv_s8_intrin(rows, length, dsp), gemv_s8_source(rows, length, dsp)
+    def make(rows: int, length: int, dtype: str, b_order: str,
+             row_stride: int) -> tuple[Any, str]:
+        return (gemv_s8_intrin(rows, length, dsp, row_stride),
+                gemv_s8_source(rows, length, dsp, row_stride))
     return make
 
 
@@ -193,11 +201,16 @@ def schedule_dense_s8_micro_kernel(outs: Any, dsp: bool) -> Any:
     return schedule_micro_kernel(outs, "dense", "jk", _kernel_pair(dsp))
 
 
-def conv2d_nhwc_ohwi_1x1_s8(data: te.Tensor, kernel: te.Tensor, strides: Any) -> te.Tensor:
-    """Pointwise NHWC convolution with an OHWI kernel, int8 x int8 -> int32."""
-    return conv(data, kernel, strides, 0, 1, 1, "NHWC", "OHWI", "int32")
+def conv2d_nhwc_ohwi_s8(data: te.Tensor, kernel: te.Tensor, strides: Any,
+                        padding: Any) -> te.Tensor:
+    """NHWC convolution with an OHWI kernel (groups 1, no dilation), int8 x int8 -> int32."""
+    return conv(data, kernel, strides, padding, 1, 1, "NHWC", "OHWI", "int32")
 
 
-def schedule_conv2d_nhwc_ohwi_1x1_s8(outs: Any, dsp: bool) -> Any:
-    """Per output pixel, the int8 kernel over blocks of up to 8 output channels."""
-    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", _kernel_pair(dsp))
+def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool) -> Any:
+    """Per output pixel and kernel row, the int8 kernel over blocks of up to 8 output
+    channels: a kernel row's ``KW x C`` inputs are contiguous in NHWC, as are each output
+    channel's ``KW x C`` weights in OHWI (rows ``KH x KW x C`` apart); the call accumulates
+    over the kernel rows. A padded input is materialized once (the kernel reads plain
+    memory)."""
+    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", _kernel_pair(dsp), outer_reduce=1)

@@ -1,6 +1,7 @@
-"""Fused recurrent cells: one time step of an LSTM or GRU as one kernel.
+"""Fused recurrent cells: one time step of an LSTM, GRU or simple RNN as one kernel.
 
-Entry points: :func:`lstm_cell`, :func:`gru_cell`, :func:`packed_recurrent_weight_shape`.
+Entry points: :func:`lstm_cell`, :func:`gru_cell`, :func:`rnn_cell`,
+:func:`packed_recurrent_weight_shape`.
 
 A recurrent layer spends its time in the per-step product of the hidden state with the
 recurrent weight ``R`` (``[G * H, H]`` for ``G`` gates, ONNX's gate order) and the gate
@@ -35,7 +36,8 @@ from kiln.tir import op as _op
 from kiln.topi.math import UNARY
 from kiln.topi.utils import get_const_int
 
-__all__ = ["lstm_cell", "gru_cell", "packed_recurrent_weight_shape"]
+__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "packed_recurrent_weight_shape",
+           "RNN_ACTIVATIONS"]
 
 
 def packed_recurrent_weight_shape(hidden: int, gates: int, lanes: int) -> tuple[int, ...]:
@@ -172,3 +174,33 @@ def gru_cell(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor, hbias
         (batch, hidden),
         lambda b, j: (one - gate(zr, 0, b, j)) * candidate(b, j) + gate(zr, 0, b, j) * h[b, j],
         name="gru_state", tag="gru_cell")
+
+
+# The activations a fused simple-RNN cell applies (ONNX names, lower case; none takes alpha).
+RNN_ACTIVATIONS = {
+    "tanh": _tanh,
+    "relu": lambda x: _op.max(x, _op.const(0.0, x.dtype)),
+    "sigmoid": _op.sigmoid,
+}
+
+
+def rnn_cell(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor, step: te.Tensor,
+             activation: str = "tanh", clip: float | None = None, offset: int = 0) -> te.Tensor:
+    """One simple-RNN step: ``h' = f(xproj[step] + h @ R.T)`` (clipped before ``f``).
+
+    ``hidden_state`` is ``[B, H]``; ``f`` is one of :data:`RNN_ACTIVATIONS`.
+    """
+    if activation not in RNN_ACTIVATIONS:
+        raise TVMError(f"rnn_cell: activation {activation!r} is not one of "
+                       f"{sorted(RNN_ACTIVATIONS)}")
+    batch, hidden, lanes = _check("rnn_cell", xproj, hidden_state, weight, 1)
+    row = _row(step, xproj.shape[0], offset)
+    h = hidden_state
+    products = _gate_products("rnn_gates", lambda b, k: h[b, k], weight, batch, range(1),
+                              h.dtype)
+    act = RNN_ACTIVATIONS[activation]
+    return te.compute(
+        (batch, hidden),
+        lambda b, j: act(_clipped(products[b, j // lanes, 0, j % lanes] + xproj[row, b, j],
+                                  clip)),
+        name="rnn_state", tag="rnn_cell")

@@ -15,7 +15,7 @@ from typing import Any
 from kiln import te
 from kiln.tir import op as _op
 from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
-from kiln.topi.x86.dense import DEFAULT_CONFIG, _register_block
+from kiln.topi.x86.dense import DEFAULT_CONFIG, schedule_register_block
 
 __all__ = ["batch_matmul_pack", "schedule_batch_matmul_pack", "DEFAULT_CONFIG"]
 
@@ -81,4 +81,4 @@ def _schedule_block(sch: Any, bmm: te.Tensor, out: te.Tensor, cfg: dict) -> None
     o.parallel(task)
     o.vectorize(xi)
     sch[block_tensor].compute_at(o, task)
-    _register_block(sch[block_tensor], tk)
+    schedule_register_block(sch[block_tensor], tk)

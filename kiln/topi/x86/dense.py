@@ -141,7 +141,7 @@ def _schedule_block(sch: Any, dense: te.Tensor, out: te.Tensor, cfg: dict) -> No
         task = _schedule_rows(sch[out], get_const_int(dense.shape[0]), column_blocks, lanes,
                               k, cfg)
     block.compute_at(task[0], task[1])
-    _register_block(block, tk, lanes)
+    schedule_register_block(block, tk, lanes)
 
 
 def _schedule_rows(o: Any, m: int, column_blocks: int, lanes: int, k: int,
@@ -220,7 +220,7 @@ def register_block(rows: int, column_blocks: int, lanes: int, cfg: dict) -> tupl
     return ty, divisor_at_most(column_blocks, max(1, cfg["accumulators"] // (ty * vectors)))
 
 
-def _register_block(block: Any, tk: int, lanes: int | None = None) -> None:
+def schedule_register_block(block: Any, tk: int, lanes: int | None = None) -> None:
     """Reduction outside the unrolled rows and (when ``lanes`` splits the block's columns)
     the unrolled column blocks; the ``lanes`` columns vectorized. batch_matmul shares it."""
     leaves = list(block.leaf_iter_vars)

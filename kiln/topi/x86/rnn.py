@@ -1,6 +1,8 @@
-"""x86 schedules of the fused recurrent cells (``lstm_cell.x86``, ``gru_cell.x86``).
+"""x86 schedules of the fused recurrent cells (``lstm_cell.x86``, ``gru_cell.x86``,
+``rnn_cell.x86``).
 
-Entry points: :func:`schedule_lstm_cell`, :func:`schedule_gru_cell`, :data:`DEFAULT_CONFIG`
+Entry points: :func:`schedule_lstm_cell`, :func:`schedule_gru_cell`, :func:`schedule_rnn_cell`,
+:data:`DEFAULT_CONFIG`
 (``parallel_min_flops``: the product size below which one thread runs the step).
 
 One task per block of ``n`` hidden units (the packed weight's lanes) of one batch row: the
@@ -28,7 +30,7 @@ from typing import Any
 from kiln import te
 from kiln.topi.utils import get_const_int
 
-__all__ = ["schedule_lstm_cell", "schedule_gru_cell", "DEFAULT_CONFIG"]
+__all__ = ["schedule_lstm_cell", "schedule_gru_cell", "schedule_rnn_cell", "DEFAULT_CONFIG"]
 
 DEFAULT_CONFIG = {"parallel_min_flops": 2_000_000}
 
@@ -101,6 +103,25 @@ def schedule_lstm_cell(outs: Any, config: dict | None = None) -> Any:
     return sch
 
 
+def _schedule_one_pass(sch: Any, out: te.Tensor, products: te.Tensor, cfg: dict) -> Any:
+    """A ``[B, H]`` cell whose epilogue reads only its block's products: one task per block."""
+    o = sch[out]
+    lanes = get_const_int(products.shape[3])
+    parallel = _flops(products) >= cfg["parallel_min_flops"]
+    task, _ = _blocks(o, list(o.leaf_iter_vars), lanes, parallel)
+    sch[products].compute_at(o, task)
+    _products(sch[products])
+    return sch
+
+
+def schedule_rnn_cell(outs: Any, config: dict | None = None) -> Any:
+    """Schedule :func:`~kiln.topi.nn.rnn.rnn_cell` (one task per lane block of a row)."""
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    out = (list(outs) if isinstance(outs, list | tuple) else [outs])[0]
+    sch = te.create_schedule([out.op])
+    return _schedule_one_pass(sch, out, _stages(out)["rnn_gates"], cfg)
+
+
 def schedule_gru_cell(outs: Any, config: dict | None = None) -> Any:
     """Schedule :func:`~kiln.topi.nn.rnn.gru_cell` (with a reset pass first when the reset
     gate multiplies the state before its product, ``linear_before_reset=0``)."""
@@ -114,10 +135,7 @@ def schedule_gru_cell(outs: Any, config: dict | None = None) -> Any:
     flops = _flops(products)
     o = sch[out]
     if "gru_reset" not in stages:
-        task, _ = _blocks(o, list(o.leaf_iter_vars), lanes, flops >= cfg["parallel_min_flops"])
-        sch[products].compute_at(o, task)
-        _products(sch[products])
-        return sch
+        return _schedule_one_pass(sch, out, products, cfg)
     candidate, reset = stages["gru_candidate"], stages["gru_reset"]
     flops += _flops(candidate)
     parallel = flops >= cfg["parallel_min_flops"]

@@ -1,8 +1,9 @@
 """ONNX LSTM/GRU/RNN compiled for llvm match onnxruntime, on the fused-cell path and off it.
 
 The converters project all steps' inputs with one GEMM and run each step as one fused cell
-kernel (``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell``) when a layer has the default
-activations and no masking or peepholes; other layers compose the cell from primitive ops.
+kernel (``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell`` / ``nn.contrib_rnn_cell``) when a
+layer has the default activations (an RNN: tanh, relu or sigmoid) and no masking or
+peepholes; other layers compose the cell from primitive ops.
 Both kinds are compared with onnxruntime, and the cell ops with a NumPy LSTM/GRU step.
 """
 
@@ -121,11 +122,23 @@ def test_gru_default_activations_run_one_fused_kernel_per_step(case):
     assert sum("contrib_gru_cell" in k for k in kernels) == STEPS * dirs
 
 
+@pytest.mark.parametrize("case", [
+    dict(direction="bidirectional", activations=["Relu", "Tanh"], initial=1, clip=1.0),
+    dict(direction="reverse", activations=["Sigmoid"], bias=False, hidden=12),
+])
+def test_rnn_with_tanh_relu_or_sigmoid_runs_one_fused_kernel_per_step(case):
+    hidden = case.pop("hidden", 16)
+    model, feeds = _recurrent_model("RNN", 1, hidden, **case)
+    kernels = _compile_and_compare(model, feeds)
+    dirs = 2 if case["direction"] == "bidirectional" else 1
+    assert sum("contrib_rnn_cell" in k for k in kernels) == STEPS * dirs
+
+
 @pytest.mark.parametrize("op, gates, case", [
     ("LSTM", 4, dict(lens=[STEPS, 2], initial=2)),
     ("LSTM", 4, dict(peepholes=True, input_forget=1)),
     ("GRU", 3, dict(activations=["HardSigmoid", "Relu"], linear_before_reset=0)),
-    ("RNN", 1, dict(direction="bidirectional", activations=["Relu", "Tanh"], initial=1)),
+    ("RNN", 1, dict(direction="bidirectional", activations=["LeakyRelu", "Tanh"], initial=1)),
 ])
 def test_other_recurrent_layers_compose_the_cell_from_primitive_ops(op, gates, case):
     model, feeds = _recurrent_model(op, gates, 8, **case)

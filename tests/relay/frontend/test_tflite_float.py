@@ -221,3 +221,56 @@ def test_mirror_pad(mode):
     pads = np.array([[1, 2], [2, 1]], "int32")
     model = single_op("MIRROR_PAD", [(4, 5)], (7, 8), [pads], "MirrorPadOptions", Mode=mode)
     check_float(model, [rand(4, 5)])
+
+
+def multi_output(op, in_shapes, out_shapes, consts=(), options=None, const_first=False,
+                 **fields):
+    b = TFLiteModelBuilder()
+    ins = [b.add_input(f"in{i}", s) for i, s in enumerate(in_shapes)]
+    cs = [b.add_const(f"c{i}", c) for i, c in enumerate(consts)]
+    outs = [b.add_tensor(f"out{i}", s) for i, s in enumerate(out_shapes)]
+    b.add_operator(op, cs + ins if const_first else ins + cs, outs, options, **fields)
+    for o in outs:
+        b.add_output(o)
+    return b.finish()
+
+
+@pytest.mark.parametrize("op", ["EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER",
+                                "GREATER_EQUAL"])
+def test_comparisons(op):
+    model = single_op(op, [(3, 4)], (3, 4), [np.round(rand(1, 4))], out_dtype="bool")
+    check_float(model, [np.round(rand(3, 4))])
+
+
+def test_select_add_n_zeros_like_tile():
+    b = TFLiteModelBuilder()
+    x, y = b.add_input("x", (2, 3)), b.add_input("y", (2, 3))
+    c = b.add_tensor("c", (2, 3), "bool")
+    b.add_operator("GREATER", [x, y], [c])
+    s = b.add_tensor("s", (2, 3))
+    b.add_operator("SELECT_V2", [c, x, y], [s])
+    n = b.add_tensor("n", (2, 3))
+    b.add_operator("ADD_N", [s, x, y], [n])
+    t = b.add_tensor("t", (4, 9))
+    b.add_operator("TILE", [n, b.add_const("m", np.array([2, 3], "int32"))], [t])
+    b.add_output(t)
+    check_float(b.finish(), [rand(2, 3), rand(2, 3)])
+
+
+def test_split_split_v_unpack():
+    check_float(multi_output("SPLIT", [(4, 6)], [(4, 2)] * 3, [np.array(1, "int32")],
+                             "SplitOptions", const_first=True, NumSplits=3), [rand(4, 6)])
+    check_float(multi_output("SPLIT_V", [(4, 6)], [(1, 6), (3, 6)],
+                             [np.array([1, -1], "int32"), np.array(0, "int32")],
+                             "SplitVOptions", NumSplits=2), [rand(4, 6)])
+    check_float(multi_output("UNPACK", [(3, 2, 4)], [(3, 4), (3, 4)], (), "UnpackOptions",
+                             Num=2, Axis=1), [rand(3, 2, 4)])
+
+
+def test_gather_and_batch_matmul():
+    model = single_op("GATHER", [(5, 3)], (4, 3), [np.array([4, 0, 2, 2], "int32")],
+                      "GatherOptions", Axis=0)
+    check_float(model, [rand(5, 3)])
+    model = multi_output("BATCH_MATMUL", [(2, 3, 4), (2, 5, 4)], [(2, 3, 5)], (),
+                         "BatchMatMulOptions", AdjX=False, AdjY=True)
+    check_float(model, [rand(2, 3, 4), rand(2, 5, 4)])

@@ -295,3 +295,20 @@ def test_global_average_pool_is_exact():
     model = single_op("AVERAGE_POOL_2D", [(1, 5, 3, 8)], (1, 1, 1, 8), "Pool2DOptions",
                       qout=QIN, Padding=1, StrideH=5, StrideW=3, FilterHeight=5, FilterWidth=3)
     assert check_quantized(model, [qrand(1, 5, 3, 8)], max_step=0) == [0]
+
+
+def test_quantized_split_keeps_integers_and_comparisons_are_refused():
+    from kiln import relay
+    from kiln.runtime.error import OpNotImplemented
+
+    b = TFLiteModelBuilder()
+    axis = b.add_const("axis", np.array(1, "int32"))
+    x = b.add_input("x", (2, 6), "int8", **QIN)
+    outs = [b.add_tensor(f"o{i}", (2, 3), "int8", **QIN) for i in range(2)]
+    b.add_operator("SPLIT", [axis, x], outs, "SplitOptions", NumSplits=2)
+    for o in outs:
+        b.add_output(o)
+    assert check_quantized(b.finish(), [qrand(2, 6)], max_step=0) == [0, 0]
+    model = single_op("LESS", [(2, 3), (2, 3)], (2, 3), qout={})
+    with pytest.raises(OpNotImplemented, match="quantized LESS"):
+        relay.frontend.from_tflite(model)

@@ -35,6 +35,9 @@ OPS = {
     "STRIDED_SLICE": ("StridedSliceOptions", ["BeginMask", "EndMask", "ShrinkAxisMask",
                                               "EllipsisMask"]),
     "QUANTIZE": (None, []), "DEQUANTIZE": (None, []), "EXPAND_DIMS": (None, []),
+    "SPLIT": ("SplitOptions", ["NumSplits"]), "SPLIT_V": ("SplitVOptions", ["NumSplits"]),
+    "UNPACK": ("UnpackOptions", ["Num", "Axis"]), "GATHER": ("GatherOptions", ["Axis"]),
+    "TILE": (None, []), "SELECT_V2": (None, []), "BATCH_MATMUL": (None, []),
 }
 
 

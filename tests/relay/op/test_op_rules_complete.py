@@ -177,3 +177,17 @@ def test_shape_functions_of_shape_of_ndarray_size_and_gather_nd_on_the_vm():
     np.testing.assert_array_equal(shape.numpy(), [5, 3])
     assert int(size.numpy()) == 15
     np.testing.assert_array_equal(rows.numpy(), xv[iv[0]])
+
+
+def test_declaring_the_ops_does_not_load_topi():
+    # the family modules import TOPI inside their computes: building Relay stays cheap
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, kiln.relay.op; from kiln import relay; relay.nn.relu(relay.var('x')); "
+            "print(sorted(m for m in sys.modules if m.startswith('kiln.topi')))")
+    root = Path(kiln.__file__).parent.parent
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]", out

@@ -101,3 +101,27 @@ def test_l2_normalize():
     xv = rand(2, 5)
     expected = xv / np.sqrt(np.maximum((xv * xv).sum(1, keepdims=True), 1e-6))
     np.testing.assert_allclose(evaluate(func)(xv).numpy(), expected, rtol=1e-5)
+
+
+def test_every_node_is_typed_after_dropouts_in_a_chain():
+    # VGG's classifier: two dropouts in a row of dense -> bias_add -> relu. Typing a rebuilt
+    # node marked its rebuilt, untyped sub-expressions as typed for incremental InferType;
+    # CanonicalizeOps then met an untyped bias_add argument inside relay.build.
+    x = relay.var("x", shape=(1, 8))
+    ws = [relay.var(f"w{i}", shape=(8, 8)) for i in range(3)]
+    bs = [relay.var(f"b{i}", shape=(8,)) for i in range(3)]
+    out = x
+    for i in range(3):
+        out = relay.nn.bias_add(relay.nn.dense(out, ws[i]), bs[i])
+        if i < 2:
+            out = relay.nn.dropout(relay.nn.relu(out))
+    mod = relay.transform.InferType()(kiln.IRModule.from_expr(
+        relay.Function([x, *ws, *bs], out)))
+    func = SimplifyInference()(mod)["main"]
+    untyped = []
+    relay.analysis.post_order_visit(func.body, lambda n: isinstance(n, relay.Call | relay.Var)
+                                    and n.checked_type_ is None and untyped.append(n))
+    assert not untyped
+    assert "nn.dropout" not in ops_in(func)
+    canonical = relay.transform.CanonicalizeOps()(kiln.IRModule.from_expr(func))
+    assert "nn.bias_add" not in ops_in(canonical["main"])

@@ -8,8 +8,8 @@ import pytest
 
 import kiln
 from kiln import relay
-from kiln.relay.vm import VMCompiler
 from kiln.relay.transform.manifest_lifetimes import manifest_lifetimes
+from kiln.relay.vm import VMCompiler
 from kiln.runtime.vm import VirtualMachine
 
 

@@ -14,9 +14,9 @@ the extents, which are ``Any``; the VM computes them with a data-dependent shape
 from __future__ import annotations
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.algorithm import _topk_rel
-from kiln.relay.op.image.image import _resize2d_rel
-from kiln.relay.op.nn.nn import _upsampling_rel
+from kiln.relay.op.algorithm import topk_rel
+from kiln.relay.op.image.image import resize2d_rel
+from kiln.relay.op.nn.nn import upsampling_rel
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
@@ -25,7 +25,7 @@ from kiln.relay.op.op import (
     OUT_ELEMWISE_FUSABLE,
     define_op,
 )
-from kiln.relay.op.transform import _one_hot_rel
+from kiln.relay.op.transform import one_hot_rel
 from kiln.relay.op.type_relations import Any as DynDim
 from kiln.relay.op.type_relations import dims, fail, is_static, tensor_arg, tensor_type
 
@@ -114,15 +114,15 @@ define_op("dyn.expand_dims", _expand_dims_rel, INJECTIVE, 2, A.DynExpandDimsAttr
 define_op("dyn.full", _full_rel, ELEMWISE, 2, A.InitOpAttrs, "fill", 3)
 define_op("dyn.zeros", _init_rel, ELEMWISE, 1, A.InitOpAttrs, "zeros", 3)
 define_op("dyn.ones", _init_rel, ELEMWISE, 1, A.InitOpAttrs, "ones", 3)
-define_op("dyn.one_hot", _one_hot_rel, OUT_ELEMWISE_FUSABLE, 4, A.OneHotAttrs, "one-hot", 10)
+define_op("dyn.one_hot", one_hot_rel, OUT_ELEMWISE_FUSABLE, 4, A.OneHotAttrs, "one-hot", 10)
 define_op("dyn.squeeze", _squeeze_rel, INJECTIVE, 2, A.SqueezeAttrs, "drop unit axes", 3)
 define_op("dyn.strided_slice", _strided_slice_rel, INJECTIVE, 4, A.StridedSliceAttrs,
           "slice", 4)
 define_op("dyn.tile", _tile_rel, INJECTIVE, 2, A.TileAttrs, "tile", 3)
-define_op("dyn.topk", _topk_rel, OPAQUE, 2, A.TopKAttrs, "top k", 6)
-define_op("dyn.image.resize2d", _resize2d_rel, INJECTIVE, 3, A.Resize2DAttrs, "resize", 5)
+define_op("dyn.topk", topk_rel, OPAQUE, 2, A.TopKAttrs, "top k", 6)
+define_op("dyn.image.resize2d", resize2d_rel, INJECTIVE, 3, A.Resize2DAttrs, "resize", 5)
 define_op("dyn.nn.pad", _pad_rel, INJECTIVE, 3, A.PadAttrs, "pad", 2)
-define_op("dyn.nn.upsampling", _upsampling_rel, INJECTIVE, 3, A.UpSamplingAttrs,
+define_op("dyn.nn.upsampling", upsampling_rel, INJECTIVE, 3, A.UpSamplingAttrs,
           "upsample", 2)
 
 DYN_OPS = (

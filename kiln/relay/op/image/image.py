@@ -59,12 +59,13 @@ def _resize1d_rel(types, attrs, op_name):
     return _resize_rel(types, attrs, op_name, "W")
 
 
-def _resize2d_rel(types, attrs, op_name):
+def resize2d_rel(types, attrs, op_name):
+    """The type relation of image.resize2d (an NCHW/NHWC image, new H and W)."""
     return _resize_rel(types, attrs, op_name, "HW")
 
 
 define_op("image.resize1d", _resize1d_rel, INJECTIVE, 1, A.Resize1DAttrs, "resize W", 5)
-define_op("image.resize2d", _resize2d_rel, INJECTIVE, 1, A.Resize2DAttrs, "resize H, W", 5)
+define_op("image.resize2d", resize2d_rel, INJECTIVE, 1, A.Resize2DAttrs, "resize H, W", 5)
 
 
 def _size(size: Any, n: int) -> Any:

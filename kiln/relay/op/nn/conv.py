@@ -26,11 +26,30 @@ Example
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.layout import convert_shape
-from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op, register_arg_types
+from kiln.relay.op.layout import convert_array, convert_shape
+from kiln.relay.op.op import (
+    OUT_ELEMWISE_FUSABLE,
+    call,
+    define_op,
+    register_arg_types,
+    register_compute,
+    register_fold_scale_axis,
+    register_gradient,
+    register_mac_count,
+    register_opaque_schedule,
+    register_reference,
+    register_shape_func,
+)
+from kiln.relay.op.reshape import transpose
+from kiln.relay.op.rule_util import i64, out_dtype, reference_dtype
+from kiln.relay.op.transform import strided_slice
 from kiln.relay.op.type_relations import (
     dim_op,
     dims,
@@ -40,11 +59,15 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
+from kiln.runtime.error import OpNotImplemented, TVMError
+
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
 
-def _tuple(value: Any, n: int) -> tuple:
+def as_tuple(value: Any, n: int) -> tuple:
     """An int (or a 1-tuple) repeated ``n`` times; a tuple as is."""
     if isinstance(value, int):
         return (int(value),) * n
@@ -53,7 +76,7 @@ def _tuple(value: Any, n: int) -> tuple:
 
 def get_pad_tuple(padding: Any, n: int) -> tuple:
     """TVM's ``get_pad_tuple{1,2,3}d``: 1, n or 2n values -> 2n values (befores, afters)."""
-    pad = _tuple(padding, 1) if isinstance(padding, int) else tuple(padding)
+    pad = as_tuple(padding, 1) if isinstance(padding, int) else tuple(padding)
     if len(pad) == 1:
         return pad * (2 * n)
     if len(pad) == n:
@@ -278,9 +301,9 @@ for _name in ("nn.conv1d_transpose", "nn.conv2d_transpose"):
 
 
 def _conv_attrs(n, strides, padding, dilation, groups, channels, kernel_size):
-    return dict(strides=_tuple(strides, n), padding=get_pad_tuple(padding, n),
-                dilation=_tuple(dilation, n), groups=int(groups), channels=channels,
-                kernel_size=None if kernel_size is None else _tuple(kernel_size, n))
+    return dict(strides=as_tuple(strides, n), padding=get_pad_tuple(padding, n),
+                dilation=as_tuple(dilation, n), groups=int(groups), channels=channels,
+                kernel_size=None if kernel_size is None else as_tuple(kernel_size, n))
 
 
 def conv1d(data: Any, weight: Any, strides: Any = 1, padding: Any = 0, dilation: Any = 1,
@@ -332,7 +355,7 @@ def conv1d_transpose(data: Any, weight: Any, strides: Any = (1,), padding: Any =
     """1-D transposed convolution (``IOW`` kernel by default)."""
     return call("nn.conv1d_transpose", [data, weight], A.Conv1DTransposeAttrs(
         **_conv_attrs(1, strides, padding, dilation, groups, channels, kernel_size),
-        output_padding=_tuple(output_padding, 1), data_layout=data_layout,
+        output_padding=as_tuple(output_padding, 1), data_layout=data_layout,
         kernel_layout=kernel_layout, out_layout=out_layout, out_dtype=out_dtype))
 
 
@@ -344,7 +367,7 @@ def conv2d_transpose(data: Any, weight: Any, strides: Any = (1, 1), padding: Any
     """2-D transposed convolution (``IOHW`` kernel by default)."""
     return call("nn.conv2d_transpose", [data, weight], A.Conv2DTransposeAttrs(
         **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
-        output_padding=_tuple(output_padding, 2), data_layout=data_layout,
+        output_padding=as_tuple(output_padding, 2), data_layout=data_layout,
         kernel_layout=kernel_layout, out_layout=out_layout, out_dtype=out_dtype))
 
 
@@ -386,6 +409,374 @@ def contrib_conv2d_gemm_without_weight_transform(
                     **_conv_attrs(2, strides, padding, dilation, groups, channels, kernel_size),
                     data_layout=data_layout, kernel_layout=kernel_layout,
                     out_layout=out_layout, out_dtype=out_dtype))
+
+
+# ---- computes (TOPI) and schedule kind ------------------------------------------------------
+def _conv_compute(ndim: int):
+    def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
+        return [topi_nn.conv(inputs[0], inputs[1], list(attrs.strides), list(attrs.padding),
+                             list(attrs.dilation), attrs.groups, attrs.data_layout,
+                             attrs.kernel_layout, out_dtype(out_type), name=f"conv{ndim}d")]
+
+    compute.__name__ = compute.__qualname__ = f"compute_conv{ndim}d"
+    return compute
+
+
+for _nd in (1, 2, 3):
+    register_compute(f"nn.conv{_nd}d", _conv_compute(_nd))
+
+
+@register_compute("nn.conv1d_transpose")
+@register_compute("nn.conv2d_transpose")
+def compute_conv_transpose(attrs, inputs, out_type):
+    """``topi.nn.conv_transpose`` in NCW/IOW or NCHW/IOHW."""
+    from kiln.topi import nn as topi_nn
+
+    if attrs.data_layout not in ("NCW", "NCHW") or attrs.kernel_layout not in ("IOW", "IOHW"):
+        raise OpNotImplemented(f"conv transpose: layouts {attrs.data_layout}/"
+                               f"{attrs.kernel_layout}; kiln computes NCW/IOW and NCHW/IOHW")
+    return [topi_nn.conv_transpose(inputs[0], inputs[1], list(attrs.strides),
+                                   list(attrs.padding), list(attrs.dilation),
+                                   list(attrs.output_padding), attrs.groups,
+                                   out_dtype(out_type))]
+
+
+@register_compute("nn.contrib_conv2d_winograd_weight_transform")
+def compute_winograd_weight_transform(attrs, inputs, out_type):
+    """``U = G g G^T`` per channel pair."""
+    from kiln.topi.nn import winograd
+
+    return [winograd.winograd_weight_transform(inputs[0], attrs.tile_size)]
+
+
+@register_compute("nn.contrib_conv2d_winograd_without_weight_transform")
+def compute_winograd_conv2d(attrs, inputs, out_type):
+    """Winograd conv2d over a transformed weight (NCHW, stride 1, dilation 1)."""
+    from kiln.topi.nn import winograd
+
+    if attrs.data_layout != "NCHW" or tuple(attrs.strides) != (1, 1) or \
+            tuple(attrs.dilation) != (1, 1):
+        raise OpNotImplemented("winograd conv2d: kiln computes NCHW, stride 1, dilation 1")
+    return [winograd.conv2d_winograd_nchw(inputs[0], inputs[1], attrs.tile_size,
+                                          list(attrs.padding), out_dtype(out_type))]
+
+
+@register_compute("nn.contrib_conv2d_gemm_weight_transform")
+def compute_gemm_weight_transform(attrs, inputs, out_type):
+    """The HWIO weight interleaved into ``tile_N x tile_K`` tiles."""
+    from kiln.topi.nn import winograd
+
+    return [winograd.gemm_weight_transform(inputs[0], attrs.tile_N, attrs.tile_K)]
+
+
+@register_compute("nn.contrib_conv2d_gemm_without_weight_transform")
+def compute_gemm_conv2d(attrs, inputs, out_type):
+    """NHWC conv2d as a GEMM over the interleaved weight."""
+    from kiln.topi.nn import winograd
+
+    if attrs.data_layout != "NHWC":
+        raise OpNotImplemented("gemm conv2d: kiln computes NHWC data")
+    return [winograd.conv2d_gemm_nhwc(inputs[0], inputs[1], list(attrs.strides),
+                                      list(attrs.padding), list(attrs.dilation),
+                                      list(attrs.kernel_size), attrs.channels,
+                                      out_dtype(out_type))]
+
+
+for _name in ("nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose", "nn.conv2d_transpose",
+              "nn.contrib_conv2d_winograd_weight_transform",
+              "nn.contrib_conv2d_winograd_without_weight_transform",
+              "nn.contrib_conv2d_gemm_weight_transform",
+              "nn.contrib_conv2d_gemm_without_weight_transform"):
+    register_opaque_schedule(_name)
+
+
+# ---- reference semantics (NumPy) ------------------------------------------------------------
+_SPATIAL_LETTERS = "DHW"
+
+
+def canonical_layout(layout: str, nd: int, kernel: bool = False) -> str:
+    """The canonical layout with ``nd`` spatial dims: NCW/NCHW/NCDHW or OIW/OIHW/OIDHW."""
+    return ("OI" if kernel else "NC") + _SPATIAL_LETTERS[-nd:]
+
+
+def explicit_pads(padding, nd: int) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis from 1, ``nd`` or ``2 nd`` padding values."""
+    pad = [int(p) for p in padding]
+    if len(pad) == 1:
+        pad = pad * (2 * nd)
+    elif len(pad) == nd:
+        pad = pad + pad
+    if len(pad) != 2 * nd:
+        raise TVMError(f"padding {padding} does not fit {nd} spatial dims")
+    return list(zip(pad[:nd], pad[nd:]))
+
+
+def sliding_windows(x: np.ndarray, kernel, strides, dilation) -> np.ndarray:
+    """(N, C, out..., k...) windows of a padded NC<spatial> array."""
+    nd = len(kernel)
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
+    win = sliding_window_view(x, span, axis=tuple(range(2, 2 + nd)))
+    idx = [slice(None), slice(None)] + [slice(None, None, s) for s in strides]
+    idx += [slice(None, None, d) for d in dilation]
+    return win[tuple(idx)]
+
+
+def _convolve(data, weight, strides, padding, dilation, groups, out_dtype):
+    nd = data.ndim - 2
+    pads = explicit_pads(padding, nd)
+    x = np.pad(data, [(0, 0), (0, 0)] + pads)
+    win = sliding_windows(x, weight.shape[2:], strides, dilation)  # N C out.. k..
+    n, c = data.shape[:2]
+    o = weight.shape[0]
+    cg, og = c // groups, o // groups
+    outs = []
+    letters = "pqr"[:nd]  # kernel offsets; upper case: output positions (never n, c or o)
+    for g in range(groups):
+        wg = weight[g * og:(g + 1) * og].astype(np.float64 if out_dtype.kind == "f" else np.int64)
+        xg = win[:, g * cg:(g + 1) * cg]
+        spec = f"nc{letters.upper()}{letters},oc{letters}->no{letters.upper()}"
+        outs.append(np.einsum(spec, xg, wg))
+    return np.concatenate(outs, axis=1).astype(out_dtype)
+
+
+def _conv_reference(attrs, args, out_type, nd):
+    data, weight = args
+    dl = attrs.data_layout
+    kl = attrs.kernel_layout
+    canon_d, canon_k = canonical_layout(dl, nd), canonical_layout(kl, nd, kernel=True)
+    x = convert_array(data, dl, canon_d)
+    w = convert_array(weight, kl, canon_k)
+    if attrs.groups > 1 and w.shape[1] * attrs.groups != x.shape[1]:
+        raise TVMError("conv: input channels do not match kernel * groups")
+    out = _convolve(x, w, attrs.strides, attrs.padding, attrs.dilation, int(attrs.groups),
+                reference_dtype(out_type))
+    return convert_array(out, canon_d, attrs.out_layout or dl)
+
+
+
+
+@register_reference("nn.conv1d")
+def reference_conv1d(attrs, args, out_type):
+    """Sliding-window correlation in NCW/OIW (other layouts converted in and out)."""
+    return _conv_reference(attrs, args, out_type, 1)
+
+
+@register_reference("nn.conv2d")
+def reference_conv2d(attrs, args, out_type):
+    """Sliding-window correlation in NCHW/OIHW (other layouts converted in and out)."""
+    return _conv_reference(attrs, args, out_type, 2)
+
+
+@register_reference("nn.conv3d")
+def reference_conv3d(attrs, args, out_type):
+    """Sliding-window correlation in NCDHW/OIDHW (other layouts converted in and out)."""
+    return _conv_reference(attrs, args, out_type, 3)
+
+
+# ---- convolutions with pre-transformed weights (contrib_conv2d_winograd_* / _gemm_*) --------
+@register_reference("nn.contrib_conv2d_winograd_weight_transform")
+def reference_winograd_weight_transform(attrs, args, out_type):
+    """``U = G g G^T`` per (out, in) channel pair: OIHW -> [alpha, alpha, O, I]."""
+    from kiln.topi.nn.winograd import winograd_matrices
+
+    (weight,) = args
+    _, g, _ = winograd_matrices(int(attrs.tile_size), weight.shape[2])
+    u = np.einsum("ar,oirs,bs->aboi", g, weight.astype(np.float64), g)
+    return u.astype(reference_dtype(out_type))
+
+
+@register_reference("nn.contrib_conv2d_winograd_without_weight_transform")
+def reference_winograd_conv2d(attrs, args, out_type):
+    """Stride-1 NCHW conv from a transformed weight: per m x m output tile,
+    ``A^T [U ⊙ (B^T d B)] A`` summed over input channels."""
+    from kiln.topi.nn.winograd import winograd_matrices
+
+    data, u = args
+    m = int(attrs.tile_size)
+    alpha = u.shape[0]
+    at, _, bt = winograd_matrices(m, alpha - m + 1)
+    (pt, pb), (pl, pr) = explicit_pads(attrs.padding, 2)
+    n, _, h, w = data.shape
+    oh, ow = h + pt + pb - (alpha - m), w + pl + pr - (alpha - m)
+    nh, nw = -(-oh // m), -(-ow // m)
+    padded = np.pad(data.astype(np.float64), [(0, 0), (0, 0),
+                                             (pt, (nh - 1) * m + alpha - h - pt),
+                                             (pl, (nw - 1) * m + alpha - w - pl)])
+    tiles = sliding_window_view(padded, (alpha, alpha), axis=(2, 3))[:, :, ::m, ::m]
+    v = np.einsum("as,ncyxst,bt->ncyxab", bt, tiles, bt)
+    prod = np.einsum("abfc,ncyxab->nfyxab", u.astype(np.float64), v)
+    y = np.einsum("ia,nfyxab,jb->nfyixj", at, prod, at)
+    y = y.reshape(n, u.shape[2], nh * m, nw * m)[:, :, :oh, :ow]
+    return y.astype(reference_dtype(out_type))
+
+
+@register_reference("nn.contrib_conv2d_gemm_weight_transform")
+def reference_gemm_weight_transform(attrs, args, out_type):
+    """HWIO -> ``[ceil(O/N), ceil(K/Kt), N, Kt]``: the (K = H*W*I, O) matrix, zero-padded to
+    whole tiles, cut into N x Kt tiles stored transposed."""
+    (weight,) = args
+    tn, tk = int(attrs.tile_N), int(attrs.tile_K)
+    big_k, oc = int(np.prod(weight.shape[:3])), weight.shape[3]
+    kp, npad = -(-big_k // tk) * tk, -(-oc // tn) * tn
+    mat = np.zeros((kp, npad), weight.dtype)
+    mat[:big_k, :oc] = weight.reshape(big_k, oc)
+    return mat.reshape(kp // tk, tk, npad // tn, tn).transpose(2, 0, 3, 1)
+
+
+@register_reference("nn.contrib_conv2d_gemm_without_weight_transform")
+def reference_gemm_conv2d(attrs, args, out_type):
+    """NHWC conv whose HWIO weight comes interleaved
+    (:func:`reference_gemm_weight_transform`): unpack, convolve."""
+    data, packed = args
+    kh, kw = (int(k) for k in attrs.kernel_size)
+    ic, oc = data.shape[3], int(attrs.channels)
+    nb, kb, tn, tk = packed.shape
+    mat = packed.transpose(1, 3, 0, 2).reshape(kb * tk, nb * tn)
+    weight = mat[:kh * kw * ic, :oc].reshape(kh, kw, ic, oc)
+    x = convert_array(data, "NHWC", "NCHW")
+    out = _convolve(x, convert_array(weight, "HWIO", "OIHW"), attrs.strides, attrs.padding,
+                attrs.dilation, 1, reference_dtype(out_type))
+    return convert_array(out, "NCHW", "NHWC")
+
+
+def _conv_transpose_reference(attrs, args, out_type, nd):
+    data, weight = args
+    dl = attrs.data_layout
+    x = convert_array(data, dl, canonical_layout(dl, nd))
+    # I: the input channels
+    w = convert_array(weight, attrs.kernel_layout, "IO" + _SPATIAL_LETTERS[-nd:])
+    groups = int(attrs.groups)
+    strides, dilation = list(attrs.strides), list(attrs.dilation)
+    pads = explicit_pads(attrs.padding, nd)
+    out_pad = [int(p) for p in attrs.output_padding]
+    n, c = x.shape[:2]
+    og = w.shape[1]
+    k = w.shape[2:]
+    full = [(x.shape[2 + i] - 1) * strides[i] + (k[i] - 1) * dilation[i] + 1 + out_pad[i]
+            for i in range(nd)]
+    out = np.zeros((n, og * groups, *full), dtype=np.float64)
+    cg = c // groups
+    for g in range(groups):
+        for pos in np.ndindex(*x.shape[2:]):
+            vals = x[:, g * cg:(g + 1) * cg][(slice(None), slice(None), *pos)]  # n, cg
+            for kpos in np.ndindex(*k):
+                target = tuple(pos[i] * strides[i] + kpos[i] * dilation[i] for i in range(nd))
+                contrib = vals @ w[(slice(g * cg, (g + 1) * cg), slice(None), *kpos)]  # n, og
+                out[(slice(None), slice(g * og, (g + 1) * og), *target)] += contrib
+    crop = tuple(slice(pads[i][0], full[i] - pads[i][1]) for i in range(nd))
+    out = out[(slice(None), slice(None), *crop)].astype(reference_dtype(out_type))
+    return convert_array(out, canonical_layout(dl, nd), attrs.out_layout or dl)
+
+
+@register_reference("nn.conv1d_transpose")
+def reference_conv1d_transpose(attrs, args, out_type):
+    """Each input element scattered through its filter slice (NCW/IOW)."""
+    return _conv_transpose_reference(attrs, args, out_type, 1)
+
+
+@register_reference("nn.conv2d_transpose")
+def reference_conv2d_transpose(attrs, args, out_type):
+    """Each input element scattered through its filter slice (NCHW/IOHW)."""
+    return _conv_transpose_reference(attrs, args, out_type, 2)
+
+
+# ---- VM shape functions ---------------------------------------------------------------------
+def shape_func_same_batch(attrs, in_dims, out_types):
+    """Convolutions (and pools) whose only dynamic dimension is the batch of input 0."""
+    return [[in_dims[0][0]] + [i64(int(d)) if isinstance(getattr(d, "value", None), int)
+                               else None for d in list(out_types[0].shape)[1:]]]
+
+
+for _name in ("nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose",
+              "nn.conv2d_transpose"):
+    register_shape_func(_name, False, shape_func_same_batch)
+
+
+# ---- gradients ------------------------------------------------------------------------------
+def _conv2d_geometry(orig: Any) -> tuple:
+    attrs = orig.attrs
+    if int(attrs.groups) != 1 or str(attrs.data_layout) != "NCHW" or \
+            str(attrs.kernel_layout) != "OIHW" or any(int(d) != 1 for d in attrs.dilation):
+        raise TVMError("gradient: nn.conv2d is differentiable for groups=1, dilation 1 and "
+                       "NCHW/OIHW layouts only")
+    strides = [int(v) for v in attrs.strides]
+    padding = [int(v) for v in attrs.padding]  # top, left, bottom, right
+    return strides, padding
+
+
+@register_gradient("nn.conv2d")
+def gradient_conv2d(orig, grad):
+    """A transposed convolution for the data, a batch/channel-swapped one for the weight."""
+    data, weight = orig.args
+    strides, padding = _conv2d_geometry(orig)
+    n, c, height, width = data.checked_type.concrete_shape
+    out_c, _, kh, kw = weight.checked_type.concrete_shape
+    oh, ow = orig.checked_type.concrete_shape[2:]
+    # d data: the transposed convolution, padded at the end to reach the input's size
+    natural = [(oh - 1) * strides[0] - padding[0] - padding[2] + kh,
+               (ow - 1) * strides[1] - padding[1] - padding[3] + kw]
+    d_data = conv2d_transpose(grad, weight, strides=strides, padding=padding, channels=c,
+                              kernel_size=(kh, kw),
+                              output_padding=(height - natural[0], width - natural[1]))
+    # d weight: correlate the input with the output adjoint (batch and channels swapped),
+    # the forward stride becoming the dilation; cut the extra rows a stride can leave
+    swapped = conv2d(transpose(data, (1, 0, 2, 3)), transpose(grad, (1, 0, 2, 3)),
+                     padding=padding, dilation=strides)
+    d_weight = strided_slice(transpose(swapped, (1, 0, 2, 3)), [0, 0, 0, 0],
+                             [out_c, c, kh, kw])
+    return [d_data, d_weight]
+
+
+# ---- work counted by relay.analysis.get_total_mac_number ----------------------------------
+def _layout_axis(attrs: Any, key: str, default: str, axis: str) -> int:
+    return str(getattr(attrs, key, None) or default).index(axis)
+
+
+def mac_count_conv(call_node: Any) -> int:
+    """Each output element sums over one filter: all kernel axes but the output channels."""
+    kernel = call_node.args[1].checked_type.concrete_shape
+    default = "OI" + "DHW"[3 - (len(kernel) - 2):]
+    out_axis = _layout_axis(call_node.attrs, "kernel_layout", default, "O")
+    return math.prod(call_node.checked_type.concrete_shape) * math.prod(kernel) // \
+        kernel[out_axis]
+
+
+def mac_count_conv_transpose(call_node: Any) -> int:
+    """Each input element is scattered through one filter slice: kernel axes but inputs."""
+    kernel = call_node.args[1].checked_type.concrete_shape
+    default = "IO" + "DHW"[3 - (len(kernel) - 2):]
+    in_axis = _layout_axis(call_node.attrs, "kernel_layout", default, "I")
+    return math.prod(call_node.args[0].checked_type.concrete_shape) * math.prod(kernel) // \
+        kernel[in_axis]
+
+
+for _nd in (1, 2, 3):
+    register_mac_count(f"nn.conv{_nd}d", mac_count_conv)
+register_mac_count("nn.conv1d_transpose", mac_count_conv_transpose)
+register_mac_count("nn.conv2d_transpose", mac_count_conv_transpose)
+
+
+
+# ---- FoldScaleAxis: a per-channel scale moves into the kernel's O or I axis ---------------
+def scale_axis_output_conv2d(call_node: Any) -> tuple[int, int, int]:
+    """A scale on the result's C axis scales the kernel's O axis."""
+    attrs = call_node.attrs
+    kernel = str(attrs.kernel_layout)
+    return str(attrs.out_layout or attrs.data_layout).index("C"), kernel.index("O"), len(kernel)
+
+
+def scale_axis_input_conv2d(call_node: Any) -> tuple[int, int, int] | None:
+    """A scale on the data's C axis scales the kernel's I axis (ungrouped convolutions)."""
+    attrs = call_node.attrs
+    if int(attrs.groups) != 1:
+        return None
+    kernel = str(attrs.kernel_layout)
+    return str(attrs.data_layout).index("C"), kernel.index("I"), len(kernel)
+
+
+register_fold_scale_axis("nn.conv2d", scale_axis_output_conv2d, scale_axis_input_conv2d)
 
 
 __all__ = [

@@ -31,12 +31,14 @@ from kiln.relay.op.op import (
     define_op,
     register_arg_types,
     register_compute,
+    register_fold_scale_axis,
     register_gradient,
     register_mac_count,
     register_opaque_schedule,
     register_reference,
     register_shape_func,
 )
+from kiln.relay.op.reshape import transpose
 from kiln.relay.op.rule_util import (
     broadcast_dims,
     out_dtype,
@@ -44,7 +46,6 @@ from kiln.relay.op.rule_util import (
     reference_dtype,
     static_or_symbolic,
 )
-from kiln.relay.op.transform import transpose
 from kiln.relay.op.type_relations import (
     Any as DynDim,
 )
@@ -59,9 +60,9 @@ from kiln.relay.op.type_relations import (
     tensor_arg,
     tensor_type,
 )
-from kiln.topi import dynamic
-from kiln.topi import nn as topi_nn
 
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 __all__ = ["dense", "matmul", "contrib_dense_pack", "batch_matmul"]
 
 
@@ -183,12 +184,16 @@ def batch_matmul(tensor_a: Any, tensor_b: Any, out_dtype: str = "", transpose_a:
 @register_compute("nn.dense")
 def compute_dense(attrs, inputs, out_type):
     """``topi.nn.dense``; the x86 strategy adds the packed ``dense_pack.x86``."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.dense(inputs[0], inputs[1], None, out_dtype(out_type))]
 
 
 @register_compute("nn.matmul")
 def compute_matmul(attrs, inputs, out_type):
     """``topi.nn.matmul`` with the transposes of the attrs."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.matmul(inputs[0], inputs[1], None, out_dtype(out_type), attrs.transpose_a,
                            attrs.transpose_b)]
 
@@ -196,16 +201,22 @@ def compute_matmul(attrs, inputs, out_type):
 @register_compute("nn.contrib_dense_pack")
 def compute_dense_pack(attrs, inputs, out_type):
     """``topi.nn.dense_pack`` over the ``(N/n, K, n)`` weight."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.dense_pack(inputs[0], inputs[1], None, out_dtype(out_type))]
 
 
 def _batch_matmul_static(attrs, inputs, out_type):
     """``topi.nn.batch_matmul`` (``topi.dynamic.batch_matmul`` when a dim is ``Any``)."""
+    from kiln.topi import nn as topi_nn
+
     return [topi_nn.batch_matmul(inputs[0], inputs[1], out_dtype(out_type), attrs.transpose_a,
                                  attrs.transpose_b)]
 
 
 def _batch_matmul_symbolic(attrs, inputs, out_type):
+    from kiln.topi import dynamic
+
     return [dynamic.batch_matmul(inputs[0], inputs[1], out_shape(out_type), out_dtype(out_type),
                                  attrs.transpose_a, attrs.transpose_b)]
 
@@ -340,3 +351,17 @@ def mac_count_matmul(call_node: Any) -> int:
 
 for _name in ("nn.dense", "nn.matmul", "nn.batch_matmul"):
     register_mac_count(_name, mac_count_matmul)
+
+
+# ---- FoldScaleAxis: a per-channel scale moves into the (units, K) weight ---------------------
+def scale_axis_output_dense(call_node: Any) -> tuple[int, int, int]:
+    """A scale on the last (units) axis of the result scales the weight's rows."""
+    return len(call_node.checked_type.shape) - 1, 0, 2
+
+
+def scale_axis_input_dense(call_node: Any) -> tuple[int, int, int]:
+    """A scale on the last (K) axis of the data scales the weight's columns."""
+    return len(call_node.args[0].checked_type.shape) - 1, 1, 2
+
+
+register_fold_scale_axis("nn.dense", scale_axis_output_dense, scale_axis_input_dense)

@@ -192,7 +192,8 @@ def _group_norm_rel(types, attrs, op_name):
 _UPSAMPLING_METHODS = ("nearest_neighbor", "bilinear", "bicubic")
 
 
-def _upsampling_rel(types, attrs, op_name):
+def upsampling_rel(types, attrs, op_name):
+    """The type relation of nn.upsampling (H and W scaled by the attrs)."""
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     if attrs.method not in _UPSAMPLING_METHODS:
@@ -260,7 +261,7 @@ define_op("nn.batch_norm", _batch_norm_rel, OUT_ELEMWISE_FUSABLE, 5, A.BatchNorm
 define_op("nn.instance_norm", _norm_rel, OPAQUE, 3, A.InstanceNormAttrs, "instance norm", 1)
 define_op("nn.layer_norm", _norm_rel, OPAQUE, 3, A.LayerNormAttrs, "layer norm", 1)
 define_op("nn.group_norm", _group_norm_rel, OPAQUE, 3, A.GroupNormAttrs, "group norm", 1)
-define_op("nn.upsampling", _upsampling_rel, INJECTIVE, 1, A.UpSamplingAttrs, "upsample", 2)
+define_op("nn.upsampling", upsampling_rel, INJECTIVE, 1, A.UpSamplingAttrs, "upsample", 2)
 define_op("nn.depth_to_space", _depth_to_space_rel, INJECTIVE, 1, A.SubPixelAttrs,
           "move channel blocks to space", 5)
 define_op("nn.space_to_depth", _space_to_depth_rel, INJECTIVE, 1, A.SubPixelAttrs,

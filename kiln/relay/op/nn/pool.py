@@ -23,11 +23,33 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.layout import parse_layout
-from kiln.relay.op.nn.conv import _tuple, get_pad_tuple, pad_pairs
-from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
+from kiln.relay.op.layout import convert_array, parse_layout
+from kiln.relay.op.nn.conv import (
+    as_tuple,
+    canonical_layout,
+    explicit_pads,
+    get_pad_tuple,
+    pad_pairs,
+    shape_func_same_batch,
+    sliding_windows,
+)
+from kiln.relay.op.op import (
+    OUT_ELEMWISE_FUSABLE,
+    call,
+    define_op,
+    register_compute,
+    register_opaque_schedule,
+    register_reference,
+    register_shape_func,
+)
+from kiln.relay.op.rule_util import reference_dtype
 from kiln.relay.op.type_relations import dim_op, dims, fail, is_static, tensor_arg, tensor_type
+
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
 _SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
 
@@ -52,7 +74,7 @@ def _pool_rel(types, attrs, op_name, n):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     axes = spatial_axes(attrs.layout, _SPATIAL[n], len(d), op_name)
-    pool, strides, dilation = (list(_tuple(v, n)) for v in (attrs.pool_size, attrs.strides,
+    pool, strides, dilation = (list(as_tuple(v, n)) for v in (attrs.pool_size, attrs.strides,
                                                            attrs.dilation))
     if len(pool) == 1:
         pool = pool * n
@@ -141,8 +163,8 @@ def _pool(name, n, data, pool_size, strides, dilation, padding, layout, out_layo
           **extra):
     attrs_type = _POOL_OPS[name][1]
     return call(name, [data], attrs_type(
-        pool_size=_tuple(pool_size, n), strides=_tuple(strides, n),
-        dilation=_tuple(dilation, n), padding=get_pad_tuple(padding, n), layout=layout,
+        pool_size=as_tuple(pool_size, n), strides=as_tuple(strides, n),
+        dilation=as_tuple(dilation, n), padding=get_pad_tuple(padding, n), layout=layout,
         out_layout=out_layout, ceil_mode=bool(ceil_mode), **extra))
 
 
@@ -242,6 +264,151 @@ def adaptive_avg_pool2d(data: Any, output_size: Any = None, layout: str = "NCHW"
     """Average pooling to a fixed (H, W) (one value: square; None: the input size)."""
     return call("nn.adaptive_avg_pool2d", [data], A.AdaptivePool2DAttrs(
         output_size=_output_size(output_size), layout=layout, out_layout=out_layout))
+
+
+# ---- computes (TOPI) and schedule kind ------------------------------------------------------
+def _pool_compute(kind: str):
+    def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
+        return [topi_nn.pool(inputs[0], list(attrs.pool_size), list(attrs.strides),
+                             list(attrs.dilation), list(attrs.padding), kind, attrs.ceil_mode,
+                             attrs.layout, getattr(attrs, "count_include_pad", False))]
+
+    compute.__name__ = compute.__qualname__ = f"compute_{kind}_pool"
+    return compute
+
+
+def _global_pool_compute(kind: str):
+    def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
+        return [topi_nn.global_pool(inputs[0], kind, attrs.layout)]
+
+    compute.__name__ = compute.__qualname__ = f"compute_global_{kind}_pool"
+    return compute
+
+
+def _adaptive_pool_compute(kind: str):
+    def compute(attrs, inputs, out_type):
+        from kiln.topi import nn as topi_nn
+
+        n = sum(1 for c in attrs.layout if c in "DHW")
+        size = list(attrs.output_size) if attrs.output_size is not None else [None] * n
+        size = size * n if len(size) == 1 else size
+        return [topi_nn.adaptive_pool(inputs[0], size, kind, attrs.layout)]
+
+    compute.__name__ = compute.__qualname__ = f"compute_adaptive_{kind}_pool"
+    return compute
+
+
+# ---- reference semantics (NumPy): sliding windows in the canonical NC<spatial> layout -------
+def _pool_reference(attrs, args, out_type, nd, kind):
+    layout = attrs.layout
+    x = convert_array(args[0], layout, canonical_layout(layout, nd)).astype(np.float64)
+    kernel = [int(k) for k in attrs.pool_size]
+    strides = [int(s) for s in attrs.strides]
+    dilation = [int(d) for d in attrs.dilation]
+    pads = explicit_pads(attrs.padding, nd)
+    extra = []
+    for i in range(nd):
+        span = (kernel[i] - 1) * dilation[i] + 1
+        size = x.shape[2 + i] + pads[i][0] + pads[i][1]
+        if attrs.ceil_mode:
+            out = -(-(size - span) // strides[i]) + 1
+            # the last window must start inside the input or its left padding
+            if (out - 1) * strides[i] >= x.shape[2 + i] + pads[i][0]:
+                out -= 1
+        else:
+            out = (size - span) // strides[i] + 1
+        extra.append(max(0, (out - 1) * strides[i] + span - size))
+    full_pads = [(0, 0), (0, 0)] + [(p[0], p[1] + e) for p, e in zip(pads, extra)]
+    inside = np.pad(np.ones(x.shape[2:]), [(p[0], p[1] + e) for p, e in zip(pads, extra)])
+    # ones over the input and its explicit padding, zeros over the ceil_mode extension
+    in_pad = np.ones([n + a + b for n, (a, b) in zip(x.shape[2:], pads)])
+    in_pad = np.pad(in_pad, [(0, e) for e in extra])
+    fill = -np.inf if kind == "max" else 0.0
+    xp = np.pad(x, full_pads, constant_values=fill)
+    win = sliding_windows(xp, kernel, strides, dilation)
+    axes = tuple(range(2 + nd, 2 + 2 * nd))
+    if kind == "max":
+        out = win.max(axis=axes)
+    else:
+        count_src = in_pad if attrs.count_include_pad else inside
+        counts = sliding_windows(count_src[None, None], kernel, strides, dilation).sum(axis=axes)
+        out = win.sum(axis=axes) / np.maximum(counts, 1)
+    out = out.astype(reference_dtype(out_type))
+    return convert_array(out, canonical_layout(layout, nd), attrs.out_layout or layout)
+
+
+
+
+def _global_pool_reference(attrs, args, out_type, kind):
+    layout = attrs.layout
+    x = convert_array(args[0], layout, "NCHW")
+    out = x.max(axis=(2, 3), keepdims=True) if kind == "max" else x.mean(axis=(2, 3),
+                                                                            keepdims=True)
+    return convert_array(out.astype(reference_dtype(out_type)), "NCHW",
+                            attrs.out_layout or layout)
+
+
+
+
+def _adaptive_pool_reference(attrs, args, out_type, nd, kind):
+    layout = attrs.layout
+    x = convert_array(args[0], layout, canonical_layout(layout, nd))
+    sizes = list(attrs.output_size) if attrs.output_size is not None else [None] * nd
+    if len(sizes) == 1 and nd > 1:
+        sizes = sizes * nd
+    sizes = [x.shape[2 + i] if s is None else int(s) for i, s in enumerate(sizes)]
+    out = np.empty(x.shape[:2] + tuple(sizes), dtype=np.float64)
+    for pos in np.ndindex(*sizes):
+        sl = []
+        for i, p in enumerate(pos):
+            n = x.shape[2 + i]
+            sl.append(slice(p * n // sizes[i], -(-(p + 1) * n // sizes[i])))
+        window = x[(slice(None), slice(None), *sl)]
+        axes = tuple(range(2, 2 + nd))
+        out[(slice(None), slice(None), *pos)] = (
+            window.max(axis=axes) if kind == "max" else window.mean(axis=axes))
+    out = out.astype(reference_dtype(out_type))
+    return convert_array(out, canonical_layout(layout, nd), attrs.out_layout or layout)
+
+
+def _pool_kind(op_name: str) -> str:
+    return "max" if "max_pool" in op_name else "avg"
+
+
+def _spatial_rank(op_name: str) -> int:
+    return int(op_name[-2]) if op_name[-2].isdigit() else 2
+
+
+def _pool_reference_of(op_name: str):
+    kind, nd = _pool_kind(op_name), _spatial_rank(op_name)
+    if op_name.startswith("nn.global"):
+        def reference(attrs, args, out_type):
+            return _global_pool_reference(attrs, args, out_type, kind)
+    elif op_name.startswith("nn.adaptive"):
+        def reference(attrs, args, out_type):
+            return _adaptive_pool_reference(attrs, args, out_type, nd, kind)
+    else:
+        def reference(attrs, args, out_type):
+            return _pool_reference(attrs, args, out_type, nd, kind)
+    reference.__name__ = reference.__qualname__ = f"reference_{op_name.split('.')[1]}"
+    return reference
+
+
+for _name in _POOL_OPS:
+    if _name.startswith("nn.global"):
+        register_compute(_name, _global_pool_compute(_pool_kind(_name)))
+    elif _name.startswith("nn.adaptive"):
+        register_compute(_name, _adaptive_pool_compute(_pool_kind(_name)))
+    else:
+        register_compute(_name, _pool_compute(_pool_kind(_name)))
+    register_opaque_schedule(_name)
+    register_reference(_name, _pool_reference_of(_name))
+    # only the batch may be dynamic: the window geometry fixes the spatial extents
+    register_shape_func(_name, False, shape_func_same_batch)
 
 
 __all__ = [

@@ -1,9 +1,11 @@
-"""Fused recurrent cells: ``nn.contrib_lstm_cell`` and ``nn.contrib_gru_cell`` (kiln's own).
+"""Fused recurrent cells: ``nn.contrib_lstm_cell``, ``nn.contrib_gru_cell`` and
+``nn.contrib_rnn_cell`` (kiln's own).
 
-Entry points: :func:`contrib_lstm_cell`, :func:`contrib_gru_cell`,
+Entry points: :func:`contrib_lstm_cell`, :func:`contrib_gru_cell`, :func:`contrib_rnn_cell`,
 :func:`pack_recurrent_weight` (the Relay expression packing ``R`` for them).
 
-One call is one time step of an ONNX LSTM or GRU direction with the default activations: the
+One call is one time step of an ONNX LSTM or GRU direction with the default activations (of
+a simple RNN with tanh, relu or sigmoid): the
 recurrent product of all gates and the gate arithmetic in one kernel (``OPAQUE``: nothing
 fuses into it). The input projection of every step, ``xproj = X @ W.T + biases`` with shape
 ``[T, B, G * H]``, is computed once before the loop; the 0-d int32 input ``step`` plus the
@@ -34,16 +36,20 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.op import OPAQUE, call, define_op, register_op_attr
+from kiln.relay.op.op import OPAQUE, call, define_op, register_op_attr, register_shape_func
 from kiln.relay.op.type_relations import dims, fail, shape_str, tensor_arg, tensor_type
 from kiln.runtime.error import TVMError
 
-__all__ = ["contrib_lstm_cell", "contrib_gru_cell", "pack_recurrent_weight"]
+__all__ = ["contrib_lstm_cell", "contrib_gru_cell", "contrib_rnn_cell", "pack_recurrent_weight"]
 
 LSTMCellAttrs = A.declare_attrs("LSTMCellAttrs", "nn.contrib_lstm_cell.", clip=None,
                                 offset=0)
 GRUCellAttrs = A.declare_attrs("GRUCellAttrs", "nn.contrib_gru_cell.",
                                linear_before_reset=False, clip=None, offset=0)
+RNNCellAttrs = A.declare_attrs("RNNCellAttrs", "nn.contrib_rnn_cell.", activation="tanh",
+                               clip=None, offset=0)
+# the activations nn.contrib_rnn_cell applies (topi.nn.rnn.RNN_ACTIVATIONS computes them)
+RNN_CELL_ACTIVATIONS = ("tanh", "relu", "sigmoid")
 
 
 def _cell_dims(types, op_name: str, gates: int, state_rank: int) -> list[int]:
@@ -85,6 +91,15 @@ def _gru_cell_rel(types, attrs, op_name):
     return tensor_type(s, types[1].dtype)
 
 
+def _rnn_cell_rel(types, attrs, op_name):
+    s = _cell_dims(types, op_name, 1, 2)
+    if str(attrs.activation) not in RNN_CELL_ACTIVATIONS:
+        fail(f"{op_name}: activation {attrs.activation!r} is not one of "
+             f"{list(RNN_CELL_ACTIVATIONS)}")
+    _check_step(types[3] if len(types) > 3 else None, op_name)
+    return tensor_type(s, types[1].dtype)
+
+
 def _check_step(step, op_name):
     if step is None or dims(step) or str(step.dtype) != "int32":
         fail(f"{op_name}: step must be a 0-d int32 tensor, got {step}")
@@ -94,6 +109,8 @@ define_op("nn.contrib_lstm_cell", _lstm_cell_rel, OPAQUE, 4, LSTMCellAttrs,
           "one fused LSTM step", 10)
 define_op("nn.contrib_gru_cell", _gru_cell_rel, OPAQUE, 5, GRUCellAttrs,
           "one fused GRU step", 10)
+define_op("nn.contrib_rnn_cell", _rnn_cell_rel, OPAQUE, 4, RNNCellAttrs,
+          "one fused simple-RNN step", 10)
 
 
 def _step(step: Any) -> Any:
@@ -127,6 +144,15 @@ def contrib_gru_cell(xproj: Any, hidden: Any, weight: Any, hbias: Any, step: Any
     """
     return call("nn.contrib_gru_cell", [xproj, hidden, weight, hbias, _step(step)],
                 GRUCellAttrs(linear_before_reset=bool(linear_before_reset),
+                             clip=None if clip is None else float(clip), offset=int(offset)))
+
+
+def contrib_rnn_cell(xproj: Any, hidden: Any, weight: Any, step: Any, activation: str = "tanh",
+                     clip: float | None = None, offset: int = 0) -> Any:
+    """Next ``[B, H]`` hidden state of an ONNX RNN: ``f(xproj[step + offset] + h @ R.T)``,
+    ``f`` one of ``tanh``, ``relu``, ``sigmoid``; ``xproj [T, B, H]`` holds both biases."""
+    return call("nn.contrib_rnn_cell", [xproj, hidden, weight, _step(step)],
+                RNNCellAttrs(activation=str(activation),
                              clip=None if clip is None else float(clip), offset=int(offset)))
 
 
@@ -186,5 +212,24 @@ def _gru_cell_numpy(attrs, args, out_type):
     return ((1 - z) * n + z * h).astype(h.dtype)
 
 
+def _rnn_cell_numpy(attrs, args, out_type):
+    xproj, h, weight, step = args
+    pre = _clip(_row(xproj, step, attrs.offset) + h @ _unpack(weight)[0].T, attrs.clip)
+    act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0), "sigmoid": _sigmoid}
+    return act[str(attrs.activation)](pre).astype(h.dtype)
+
+
 register_op_attr("nn.contrib_lstm_cell", "FNumpyEval", _lstm_cell_numpy)
+register_op_attr("nn.contrib_rnn_cell", "FNumpyEval", _rnn_cell_numpy)
 register_op_attr("nn.contrib_gru_cell", "FNumpyEval", _gru_cell_numpy)
+
+
+def _cell_shape_func(attrs, in_dims, out_types):
+    """The new state has the old state's shape (static, the type relation checks it); the
+    step count of ``xproj`` may be symbolic (a VM loop)."""
+    return [list(in_dims[1])]
+
+
+register_shape_func("nn.contrib_lstm_cell", False, _cell_shape_func)
+register_shape_func("nn.contrib_gru_cell", False, _cell_shape_func)
+register_shape_func("nn.contrib_rnn_cell", False, _cell_shape_func)

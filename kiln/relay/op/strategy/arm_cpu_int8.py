@@ -1,6 +1,6 @@
-"""arm_cpu int8 strategies for Cortex-M: int8 x int8 -> int32 dense and pointwise convolution
+"""arm_cpu int8 strategies for Cortex-M: int8 x int8 -> int32 dense and convolution
 through the int8 micro-kernel (``SMLAD`` with DSP, portable C without), and the compile-time
-kernel layout change that gives pointwise convolutions k-contiguous weights.
+kernel layout change (HWIO -> OHWI) that gives convolutions k-contiguous weights.
 
 Entry points: :func:`int8_fits`, :func:`add_int8_dense`, :func:`add_int8_conv2d`,
 :func:`alter_conv2d_int8_layout`.
@@ -17,10 +17,10 @@ from typing import Any
 
 from kiln.relay.op.strategy.registry import register_implementation
 from kiln.topi.arm_cpu.gemv_s8 import (
-    conv2d_nhwc_ohwi_1x1_s8,
+    conv2d_nhwc_ohwi_s8,
     dense_s8_micro_kernel,
     has_dsp,
-    schedule_conv2d_nhwc_ohwi_1x1_s8,
+    schedule_conv2d_nhwc_ohwi_s8,
     schedule_dense_s8_micro_kernel,
 )
 
@@ -31,11 +31,12 @@ _DENSE_S8 = register_implementation(
     lambda attrs, outs, target: schedule_dense_s8_micro_kernel(outs, has_dsp(target)),
     "dense_s8_micro_kernel.arm_cpu", plevel=15, op_name="nn.dense")
 
-_CONV2D_1X1_S8 = register_implementation(
-    lambda attrs, inputs, out_type: [conv2d_nhwc_ohwi_1x1_s8(inputs[0], inputs[1],
-                                                             list(attrs.strides))],
-    lambda attrs, outs, target: schedule_conv2d_nhwc_ohwi_1x1_s8(outs, has_dsp(target)),
-    "conv2d_nhwc_ohwi_1x1_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
+_CONV2D_S8 = register_implementation(
+    lambda attrs, inputs, out_type: [conv2d_nhwc_ohwi_s8(inputs[0], inputs[1],
+                                                         list(attrs.strides),
+                                                         list(attrs.padding))],
+    lambda attrs, outs, target: schedule_conv2d_nhwc_ohwi_s8(outs, has_dsp(target)),
+    "conv2d_nhwc_ohwi_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 
 def _is_cortex_m(target: Any) -> bool:
@@ -54,27 +55,30 @@ def add_int8_dense(strategy, attrs, inputs, out_type, target) -> None:
         strategy.add(_DENSE_S8)
 
 
-def _pointwise_ohwi(attrs, kernel_shape) -> bool:
-    return (attrs.data_layout == "NHWC" and attrs.kernel_layout == "OHWI" and attrs.groups == 1
-            and tuple(kernel_shape[1:3]) == (1, 1)
-            and all(int(p) == 0 for p in attrs.padding)
-            and all(int(d) == 1 for d in attrs.dilation))
+def _kernel_rows_contiguous(attrs) -> bool:
+    """NHWC data and OHWI kernel, one group, no dilation: a kernel row's inputs and weights
+    are contiguous."""
+    return (attrs.data_layout == "NHWC" and attrs.kernel_layout in ("OHWI", "HWIO")
+            and attrs.groups == 1 and all(int(d) == 1 for d in attrs.dilation)
+            and not attrs.out_layout)
 
 
 def add_int8_conv2d(strategy, attrs, inputs, out_type, target, direct) -> None:
-    """The direct schedule for int8 convolutions; the micro-kernel for pointwise OHWI ones."""
+    """The micro-kernel for OHWI int8 convolutions; the direct schedule for the others
+    (depthwise, grouped, dilated)."""
     if not int8_fits(inputs, out_type, target):
         return
-    if attrs.kernel_layout != "OHWI":
+    if attrs.kernel_layout == "OHWI" and _kernel_rows_contiguous(attrs):
+        strategy.add(_CONV2D_S8)
+    elif attrs.kernel_layout != "OHWI":
         strategy.add(direct)
-    elif _pointwise_ohwi(attrs, [int(d.value) for d in inputs[1].shape]):
-        strategy.add(_CONV2D_1X1_S8)
 
 
 def alter_conv2d_int8_layout(attrs, inputs, tinfos, out_type):
-    """On Cortex-M, an int8 pointwise NHWC/HWIO convolution with a constant kernel takes it as
-    OHWI (a ``layout_transform`` FoldConstant folds), so each output channel's weights are
-    contiguous for the micro-kernel's word loads. None when it does not apply."""
+    """On Cortex-M, an int8 NHWC/HWIO convolution (one group, no dilation) with a constant
+    kernel takes it as OHWI (a ``layout_transform`` FoldConstant folds), so each output
+    channel's weights of a kernel row are contiguous for the micro-kernel's word loads. None
+    when it does not apply."""
     from kiln.relay.analysis import free_vars
     from kiln.relay.op.nn.conv import conv2d
     from kiln.relay.op.transform import layout_transform
@@ -83,12 +87,8 @@ def alter_conv2d_int8_layout(attrs, inputs, tinfos, out_type):
     target = Target.current(allow_none=True)
     if target is None or not int8_fits(tinfos, out_type, target):
         return None
-    if attrs.data_layout != "NHWC" or attrs.kernel_layout != "HWIO" or attrs.groups != 1 or \
-            attrs.out_layout or free_vars(inputs[1]):
-        return None
-    shape = tinfos[1].shape
-    if tuple(int(d.value) for d in shape[:2]) != (1, 1) or \
-            any(int(p) for p in attrs.padding) or any(int(d) != 1 for d in attrs.dilation):
+    if attrs.kernel_layout != "HWIO" or not _kernel_rows_contiguous(attrs) or \
+            free_vars(inputs[1]):
         return None
     weight = layout_transform(inputs[1], "HWIO", "OHWI")
     return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,

@@ -36,7 +36,6 @@ from kiln.relay.op.strategy.registry import (
 )
 from kiln.tir import op as _op
 from kiln.topi import dynamic, nn
-from kiln.topi.nn import winograd
 
 __all__ = ["COMPUTES", "SCHEDULES", "out_shape", "schedule_kind", "schedule_injective",
            "schedule_reduce", "schedule_opaque", "wrap_strategy"]
@@ -50,40 +49,10 @@ def _unary(fn: Callable) -> Callable:
     return lambda attrs, inputs, out_type: [fn(inputs[0])]
 
 
-def _binary(fn: Callable) -> Callable:
-    return lambda attrs, inputs, out_type: [fn(inputs[0], inputs[1])]
-
-
-for _name in topi.math.UNARY:
-    COMPUTES[_name] = _unary(getattr(topi, _name))
-for _name in topi.broadcast.BINARY:
-    COMPUTES[_name] = _binary(getattr(topi, _name))
-
-
-def _reduce(fn: Callable) -> Callable:
-    return lambda a, i, t: [fn(i[0], _opt(a.axis), a.keepdims, a.exclude)]
-
-
-def _arg_reduce(fn: Callable) -> Callable:
-    return lambda a, i, t: [fn(i[0], _opt(a.axis), a.keepdims, a.exclude,
-                               a.select_last_index)]
 
 
 COMPUTES.update({
-    "copy": _unary(topi.identity),
-    "sum": _reduce(topi.sum), "mean": _reduce(topi.mean), "max": _reduce(topi.max),
-    "min": _reduce(topi.min), "prod": _reduce(topi.prod), "all": _reduce(topi.all),
-    "any": _reduce(topi.any), "argmax": _arg_reduce(topi.argmax),
-    "argmin": _arg_reduce(topi.argmin),
-    "variance": lambda a, i, t: [topi.variance(i[0], i[1], _opt(a.axis), a.keepdims,
-                                               a.exclude, a.unbiased)],
-    "reshape": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
-    "contrib_reverse_reshape": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
-    "reshape_like": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
     "nn.batch_flatten": lambda a, i, t: [topi.reshape(i[0], out_shape(t))],
-    "transpose": lambda a, i, t: [topi.transpose(i[0], _opt(a.axes))],
-    "squeeze": lambda a, i, t: [topi.squeeze(i[0], _opt(a.axis))],
-    "expand_dims": lambda a, i, t: [topi.expand_dims(i[0], a.axis, a.num_newaxis)],
     "concatenate": lambda a, i, t: [topi.concatenate(list(i), a.axis)],
     "stack": lambda a, i, t: [topi.stack(list(i), a.axis)],
     "split": lambda a, i, t: topi.split(i[0], a.indices_or_sections
@@ -103,11 +72,7 @@ COMPUTES.update({
                                              _dtype(t))],
     "arange": lambda a, i, t: [_arange(i, out_shape(t), _dtype(t))],
     "full": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), i[0])],
-    "zeros": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 0)],
-    "ones": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 1)],
     "full_like": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), i[1])],
-    "zeros_like": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 0)],
-    "ones_like": lambda a, i, t: [topi.full(out_shape(t), _dtype(t), 1)],
     "layout_transform": lambda a, i, t: [topi.layout_transform(i[0], a.src_layout,
                                                                a.dst_layout)],
     "broadcast_to": lambda a, i, t: [topi.broadcast_to(i[0], out_shape(t))],
@@ -117,11 +82,8 @@ COMPUTES.update({
     "cast": lambda a, i, t: [topi.cast(i[0], _dtype(t))],
     "cast_like": lambda a, i, t: [topi.cast(i[0], _dtype(t))],
     "reinterpret": lambda a, i, t: [topi.reinterpret(i[0], _dtype(t))],
-    "clip": lambda a, i, t: [topi.clip(i[0], a.a_min, a.a_max)],
     "sequence_mask": lambda a, i, t: [topi.sequence_mask(i[0], i[1], a.mask_value,
                                                          a.axis)],
-    "shape_of": lambda a, i, t: [topi.shape_of(i[0], _dtype(t))],
-    "ndarray_size": lambda a, i, t: [topi.ndarray_size(i[0], _dtype(t))],
     "cumsum": lambda a, i, t: [topi.cumsum(i[0], a.axis, _dtype(t), bool(a.exclusive))],
     "cumprod": lambda a, i, t: [topi.cumprod(i[0], a.axis, _dtype(t), bool(a.exclusive))],
     # nn
@@ -180,85 +142,6 @@ def _arange(inputs: list, shape: list, dtype: str) -> Any:
                       _op.cast(step(), dtype), name="T_arange", tag=topi.tag.INJECTIVE)
 
 
-def _conv(ndim: int) -> Callable:
-    def compute(a, i, t):
-        return [nn.conv(i[0], i[1], list(a.strides), list(a.padding), list(a.dilation),
-                        a.groups, a.data_layout, a.kernel_layout, _dtype(t),
-                        name=f"conv{ndim}d")]
-    return compute
-
-
-def _conv_transpose(a, i, t):
-    if a.data_layout not in ("NCW", "NCHW") or a.kernel_layout not in ("IOW", "IOHW"):
-        from kiln.runtime.error import OpNotImplemented
-
-        raise OpNotImplemented(f"conv transpose: layouts {a.data_layout}/{a.kernel_layout}; "
-                               "kiln computes NCW/IOW and NCHW/IOHW")
-    return [nn.conv_transpose(i[0], i[1], list(a.strides), list(a.padding),
-                              list(a.dilation), list(a.output_padding), a.groups, _dtype(t))]
-
-
-def _pool(kind: str) -> Callable:
-    def compute(a, i, t):
-        return [nn.pool(i[0], list(a.pool_size), list(a.strides), list(a.dilation),
-                        list(a.padding), kind, a.ceil_mode, a.layout,
-                        getattr(a, "count_include_pad", False))]
-    return compute
-
-
-def _global_pool(kind: str) -> Callable:
-    return lambda a, i, t: [nn.global_pool(i[0], kind, a.layout)]
-
-
-def _adaptive_pool(kind: str) -> Callable:
-    def compute(a, i, t):
-        n = sum(1 for c in a.layout if c in "DHW")
-        size = list(a.output_size) if a.output_size is not None else [None] * n
-        size = size * n if len(size) == 1 else size
-        return [nn.adaptive_pool(i[0], size, kind, a.layout)]
-    return compute
-
-
-COMPUTES.update({
-    "nn.conv1d": _conv(1), "nn.conv2d": _conv(2), "nn.conv3d": _conv(3),
-    "nn.conv1d_transpose": _conv_transpose, "nn.conv2d_transpose": _conv_transpose,
-    "nn.max_pool1d": _pool("max"), "nn.max_pool2d": _pool("max"),
-    "nn.max_pool3d": _pool("max"), "nn.avg_pool1d": _pool("avg"),
-    "nn.avg_pool2d": _pool("avg"), "nn.avg_pool3d": _pool("avg"),
-    "nn.global_max_pool2d": _global_pool("max"), "nn.global_avg_pool2d": _global_pool("avg"),
-    "nn.adaptive_max_pool1d": _adaptive_pool("max"),
-    "nn.adaptive_avg_pool1d": _adaptive_pool("avg"),
-    "nn.adaptive_max_pool2d": _adaptive_pool("max"),
-    "nn.adaptive_avg_pool2d": _adaptive_pool("avg"),
-})
-
-def _winograd_conv(a, i, t):
-    from kiln.runtime.error import OpNotImplemented
-
-    if a.data_layout != "NCHW" or tuple(a.strides) != (1, 1) or tuple(a.dilation) != (1, 1):
-        raise OpNotImplemented("winograd conv2d: kiln computes NCHW, stride 1, dilation 1")
-    return [winograd.conv2d_winograd_nchw(i[0], i[1], a.tile_size, list(a.padding),
-                                          _dtype(t))]
-
-
-def _gemm_conv(a, i, t):
-    from kiln.runtime.error import OpNotImplemented
-
-    if a.data_layout != "NHWC":
-        raise OpNotImplemented("gemm conv2d: kiln computes NHWC data")
-    return [winograd.conv2d_gemm_nhwc(i[0], i[1], list(a.strides), list(a.padding),
-                                      list(a.dilation), list(a.kernel_size), a.channels,
-                                      _dtype(t))]
-
-
-COMPUTES.update({
-    "nn.contrib_conv2d_winograd_weight_transform": lambda a, i, t: [
-        winograd.winograd_weight_transform(i[0], a.tile_size)],
-    "nn.contrib_conv2d_winograd_without_weight_transform": _winograd_conv,
-    "nn.contrib_conv2d_gemm_weight_transform": lambda a, i, t: [
-        winograd.gemm_weight_transform(i[0], a.tile_N, a.tile_K)],
-    "nn.contrib_conv2d_gemm_without_weight_transform": _gemm_conv,
-})
 
 # ---- run-time extents: dyn.* ops, argwhere, and shape ops called with Any dims ---------------
 # Their computes size the output from ``out_type`` (the VM passes shape variables for Any
@@ -299,9 +182,6 @@ def _reshape_to_out_type(a, i, t):
 
 
 for _name, _symbolic in (
-        ("reshape", _reshape_to_out_type),
-        ("contrib_reverse_reshape", _reshape_to_out_type),
-        ("reshape_like", _reshape_to_out_type),
         ("nn.batch_flatten", _reshape_to_out_type),
         ("concatenate", lambda a, i, t: [dynamic.concatenate(list(i), a.axis, out_shape(t))]),
         ("strided_slice", _slice_with_attrs),
@@ -334,24 +214,17 @@ COMPUTES.update({
 # Schedule kinds of the ops still in COMPUTES: "injective" ops fuse and use the injective
 # schedule; "reduce" the reduction schedule; everything else the generic default (producers
 # inlined, root stages serial). Ops in family modules register their schedule themselves.
-_REDUCE = {"sum", "mean", "max", "min", "prod", "all", "any", "argmax", "argmin",
-           "variance", "collapse_sum_like", "collapse_sum_to"}
-_OPAQUE = {"nn.conv1d", "nn.conv2d", "nn.conv3d", "nn.conv1d_transpose",
-           "nn.conv2d_transpose", "nn.softmax", "nn.fast_softmax", "nn.log_softmax",
+_REDUCE = {"collapse_sum_like", "collapse_sum_to"}
+_OPAQUE = {"nn.softmax", "nn.fast_softmax", "nn.log_softmax",
            "nn.layer_norm", "nn.instance_norm", "nn.group_norm", "nn.l2_normalize", "nn.lrn",
-           "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "shape_of", "argsort",
-           "sort", "topk", "dyn.topk", "argwhere", "scatter_elements", "scatter_nd",
-           "nn.contrib_conv2d_winograd_weight_transform",
-           "nn.contrib_conv2d_winograd_without_weight_transform",
-           "nn.contrib_conv2d_gemm_weight_transform",
-           "nn.contrib_conv2d_gemm_without_weight_transform"}
+           "nn.batch_norm", "cumsum", "cumprod", "nn.dropout", "argsort",
+           "sort", "topk", "dyn.topk", "argwhere", "scatter_elements", "scatter_nd"}
 
 
 def _table_kind(op_name: str) -> str:
     if op_name in _REDUCE:
         return "reduce"
-    if op_name in _OPAQUE or op_name.startswith(("nn.max_pool", "nn.avg_pool", "nn.global",
-                                                 "nn.adaptive")):
+    if op_name in _OPAQUE:
         return "opaque"
     return "injective"
 
@@ -406,8 +279,9 @@ def _register_all() -> None:
 
     for op_name, compute in COMPUTES.items():
         op = Op.get(op_name)
-        if op.get_attr("FTVMCompute") is None:
-            op.set_attr("FTVMCompute", compute)
+        # an op whose family module registers its compute must not be listed here too: the
+        # registry refuses a second FTVMCompute at the same level, naming the op
+        op.set_attr("FTVMCompute", compute)
         if op.get_attr("FTVMSchedule") is None:
             op.set_attr("FTVMSchedule", SCHEDULES[_table_kind(op_name)])
     for op_name in Op.list_op_names():

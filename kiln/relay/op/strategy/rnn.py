@@ -1,4 +1,5 @@
-"""Strategies of the fused recurrent cells (``nn.contrib_lstm_cell``, ``nn.contrib_gru_cell``).
+"""Strategies of the fused recurrent cells (``nn.contrib_lstm_cell``, ``nn.contrib_gru_cell``,
+``nn.contrib_rnn_cell``).
 
 Entry points: the registrations made on import. Every target key gets the x86 schedule's
 recipe (lane blocks, gate products in registers, the epilogue in the same task): it uses only
@@ -25,7 +26,17 @@ def _gru_compute(attrs, inputs, out_type, config=None):
                          bool(attrs.linear_before_reset), attrs.clip, int(attrs.offset))]
 
 
+def _rnn_compute(attrs, inputs, out_type, config=None):
+    return [rnn.rnn_cell(inputs[0], inputs[1], inputs[2], inputs[3], str(attrs.activation),
+                         attrs.clip, int(attrs.offset))]
+
+
 for _key in ("generic", "cpu"):
+    register_strategy("nn.contrib_rnn_cell", _key)(wrap_strategy(
+        _rnn_compute,
+        lambda attrs, outs, target, config=None: x86_rnn.schedule_rnn_cell(outs, config),
+        f"rnn_cell.{'x86' if _key == 'cpu' else 'generic'}",
+        config=x86_rnn.DEFAULT_CONFIG, op_name="nn.contrib_rnn_cell"))
     register_strategy("nn.contrib_lstm_cell", _key)(wrap_strategy(
         _lstm_compute,
         lambda attrs, outs, target, config=None: x86_rnn.schedule_lstm_cell(outs, config),

@@ -110,11 +110,11 @@ def test_workspace_alignment_option_spaces_the_buffers():
 def test_kernel_scratch_lives_in_the_pool_not_on_the_stack():
     import re
 
-    # An int8 convolution takes the generic schedule, which materializes its int32 result
-    # (8x10x10 values) before the relu: scratch past the stack limit. (Float32 Cortex-M
-    # convolutions keep only a block of 8 partial sums.)
-    x = relay.var("x", shape=(1, 4, 10, 10), dtype="int8")
-    w = relay.const(np.ones((8, 4, 3, 3), "int8"))
+    # An int16 convolution takes the generic schedule, which materializes its int32 result
+    # (8x10x10 values) before the relu: scratch past the stack limit. (Cortex-M float32 and
+    # int8 convolutions take the direct schedule, which keeps a block of partial sums.)
+    x = relay.var("x", shape=(1, 4, 10, 10), dtype="int16")
+    w = relay.const(np.ones((8, 4, 3, 3), "int16"))
     y = relay.nn.relu(relay.nn.conv2d(x, w, padding=(1, 1), out_dtype="int32"))
     mod = tvm.IRModule.from_expr(relay.Function([x], relay.nn.softmax(
         relay.nn.batch_flatten(relay.cast(y, "float32")))))

@@ -119,9 +119,15 @@ tvm_crt_error_t TVMPlatformBeforeMeasurement(void) { return kTvmErrorNoError; }
 
 tvm_crt_error_t TVMPlatformAfterMeasurement(void) { return kTvmErrorNoError; }
 
-/* xorshift32: reproducible runs matter more here than entropy (no RPC sessions to seed). */
+/* xorshift32, stirred with the board timer at each call: the only entropy a bare board has.
+ * On the host the clock differs per run; under QEMU -icount the virtual clock of an idle
+ * core follows real time, so a session nonce drawn when the host's first bytes arrive differs
+ * per run. Not for cryptography. */
 tvm_crt_error_t TVMPlatformGenerateRandom(uint8_t* buffer, size_t num_bytes) {
   static uint32_t state = 0x2545F491u;
+  uint64_t ticks = kiln_board_ticks();
+  state ^= (uint32_t)(ticks ^ (ticks >> 32)) * 2654435761u; /* Knuth's multiplicative hash */
+  if (state == 0) state = 0x2545F491u;                       /* xorshift's one fixed point */
   for (size_t i = 0; i < num_bytes; ++i) {
     state ^= state << 13;
     state ^= state >> 17;

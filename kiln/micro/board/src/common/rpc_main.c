@@ -5,10 +5,12 @@
  * A kShutdown ends one RPC session; the program then waits for the next StartSession. It exits
  * when the link closes (host board) and, like every kiln program, on TVMPlatformAbort, which
  * the host can trigger through the global "kiln.testing.abort" (to test device resets).
+ * "kiln.testing.log" sends a TVMLogf line, which reaches the host's log.
  */
 #include <tvm/runtime/crt/aot_executor_module.h>
 #include <tvm/runtime/crt/crt.h>
 #include <tvm/runtime/crt/graph_executor_module.h>
+#include <tvm/runtime/crt/logging.h>
 #include <tvm/runtime/crt/microtvm_rpc_server.h>
 #include <tvm/runtime/crt/platform.h>
 
@@ -19,6 +21,19 @@ static int abort_device(TVMValue* args, int* type_codes, int num_args, TVMValue*
   (void)args, (void)type_codes, (void)num_args, (void)ret_value, (void)ret_type_code;
   (void)resource_handle;
   TVMPlatformAbort(kTvmErrorPlatformCheckFailure);
+}
+
+/* kiln.testing.log(text): TVMLogf("kiln.testing.log: %s", text), to test log routing. */
+static int log_text(TVMValue* args, int* type_codes, int num_args, TVMValue* ret_value,
+                    int* ret_type_code, void* resource_handle) {
+  (void)ret_value, (void)resource_handle;
+  if (num_args != 1 || type_codes[0] != kTVMStr) {
+    TVMAPISetLastError("kiln.testing.log takes one string");
+    return -1;
+  }
+  TVMLogf("kiln.testing.log: %s\n", args[0].v_str);
+  *ret_type_code = kTVMNullptr;
+  return 0;
 }
 
 static ssize_t write_console(void* context, const uint8_t* data, size_t nbytes) {
@@ -32,7 +47,8 @@ int main(int argc, char** argv) {
   if (TVMPlatformInitialize() != kTvmErrorNoError || TVMInitializeRuntime() != kTvmErrorNoError ||
       TVMGraphExecutorModule_Register() != kTvmErrorNoError ||
       TVMAotExecutorModule_Register() != kTvmErrorNoError ||
-      TVMFuncRegisterGlobal("kiln.testing.abort", (TVMFunctionHandle)&abort_device, 0) != 0) {
+      TVMFuncRegisterGlobal("kiln.testing.abort", (TVMFunctionHandle)&abort_device, 0) != 0 ||
+      TVMFuncRegisterGlobal("kiln.testing.log", (TVMFunctionHandle)&log_text, 0) != 0) {
     kiln_board_puts("kiln-error: runtime initialization failed");
     kiln_board_exit(KILN_EXIT_INIT);
   }

@@ -20,8 +20,15 @@
 #define UART_BAUDDIV (*(volatile uint32_t*)(UART0_BASE + 0x10u))
 #define UART_STATE_TXFULL 1u
 #define UART_STATE_RXFULL 2u
+#define UART_INTSTATUS (*(volatile uint32_t*)(UART0_BASE + 0x0Cu)) /* write 1 to clear */
 #define UART_CTRL_TXEN 1u
 #define UART_CTRL_RXEN 2u
+#define UART_CTRL_RXINTEN 8u
+#define UART_INT_RX 2u
+/* MPS2 (AN385/AN386/AN500 in QEMU): UART0's RX interrupt is external IRQ 0, TX is IRQ 1. */
+#define UART0_RX_IRQ 0u
+#define NVIC_ISER0 (*(volatile uint32_t*)0xE000E100u)
+#define NVIC_ICPR0 (*(volatile uint32_t*)0xE000E280u)
 
 /* ---- SysTick ---- */
 #define SYST_CSR (*(volatile uint32_t*)0xE000E010u)
@@ -65,11 +72,25 @@ void kiln_cortex_m_putc(char c) {
   UART_DATA = (uint32_t)(unsigned char)c;
 }
 
+/* The RX interrupt only wakes the core: its handler acknowledges it. */
+void UART0_RX_Handler(void);
+void UART0_RX_Handler(void) { UART_INTSTATUS = UART_INT_RX; }
+
+/* Sleep until the UART holds a received byte: the RX interrupt wakes WFI. PRIMASK closes
+ * the window between the check and WFI (a byte arriving there leaves the interrupt pending,
+ * which ends WFI at once, and its handler runs after cpsie). Polling instead kept a host
+ * core busy while the link is idle. */
+static void wait_for_rx(void) {
+  while (!(UART_STATE & UART_STATE_RXFULL)) {
+    __asm__ volatile("cpsid i" ::: "memory");
+    if (!(UART_STATE & UART_STATE_RXFULL)) __asm__ volatile("wfi" ::: "memory");
+    __asm__ volatile("cpsie i" ::: "memory");
+  }
+}
+
 size_t kiln_board_receive(uint8_t* buf, size_t max) {
   size_t n = 0;
-  /* QEMU's CMSDK UART holds one received byte at a time: poll until it has one. */
-  while (!(UART_STATE & UART_STATE_RXFULL)) {
-  }
+  wait_for_rx();
   while (n < max && (UART_STATE & UART_STATE_RXFULL)) buf[n++] = (uint8_t)UART_DATA;
   return n;
 }
@@ -78,12 +99,10 @@ void kiln_board_send(const uint8_t* data, size_t nbytes) {
   for (size_t i = 0; i < nbytes; ++i) kiln_cortex_m_putc((char)data[i]);
 }
 
-/* Polls: input arrives only while the host sends a model's inputs. */
 int kiln_board_read_console(void* buf, size_t nbytes) {
   uint8_t* out = (uint8_t*)buf;
   for (size_t i = 0; i < nbytes; ++i) {
-    while (!(UART_STATE & UART_STATE_RXFULL)) {
-    }
+    wait_for_rx();
     out[i] = (uint8_t)UART_DATA;
   }
   return 0;
@@ -98,9 +117,12 @@ void kiln_board_init(int argc, char** argv) {
   (void)argc;
   (void)argv;
   UART_BAUDDIV = 16; /* QEMU rejects divisors below 16 */
-  UART_CTRL = UART_CTRL_TXEN | UART_CTRL_RXEN;
+  UART_CTRL = UART_CTRL_TXEN | UART_CTRL_RXEN | UART_CTRL_RXINTEN;
   /* QEMU 7.2: enabling RX does not wake its main loop; one read of DATA does. */
   (void)UART_DATA;
+  UART_INTSTATUS = UART_INT_RX;
+  NVIC_ICPR0 = 1u << UART0_RX_IRQ;
+  NVIC_ISER0 = 1u << UART0_RX_IRQ;
   SYST_RVR = SYST_PERIOD - 1u;
   SYST_CVR = 0;
   SYST_CSR = SYST_ENABLE | SYST_TICKINT | SYST_CLKSOURCE_CPU;

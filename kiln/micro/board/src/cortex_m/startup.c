@@ -16,11 +16,13 @@ void Reset_Handler(void);
 void Fault_Handler(void);
 void Default_Handler(void);
 void SysTick_Handler(void);
+void UART0_RX_Handler(void);
 
 #define STACK_PAINT 0xA5A5A5A5u
 #define CPACR (*(volatile uint32_t*)0xE000ED88u)
 
-__attribute__((section(".isr_vector"), used)) void (*const kiln_vector_table[16])(void) = {
+/* 16 system exceptions, then external IRQ 0: UART0 RX on the MPS2 boards. */
+__attribute__((section(".isr_vector"), used)) void (*const kiln_vector_table[17])(void) = {
     (void (*)(void))(&_estack),
     Reset_Handler,
     Default_Handler, /* NMI */
@@ -34,6 +36,7 @@ __attribute__((section(".isr_vector"), used)) void (*const kiln_vector_table[16]
     0,
     Default_Handler, /* PendSV */
     SysTick_Handler,
+    UART0_RX_Handler, /* IRQ 0 */
 };
 
 /* Not static, and noinline: gcc must not turn these loops into calls that may touch the

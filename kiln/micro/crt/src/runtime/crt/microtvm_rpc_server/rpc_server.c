@@ -7,6 +7,7 @@
  * packet is bounds-checked: a malformed packet is answered with kException, never trusted.
  * Addresses the host sends (tensor data) are trusted, as in TVM: the host owns the device.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <tvm/runtime/c_runtime_api.h>
@@ -62,7 +63,11 @@ typedef struct {
   uint8_t* packet; /* RPC packets being reassembled */
   size_t packet_size;
   int shutdown;
+  int nonce_drawn; /* this session's nonce came from TVMPlatformGenerateRandom */
 } MicroTVMRpcServer;
+
+/* The server TVMLogf writes to (the last one initialized; a device runs one). */
+static MicroTVMRpcServer* g_log_server;
 
 /* ---- reading a packet body ---- */
 
@@ -532,6 +537,7 @@ static void OnMessage(void* context, MicroTVMMessageType type, const uint8_t* bo
   MicroTVMRpcServer* s = (MicroTVMRpcServer*)context;
   if (type == kMicroTVMStartSessionReply || type == kMicroTVMTerminateSession) {
     s->packet_size = 0; /* a new RPC session starts clean */
+    if (type == kMicroTVMTerminateSession) s->nonce_drawn = 0;
     return;
   }
   if (type != kMicroTVMNormal) return;
@@ -594,12 +600,27 @@ microtvm_rpc_server_t MicroTVMRpcServerInit(microtvm_rpc_channel_write_t write_f
                         MicroTVMSession_PacketDone, &s->session);
   (void)TVMPlatformGenerateRandom(&nonce, 1);
   (void)MicroTVMSession_Initialize(&s->session, &s->framer, nonce, OnMessage, s);
+  g_log_server = s;
   return s;
+}
+
+/* Each session gets a nonce drawn when its first bytes arrive, not one derived from a value
+ * fixed at boot: a device that reset between two sessions then answers with an unrelated
+ * nonce, and a platform whose generator mixes in a timer draws a different one per boot. */
+static void DrawSessionNonce(MicroTVMRpcServer* s) {
+  uint8_t nonce = MICROTVM_INVALID_NONCE;
+  if (TVMPlatformGenerateRandom(&nonce, 1) == kTvmErrorNoError) {
+    s->session.local_nonce = nonce == MICROTVM_INVALID_NONCE ? 1 : nonce;
+  }
+  s->nonce_drawn = 1;
 }
 
 tvm_crt_error_t MicroTVMRpcServerLoop(microtvm_rpc_server_t server, uint8_t** new_data,
                                       size_t* new_data_size_bytes) {
   MicroTVMRpcServer* s = (MicroTVMRpcServer*)server;
+  if (*new_data_size_bytes > 0 && !s->nonce_drawn && !MicroTVMSession_IsEstablished(&s->session)) {
+    DrawSessionNonce(s);
+  }
   while (*new_data_size_bytes > 0 && !s->shutdown) {
     size_t consumed = 0;
     /* A framing error only drops the damaged packet; the host retries or times out. */
@@ -610,6 +631,7 @@ tvm_crt_error_t MicroTVMRpcServerLoop(microtvm_rpc_server_t server, uint8_t** ne
   if (s->shutdown) {
     s->shutdown = 0;
     s->packet_size = 0;
+    s->nonce_drawn = 0;
     return kTvmErrorPlatformShutdown;
   }
   return kTvmErrorNoError;
@@ -619,4 +641,20 @@ void MicroTVMRpcServerLog(microtvm_rpc_server_t server, const char* text) {
   MicroTVMRpcServer* s = (MicroTVMRpcServer*)server;
   (void)MicroTVMSession_SendMessage(&s->session, kMicroTVMLog, (const uint8_t*)text,
                                     strlen(text));
+}
+
+/* TVM's TVMLogf for a device serving RPC: the formatted line (without its trailing newline)
+ * goes to the host as a session Log message, which the host writes to its log. */
+void TVMLogf(const char* fmt, ...) {
+  char line[256];
+  va_list args;
+  size_t n;
+  if (g_log_server == NULL) return;
+  va_start(args, fmt);
+  n = TVMPlatformFormatMessage(line, sizeof(line), fmt, args);
+  va_end(args);
+  if (n >= sizeof(line)) n = sizeof(line) - 1;
+  while (n > 0 && line[n - 1] == '\n') --n;
+  line[n] = '\0';
+  MicroTVMRpcServerLog(g_log_server, line);
 }
