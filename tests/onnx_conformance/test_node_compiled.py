@@ -51,9 +51,7 @@ REFUSED_ON_EVERY_EXECUTOR = {
     "test_training_dropout": "training", "test_training_dropout_mask": "training",
     "test_resize_downsample_scales_linear_antialias": "antialias",
     "test_resize_downsample_sizes_cubic_antialias": "antialias",
-    "test_resize_downsample_scales_linear": "negative",
-    "test_resize_downsample_scales_cubic_align_corners": "negative",
-    "test_resize_downsample_scales_nearest": "negative",
+    "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside": "negative",
 }
 
 

@@ -27,6 +27,7 @@ from kiln.relay.frontend.onnx_registry import (
     register_function,
     unsupported,
 )
+from kiln.relay.frontend.onnx_resize import SCALE_MAPPED, resize_through_scale
 
 __all__: list[str] = []
 
@@ -365,11 +366,6 @@ register_function("SpaceToDepth", _space_to_depth)
 # ---- resizing -----------------------------------------------------------------------------
 RESIZE_METHODS = {"nearest": "nearest_neighbor", "linear": "linear", "cubic": "cubic"}
 RESIZE = {3: (relay.image.resize1d, "NCW"), 4: (relay.image.resize2d, "NCHW")}
-# Coordinate modes that map through ONNX's given scale (align_corners through in * scale);
-# Relay's resize maps through the ratio of output to input size, which differs from the scale
-# when in * scale is not an integer.
-SCALE_MAPPED = ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
-                "tf_half_pixel_for_nn", "half_pixel_symmetric")
 
 
 def _resize(x, sizes, scales, roi, attrs, ctx, default_coordinates="half_pixel"):
@@ -400,10 +396,20 @@ def _resize(x, sizes, scales, roi, attrs, ctx, default_coordinates="half_pixel")
             factors[axis] = float(scale)
         full = [int(np.floor(d * f)) for d, f in zip(shape, factors)]
         inexact = [f for d, f in zip(shape, factors) if d * f != np.floor(d * f)]
-        if inexact and attrs.get("coordinate_transformation_mode",
-                                 default_coordinates) in SCALE_MAPPED:
-            raise unsupported("Resize", f"scales {inexact} whose output size is not an exact "
-                              "multiple of the input (kiln maps through the size ratio)")
+        coordinates = attrs.get("coordinate_transformation_mode", default_coordinates)
+        if inexact and coordinates in SCALE_MAPPED:
+            if rank != 4 or attrs.get("exclude_outside", 0) and max(factors) > 1:
+                raise unsupported("Resize", f"scales {inexact} whose output size is not an "
+                                  "exact multiple of the input, on a non-4-D input or "
+                                  "upscaling with exclude_outside=1")
+            rounding = attrs.get("nearest_mode", "round_prefer_floor") \
+                if mode == "nearest" else ""
+            return resize_through_scale(
+                x, relay.const(np.array(factors, "float32")),
+                relay.const(np.array(full, "float32")), coordinates, RESIZE_METHODS[mode],
+                rounding, attrs, ctx)
+        if coordinates == "half_pixel_symmetric":  # an exact size: the same as half_pixel
+            attrs = {**attrs, "coordinate_transformation_mode": "half_pixel"}
     if full[:2] != list(shape[:2]):
         raise unsupported("Resize", "resizing the batch or channel axis")
     coordinates = attrs.get("coordinate_transformation_mode", default_coordinates)
@@ -446,15 +452,30 @@ def _dynamic_resize(x, sizes, scales, attrs, ctx, roi=None):
             relay.take(values, _const([axes.index(i)], "int64")) if i in axes else
             relay.strided_slice(default, [i], [i + 1]) for i in range(rank)], 0)
 
+    coordinates = attrs.get("coordinate_transformation_mode", "half_pixel")
     if sizes is None:
-        exact = relay.multiply(shape, full(scales, _const([1.0] * rank, "float32")))
+        scale = full(scales, _const([1.0] * rank, "float32"))
+        exact = relay.multiply(shape, scale)
         target = relay.floor(exact)
-        if attrs.get("coordinate_transformation_mode", "half_pixel") in SCALE_MAPPED:
-            # kiln maps coordinates through the size ratio, which is ONNX's scale only for an
-            # exact output size: any other size becomes -1, which the VM's shape check
-            # refuses at run time rather than resizing with the wrong coordinates
+        if coordinates in SCALE_MAPPED and attrs.get("exclude_outside", 0):
+            # the unpadded crop (onnx_resize) is exact for downscales only: an inexact size
+            # becomes -1, which the VM's shape check refuses at run time rather than
+            # resizing with the wrong coordinates
             target = relay.where(relay.equal(target, exact), target,
                                  _const([-1.0] * rank, "float32"))
+        elif coordinates in SCALE_MAPPED:
+            # Relay's resize maps through the size ratio, ONNX's scale only when the output
+            # size is exact: otherwise map through the scale (onnx_resize)
+            normal = _dynamic_resize(x, relay.strided_slice(target, [2], [4]), None,
+                                     {**attrs, "axes": [2, 3], "coordinate_transformation_mode":
+                                      "half_pixel" if coordinates == "half_pixel_symmetric"
+                                      else coordinates}, ctx)
+            mode = attrs.get("mode", "nearest")
+            rounding = attrs.get("nearest_mode", "round_prefer_floor") \
+                if mode == "nearest" else ""
+            through = resize_through_scale(x, scale, target, coordinates,
+                                           RESIZE_METHODS[mode], rounding, attrs, ctx)
+            return relay.If(relay.all(relay.equal(target, exact)), normal, through)
     else:
         target = full(sizes, shape)
         policy = attrs.get("keep_aspect_ratio_policy", "stretch")
