@@ -674,10 +674,6 @@ def console_entry() -> None:
     sys.exit(main())
 
 
-# the name console scripts installed before the rename still import (until `pip install -e .`)
-_console_entry = console_entry
-
-
 if __name__ == "__main__":
     console_entry()
 
