@@ -380,6 +380,8 @@ def to_python_value(value: Any) -> Any:
 
     if isinstance(value, np.ndarray):
         return array(value if value.flags.c_contiguous else value.copy())  # keeps 0-d
+    if isinstance(value, np.generic):  # a scalar NumPy made of a 0-d result
+        return array(np.asarray(value))
     if isinstance(value, tuple):
         return tuple_object([to_python_value(v) for v in value])
     if isinstance(value, ConstructorValue):
