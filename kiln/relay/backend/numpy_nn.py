@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from kiln.relay.backend.numpy_layout import layout_transform
 from kiln.relay.backend.numpy_ops import register_numpy
 from kiln.relay.op.nn.conv import canonical_layout as _canonical
-from kiln.relay.op.rule_util import reference_dtype
+from kiln.relay.op.rule_util import is_integer_dtype, reference_dtype
 from kiln.runtime.error import TVMError
 
 
@@ -247,7 +247,7 @@ def _resize(attrs, args, out_type, nd):
         x = _resize_axis(x, 2 + i, sizes[i], attrs, (roi[i], roi[nd + i]))
     out = layout_transform(x, canon, layout)
     dtype = reference_dtype(out_type)
-    if dtype.kind != "f":
+    if is_integer_dtype(dtype):
         out = np.round(out)
     return out.astype(dtype)
 

@@ -70,6 +70,17 @@ def reference_dtype(out_type: Any) -> np.dtype:
     return np.dtype(DataType(str(out_type.dtype)).numpy_dtype)
 
 
+def is_integer_dtype(dtype: np.dtype) -> bool:
+    """Integers and bool. Test this rather than ``kind == "f"``: ml_dtypes' bfloat16 and
+    float8 types have kind ``V``, so a float test misses them."""
+    return np.dtype(dtype).kind in "iub"
+
+
+def wide_dtype(dtype: np.dtype) -> type:
+    """The type a reference rule accumulates ``dtype`` in: int64 or float64."""
+    return np.int64 if is_integer_dtype(dtype) else np.float64
+
+
 # ---- shape functions: rule(attrs, in_dims, out_types) -> out_dims ---------------------------
 def i64(value: int) -> Any:
     """An int64 constant dim."""

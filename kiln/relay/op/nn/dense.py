@@ -45,6 +45,7 @@ from kiln.relay.op.rule_util import (
     out_shape,
     reference_dtype,
     static_or_symbolic,
+    wide_dtype,
 )
 from kiln.relay.op.type_relations import (
     Any as DynDim,
@@ -231,7 +232,7 @@ for _name in ("nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul
 def _accumulate(a: np.ndarray, b: np.ndarray, out_type: Any) -> np.ndarray:
     """``a @ b`` accumulated in float64 (int64 for integers), cast to the result dtype."""
     dtype = reference_dtype(out_type)
-    wide = np.float64 if dtype.kind == "f" else np.int64
+    wide = wide_dtype(dtype)
     return np.matmul(a.astype(wide), b.astype(wide)).astype(dtype)
 
 
