@@ -187,6 +187,16 @@ class _ShapeBuilder:
                 self.checks.append(same)
 
 
+def is_data_dependent(op: Op) -> bool:
+    """Whether ``op``'s shape function reads input values (TVM's ``TShapeDataDependent``).
+
+    Ask here rather than ``op.get_attr``: the attribute is registered with the rules, which
+    load on first use (FuseOps, running before any lowering, saw it unset).
+    """
+    _rules()
+    return bool(op.get_attr("TShapeDataDependent"))
+
+
 def needs_input_data(func: rx.Function) -> bool:
     """Whether an op of ``func`` has a data-dependent shape function."""
     _rules()  # the TShapeDataDependent attributes are registered with the rules
