@@ -2,7 +2,8 @@
 
 Entry points: :class:`OpPattern`, :func:`get`, :func:`register_op_attr`, :func:`define_op`,
 :func:`register_pattern`, :func:`register_arg_types`, :func:`register_compute`,
-:func:`register_strategy`, :func:`register_shape_func`, :func:`register_gradient`,
+:func:`register_strategy`, :func:`register_shape_func`, :func:`register_shape_requirement`,
+:func:`register_gradient`,
 :func:`register_reference`, :func:`register_mac_count`, :func:`register_injective_schedule`,
 :func:`register_reduce_schedule`, :func:`register_opaque_schedule`, :func:`call`.
 
@@ -20,6 +21,7 @@ helper                          attribute                who asks
                                                          use ``strategy.register_strategy``)
 :func:`register_reference`      ``FNumpyEval``           interpreter, FoldConstant, importers
 :func:`register_shape_func`     ``FShapeFunc``           VM shape functions (``Any`` dims)
+``register_shape_requirement``  ``TShapeValueRequirement``  the VM's shape-check message
 :func:`register_gradient`       ``FPrimalGradient``      ``relay.transform.gradient``
 :func:`register_mac_count`      ``FMacCount``            ``analysis.get_total_mac_number``
 ``register_fold_scale_axis``    ``FScaleAxisOutput/Input``  ``transform.FoldScaleAxis``
@@ -51,6 +53,7 @@ __all__ = [
     "register_compute",
     "register_strategy",
     "register_shape_func",
+    "register_shape_requirement",
     "register_gradient",
     "register_stateful",
     "register_alter_op_layout",
@@ -269,6 +272,16 @@ def register_shape_func(
     """
     register_op_attr(op_name, "TShapeDataDependent", bool(data_dependent), level)
     return register_op_attr(op_name, "FShapeFunc", shape_func, level)
+
+
+def register_shape_requirement(op_name: str, requirement: str, level: int = 10) -> None:
+    """Say what ``op_name``'s run-time shape values must satisfy (``TShapeValueRequirement``).
+
+    A shape function turns the extents it cannot accept into -1; the VM's shape kernel then
+    fails with a message naming each op of the fused function with its requirement (e.g.
+    ``"dyn.reshape: the new shape must keep the element count"``).
+    """
+    register_op_attr(op_name, "TShapeValueRequirement", str(requirement), level)
 
 
 def register_gradient(op_name: str, fgradient: Callable | None = None, level: int = 10):

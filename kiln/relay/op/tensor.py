@@ -35,6 +35,7 @@ import numpy as np
 from kiln import tir
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
+from kiln.relay.op.broadcast import collapse_sum_like
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
@@ -54,7 +55,6 @@ from kiln.relay.op.op import (
     shape_arg,
 )
 from kiln.relay.op.rule_util import out_dtype, out_shape, reference_dtype
-from kiln.relay.op.transform import collapse_sum_like
 from kiln.relay.op.type_relations import (
     broadcast_comp_rel,
     broadcast_rel,

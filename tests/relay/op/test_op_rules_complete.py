@@ -14,8 +14,6 @@ import kiln.relay.analysis.mac_count  # noqa: F401 - registers FMacCount of the 
 import kiln.relay.backend.interpreter  # noqa: F401 - registers FNumpyEval of table-driven ops
 import kiln.relay.op.strategy  # noqa: F401 - registers strategies
 import kiln.relay.qnn.interp  # noqa: F401 - registers the QNN ops' reference rules
-import kiln.relay.transform.gradient_rules  # noqa: F401 - registers gradients
-import kiln.relay.vm.shape_rules  # noqa: F401 - registers table-driven shape functions
 from kiln.ir.op import Op
 from kiln.relay.op import OpPattern
 from kiln.relay.op.op import SCHEDULE_KINDS, define_op, register_compute, register_reference
