@@ -25,6 +25,7 @@ helper                          attribute                who asks
 :func:`register_gradient`       ``FPrimalGradient``      ``relay.transform.gradient``
 :func:`register_mac_count`      ``FMacCount``            ``analysis.get_total_mac_number``
 ``register_fold_scale_axis``    ``FScaleAxisOutput/Input``  ``transform.FoldScaleAxis``
+``register_scale_axis_role``    ``TScaleAxisRole``       ``transform.FoldScaleAxis``
 ==============================  =======================  ====================================
 
 An op with a compute and a schedule gets its ``generic`` strategy from them (TVM's
@@ -38,6 +39,7 @@ from enum import IntEnum
 from typing import Any
 
 from kiln.ir.op import Op, get, list_op_names, register, register_op_attr
+from kiln.runtime.error import TVMError
 
 __all__ = [
     "OpPattern",
@@ -67,6 +69,8 @@ __all__ = [
     "register_reference",
     "register_mac_count",
     "register_fold_scale_axis",
+    "register_scale_axis_role",
+    "SCALE_AXIS_ROLES",
     "schedule_injective",
     "schedule_reduce",
     "schedule_opaque",
@@ -254,6 +258,21 @@ def register_fold_scale_axis(op_name: str, output_rule: Callable, input_rule: Ca
     """
     register_op_attr(op_name, "FScaleAxisOutput", output_rule, level)
     register_op_attr(op_name, "FScaleAxisInput", input_rule, level)
+
+
+SCALE_AXIS_ROLES = ("scale", "positive_homogeneous", "distributive")
+"""How an op takes part in FoldScaleAxis (``TScaleAxisRole``): ``"scale"`` applies a channel
+scale (``x * s``, one side a constant); ``"positive_homogeneous"`` commutes with a positive
+scale (``f(x * s) == f(x) * s`` for ``s > 0``); ``"distributive"`` lets a scale distribute over
+its two arguments (``(a + b) * s == a * s + b * s``)."""
+
+
+def register_scale_axis_role(op_name: str, role: str, level: int = 10) -> None:
+    """Set how ``op_name`` takes part in FoldScaleAxis (one of :data:`SCALE_AXIS_ROLES`)."""
+    if role not in SCALE_AXIS_ROLES:
+        raise TVMError(f"register_scale_axis_role: {op_name}: role must be one of "
+                       f"{SCALE_AXIS_ROLES}, got {role!r}")
+    register_op_attr(op_name, "TScaleAxisRole", role, level)
 
 
 def register_mac_count(op_name: str, fmac: Callable | None = None, level: int = 10):

@@ -51,6 +51,7 @@ from kiln.relay.op.op import (
     register_injective_schedule,
     register_opaque_schedule,
     register_reference,
+    register_scale_axis_role,
     register_shape_func,
     shape_arg,
 )
@@ -452,6 +453,11 @@ def reference_shape_of(attrs, args, out_type):
 def reference_ndarray_size(attrs, args, out_type):
     """The argument's element count."""
     return np.array(args[0].size, dtype=reference_dtype(out_type))
+
+
+# ---- FoldScaleAxis: a channel scale is a multiply; it distributes over an add -----------------
+register_scale_axis_role("multiply", "scale")
+register_scale_axis_role("add", "distributive")
 
 
 # ---- gradients ------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from kiln.relay.op.op import (
     register_injective_schedule,
     register_opaque_schedule,
     register_reference,
+    register_scale_axis_role,
     register_shape_func,
 )
 from kiln.relay.op.rule_util import (
@@ -490,6 +491,10 @@ def shape_func_pad(attrs, in_dims, out_types):
     """Each dim plus its before and after widths."""
     return [[d + i64(int(before) + int(after))
              for d, (before, after) in zip(in_dims[0], attrs.pad_width)]]
+
+
+# ---- FoldScaleAxis: relu(x * s) == relu(x) * s for a positive scale s --------------------------
+register_scale_axis_role("nn.relu", "positive_homogeneous")
 
 
 # ---- gradients ------------------------------------------------------------------------------
