@@ -61,8 +61,9 @@ def static_or_symbolic(static: Callable, symbolic: Callable) -> Callable:
             return static(attrs, inputs, out_type)
         return symbolic(attrs, inputs, out_type)
 
-    compute.__name__ = static.__name__
-    compute.__doc__ = static.__doc__
+    # named and documented as, and attributed to the module of, the static compute
+    compute.__name__, compute.__qualname__ = static.__name__, static.__qualname__
+    compute.__module__, compute.__doc__ = static.__module__, static.__doc__
     return compute
 
 
