@@ -54,6 +54,7 @@ __all__ = [
     "register_arg_types",
     "register_compute",
     "register_strategy",
+    "StrategyFunction",
     "register_shape_func",
     "register_shape_requirement",
     "register_gradient",
@@ -179,6 +180,34 @@ def register_compute(op_name: str, compute: Callable | None = None, level: int =
 def register_strategy(op_name: str, strategy: Callable | None = None, level: int = 10):
     """Set the op strategy (``FTVMStrategy``) of ``op_name`` (decorator when None)."""
     return register_op_attr(op_name, "FTVMStrategy", strategy, level)
+
+
+class StrategyFunction:
+    """An op's strategy, overridden per target key (TVM's ``dense_strategy`` generic function).
+
+    The op's family module makes one beside the op (``dense_strategy =
+    StrategyFunction(dense_op)``); target strategy modules register their implementations on
+    it with ``@dense_strategy.register("cpu")`` and name it by ``dense_strategy.op_name``, so
+    only the family module spells the op's name.
+    """
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+
+    @property
+    def op_name(self) -> str:
+        """The op's registered name."""
+        return self.op.name
+
+    def register(self, target_key: str) -> Callable:
+        """Decorator: ``fstrategy(attrs, inputs, out_type, target)`` for ``target_key``."""
+        # the strategy layer imports TOPI; binding late keeps declaring an op free of it
+        from kiln.relay.op.strategy.registry import register_strategy as register_keyed
+
+        return register_keyed(self.op.name, target_key)
+
+    def __repr__(self) -> str:
+        return f"StrategyFunction({self.op.name})"
 
 
 def register_schedule(op_name: str, schedule: Callable | None = None, level: int = 10):
