@@ -2,10 +2,12 @@
 
 Entry points: the registered ops ``dyn.reshape``, ``dyn.broadcast_to``, ``dyn.expand_dims``,
 ``dyn.full``, ``dyn.zeros``, ``dyn.ones``, ``dyn.one_hot``, ``dyn.squeeze``,
-``dyn.strided_slice``, ``dyn.tile``, ``dyn.topk``, ``dyn.image.resize2d``, ``dyn.nn.pad``,
-``dyn.nn.upsampling``. Users reach them through the static constructors (``relay.reshape`` with
-an Expr ``newshape`` …), as in TVM; ``DynamicToStatic`` turns them back when the shapes are
-constants.
+``dyn.strided_slice``, ``dyn.tile`` (the variants of ``dyn.topk``, ``dyn.image.resize2d``,
+``dyn.nn.pad`` and ``dyn.nn.upsampling`` are in :mod:`.dyn_nn`), and the helpers
+:func:`shape_tensor_length`, :func:`all_any`, :func:`tensor_ints`, :func:`tensor_scalar`,
+:func:`element_dims`, :func:`scalar_element` they share. Users reach them through the static
+constructors (``relay.reshape`` with an Expr ``newshape`` …), as in TVM; ``DynamicToStatic``
+turns them back when the shapes are constants.
 
 Their relations know the output *rank* (from the static length of the shape tensor) but not
 the extents, which are ``Any``; the VM computes them with a data-dependent shape function,
@@ -20,24 +22,16 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.algorithm import reference_topk as reference_static_topk
-from kiln.relay.op.algorithm import topk_rel
 from kiln.relay.op.creation import one_hot_rel
 from kiln.relay.op.creation import reference_one_hot as reference_static_one_hot
-from kiln.relay.op.image.image import resize2d_rel, resize_reference, spatial_extents
-from kiln.relay.op.nn.nn import reference_pad as reference_static_pad
-from kiln.relay.op.nn.resample import reference_upsampling as reference_static_upsampling
-from kiln.relay.op.nn.resample import upsampling_rel
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
     INJECTIVE,
-    OPAQUE,
     OUT_ELEMWISE_FUSABLE,
     define_op,
     register_compute,
     register_injective_schedule,
-    register_opaque_schedule,
     register_reference,
     register_shape_func,
     register_shape_requirement,
@@ -65,13 +59,14 @@ def shape_tensor_length(types, index: int, op_name: str, what: str) -> int:
     return shape[0]
 
 
-def _all_any(rank: int) -> list:
+def all_any(rank: int) -> list:
+    """``rank`` dims, each ``Any``."""
     return [DynDim() for _ in range(rank)]
 
 
 def _reshape_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
-    return tensor_type(_all_any(shape_tensor_length(types, 1, op_name, "newshape")), data.dtype)
+    return tensor_type(all_any(shape_tensor_length(types, 1, op_name, "newshape")), data.dtype)
 
 
 def _broadcast_to_rel(types, attrs, op_name):
@@ -79,14 +74,14 @@ def _broadcast_to_rel(types, attrs, op_name):
     rank = shape_tensor_length(types, 1, op_name, "shape")
     if rank < len(data.shape):
         fail(f"{op_name}: cannot broadcast rank {len(data.shape)} to rank {rank}")
-    return tensor_type(_all_any(rank), data.dtype)
+    return tensor_type(all_any(rank), data.dtype)
 
 
 def _expand_dims_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     if tensor_arg(types, 1, op_name).shape:
         fail(f"{op_name}: axis must be a scalar tensor")
-    return tensor_type(_all_any(len(data.shape) + int(attrs.num_newaxis)), data.dtype)
+    return tensor_type(all_any(len(data.shape) + int(attrs.num_newaxis)), data.dtype)
 
 
 def _full_rel(types, attrs, op_name):
@@ -94,11 +89,11 @@ def _full_rel(types, attrs, op_name):
     if fill.shape:
         fail(f"{op_name}: fill value must be a scalar")
     rank = shape_tensor_length(types, 1, op_name, "shape")
-    return tensor_type(_all_any(rank), attrs.dtype or fill.dtype)
+    return tensor_type(all_any(rank), attrs.dtype or fill.dtype)
 
 
 def _init_rel(types, attrs, op_name):
-    return tensor_type(_all_any(shape_tensor_length(types, 0, op_name, "shape")), attrs.dtype)
+    return tensor_type(all_any(shape_tensor_length(types, 0, op_name, "shape")), attrs.dtype)
 
 
 def _squeeze_rel(types, attrs, op_name):
@@ -106,7 +101,7 @@ def _squeeze_rel(types, attrs, op_name):
     count = shape_tensor_length(types, 1, op_name, "axis")
     if count > len(data.shape):
         fail(f"{op_name}: cannot squeeze {count} axes of a rank-{len(data.shape)} tensor")
-    return tensor_type(_all_any(len(data.shape) - count), data.dtype)
+    return tensor_type(all_any(len(data.shape) - count), data.dtype)
 
 
 def _strided_slice_rel(types, attrs, op_name):
@@ -115,23 +110,13 @@ def _strided_slice_rel(types, attrs, op_name):
         length = shape_tensor_length(types, index, op_name, what)
         if length > len(data.shape):
             fail(f"{op_name}: {what} has {length} entries for a rank-{len(data.shape)} tensor")
-    return tensor_type(_all_any(len(data.shape)), data.dtype)
+    return tensor_type(all_any(len(data.shape)), data.dtype)
 
 
 def _tile_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     rank = max(len(data.shape), shape_tensor_length(types, 1, op_name, "reps"))
-    return tensor_type(_all_any(rank), data.dtype)
-
-
-def _pad_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    width = dims(tensor_arg(types, 1, op_name))
-    if len(width) != 2 or (is_static(width[0]) and width[0] != len(data.shape)):
-        fail(f"{op_name}: pad_width must have shape ({len(data.shape)}, 2), got {width}")
-    if tensor_arg(types, 2, op_name).shape:
-        fail(f"{op_name}: pad_value must be a scalar")
-    return tensor_type(_all_any(len(data.shape)), data.dtype)
+    return tensor_type(all_any(rank), data.dtype)
 
 
 define_op("dyn.reshape", _reshape_rel, INJECTIVE, 2, A.ReshapeAttrs, "reshape", 3)
@@ -146,11 +131,6 @@ define_op("dyn.squeeze", _squeeze_rel, INJECTIVE, 2, A.SqueezeAttrs, "drop unit 
 define_op("dyn.strided_slice", _strided_slice_rel, INJECTIVE, 4, A.StridedSliceAttrs,
           "slice", 4)
 define_op("dyn.tile", _tile_rel, INJECTIVE, 2, A.TileAttrs, "tile", 3)
-define_op("dyn.topk", topk_rel, OPAQUE, 2, A.TopKAttrs, "top k", 6)
-define_op("dyn.image.resize2d", resize2d_rel, INJECTIVE, 3, A.Resize2DAttrs, "resize", 5)
-define_op("dyn.nn.pad", _pad_rel, INJECTIVE, 3, A.PadAttrs, "pad", 2)
-define_op("dyn.nn.upsampling", upsampling_rel, INJECTIVE, 3, A.UpSamplingAttrs,
-          "upsample", 2)
 
 
 # ---- computes: the output extents are shape variables the VM binds from the shape functions --
@@ -208,14 +188,6 @@ def compute_one_hot(attrs, inputs, out_type):
                             int(attrs.axis), out_dtype(out_type))]
 
 
-@register_compute("dyn.nn.pad")
-def compute_pad(attrs, inputs, out_type):
-    """Padding by the run-time widths (argument 1) with the pad value (argument 2)."""
-    from kiln.topi import dynamic
-
-    return [dynamic.pad(inputs[0], inputs[1], inputs[2], out_shape(out_type), attrs.pad_mode)]
-
-
 @register_compute("dyn.strided_slice")
 def compute_strided_slice(attrs, inputs, out_type):
     """A slice whose begin/end/strides are tensors read at run time."""
@@ -226,52 +198,20 @@ def compute_strided_slice(attrs, inputs, out_type):
     return [dynamic.strided_slice(inputs[0], *spec, out_shape(out_type))]
 
 
-@register_compute("dyn.topk")
-def compute_topk(attrs, inputs, out_type):
-    """The top ``k`` (read at run time: the output's extent on the axis)."""
-    from kiln.topi import dynamic
-
-    field = out_shape(out_type, 0) if attrs.ret_type == "both" else out_shape(out_type)
-    return dynamic.topk(inputs[0], field, attrs.axis, attrs.ret_type, attrs.is_ascend,
-                        attrs.dtype)
-
-
-@register_compute("dyn.image.resize2d")
-def compute_resize2d(attrs, inputs, out_type):
-    """``topi.image.resize2d`` to the run-time size, with the run-time roi (argument 2)."""
-    from kiln import topi
-    from kiln.topi import dynamic
-
-    roi = dynamic.tensor_values(inputs[2], 4, "float32")
-    return [topi.image.resize2d(inputs[0], roi, spatial_extents(out_type, attrs.layout),
-                                attrs.layout, attrs.method,
-                                attrs.coordinate_transformation_mode, attrs.rounding_method,
-                                attrs.cubic_alpha, attrs.cubic_exclude,
-                                attrs.extrapolation_value, out_dtype(out_type))]
-
-
-@register_compute("dyn.nn.upsampling")
-def compute_upsampling(attrs, inputs, out_type):
-    """``topi.nn.upsampling`` to the output's run-time H and W."""
-    from kiln.topi import nn
-
-    return [nn.upsampling(inputs[0], None, None, attrs.layout, attrs.method,
-                          attrs.align_corners, out_size=spatial_extents(out_type, attrs.layout))]
-
-
 for _name in ("dyn.reshape", "dyn.expand_dims", "dyn.squeeze", "dyn.broadcast_to",
-              "dyn.zeros", "dyn.ones", "dyn.full", "dyn.tile", "dyn.one_hot", "dyn.nn.pad",
-              "dyn.strided_slice", "dyn.image.resize2d", "dyn.nn.upsampling"):
+              "dyn.zeros", "dyn.ones", "dyn.full", "dyn.tile", "dyn.one_hot",
+              "dyn.strided_slice"):
     register_injective_schedule(_name)
-register_opaque_schedule("dyn.topk")
 
 
 # ---- reference semantics (NumPy): the static op's rule with the tensors read as attrs -------
-def _ints(value: Any) -> list[int]:
+def tensor_ints(value: Any) -> list[int]:
+    """A shape-like tensor's values as ints."""
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
-def _scalar(value: Any) -> Any:
+def tensor_scalar(value: Any) -> Any:
+    """The one value of a scalar tensor."""
     return np.asarray(value).item()
 
 
@@ -280,38 +220,38 @@ def reference_reshape(attrs, args, out_type):
     """``np.reshape`` to the resolved run-time new shape."""
     from kiln.topi.newshape import infer_newshape
 
-    return np.reshape(args[0], infer_newshape(args[0].shape, _ints(args[1]),
+    return np.reshape(args[0], infer_newshape(args[0].shape, tensor_ints(args[1]),
                                               bool(getattr(attrs, "allowzero", False))))
 
 
 @register_reference("dyn.broadcast_to")
 def reference_broadcast_to(attrs, args, out_type):
     """``np.broadcast_to`` the run-time shape (a copy)."""
-    return np.broadcast_to(args[0], _ints(args[1])).copy()
+    return np.broadcast_to(args[0], tensor_ints(args[1])).copy()
 
 
 @register_reference("dyn.zeros")
 def reference_zeros(attrs, args, out_type):
     """Zeros of the run-time shape."""
-    return np.zeros(_ints(args[0]), dtype=numpy_dtype(attrs.dtype))
+    return np.zeros(tensor_ints(args[0]), dtype=numpy_dtype(attrs.dtype))
 
 
 @register_reference("dyn.ones")
 def reference_ones(attrs, args, out_type):
     """Ones of the run-time shape."""
-    return np.ones(_ints(args[0]), dtype=numpy_dtype(attrs.dtype))
+    return np.ones(tensor_ints(args[0]), dtype=numpy_dtype(attrs.dtype))
 
 
 @register_reference("dyn.full")
 def reference_full(attrs, args, out_type):
     """The fill value in the run-time shape."""
-    return np.full(_ints(args[1]), _scalar(args[0]), dtype=numpy_dtype(attrs.dtype))
+    return np.full(tensor_ints(args[1]), tensor_scalar(args[0]), dtype=numpy_dtype(attrs.dtype))
 
 
 @register_reference("dyn.expand_dims")
 def reference_expand_dims(attrs, args, out_type):
     """``num_newaxis`` unit axes inserted at the run-time axis."""
-    x, axis = args[0], int(_scalar(args[1]))
+    x, axis = args[0], int(tensor_scalar(args[1]))
     axis = axis if axis >= 0 else x.ndim + axis + 1
     for _ in range(int(attrs.num_newaxis)):
         x = np.expand_dims(x, axis)
@@ -321,19 +261,19 @@ def reference_expand_dims(attrs, args, out_type):
 @register_reference("dyn.squeeze")
 def reference_squeeze(attrs, args, out_type):
     """``np.squeeze`` of the run-time axes."""
-    return np.squeeze(args[0], axis=tuple(_ints(args[1])))
+    return np.squeeze(args[0], axis=tuple(tensor_ints(args[1])))
 
 
 @register_reference("dyn.tile")
 def reference_tile(attrs, args, out_type):
     """``np.tile`` by the run-time repeats."""
-    return np.tile(args[0], _ints(args[1]))
+    return np.tile(args[0], tensor_ints(args[1]))
 
 
 @register_reference("dyn.one_hot")
 def reference_one_hot(attrs, args, out_type):
     """``one_hot``'s rule with the run-time depth."""
-    return reference_static_one_hot(AttrsWith(attrs, depth=int(_scalar(args[3]))), args[:3],
+    return reference_static_one_hot(AttrsWith(attrs, depth=int(tensor_scalar(args[3]))), args[:3],
                                     out_type)
 
 
@@ -342,52 +282,20 @@ def reference_strided_slice(attrs, args, out_type):
     """``strided_slice``'s rule with the run-time bounds (every axis)."""
     data, begin, end, strides = args
     return reference_static_strided_slice(
-        AttrsWith(attrs, begin=_ints(begin), end=_ints(end), strides=_ints(strides), axes=None),
-        [data], out_type)
-
-
-@register_reference("dyn.topk")
-def reference_topk(attrs, args, out_type):
-    """``topk``'s rule with the run-time ``k``."""
-    return reference_static_topk(AttrsWith(attrs, k=int(_scalar(args[1]))), args[:1], out_type)
-
-
-@register_reference("dyn.nn.pad")
-def reference_pad(attrs, args, out_type):
-    """``nn.pad``'s rule with the run-time widths."""
-    data, width, value = args
-    pairs = np.asarray(width).reshape(-1, 2).tolist()
-    return reference_static_pad(AttrsWith(attrs, pad_width=pairs), [data, value], out_type)
-
-
-@register_reference("dyn.image.resize2d")
-def reference_resize2d(attrs, args, out_type):
-    """``image.resize2d``'s rule with the run-time size and roi."""
-    data, size, roi = args
-    if any(v < 0 for v in _ints(size)):
-        raise TVMError(f"dyn.image.resize2d: sizes must be non-negative, got {_ints(size)}")
-    return resize_reference(AttrsWith(attrs, size=_ints(size),
-                                      roi=[float(v) for v in np.ravel(roi)]),
-                            [data], out_type, 2)
-
-
-@register_reference("dyn.nn.upsampling")
-def reference_upsampling(attrs, args, out_type):
-    """``nn.upsampling``'s rule with the run-time scales."""
-    data, scale_h, scale_w = args
-    return reference_static_upsampling(
-        AttrsWith(attrs, scale_h=float(_scalar(scale_h)), scale_w=float(_scalar(scale_w))),
+        AttrsWith(attrs, begin=tensor_ints(begin), end=tensor_ints(end),
+                  strides=tensor_ints(strides), axes=None),
         [data], out_type)
 
 
 # ---- VM shape functions: data dependent, they read the shape-like tensors -------------------
-def _values_of(tensor: Any, count: int) -> list[Any]:
+def element_dims(tensor: Any, count: int) -> list[Any]:
+    """The first ``count`` elements of a 1-D tensor (a te placeholder) as int64 dims."""
     from kiln import tir
 
     return [tir.Cast("int64", tensor[k]) for k in range(count)]
 
 
-def _scalar_value(tensor: Any) -> Any:
+def scalar_element(tensor: Any) -> Any:
     """The one element of a 0-d or single-element tensor."""
     return tensor(*([0] * len(tensor.shape)))
 
@@ -395,7 +303,7 @@ def _scalar_value(tensor: Any) -> Any:
 def _shape_from_input(index: int) -> Any:
     """dyn.zeros/ones/full: the output shape is the values of input ``index``."""
     def rule(attrs, ins, outs, data):
-        return [_values_of(data[index], len(outs[0].shape))]
+        return [element_dims(data[index], len(outs[0].shape))]
 
     return rule
 
@@ -405,7 +313,7 @@ def shape_func_dyn_broadcast_to(attrs, ins, outs, data):
     """The values of the shape tensor, which the input must broadcast to."""
     from kiln import tir
 
-    out = _values_of(data[1], len(outs[0].shape))
+    out = element_dims(data[1], len(outs[0].shape))
     lead = len(out) - len(ins[0])
     fits = [tir.any(d == i64(1), d == out[lead + k]) for k, d in enumerate(ins[0])]
     return [checked(out, tir.all(*fits) if fits else tir.const(True, "bool"))]
@@ -419,7 +327,7 @@ def shape_func_dyn_reshape(attrs, ins, outs, data):
     no 0 copied over the output dims no 0 copied (so (0, 3, 4) with (0, -1) gives (0, 12))."""
     from kiln import tir
 
-    src, codes = ins[0], _values_of(data[1], len(outs[0].shape))
+    src, codes = ins[0], element_dims(data[1], len(outs[0].shape))
     one, minus_one = i64(1), i64(-1)
     copy_zero = not bool(getattr(attrs, "allowzero", False))
     copied = [tir.all(c == i64(0), tir.const(copy_zero and k < len(src), "bool"))
@@ -440,7 +348,7 @@ def shape_func_dyn_reshape(attrs, ins, outs, data):
 def shape_func_dyn_tile(attrs, ins, outs, data):
     """Each dim times the run-time repeat count (both padded with leading ones)."""
     data_dims = list(ins[0])
-    reps = _values_of(data[1], int(ins[1][0].value))  # the reps tensor has a static length
+    reps = element_dims(data[1], int(ins[1][0].value))  # the reps tensor has a static length
     ndim = max(len(data_dims), len(reps))
     data_dims = [i64(1)] * (ndim - len(data_dims)) + data_dims
     reps = [i64(1)] * (ndim - len(reps)) + reps
@@ -455,18 +363,8 @@ def shape_func_dyn_one_hot(attrs, ins, outs, data):
     indices = list(ins[0])
     axis = int(attrs.axis)
     axis = len(indices) if axis == -1 else axis
-    depth = tir.Cast("int64", _scalar_value(data[3]))
+    depth = tir.Cast("int64", scalar_element(data[3]))
     return [indices[:axis] + [depth] + indices[axis:]]
-
-
-@register_shape_func("dyn.nn.pad", True)
-def shape_func_dyn_pad(attrs, ins, outs, data):
-    """Each dim plus its run-time before and after widths."""
-    from kiln import tir
-
-    widths = data[1]
-    return [[d + tir.Cast("int64", widths[k, 0]) + tir.Cast("int64", widths[k, 1])
-             for k, d in enumerate(ins[0])]]
 
 
 @register_shape_func("dyn.strided_slice", True)
@@ -476,7 +374,7 @@ def shape_func_dyn_strided_slice(attrs, ins, outs, data):
     from kiln.topi.dynamic import slice_bounds
 
     dims = list(ins[0])
-    begin, end, strides = (_values_of(t, int(n[0].value)) for t, n in zip(data[1:4], ins[1:4]))
+    begin, end, strides = (element_dims(t, int(n[0].value)) for t, n in zip(data[1:4], ins[1:4]))
     strides = strides * len(dims) if len(strides) == 1 else strides
     if not len(begin) == len(end) == len(strides) == len(dims):
         raise TVMError(f"dyn.strided_slice: begin, end and strides need {len(dims)} values "
@@ -490,7 +388,7 @@ def shape_func_dyn_expand_dims(attrs, ins, outs, data):
     from kiln import tir
 
     dims, new = list(ins[0]), int(attrs.num_newaxis)
-    axis = tir.Cast("int64", _scalar_value(data[1]))
+    axis = tir.Cast("int64", scalar_element(data[1]))
     axis = tir.Select(axis < i64(0), axis + i64(len(dims) + 1), axis)
     out = []
     for j in range(len(dims) + new):
@@ -534,45 +432,6 @@ def shape_func_dyn_squeeze(attrs, ins, outs, data):
     return [checked(out, tir.all(dropped_count == i64(count), *ones))]
 
 
-@register_shape_func("dyn.topk", True)
-def shape_func_dyn_topk(attrs, ins, outs, data):
-    """k read at run time: k < 1 keeps the whole axis; k past the axis is an error."""
-    from kiln import tir
-
-    out = list(ins[0])
-    axis = int(attrs.axis) % len(out)
-    k = tir.Cast("int64", _scalar_value(data[1]))
-    valid = k <= out[axis]
-    out[axis] = tir.Select(k < i64(1), out[axis], k)
-    return [checked(list(out), valid) for _ in outs]
-
-
-def _spatial_axes(layout: str, letters: str) -> list[int]:
-    return [layout.index(c) for c in letters]
-
-
-@register_shape_func("dyn.image.resize2d", True)
-def shape_func_dyn_resize2d(attrs, ins, outs, data):
-    """H and W are the run-time values of the size tensor."""
-    out = list(ins[0])
-    for axis, extent in zip(_spatial_axes(attrs.layout, "HW"), _values_of(data[1], 2)):
-        out[axis] = extent
-    return [out]
-
-
-@register_shape_func("dyn.nn.upsampling", True)
-def shape_func_dyn_upsampling(attrs, ins, outs, data):
-    """H and W scaled by the run-time scale tensors, rounded half to even like the static
-    op's type relation (Python's ``round``)."""
-    from kiln.tir import op as _op
-
-    out = list(ins[0])
-    for axis, scale in zip(_spatial_axes(attrs.layout, "HW"), data[1:3]):
-        scaled = _op.cast(out[axis], "float64") * _op.cast(_scalar_value(scale), "float64")
-        out[axis] = _op.cast(_op.round(scaled), "int64")
-    return [out]
-
-
 for _name, _index in (("dyn.zeros", 0), ("dyn.ones", 0), ("dyn.full", 1)):
     register_shape_func(_name, True, _shape_from_input(_index))
 
@@ -586,12 +445,8 @@ for _name, _requirement in (
         ("dyn.broadcast_to", "each input extent must be 1 or the target extent"),
         ("dyn.tile", "repeats must be non-negative"),
         ("dyn.one_hot", "depth must be non-negative"),
-        ("dyn.nn.pad", "padded extents must be non-negative"),
         ("dyn.strided_slice", "strides must be non-zero"),
-        ("dyn.squeeze", "each axis must be in range, named once, and of extent 1"),
-        ("dyn.topk", "k must not exceed the axis"),
-        ("dyn.image.resize2d", "sizes must be non-negative"),
-        ("dyn.nn.upsampling", "scales must be non-negative")):
+        ("dyn.squeeze", "each axis must be in range, named once, and of extent 1")):
     register_shape_requirement(_name, _requirement)
 
 
@@ -601,4 +456,5 @@ DYN_OPS = (
     "dyn.image.resize2d", "dyn.nn.pad", "dyn.nn.upsampling",
 )
 
-__all__ = ["DYN_OPS", "shape_tensor_length"]
+__all__ = ["DYN_OPS", "shape_tensor_length", "all_any", "tensor_ints", "tensor_scalar",
+           "scalar_element", "element_dims"]
