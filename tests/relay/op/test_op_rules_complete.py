@@ -2,14 +2,15 @@
 
 The test walks the whole registry after loading every module that registers rules, so a new
 op that forgets a step fails here with its name. Exceptions are explicit, each with the reason
-the op does not need the rule. It also checks that every rule is registered by its op's family
-module (``kiln/relay/op/<family>.py``, ``kiln/relay/qnn/<family>.py``), never by a central
-table elsewhere.
+the op does not need the rule. It also checks that every rule is registered by a family module
+(a module that defines ops: ``kiln/relay/op/<family>.py``, ``kiln/relay/qnn/<family>.py``),
+never by a central table elsewhere.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -198,17 +199,14 @@ def test_declaring_the_ops_does_not_load_topi():
 
 # ---- every rule lives in its op's family module (issue 13: one module per op family) ---------
 _ROOT = Path(kiln.__file__).parent
-# Modules that declare ops and their rules: the family modules of relay.op (not the strategy
-# layer, which only adds target implementations) and of relay.qnn.
-_FAMILY_PACKAGES = ("kiln.relay.op.", "kiln.relay.qnn.")
-_NOT_FAMILIES = ("kiln.relay.op.strategy.", "kiln.relay.op.op", "kiln.relay.op.type_relations",
-                 "kiln.relay.op.op_attrs", "kiln.relay.op.layout")
+# The registry and its registration helpers themselves.
+_REGISTRY_API = ("kiln.ir.op", "kiln.relay.op.op")
 # Modules that derive one rule for many ops from another rule (no per-op knowledge), and why.
 _DERIVED = {
     "kiln.relay.qnn.interp": "a QNN op's reference is its canonical lowering, interpreted",
 }
-# The registry and its registration helpers themselves.
-_REGISTRY_API = ("kiln.ir.op", "kiln.relay.op.op")
+# Helpers the family modules share when they write rules (same_shape_as_input …).
+_SHARED_HELPERS = ("kiln.relay.op.rule_util",)
 _RULE_KEYS = ("FTVMCompute", "FNumpyEval", "FShapeFunc", "FPrimalGradient", "FMacCount",
               "FScaleAxisOutput", "FScaleAxisInput")
 _REGISTER_HELPERS = {
@@ -219,10 +217,6 @@ _REGISTER_HELPERS = {
     "register_broadcast_schedule", "register_reduce_schedule", "register_opaque_schedule"}
 _ATTR_KEYS = {*_RULE_KEYS, "FTVMSchedule", "FTVMTypeRelation", "TOpPattern", "FInferArgTypes",
               "TShapeDataDependent", "TShapeValueRequirement", "TScaleAxisRole"}
-
-
-def _is_family(module: str) -> bool:
-    return module.startswith(_FAMILY_PACKAGES) and not module.startswith(_NOT_FAMILIES)
 
 
 def _module_name(path: Path) -> str:
@@ -246,24 +240,41 @@ def _registrations(tree: ast.AST):
         yield node.lineno, name
 
 
-def test_ops_and_rules_are_registered_only_in_family_modules():
-    # the old central tables (strategy/generic.py's COMPUTES, backend/numpy_ops.py,
-    # vm/shape_rules.py, transform/gradient_rules.py …) are gone: a rule registered anywhere
-    # else fails here with its file and line
-    bad = []
+@functools.lru_cache(maxsize=1)
+def _registering_modules() -> dict[str, list[tuple[int, str]]]:
+    """Each kiln module that registers ops or rules, with its registration calls."""
+    found = {}
     for path in sorted(_ROOT.rglob("*.py")):
-        module = _module_name(path)
-        if _is_family(module) or module in _DERIVED or module in _REGISTRY_API:
-            continue
         text = path.read_text()
         if not any(word in text for word in (*_REGISTER_HELPERS, "set_attr", "register_op_attr")):
             continue  # parse only the files that could register something
-        tree = ast.parse(text, str(path))
-        bad += [f"{module}:{line} {name}" for line, name in _registrations(tree)]
+        calls = list(_registrations(ast.parse(text, str(path))))
+        if calls:
+            found[_module_name(path)] = calls
+    return found
+
+
+def _family_modules() -> set[str]:
+    """The op family modules: the modules that define ops (``define_op``)."""
+    return {module for module, calls in _registering_modules().items()
+            if any(name == "define_op" for _, name in calls)}
+
+
+def test_rules_are_registered_only_where_ops_are_defined():
+    # the old central tables (strategy/generic.py's COMPUTES, backend/numpy_ops.py,
+    # vm/shape_rules.py, transform/gradient_rules.py …) are gone: a module that registers
+    # rules but defines no op fails here with its file and line
+    families = _family_modules()
+    bad = [f"{module}:{line} {name}" for module, calls in _registering_modules().items()
+           if module not in families and module not in _DERIVED
+           and module not in _REGISTRY_API for line, name in calls]
     assert not bad, f"op rules registered outside the family modules: {bad}"
+    assert {"kiln.relay.op.tensor", "kiln.relay.op.nn.dense", "kiln.relay.qnn.matmul"} <= \
+        families
 
 
 def test_every_rule_is_a_named_function_of_a_family_module():
+    allowed = _family_modules() | set(_SHARED_HELPERS)
     bad = []
     for name in _all_ops():
         op = Op.get(name)
@@ -272,10 +283,11 @@ def test_every_rule_is_a_named_function_of_a_family_module():
             if rule is None:
                 continue
             module = getattr(rule, "__module__", "")
-            if not (_is_family(module) or module == "kiln.relay.op.rule_util"
-                    or module in _DERIVED):
+            if module in _DERIVED:
+                continue
+            if module not in allowed:
                 bad.append(f"{name}.{key} from {module}")
-            elif getattr(rule, "__name__", "<lambda>") == "<lambda>" and module not in _DERIVED:
+            elif getattr(rule, "__name__", "<lambda>") == "<lambda>":
                 bad.append(f"{name}.{key} is a lambda in {module}")
     assert not bad, bad
 
