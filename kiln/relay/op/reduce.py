@@ -28,6 +28,7 @@ import numpy as np
 
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
+from kiln.relay.op.broadcast import broadcast_to_like
 from kiln.relay.op.op import (
     COMM_REDUCE,
     call,
@@ -40,7 +41,6 @@ from kiln.relay.op.op import (
 )
 from kiln.relay.op.reshape import reshape
 from kiln.relay.op.rule_util import i64, is_integer_dtype, optional_list, reference_dtype
-from kiln.relay.op.transform import broadcast_to_like
 from kiln.relay.op.type_relations import dims, fail, normalize_axis, tensor_arg, tensor_type
 
 # TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
