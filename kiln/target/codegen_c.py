@@ -36,9 +36,9 @@ value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). 
 ``if_then_else`` arm that may fault (a load not proved in bounds by
 :func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
 it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
-than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
-works lane by lane (:mod:`kiln.target.codegen_c_vectors`), and vector locals of that width are
-arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
+than an AVX2 register (``float32x16``) arrive as native-width parts when the store's value
+works lane by lane (``tir.SplitWideVectors`` in the C-family pipeline): GCC lowers its wider
+generic vectors piecewise through the stack.
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ from kiln.target.codegen_c_vectors import (
     VECTOR_MASK_BINARY,
     VECTOR_MIN_MAX,
     CNativeParts,
-    native_lanes,
 )
 from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE
 
@@ -193,9 +192,6 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         self._region_failure: tuple[str, str] | None = None  # (message slot, end label)
         self._func_name = ""
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
-        # id(buffer var) -> lanes of the native-width vectors a wider vector local is kept in
-        self._split_locals: dict[int, int] = {}
-        self._shared_parts: dict[str, list[str]] = {}  # wide shared load -> its parts' names
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
         self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
@@ -573,10 +569,6 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if lanes == 1:
             return f"{data}[{access.base}]"
         vtype = self._vector_type(DataType(node.dtype))
-        native = self._split_locals.get(id(buffer.data))
-        if native:  # the whole value from its native-width parts
-            return (f"({{ {vtype} _w; __builtin_memcpy(&_w, &{data}[({access.base}) / "
-                    f"{native}], sizeof _w); _w; }})")
         if id(buffer.data) in self._vector_locals:
             return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
@@ -619,18 +611,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         data = self._data(buffer)
         lanes = DataType(node.value.dtype).lanes
         access = flat_access(self, buffer, node.indices)
-        if lanes > 1 and self._store_in_parts(node, access):
-            return
         value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
         if lanes == 1 and not access.vector_index:
             self._line(f"{data}[{access.base}] = {value};")
             return
         vtype = self._vector_type(DataType(buffer.dtype).with_lanes(lanes))
-        native = self._split_locals.get(id(buffer.data))
-        if native:
-            self._line(f"{{ {vtype} _w = {value}; __builtin_memcpy(&{data}[({access.base}) / "
-                       f"{native}], &_w, sizeof _w); }}")
-            return
         if id(buffer.data) in self._vector_locals:
             self._line(f"{data}[({access.base}) / {lanes}] = {value};")
             return
@@ -806,10 +791,6 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
                     self._vector_locals[id(node.buffer_var)] = lanes_used
-                    native = native_lanes(t.element_of, lanes_used)
-                    if native < lanes_used:
-                        self._split_locals[id(node.buffer_var)] = native
-                        lanes_used = native
                     vtype = self._vector_type(t.element_of.with_lanes(lanes_used))
                     self._line(f"{vtype} {name}[{count // lanes_used}] "
                                "__attribute__((aligned(64)));")

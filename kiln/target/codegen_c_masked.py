@@ -46,8 +46,8 @@ _LANEWISE_NODES = _BINARY_NODES | {"Not", "Cast", "Select"}
 class CLaneMasks:
     """``tir.if_then_else`` for :class:`~kiln.target.codegen_c.CodeGenC` (which provides
     ``expr``, ``_lane_mask``, ``_blend``, ``_vector_value``, ``_vector_type`` and the
-    ``_vector_types`` declarations, ``_binary_scalar``, ``_slice``/``_slice_mask``, the name
-    table and ``_analyzer``, holding the enclosing loops' ranges)."""
+    ``_vector_types`` declarations, ``_binary_scalar``, the name table and ``_analyzer``,
+    holding the enclosing loops' ranges)."""
 
     # id(node) -> whether it may be evaluated unconditionally, for one outermost if_then_else
     # (the loop facts the proof uses do not change inside one expression)
@@ -371,37 +371,6 @@ class CLaneMasks:
         if offset is not None and not is_const_int(offset, 0):
             terms.append(self.expr(offset))
         return f"{data}[{' + '.join(terms)}]"
-
-    def _choice_sliceable(self, node: Any, bits: int) -> bool:
-        """Whether a per-lane ``if_then_else`` can be sliced: each arm either cannot fault
-        (and slices), or is one contiguous load that a masked load reads part by part."""
-        cond = node.args[0]
-        if DataType(cond.dtype).lanes == 1 or not self._mask_sliceable(cond):
-            return False
-        for arm in node.args[1:]:
-            if node_name(arm) == "BufferLoad" and not self._speculable(arm):
-                if not (self._maskable(arm) and self._load_sliceable(arm)):
-                    return False
-            elif not (self._speculable(arm) and self._sliceable(arm, bits)):
-                return False
-        return True
-
-    def _slice_choice(self, node: Any, part: int, width: int) -> str:
-        """Part ``part`` of a per-lane ``if_then_else`` (see :meth:`_choice_sliceable`): a
-        blend of the arms' parts, a load that may fault read by a masked load."""
-        cond = node.args[0]
-        t = DataType(node.dtype).element_of.with_lanes(width)
-        mask_type = self._vector_type(DataType(f"int{t.bits}").with_lanes(width))
-        arms = []
-        for arm, mask in ((node.args[1], "_mp"), (node.args[2], "(~_mp)")):
-            if node_name(arm) == "BufferLoad" and not self._speculable(arm):
-                access = flat_access(self, arm.buffer, arm.indices)
-                arms.append(f"{self._masked_load_helper(t)}({self._data(arm.buffer)} + "
-                            f"{access.base} + {part * width}, {mask})")
-            else:
-                arms.append(self._slice(arm, part, width))
-        return (f"({{ {mask_type} _mp = {self._slice_mask(cond, part, width, t.bits)}; "
-                f"{self._blend(t, '_mp', *arms)}; }})")
 
 
 def loads_of(expr: Any) -> tuple[list[Any], bool]:

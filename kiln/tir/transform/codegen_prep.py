@@ -13,6 +13,7 @@ from kiln.tir.function import PrimFunc
 from kiln.tir.transform.base import PrimFuncPass
 from kiln.tir.transform.safe_choices import HoistSafeArmLoads, SelectSafeIfThenElse
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
+from kiln.tir.transform.wide_vectors import SplitWideVectors
 
 __all__ = ["CODEGEN_PIPELINE", "C_CODEGEN_PIPELINE", "prepare_for_codegen"]
 
@@ -23,10 +24,13 @@ CODEGEN_PIPELINE: list[PrimFuncPass] = [
 
 
 # The C-family printers (C, bare-metal C, OpenCL) also bind safe loading arms of scalar
-# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead).
+# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead), and
+# get vectors wider than a register as native-width parts (GCC spills wider generic vectors
+# to the stack; LLVM legalizes them itself).
 C_CODEGEN_PIPELINE: list[PrimFuncPass] = [
     *CODEGEN_PIPELINE,
-    HoistSafeArmLoads(),  # last: on what the printer gets, under the same loop facts
+    HoistSafeArmLoads(),  # on what the printer gets, under the same loop facts
+    SplitWideVectors(),  # after the binding passes: it slices what they leave in place
 ]
 
 
