@@ -84,7 +84,7 @@ from kiln.target.codegen_c_vectors import (
     COMPARISONS,
     VECTOR_MASK_BINARY,
     VECTOR_MIN_MAX,
-    CNativeParts,
+    fits_vector_register,
 )
 from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE
 
@@ -147,7 +147,7 @@ static inline int64_t kiln_parallel_chunk(int64_t count) {
 }"""
 
 
-class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
+class CodeGenC(CLaneMasks, CIntrinsics):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
@@ -194,8 +194,6 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
-        self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
-        self._shared_count = 0
         self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
         self._vector_lanes_of: dict[int, int] = {}  # id(buffer var) -> lanes (see Allocate)
         self.function_names: list[str] = []
@@ -572,8 +570,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if id(buffer.data) in self._vector_locals:
             return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
-            text = f"(*({vtype}_u*)({data} + {access.base}))"
-            return self._shared_loads.get(text, text)
+            return f"(*({vtype}_u*)({data} + {access.base}))"
         index_vec = access.vector_index
         elems = ", ".join(f"{data}[_i[{lane}]]" for lane in range(lanes))
         itype = self._vector_type(DataType("int64").with_lanes(lanes))
@@ -594,6 +591,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if method is None:
             raise TVMError(f"C codegen: no rule for TIR statement node {kind}")
         method(node)
+
+    def stmt_SeqStmt(self, node: Any) -> None:
+        """Append the C lines of each statement of a TIR ``SeqStmt``, in order."""
+        for stmt in node.seq:
+            self.emit_stmt(stmt)
 
     def stmt_Evaluate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Evaluate`` statement."""
@@ -640,7 +642,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         name = self._bind(node.var)
         if t.is_handle:
             self._pointer_types[id(node.var)] = ctype
-        self._line(f"{ctype} {name} = {value};")
+        # a vector read once for a run of stores (tir.ShareVectorLoads) stays in a register:
+        # gcc would otherwise re-read memory at every use
+        pin = t.lanes > 1 and node_name(node.value) == "BufferLoad" and \
+            fits_vector_register(ctype)
+        self._line(f"{ctype} {name} = {value};" + (f" KILN_IN_REGISTER({name});" if pin else ""))
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:

@@ -373,26 +373,6 @@ class CLaneMasks:
         return f"{data}[{' + '.join(terms)}]"
 
 
-def loads_of(expr: Any) -> tuple[list[Any], bool]:
-    """The BufferLoads in ``expr``, and whether any sits under a Let or an if_then_else."""
-    from kiln.tir.stmt_functor import post_order_visit
-
-    loads: list[Any] = []
-    guarded = [False]
-
-    def collect(node: Any) -> None:
-        kind = node_name(node)
-        if kind == "BufferLoad":
-            loads.append(node)
-        elif kind == "Let" or (kind == "Call" and node.op == "tir.if_then_else"):
-            guarded[0] = True
-
-    post_order_visit(expr, collect)
-    return loads, guarded[0]
-
-
-
-
 def _lanewise_loads(expr: Any) -> list[Any]:
     """The distinct vector BufferLoads whose lane k only lane k of ``expr`` uses, reached
     through lane-wise nodes: not through a Shuffle or Let (lanes may move), an extern call,

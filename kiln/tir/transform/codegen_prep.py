@@ -12,6 +12,7 @@ from __future__ import annotations
 from kiln.tir.function import PrimFunc
 from kiln.tir.transform.base import PrimFuncPass
 from kiln.tir.transform.safe_choices import HoistSafeArmLoads, SelectSafeIfThenElse
+from kiln.tir.transform.shared_loads import ShareVectorLoads
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
 from kiln.tir.transform.wide_vectors import SplitWideVectors
 
@@ -24,13 +25,15 @@ CODEGEN_PIPELINE: list[PrimFuncPass] = [
 
 
 # The C-family printers (C, bare-metal C, OpenCL) also bind safe loading arms of scalar
-# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead), and
-# get vectors wider than a register as native-width parts (GCC spills wider generic vectors
-# to the stack; LLVM legalizes them itself).
+# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead), get
+# vectors wider than a register as native-width parts (GCC spills wider generic vectors to
+# the stack; LLVM legalizes them itself), and vector loads shared by a run of stores bound
+# once (GCC re-reads them at every use; LLVM's GVN shares them over noalias pointers).
 C_CODEGEN_PIPELINE: list[PrimFuncPass] = [
     *CODEGEN_PIPELINE,
     HoistSafeArmLoads(),  # on what the printer gets, under the same loop facts
     SplitWideVectors(),  # after the binding passes: it slices what they leave in place
+    ShareVectorLoads(),  # after the split: the parts' loads are what the stores share
 ]
 
 

@@ -27,6 +27,7 @@ from kiln.tir import stmt as _s
 from kiln.tir.function import PrimFunc
 from kiln.tir.stmt_functor import StmtExprMutator
 from kiln.tir.transform.base import PrimFuncPass, prim_func_pass
+from kiln.tir.transform.vector_access import contiguous_index
 
 __all__ = ["SplitWideVectors", "split_wide_vectors", "native_lanes", "NATIVE_VECTOR_BITS"]
 
@@ -44,24 +45,6 @@ def native_lanes(dtype: DataType, lanes: int, native_bits: int = NATIVE_VECTOR_B
     of ``lanes`` fits (or does not split into whole native registers)."""
     per_register = max(native_bits // max(dtype.bits, 8), 1)
     return per_register if lanes > per_register and lanes % per_register == 0 else lanes
-
-
-def _contiguous_index(buffer: Any, indices: list[Any]) -> int | None:
-    """Position of the one stride-1 ``Ramp`` in ``indices`` when the lanes are contiguous in
-    memory (the ramp indexes the innermost, unit-stride dimension; the other indices are
-    scalars or broadcasts); None otherwise."""
-    ramps = [k for k, index in enumerate(indices) if DataType(index.dtype).lanes > 1
-             and not isinstance(index, _e.Broadcast)]
-    if len(ramps) != 1 or not isinstance(indices[ramps[0]], _e.Ramp):
-        return None
-    k = ramps[0]
-    stride = indices[k].stride
-    if not (isinstance(stride, IntImm) and int(stride.value) == 1):
-        return None
-    if buffer.strides:
-        unit = buffer.strides[k]
-        return k if isinstance(unit, IntImm) and int(unit.value) == 1 else None
-    return k if k == len(indices) - 1 else None
 
 
 def _offset(base: Any, lanes: int, stride: Any) -> Any:
@@ -101,7 +84,7 @@ class _Slicer:
             return (DataType(cond.dtype).lanes == t.lanes and self.mask_sliceable(cond)
                     and self.sliceable(then, bits) and self.sliceable(other, bits))
         return isinstance(node, _e.BufferLoad) and \
-            _contiguous_index(node.buffer, list(node.indices)) is not None
+            contiguous_index(node.buffer, list(node.indices)) is not None
 
     def mask_sliceable(self, cond: Any) -> bool:
         """Whether the vector bool ``cond`` slices (comparisons, and/or/not, bool loads)."""
@@ -115,7 +98,7 @@ class _Slicer:
             return self.mask_sliceable(cond.a)
         return isinstance(cond, _e.Broadcast) or (
             isinstance(cond, _e.BufferLoad)
-            and _contiguous_index(cond.buffer, list(cond.indices)) is not None)
+            and contiguous_index(cond.buffer, list(cond.indices)) is not None)
 
     def part(self, node: Any, k: int) -> Any:
         """Lanes ``[k * width, (k + 1) * width)`` of vector ``node`` (which slices)."""
@@ -146,7 +129,7 @@ class _Slicer:
 
     def indices(self, buffer: Any, indices: list[Any], k: int) -> list[Any]:
         """``indices`` of a contiguous access narrowed to part ``k``."""
-        ramp_at = _contiguous_index(buffer, indices)
+        ramp_at = contiguous_index(buffer, indices)
         out = []
         for position, index in enumerate(indices):
             if position == ramp_at:
@@ -168,7 +151,7 @@ class _WideStores(StmtExprMutator):
         t = DataType(node.value.dtype)
         width = native_lanes(t.element_of, t.lanes, self.native_bits)
         indices = list(node.indices)
-        if width >= t.lanes or t.is_bool or _contiguous_index(node.buffer, indices) is None:
+        if width >= t.lanes or t.is_bool or contiguous_index(node.buffer, indices) is None:
             return node
         slicer = _Slicer(width)
         if not slicer.sliceable(node.value, t.bits):
