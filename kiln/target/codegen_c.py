@@ -31,11 +31,11 @@ are evaluated before the ``?:`` (see :meth:`CodeGenC.call_if_then_else`: GCC 12.
 the masked loads it would otherwise make).
 
 Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vector lanes must
-be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
-value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
-``if_then_else`` arm that may fault (a load not proved in bounds by
-:func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
-it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
+be whole integers); a select blends on a mask as wide as the value's lanes
+(:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane ``if_then_else``
+arrives as a ``Select`` whose loads that may fault are ``tir.masked_load`` calls
+(``tir.MaskFaultingLanes``), printed as masked loads or a guarded lane loop
+(:mod:`kiln.target.codegen_c_masked`). Vectors wider
 than an AVX2 register (``float32x16``) arrive as native-width parts when the store's value
 works lane by lane (``tir.SplitWideVectors`` in the C-family pipeline): GCC lowers its wider
 generic vectors piecewise through the stack.
@@ -50,8 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from kiln.arith import Analyzer
-from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -194,7 +192,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
-        self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
         self._vector_lanes_of: dict[int, int] = {}  # id(buffer var) -> lanes (see Allocate)
         self.function_names: list[str] = []
 
@@ -208,7 +205,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
-        self._analyzer = Analyzer()
         self._vector_lanes_of = uniform_vector_lanes(func.body)
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
@@ -531,13 +527,13 @@ class CodeGenC(CLaneMasks, CIntrinsics):
     def expr_Let(self, node: Any) -> str:
         """C text of a TIR ``Let`` node."""
         name = self._bind(node.var)
-        value = self.expr(node.value)
+        value = self._vector_value(node.value)  # a bool vector as its bytes
         ctype = self._vector_type(DataType(node.var.dtype))
         return f"({{ {ctype} {name} = {value}; {self.expr(node.body)}; }})"
 
     def expr_Shuffle(self, node: Any) -> str:
         """C text of a TIR ``Shuffle`` node."""
-        vectors = [self.expr(v) for v in node.vectors]
+        vectors = [self._vector_value(v) for v in node.vectors]  # bool vectors as bytes
         decls = []
         sources = []
         for index, (vec, text) in enumerate(zip(node.vectors, vectors)):
@@ -729,9 +725,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         self._line("}")
 
     def _loop_body(self, node: Any) -> None:
-        with self._analyzer.constraint_scope(node.loop_var,
-                                             Range.from_min_extent(node.min, node.extent)):
-            self._block(node.body)
+        self._block(node.body)
 
     def _parallel_chunks(self, node: Any, loop_type: str, name: str, begin: str,
                          extent: str) -> None:

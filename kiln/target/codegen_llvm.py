@@ -32,8 +32,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.arith import Analyzer
-from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -130,7 +128,6 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self._alloca_builder = None
         self._in_parallel = False
         self._func_name = ""
-        self._analyzer = Analyzer()  # enclosing loops' ranges: proves if_then_else arms safe
 
     # -- types -----------------------------------------------------------------------------
     def ltype(self, dtype: Any, storage: bool = False):
@@ -238,8 +235,6 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     # -- expressions -----------------------------------------------------------------------
     def expr(self, node: Any):
         """The LLVM value of a PrimExpr."""
-        if self._active_lanes is not None:  # inside an if_then_else arm taken in some lanes
-            return self._masked_expr(node)
         return self._dispatch(node)
 
     def _dispatch(self, node: Any):
@@ -628,11 +623,6 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     def stmt_For(self, node: Any) -> None:
         """Emit the LLVM instructions of a TIR ``For`` statement."""
-        with self._analyzer.constraint_scope(node.loop_var,
-                                             Range.from_min_extent(node.min, node.extent)):
-            self._emit_for(node)
-
-    def _emit_for(self, node: Any) -> None:
         kind = int(node.kind)
         extent = node.extent
         if kind == 1 and not self._in_parallel:

@@ -336,11 +336,13 @@ class LLVMIntrinsics:
         return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
 
     def call_if_then_else(self, node: Any):
-        """Only the taken side is evaluated (a guarded load may be out of bounds): a scalar
-        condition branches to the taken arm; a per-lane condition is a ``select`` whose arms
-        run under lane masks (:class:`~kiln.target.codegen_llvm_masked.LLVMLaneMasks`)."""
+        """Only the taken side is evaluated (a guarded load may be out of bounds): the scalar
+        condition branches to the taken arm. A per-lane choice never gets here: the codegen
+        pipeline made it a ``Select`` of masked arms (``tir.MaskFaultingLanes``)."""
         if DataType(node.args[0].dtype).lanes > 1:
-            return self._vector_if_then_else(node)
+            raise TVMError(f"LLVM codegen ({self._func_name}): a per-lane if_then_else "
+                           "reached the printer; run the codegen pipeline first "
+                           "(kiln.tir.transform.CODEGEN_PIPELINE: tir.MaskFaultingLanes)")
         b = self.builder
         cond = self.expr(node.args[0])
         then_block = self.function.append_basic_block("if_then")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kiln.tir.function import PrimFunc
 from kiln.tir.transform.base import PrimFuncPass
+from kiln.tir.transform.lane_masks import MaskFaultingLanes
 from kiln.tir.transform.safe_choices import HoistSafeArmLoads, SelectSafeIfThenElse
 from kiln.tir.transform.shared_loads import ShareVectorLoads
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
@@ -21,6 +22,7 @@ __all__ = ["CODEGEN_PIPELINE", "C_CODEGEN_PIPELINE", "prepare_for_codegen"]
 CODEGEN_PIPELINE: list[PrimFuncPass] = [
     SelectSafeIfThenElse(),  # per-lane choices that cannot fault: blend both arms
     BindSharedSubexprs(),  # a printer expands a DAG into a tree: bind what is shared first
+    MaskFaultingLanes(),  # the other per-lane choices: blend arms that read only their lanes
 ]
 
 
@@ -30,9 +32,11 @@ CODEGEN_PIPELINE: list[PrimFuncPass] = [
 # the stack; LLVM legalizes them itself), and vector loads shared by a run of stores bound
 # once (GCC re-reads them at every use; LLVM's GVN shares them over noalias pointers).
 C_CODEGEN_PIPELINE: list[PrimFuncPass] = [
-    *CODEGEN_PIPELINE,
+    SelectSafeIfThenElse(),
+    SplitWideVectors(),  # before the masks: each native part of a choice gets its own
+    BindSharedSubexprs(),
+    MaskFaultingLanes(),
     HoistSafeArmLoads(),  # on what the printer gets, under the same loop facts
-    SplitWideVectors(),  # after the binding passes: it slices what they leave in place
     ShareVectorLoads(),  # after the split: the parts' loads are what the stores share
 ]
 

@@ -9,11 +9,11 @@ memory at every use of such a load (it cannot prove the stores to C leave B alon
 a GEMM inner loop load-bound. In a ``SeqStmt`` made only of ``BufferStore`` statements, each
 contiguous vector load that appears in more than one of them, from a buffer the run does not
 store to, is bound once by a ``LetStmt`` just before its first use, and its uses read the
-variable. Loads under a ``Let`` or an ``if_then_else`` (which may be read only in some lanes)
-are left where they are, as are loads of buffers accessed only by whole aligned vectors (the C
-printer keeps those in registers already). The C-family printers pin a let-bound vector load
-in a register (``KILN_IN_REGISTER``); LLVM does this itself (GVN over ``noalias`` pointers),
-so the pass is in the C-family pipeline.
+variable. Loads under a ``Let``, an ``if_then_else`` or a ``tir.masked_load`` (read only in
+some lanes) are left where they are, as are loads of buffers accessed only by whole aligned
+vectors (the C printer keeps those in registers already). The C-family printers pin a
+let-bound vector load in a register (``KILN_IN_REGISTER``); LLVM does this itself (GVN over
+``noalias`` pointers), so the pass is in the C-family pipeline.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def _loads_unless_guarded(expr: Any) -> list[_e.BufferLoad] | None:
     def collect(node: Any) -> None:
         if isinstance(node, _e.BufferLoad):
             loads.append(node)
-        elif isinstance(node, _e.Let) or (isinstance(node, _e.Call)
-                                          and str(node.op) == "tir.if_then_else"):
+        elif isinstance(node, _e.Let) or (isinstance(node, _e.Call) and str(node.op) in (
+                "tir.if_then_else", "tir.masked_load")):
             guarded.append(node)
 
     post_order_visit(expr, collect)

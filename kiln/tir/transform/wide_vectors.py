@@ -35,7 +35,7 @@ __all__ = ["SplitWideVectors", "split_wide_vectors", "native_lanes", "NATIVE_VEC
 NATIVE_VECTOR_BITS = 256
 
 # lane-wise arithmetic sliced part by part (operands as wide as the result)
-_ARITHMETIC = (_e.Add, _e.Sub, _e.Mul, _e.Div, _e.Min, _e.Max)
+_ARITHMETIC = (_e.Add, _e.Sub, _e.Mul, _e.Div, _e.Mod, _e.FloorDiv, _e.FloorMod, _e.Min, _e.Max)
 _COMPARISONS = (_e.EQ, _e.NE, _e.LT, _e.LE, _e.GT, _e.GE)
 _MASK_LOGIC = (_e.And, _e.Or)
 
