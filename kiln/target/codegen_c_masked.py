@@ -31,9 +31,9 @@ __all__ = ["CLaneMasks"]
 
 class CLaneMasks:
     """``tir.if_then_else`` and ``tir.masked_load`` for
-    :class:`~kiln.target.codegen_c.CodeGenC` (which provides ``expr``, ``_lane_mask``,
-    ``_vector_value``, ``_vector_type`` and the ``_vector_types`` declarations, ``_data``
-    and ``_vector_locals``)."""
+    :class:`~kiln.target.codegen_c.CodeGenC`, through its public printer interface:
+    ``expr``, ``lane_mask``, ``vector_value``, ``vector_type``, ``data_pointer``,
+    ``declarations`` and ``vector_locals``)."""
 
     def call_if_then_else(self, node: Any) -> str:
         """``cond ? a : b`` on a scalar condition: only the taken arm is evaluated.
@@ -48,10 +48,10 @@ class CLaneMasks:
         """
         cond = node.args[0]
         if DataType(cond.dtype).lanes > 1:
-            raise TVMError(f"C codegen ({self._func_name}): a per-lane if_then_else reached "
+            raise TVMError(f"C codegen ({self.func_name}): a per-lane if_then_else reached "
                            "the printer; run the codegen pipeline first "
                            "(kiln.tir.transform.C_CODEGEN_PIPELINE: tir.MaskFaultingLanes)")
-        then, other = (self._vector_value(a) for a in node.args[1:])
+        then, other = (self.vector_value(a) for a in node.args[1:])
         return f"({self.expr(cond)} ? {then} : {other})"
 
     def call_masked_load(self, node: Any) -> str:
@@ -59,21 +59,21 @@ class CLaneMasks:
         memory is not read."""
         load, mask = node.args
         t = DataType(load.dtype)
-        if id(load.buffer.data) in self._vector_locals:
+        if id(load.buffer.data) in self.vector_locals:
             return self.expr(load)  # a local array of vectors: in bounds by construction
         access = flat_access(self, load.buffer, load.indices)
-        data = self._data(load.buffer)
+        data = self.data_pointer(load.buffer)
         if self._maskable(t, access):
             return (f"{self._masked_load_helper(t)}({data} + {access.base}, "
-                    f"{self._lane_mask(mask, t.bits)})")
+                    f"{self.lane_mask(mask, t.bits)})")
         lanes = t.lanes
-        decls = [f"{self._vector_type(DataType('int8').with_lanes(lanes))} _mv = "
-                 f"{self._lane_mask(mask, 8)}; int8_t _m[{lanes}]; "
+        decls = [f"{self.vector_type(DataType('int8').with_lanes(lanes))} _mv = "
+                 f"{self.lane_mask(mask, 8)}; int8_t _m[{lanes}]; "
                  "__builtin_memcpy(_m, &_mv, sizeof _m);"]
         if access.contiguous:
             index = f"({access.base}) + _l"
         elif access.vector_index is not None:
-            itype = self._vector_type(DataType("int64").with_lanes(lanes))
+            itype = self.vector_type(DataType("int64").with_lanes(lanes))
             decls.append(f"{itype} _i = __builtin_convertvector({access.vector_index}, "
                          f"{itype});")
             index = "_i[_l]"
@@ -82,7 +82,7 @@ class CLaneMasks:
         element = c_type(DataType("int8") if t.is_bool else t.element_of)
         return (f"({{ {' '.join(decls)} {element} _o[{lanes}]; for (int _l = 0; "
                 f"_l < {lanes}; ++_l) _o[_l] = _m[_l] ? {data}[{index}] : 0; "
-                f"{self._vector_type(t)} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
+                f"{self.vector_type(t)} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
 
     @staticmethod
     def _maskable(t: DataType, access: Any) -> bool:
@@ -96,15 +96,15 @@ class CLaneMasks:
         the lanes of ``p`` where ``mask`` is all ones, zero elsewhere, reading no memory of
         the other lanes (AVX2 ``maskload`` per 128/256-bit part; a guarded loop without
         AVX2)."""
-        vtype = self._vector_type(dtype)
+        vtype = self.vector_type(dtype)
         name = f"kiln_maskload_{vtype}"
-        if name in self._vector_types:
+        if name in self.declarations:
             return name
         total = dtype.bits * dtype.lanes
         width = 256 if total % 256 == 0 else 128
         per_part = width // dtype.bits
         element = c_type(dtype.element_of)
-        mask_type = self._vector_type(DataType(f"int{dtype.bits}").with_lanes(dtype.lanes))
+        mask_type = self.vector_type(DataType(f"int{dtype.bits}").with_lanes(dtype.lanes))
         kind = "p" + ("s" if dtype.bits == 32 else "d") if dtype.is_float \
             else f"epi{dtype.bits}"
         prefix = "_mm256" if width == 256 else "_mm"
@@ -118,7 +118,7 @@ class CLaneMasks:
             f"(p + {k * per_part}), m_{k}); __builtin_memcpy((char*)&r + {k * width // 8}, "
             f"&r_{k}, {width // 8}); }}"
             for k in range(total // width))
-        self._vector_types[name] = (
+        self.declarations[name] = (
             "#if defined(__AVX2__)\n#include <immintrin.h>\n#endif\n"
             f"static inline {vtype} {name}(const {element}* p, {mask_type} mask) {{\n"
             f"  {vtype} r = {{0}};\n#if defined(__AVX2__)\n{parts}\n#else\n"

@@ -24,7 +24,7 @@ __all__ = ["LLVMLaneMasks"]
 
 class LLVMLaneMasks:
     """``tir.masked_load`` for :class:`~kiln.target.codegen_llvm.CodeGenLLVM` (which provides
-    ``builder``, ``expr``, ``ltype``, ``_declare`` and the buffer addressing helpers)."""
+    ``builder``, ``expr``, ``ltype``, ``declare`` and the buffer addressing helpers)."""
 
     def call_masked_load(self, call: Any):
         """``tir.masked_load(load, mask)``: a vector load touching only the elements of the
@@ -33,8 +33,8 @@ class LLVMLaneMasks:
         ir, b = self.ir, self.builder
         t = DataType(node.dtype)
         storage = self.ltype(t, storage=True)
-        element_ptr = self._element_pointer(node.buffer)
-        offsets, contiguous = self._lane_offsets(node.buffer, node.indices, t.lanes)
+        element_ptr = self.element_pointer(node.buffer)
+        offsets, contiguous = self.lane_offsets(node.buffer, node.indices, t.lanes)
         align = ir.Constant(self.i32, max(DataType(node.buffer.dtype).itemsize, 1))
         passthru = ir.Constant(storage, None)
         mask = self.expr(mask)
@@ -50,12 +50,12 @@ class LLVMLaneMasks:
                                             self.const("int32", lane))
             loaded = self._masked_memory_call("llvm.masked.gather", pointers, align, mask,
                                               passthru)
-        return self._from_storage(loaded, t)
+        return self.from_storage(loaded, t)
 
     def _masked_memory_call(self, name: str, address, align, mask, passthru):
         # the (pointer, i32 align, mask, passthru) form: LLVM 22 moved the alignment onto the
         # pointer and upgrades this form when it reads it; older LLVMs take it as it is
         args = [address, align, mask, passthru]
-        fn = self._declare(f"{name}.{mangle_type(passthru.type)}.{mangle_type(address.type)}",
+        fn = self.declare(f"{name}.{mangle_type(passthru.type)}.{mangle_type(address.type)}",
                            passthru.type, [a.type for a in args])
         return self.builder.call(fn, args)
