@@ -49,6 +49,14 @@ def _loads_unless_guarded(expr: Any) -> list[_e.BufferLoad] | None:
     return None if guarded else loads
 
 
+def _flat(seq: _s.SeqStmt) -> list[_s.Stmt]:
+    """The statements of ``seq`` with nested SeqStmts spliced in."""
+    out: list[_s.Stmt] = []
+    for stmt in seq.seq:
+        out.extend(_flat(stmt) if isinstance(stmt, _s.SeqStmt) else [stmt])
+    return out
+
+
 class _Replace(StmtExprMutator):
     """Replaces the loads equal to a bound one by its variable."""
 
@@ -70,7 +78,7 @@ class _SharedLoads(StmtExprMutator):
         self.whole_vector_buffers = whole_vector_buffers
 
     def visit_SeqStmt(self, node: _s.SeqStmt) -> Any:
-        seq = list(node.seq)
+        seq = _flat(node)  # a wide store split in parts is a SeqStmt inside the run
         if len(seq) < 2 or not all(isinstance(s, _s.BufferStore) for s in seq):
             return self.generic_visit(node)
         stored = {id(s.buffer.data) for s in seq}

@@ -9,21 +9,25 @@ import pytest
 
 import kiln
 from kiln import te, tir
-from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE, CODEGEN_PIPELINE
+from kiln.tir.transform.codegen_prep import (
+    C_CODEGEN_PIPELINE,
+    CODEGEN_PIPELINE,
+    prepare_for_codegen,
+)
 from kiln.tir.transform.shared_loads import ShareVectorLoads
 
 ROWS, N = 4, 32
 
 
-def row_kernel(compute):
-    """``C[r, j] = compute(A, B, r, j)`` with the rows unrolled and ``j`` vectorized by 8:
-    one run of ROWS stores per vector of columns."""
+def row_kernel(compute, lanes: int = 8):
+    """``C[r, j] = compute(A, B, r, j)`` with the rows unrolled and ``j`` vectorized by
+    ``lanes``: one run of ROWS stores per vector of columns."""
     A = te.placeholder((ROWS, N), name="A")
     B = te.placeholder((N,), name="B")
     C = te.compute((ROWS, N), lambda r, j: compute(A, B, r, j), name="C")
     sch = te.create_schedule(C.op)
     r, j = C.op.axis
-    jo, ji = sch[C].split(j, factor=8)
+    jo, ji = sch[C].split(j, factor=lanes)
     sch[C].reorder(jo, r, ji)
     sch[C].unroll(r)
     sch[C].vectorize(ji)
@@ -72,6 +76,16 @@ def test_a_buffer_the_run_stores_to_is_not_shared():
                        tir.BufferStore(stores[0].buffer, load + 1.0, stores[0].indices),
                        tir.BufferStore(stores[1].buffer, load + 2.0, stores[1].indices)])
     assert lets(ShareVectorLoads()(func.with_body(run))) == []
+
+
+def test_the_parts_of_split_wide_stores_share_their_loads():
+    """After tir.SplitWideVectors each 16-lane store is a SeqStmt of two 8-lane parts inside
+    the run: both 8-lane halves of B are bound once."""
+    func = prepare_for_codegen(row_kernel(lambda A, B, r, j: A[r, j] * B[j], lanes=16)["rows"],
+                               C_CODEGEN_PIPELINE)
+    bound = lets(func)
+    assert [kiln.DataType(let.var.dtype).lanes for let in bound] == [8, 8]
+    assert all(let.value.buffer.name == "B" for let in bound)
 
 
 def test_only_the_c_family_pipeline_shares():
