@@ -22,7 +22,6 @@ Example
 from __future__ import annotations
 
 import collections
-import functools
 import itertools
 import os
 import shutil
@@ -31,6 +30,7 @@ import struct
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +59,7 @@ from kiln.rpc.protocol import (
     send_handshake_int,
     write_packet,
 )
-from kiln.rpc.serving import confined_path, session_globals
+from kiln.rpc.serving import builtin_global, confined_path, session_globals
 from kiln.runtime.device import RPC_SESS_MASK, Device
 from kiln.runtime.device_api import DeviceAPI, DeviceBuffer, DeviceNDArray, register_device_api
 from kiln.runtime.dtype import DataType
@@ -114,12 +114,14 @@ class ClientEndpoint:
         try:
             self.channel.send(*parts)
             return self.channel.recv_packet()
-        except ChannelClosed as err:
-            if err.received == 0:
-                raise self._lost(what, "the server closed the connection") from None
-            raise self._lost(what, err) from None
         except RPCError as err:
-            raise self._lost(what, err) from None
+            raise self._lost_by(err, what) from None
+
+    def _lost_by(self, err: RPCError, what: str | Lazy) -> RPCError:
+        """The session-lost error of a request whose channel failed with ``err``."""
+        if isinstance(err, ChannelClosed) and err.received == 0:
+            return self._lost(what, "the server closed the connection")
+        return self._lost(what, err)
 
     def _decode_reply(self, reply: int, body: memoryview, what: str) -> list[tuple[int, Any]]:
         reader = Reader(body, Lazy("RPC reply to {}", what), self.codec)
@@ -190,6 +192,35 @@ class ClientEndpoint:
                 return None
             values = self._decode_reply(code, body, what)  # decoded before the lock frees
         return self._decode_return(values, what)
+
+    def _caller(self, handle: int, what: Lazy) -> Callable[..., Any]:
+        """The Python body of remote function ``handle``: :meth:`_call`, except that a call
+        without arguments that returns nothing (an empty call) is one prebuilt packet out and
+        one reply recognised by its bytes, through the channel's :meth:`Channel.exchanger`."""
+        codec, lock, pending, call = self.codec, self._lock, self._pending_frees, self._call
+        null_return = codec.null_return
+        exchange = self.channel.exchanger(
+            codec.call_packet(handle, []),
+            _HEADER.pack(len(null_return) + 4, _RETURN) + null_return)
+
+        def remote(*args: Any) -> Any:
+            if args or pending:  # (the codec is settled: functions come after InitServer)
+                return call(handle, what, *args)
+            with lock:
+                if self._closed is not None:
+                    self._check_open()
+                try:
+                    if exchange():
+                        return None
+                    code, body = self.channel.recv_packet()
+                except RPCError as err:
+                    raise self._lost_by(err, what) from None
+                if code == _RETURN and body == null_return:
+                    return None
+                values = self._decode_reply(code, body, what)
+            return self._decode_return(values, what)
+
+        return remote
 
     def syscall(self, code: RPCCode, *args: tuple[int, Any]) -> Any:
         writer = Writer(self.codec)
@@ -296,8 +327,7 @@ class ClientEndpoint:
         return self._remote_function(int(handle), name)
 
     def _remote_function(self, handle: int, name: str) -> PackedFunc:
-        func = PackedFunc(functools.partial(self._call, handle, Lazy("call to {!r}", name)),
-                          name)
+        func = PackedFunc(self._caller(handle, Lazy("call to {!r}", name)), name)
         weakref.finalize(func, self.free_later, handle, TypeCode.PACKED_FUNC_HANDLE)
         _REMOTE_HANDLES[func] = (self, handle, TypeCode.PACKED_FUNC_HANDLE)
         return func
@@ -614,7 +644,7 @@ class LocalSession(RPCSession):
         func = self._globals.get(name)
         if func is not None:
             return PackedFunc(func, name)
-        found = get_global_func(name, allow_missing=True)
+        found = get_global_func(name, allow_missing=True) or builtin_global(name)
         if found is None:
             raise AttributeError(f"LocalSession has no function {name!r}")
         return found
