@@ -94,6 +94,8 @@ class NativeLoop:
         self._pointer = pointer
         self._finalizer = weakref.finalize(self, lib.KilnRpcLoopFree,
                                            ctypes.cast(pointer, ctypes.c_void_p))
+        # not at exit: a daemon serving thread may still be inside KilnRpcServe then
+        self._finalizer.atexit = False
         self._serve, self._bind, self._unbind = (lib.KilnRpcServe, lib.KilnRpcLoopBind,
                                                  lib.KilnRpcLoopUnbind)
         # the loop reads these while it runs: they live as long as it does

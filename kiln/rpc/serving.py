@@ -137,10 +137,10 @@ class ServingSession:
         self.globals = session_globals(self.workdir)
         null = codec.null_return
         self._null_reply = _HEADER.pack(len(null) + 4, RPCCode.kReturn) + null
-        # calls answered in C (rpc_serve.c speaks TVM v0.16's encoding); None: all in Python
+        # the C loop answering calls (rpc_serve.c speaks TVM v0.16's encoding); None: Python
         make_loop = getattr(channel, "native_loop", None)
-        self._loop = (make_loop(self._null_reply) if native and codec is LEGACY
-                      and make_loop is not None else None)
+        self.native_loop = (make_loop(self._null_reply) if native and codec is LEGACY
+                            and make_loop is not None else None)
         self._stopped_by: BaseException | None = None  # what stopped the loop in a closure
         self._handlers = {
             RPCCode.kInitServer: self._init_server,
@@ -174,7 +174,7 @@ class ServingSession:
         """
         channel, handles, null_reply = self.channel, self.handles, self._null_reply
         recv_packet, send = channel.recv_packet, channel.send
-        loop = self._loop
+        loop = self.native_loop
         idle_since = None  # when the current wait for a request began (after a timeout)
         while True:
             try:
@@ -216,7 +216,7 @@ class ServingSession:
 
     def _after_loop_call(self, status: int) -> None:
         """Finish a call the C loop made but could not answer itself (``status``)."""
-        loop = self._loop
+        loop = self.native_loop
         if status == loop.NATIVE_FAILED:
             message = get_last_error() or f"native function returned {loop.state.err}"
             set_last_error("")
@@ -378,8 +378,8 @@ class ServingSession:
         value = self.handles.pop(handle, None)
         if value is None:
             raise TVMError(f"FreeHandle: unknown handle 0x{handle:x}")
-        if self._loop is not None:
-            self._loop.unbind(handle)
+        if self.native_loop is not None:
+            self.native_loop.unbind(handle)
         pointer = self._returned_memory.pop(handle, None)
         if pointer is not None and pointer not in self._returned_memory.values():
             self.allocations.pop(pointer, None)
@@ -413,12 +413,12 @@ class ServingSession:
     def _register(self, value: Any) -> int:
         self._next_handle += 16  # look like aligned pointers; never 0 (the null handle)
         self.handles[self._next_handle] = value
-        if self._loop is not None and isinstance(value, PackedFunc):
+        if self.native_loop is not None and isinstance(value, PackedFunc):
             if value.is_native:
-                self._loop.bind_native(self._next_handle, value.c_address,
+                self.native_loop.bind_native(self._next_handle, value.c_address,
                                        value.resource_handle)
             else:
-                self._loop.bind_python(self._next_handle, self._answer(value))
+                self.native_loop.bind_python(self._next_handle, self._answer(value))
         if isinstance(value, NDArray):
             pointer = value.data_ptr
             if pointer not in self.allocations or pointer in self._returned_memory.values():
