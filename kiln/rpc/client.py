@@ -22,6 +22,7 @@ Example
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import os
 import shutil
@@ -30,7 +31,6 @@ import struct
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,8 @@ from kiln.runtime.packed_func import PackedFunc, TypeCode
 from kiln.runtime.profiling import BenchmarkResult, check_timing_args
 from kiln.runtime.registry import get_global_func
 
-__all__ = ["connect", "RPCSession", "LocalSession", "ClientEndpoint", "RPCModule"]
+__all__ = ["connect", "RPCSession", "LocalSession", "ClientEndpoint", "RPCModule",
+           "RemoteFunction"]
 
 DEFAULT_REPLY_TIMEOUT = 600.0  # seconds a reply may take unless connect(timeout=...) says
 _UINT8 = DataType("uint8")
@@ -193,35 +194,6 @@ class ClientEndpoint:
             values = self._decode_reply(code, body, what)  # decoded before the lock frees
         return self._decode_return(values, what)
 
-    def _caller(self, handle: int, what: Lazy) -> Callable[..., Any]:
-        """The Python body of remote function ``handle``: :meth:`_call`, except that a call
-        without arguments that returns nothing (an empty call) is one prebuilt packet out and
-        one reply recognised by its bytes, through the channel's :meth:`Channel.exchanger`."""
-        codec, lock, pending, call = self.codec, self._lock, self._pending_frees, self._call
-        null_return = codec.null_return
-        exchange = self.channel.exchanger(
-            codec.call_packet(handle, []),
-            _HEADER.pack(len(null_return) + 4, _RETURN) + null_return)
-
-        def remote(*args: Any) -> Any:
-            if args or pending:  # (the codec is settled: functions come after InitServer)
-                return call(handle, what, *args)
-            with lock:
-                if self._closed is not None:
-                    self._check_open()
-                try:
-                    if exchange():
-                        return None
-                    code, body = self.channel.recv_packet()
-                except RPCError as err:
-                    raise self._lost_by(err, what) from None
-                if code == _RETURN and body == null_return:
-                    return None
-                values = self._decode_reply(code, body, what)
-            return self._decode_return(values, what)
-
-        return remote
-
     def syscall(self, code: RPCCode, *args: tuple[int, Any]) -> Any:
         writer = Writer(self.codec)
         writer.packed_seq(list(args))
@@ -327,7 +299,7 @@ class ClientEndpoint:
         return self._remote_function(int(handle), name)
 
     def _remote_function(self, handle: int, name: str) -> PackedFunc:
-        func = PackedFunc(self._caller(handle, Lazy("call to {!r}", name)), name)
+        func = RemoteFunction(self, handle, name)
         weakref.finalize(func, self.free_later, handle, TypeCode.PACKED_FUNC_HANDLE)
         _REMOTE_HANDLES[func] = (self, handle, TypeCode.PACKED_FUNC_HANDLE)
         return func
@@ -411,6 +383,52 @@ class ClientEndpoint:
         if isinstance(value, (RemoteRef, Handle)):
             return int(value) if isinstance(value, Handle) else value
         return value
+
+
+class RemoteFunction(PackedFunc):
+    """A function of an RPC server (a PackedFunc whose body is :meth:`ClientEndpoint.call`).
+
+    A call without arguments that returns nothing (an empty call) is the hot path of RPC: one
+    prebuilt packet out and one reply recognised by its bytes, in one C call of the channel's
+    :meth:`~kiln.rpc.protocol.Channel.exchanger`, with the Python around it kept to this one
+    method (a lock and a few attribute loads).
+    """
+
+    _extra_slots = ("_endpoint", "_handle", "_what", "_exchange", "_null_return")
+
+    def __init__(self, endpoint: ClientEndpoint, handle: int, name: str) -> None:
+        what = Lazy("call to {!r}", name)
+        super().__init__(functools.partial(endpoint._call, handle, what), name)
+        codec = endpoint.codec  # settled: functions come after InitServer
+        null_return = codec.null_return
+        exchange = endpoint.channel.exchanger(
+            codec.call_packet(handle, []),
+            _HEADER.pack(len(null_return) + 4, _RETURN) + null_return)
+        for slot, value in (("_endpoint", endpoint), ("_handle", handle), ("_what", what),
+                            ("_exchange", exchange), ("_null_return", null_return)):
+            self._set(slot, value)
+
+    def __call__(self, *args: Any) -> Any:
+        endpoint = self._endpoint
+        if args or endpoint._pending_frees:
+            return endpoint._call(self._handle, self._what, *args)
+        lock = endpoint._lock
+        lock.acquire()  # (not `with`: this is the one lock on the path, and cheaper so)
+        try:
+            if endpoint._closed is not None:
+                endpoint._check_open()
+            try:
+                if self._exchange():
+                    return None
+                code, body = endpoint.channel.recv_packet()
+            except RPCError as err:
+                raise endpoint._lost_by(err, self._what) from None
+            if code == _RETURN and body == self._null_return:
+                return None
+            values = endpoint._decode_reply(code, body, self._what)
+        finally:
+            lock.release()
+        return endpoint._decode_return(values, self._what)
 
 
 # Remote functions and modules of all sessions -> (endpoint, handle, type code).
