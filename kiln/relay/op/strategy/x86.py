@@ -143,6 +143,8 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+    elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.DEPTHWISE_NCHW_INT8)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
         strategy.add(DEPTHWISE_NCHW)
     return strategy

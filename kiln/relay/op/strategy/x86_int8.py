@@ -9,10 +9,10 @@ convolutions with an int32 result on targets with AVX2 — what ``qnn.conv2d`` l
 from __future__ import annotations
 
 from kiln.relay.op.strategy.registry import register_implementation
-from kiln.topi.x86 import conv2d_int8
+from kiln.topi.x86 import conv2d_int8, conv2d_int8_1x1, depthwise_int8
 
-__all__ = ["CONV2D_NCHW_INT8", "int8_conv2d_applies", "target_has_avx2",
-           "alter_int8_conv2d_layout"]
+__all__ = ["CONV2D_NCHW_INT8", "DEPTHWISE_NCHW_INT8", "int8_conv2d_applies",
+           "int8_depthwise_applies", "target_has_avx2", "alter_int8_conv2d_layout"]
 
 # -mcpu names of x86 CPUs with AVX2 (prefixes)
 _AVX2_CPUS = ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
@@ -54,6 +54,8 @@ def int8_conv2d_applies(attrs, inputs, out_type, target) -> bool:
 
 
 def _compute(attrs, inputs, out_type, config=None):
+    if conv2d_int8_1x1.pointwise_int8_applies(inputs[1].shape, attrs.strides, attrs.padding):
+        return [conv2d_int8_1x1.conv2d_1x1_nchw_int8(inputs[0], inputs[1], str(out_type.dtype))]
     return [conv2d_int8.conv2d_nchw_int8(inputs[0], inputs[1], list(attrs.strides),
                                          list(attrs.padding), list(attrs.dilation),
                                          str(out_type.dtype))]
@@ -65,6 +67,29 @@ def _schedule(attrs, outs, target, config=None):
 
 CONV2D_NCHW_INT8 = register_implementation(_compute, _schedule, "conv2d_nchw_int8.x86",
                                            plevel=20, op_name="nn.conv2d")
+
+
+def int8_depthwise_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether ``depthwise_conv2d_nchw_int8.x86`` computes this ``nn.conv2d`` call: 8-bit
+    NCHW/OIHW depthwise with an int32 result and static shapes, on an llvm/c CPU target."""
+    static = all(hasattr(d, "value") for t in inputs for d in t.shape)
+    kind = getattr(getattr(target, "kind", None), "name", "")
+    return static and kind in ("llvm", "c") and attrs.data_layout == "NCHW" and \
+        attrs.kernel_layout == "OIHW" and attrs.out_layout in ("", "NCHW") and \
+        depthwise_int8.depthwise_int8_applies(
+            [int(d.value) for d in inputs[0].shape], [int(d.value) for d in inputs[1].shape],
+            attrs.groups, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype))
+
+
+def _depthwise_compute(attrs, inputs, out_type, config=None):
+    return [depthwise_int8.depthwise_conv2d_nchw_int8(
+        inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
+        str(out_type.dtype))]
+
+
+DEPTHWISE_NCHW_INT8 = register_implementation(_depthwise_compute, _schedule,
+                                              "depthwise_conv2d_nchw_int8.x86", plevel=20,
+                                              op_name="nn.conv2d")
 
 
 def alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target):
