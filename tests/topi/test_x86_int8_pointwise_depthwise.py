@@ -112,41 +112,64 @@ DEPTHWISE = [
     ((1, 5, 20, 41), 1, 5, (1, 2), (2, 1, 0, 3), (1, 2), ("uint8", "uint8")),
     ((1, 8, 7, 7), 1, 3, (2, 1), (0, 1, 1, 1), (1, 1), ("int8", "uint8")),
     ((1, 16, 56, 56), 1, 3, (2, 2), (0, 0, 1, 1), (1, 1), ("uint8", "int8")),
+    ((1, 3, 6, 40), 1, 3, (1, 1), (1, 1, 1, 1), (1, 1), ("uint8", "int8")),  # a strategy pick
 ]
 
 
 @needs_avx2
 def test_depthwise_int8_conv_uses_the_kernel():
-    x, w = te.placeholder((1, 8, 8, 8), "uint8"), te.placeholder((8, 1, 3, 3), "int8")
-    attrs = relay.nn.conv2d(relay.var("a", shape=(1, 8, 8, 8)), relay.var("b", shape=(8, 1, 3, 3)),
-                            groups=8, out_dtype="int32").attrs
+    x, w = te.placeholder((1, 8, 8, 40), "uint8"), te.placeholder((8, 1, 3, 3), "int8")
+    attrs = relay.nn.conv2d(relay.var("a", shape=(1, 8, 8, 40)),
+                            relay.var("b", shape=(8, 1, 3, 3)), groups=8, padding=(1, 1),
+                            out_dtype="int32").attrs
     target = kiln.target.Target("llvm")
     with target:
         impl, _ = select_implementation("nn.conv2d", attrs, [x, w],
-                                        TensorType((1, 8, 6, 6), "int32"), target)
+                                        TensorType((1, 8, 8, 40), "int32"), target)
     assert impl.name == "depthwise_conv2d_nchw_int8.x86"
 
 
 @needs_avx2
-@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
-def test_depthwise_int8_conv_matches_numpy(target):
+def test_depthwise_strategy_keeps_short_and_strided_rows_on_the_channel_schedule():
+    x, w = te.placeholder((1, 8, 30, 30), "uint8"), te.placeholder((8, 1, 3, 3), "int8")
+    target = kiln.target.Target("llvm")
+    names = []
+    for strides, out in [((1, 1), 30), ((2, 2), 15)]:
+        attrs = relay.nn.conv2d(relay.var("a", shape=(1, 8, 30, 30)),
+                                relay.var("b", shape=(8, 1, 3, 3)), strides=strides,
+                                padding=(1, 1), groups=8, out_dtype="int32").attrs
+        with target:
+            impl, _ = select_implementation("nn.conv2d", attrs, [x, w],
+                                            TensorType((1, 8, out, out), "int32"), target)
+        names.append(impl.name)
+    assert names == ["depthwise_conv2d_nchw.x86"] * 2
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell", "c"])
+def test_depthwise_int8_kernel_matches_numpy(target):
+    """The TOPI compute itself at every stride, dilation and width (the strategy picks it for
+    long stride-1 rows only)."""
+    from topi_testlib import run_many
+
+    from kiln.topi.x86.conv2d_int8 import schedule_conv2d_nchw_int8
+    from kiln.topi.x86.depthwise_int8 import depthwise_conv2d_nchw_int8
+
     rng = np.random.default_rng(7)
-    convs = []
+    cases, wants = [], []
     for shape, mult, k, strides, padding, dilation, dt in DEPTHWISE:
         x = _random(rng, shape, dt[0])
         w = _random(rng, (shape[1] * mult, 1, k, k), dt[1])
-        convs.append((x, w, dict(strides=strides, padding=padding, dilation=dilation,
-                                 groups=shape[1], channels=shape[1] * mult,
-                                 kernel_size=(k, k))))
-    for (x, w, kw), got in zip(convs, _build_and_run(convs, 3, target)):
-        np.testing.assert_array_equal(got, reference(x, w, kw["strides"], kw["padding"],
-                                                     kw["dilation"], kw["groups"]))
+        cases.append((lambda a, b, s=strides, p=padding, d=dilation: depthwise_conv2d_nchw_int8(
+            a, b, s, p, d), [x, w]))
+        wants.append(reference(x, w, strides, padding, dilation, shape[1]))
+    for (got,), want in zip(run_many(cases, target, schedule_conv2d_nchw_int8), wants):
+        np.testing.assert_array_equal(got, want)
 
 
 @needs_avx2
 def test_extreme_products_do_not_saturate():
     """255 * -128 over 64 channel pairs (pointwise) and 9 taps (depthwise): beyond int16."""
-    x = np.full((1, 64, 6, 10), 255, "uint8")
+    x = np.full((1, 64, 6, 40), 255, "uint8")
     w1, w3 = np.full((16, 64, 1, 1), -128, "int8"), np.full((64, 1, 3, 3), -128, "int8")
     pw, dw = _build_and_run([(x, w1, {}), (x, w3, dict(groups=64, channels=64))], 3)
     assert np.all(pw == 255 * -128 * 64) and np.all(dw == 255 * -128 * 9)

@@ -1,8 +1,12 @@
-"""The x86 8-bit convolution implementation (``conv2d_nchw_int8.x86``) and when it applies.
+"""The x86 8-bit convolution implementations and when they apply: ``conv2d_nchw_int8.x86``
+(groups 1; 1x1 stride-1 convolutions take the pixel GEMM of ``topi/x86/conv2d_int8_1x1.py``,
+others the channel-block micro-kernel of ``conv2d_int8.py``) and
+``depthwise_conv2d_nchw_int8.x86`` (``topi/x86/depthwise_int8.py``).
 
-Entry points: :data:`CONV2D_NCHW_INT8`, :func:`int8_conv2d_applies`, :func:`target_has_avx2`.
-The ``cpu`` strategy of ``nn.conv2d`` adds it (above the float schedules) for 8-bit NCHW/OIHW
-convolutions with an int32 result on targets with AVX2 — what ``qnn.conv2d`` lowers to after
+Entry points: :data:`CONV2D_NCHW_INT8`, :data:`DEPTHWISE_NCHW_INT8`,
+:func:`int8_conv2d_applies`, :func:`int8_depthwise_applies`, :func:`target_has_avx2`.
+The ``cpu`` strategy of ``nn.conv2d`` adds them (above the float schedules) for 8-bit
+NCHW/OIHW convolutions with an int32 result — what ``qnn.conv2d`` lowers to after
 ``relay.qnn.transform.Legalize``.
 """
 
@@ -71,14 +75,16 @@ CONV2D_NCHW_INT8 = register_implementation(_compute, _schedule, "conv2d_nchw_int
 
 def int8_depthwise_applies(attrs, inputs, out_type, target) -> bool:
     """Whether ``depthwise_conv2d_nchw_int8.x86`` computes this ``nn.conv2d`` call: 8-bit
-    NCHW/OIHW depthwise with an int32 result and static shapes, on an llvm/c CPU target."""
+    NCHW/OIHW depthwise with an int32 result, static shapes and rows where the kernel wins
+    (:func:`kiln.topi.x86.depthwise_int8.depthwise_int8_applies`), on an llvm/c CPU target."""
     static = all(hasattr(d, "value") for t in inputs for d in t.shape)
     kind = getattr(getattr(target, "kind", None), "name", "")
     return static and kind in ("llvm", "c") and attrs.data_layout == "NCHW" and \
         attrs.kernel_layout == "OIHW" and attrs.out_layout in ("", "NCHW") and \
         depthwise_int8.depthwise_int8_applies(
             [int(d.value) for d in inputs[0].shape], [int(d.value) for d in inputs[1].shape],
-            attrs.groups, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype))
+            attrs.groups, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype),
+            attrs.strides, int(out_type.shape[3]))
 
 
 def _depthwise_compute(attrs, inputs, out_type, config=None):
