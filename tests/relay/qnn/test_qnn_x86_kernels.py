@@ -61,3 +61,22 @@ def test_fused_requantize_epilogue_matches_numpy():
                                _conv(np.pad(xz, ((0, 0), (0, 0), (1, 1), (1, 1))), wd, 16)]):
         ref = numpy_requantize(want, 0.0002, 0, 0.3, 0, None, "UPWARD", "uint8")
         np.testing.assert_array_equal(out.numpy(), ref)
+
+
+@needs_avx2
+def test_qnn_dense_with_fused_requantize_matches_numpy():
+    """qnn.dense (uint8 x int8, both zero points nonzero) + requantize to int8, as a quantized
+    classifier's last layer runs on dense_int8."""
+    rng = np.random.default_rng(5)
+    x, w = _random(rng, (2, 70), "uint8"), _random(rng, (30, 70), "int8")
+    v = relay.var("x", shape=x.shape, dtype="uint8")
+    y = relay.qnn.op.dense(v, relay.const(w), relay.const(128, "int32"), relay.const(3, "int32"),
+                           relay.const(0.05), relay.const(0.004), units=30, out_dtype="int32")
+    y = relay.qnn.op.requantize(y, relay.const(0.0002), relay.const(0, "int32"),
+                                relay.const(0.4), relay.const(-2, "int32"), out_dtype="int8")
+    mod = kiln.IRModule.from_expr(relay.Function([v], y))
+    with kiln.transform.PassContext(opt_level=3):
+        got = relay.create_executor("graph", mod=mod, target="llvm").evaluate()(x).numpy()
+    acc = (x.astype("int64") - 128) @ (w.astype("int64") - 3).T
+    np.testing.assert_array_equal(got, numpy_requantize(acc, 0.0002, 0, 0.4, -2, None,
+                                                        "UPWARD", "int8"))

@@ -1,13 +1,15 @@
-"""The x86 8-bit pointwise (``conv2d_int8_1x1``) and depthwise (``depthwise_int8``) kernels
-against NumPy int64 math: odd channel counts, partial blocks and pixel tiles, several pixel
-chunks, batches, every 8-bit dtype pair, strides, dilation, asymmetric padding, channel
-multipliers, and products that would saturate 16-bit sums (the fused requantize epilogue:
-``tests/relay/qnn/test_qnn_x86_kernels.py``).
+"""The x86 8-bit pointwise (``conv2d_int8_1x1``), depthwise (``depthwise_int8``) and dense
+(``dense_int8``) kernels against NumPy int64 math: odd channel counts, partial blocks and pixel
+tiles, several pixel chunks, batches, every 8-bit dtype pair, strides, dilation, asymmetric
+padding, channel multipliers, tails of the vector loops, and products that would saturate
+16-bit sums (the fused requantize epilogue: ``tests/relay/qnn/test_qnn_x86_kernels.py``).
 
 Cases share builds (one Relay function with a tuple of outputs) to keep the C compiles few.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -173,3 +175,45 @@ def test_extreme_products_do_not_saturate():
     w1, w3 = np.full((16, 64, 1, 1), -128, "int8"), np.full((64, 1, 3, 3), -128, "int8")
     pw, dw = _build_and_run([(x, w1, {}), (x, w3, dict(groups=64, channels=64))], 3)
     assert np.all(pw == 255 * -128 * 64) and np.all(dw == 255 * -128 * 9)
+
+
+DENSE = [  # (m, k, n, dtypes): a classifier's GEMV, odd sizes (vector tails, partial blocks)
+    (1, 1024, 1000, ("uint8", "int8")),
+    (3, 37, 9, ("int8", "int8")),
+    (2, 64, 5, ("uint8", "uint8")),
+    (5, 16, 4, ("int8", "uint8")),
+]
+
+
+@needs_avx2
+def test_int8_dense_uses_the_kernel_and_keeps_its_weight_unpacked():
+    x, w = te.placeholder((1, 32), "uint8"), te.placeholder((8, 32), "int8")
+    attrs = relay.nn.dense(relay.var("a", shape=(1, 32)), relay.var("b", shape=(8, 32)),
+                           out_dtype="int32").attrs
+    target = kiln.target.Target("llvm")
+    with target:
+        impl, _ = select_implementation("nn.dense", attrs, [x, w],
+                                        TensorType((1, 8), "int32"), target)
+    v = relay.var("x", shape=(1, 32), dtype="uint8")
+    mod = kiln.IRModule.from_expr(relay.Function([v], relay.nn.dense(
+        v, relay.const(np.ones((8, 32), "int8")), out_dtype="int32")))
+    with kiln.transform.PassContext(opt_level=3):
+        graph = json.loads(relay.build(mod, target="llvm").get_graph_json())
+    kernels = [n["name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
+    # no contrib_dense_pack behind a layout_transform (AlterOpLayout leaves it alone)
+    assert impl.name == "dense_int8.x86" and kernels == ["tvmgen_default_fused_nn_dense"]
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell", "c"])
+def test_int8_dense_kernel_matches_numpy(target):
+    from topi_testlib import run_many
+
+    from kiln.topi.x86.dense_int8 import dense_int8, schedule_dense_int8
+
+    rng = np.random.default_rng(11)
+    cases = [(dense_int8, [_random(rng, (m, k), dt[0]), _random(rng, (n, k), dt[1])])
+             for m, k, n, dt in DENSE]
+    extreme = [np.full((2, 40), 255, "uint8"), np.full((3, 40), -128, "int8")]
+    cases.append((dense_int8, extreme))
+    for (got,), (_, (x, w)) in zip(run_many(cases, target, schedule_dense_int8), cases):
+        np.testing.assert_array_equal(got, x.astype("int64") @ w.astype("int64").T)
