@@ -1,4 +1,5 @@
-"""int8 models: kiln int8 vs onnxruntime int8 (2 threads) vs kiln float32, in one run.
+"""int8 models: kiln int8 vs onnxruntime int8 vs kiln float32, in one run (2 threads each;
+``KILN_NUM_THREADS=n`` gives both kiln and onnxruntime n threads).
 
     python benchmarks/quant.py [--models resnet18,mobilenet] [--size 224] [--repeat 10]
                                [--per-channel] [--target llvm]
@@ -8,7 +9,7 @@ style depthwise-separable net here), exported to ONNX, quantized by onnxruntime'
 ``quantize_static`` (QDQ format, uint8 activations, int8 weights, calibrated on random
 inputs), imported with ``relay.frontend.from_onnx`` (QDQ regions become QNN integer ops),
 built with ``relay.build`` and run on kiln's graph executor. The float model is built too.
-Columns: kiln int8, onnxruntime int8 with 2 threads and kiln float32 (medians, ms), the
+Columns: kiln int8, onnxruntime int8 and kiln float32 (ms), the
 ratio kiln int8 / ort int8 (goal <= 1.0), kiln float32 / kiln int8 (goal >= 1.5 on
 ResNet-18), compile seconds, and the largest difference of kiln's int8 output from
 onnxruntime's in output quantization steps. The three run in turns (one call of each per
@@ -130,7 +131,7 @@ def _kiln(path, shape, x, target):
     return gmod.run, compile_s, gmod.get_output(0).numpy()
 
 
-def _ort(path, x, threads=2):
+def _ort(path, x, threads=int(os.environ["KILN_NUM_THREADS"])):
     """onnxruntime's session for the model at ``path``: (run, output)."""
     import onnxruntime as ort
 
