@@ -268,10 +268,23 @@ def _q_multiply_shift(x: Any, multiplier: Any, left: Any, right: Any,
     wide = _op.cast(x, "int64")
     if left_required:
         wide = _op.left_shift(wide, _op.cast(left, "int64"))
-    wide = wide * _op.cast(multiplier, "int64")
-    total = _op.cast(right, "int64") + _op.const(31, "int64")
-    nudge = _op.left_shift(_op.const(1, "int64"), total - _op.const(1, "int64"))
-    return _op.cast(_op.right_shift(wide + nudge, total), "int32")
+        total = _op.cast(right, "int64") + _op.const(31, "int64")
+        nudge = _op.left_shift(_op.const(1, "int64"), total - _op.const(1, "int64"))
+        return _op.cast(_op.right_shift(wide * _op.cast(multiplier, "int64") + nudge, total),
+                        "int32")
+    # Without a left shift |x * multiplier| < 2**62 (multiplier > -2**31), so the product
+    # shifted by the constant 31 fits int32, and floor((p + 2**(30 + r)) / 2**(31 + r)) is
+    # (p >> 31) >> r plus bit 30 + r of p: constant 64-bit shifts and 32-bit variable ones
+    # (a 32-bit core shifts 64 bits by a variable in ~7 instructions). From r = 32 on the
+    # rounded quotient is 0.
+    product = wide * _op.cast(multiplier, "int64")
+    r = _op.cast(right, "int32")
+    high = _op.cast(_op.right_shift(product, _op.const(31, "int64")), "int32")
+    bits = _op.cast(_op.right_shift(product, _op.const(30, "int64")), "uint32")
+    round_bit = _op.cast(_op.right_shift(bits, _op.cast(r, "uint32")) & _op.const(1, "uint32"),
+                         "int32")
+    return Select(r < _op.const(32, "int32"), _op.right_shift(high, r) + round_bit,
+                  _op.const(0, "int32"))
 
 
 def fixed_point_multiply(x: te.Tensor, multiplier: int, shift: int) -> te.Tensor:
@@ -288,7 +301,8 @@ def fixed_point_multiply_per_axis(x: te.Tensor, y: te.Tensor, lshift: te.Tensor,
                                   is_rshift_required: int, axes: Any) -> te.Tensor:
     """``x`` (int32) times ``y * 2**(lshift - rshift - 31)`` with ``y``, ``lshift``,
     ``rshift`` indexed by ``x``'s ``axes`` (TVM's ``topi.fixed_point_multiply_per_axis``;
-    ``rshift`` is applied whatever ``is_rshift_required`` says, as TVM's lowering does)."""
+    ``rshift`` is applied whatever ``is_rshift_required`` says, as TVM's lowering does;
+    ``y`` above -2**31)."""
     axes = [int(a) for a in axes]
 
     def at(*i):

@@ -54,7 +54,8 @@ def test_fixed_point_multiply_per_axis_matches_the_definition(kind, target, lshi
     x = _inputs((2, 3, 5), 1)
     m = np.array([1518500250, 1 << 30, 2013265920], "int32")
     left = np.array([2, 0, 1], "int32") if lshift_required else np.zeros(3, "int32")
-    right = np.array([0, 7, 3], "int32")
+    # without a left shift, a right shift of 33 too (a multiplier below 2**-33: zero)
+    right = np.array([0, 7, 3 if lshift_required else 33], "int32")
     got = _evaluate(lambda v: relay.fixed_point_multiply_per_axis(
         v, relay.const(m), relay.const(left), relay.const(right), lshift_required, True, [1]),
         x, kind, target)
