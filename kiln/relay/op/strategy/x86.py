@@ -110,7 +110,9 @@ def _static_2d(tensor) -> bool:
 def dense_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
     strategy.add(_GENERIC[dense_strategy.op_name])
-    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
+    if x86_int8.int8_dense_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.DENSE_INT8)
+    elif _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
         strategy.add(DENSE_PACK)
     return strategy
 
@@ -146,6 +148,8 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+    elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.DEPTHWISE_NCHW_INT8)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
         strategy.add(DEPTHWISE_NCHW)
     return strategy
@@ -180,7 +184,8 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     keys = target_keys(target)
     if "cpu" not in keys or "arm_cpu" in keys or len(tinfos[1].shape) != 2:
         return None
-    if not _foldable_weight(inputs[1], tinfos):
+    if not _foldable_weight(inputs[1], tinfos) or \
+            x86_int8.int8_dense_applies(attrs, tinfos, out_type, target):
         return None
     units = tinfos[1].shape[0]
     if not hasattr(units, "value"):
