@@ -76,6 +76,7 @@ def trials_to_within(task, table: dict, make_tuner, seed: int, within: float = 0
 
 SEARCH_TUNERS = {
     "XGBTuner": lambda task, seed: _xgb(task, seed),
+    "XGB plan 64": lambda task, seed: _tuner("XGBTuner", task, seed, plan_size=64),
     "GATuner": lambda task, seed: _tuner("GATuner", task, seed, pop_size=16),
     "RandomTuner": lambda task, seed: _tuner("RandomTuner", task, seed),
 }
