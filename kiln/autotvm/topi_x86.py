@@ -132,7 +132,8 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
     o = get_const_tuple(kernel.shape)[0]
     oh, ow, kh, kw = _conv_geometry(data, kernel, strides, padding, dilation)
     lanes = _lanes_of(o)
-    widest = 12 if kw == 1 else 8  # register budget of a block (see topi.x86.conv2d)
+    # register budget of a block (see topi.x86.conv2d): 16 columns of one zmm on AVX-512
+    widest = max(12 if kw == 1 else 8, x86_conv2d.max_tile_width(1, kw))
     cfg.define_split("tile_oc", o, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
     cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
                      filter=lambda e: e.size[-1] <= widest)
