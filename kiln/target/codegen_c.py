@@ -77,6 +77,7 @@ from kiln.target.c_abi import (
 )
 from kiln.target.c_access import flat_access, uniform_vector_lanes
 from kiln.target.c_intrinsics import INTRINSIC_FORMATS, UNARY_MATH, CIntrinsics
+from kiln.target.c_parallel import CParallelLaunch
 from kiln.target.codegen_c_masked import CLaneMasks
 from kiln.target.codegen_c_vectors import (
     COMPARISONS,
@@ -128,31 +129,14 @@ _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT
 # -- the emitter -------------------------------------------------------------------------------
 
 
-# The runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS) and the chunk size of a
-# dynamically scheduled parallel loop: about four chunks per thread of the running team.
-_PARALLEL_CHUNK_HELPER = """\
-#ifdef _OPENMP
-int KilnRuntimeNumThreads(void);
-int omp_get_num_threads(void);
-#define KILN_TEAM_SIZE() ((int64_t)omp_get_num_threads())
-#else
-#define KILN_TEAM_SIZE() ((int64_t)1)
-#endif
-static inline int64_t kiln_parallel_chunk(int64_t count) {
-  int64_t parts = 4 * KILN_TEAM_SIZE();
-  int64_t chunk = (count + parts - 1) / parts;
-  return chunk > 0 ? chunk : 1;
-}"""
-
-
-class CodeGenC(CLaneMasks, CIntrinsics):
+class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
 
-    ``use_openmp``
-        run parallel loops in an ``#pragma omp parallel`` team (guarded by ``#ifdef
-        _OPENMP``) whose threads claim contiguous chunks from an atomic counter;
+    ``use_thread_pool``
+        run parallel loops on the runtime's thread pool: outlined into lambdas launched with
+        ``TVMBackendParallelLaunch`` (:mod:`kiln.target.c_parallel`), else serially;
     ``workspace_threshold``
         constant-size allocations up to this many bytes live on the stack (64-byte aligned),
         bigger or symbolic ones come from ``TVMBackendAllocWorkspace``;
@@ -172,7 +156,7 @@ class CodeGenC(CLaneMasks, CIntrinsics):
     True
     """
 
-    use_openmp = True
+    use_thread_pool = True
     workspace_threshold = 16384
     emit_packed = True
     restrict = "restrict"
@@ -254,8 +238,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
     def finish(self) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions."""
         parts = [preamble("c"), *self.declarations.values(), PRELUDE_HELPERS.strip()]
-        if self.use_openmp:
-            parts.append(_PARALLEL_CHUNK_HELPER)
         if self.uses_module_ctx:
             parts.append(MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
@@ -671,10 +653,10 @@ class CodeGenC(CLaneMasks, CIntrinsics):
     def _fail(self, message: str | None) -> None:
         """Return -1 with ``message`` (a C string literal; None: the callee set it).
 
-        Inside an OpenMP parallel region a ``return`` is not allowed: the first failing thread
-        records its message in the region's shared slot and jumps to the end of its chunk
-        loop; the others stop claiming chunks, and after the region the function sets the
-        message (the last error is thread-local) and returns -1."""
+        Inside a parallel loop's lambda the first failing task records its message in the
+        closure's shared slot and jumps to the end of its chunk loop; the others stop claiming
+        chunks, and after the launch the function sets the message (the last error is
+        thread-local) and returns -1."""
         if self._region_failure is None:
             if message is not None:
                 self._line(f"TVMAPISetLastError({message});")
@@ -714,8 +696,8 @@ class CodeGenC(CLaneMasks, CIntrinsics):
         name = self._bind(node.loop_var)
         begin, extent = self.expr(node.min), self.expr(node.extent)
         end = extent if is_const_int(node.min, 0) else f"{begin} + {extent}"
-        if kind == 1 and self.use_openmp and self._parallel_depth == 0:
-            self._parallel_chunks(node, loop_type, name, begin, extent)
+        if kind == 1 and self.use_thread_pool and self._parallel_depth == 0:
+            self.parallel_launch(node, loop_type, name, begin, extent)
             return
         if kind == 2:
             self._lines.append("#pragma GCC ivdep")
@@ -727,54 +709,6 @@ class CodeGenC(CLaneMasks, CIntrinsics):
 
     def _loop_body(self, node: Any) -> None:
         self._block(node.body)
-
-    def _parallel_chunks(self, node: Any, loop_type: str, name: str, begin: str,
-                         extent: str) -> None:
-        """A parallel loop whose chunks are handed out through a shared atomic counter.
-
-        Every thread of the team (the caller included) claims the next contiguous chunk of
-        ``ceil(extent / (4 * threads))`` iterations until none is left, so a descheduled thread
-        holds back only the chunk it is in, not a fixed quarter or half of the loop (the LLVM
-        codegen's outlined lambda uses the same scheme)."""
-        next_chunk, count, chunk = (self._fresh(f"{name}_{part}")
-                                    for part in ("next", "count", "chunk"))
-        start, stop = self._fresh(f"{name}_start"), self._fresh(f"{name}_stop")
-        self._line("{")
-        self._indent += 1
-        failure, label = self._fresh(f"{name}_failure"), self._fresh(f"{name}_done")
-        self._line(f"{loop_type} {next_chunk} = 0;")
-        self._line(f"const {loop_type} {count} = {extent};")
-        self._line(f"const char* {failure} = NULL;  /* first failure's message */")
-        self._lines.append("#ifdef _OPENMP")
-        self._lines.append("#pragma omp parallel num_threads(KilnRuntimeNumThreads())")
-        self._lines.append("#endif")
-        self._line("{")
-        self._indent += 1
-        self._line(f"const {loop_type} {chunk} = kiln_parallel_chunk({count});")
-        self._line("for (;;) {")
-        self._indent += 1
-        self._line(f"const {loop_type} {start} = "
-                   f"__atomic_fetch_add(&{next_chunk}, {chunk}, __ATOMIC_RELAXED);")
-        self._line(f"if ({start} >= {count} || "
-                   f"__atomic_load_n(&{failure}, __ATOMIC_RELAXED) != NULL) break;")
-        self._line(f"const {loop_type} {stop} = "
-                   f"{count} - {start} < {chunk} ? {count} : {start} + {chunk};")
-        offset = "" if is_const_int(node.min, 0) else f"({begin}) + "
-        self._line(f"for ({loop_type} {name} = {offset}{start}; {name} < {offset}{stop}; "
-                   f"++{name}) {{")
-        self._parallel_depth += 1
-        self._region_failure = (failure, label)
-        self._loop_body(node)
-        self._region_failure = None
-        self._parallel_depth -= 1
-        for _ in range(2):
-            self._line("}")
-            self._indent -= 1
-        self._line(f"{label}:;")
-        self._line("}")
-        self._indent -= 1
-        self._line(f"if ({failure} != NULL) {{ TVMAPISetLastError({failure}); return -1; }}")
-        self._line("}")
 
     def stmt_Allocate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Allocate`` statement."""
@@ -874,18 +808,14 @@ def describe_kernel(func: Any) -> str:
 
 
 def compile_options(target: Any) -> list[str]:
-    """gcc flags for a host build of ``target``: -O3, -march from -mcpu, OpenMP if usable."""
-    from kiln.runtime import cc
-
+    """gcc flags for a host build of ``target``: -O3, -march from -mcpu (parallel loops run
+    on the runtime's thread pool, so no OpenMP)."""
     mcpu = getattr(target, "mcpu", "") if target is not None else ""
     march = f"-march={mcpu}" if mcpu and not mcpu.startswith(("cortex-", "arm")) \
         else "-march=native"
     # Neither flag changes a result: no errno from libm, no FP exception traps (which lets
     # gcc if-convert and vectorize float selects, e.g. in kiln_expf).
-    options = ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
-    if cc.openmp_available():
-        options.append("-fopenmp")
-    return options
+    return ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
 
 
 @register_func("target.build.c", override=True)

@@ -105,7 +105,7 @@ class CodeGenOpenCL(CodeGenC):
     """The OpenCL C dialect: ``__kernel`` functions over ``__global`` buffers, no packed
     wrappers, no OpenMP, and the outermost independent loop as the NDRange."""
 
-    use_openmp = False
+    use_thread_pool = False
     emit_packed = False
     workspace_threshold = 16384
 
