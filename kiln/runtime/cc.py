@@ -84,8 +84,16 @@ def compiler_version(cc: str | None = None) -> str:
 
 @functools.cache
 def openmp_available(cc: str | None = None) -> bool:
-    """Whether ``cc -fopenmp`` builds and links a shared library that uses OpenMP."""
+    """Whether ``cc -fopenmp`` builds and links a shared library that uses OpenMP.
+
+    A success is remembered in the cache directory (per compiler and version): the probe
+    costs a compiler run, a fifth of a second, in every process that loads kiln's runtime.
+    A failure is not (it may be a timeout on a loaded machine)."""
     cc = cc or find_compiler()
+    key = hashlib.sha256(f"{cc}\0{compiler_version(cc)}".encode()).hexdigest()[:24]
+    marker = config.cache_dir() / "cc" / f"openmp_ok_{key}"
+    if marker.exists():
+        return True
     probe = "#include <omp.h>\nint kiln_probe(void) { return omp_get_max_threads(); }\n"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "probe.c")
@@ -95,6 +103,9 @@ def openmp_available(cc: str | None = None) -> bool:
             run_compiler(cmd, "OpenMP probe")
         except TVMError:  # no OpenMP (or a compiler that hangs on it): build without
             return False
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next probe
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
     return True
 
 
