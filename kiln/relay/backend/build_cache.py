@@ -1,6 +1,8 @@
 """The on-disk cache of whole ``relay.build`` results: a second build of a model compiles nothing.
 
-Entry points: :func:`build_key`, :func:`load_build`, :func:`store_build`, :class:`CachedBuild`.
+Entry points: :func:`build_key`, :func:`load_build`, :func:`store_build`, :class:`CachedBuild`,
+:func:`compile_context_key` (the part of the key that is not the model; the TE compiler's
+on-disk cache of lowered kernels uses it too).
 
 A graph-executor build (``Runtime("cpp")``, native ``llvm``/``c`` kernels) is stored under
 ``KILN_CACHE_DIR/build/<key>/``: the graph JSON, the lifted params (TVM's params blob) and the
@@ -8,9 +10,11 @@ kernel library's sources and objects, which are relinked through the C toolchain
 (a hit there loads the ``.so`` that is already on disk). The key (:func:`build_key`) covers
 everything a build's output depends on:
 
-- the input module: its structural hash, the names of ``main``'s parameters (the graph's input
-  names; the structural hash ignores names), and a BLAKE2 digest of every constant's bytes;
-- the ``params`` bound by name (names, dtypes, shapes and bytes);
+- the input module: its text without the constants' data (names, types, attributes: the
+  structural hash ignores names and parameter types, and hashes -1 and -2 alike, as Python
+  does), its structural hash (with each constant's CRC-32) and an Adler-32 of every
+  constant's bytes;
+- the ``params`` bound by name (names, dtypes, shapes, CRC-32 and Adler-32 of the bytes);
 - the targets (device type -> target string), the host target, ``mod_name``;
 - the ``PassContext`` (opt level, required and disabled passes, config);
 - kiln itself: its version and a fingerprint of its source files (size and mtime of every
@@ -46,10 +50,11 @@ import numpy as np
 from kiln.runtime import config
 from kiln.runtime.error import TVMError
 
-__all__ = ["build_key", "load_build", "store_build", "CachedBuild", "LAYOUT_VERSION"]
+__all__ = ["build_key", "compile_context_key", "load_build", "store_build", "CachedBuild",
+           "LAYOUT_VERSION"]
 
 # bump when the stored layout changes: older entries then miss instead of failing to load
-LAYOUT_VERSION = "kiln-build-cache-1"
+LAYOUT_VERSION = "kiln-build-cache-2"
 # environment variables that never change what a build generates
 _NEUTRAL_ENV = frozenset({"KILN_DEBUG", "KILN_CACHE_DIR", "KILN_BUILD_CACHE", "KILN_CC_TIMEOUT",
                           "KILN_NUM_THREADS", "TVM_NUM_THREADS"})
@@ -167,11 +172,11 @@ def _params_digest(params: dict | None, digest: Any) -> None:
         digest.update(f"\0{name}\0{_array_checksum(array)}{crc:08x}".encode())
 
 
-def build_key(ir_mod: Any, params: dict | None, targets: dict[int, Any], host: Any,
-              mod_name: str) -> str | None:
-    """The cache key of ``relay.build(ir_mod, ...)`` under the current PassContext, or None
-    when this build must not be cached (see the module docstring)."""
-    from kiln.ir.structural import structural_hash
+def compile_context_key() -> str | None:
+    """What besides its input a compilation's result depends on, as one string: the pass
+    context, kiln's source fingerprint, the host CPU, the ``KILN_*``/``TVM_*`` environment
+    and user-registered op attributes and strategies. None when nothing may be cached now
+    (``KILN_BUILD_CACHE=0``, pass instruments, tuning records in effect)."""
     from kiln.ir.transform import PassContext
     from kiln.relay.op.strategy.registry import tuning_active
 
@@ -180,19 +185,27 @@ def build_key(ir_mod: Any, params: dict | None, targets: dict[int, Any], host: A
     ctx = PassContext.current()
     if ctx.instruments or tuning_active():
         return None
-    digest = hashlib.blake2b(LAYOUT_VERSION.encode(), digest_size=20)
-    main = ir_mod.get("main")
-    names = [p.name_hint for p in getattr(main, "params", ())]
-    parts = [
-        str(structural_hash(ir_mod)), "\0".join(names), mod_name,
-        ";".join(f"{k}={targets[k]}" for k in sorted(targets)), str(host),
+    return "\0".join([
         str(ctx.opt_level), ",".join(sorted(ctx.required_pass)),
         ",".join(sorted(ctx.disabled_pass)), repr(sorted(ctx.config.items(), key=str)),
         _kiln_fingerprint(), _host_fingerprint(),
         repr(sorted((k, v) for k, v in os.environ.items()
                     if k.startswith(("KILN_", "TVM_")) and k not in _NEUTRAL_ENV)),
-        "\n".join(sorted(_foreign_registrations())),
-    ]
+        "\n".join(sorted(_foreign_registrations()))])
+
+
+def build_key(ir_mod: Any, params: dict | None, targets: dict[int, Any], host: Any,
+              mod_name: str) -> str | None:
+    """The cache key of ``relay.build(ir_mod, ...)`` under the current PassContext, or None
+    when this build must not be cached (see the module docstring)."""
+    from kiln.ir.structural import structural_hash
+
+    context = compile_context_key()
+    if context is None:
+        return None
+    digest = hashlib.blake2b(LAYOUT_VERSION.encode(), digest_size=20)
+    parts = [str(structural_hash(ir_mod)), ir_mod.astext(show_meta_data=False), mod_name,
+             ";".join(f"{k}={targets[k]}" for k in sorted(targets)), str(host), context]
     digest.update("\0\0".join(parts).encode())
     _constants_digest(ir_mod, digest)
     _params_digest(params, digest)

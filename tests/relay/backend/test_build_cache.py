@@ -78,6 +78,32 @@ def test_llvm_hit_keeps_ir_and_assembly():
     np.testing.assert_allclose(out, np.maximum(x * w + 1, 0))
 
 
+def test_another_input_shape_is_a_miss():
+    x = relay.var("x", shape=(2, 3))
+    _build(tvm.IRModule.from_expr(relay.Function([x], relay.exp(x))))
+    y = relay.var("x", shape=(4, 3))
+    lib = _build(tvm.IRModule.from_expr(relay.Function([y], relay.exp(y))))
+    assert lib.stats["build_cache"] == "miss"
+    data = np.linspace(-1, 1, 12, dtype="float32").reshape(4, 3)
+    gmod = GraphModule(lib["default"](tvm.cpu(0)))
+    gmod.set_input("x", data)
+    gmod.run()
+    np.testing.assert_allclose(gmod.get_output(0).numpy(), np.exp(data), rtol=1e-6)
+
+
+def test_attributes_hashing_alike_are_told_apart():
+    """Python hashes -1 and -2 alike, and so does the structural hash."""
+    x = relay.var("x", shape=(2, 3, 4))
+    _build(tvm.IRModule.from_expr(relay.Function([x], relay.sum(x, axis=-1))))
+    lib = _build(tvm.IRModule.from_expr(relay.Function([x], relay.sum(x, axis=-2))))
+    assert lib.stats["build_cache"] == "miss"
+    data = np.arange(24, dtype="float32").reshape(2, 3, 4)
+    gmod = GraphModule(lib["default"](tvm.cpu(0)))
+    gmod.set_input("x", data)
+    gmod.run()
+    np.testing.assert_allclose(gmod.get_output(0).numpy(), data.sum(axis=-2))
+
+
 @pytest.mark.parametrize("change", ["weights", "input name", "target", "opt_level",
                                     "disabled_pass", "config", "mod_name", "params",
                                     "kiln source"])
@@ -176,3 +202,43 @@ def test_a_corrupt_entry_is_ignored_with_a_warning_and_rebuilt(damage, private_c
     x, out = _run(lib)
     np.testing.assert_allclose(out, np.maximum(x * w + 1, 0))
     assert _build(mod, "llvm").stats["build_cache"] == "hit"
+
+
+def _no_lowering(*args, **kwargs):
+    raise AssertionError("lower_primitive ran: the kernel should come from the disk cache")
+
+
+def test_lowered_kernels_are_reused_across_models_and_names(monkeypatch, private_cache):
+    """Other weights (a whole-build miss) and another mod_name (other kernel names) lower
+    nothing: every fused group is on disk."""
+    from kiln.relay.backend import te_compiler
+
+    mod, _ = _model()
+    _build(mod)
+    assert len(list((private_cache / "lower").iterdir())) == 1
+    monkeypatch.setattr(te_compiler, "lower_primitive", _no_lowering)
+    mod, w = _model(scale=-1.5)
+    with tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="c", mod_name="other")
+    assert lib.stats["build_cache"] == "miss"
+    assert "tvmgen_other_fused" in lib.get_lib().get_source("c")
+    x, out = _run(lib)
+    np.testing.assert_allclose(out, np.maximum(x * w + 1, 0))
+
+
+def test_a_corrupt_lowered_kernel_is_lowered_again_with_a_warning(private_cache):
+    mod, w = _model()
+    _build(mod)
+    (kernel,) = (private_cache / "lower").iterdir()
+    kernel.write_bytes(kernel.read_bytes()[:40])
+    with pytest.warns(UserWarning, match="ignoring the unreadable"):
+        lib = _build(*_model(scale=4.0)[:1])
+    x, out = _run(lib)
+    np.testing.assert_allclose(out, np.maximum(x * 4.0 + 1, 0))
+    assert len(list((private_cache / "lower").iterdir())) == 1
+
+
+def test_the_lowering_cache_is_off_with_the_build_cache(monkeypatch, private_cache):
+    monkeypatch.setenv("KILN_BUILD_CACHE", "0")
+    _build(_model()[0])
+    assert not (private_cache / "lower").exists()
