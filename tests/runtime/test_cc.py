@@ -129,3 +129,28 @@ def test_compiler_probes_time_out_on_a_hanging_compiler(tmp_path, monkeypatch):
     assert cc.openmp_available(str(hang)) is False
     with pytest.raises(TVMError, match="did not finish"):
         cc.compiler_version(str(hang))
+
+
+def test_compile_in_background_gives_a_linkable_object_cached_by_content(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    wait = runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])
+    (tmp_path / "square.o").write_bytes(wait())
+    lib = ctypes.CDLL(cc.create_shared(tmp_path / "sq.so", [tmp_path / "square.o"]))
+    assert lib.square(7) == 49
+    assert len(list((tmp_path / "cache" / "cc").glob("obj_*.o"))) == 1
+    monkeypatch.setattr(runtime_cc, "compile_object", None)  # a hit compiles nothing
+    assert runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])() == \
+        (tmp_path / "square.o").read_bytes()
+
+
+def test_compile_in_background_reports_compiler_errors_when_waited_for(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    wait = runtime_cc.compile_in_background("int f(void) { return missing_xyz; }\n", ["-O1"])
+    with pytest.raises(TVMError, match="missing_xyz"):
+        wait()
