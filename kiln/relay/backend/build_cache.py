@@ -204,7 +204,11 @@ def build_key(ir_mod: Any, params: dict | None, targets: dict[int, Any], host: A
     if context is None:
         return None
     digest = hashlib.blake2b(LAYOUT_VERSION.encode(), digest_size=20)
-    parts = [str(structural_hash(ir_mod)), ir_mod.astext(show_meta_data=False), mod_name,
+    try:
+        text = ir_mod.astext(show_meta_data=False)
+    except (TVMError, RecursionError):  # a module the printer cannot show is built uncached
+        return None
+    parts = [str(structural_hash(ir_mod)), text, mod_name,
              ";".join(f"{k}={targets[k]}" for k in sorted(targets)), str(host), context]
     digest.update("\0\0".join(parts).encode())
     _constants_digest(ir_mod, digest)

@@ -335,17 +335,16 @@ class TECompiler:
             name = self._kernel_name(func, suffix)
             num_ops = _count_calls(func)
             start = time.perf_counter()
-            disk_key = self._disk_key(kind, key, func)
-            found = lowered_cache.load(disk_key) if disk_key else None
-            if found is not None:
-                prim_func, n_in, n_out = found
-                if prim_func.attrs.get("global_symbol") != name:
-                    prim_func = prim_func.with_attr("global_symbol", name)
-            else:
-                with kernel_recursion_room(num_ops):
-                    prim_func, n_in, n_out = lower_primitive(func, self.target, name, symbolic)
-                if disk_key:
-                    lowered_cache.store(disk_key, (prim_func, n_in, n_out))
+            with kernel_recursion_room(num_ops):  # the key prints the function: nested calls
+                disk_key = self._disk_key(kind, key, func)
+                found = lowered_cache.load(disk_key) if disk_key else None
+                if found is None:
+                    found = lower_primitive(func, self.target, name, symbolic)
+                    if disk_key:
+                        lowered_cache.store(disk_key, found)
+            prim_func, n_in, n_out = found
+            if prim_func.attrs.get("global_symbol") != name:  # lowered under another name
+                prim_func = prim_func.with_attr("global_symbol", name)
             self.seconds["lower"] += time.perf_counter() - start
             lowered = LoweredFunc(name, prim_func, _hash_text(key), n_in, n_out, num_ops)
             self.lowered.append(lowered)
