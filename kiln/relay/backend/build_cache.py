@@ -154,8 +154,8 @@ def _constants_digest(mod: Any, digest: Any) -> None:
     from kiln.relay.expr_functor import post_order_visit
 
     def visit(node: Any) -> None:
-        if isinstance(node, rx.Constant):
-            digest.update(_array_checksum(node.data.numpy()).encode())
+        if isinstance(node, rx.Constant):  # read in place: numpy() would copy the weights
+            digest.update(_array_checksum(np.array(node.data, copy=False)).encode())
 
     for gvar in sorted(mod.functions, key=lambda g: g.name_hint):
         func = mod.functions[gvar]
