@@ -194,7 +194,9 @@ def compile_object(
     return os.fspath(output)
 
 
-_BACKGROUND = None  # one thread that waits for background compilers (see compile_in_background)
+# (pid, executor): one thread that waits for background compilers (compile_in_background);
+# a forked child makes its own, the parent's thread does not exist there
+_BACKGROUND: tuple[int, Any] | None = None
 
 
 def compile_in_background(source: str, options: Sequence[str],
@@ -230,9 +232,9 @@ def compile_in_background(source: str, options: Sequence[str],
             os.replace(obj, target)  # atomic: readers see nothing or the whole object
         return data
 
-    if _BACKGROUND is None:
-        _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="kiln-cc")
-    return _BACKGROUND.submit(build).result
+    if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
+        _BACKGROUND = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="kiln-cc"))
+    return _BACKGROUND[1].submit(build).result
 
 
 def create_shared(

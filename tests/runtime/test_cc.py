@@ -154,3 +154,28 @@ def test_compile_in_background_reports_compiler_errors_when_waited_for(
     wait = runtime_cc.compile_in_background("int f(void) { return missing_xyz; }\n", ["-O1"])
     with pytest.raises(TVMError, match="missing_xyz"):
         wait()
+
+
+def test_compile_in_background_works_in_a_forked_child(tmp_path: Path, monkeypatch) -> None:
+    """The parent's waiting thread does not exist after fork: the child needs its own."""
+    import multiprocessing
+
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])()  # the parent's thread
+    child = multiprocessing.get_context("fork").Process(
+        target=_compile_cube_in_background, args=(str(tmp_path / "cube.o"),))
+    child.start()
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("compile_in_background hung in a forked child")
+    assert child.exitcode == 0 and (tmp_path / "cube.o").stat().st_size > 0
+
+
+def _compile_cube_in_background(path: str) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    source = "int cube(int x) { return x * x * x; }\n"
+    Path(path).write_bytes(runtime_cc.compile_in_background(source, ["-O1", "-fPIC"])())
