@@ -10,7 +10,11 @@ there is one output). Three implementations:
 - scalar segments (only Python scalars, no arrays) become generated Python source: a kernel
   launch costs microseconds, ``a + b`` on Python floats tens of nanoseconds.
 
-Entry points: :func:`convert_segment`, :class:`PySegment`, :class:`GraphRunner`.
+Segments are built once per process by structural hash (:func:`build_segment`): the same
+linear code in two functions, signatures or grad orders shares one library.
+
+Entry points: :func:`convert_segment`, :func:`build_segment`, :class:`PySegment`,
+:class:`GraphRunner`.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 from kiln import relay
 from kiln.contrib import graph_executor
 from kiln.ir.module import IRModule
+from kiln.ir.structural import structural_equal, structural_hash
 from kiln.ir.transform import PassContext
 from kiln.jit.abstract import Array, Scalar
 from kiln.jit.errors import JitError
@@ -183,7 +188,23 @@ def convert_segment(nodes: list[Apply], inputs: list[Node], outputs: list[Node],
         return DebugRunner(ex.evaluate(), in_t, out_t)
     if linear_impl != "relay":
         raise JitError(f"unknown linear_impl {linear_impl!r} (use 'relay' or 'debug')")
-    with PassContext(opt_level=3):
-        lib = relay.build(mod, target=target)
-    gm = graph_executor.GraphModule(lib["default"](cpu(0)))
+    lib = build_segment(fn, target)
+    gm = graph_executor.GraphModule(lib["default"](cpu(0)))  # storage of its own
     return GraphRunner(gm, in_t, out_t)
+
+
+# structural hash -> [(segment function, target, built library)]: one build per distinct
+# segment in the process, whichever function (or signature, or grad order) it came from
+_BUILT: dict[int, list[tuple[Any, str, Any]]] = {}
+
+
+def build_segment(fn, target: str):
+    """``relay.build`` of a segment's Relay function, reused for a structurally equal one."""
+    key = structural_hash(fn)
+    for other, other_target, lib in _BUILT.get(key, ()):
+        if other_target == target and structural_equal(other, fn):
+            return lib
+    with PassContext(opt_level=3):
+        lib = relay.build(IRModule.from_expr(fn), target=target)
+    _BUILT.setdefault(key, []).append((fn, target, lib))
+    return lib

@@ -306,6 +306,27 @@ def finite_diff(f, x, eps=1e-6):
     return (f(x + eps) - f(x - eps)) / (2 * eps)
 
 
+def test_same_segment_in_two_functions_is_built_once(monkeypatch):
+    from kiln import relay
+
+    builds = []
+    real_build = relay.build
+    monkeypatch.setattr(relay, "build", lambda *a, **k: builds.append(1) or real_build(*a, **k))
+
+    def first(x, y):
+        return np.tanh(x * 1.2345 + y)
+
+    def second(a, b):  # other names, same computation
+        return np.tanh(a * 1.2345 + b)
+
+    x, y = RNG.standard_normal((3, 7)), RNG.standard_normal((3, 7))
+    np.testing.assert_allclose(myia(first)(x, y), np.tanh(x * 1.2345 + y), rtol=1e-12)
+    np.testing.assert_allclose(myia(second)(y, x), np.tanh(y * 1.2345 + x), rtol=1e-12)
+    assert len(builds) == 1
+    myia(first)(x.astype("float32"), y.astype("float32"))  # another signature: another build
+    assert len(builds) == 2
+
+
 def test_grad_mlp_against_jax():
     def loss(W1, b1, W2, b2, x, y, np=np):
         h = np.tanh(x @ W1 + b1)
