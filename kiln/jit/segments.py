@@ -13,7 +13,8 @@ there is one output). Three implementations:
 Segments are built once per process by structural hash (:func:`build_segment`): the same
 linear code in two functions, signatures or grad orders shares one library.
 
-Entry points: :func:`convert_segment`, :func:`build_segment`, :class:`PySegment`,
+Entry points: :func:`convert_segment`, :func:`build_segment`, :func:`clear_segment_cache`,
+:class:`PySegment`,
 :class:`GraphRunner`.
 """
 
@@ -196,6 +197,11 @@ def convert_segment(nodes: list[Apply], inputs: list[Node], outputs: list[Node],
 # structural hash -> [(segment function, target, built library)]: one build per distinct
 # segment in the process, whichever function (or signature, or grad order) it came from
 _BUILT: dict[int, list[tuple[Any, str, Any]]] = {}
+
+
+def clear_segment_cache() -> None:
+    """Forget the segments built so far (a benchmark timing a rebuild from the disk cache)."""
+    _BUILT.clear()
 
 
 def build_segment(fn, target: str):
