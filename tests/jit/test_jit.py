@@ -338,10 +338,16 @@ def test_grad_mlp_against_jax():
 
     args = [RNG.standard_normal(s).astype("float32")
             for s in [(8, 6), (6,), (6, 3), (3,), (5, 8), (5, 3)]]
-    got = kiln.jit(grad(mlp_loss, argnums=(0, 1, 2, 3)))(*args)
+    step = kiln.jit(grad(mlp_loss, argnums=(0, 1, 2, 3)))
+    got = step(*args)
     want = jax.grad(lambda *a: loss(*a, np=jnp), argnums=(0, 1, 2, 3))(*args)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-4, atol=1e-5)
+    # x @ W, h.T @ g and g @ W2.T read their operands in place: no transpose kernel runs
+    vm = step.cache[step.signature(*args)].vm
+    kernels = [op.func_name for ins in vm.code if hasattr(ins[1], "module")
+               for op in ins[1].module.module.op_execs]
+    assert kernels and not [k for k in kernels if "transpose" in k], kernels
 
 
 def piecewise(x):
