@@ -327,6 +327,25 @@ def test_same_segment_in_two_functions_is_built_once(monkeypatch):
     assert len(builds) == 2
 
 
+def test_unrolled_loop_over_rows_shares_one_indexing_kernel():
+    # xs[t] with a constant t reads t from an executor input: one take kernel for all t
+    def rows(xs, w):
+        acc = xs[0] @ w
+        for t in range(1, xs.shape[0]):
+            acc = acc + np.tanh(xs[t] @ w)
+        return acc + xs[-1] @ w
+
+    xs, w = RNG.standard_normal((6, 2, 3)), RNG.standard_normal((3, 4))
+    want = rows(xs, w)
+    fn = myia(rows)
+    np.testing.assert_allclose(fn(xs, w), want, rtol=1e-12)
+    np.testing.assert_allclose(myia(rows, linear_impl="debug")(xs, w), want, rtol=1e-12)
+    vm = fn.cache[fn.signature(xs, w)].vm
+    kernels = {op.func_name for ins in vm.code if hasattr(ins[1], "module")
+               for op in ins[1].module.module.op_execs}
+    assert len([k for k in kernels if "take" in k or "slice" in k]) == 1, kernels
+
+
 def test_grad_mlp_against_jax():
     def loss(W1, b1, W2, b2, x, y, np=np):
         h = np.tanh(x @ W1 + b1)
