@@ -171,9 +171,9 @@ def section_throughput(target: str, candidates: int, rounds: int) -> None:
     ratios = [a / b - 1 for a, b in zip(local, on_ray)]
     print(f"\n## throughput: {len(inputs)} candidates of conv2d_nchw.x86 1x64x56x56 -> 64 3x3, "
           f"{rounds} interleaved rounds, load {min(loads):.1f}-{max(loads):.1f}")
-    print(f"{'measurement':14} {'min/min':>8} {'median/min':>11}   candidates/min per round")
+    print(f"{'measurement':14} {'best':>6} {'median':>7} {'worst':>6}   candidates/min per round")
     for name, runs in (("local", local), ("ray (local)", on_ray)):
-        print(f"{name:14} {min(runs):8.1f} {float(np.median(runs)):11.1f}   "
+        print(f"{name:14} {max(runs):6.1f} {float(np.median(runs)):7.1f} {min(runs):6.1f}   "
               f"{[round(r, 1) for r in runs]}")
     print(f"Ray overhead (local/ray - 1) per round: {[f'{r:+.1%}' for r in ratios]}; "
           f"median {float(np.median(ratios)):+.1%}")

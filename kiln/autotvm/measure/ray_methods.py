@@ -229,8 +229,20 @@ class RayRunner(Runner):
         # what a timer runs per candidate: ``f(blob, arg_info, number, repeat, min_repeat_ms,
         # flush, timeout) -> (status, costs)``
         self.timing_function = time_from_bytes
+        self.timers: list = []
+        self._start_timers()
+
+    def _start_timers(self) -> None:
+        """One warmed-up timer per live node (their start is not the candidates' time)."""
         self.timers = [self._timer(node) for node in self.ray.nodes() if node.get("Alive")]
         self.ray.get([t.time.remote(_warm_up_timer) for t in self.timers])
+
+    def close(self) -> None:
+        """Stop the timer actors (each holds a worker process); :meth:`run` starts new
+        ones if the runner is used again."""
+        for timer in self.timers:
+            self.ray.kill(timer)
+        self.timers = []
 
     def _timer(self, node: dict) -> Any:
         """A timing actor placed on ``node`` (elsewhere if it dies: restarted once, its
@@ -245,6 +257,8 @@ class RayRunner(Runner):
         ).remote()
 
     def run(self, measure_inputs: list, build_results: list) -> list:
+        if not self.timers:
+            self._start_timers()
         outcomes: list[tuple[str, Any]] = [("skip", None)] * len(build_results)
         submitted = [(k, b) for k, b in enumerate(build_results) if b.error is None]
         refs = [self.timers[n % len(self.timers)].time.remote(
