@@ -94,7 +94,20 @@ def _tuner(name, task, seed, **kwargs):
     return getattr(autotvm.tuner, name)(task, seed=seed, **kwargs)
 
 
-def section_search(target: str, grid_file: str, seeds: int, passes: int) -> None:
+def write_tophub_record(path: str, task, table: dict) -> None:
+    """Append the grid's best config as a record (kiln's TopHub package is made so)."""
+    from kiln.autotvm import record
+    from kiln.autotvm.measure import MeasureInput, MeasureResult
+
+    cost, index = min((c, i) for i, c in table.items() if c is not None)
+    inp = MeasureInput(task.target, task, task.config_space.get(index))
+    with open(path, "a") as f:
+        f.write(record.encode(inp, MeasureResult((cost,), 0, cost, time.time())) + "\n")
+    print(f"wrote the best config ({task.config_space.get(index)}) to {path}")
+
+
+def section_search(target: str, grid_file: str, seeds: int, passes: int,
+                   tophub_file: str | None = None) -> None:
     from kiln.autotvm.measure.replay import load_table, measure_table, save_table
 
     task = search_task(target)
@@ -116,6 +129,8 @@ def section_search(target: str, grid_file: str, seeds: int, passes: int) -> None
                    measured=time.ctime())
     valid = [c for c in table.values() if c is not None]
     optimum = min(valid)
+    if tophub_file:
+        write_tophub_record(tophub_file, task, table)
     near = sum(c <= optimum / 0.95 for c in valid)
     print(f"\n## search: conv2d_nchw.x86 1x64x56x56 -> 64 3x3 (ResNet-18 layer 1), "
           f"{len(table)} configs ({len(table) - len(valid)} failed); grid optimum "
@@ -123,7 +138,7 @@ def section_search(target: str, grid_file: str, seeds: int, passes: int) -> None
     print(f"{'tuner':14} {'mean trials':>11} {'worst':>6} {'mean/grid':>9} {'worst/grid':>10}"
           f"   ({seeds} seeds)")
     print(f"{'GridSearch':14} {len(table):11d} {len(table):6d} {1.0:9.2f} {1.0:10.2f}")
-    for name, make in SEARCH_TUNERS.items():
+    for name, make in SEARCH_TUNERS.items() if seeds else ():
         runs = [trials_to_within(task, table, make, seed) for seed in range(seeds)]
         mean, worst = float(np.mean(runs)), max(runs)
         print(f"{name:14} {mean:11.1f} {worst:6d} {mean / len(table):9.2f} "
@@ -276,6 +291,8 @@ def main() -> None:
                         help="search: the grid's measured costs; measured and saved there "
                         "when missing, replayed otherwise")
     parser.add_argument("--seeds", type=int, default=20, help="search: seeds per tuner")
+    parser.add_argument("--tophub", help="search: append the grid's best config to this "
+                        "TopHub package (kiln/autotvm/tophub_packages/llvm_v0.01.log)")
     parser.add_argument("--passes", type=int, default=3, help="search: shuffled timing "
                         "passes over the grid (the fastest of them is kept)")
     args = parser.parse_args()
@@ -286,7 +303,7 @@ def main() -> None:
           f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
     sections = args.sections.split(",")
     if "search" in sections:
-        section_search(target, args.grid_file, args.seeds, args.passes)
+        section_search(target, args.grid_file, args.seeds, args.passes, args.tophub)
     if "throughput" in sections:
         section_throughput(target, args.candidates, args.rounds)
     if "resnet" in sections:
