@@ -1,19 +1,22 @@
 """AutoTVM benchmark: search efficiency, tuning throughput (local vs Ray), ResNet-18 tuned.
 
     python benchmarks/tune.py [--sections search,throughput,resnet] [--target T]
-                              [--trials 32] [--budget-min 20] [--candidates 16]
+                              [--seeds 20] [--passes 3] [--grid-file F] [--tophub LOG]
+                              [--candidates 24] [--rounds 3] [--trials 32] [--budget-min 20]
 
 Three tables, each from one run on this machine (ratios are the result; absolute times on a
 shared machine are noise):
 
-* ``search``: a small conv task (``conv2d_nchw.x86``, 1x32x28x28, 32 filters 3x3). Grid
-  search measures the whole space; XGBTuner and RandomTuner then search it again against a
-  *replay* of the grid's measurements (each config costs what grid measured), so the table
-  shows search efficiency alone: trials each tuner needs to come within 5% of the grid
-  optimum, against the grid's full space.
-* ``throughput``: measured candidates per minute of ``conv2d_nchw.x86`` (ResNet-18's
-  64-channel 3x3 layer) with LocalBuilder + LocalRunner, then with RayBuilder + RayRunner
-  on a local Ray over the same configs; the Ray overhead is the relative difference.
+* ``search``: ResNet-18's first 3x3 conv (``conv2d_nchw.x86`` 1x64x56x56, 64 filters: 280
+  configs over tile_ic, tile_oc, tile_ow, unroll_kw). The whole grid is measured once with
+  one thread (each config built once, timed in ``--passes`` shuffled passes, the fastest
+  kept) and saved to ``--grid-file`` (``benchmarks/out/``; reused when present). Each tuner
+  then searches a *replay* of that table (``kiln.autotvm.measure.replay``) with ``--seeds``
+  seeds: trials needed to come within 5% of the grid optimum, mean and worst, against the
+  grid's full space. ``--tophub LOG`` appends the grid's best config to a TopHub package.
+* ``throughput``: measured candidates per minute of the same conv with LocalBuilder +
+  LocalRunner and with RayBuilder + RayRunner on a local Ray, in ``--rounds`` interleaved
+  rounds (Ray stays up through both); the Ray overhead is ``local / ray - 1`` per round.
 * ``resnet``: ResNet-18 (batch 1, defined in ``benchmarks/models.py``), every task tuned
   with XGBTuner for at most ``--trials`` trials within ``--budget-min`` minutes in all;
   per-task GFLOPS of the default (untuned) config and of the best tuned one, tuning time per
