@@ -133,7 +133,8 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
     o = get_const_tuple(kernel.shape)[0]
     oh, ow, kh, kw = _conv_geometry(data, kernel, strides, padding, dilation)
     lanes = _lanes_of(o)
-    widest = 12 if kw == 1 else 8  # register budget of a block (see topi.x86.conv2d)
+    # register budget of a block (see topi.x86.conv2d): 16 columns of one zmm on AVX-512
+    widest = max(12 if kw == 1 else 8, x86_conv2d.max_tile_width(1, kw))
     # TVM's order of knobs; an input channel block of 1 is the untuned schedule's loop order
     cfg.define_split("tile_ic", c, num_outputs=2)
     cfg.define_split("tile_oc", o, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
