@@ -6,7 +6,7 @@ Rows:
   same function run by CPython undecorated.
 - MLP 784-256-10, batch 64, one training step (loss + grad + SGD update): kiln.jit vs jax.jit
   vs PyTorch eager; compile (first call) time beside JAX's, both libraries warmed up by a
-  trivial function first; kiln's with an empty kernel cache and again with the kernels on disk.
+  trivial function first; kiln's with an empty cache and again with its build cache on disk.
 - RNN cell (tanh, 64 hidden, batch 16) over 32 steps with a Python ``for``, and its grad: vs
   jax.jit of the same code.
 
@@ -136,7 +136,7 @@ def bench_mlp(repeat: int) -> list[tuple]:
     # starts its CPU client; kiln imports its compiler lazily), so compile rows time compiling.
     kiln.jit(lambda a: np.tanh(a) + 1.0)(np.ones(3, "float32"))
     # The first compile runs with an empty kernel cache (KILN_CACHE_DIR a fresh directory);
-    # the second, of a new function object, finds the kernels on disk (a later process).
+    # the second, of a new function object, finds the build on disk (as a later process).
     saved = os.environ.get("KILN_CACHE_DIR")
     with tempfile.TemporaryDirectory() as cache:
         os.environ["KILN_CACHE_DIR"] = cache
@@ -180,7 +180,7 @@ def bench_mlp(repeat: int) -> list[tuple]:
                   "goal <= 1.0"),
                  ("MLP compile (first call), empty kernel cache: kiln.jit / jax.jit",
                   compile_kiln, compile_jax, "goal <= 1.0"),
-                 ("MLP compile (first call), kernels on disk: kiln.jit / jax.jit",
+                 ("MLP compile (first call), build cache on disk: kiln.jit / jax.jit",
                   compile_warm, compile_jax, "")]
     except ImportError:
         rows.append(("MLP train step: jax not installed", t_kiln, None, ""))
