@@ -17,7 +17,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kiln.relay.backend.interpreter  # noqa: F401 - registers the table-driven reference rules
 import kiln.relay.qnn.interp  # noqa: F401 - QNN ops evaluate through their canonical form
 from kiln import relay
 from kiln.ir.op import Op
