@@ -1,7 +1,8 @@
 """Shape-manipulating ("transform") operators, under TVM's ``relay.op.transform`` path.
 
 Entry points (TVM's names and signatures): :func:`layout_transform`, :func:`cast`,
-:func:`cast_like`, :func:`reinterpret`, :func:`sequence_mask`, defined here; and, re-exported
+:func:`cast_like`, :func:`reinterpret`, :func:`sequence_mask`, defined here (with
+:func:`cast_array`, the NumPy semantics of ``cast``); and, re-exported
 from the family module that defines each: :mod:`.reshape` (reshape, reverse_reshape,
 reshape_like, transpose, squeeze, expand_dims), :mod:`.join` (concatenate, stack, split),
 :mod:`.indexing` (take, gather, gather_nd, scatter_elements, scatter_nd, where),
@@ -271,5 +272,5 @@ __all__ = [
     "scatter_nd", "strided_slice", "slice_like", "tile", "repeat", "reverse", "where",
     "one_hot", "arange", "full", "full_like", "layout_transform", "broadcast_to",
     "broadcast_to_like", "collapse_sum_like", "collapse_sum_to", "cast", "cast_like",
-    "reinterpret", "sequence_mask", "cast_array",
+    "reinterpret", "sequence_mask",
 ]

@@ -17,7 +17,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kiln.relay.backend.interpreter  # noqa: F401 - registers the table-driven reference rules
 import kiln.relay.qnn.interp  # noqa: F401 - QNN ops evaluate through their canonical form
 from kiln import relay
 from kiln.ir.op import Op
@@ -530,6 +529,27 @@ case("nn.contrib_gru_cell",
      lambda x, h, w, b, t: relay.nn.contrib_gru_cell(x, h, w, b, t, linear_before_reset=True),
      [uniform(-1, 1, (_T, _B, 3 * _H)), uniform(-1, 1, (_B, _H)), _pack(_R3, 3, 2),
       uniform(-0.5, 0.5, (_H,)), _step], _torch_gru)
+
+# ---- fixed-point multiplication: the definition in torch int64 tensors ----------------------
+def _fixed_point(x, multiplier, left, right):
+    """round_half_up((x << left) * multiplier / 2**(31 + right)), wrapped to int32."""
+    total = 31 + right
+    value = ((x.long() << left) * multiplier + (torch.ones_like(x.long()) << (total - 1))) \
+        >> total
+    return ((value + 2**31) % 2**32 - 2**31).int()
+
+
+_FP_X = RNG.integers(-(2**20), 2**20, (3, 4)).astype("int32")  # no int64 overflow below
+case("fixed_point_multiply", lambda x: relay.fixed_point_multiply(x, 1518500250, 2), [_FP_X],
+     lambda x: _fixed_point(x, 1518500250, 2, 0), rtol=0, atol=0)
+case("fixed_point_multiply", lambda x: relay.fixed_point_multiply(x, 1 << 30, -3), [_FP_X],
+     lambda x: _fixed_point(x, 1 << 30, 0, 3), rtol=0, atol=0)
+case("fixed_point_multiply_per_axis",
+     lambda x, y, ls, rs: relay.fixed_point_multiply_per_axis(x, y, ls, rs, True, True, [1]),
+     [_FP_X, np.array([1 << 30, 1518500250, 2**31 - 1, 1 << 20], "int32"),
+      np.array([0, 2, 1, 0], "int32"), np.array([3, 0, 0, 1], "int32")],
+     lambda x, y, ls, rs: _fixed_point(x, y.long(), ls.long(), rs.long()), rtol=0, atol=0)
+
 
 # ---- the test -------------------------------------------------------------------------------
 def _cases():
