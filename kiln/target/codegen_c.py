@@ -31,14 +31,14 @@ are evaluated before the ``?:`` (see :meth:`CodeGenC.call_if_then_else`: GCC 12.
 the masked loads it would otherwise make).
 
 Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vector lanes must
-be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
-value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
-``if_then_else`` arm that may fault (a load not proved in bounds by
-:func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
-it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
-than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
-works lane by lane (:mod:`kiln.target.codegen_c_vectors`), and vector locals of that width are
-arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
+be whole integers); a select blends on a mask as wide as the value's lanes
+(:meth:`CodeGenC.lane_mask` widens or narrows comparison masks). A per-lane ``if_then_else``
+arrives as a ``Select`` whose loads that may fault are ``tir.masked_load`` calls
+(``tir.MaskFaultingLanes``), printed as masked loads or a guarded lane loop
+(:mod:`kiln.target.codegen_c_masked`). Vectors wider
+than an AVX2 register (``float32x16``) arrive as native-width parts when the store's value
+works lane by lane (``tir.SplitWideVectors`` in the C-family pipeline): GCC lowers its wider
+generic vectors piecewise through the stack.
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from kiln.arith import Analyzer
-from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -79,13 +77,13 @@ from kiln.target.c_abi import (
 )
 from kiln.target.c_access import flat_access, uniform_vector_lanes
 from kiln.target.c_intrinsics import INTRINSIC_FORMATS, UNARY_MATH, CIntrinsics
+from kiln.target.c_parallel import CParallelLaunch
 from kiln.target.codegen_c_masked import CLaneMasks
 from kiln.target.codegen_c_vectors import (
     COMPARISONS,
     VECTOR_MASK_BINARY,
     VECTOR_MIN_MAX,
-    CNativeParts,
-    native_lanes,
+    fits_vector_register,
 )
 from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE
 
@@ -131,31 +129,14 @@ _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT
 # -- the emitter -------------------------------------------------------------------------------
 
 
-# The runtime's thread count (KILN_NUM_THREADS / TVM_NUM_THREADS) and the chunk size of a
-# dynamically scheduled parallel loop: about four chunks per thread of the running team.
-_PARALLEL_CHUNK_HELPER = """\
-#ifdef _OPENMP
-int KilnRuntimeNumThreads(void);
-int omp_get_num_threads(void);
-#define KILN_TEAM_SIZE() ((int64_t)omp_get_num_threads())
-#else
-#define KILN_TEAM_SIZE() ((int64_t)1)
-#endif
-static inline int64_t kiln_parallel_chunk(int64_t count) {
-  int64_t parts = 4 * KILN_TEAM_SIZE();
-  int64_t chunk = (count + parts - 1) / parts;
-  return chunk > 0 ? chunk : 1;
-}"""
-
-
-class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
+class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
 
-    ``use_openmp``
-        run parallel loops in an ``#pragma omp parallel`` team (guarded by ``#ifdef
-        _OPENMP``) whose threads claim contiguous chunks from an atomic counter;
+    ``use_thread_pool``
+        run parallel loops on the runtime's thread pool: outlined into lambdas launched with
+        ``TVMBackendParallelLaunch`` (:mod:`kiln.target.c_parallel`), else serially;
     ``workspace_threshold``
         constant-size allocations up to this many bytes live on the stack (64-byte aligned),
         bigger or symbolic ones come from ``TVMBackendAllocWorkspace``;
@@ -175,7 +156,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     True
     """
 
-    use_openmp = True
+    use_thread_pool = True
     workspace_threshold = 16384
     emit_packed = True
     restrict = "restrict"
@@ -184,23 +165,17 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         self.system_lib = system_lib
         self._functions: list[str] = []
         self._imported_c: list[str] = []
-        self._vector_types: dict[str, str] = {}
+        self.declarations: dict[str, str] = {}
         self._lines: list[str] = []
         self._indent = 0
         self._names: dict[int, str] = {}
         self._used_names: set[str] = set()
         self._parallel_depth = 0
         self._region_failure: tuple[str, str] | None = None  # (message slot, end label)
-        self._func_name = ""
-        self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
-        # id(buffer var) -> lanes of the native-width vectors a wider vector local is kept in
-        self._split_locals: dict[int, int] = {}
-        self._shared_parts: dict[str, list[str]] = {}  # wide shared load -> its parts' names
+        self.func_name = ""
+        self.vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
-        self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
-        self._shared_count = 0
-        self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
         self._vector_lanes_of: dict[int, int] = {}  # id(buffer var) -> lanes (see Allocate)
         self.function_names: list[str] = []
 
@@ -211,10 +186,9 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise TVMError(f"C codegen: {name!r} is not a valid C function name (use letters, "
                            "digits and '_')")
-        self._func_name = name
+        self.func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
-        self._analyzer = Analyzer()
         self._vector_lanes_of = uniform_vector_lanes(func.body)
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
@@ -263,9 +237,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
 
     def finish(self) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions."""
-        parts = [preamble("c"), *self._vector_types.values(), PRELUDE_HELPERS.strip()]
-        if self.use_openmp:
-            parts.append(_PARALLEL_CHUNK_HELPER)
+        parts = [preamble("c"), *self.declarations.values(), PRELUDE_HELPERS.strip()]
         if self.uses_module_ctx:
             parts.append(MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
@@ -294,12 +266,13 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         self._used_names.add(name)
         return name
 
-    def _var_name(self, var: Any) -> str:
+    def var_name(self, var: Any) -> str:
+        """The C name bound to a TIR variable (a parameter, loop variable or let)."""
         try:
             return self._names[id(var)]
         except KeyError:
             raise TVMError(
-                f"C codegen ({self._func_name}): variable {var.name!r} is used but never "
+                f"C codegen ({self.func_name}): variable {var.name!r} is used but never "
                 "defined (not a parameter, loop variable or let binding)"
             ) from None
 
@@ -325,12 +298,12 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if a_type.lanes > 1 and kind in VECTOR_MIN_MAX:
             return self._min_max(kind, DataType(node.dtype), a, b)
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
-            return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
+            return self.per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
                                   lambda x, y: self._binary_scalar(kind, a_type, x, y))
         return self._binary_scalar(kind, a_type, a, b)
 
     def _min_max(self, kind: str, dtype: DataType, a: str, b: str) -> str:
-        vtype = self._vector_type(dtype)
+        vtype = self.vector_type(dtype)
         mask = f"_x {VECTOR_MIN_MAX[kind]} _y"
         return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
                 f"{self._blend(dtype, mask, '_x', '_y')}; }})")
@@ -343,7 +316,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         bits = 64 if a_type.bits == 64 else 32
         return rule.format(a=a, b=b, f=float_suffix(a_type), bits=bits)
 
-    def _per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
+    def per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
                   lane_rule) -> str:
         """A vector result computed lane by lane (for ops C vectors lack).
 
@@ -363,7 +336,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
                              f"_a{index}[_l] = _v{index}[_l];")
                 lanes.append(f"_a{index}[_l]")
             elif op_dtype.lanes > 1:
-                op_c = self._vector_type(op_dtype)
+                op_c = self.vector_type(op_dtype)
                 decls.append(f"{op_c} _v{index} = {text}; {c_type(op_dtype.element_of)} "
                              f"_a{index}[{lanes_count}]; __builtin_memcpy(_a{index}, &_v{index}, "
                              f"sizeof _a{index});")
@@ -372,26 +345,26 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
                 decls.append(f"{c_type(op_dtype)} _a{index} = {text};")
                 lanes.append(f"_a{index}")
         body = lane_rule(*lanes)
-        vtype = self._vector_type(result)
+        vtype = self.vector_type(result)
         return (f"({{ {' '.join(decls)} {c_type(result.element_of)} _o[{lanes_count}]; "
                 f"for (int _l = 0; _l < {lanes_count}; ++_l) _o[_l] = {body}; "
                 f"{vtype} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
 
-    def _vector_type(self, dtype: DataType) -> str:
+    def vector_type(self, dtype: DataType) -> str:
         """Declare (once) and name the GCC vector type for a vector dtype."""
         if dtype.lanes == 1:
             return c_type(dtype)
         if dtype.is_bool:
             # GCC vector lanes must be whole integers: a bool vector is its bytes (0 or 1)
-            return self._vector_type(DataType("int8").with_lanes(dtype.lanes))
+            return self.vector_type(DataType("int8").with_lanes(dtype.lanes))
         name = c_type(dtype)
-        if name not in self._vector_types:
+        if name not in self.declarations:
             scalar = c_type(dtype.element_of)
             size = dtype.bits * dtype.lanes // 8
             if size & (size - 1):
                 raise TVMError(f"C codegen: vector {dtype} is not a power-of-two size")
             elem = max(dtype.bits // 8, 1)
-            self._vector_types[name] = (
+            self.declarations[name] = (
                 f"typedef {scalar} {name} __attribute__((vector_size({size})));\n"
                 f"typedef {scalar} {name}_u __attribute__((vector_size({size}), "
                 f"aligned({elem})));"
@@ -438,7 +411,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
 
     def expr_Var(self, node: Any) -> str:
         """C text of a TIR ``Var`` node."""
-        return self._var_name(node)
+        return self.var_name(node)
 
     expr_SizeVar = expr_Var
 
@@ -448,15 +421,15 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if target.lanes > 1 and target.is_bool:
             source = DataType(node.value.dtype)
             if source.is_bool:
-                return self._vector_value(node.value)
-            zero = self._vector_type(source)
+                return self.vector_value(node.value)
+            zero = self.vector_type(source)
             mask = f"__builtin_convertvector({self.expr(node.value)} != ({zero}){{0}}, " \
-                f"{self._vector_type(target)})"
+                f"{self.vector_type(target)})"
             return f"(-{mask})"
         if target.lanes > 1:
-            self._vector_type(DataType(node.value.dtype))
-            return (f"__builtin_convertvector({self._vector_value(node.value)}, "
-                    f"{self._vector_type(target)})")
+            self.vector_type(DataType(node.value.dtype))
+            return (f"__builtin_convertvector({self.vector_value(node.value)}, "
+                    f"{self.vector_type(target)})")
         return f"(({c_type(target)}){self.expr(node.value)})"
 
     def expr_Not(self, node: Any) -> str:
@@ -470,30 +443,30 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         vector ``?:``). ``mask`` is a comparison of lanes as wide as ``dtype``'s (all ones or
         zero per lane); floats are blended through same-width integer vectors."""
         t = DataType(dtype)
-        vtype = self._vector_type(t)
-        itype = self._vector_type(DataType(f"int{max(t.bits, 8)}").with_lanes(t.lanes))
+        vtype = self.vector_type(t)
+        itype = self.vector_type(DataType(f"int{max(t.bits, 8)}").with_lanes(t.lanes))
         return (f"({{ {itype} _m = {mask}; ({vtype})((_m & ({itype})({then})) | "
                 f"(~_m & ({itype})({other}))); }})")
 
-    def _lane_mask(self, cond: Any, bits: int) -> str:
+    def lane_mask(self, cond: Any, bits: int) -> str:
         """C text of an ``int<bits>`` vector that is all ones in the lanes where the vector
         bool ``cond`` holds and zero elsewhere: comparison masks are converted to the width,
         And/Or/Not combine masks bitwise, bool data (bytes 0/1) is compared with zero."""
         kind = node_name(cond)
         lanes = DataType(cond.dtype).lanes
-        itype = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
+        itype = self.vector_type(DataType(f"int{bits}").with_lanes(lanes))
         if kind in COMPARISONS and not DataType(cond.a.dtype).is_bool:
             text = self.expr(cond)
             if DataType(cond.a.dtype).bits == bits:
                 return text
             return f"__builtin_convertvector({text}, {itype})"
         if kind in VECTOR_MASK_BINARY:
-            return VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
-                                                    b=self._lane_mask(cond.b, bits))
+            return VECTOR_MASK_BINARY[kind].format(a=self.lane_mask(cond.a, bits),
+                                                    b=self.lane_mask(cond.b, bits))
         if kind == "Not":
-            return f"(~{self._lane_mask(cond.a, bits)})"
+            return f"(~{self.lane_mask(cond.a, bits)})"
         # compare the bytes, then widen the byte mask (gcc: vpcmpeqb + vpmovsxbd)
-        self._vector_type(DataType("int8").with_lanes(lanes))
+        self.vector_type(DataType("int8").with_lanes(lanes))
         mask = f"({self.expr(cond)} != 0)"
         return mask if bits == 8 else f"__builtin_convertvector({mask}, {itype})"
 
@@ -501,35 +474,35 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         """A vector bool expression as the bytes a bool buffer holds (0 or 1 per lane)."""
         if node_name(node) in COMPARISONS or node_name(node) in VECTOR_MASK_BINARY \
                 or node_name(node) == "Not":
-            return f"(-{self._lane_mask(node, 8)})"
+            return f"(-{self.lane_mask(node, 8)})"
         return self.expr(node)
 
     def expr_Select(self, node: Any) -> str:
         """C text of a TIR ``Select`` node."""
         t = DataType(node.dtype)
         if t.lanes > 1:
-            mask = self._lane_mask(node.condition, max(t.bits, 8))
-            return self._blend(t, mask, self._vector_value(node.true_value),
-                               self._vector_value(node.false_value))
+            mask = self.lane_mask(node.condition, max(t.bits, 8))
+            return self._blend(t, mask, self.vector_value(node.true_value),
+                               self.vector_value(node.false_value))
         cond, then, other = (self.expr(x) for x in
                              (node.condition, node.true_value, node.false_value))
         return f"({cond} ? {then} : {other})"
 
-    def _vector_value(self, node: Any) -> str:
+    def vector_value(self, node: Any) -> str:
         """A vector operand as data: bool vectors as bytes, others as their expression."""
         return self._bool_bytes(node) if DataType(node.dtype).is_bool else self.expr(node)
 
     def expr_Ramp(self, node: Any) -> str:
         """C text of a TIR ``Ramp`` node."""
         t = DataType(node.dtype)
-        name = self._vector_type(t)
+        name = self.vector_type(t)
         steps = ", ".join(str(i) for i in range(t.lanes))
         return f"((({name}){{{steps}}}) * {self.expr(node.stride)} + {self.expr(node.base)})"
 
     def expr_Broadcast(self, node: Any) -> str:
         """C text of a TIR ``Broadcast`` node."""
         t = DataType(node.dtype)
-        name = self._vector_type(t)
+        name = self.vector_type(t)
         value = self.expr(node.value)
         lanes = ", ".join(["_b"] * t.lanes)
         return f"({{ {c_type(t.element_of)} _b = {value}; ({name}){{{lanes}}}; }})"
@@ -537,17 +510,17 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     def expr_Let(self, node: Any) -> str:
         """C text of a TIR ``Let`` node."""
         name = self._bind(node.var)
-        value = self.expr(node.value)
-        ctype = self._vector_type(DataType(node.var.dtype))
+        value = self.vector_value(node.value)  # a bool vector as its bytes
+        ctype = self.vector_type(DataType(node.var.dtype))
         return f"({{ {ctype} {name} = {value}; {self.expr(node.body)}; }})"
 
     def expr_Shuffle(self, node: Any) -> str:
         """C text of a TIR ``Shuffle`` node."""
-        vectors = [self.expr(v) for v in node.vectors]
+        vectors = [self.vector_value(v) for v in node.vectors]  # bool vectors as bytes
         decls = []
         sources = []
         for index, (vec, text) in enumerate(zip(node.vectors, vectors)):
-            decls.append(f"{self._vector_type(DataType(vec.dtype))} _s{index} = {text};")
+            decls.append(f"{self.vector_type(DataType(vec.dtype))} _s{index} = {text};")
             lanes = DataType(vec.dtype).lanes
             sources.extend(f"_s{index}[{lane}]" if lanes > 1 else f"_s{index}"
                            for lane in range(lanes))
@@ -555,11 +528,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         t = DataType(node.dtype)
         if t.lanes == 1:
             return f"({{ {' '.join(decls)} {picked}; }})"
-        return f"({{ {' '.join(decls)} ({self._vector_type(t)}){{{picked}}}; }})"
+        return f"({{ {' '.join(decls)} ({self.vector_type(t)}){{{picked}}}; }})"
 
-    def _data(self, buffer: Any) -> str:
+    def data_pointer(self, buffer: Any) -> str:
         """The buffer's data pointer, cast when its variable was declared with another type."""
-        data = self._var_name(buffer.data)
+        data = self.var_name(buffer.data)
         want = f"{c_type(buffer.dtype)}*"
         have = self._pointer_types.get(id(buffer.data), want)
         return data if have == want else f"(({want}){data})"
@@ -567,24 +540,19 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     def expr_BufferLoad(self, node: Any) -> str:
         """C text of a TIR ``BufferLoad`` node."""
         buffer = node.buffer
-        data = self._data(buffer)
+        data = self.data_pointer(buffer)
         access = flat_access(self, buffer, node.indices)
         lanes = DataType(node.dtype).lanes
         if lanes == 1:
             return f"{data}[{access.base}]"
-        vtype = self._vector_type(DataType(node.dtype))
-        native = self._split_locals.get(id(buffer.data))
-        if native:  # the whole value from its native-width parts
-            return (f"({{ {vtype} _w; __builtin_memcpy(&_w, &{data}[({access.base}) / "
-                    f"{native}], sizeof _w); _w; }})")
-        if id(buffer.data) in self._vector_locals:
+        vtype = self.vector_type(DataType(node.dtype))
+        if id(buffer.data) in self.vector_locals:
             return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
-            text = f"(*({vtype}_u*)({data} + {access.base}))"
-            return self._shared_loads.get(text, text)
+            return f"(*({vtype}_u*)({data} + {access.base}))"
         index_vec = access.vector_index
         elems = ", ".join(f"{data}[_i[{lane}]]" for lane in range(lanes))
-        itype = self._vector_type(DataType("int64").with_lanes(lanes))
+        itype = self.vector_type(DataType("int64").with_lanes(lanes))
         return (f"({{ {itype} _i = __builtin_convertvector({index_vec}, {itype}); "
                 f"({vtype}){{{elems}}}; }})")
 
@@ -592,7 +560,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         """C text of ``tir.address_of``: the address of a buffer element."""
         load = node.args[0]
         access = flat_access(self, load.buffer, load.indices)
-        return f"(&{self._var_name(load.buffer.data)}[{access.base}])"
+        return f"(&{self.var_name(load.buffer.data)}[{access.base}])"
 
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
@@ -602,6 +570,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         if method is None:
             raise TVMError(f"C codegen: no rule for TIR statement node {kind}")
         method(node)
+
+    def stmt_SeqStmt(self, node: Any) -> None:
+        """Append the C lines of each statement of a TIR ``SeqStmt``, in order."""
+        for stmt in node.seq:
+            self.emit_stmt(stmt)
 
     def stmt_Evaluate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Evaluate`` statement."""
@@ -616,28 +589,21 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     def stmt_BufferStore(self, node: Any) -> None:
         """Append the C lines of a TIR ``BufferStore`` statement."""
         buffer = node.buffer
-        data = self._data(buffer)
+        data = self.data_pointer(buffer)
         lanes = DataType(node.value.dtype).lanes
         access = flat_access(self, buffer, node.indices)
-        if lanes > 1 and self._store_in_parts(node, access):
-            return
-        value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
+        value = self.vector_value(node.value) if lanes > 1 else self.expr(node.value)
         if lanes == 1 and not access.vector_index:
             self._line(f"{data}[{access.base}] = {value};")
             return
-        vtype = self._vector_type(DataType(buffer.dtype).with_lanes(lanes))
-        native = self._split_locals.get(id(buffer.data))
-        if native:
-            self._line(f"{{ {vtype} _w = {value}; __builtin_memcpy(&{data}[({access.base}) / "
-                       f"{native}], &_w, sizeof _w); }}")
-            return
-        if id(buffer.data) in self._vector_locals:
+        vtype = self.vector_type(DataType(buffer.dtype).with_lanes(lanes))
+        if id(buffer.data) in self.vector_locals:
             self._line(f"{data}[({access.base}) / {lanes}] = {value};")
             return
         if access.contiguous:
             self._line(f"*({vtype}_u*)({data} + {access.base}) = {value};")
             return
-        itype = self._vector_type(DataType("int64").with_lanes(lanes))
+        itype = self.vector_type(DataType("int64").with_lanes(lanes))
         self._line("{")
         self._line(f"  {itype} _i = __builtin_convertvector({access.vector_index}, {itype});")
         self._line(f"  {vtype} _v = {value};")
@@ -649,13 +615,17 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         """Append the C lines of a TIR ``LetStmt`` statement."""
         value = self.expr(node.value)
         t = DataType(node.var.dtype)
-        ctype = self._vector_type(t) if t.lanes > 1 else c_type(t)
+        ctype = self.vector_type(t) if t.lanes > 1 else c_type(t)
         if t.is_handle:
             ctype = _pointer_type(node.var)
         name = self._bind(node.var)
         if t.is_handle:
             self._pointer_types[id(node.var)] = ctype
-        self._line(f"{ctype} {name} = {value};")
+        # a vector read once for a run of stores (tir.ShareVectorLoads) stays in a register:
+        # gcc would otherwise re-read memory at every use
+        pin = t.lanes > 1 and node_name(node.value) == "BufferLoad" and \
+            fits_vector_register(ctype)
+        self._line(f"{ctype} {name} = {value};" + (f" KILN_IN_REGISTER({name});" if pin else ""))
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:
@@ -672,7 +642,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
 
     def stmt_AssertStmt(self, node: Any) -> None:
         """Append the C lines of a TIR ``AssertStmt`` statement."""
-        message = assert_message(node, self._func_name)
+        message = assert_message(node, self.func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
         self._indent += 1
         self._fail(c_string(message))
@@ -683,10 +653,10 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
     def _fail(self, message: str | None) -> None:
         """Return -1 with ``message`` (a C string literal; None: the callee set it).
 
-        Inside an OpenMP parallel region a ``return`` is not allowed: the first failing thread
-        records its message in the region's shared slot and jumps to the end of its chunk
-        loop; the others stop claiming chunks, and after the region the function sets the
-        message (the last error is thread-local) and returns -1."""
+        Inside a parallel loop's lambda the first failing task records its message in the
+        closure's shared slot and jumps to the end of its chunk loop; the others stop claiming
+        chunks, and after the launch the function sets the message (the last error is
+        thread-local) and returns -1."""
         if self._region_failure is None:
             if message is not None:
                 self._line(f"TVMAPISetLastError({message});")
@@ -726,8 +696,8 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         name = self._bind(node.loop_var)
         begin, extent = self.expr(node.min), self.expr(node.extent)
         end = extent if is_const_int(node.min, 0) else f"{begin} + {extent}"
-        if kind == 1 and self.use_openmp and self._parallel_depth == 0:
-            self._parallel_chunks(node, loop_type, name, begin, extent)
+        if kind == 1 and self.use_thread_pool and self._parallel_depth == 0:
+            self.parallel_launch(node, loop_type, name, begin, extent)
             return
         if kind == 2:
             self._lines.append("#pragma GCC ivdep")
@@ -738,57 +708,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
         self._line("}")
 
     def _loop_body(self, node: Any) -> None:
-        with self._analyzer.constraint_scope(node.loop_var,
-                                             Range.from_min_extent(node.min, node.extent)):
-            self._block(node.body)
-
-    def _parallel_chunks(self, node: Any, loop_type: str, name: str, begin: str,
-                         extent: str) -> None:
-        """A parallel loop whose chunks are handed out through a shared atomic counter.
-
-        Every thread of the team (the caller included) claims the next contiguous chunk of
-        ``ceil(extent / (4 * threads))`` iterations until none is left, so a descheduled thread
-        holds back only the chunk it is in, not a fixed quarter or half of the loop (the LLVM
-        codegen's outlined lambda uses the same scheme)."""
-        next_chunk, count, chunk = (self._fresh(f"{name}_{part}")
-                                    for part in ("next", "count", "chunk"))
-        start, stop = self._fresh(f"{name}_start"), self._fresh(f"{name}_stop")
-        self._line("{")
-        self._indent += 1
-        failure, label = self._fresh(f"{name}_failure"), self._fresh(f"{name}_done")
-        self._line(f"{loop_type} {next_chunk} = 0;")
-        self._line(f"const {loop_type} {count} = {extent};")
-        self._line(f"const char* {failure} = NULL;  /* first failure's message */")
-        self._lines.append("#ifdef _OPENMP")
-        self._lines.append("#pragma omp parallel num_threads(KilnRuntimeNumThreads())")
-        self._lines.append("#endif")
-        self._line("{")
-        self._indent += 1
-        self._line(f"const {loop_type} {chunk} = kiln_parallel_chunk({count});")
-        self._line("for (;;) {")
-        self._indent += 1
-        self._line(f"const {loop_type} {start} = "
-                   f"__atomic_fetch_add(&{next_chunk}, {chunk}, __ATOMIC_RELAXED);")
-        self._line(f"if ({start} >= {count} || "
-                   f"__atomic_load_n(&{failure}, __ATOMIC_RELAXED) != NULL) break;")
-        self._line(f"const {loop_type} {stop} = "
-                   f"{count} - {start} < {chunk} ? {count} : {start} + {chunk};")
-        offset = "" if is_const_int(node.min, 0) else f"({begin}) + "
-        self._line(f"for ({loop_type} {name} = {offset}{start}; {name} < {offset}{stop}; "
-                   f"++{name}) {{")
-        self._parallel_depth += 1
-        self._region_failure = (failure, label)
-        self._loop_body(node)
-        self._region_failure = None
-        self._parallel_depth -= 1
-        for _ in range(2):
-            self._line("}")
-            self._indent -= 1
-        self._line(f"{label}:;")
-        self._line("}")
-        self._indent -= 1
-        self._line(f"if ({failure} != NULL) {{ TVMAPISetLastError({failure}); return -1; }}")
-        self._line("}")
+        self._block(node.body)
 
     def stmt_Allocate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Allocate`` statement."""
@@ -805,12 +725,8 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics):
                 if lanes_used and count % lanes_used == 0:
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
-                    self._vector_locals[id(node.buffer_var)] = lanes_used
-                    native = native_lanes(t.element_of, lanes_used)
-                    if native < lanes_used:
-                        self._split_locals[id(node.buffer_var)] = native
-                        lanes_used = native
-                    vtype = self._vector_type(t.element_of.with_lanes(lanes_used))
+                    self.vector_locals[id(node.buffer_var)] = lanes_used
+                    vtype = self.vector_type(t.element_of.with_lanes(lanes_used))
                     self._line(f"{vtype} {name}[{count // lanes_used}] "
                                "__attribute__((aligned(64)));")
                 else:
@@ -892,18 +808,14 @@ def describe_kernel(func: Any) -> str:
 
 
 def compile_options(target: Any) -> list[str]:
-    """gcc flags for a host build of ``target``: -O3, -march from -mcpu, OpenMP if usable."""
-    from kiln.runtime import cc
-
+    """gcc flags for a host build of ``target``: -O3, -march from -mcpu (parallel loops run
+    on the runtime's thread pool, so no OpenMP)."""
     mcpu = getattr(target, "mcpu", "") if target is not None else ""
     march = f"-march={mcpu}" if mcpu and not mcpu.startswith(("cortex-", "arm")) \
         else "-march=native"
     # Neither flag changes a result: no errno from libm, no FP exception traps (which lets
     # gcc if-convert and vectorize float selects, e.g. in kiln_expf).
-    options = ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
-    if cc.openmp_available():
-        options.append("-fopenmp")
-    return options
+    return ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
 
 
 @register_func("target.build.c", override=True)

@@ -35,7 +35,7 @@ class CodeGenCBareMetal(CodeGenC):
     the block from ``TVMBackendAllocWorkspace`` around the call.
     """
 
-    use_openmp = False
+    use_thread_pool = False
     workspace_threshold = 1 << 62
     stack_limit = STACK_LIMIT_BYTES
 

@@ -26,8 +26,8 @@ def test_source_is_readable(source):
     assert "/* exp_scale: kernel over A[n, 4] float32, B[n, 4] float32 */" in source
     assert ("int32_t exp_scale_unpacked(float* restrict A, float* restrict B, int32_t n) {"
             in source)
-    assert ("        for (int32_t i = i_start; i < i_stop; ++i) {\n"
-            "          for (int32_t j = 0; j < 4; ++j) {") in source
+    assert ("    for (int32_t i = i_start; i < i_stop; ++i) {\n"
+            "      for (int32_t j = 0; j < 4; ++j) {") in source
     assert "B[i * 4 + j] = (kiln_expf(A[i * 4 + j]) * 2.0f);" in source
 
 
@@ -39,10 +39,9 @@ def test_packed_wrapper_calls_unpacked_twin(source):
 
 
 def test_parallel_vectorized_unrolled_and_allocations(source):
-    # parallel loops: an OpenMP team claims chunks through an atomic counter
-    assert ("#ifdef _OPENMP\n#pragma omp parallel num_threads(KilnRuntimeNumThreads())\n"
-            "#endif") in source
-    assert "__atomic_fetch_add(&i_next, i_chunk, __ATOMIC_RELAXED);" in source
+    # parallel loops: lambdas on the runtime's thread pool claim chunks from an atomic counter
+    assert "TVMBackendParallelLaunch(" in source and "#pragma omp" not in source
+    assert "__atomic_fetch_add(&closure->next, i_chunk, __ATOMIC_RELAXED);" in source
     assert "#pragma GCC ivdep" in source
     assert "#pragma GCC unroll 12" in source
     assert "float acc[1] __attribute__((aligned(64)));" in source

@@ -157,11 +157,16 @@ def test_wrong_argument_dtype_is_a_kiln_error(built):
                              tvm.nd.array(np.zeros(4, "float32")))
 
 
-def test_c_source_claims_chunks_through_an_atomic_counter():
+def test_c_source_launches_lambdas_on_the_thread_pool():
+    """The c target outlines parallel loops like the llvm one: a lambda over a closure struct,
+    launched with TVMBackendParallelLaunch, whose tasks claim chunks from an atomic counter."""
     source, _ = emit_c(make_kernels(), Target("c"))
-    assert "#pragma omp parallel num_threads(KilnRuntimeNumThreads())" in source
-    assert "__atomic_fetch_add(&i_next, i_chunk, __ATOMIC_RELAXED);" in source
-    assert "schedule(static)" not in source
+    assert "static int32_t accumulate_compute_1(int task_id, TVMParallelGroupEnv* penv, " \
+           "void* cdata) {" in source
+    assert "if (TVMBackendParallelLaunch(accumulate_compute_1, &closure_1, 0) != 0) return -1;" \
+        in source
+    assert "__atomic_fetch_add(&closure->next, i_chunk, __ATOMIC_RELAXED);" in source
+    assert "#pragma omp" not in source and "-fopenmp" not in compile_options(Target("c"))
 
 
 def test_llvm_lambda_claims_chunks_with_atomic_add():

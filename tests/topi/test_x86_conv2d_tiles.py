@@ -62,7 +62,16 @@ def build_and_run(body_of, arrays, target):
     return [gmod.get_output(i).numpy() for i in range(gmod.get_num_outputs())], lib
 
 
-@pytest.fixture(scope="module", params=["llvm", "c"])
+def _host_has_avx2() -> bool:
+    from kiln.target.x86 import target_has_features
+
+    return target_has_features("avx2", kiln.target.Target("llvm"))
+
+
+# "llvm" is the host (AVX-512 register blocks where it has them); haswell the AVX2 blocks
+@pytest.fixture(scope="module", params=[
+    "llvm", "c", pytest.param("llvm -mcpu=haswell", marks=pytest.mark.skipif(
+        not _host_has_avx2(), reason="the host cannot run AVX2 code"))])
 def relay_results(request):
     datas = [f32(*case[0]) for case in CONV_CASES]
     kernels = [f32(*case[1]) for case in CONV_CASES]
@@ -129,22 +138,62 @@ def test_forced_tiles_pad_the_row_to_whole_blocks(target):
         np.testing.assert_allclose(got[0][0], want, rtol=1e-4, atol=1e-4, err_msg=str(cfg))
 
 
-def test_block_shape_table_choices():
+def test_block_shape_table_choices_avx2():
     cfg = x86_conv2d.DEFAULT_CONFIG
+
+    def block(*args, **kwargs):
+        return x86_conv2d.block_shape(*args, **kwargs, lanes=8)
+
     # ResNet-18 widths: 16 x 4 blocks where 4 divides the row, 8 x 7 for 14 and 7
-    assert x86_conv2d.block_shape(64, 56, cfg) == (16, 4)
-    assert x86_conv2d.block_shape(256, 14, cfg) == (8, 7)
-    assert x86_conv2d.block_shape(512, 7, cfg) == (8, 7)
+    assert block(64, 56, cfg) == (16, 4)
+    assert block(256, 14, cfg) == (8, 7)
+    assert block(512, 7, cfg) == (8, 7)
     # channels that 8 does not divide: one partial vector, the row in whole blocks
-    bn, tile = x86_conv2d.block_shape(10, 7, cfg)
+    bn, tile = block(10, 7, cfg)
     assert 10 % bn == 0 and tile >= 1
     # 1x1 kernels broadcast each input once: 12 accumulators fit
-    assert x86_conv2d.block_shape(32, 12, cfg, kernel_width=1) == (16, 6)
-    assert x86_conv2d.block_shape(32, 12, cfg, kernel_width=3) == (16, 4)
+    assert block(32, 12, cfg, kernel_width=1) == (16, 6)
+    assert block(32, 12, cfg, kernel_width=3) == (16, 4)
     # ... but a 1x1 row is not padded to whole 6-column blocks (that would copy the input)
-    assert x86_conv2d.block_shape(128, 28, cfg, kernel_width=1) == (16, 4)
+    assert block(128, 28, cfg, kernel_width=1) == (16, 4)
     # a forced 24-channel block is 3 vectors a column: 2 columns keep 6 accumulators
-    assert x86_conv2d.block_shape(48, 56, {**cfg, "oc_bn": 24}) == (24, 2)
+    assert block(48, 56, {**cfg, "oc_bn": 24}) == (24, 2)
+
+
+def test_block_shape_choices_avx512():
+    cfg = x86_conv2d.DEFAULT_CONFIG
+
+    def block(*args, **kwargs):
+        return x86_conv2d.block_shape(*args, **kwargs, lanes=16)
+
+    # one zmm of output channels, 14 columns (14 accumulators) for 56/28/14-wide rows, and
+    # a 7-wide row in one block
+    for width in (56, 28, 14):
+        assert block(256, width, cfg) == (16, 14)
+        assert block(256, width, cfg, kernel_width=1) == (16, 14)
+    assert block(512, 7, cfg) == block(1024, 7, cfg, kernel_width=1) == (16, 7)
+    # a 16-wide row is one 16-column block (16 accumulators still fit in 32 registers)
+    assert block(64, 16, cfg) == (16, 16)
+    # 8 channels fill half a register: still one block of the channels, and never past
+    # 16 accumulators
+    bn, tile = block(8, 32, cfg)
+    assert bn == 8 and tile <= 16
+    # a 48-channel block forced: 3 zmm a column, at most 5 columns
+    assert block(48, 56, {**cfg, "oc_bn": 48})[1] <= 5
+
+
+def test_simd_lanes_follow_the_target():
+    from kiln.target import Target
+    from kiln.target.x86 import simd_32bit_lanes, target_has_features
+
+    assert simd_32bit_lanes(Target("llvm -mcpu=znver3")) == 8
+    assert simd_32bit_lanes(Target("llvm -mcpu=znver4")) == 16
+    assert simd_32bit_lanes(Target("llvm -mcpu=skylake-avx512 -mattr=-avx512f")) == 8
+    assert simd_32bit_lanes(Target("llvm -mcpu=core2")) == 4
+    assert simd_32bit_lanes(Target("c -mcpu=cortex-m7")) == 4
+    assert target_has_features(["avx2", "fma"], Target("llvm -mcpu=x86-64 -mattr=+avx2,+fma"))
+    with Target("llvm -mcpu=znver3"):  # the current target when none is given
+        assert simd_32bit_lanes() == 8
 
 
 def test_bad_packing_raises_kiln_errors():

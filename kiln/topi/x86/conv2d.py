@@ -5,7 +5,8 @@ already packed by :func:`pack_kernel`, e.g. folded at compile time), :func:`conv
 (the blocked core), :func:`schedule_conv2d_nchw`, :func:`block_shape` / :func:`tile_width`
 (the register block), :data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels per vector
 block and ``tile_ow`` output columns per register block, 0 for the modelled choice;
-``unroll_kw``; ``parallel_min_flops``, the work below which one thread runs the conv;
+``unroll_kw``; ``ic_bn``, input channels per reduction block (0: none; TVM's ``tile_ic``);
+``parallel_min_flops``, the work below which one thread runs the conv;
 ``parallel_pad``, whether the padded input copy is a parallel loop of its own).
 
 The kernel ``[O, C, KH, KW]`` is packed as ``[O / oc_bn, C, KH, KW, oc_bn]`` and the output is
@@ -28,14 +29,15 @@ from typing import Any
 
 from kiln import te
 from kiln.runtime.error import TVMError
+from kiln.target.x86 import simd_32bit_lanes
 from kiln.tir import op as _op
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.nn.pad import pad
 from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 
-DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "parallel_min_flops": 2_000_000,
-                  "parallel_pad": False}
+DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "ic_bn": 0,
+                  "parallel_min_flops": 2_000_000, "parallel_pad": False}
 
 # Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
 # ``tile_ow × oc_bn / 8`` accumulators, ``oc_bn / 8`` weight vectors and the input broadcasts
@@ -47,24 +49,41 @@ _BLOCK_SPEED = {(16, 4): 1.0, (8, 7): 0.95, (8, 6): 0.9, (16, 3): 0.9, (8, 5): 0
 # A 1-column kernel (1x1 conv: a GEMM over the packed layout) broadcasts each input once, so
 # 12 accumulators fit: 16 × 6 blocks (measured ~15% faster than 16 × 4 where 6 divides).
 _BLOCK_SPEED_1X1 = {**_BLOCK_SPEED, (16, 6): 1.1, (16, 5): 1.0}
+# AVX-512 (32 zmm registers, the input broadcast folded into the FMA): up to 16 accumulators
+# fit beside the weight vectors, and ~14 keep the FMA pipes busy; a row narrower than that is
+# one whole-row block (measured on Zen 4: 16 × 14 blocks over 56/28/14-wide rows and 16 × 7
+# over 7-wide ones run 3x3 and 1x1 convs at ORT's speed, where AVX2's 16 × 4 and 8 × 7 blocks
+# are 1.2-1.9x slower).
+_AVX512_ACCUMULATORS = 16
+_AVX512_FULL_SPEED = 14
 
 
-def _block_speed(oc_bn: int, tile: int, kernel_width: int) -> float:
-    """The table's speed, else one modelled from the accumulators (8 hide the FMA latency)
-    and the unused lanes of a last partial vector."""
+def _block_speed(oc_bn: int, tile: int, kernel_width: int, lanes: int = 8,
+                 out_width: int = 0) -> float:
+    """The table's speed (AVX2), else one modelled from the accumulators (8 hide the FMA
+    latency on AVX2, 14 or the whole row on AVX-512) and the unused lanes of a last partial
+    vector."""
+    vectors = -(-oc_bn // lanes)
+    if lanes >= 16:
+        full = min(_AVX512_FULL_SPEED, max(out_width, 1) * vectors)
+        return min(1.0, tile * vectors / full) * oc_bn / (lanes * vectors)
     table = _BLOCK_SPEED_1X1 if kernel_width == 1 else _BLOCK_SPEED
     if (oc_bn, tile) in table:
         return table[oc_bn, tile]
-    vectors = -(-oc_bn // 8)
     return min(1.0, tile * vectors / 8) * oc_bn / (8 * vectors) * 0.9
 
 
-def _tiles(oc_bn: int, kernel_width: int) -> range:
-    """Register block widths that keep at most 8 accumulators (7 for one vector per row;
-    12 for a 1-column kernel)."""
-    vectors = -(-oc_bn // 8)
-    budget = 12 if kernel_width == 1 else 7 if vectors == 1 else 8
-    return range(1, max(1, budget // vectors) + 1)
+def max_tile_width(oc_bn: int, kernel_width: int, lanes: int | None = None) -> int:
+    """The widest register block (output columns) whose accumulators fit the vector
+    registers: 8 accumulators on AVX2 (7 for one vector per column, 12 for a 1-column
+    kernel), 16 on AVX-512."""
+    lanes = lanes or simd_32bit_lanes()
+    vectors = -(-oc_bn // lanes)
+    if lanes >= 16:
+        budget = _AVX512_ACCUMULATORS
+    else:
+        budget = 12 if kernel_width == 1 else 7 if vectors == 1 else 8
+    return max(1, budget // vectors)
 
 
 # A 1x1 conv usually has no padding, so a row padded to whole blocks would add a padded copy
@@ -72,48 +91,58 @@ def _tiles(oc_bn: int, kernel_width: int) -> range:
 _PADDED_1X1_PENALTY = 1.3
 
 
-def _row_cost(oc_bn: int, out_width: int, tile: int, kernel_width: int) -> float:
-    """Modelled time of an output row (per output channel), the width padded to whole blocks."""
-    cost = -(-out_width // tile) * tile / _block_speed(oc_bn, tile, kernel_width)
+def _row_cost(oc_bn: int, out_width: int, tile: int, kernel_width: int,
+              lanes: int = 8) -> float:
+    """Modelled time of an output row (per output channel), the width padded to whole
+    blocks."""
+    cost = -(-out_width // tile) * tile / _block_speed(oc_bn, tile, kernel_width, lanes,
+                                                       out_width)
     if kernel_width == 1 and out_width % tile:
         cost *= _PADDED_1X1_PENALTY
     return cost
 
 
 def block_shape(out_channels: int, out_width: int, cfg: dict,
-                kernel_width: int = 3) -> tuple[int, int]:
+                kernel_width: int = 3, lanes: int | None = None) -> tuple[int, int]:
     """``(oc_bn, tile_ow)``: output channels per packed block (a divisor of
     ``out_channels``) and output columns per register block (:func:`tile_width`), chosen
     together by the cheapest modelled row; ``cfg["oc_bn"]`` forces the block when it divides.
+    ``lanes``: float32 lanes per vector register (default: the current target's, 16 with
+    AVX-512, 8 with AVX2).
 
     Example
     -------
     >>> from kiln.topi.x86.conv2d import DEFAULT_CONFIG, block_shape
-    >>> block_shape(64, 56, DEFAULT_CONFIG), block_shape(512, 7, DEFAULT_CONFIG)
+    >>> block_shape(64, 56, DEFAULT_CONFIG, lanes=8), block_shape(512, 7, DEFAULT_CONFIG, lanes=8)
     ((16, 4), (8, 7))
-    >>> block_shape(256, 48, DEFAULT_CONFIG, kernel_width=1)
+    >>> block_shape(256, 48, DEFAULT_CONFIG, kernel_width=1, lanes=8)
     (16, 6)
+    >>> block_shape(64, 56, DEFAULT_CONFIG, lanes=16), block_shape(512, 7, DEFAULT_CONFIG, lanes=16)
+    ((16, 14), (16, 7))
     """
+    lanes = lanes or simd_32bit_lanes()
     bns = [b for b in (cfg["oc_bn"] or 16, 16, 8, 32) if out_channels % b == 0]
     if cfg["oc_bn"] and out_channels % cfg["oc_bn"] == 0:
         bns = [cfg["oc_bn"]]
     bns = bns or [divisor_at_most(out_channels, 16)]
 
     def cost(bn: int) -> float:
-        return _row_cost(bn, out_width, tile_width(bn, out_width, cfg, kernel_width),
-                         kernel_width)
+        return _row_cost(bn, out_width, tile_width(bn, out_width, cfg, kernel_width, lanes),
+                         kernel_width, lanes)
 
     bn = min(bns, key=cost)
-    return bn, tile_width(bn, out_width, cfg, kernel_width)
+    return bn, tile_width(bn, out_width, cfg, kernel_width, lanes)
 
 
-def tile_width(oc_bn: int, out_width: int, cfg: dict, kernel_width: int = 3) -> int:
+def tile_width(oc_bn: int, out_width: int, cfg: dict, kernel_width: int = 3,
+               lanes: int | None = None) -> int:
     """Output columns per register block: ``cfg["tile_ow"]`` when set, else the cheapest
     modelled block for the row (the row is padded to whole blocks)."""
     if cfg["tile_ow"]:
         return cfg["tile_ow"]
-    return min(_tiles(oc_bn, kernel_width),
-               key=lambda t: (round(_row_cost(oc_bn, out_width, t, kernel_width), 6),
+    lanes = lanes or simd_32bit_lanes()
+    return min(range(1, max_tile_width(oc_bn, kernel_width, lanes) + 1),
+               key=lambda t: (round(_row_cost(oc_bn, out_width, t, kernel_width, lanes), 6),
                               -(-out_width // t) * t))
 
 
@@ -169,8 +198,11 @@ def conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
     Example
     -------
     >>> from kiln import te
+    >>> from kiln.target import Target
     >>> from kiln.topi.x86.conv2d import conv2d_nchw, schedule_conv2d_nchw
-    >>> y = conv2d_nchw(te.placeholder((1, 8, 14, 14)), te.placeholder((32, 8, 3, 3)), 2, 1, 1)
+    >>> with Target("llvm -mcpu=znver3"):  # AVX2: 8 × 7 register blocks over 7-wide rows
+    ...     y = conv2d_nchw(te.placeholder((1, 8, 14, 14)), te.placeholder((32, 8, 3, 3)),
+    ...                     2, 1, 1)
     >>> [int(d) for d in y.shape], y.op.input_tensors[0].op.attrs["tile_ow"]
     ([1, 32, 7, 7], 7)
     >>> s = schedule_conv2d_nchw([y])
@@ -250,6 +282,7 @@ def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
         else:
             _schedule_blocked(sch, conv, cfg, threads, None)
     return sch
+
 
 
 def schedule_unblocked_output(sch: Any, out: te.Tensor, blocked: te.Tensor | None,
@@ -332,12 +365,15 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict, threads: bool,
     data_axes = [iv for iv in leaves if iv.iter_type == 0]
     rc, ry, rx = [iv for iv in leaves if iv.iter_type != 0]
     bx, bfi = data_axes[3], data_axes[4]
+    # an input channel block (TVM's tile_ic) runs innermost of the kernel window
+    rco, rci = block.split(rc, factor=cfg["ic_bn"]) if cfg["ic_bn"] > 1 else (rc, None)
+    inner = [rci] if rci is not None else []
     if cfg["unroll_kw"]:
-        block.reorder(rc, ry, rx, bx, bfi)
+        block.reorder(rco, ry, rx, *inner, bx, bfi)
         block.unroll(rx)
     else:
         # kernel columns outermost: an unrolled body is one input row segment, whose
         # broadcasts are not shared with the neighbouring columns' (no register pressure)
-        block.reorder(rx, rc, ry, bx, bfi)
+        block.reorder(rx, rco, ry, *inner, bx, bfi)
     block.unroll(bx)
     block.vectorize(bfi)

@@ -6,7 +6,8 @@ Entry points: :class:`OpImplementation`, :class:`OpStrategy`, :func:`register_st
 :func:`target_schedule`.
 
 A strategy function ``fstrategy(attrs, inputs, out_type, target) -> OpStrategy`` is registered
-per op and *target key* with ``@register_strategy("nn.dense", "cpu")``. An op's
+per op and *target key* with ``@register_strategy(op_name, "cpu")``, or on the op's
+:class:`~kiln.relay.op.op.StrategyFunction` (``@dense_strategy.register("cpu")``). An op's
 ``FTVMStrategy`` attribute dispatches on ``target.keys`` in order and falls back to the
 ``"generic"`` registration; an op registered with a compute and a schedule
 (``register_compute`` + ``register_injective_schedule`` …) gets its ``generic`` strategy from
@@ -38,7 +39,8 @@ __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for"
            "register_implementation", "IMPLEMENTATIONS", "IMPLEMENTATIONS_OF",
            "select_implementation", "register_tuned_selector", "register_config_provider",
            "tuned_config", "register_target_schedule", "target_schedule", "target_keys",
-           "registered_keys", "register_generic_strategy", "implementation_stem"]
+           "registered_keys", "register_generic_strategy", "implementation_stem",
+           "registered_strategy_functions", "tuning_active", "register_tuning_probe"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ _STRATEGIES: dict[str, dict[str, Callable]] = {}
 _TARGET_SCHEDULES: dict[str, dict[str, Callable]] = {}
 _TUNED_SELECTORS: list[Callable] = []
 _CONFIG_PROVIDERS: list[Callable] = []
+_TUNING_PROBES: list[Callable[[], bool]] = []
 
 
 def target_keys(target: Any) -> tuple[str, ...]:
@@ -224,6 +227,33 @@ def register_config_provider(provider: Callable) -> Callable:
     return provider
 
 
+def register_tuning_probe(probe: Callable[[], bool]) -> Callable[[], bool]:
+    """``probe()`` says whether tuning records are in effect now (e.g. inside autotvm's
+    ``ApplyHistoryBest``): builds then choose kernels from them, so the build cache stays out
+    of the way."""
+    if probe not in _TUNING_PROBES:
+        _TUNING_PROBES.append(probe)
+    return probe
+
+
+def tuning_active() -> bool:
+    """Whether a tuned selector is registered or a tuning probe reports records in effect."""
+    return bool(_TUNED_SELECTORS) or any(probe() for probe in _TUNING_PROBES)
+
+
+def registered_strategy_functions() -> list[tuple[str, Callable]]:
+    """``(where, function)`` of every strategy, target schedule and implementation registered
+    so far (``where`` is ``"<op>/<target key>"``, ``"schedule <kind>/<key>"`` or the
+    implementation name): the build cache keys builds by the ones users registered."""
+    found = [(f"{op}/{key}", fn) for op, table in _STRATEGIES.items()
+             for key, fn in table.items()]
+    found += [(f"schedule {kind}/{key}", fn) for kind, table in _TARGET_SCHEDULES.items()
+              for key, fn in table.items()]
+    for name, impl in IMPLEMENTATIONS.items():
+        found += [(f"{name} compute", impl.compute), (f"{name} schedule", impl.schedule)]
+    return found
+
+
 def tuned_config(impl_name: str, attrs: Any, inputs: list, out_type: Any,
                  target: Any) -> tuple[float, dict] | None:
     """``(cost, knobs)`` of the tuned config of ``impl_name`` for this call, or None."""
@@ -252,10 +282,11 @@ def select_implementation(op: Any, attrs: Any, inputs: list, out_type: Any,
     -------
     >>> from kiln import te
     >>> from kiln.ir.type import TensorType
+    >>> from kiln.relay.op.nn.dense import dense_op
     >>> from kiln.relay.op.op_attrs import DenseAttrs
     >>> from kiln.relay.op.strategy import select_implementation
     >>> x, w = te.placeholder((4, 32)), te.placeholder((16, 32))
-    >>> impl, outs = select_implementation("nn.dense", DenseAttrs(), [x, w],
+    >>> impl, outs = select_implementation(dense_op, DenseAttrs(), [x, w],
     ...                                    TensorType((4, 16), "float32"), "llvm")
     >>> impl.name, impl.config["tile_x"]
     ('dense_pack.x86', 16)

@@ -1,0 +1,92 @@
+"""x86 CPU features of a target (TVM's ``tvm.target.x86``).
+
+Entry points: :func:`target_has_features` (whether a target's code may use an instruction
+set extension) and :func:`simd_32bit_lanes` (float32 lanes of its widest vector register).
+
+A CPU target's features come from ``-mattr`` where it names them, else from ``-mcpu`` (a
+table of the x86 CPUs LLVM knows, by name prefix), else from the host: kiln compiles CPU code
+for the build machine by default (``llvm`` with no ``-mcpu`` uses the host CPU,
+``c`` ``-march=native``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+__all__ = ["target_has_features", "simd_32bit_lanes"]
+
+# -mcpu name prefixes of the x86 CPUs with each feature (LLVM's names; later CPUs of a line
+# share the prefix, e.g. znver4/znver5 for AVX-512)
+_CPUS_WITH = {
+    "avx512f": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
+                "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+                "knl", "knm", "znver4", "znver5", "x86-64-v4"),
+    "avx2": ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
+             "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake",
+             "sapphirerapids", "emeraldrapids", "graniterapids", "znver", "bdver4",
+             "x86-64-v3", "x86-64-v4", "knl", "knm"),
+}
+# /proc/cpuinfo flag names that differ from LLVM's feature names
+_CPUINFO_FLAG = {"sse4.1": "sse4_1", "sse4.2": "sse4_2"}
+
+
+@functools.cache
+def _host_features() -> frozenset[str]:
+    """The host CPU's features (LLVM names): from llvmlite, else /proc/cpuinfo's flags."""
+    try:
+        import llvmlite.binding as llvm
+
+        return frozenset(name for name, on in llvm.get_host_cpu_features().items() if on)
+    except (ImportError, RuntimeError):
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("flags"):
+                        flags = set(line.split(":", 1)[1].split())
+                        return frozenset(flags | {k for k, v in _CPUINFO_FLAG.items()
+                                                  if v in flags})
+        except OSError:
+            pass
+    return frozenset()
+
+
+def target_has_features(features: str | list[str], target: Any = None) -> bool:
+    """Whether code for ``target`` (default: the current target, else the host) may use every
+    x86 feature in ``features`` (LLVM names: ``"avx2"``, ``"avx512f"``, ``"fma"`` ...).
+
+    Example
+    -------
+    >>> from kiln.target import Target
+    >>> from kiln.target.x86 import target_has_features
+    >>> target_has_features("avx512f", Target("llvm -mcpu=znver3"))
+    False
+    >>> target_has_features(["avx2", "avx512f"], Target("llvm -mcpu=skylake-avx512"))
+    True
+    """
+    if target is None:
+        from kiln.target.target import Target
+
+        target = Target.current(allow_none=True)
+    names = [features] if isinstance(features, str) else list(features)
+    return all(_has(name, target) for name in names)
+
+
+def _has(feature: str, target: Any) -> bool:
+    mattr = list(getattr(target, "mattr", []) or []) if target is not None else []
+    if f"-{feature}" in mattr:
+        return False
+    if f"+{feature}" in mattr:
+        return True
+    mcpu = (getattr(target, "mcpu", "") or "") if target is not None else ""
+    if mcpu and mcpu != "native":
+        return mcpu.startswith(_CPUS_WITH.get(feature, ()))
+    return feature in _host_features()
+
+
+def simd_32bit_lanes(target: Any = None) -> int:
+    """float32 lanes of ``target``'s widest vector register: 16 with AVX-512, 8 with AVX2,
+    else 4 (TVM's ``topi.x86.utils.get_simd_32bit_lanes``)."""
+    if target_has_features("avx512f", target):
+        return 16
+    return 8 if target_has_features("avx2", target) else 4
