@@ -52,7 +52,7 @@ def start_server(argv: list[str]) -> tuple[subprocess.Popen, int]:
         match = re.search(r"bind to [\d.]+:(\d+)", line)
         if match:
             return proc, int(match.group(1))
-    raise RuntimeError(f"{argv[2]} did not start")
+    raise RuntimeError(f"{' '.join(argv)} did not start")
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -133,7 +133,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per latency round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per measurement")
+    parser.add_argument("--same-cpu", type=int, default=None, metavar="CPU",
+                        help="pin the client and both servers to this CPU: the scheduler "
+                        "otherwise places a client and its server on one CPU or on two, and "
+                        "on an idle machine two CPUs cost two wake-ups per call (the wall "
+                        "time then depends on placement more than on either stack)")
     args = parser.parse_args()
+    pin: list[str] = []
+    if args.same_cpu is not None:
+        os.sched_setaffinity(0, {args.same_cpu})
+        pin = ["taskset", "-c", str(args.same_cpu)]
     try:
         import tvm  # noqa: F401
     except ImportError:
@@ -142,10 +151,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         nop = Path(tmp, "nop.py")
         nop.write_text(NOP_MODULE)
-        kiln_proc, kiln_port = start_server([sys.executable, "-m", "kiln.exec.rpc_server",
-                                             "--port", "0", "--port-end", "0",
-                                             "--init-module", str(nop)])
-        tvm_proc, tvm_port = start_server([sys.executable, "-m", "tvm.exec.rpc_server",
+        kiln_proc, kiln_port = start_server([*pin, sys.executable, "-m",
+                                             "kiln.exec.rpc_server", "--port", "0",
+                                             "--port-end", "0", "--init-module", str(nop)])
+        tvm_proc, tvm_port = start_server([*pin, sys.executable, "-m", "tvm.exec.rpc_server",
                                            "--host", "127.0.0.1", "--port", "9700",
                                            "--port-end", "9799"])
         try:
@@ -174,7 +183,8 @@ def main() -> int:
     load = os.getloadavg()
     print(f"RPC over loopback TCP, {args.rounds} alternating rounds (apache-tvm "
           f"{sys.modules['tvm'].__version__}); load average {load[0]:.1f} {load[1]:.1f} "
-          f"{load[2]:.1f} on {os.cpu_count()} cores")
+          f"{load[2]:.1f} on {os.cpu_count()} cores"
+          + ("" if args.same_cpu is None else f"; all pinned to CPU {args.same_cpu}"))
     print(f"{'measure':<34}{'stat':>6}{'kiln':>10}{'tvm':>10}{'kiln/tvm':>10}  goal")
     results["tvm"]["pylat"] = results["tvm"]["lat"]  # TVM's server hosts no Python function
     rows = [("empty call latency (us)", "lat", min, "<= 1.0"),
