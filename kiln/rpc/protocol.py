@@ -398,6 +398,15 @@ class SocketChannel(Channel):
             pass
         self.sock.close()
 
+    def shutdown(self) -> None:
+        """End the connection from another thread: the serving thread's blocked read sees
+        EOF and that thread closes the socket. (Closing it here could let the descriptor's
+        number be reused by a new connection while a C loop still reads it.)"""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
 
 def _peer_name(sock: socket.socket) -> str:
     try:
