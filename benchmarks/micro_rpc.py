@@ -4,7 +4,8 @@ Prints one table:
 
 * link throughput: bytes/s of ``copyfrom`` (host -> device) and ``numpy()`` (device -> host)
   of a uint8 tensor through RPC, the session layer, the framing and QEMU's UART;
-* the cost of one ``time_evaluator`` call (number=1, repeat=1): host wall time per call;
+* the cost of one argument-less call and of one ``time_evaluator`` call (number=1, repeat=1):
+  host wall time per call;
 * the on-device timer against the instruction count: a dense kernel timed on the device
   (``runtime.RPCTimeEvaluator`` with the SysTick platform timer) next to the same model's
   standalone run, whose instruction count QEMU's -icount makes exact.
@@ -77,20 +78,31 @@ def main(argv=None) -> int:
             assert np.array_equal(back, data)
         rows.append(("host -> device copy", f"{statistics.median(up) / 1e3:.1f} KB/s"))
         rows.append(("device -> host copy", f"{statistics.median(down) / 1e3:.1f} KB/s"))
+        # the fixed cost of one packet each way: an argument-less call (28 B out, 40 B back)
+        tiny = session.get_function("tvm.rpc.server.GetCRTMaxPacketSize")
+        walls = []
+        for _ in range(5 * args.rounds):
+            start = time.perf_counter()
+            tiny()
+            walls.append(time.perf_counter() - start)
+        rows.append(("one argument-less call (host wall)",
+                     f"{statistics.median(walls) * 1e3:.2f} ms"))
 
         lib = session.get_system_lib()
         runner = create_local_graph_executor(factory.get_graph_json(), lib, session.device)
         runner.set_input(**factory.get_params())
         name = [n.func_name for n in runner.graph.nodes if n.op == "tvm_op"][0]
         _, arrays = runner._ops[0]
+        kernel = lib.get_function(name)
         one = lib.time_evaluator(name, session.device, number=1, repeat=1)
-        walls = []
-        for _ in range(args.rounds):
-            start = time.perf_counter()
-            one(*arrays)
-            walls.append(time.perf_counter() - start)
-        rows.append(("one time_evaluator call (host wall)",
-                     f"{statistics.median(walls) * 1e3:.1f} ms"))
+        for label, call in (("one call of the kernel itself (host wall)", kernel),
+                            ("one time_evaluator call (host wall)", one)):
+            walls = []
+            for _ in range(args.rounds):
+                start = time.perf_counter()
+                call(*arrays)
+                walls.append(time.perf_counter() - start)
+            rows.append((label, f"{statistics.median(walls) * 1e3:.1f} ms"))
         timed = lib.time_evaluator(name, session.device, number=20, repeat=3)(*arrays)
         device_s = statistics.median(timed.results)
 

@@ -3,7 +3,9 @@
 Each side runs its own server process (``python -m kiln.exec.rpc_server`` /
 ``python -m tvm.exec.rpc_server``) and is driven by its own client from this process:
 
-* latency: one empty remote call (``testing.nop``, no arguments, no result), microseconds;
+* latency: one empty remote call (``testing.nop``, no arguments, no result), microseconds
+  of wall time, and of CPU time spent by client and server together (on a loaded machine the
+  wall time mostly waits for a CPU; the CPU time does not);
   both servers answer it with their built-in native ``testing.nop``. kiln also reports the
   same call of a Python function (``testing.pynop``, registered by ``--init-module``), which
   TVM's server cannot host;
@@ -50,12 +52,27 @@ def start_server(argv: list[str]) -> tuple[subprocess.Popen, int]:
         match = re.search(r"bind to [\d.]+:(\d+)", line)
         if match:
             return proc, int(match.group(1))
-    raise RuntimeError(f"{argv[2]} did not start")
+    raise RuntimeError(f"{' '.join(argv)} did not start")
 
 
 def stop_server(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, ns resolution) of process ``pid``, its threads and its
+    children (TVM's server serves each session in a forked child)."""
+    total = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+            total += int(stat.read().split()[0]) / 1e9
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                total += sum(process_tree_cpu_s(int(c)) for c in children.read().split())
+        except OSError:
+            pass
+    return total
 
 
 class Side:
@@ -64,6 +81,7 @@ class Side:
     def __init__(self, name: str, session, nop, empty, to_numpy, pynop=None) -> None:
         self.name, self.session, self.nop, self.pynop = name, session, nop, pynop
         self.empty, self.to_numpy = empty, to_numpy
+        self.server_pid = 0  # set by main: CPU per call is counted on both sides
 
     def latency_us(self, calls: int, python: bool = False) -> float:
         nop = self.pynop if python else self.nop
@@ -71,6 +89,14 @@ class Side:
         for _ in range(calls):
             nop()
         return (time.perf_counter() - start) / calls * 1e6
+
+    def cpu_us(self, calls: int) -> float:
+        """CPU microseconds per empty call, client plus server: unlike the wall time, it
+        does not include waiting for a CPU on a loaded machine."""
+        mine, server = time.thread_time(), process_tree_cpu_s(self.server_pid)
+        self.latency_us(calls)
+        return ((time.thread_time() - mine) + process_tree_cpu_s(self.server_pid)
+                - server) / calls * 1e6
 
     def copy_mb_s(self, host: np.ndarray, remote) -> tuple[float, float]:
         start = time.perf_counter()
@@ -107,7 +133,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per latency round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds per measurement")
+    parser.add_argument("--same-cpu", type=int, default=None, metavar="CPU",
+                        help="pin the client and both servers to this CPU: the scheduler "
+                        "otherwise places a client and its server on one CPU or on two, and "
+                        "on an idle machine two CPUs cost two wake-ups per call (the wall "
+                        "time then depends on placement more than on either stack)")
     args = parser.parse_args()
+    pin: list[str] = []
+    if args.same_cpu is not None:
+        os.sched_setaffinity(0, {args.same_cpu})
+        pin = ["taskset", "-c", str(args.same_cpu)]
     try:
         import tvm  # noqa: F401
     except ImportError:
@@ -116,17 +151,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         nop = Path(tmp, "nop.py")
         nop.write_text(NOP_MODULE)
-        kiln_proc, kiln_port = start_server([sys.executable, "-m", "kiln.exec.rpc_server",
-                                             "--port", "0", "--port-end", "0",
-                                             "--init-module", str(nop)])
-        tvm_proc, tvm_port = start_server([sys.executable, "-m", "tvm.exec.rpc_server",
+        kiln_proc, kiln_port = start_server([*pin, sys.executable, "-m",
+                                             "kiln.exec.rpc_server", "--port", "0",
+                                             "--port-end", "0", "--init-module", str(nop)])
+        tvm_proc, tvm_port = start_server([*pin, sys.executable, "-m", "tvm.exec.rpc_server",
                                            "--host", "127.0.0.1", "--port", "9700",
                                            "--port-end", "9799"])
         try:
             sides = [kiln_side(kiln_port), tvm_side(tvm_port)]
             host = np.random.default_rng(0).standard_normal(MIB16 // 4).astype("float32")
             remotes = [side.empty(host.shape) for side in sides]
-            results = {side.name: {"lat": [], "pylat": [], "up": [], "down": []}
+            for side, proc in zip(sides, (kiln_proc, tvm_proc)):
+                side.server_pid = proc.pid
+            results = {side.name: {"lat": [], "pylat": [], "cpu": [], "up": [], "down": []}
                        for side in sides}
             for side, remote in zip(sides, remotes):  # warm up both
                 side.latency_us(200)
@@ -136,6 +173,7 @@ def main() -> int:
                     results[side.name]["lat"].append(side.latency_us(args.calls))
                     if side.pynop is not None:
                         results[side.name]["pylat"].append(side.latency_us(args.calls, True))
+                    results[side.name]["cpu"].append(side.cpu_us(args.calls))
                     up, down = side.copy_mb_s(host, remote)
                     results[side.name]["up"].append(up)
                     results[side.name]["down"].append(down)
@@ -145,11 +183,13 @@ def main() -> int:
     load = os.getloadavg()
     print(f"RPC over loopback TCP, {args.rounds} alternating rounds (apache-tvm "
           f"{sys.modules['tvm'].__version__}); load average {load[0]:.1f} {load[1]:.1f} "
-          f"{load[2]:.1f} on {os.cpu_count()} cores")
+          f"{load[2]:.1f} on {os.cpu_count()} cores"
+          + ("" if args.same_cpu is None else f"; all pinned to CPU {args.same_cpu}"))
     print(f"{'measure':<34}{'stat':>6}{'kiln':>10}{'tvm':>10}{'kiln/tvm':>10}  goal")
     results["tvm"]["pylat"] = results["tvm"]["lat"]  # TVM's server hosts no Python function
     rows = [("empty call latency (us)", "lat", min, "<= 1.0"),
             ("kiln Python function vs tvm (us)", "pylat", min, ""),
+            ("empty call CPU, both sides (us)", "cpu", min, "<= 1.0"),
             ("16 MiB copy to server (MB/s)", "up", max, ">= 1.0"),
             ("16 MiB copy from server (MB/s)", "down", max, ">= 1.0")]
     for label, key, best, goal in rows:

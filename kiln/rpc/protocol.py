@@ -248,27 +248,34 @@ class SocketChannel(Channel):
     def exchanger(self, packet: bytes, expected: bytes) -> Callable[[], bool]:
         """The generic :meth:`Channel.exchanger` as two system calls and a compare: the
         round trip of a void remote call carries almost no Python besides them. Callers
-        serialize their exchanges (a client sends one request at a time)."""
-        sendall, recv_into, buf = self.sock.sendall, self.sock.recv_into, self._buf
-        size = len(expected)
+        serialize their exchanges (a client sends one request at a time).
+
+        ``os.write``/``os.read`` on the socket's descriptor rather than ``sendall``/
+        ``recv_into``: their argument parsing is cheaper (callgrind: 4,700 instead of 5,500
+        instructions per round trip), and SO_RCVTIMEO/SO_SNDTIMEO bound them all the same.
+        """
+        fd, write, read = self.sock.fileno(), os.write, os.read
 
         def exchange() -> bool:
             if self._start != self._end:  # bytes of another packet are buffered
                 self.send(packet)
                 return False
             try:
-                sendall(packet)
+                sent = write(fd, packet)
+                if sent != len(packet):
+                    self.send(packet[sent:])
             except OSError as err:
                 raise self._send_error(err) from None
             try:
-                end = recv_into(buf)
+                reply = read(fd, 4096)  # a larger reply's rest stays for recv_packet
             except OSError as err:
                 raise self._recv_error(err, 0, 8) from None
-            if end == size and buf.startswith(expected):
+            if reply == expected:
                 return True
-            if not end:
+            if not reply:
                 raise self._recv_error(None, 0, 8)
-            self._start, self._end = 0, end
+            self._buf[:len(reply)] = reply  # the general path reads on from here
+            self._start, self._end = 0, len(reply)
             return False
 
         return exchange
@@ -390,6 +397,15 @@ class SocketChannel(Channel):
         except OSError:
             pass
         self.sock.close()
+
+    def shutdown(self) -> None:
+        """End the connection from another thread: the serving thread's blocked read sees
+        EOF and that thread closes the socket. (Closing it here could let the descriptor's
+        number be reused by a new connection while a C loop still reads it.)"""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _peer_name(sock: socket.socket) -> str:

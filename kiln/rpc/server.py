@@ -280,7 +280,7 @@ def _expire(channel: SocketChannel, timeout: float, codec: Codec) -> None:
         write_packet(channel, RPCCode.kException, writer)
     except RPCError:
         pass
-    channel.close()
+    channel.shutdown()  # the serving thread closes it
 
 
 class _TrackerLink:

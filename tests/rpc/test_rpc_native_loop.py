@@ -106,6 +106,7 @@ def functions():
     table = {
         "native_loop.count": count,
         "native_loop.seven": lambda: 7,
+        "native_loop.big": lambda: bytes(range(256)) * 400,  # a reply over many reads
         "native_loop.fail": lambda: 1 / 0,
         "native_loop.interrupt": raises_interrupt,
         "native_loop.native_affine": _native(lambda a, b, c: a * b + c),
@@ -129,6 +130,7 @@ def test_calls_answer_the_same_with_or_without_the_c_loop(tmp_path, native, func
     assert functions["calls"] == before + 50
     assert remote.get_function("testing.nop")() is None
     assert remote.get_function("native_loop.seven")() == 7
+    assert remote.get_function("native_loop.big")() == bytes(range(256)) * 400
     assert remote.get_function("native_loop.native_affine")(6, 7, -2) == 40
     assert remote.get_function("native_loop.native_affine")(1 << 40, 3, 5) == 3 * (1 << 40) + 5
     assert remote.get_function("native_loop.native_half")(5.0) == 2.5
