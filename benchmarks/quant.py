@@ -1,4 +1,5 @@
-"""int8 models: kiln int8 vs onnxruntime int8 (2 threads) vs kiln float32, in one run.
+"""int8 models: kiln int8 vs onnxruntime int8 vs kiln float32, in one run (2 threads each;
+``KILN_NUM_THREADS=n`` gives both kiln and onnxruntime n threads).
 
     python benchmarks/quant.py [--models resnet18,mobilenet] [--size 224] [--repeat 10]
                                [--per-channel] [--target llvm]
@@ -8,10 +9,12 @@ style depthwise-separable net here), exported to ONNX, quantized by onnxruntime'
 ``quantize_static`` (QDQ format, uint8 activations, int8 weights, calibrated on random
 inputs), imported with ``relay.frontend.from_onnx`` (QDQ regions become QNN integer ops),
 built with ``relay.build`` and run on kiln's graph executor. The float model is built too.
-Columns: kiln int8, onnxruntime int8 with 2 threads and kiln float32 (medians, ms), the
+Columns: kiln int8, onnxruntime int8 and kiln float32 (ms), the
 ratio kiln int8 / ort int8 (goal <= 1.0), kiln float32 / kiln int8 (goal >= 1.5 on
 ResNet-18), compile seconds, and the largest difference of kiln's int8 output from
-onnxruntime's in output quantization steps. Absolute times on shared machines are noise.
+onnxruntime's in output quantization steps. The three run in turns (one call of each per
+round, ``--repeat`` rounds) and each gets a min row and a median row: on a loaded shared
+machine the min is the steadier; absolute times there are noise.
 """
 
 from __future__ import annotations
@@ -64,14 +67,18 @@ def _models(size: int) -> dict:
     return {"resnet18": build_models()["resnet18"][0], "mobilenet": mobilenet_style()}
 
 
-def _time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+def _time_interleaved(fns: list, repeat: int) -> list[tuple[float, float]]:
+    """(min, median) seconds of each of ``fns``, timed in turns (one call of each per round),
+    so that the load of a shared machine drifts over all of them alike."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    times = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, samples in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+    return [(float(np.min(t)), float(np.median(t))) for t in times]
 
 
 def _export_and_quantize(model, shape, workdir, name, per_channel):
@@ -106,7 +113,8 @@ def _export_and_quantize(model, shape, workdir, name, per_channel):
     return f_path, q_path, float(out_scale[0]) if out_scale else float("nan")
 
 
-def _kiln(path, shape, x, target, repeat):
+def _kiln(path, shape, x, target):
+    """kiln's graph executor for the ONNX model at ``path``: (run, compile seconds, output)."""
     import kiln
     from kiln import relay
     from kiln.contrib.graph_executor import GraphModule
@@ -119,18 +127,18 @@ def _kiln(path, shape, x, target, repeat):
     compile_s = time.perf_counter() - start
     gmod = GraphModule(lib["default"](kiln.cpu(0)))
     gmod.set_input("input", x)
-    ms = _time(gmod.run, repeat) * 1e3
-    return ms, compile_s, gmod.get_output(0).numpy()
+    gmod.run()
+    return gmod.run, compile_s, gmod.get_output(0).numpy()
 
 
-def _ort(path, x, repeat, threads=2):
+def _ort(path, x, threads=int(os.environ["KILN_NUM_THREADS"])):
+    """onnxruntime's session for the model at ``path``: (run, output)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    ms = _time(lambda: sess.run(None, {"input": x}), repeat) * 1e3
-    return ms, sess.run(None, {"input": x})[0]
+    return (lambda: sess.run(None, {"input": x})), sess.run(None, {"input": x})[0]
 
 
 def main() -> None:
@@ -147,7 +155,7 @@ def main() -> None:
           f"input {args.size}x{args.size} | per_channel={args.per_channel}")
     header = (f"{'model':10} {'kiln int8':>10} {'ort int8':>9} {'kiln f32':>9} "
               f"{'int8/ort':>9} {'f32/int8':>9} {'compile s':>10} {'max steps':>9}")
-    print(header)
+    print(header + "   (min ms, then median ms, over --repeat interleaved rounds)")
     models = _models(args.size)
     shape = (1, 3, args.size, args.size)
     x = np.random.default_rng(1).standard_normal(shape).astype("float32")
@@ -155,12 +163,16 @@ def main() -> None:
         for name in args.models.split(","):
             f_path, q_path, out_scale = _export_and_quantize(models[name], shape, workdir, name,
                                                              args.per_channel)
-            k8, compile_s, out8 = _kiln(q_path, shape, x, args.target, args.repeat)
-            k32, _, _ = _kiln(f_path, shape, x, args.target, args.repeat)
-            o8, ref8 = _ort(q_path, x, args.repeat)
+            run8, compile_s, out8 = _kiln(q_path, shape, x, args.target)
+            run32, _, _ = _kiln(f_path, shape, x, args.target)
+            run_ort, ref8 = _ort(q_path, x)
             steps = float(np.max(np.abs(out8 - ref8)) / out_scale)
-            print(f"{name:10} {k8:10.2f} {o8:9.2f} {k32:9.2f} {k8 / o8:9.2f} "
-                  f"{k32 / k8:9.2f} {compile_s:10.1f} {steps:9.2f}", flush=True)
+            timings = _time_interleaved([run8, run_ort, run32], args.repeat)
+            for stat, label in ((0, "min"), (1, "median")):
+                k8, o8, k32 = (t[stat] * 1e3 for t in timings)
+                print(f"{name + ' ' + label:10} {k8:10.2f} {o8:9.2f} {k32:9.2f} "
+                      f"{k8 / o8:9.2f} {k32 / k8:9.2f} {compile_s:10.1f} {steps:9.2f}",
+                      flush=True)
 
 
 if __name__ == "__main__":

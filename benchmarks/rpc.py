@@ -4,6 +4,9 @@ Each side runs its own server process (``python -m kiln.exec.rpc_server`` /
 ``python -m tvm.exec.rpc_server``) and is driven by its own client from this process:
 
 * latency: one empty remote call (``testing.nop``, no arguments, no result), microseconds;
+  both servers answer it with their built-in native ``testing.nop``. kiln also reports the
+  same call of a Python function (``testing.pynop``, registered by ``--init-module``), which
+  TVM's server cannot host;
 * throughput: copying a 16 MiB float32 array to the server (``copyfrom``) and back
   (``numpy()``), MB/s.
 
@@ -34,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-NOP_MODULE = 'import kiln\nkiln.register_func("testing.nop", lambda: None, override=True)\n'
+NOP_MODULE = 'import kiln\nkiln.register_func("testing.pynop", lambda: None, override=True)\n'
 MIB16 = 16 << 20
 
 
@@ -58,12 +61,12 @@ def stop_server(proc: subprocess.Popen) -> None:
 class Side:
     """One RPC stack: a client session plus how to make and read remote arrays."""
 
-    def __init__(self, name: str, session, nop, empty, to_numpy) -> None:
-        self.name, self.session, self.nop = name, session, nop
+    def __init__(self, name: str, session, nop, empty, to_numpy, pynop=None) -> None:
+        self.name, self.session, self.nop, self.pynop = name, session, nop, pynop
         self.empty, self.to_numpy = empty, to_numpy
 
-    def latency_us(self, calls: int) -> float:
-        nop = self.nop
+    def latency_us(self, calls: int, python: bool = False) -> float:
+        nop = self.pynop if python else self.nop
         start = time.perf_counter()
         for _ in range(calls):
             nop()
@@ -87,7 +90,7 @@ def kiln_side(port: int) -> Side:
     session = rpc.connect("127.0.0.1", port)
     return Side("kiln", session, session.get_function("testing.nop"),
                 lambda shape: kiln.nd.empty(shape, "float32", session.cpu(0)),
-                lambda arr: arr.numpy())
+                lambda arr: arr.numpy(), session.get_function("testing.pynop"))
 
 
 def tvm_side(port: int) -> Side:
@@ -123,13 +126,16 @@ def main() -> int:
             sides = [kiln_side(kiln_port), tvm_side(tvm_port)]
             host = np.random.default_rng(0).standard_normal(MIB16 // 4).astype("float32")
             remotes = [side.empty(host.shape) for side in sides]
-            results = {side.name: {"lat": [], "up": [], "down": []} for side in sides}
+            results = {side.name: {"lat": [], "pylat": [], "up": [], "down": []}
+                       for side in sides}
             for side, remote in zip(sides, remotes):  # warm up both
                 side.latency_us(200)
                 side.copy_mb_s(host, remote)
             for _ in range(args.rounds):
                 for side, remote in zip(sides, remotes):
                     results[side.name]["lat"].append(side.latency_us(args.calls))
+                    if side.pynop is not None:
+                        results[side.name]["pylat"].append(side.latency_us(args.calls, True))
                     up, down = side.copy_mb_s(host, remote)
                     results[side.name]["up"].append(up)
                     results[side.name]["down"].append(down)
@@ -141,7 +147,9 @@ def main() -> int:
           f"{sys.modules['tvm'].__version__}); load average {load[0]:.1f} {load[1]:.1f} "
           f"{load[2]:.1f} on {os.cpu_count()} cores")
     print(f"{'measure':<34}{'stat':>6}{'kiln':>10}{'tvm':>10}{'kiln/tvm':>10}  goal")
+    results["tvm"]["pylat"] = results["tvm"]["lat"]  # TVM's server hosts no Python function
     rows = [("empty call latency (us)", "lat", min, "<= 1.0"),
+            ("kiln Python function vs tvm (us)", "pylat", min, ""),
             ("16 MiB copy to server (MB/s)", "up", max, ">= 1.0"),
             ("16 MiB copy from server (MB/s)", "down", max, ">= 1.0")]
     for label, key, best, goal in rows:

@@ -53,75 +53,97 @@ def _conv_task(shape, filters, kernel, stride, pad, target):
                                                    (pad,) * 4, (1, 1), "float32"), target)
 
 
-def section_search(target: str, grid_file: str | None = None) -> None:
+def search_task(target: str):
+    """ResNet-18's first 3x3 conv (1x64x56x56, 64 filters): 280 configs over tile_ic,
+    tile_oc, tile_ow and unroll_kw."""
+    return _conv_task((1, 64, 56, 56), 64, 3, 1, 1, target)
+
+
+def trials_to_within(task, table: dict, make_tuner, seed: int, within: float = 0.05) -> int:
+    """Trials ``make_tuner(seed)`` needs on the replayed ``table`` to come within ``within``
+    of its optimum."""
     from kiln import autotvm
-    from kiln.autotvm.measure import MeasureResult
-    from kiln.autotvm.measure.measure import Builder, BuildResult, Runner
+    from kiln.autotvm.measure.replay import replay_option
 
-    task = _conv_task((1, 32, 28, 28), 32, 3, 1, 1, target)
-    start = time.perf_counter()
-    if grid_file and os.path.exists(grid_file):
-        scores = [float(v) for v in Path(grid_file).read_text().split()]
+    optimum = min(c for c in table.values() if c is not None)
+    tuner = make_tuner(task, seed)
+    mon = autotvm.callback.Monitor()
+    tuner.tune(len(table), replay_option(table), early_stopping=None, callbacks=[mon])
+    best = np.maximum.accumulate(mon.trial_scores())
+    hit = np.nonzero(best >= (1 - within) * task.flop / optimum)[0]
+    return int(hit[0]) + 1 if len(hit) else len(table) + 1
+
+
+SEARCH_TUNERS = {
+    "XGBTuner": lambda task, seed: _xgb(task, seed),
+    "XGB plan 64": lambda task, seed: _tuner("XGBTuner", task, seed, plan_size=64),
+    "GATuner": lambda task, seed: _tuner("GATuner", task, seed, pop_size=16),
+    "RandomTuner": lambda task, seed: _tuner("RandomTuner", task, seed),
+}
+
+
+def _xgb(task, seed):
+    from kiln import autotvm
+
+    return autotvm.tuner.XGBTuner(task, seed=seed)
+
+
+def _tuner(name, task, seed, **kwargs):
+    from kiln import autotvm
+
+    return getattr(autotvm.tuner, name)(task, seed=seed, **kwargs)
+
+
+def section_search(target: str, grid_file: str, seeds: int, passes: int) -> None:
+    from kiln.autotvm.measure.replay import load_table, measure_table, save_table
+
+    task = search_task(target)
+    if os.path.exists(grid_file):
+        table, how = load_table(grid_file, task), f"replayed from {grid_file}"
     else:
-        monitor = autotvm.callback.Monitor()
-        autotvm.tuner.GridSearchTuner(task).tune(len(task.config_space), _option(),
-                                                callbacks=[monitor])
-        scores = monitor.trial_scores()
-        if grid_file:
-            Path(grid_file).write_text(" ".join(repr(v) for v in scores))
-    grid_s = time.perf_counter() - start
-    measured = dict(zip(range(len(task.config_space)), scores))
-    optimum = max(measured.values())
-
-    class Replay(Builder, Runner):
-        """Each config costs what grid search measured for it."""
-
-        def __init__(self):
-            Builder.__init__(self, n_parallel=4)
-
-        def build(self, inputs):
-            return [BuildResult("replay", [], None, 0.0) for _ in inputs]
-
-        def run(self, inputs, builds):
-            now = time.time()
-            return [MeasureResult((task.flop / measured[i.config.index],), 0, 0.0, now)
-                    if measured[i.config.index] > 0 else
-                    MeasureResult(("failed in grid",), 4, 0.0, now) for i in inputs]
-
-    def trials_to_95(tuner) -> int:
-        replay = Replay()
-        mon = autotvm.callback.Monitor()
-        tuner.tune(len(task.config_space), {"builder": replay, "runner": replay},
-                   callbacks=[mon])
-        best = np.maximum.accumulate(mon.trial_scores())
-        return int(np.argmax(best >= 0.95 * optimum)) + 1
-
-    print(f"\n## search: conv2d_nchw.x86 1x32x28x28 -> 32 3x3, {len(task.config_space)} "
-          f"configs, grid optimum {optimum / 1e9:.1f} GFLOPS (grid took {grid_s:.0f} s)")
-    print(f"{'tuner':18} {'trials to 95%':>14} {'of grid':>8}")
-    print(f"{'GridSearchTuner':18} {len(task.config_space):14d} {1.0:8.2f}")
-    for name, make in (("XGBTuner", lambda s: autotvm.tuner.XGBTuner(task, plan_size=4,
-                                                                     seed=s)),
-                       ("RandomTuner", lambda s: autotvm.tuner.RandomTuner(task, seed=s))):
-        runs = [trials_to_95(make(seed)) for seed in range(5)]
-        mean = float(np.mean(runs))
-        print(f"{name:18} {mean:14.1f} {mean / len(task.config_space):8.2f}   "
-              f"(5 seeds: {runs})")
+        load, start = os.getloadavg()[0], time.perf_counter()
+        # one thread: a parallel launch waits for its slowest worker, which on a shared
+        # machine is noise, not the schedule (workers read the variable when they start)
+        threads, os.environ["KILN_NUM_THREADS"] = os.environ["KILN_NUM_THREADS"], "1"
+        try:
+            table = measure_table(task, _option(number=4, repeat=5), passes=passes)
+        finally:
+            os.environ["KILN_NUM_THREADS"] = threads
+        how = (f"grid measured ({passes} shuffled passes, 1 thread) in "
+               f"{time.perf_counter() - start:.0f} s from load {load:.1f}, saved to {grid_file}")
+        Path(grid_file).parent.mkdir(parents=True, exist_ok=True)
+        save_table(grid_file, task, table, load=load, passes=passes, threads=1,
+                   measured=time.ctime())
+    valid = [c for c in table.values() if c is not None]
+    optimum = min(valid)
+    near = sum(c <= optimum / 0.95 for c in valid)
+    print(f"\n## search: conv2d_nchw.x86 1x64x56x56 -> 64 3x3 (ResNet-18 layer 1), "
+          f"{len(table)} configs ({len(table) - len(valid)} failed); grid optimum "
+          f"{task.flop / optimum / 1e9:.1f} GFLOPS; {near} configs within 5% of it; {how}")
+    print(f"{'tuner':14} {'mean trials':>11} {'worst':>6} {'mean/grid':>9} {'worst/grid':>10}"
+          f"   ({seeds} seeds)")
+    print(f"{'GridSearch':14} {len(table):11d} {len(table):6d} {1.0:9.2f} {1.0:10.2f}")
+    for name, make in SEARCH_TUNERS.items():
+        runs = [trials_to_within(task, table, make, seed) for seed in range(seeds)]
+        mean, worst = float(np.mean(runs)), max(runs)
+        print(f"{name:14} {mean:11.1f} {worst:6d} {mean / len(table):9.2f} "
+              f"{worst / len(table):10.2f}   {runs}", flush=True)
 
 
-def section_throughput(target: str, candidates: int) -> None:
+def section_throughput(target: str, candidates: int, rounds: int) -> None:
+    import ray
+
     from kiln import autotvm
     from kiln.autotvm.measure import MeasureInput, create_measure_batch
 
-    task = _conv_task((1, 64, 56, 56), 64, 3, 1, 1, target)
-    configs = [task.config_space.get(i) for i in range(min(candidates,
-                                                           len(task.config_space)))]
-    inputs = [MeasureInput(task.target, task, c) for c in configs]
+    task = search_task(target)
+    configs = [task.config_space.get(i) for i in range(0, len(task.config_space),
+                                                       len(task.config_space) // candidates)]
+    inputs = [MeasureInput(task.target, task, c) for c in configs[:candidates]]
 
     def per_minute(option) -> float:
         batch = create_measure_batch(task, option)
-        batch(inputs[:2])  # warm the workers outside the timing
-        batch(inputs[2:4])
+        batch(inputs[:2])  # start the workers outside the timing
         start = time.perf_counter()
         for k in range(0, len(inputs), 2):
             batch(inputs[k:k + 2])
@@ -130,20 +152,31 @@ def section_throughput(target: str, candidates: int) -> None:
         option["runner"].close()
         return len(inputs) / elapsed * 60
 
-    local = per_minute(_option())
-    import ray
+    def ray_option():
+        return _option(autotvm.RayBuilder(timeout=30),
+                       autotvm.RayRunner(number=4, repeat=3, min_repeat_ms=20,
+                                         cooldown_interval=0.05, timeout=30))
 
+    # Ray stays up through the local rounds too: both see its idle daemons, and the rounds
+    # alternate so that both see the same drift of the machine's load
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    local, on_ray, loads = [], [], []
     try:
-        on_ray = per_minute(_option(autotvm.RayBuilder(timeout=30),
-                                    autotvm.RayRunner(number=4, repeat=3, min_repeat_ms=20,
-                                                      cooldown_interval=0.05, timeout=30)))
+        for _ in range(rounds):
+            loads.append(os.getloadavg()[0])
+            local.append(per_minute(_option()))
+            on_ray.append(per_minute(ray_option()))
     finally:
         ray.shutdown()
-    print(f"\n## throughput: {len(inputs)} candidates of conv2d_nchw.x86 1x64x56x56 -> 64 3x3")
-    print(f"{'measurement':14} {'candidates/min':>15}")
-    print(f"{'local':14} {local:15.1f}")
-    print(f"{'ray (local)':14} {on_ray:15.1f}   overhead {(local / on_ray - 1) * 100:+.1f}%")
+    ratios = [a / b - 1 for a, b in zip(local, on_ray)]
+    print(f"\n## throughput: {len(inputs)} candidates of conv2d_nchw.x86 1x64x56x56 -> 64 3x3, "
+          f"{rounds} interleaved rounds, load {min(loads):.1f}-{max(loads):.1f}")
+    print(f"{'measurement':14} {'min/min':>8} {'median/min':>11}   candidates/min per round")
+    for name, runs in (("local", local), ("ray (local)", on_ray)):
+        print(f"{name:14} {min(runs):8.1f} {float(np.median(runs)):11.1f}   "
+              f"{[round(r, 1) for r in runs]}")
+    print(f"Ray overhead (local/ray - 1) per round: {[f'{r:+.1%}' for r in ratios]}; "
+          f"median {float(np.median(ratios)):+.1%}")
 
 
 def _time(fn, repeat=20) -> float:
@@ -236,8 +269,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=32, help="resnet: trials per task")
     parser.add_argument("--budget-min", type=float, default=20, help="resnet: minutes in all")
     parser.add_argument("--candidates", type=int, default=24, help="throughput: candidates")
-    parser.add_argument("--grid-file", help="search: reuse (or save) the grid's measured "
-                        "GFLOPS from this file, to compare search settings on one surface")
+    parser.add_argument("--rounds", type=int, default=3, help="throughput: interleaved "
+                        "local/Ray rounds")
+    parser.add_argument("--grid-file", default=str(Path(__file__).parent / "out" /
+                                                   "tune_grid_conv2d_resnet_l1.json"),
+                        help="search: the grid's measured costs; measured and saved there "
+                        "when missing, replayed otherwise")
+    parser.add_argument("--seeds", type=int, default=20, help="search: seeds per tuner")
+    parser.add_argument("--passes", type=int, default=3, help="search: shuffled timing "
+                        "passes over the grid (the fastest of them is kept)")
     args = parser.parse_args()
     from kiln.target.codegen_llvm import llvm_available
 
@@ -246,9 +286,9 @@ def main() -> None:
           f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}")
     sections = args.sections.split(",")
     if "search" in sections:
-        section_search(target, args.grid_file)
+        section_search(target, args.grid_file, args.seeds, args.passes)
     if "throughput" in sections:
-        section_throughput(target, args.candidates)
+        section_throughput(target, args.candidates, args.rounds)
     if "resnet" in sections:
         section_resnet(target, args.trials, args.budget_min)
 

@@ -121,7 +121,8 @@ def _conv_geometry(data, kernel, strides, padding, dilation) -> tuple[int, int, 
             kh, kw)
 
 
-_CONV_KNOBS = {"oc_bn": lambda c: _size(c, "tile_oc"), "tile_ow": lambda c: _size(c, "tile_ow"),
+_CONV_KNOBS = {"ic_bn": lambda c: _size(c, "tile_ic"), "oc_bn": lambda c: _size(c, "tile_oc"),
+               "tile_ow": lambda c: _size(c, "tile_ow"),
                "unroll_kw": lambda c: _val(c, "unroll_kw")}
 
 
@@ -134,6 +135,8 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
     lanes = _lanes_of(o)
     # register budget of a block (see topi.x86.conv2d): 16 columns of one zmm on AVX-512
     widest = max(12 if kw == 1 else 8, x86_conv2d.max_tile_width(1, kw))
+    # TVM's order of knobs; an input channel block of 1 is the untuned schedule's loop order
+    cfg.define_split("tile_ic", c, num_outputs=2)
     cfg.define_split("tile_oc", o, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
     cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
                      filter=lambda e: e.size[-1] <= widest)
@@ -237,7 +240,7 @@ def _default_knobs(task: Any) -> dict:
     o = get_const_tuple(kernel.shape)[0]
     if task.name == "conv2d_nchw.x86":
         bn, tile = x86_conv2d.block_shape(o, ow, x86_conv2d.DEFAULT_CONFIG, kw)
-        return {"oc_bn": bn, "tile_ow": tile,
+        return {"ic_bn": 1, "oc_bn": bn, "tile_ow": tile,
                 "unroll_kw": x86_conv2d.DEFAULT_CONFIG["unroll_kw"]}
     cfg = x86_depthwise.DEFAULT_CONFIG
     return {"c_bn": divisor_at_most(o, cfg["c_bn"]),

@@ -26,27 +26,21 @@ _TUNERS = {"xgb": "XGBTuner", "ga": "GATuner", "random": "RandomTuner",
 def _measure_option(args: argparse.Namespace) -> dict:
     from kiln import autotvm
 
+    cluster = None
     if args.ray:
-        address = None if args.ray == "local" else args.ray
-        return autotvm.measure_option(
-            builder=autotvm.RayBuilder(address, timeout=args.timeout),
-            runner=autotvm.RayRunner(address, number=args.number, repeat=args.repeat,
-                                     min_repeat_ms=args.min_repeat_ms,
-                                     timeout=args.timeout))
+        cluster = "ray" if args.ray == "local" else \
+            args.ray if args.ray.startswith("ray://") else "ray:" + args.ray
     return autotvm.measure_option(
         builder=autotvm.LocalBuilder(timeout=args.timeout, n_parallel=args.parallel),
         runner=autotvm.LocalRunner(number=args.number, repeat=args.repeat,
-                                   min_repeat_ms=args.min_repeat_ms, timeout=args.timeout))
+                                   min_repeat_ms=args.min_repeat_ms, timeout=args.timeout),
+        cluster=cluster)
 
 
 def _make_tuner(name: str, task: Any) -> Any:
     from kiln.autotvm import tuner
 
-    cls = getattr(tuner, _TUNERS[name])
-    if name == "xgb":
-        # plans no larger than a quarter of a small space keep the model in the loop
-        return cls(task, plan_size=max(8, min(64, len(task.config_space) // 4)))
-    return cls(task)
+    return getattr(tuner, _TUNERS[name])(task)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

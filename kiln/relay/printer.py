@@ -32,7 +32,7 @@ import numpy as np
 
 from kiln.ir.adt import Constructor, TypeData
 from kiln.ir.attrs import DictAttrs
-from kiln.ir.expr import GlobalVar, IntImm
+from kiln.ir.expr import GlobalVar, IntImm, RelayExpr
 from kiln.ir.module import IRModule
 from kiln.ir.op import Op
 from kiln.ir.type import (
@@ -199,6 +199,8 @@ def _call_attrs(attrs: Any) -> list[str]:
             continue
         if name not in defaults and value is None:
             continue
+        if isinstance(value, RelayExpr):
+            continue  # an attribute mirroring a call argument (arange's start/stop/step)
         out.append(f"{name}={_attr_value_text(value)}")
     return out
 

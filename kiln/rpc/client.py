@@ -59,7 +59,7 @@ from kiln.rpc.protocol import (
     send_handshake_int,
     write_packet,
 )
-from kiln.rpc.serving import confined_path, session_globals
+from kiln.rpc.serving import builtin_global, confined_path, session_globals
 from kiln.runtime.device import RPC_SESS_MASK, Device
 from kiln.runtime.device_api import DeviceAPI, DeviceBuffer, DeviceNDArray, register_device_api
 from kiln.runtime.dtype import DataType
@@ -70,7 +70,8 @@ from kiln.runtime.packed_func import PackedFunc, TypeCode
 from kiln.runtime.profiling import BenchmarkResult, check_timing_args
 from kiln.runtime.registry import get_global_func
 
-__all__ = ["connect", "RPCSession", "LocalSession", "ClientEndpoint", "RPCModule"]
+__all__ = ["connect", "RPCSession", "LocalSession", "ClientEndpoint", "RPCModule",
+           "RemoteFunction"]
 
 DEFAULT_REPLY_TIMEOUT = 600.0  # seconds a reply may take unless connect(timeout=...) says
 _UINT8 = DataType("uint8")
@@ -114,12 +115,14 @@ class ClientEndpoint:
         try:
             self.channel.send(*parts)
             return self.channel.recv_packet()
-        except ChannelClosed as err:
-            if err.received == 0:
-                raise self._lost(what, "the server closed the connection") from None
-            raise self._lost(what, err) from None
         except RPCError as err:
-            raise self._lost(what, err) from None
+            raise self._lost_by(err, what) from None
+
+    def _lost_by(self, err: RPCError, what: str | Lazy) -> RPCError:
+        """The session-lost error of a request whose channel failed with ``err``."""
+        if isinstance(err, ChannelClosed) and err.received == 0:
+            return self._lost(what, "the server closed the connection")
+        return self._lost(what, err)
 
     def _decode_reply(self, reply: int, body: memoryview, what: str) -> list[tuple[int, Any]]:
         reader = Reader(body, Lazy("RPC reply to {}", what), self.codec)
@@ -296,8 +299,7 @@ class ClientEndpoint:
         return self._remote_function(int(handle), name)
 
     def _remote_function(self, handle: int, name: str) -> PackedFunc:
-        func = PackedFunc(functools.partial(self._call, handle, Lazy("call to {!r}", name)),
-                          name)
+        func = RemoteFunction(self, handle, name)
         weakref.finalize(func, self.free_later, handle, TypeCode.PACKED_FUNC_HANDLE)
         _REMOTE_HANDLES[func] = (self, handle, TypeCode.PACKED_FUNC_HANDLE)
         return func
@@ -381,6 +383,52 @@ class ClientEndpoint:
         if isinstance(value, (RemoteRef, Handle)):
             return int(value) if isinstance(value, Handle) else value
         return value
+
+
+class RemoteFunction(PackedFunc):
+    """A function of an RPC server (a PackedFunc whose body is :meth:`ClientEndpoint.call`).
+
+    A call without arguments that returns nothing (an empty call) is the hot path of RPC: one
+    prebuilt packet out and one reply recognised by its bytes, in one C call of the channel's
+    :meth:`~kiln.rpc.protocol.Channel.exchanger`, with the Python around it kept to this one
+    method (a lock and a few attribute loads).
+    """
+
+    _extra_slots = ("_endpoint", "_handle", "_what", "_exchange", "_null_return")
+
+    def __init__(self, endpoint: ClientEndpoint, handle: int, name: str) -> None:
+        what = Lazy("call to {!r}", name)
+        super().__init__(functools.partial(endpoint._call, handle, what), name)
+        codec = endpoint.codec  # settled: functions come after InitServer
+        null_return = codec.null_return
+        exchange = endpoint.channel.exchanger(
+            codec.call_packet(handle, []),
+            _HEADER.pack(len(null_return) + 4, _RETURN) + null_return)
+        for slot, value in (("_endpoint", endpoint), ("_handle", handle), ("_what", what),
+                            ("_exchange", exchange), ("_null_return", null_return)):
+            self._set(slot, value)
+
+    def __call__(self, *args: Any) -> Any:
+        endpoint = self._endpoint
+        if args or endpoint._pending_frees:
+            return endpoint._call(self._handle, self._what, *args)
+        lock = endpoint._lock
+        lock.acquire()  # (not `with`: this is the one lock on the path, and cheaper so)
+        try:
+            if endpoint._closed is not None:
+                endpoint._check_open()
+            try:
+                if self._exchange():
+                    return None
+                code, body = endpoint.channel.recv_packet()
+            except RPCError as err:
+                raise endpoint._lost_by(err, self._what) from None
+            if code == _RETURN and body == self._null_return:
+                return None
+            values = endpoint._decode_reply(code, body, self._what)
+        finally:
+            lock.release()
+        return endpoint._decode_return(values, self._what)
 
 
 # Remote functions and modules of all sessions -> (endpoint, handle, type code).
@@ -614,7 +662,7 @@ class LocalSession(RPCSession):
         func = self._globals.get(name)
         if func is not None:
             return PackedFunc(func, name)
-        found = get_global_func(name, allow_missing=True)
+        found = get_global_func(name, allow_missing=True) or builtin_global(name)
         if found is None:
             raise AttributeError(f"LocalSession has no function {name!r}")
         return found

@@ -18,10 +18,13 @@ garbage or truncated packet raises :class:`~kiln.runtime.error.RPCError`, never 
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
@@ -176,6 +179,17 @@ class Channel:
             raise
         return _I32.unpack_from(body)[0], body[4:]
 
+    def exchanger(self, packet: bytes, expected: bytes) -> Callable[[], bool]:
+        """A zero-argument function for one request that repeats: it sends ``packet`` and
+        returns True when the reply is exactly ``expected`` (consumed), False when a reply
+        is left for :meth:`recv_packet`. This generic one always leaves the reply."""
+
+        def exchange() -> bool:
+            self.send(packet)
+            return False
+
+        return exchange
+
     def close(self) -> None:
         """Release the transport."""
 
@@ -222,12 +236,42 @@ class SocketChannel(Channel):
             with self._send_lock:
                 for part in parts:
                     self.sock.sendall(part)
-        except (TimeoutError, BlockingIOError):
-            raise ChannelTimeout(f"RPC channel to {self.peer}: send timed out after "
-                                 f"{self.timeout}s") from None
         except OSError as err:
-            raise ChannelClosed(f"RPC channel to {self.peer} failed while sending: "
-                                f"{err}") from None
+            raise self._send_error(err) from None
+
+    def _send_error(self, err: OSError) -> RPCError:
+        if isinstance(err, (TimeoutError, BlockingIOError)):  # SO_SNDTIMEO passed
+            return ChannelTimeout(f"RPC channel to {self.peer}: send timed out after "
+                                  f"{self.timeout}s")
+        return ChannelClosed(f"RPC channel to {self.peer} failed while sending: {err}")
+
+    def exchanger(self, packet: bytes, expected: bytes) -> Callable[[], bool]:
+        """The generic :meth:`Channel.exchanger` as two system calls and a compare: the
+        round trip of a void remote call carries almost no Python besides them. Callers
+        serialize their exchanges (a client sends one request at a time)."""
+        sendall, recv_into, buf = self.sock.sendall, self.sock.recv_into, self._buf
+        size = len(expected)
+
+        def exchange() -> bool:
+            if self._start != self._end:  # bytes of another packet are buffered
+                self.send(packet)
+                return False
+            try:
+                sendall(packet)
+            except OSError as err:
+                raise self._send_error(err) from None
+            try:
+                end = recv_into(buf)
+            except OSError as err:
+                raise self._recv_error(err, 0, 8) from None
+            if end == size and buf.startswith(expected):
+                return True
+            if not end:
+                raise self._recv_error(None, 0, 8)
+            self._start, self._end = 0, end
+            return False
+
+        return exchange
 
     def _recv_some(self, into: memoryview, got: int, total: int) -> int:
         """One ``recv_into(into)``; errors name ``got`` of ``total`` bytes of the read."""
@@ -308,6 +352,37 @@ class SocketChannel(Channel):
                 self._start = stop = start + 8 + nbytes
                 return code, self._view[start + 12:stop]
         return super().recv_packet(max_bytes)
+
+    def native_loop(self, null_reply: bytes) -> Any:
+        """A :class:`~kiln.rpc.native_serve.NativeLoop` over this channel's socket and receive
+        buffer, for :meth:`recv_packet_native`; None where the interpreter cannot run it."""
+        from kiln.rpc.native_serve import NativeLoop, native_loop_available
+
+        if not native_loop_available():
+            return None
+        return NativeLoop(self.sock.fileno(), self._buf, null_reply)
+
+    def recv_packet_native(self, loop: Any) -> tuple[int, memoryview] | None:
+        """:meth:`recv_packet` after ``loop`` answered in C every packet it could: the next
+        packet for Python, or None when ``loop`` stopped on a call it made (its status
+        tells the caller what to send). Errors are :meth:`recv_packet`'s."""
+        while True:
+            status = loop.serve(self._start, self._end)
+            state = loop.state
+            self._start, self._end = state.start, state.end
+            if status == loop.PYTHON:
+                return self.recv_packet()
+            got = self._end - self._start
+            if status == loop.CLOSED:
+                raise self._recv_error(None, got, max(got, 8))
+            if status == loop.RECV_ERROR:
+                if state.err == errno.EINTR:
+                    continue
+                raise self._recv_error(OSError(state.err, os.strerror(state.err)), got,
+                                       max(got, 8))
+            if status == loop.SEND_ERROR:
+                raise self._send_error(OSError(state.err, os.strerror(state.err)))
+            return None
 
     def close(self) -> None:
         try:

@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kiln.rpc.native_serve import testing_nop
 from kiln.rpc.protocol import (
     LEGACY,
     PROTOCOL_VERSION,
     Channel,
+    ChannelClosed,
+    ChannelTimeout,
     Codec,
     Handle,
     Lazy,
@@ -36,7 +40,6 @@ from kiln.rpc.protocol import (
     RPCCode,
     TensorMeta,
     Writer,
-    read_packet,
     write_packet,
 )
 from kiln.runtime.device import Device
@@ -44,19 +47,24 @@ from kiln.runtime.dtype import DataType
 from kiln.runtime.error import RPCError, TVMError
 from kiln.runtime.module import Module, load_module
 from kiln.runtime.ndarray import NDArray, from_dlpack
-from kiln.runtime.packed_func import PackedFunc, TypeCode
+from kiln.runtime.packed_func import (
+    PackedFunc,
+    TypeCode,
+    get_last_error,
+    set_last_error,
+    value_from_c,
+)
 from kiln.runtime.profiling import check_timing_args, time_repeats
 from kiln.runtime.registry import get_global_func
 
 __all__ = ["ServingSession", "encode_return", "confined_path", "session_globals",
-           "rpc_time_evaluator"]
+           "builtin_global", "rpc_time_evaluator"]
 
 _ALIGNMENT = 64
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _CALL_FUNC = int(RPCCode.kCallFunc)
 _HEADER = struct.Struct("<Qi")  # packet length, RPC code
-_U64 = struct.Struct("<Q")
-_NO_ARGS = b"\0\0\0\0"  # a packed sequence of no values
+_CALL0 = struct.Struct("<Qi")  # a kCallFunc body: function handle, argument count
 _KIND_CODES = ((Module, TypeCode.MODULE_HANDLE), (PackedFunc, TypeCode.PACKED_FUNC_HANDLE))
 
 
@@ -116,7 +124,8 @@ class ServingSession:
     """
 
     def __init__(self, channel: Channel, workdir: str | os.PathLike,
-                 idle_timeout: float | None = None, codec: Codec = LEGACY) -> None:
+                 idle_timeout: float | None = None, codec: Codec = LEGACY,
+                 native: bool = True) -> None:
         self.channel = channel
         self.codec = codec
         self.workdir = Path(workdir)
@@ -128,6 +137,11 @@ class ServingSession:
         self.globals = session_globals(self.workdir)
         null = codec.null_return
         self._null_reply = _HEADER.pack(len(null) + 4, RPCCode.kReturn) + null
+        # the C loop answering calls (rpc_serve.c speaks TVM v0.16's encoding); None: Python
+        make_loop = getattr(channel, "native_loop", None)
+        self.native_loop = (make_loop(self._null_reply) if native and codec is LEGACY
+                            and make_loop is not None else None)
+        self._stopped_by: BaseException | None = None  # what stopped the loop in a closure
         self._handlers = {
             RPCCode.kInitServer: self._init_server,
             RPCCode.kCopyFromRemote: self._copy_from_remote,
@@ -152,25 +166,105 @@ class ServingSession:
     # ---- the loop ----------------------------------------------------------------------------
 
     def serve(self) -> None:
-        """Answer packets until the peer shuts down or closes; RPCError on a broken packet."""
+        """Answer packets until the peer shuts down or closes; RPCError on a broken packet.
+
+        An argument-less call of a function handle is answered inline (no decoder, and a
+        void result as the codec's prebuilt reply): the loop then costs one receive, one
+        send and a few lookups, which is what bounds the latency of an empty remote call.
+        """
+        channel, handles, null_reply = self.channel, self.handles, self._null_reply
+        recv_packet, send = channel.recv_packet, channel.send
+        loop = self.native_loop
+        idle_since = None  # when the current wait for a request began (after a timeout)
         while True:
-            packet = read_packet(self.channel, idle_timeout=self.idle_timeout)
-            if packet is None:
-                return
-            code, body = packet
-            if code == _CALL_FUNC:
-                self._call_func(body)
+            try:
+                packet = recv_packet() if loop is None else channel.recv_packet_native(loop)
+            except ChannelClosed as err:
+                if err.received == 0:
+                    return
+                raise
+            except ChannelTimeout as err:
+                now = time.monotonic()
+                if idle_since is None:
+                    idle_since = now - (channel.timeout or 0.0)
+                if err.received == 0 and (self.idle_timeout is None
+                                          or now - idle_since < self.idle_timeout):
+                    continue
+                raise
+            idle_since = None
+            if packet is None:  # the C loop made a call it could not answer
+                self._after_loop_call(loop.status)
                 continue
+            code, body = packet
+            if code == _CALL_FUNC and len(body) == 12:
+                handle, nargs = _CALL0.unpack_from(body)
+                func = handles.get(handle)
+                if nargs == 0 and isinstance(func, PackedFunc):
+                    try:
+                        result = func()
+                    except Exception as err:  # the remote caller gets the message
+                        self._exception(_error_message(err))
+                        continue
+                    if result is None:
+                        send(null_reply)
+                    else:
+                        self._return(result)
+                    continue
             if code == RPCCode.kShutdown:
                 return
-            reader = Reader(body, Lazy("RPC packet (code {})", code), self.codec)
-            handler = self._handlers.get(code)
-            if handler is not None:
-                handler(reader)
-            elif code in self._syscalls:
-                self._syscall(code, reader)
+            self._dispatch(code, body)
+
+    def _after_loop_call(self, status: int) -> None:
+        """Finish a call the C loop made but could not answer itself (``status``)."""
+        loop = self.native_loop
+        if status == loop.NATIVE_FAILED:
+            message = get_last_error() or f"native function returned {loop.state.err}"
+            set_last_error("")
+            self._exception(message)
+        elif status == loop.NATIVE_VALUE:
+            try:
+                value = value_from_c(loop.state.ret, loop.state.ret_code)
+            except TVMError as err:
+                self._exception(str(err))
             else:
-                raise RPCError(f"unexpected RPC code {code} from the client")
+                self._return(value)
+        else:  # PY_STOPPED: an answer closure met what must end the session
+            stopped, self._stopped_by = self._stopped_by, None
+            raise stopped or RPCError("the RPC serve loop stopped without a cause")
+
+    def _answer(self, func: PackedFunc) -> Callable[[], bool | None]:
+        """The C loop's answer closure for argument-less calls of Python function ``func``."""
+
+        def answer() -> bool | None:
+            try:
+                try:
+                    result = func()
+                except Exception as err:  # the remote caller gets the message
+                    self._exception(_error_message(err))
+                    return None
+                if result is None:
+                    return True
+                self._return(result)
+                return None
+            except BaseException as err:  # noqa: BLE001 - re-raised by serve(), not lost
+                self._stopped_by = err
+                return False
+
+        return answer
+
+    def _dispatch(self, code: int, body: memoryview) -> None:
+        """Answer one packet of any kind but kShutdown (which ends the session)."""
+        if code == _CALL_FUNC:
+            self._call_func(body)
+            return
+        reader = Reader(body, Lazy("RPC packet (code {})", code), self.codec)
+        handler = self._handlers.get(code)
+        if handler is not None:
+            handler(reader)
+        elif code in self._syscalls:
+            self._syscall(code, reader)
+        else:
+            raise RPCError(f"unexpected RPC code {code} from the client")
 
     def _respond(self, run: Callable[[], list[tuple[int, Any]]]) -> None:
         """Run a request; send its return values, or its error as kException."""
@@ -206,15 +300,12 @@ class ServingSession:
         self._respond(run)
 
     def _call_func(self, body: memoryview) -> None:
-        """kCallFunc, the hot path: a call without arguments skips the decoder and a void
-        result goes back as the codec's prebuilt reply."""
-        if len(body) == 12 and body[8:] == _NO_ARGS:
-            handle, args = _U64.unpack_from(body)[0], ()
-        else:
-            reader = Reader(body, Lazy("RPC packet (code {})", _CALL_FUNC), self.codec)
-            handle = reader.u64()
-            args = reader.packed_seq()
-            reader.end()
+        """kCallFunc (the arguments decoded; argument-less calls are answered by
+        :meth:`serve` itself)."""
+        reader = Reader(body, Lazy("RPC packet (code {})", _CALL_FUNC), self.codec)
+        handle = reader.u64()
+        args = reader.packed_seq()
+        reader.end()
         try:
             func = self.handles.get(handle)
             if not isinstance(func, PackedFunc):
@@ -225,7 +316,11 @@ class ServingSession:
             return
         if result is None:
             self.channel.send(self._null_reply)
-            return
+        else:
+            self._return(result)
+
+    def _return(self, result: Any) -> None:
+        """Send a call's non-void ``result`` as kReturn (or kException if it cannot cross)."""
 
         def encode() -> list[tuple[int, Any]]:
             values = encode_return(result, self._register)
@@ -273,14 +368,18 @@ class ServingSession:
 
     def _get_global_func(self, name: str) -> Handle | None:
         func = self.globals.get(name)
-        func = PackedFunc(func, name) if func is not None else get_global_func(
-            name, allow_missing=True)
+        if func is None:
+            func = get_global_func(name, allow_missing=True) or builtin_global(name)
+        else:
+            func = PackedFunc(func, name)
         return None if func is None else Handle(self._register(func))
 
     def _free_handle(self, handle: int, type_code: int | None = None) -> None:
         value = self.handles.pop(handle, None)
         if value is None:
             raise TVMError(f"FreeHandle: unknown handle 0x{handle:x}")
+        if self.native_loop is not None:
+            self.native_loop.unbind(handle)
         pointer = self._returned_memory.pop(handle, None)
         if pointer is not None and pointer not in self._returned_memory.values():
             self.allocations.pop(pointer, None)
@@ -314,6 +413,12 @@ class ServingSession:
     def _register(self, value: Any) -> int:
         self._next_handle += 16  # look like aligned pointers; never 0 (the null handle)
         self.handles[self._next_handle] = value
+        if self.native_loop is not None and isinstance(value, PackedFunc):
+            if value.is_native:
+                self.native_loop.bind_native(self._next_handle, value.c_address,
+                                       value.resource_handle)
+            else:
+                self.native_loop.bind_python(self._next_handle, self._answer(value))
         if isinstance(value, NDArray):
             pointer = value.data_ptr
             if pointer not in self.allocations or pointer in self._returned_memory.values():
@@ -379,6 +484,12 @@ def session_globals(workdir: Path) -> dict[str, Callable[..., Any]]:
         "tvm.rpc.server.ImportModule": lambda parent, child: parent.import_module(child),
         "runtime.RPCTimeEvaluator": rpc_time_evaluator,
     }
+
+
+def builtin_global(name: str) -> PackedFunc | None:
+    """A global TVM's RPC server answers that kiln's registry does not hold: ``testing.nop``
+    (native, as TVM's), or None."""
+    return testing_nop() if name == "testing.nop" else None
 
 
 def _error_message(err: Exception) -> str:

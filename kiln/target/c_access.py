@@ -1,9 +1,10 @@
 """Buffer indexing for the C-family printers: flattened indexes and vector-tile detection.
 
 Entry points: :func:`flat_access` (a multi-dimensional buffer index as C text: scalar base,
-whether the lanes are contiguous, the per-lane index vector otherwise), :func:`buffer_strides`,
-:func:`uniform_vector_lanes` (buffers accessed only by whole aligned vectors, which the C
-printer keeps as arrays of vectors) and :func:`multiple_of`.
+whether the lanes are contiguous, the per-lane index vector otherwise) and
+:func:`buffer_strides`; :func:`uniform_vector_lanes` (buffers accessed only by whole aligned
+vectors, which the C printer keeps as arrays of vectors) and :func:`multiple_of` are
+re-exported from :mod:`kiln.tir.transform.vector_access`.
 
 ``cg`` arguments are the printer (anything with ``expr(node) -> str``).
 """
@@ -15,50 +16,9 @@ from typing import Any
 
 from kiln.runtime.dtype import DataType
 from kiln.target.c_abi import is_const_int, node_name
+from kiln.tir.transform.vector_access import multiple_of, uniform_vector_lanes
 
 __all__ = ["Access", "flat_access", "buffer_strides", "uniform_vector_lanes", "multiple_of"]
-
-
-def uniform_vector_lanes(body: Any) -> dict[int, int]:
-    """id(buffer var) -> L for every buffer whose accesses in ``body`` are all
-    ``Ramp(base, 1, L)`` with ``base`` a provable multiple of L (so the buffer can be an array
-    of L-lane vectors). One walk serves every allocation of a function."""
-    from kiln.tir.stmt_functor import post_order_visit
-
-    lanes_seen: dict[int, set[int]] = {}
-    rejected: set[int] = set()
-
-    def visit(node: Any) -> None:
-        kind = node_name(node)
-        if kind in ("BufferLoad", "BufferStore"):
-            key = id(node.buffer.data)
-            index = list(node.indices)
-            ramp = index[-1] if len(index) == 1 else None
-            if (ramp is None or node_name(ramp) != "Ramp" or not is_const_int(ramp.stride, 1)
-                    or not multiple_of(ramp.base, ramp.lanes)):
-                rejected.add(key)
-                return
-            lanes_seen.setdefault(key, set()).add(ramp.lanes)
-        elif kind == "Call":
-            # the pointer escapes (tvm_access_ptr, extern call); a bare use (address_of)
-            # is caught by the access check
-            rejected.update(id(a) for a in node.args if node_name(a) == "Var")
-
-    post_order_visit(body, visit)
-    return {key: next(iter(lanes)) for key, lanes in lanes_seen.items()
-            if key not in rejected and len(lanes) == 1}
-
-
-def multiple_of(expr: Any, factor: int) -> bool:
-    """Whether the index expression ``expr`` is provably a multiple of ``factor``."""
-    kind = node_name(expr)
-    if kind == "IntImm":
-        return int(expr.value) % factor == 0
-    if kind == "Mul":
-        return multiple_of(expr.a, factor) or multiple_of(expr.b, factor)
-    if kind in ("Add", "Sub"):
-        return multiple_of(expr.a, factor) and multiple_of(expr.b, factor)
-    return False
 
 
 class Access:

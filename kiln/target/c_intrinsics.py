@@ -77,7 +77,7 @@ _FLOAT32_FAST = {
 
 class CIntrinsics:
     """``tir.Call`` lowering for :class:`~kiln.target.codegen_c.CodeGenC` (which provides
-    ``expr``, ``_var_name``, ``_per_lane`` and the module context flag)."""
+    ``expr``, ``var_name``, ``per_lane`` and the module context flag)."""
 
     def expr_Call(self, node: Any) -> str:
         """C text of a ``Call``: its ``call_<name>`` rule, else a math or format rule."""
@@ -102,7 +102,7 @@ class CIntrinsics:
         fmt = dict(f=float_suffix(float_type), fs="f" if float_type.bits == 32 else "",
                    bits=arg_type.bits, t=c_type(t.element_of))
         if any(DataType(a.dtype).lanes > 1 for a in args if hasattr(a, "dtype")):
-            return self._per_lane(node.dtype, [a.dtype for a in args], texts,
+            return self.per_lane(node.dtype, [a.dtype for a in args], texts,
                                   lambda *xs: rule.format(*xs, **fmt))
         return rule.format(*texts, **fmt)
 
@@ -118,7 +118,7 @@ class CIntrinsics:
         """C text of a ``tir.tvm_access_ptr`` call."""
         ptype, data, offset = node.args[0], node.args[1], node.args[2]
         ctype = c_type(ptype.dtype)
-        return f"(({ctype}*){self._var_name(data)} + {self.expr(offset)})"
+        return f"(({ctype}*){self.var_name(data)} + {self.expr(offset)})"
 
     def call_reinterpret(self, node: Any) -> str:
         """C text of a ``tir.reinterpret`` call."""
@@ -143,7 +143,7 @@ class CIntrinsics:
                 dims = ", ".join(f"(int64_t){self.expr(d)}" for d in arg.shape) or "0"
                 code, bits, lanes = DataType(arg.dtype).as_tuple()
                 decls.append(f"int64_t _s{index}[] = {{{dims}}}; DLTensor _t{index} = "
-                             f"{{{self._var_name(arg.data)}, {{kDLCPU, 0}}, {len(arg.shape)}, "
+                             f"{{{self.var_name(arg.data)}, {{kDLCPU, 0}}, {len(arg.shape)}, "
                              f"{{{code}, {bits}, {lanes}}}, _s{index}, NULL, 0}};")
                 fills.append(f"_a[{index}].v_handle = &_t{index}; _c[{index}] = 7;")
             elif kind == "StringImm":

@@ -55,9 +55,9 @@ def captured_vars(stmt: Any) -> tuple[dict[int, Any], dict[int, str]]:
 class CParallelLaunch:
     """Outlines parallel loops into ``TVMBackendParallelLaunch`` lambdas (see the module).
 
-    The printer provides ``_names``, ``_pointer_types``, ``_vector_locals``,
-    ``_split_locals``, ``_vector_type``, ``_fresh``, ``_line``, ``_lines``, ``_indent``,
-    ``_loop_body``, ``_func_name``, ``_parallel_depth``, ``_region_failure`` and ``restrict``.
+    The printer provides ``_names``, ``_pointer_types``, ``vector_locals``,
+    ``vector_type``, ``_fresh``, ``_line``, ``_lines``, ``_indent``,
+    ``_loop_body``, ``func_name``, ``_parallel_depth``, ``_region_failure`` and ``restrict``.
     """
 
     def parallel_launch(self, node: Any, loop_type: str, name: str, begin: str,
@@ -66,7 +66,7 @@ class CParallelLaunch:
         lambda launched on the thread pool."""
         captured = self._captures(node)
         self._launch_count = getattr(self, "_launch_count", 0) + 1
-        lam = f"{self._func_name}_compute_{self._launch_count}"
+        lam = f"{self.func_name}_compute_{self._launch_count}"
         closure_type = f"{lam}_closure"
         fields = [f"  {ctype} {cname};" for cname, ctype, _ in captured]
         fields += [f"  {loop_type} begin;", f"  {loop_type} count;", f"  {loop_type} next;",
@@ -144,16 +144,15 @@ class CParallelLaunch:
             if key not in used or used[key] is node.loop_var:
                 continue
             var = used[key]
-            if key in self._vector_locals:
-                lanes = self._split_locals.get(key) or self._vector_locals[key]
+            if key in self.vector_locals:
                 element = DataType(elements[key]).element_of
-                captured.append((cname, f"{self._vector_type(element.with_lanes(lanes))}*",
-                                 True))
+                vtype = self.vector_type(element.with_lanes(self.vector_locals[key]))
+                captured.append((cname, f"{vtype}*", True))
             elif key in self._pointer_types:
                 captured.append((cname, self._pointer_types[key], key in elements))
             else:
                 t = DataType(var.dtype)
                 ctype = "void*" if t.is_handle else (
-                    self._vector_type(t) if t.lanes > 1 else c_type(t))
+                    self.vector_type(t) if t.lanes > 1 else c_type(t))
                 captured.append((cname, ctype, False))
         return captured

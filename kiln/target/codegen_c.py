@@ -31,14 +31,14 @@ are evaluated before the ``?:`` (see :meth:`CodeGenC.call_if_then_else`: GCC 12.
 the masked loads it would otherwise make).
 
 Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vector lanes must
-be whole integers); a select or per-lane ``if_then_else`` blends on a mask as wide as the
-value's lanes (:meth:`CodeGenC._lane_mask` widens or narrows comparison masks). A per-lane
-``if_then_else`` arm that may fault (a load not proved in bounds by
-:func:`~kiln.arith.load_bounds.speculable`, an integer division) reads only the lanes that take
-it: masked loads or a guarded lane loop (:mod:`kiln.target.codegen_c_masked`). Vectors wider
-than an AVX2 register (``float32x16``) are emitted as native-width parts when the store's value
-works lane by lane (:mod:`kiln.target.codegen_c_vectors`), and vector locals of that width are
-arrays of native vectors: GCC lowers its wider generic vectors piecewise through the stack.
+be whole integers); a select blends on a mask as wide as the value's lanes
+(:meth:`CodeGenC.lane_mask` widens or narrows comparison masks). A per-lane ``if_then_else``
+arrives as a ``Select`` whose loads that may fault are ``tir.masked_load`` calls
+(``tir.MaskFaultingLanes``), printed as masked loads or a guarded lane loop
+(:mod:`kiln.target.codegen_c_masked`). Vectors wider
+than an AVX2 register (``float32x16``) arrive as native-width parts when the store's value
+works lane by lane (``tir.SplitWideVectors`` in the C-family pipeline): GCC lowers its wider
+generic vectors piecewise through the stack.
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ from typing import Any
 
 import numpy as np
 
-from kiln.arith import Analyzer
-from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -85,8 +83,7 @@ from kiln.target.codegen_c_vectors import (
     COMPARISONS,
     VECTOR_MASK_BINARY,
     VECTOR_MIN_MAX,
-    CNativeParts,
-    native_lanes,
+    fits_vector_register,
 )
 from kiln.tir.transform.codegen_prep import C_CODEGEN_PIPELINE
 
@@ -132,7 +129,7 @@ _NATIVE_VECTOR_BINARY = {"Add", "Sub", "Mul", "Div", "EQ", "NE", "LT", "LE", "GT
 # -- the emitter -------------------------------------------------------------------------------
 
 
-class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
+class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
     """TIR PrimFuncs -> one C translation unit with packed and unpacked entry points.
 
     Dialect settings (class attributes) are what subclasses change:
@@ -168,23 +165,17 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         self.system_lib = system_lib
         self._functions: list[str] = []
         self._imported_c: list[str] = []
-        self._vector_types: dict[str, str] = {}
+        self.declarations: dict[str, str] = {}
         self._lines: list[str] = []
         self._indent = 0
         self._names: dict[int, str] = {}
         self._used_names: set[str] = set()
         self._parallel_depth = 0
         self._region_failure: tuple[str, str] | None = None  # (message slot, end label)
-        self._func_name = ""
-        self._vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
-        # id(buffer var) -> lanes of the native-width vectors a wider vector local is kept in
-        self._split_locals: dict[int, int] = {}
-        self._shared_parts: dict[str, list[str]] = {}  # wide shared load -> its parts' names
+        self.func_name = ""
+        self.vector_locals: dict[int, int] = {}  # id(buffer var) -> lanes of its vector array
         self._pointer_types: dict[int, str] = {}  # id(handle var) -> its declared C type
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
-        self._shared_loads: dict[str, str] = {}  # vector load text -> local holding it
-        self._shared_count = 0
-        self._analyzer = Analyzer()  # loop-variable ranges, for proving loads in bounds
         self._vector_lanes_of: dict[int, int] = {}  # id(buffer var) -> lanes (see Allocate)
         self.function_names: list[str] = []
 
@@ -195,10 +186,9 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise TVMError(f"C codegen: {name!r} is not a valid C function name (use letters, "
                            "digits and '_')")
-        self._func_name = name
+        self.func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
-        self._analyzer = Analyzer()
         self._vector_lanes_of = uniform_vector_lanes(func.body)
         if comment:
             self._lines.append("/* " + comment.replace("*/", "* /") + " */")
@@ -247,7 +237,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
 
     def finish(self) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions."""
-        parts = [preamble("c"), *self._vector_types.values(), PRELUDE_HELPERS.strip()]
+        parts = [preamble("c"), *self.declarations.values(), PRELUDE_HELPERS.strip()]
         if self.uses_module_ctx:
             parts.append(MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
@@ -276,12 +266,13 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         self._used_names.add(name)
         return name
 
-    def _var_name(self, var: Any) -> str:
+    def var_name(self, var: Any) -> str:
+        """The C name bound to a TIR variable (a parameter, loop variable or let)."""
         try:
             return self._names[id(var)]
         except KeyError:
             raise TVMError(
-                f"C codegen ({self._func_name}): variable {var.name!r} is used but never "
+                f"C codegen ({self.func_name}): variable {var.name!r} is used but never "
                 "defined (not a parameter, loop variable or let binding)"
             ) from None
 
@@ -307,12 +298,12 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         if a_type.lanes > 1 and kind in VECTOR_MIN_MAX:
             return self._min_max(kind, DataType(node.dtype), a, b)
         if a_type.lanes > 1 and kind not in _NATIVE_VECTOR_BINARY:
-            return self._per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
+            return self.per_lane(node.dtype, [node.a.dtype, node.b.dtype], [a, b],
                                   lambda x, y: self._binary_scalar(kind, a_type, x, y))
         return self._binary_scalar(kind, a_type, a, b)
 
     def _min_max(self, kind: str, dtype: DataType, a: str, b: str) -> str:
-        vtype = self._vector_type(dtype)
+        vtype = self.vector_type(dtype)
         mask = f"_x {VECTOR_MIN_MAX[kind]} _y"
         return (f"({{ {vtype} _x = {a}; {vtype} _y = {b}; "
                 f"{self._blend(dtype, mask, '_x', '_y')}; }})")
@@ -325,7 +316,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         bits = 64 if a_type.bits == 64 else 32
         return rule.format(a=a, b=b, f=float_suffix(a_type), bits=bits)
 
-    def _per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
+    def per_lane(self, dtype: Any, operand_types: Sequence[Any], operands: Sequence[str],
                   lane_rule) -> str:
         """A vector result computed lane by lane (for ops C vectors lack).
 
@@ -345,7 +336,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
                              f"_a{index}[_l] = _v{index}[_l];")
                 lanes.append(f"_a{index}[_l]")
             elif op_dtype.lanes > 1:
-                op_c = self._vector_type(op_dtype)
+                op_c = self.vector_type(op_dtype)
                 decls.append(f"{op_c} _v{index} = {text}; {c_type(op_dtype.element_of)} "
                              f"_a{index}[{lanes_count}]; __builtin_memcpy(_a{index}, &_v{index}, "
                              f"sizeof _a{index});")
@@ -354,26 +345,26 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
                 decls.append(f"{c_type(op_dtype)} _a{index} = {text};")
                 lanes.append(f"_a{index}")
         body = lane_rule(*lanes)
-        vtype = self._vector_type(result)
+        vtype = self.vector_type(result)
         return (f"({{ {' '.join(decls)} {c_type(result.element_of)} _o[{lanes_count}]; "
                 f"for (int _l = 0; _l < {lanes_count}; ++_l) _o[_l] = {body}; "
                 f"{vtype} _r; __builtin_memcpy(&_r, _o, sizeof _r); _r; }})")
 
-    def _vector_type(self, dtype: DataType) -> str:
+    def vector_type(self, dtype: DataType) -> str:
         """Declare (once) and name the GCC vector type for a vector dtype."""
         if dtype.lanes == 1:
             return c_type(dtype)
         if dtype.is_bool:
             # GCC vector lanes must be whole integers: a bool vector is its bytes (0 or 1)
-            return self._vector_type(DataType("int8").with_lanes(dtype.lanes))
+            return self.vector_type(DataType("int8").with_lanes(dtype.lanes))
         name = c_type(dtype)
-        if name not in self._vector_types:
+        if name not in self.declarations:
             scalar = c_type(dtype.element_of)
             size = dtype.bits * dtype.lanes // 8
             if size & (size - 1):
                 raise TVMError(f"C codegen: vector {dtype} is not a power-of-two size")
             elem = max(dtype.bits // 8, 1)
-            self._vector_types[name] = (
+            self.declarations[name] = (
                 f"typedef {scalar} {name} __attribute__((vector_size({size})));\n"
                 f"typedef {scalar} {name}_u __attribute__((vector_size({size}), "
                 f"aligned({elem})));"
@@ -420,7 +411,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
 
     def expr_Var(self, node: Any) -> str:
         """C text of a TIR ``Var`` node."""
-        return self._var_name(node)
+        return self.var_name(node)
 
     expr_SizeVar = expr_Var
 
@@ -430,15 +421,15 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         if target.lanes > 1 and target.is_bool:
             source = DataType(node.value.dtype)
             if source.is_bool:
-                return self._vector_value(node.value)
-            zero = self._vector_type(source)
+                return self.vector_value(node.value)
+            zero = self.vector_type(source)
             mask = f"__builtin_convertvector({self.expr(node.value)} != ({zero}){{0}}, " \
-                f"{self._vector_type(target)})"
+                f"{self.vector_type(target)})"
             return f"(-{mask})"
         if target.lanes > 1:
-            self._vector_type(DataType(node.value.dtype))
-            return (f"__builtin_convertvector({self._vector_value(node.value)}, "
-                    f"{self._vector_type(target)})")
+            self.vector_type(DataType(node.value.dtype))
+            return (f"__builtin_convertvector({self.vector_value(node.value)}, "
+                    f"{self.vector_type(target)})")
         return f"(({c_type(target)}){self.expr(node.value)})"
 
     def expr_Not(self, node: Any) -> str:
@@ -452,30 +443,30 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         vector ``?:``). ``mask`` is a comparison of lanes as wide as ``dtype``'s (all ones or
         zero per lane); floats are blended through same-width integer vectors."""
         t = DataType(dtype)
-        vtype = self._vector_type(t)
-        itype = self._vector_type(DataType(f"int{max(t.bits, 8)}").with_lanes(t.lanes))
+        vtype = self.vector_type(t)
+        itype = self.vector_type(DataType(f"int{max(t.bits, 8)}").with_lanes(t.lanes))
         return (f"({{ {itype} _m = {mask}; ({vtype})((_m & ({itype})({then})) | "
                 f"(~_m & ({itype})({other}))); }})")
 
-    def _lane_mask(self, cond: Any, bits: int) -> str:
+    def lane_mask(self, cond: Any, bits: int) -> str:
         """C text of an ``int<bits>`` vector that is all ones in the lanes where the vector
         bool ``cond`` holds and zero elsewhere: comparison masks are converted to the width,
         And/Or/Not combine masks bitwise, bool data (bytes 0/1) is compared with zero."""
         kind = node_name(cond)
         lanes = DataType(cond.dtype).lanes
-        itype = self._vector_type(DataType(f"int{bits}").with_lanes(lanes))
+        itype = self.vector_type(DataType(f"int{bits}").with_lanes(lanes))
         if kind in COMPARISONS and not DataType(cond.a.dtype).is_bool:
             text = self.expr(cond)
             if DataType(cond.a.dtype).bits == bits:
                 return text
             return f"__builtin_convertvector({text}, {itype})"
         if kind in VECTOR_MASK_BINARY:
-            return VECTOR_MASK_BINARY[kind].format(a=self._lane_mask(cond.a, bits),
-                                                    b=self._lane_mask(cond.b, bits))
+            return VECTOR_MASK_BINARY[kind].format(a=self.lane_mask(cond.a, bits),
+                                                    b=self.lane_mask(cond.b, bits))
         if kind == "Not":
-            return f"(~{self._lane_mask(cond.a, bits)})"
+            return f"(~{self.lane_mask(cond.a, bits)})"
         # compare the bytes, then widen the byte mask (gcc: vpcmpeqb + vpmovsxbd)
-        self._vector_type(DataType("int8").with_lanes(lanes))
+        self.vector_type(DataType("int8").with_lanes(lanes))
         mask = f"({self.expr(cond)} != 0)"
         return mask if bits == 8 else f"__builtin_convertvector({mask}, {itype})"
 
@@ -483,35 +474,35 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         """A vector bool expression as the bytes a bool buffer holds (0 or 1 per lane)."""
         if node_name(node) in COMPARISONS or node_name(node) in VECTOR_MASK_BINARY \
                 or node_name(node) == "Not":
-            return f"(-{self._lane_mask(node, 8)})"
+            return f"(-{self.lane_mask(node, 8)})"
         return self.expr(node)
 
     def expr_Select(self, node: Any) -> str:
         """C text of a TIR ``Select`` node."""
         t = DataType(node.dtype)
         if t.lanes > 1:
-            mask = self._lane_mask(node.condition, max(t.bits, 8))
-            return self._blend(t, mask, self._vector_value(node.true_value),
-                               self._vector_value(node.false_value))
+            mask = self.lane_mask(node.condition, max(t.bits, 8))
+            return self._blend(t, mask, self.vector_value(node.true_value),
+                               self.vector_value(node.false_value))
         cond, then, other = (self.expr(x) for x in
                              (node.condition, node.true_value, node.false_value))
         return f"({cond} ? {then} : {other})"
 
-    def _vector_value(self, node: Any) -> str:
+    def vector_value(self, node: Any) -> str:
         """A vector operand as data: bool vectors as bytes, others as their expression."""
         return self._bool_bytes(node) if DataType(node.dtype).is_bool else self.expr(node)
 
     def expr_Ramp(self, node: Any) -> str:
         """C text of a TIR ``Ramp`` node."""
         t = DataType(node.dtype)
-        name = self._vector_type(t)
+        name = self.vector_type(t)
         steps = ", ".join(str(i) for i in range(t.lanes))
         return f"((({name}){{{steps}}}) * {self.expr(node.stride)} + {self.expr(node.base)})"
 
     def expr_Broadcast(self, node: Any) -> str:
         """C text of a TIR ``Broadcast`` node."""
         t = DataType(node.dtype)
-        name = self._vector_type(t)
+        name = self.vector_type(t)
         value = self.expr(node.value)
         lanes = ", ".join(["_b"] * t.lanes)
         return f"({{ {c_type(t.element_of)} _b = {value}; ({name}){{{lanes}}}; }})"
@@ -519,17 +510,17 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
     def expr_Let(self, node: Any) -> str:
         """C text of a TIR ``Let`` node."""
         name = self._bind(node.var)
-        value = self.expr(node.value)
-        ctype = self._vector_type(DataType(node.var.dtype))
+        value = self.vector_value(node.value)  # a bool vector as its bytes
+        ctype = self.vector_type(DataType(node.var.dtype))
         return f"({{ {ctype} {name} = {value}; {self.expr(node.body)}; }})"
 
     def expr_Shuffle(self, node: Any) -> str:
         """C text of a TIR ``Shuffle`` node."""
-        vectors = [self.expr(v) for v in node.vectors]
+        vectors = [self.vector_value(v) for v in node.vectors]  # bool vectors as bytes
         decls = []
         sources = []
         for index, (vec, text) in enumerate(zip(node.vectors, vectors)):
-            decls.append(f"{self._vector_type(DataType(vec.dtype))} _s{index} = {text};")
+            decls.append(f"{self.vector_type(DataType(vec.dtype))} _s{index} = {text};")
             lanes = DataType(vec.dtype).lanes
             sources.extend(f"_s{index}[{lane}]" if lanes > 1 else f"_s{index}"
                            for lane in range(lanes))
@@ -537,11 +528,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         t = DataType(node.dtype)
         if t.lanes == 1:
             return f"({{ {' '.join(decls)} {picked}; }})"
-        return f"({{ {' '.join(decls)} ({self._vector_type(t)}){{{picked}}}; }})"
+        return f"({{ {' '.join(decls)} ({self.vector_type(t)}){{{picked}}}; }})"
 
-    def _data(self, buffer: Any) -> str:
+    def data_pointer(self, buffer: Any) -> str:
         """The buffer's data pointer, cast when its variable was declared with another type."""
-        data = self._var_name(buffer.data)
+        data = self.var_name(buffer.data)
         want = f"{c_type(buffer.dtype)}*"
         have = self._pointer_types.get(id(buffer.data), want)
         return data if have == want else f"(({want}){data})"
@@ -549,24 +540,19 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
     def expr_BufferLoad(self, node: Any) -> str:
         """C text of a TIR ``BufferLoad`` node."""
         buffer = node.buffer
-        data = self._data(buffer)
+        data = self.data_pointer(buffer)
         access = flat_access(self, buffer, node.indices)
         lanes = DataType(node.dtype).lanes
         if lanes == 1:
             return f"{data}[{access.base}]"
-        vtype = self._vector_type(DataType(node.dtype))
-        native = self._split_locals.get(id(buffer.data))
-        if native:  # the whole value from its native-width parts
-            return (f"({{ {vtype} _w; __builtin_memcpy(&_w, &{data}[({access.base}) / "
-                    f"{native}], sizeof _w); _w; }})")
-        if id(buffer.data) in self._vector_locals:
+        vtype = self.vector_type(DataType(node.dtype))
+        if id(buffer.data) in self.vector_locals:
             return f"{data}[({access.base}) / {lanes}]"
         if access.contiguous:
-            text = f"(*({vtype}_u*)({data} + {access.base}))"
-            return self._shared_loads.get(text, text)
+            return f"(*({vtype}_u*)({data} + {access.base}))"
         index_vec = access.vector_index
         elems = ", ".join(f"{data}[_i[{lane}]]" for lane in range(lanes))
-        itype = self._vector_type(DataType("int64").with_lanes(lanes))
+        itype = self.vector_type(DataType("int64").with_lanes(lanes))
         return (f"({{ {itype} _i = __builtin_convertvector({index_vec}, {itype}); "
                 f"({vtype}){{{elems}}}; }})")
 
@@ -574,7 +560,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         """C text of ``tir.address_of``: the address of a buffer element."""
         load = node.args[0]
         access = flat_access(self, load.buffer, load.indices)
-        return f"(&{self._var_name(load.buffer.data)}[{access.base}])"
+        return f"(&{self.var_name(load.buffer.data)}[{access.base}])"
 
     # -- statements ------------------------------------------------------------------------
     def emit_stmt(self, node: Any) -> None:
@@ -584,6 +570,11 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         if method is None:
             raise TVMError(f"C codegen: no rule for TIR statement node {kind}")
         method(node)
+
+    def stmt_SeqStmt(self, node: Any) -> None:
+        """Append the C lines of each statement of a TIR ``SeqStmt``, in order."""
+        for stmt in node.seq:
+            self.emit_stmt(stmt)
 
     def stmt_Evaluate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Evaluate`` statement."""
@@ -598,28 +589,21 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
     def stmt_BufferStore(self, node: Any) -> None:
         """Append the C lines of a TIR ``BufferStore`` statement."""
         buffer = node.buffer
-        data = self._data(buffer)
+        data = self.data_pointer(buffer)
         lanes = DataType(node.value.dtype).lanes
         access = flat_access(self, buffer, node.indices)
-        if lanes > 1 and self._store_in_parts(node, access):
-            return
-        value = self._vector_value(node.value) if lanes > 1 else self.expr(node.value)
+        value = self.vector_value(node.value) if lanes > 1 else self.expr(node.value)
         if lanes == 1 and not access.vector_index:
             self._line(f"{data}[{access.base}] = {value};")
             return
-        vtype = self._vector_type(DataType(buffer.dtype).with_lanes(lanes))
-        native = self._split_locals.get(id(buffer.data))
-        if native:
-            self._line(f"{{ {vtype} _w = {value}; __builtin_memcpy(&{data}[({access.base}) / "
-                       f"{native}], &_w, sizeof _w); }}")
-            return
-        if id(buffer.data) in self._vector_locals:
+        vtype = self.vector_type(DataType(buffer.dtype).with_lanes(lanes))
+        if id(buffer.data) in self.vector_locals:
             self._line(f"{data}[({access.base}) / {lanes}] = {value};")
             return
         if access.contiguous:
             self._line(f"*({vtype}_u*)({data} + {access.base}) = {value};")
             return
-        itype = self._vector_type(DataType("int64").with_lanes(lanes))
+        itype = self.vector_type(DataType("int64").with_lanes(lanes))
         self._line("{")
         self._line(f"  {itype} _i = __builtin_convertvector({access.vector_index}, {itype});")
         self._line(f"  {vtype} _v = {value};")
@@ -631,13 +615,17 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         """Append the C lines of a TIR ``LetStmt`` statement."""
         value = self.expr(node.value)
         t = DataType(node.var.dtype)
-        ctype = self._vector_type(t) if t.lanes > 1 else c_type(t)
+        ctype = self.vector_type(t) if t.lanes > 1 else c_type(t)
         if t.is_handle:
             ctype = _pointer_type(node.var)
         name = self._bind(node.var)
         if t.is_handle:
             self._pointer_types[id(node.var)] = ctype
-        self._line(f"{ctype} {name} = {value};")
+        # a vector read once for a run of stores (tir.ShareVectorLoads) stays in a register:
+        # gcc would otherwise re-read memory at every use
+        pin = t.lanes > 1 and node_name(node.value) == "BufferLoad" and \
+            fits_vector_register(ctype)
+        self._line(f"{ctype} {name} = {value};" + (f" KILN_IN_REGISTER({name});" if pin else ""))
         self.emit_stmt(node.body)
 
     def stmt_AttrStmt(self, node: Any) -> None:
@@ -654,7 +642,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
 
     def stmt_AssertStmt(self, node: Any) -> None:
         """Append the C lines of a TIR ``AssertStmt`` statement."""
-        message = assert_message(node, self._func_name)
+        message = assert_message(node, self.func_name)
         self._line(f"if (!({self.expr(node.condition)})) {{")
         self._indent += 1
         self._fail(c_string(message))
@@ -720,9 +708,7 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
         self._line("}")
 
     def _loop_body(self, node: Any) -> None:
-        with self._analyzer.constraint_scope(node.loop_var,
-                                             Range.from_min_extent(node.min, node.extent)):
-            self._block(node.body)
+        self._block(node.body)
 
     def stmt_Allocate(self, node: Any) -> None:
         """Append the C lines of a TIR ``Allocate`` statement."""
@@ -739,12 +725,8 @@ class CodeGenC(CNativeParts, CLaneMasks, CIntrinsics, CParallelLaunch):
                 if lanes_used and count % lanes_used == 0:
                     # An array of vectors, indexed by constant-ish positions, lets gcc keep
                     # the whole accumulator tile in registers (scalar replacement).
-                    self._vector_locals[id(node.buffer_var)] = lanes_used
-                    native = native_lanes(t.element_of, lanes_used)
-                    if native < lanes_used:
-                        self._split_locals[id(node.buffer_var)] = native
-                        lanes_used = native
-                    vtype = self._vector_type(t.element_of.with_lanes(lanes_used))
+                    self.vector_locals[id(node.buffer_var)] = lanes_used
+                    vtype = self.vector_type(t.element_of.with_lanes(lanes_used))
                     self._line(f"{vtype} {name}[{count // lanes_used}] "
                                "__attribute__((aligned(64)));")
                 else:

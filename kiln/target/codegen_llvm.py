@@ -32,8 +32,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from kiln.arith import Analyzer
-from kiln.ir.expr import Range
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -127,10 +125,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.vars: dict[int, Any] = {}
         self.builder = None
         self.function = None
-        self._alloca_builder = None
+        self.alloca_builder = None
         self._in_parallel = False
-        self._func_name = ""
-        self._analyzer = Analyzer()  # enclosing loops' ranges: proves if_then_else arms safe
+        self.func_name = ""
 
     # -- types -----------------------------------------------------------------------------
     def ltype(self, dtype: Any, storage: bool = False):
@@ -159,7 +156,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     def add_function(self, func: Any, name: str) -> None:
         """Emit ``i32 @<name>_unpacked(...)`` for one PrimFunc."""
         ir = self.ir
-        self._func_name = name
+        self.func_name = name
         if func.attrs.get("calling_conv") == c_abi.PACKED_CALLING_CONV:
             self._add_packed_form(func, name)
             return
@@ -206,18 +203,19 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.function = fn
         entry = fn.append_basic_block("entry")
         body = fn.append_basic_block("body")
-        self._alloca_builder = ir.IRBuilder(entry)
-        self._alloca_builder.branch(body)
-        self._alloca_builder.position_at_start(entry)
+        self.alloca_builder = ir.IRBuilder(entry)
+        self.alloca_builder.branch(body)
+        self.alloca_builder.position_at_start(entry)
         self.builder = ir.IRBuilder(body)
 
-    def _declare(self, name: str, ret, args: Sequence[Any]):
+    def declare(self, name: str, ret, args: Sequence[Any]):
+        """The module's function ``name`` (``ret(args)``), declared on first use."""
         existing = self.module.globals.get(name)
         if existing is not None:
             return existing
         return self.ir.Function(self.module, self.ir.FunctionType(ret, list(args)), name)
 
-    def _string(self, text: str):
+    def string_constant(self, text: str):
         """An i8* to a private constant C string."""
         ir = self.ir
         if text not in self._strings:
@@ -231,15 +229,13 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return self.builder.bitcast(self._strings[text], self.void_ptr)
 
     def _return_error(self, message: str) -> None:
-        set_error = self._declare("TVMAPISetLastError", self.ir.VoidType(), [self.void_ptr])
-        self.builder.call(set_error, [self._string(message)])
+        set_error = self.declare("TVMAPISetLastError", self.ir.VoidType(), [self.void_ptr])
+        self.builder.call(set_error, [self.string_constant(message)])
         self.builder.ret(self.const("int32", -1))
 
     # -- expressions -----------------------------------------------------------------------
     def expr(self, node: Any):
         """The LLVM value of a PrimExpr."""
-        if self._active_lanes is not None:  # inside an if_then_else arm taken in some lanes
-            return self._masked_expr(node)
         return self._dispatch(node)
 
     def _dispatch(self, node: Any):
@@ -333,24 +329,25 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     def expr_StringImm(self, node: Any):
         """LLVM value of a TIR ``StringImm`` node."""
-        return self._string(node.value)
+        return self.string_constant(node.value)
 
     def expr_Var(self, node: Any):
         """LLVM value of a TIR ``Var`` node."""
         try:
             return self.vars[id(node)]
         except KeyError:
-            raise TVMError(f"LLVM codegen ({self._func_name}): variable {node.name!r} is used "
+            raise TVMError(f"LLVM codegen ({self.func_name}): variable {node.name!r} is used "
                            "but never defined") from None
 
     expr_SizeVar = expr_Var
 
     def expr_Cast(self, node: Any):
         """LLVM value of a TIR ``Cast`` node."""
-        return self._convert(self.expr(node.value), DataType(node.value.dtype),
+        return self.convert(self.expr(node.value), DataType(node.value.dtype),
                              DataType(node.dtype))
 
-    def _convert(self, value, src: DataType, dst: DataType):
+    def convert(self, value, src: DataType, dst: DataType):
+        """``value`` of dtype ``src`` converted to ``dst`` (TIR's Cast semantics)."""
         b = self.builder
         to = self.ltype(dst)
         if src.element_of == dst.element_of:
@@ -426,28 +423,30 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         return out
 
     # -- memory ----------------------------------------------------------------------------
-    def _element_pointer(self, buffer: Any):
+    def element_pointer(self, buffer: Any):
+        """A pointer to the first element of ``buffer``, typed as its elements."""
         ptr = self.expr_Var(buffer.data)
         want = self.ltype(buffer.dtype, storage=True).as_pointer()
         return ptr if ptr.type == want else self.builder.bitcast(ptr, want)
 
     def _strides(self, buffer: Any) -> list:
         if buffer.strides:
-            return [self._as_i64(self.expr(s), s.dtype) for s in buffer.strides]
+            return [self.as_i64(self.expr(s), s.dtype) for s in buffer.strides]
         strides, running = [], self.ir.Constant(self.i64, 1)
         for dim in reversed(list(buffer.shape)):
             strides.append(running)
-            running = self.builder.mul(running, self._as_i64(self.expr(dim), dim.dtype))
+            running = self.builder.mul(running, self.as_i64(self.expr(dim), dim.dtype))
         return strides[::-1]
 
-    def _as_i64(self, value, dtype: Any):
+    def as_i64(self, value, dtype: Any):
+        """An integer ``value`` of ``dtype`` widened (or kept) to i64, for addressing."""
         t = DataType(dtype)
         if t.bits == 64:
             return value
         return self.builder.zext(value, self.i64) if t.is_uint else \
             self.builder.sext(value, self.i64)
 
-    def _lane_offsets(self, buffer: Any, indices: Sequence[Any], lanes: int):
+    def lane_offsets(self, buffer: Any, indices: Sequence[Any], lanes: int):
         """(scalar base offset, contiguous?) or per-lane offsets for a buffer access."""
         b = self.builder
         indices = list(indices)
@@ -457,7 +456,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         extra = None
         if offset_expr is not None and not (_node_name(offset_expr) == "IntImm"
                                             and offset_expr.value == 0):
-            extra = self._as_i64(self.expr(offset_expr), offset_expr.dtype)
+            extra = self.as_i64(self.expr(offset_expr), offset_expr.dtype)
         ramps = [i for i in indices if _node_name(i) == "Ramp"]
         others_scalar = all(DataType(i.dtype).lanes == 1 or _node_name(i) in ("Ramp",
                                                                               "Broadcast")
@@ -471,7 +470,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
                 kind = _node_name(index)
                 scalar = index.base if kind == "Ramp" else (
                     index.value if kind == "Broadcast" else index)
-                term = b.mul(self._as_i64(self.expr(scalar), scalar.dtype), stride)
+                term = b.mul(self.as_i64(self.expr(scalar), scalar.dtype), stride)
                 total = term if total is None else b.add(total, term)
             return total if total is not None else self.ir.Constant(self.i64, 0), True
         values = [(self.expr(i), DataType(i.dtype)) for i in indices]
@@ -481,7 +480,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             for (value, t), stride in zip(values, strides):
                 elem = (b.extract_element(value, self.const("int32", lane)) if t.lanes > 1
                         else value)
-                term = b.mul(self._as_i64(elem, t.element_of), stride)
+                term = b.mul(self.as_i64(elem, t.element_of), stride)
                 total = term if total is None else b.add(total, term)
             per_lane.append(total)
         return per_lane, False
@@ -489,23 +488,24 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     def expr_BufferLoad(self, node: Any):
         """LLVM value of a TIR ``BufferLoad`` node."""
         b = self.builder
-        ptr = self._element_pointer(node.buffer)
+        ptr = self.element_pointer(node.buffer)
         t = DataType(node.dtype)
-        offsets, contiguous = self._lane_offsets(node.buffer, node.indices, t.lanes)
+        offsets, contiguous = self.lane_offsets(node.buffer, node.indices, t.lanes)
         align = max(DataType(node.buffer.dtype).itemsize, 1)
         if contiguous:
             address = b.gep(ptr, [offsets], inbounds=True)
             if t.lanes > 1:
                 vec_ptr = b.bitcast(address, self.ltype(t, storage=True).as_pointer())
-                return self._from_storage(b.load(vec_ptr, align=align), t)
-            return self._from_storage(b.load(address, align=align), t)
+                return self.from_storage(b.load(vec_ptr, align=align), t)
+            return self.from_storage(b.load(address, align=align), t)
         out = self.ir.Constant(self.ltype(t, storage=True), None)
         for lane, offset in enumerate(offsets):
             elem = b.load(b.gep(ptr, [offset], inbounds=True), align=align)
             out = b.insert_element(out, elem, self.const("int32", lane))
-        return self._from_storage(out, t)
+        return self.from_storage(out, t)
 
-    def _from_storage(self, value, t: DataType):
+    def from_storage(self, value, t: DataType):
+        """A loaded value as dtype ``t`` (bools are stored as bytes)."""
         if not t.is_bool:
             return value
         return self.builder.icmp_unsigned("!=", value, self.ir.Constant(value.type, None))
@@ -518,10 +518,10 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
     def stmt_BufferStore(self, node: Any) -> None:
         """Emit the LLVM instructions of a TIR ``BufferStore`` statement."""
         b = self.builder
-        ptr = self._element_pointer(node.buffer)
+        ptr = self.element_pointer(node.buffer)
         t = DataType(node.value.dtype)
         value = self._to_storage(self.expr(node.value), t)
-        offsets, contiguous = self._lane_offsets(node.buffer, node.indices, t.lanes)
+        offsets, contiguous = self.lane_offsets(node.buffer, node.indices, t.lanes)
         align = max(DataType(node.buffer.dtype).itemsize, 1)
         if contiguous:
             address = b.gep(ptr, [offsets], inbounds=True)
@@ -589,7 +589,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         ok = self.function.append_basic_block("assert_ok")
         b.cbranch(self.expr(node.condition), ok, fail)
         b.position_at_end(fail)
-        self._return_error(c_abi.assert_message(node, self._func_name))
+        self._return_error(c_abi.assert_message(node, self.func_name))
         b.position_at_end(ok)
         self.emit_stmt(node.body)
 
@@ -628,11 +628,6 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     def stmt_For(self, node: Any) -> None:
         """Emit the LLVM instructions of a TIR ``For`` statement."""
-        with self._analyzer.constraint_scope(node.loop_var,
-                                             Range.from_min_extent(node.min, node.extent)):
-            self._emit_for(node)
-
-    def _emit_for(self, node: Any) -> None:
         kind = int(node.kind)
         extent = node.extent
         if kind == 1 and not self._in_parallel:
@@ -650,7 +645,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     def _loop_bound(self, node: Any, expr: Any):
         """A loop bound in the loop variable's type (min/extent may be narrower or wider)."""
-        return self._convert(self.expr(expr), DataType(expr.dtype), DataType(node.loop_var.dtype))
+        return self.convert(self.expr(expr), DataType(expr.dtype), DataType(node.loop_var.dtype))
 
     def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None) -> None:
         """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable."""
@@ -690,7 +685,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
                                                                           extent.type,
                                                                           extent.type])
-        closure = self._alloca_builder.alloca(closure_t, name="closure")
+        closure = self.alloca_builder.alloca(closure_t, name="closure")
         for index, value in enumerate([v for _, v in captured] + [begin, extent,
                                                                   counter_start]):
             b.store(value, b.gep(closure, [self.const("int32", 0), self.const("int32", index)],
@@ -699,9 +694,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         lambda_t = ir.FunctionType(self.i32, [self.i32, penv_t.as_pointer(), self.void_ptr])
         self._lambda_count += 1
         fn = ir.Function(self.module, lambda_t,
-                         f"{self._func_name}_compute_{self._lambda_count}")
+                         f"{self.func_name}_compute_{self._lambda_count}")
         fn.linkage = "internal"
-        saved = (self.builder, self.function, self._alloca_builder, dict(self.vars))
+        saved = (self.builder, self.function, self.alloca_builder, dict(self.vars))
         self._enter_function(fn)
         self._in_parallel = True
         lb = self.builder
@@ -738,10 +733,10 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.builder.position_at_end(finished)
         if not self.builder.block.is_terminated:
             self.builder.ret(self.const("int32", 0))
-        self.builder, self.function, self._alloca_builder, self.vars = saved
+        self.builder, self.function, self.alloca_builder, self.vars = saved
         self._in_parallel = False
         b = self.builder
-        launch = self._declare("TVMBackendParallelLaunch", self.i32,
+        launch = self.declare("TVMBackendParallelLaunch", self.i32,
                                [lambda_t.as_pointer(), self.void_ptr, self.i32])
         rc = b.call(launch, [fn, b.bitcast(closure, self.void_ptr), self.const("int32", 0)])
         fail = self.function.append_basic_block("launch_fail")
@@ -759,7 +754,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         constant = all(_node_name(e) == "IntImm" for e in node.extents)
         count = math.prod(int(e.value) for e in node.extents) * t.lanes if constant else None
         if constant and count * t.element_of.itemsize <= self.workspace_threshold:
-            array = self._alloca_builder.alloca(ir.ArrayType(elem, max(count, 1)),
+            array = self.alloca_builder.alloca(ir.ArrayType(elem, max(count, 1)),
                                                 name=node.buffer_var.name)
             array.align = 64
             self.vars[id(node.buffer_var)] = b.bitcast(array, elem.as_pointer())
@@ -770,10 +765,10 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         else:
             nbytes = ir.Constant(self.i64, t.element_of.itemsize * t.lanes)
             for extent in node.extents:
-                nbytes = b.mul(nbytes, self._as_i64(self.expr(extent), extent.dtype))
-        alloc = self._declare("TVMBackendAllocWorkspace", self.void_ptr,
+                nbytes = b.mul(nbytes, self.as_i64(self.expr(extent), extent.dtype))
+        alloc = self.declare("TVMBackendAllocWorkspace", self.void_ptr,
                               [self.i32, self.i32, self.i64, self.i32, self.i32])
-        free = self._declare("TVMBackendFreeWorkspace", self.i32,
+        free = self.declare("TVMBackendFreeWorkspace", self.i32,
                              [self.i32, self.i32, self.void_ptr])
         raw = b.call(alloc, [self.const("int32", 1), self.const("int32", 0), nbytes,
                              self.const("int32", int(t.type_code)),

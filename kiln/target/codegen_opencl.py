@@ -124,7 +124,7 @@ class CodeGenOpenCL(CodeGenC):
             raise TVMError(f"OpenCL codegen: kernel {name} has symbolic shapes "
                            f"({', '.join(v.name for v in signature.scalars)}); OpenCL kernels "
                            "need static shapes")
-        self._func_name = name
+        self.func_name = name
         self._names, self._used_names, self._pointer_types = {}, set(), {}
         self._lines, self._indent = [], 0
         if comment:
@@ -184,12 +184,12 @@ class CodeGenOpenCL(CodeGenC):
         self._line("}")
 
     def _emit_workspace(self, node: Any, elem: str, name: str, count: str, t: Any) -> None:
-        raise TVMError(f"OpenCL codegen ({self._func_name}): a {count}-element {t} "
+        raise TVMError(f"OpenCL codegen ({self.func_name}): a {count}-element {t} "
                        "allocation does not fit in private memory")
 
     def finish(self) -> str:
         """The OpenCL C program: prelude, vector types and every kernel."""
-        return "\n\n".join([_prelude(), *self._vector_types.values(), *self._functions]) + "\n"
+        return "\n\n".join([_prelude(), *self.declarations.values(), *self._functions]) + "\n"
 
 
 def _thread_extents(body: Any, name: str) -> dict[str, int]:

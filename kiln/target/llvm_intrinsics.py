@@ -77,7 +77,7 @@ class LLVMIntrinsics:
 
     def _call_intrinsic(self, base: str, args: Sequence[Any], overload=None):
         ty = overload or args[0].type
-        fn = self._declare(f"{base}.{mangle_type(ty)}", ty if base != "llvm.ctpop" else ty,
+        fn = self.declare(f"{base}.{mangle_type(ty)}", ty if base != "llvm.ctpop" else ty,
                            [a.type for a in args])
         return self.builder.call(fn, list(args))
 
@@ -91,7 +91,7 @@ class LLVMIntrinsics:
             return b.fptrunc(result, self.ltype(t))
         scalar_t = self.ltype(t.element_of)
         suffix = "f" if t.element_of.bits == 32 else ""
-        fn = self._declare(name + suffix, scalar_t, [scalar_t] * len(args))
+        fn = self.declare(name + suffix, scalar_t, [scalar_t] * len(args))
         if t.lanes == 1:
             return b.call(fn, list(args))
         out = self.ir.Constant(self.ltype(t), None)
@@ -203,7 +203,7 @@ class LLVMIntrinsics:
     def call_clz(self, node: Any):
         """LLVM value of a ``tir.clz`` call."""
         x = self.expr(node.args[0])
-        fn = self._declare(f"llvm.ctlz.{mangle_type(x.type)}", x.type, [x.type, self.i1])
+        fn = self.declare(f"llvm.ctlz.{mangle_type(x.type)}", x.type, [x.type, self.i1])
         return self.builder.call(fn, [x, self.ir.Constant(self.i1, 0)])
 
     def _bitwise(self, node: Any, method: str):
@@ -257,15 +257,15 @@ class LLVMIntrinsics:
         cache.initializer = ir.Constant(self.void_ptr, None)
         args = list(node.args[1:])
         count = max(len(args), 1)
-        values = self._alloca_builder.alloca(ir.ArrayType(self.i64, count), name="packed_args")
-        codes = self._alloca_builder.alloca(ir.ArrayType(self.i32, count), name="packed_codes")
+        values = self.alloca_builder.alloca(ir.ArrayType(self.i64, count), name="packed_args")
+        codes = self.alloca_builder.alloca(ir.ArrayType(self.i32, count), name="packed_codes")
         zero = self.const("int32", 0)
         for index, arg in enumerate(args):
             slot = b.gep(values, [zero, self.const("int32", index)])
             code, value = self._packed_arg(arg)
             b.store(value, b.bitcast(slot, value.type.as_pointer()))
             b.store(self.const("int32", code), b.gep(codes, [zero, self.const("int32", index)]))
-        get_env = self._declare("TVMBackendGetFuncFromEnv", self.i32,
+        get_env = self.declare("TVMBackendGetFuncFromEnv", self.i32,
                                 [self.void_ptr, self.void_ptr, self.void_ptr.as_pointer()])
         lookup = self.function.append_basic_block("packed_lookup")
         call = self.function.append_basic_block("packed_call")
@@ -273,14 +273,14 @@ class LLVMIntrinsics:
         b.cbranch(b.icmp_unsigned("==", b.load(cache), ir.Constant(self.void_ptr, None)),
                   lookup, call)
         b.position_at_end(lookup)
-        found = b.call(get_env, [b.load(ctx), self._string(node.args[0].value), cache])
+        found = b.call(get_env, [b.load(ctx), self.string_constant(node.args[0].value), cache])
         b.cbranch(b.icmp_signed("==", found, zero), call, done)
         b.position_at_end(call)
-        func_call = self._declare("TVMFuncCall", self.i32, [
+        func_call = self.declare("TVMFuncCall", self.i32, [
             self.void_ptr, self.void_ptr, self.i32.as_pointer(), self.i32, self.void_ptr,
             self.i32.as_pointer()])
-        ret_value = self._alloca_builder.alloca(self.i64, name="packed_ret")
-        ret_code = self._alloca_builder.alloca(self.i32, name="packed_ret_code")
+        ret_value = self.alloca_builder.alloca(self.i64, name="packed_ret")
+        ret_code = self.alloca_builder.alloca(self.i32, name="packed_ret_code")
         rc = b.call(func_call, [b.load(cache), b.bitcast(values, self.void_ptr),
                                 b.bitcast(codes, self.i32.as_pointer()),
                                 self.const("int32", len(args)),
@@ -298,12 +298,12 @@ class LLVMIntrinsics:
         b = self.builder
         kind = node_name(arg)
         if kind == "Buffer":
-            tensor = self._alloca_builder.alloca(self._dltensor_type(), name="packed_tensor")
-            dims = self._alloca_builder.alloca(self.ir.ArrayType(self.i64, max(len(arg.shape),
+            tensor = self.alloca_builder.alloca(self._dltensor_type(), name="packed_tensor")
+            dims = self.alloca_builder.alloca(self.ir.ArrayType(self.i64, max(len(arg.shape),
                                                                             1)))
             zero = self.const("int32", 0)
             for index, dim in enumerate(arg.shape):
-                b.store(self._as_i64(self.expr(dim), dim.dtype),
+                b.store(self.as_i64(self.expr(dim), dim.dtype),
                         b.gep(dims, [zero, self.const("int32", index)]))
             code, bits, lanes = DataType(arg.dtype).as_tuple()
             fields = [
@@ -321,14 +321,14 @@ class LLVMIntrinsics:
                 b.store(value, b.gep(tensor, [zero] + [self.const("int32", i) for i in path]))
             return 7, b.bitcast(tensor, self.void_ptr)
         if kind == "StringImm":
-            return 11, self._string(arg.value)
+            return 11, self.string_constant(arg.value)
         t = DataType(arg.dtype)
         value = self.expr(arg)
         if t.is_handle:
             return 3, value
         if t.is_float:
-            return 2, self._convert(value, t, DataType("float64"))
-        return 0, self._convert(value, t, DataType("int64"))
+            return 2, self.convert(value, t, DataType("float64"))
+        return 0, self.convert(value, t, DataType("int64"))
 
     def call_isnullptr(self, node: Any):
         """LLVM value of a ``tir.isnullptr`` call."""
@@ -336,11 +336,13 @@ class LLVMIntrinsics:
         return self.builder.icmp_unsigned("==", x, self.ir.Constant(x.type, None))
 
     def call_if_then_else(self, node: Any):
-        """Only the taken side is evaluated (a guarded load may be out of bounds): a scalar
-        condition branches to the taken arm; a per-lane condition is a ``select`` whose arms
-        run under lane masks (:class:`~kiln.target.codegen_llvm_masked.LLVMLaneMasks`)."""
+        """Only the taken side is evaluated (a guarded load may be out of bounds): the scalar
+        condition branches to the taken arm. A per-lane choice never gets here: the codegen
+        pipeline made it a ``Select`` of masked arms (``tir.MaskFaultingLanes``)."""
         if DataType(node.args[0].dtype).lanes > 1:
-            return self._vector_if_then_else(node)
+            raise TVMError(f"LLVM codegen ({self.func_name}): a per-lane if_then_else "
+                           "reached the printer; run the codegen pipeline first "
+                           "(kiln.tir.transform.CODEGEN_PIPELINE: tir.MaskFaultingLanes)")
         b = self.builder
         cond = self.expr(node.args[0])
         then_block = self.function.append_basic_block("if_then")
@@ -370,7 +372,7 @@ class LLVMIntrinsics:
         c_ret = "void" if is_void else c_abi.c_type(node.dtype)
         c_args = [c_abi.c_type(a.dtype) for a in node.args[1:]]
         self.externs[name] = (c_ret, c_args)
-        fn = self._declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
+        fn = self.declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
         result = self.builder.call(fn, args)
         return self.const("int32", 0) if is_void else result
 
@@ -381,15 +383,15 @@ class LLVMIntrinsics:
         ptype, data, offset = node.args[0], node.args[1], node.args[2]
         elem = self.ltype(ptype.dtype, storage=True)
         ptr = self.builder.bitcast(self.expr_Var(data), elem.as_pointer())
-        address = self.builder.gep(ptr, [self._as_i64(self.expr(offset), offset.dtype)])
+        address = self.builder.gep(ptr, [self.as_i64(self.expr(offset), offset.dtype)])
         return self.builder.bitcast(address, self.void_ptr) if str(node.dtype) == "handle" \
             else address
 
     def call_address_of(self, node: Any):
         """LLVM value of a ``tir.address_of`` call."""
         load = node.args[0]
-        ptr = self._element_pointer(load.buffer)
-        offset, _ = self._lane_offsets(load.buffer, load.indices, 1)
+        ptr = self.element_pointer(load.buffer)
+        offset, _ = self.lane_offsets(load.buffer, load.indices, 1)
         return self.builder.gep(ptr, [offset])
 
     def call_type_annotation(self, node: Any):
@@ -416,7 +418,7 @@ class LLVMIntrinsics:
             value = b.load(b.gep(slots, [index]))
             if t.is_handle:
                 return value
-            return self._convert(value, DataType("float64" if t.is_float else "int64"), t)
+            return self.convert(value, DataType("float64" if t.is_float else "int64"), t)
         path = _DLTENSOR_PATHS.get(kind)
         if path is None:
             raise TVMError(f"LLVM codegen: tvm_struct_get of unknown field kind {kind}")

@@ -52,6 +52,8 @@ INTRINSICS: dict[str, str] = {
     "tir.bitwise_xor": "integer a ^ b", "tir.bitwise_not": "integer ~a",
     "tir.shift_left": "integer a << b", "tir.shift_right": "integer a >> b",
     "tir.if_then_else": "(cond, t, f): only the taken side is evaluated",
+    "tir.masked_load": "(BufferLoad, mask): the load's lanes where mask holds, 0 elsewhere; "
+                       "the other lanes' memory is not read (tir.MaskFaultingLanes)",
     "tir.likely": "(cond): cond, marked as usually true (loop partition hint)",
     "tir.reinterpret": "(x): bit cast to the call's dtype",
     "tir.call_extern": "(StringImm name, args...): call the C function `name`",

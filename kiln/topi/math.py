@@ -261,5 +261,58 @@ def full_like(x: te.Tensor, fill_value: Any) -> te.Tensor:
     return te.compute(x.shape, lambda *i: value, name="T_full_like", tag=tag.ELEMWISE)
 
 
+def _q_multiply_shift(x: Any, multiplier: Any, left: Any, right: Any,
+                      left_required: bool) -> Any:
+    """TVM's ``q_multiply_shift`` lowering: ``round((x << left) * multiplier / 2**(31 +
+    right))`` rounding half up, the product in int64, the result int32 (``right >= 0``)."""
+    wide = _op.cast(x, "int64")
+    if left_required:
+        wide = _op.left_shift(wide, _op.cast(left, "int64"))
+        total = _op.cast(right, "int64") + _op.const(31, "int64")
+        nudge = _op.left_shift(_op.const(1, "int64"), total - _op.const(1, "int64"))
+        return _op.cast(_op.right_shift(wide * _op.cast(multiplier, "int64") + nudge, total),
+                        "int32")
+    # Without a left shift |x * multiplier| < 2**62 (multiplier > -2**31), so the product
+    # shifted by the constant 31 fits int32, and floor((p + 2**(30 + r)) / 2**(31 + r)) is
+    # (p >> 31) >> r plus bit 30 + r of p: constant 64-bit shifts and 32-bit variable ones
+    # (a 32-bit core shifts 64 bits by a variable in ~7 instructions). From r = 32 on the
+    # rounded quotient is 0.
+    product = wide * _op.cast(multiplier, "int64")
+    r = _op.cast(right, "int32")
+    high = _op.cast(_op.right_shift(product, _op.const(31, "int64")), "int32")
+    bits = _op.cast(_op.right_shift(product, _op.const(30, "int64")), "uint32")
+    round_bit = _op.cast(_op.right_shift(bits, _op.cast(r, "uint32")) & _op.const(1, "uint32"),
+                         "int32")
+    return Select(r < _op.const(32, "int32"), _op.right_shift(high, r) + round_bit,
+                  _op.const(0, "int32"))
+
+
+def fixed_point_multiply(x: te.Tensor, multiplier: int, shift: int) -> te.Tensor:
+    """``x`` (int32) times ``multiplier * 2**(shift - 31)``, ``multiplier`` a Q31 number,
+    rounded half up (TVM's ``topi.fixed_point_multiply``)."""
+    left, right = max(int(shift), 0), max(-int(shift), 0)
+    m, lo, ro = (_op.const(v, "int32") for v in (int(multiplier), left, right))
+    return te.compute(x.shape, lambda *i: _q_multiply_shift(x(*i), m, lo, ro, left > 0),
+                      name="T_fixed_point_multiply", tag=tag.ELEMWISE)
+
+
+def fixed_point_multiply_per_axis(x: te.Tensor, y: te.Tensor, lshift: te.Tensor,
+                                  rshift: te.Tensor, is_lshift_required: int,
+                                  is_rshift_required: int, axes: Any) -> te.Tensor:
+    """``x`` (int32) times ``y * 2**(lshift - rshift - 31)`` with ``y``, ``lshift``,
+    ``rshift`` indexed by ``x``'s ``axes`` (TVM's ``topi.fixed_point_multiply_per_axis``;
+    ``rshift`` is applied whatever ``is_rshift_required`` says, as TVM's lowering does;
+    ``y`` above -2**31)."""
+    axes = [int(a) for a in axes]
+
+    def at(*i):
+        params = tuple(i[a] for a in axes)
+        return _q_multiply_shift(x(*i), y(*params), lshift(*params), rshift(*params),
+                                 bool(is_lshift_required))
+
+    return te.compute(x.shape, at, name="T_fixed_point_multiply_per_axis", tag=tag.BROADCAST)
+
+
 __all__ = ["elemwise", "identity", "clip", "cast", "reinterpret", "elemwise_sum", "full_like",
-           "FAST_MATH_ACCURACY", *UNARY]
+           "fixed_point_multiply", "fixed_point_multiply_per_axis", "FAST_MATH_ACCURACY",
+           *UNARY]

@@ -116,6 +116,31 @@ def test_tuned_configs_of_matmul_templates_stay_correct(name):
         np.testing.assert_allclose(out, want, rtol=1e-4)
 
 
+def test_tuned_input_channel_blocks_of_the_conv_template_stay_correct():
+    """tile_ic (TVM's input channel block) reorders the reduction: blocks of some and of
+    all input channels, in both kernel-column orders, against NumPy."""
+    rng = np.random.default_rng(3)
+    data, kernel = rng.random((1, 8, 9, 9), "float32"), rng.random((16, 8, 3, 3), "float32")
+    windows = np.lib.stride_tricks.sliding_window_view(
+        np.pad(data, ((0, 0), (0, 0), (1, 1), (1, 1))), (3, 3), axis=(2, 3))
+    want = np.einsum("ncyxhw,ochw->noyx", windows, kernel)
+    task = autotvm.task.create("conv2d_nchw.x86", (
+        te.placeholder(data.shape), te.placeholder(kernel.shape), (1, 1), (1, 1, 1, 1),
+        (1, 1), "float32"), TARGET)
+    space = task.config_space
+    chosen = {}
+    for index in range(space.range_length):
+        config = space.get(index)
+        chosen.setdefault((config["tile_ic"].size[-1], config["unroll_kw"].val), index)
+    assert sorted(chosen) == [(b, u) for b in (1, 2, 4, 8) for u in (False, True)]
+    for block, unroll_kw in [(2, False), (2, True), (8, False), (8, True)]:
+        index = chosen[block, unroll_kw]
+        sch, bufs = task.instantiate(space.get(index))
+        out = _run(tvm.build(sch, bufs, TARGET), [data, kernel, np.zeros(want.shape,
+                                                                          "float32")])
+        np.testing.assert_allclose(out, want, rtol=1e-4, err_msg=str(space.get(index)))
+
+
 def _dense_record(tile_x, cost=1e-5, index=0):
     return json.dumps({
         "input": [TARGET + " -keys=cpu", "dense_pack.x86",

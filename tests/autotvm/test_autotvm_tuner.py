@@ -145,3 +145,21 @@ def test_progress_bar_and_plot(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     best = np.maximum.accumulate(monitor.trial_scores())
     assert best[-1] == max(monitor.trial_scores())
+
+
+def test_diversity_filter_plans_cover_distinct_knob_values():
+    from kiln.autotvm.tuner.model_based_tuner import submodular_pick
+
+    # the greedy objective: score plus one per knob value not yet in the picked set
+    assert submodular_pick([0, 0, 0], [[0, 0], [0, 1], [1, 1]], 2) == [0, 2]
+    assert submodular_pick([5, 0, 0], [[0, 0], [1, 1], [0, 1]], 3) == [0, 1, 2]
+    task = _task()
+    tuner = autotvm.tuner.XGBTuner(task, plan_size=16, diversity_filter_ratio=3, seed=0)
+    tuner.tune(48, _option())
+    plan = [task.config_space.point2knob(i) for i in tuner.trials]
+    assert len(plan) == 16 and tuner.train_ct >= 2
+    # 16 points over 4 knobs of 7, 7, 7 and 3 values: the filter spreads every knob
+    assert all(len({knob[k] for knob in plan}) >= 3 for k in range(4))
+    assert tuner.best_flops >= 0.8 * 1e9 / _optimum(task)[0]
+    with pytest.raises(Exception, match="diversity_filter_ratio"):
+        autotvm.tuner.XGBTuner(task, diversity_filter_ratio=0.5)

@@ -12,6 +12,7 @@ Usage::
 
     python -m tests.fuzz.rpc_frames --inputs 100000
     python -m tests.fuzz.rpc_frames --inputs 100000 --seed 7 --out /tmp/rpc-fuzz
+    python -m tests.fuzz.rpc_frames --inputs 20000 --transport socket   # the C serve loop
 
 tests/rpc/test_rpc_fuzz_smoke.py runs a few thousand inputs of the same campaign.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -36,6 +38,7 @@ from kiln.rpc.protocol import (  # noqa: E402
     Channel,
     ChannelClosed,
     RPCCode,
+    SocketChannel,
     TensorMeta,
     Writer,
 )
@@ -126,6 +129,14 @@ def seed_streams() -> list[bytes]:
         write = _packet(RPCCode.kCallFunc, lambda w: (w.u64(_FIRST_HANDLE), w.packed_seq(
             [(TypeCode.STR, "a/b.txt"), (TypeCode.BYTES, b"data")])), codec)
         seeds.append(init + upload + write + _packet(RPCCode.kShutdown))
+        # argument-less and number-argument calls: what the server's C loop answers itself
+        nop = _packet(RPCCode.kGetGlobalFunc, seq([(TypeCode.STR, "testing.nop")]), codec)
+        calls = [(_FIRST_HANDLE, []), (_FIRST_HANDLE + 16, []),
+                 (_FIRST_HANDLE + 16, [(TypeCode.INT, 3), (TypeCode.FLOAT, 1.5),
+                                       (TypeCode.NULL, None)])]
+        seeds.append(init + lookup + nop + b"".join(
+            _packet(RPCCode.kCallFunc, lambda w, h=h, a=a: (w.u64(h), w.packed_seq(a)), codec)
+            for h, a in calls) + _packet(RPCCode.kShutdown))
     return seeds
 
 
@@ -154,18 +165,33 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(buf)
 
 
-def serve_one(data: bytes, codec_name: str, workdir: Path) -> str:
-    """``"ok"`` or ``"rejected"``; raises on a finding."""
-    channel = MemoryChannel(data)
+def serve_one(data: bytes, codec_name: str, workdir: Path, transport: str = "memory") -> str:
+    """``"ok"`` or ``"rejected"``; raises on a finding. ``transport="socket"`` serves over
+    loopback TCP, where the session's C loop (kiln/runtime/src/rpc_serve.c) reads first."""
+    client = None
+    if transport == "memory":
+        channel = MemoryChannel(data)
+    else:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            client = socket.create_connection(listener.getsockname())
+            conn, _ = listener.accept()
+        client.sendall(data)  # small: fits the socket buffers before anyone reads
+        client.shutdown(socket.SHUT_WR)
+        channel = SocketChannel(conn, 1.0)
     try:
         ServingSession(channel, workdir, codec=CODECS[codec_name]).serve()
     except RPCError:
         return "rejected"
+    finally:
+        if client is not None:
+            channel.close()
+            client.close()
     return "ok"
 
 
-def run(inputs: int, seed: int, out_dir: Path, log=print) -> dict:
-    """Fuzz ``inputs`` mutated streams; counts of outcomes (a finding raises AssertionError)."""
+def run(inputs: int, seed: int, out_dir: Path, log=print, transport: str = "memory") -> dict:
+    """Fuzz ``inputs`` mutated streams over ``transport`` (see :func:`serve_one`); counts of
+    outcomes (a finding raises AssertionError)."""
     rng = random.Random(seed)
     seeds = seed_streams()
     counts = {"inputs": 0, "ok": 0, "rejected": 0}
@@ -176,7 +202,7 @@ def run(inputs: int, seed: int, out_dir: Path, log=print) -> dict:
             data = mutate(rng.choice(seeds), rng)
             start = time.perf_counter()
             try:
-                outcome = serve_one(data, codec_name, workdir)
+                outcome = serve_one(data, codec_name, workdir, transport)
             except Exception:
                 (out_dir / "finding.bin").write_bytes(data)
                 raise AssertionError(f"input {index} ({codec_name}) escaped the session; saved "
@@ -201,10 +227,12 @@ def main(argv=None) -> int:
     parser.add_argument("--inputs", type=int, default=100000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="where a finding is saved")
+    parser.add_argument("--transport", choices=["memory", "socket"], default="memory",
+                        help="socket: over loopback TCP, through the server's C loop")
     args = parser.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="rpc-fuzz-"))
     out.mkdir(parents=True, exist_ok=True)
-    counts = run(args.inputs, args.seed, out)
+    counts = run(args.inputs, args.seed, out, transport=args.transport)
     print(f"{counts['inputs']} inputs: {counts['ok']} served to the end, {counts['rejected']} "
           "rejected with RPCError, 0 findings")
     return 0

@@ -24,10 +24,18 @@ def test_rpc_frames_fuzz_smoke(tmp_path):
     assert not (tmp_path / "finding.bin").exists()
 
 
+def test_rpc_frames_fuzz_smoke_through_the_c_serve_loop(tmp_path):
+    counts = _campaign().run(inputs=800, seed=5, out_dir=tmp_path, log=lambda _: None,
+                             transport="socket")
+    assert counts["ok"] > 10 and counts["rejected"] > 200, counts
+    assert not (tmp_path / "finding.bin").exists()
+
+
 def test_unmutated_seeds_are_served_to_the_end(tmp_path):
     campaign = _campaign()
     for index, stream in enumerate(campaign.seed_streams()):
         for codec in ("v0.16", "ffi"):
-            outcome = campaign.serve_one(stream, codec, tmp_path)
-            if (codec == "ffi") == (index >= len(campaign.seed_streams()) // 2):
-                assert outcome == "ok", (index, codec)
+            for transport in ("memory", "socket"):
+                outcome = campaign.serve_one(stream, codec, tmp_path, transport)
+                if (codec == "ffi") == (index >= len(campaign.seed_streams()) // 2):
+                    assert outcome == "ok", (index, codec, transport)

@@ -218,17 +218,17 @@ def test_nested_choice_inside_a_guarded_arm(modules, guarded, target, lanes):
 
 
 @pytest.mark.parametrize("lanes", WIDTHS)
-def test_inner_choice_reads_only_where_the_outer_one_chooses(modules, guarded, lanes):
+@pytest.mark.parametrize("target", TARGETS)
+def test_inner_choice_reads_only_where_the_outer_one_chooses(modules, guarded, target, lanes):
     """An inner condition true past the border does not make its arms read there: by
-    contiguous loads (a blend) and by strided ones (lane by lane). (c only: llvm evaluates
-    an outer arm whose nested condition is in bounds without the outer mask, so the inner
-    arms' masked loads read past E.)"""
+    contiguous loads (a blend) and by strided ones (lane by lane). tir.MaskFaultingLanes
+    masks the inner arms with the outer mask too (llvm used to read past E here)."""
     e = _normal(EDGE)
     source = guarded.place(e, "end")
     parity = np.where(np.arange(EDGE) % 2 == 0, e, -e)
-    got = _call(modules("c"), f"nested_parity_x{lanes}", [source], N, F32)
+    got = _call(modules(target), f"nested_parity_x{lanes}", [source], N, F32)
     np.testing.assert_array_equal(got, np.pad(parity, (0, N - EDGE)))
-    got = _call(modules("c"), f"nested_stride2_x{lanes}", [source], 32, F32)
+    got = _call(modules(target), f"nested_stride2_x{lanes}", [source], 32, F32)
     k = np.arange(32)
     odd = np.minimum(k * 2 + 1, EDGE - 1)
     want = np.where(k * 2 + 1 < EDGE, np.where(k % 2 == 0, e[odd], -e[odd]), -1)
@@ -237,11 +237,12 @@ def test_inner_choice_reads_only_where_the_outer_one_chooses(modules, guarded, l
 
 @pytest.mark.parametrize("flag", [1, 0])
 @pytest.mark.parametrize("lanes", WIDTHS)
-def test_whole_vector_choice_inside_a_guarded_arm(modules, guarded, lanes, flag):
+@pytest.mark.parametrize("target", TARGETS)
+def test_whole_vector_choice_inside_a_guarded_arm(modules, guarded, target, lanes, flag):
     """``flag ? E[i] : -E[i]`` under ``i < 37``: whichever arm the flag picks reads only the
-    lanes below 37. (c only: llvm evaluates the picked arm in every lane.)"""
+    lanes below 37 (tir.MaskFaultingLanes masks the picked arm on every target)."""
     e = _normal(EDGE)
-    got = _call(modules("c"), f"nested_flag_x{lanes}",
+    got = _call(modules(target), f"nested_flag_x{lanes}",
                 [guarded.place(e, "end"), np.array([flag], "int32")], N, F32)
     np.testing.assert_array_equal(got, np.pad(e if flag else -e, (0, N - EDGE)))
 
@@ -256,11 +257,12 @@ def test_math_on_a_guarded_load(modules, guarded, target, lanes):
 
 
 @pytest.mark.parametrize("lanes", WIDTHS)
-def test_shuffle_inside_a_guarded_arm(modules, guarded, lanes):
-    """Lane k of row io reads E[io*L + L-1-k] (a reversed load): only where that is < 37.
-    (c only: llvm evaluates a Shuffle arm whole when any lane is taken, reading past E.)"""
+@pytest.mark.parametrize("target", TARGETS)
+def test_shuffle_inside_a_guarded_arm(modules, guarded, target, lanes):
+    """Lane k of row io reads E[io*L + L-1-k] (a reversed load): only where that is < 37
+    (each source lane of the Shuffle is read under the mask of the lanes picking it)."""
     e = _normal(EDGE)
-    got = _call(modules("c"), f"reversed_x{lanes}", [guarded.place(e, "end")], N, F32)
+    got = _call(modules(target), f"reversed_x{lanes}", [guarded.place(e, "end")], N, F32)
     k = np.arange(N)
     picked = k // lanes * lanes + (lanes - 1 - k % lanes)
     np.testing.assert_array_equal(got, np.where(picked < EDGE,
@@ -336,26 +338,41 @@ def test_in_bounds_arms_stay_a_blend(modules, c_source):
 
 
 @pytest.mark.parametrize("name, lane_text", [
-    ("gather_x8", "A[index["),  # one element per taken lane, not a whole gather
-    ("floordiv_x8", "kiln_floordiv_32("),
-    ("scalar_load_x8", " S[io] : "),
+    ("gather_x8", "A[_i[_l]]"),  # one element per taken lane, not a whole gather
 ])
-def test_faulting_arms_are_evaluated_per_taken_lane(c_source, name, lane_text):
+def test_faulting_loads_read_only_taken_lanes(c_source, name, lane_text):
     body = _function_c(c_source, name)
     assert "_o[_l] = _m[_l] ?" in body
     assert lane_text in body.split("_o[_l] = _m[_l] ?", 1)[1]
 
 
-@pytest.mark.parametrize("name, vector", [
-    ("padded_2d_x8", "float32x8"), ("nested_parity_x16", "float32x16")])
-def test_contiguous_loads_past_the_border_are_masked_loads(c_source, name, vector):
+def test_a_division_in_an_arm_divides_by_one_in_untaken_lanes(c_source):
+    """tir.MaskFaultingLanes blends the divisor with 1 on the arm's mask: no lane loop."""
+    body = _function_c(c_source, "floordiv_x8")
+    assert "kiln_floordiv_32(" in body and "_b = 1;" in body and "_o[_l] = _m[_l] ?" not in body
+
+
+def test_a_scalar_load_in_an_arm_runs_only_if_some_lane_takes_it(c_source):
+    body = _function_c(c_source, "scalar_load_x8")
+    assert " ? S[io] : " in body and "_o[_l] = _m[_l] ?" not in body
+
+
+@pytest.mark.parametrize("name", ["padded_2d_x8", "nested_parity_x16"])
+def test_contiguous_loads_past_the_border_are_masked_loads(c_source, name):
+    """Native-width masked loads: the 16-lane choice arrives in two 8-lane parts
+    (tir.SplitWideVectors runs before tir.MaskFaultingLanes)."""
     body = _function_c(c_source, name)
-    assert f"kiln_maskload_{vector}(" in body and "_m[_l]" not in body
+    assert "kiln_maskload_float32x8(" in body and "_m[_l]" not in body
     assert "_mm256_maskload_ps(" in c_source  # the helper uses AVX2 where it is there
 
 
-def test_lane_loop_inside_an_arm_skips_lanes_outside_it(c_source):
-    assert "_o[_l] = !_a[_l] ? 0 : _m[_l] ?" in _function_c(c_source, "nested_stride2_x8")
+def test_lane_loop_inside_an_arm_reads_under_both_masks(c_source):
+    """A strided (gather) load in a nested arm: a guarded lane loop whose mask is the inner
+    condition and-ed with the outer one."""
+    body = _function_c(c_source, "nested_stride2_x8")
+    assert "_o[_l] = _m[_l] ?" in body
+    mask = body.split("_o[_l] = _m[_l] ?", 1)[0].rsplit("_mv = ", 1)[1]
+    assert " & " in mask.split("; int8_t _m[", 1)[0]
 
 
 @pytest.mark.parametrize("target", TARGETS)

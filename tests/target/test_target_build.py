@@ -479,7 +479,7 @@ def test_register_tiled_gemm_schedule(target):
     if target == "c":
         source = f.get_source()
         assert "float32x8 C_local[8]" in source  # the accumulator tile is an array of vectors
-        assert "KILN_IN_REGISTER(_shared1)" in source  # B rows are read once per k step
+        assert "KILN_IN_REGISTER(shared)" in source  # B rows are read once per k step
     a = rng.standard_normal((64, 64)).astype("float32")
     b = rng.standard_normal((64, 64)).astype("float32")
     c = nd(np.zeros((64, 64), "float32"))

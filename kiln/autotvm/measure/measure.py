@@ -118,10 +118,25 @@ class Runner:
         """Stop worker processes."""
 
 
-def measure_option(builder: Any, runner: Any) -> dict:
+def measure_option(builder: Any, runner: Any, cluster: str | None = None) -> dict:
     """The measurement setup ``tuner.tune`` uses: ``{"builder": ..., "runner": ...}``.
 
     ``builder`` may be ``"local"`` and ``runner`` ``"local"`` (the defaults' shorthand).
+
+    ``cluster`` (kiln's addition) moves the same measurement onto Ray: ``"ray"`` (the Ray
+    this process joined, else a new local one), ``"ray://HEAD:10001"`` (Ray Client) or
+    ``"ray:ADDRESS"`` for any address ``ray.init`` takes (``"ray:auto"``,
+    ``"ray:HEAD:6379"``). A ``LocalBuilder``/``LocalRunner`` (or ``"local"``) becomes a
+    ``RayBuilder``/``RayRunner`` with the same timeout and timing settings; Ray builders and
+    runners are kept as given.
+
+    Example
+    -------
+    >>> from kiln import autotvm
+    >>> option = autotvm.measure_option(builder="local", runner=autotvm.LocalRunner(number=8),
+    ...                                 cluster="ray")   # doctest: +SKIP
+    >>> option["runner"].number                          # doctest: +SKIP
+    8
     """
     from kiln.autotvm.measure.measure_methods import LocalBuilder, LocalRunner
 
@@ -131,6 +146,10 @@ def measure_option(builder: Any, runner: Any) -> dict:
         raise TVMError(f"measure_option: builder must be an autotvm Builder, got {builder!r}")
     if not isinstance(runner, Runner):
         raise TVMError(f"measure_option: runner must be an autotvm Runner, got {runner!r}")
+    if cluster is not None:
+        from kiln.autotvm.measure.ray_methods import on_ray
+
+        builder, runner = on_ray(builder, runner, cluster)
     return {"builder": builder, "runner": runner}
 
 

@@ -35,13 +35,16 @@ from typing import Any
 
 from kiln.autotvm.measure.measure import Builder, BuildResult, MeasureErrorNo, Runner
 from kiln.autotvm.measure.measure_methods import (
+    LocalBuilder,
+    LocalRunner,
     build_candidate,
     results_of_runs,
     time_candidate,
 )
 from kiln.runtime.error import TVMError
 
-__all__ = ["RayBuilder", "RayRunner", "TIMER_RESOURCE", "build_to_bytes", "time_from_bytes"]
+__all__ = ["RayBuilder", "RayRunner", "TIMER_RESOURCE", "build_to_bytes", "time_from_bytes",
+           "on_ray", "cluster_address"]
 
 # the custom resource a node may offer to run one timing at a time while building elsewhere
 TIMER_RESOURCE = "autotvm_timer"
@@ -262,3 +265,40 @@ def _warm_up_timer() -> tuple[str, Any]:
     import kiln.autotvm  # noqa: F401  (the first candidate should not pay for the import)
 
     return "ok", None
+
+
+def cluster_address(cluster: str) -> str | None:
+    """The ``ray.init`` address of ``measure_option``'s ``cluster``: ``"ray"`` -> None,
+    ``"ray://HOST:PORT"`` as is, ``"ray:ADDRESS"`` -> ``ADDRESS``."""
+    if cluster == "ray":
+        return None
+    if isinstance(cluster, str) and cluster.startswith("ray://"):
+        return cluster
+    if isinstance(cluster, str) and cluster.startswith("ray:") and cluster[4:]:
+        return cluster[4:]
+    raise TVMError(f"measure_option: cluster must be 'ray', 'ray://HOST:PORT' or "
+                   f"'ray:ADDRESS' (e.g. 'ray:auto', 'ray:HEAD:6379'), got {cluster!r}")
+
+
+def on_ray(builder: Builder, runner: Runner, cluster: str) -> tuple[Builder, Runner]:
+    """``builder`` and ``runner`` moved onto the Ray cluster ``cluster`` (see
+    ``measure_option``): local ones become Ray ones with the same settings (the builder's
+    parallelism becomes the cluster's CPU count); Ray ones stay."""
+    address = cluster_address(cluster)
+    # both checked before joining the cluster: a wrong argument fails fast
+    if type(builder) is not LocalBuilder and not isinstance(builder, RayBuilder):
+        raise TVMError(f"measure_option: cluster={cluster!r} moves a LocalBuilder onto Ray; "
+                       f"got {type(builder).__name__}")
+    if type(runner) is not LocalRunner and not isinstance(runner, RayRunner):
+        raise TVMError(f"measure_option: cluster={cluster!r} moves a LocalRunner onto Ray; "
+                       f"got {type(runner).__name__} (it measures elsewhere)")
+    if type(builder) is LocalBuilder:
+        builder.close()  # its scratch folder: nothing is built locally
+        builder = RayBuilder(address, timeout=builder.timeout,
+                             build_kwargs=builder.user_build_kwargs)
+    if type(runner) is LocalRunner:
+        runner = RayRunner(address, timeout=runner.timeout, number=runner.number,
+                           repeat=runner.repeat, min_repeat_ms=runner.min_repeat_ms,
+                           cooldown_interval=runner.cooldown_interval,
+                           enable_cpu_cache_flush=runner.enable_cpu_cache_flush)
+    return builder, runner

@@ -108,7 +108,10 @@ class _Worker:
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.wait(5)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:  # SIGKILL is pending: a loaded machine may take
+            pass                           # a while to reap it, and it cannot survive
         self.conn.close()
 
 

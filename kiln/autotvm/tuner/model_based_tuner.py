@@ -6,7 +6,9 @@ Entry points: :class:`ModelBasedTuner`, :class:`CostModel`, :class:`ModelOptimiz
 The tuner measures a *plan* of ``plan_size`` configs at a time. Until the model is first fit
 the plan is random; afterwards, each time ``plan_size`` more results arrived, the model is
 refit and the optimizer proposes the unvisited configs the model rates best. The last 5% of
-each plan stays random, so a wrong model cannot trap the search.
+each plan stays random, so a wrong model cannot trap the search. With
+``diversity_filter_ratio`` the optimizer proposes that many times a plan and
+:func:`submodular_pick` keeps the plan that covers the most distinct knob values.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from kiln.autotvm.tuner.tuner import Tuner
+from kiln.runtime.error import TVMError
 
-__all__ = ["ModelBasedTuner", "CostModel", "ModelOptimizer"]
+__all__ = ["ModelBasedTuner", "CostModel", "ModelOptimizer", "submodular_pick"]
 
 
 class CostModel:
@@ -51,9 +54,12 @@ class ModelBasedTuner(Tuner):
     """Plan-measure-refit loop over a :class:`CostModel` and a :class:`ModelOptimizer`."""
 
     def __init__(self, task: Any, cost_model: CostModel, model_optimizer: ModelOptimizer,
-                 plan_size: int, diversity_filter_ratio: float | None = None,
+                 plan_size: int, diversity_filter_ratio: int | None = None,
                  seed: int | None = None) -> None:
         super().__init__(task)
+        if diversity_filter_ratio is not None and diversity_filter_ratio < 1:
+            raise TVMError(f"diversity_filter_ratio must be at least 1, got "
+                           f"{diversity_filter_ratio}")
         self.cost_model = cost_model
         self.model_optimizer = model_optimizer
         self.plan_size = plan_size
@@ -95,8 +101,17 @@ class ModelBasedTuner(Tuner):
         if len(self.xs) >= self.plan_size * (self.train_ct + 1) and self.flops_max > 1e-6:
             self.cost_model.fit(self.xs, np.array(self.ys), self.plan_size)
             exclusive = set(self.visited)
-            self.trials = self.model_optimizer.find_maximums(self.cost_model, self.plan_size,
-                                                             exclusive)
+            if self.diversity_filter_ratio:
+                candidates = self.model_optimizer.find_maximums(
+                    self.cost_model, self.plan_size * self.diversity_filter_ratio, exclusive)
+                knobs = [self.space.point2knob(c) for c in candidates]
+                # TVM scores the candidates 0 here: the pick is by diversity alone, in the
+                # model's order among ties
+                picked = submodular_pick([0.0] * len(candidates), knobs, self.plan_size)
+                self.trials = [candidates[k] for k in picked]
+            else:
+                self.trials = self.model_optimizer.find_maximums(
+                    self.cost_model, self.plan_size, exclusive)
             self.trial_pt = 0
             self.train_ct += 1
 
@@ -112,3 +127,23 @@ class ModelBasedTuner(Tuner):
 
     def has_next(self) -> bool:
         return len(self.visited) < len(self.space)
+
+
+def submodular_pick(scores: list[float], knobs: list[list[int]], n_pick: int,
+                    knob_weight: float = 1.0) -> list[int]:
+    """Greedily pick ``n_pick`` points maximising the sum of their ``scores`` plus
+    ``knob_weight`` per distinct value of each knob among the picked (TVM's
+    ``submodular_pick``; the objective is monotone submodular, so greedy is near-optimal).
+    Returns positions into ``scores``; ties go to the earlier point."""
+    seen: list[set] = [set() for _ in knobs[0]] if knobs else []
+    remain = list(range(len(scores)))
+    picked = []
+    for _ in range(min(n_pick, len(remain))):
+        def gain(x: int) -> float:
+            return scores[x] + knob_weight * sum(v not in s for v, s in zip(knobs[x], seen))
+        best = max(remain, key=gain)  # max keeps the first of equal gains
+        picked.append(best)
+        remain.remove(best)
+        for value, values in zip(knobs[best], seen):
+            values.add(value)
+    return picked

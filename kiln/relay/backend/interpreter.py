@@ -7,8 +7,9 @@ value classes :class:`ConstructorValue`, :class:`RefValue`, :class:`Closure`.
 
 It is a tree-walking evaluator with one method per node kind (CPython ``ast`` style): an
 environment maps variables to values; operator calls run the ``"FNumpyEval"`` attribute of the
-op (:mod:`kiln.relay.backend.numpy_ops`, :mod:`~kiln.relay.backend.numpy_nn`). Values are NumPy
-arrays inside; results are returned as :class:`~kiln.runtime.ndarray.NDArray` (tensors),
+op, registered beside it by its family module (see
+:func:`~kiln.relay.backend.numpy_ops.numpy_eval`). Values are NumPy arrays inside; results are
+returned as :class:`~kiln.runtime.ndarray.NDArray` (tensors),
 :class:`~kiln.runtime.container.ADT` (tuples), or the value classes below.
 
 A ``let`` chain, and a self tail call in a global function, are evaluated in a loop rather
@@ -28,7 +29,7 @@ from kiln.ir.module import IRModule
 from kiln.ir.op import Op
 from kiln.relay import adt
 from kiln.relay import expr as rx
-from kiln.relay.backend import numpy_nn, numpy_ops  # noqa: F401  (registers FNumpyEval)
+from kiln.relay.backend import numpy_ops
 from kiln.relay.base import deep_recursion
 from kiln.runtime.error import TVMError
 
@@ -380,6 +381,8 @@ def to_python_value(value: Any) -> Any:
 
     if isinstance(value, np.ndarray):
         return array(value if value.flags.c_contiguous else value.copy())  # keeps 0-d
+    if isinstance(value, np.generic):  # a scalar NumPy made of a 0-d result
+        return array(np.asarray(value))
     if isinstance(value, tuple):
         return tuple_object([to_python_value(v) for v in value])
     if isinstance(value, ConstructorValue):

@@ -6,10 +6,10 @@ Entry points: :func:`build_shape_kernel` (called by
 :func:`shape_func_inputs`, and the symbolic-type helpers :func:`symbolic_shape`,
 :func:`symbolic_type`, :func:`typed_like`.
 
-The per-op rules are the op registry's ``FShapeFunc`` (registered by
-:mod:`kiln.relay.vm.shape_rules`); elementwise and broadcast ops need none (their rule follows
-from the pattern kind). For a fused primitive function the rules compose along its body into
-one expression per output dimension; the expressions become a small TE kernel:
+The per-op rules are the op registry's ``FShapeFunc`` (registered beside each op by its
+family module, ``relay.op.register_shape_func``); elementwise and broadcast ops need none
+(their rule follows from the pattern kind). For a fused primitive function the rules compose
+along its body into one expression per output dimension; the expressions become a small TE kernel:
 
 - inputs: one int64 ``[ndim]`` shape tensor per dynamic input (``ShapeOf`` at run time), or,
   when a rule reads values, the input tensors themselves;
@@ -42,22 +42,12 @@ from kiln.ir.type import TensorType, TupleType
 from kiln.relay import expr as rx
 from kiln.relay.expr_functor import post_order_visit
 from kiln.relay.op.op import OpPattern
+from kiln.relay.op.rule_util import broadcast_dims, i64, product
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 
 __all__ = ["ShapeKernel", "build_shape_kernel", "inner_dims", "needs_input_data",
            "shape_func_inputs", "symbolic_shape", "symbolic_type", "typed_like"]
-
-
-def _rules() -> Any:
-    """The shape-rule helpers; importing them registers every op's ``FShapeFunc``.
-
-    Imported on first use: the rules module lives in the VM package, whose ``__init__``
-    imports the VM compiler, which lowers through this module.
-    """
-    from kiln.relay.vm import shape_rules
-
-    return shape_rules
 
 
 def _flat_types(ty: Any) -> list[TensorType]:
@@ -72,7 +62,6 @@ def _is_static(dim: Any) -> bool:
 
 def _with_static(dims: list[Any], ty: TensorType) -> list[Any]:
     """Known dimensions of ``ty`` replace computed ones (constants fold away)."""
-    i64 = _rules().i64
     return [i64(d.value) if _is_static(d) else dims[k] for k, d in enumerate(ty.shape)]
 
 
@@ -134,7 +123,7 @@ class _ShapeBuilder:
 
     def _visit(self, node: Any) -> list[list[Any]]:
         if isinstance(node, rx.Constant):
-            return [[_rules().i64(d) for d in node.data.shape]]
+            return [[i64(d) for d in node.data.shape]]
         if isinstance(node, rx.Tuple):
             return [d for f in node.fields for d in self.visit(f)]
         if isinstance(node, rx.TupleGetItem):
@@ -165,7 +154,7 @@ class _ShapeBuilder:
                     not _is_static(d) for t in out_types for d in t.shape):
                 raise TVMError(f"operator {call.op.name} has no shape function, so it cannot "
                                "produce a dynamic (Any) shape in the VM")
-            outs = [_rules().broadcast_dims(ins) if ins else [] for _ in out_types]
+            outs = [broadcast_dims(ins) if ins else [] for _ in out_types]
             if pattern > OpPattern.BROADCAST:  # no rule: nothing to check the types against
                 return [_with_static(d, t) for d, t in zip(outs, out_types)]
         for dims, ty in zip(outs, out_types):
@@ -182,14 +171,19 @@ class _ShapeBuilder:
             value = getattr(declared, "value", None)
             if computed is None or not isinstance(value, int):
                 continue
-            same = analyzer.simplify(computed == _rules().i64(value))
+            same = analyzer.simplify(computed == i64(value))
             if getattr(same, "value", None) != 1:
                 self.checks.append(same)
 
 
+def is_data_dependent(op: Op) -> bool:
+    """Whether ``op``'s shape function reads input values (TVM's ``TShapeDataDependent``,
+    registered beside the op with its shape function)."""
+    return bool(op.get_attr("TShapeDataDependent"))
+
+
 def needs_input_data(func: rx.Function) -> bool:
     """Whether an op of ``func`` has a data-dependent shape function."""
-    _rules()  # the TShapeDataDependent attributes are registered with the rules
     found = []
     post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, rx.Call) and
                      isinstance(n.op, Op) and n.op.get_attr("TShapeDataDependent") else None)
@@ -242,7 +236,6 @@ def _shape_inputs(func: rx.Function, builder: _ShapeBuilder) -> list:
     """The kernel's input placeholders; fills ``builder`` with each parameter's dims."""
     from kiln import te, tir
 
-    i64 = _rules().i64
     dynamic_inputs = dict(shape_func_inputs(func))
     by_value = needs_input_data(func)
     shape_inputs = []
@@ -279,7 +272,6 @@ def build_shape_kernel(func: rx.Function, name: str,
     from kiln import te, tir
     from kiln.te.lowering import lower
 
-    rules = _rules()
     builder = _ShapeBuilder(value_builder)
     shape_inputs = _shape_inputs(func, builder)
     out_dims = builder.visit(func.body)
@@ -293,13 +285,13 @@ def build_shape_kernel(func: rx.Function, name: str,
         dt = DataType(str(ty.dtype))
         itemsize = (dt.bits * dt.lanes + 7) // 8
         outputs.append(te.compute((len(dims),), _selector(dims), name=f"out_shape_{k}"))
-        outputs.append(te.compute((1,), _constant(rules.product(dims) * rules.i64(itemsize)),
+        outputs.append(te.compute((1,), _constant(product(dims) * i64(itemsize)),
                                   name=f"out_bytes_{k}"))
     checked = bool(builder.checks)
     if checked:  # -1 when a static extent disagrees, like the rules' own bad-value extents
         agree = tir.all(*builder.checks) if len(builder.checks) > 1 else builder.checks[0]
-        outputs.append(te.compute((1,), _constant(tir.Select(agree, rules.i64(0),
-                                                             rules.i64(-1))),
+        outputs.append(te.compute((1,), _constant(tir.Select(agree, i64(0),
+                                                             i64(-1))),
                                   name="static_extents_agree"))
     if not outputs:
         return ShapeKernel(None, dynamic, False)
@@ -322,13 +314,14 @@ def _with_extent_check(prim: Any, shape_buffers: list, func: rx.Function) -> Any
 
     if not shape_buffers:
         return prim
-    requirements = _rules().VALUE_REQUIREMENTS
-    names: list[str] = []
-    post_order_visit(func.body, lambda n: names.append(n.op.name) if isinstance(n, rx.Call)
-                     and isinstance(n.op, Op) and n.op.name not in names else None)
+    ops: list[Op] = []
+    post_order_visit(func.body, lambda n: ops.append(n.op) if isinstance(n, rx.Call)
+                     and isinstance(n.op, Op) and n.op not in ops else None)
+    names = [op.name for op in ops]
     extents = [tir.BufferLoad(b, [tir.const(j, "int64")]) >= tir.const(0, "int64")
                for b in shape_buffers for j in range(int(b.shape[0].value))]
-    reasons = [f"{n}: {requirements[n]}" for n in names if n in requirements]
+    reasons = [f"{op.name}: {op.get_attr('TShapeValueRequirement')}" for op in ops
+               if op.get_attr("TShapeValueRequirement")]
     message = "invalid run-time shape values (a negative extent); " + (
         "; ".join(reasons) or f"in {', '.join(names)}")
     check = tir.AssertStmt(tir.all(*extents) if len(extents) > 1 else extents[0],

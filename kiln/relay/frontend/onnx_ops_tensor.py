@@ -554,8 +554,9 @@ class Pad(OnnxOpConverter):
             return cls._dynamic(x, inputs[1], inputs[2] if len(inputs) > 2 else None,
                                 attrs.get("mode", "constant"), ctx, axes)
         pads = _ints(ctx, inputs[1], "Pad", "pads")
-        value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else \
-            _const(0, ctx.dtype(x))
+        # constant_value may be a one-element 1-D tensor (ONNX's own function bodies do that)
+        value = relay.reshape(inputs[2], []) if len(inputs) > 2 and inputs[2] is not None \
+            else _const(0, ctx.dtype(x))
         axes = _ints(ctx, inputs[3] if len(inputs) > 3 else None, "Pad", "axes")
         return _pad(x, pads, value, attrs.get("mode", "constant"), ctx, axes)
 

@@ -32,6 +32,8 @@ from kiln.relay.op.annotation import (
     reshape_tensor,
     stop_fusion,
 )
+from kiln.relay.op.fixed_point import *  # noqa: F403
+from kiln.relay.op.fixed_point import __all__ as _fixed_point_all
 from kiln.relay.op.op import (
     Op,
     OpPattern,
@@ -67,7 +69,7 @@ memory = annotation.annotation
 vm = annotation.annotation
 
 __all__ = [
-    *_tensor_all, *_transform_all, *_reduce_all, *_algorithm_all,
+    *_tensor_all, *_transform_all, *_reduce_all, *_algorithm_all, *_fixed_point_all,
     "nn", "image", "dyn", "annotation", "op_attrs", "memory", "vm",
     "Op", "OpPattern", "get", "list_op_names", "register", "define_op", "register_op_attr",
     "register_pattern", "register_type_rel", "register_compute", "register_strategy",

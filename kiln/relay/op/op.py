@@ -2,7 +2,8 @@
 
 Entry points: :class:`OpPattern`, :func:`get`, :func:`register_op_attr`, :func:`define_op`,
 :func:`register_pattern`, :func:`register_arg_types`, :func:`register_compute`,
-:func:`register_strategy`, :func:`register_shape_func`, :func:`register_gradient`,
+:func:`register_strategy`, :func:`register_shape_func`, :func:`register_shape_requirement`,
+:func:`register_gradient`,
 :func:`register_reference`, :func:`register_mac_count`, :func:`register_injective_schedule`,
 :func:`register_reduce_schedule`, :func:`register_opaque_schedule`, :func:`call`.
 
@@ -20,9 +21,11 @@ helper                          attribute                who asks
                                                          use ``strategy.register_strategy``)
 :func:`register_reference`      ``FNumpyEval``           interpreter, FoldConstant, importers
 :func:`register_shape_func`     ``FShapeFunc``           VM shape functions (``Any`` dims)
+``register_shape_requirement``  ``TShapeValueRequirement``  the VM's shape-check message
 :func:`register_gradient`       ``FPrimalGradient``      ``relay.transform.gradient``
 :func:`register_mac_count`      ``FMacCount``            ``analysis.get_total_mac_number``
 ``register_fold_scale_axis``    ``FScaleAxisOutput/Input``  ``transform.FoldScaleAxis``
+``register_scale_axis_role``    ``TScaleAxisRole``       ``transform.FoldScaleAxis``
 ==============================  =======================  ====================================
 
 An op with a compute and a schedule gets its ``generic`` strategy from them (TVM's
@@ -36,6 +39,7 @@ from enum import IntEnum
 from typing import Any
 
 from kiln.ir.op import Op, get, list_op_names, register, register_op_attr
+from kiln.runtime.error import TVMError
 
 __all__ = [
     "OpPattern",
@@ -50,7 +54,9 @@ __all__ = [
     "register_arg_types",
     "register_compute",
     "register_strategy",
+    "StrategyFunction",
     "register_shape_func",
+    "register_shape_requirement",
     "register_gradient",
     "register_stateful",
     "register_alter_op_layout",
@@ -64,6 +70,8 @@ __all__ = [
     "register_reference",
     "register_mac_count",
     "register_fold_scale_axis",
+    "register_scale_axis_role",
+    "SCALE_AXIS_ROLES",
     "schedule_injective",
     "schedule_reduce",
     "schedule_opaque",
@@ -174,6 +182,34 @@ def register_strategy(op_name: str, strategy: Callable | None = None, level: int
     return register_op_attr(op_name, "FTVMStrategy", strategy, level)
 
 
+class StrategyFunction:
+    """An op's strategy, overridden per target key (TVM's ``dense_strategy`` generic function).
+
+    The op's family module makes one beside the op (``dense_strategy =
+    StrategyFunction(dense_op)``); target strategy modules register their implementations on
+    it with ``@dense_strategy.register("cpu")`` and name it by ``dense_strategy.op_name``, so
+    only the family module spells the op's name.
+    """
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+
+    @property
+    def op_name(self) -> str:
+        """The op's registered name."""
+        return self.op.name
+
+    def register(self, target_key: str) -> Callable:
+        """Decorator: ``fstrategy(attrs, inputs, out_type, target)`` for ``target_key``."""
+        # the strategy layer imports TOPI; binding late keeps declaring an op free of it
+        from kiln.relay.op.strategy.registry import register_strategy as register_keyed
+
+        return register_keyed(self.op.name, target_key)
+
+    def __repr__(self) -> str:
+        return f"StrategyFunction({self.op.name})"
+
+
 def register_schedule(op_name: str, schedule: Callable | None = None, level: int = 10):
     """Set the schedule (``FTVMSchedule``) of ``op_name`` (decorator when None)."""
     return register_op_attr(op_name, "FTVMSchedule", schedule, level)
@@ -253,6 +289,21 @@ def register_fold_scale_axis(op_name: str, output_rule: Callable, input_rule: Ca
     register_op_attr(op_name, "FScaleAxisInput", input_rule, level)
 
 
+SCALE_AXIS_ROLES = ("scale", "positive_homogeneous", "distributive")
+"""How an op takes part in FoldScaleAxis (``TScaleAxisRole``): ``"scale"`` applies a channel
+scale (``x * s``, one side a constant); ``"positive_homogeneous"`` commutes with a positive
+scale (``f(x * s) == f(x) * s`` for ``s > 0``); ``"distributive"`` lets a scale distribute over
+its two arguments (``(a + b) * s == a * s + b * s``)."""
+
+
+def register_scale_axis_role(op_name: str, role: str, level: int = 10) -> None:
+    """Set how ``op_name`` takes part in FoldScaleAxis (one of :data:`SCALE_AXIS_ROLES`)."""
+    if role not in SCALE_AXIS_ROLES:
+        raise TVMError(f"register_scale_axis_role: {op_name}: role must be one of "
+                       f"{SCALE_AXIS_ROLES}, got {role!r}")
+    register_op_attr(op_name, "TScaleAxisRole", role, level)
+
+
 def register_mac_count(op_name: str, fmac: Callable | None = None, level: int = 10):
     """Set ``FMacCount`` of ``op_name``: ``fmac(call) -> int`` multiply-accumulates of a typed
     call, summed by ``relay.analysis.get_total_mac_number`` (decorator when None)."""
@@ -269,6 +320,16 @@ def register_shape_func(
     """
     register_op_attr(op_name, "TShapeDataDependent", bool(data_dependent), level)
     return register_op_attr(op_name, "FShapeFunc", shape_func, level)
+
+
+def register_shape_requirement(op_name: str, requirement: str, level: int = 10) -> None:
+    """Say what ``op_name``'s run-time shape values must satisfy (``TShapeValueRequirement``).
+
+    A shape function turns the extents it cannot accept into -1; the VM's shape kernel then
+    fails with a message naming each op of the fused function with its requirement (e.g.
+    ``"dyn.reshape: the new shape must keep the element count"``).
+    """
+    register_op_attr(op_name, "TShapeValueRequirement", str(requirement), level)
 
 
 def register_gradient(op_name: str, fgradient: Callable | None = None, level: int = 10):

@@ -28,6 +28,7 @@ import numpy as np
 
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
+from kiln.relay.op.broadcast import broadcast_to_like
 from kiln.relay.op.op import (
     COMM_REDUCE,
     call,
@@ -39,8 +40,7 @@ from kiln.relay.op.op import (
     register_shape_func,
 )
 from kiln.relay.op.reshape import reshape
-from kiln.relay.op.rule_util import i64, optional_list, reference_dtype
-from kiln.relay.op.transform import broadcast_to_like
+from kiln.relay.op.rule_util import i64, is_integer_dtype, optional_list, reference_dtype
 from kiln.relay.op.type_relations import dims, fail, normalize_axis, tensor_arg, tensor_type
 
 # TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
@@ -265,9 +265,10 @@ def _reduce_reference(op_name: str) -> Callable:
         axes = _axes(attrs, x, op_name)
         extra = {}
         if func in (np.max, np.min) and x.size == 0:  # TIR starts from the dtype's extremes
-            info = np.finfo(x.dtype) if x.dtype.kind == "f" else np.iinfo(x.dtype)
-            extra["initial"] = info.min if func is np.max else info.max
-            if x.dtype.kind == "f":
+            if is_integer_dtype(x.dtype):
+                info = np.iinfo(x.dtype)
+                extra["initial"] = info.min if func is np.max else info.max
+            else:
                 extra["initial"] = -np.inf if func is np.max else np.inf
         wide = ACCUMULATOR_DTYPE.get(str(x.dtype))
         if wide is not None and func in (np.sum, np.mean):

@@ -36,6 +36,7 @@ from kiln.relay.op.op import (
     register_injective_schedule,
     register_reference,
     register_shape_func,
+    register_shape_requirement,
     shape_arg,
 )
 from kiln.relay.op.rule_util import (
@@ -377,6 +378,10 @@ def shape_func_squeeze(attrs, in_dims, out_types):
         raise TVMError("squeeze with axis=None on a dynamic shape cannot know which dims are 1")
     drop = {int(a) % len(data) for a in attrs.axis}
     return [[d for k, d in enumerate(data) if k not in drop]]
+
+
+for _name in ("reshape", "contrib_reverse_reshape"):
+    register_shape_requirement(_name, "the input's element count must match the new shape")
 
 
 # ---- gradients ------------------------------------------------------------------------------

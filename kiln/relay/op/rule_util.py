@@ -2,9 +2,10 @@
 
 Entry points: for computes, :func:`out_shape`, :func:`out_dtype`, :func:`int_list`,
 :func:`optional_list`,
-:func:`static_or_symbolic`; for reference rules, :func:`reference_dtype`; for shape functions
-(``rule(attrs, in_dims, out_types) -> out_dims`` over int64 ``PrimExpr`` dims),
-:func:`i64`, :func:`broadcast_dims`, :func:`product`, :func:`checked`.
+:func:`static_or_symbolic`; for reference rules, :func:`reference_dtype`, :func:`numpy_dtype`,
+:class:`AttrsWith`; for shape functions (``rule(attrs, in_dims, out_types) -> out_dims`` over
+int64 ``PrimExpr`` dims), :func:`i64`, :func:`broadcast_dims`, :func:`product`,
+:func:`checked`, :func:`same_shape_as_input`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from kiln import tir
 from kiln.runtime.dtype import DataType
 
 __all__ = ["out_shape", "out_dtype", "int_list", "optional_list", "static_or_symbolic",
-           "reference_dtype", "i64", "broadcast_dims", "product", "checked"]
+           "reference_dtype", "numpy_dtype", "AttrsWith", "i64", "broadcast_dims", "product",
+           "checked", "same_shape_as_input"]
 
 
 # ---- computes: compute(attrs, inputs, out_type) -> [te.Tensor] -------------------------------
@@ -59,15 +61,45 @@ def static_or_symbolic(static: Callable, symbolic: Callable) -> Callable:
             return static(attrs, inputs, out_type)
         return symbolic(attrs, inputs, out_type)
 
-    compute.__name__ = static.__name__
-    compute.__doc__ = static.__doc__
+    # named and documented as, and attributed to the module of, the static compute
+    compute.__name__, compute.__qualname__ = static.__name__, static.__qualname__
+    compute.__module__, compute.__doc__ = static.__module__, static.__doc__
     return compute
 
 
 # ---- reference rules: reference(attrs, args, out_type) -> np.ndarray --------------------------
 def reference_dtype(out_type: Any) -> np.dtype:
     """The NumPy dtype of a call's (tensor) result type."""
-    return np.dtype(DataType(str(out_type.dtype)).numpy_dtype)
+    return numpy_dtype(out_type.dtype)
+
+
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The NumPy dtype of a Relay dtype string (bfloat16, float8 … through ml_dtypes)."""
+    return np.dtype(DataType(str(dtype)).numpy_dtype)
+
+
+class AttrsWith:
+    """A view of an attrs node with some fields replaced: a ``dyn.*`` op's reference rule
+    reads the values its static twin takes as attrs from its tensor arguments."""
+
+    def __init__(self, attrs: Any, **fields: Any) -> None:
+        self._attrs, self._fields = attrs, fields
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._fields:
+            return self._fields[name]
+        return getattr(self._attrs, name)
+
+
+def is_integer_dtype(dtype: np.dtype) -> bool:
+    """Integers and bool. Test this rather than ``kind == "f"``: ml_dtypes' bfloat16 and
+    float8 types have kind ``V``, so a float test misses them."""
+    return np.dtype(dtype).kind in "iub"
+
+
+def wide_dtype(dtype: np.dtype) -> type:
+    """The type a reference rule accumulates ``dtype`` in: int64 or float64."""
+    return np.int64 if is_integer_dtype(dtype) else np.float64
 
 
 # ---- shape functions: rule(attrs, in_dims, out_types) -> out_dims ---------------------------
@@ -98,6 +130,11 @@ def product(dims: list[Any]) -> Any:
     for d in dims:
         result = result * d
     return result
+
+
+def same_shape_as_input(attrs: Any, in_dims: list[list[Any]], out_types: list) -> list:
+    """The shape function of an op whose every output has its first input's shape."""
+    return [list(in_dims[0]) for _ in out_types]
 
 
 def checked(dims: list[Any], valid: Any) -> list[Any]:

@@ -35,6 +35,7 @@ import numpy as np
 from kiln import tir
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
+from kiln.relay.op.broadcast import collapse_sum_like
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
@@ -50,11 +51,11 @@ from kiln.relay.op.op import (
     register_injective_schedule,
     register_opaque_schedule,
     register_reference,
+    register_scale_axis_role,
     register_shape_func,
     shape_arg,
 )
 from kiln.relay.op.rule_util import out_dtype, out_shape, reference_dtype
-from kiln.relay.op.transform import collapse_sum_like
 from kiln.relay.op.type_relations import (
     broadcast_comp_rel,
     broadcast_rel,
@@ -452,6 +453,11 @@ def reference_shape_of(attrs, args, out_type):
 def reference_ndarray_size(attrs, args, out_type):
     """The argument's element count."""
     return np.array(args[0].size, dtype=reference_dtype(out_type))
+
+
+# ---- FoldScaleAxis: a channel scale is a multiply; it distributes over an add -----------------
+register_scale_axis_role("multiply", "scale")
+register_scale_axis_role("add", "distributive")
 
 
 # ---- gradients ------------------------------------------------------------------------------

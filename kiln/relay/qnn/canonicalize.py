@@ -9,6 +9,8 @@ Entry points: :func:`lower_quantize`, :func:`lower_dequantize`, :func:`lower_req
   ``in_scale / out_scale`` (``(x << left) * M + nudge >> right``, the nudge set by the
   rounding mode), ``+ out_zp``, clipped to out_dtype (not for int32, as in TVM); with a float
   compute_dtype it is the float product, rounded. Per-channel parameters broadcast along axis.
+  With UPWARD rounding, where it gives the same results (no input zero point, multipliers
+  below 1), it is TVM's int32 form: ``fixed_point_multiply[_per_axis]``, clip, ``+ out_zp``.
 """
 
 from __future__ import annotations
@@ -154,6 +156,43 @@ def _float_multiply(x: Any, multipliers: np.ndarray, rounding: str, dtype: str, 
     return _op.cast(value, "int64")
 
 
+def _requantize_in_int32(call: Call, node: Call, multipliers: np.ndarray, ndim: int,
+                         axis: int) -> Any:
+    """UPWARD requantize as TVM lowers it: ``fixed_point_multiply[_per_axis]`` on int32 (an
+    int64 product inside), then the clip and the output zero point in int32 — or None where
+    that could differ from the int64 form: an input zero point (``q - zp`` may leave int32),
+    a multiplier >= 1 (a left shift may), a non-constant or per-channel output zero point,
+    input wider than int32. Otherwise the results are equal: ``|x * M| < 2**62`` and the
+    right shift is at least 31, so the product rounds into int32, and the clip runs before
+    the zero point is added (``clip(y, lo - zp, hi - zp) + zp``), so nothing wraps."""
+    data, _, in_zp, _, out_zp = call.args
+    in_dtype = str(type_of(node.args[0]).dtype)
+    zp_in, zp_out = constant_value(in_zp), constant_value(out_zp)
+    if in_dtype not in ("int8", "uint8", "int16", "uint16", "int32") or zp_in is None or \
+            np.any(zp_in != 0) or zp_out is None or np.size(zp_out) != 1:
+        return None
+    pairs = [fixed_point_multiplier_shift(float(m)) for m in multipliers]
+    if any(shift > 0 for _, shift in pairs):
+        return None
+    x = data if in_dtype == "int32" else _op.cast(data, "int32")
+    if np.all(multipliers == 1.0):
+        pass
+    elif len(pairs) == 1:
+        x = _op.fixed_point_multiply(x, pairs[0][0], pairs[0][1])
+    else:
+        ints = [np.asarray(v, "int32") for v in zip(*[(m, 0, -shift) for m, shift in pairs])]
+        x = _op.fixed_point_multiply_per_axis(x, const(ints[0]), const(ints[1]), const(ints[2]),
+                                              False, True, [axis])
+    zp = int(np.asarray(zp_out).reshape(()))
+    out_dtype = call.attrs.out_dtype
+    if out_dtype != "int32":
+        lo, hi = dtype_range(out_dtype)
+        x = _op.clip(x, float(lo - zp), float(hi - zp))
+    if zp:
+        x = _op.add(x, const(np.int32(zp)))
+    return x if out_dtype == "int32" else _op.cast(x, out_dtype)
+
+
 def lower_requantize(call: Call, node: Call) -> Any:
     """``qnn.requantize`` as int64 fixed-point (or float) arithmetic, then clip and cast."""
     data, in_scale, in_zp, out_scale, out_zp = call.args
@@ -170,6 +209,10 @@ def lower_requantize(call: Call, node: Call) -> Any:
     default_rounding, default_compute = get_requantize_config()
     rounding = default_rounding if attrs.rounding == "None" else attrs.rounding
     compute = default_compute if attrs.compute_dtype == "None" else attrs.compute_dtype
+    if compute == "int64" and rounding == "UPWARD":
+        int32_form = _requantize_in_int32(call, node, multipliers, ndim, axis)
+        if int32_form is not None:
+            return int32_form
     x = _op.cast(data, "int64")
     if constant_value(in_zp) is None or np.any(constant_value(in_zp) != 0):
         x = _op.subtract(x, along_axis(_op.cast(in_zp, "int64"), node.args[2], ndim, axis))

@@ -50,13 +50,14 @@ def check_dtype(dtype: Any, allowed: tuple, what: str, op_name: str) -> None:
         fail(f"{op_name}: {what} must be one of {allowed}, got {str(dtype)!r}")
 
 
-def reuse_relation(plain_op: str, types, attrs, op_name: str) -> Any:
-    """The output type from ``plain_op``'s relation, its errors renamed to ``op_name``."""
-    rel = Op.get(plain_op).get_attr("FTVMTypeRelation")
+def reuse_relation(plain_op: str | Op, types, attrs, op_name: str) -> Any:
+    """The output type from ``plain_op``'s relation (an op or its name), its errors renamed to
+    ``op_name``."""
+    plain = plain_op if isinstance(plain_op, Op) else Op.get(plain_op)
     try:
-        return rel(types, attrs)
+        return plain.get_attr("FTVMTypeRelation")(types, attrs)
     except TypeInferenceError as err:
-        raise TypeInferenceError(f"{op_name}: {err}".replace(f"{plain_op}: ", "")) from None
+        raise TypeInferenceError(f"{op_name}: {err}".replace(f"{plain.name}: ", "")) from None
 
 
 def is_zero(expr: Any) -> bool:
@@ -130,7 +131,7 @@ def requantize_or_upcast(data: Any, scale: Any, zp: Any, out_scale: Any, out_zp:
     return requantize(data, scale, zp, out_scale, out_zp, axis=axis, out_dtype="int32")
 
 
-def kernel_op_rel(types, attrs, op_name: str, plain_op: str, dtypes: tuple,
+def kernel_op_rel(types, attrs, op_name: str, plain_op: str | Op, dtypes: tuple,
                   channel_axis: Any) -> Any:
     """The relation of a (data, kernel, input_zp, kernel_zp, input_scale, kernel_scale) op:
     ``dtypes`` = (data dtypes, kernel dtypes, out dtypes); the input's parameters are scalars,

@@ -25,6 +25,7 @@ import numpy as np
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, Tuple, const
 from kiln.relay.expr_functor import ExprMutator
+from kiln.relay.op.nn.dense import batch_matmul_op, dense_op, matmul_op
 from kiln.relay.op.op import constant_value
 from kiln.relay.qnn import op as qnn
 from kiln.relay.transform.pass_util import is_op_call, relay_function_pass
@@ -90,7 +91,7 @@ class _FakeQuantRewriter(ExprMutator):
             return self._quantize(new, node)
         elif name in _LAYOUT_OPS:
             self._layout(new, node)
-        elif name in ("nn.conv2d", "nn.dense", "nn.matmul", "nn.batch_matmul"):
+        elif name == "nn.conv2d" or new.op in (dense_op, matmul_op, batch_matmul_op):
             self._product(new, node)
         elif name in ("nn.bias_add", "add"):
             self._bias(new, node)
@@ -148,11 +149,11 @@ class _FakeQuantRewriter(ExprMutator):
                            data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
                            out_layout=attrs.out_layout)
             axis = str(attrs.out_layout or attrs.data_layout).index("C")
-        elif name in ("nn.dense", "nn.matmul"):
+        elif new.op in (dense_op, matmul_op):
             kernel, kaxis = b.q, b.axis
-            if name == "nn.matmul" and attrs.transpose_a:
+            if new.op is matmul_op and attrs.transpose_a:
                 return
-            if name == "nn.matmul" and not attrs.transpose_b:
+            if new.op is matmul_op and not attrs.transpose_b:
                 kernel = _op.transpose(kernel, (1, 0))
                 kaxis = {-1: -1, 0: 1, 1: 0}[kaxis]
             if kaxis not in (-1, 0):

@@ -20,6 +20,7 @@ import numpy as np
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, const
 from kiln.relay.op import nn as _nn
+from kiln.relay.op.nn.dense import dense_op
 from kiln.relay.op.op import OUT_ELEMWISE_FUSABLE, call, define_op
 from kiln.relay.op.op_attrs import BatchMatmulAttrs, DenseAttrs
 from kiln.relay.op.type_relations import tensor_arg
@@ -43,7 +44,7 @@ _OUT_DTYPES = ("int32", "int64")
 
 
 def _dense_rel(types, attrs, op_name):
-    return kernel_op_rel(types, attrs, op_name, "nn.dense",
+    return kernel_op_rel(types, attrs, op_name, dense_op,
                          (("int8", "uint8", "int16", "uint16"), ("int8", "uint8"), _OUT_DTYPES),
                          lambda out_dims: out_dims[-1])
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from kiln.ir.module import IRModule
 from kiln.relay import expr as rx
+from kiln.relay.op.nn.dense import dense_op
 from kiln.relay.quantize.calibrate import activation_scale, collect_stats, weight_scale
 from kiln.relay.quantize.qconfig import current_qconfig
 from kiln.runtime.error import TVMError
@@ -108,7 +109,7 @@ def annotate(func: rx.Function, cfg: Any = None) -> list[QuantizedLayer]:
             index, conv_index = conv_index, conv_index + 1
             if index in cfg.skip_conv_layers:
                 continue
-        elif name != "nn.dense" or cfg.skip_dense_layer:
+        elif getattr(node, "op", None) is not dense_op or cfg.skip_dense_layer:
             continue
         if cfg.debug_enabled_ops is not None and name not in cfg.debug_enabled_ops:
             continue

@@ -4,7 +4,7 @@ Entry points: :func:`run_infer_type`, :func:`run_opt_pass`, :func:`create_worklo
 workload modules (``mlp``, ``resnet``, ``mobilenet``, ``squeezenet``, ``vgg``, ``dqn``,
 ``dcgan``, ``synthetic``: ``get_workload(...) -> (mod, params)``), ``layers`` (their layer
 helpers), ``nat`` (``make_nat_expr``, ``make_nat_value``, ``count``), ``check_grad``, ``rand``,
-``count_ops``, and
+``count_ops``, ``to_python`` / ``run_as_python`` (a program as a Python script), and
 :mod:`~kiln.relay.testing.executors` (one program on every executor, checked to agree).
 """
 
@@ -19,7 +19,8 @@ from kiln._lazy import attach
 _WORKLOADS = ("mlp", "resnet", "mobilenet", "squeezenet", "vgg", "dqn", "dcgan", "synthetic",
               "resnet_3d", "lstm", "densenet", "inception_v3", "layers", "nat", "init")
 _HELPERS = {"check_grad": "gradients", "rand": "gradients", "count_ops": "gradients",
-            "make_nat_expr": "nat", "make_nat_value": "nat", "count": "nat"}
+            "make_nat_expr": "nat", "make_nat_value": "nat", "count": "nat",
+            "to_python": "py_converter", "run_as_python": "py_converter"}
 __all__ = ["run_infer_type", "run_opt_pass", "create_workload", "executors", *_WORKLOADS,
            *_HELPERS]
 

@@ -11,11 +11,11 @@ with ones (for a tuple output, every field is seeded with ones), as TVM does.
 The algorithm is first-order reverse mode over the dataflow graph: ``let`` bindings are
 inlined first (graph normal form), the nodes are visited children-first, then in reverse
 each operator call hands the adjoint of its result to its op's gradient rule
-(:mod:`kiln.relay.transform.gradient_rules`) and adds the results to its arguments'
-adjoints; tuples and field accesses route adjoints field by field. Sharing is preserved: the
-returned value and the backward pass use the original forward nodes. Both ``mode`` values run
-this algorithm; programs with control flow, closures, references or ADTs inside the
-differentiated function raise a :class:`~kiln.runtime.error.TVMError` naming the node.
+(``FPrimalGradient``, registered beside the op by its family module) and adds the results to
+its arguments' adjoints; tuples and field accesses route adjoints field by field. Sharing is
+preserved: the returned value and the backward pass use the original forward nodes. Both
+``mode`` values run this algorithm; programs with control flow, closures, references or ADTs
+inside the differentiated function raise a :class:`~kiln.runtime.error.TVMError` naming the node.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from kiln.ir.type import TensorType, TupleType
 from kiln.relay import op as _op
 from kiln.relay.expr import Call, Constant, Function, Tuple, TupleGetItem, Var
 from kiln.relay.expr_functor import post_order_visit
-from kiln.relay.transform import gradient_rules
 from kiln.relay.transform.normal_forms import to_graph_normal_form
 from kiln.relay.transform.pass_util import type_of
 from kiln.runtime.error import TVMError
@@ -113,10 +112,10 @@ def _backward(order: list, adjoints: _Adjoints) -> None:
             grad = adjoints.of(node)
             if grad is None:
                 continue
-            rule = gradient_rules.gradient_rule(node.op)
+            rule = node.op.get_attr("FPrimalGradient") if isinstance(node.op, Op) else None
             if rule is None:
                 raise TVMError(f"gradient: operator {node.op.name} has no registered gradient "
-                               f"({gradient_rules.GRADIENT_ATTR})")
+                               "(FPrimalGradient)")
             for arg, arg_grad in zip(node.args, rule(node, grad)):
                 adjoints.add(arg, arg_grad)
         elif isinstance(node, Tuple):

@@ -5,24 +5,26 @@ Entry points: :func:`FoldScaleAxis` (backward, forward, then FoldConstant, as TV
 :func:`backward_fold_scale_axis`, :func:`forward_fold_scale_axis`.
 
 A *channel scale* is a constant that varies only along one axis of the tensor it multiplies
-(or is a scalar). With ``s`` such a constant:
+(or is a scalar). With ``s`` such a constant, ``W`` an op with a weight (argument 1) that can
+take it, ``P`` an op that commutes with positive scales and ``D`` one a scale distributes over:
 
-backward (a scale applied to a conv/dense result moves into the weight's output channels)
-    ``conv2d(x, w) * s``            → ``conv2d(x, w * s_O)``
-    ``(conv2d(x, w) + b) * s``      → ``conv2d(x, w * s_O) + b * s``
-    ``relu(conv2d(x, w)) * s``      → ``relu(conv2d(x, w * s_O))``   (only when ``s > 0``)
-    ``dense(x, w) * s``             → ``dense(x, w * s[:, None])``
-forward (a scale applied to a conv/dense input moves into the weight's input channels)
-    ``conv2d(x * s, w)``            → ``conv2d(x, w * s_I)``          (``groups == 1``)
-    ``conv2d(relu(x * s), w)``      → ``conv2d(relu(x), w * s_I)``   (only when ``s > 0``)
-    ``dense(x * s, w)``             → ``dense(x, w * s[None, :])``
+backward (a scale applied to a weight op's result moves into the weight's output channels)
+    ``W(x, w) * s``              → ``W(x, w * s_O)``
+    ``D(W(x, w), b) * s``        → ``D(W(x, w * s_O), b * s)``
+    ``P(W(x, w)) * s``           → ``P(W(x, w * s_O))``          (only when ``s > 0``)
+forward (a scale applied to a weight op's input moves into the weight's input channels)
+    ``W(x * s, w)``              → ``W(x, w * s_I)``
+    ``W(P(x * s), w)``           → ``W(P(x), w * s_I)``          (only when ``s > 0``)
 
-``s_O``/``s_I`` is ``s`` reshaped onto the kernel layout's ``O``/``I`` axis. Which ops take a
-scale, and on which axes, is each op's ``FScaleAxisOutput``/``FScaleAxisInput`` rule
-(``relay.op.register_fold_scale_axis``, beside conv2d and dense); ``relu`` (for positive
-scales) and a bias ``add`` pass a scale through. The rewritten
-intermediate must have no other consumer. Weights stay expressions (``w * s_O``); run
-FoldConstant afterwards to fold constant weights, as TVM's pipeline does.
+``s_O``/``s_I`` is ``s`` reshaped onto the weight's output/input-channel axis. The pass names
+no op: which ops take a scale, and on which axes, is each op's ``FScaleAxisOutput`` /
+``FScaleAxisInput`` rule (``relay.op.register_fold_scale_axis``: conv2d, dense …), and which
+op applies a scale, commutes with one or distributes it is its ``TScaleAxisRole``
+(``relay.op.register_scale_axis_role``: ``"scale"`` for multiply, ``"positive_homogeneous"``
+for relu, ``"distributive"`` for add), all registered by the op family modules. The rewritten
+intermediate must have no other consumer. Weights stay expressions (``w * s_O``, built with
+the scaling call's own op); run FoldConstant afterwards to fold constant weights, as TVM's
+pipeline does.
 """
 
 from __future__ import annotations
@@ -33,11 +35,9 @@ from typing import Any
 import numpy as np
 
 from kiln.ir.op import Op
-from kiln.relay import op as _op
 from kiln.relay.expr import Call, Constant, Function, const
 from kiln.relay.expr_functor import ExprMutator, children_of
 from kiln.relay.transform.pass_util import (
-    is_op_call,
     relay_function_pass,
     relay_module_pass,
     tensor_shape,
@@ -77,8 +77,15 @@ def _rule(expr: Any, key: str) -> Any:
     return None
 
 
+def _role(expr: Any) -> str | None:
+    """The ``TScaleAxisRole`` of the op ``expr`` calls (see ``register_scale_axis_role``)."""
+    return _rule(expr, "TScaleAxisRole")
+
+
 def _scale_of_multiply(call: Call, is_producer: Any) -> tuple[Call, Any] | None:
-    """``(producer, scale)`` when ``call`` multiplies a matching producer by a constant."""
+    """``(producer, scale)`` when ``call`` applies a constant scale to a matching producer."""
+    if _role(call) != "scale":
+        return None
     lhs, rhs = call.args
     if is_producer(lhs) and isinstance(rhs, Constant):
         return lhs, rhs
@@ -123,44 +130,45 @@ class _ScaleFolder(ExprMutator):
 
 class _BackwardFolder(_ScaleFolder):
     def fold(self, node: Call) -> Any:
-        if not is_op_call(node, "multiply"):
-            return None
         found = _scale_of_multiply(node, lambda e: (
-            _rule(e, "FScaleAxisOutput") is not None or is_op_call(e, "add", "nn.relu"))
-            and self.single_use(e))
+            _rule(e, "FScaleAxisOutput") is not None or
+            _role(e) in ("distributive", "positive_homogeneous")) and self.single_use(e))
         if found is None:
             return None
         producer, scale = found
         out_shape = tensor_shape(node)
         if out_shape is None or tensor_shape(producer) != out_shape:
             return None  # the scale broadcasts the producer up: not a per-channel scale
-        return self.fold_into(producer, scale, out_shape)
+        return self.fold_into(producer, scale, out_shape, node.op)
 
-    def fold_into(self, producer: Call, scale: Any, out_shape: tuple) -> Any:
+    def fold_into(self, producer: Call, scale: Any, out_shape: tuple, scale_op: Op) -> Any:
+        """``producer * scale`` with the scale moved into a weight, or None; ``scale_op`` is
+        the op that applied the scale (it scales the weight and the bias too)."""
         rule = _rule(producer, "FScaleAxisOutput")
         if rule is not None:
             axis, weight_axis, weight_ndim = rule(producer)
             vector = channel_vector(scale, len(out_shape), axis, out_shape[axis])
             if vector is None:
                 return None
-            weight = _op.multiply(self.visit(producer.args[1]),
-                                  _on_axis(vector, weight_ndim, weight_axis))
+            weight = Call(scale_op, [self.visit(producer.args[1]),
+                                     _on_axis(vector, weight_ndim, weight_axis)])
             return Call(producer.op, [self.visit(producer.args[0]), weight], producer.attrs)
-        if is_op_call(producer, "nn.relu"):
+        if _role(producer) == "positive_homogeneous":
             inner = producer.args[0]
             if not bool(np.all(scale.data.numpy() > 0)) or not self.single_use(inner) or \
                     not (_rule(inner, "FScaleAxisOutput") is not None or
-                         is_op_call(inner, "add")):
+                         _role(inner) == "distributive"):
                 return None
-            folded = self.fold_into(inner, scale, out_shape)
+            folded = self.fold_into(inner, scale, out_shape, scale_op)
             return None if folded is None else Call(producer.op, [folded], producer.attrs)
-        # add: (conv + b) * s = conv * s + b * s, with the conv on either side
+        # distributive: (conv + b) * s = conv * s + b * s, with the conv on either side
         for conv, bias in (producer.args, producer.args[::-1]):
             if _rule(conv, "FScaleAxisOutput") is not None and self.single_use(conv) and \
                     tensor_shape(conv) == out_shape:
-                folded = self.fold_into(conv, scale, out_shape)
+                folded = self.fold_into(conv, scale, out_shape, scale_op)
                 if folded is not None:
-                    return _op.add(folded, _op.multiply(self.visit(bias), scale))
+                    scaled_bias = Call(scale_op, [self.visit(bias), scale])
+                    return Call(producer.op, [folded, scaled_bias], producer.attrs)
         return None
 
 
@@ -170,9 +178,9 @@ class _ForwardFolder(_ScaleFolder):
         if rule is None:
             return None
         data, weight = node.args
-        through_relu = is_op_call(data, "nn.relu") and self.single_use(data)
+        through_relu = _role(data) == "positive_homogeneous" and self.single_use(data)
         scaled = data.args[0] if through_relu else data
-        if not (is_op_call(scaled, "multiply") and self.single_use(scaled)):
+        if not self.single_use(scaled):
             return None
         found = _scale_of_multiply(scaled, lambda e: True)
         in_shape = tensor_shape(scaled)
@@ -194,7 +202,8 @@ class _ForwardFolder(_ScaleFolder):
         new_data = self.visit(source)
         if through_relu:
             new_data = Call(data.op, [new_data], data.attrs)
-        return Call(node.op, [new_data, _op.multiply(self.visit(weight), factor)], node.attrs)
+        new_weight = Call(scaled.op, [self.visit(weight), factor])
+        return Call(node.op, [new_data, new_weight], node.attrs)
 
 
 def backward_fold_scale_axis(expr: Any) -> Any:

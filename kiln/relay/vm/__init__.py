@@ -5,7 +5,7 @@ and :class:`VirtualMachine` are re-exported from :mod:`kiln.runtime.vm`.
 
 Modules: ``compiler`` (bytecode emission after the one compile pipeline,
 :mod:`kiln.relay.backend.pipeline`), ``memory_alloc`` (ManifestAlloc: the per-function arena
-and per-tensor storage), ``shape_rules`` (per-op ``FShapeFunc`` rules), ``shape_func`` (the
+and per-tensor storage), ``shape_func`` (the
 bytecode calling a shape-function kernel; the kernels are lowered by the TE compiler),
 ``executor`` (``create_executor("vm")``). The liveness pass is
 :func:`kiln.relay.transform.ManifestLifetimes`.

@@ -25,6 +25,10 @@ _LAZY = {
     "make_packed_api": ("kiln.tir.transform.packed_api", "make_packed_api"),
     "BindSharedSubexprs": ("kiln.tir.transform.shared_subexpr", "BindSharedSubexprs"),
     "SelectSafeIfThenElse": ("kiln.tir.transform.safe_choices", "SelectSafeIfThenElse"),
+    "SplitWideVectors": ("kiln.tir.transform.wide_vectors", "SplitWideVectors"),
+    "MaskFaultingLanes": ("kiln.tir.transform.lane_masks", "MaskFaultingLanes"),
+    "ShareVectorLoads": ("kiln.tir.transform.shared_loads", "ShareVectorLoads"),
+    "HoistSafeArmLoads": ("kiln.tir.transform.safe_choices", "HoistSafeArmLoads"),
     "CODEGEN_PIPELINE": ("kiln.tir.transform.codegen_prep", "CODEGEN_PIPELINE"),
     "LOWER_PIPELINE": ("kiln.te.lowering", "LOWER_PIPELINE"),
 }

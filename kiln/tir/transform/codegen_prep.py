@@ -11,22 +11,33 @@ from __future__ import annotations
 
 from kiln.tir.function import PrimFunc
 from kiln.tir.transform.base import PrimFuncPass
+from kiln.tir.transform.lane_masks import MaskFaultingLanes
 from kiln.tir.transform.safe_choices import HoistSafeArmLoads, SelectSafeIfThenElse
+from kiln.tir.transform.shared_loads import ShareVectorLoads
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
+from kiln.tir.transform.wide_vectors import SplitWideVectors
 
 __all__ = ["CODEGEN_PIPELINE", "C_CODEGEN_PIPELINE", "prepare_for_codegen"]
 
 CODEGEN_PIPELINE: list[PrimFuncPass] = [
     SelectSafeIfThenElse(),  # per-lane choices that cannot fault: blend both arms
     BindSharedSubexprs(),  # a printer expands a DAG into a tree: bind what is shared first
+    MaskFaultingLanes(),  # the other per-lane choices: blend arms that read only their lanes
 ]
 
 
 # The C-family printers (C, bare-metal C, OpenCL) also bind safe loading arms of scalar
-# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead).
+# choices before the ``?:`` (a GCC workaround; LLVM branches on the condition instead), get
+# vectors wider than a register as native-width parts (GCC spills wider generic vectors to
+# the stack; LLVM legalizes them itself), and vector loads shared by a run of stores bound
+# once (GCC re-reads them at every use; LLVM's GVN shares them over noalias pointers).
 C_CODEGEN_PIPELINE: list[PrimFuncPass] = [
-    *CODEGEN_PIPELINE,
-    HoistSafeArmLoads(),  # last: on what the printer gets, under the same loop facts
+    SelectSafeIfThenElse(),
+    SplitWideVectors(),  # before the masks: each native part of a choice gets its own
+    BindSharedSubexprs(),
+    MaskFaultingLanes(),
+    HoistSafeArmLoads(),  # on what the printer gets, under the same loop facts
+    ShareVectorLoads(),  # after the split: the parts' loads are what the stores share
 ]
 
 

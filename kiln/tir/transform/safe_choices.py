@@ -35,12 +35,14 @@ __all__ = ["SelectSafeIfThenElse", "select_safe_if_then_else", "HoistSafeArmLoad
            "hoist_safe_arm_loads"]
 
 
-def _is_if_then_else(node: Any) -> bool:
+def is_if_then_else(node: Any) -> bool:
+    """Whether ``node`` is a ``tir.if_then_else`` call."""
     return isinstance(node, _e.Call) and str(node.op) == "tir.if_then_else"
 
 
-class _SafeChoices(StmtExprMutator):
-    """Rewrites safe per-lane choices, knowing the enclosing loops' ranges."""
+class SafeChoices(StmtExprMutator):
+    """Rewrites safe per-lane choices, knowing the enclosing loops' ranges (the base of the
+    passes that ask :func:`~kiln.arith.load_bounds.speculable` about choices' arms)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -58,7 +60,7 @@ class _SafeChoices(StmtExprMutator):
 
     def visit_Call(self, node: _e.Call) -> Any:
         node = self.generic_visit(node)
-        if not _is_if_then_else(node):
+        if not is_if_then_else(node):
             return node
         cond, then, other = node.args
         lanes = DataType(node.dtype).lanes
@@ -73,17 +75,17 @@ class _SafeChoices(StmtExprMutator):
         if not speculable(arm, self.analyzer, self.memo):
             return False
         nested: list[Any] = []
-        post_order_visit(arm, lambda n: nested.append(n) if _is_if_then_else(n) else None)
+        post_order_visit(arm, lambda n: nested.append(n) if is_if_then_else(n) else None)
         return all(speculable(a, self.analyzer, self.memo)
                    for choice in nested for a in choice.args[1:])
 
 
-class _SafeArmLoads(_SafeChoices):
+class _SafeArmLoads(SafeChoices):
     """Binds the loading arms of scalar-condition choices that cannot fault to Lets."""
 
     def visit_Call(self, node: _e.Call) -> Any:
         node = self.generic_visit(node)
-        if not _is_if_then_else(node) or DataType(node.args[0].dtype).lanes != 1:
+        if not is_if_then_else(node) or DataType(node.args[0].dtype).lanes != 1:
             return node
         cond, *arms = node.args
         loading = [_has_load(arm) for arm in arms]
@@ -124,7 +126,7 @@ def HoistSafeArmLoads() -> PrimFuncPass:  # noqa: N802 - named like TVM's pass f
 
 def select_safe_if_then_else(stmt: _s.Stmt) -> _s.Stmt:
     """``stmt`` with every per-lane ``if_then_else`` whose arms cannot fault as a Select."""
-    return _SafeChoices().visit(stmt)
+    return SafeChoices().visit(stmt)
 
 
 def _select_func(func: PrimFunc) -> PrimFunc:

@@ -5,7 +5,8 @@ already packed by :func:`pack_kernel`, e.g. folded at compile time), :func:`conv
 (the blocked core), :func:`schedule_conv2d_nchw`, :func:`block_shape` / :func:`tile_width`
 (the register block), :data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels per vector
 block and ``tile_ow`` output columns per register block, 0 for the modelled choice;
-``unroll_kw``; ``parallel_min_flops``, the work below which one thread runs the conv;
+``unroll_kw``; ``ic_bn``, input channels per reduction block (0: none; TVM's ``tile_ic``);
+``parallel_min_flops``, the work below which one thread runs the conv;
 ``parallel_pad``, whether the padded input copy is a parallel loop of its own).
 
 The kernel ``[O, C, KH, KW]`` is packed as ``[O / oc_bn, C, KH, KW, oc_bn]`` and the output is
@@ -35,8 +36,8 @@ from kiln.topi.nn.pad import pad
 from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
 
-DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "parallel_min_flops": 2_000_000,
-                  "parallel_pad": False}
+DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "ic_bn": 0,
+                  "parallel_min_flops": 2_000_000, "parallel_pad": False}
 
 # Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
 # ``tile_ow × oc_bn / 8`` accumulators, ``oc_bn / 8`` weight vectors and the input broadcasts
@@ -364,12 +365,15 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict, threads: bool,
     data_axes = [iv for iv in leaves if iv.iter_type == 0]
     rc, ry, rx = [iv for iv in leaves if iv.iter_type != 0]
     bx, bfi = data_axes[3], data_axes[4]
+    # an input channel block (TVM's tile_ic) runs innermost of the kernel window
+    rco, rci = block.split(rc, factor=cfg["ic_bn"]) if cfg["ic_bn"] > 1 else (rc, None)
+    inner = [rci] if rci is not None else []
     if cfg["unroll_kw"]:
-        block.reorder(rc, ry, rx, bx, bfi)
+        block.reorder(rco, ry, rx, *inner, bx, bfi)
         block.unroll(rx)
     else:
         # kernel columns outermost: an unrolled body is one input row segment, whose
         # broadcasts are not shared with the neighbouring columns' (no register pressure)
-        block.reorder(rx, rc, ry, bx, bfi)
+        block.reorder(rx, rco, ry, *inner, bx, bfi)
     block.unroll(bx)
     block.vectorize(bfi)

@@ -31,7 +31,7 @@ from kiln.topi.nn.pad import pad
 from kiln.topi.utils import get_const_tuple
 
 __all__ = ["conv2d_nchw_int8", "schedule_conv2d_nchw_int8", "conv2d_int8_applies",
-           "MICRO_KERNEL_SOURCE", "OC_BLOCK", "PACKED_KERNEL_LAYOUT"]
+           "pack_kernel_i16", "MICRO_KERNEL_SOURCE", "OC_BLOCK", "PACKED_KERNEL_LAYOUT"]
 
 OC_BLOCK = 16  # output channels per block (one zmm, or two ymm, of int32)
 KERNEL_NAME = "kiln_conv2d_i16_nchw16c_plane"
@@ -153,6 +153,23 @@ def _pairs(n: int) -> int:
     return (n + 1) // 2
 
 
+def pack_kernel_i16(kernel: te.Tensor) -> te.Tensor:
+    """An 8-bit OIHW ``kernel`` as int16 ``OIHW16o2i`` (``[OC/16][C/2][KH][KW][16][2]``), the
+    output channels and input channels zero-padded to whole blocks and pairs."""
+    oc, c, kh, kw = get_const_tuple(kernel.shape)
+    zero = tir.const(0, "int16")
+
+    def kernel_at(ob, cp, y, x, oi, i):
+        o, ch = ob * OC_BLOCK + oi, cp * 2 + i
+        value = _op.cast(kernel[_op.min(o, oc - 1), _op.min(ch, c - 1), y, x], "int16")
+        if c % 2 == 0 and oc % OC_BLOCK == 0:
+            return value
+        return tir.Select(tir.all(o < oc, ch < c), value, zero)
+
+    return te.compute((-(-oc // OC_BLOCK), _pairs(c), kh, kw, OC_BLOCK, 2), kernel_at,
+                      name="kernel_pack_i16")
+
+
 def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
                      dilation: Any, out_dtype: str = "int32") -> te.Tensor:
     """The int32 NCHW convolution of 8-bit ``data`` and OIHW ``kernel`` through the
@@ -181,15 +198,7 @@ def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
 
     data_pack = te.compute((n, c2, hp, wp, 2), data_at, name="data_pack_i16")
 
-    def kernel_at(ob, cp, y, x, oi, i):
-        o, ch = ob * OC_BLOCK + oi, cp * 2 + i
-        value = _op.cast(kernel[_op.min(o, oc - 1), _op.min(ch, c - 1), y, x], "int16")
-        if c % 2 == 0 and oc % OC_BLOCK == 0:
-            return value
-        return tir.Select(tir.all(o < oc, ch < c), value, zero)
-
-    kernel_pack = kernel if prepacked else te.compute(
-        (ocb, c2, kh, kw, OC_BLOCK, 2), kernel_at, name="kernel_pack_i16")
+    kernel_pack = kernel if prepacked else pack_kernel_i16(kernel)
 
     def planes(ins, outs):
         d, k = ins
@@ -223,7 +232,9 @@ def schedule_conv2d_nchw_int8(outs: Any) -> Any:
         if op in seen or not isinstance(op, te.ComputeOp):
             return
         seen.add(op)
-        if op.name == "data_pad" or (op not in [t.op for t in outs] and op.tag != ""
+        # everything elementwise between the packing and the output is inlined, the scalar
+        # constants of a fused requantize too (as immediates, so the epilogue vectorizes)
+        if op.name == "data_pad" or (op not in [t.op for t in outs] and not op.reduce_axis
                                      and op.name not in ("data_pack_i16", "kernel_pack_i16")):
             sch[op].compute_inline()
         for t in op.input_tensors:

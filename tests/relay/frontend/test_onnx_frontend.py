@@ -252,3 +252,12 @@ def test_bad_attribute_value_names_the_node():
 
 def test_from_onnx_is_reachable_as_relay_frontend():
     assert relay.frontend.from_onnx is from_onnx
+
+
+def test_pad_accepts_a_one_element_constant_value_tensor():
+    # ONNX's own function bodies (Attention's padding mask) pass constant_value as shape (1,)
+    model = _model([helper.make_node("Pad", ["x", "pads", "value"], ["y"])],
+                   [_info("x", [2, 3])], [_info("y", [2, 5])],
+                   [numpy_helper.from_array(np.array([0, 1, 0, 1], "int64"), "pads"),
+                    numpy_helper.from_array(np.array([-np.inf], "float32"), "value")], opset=18)
+    _check_against_reference(model, {"x": np.arange(6, dtype="float32").reshape(2, 3)})

@@ -163,18 +163,15 @@ def _float_cnn(rng):
                   [_info("y", "float32", (1, 5))], inits)
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
-def test_quantize_static_qdq_model_runs_on_integers_and_matches_onnxruntime(tmp_path,
-                                                                            per_channel):
+def _quantize_static(float_model, batches, tmp_path, per_channel=False):
+    """``float_model`` quantized by onnxruntime's quantize_static (QDQ, uint8 activations,
+    int8 weights) calibrated on ``batches`` of its input ``x``."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
         QuantType,
         quantize_static,
     )
-
-    rng = np.random.default_rng(4)
-    batches = [rng.standard_normal((1, 3, 12, 12)).astype("float32") for _ in range(8)]
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -184,21 +181,82 @@ def test_quantize_static_qdq_model_runs_on_integers_and_matches_onnxruntime(tmp_
             return next(self.it, None)
 
     src, dst = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(_float_cnn(rng), src)
+    onnx.save(float_model, src)
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                     per_channel=per_channel)
-    model = onnx.load(dst)
+    return onnx.load(dst)
+
+
+def _assert_within_one_output_step(model, got, want):
+    """The output is dequantized: one integer step is one output scale."""
+    out_scale = [numpy_helper.to_array(i) for i in model.graph.initializer
+                 if i.name.startswith("y_scale")][0]
+    assert np.max(np.abs(got - want)) <= float(out_scale) * 1.01
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_quantize_static_qdq_model_runs_on_integers_and_matches_onnxruntime(tmp_path,
+                                                                            per_channel):
+    rng = np.random.default_rng(4)
+    batches = [rng.standard_normal((1, 3, 12, 12)).astype("float32") for _ in range(8)]
+    model = _quantize_static(_float_cnn(rng), batches, tmp_path, per_channel)
     x = batches[0]
     (got,), mod = _kiln(model, {"x": x})
     ops = _ops(mod)
     assert {"qnn.conv2d", "qnn.dense", "qnn.add"} <= ops
     assert not ops & {"nn.conv2d", "nn.dense", "nn.matmul"}  # no float conv/matmul left
-    want = _ort(model, {"x": x})[0]
-    # the output is dequantized: one integer step is one output scale
-    out_scale = [numpy_helper.to_array(i) for i in model.graph.initializer
-                 if i.name.startswith("y_scale")][0]
-    assert np.max(np.abs(got - want)) <= float(out_scale) * 1.01
+    _assert_within_one_output_step(model, got, _ort(model, {"x": x})[0])
+
+
+def _float_mobilenet(rng):
+    """A MobileNet-v1 style float32 net: a 3x3 stride-2 stem, depthwise 3x3 + pointwise 1x1
+    blocks (stride 1 and 2), global average pool, a classifier; relu after every conv."""
+    nodes, inits, prev = [], {}, "x"
+    layers = [(3, 8, 3, 2, 1), (8, 8, 3, 1, 8), (8, 16, 1, 1, 1), (16, 16, 3, 2, 16),
+              (16, 24, 1, 1, 1)]  # (in, out, kernel, stride, groups)
+    for i, (cin, cout, k, stride, groups) in enumerate(layers):
+        inits[f"w{i}"] = (rng.standard_normal((cout, cin // groups, k, k)) * 0.4).astype(
+            "float32")
+        inits[f"b{i}"] = (rng.standard_normal(cout) * 0.1).astype("float32")
+        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"],
+                                   pads=[k // 2] * 4, strides=[stride] * 2, group=groups),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    inits.update(fw=(rng.standard_normal((24, 10)) * 0.3).astype("float32"),
+                 fb=(rng.standard_normal(10) * 0.1).astype("float32"))
+    nodes += [helper.make_node("GlobalAveragePool", [prev], ["g"]),
+              helper.make_node("Flatten", ["g"], ["f"]),
+              helper.make_node("Gemm", ["f", "fw", "fb"], ["y"])]
+    return _model(nodes, [_info("x", "float32", (1, 3, 72, 72))],
+                  [_info("y", "float32", (1, 10))], inits)
+
+
+def test_quantized_mobilenet_stays_integer_between_layers_and_matches_onnxruntime(tmp_path):
+    """The int8 depthwise-separable net runs on the x86 8-bit kernels with uint8 tensors
+    between layers: float only at the input (quantized by the first kernel) and the output,
+    no layout_transform at run time (kernels are packed at compile time)."""
+    import json
+
+    rng = np.random.default_rng(6)
+    batches = [rng.standard_normal((1, 3, 72, 72)).astype("float32") for _ in range(4)]
+    model = _quantize_static(_float_mobilenet(rng), batches, tmp_path)
+    x = batches[1]
+    mod, params = from_onnx(model, {"x": x.shape})
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target="llvm", params=params)
+    graph = json.loads(lib.get_graph_json())
+    kernels = [n["attrs"]["func_name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
+    dtypes = graph["attrs"]["dltype"][1]
+    assert sum(name.startswith("tvmgen_default_fused_nn_conv2d") for name in kernels) == 5
+    assert not [name for name in kernels if "layout_transform" in name or "quantize" in name]
+    assert dtypes.count("float32") == 2 and dtypes[0] == dtypes[-1] == "float32"
+    from kiln.contrib.graph_executor import GraphModule
+
+    gmod = GraphModule(lib["default"](kiln.cpu(0)))
+    gmod.run(x=x)
+    _assert_within_one_output_step(model, gmod.get_output(0).numpy(),
+                                   _ort(model, {"x": x})[0])
 
 
 # ---- bad input ---------------------------------------------------------------------------

@@ -2,10 +2,16 @@
 
 The test walks the whole registry after loading every module that registers rules, so a new
 op that forgets a step fails here with its name. Exceptions are explicit, each with the reason
-the op does not need the rule.
+the op does not need the rule. It also checks that every rule is registered by a family module
+(a module that defines ops: ``kiln/relay/op/<family>.py``, ``kiln/relay/qnn/<family>.py``),
+never by a central table elsewhere.
 """
 
 from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +20,6 @@ import kiln.relay.analysis.mac_count  # noqa: F401 - registers FMacCount of the 
 import kiln.relay.backend.interpreter  # noqa: F401 - registers FNumpyEval of table-driven ops
 import kiln.relay.op.strategy  # noqa: F401 - registers strategies
 import kiln.relay.qnn.interp  # noqa: F401 - registers the QNN ops' reference rules
-import kiln.relay.transform.gradient_rules  # noqa: F401 - registers gradients
-import kiln.relay.vm.shape_rules  # noqa: F401 - registers table-driven shape functions
 from kiln.ir.op import Op
 from kiln.relay.op import OpPattern
 from kiln.relay.op.op import SCHEDULE_KINDS, define_op, register_compute, register_reference
@@ -191,3 +195,117 @@ def test_declaring_the_ops_does_not_load_topi():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]", out
+
+
+# ---- every rule lives in its op's family module (issue 13: one module per op family) ---------
+_ROOT = Path(kiln.__file__).parent
+# The registry and its registration helpers themselves.
+_REGISTRY_API = ("kiln.ir.op", "kiln.relay.op.op")
+# Modules that derive one rule for many ops from another rule (no per-op knowledge), and why.
+_DERIVED = {
+    "kiln.relay.qnn.interp": "a QNN op's reference is its canonical lowering, interpreted",
+}
+# Helpers the family modules share when they write rules (same_shape_as_input …).
+_SHARED_HELPERS = ("kiln.relay.op.rule_util",)
+_RULE_KEYS = ("FTVMCompute", "FNumpyEval", "FShapeFunc", "FPrimalGradient", "FMacCount",
+              "FScaleAxisOutput", "FScaleAxisInput")
+_REGISTER_HELPERS = {
+    "define_op", "register_compute", "register_reference", "register_shape_func",
+    "register_shape_requirement", "register_gradient", "register_mac_count",
+    "register_fold_scale_axis", "register_scale_axis_role", "register_arg_types",
+    "register_pattern", "register_type_rel", "register_injective_schedule",
+    "register_broadcast_schedule", "register_reduce_schedule", "register_opaque_schedule"}
+_ATTR_KEYS = {*_RULE_KEYS, "FTVMSchedule", "FTVMTypeRelation", "TOpPattern", "FInferArgTypes",
+              "TShapeDataDependent", "TShapeValueRequirement", "TScaleAxisRole"}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _registrations(tree: ast.AST):
+    """``(line, helper)`` of each call that registers an op or one of its rules."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name in ("set_attr", "register_op_attr"):
+            key = node.args[0 if name == "set_attr" else 1] if len(node.args) > 1 else None
+            if isinstance(key, ast.Constant) and key.value not in _ATTR_KEYS:
+                continue
+        elif name not in _REGISTER_HELPERS:
+            continue
+        yield node.lineno, name
+
+
+@functools.lru_cache(maxsize=1)
+def _registering_modules() -> dict[str, list[tuple[int, str]]]:
+    """Each kiln module that registers ops or rules, with its registration calls."""
+    found = {}
+    for path in sorted(_ROOT.rglob("*.py")):
+        text = path.read_text()
+        if not any(word in text for word in (*_REGISTER_HELPERS, "set_attr", "register_op_attr")):
+            continue  # parse only the files that could register something
+        calls = list(_registrations(ast.parse(text, str(path))))
+        if calls:
+            found[_module_name(path)] = calls
+    return found
+
+
+def _family_modules() -> set[str]:
+    """The op family modules: the modules that define ops (``define_op``)."""
+    return {module for module, calls in _registering_modules().items()
+            if any(name == "define_op" for _, name in calls)}
+
+
+def test_rules_are_registered_only_where_ops_are_defined():
+    # the old central tables (strategy/generic.py's COMPUTES, backend/numpy_ops.py,
+    # vm/shape_rules.py, transform/gradient_rules.py …) are gone: a module that registers
+    # rules but defines no op fails here with its file and line
+    families = _family_modules()
+    bad = [f"{module}:{line} {name}" for module, calls in _registering_modules().items()
+           if module not in families and module not in _DERIVED
+           and module not in _REGISTRY_API for line, name in calls]
+    assert not bad, f"op rules registered outside the family modules: {bad}"
+    assert {"kiln.relay.op.tensor", "kiln.relay.op.nn.dense", "kiln.relay.qnn.matmul"} <= \
+        families
+
+
+def test_every_rule_is_a_named_function_of_a_family_module():
+    allowed = _family_modules() | set(_SHARED_HELPERS)
+    bad = []
+    for name in _all_ops():
+        op = Op.get(name)
+        for key in _RULE_KEYS:
+            rule = op.get_attr(key)
+            if rule is None:
+                continue
+            module = getattr(rule, "__module__", "")
+            if module in _DERIVED:
+                continue
+            if module not in allowed:
+                bad.append(f"{name}.{key} from {module}")
+            elif getattr(rule, "__name__", "<lambda>") == "<lambda>":
+                bad.append(f"{name}.{key} is a lambda in {module}")
+    assert not bad, bad
+
+
+def test_the_old_tables_are_gone():
+    import importlib.util
+
+    for module in ("kiln.relay.vm.shape_rules", "kiln.relay.transform.gradient_rules",
+                   "kiln.relay.backend.numpy_nn"):
+        assert importlib.util.find_spec(module) is None, module
+    generic = ast.parse((_ROOT / "relay/op/strategy/generic.py").read_text())
+    assert not [n for n in ast.walk(generic) if isinstance(n, ast.Lambda)]
+
+
+def test_fold_scale_axis_names_no_op():
+    # which op applies, commutes with or distributes a scale is its TScaleAxisRole
+    tree = ast.parse((_ROOT / "relay/transform/fold_scale_axis.py").read_text())
+    names = set(Op.list_op_names())
+    named = sorted({n.value for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and n.value in names})
+    assert not named, named

@@ -103,3 +103,24 @@ def test_scales_that_are_not_per_channel_or_shared_are_left_alone():
     shared = relay.Tuple([relay.multiply(y, relay.const(rand(4, 1, 1))), y])
     func = FoldScaleAxis()(kiln.IRModule.from_expr(relay.Function([x, w], shared)))["main"]
     assert ops_of(func)[-1] == "multiply"
+
+
+def test_an_op_folds_through_the_role_its_family_registers():
+    # the pass names no op: a new op with the positive-homogeneous role (here a relu twin)
+    # passes a positive scale to the conv below it, exactly as nn.relu does
+    import pytest
+
+    from kiln.relay.op import op as op_registry
+    from kiln.relay.op.type_relations import identity_rel
+
+    op_registry.define_op("test.fold_relu_twin", identity_rel, op_registry.ELEMWISE, 1)
+    op_registry.register_reference("test.fold_relu_twin",
+                                   lambda attrs, args, out_type: np.maximum(args[0], 0))
+    op_registry.register_scale_axis_role("test.fold_relu_twin", "positive_homogeneous")
+    x, w = relay.var("x", shape=(1, 3, 5, 5)), relay.var("w", shape=(4, 3, 3, 3))
+    twin = op_registry.call("test.fold_relu_twin", [conv(x, w)])
+    func = run_both(relay.multiply(twin, relay.const(rand(4, 1, 1, positive=True))), [x, w],
+                    [rand(1, 3, 5, 5), rand(4, 3, 3, 3)], fold=BackwardFoldScaleAxis)
+    assert ops_of(func) == ["multiply", "nn.conv2d", "test.fold_relu_twin"]
+    with pytest.raises(kiln.TVMError, match="test.fold_relu_twin: role must be one of"):
+        op_registry.register_scale_axis_role("test.fold_relu_twin", "linear")

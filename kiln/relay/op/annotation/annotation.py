@@ -8,7 +8,8 @@ Entry points (constructors under TVM's names): :func:`on_device`, :func:`stop_fu
 
 These ops appear in IR produced by passes (ManifestAlloc, device planning, LowerTE …) rather
 than in user models. All are ``OPAQUE``; annotations are ``TNonComputational`` (they compute
-nothing and vanish at code generation) and the memory ops are stateful.
+nothing and vanish at code generation; their reference rule returns the argument) and the
+memory ops are stateful.
 """
 
 from __future__ import annotations
@@ -17,7 +18,14 @@ from typing import Any
 
 from kiln.ir.type import FuncType, GlobalTypeVar, TypeCall
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.op import OPAQUE, as_expr, call, define_op, register_op_attr
+from kiln.relay.op.op import (
+    OPAQUE,
+    as_expr,
+    call,
+    define_op,
+    register_op_attr,
+    register_reference,
+)
 from kiln.relay.op.type_relations import Any as DynDim
 from kiln.relay.op.type_relations import TupleType, dims, fail, is_static, tensor_arg, tensor_type
 
@@ -99,6 +107,17 @@ _INTERNAL = (
 for _name, _rel, _arity, _attrs, _stateful in _INTERNAL:
     define_op(_name, _rel, OPAQUE, _arity, _attrs, _name)
     register_op_attr(_name, "TOpIsStateful", _stateful)
+
+
+def reference_identity(attrs, args, out_type):
+    """An annotation (or ``debug``, whose callback the interpreter runs) evaluates to its
+    argument."""
+    return args[0]
+
+
+for _name, *_ in _NON_COMPUTATIONAL:
+    register_reference(_name, reference_identity)
+register_reference("debug", reference_identity)
 
 
 def on_device(body: Any, virtual_device: Any, constrain_result: bool = False,

@@ -48,7 +48,7 @@ from kiln.relay.op.op import (
     register_shape_func,
 )
 from kiln.relay.op.reshape import transpose
-from kiln.relay.op.rule_util import i64, out_dtype, reference_dtype
+from kiln.relay.op.rule_util import i64, out_dtype, reference_dtype, wide_dtype
 from kiln.relay.op.transform import strided_slice
 from kiln.relay.op.type_relations import (
     dim_op,
@@ -534,7 +534,7 @@ def _convolve(data, weight, strides, padding, dilation, groups, out_dtype):
     outs = []
     letters = "pqr"[:nd]  # kernel offsets; upper case: output positions (never n, c or o)
     for g in range(groups):
-        wg = weight[g * og:(g + 1) * og].astype(np.float64 if out_dtype.kind == "f" else np.int64)
+        wg = weight[g * og:(g + 1) * og].astype(wide_dtype(out_dtype))
         xg = win[:, g * cg:(g + 1) * cg]
         spec = f"nc{letters.upper()}{letters},oc{letters}->no{letters.upper()}"
         outs.append(np.einsum(spec, xg, wg))

@@ -5,9 +5,12 @@ Entry points (TVM's signatures): :func:`dense`, :func:`matmul`, :func:`batch_mat
 :func:`contrib_dense_pack`. Per op this module registers its attrs type, type relation
 (+ ``FInferArgTypes`` of an unannotated weight), pattern kind (``OUT_ELEMWISE_FUSABLE``),
 TE compute and schedule kind (the ``<op>.generic`` strategy), reference NumPy rule, VM shape
-function, gradient and MAC count. The tiled x86 and Cortex-M implementations are
-target-keyed strategies in ``strategy/x86.py`` and ``strategy/arm_cpu.py``, beside each
-target's other schedules; FoldScaleAxis's dense rules are in ``transform/fold_scale_axis.py``.
+function, gradient, MAC count and FoldScaleAxis rules. The op objects (``dense_op``,
+``matmul_op``, ``dense_pack_op``, ``batch_matmul_op``) are what other packages (QNN, quantize)
+compare calls with; the tiled x86 and Cortex-M implementations are registered by
+``strategy/x86.py`` and ``strategy/arm_cpu.py`` on :data:`dense_strategy`,
+:data:`dense_pack_strategy` and :data:`batch_matmul_strategy` (TVM's generic strategy
+functions), beside each target's other schedules.
 
 Example
 -------
@@ -27,6 +30,7 @@ import numpy as np
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.op import (
     OUT_ELEMWISE_FUSABLE,
+    StrategyFunction,
     call,
     define_op,
     register_arg_types,
@@ -45,6 +49,7 @@ from kiln.relay.op.rule_util import (
     out_shape,
     reference_dtype,
     static_or_symbolic,
+    wide_dtype,
 )
 from kiln.relay.op.type_relations import (
     Any as DynDim,
@@ -135,12 +140,19 @@ def _batch_matmul_rel(types, attrs, op_name):
     return tensor_type([batch, m, n], attrs.out_dtype or a.dtype)
 
 
-define_op("nn.dense", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.DenseAttrs, "x @ w.T", 1)
-define_op("nn.matmul", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.MatmulAttrs, "a @ b", 1)
-define_op("nn.contrib_dense_pack", _dense_pack_rel, OUT_ELEMWISE_FUSABLE, 2, A.DensePackAttrs,
-          "dense on a packed weight", 10)
-define_op("nn.batch_matmul", _batch_matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.BatchMatmulAttrs,
-          "batched matrix product", 10)
+dense_op = define_op("nn.dense", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.DenseAttrs, "x @ w.T",
+                     1)
+matmul_op = define_op("nn.matmul", _matmul_rel, OUT_ELEMWISE_FUSABLE, 2, A.MatmulAttrs, "a @ b",
+                      1)
+dense_pack_op = define_op("nn.contrib_dense_pack", _dense_pack_rel, OUT_ELEMWISE_FUSABLE, 2,
+                          A.DensePackAttrs, "dense on a packed weight", 10)
+batch_matmul_op = define_op("nn.batch_matmul", _batch_matmul_rel, OUT_ELEMWISE_FUSABLE, 2,
+                            A.BatchMatmulAttrs, "batched matrix product", 10)
+# TVM's strategy generic functions: the target strategy modules (strategy/x86.py,
+# strategy/arm_cpu.py …) register their implementations on these
+dense_strategy = StrategyFunction(dense_op)
+dense_pack_strategy = StrategyFunction(dense_pack_op)
+batch_matmul_strategy = StrategyFunction(batch_matmul_op)
 # nn.batch_matmul has no ``units``: an unannotated operand's extent N cannot be determined.
 register_arg_types("nn.dense", _matmul_weight)
 register_arg_types("nn.matmul", _matmul_weight)
@@ -231,7 +243,7 @@ for _name in ("nn.dense", "nn.matmul", "nn.contrib_dense_pack", "nn.batch_matmul
 def _accumulate(a: np.ndarray, b: np.ndarray, out_type: Any) -> np.ndarray:
     """``a @ b`` accumulated in float64 (int64 for integers), cast to the result dtype."""
     dtype = reference_dtype(out_type)
-    wide = np.float64 if dtype.kind == "f" else np.int64
+    wide = wide_dtype(dtype)
     return np.matmul(a.astype(wide), b.astype(wide)).astype(dtype)
 
 

@@ -1,27 +1,28 @@
-"""Neural-network layers other than convolution and pooling.
+"""Neural-network layers other than convolution, pooling, normalization and resampling:
+activations, bias, softmax, flattening, padding and dropout.
 
 Entry points (TVM's ``relay.nn`` signatures): :func:`bias_add`, :func:`relu`,
 :func:`leaky_relu`, :func:`prelu`, :func:`softmax`, :func:`fast_softmax`, :func:`log_softmax`,
-:func:`batch_flatten`, :func:`pad`, :func:`mirror_pad`, :func:`lrn`, :func:`l2_normalize`,
-:func:`dropout`, :func:`dropout_raw`, :func:`batch_norm`, :func:`instance_norm`,
-:func:`layer_norm`, :func:`group_norm`, :func:`upsampling`, :func:`depth_to_space`,
-:func:`space_to_depth`.
+:func:`batch_flatten`, :func:`pad`, :func:`mirror_pad`, :func:`dropout`, :func:`dropout_raw`;
+the helpers :func:`check_channel_vector`, :func:`channel_vectors` and :func:`axis_identity_rel`
+that :mod:`.norm` shares. Per op this module registers its type relation and pattern kind,
+TE compute and schedule, reference NumPy rule, VM shape function, gradient and FoldScaleAxis
+rule (a positive scale passes through ``relu``).
 
 Example
 -------
 >>> from kiln import relay
->>> x = relay.var("x", shape=(1, 16, 8, 8))
->>> out = relay.nn.batch_norm(x, *[relay.var(n, shape=(16,)) for n in "gbmv"])
->>> len(out)
-3
+>>> relay.nn.softmax(relay.var("x", shape=(2, 5))).op.name
+'nn.softmax'
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.nn.pool import spatial_axes
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
@@ -34,6 +35,22 @@ from kiln.relay.op.op import (
     define_op,
     is_expr,
     register_arg_types,
+    register_compute,
+    register_gradient,
+    register_injective_schedule,
+    register_opaque_schedule,
+    register_reference,
+    register_scale_axis_role,
+    register_shape_func,
+)
+from kiln.relay.op.rule_util import (
+    i64,
+    out_dtype,
+    out_shape,
+    product,
+    reference_dtype,
+    same_shape_as_input,
+    static_or_symbolic,
 )
 from kiln.relay.op.type_relations import (
     TupleType,
@@ -50,9 +67,19 @@ from kiln.relay.op.type_relations import (
     tensor_type,
 )
 
+# TOPI is imported inside the computes (and the few rules) that use it: declaring the ops
+# and building Relay expressions never loads it; the first lowering does.
 
-def _check_vector(types, index, extent, op_name, what):
-    """``types[index]`` must be a vector of ``extent`` elements of the data's dtype."""
+__all__ = [
+    "bias_add", "relu", "leaky_relu", "prelu", "softmax", "fast_softmax", "log_softmax",
+    "batch_flatten", "pad", "mirror_pad", "dropout", "dropout_raw", "check_channel_vector",
+    "channel_vectors", "axis_identity_rel",
+]
+
+
+def check_channel_vector(types, index, extent, op_name, what):
+    """A relation check: ``types[index]`` must be a vector of ``extent`` elements of the
+    data's dtype."""
     vec = tensor_arg(types, index, op_name)
     v = dims(vec)
     if len(v) != 1 or not (is_any(v[0]) or is_any(extent) or dims_equal(v[0], extent)):
@@ -66,7 +93,7 @@ def _bias_add_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     axis = normalize_axis(attrs.axis, len(d), op_name)
-    _check_vector(types, 1, d[axis], op_name, "bias")
+    check_channel_vector(types, 1, d[axis], op_name, "bias")
     return data
 
 
@@ -74,11 +101,11 @@ def _prelu_rel(types, attrs, op_name):
     data = tensor_arg(types, 0, op_name)
     d = dims(data)
     axis = normalize_axis(attrs.axis, len(d), op_name)
-    _check_vector(types, 1, d[axis], op_name, "alpha")
+    check_channel_vector(types, 1, d[axis], op_name, "alpha")
     return data
 
 
-def _channel_vectors(*indices: int):
+def channel_vectors(*indices: int):
     """An ``FInferArgTypes`` rule: arguments ``indices`` are vectors over the data's ``axis``
     (a bias, prelu's alpha, a norm's gamma/beta/mean/var) of the data's dtype."""
 
@@ -94,16 +121,10 @@ def _channel_vectors(*indices: int):
     return rule
 
 
-def _axis_identity_rel(types, attrs, op_name):
+def axis_identity_rel(types, attrs, op_name):
+    """The type relation of an op whose result is typed like its data (with an ``axis``)."""
     data = tensor_arg(types, 0, op_name)
     normalize_axis(attrs.axis, len(data.shape), op_name)
-    return data
-
-
-def _l2_normalize_rel(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    for a in attrs.axis or ():
-        normalize_axis(a, len(data.shape), op_name)
     return data
 
 
@@ -159,120 +180,21 @@ def _dropout_rel(types, attrs, op_name):
     return TupleType([data, tensor_type(dims(data), data.dtype)])
 
 
-def _norm_params(types, attrs, op_name, channel_count):
-    data = tensor_arg(types, 0, op_name)
-    d = dims(data)
-    axis = normalize_axis(attrs.axis, len(d), op_name)
-    extent = d[axis] if channel_count is None else channel_count(d, axis)
-    for index, what in ((1, "gamma"), (2, "beta")):
-        _check_vector(types, index, extent, op_name, what)
-    return data, d, axis
-
-
-def _batch_norm_rel(types, attrs, op_name):
-    data, d, axis = _norm_params(types, attrs, op_name, None)
-    for index, what in ((3, "moving_mean"), (4, "moving_var")):
-        _check_vector(types, index, d[axis], op_name, what)
-    vec = tensor_type([d[axis]], data.dtype)
-    return TupleType([data, vec, vec])
-
-
-def _norm_rel(types, attrs, op_name):
-    return _norm_params(types, attrs, op_name, None)[0]
-
-
-def _group_norm_rel(types, attrs, op_name):
-    data, d, axis = _norm_params(types, attrs, op_name, None)
-    groups = int(attrs.num_groups)
-    if groups <= 0 or (is_static(d[axis]) and d[axis] % groups):
-        fail(f"{op_name}: {d[axis]} channels cannot be split into {groups} groups")
-    return data
-
-
-_UPSAMPLING_METHODS = ("nearest_neighbor", "bilinear", "bicubic")
-
-
-def upsampling_rel(types, attrs, op_name):
-    """The type relation of nn.upsampling (H and W scaled by the attrs)."""
-    data = tensor_arg(types, 0, op_name)
-    d = dims(data)
-    if attrs.method not in _UPSAMPLING_METHODS:
-        fail(f"{op_name}: method must be one of {_UPSAMPLING_METHODS}, got {attrs.method!r}")
-    h, w = spatial_axes(attrs.layout, "HW", len(d), op_name)
-    if len(types) > 1:  # dyn.nn.upsampling: scales are tensors
-        from kiln.relay.op.type_relations import Any as DynDim
-
-        d[h], d[w] = DynDim(), DynDim()
-    else:
-        d[h] = dim_op(lambda x: round(x * float(attrs.scale_h)), d[h])
-        d[w] = dim_op(lambda x: round(x * float(attrs.scale_w)), d[w])
-    return tensor_type(d, data.dtype)
-
-
-def _subpixel_axes(types, attrs, op_name):
-    data = tensor_arg(types, 0, op_name)
-    d = dims(data)
-    b = int(attrs.block_size)
-    if b <= 0:
-        fail(f"{op_name}: block_size must be positive, got {b}")
-    c = spatial_axes(attrs.layout, "C", len(d), op_name)[0]
-    h, w = spatial_axes(attrs.layout, "HW", len(d), op_name)
-    return data, d, b, c, h, w
-
-
-def _depth_to_space_rel(types, attrs, op_name):
-    data, d, b, c, h, w = _subpixel_axes(types, attrs, op_name)
-    if attrs.mode not in ("DCR", "CRD"):
-        fail(f"{op_name}: mode must be DCR or CRD, got {attrs.mode!r}")
-    if is_static(d[c]) and d[c] % (b * b):
-        fail(f"{op_name}: {d[c]} channels are not divisible by block_size^2 = {b * b}")
-    d[c] = dim_op(lambda x: x // (b * b), d[c])
-    d[h], d[w] = dim_op(lambda x: x * b, d[h]), dim_op(lambda x: x * b, d[w])
-    return tensor_type(d, data.dtype)
-
-
-def _space_to_depth_rel(types, attrs, op_name):
-    data, d, b, c, h, w = _subpixel_axes(types, attrs, op_name)
-    for axis in (h, w):
-        if is_static(d[axis]) and d[axis] % b:
-            fail(f"{op_name}: spatial extent {d[axis]} is not divisible by {b}")
-    d[c] = dim_op(lambda x: x * b * b, d[c])
-    d[h], d[w] = dim_op(lambda x: x // b, d[h]), dim_op(lambda x: x // b, d[w])
-    return tensor_type(d, data.dtype)
-
-
 define_op("nn.bias_add", _bias_add_rel, BROADCAST, 2, A.BiasAddAttrs, "add a bias vector", 1)
 define_op("nn.relu", identity_rel, ELEMWISE, 1, None, "max(x, 0)", 1)
 define_op("nn.leaky_relu", identity_rel, ELEMWISE, 1, A.LeakyReluAttrs, "leaky relu", 3)
 define_op("nn.prelu", _prelu_rel, BROADCAST, 2, A.PReluAttrs, "parametric relu", 3)
 for _name in ("nn.softmax", "nn.fast_softmax", "nn.log_softmax"):
-    define_op(_name, _axis_identity_rel, OUT_ELEMWISE_FUSABLE, 1, A.SoftmaxAttrs, _name[3:], 1)
+    define_op(_name, axis_identity_rel, OUT_ELEMWISE_FUSABLE, 1, A.SoftmaxAttrs, _name[3:], 1)
 define_op("nn.batch_flatten", _batch_flatten_rel, INJECTIVE, 1, None, "flatten to 2-D", 2)
 define_op("nn.pad", _pad_rel, INJECTIVE, 2, A.PadAttrs, "pad", 2)
 define_op("nn.mirror_pad", _mirror_pad_rel, INJECTIVE, 1, A.MirrorPadAttrs, "mirror pad", 2)
-# TVM registers no pattern for lrn and the norms; FuseOps treats them as opaque.
-define_op("nn.lrn", _axis_identity_rel, OPAQUE, 1, A.LRNAttrs, "local response norm", 2)
-define_op("nn.l2_normalize", _l2_normalize_rel, OPAQUE, 1, A.L2NormalizeAttrs,
-          "l2 normalize", 2)
 define_op("nn.dropout", _dropout_rel, OPAQUE, 1, A.DropoutAttrs, "dropout (identity at "
           "inference)", 1)
-define_op("nn.batch_norm", _batch_norm_rel, OUT_ELEMWISE_FUSABLE, 5, A.BatchNormAttrs,
-          "batch normalization", 1)
-define_op("nn.instance_norm", _norm_rel, OPAQUE, 3, A.InstanceNormAttrs, "instance norm", 1)
-define_op("nn.layer_norm", _norm_rel, OPAQUE, 3, A.LayerNormAttrs, "layer norm", 1)
-define_op("nn.group_norm", _group_norm_rel, OPAQUE, 3, A.GroupNormAttrs, "group norm", 1)
-define_op("nn.upsampling", upsampling_rel, INJECTIVE, 1, A.UpSamplingAttrs, "upsample", 2)
-define_op("nn.depth_to_space", _depth_to_space_rel, INJECTIVE, 1, A.SubPixelAttrs,
-          "move channel blocks to space", 5)
-define_op("nn.space_to_depth", _space_to_depth_rel, INJECTIVE, 1, A.SubPixelAttrs,
-          "move spatial blocks to channels", 5)
 
 # Unannotated per-channel parameters take their shape from the data (TVM's relations do too).
-register_arg_types("nn.bias_add", _channel_vectors(1))
-register_arg_types("nn.prelu", _channel_vectors(1))
-register_arg_types("nn.batch_norm", _channel_vectors(1, 2, 3, 4))
-for _name in ("nn.instance_norm", "nn.layer_norm", "nn.group_norm"):
-    register_arg_types(_name, _channel_vectors(1, 2))
+register_arg_types("nn.bias_add", channel_vectors(1))
+register_arg_types("nn.prelu", channel_vectors(1))
 
 
 def bias_add(data: Any, bias: Any, axis: int = 1) -> Any:
@@ -344,19 +266,6 @@ def mirror_pad(data: Any, pad_width: Any, mode: str = "SYMMETRIC") -> Any:
                                                          pad_width=_pad_width(pad_width)))
 
 
-def lrn(data: Any, size: int = 5, axis: int = 1, bias: float = 2, alpha: float = 0.00001,
-        beta: float = 0.75) -> Any:
-    """Local response normalization across ``size`` neighbouring channels."""
-    return call("nn.lrn", [data], A.LRNAttrs(size=int(size), axis=int(axis), bias=float(bias),
-                                             alpha=float(alpha), beta=float(beta)))
-
-
-def l2_normalize(data: Any, eps: float, axis: Any = None) -> Any:
-    """``data / sqrt(max(sum(data**2, axis), eps))``."""
-    axis = None if axis is None else tuple(int(a) for a in axis)
-    return call("nn.l2_normalize", [data], A.L2NormalizeAttrs(eps=float(eps), axis=axis))
-
-
 def dropout_raw(data: Any, rate: float = 0.5) -> Any:
     """The dropout call itself: a 2-tuple (result, mask)."""
     return call("nn.dropout", [data], A.DropoutAttrs(rate=float(rate)))
@@ -369,72 +278,259 @@ def dropout(data: Any, rate: float = 0.5) -> Any:
     return TupleWrapper(dropout_raw(data, rate), 2)[0]
 
 
-def batch_norm(data: Any, gamma: Any, beta: Any, moving_mean: Any, moving_var: Any,
-               axis: int = 1, epsilon: float = 1e-5, center: bool = True,
-               scale: bool = True) -> Any:
-    """Batch normalization: a TupleWrapper (normalized data, mean, var)."""
-    from kiln.relay.expr import TupleWrapper
+# ---- computes (TOPI) ------------------------------------------------------------------------
+@register_compute("nn.relu")
+def compute_relu(attrs, inputs, out_type):
+    """``topi.nn.relu``."""
+    from kiln.topi import nn
 
-    out = call("nn.batch_norm", [data, gamma, beta, moving_mean, moving_var],
-               A.BatchNormAttrs(axis=int(axis), epsilon=float(epsilon), center=bool(center),
-                                scale=bool(scale)))
-    return TupleWrapper(out, 3)
+    return [nn.relu(inputs[0])]
 
 
-def instance_norm(data: Any, gamma: Any, beta: Any, axis: int = 1, epsilon: float = 1e-5,
-                  center: bool = True, scale: bool = True) -> Any:
-    """Normalize each (sample, channel) plane."""
-    return call("nn.instance_norm", [data, gamma, beta], A.InstanceNormAttrs(
-        axis=int(axis), epsilon=float(epsilon), center=bool(center), scale=bool(scale)))
+@register_compute("nn.leaky_relu")
+def compute_leaky_relu(attrs, inputs, out_type):
+    """``topi.nn.leaky_relu`` with the attrs' slope."""
+    from kiln.topi import nn
+
+    return [nn.leaky_relu(inputs[0], attrs.alpha)]
 
 
-def layer_norm(data: Any, gamma: Any, beta: Any, axis: int = -1, epsilon: float = 1e-5,
-               center: bool = True, scale: bool = True) -> Any:
-    """Normalize along ``axis`` with per-feature ``gamma``/``beta``."""
-    return call("nn.layer_norm", [data, gamma, beta], A.LayerNormAttrs(
-        axis=int(axis), epsilon=float(epsilon), center=bool(center), scale=bool(scale)))
+@register_compute("nn.prelu")
+def compute_prelu(attrs, inputs, out_type):
+    """``topi.nn.prelu`` with the slopes along the attrs' axis."""
+    from kiln.topi import nn
+
+    return [nn.prelu(inputs[0], inputs[1], attrs.axis)]
 
 
-def group_norm(data: Any, gamma: Any, beta: Any, num_groups: int, axis: int = 1,
-               epsilon: float = 1e-5, center: bool = True, scale: bool = True) -> Any:
-    """Normalize over groups of ``num_groups`` channel blocks."""
-    return call("nn.group_norm", [data, gamma, beta], A.GroupNormAttrs(
-        num_groups=int(num_groups), axis=int(axis), epsilon=float(epsilon),
-        center=bool(center), scale=bool(scale)))
+@register_compute("nn.bias_add")
+def compute_bias_add(attrs, inputs, out_type):
+    """``topi.nn.bias_add`` along the attrs' axis."""
+    from kiln.topi import nn
+
+    return [nn.bias_add(inputs[0], inputs[1], attrs.axis)]
 
 
-def upsampling(data: Any, scale_h: Any = 1, scale_w: Any = 1, layout: str = "NCHW",
-               method: str = "nearest_neighbor", align_corners: bool = False) -> Any:
-    """Scale the H and W axes by ``scale_h``/``scale_w``; Expr scales give
-    ``dyn.nn.upsampling``."""
-    scales = []
-    for s in (scale_h, scale_w):
-        value = constant_value(s)
-        scales.append(float(value) if value is not None else s)
-    if any(is_expr(s) for s in scales):
-        scales = [as_expr(s, "float64") for s in scales]
-        return call("dyn.nn.upsampling", [data, *scales], A.UpSamplingAttrs(
-            layout=layout, method=method, align_corners=bool(align_corners)))
-    return call("nn.upsampling", [data], A.UpSamplingAttrs(
-        scale_h=float(scales[0]), scale_w=float(scales[1]), layout=layout, method=method,
-        align_corners=bool(align_corners)))
+@register_compute("nn.softmax")
+def compute_softmax(attrs, inputs, out_type):
+    """``topi.nn.softmax``."""
+    from kiln.topi import nn
+
+    return [nn.softmax(inputs[0], attrs.axis)]
 
 
-def depth_to_space(data: Any, block_size: int, layout: str = "NCHW", mode: str = "DCR") -> Any:
-    """Move ``block_size x block_size`` channel blocks into space."""
-    return call("nn.depth_to_space", [data], A.SubPixelAttrs(block_size=int(block_size),
-                                                             layout=layout, mode=mode))
+@register_compute("nn.fast_softmax")
+def compute_fast_softmax(attrs, inputs, out_type):
+    """``topi.nn.fast_softmax`` (the fast exp approximation)."""
+    from kiln.topi import nn
+
+    return [nn.fast_softmax(inputs[0], attrs.axis)]
 
 
-def space_to_depth(data: Any, block_size: int, layout: str = "NCHW") -> Any:
-    """Move ``block_size x block_size`` spatial blocks into channels."""
-    return call("nn.space_to_depth", [data], A.SubPixelAttrs(block_size=int(block_size),
-                                                             layout=layout))
+@register_compute("nn.log_softmax")
+def compute_log_softmax(attrs, inputs, out_type):
+    """``topi.nn.log_softmax``."""
+    from kiln.topi import nn
+
+    return [nn.log_softmax(inputs[0], attrs.axis)]
 
 
-__all__ = [
-    "bias_add", "relu", "leaky_relu", "prelu", "softmax", "fast_softmax", "log_softmax",
-    "batch_flatten", "pad", "mirror_pad", "lrn", "l2_normalize", "dropout", "dropout_raw",
-    "batch_norm", "instance_norm", "layer_norm", "group_norm", "upsampling",
-    "depth_to_space", "space_to_depth",
-]
+def _batch_flatten_static(attrs, inputs, out_type):
+    """``topi.reshape`` to ``(N, rest)``."""
+    from kiln import topi
+
+    return [topi.reshape(inputs[0], out_shape(out_type))]
+
+
+def _batch_flatten_symbolic(attrs, inputs, out_type):
+    from kiln.topi import dynamic
+
+    return [dynamic.reshape(inputs[0], out_shape(out_type))]
+
+
+compute_batch_flatten = static_or_symbolic(_batch_flatten_static, _batch_flatten_symbolic)
+register_compute("nn.batch_flatten", compute_batch_flatten)
+
+
+def _widths(pad_width: Any) -> tuple[list[int], list[int]]:
+    """The before and after widths of each axis."""
+    return [int(p[0]) for p in pad_width], [int(p[1]) for p in pad_width]
+
+
+@register_compute("nn.pad")
+def compute_pad(attrs, inputs, out_type):
+    """``topi.nn.pad`` with the pad value (argument 1) and mode."""
+    from kiln.topi import nn
+
+    return [nn.pad(inputs[0], *_widths(attrs.pad_width), inputs[1], pad_mode=attrs.pad_mode)]
+
+
+@register_compute("nn.mirror_pad")
+def compute_mirror_pad(attrs, inputs, out_type):
+    """``topi.nn.mirror_pad``."""
+    from kiln.topi import nn
+
+    return [nn.mirror_pad(inputs[0], *_widths(attrs.pad_width), attrs.mode)]
+
+
+@register_compute("nn.dropout")
+def compute_dropout(attrs, inputs, out_type):
+    """Inference dropout: the data unchanged and a mask of ones."""
+    from kiln import topi
+
+    return [topi.identity(inputs[0]),
+            topi.full(out_shape(out_type, 1), out_dtype(out_type, 1), 1)]
+
+
+for _name in ("nn.relu", "nn.leaky_relu", "nn.prelu", "nn.bias_add", "nn.batch_flatten",
+              "nn.pad", "nn.mirror_pad"):
+    register_injective_schedule(_name)
+for _name in ("nn.softmax", "nn.fast_softmax", "nn.log_softmax", "nn.dropout"):
+    register_opaque_schedule(_name)
+
+
+# ---- reference semantics (NumPy) ------------------------------------------------------------
+def _on_axis(vector: np.ndarray, ndim: int, axis: int) -> np.ndarray:
+    """``vector`` shaped to broadcast along ``axis`` of an ``ndim``-d tensor."""
+    shape = [1] * ndim
+    shape[axis % ndim] = -1
+    return vector.reshape(shape)
+
+
+@register_reference("nn.relu")
+def reference_relu(attrs, args, out_type):
+    """``max(x, 0)``."""
+    return np.maximum(args[0], 0).astype(reference_dtype(out_type), copy=False)
+
+
+@register_reference("nn.leaky_relu")
+def reference_leaky_relu(attrs, args, out_type):
+    """``x`` where positive, else ``alpha * x``."""
+    x = args[0]
+    return np.where(x > 0, x, x * attrs.alpha).astype(x.dtype)
+
+
+@register_reference("nn.prelu")
+def reference_prelu(attrs, args, out_type):
+    """Leaky relu with one slope per channel along the attrs' axis."""
+    x, alpha = args
+    return np.where(x > 0, x, x * _on_axis(alpha, x.ndim, attrs.axis)).astype(x.dtype)
+
+
+@register_reference("nn.bias_add")
+def reference_bias_add(attrs, args, out_type):
+    """The bias added along the attrs' axis."""
+    x, bias = args
+    return (x + _on_axis(bias, x.ndim, attrs.axis)).astype(x.dtype)
+
+
+@register_reference("nn.softmax")
+@register_reference("nn.fast_softmax")
+def reference_softmax(attrs, args, out_type):
+    """``exp(x - max) / sum(exp(x - max))`` in float64."""
+    x = args[0].astype(np.float64)
+    e = np.exp(x - x.max(axis=attrs.axis, keepdims=True))
+    return (e / e.sum(axis=attrs.axis, keepdims=True)).astype(reference_dtype(out_type))
+
+
+@register_reference("nn.log_softmax")
+def reference_log_softmax(attrs, args, out_type):
+    """``(x - max) - log(sum(exp(x - max)))`` in float64."""
+    x = args[0].astype(np.float64)
+    shifted = x - x.max(axis=attrs.axis, keepdims=True)
+    out = shifted - np.log(np.exp(shifted).sum(axis=attrs.axis, keepdims=True))
+    return out.astype(reference_dtype(out_type))
+
+
+@register_reference("nn.batch_flatten")
+def reference_batch_flatten(attrs, args, out_type):
+    """``(N, everything else)``."""
+    return np.reshape(args[0], (args[0].shape[0], -1))
+
+
+@register_reference("nn.pad")
+def reference_pad(attrs, args, out_type):
+    """``np.pad`` with the pad value (constant mode) or the edge/reflect mode."""
+    x, value = args[0], args[1] if len(args) > 1 else 0
+    width = [(int(a), int(b)) for a, b in attrs.pad_width]
+    mode = {"constant": "constant", "edge": "edge", "reflect": "reflect"}[attrs.pad_mode]
+    if mode == "constant":
+        return np.pad(x, width, constant_values=np.asarray(value).item())
+    return np.pad(x, width, mode=mode)
+
+
+@register_reference("nn.mirror_pad")
+def reference_mirror_pad(attrs, args, out_type):
+    """``np.pad`` symmetric (edge repeated) or reflect (edge not repeated)."""
+    width = [(int(a), int(b)) for a, b in attrs.pad_width]
+    mode = "symmetric" if attrs.mode == "SYMMETRIC" else "reflect"
+    return np.pad(args[0], width, mode=mode)
+
+
+@register_reference("nn.dropout")
+def reference_dropout(attrs, args, out_type):
+    """Inference dropout: the data and a mask of ones."""
+    return args[0], np.ones_like(args[0])
+
+
+# ---- VM shape functions ---------------------------------------------------------------------
+for _name in ("nn.softmax", "nn.fast_softmax", "nn.log_softmax", "nn.bias_add", "nn.prelu",
+              "nn.dropout"):
+    register_shape_func(_name, False, same_shape_as_input)
+
+
+@register_shape_func("nn.batch_flatten", False)
+def shape_func_batch_flatten(attrs, in_dims, out_types):
+    """``(N, product of the rest)``."""
+    return [[in_dims[0][0], product(in_dims[0][1:])]]
+
+
+@register_shape_func("nn.pad", False)
+@register_shape_func("nn.mirror_pad", False)
+def shape_func_pad(attrs, in_dims, out_types):
+    """Each dim plus its before and after widths."""
+    return [[d + i64(int(before) + int(after))
+             for d, (before, after) in zip(in_dims[0], attrs.pad_width)]]
+
+
+# ---- FoldScaleAxis: relu(x * s) == relu(x) * s for a positive scale s --------------------------
+register_scale_axis_role("nn.relu", "positive_homogeneous")
+
+
+# ---- gradients ------------------------------------------------------------------------------
+@register_gradient("nn.relu")
+def gradient_relu(orig, grad):
+    """The adjoint where the input is positive, else 0."""
+    from kiln.relay.op.tensor import greater, multiply, zeros_like
+    from kiln.relay.op.transform import cast_like
+
+    x = orig.args[0]
+    return [multiply(grad, cast_like(greater(x, zeros_like(x)), x))]
+
+
+@register_gradient("nn.batch_flatten")
+def gradient_batch_flatten(orig, grad):
+    """The adjoint reshaped back to the data's shape."""
+    from kiln.relay.op.reshape import reshape_like
+
+    return [reshape_like(grad, orig.args[0])]
+
+
+@register_gradient("nn.softmax")
+def gradient_softmax(orig, grad):
+    """``(grad - sum(grad * y, axis)) * y`` with ``y`` the softmax."""
+    from kiln.relay.op.reduce import sum as reduce_sum
+    from kiln.relay.op.tensor import multiply, subtract
+
+    weighted = reduce_sum(multiply(grad, orig), [int(orig.attrs.axis)], keepdims=True)
+    return [multiply(subtract(grad, weighted), orig)]
+
+
+@register_gradient("nn.log_softmax")
+def gradient_log_softmax(orig, grad):
+    """``grad - sum(grad, axis) * exp(y)`` with ``y`` the log-softmax."""
+    from kiln.relay.op.reduce import sum as reduce_sum
+    from kiln.relay.op.tensor import exp, multiply, subtract
+
+    total = reduce_sum(grad, [int(orig.attrs.axis)], keepdims=True)
+    return [subtract(grad, multiply(total, exp(orig)))]

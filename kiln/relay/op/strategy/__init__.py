@@ -10,7 +10,8 @@ Example
 -------
 >>> from kiln import relay
 >>> from kiln.relay.op import strategy
->>> relay.op.get("nn.dense").get_attr("FTVMStrategy") is not None
+>>> y = relay.nn.dense(relay.var("x", shape=(1, 4)), relay.var("w", shape=(2, 4)))
+>>> y.op.get_attr("FTVMStrategy") is not None
 True
 """
 

@@ -8,6 +8,7 @@ through ``pragma("import_c")`` + ``tensorize``) on Cortex-M targets (``-mcpu=cor
 from __future__ import annotations
 
 from kiln import topi
+from kiln.relay.op.nn.dense import dense_strategy
 from kiln.relay.op.strategy import generic  # noqa: F401 - registers the generic pairs reused here
 from kiln.relay.op.strategy.arm_cpu_int8 import add_int8_conv2d, add_int8_dense
 from kiln.relay.op.strategy.registry import (
@@ -58,7 +59,7 @@ _DENSE_MICRO_KERNEL = register_implementation(
     lambda attrs, inputs, out_type: [topi.arm_cpu.dense_micro_kernel(
         inputs[0], inputs[1], None, attrs.out_dtype or out_type.dtype)],
     lambda attrs, outs, target: topi.arm_cpu.schedule_dense_micro_kernel(outs),
-    "dense_micro_kernel.arm_cpu", plevel=15, op_name="nn.dense")
+    "dense_micro_kernel.arm_cpu", plevel=15, op_name=dense_strategy.op_name)
 
 
 _CONV2D_1X1_MICRO_KERNEL = register_implementation(
@@ -81,7 +82,7 @@ def _micro_kernel_fits(inputs, out_type, target) -> bool:
     return _is_cortex_m(target) and static and float32
 
 
-@register_strategy("nn.dense", "arm_cpu")
+@dense_strategy.register("arm_cpu")
 def dense_strategy_arm_cpu(attrs, inputs, out_type, target):
     """Generic dense everywhere; on a Cortex-M the micro-kernel (plevel 15) too."""
     strategy = OpStrategy()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.relay.op.nn.dense import dense_strategy
 from kiln.relay.op.strategy.registry import register_implementation
 from kiln.topi.arm_cpu.gemv_s8 import (
     conv2d_nhwc_ohwi_s8,
@@ -29,7 +30,7 @@ __all__ = ["int8_fits", "add_int8_dense", "add_int8_conv2d", "alter_conv2d_int8_
 _DENSE_S8 = register_implementation(
     lambda attrs, inputs, out_type: [dense_s8_micro_kernel(inputs[0], inputs[1])],
     lambda attrs, outs, target: schedule_dense_s8_micro_kernel(outs, has_dsp(target)),
-    "dense_s8_micro_kernel.arm_cpu", plevel=15, op_name="nn.dense")
+    "dense_s8_micro_kernel.arm_cpu", plevel=15, op_name=dense_strategy.op_name)
 
 _CONV2D_S8 = register_implementation(
     lambda attrs, inputs, out_type: [conv2d_nhwc_ohwi_s8(inputs[0], inputs[1],

@@ -6,7 +6,8 @@ Entry points: :class:`OpImplementation`, :class:`OpStrategy`, :func:`register_st
 :func:`target_schedule`.
 
 A strategy function ``fstrategy(attrs, inputs, out_type, target) -> OpStrategy`` is registered
-per op and *target key* with ``@register_strategy("nn.dense", "cpu")``. An op's
+per op and *target key* with ``@register_strategy(op_name, "cpu")``, or on the op's
+:class:`~kiln.relay.op.op.StrategyFunction` (``@dense_strategy.register("cpu")``). An op's
 ``FTVMStrategy`` attribute dispatches on ``target.keys`` in order and falls back to the
 ``"generic"`` registration; an op registered with a compute and a schedule
 (``register_compute`` + ``register_injective_schedule`` …) gets its ``generic`` strategy from
@@ -252,10 +253,11 @@ def select_implementation(op: Any, attrs: Any, inputs: list, out_type: Any,
     -------
     >>> from kiln import te
     >>> from kiln.ir.type import TensorType
+    >>> from kiln.relay.op.nn.dense import dense_op
     >>> from kiln.relay.op.op_attrs import DenseAttrs
     >>> from kiln.relay.op.strategy import select_implementation
     >>> x, w = te.placeholder((4, 32)), te.placeholder((16, 32))
-    >>> impl, outs = select_implementation("nn.dense", DenseAttrs(), [x, w],
+    >>> impl, outs = select_implementation(dense_op, DenseAttrs(), [x, w],
     ...                                    TensorType((4, 16), "float32"), "llvm")
     >>> impl.name, impl.config["tile_x"]
     ('dense_pack.x86', 16)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from kiln import topi
+from kiln.relay.op.nn.dense import batch_matmul_strategy, dense_pack_strategy, dense_strategy
 from kiln.relay.op.strategy import x86_int8
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
@@ -62,13 +63,14 @@ DENSE_PACK = register_implementation(
     lambda attrs, inputs, out_type, config=None: [x86_dense.dense_pack(
         inputs[0], inputs[1], None, _dtype(out_type), config)],
     lambda attrs, outs, target, config=None: x86_dense.schedule_dense_pack(outs, config),
-    "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG, op_name="nn.dense")
+    "dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG,
+    op_name=dense_strategy.op_name)
 PREPACKED_DENSE = register_implementation(
     lambda attrs, inputs, out_type, config=None: [x86_dense.dense_packed_weight(
         inputs[0], inputs[1], None, _dtype(out_type), config)],
     lambda attrs, outs, target, config=None: x86_dense.schedule_dense_pack(outs, config),
     "contrib_dense_pack.x86", plevel=15, config=x86_dense.DEFAULT_CONFIG,
-    op_name="nn.contrib_dense_pack")
+    op_name=dense_pack_strategy.op_name)
 CONV2D_NCHW = register_implementation(
     lambda a, i, t, config=None: [x86_conv2d.conv2d_nchw(
         i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t), config)],
@@ -93,39 +95,42 @@ BATCH_MATMUL_PACK = register_implementation(
     lambda attrs, outs, target, config=None: x86_batch_matmul.schedule_batch_matmul_pack(
         outs, config),
     "batch_matmul_pack.x86", plevel=15, config=x86_batch_matmul.DEFAULT_CONFIG,
-    op_name="nn.batch_matmul")
+    op_name=batch_matmul_strategy.op_name)
 _GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,
                                           f"{name.split('.')[-1]}.generic", op_name=name)
-            for name in ("nn.dense", "nn.contrib_dense_pack", "nn.conv2d", "nn.batch_matmul")}
+            for name in (dense_strategy.op_name, dense_pack_strategy.op_name, "nn.conv2d",
+                         batch_matmul_strategy.op_name)}
 
 
 def _static_2d(tensor) -> bool:
     return all(hasattr(d, "value") for d in tensor.shape)
 
 
-@register_strategy("nn.dense", "cpu")
+@dense_strategy.register("cpu")
 def dense_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
-    strategy.add(_GENERIC["nn.dense"])
-    if _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
+    strategy.add(_GENERIC[dense_strategy.op_name])
+    if x86_int8.int8_dense_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.DENSE_INT8)
+    elif _static_2d(inputs[1]) and len(inputs[0].shape) == 2:
         strategy.add(DENSE_PACK)
     return strategy
 
 
-@register_strategy("nn.batch_matmul", "cpu")
+@batch_matmul_strategy.register("cpu")
 def batch_matmul_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
-    strategy.add(_GENERIC["nn.batch_matmul"])
+    strategy.add(_GENERIC[batch_matmul_strategy.op_name])
     static = all(_static_2d(t) for t in inputs)
     if static and not attrs.transpose_a and len(inputs[0].shape) == 3:
         strategy.add(BATCH_MATMUL_PACK)
     return strategy
 
 
-@register_strategy("nn.contrib_dense_pack", "cpu")
+@dense_pack_strategy.register("cpu")
 def dense_pack_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
-    strategy.add(_GENERIC["nn.contrib_dense_pack"])
+    strategy.add(_GENERIC[dense_pack_strategy.op_name])
     strategy.add(PREPACKED_DENSE)
     return strategy
 
@@ -143,6 +148,8 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+    elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
+        strategy.add(x86_int8.DEPTHWISE_NCHW_INT8)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
         strategy.add(DEPTHWISE_NCHW)
     return strategy
@@ -177,7 +184,8 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
     keys = target_keys(target)
     if "cpu" not in keys or "arm_cpu" in keys or len(tinfos[1].shape) != 2:
         return None
-    if not _foldable_weight(inputs[1], tinfos):
+    if not _foldable_weight(inputs[1], tinfos) or \
+            x86_int8.int8_dense_applies(attrs, tinfos, out_type, target):
         return None
     units = tinfos[1].shape[0]
     if not hasattr(units, "value"):
@@ -233,7 +241,8 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
 def _register_alter_layouts() -> None:
     from kiln.ir.op import Op
 
-    for name, alter in (("nn.dense", alter_dense_layout), ("nn.conv2d", alter_conv2d_layout)):
+    for name, alter in ((dense_strategy.op_name, alter_dense_layout),
+                        ("nn.conv2d", alter_conv2d_layout)):
         op = Op.get(name)
         if op.get_attr("FTVMAlterOpLayout") is None:
             op.set_attr("FTVMAlterOpLayout", alter)

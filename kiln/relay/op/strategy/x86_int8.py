@@ -1,17 +1,23 @@
-"""The x86 8-bit convolution implementation (``conv2d_nchw_int8.x86``) and when it applies.
+"""The x86 8-bit convolution implementations and when they apply: ``conv2d_nchw_int8.x86``
+(groups 1; 1x1 stride-1 convolutions take the pixel GEMM of ``topi/x86/conv2d_int8_1x1.py``,
+others the channel-block micro-kernel of ``conv2d_int8.py``),
+``depthwise_conv2d_nchw_int8.x86`` (``topi/x86/depthwise_int8.py``) and ``dense_int8.x86``
+(``topi/x86/dense_int8.py``, for ``nn.dense``).
 
-Entry points: :data:`CONV2D_NCHW_INT8`, :func:`int8_conv2d_applies`, :func:`target_has_avx2`.
-The ``cpu`` strategy of ``nn.conv2d`` adds it (above the float schedules) for 8-bit NCHW/OIHW
-convolutions with an int32 result on targets with AVX2 — what ``qnn.conv2d`` lowers to after
-``relay.qnn.transform.Legalize``.
+Entry points: :data:`CONV2D_NCHW_INT8`, :data:`DEPTHWISE_NCHW_INT8`, :data:`DENSE_INT8`,
+:func:`int8_conv2d_applies`, :func:`int8_depthwise_applies`, :func:`int8_dense_applies`,
+:func:`target_has_avx2`. The ``cpu`` strategies of ``nn.conv2d`` and ``nn.dense`` add them
+(above the float schedules) for 8-bit operands with an int32 result — what ``qnn.conv2d`` and
+``qnn.dense`` lower to after ``relay.qnn.transform.Legalize``.
 """
 
 from __future__ import annotations
 
 from kiln.relay.op.strategy.registry import register_implementation
-from kiln.topi.x86 import conv2d_int8
+from kiln.topi.x86 import conv2d_int8, conv2d_int8_1x1, dense_int8, depthwise_int8
 
-__all__ = ["CONV2D_NCHW_INT8", "int8_conv2d_applies", "target_has_avx2",
+__all__ = ["CONV2D_NCHW_INT8", "DEPTHWISE_NCHW_INT8", "DENSE_INT8", "int8_conv2d_applies",
+           "int8_depthwise_applies", "int8_dense_applies", "target_has_avx2",
            "alter_int8_conv2d_layout"]
 
 # -mcpu names of x86 CPUs with AVX2 (prefixes)
@@ -54,6 +60,8 @@ def int8_conv2d_applies(attrs, inputs, out_type, target) -> bool:
 
 
 def _compute(attrs, inputs, out_type, config=None):
+    if conv2d_int8_1x1.pointwise_int8_applies(inputs[1].shape, attrs.strides, attrs.padding):
+        return [conv2d_int8_1x1.conv2d_1x1_nchw_int8(inputs[0], inputs[1], str(out_type.dtype))]
     return [conv2d_int8.conv2d_nchw_int8(inputs[0], inputs[1], list(attrs.strides),
                                          list(attrs.padding), list(attrs.dilation),
                                          str(out_type.dtype))]
@@ -65,6 +73,48 @@ def _schedule(attrs, outs, target, config=None):
 
 CONV2D_NCHW_INT8 = register_implementation(_compute, _schedule, "conv2d_nchw_int8.x86",
                                            plevel=20, op_name="nn.conv2d")
+
+
+def int8_depthwise_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether ``depthwise_conv2d_nchw_int8.x86`` computes this ``nn.conv2d`` call: 8-bit
+    NCHW/OIHW depthwise with an int32 result, static shapes and rows where the kernel wins
+    (:func:`kiln.topi.x86.depthwise_int8.depthwise_int8_applies`), on an llvm/c CPU target."""
+    static = all(hasattr(d, "value") for t in inputs for d in t.shape)
+    kind = getattr(getattr(target, "kind", None), "name", "")
+    return static and kind in ("llvm", "c") and attrs.data_layout == "NCHW" and \
+        attrs.kernel_layout == "OIHW" and attrs.out_layout in ("", "NCHW") and \
+        depthwise_int8.depthwise_int8_applies(
+            [int(d.value) for d in inputs[0].shape], [int(d.value) for d in inputs[1].shape],
+            attrs.groups, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype),
+            attrs.strides, int(out_type.shape[3]))
+
+
+def _depthwise_compute(attrs, inputs, out_type, config=None):
+    return [depthwise_int8.depthwise_conv2d_nchw_int8(
+        inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
+        str(out_type.dtype))]
+
+
+DEPTHWISE_NCHW_INT8 = register_implementation(_depthwise_compute, _schedule,
+                                              "depthwise_conv2d_nchw_int8.x86", plevel=20,
+                                              op_name="nn.conv2d")
+
+
+def int8_dense_applies(attrs, inputs, out_type, target) -> bool:
+    """Whether ``dense_int8.x86`` computes this ``nn.dense`` call (8-bit 2-D operands, int32
+    result, static shapes, an llvm/c CPU target); AlterOpLayout then leaves it unpacked."""
+    static = all(hasattr(d, "value") for t in inputs for d in t.shape)
+    kind = getattr(getattr(target, "kind", None), "name", "")
+    return static and kind in ("llvm", "c") and dense_int8.dense_int8_applies(
+        inputs[0].shape, inputs[1].shape, str(inputs[0].dtype), str(inputs[1].dtype),
+        str(out_type.dtype))
+
+
+DENSE_INT8 = register_implementation(
+    lambda attrs, inputs, out_type, config=None: [dense_int8.dense_int8(
+        inputs[0], inputs[1], str(out_type.dtype))],
+    lambda attrs, outs, target, config=None: dense_int8.schedule_dense_int8(outs),
+    "dense_int8.x86", plevel=20, op_name="nn.dense")
 
 
 def alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target):

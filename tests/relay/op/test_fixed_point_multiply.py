@@ -1,0 +1,93 @@
+"""``fixed_point_multiply`` and ``fixed_point_multiply_per_axis`` (TVM's ops) against the
+definition in Python integers, compiled (llvm, c) and on the interpreter, and the UPWARD
+``qnn.requantize`` lowering that uses them where they equal the int64 form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import relay
+from kiln.runtime.error import TVMError
+
+EXTREMES = [2**31 - 1, -2**31, 0, 1, -1, 46341, -46341]
+
+
+def _definition(x, multiplier, left, right):
+    """round((x << left) * multiplier / 2**(31 + right)) half up, wrapped to int32."""
+    total = 31 + int(right)
+    value = ((int(x) << int(left)) * int(multiplier) + (1 << (total - 1))) >> total
+    return (value + 2**31) % 2**32 - 2**31
+
+
+def _inputs(shape, seed):
+    x = np.random.default_rng(seed).integers(-2**31, 2**31, shape).astype("int32")
+    x.reshape(-1)[:len(EXTREMES)] = EXTREMES
+    return x
+
+
+def _evaluate(expr_of, x, kind, target):
+    v = relay.var("x", shape=x.shape, dtype="int32")
+    mod = kiln.IRModule.from_expr(relay.Function([v], expr_of(v)))
+    return relay.create_executor(kind, mod=mod, target=target).evaluate()(x).numpy()
+
+
+RUNS = [("graph", "llvm"), ("graph", "c"), ("debug", "llvm")]
+
+
+@pytest.mark.parametrize("kind, target", RUNS)
+def test_fixed_point_multiply_matches_the_definition(kind, target):
+    x = _inputs((4, 9), 0)
+    # 0.7071 (shift 0), 0.5 (the power of two), 0.0123 (a right shift), 5.5 (a left shift)
+    for multiplier, shift in [(1518500250, 0), (1 << 30, 0), (1690833178, -6),
+                              (1476395008, 3)]:
+        got = _evaluate(lambda v, m=multiplier, s=shift: relay.fixed_point_multiply(v, m, s), x,
+                        kind, target)
+        want = [_definition(v, multiplier, max(shift, 0), max(-shift, 0)) for v in x.ravel()]
+        np.testing.assert_array_equal(got.ravel(), want)
+
+
+@pytest.mark.parametrize("kind, target", RUNS)
+@pytest.mark.parametrize("lshift_required", [False, True])
+def test_fixed_point_multiply_per_axis_matches_the_definition(kind, target, lshift_required):
+    x = _inputs((2, 3, 5), 1)
+    m = np.array([1518500250, 1 << 30, 2013265920], "int32")
+    left = np.array([2, 0, 1], "int32") if lshift_required else np.zeros(3, "int32")
+    # without a left shift, a right shift of 33 too (a multiplier below 2**-33: zero)
+    right = np.array([0, 7, 3 if lshift_required else 33], "int32")
+    got = _evaluate(lambda v: relay.fixed_point_multiply_per_axis(
+        v, relay.const(m), relay.const(left), relay.const(right), lshift_required, True, [1]),
+        x, kind, target)
+    want = np.array([[[_definition(x[n, c, k], m[c], left[c], right[c]) for k in range(5)]
+                      for c in range(3)] for n in range(2)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fixed_point_multiply_refuses_non_int32_data():
+    v = relay.var("x", shape=(3,), dtype="int64")
+    mod = kiln.IRModule.from_expr(relay.Function([v], relay.fixed_point_multiply(v, 1, 0)))
+    with pytest.raises(TVMError, match="int32"):
+        relay.transform.InferType()(mod)
+
+
+def _canonical_ops(in_zp, scale):
+    v = relay.var("x", shape=(1, 4, 3), dtype="int32")
+    y = relay.qnn.op.requantize(v, relay.const(scale), relay.const(in_zp, "int32"),
+                                relay.const(1.0), relay.const(3, "int32"), axis=1,
+                                out_dtype="int8")
+    mod = relay.transform.InferType()(kiln.IRModule.from_expr(relay.Function([v], y)))
+    mod = relay.qnn.transform.CanonicalizeOps()(mod)
+    names = set()
+    relay.analysis.post_order_visit(mod["main"], lambda n: names.add(n.op.name) if hasattr(
+        n, "op") and hasattr(n.op, "name") else None)
+    return names
+
+
+def test_upward_requantize_lowers_to_int32_fixed_point_multiply_where_exact():
+    per_channel = np.array([0.1, 0.2, 0.3, 0.4], "float32")
+    assert "fixed_point_multiply" in _canonical_ops(0, 0.25)
+    assert "fixed_point_multiply_per_axis" in _canonical_ops(0, per_channel)
+    # an input zero point or a multiplier above 1 keep the int64 form
+    assert not {"fixed_point_multiply", "fixed_point_multiply_per_axis"} & (
+        _canonical_ops(5, 0.25) | _canonical_ops(0, 3.0))
