@@ -16,6 +16,10 @@ settings.load_profile("kiln")
 
 # Keep test builds out of the user's cache, but share them across xdist workers of one run.
 os.environ.setdefault("KILN_CACHE_DIR", os.path.join(tempfile.gettempdir(), "kiln-test-cache"))
+# Whole-build caching stays off: a test that builds a module another test built before would
+# get the stored library instead of exercising the compiler (tests/relay/backend/
+# test_build_cache.py turns it on for itself).
+os.environ.setdefault("KILN_BUILD_CACHE", "0")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ ask the current dispatch context for tuned configs; untuned, builds are unchange
 
 from __future__ import annotations
 
-from kiln.autotvm import env, measure, record, task, topi_x86  # noqa: F401
+from kiln.autotvm import env, measure, record, task, tophub, topi_x86  # noqa: F401
 from kiln.autotvm.env import GLOBAL_SCOPE
 from kiln.autotvm.measure import (
     LocalBuilder,
@@ -39,7 +39,7 @@ from kiln.autotvm.task import (
     template,
 )
 
-__all__ = ["env", "measure", "record", "task", "tuner", "callback", "GLOBAL_SCOPE",
+__all__ = ["env", "measure", "record", "task", "tophub", "tuner", "callback", "GLOBAL_SCOPE",
            "LocalBuilder", "LocalRunner", "RPCRunner", "RayBuilder", "RayRunner",
            "MeasureErrorNo", "MeasureInput", "MeasureResult", "create_measure_batch",
            "measure_option", "ApplyConfig", "ApplyFixedConfig", "ApplyHistoryBest",

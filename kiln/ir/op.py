@@ -25,7 +25,7 @@ from kiln.ir.hooks import get_hook
 from kiln.runtime.error import TVMError
 from kiln.runtime.object import Object, register_object
 
-__all__ = ["Op", "register", "register_op_attr", "get", "list_op_names"]
+__all__ = ["Op", "register", "register_op_attr", "get", "list_op_names", "registered_attrs"]
 
 _OPS: dict[str, Op] = {}
 # attr_key -> {op name -> (value, plevel)}
@@ -173,6 +173,13 @@ def get(op_name: str) -> Op:
 
 def list_op_names() -> list[str]:
     return Op.list_op_names()
+
+
+def registered_attrs() -> list[tuple[str, str, Any, int]]:
+    """``(attr name, op name, value, plevel)`` of every op attribute set so far (what the
+    build cache looks at to tell a user's override from kiln's own registrations)."""
+    return [(attr, op_name, value, plevel) for attr, table in _ATTRS.items()
+            for op_name, (value, plevel) in table.items()]
 
 
 def register_op_attr(op_name: str, attr_key: str, value: Any = None, level: int = 10):

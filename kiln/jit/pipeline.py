@@ -71,8 +71,9 @@ def step_specialize(inferrer, context) -> dict:
     return {"graph": run_specialize(inferrer, context)}
 
 
-def step_opt(graph: Graph, passes: tuple = ("inline", "fold")) -> dict:
-    """Inline non-recursive calls and fold tuples/environments (see kiln.jit.opt)."""
+def step_opt(graph: Graph, passes: tuple = ("inline", "fold", "cse")) -> dict:
+    """Inline non-recursive calls, fold tuples/environments, merge repeated primitive
+    applications (see kiln.jit.opt)."""
     from kiln.jit.opt import optimize
     return {"graph": optimize(graph, passes)}
 

@@ -275,10 +275,14 @@ def _relay_matmul(args, ins, out):
         a = relay.reshape(a, (1, sa[0]))
     if len(sb) == 1:
         b = relay.reshape(b, (sb[0], 1))
-    # dense takes its weight as (N, K): a @ w.T is dense(a, w) with no transpose at all
-    inner = _transposed(b) if len(sb) == 2 else None
-    # (relay.nn.matmul measured slower than dense here, 5-10x with a transposed operand)
-    r = relay.nn.dense(a, inner if inner is not None else relay.transpose(b, (1, 0)))
+    # a transposed 2-D operand (grad's ``x.T @ g``, ``g @ w.T``) becomes the matmul's flag:
+    # the packed matmul reads it in place where a transpose kernel would copy it every run
+    inner_a = _transposed(a) if len(sa) == 2 else None
+    inner_b = _transposed(b) if len(sb) == 2 else None
+    ta, tb = inner_a is not None, inner_b is not None
+    a, b = (inner_a if ta else a), (inner_b if tb else b)
+    r = relay.nn.dense(a, b) if tb and not ta else \
+        relay.nn.matmul(a, b, transpose_a=ta, transpose_b=tb)
     return relay.reshape(r, out.shape) if len(sa) == 1 or len(sb) == 1 else r
 
 

@@ -10,7 +10,12 @@ there is one output). Three implementations:
 - scalar segments (only Python scalars, no arrays) become generated Python source: a kernel
   launch costs microseconds, ``a + b`` on Python floats tens of nanoseconds.
 
-Entry points: :func:`convert_segment`, :class:`PySegment`, :class:`GraphRunner`.
+Segments are built once per process by structural hash (:func:`build_segment`): the same
+linear code in two functions, signatures or grad orders shares one library.
+
+Entry points: :func:`convert_segment`, :func:`build_segment`, :func:`clear_segment_cache`,
+:class:`PySegment`,
+:class:`GraphRunner`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import numpy as np
 from kiln import relay
 from kiln.contrib import graph_executor
 from kiln.ir.module import IRModule
+from kiln.ir.structural import structural_equal, structural_hash
 from kiln.ir.transform import PassContext
+from kiln.jit import structural as S
 from kiln.jit.abstract import Array, Scalar
 from kiln.jit.errors import JitError
 from kiln.jit.ir import Apply, Constant, Node
@@ -93,7 +100,14 @@ def _relay_type(a):
 
 
 def relay_function(nodes, inputs, outputs):
-    """The segment as a Relay function of its inputs, returning a tuple of its outputs."""
+    """The segment as a Relay function of its inputs, returning a tuple of its outputs, and
+    the constant inputs it adds after them (``[(name, value)]``, set once per executor).
+
+    ``x[t]`` with a constant integer ``t`` is ``take(x, k)`` with ``k`` such an input, not a
+    ``strided_slice`` from ``t``: a loop unrolled over ``xs[t]`` then has one indexing kernel
+    instead of one per ``t`` (32 of the RNN gradient's 40 distinct kernels), since a constant
+    inside a fused function is part of its structural hash.
+    """
     env: dict[Node, Any] = {}
     params = []
     for k, n in enumerate(inputs):
@@ -101,6 +115,7 @@ def relay_function(nodes, inputs, outputs):
         v = relay.var(f"i{k}", shape=shape, dtype=dtype)
         params.append(v)
         env[n] = v
+    indices: dict[int, Any] = {}  # constant index -> the input holding it
 
     def value(n: Node):
         if n in env:
@@ -112,18 +127,38 @@ def relay_function(nodes, inputs, outputs):
             return relay.const(np.asarray(n.value, dtype=a.dtype))
         raise AssertionError(f"segment input {n} missing")
 
+    def index_input(t: int):
+        if t not in indices:
+            indices[t] = relay.var(f"k{len(indices)}", shape=(), dtype="int64")
+        return indices[t]
+
     for n in nodes:
         prim = n.inputs[0].value
         args = [value(i) for i in n.inputs[1:]]
         ins = [i.abstract for i in n.inputs[1:]]
         try:
-            env[n] = prim.relay(args, ins, n.abstract)
+            t = _constant_row(prim, ins)
+            if t is not None:
+                env[n] = relay.take(args[0], index_input(t), axis=0)
+            else:
+                env[n] = prim.relay(args, ins, n.abstract)
         except JitError:
             raise
         except Exception as err:
             raise JitError(f"{prim.name}: cannot lower to Relay: {err}", n.loc) from err
     outs = [env[o] for o in outputs]
-    return relay.Function(params, relay.Tuple(outs)), params
+    constants = [(v.name_hint, np.array(t, "int64")) for t, v in indices.items()]
+    return relay.Function(params + list(indices.values()), relay.Tuple(outs)), constants
+
+
+def _constant_row(prim, ins) -> int | None:
+    """``t`` (in range) when ``prim(x, t)`` is ``x[t]`` with a constant int on axis 0."""
+    if prim is not S.array_getitem or not isinstance(ins[0], Array) or not ins[0].shape:
+        return None
+    t = ins[1].value
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+        return None
+    return int(t) % ins[0].shape[0]
 
 
 def _from_output(nd, abstract):
@@ -137,13 +172,15 @@ def _from_output(nd, abstract):
 class GraphRunner:
     """Runs one compiled segment on the graph executor (Myia's NNVMRunner)."""
 
-    def __init__(self, module, in_types, out_types):
+    def __init__(self, module, in_types, out_types, constants=()):
         self.module = module
         self.in_types = [(a.dtype, a.shape if isinstance(a, Array) else ()) for a in in_types]
         self.out_types = out_types
         self.names = [f"i{k}" for k in range(len(in_types))]
         self.set_input = module.set_input
         self.nout = len(out_types)
+        for name, value in constants:  # the executor keeps them from run to run
+            module.set_input(name, value)
 
     def __call__(self, *args):
         m = self.module
@@ -157,13 +194,14 @@ class GraphRunner:
 class DebugRunner:
     """Runs one segment's Relay function on the Relay interpreter (``linear_impl="debug"``)."""
 
-    def __init__(self, evaluate, in_types, out_types):
+    def __init__(self, evaluate, in_types, out_types, constants=()):
         self.evaluate, self.in_types, self.out_types = evaluate, in_types, out_types
         self.nout = len(out_types)
+        self.constants = [ndarray.array(value) for _, value in constants]
 
     def __call__(self, *args):
         vals = [ndarray.array(np.asarray(v, dtype=t.dtype)) for v, t in zip(args, self.in_types)]
-        res = self.evaluate(*vals)
+        res = self.evaluate(*vals, *self.constants)
         items = [res[i] for i in range(self.nout)]  # the function returns a tuple
         outs = tuple(_from_output(r, t) for r, t in zip(items, self.out_types))
         return outs[0] if self.nout == 1 else outs
@@ -174,16 +212,36 @@ def convert_segment(nodes: list[Apply], inputs: list[Node], outputs: list[Node],
     """Compile a linear segment with ``linear_impl`` ("relay" or "debug")."""
     if linear_impl == "relay" and is_scalar_segment(nodes):
         return _py_segment(nodes, inputs, outputs)
-    fn, _ = relay_function(nodes, inputs, outputs)
-    mod = IRModule.from_expr(fn)
+    fn, constants = relay_function(nodes, inputs, outputs)
     in_t = [n.abstract for n in inputs]
     out_t = [n.abstract for n in outputs]
     if linear_impl == "debug":
-        ex = relay.create_executor("debug", mod=mod)
-        return DebugRunner(ex.evaluate(), in_t, out_t)
+        ex = relay.create_executor("debug", mod=IRModule.from_expr(fn))
+        return DebugRunner(ex.evaluate(), in_t, out_t, constants)
     if linear_impl != "relay":
         raise JitError(f"unknown linear_impl {linear_impl!r} (use 'relay' or 'debug')")
+    lib = build_segment(fn, target)
+    gm = graph_executor.GraphModule(lib["default"](cpu(0)))  # storage of its own
+    return GraphRunner(gm, in_t, out_t, constants)
+
+
+# structural hash -> [(segment function, target, built library)]: one build per distinct
+# segment in the process, whichever function (or signature, or grad order) it came from
+_BUILT: dict[int, list[tuple[Any, str, Any]]] = {}
+
+
+def clear_segment_cache() -> None:
+    """Forget the segments built so far (a benchmark timing a rebuild from the disk cache)."""
+    _BUILT.clear()
+
+
+def build_segment(fn, target: str):
+    """``relay.build`` of a segment's Relay function, reused for a structurally equal one."""
+    key = structural_hash(fn)
+    for other, other_target, lib in _BUILT.get(key, ()):
+        if other_target == target and structural_equal(other, fn):
+            return lib
     with PassContext(opt_level=3):
-        lib = relay.build(mod, target=target)
-    gm = graph_executor.GraphModule(lib["default"](cpu(0)))
-    return GraphRunner(gm, in_t, out_t)
+        lib = relay.build(IRModule.from_expr(fn), target=target)
+    _BUILT.setdefault(key, []).append((fn, target, lib))
+    return lib

@@ -31,6 +31,7 @@ import numpy as np
 
 from kiln.ir.module import IRModule
 from kiln.relay import expr as rx
+from kiln.relay.backend import build_cache
 from kiln.relay.backend.executor_config import Executor, Runtime, check_combination
 from kiln.relay.backend.pipeline import (
     OPTIMIZE_PASSES,
@@ -190,7 +191,12 @@ class GraphExecutorFactoryModule:
                  params: dict, mod_name: str, stats: dict) -> None:
         from kiln.runtime.executor_factory import GraphExecutorFactory
 
-        self.ir_mod = ir_mod
+        # on a build-cache hit ir_mod is a function remaking (optimized module, lowered
+        # kernels) on first use: most users never look at them
+        self._ir_mod = ir_mod
+        self._lowered: dict[str, Any] | None = {}  # kernel name -> LoweredFunc
+        if callable(ir_mod):
+            self._ir_mod, self._lowered, self._remake = None, None, ir_mod
         self.target = target
         self.graph_json = graph_json
         self.lib = lib
@@ -199,8 +205,25 @@ class GraphExecutorFactoryModule:
         self.stats = stats
         self.executor = Executor("graph")
         self.runtime = Runtime("cpp")
-        self.lowered: dict[str, Any] = {}  # kernel name -> LoweredFunc
         self.module = GraphExecutorFactory(graph_json, lib, mod_name, params)
+
+    @property
+    def ir_mod(self) -> IRModule:
+        """The optimized module the graph was generated from."""
+        if self._ir_mod is None:
+            self._ir_mod, self._lowered = self._remake()
+        return self._ir_mod
+
+    @property
+    def lowered(self) -> dict[str, Any]:
+        """Kernel name -> LoweredFunc (its PrimFunc) of every kernel of the library."""
+        if self._lowered is None:
+            self._ir_mod, self._lowered = self._remake()
+        return self._lowered
+
+    @lowered.setter
+    def lowered(self, value: dict[str, Any]) -> None:
+        self._lowered = value
 
     def __getitem__(self, name: str):
         return self.module[name]
@@ -277,6 +300,18 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
     if executor.name == "aot" or runtime.name == "crt":
         return _build_single_target(ir_mod, targets, host, params, executor, runtime, mod_name,
                                     pools)
+    target = host if len(targets) == 1 else targets
+    key = build_cache.build_key(ir_mod, params, targets, host, mod_name)
+    cached = build_cache.load_build(key, host) if key else None
+    if cached is not None:
+        stats = {**cached.stats, "compile_seconds": time.perf_counter() - start,
+                 "build_cache": "hit"}
+        if debug_level() >= 1:
+            print(f"[kiln] relay.build: cache hit {cached.path} in "
+                  f"{stats['compile_seconds']:.2f} s", file=sys.stderr)
+        remake = _remake_lowering(ir_mod, params, targets, host, mod_name, default_device)
+        return GraphExecutorFactoryModule(remake, target, cached.graph_json, cached.lib,
+                                          cached.params, mod_name, stats)
     with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
         passes_done = time.perf_counter()
@@ -292,12 +327,33 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
         "planned_bytes": result.memory_plan.planned_bytes,
         "peak_live_bytes": result.memory_plan.peak_live_bytes,
         "compile_seconds": time.perf_counter() - start,
+        "build_cache": "miss" if key else "off",
     }
-    target = host if len(targets) == 1 else targets
+    if key:
+        build_cache.store_build(key, result.graph_json, lib, result.params, stats)
     factory = GraphExecutorFactoryModule(mod, target, result.graph_json, lib, result.params,
                                          mod_name, stats)
     factory.lowered = {f.name: f for c in compilers.values() for f in c.lowered}
     return factory
+
+
+def _remake_lowering(ir_mod: IRModule, params: dict | None, targets: dict[int, Any],
+                     host: Any, mod_name: str, default_device: Any) -> Any:
+    """For a build-cache hit: a function redoing the build's passes and lowering (not its
+    code generation) under the same pass context, for ``ir_mod`` and ``lowered``."""
+    from kiln.ir.transform import PassContext
+    from kiln.relay.backend.graph_executor_codegen import codegen
+
+    ctx = PassContext.current()
+
+    def remake() -> tuple[IRModule, dict[str, Any]]:
+        with ctx, targets.get(1, host):
+            mod = optimize(ir_mod, host, params, default_device)
+            compilers = make_compilers(targets, host, mod_name)
+            codegen(mod["main"], compilers, default_device)
+        return mod, {f.name: f for c in compilers.values() for f in c.lowered}
+
+    return remake
 
 
 def print_build_stages(passes: float, total: float, compilers: Any, lib: Any) -> None:

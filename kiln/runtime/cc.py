@@ -33,6 +33,7 @@ from kiln.runtime import config
 from kiln.runtime.error import TVMError
 
 __all__ = [
+    "compile_in_background",
     "find_compiler",
     "compiler_version",
     "openmp_available",
@@ -84,8 +85,20 @@ def compiler_version(cc: str | None = None) -> str:
 
 @functools.cache
 def openmp_available(cc: str | None = None) -> bool:
-    """Whether ``cc -fopenmp`` builds and links a shared library that uses OpenMP."""
+    """Whether ``cc -fopenmp`` builds and links a shared library that uses OpenMP.
+
+    A success is remembered in the cache directory (per compiler and version): the probe
+    costs a compiler run, a fifth of a second, in every process that loads kiln's runtime.
+    A failure is not (it may be a timeout on a loaded machine)."""
     cc = cc or find_compiler()
+    try:
+        version = compiler_version(cc)
+    except TVMError:  # a compiler that does not even answer --version: build without
+        return False
+    key = hashlib.sha256(f"{cc}\0{version}".encode()).hexdigest()[:24]
+    marker = config.cache_dir() / "cc" / f"openmp_ok_{key}"
+    if marker.exists():
+        return True
     probe = "#include <omp.h>\nint kiln_probe(void) { return omp_get_max_threads(); }\n"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp, "probe.c")
@@ -95,6 +108,9 @@ def openmp_available(cc: str | None = None) -> bool:
             run_compiler(cmd, "OpenMP probe")
         except TVMError:  # no OpenMP (or a compiler that hangs on it): build without
             return False
+    with contextlib.suppress(OSError):  # a read-only cache only costs the next probe
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
     return True
 
 
@@ -176,6 +192,49 @@ def compile_object(
     cmd = [cc, "-c", *opts, "-fPIC", *_include_flags(), os.fspath(source), "-o", os.fspath(output)]
     run_compiler(cmd, "Compilation")
     return os.fspath(output)
+
+
+# (pid, executor): one thread that waits for background compilers (compile_in_background);
+# a forked child makes its own, the parent's thread does not exist there
+_BACKGROUND: tuple[int, Any] | None = None
+
+
+def compile_in_background(source: str, options: Sequence[str],
+                          cc: str | None = None) -> Callable[[], bytes]:
+    """Start compiling C ``source`` to an object file; return a function giving its bytes.
+
+    The compiler runs while the caller goes on (LLVM's optimizer, say: both leave Python's
+    lock free, so two cores both work); the function waits for it and raises
+    :class:`TVMError` as :func:`run_compiler` does. Objects are cached by source, flags and
+    compiler version (``KILN_CACHE_DIR/cc/obj_<key>.o``): a hit starts nothing.
+    """
+    global _BACKGROUND
+    from concurrent.futures import ThreadPoolExecutor
+
+    cc = cc or find_compiler()
+    digest = hashlib.sha256()
+    for part in (compiler_version(cc), *options, *include_dirs(), source):
+        digest.update(part.encode() + b"\0")
+    target = config.cache_dir() / "cc" / f"obj_{digest.hexdigest()[:32]}.o"
+    try:
+        data = target.read_bytes()
+        return lambda: data
+    except OSError:
+        pass
+
+    def build() -> bytes:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            src = Path(tmp, "source.c")
+            src.write_text(source)
+            obj = Path(compile_object(Path(tmp, "source.o"), src, options, cc))
+            data = obj.read_bytes()
+            os.replace(obj, target)  # atomic: readers see nothing or the whole object
+        return data
+
+    if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
+        _BACKGROUND = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="kiln-cc"))
+    return _BACKGROUND[1].submit(build).result
 
 
 def create_shared(

@@ -1,6 +1,8 @@
 """The few environment knobs kiln reads, in one place.
 
 - ``KILN_CACHE_DIR``: build cache directory (default ``~/.cache/kiln``).
+- ``KILN_BUILD_CACHE``: ``0`` turns off the caches of whole ``relay.build`` results and of
+  lowered kernels (LLVM objects and C libraries are still cached by content).
 - ``KILN_DEBUG``: 1 pass names and times, 2 IR after each pass, 3 lowered TIR,
   4 generated C/LLVM with the compiler command and cache path.
 - ``KILN_NUM_THREADS`` (or ``TVM_NUM_THREADS``): threads for parallel kernels.
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "debug_level", "num_threads", "compile_timeout"]
+__all__ = ["cache_dir", "debug_level", "num_threads", "compile_timeout", "build_cache_enabled"]
 
 
 def cache_dir() -> Path:
@@ -20,6 +22,12 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def build_cache_enabled() -> bool:
+    """Whether ``relay.build`` looks up and stores whole builds and the TE compiler lowered
+    kernels (``KILN_BUILD_CACHE``, on unless ``0``, ``off`` or ``false``)."""
+    return os.environ.get("KILN_BUILD_CACHE", "1").strip().lower() not in ("0", "off", "false")
 
 
 def debug_level() -> int:

@@ -56,8 +56,8 @@ class CParallelLaunch:
     """Outlines parallel loops into ``TVMBackendParallelLaunch`` lambdas (see the module).
 
     The printer provides ``_names``, ``_pointer_types``, ``vector_locals``,
-    ``vector_type``, ``_fresh``, ``_line``, ``_lines``, ``_indent``,
-    ``_loop_body``, ``func_name``, ``_parallel_depth``, ``_region_failure`` and ``restrict``.
+    ``vector_type``, ``func_name``, ``_fresh``, ``_line``, ``_lines``, ``_indent``,
+    ``_loop_body``, ``_parallel_depth``, ``_region_failure`` and ``restrict``.
     """
 
     def parallel_launch(self, node: Any, loop_type: str, name: str, begin: str,
@@ -145,9 +145,10 @@ class CParallelLaunch:
                 continue
             var = used[key]
             if key in self.vector_locals:
+                lanes = self.vector_locals[key]
                 element = DataType(elements[key]).element_of
-                vtype = self.vector_type(element.with_lanes(self.vector_locals[key]))
-                captured.append((cname, f"{vtype}*", True))
+                captured.append((cname, f"{self.vector_type(element.with_lanes(lanes))}*",
+                                 True))
             elif key in self._pointer_types:
                 captured.append((cname, self._pointer_types[key], key in elements))
             else:

@@ -26,19 +26,20 @@ types (unaligned-load typedefs for buffers); small local buffers accessed only b
 vectors become arrays of vectors, which gcc keeps in registers (a GEMM accumulator tile);
 lane-wise operations C vectors lack go through plain arrays, which gcc re-vectorizes (vector
 min/max/select are mask blends); float32 ``exp`` is ``kiln_expf``, an inlinable polynomial
-(1 ulp) instead of libm's opaque call. ``if_then_else`` arms whose loads are provably in bounds
-are evaluated before the ``?:`` (see :meth:`CodeGenC.call_if_then_else`: GCC 12.2 miscompiles
-the masked loads it would otherwise make).
+(1 ulp) instead of libm's opaque call.
 
-Vector conditions: a bool vector is its bytes (``int8xN`` holding 0/1; GCC vector lanes must
-be whole integers); a select blends on a mask as wide as the value's lanes
-(:meth:`CodeGenC.lane_mask` widens or narrows comparison masks). A per-lane ``if_then_else``
-arrives as a ``Select`` whose loads that may fault are ``tir.masked_load`` calls
-(``tir.MaskFaultingLanes``), printed as masked loads or a guarded lane loop
-(:mod:`kiln.target.codegen_c_masked`). Vectors wider
-than an AVX2 register (``float32x16``) arrive as native-width parts when the store's value
-works lane by lane (``tir.SplitWideVectors`` in the C-family pipeline): GCC lowers its wider
-generic vectors piecewise through the stack.
+The printer decides nothing about safety or vector widths: it prints what the C-family TIR
+pipeline (:data:`kiln.tir.transform.C_CODEGEN_PIPELINE`, applied by :func:`emit_c`) leaves.
+A per-lane ``if_then_else`` arrives as a ``Select`` whose loads that may fault are
+``tir.masked_load`` calls (``tir.MaskFaultingLanes``), printed as masked loads or a guarded
+lane loop (:mod:`kiln.target.codegen_c_masked`); vectors wider than an AVX2 register arrive
+as native-width parts (``tir.SplitWideVectors``: GCC lowers wider generic vectors through the
+stack); a vector load shared by a run of stores arrives bound to a ``LetStmt``
+(``tir.ShareVectorLoads``), which the printer pins in a register; loading arms of a scalar
+choice that cannot fault arrive bound before the ``?:`` (``tir.HoistSafeArmLoads``: GCC 12.2
+miscompiles the masked loads it would otherwise make). A bool vector is its bytes (``int8xN``
+holding 0/1; GCC vector lanes must be whole integers); a select blends on a mask as wide as
+the value's lanes (:meth:`CodeGenC.lane_mask` widens or narrows comparison masks).
 """
 
 from __future__ import annotations

@@ -58,6 +58,13 @@ def test_ray_builder_and_runner_measure_and_record_failures(local_ray, tmp_path)
     lost = runner.run(inputs[:1], builds)[0]
     assert lost.error_no == MeasureErrorNo.RUNTIME_DEVICE and "died" in lost.costs[0]
 
+    # close() stops the timer actors; a closed runner starts new ones when used again
+    runner.close()
+    assert runner.timers == []
+    runner.timing_function = time_from_bytes
+    assert runner.run(inputs[:1], builds)[0].error_no == MeasureErrorNo.NO_ERROR
+    assert len(runner.timers) == 1
+
 
 def test_tuning_on_ray_writes_a_log_the_local_path_reads(local_ray, tmp_path):
     x, w = te.placeholder((2, 32)), te.placeholder((16, 32))

@@ -129,3 +129,53 @@ def test_compiler_probes_time_out_on_a_hanging_compiler(tmp_path, monkeypatch):
     assert cc.openmp_available(str(hang)) is False
     with pytest.raises(TVMError, match="did not finish"):
         cc.compiler_version(str(hang))
+
+
+def test_compile_in_background_gives_a_linkable_object_cached_by_content(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    wait = runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])
+    (tmp_path / "square.o").write_bytes(wait())
+    lib = ctypes.CDLL(cc.create_shared(tmp_path / "sq.so", [tmp_path / "square.o"]))
+    assert lib.square(7) == 49
+    assert len(list((tmp_path / "cache" / "cc").glob("obj_*.o"))) == 1
+    monkeypatch.setattr(runtime_cc, "compile_object", None)  # a hit compiles nothing
+    assert runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])() == \
+        (tmp_path / "square.o").read_bytes()
+
+
+def test_compile_in_background_reports_compiler_errors_when_waited_for(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    wait = runtime_cc.compile_in_background("int f(void) { return missing_xyz; }\n", ["-O1"])
+    with pytest.raises(TVMError, match="missing_xyz"):
+        wait()
+
+
+def test_compile_in_background_works_in_a_forked_child(tmp_path: Path, monkeypatch) -> None:
+    """The parent's waiting thread does not exist after fork: the child needs its own."""
+    import multiprocessing
+
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])()  # the parent's thread
+    child = multiprocessing.get_context("fork").Process(
+        target=_compile_cube_in_background, args=(str(tmp_path / "cube.o"),))
+    child.start()
+    child.join(timeout=120)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("compile_in_background hung in a forked child")
+    assert child.exitcode == 0 and (tmp_path / "cube.o").stat().st_size > 0
+
+
+def _compile_cube_in_background(path: str) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    source = "int cube(int x) { return x * x * x; }\n"
+    Path(path).write_bytes(runtime_cc.compile_in_background(source, ["-O1", "-fPIC"])())

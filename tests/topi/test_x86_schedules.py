@@ -137,3 +137,21 @@ def test_transpose_moving_the_innermost_axis_is_tiled_and_exact(target):
     from kiln import te
     sch = schedule_injective([topi.transpose(te.placeholder((48, 32)), [1, 0])])
     assert len(sch.stages[-1].leaf_iter_vars) == 4  # (tiles fused), row, 2 x column parts
+
+
+@pytest.mark.parametrize("target", ["llvm", "c"])
+def test_odd_rows_stay_the_inner_loop_of_an_injective_op(target):
+    """A padded image row (13 wide) is the inner loop under one parallel loop over the rest,
+    not fused into per-element tasks."""
+    from kiln import te
+    from kiln.topi.x86 import schedule_injective
+
+    x = f32(2, 3, 11, 11)
+    pad = (lambda a: topi.nn.pad(topi.multiply(a, 2.0), [0, 0, 1, 1], [0, 0, 1, 1], 7.0))
+    results = run_many([(pad, [x])], target, schedule_injective)
+    want = np.pad(x * 2.0, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=7.0)
+    np.testing.assert_array_equal(results[0][0], want)
+    sch = schedule_injective([topi.nn.pad(te.placeholder((2, 3, 11, 11)), [0, 0, 1, 1],
+                                          [0, 0, 1, 1])])
+    row = sch.stages[-1].leaf_iter_vars[-1]
+    assert int(row.dom.extent) == 13

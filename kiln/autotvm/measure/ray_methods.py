@@ -1,24 +1,26 @@
-"""Builds and measurements as Ray tasks: tuning scaled out over a Ray cluster.
+"""Builds and measurements on Ray actors: tuning scaled out over a Ray cluster.
 
 Entry points: :class:`RayBuilder`, :class:`RayRunner` (``address=None`` for the Ray this
 process already joined or a new local one, ``"auto"``, ``"ray://head:10001"`` for a remote
 cluster).
 
-Each candidate is built by a one-CPU Ray task; the library's bytes stay in Ray's object store
-and go straight to the timer, wherever it runs (no shared file system needed). Timing is
-done by one *timer actor per node*, which runs one candidate at a time: two candidates never
-time each other on a node, candidates on different nodes are timed in parallel, and a tuner's
-builds never overlap its timings (it builds a batch, then times it). On nodes that offer the
-custom resource ``autotvm_timer`` (``ray start --resources='{"autotvm_timer": 1}'``) the
-timer holds it, so cluster users can keep other work off those nodes. A build task whose
-worker or node dies is retried once by Ray; a timer that dies is restarted once and its call
-retried; a candidate that fails twice is recorded as failed (``COMPILE_HOST`` /
-``RUNTIME_DEVICE``) and tuning goes on. Timeouts count on the worker (``BUILD_TIMEOUT`` /
-``RUN_TIMEOUT``); a task stuck in native code is cancelled past a safety deadline.
+Candidates are built by ``n_parallel`` one-CPU *build actors*, started once per builder and
+reused for every batch (tasks' idle workers may be reaped by Ray between batches, and each
+restart re-imports kiln). The library's bytes stay in Ray's object store and go straight to
+the timer, wherever it runs (no shared file system needed). Timing is done by one *timer
+actor per node*, which runs one candidate at a time: two candidates never time each other on
+a node, candidates on different nodes are timed in parallel, and a tuner's builds never
+overlap its timings (it builds a batch, then times it). On nodes that offer the custom
+resource ``autotvm_timer`` (``ray start --resources='{"autotvm_timer": 1}'``) the timer holds
+it, so cluster users can keep other work off those nodes. An actor that dies (its process or
+its node) is restarted once and its call retried; a candidate that fails twice is recorded as
+failed (``COMPILE_HOST`` / ``RUNTIME_DEVICE``) and tuning goes on. Timeouts count on the
+worker (``BUILD_TIMEOUT`` / ``RUN_TIMEOUT``); an actor stuck in native code past a safety
+deadline is killed and restarted.
 
-An actor rather than tasks holding a node's CPUs: on a small node, tasks of different CPU
-shapes make Ray restart workers between the build and timing phases (measured: builds 4x
-slower on 2 cores).
+The timer is an actor rather than tasks holding a node's CPUs: on a small node, tasks of
+different CPU shapes make Ray restart workers between the build and timing phases (measured:
+builds 4x slower on 2 cores).
 
 Setup steps for a multi-node cluster are in ``docs/autotvm.md``.
 """
@@ -132,10 +134,13 @@ def time_from_bytes(blob: bytes, arg_info: list, number: int, repeat: int,
         _alarm(0)
 
 
-def _gather(ray: Any, refs: list, timeout: float) -> list[tuple[str, Any]]:
+def _gather(ray: Any, refs: list, timeout: float,
+            actors: list | None = None) -> list[tuple[str, Any]]:
     """``(status, value)`` per ref: the task's own (ok, or timeout counted on its worker),
     error (it failed after Ray's retry), or timeout when the driver's safety deadline
-    ``timeout`` passed (a task stuck in native code: it is cancelled)."""
+    ``timeout`` passed (a call stuck in native code: its actor, ``actors[k]`` for
+    ``refs[k]``, is killed and restarts)."""
+    owner = {id(r): a for r, a in zip(refs, actors or [None] * len(refs))}
     deadline = {id(r): time.monotonic() + timeout for r in refs}
     outcome: dict[int, tuple[str, Any]] = {}
     pending = list(refs)
@@ -149,45 +154,56 @@ def _gather(ray: Any, refs: list, timeout: float) -> list[tuple[str, Any]]:
                 outcome[id(ref)] = ("error", f"{type(err).__name__}: {err}"[:1024])
         now = time.monotonic()
         for ref in [r for r in pending if now >= deadline[id(r)]]:
-            ray.cancel(ref, force=True)
+            if owner[id(ref)] is not None:  # Ray cannot force-cancel an actor's call
+                ray.kill(owner[id(ref)], no_restart=False)
+            else:
+                ray.cancel(ref, force=True)
             outcome[id(ref)] = ("timeout", timeout)
             pending.remove(ref)
     return [outcome[id(r)] for r in refs]
 
 
-def _warm_up() -> int:
-    """Import kiln's AutoTVM on a worker (a fresh Ray worker takes seconds to), then hold
-    it briefly so that the warm-up tasks land on distinct workers."""
-    import kiln.autotvm  # noqa: F401
+class _BuildWorker:
+    """A Ray actor that builds candidates, one at a time, on one CPU. Actors rather than
+    tasks: a task's worker that sits idle while a batch is timed may be reaped by Ray and
+    restarted (re-importing kiln, seconds) for the next batch; an actor's stays."""
 
-    time.sleep(0.5)
-    return os.getpid()
-
-
-def _start_workers(ray: Any, n: int, options: dict) -> None:
-    """Start ``n`` workers with ``options`` before the first candidate, so that the first
-    candidates' timeouts and the throughput do not pay for worker start-up."""
-    ray.get([ray.remote(_warm_up).options(**options).remote() for _ in range(n)])
+    def build(self, measure_input: Any, build_kwargs: dict,
+              timeout: float) -> tuple[tuple[str, Any], bytes]:
+        return build_to_bytes(measure_input, build_kwargs, timeout)
 
 
 class RayBuilder(Builder):
-    """Build candidates as one-CPU Ray tasks (``n_parallel`` per batch, default: the
-    cluster's CPU count)."""
+    """Build candidates on ``n_parallel`` one-CPU Ray actors (default: the cluster's CPU
+    count), started once and reused for every batch."""
 
     def __init__(self, address: str | None = None, timeout: float = 10,
                  n_parallel: int | None = None, build_kwargs: dict | None = None) -> None:
         self.ray = _connect(address)
         cpus = int(self.ray.cluster_resources().get("CPU", 1))
         super().__init__(timeout, n_parallel or cpus, build_kwargs)
-        options = {"num_cpus": 1, "max_retries": _RETRIES, "runtime_env": _runtime_env()}
-        self._remote = self.ray.remote(build_to_bytes).options(num_returns=2, **options)
-        _start_workers(self.ray, min(self.n_parallel, cpus), options)
+        self.workers: list = []
+        self._start_workers()
+
+    def _start_workers(self) -> None:
+        # a worker (or its node) that dies is restarted and its call retried once
+        cls = self.ray.remote(_BuildWorker).options(
+            num_cpus=1, max_restarts=_RETRIES, max_task_retries=_RETRIES,
+            runtime_env=_runtime_env())
+        self.workers = [cls.remote() for _ in range(self.n_parallel)]
+        # warm: the first candidates' timeouts and the throughput do not pay for start-up
+        self.ray.get([w.__ray_ready__.remote() for w in self.workers])
 
     def build(self, measure_inputs: list) -> list[BuildResult]:
-        pairs = [self._remote.remote(inp, self.build_kwargs, self.timeout)
-                 for inp in measure_inputs]
-        outcomes = _gather(self.ray, [meta for meta, _ in pairs], _SAFETY * self.timeout +
-                           _STARTUP * len(pairs))
+        if not self.workers:
+            self._start_workers()
+        actors = [self.workers[k % len(self.workers)] for k in range(len(measure_inputs))]
+        pairs = [a.build.options(num_returns=2).remote(inp, self.build_kwargs, self.timeout)
+                 for a, inp in zip(actors, measure_inputs)]
+        # a worker's candidates run in turn: the safety deadline covers its whole queue
+        queue = -(-len(pairs) // max(1, len(self.workers)))
+        outcomes = _gather(self.ray, [meta for meta, _ in pairs],
+                           (_SAFETY * self.timeout + _STARTUP) * queue, actors)
         results = []
         for (status, value), (_, blob) in zip(outcomes, pairs):
             if status == "ok":
@@ -201,6 +217,12 @@ class RayBuilder(Builder):
                 results.append(BuildResult(None, None, f"build task failed twice: {value}",
                                            0.0, MeasureErrorNo.COMPILE_HOST))
         return results
+
+    def close(self) -> None:
+        """Stop the build actors; :meth:`build` starts new ones if used again."""
+        for worker in self.workers:
+            self.ray.kill(worker)
+        self.workers = []
 
 
 class _Timer:
@@ -229,8 +251,20 @@ class RayRunner(Runner):
         # what a timer runs per candidate: ``f(blob, arg_info, number, repeat, min_repeat_ms,
         # flush, timeout) -> (status, costs)``
         self.timing_function = time_from_bytes
+        self.timers: list = []
+        self._start_timers()
+
+    def _start_timers(self) -> None:
+        """One warmed-up timer per live node (their start is not the candidates' time)."""
         self.timers = [self._timer(node) for node in self.ray.nodes() if node.get("Alive")]
         self.ray.get([t.time.remote(_warm_up_timer) for t in self.timers])
+
+    def close(self) -> None:
+        """Stop the timer actors (each holds a worker process); :meth:`run` starts new
+        ones if the runner is used again."""
+        for timer in self.timers:
+            self.ray.kill(timer)
+        self.timers = []
 
     def _timer(self, node: dict) -> Any:
         """A timing actor placed on ``node`` (elsewhere if it dies: restarted once, its
@@ -245,6 +279,8 @@ class RayRunner(Runner):
         ).remote()
 
     def run(self, measure_inputs: list, build_results: list) -> list:
+        if not self.timers:
+            self._start_timers()
         outcomes: list[tuple[str, Any]] = [("skip", None)] * len(build_results)
         submitted = [(k, b) for k, b in enumerate(build_results) if b.error is None]
         refs = [self.timers[n % len(self.timers)].time.remote(
@@ -254,7 +290,8 @@ class RayRunner(Runner):
         # a timer's candidates run in turn: the safety deadline covers its whole queue
         queue = -(-len(refs) // max(1, len(self.timers)))
         safety = (_SAFETY * self.timeout + _STARTUP) * max(1, queue)
-        for (k, _), outcome in zip(submitted, _gather(self.ray, refs, safety)):
+        owners = [self.timers[n % len(self.timers)] for n in range(len(refs))]
+        for (k, _), outcome in zip(submitted, _gather(self.ray, refs, safety, owners)):
             outcomes[k] = outcome
         if self.cooldown_interval > 0:
             time.sleep(self.cooldown_interval)

@@ -23,7 +23,11 @@ from kiln.autotvm.task.dispatcher import DispatchContext, FallbackContext
 from kiln.autotvm.task.task import Task, create, deserialize_args
 from kiln.autotvm.task.topi_integration import TaskExtractEnv
 from kiln.autotvm.topi_x86 import KNOBS, RELAY_TASKS
-from kiln.relay.op.strategy.registry import IMPLEMENTATIONS_OF, register_config_provider
+from kiln.relay.op.strategy.registry import (
+    IMPLEMENTATIONS_OF,
+    register_config_provider,
+    register_tuning_probe,
+)
 from kiln.runtime.error import TVMError
 
 __all__ = ["extract_from_program", "extract_from_multiple_program", "relay_config"]
@@ -85,6 +89,14 @@ def _in_space(task_name: str, args: tuple, target: Any, cfg: Any) -> bool:
 
 
 register_config_provider(relay_config)
+
+
+@register_tuning_probe
+def _records_in_effect() -> bool:
+    """Whether relay_config may answer now: tuning records applied, or tasks being traced."""
+    env = TaskExtractEnv.current
+    return (env is not None and env.tracing) or not isinstance(DispatchContext.current,
+                                                                FallbackContext)
 
 
 def _lower_primitives(mod: Any, target: Any, params: dict | None) -> None:

@@ -16,8 +16,11 @@ A function with ``Any`` dimensions (the VM's dynamic shapes) lowers with ``symbo
 its dynamic extents become shape variables bound from the buffers at run time, and its shape
 function (:mod:`kiln.relay.backend.shape_func`) lowers to a second small kernel that computes
 the output shapes. All three kinds of kernel share one cache per compiler, keyed by structural
-hash, so identical groups share one kernel; the C toolchain's on-disk cache then makes a
-second build of the same model compile nothing.
+hash, so identical groups share one kernel. Lowered kernels are also kept on disk
+(:mod:`kiln.relay.backend.lowered_cache`, ``KILN_CACHE_DIR/lower``): a build of another model
+with the same fused groups, or of the same model with other weights, lowers only what is new;
+the LLVM object and C library caches then make a second build of the same model compile
+nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from kiln.ir.op import Op
 from kiln.ir.structural import structural_equal, structural_hash
 from kiln.ir.type import TensorType, TupleType
 from kiln.relay import expr as rx
-from kiln.relay.backend import shape_func
+from kiln.relay.backend import lowered_cache, shape_func
+from kiln.relay.backend.build_cache import compile_context_key
 from kiln.relay.op.op import OpPattern
 from kiln.runtime.error import TVMError
 
@@ -317,6 +321,7 @@ class TECompiler:
         # wall seconds spent lowering primitives and building the module (KILN_DEBUG=1's
         # stage breakdown of relay.build)
         self.seconds = {"lower": 0.0, "build": 0.0}
+        self._context: str | None | bool = False  # compile_context_key(), on first lowering
 
     def lower(self, func: rx.Function, symbolic: bool = False) -> LoweredFunc:
         """The kernel of a primitive function (lowered once per structurally equal function).
@@ -330,8 +335,16 @@ class TECompiler:
             name = self._kernel_name(func, suffix)
             num_ops = _count_calls(func)
             start = time.perf_counter()
-            with kernel_recursion_room(num_ops):
-                prim_func, n_in, n_out = lower_primitive(func, self.target, name, symbolic)
+            with kernel_recursion_room(num_ops):  # the key prints the function: nested calls
+                disk_key = self._disk_key(kind, key, func)
+                found = lowered_cache.load(disk_key) if disk_key else None
+                if found is None:
+                    found = lower_primitive(func, self.target, name, symbolic)
+                    if disk_key:
+                        lowered_cache.store(disk_key, found)
+            prim_func, n_in, n_out = found
+            if prim_func.attrs.get("global_symbol") != name:  # lowered under another name
+                prim_func = prim_func.with_attr("global_symbol", name)
             self.seconds["lower"] += time.perf_counter() - start
             lowered = LoweredFunc(name, prim_func, _hash_text(key), n_in, n_out, num_ops)
             self.lowered.append(lowered)
@@ -365,6 +378,17 @@ class TECompiler:
         lowered = make(key)
         self._cache.setdefault((kind, key), []).append((func, lowered))
         return lowered
+
+    def _disk_key(self, kind: str, key: int, func: rx.Function) -> str | None:
+        """The on-disk cache key of lowering ``func`` (None: not cached now): its structural
+        hash and its text, which has what the hash leaves out (parameter names, which become
+        buffer names, and types; -1 and -2 hash alike in Python)."""
+        if self._context is False:  # the compile context is the same for every kernel
+            self._context = compile_context_key()
+        if self._context is None:
+            return None
+        return lowered_cache.key(kind, str(key), func.astext(show_meta_data=False),
+                                 str(self.target), self._context)
 
     def _kernel_name(self, func: rx.Function, suffix: str) -> str:
         from kiln.relay.transform.fuse_ops import fused_function_name

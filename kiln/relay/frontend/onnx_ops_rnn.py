@@ -277,7 +277,12 @@ def _loop_function(layer, direction, cell, hidden_of, types, unroll, remainder):
     for k in range(unroll):
         new = cell(new, base, sign * k, *params)
         rows.append(relay.expand_dims(hidden_of(new), 0))
-    grown = relay.concatenate([ys, *rows] if direction == "forward" else [*rows[::-1], ys], 0)
+    # the call's rows as one static tensor first (a kernel of the call's fused segment, kept
+    # apart from the growing concatenation): the VM then hands one tensor, not one per step,
+    # from the segment to the dynamic-shape concatenation
+    chunk = relay.annotation.stop_fusion(
+        relay.concatenate(rows if direction == "forward" else rows[::-1], 0))
+    grown = relay.concatenate([ys, chunk] if direction == "forward" else [chunk, ys], 0)
     gvar = ctx.global_var(f"{layer.op_name.lower()}_loop")
     after = relay.add(t, relay.const(np.int32(unroll)))
     done = relay.Tuple([current, ys]) if remainder is None else \

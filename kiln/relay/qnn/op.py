@@ -38,7 +38,7 @@ from kiln.runtime.error import TVMError
 __all__ = ["quantize", "dequantize", "requantize", "add", "subtract", "mul", "conv2d", "dense",
            "batch_matmul", "concatenate", "conv2d_transpose", "avg_pool2d", "leaky_relu",
            "sqrt", "rsqrt", "exp", "tanh", "erf", "sigmoid", "log", "abs", "hardswish",
-           "requantize_config",
+           "softmax", "requantize_config",
            "get_requantize_config", "QuantizeAttrs",
            "DequantizeAttrs", "RequantizeAttrs", "QUANTIZED_DTYPES", "ROUNDING_MODES",
            "dtype_range"]
@@ -229,6 +229,7 @@ from kiln.relay.qnn.convolution import conv2d  # noqa: E402
 from kiln.relay.qnn.elemwise import add, mul, subtract  # noqa: E402
 from kiln.relay.qnn.matmul import batch_matmul, dense  # noqa: E402
 from kiln.relay.qnn.pool import avg_pool2d  # noqa: E402
+from kiln.relay.qnn.softmax import softmax  # noqa: E402
 from kiln.relay.qnn.unary import (  # noqa: E402
     abs,  # noqa: A004 (TVM's name)
     erf,

@@ -5,7 +5,8 @@ expression).
 
 ``nn.bias_add(x, b, axis)`` becomes ``add(x, expand_dims(b, 1, ndim - axis - 1))``, so later
 passes (FuseOps, FoldScaleAxis) see a plain broadcast add; a 2-D ``nn.matmul`` becomes
-``nn.dense`` over the transposed weight (TVM's ``relay.nn.matmul`` makes the same choice).
+``nn.dense`` when its weight is transposed or constant (TVM's ``relay.nn.matmul`` makes the
+same choice for ``transpose_b``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kiln.relay import op as _op
+from kiln.relay.analysis.variables import free_vars
 from kiln.relay.expr import Call, Function
 from kiln.relay.expr_functor import ExprMutator
 from kiln.relay.transform.pass_util import is_op_call, relay_function_pass, type_of
@@ -31,11 +33,15 @@ def bias_add_to_add(call: Call, data_type: Any) -> Any:
 
 
 def matmul_to_dense(call: Call, data_type: Any) -> Any:
-    """A 2-D ``nn.matmul(a, b)`` is ``nn.dense(a, transpose(b))`` (``dense`` when transpose_b),
-    which has the packed CPU schedule; a constant weight's transpose folds away."""
+    """A 2-D ``nn.matmul(a, b, transpose_b=True)`` is ``nn.dense(a, b)``; with a constant
+    ``b``, ``nn.matmul(a, b)`` is ``nn.dense(a, transpose(b))``, whose transpose and packing
+    fold at compile time. A run-time ``b`` stays a matmul: ``matmul_pack.x86`` reads it as
+    ``[K, N]``, where a transpose kernel would gather its columns on every run."""
     attrs = call.attrs
     b_type = type_of(call.args[1])
     if attrs.transpose_a or len(data_type.shape) != 2 or b_type is None or len(b_type.shape) != 2:
+        return call
+    if not attrs.transpose_b and free_vars(call.args[1]):
         return call
     weight = call.args[1] if attrs.transpose_b else _op.transpose(call.args[1], (1, 0))
     return _op.nn.dense(call.args[0], weight, attrs.units, attrs.out_dtype)

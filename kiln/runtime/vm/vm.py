@@ -53,6 +53,7 @@ touching device memory (a device allocator, a device constant, a device input) r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -588,7 +589,8 @@ class VirtualMachine:
     def _op_reshape_tensor(self, regs: list, instr: bc.ReshapeTensor, pc: int) -> int:
         tensor = as_tensor(regs[instr.tensor], "ReshapeTensor")
         shape = load_shape(regs[instr.newshape])
-        if int(np.prod(shape, dtype=np.int64)) != int(np.prod(tensor.shape, dtype=np.int64)):
+        # math.prod of Python ints: exact (no int64 wrap-around) and 30x cheaper than np.prod
+        if math.prod(shape) != math.prod(tensor.shape):
             raise TVMError(f"ReshapeTensor: cannot view a tensor of shape {tensor.shape} as "
                            f"shape {shape}")
         regs[instr.dst] = tensor._create_view(shape)

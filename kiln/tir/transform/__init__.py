@@ -2,7 +2,8 @@
 
 Each name is a factory returning a pass that runs on an IRModule (every PrimFunc in it) or on
 a single PrimFunc. :data:`LOWER_PIPELINE` is the ordered list ``kiln.lower`` runs;
-:data:`CODEGEN_PIPELINE` the list every codegen's input goes through.
+:data:`CODEGEN_PIPELINE` the list every codegen's input goes through (LLVM), and
+:data:`C_CODEGEN_PIPELINE` the C family's (C, bare-metal C, OpenCL).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ _LAZY = {
     "ShareVectorLoads": ("kiln.tir.transform.shared_loads", "ShareVectorLoads"),
     "HoistSafeArmLoads": ("kiln.tir.transform.safe_choices", "HoistSafeArmLoads"),
     "CODEGEN_PIPELINE": ("kiln.tir.transform.codegen_prep", "CODEGEN_PIPELINE"),
+    "C_CODEGEN_PIPELINE": ("kiln.tir.transform.codegen_prep", "C_CODEGEN_PIPELINE"),
+    "prepare_for_codegen": ("kiln.tir.transform.codegen_prep", "prepare_for_codegen"),
     "LOWER_PIPELINE": ("kiln.te.lowering", "LOWER_PIPELINE"),
 }
 

@@ -38,6 +38,10 @@ def schedule_injective_from_existing(sch: Any, out: te.Tensor, config: dict | No
         outer, inner = stage.split(axes[-1], factor=lanes)
         stage.vectorize(inner)
         axes = axes[:-1] + [outer]
+    elif len(axes) > 1 and dims[-1] >= lanes and _extent(dims[:-1], 1) >= 4 * lanes:
+        # an odd row (a padded image, 226 wide): keep it as the inner loop, which the C/LLVM
+        # compiler vectorizes with a tail, rather than fusing it into per-element tasks
+        axes = axes[:-1]
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
     if _extent(dims, lanes) >= cfg["min_parallel_extent"] and worth_parallel(static_work(dims)):
         stage.parallel(fused)

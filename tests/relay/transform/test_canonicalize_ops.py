@@ -39,22 +39,29 @@ def test_bias_add_inside_a_closure_is_rewritten_too():
     assert after["main"].body.op.body.op.name == "add"
 
 
-def test_2d_matmul_becomes_dense_and_keeps_its_value():
+def test_2d_matmul_becomes_dense_when_its_weight_is_constant_or_transposed():
     import numpy as np
 
     from kiln.relay.backend.interpreter import Interpreter
 
+    rng = np.random.default_rng(0)
+    av, bv, cv, wv = (rng.standard_normal(s).astype("float32")
+                      for s in ((3, 5), (5, 4), (4, 5), (5, 2)))
     a = relay.var("a", shape=(3, 5))
     b = relay.var("b", shape=(5, 4))
     c = relay.var("c", shape=(4, 5))
     mod = kiln.IRModule.from_expr(relay.Function([a, b, c], relay.Tuple([
-        relay.nn.matmul(a, b), relay.nn.matmul(a, c, transpose_b=True)])))
+        relay.nn.matmul(a, b), relay.nn.matmul(a, c, transpose_b=True),
+        relay.nn.matmul(a, relay.const(wv)), relay.nn.matmul(b, b, transpose_a=True)])))
     out = CanonicalizeOps()(InferType()(mod))
-    plain, transposed = out["main"].body.fields
-    assert plain.op.name == "nn.dense" and plain.args[1].op.name == "transpose"
+    runtime, transposed, constant, lhs_t = out["main"].body.fields
+    # a run-time [K, N] operand stays a matmul: matmul_pack.x86 reads it without a transpose
+    assert runtime.op.name == "nn.matmul" and runtime.args[1] is out["main"].params[1]
     assert transposed.op.name == "nn.dense" and transposed.args[1] is out["main"].params[2]
-    rng = np.random.default_rng(0)
-    av, bv, cv = (rng.standard_normal(s).astype("float32") for s in ((3, 5), (5, 4), (4, 5)))
+    assert constant.op.name == "nn.dense" and constant.args[1].op.name == "transpose"
+    assert lhs_t.op.name == "nn.matmul"
     got = Interpreter(out).evaluate()(av, bv, cv)
     np.testing.assert_allclose(got[0].numpy(), av @ bv, rtol=1e-5)
     np.testing.assert_allclose(got[1].numpy(), av @ cv.T, rtol=1e-5)
+    np.testing.assert_allclose(got[2].numpy(), av @ wv, rtol=1e-5)
+    np.testing.assert_allclose(got[3].numpy(), bv.T @ bv, rtol=1e-5, atol=1e-6)

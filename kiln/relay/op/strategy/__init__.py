@@ -2,7 +2,8 @@
 
 Entry points: :class:`OpStrategy`, :class:`OpImplementation`, :func:`register_strategy`,
 :func:`select_implementation`, :func:`schedule_injective`, :func:`schedule_reduce`, and the
-implementations in :mod:`.generic`, :mod:`.x86` (target key ``cpu``) and :mod:`.arm_cpu`.
+implementations in :mod:`.generic`, :mod:`.x86` and :mod:`.x86_matmul` (target key ``cpu``)
+and :mod:`.arm_cpu`.
 Importing this package registers ``FTVMStrategy`` (and ``FTVMCompute``/``FTVMSchedule`` for
 injective ops) on every op that has a kernel.
 
@@ -17,7 +18,14 @@ True
 
 from __future__ import annotations
 
-from kiln.relay.op.strategy import arm_cpu, generic, gpu, rnn, x86  # noqa: F401 - registers
+from kiln.relay.op.strategy import (  # noqa: F401 - registers
+    arm_cpu,
+    generic,
+    gpu,
+    rnn,
+    x86,
+    x86_matmul,
+)
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_injective, schedule_reduce
 from kiln.relay.op.strategy.registry import (
                                             OpImplementation,

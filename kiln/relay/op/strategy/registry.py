@@ -39,7 +39,8 @@ __all__ = ["OpImplementation", "OpStrategy", "register_strategy", "strategy_for"
            "register_implementation", "IMPLEMENTATIONS", "IMPLEMENTATIONS_OF",
            "select_implementation", "register_tuned_selector", "register_config_provider",
            "tuned_config", "register_target_schedule", "target_schedule", "target_keys",
-           "registered_keys", "register_generic_strategy", "implementation_stem"]
+           "registered_keys", "register_generic_strategy", "implementation_stem",
+           "registered_strategy_functions", "tuning_active", "register_tuning_probe"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ _STRATEGIES: dict[str, dict[str, Callable]] = {}
 _TARGET_SCHEDULES: dict[str, dict[str, Callable]] = {}
 _TUNED_SELECTORS: list[Callable] = []
 _CONFIG_PROVIDERS: list[Callable] = []
+_TUNING_PROBES: list[Callable[[], bool]] = []
 
 
 def target_keys(target: Any) -> tuple[str, ...]:
@@ -223,6 +225,33 @@ def register_config_provider(provider: Callable) -> Callable:
     if provider not in _CONFIG_PROVIDERS:
         _CONFIG_PROVIDERS.append(provider)
     return provider
+
+
+def register_tuning_probe(probe: Callable[[], bool]) -> Callable[[], bool]:
+    """``probe()`` says whether tuning records are in effect now (e.g. inside autotvm's
+    ``ApplyHistoryBest``): builds then choose kernels from them, so the build cache stays out
+    of the way."""
+    if probe not in _TUNING_PROBES:
+        _TUNING_PROBES.append(probe)
+    return probe
+
+
+def tuning_active() -> bool:
+    """Whether a tuned selector is registered or a tuning probe reports records in effect."""
+    return bool(_TUNED_SELECTORS) or any(probe() for probe in _TUNING_PROBES)
+
+
+def registered_strategy_functions() -> list[tuple[str, Callable]]:
+    """``(where, function)`` of every strategy, target schedule and implementation registered
+    so far (``where`` is ``"<op>/<target key>"``, ``"schedule <kind>/<key>"`` or the
+    implementation name): the build cache keys builds by the ones users registered."""
+    found = [(f"{op}/{key}", fn) for op, table in _STRATEGIES.items()
+             for key, fn in table.items()]
+    found += [(f"schedule {kind}/{key}", fn) for kind, table in _TARGET_SCHEDULES.items()
+              for key, fn in table.items()]
+    for name, impl in IMPLEMENTATIONS.items():
+        found += [(f"{name} compute", impl.compute), (f"{name} schedule", impl.schedule)]
+    return found
 
 
 def tuned_config(impl_name: str, attrs: Any, inputs: list, out_type: Any,

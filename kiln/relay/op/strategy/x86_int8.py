@@ -13,6 +13,7 @@ Entry points: :data:`CONV2D_NCHW_INT8`, :data:`DEPTHWISE_NCHW_INT8`, :data:`DENS
 
 from __future__ import annotations
 
+from kiln.relay.op.nn.dense import dense_strategy
 from kiln.relay.op.strategy.registry import register_implementation
 from kiln.topi.x86 import conv2d_int8, conv2d_int8_1x1, dense_int8, depthwise_int8
 
@@ -114,7 +115,7 @@ DENSE_INT8 = register_implementation(
     lambda attrs, inputs, out_type, config=None: [dense_int8.dense_int8(
         inputs[0], inputs[1], str(out_type.dtype))],
     lambda attrs, outs, target, config=None: dense_int8.schedule_dense_int8(outs),
-    "dense_int8.x86", plevel=20, op_name="nn.dense")
+    "dense_int8.x86", plevel=20, op_name=dense_strategy.op_name)
 
 
 def alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target):
