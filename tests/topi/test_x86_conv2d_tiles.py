@@ -196,6 +196,7 @@ def test_simd_lanes_follow_the_target():
     assert target_has_features(["avx2", "fma"], Target("llvm -mcpu=x86-64 -mattr=+avx2,+fma"))
     with Target("llvm -mcpu=znver3"):  # the current target when none is given
         assert simd_32bit_lanes() == 8
+    assert kiln.target.x86.target_has_features is target_has_features  # TVM's path
 
 
 def test_bad_packing_raises_kiln_errors():
