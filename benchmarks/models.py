@@ -1,7 +1,7 @@
 """Whole-model benchmark: kiln vs onnxruntime (1 and 2 threads) vs PyTorch, in one run.
 
     python benchmarks/models.py [--models mlp1,mlp64,cnn,...] [--target T] [--repeat 10]
-                                [--rounds 3] [--stat median|min]
+                                [--rounds 3] [--stat median|min] [--cpu-time]
 
 Each model is defined here in PyTorch (no torchvision), exported to ONNX at run time
 (``torch.onnx.export(..., dynamo=False)``), imported with ``relay.frontend.from_onnx``,
@@ -36,8 +36,13 @@ import numpy as np
 # the checkout this script sits in, not whichever kiln the environment installed
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("KILN_NUM_THREADS", "2")
+# before torch loads libgomp: its default spin-waiting workers would keep burning the 2 shared
+# cores after each torch run, slowing whichever runtime is timed next (kiln at 1 thread)
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 # the per-runtime statistic over the repeats (``--stat``): median, or min on a loaded machine
 STATISTIC = [np.median]
+# the clock of the 1-thread runtimes (``--cpu-time``): wall time, or this process's CPU time
+ONE_THREAD_CLOCK = [time.perf_counter]
 
 
 def _machine() -> str:
@@ -181,16 +186,20 @@ def _set_kiln_threads(n: int) -> None:
 
 
 def _round_times(fns: dict, repeat: int, number: int) -> dict:
-    """One round: each runtime's statistic over ``repeat`` timings of ``number`` calls."""
+    """One round: each runtime's statistic over ``repeat`` timings of ``number`` calls. A short
+    pause before each runtime lets the previous one's spinning pool threads (ORT spins after a
+    run) go idle instead of stealing the next one's cores."""
     times = {}
     for key, fn in fns.items():
+        clock = ONE_THREAD_CLOCK[0] if key.endswith("1") else time.perf_counter
+        time.sleep(0.05)
         fn()
         samples = []
         for _ in range(repeat):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(number):
                 fn()
-            samples.append((time.perf_counter() - start) / number)
+            samples.append((clock() - start) / number)
         times[key] = float(STATISTIC[0](samples))
     return times
 
@@ -308,14 +317,21 @@ def main() -> None:
                         help="rounds of timings; ratios are reported as min/median of rounds")
     parser.add_argument("--stat", choices=["median", "min"], default="median",
                         help="statistic over the repeats (min resists other processes' load)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time the 1-thread runs (kiln1, ort1) by this process's CPU time, "
+                        "which other processes' load does not inflate (both run on the "
+                        "calling thread alone)")
     args = parser.parse_args()
     STATISTIC[0] = {"median": np.median, "min": np.min}[args.stat]
+    if args.cpu_time:
+        ONE_THREAD_CLOCK[0] = time.process_time
     from kiln.target.codegen_llvm import llvm_available
 
     target = args.target or ("llvm" if llvm_available() else "c")
     print(f"machine: {_machine()}; kiln target: {target}; KILN_NUM_THREADS="
           f"{os.environ['KILN_NUM_THREADS']}; {args.stat} of {args.repeat} repeats, "
-          f"{args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+          f"{args.rounds} rounds, 1-thread clock "
+          f"{'CPU' if args.cpu_time else 'wall'}, load {os.getloadavg()[0]:.1f}")
     print(f"{'model':12} {'kiln2 ms':>9} {'ort2 ms':>9} {'torch ms':>9} {'k1/o1 min/med':>14} "
           f"{'k2/o2 min/med':>14} {'torch/o2':>8} {'compile s':>9} {'max|diff|':>9} reload")
     models = build_models()

@@ -3,7 +3,7 @@ pointwise convs, topk and nn (pools, softmax, layer_norm, conv1d, conv2d_transpo
 kernels vs ONNX Runtime and PyTorch.
 
 Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|mobilenet|topk|nn] [--threads 2]
-[--stat median|min] [--target "llvm -mcpu=znver3"]``.
+[--stat median|min] [--target llvm]``.
 
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
@@ -305,7 +305,8 @@ def bench_nn(case, target, repeat, number):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default="llvm -mcpu=znver3")
+    parser.add_argument("--target", default="llvm", help="kiln target (default: the host CPU, "
+                        "as benchmarks/models.py builds)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads of every runtime (kiln: KILN_NUM_THREADS if unset)")

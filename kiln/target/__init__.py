@@ -25,6 +25,7 @@ _LAZY = {
     "c_abi": "kiln.target.c_abi",
     "c_intrinsics": "kiln.target.c_intrinsics",
     "llvm_intrinsics": "kiln.target.llvm_intrinsics",
+    "x86": "kiln.target.x86",
     "build_module": ("kiln.target.build", "build_module"),
     "BUILD_FUNCTIONS": ("kiln.target.build", "BUILD_FUNCTIONS"),
 }

@@ -174,6 +174,8 @@ def test_block_shape_choices_avx512():
     assert block(512, 7, cfg) == block(1024, 7, cfg, kernel_width=1) == (16, 7)
     # a 16-wide row is one 16-column block (16 accumulators still fit in 32 registers)
     assert block(64, 16, cfg) == (16, 16)
+    # a 7x7 kernel's longer input row leaves room for 8 accumulators
+    assert block(64, 112, cfg, kernel_width=7) == (16, 8)
     # 8 channels fill half a register: still one block of the channels, and never past
     # 16 accumulators
     bn, tile = block(8, 32, cfg)
@@ -194,6 +196,7 @@ def test_simd_lanes_follow_the_target():
     assert target_has_features(["avx2", "fma"], Target("llvm -mcpu=x86-64 -mattr=+avx2,+fma"))
     with Target("llvm -mcpu=znver3"):  # the current target when none is given
         assert simd_32bit_lanes() == 8
+    assert kiln.target.x86.target_has_features is target_has_features  # TVM's path
 
 
 def test_bad_packing_raises_kiln_errors():

@@ -55,6 +55,9 @@ _BLOCK_SPEED_1X1 = {**_BLOCK_SPEED, (16, 6): 1.1, (16, 5): 1.0}
 # over 7-wide ones run 3x3 and 1x1 convs at ORT's speed, where AVX2's 16 × 4 and 8 × 7 blocks
 # are 1.2-1.9x slower).
 _AVX512_ACCUMULATORS = 16
+# ... but a wide kernel's unrolled columns share a longer row of input broadcasts, which then
+# spill (measured: ResNet's 7x7 stride-2 stem at 16 x 14 is 1.2x ORT, at 16 x 8 1.07x)
+_AVX512_WIDE_KERNEL_ACCUMULATORS = 8
 _AVX512_FULL_SPEED = 14
 
 
@@ -76,11 +79,12 @@ def _block_speed(oc_bn: int, tile: int, kernel_width: int, lanes: int = 8,
 def max_tile_width(oc_bn: int, kernel_width: int, lanes: int | None = None) -> int:
     """The widest register block (output columns) whose accumulators fit the vector
     registers: 8 accumulators on AVX2 (7 for one vector per column, 12 for a 1-column
-    kernel), 16 on AVX-512."""
+    kernel), 16 on AVX-512 (8 for kernels wider than 3 columns)."""
     lanes = lanes or simd_32bit_lanes()
     vectors = -(-oc_bn // lanes)
     if lanes >= 16:
-        budget = _AVX512_ACCUMULATORS
+        budget = (_AVX512_ACCUMULATORS if kernel_width <= 3
+                  else _AVX512_WIDE_KERNEL_ACCUMULATORS)
     else:
         budget = 12 if kernel_width == 1 else 7 if vectors == 1 else 8
     return max(1, budget // vectors)
