@@ -100,3 +100,14 @@ def test_free_variables_and_unknown_nodes_are_named():
         to_python(relay.negative(x))
     with pytest.raises(tvm.TVMError, match="expects a Relay expression, got str"):
         to_python("not relay")
+
+
+def test_operators_differing_only_in_a_negative_axis_run_their_own_kernels():
+    # softmax(axis=-1) and softmax(axis=-2) hash alike (Python hashes -1 and -2 alike); the
+    # second once ran the first's compiled operator
+    x = relay.var("x", shape=(3, 3), dtype="float32")
+    data = np.random.default_rng(1).standard_normal((3, 3), dtype="float32")
+    for axis in (-1, -2):
+        got = run_as_python(relay.Let(x, relay.const(data), relay.nn.softmax(x, axis=axis)))
+        e = np.exp(data - data.max(axis, keepdims=True))
+        np.testing.assert_allclose(got.numpy(), e / e.sum(axis, keepdims=True), rtol=1e-5)

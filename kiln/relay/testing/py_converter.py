@@ -13,8 +13,8 @@ can compare it with the interpreter and the VM; ``ast.unparse`` shows the source
 from __future__ import annotations
 
 import ast
+import hashlib
 import itertools
-import zlib
 from typing import Any
 
 from kiln.ir.adt import Constructor
@@ -226,15 +226,15 @@ class _Converter:
     # -- operators --------------------------------------------------------------------------
     def compile_op(self, call: rx.Call) -> str:
         """``get_global_func("_lowered_op_<hash>")``: the call's operator compiled on its own."""
-        from kiln.ir.structural import structural_hash
         from kiln.relay.build_module import create_executor
         from kiln.runtime.registry import get_global_func, register_func
 
         params = [rx.Var(f"p{i}", arg.checked_type) for i, arg in enumerate(call.args)]
         func = rx.Function(params, rx.Call(call.op, params, call.attrs, call.type_args))
-        # the hash does not see parameter types: the key adds them and the target
-        key = f"{[str(p.type_annotation) for p in params]}{self.target}".encode()
-        name = f"_lowered_op_{structural_hash(func) & 0xFFFFFFFF:x}_{zlib.crc32(key):x}"
+        # keyed by the text (attributes and parameter types) and the target, not the
+        # structural hash: it hashes -1 and -2 alike (softmax axis=-1 vs axis=-2)
+        text = f"{func.astext(show_meta_data=False)}\0{self.target}"
+        name = f"_lowered_op_{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}"
         if get_global_func(name, allow_missing=True) is None:
             compiled = create_executor("vm", mod=IRModule.from_expr(func),
                                        target=self.target).evaluate()
