@@ -231,8 +231,8 @@ class _Converter:
 
         params = [rx.Var(f"p{i}", arg.checked_type) for i, arg in enumerate(call.args)]
         func = rx.Function(params, rx.Call(call.op, params, call.attrs, call.type_args))
-        # keyed by the text (attributes and parameter types) and the target, not the
-        # structural hash: it hashes -1 and -2 alike (softmax axis=-1 vs axis=-2)
+        # keyed by the text (attributes and parameter types) and the target: the structural
+        # hash sees no parameter types, and a collision would run another operator
         text = f"{func.astext(show_meta_data=False)}\0{self.target}"
         name = f"_lowered_op_{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}"
         if get_global_func(name, allow_missing=True) is None:
