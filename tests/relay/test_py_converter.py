@@ -111,3 +111,10 @@ def test_operators_differing_only_in_a_negative_axis_run_their_own_kernels():
         got = run_as_python(relay.Let(x, relay.const(data), relay.nn.softmax(x, axis=axis)))
         e = np.exp(data - data.max(axis, keepdims=True))
         np.testing.assert_allclose(got.numpy(), e / e.sum(axis, keepdims=True), rtol=1e-5)
+
+
+def test_constants_holding_nan_and_inf_run():
+    # repr(nan) is the name nan, which the script does not define
+    data = np.array([[np.nan, np.inf], [-np.inf, -0.0]], "float32")
+    got = run_as_python(relay.add(relay.const(data), relay.const(np.float32(1))))
+    np.testing.assert_array_equal(got.numpy(), data + np.float32(1))

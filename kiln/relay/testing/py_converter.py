@@ -17,6 +17,8 @@ import hashlib
 import itertools
 from typing import Any
 
+import numpy as np
+
 from kiln.ir.adt import Constructor
 from kiln.ir.expr import GlobalVar
 from kiln.ir.module import IRModule
@@ -122,8 +124,13 @@ class _Converter:
 
     def visit_constant(self, const: rx.Constant) -> str:
         array = const.data.numpy()
-        return self.assign("const", f"nd.array(numpy.array({array.tolist()!r}, "
-                                    f"dtype={str(array.dtype)!r}).reshape({array.shape!r}))")
+        dtype = str(array.dtype)
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            # repr writes nan and inf as names the script lacks: the bytes, exactly
+            data = f"numpy.frombuffer(bytes.fromhex({array.tobytes().hex()!r}), dtype={dtype!r})"
+        else:
+            data = f"numpy.array({array.tolist()!r}, dtype={dtype!r})"
+        return self.assign("const", f"nd.array({data}.reshape({array.shape!r}))")
 
     def visit_tuple(self, tup: rx.Tuple) -> str:
         fields = [self.value(f) for f in tup.fields]
