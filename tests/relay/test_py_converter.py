@@ -118,3 +118,17 @@ def test_constants_holding_nan_and_inf_run():
     data = np.array([[np.nan, np.inf], [-np.inf, -0.0]], "float32")
     got = run_as_python(relay.add(relay.const(data), relay.const(np.float32(1))))
     np.testing.assert_array_equal(got.numpy(), data + np.float32(1))
+
+
+def test_globals_whose_names_clean_alike_stay_apart():
+    # @f.x and @f_x both became _global_f_x: the second call ran the first function
+    mod = tvm.IRModule()
+    x, y = (relay.var(n, shape=(2,), dtype="float32") for n in "xy")
+    dot, underscore = relay.GlobalVar("f.x"), relay.GlobalVar("f_x")
+    mod[dot] = relay.Function([x], relay.add(x, relay.const(np.float32(1))))
+    mod[underscore] = relay.Function([y], relay.multiply(y, relay.const(np.float32(10))))
+    data = np.array([1, 2], "float32")
+    got = run_as_python(relay.Tuple([dot(relay.const(data)), underscore(relay.const(data))]),
+                        mod)
+    np.testing.assert_array_equal(got[0].numpy(), data + 1)
+    np.testing.assert_array_equal(got[1].numpy(), data * 10)

@@ -62,6 +62,7 @@ class _Converter:
         self.counter = itertools.count()
         self.pending: list[GlobalVar] = []
         self.converted: set[GlobalVar] = set()
+        self.global_names: dict[GlobalVar, str] = {}
 
     # -- output helpers ---------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -72,7 +73,11 @@ class _Converter:
         return f"_{clean}_{next(self.counter)}"
 
     def global_name(self, gvar: GlobalVar) -> str:
-        return "_global_" + "".join(c if c.isalnum() else "_" for c in gvar.name_hint)
+        # numbered: @f.x and @f_x clean to the same identifier
+        name = self.global_names.get(gvar)
+        if name is None:
+            name = self.global_names[gvar] = "_global" + self.fresh(gvar.name_hint)
+        return name
 
     # -- functions --------------------------------------------------------------------------
     def define(self, name: str, func: rx.Function) -> None:
