@@ -4,7 +4,7 @@ Entry points: :func:`context` (an ``ApplyHistoryBest`` over the packaged records
 target), :func:`check_backend`, :data:`PACKAGE_VERSION`.
 
 TVM downloads ``{backend}_{version}.log`` from the TopHub repository into
-``~/.tvm/tophub``. kiln ships its packages inside the wheel (``kiln/autotvm/tophub/``) and
+``~/.tvm/tophub``. kiln ships its packages inside the wheel (``kiln/autotvm/tophub_packages/``) and
 never downloads: ``TOPHUB_LOCATION`` may name another local folder holding packages of the
 same names, or ``NONE`` to turn TopHub off. As in TVM, a target picks one package, by its
 ``-device``, then its keys, then its kind; records match workloads by target keys.

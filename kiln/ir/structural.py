@@ -297,7 +297,8 @@ def _leaf_hash(value: Any) -> int:
     if isinstance(value, bool):
         return hash((3, int(value)))  # ints only: tuples holding str hash differently per run
     if isinstance(value, int | float):
-        return hash((1 if isinstance(value, float) else 2, value))
+        # Python hashes -1 as -2 (and -1.0 as -2.0): the flag keeps axis=-1 and -2 apart
+        return hash((1 if isinstance(value, float) else 2, value, value == -1))
     if callable(value):
         return _str_hash(getattr(value, "__qualname__", type(value).__name__))
     return _str_hash(repr(value))

@@ -291,7 +291,12 @@ def fixed_point_multiply(x: te.Tensor, multiplier: int, shift: int) -> te.Tensor
     """``x`` (int32) times ``multiplier * 2**(shift - 31)``, ``multiplier`` a Q31 number,
     rounded half up (TVM's ``topi.fixed_point_multiply``)."""
     left, right = max(int(shift), 0), max(-int(shift), 0)
-    m, lo, ro = (_op.const(v, "int32") for v in (int(multiplier), left, right))
+    multiplier = int(multiplier)
+    if multiplier == -2**31 and right > 0:
+        # the same real factor as -2**30 * 2**-(30 + right): the 32-bit path below needs a
+        # multiplier above -2**31 (x = -2**31 would make its product 2**62, p >> 31 = 2**31)
+        multiplier, right = -2**30, right - 1
+    m, lo, ro = (_op.const(v, "int32") for v in (multiplier, left, right))
     return te.compute(x.shape, lambda *i: _q_multiply_shift(x(*i), m, lo, ro, left > 0),
                       name="T_fixed_point_multiply", tag=tag.ELEMWISE)
 

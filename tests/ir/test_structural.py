@@ -182,3 +182,12 @@ def test_polymorphic_functions_map_type_params_before_params():
 
     assert structural_equal(identity("a"), identity("b"))
     assert structural_hash(identity("a")) == structural_hash(identity("b"))
+
+
+def test_hash_tells_minus_one_from_minus_two():
+    # Python's hash(-1) is hash(-2) (and hash(-1.0) hash(-2.0)); callers key caches by it
+    x = relay.var("x", shape=(3, 3), dtype="float32")
+    assert structural_hash(relay.nn.softmax(x, axis=-1)) != \
+        structural_hash(relay.nn.softmax(x, axis=-2))
+    assert structural_hash(relay.nn.leaky_relu(x, alpha=-1.0)) != \
+        structural_hash(relay.nn.leaky_relu(x, alpha=-2.0))

@@ -100,3 +100,35 @@ def test_free_variables_and_unknown_nodes_are_named():
         to_python(relay.negative(x))
     with pytest.raises(tvm.TVMError, match="expects a Relay expression, got str"):
         to_python("not relay")
+
+
+def test_operators_differing_only_in_a_negative_axis_run_their_own_kernels():
+    # softmax(axis=-1) and softmax(axis=-2) hash alike (Python hashes -1 and -2 alike); the
+    # second once ran the first's compiled operator
+    x = relay.var("x", shape=(3, 3), dtype="float32")
+    data = np.random.default_rng(1).standard_normal((3, 3), dtype="float32")
+    for axis in (-1, -2):
+        got = run_as_python(relay.Let(x, relay.const(data), relay.nn.softmax(x, axis=axis)))
+        e = np.exp(data - data.max(axis, keepdims=True))
+        np.testing.assert_allclose(got.numpy(), e / e.sum(axis, keepdims=True), rtol=1e-5)
+
+
+def test_constants_holding_nan_and_inf_run():
+    # repr(nan) is the name nan, which the script does not define
+    data = np.array([[np.nan, np.inf], [-np.inf, -0.0]], "float32")
+    got = run_as_python(relay.add(relay.const(data), relay.const(np.float32(1))))
+    np.testing.assert_array_equal(got.numpy(), data + np.float32(1))
+
+
+def test_globals_whose_names_clean_alike_stay_apart():
+    # @f.x and @f_x both became _global_f_x: the second call ran the first function
+    mod = tvm.IRModule()
+    x, y = (relay.var(n, shape=(2,), dtype="float32") for n in "xy")
+    dot, underscore = relay.GlobalVar("f.x"), relay.GlobalVar("f_x")
+    mod[dot] = relay.Function([x], relay.add(x, relay.const(np.float32(1))))
+    mod[underscore] = relay.Function([y], relay.multiply(y, relay.const(np.float32(10))))
+    data = np.array([1, 2], "float32")
+    got = run_as_python(relay.Tuple([dot(relay.const(data)), underscore(relay.const(data))]),
+                        mod)
+    np.testing.assert_array_equal(got[0].numpy(), data + 1)
+    np.testing.assert_array_equal(got[1].numpy(), data * 10)

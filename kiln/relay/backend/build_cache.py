@@ -11,9 +11,8 @@ kernel library's sources and objects, which are relinked through the C toolchain
 everything a build's output depends on:
 
 - the input module: its text without the constants' data (names, types, attributes: the
-  structural hash ignores names and parameter types, and hashes -1 and -2 alike, as Python
-  does), its structural hash (with each constant's CRC-32) and an Adler-32 of every
-  constant's bytes;
+  structural hash ignores names and parameter types, and is a 64-bit hash besides), its
+  structural hash (with each constant's CRC-32) and an Adler-32 of every constant's bytes;
 - the ``params`` bound by name (names, dtypes, shapes, CRC-32 and Adler-32 of the bytes);
 - the targets (device type -> target string), the host target, ``mod_name``;
 - the ``PassContext`` (opt level, required and disabled passes, config);

@@ -382,7 +382,7 @@ class TECompiler:
     def _disk_key(self, kind: str, key: int, func: rx.Function) -> str | None:
         """The on-disk cache key of lowering ``func`` (None: not cached now): its structural
         hash and its text, which has what the hash leaves out (parameter names, which become
-        buffer names, and types; -1 and -2 hash alike in Python)."""
+        buffer names, and types; and a 64-bit hash may collide)."""
         if self._context is False:  # the compile context is the same for every kernel
             self._context = compile_context_key()
         if self._context is None:

@@ -13,9 +13,11 @@ can compare it with the interpreter and the VM; ``ast.unparse`` shows the source
 from __future__ import annotations
 
 import ast
+import hashlib
 import itertools
-import zlib
 from typing import Any
+
+import numpy as np
 
 from kiln.ir.adt import Constructor
 from kiln.ir.expr import GlobalVar
@@ -60,6 +62,7 @@ class _Converter:
         self.counter = itertools.count()
         self.pending: list[GlobalVar] = []
         self.converted: set[GlobalVar] = set()
+        self.global_names: dict[GlobalVar, str] = {}
 
     # -- output helpers ---------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -70,7 +73,11 @@ class _Converter:
         return f"_{clean}_{next(self.counter)}"
 
     def global_name(self, gvar: GlobalVar) -> str:
-        return "_global_" + "".join(c if c.isalnum() else "_" for c in gvar.name_hint)
+        # numbered: @f.x and @f_x clean to the same identifier
+        name = self.global_names.get(gvar)
+        if name is None:
+            name = self.global_names[gvar] = "_global" + self.fresh(gvar.name_hint)
+        return name
 
     # -- functions --------------------------------------------------------------------------
     def define(self, name: str, func: rx.Function) -> None:
@@ -122,8 +129,13 @@ class _Converter:
 
     def visit_constant(self, const: rx.Constant) -> str:
         array = const.data.numpy()
-        return self.assign("const", f"nd.array(numpy.array({array.tolist()!r}, "
-                                    f"dtype={str(array.dtype)!r}).reshape({array.shape!r}))")
+        dtype = str(array.dtype)
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            # repr writes nan and inf as names the script lacks: the bytes, exactly
+            data = f"numpy.frombuffer(bytes.fromhex({array.tobytes().hex()!r}), dtype={dtype!r})"
+        else:
+            data = f"numpy.array({array.tolist()!r}, dtype={dtype!r})"
+        return self.assign("const", f"nd.array({data}.reshape({array.shape!r}))")
 
     def visit_tuple(self, tup: rx.Tuple) -> str:
         fields = [self.value(f) for f in tup.fields]
@@ -226,15 +238,15 @@ class _Converter:
     # -- operators --------------------------------------------------------------------------
     def compile_op(self, call: rx.Call) -> str:
         """``get_global_func("_lowered_op_<hash>")``: the call's operator compiled on its own."""
-        from kiln.ir.structural import structural_hash
         from kiln.relay.build_module import create_executor
         from kiln.runtime.registry import get_global_func, register_func
 
         params = [rx.Var(f"p{i}", arg.checked_type) for i, arg in enumerate(call.args)]
         func = rx.Function(params, rx.Call(call.op, params, call.attrs, call.type_args))
-        # the hash does not see parameter types: the key adds them and the target
-        key = f"{[str(p.type_annotation) for p in params]}{self.target}".encode()
-        name = f"_lowered_op_{structural_hash(func) & 0xFFFFFFFF:x}_{zlib.crc32(key):x}"
+        # keyed by the text (attributes and parameter types) and the target: the structural
+        # hash sees no parameter types, and a collision would run another operator
+        text = f"{func.astext(show_meta_data=False)}\0{self.target}"
+        name = f"_lowered_op_{hashlib.blake2b(text.encode(), digest_size=16).hexdigest()}"
         if get_global_func(name, allow_missing=True) is None:
             compiled = create_executor("vm", mod=IRModule.from_expr(func),
                                        target=self.target).evaluate()

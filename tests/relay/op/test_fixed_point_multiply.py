@@ -91,3 +91,15 @@ def test_upward_requantize_lowers_to_int32_fixed_point_multiply_where_exact():
     # an input zero point or a multiplier above 1 keep the int64 form
     assert not {"fixed_point_multiply", "fixed_point_multiply_per_axis"} & (
         _canonical_ops(5, 0.25) | _canonical_ops(0, 3.0))
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_fixed_point_multiply_of_minus_one_with_a_right_shift(target):
+    # multiplier -2**31 (-1.0 in Q31) times x = -2**31: the product is 2**62, whose p >> 31
+    # does not fit int32; the compiled kernel once returned -2**30 here instead of 2**30
+    x = _inputs((16,), 5)
+    for shift in (-1, -5, -31):
+        got = _evaluate(lambda v, s=shift: relay.fixed_point_multiply(v, -2**31, s), x,
+                        "graph", target)
+        want = [_definition(v, -2**31, 0, -shift) for v in x.ravel()]
+        np.testing.assert_array_equal(got.ravel(), want)
