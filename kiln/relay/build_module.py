@@ -175,11 +175,6 @@ def default_device_of(targets: dict[int, Any]) -> Any:
     return Device(1 if 1 in targets else next(iter(targets)), 0)
 
 
-def _parse_target(target: Any):
-    """The host target of TVM's target forms (see :func:`parse_targets`)."""
-    return parse_targets(target)[1]
-
-
 class GraphExecutorFactoryModule:
     """What ``relay.build`` returns: graph JSON, kernel library and params (TVM's class).
 

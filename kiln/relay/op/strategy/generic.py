@@ -25,7 +25,7 @@ from kiln.relay.op.strategy.registry import (
     register_target_schedule,
 )
 
-__all__ = ["COMPUTES", "SCHEDULES", "out_shape", "schedule_kind", "schedule_injective",
+__all__ = ["COMPUTES", "out_shape", "schedule_kind", "schedule_injective",
            "schedule_reduce", "schedule_opaque", "wrap_strategy"]
 
 
@@ -54,9 +54,6 @@ def _generic_reduce(outs):
 @register_target_schedule("opaque", "generic")
 def _generic_opaque(outs):
     return topi.generic.default_schedule(outs)
-
-
-SCHEDULES = {kind: schedule for schedule, kind in SCHEDULE_KINDS.items()}
 
 
 def wrap_strategy(compute: Callable, schedule: Callable, name: str,
