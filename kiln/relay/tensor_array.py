@@ -46,9 +46,9 @@ def _int32_vector(name: str, shape=None) -> Var:
     return Var(name, TensorType(list(shape) if shape is not None else [Any()], "int32"))
 
 
-def _length(vector: Var):
-    """``shape_of(vector)[0]`` as an int32 scalar (a run-time loop bound)."""
-    return op.take(op.shape_of(vector), const(0))
+def _length(tensor: Var):
+    """``shape_of(tensor)[0]`` as an int32 scalar (a run-time loop bound)."""
+    return op.take(op.shape_of(tensor), const(0))
 
 
 def _shape_str(shape) -> str:
@@ -82,6 +82,7 @@ class _TensorArrayBuilder:
         self.dtype = dtype
         self.list, self.cons, self.nil = prelude.mod.get_type("List")
         self.tensor_type_var: GlobalTypeVar | None = None
+        self.batch_dim = None  # static arrays: 1 when a stack holds one item (TVM's batch_dim)
 
     # -- names and lookups ------------------------------------------------------------------
     def get_name(self, canonical: str) -> str:
@@ -234,7 +235,7 @@ class _TensorArrayBuilder:
         out.define_tensor_concatenate()
         ta = Var("tensor_array", self._ta_type())
         grown = self.prelude.map(self.get_global_var("tensor_expand_dims"), ta)
-        if getattr(self, "batch_dim", None) == 1:
+        if self.batch_dim == 1:
             body = self.prelude.id(self.prelude.hd(grown))
         else:
             body = self.prelude.foldl(out.get_global_var("tensor_concatenate"),
@@ -362,7 +363,7 @@ class TensorArrayOps(_TensorArrayBuilder):
             self._ctor(rank - 1), self._ta_type())
         t = Var("tensor", tensor_ty)
         self._define(self._global(f"tensor_array_unstack_tensor{rank}"), [t],
-                     helper(const(0), _length_of_axis0(t), t), self._ta_type())
+                     helper(const(0), _length(t), t), self._ta_type())
 
     def register(self) -> None:
         """Define the ADT and every function for this dtype."""
@@ -380,10 +381,6 @@ class TensorArrayOps(_TensorArrayBuilder):
         self.define_tensor_array_concat()
         self.define_tensor_array_stack()
         self.define_tensor_array_gather()
-
-
-def _length_of_axis0(t: Var):
-    return op.take(op.shape_of(t), const(0))
 
 
 class StaticTensorArrayOps(_TensorArrayBuilder):
@@ -483,7 +480,7 @@ class StaticTensorArrayOps(_TensorArrayBuilder):
                                       out.get_ctor("tensor_constructor"), self._ta_type(out))
         t = Var("tensor", tensor_ty)
         self._define(self._global("tensor_array_unstack"), [t],
-                     helper(const(0), _length_of_axis0(t), t), self._ta_type(out))
+                     helper(const(0), _length(t), t), self._ta_type(out))
 
     def define_tensor_get_data(self) -> None:
         """``tensor_get_data(t)``: the ``Tensor[shape, dtype]`` inside an element."""
