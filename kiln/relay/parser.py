@@ -80,9 +80,6 @@ class Token(NamedTuple):
     pos: int
 
 
-# Operators whose attributes repeat some call arguments (TVM stores both): name -> fields.
-_ARGS_MIRRORED_IN_ATTRS = {"arange": ("start", "stop", "step")}
-
 # Nesting deeper than this (parentheses, calls, fn/if/match bodies, types, attribute lists,
 # patterns) is refused with a DiagnosticError instead of exhausting the stack.
 MAX_NESTING = 1000
@@ -423,9 +420,10 @@ class _Parser:
             if not self.accept(","):
                 break
         self.expect(")")
-        if isinstance(callee, Op) and callee.name in _ARGS_MIRRORED_IN_ATTRS:
-            # the printer leaves out attributes that only repeat the call's arguments
-            for name, arg in zip(_ARGS_MIRRORED_IN_ATTRS[callee.name], args):
+        if isinstance(callee, Op):
+            # attributes that repeat arguments (the op's TAttrsFromArgs) are printed only as
+            # arguments
+            for name, arg in zip(callee.get_attr("TAttrsFromArgs") or (), args):
                 attrs.setdefault(name, arg)
         return rx.Call(callee, args, self.make_attrs(callee, attrs))
 

@@ -33,6 +33,7 @@ from kiln.relay.op.op import (
     is_expr,
     register_compute,
     register_injective_schedule,
+    register_op_attr,
     register_reference,
     register_shape_func,
     shape_arg,
@@ -109,6 +110,9 @@ def _arange_rel(types, attrs, op_name):
 
 
 define_op("arange", _arange_rel, OPAQUE, 3, A.ArangeAttrs, "evenly spaced values", 3)
+# start/stop/step are both arguments and attributes (as in TVM): the text format prints them
+# once, as arguments, and the parser fills these attributes from them
+register_op_attr("arange", "TAttrsFromArgs", ("start", "stop", "step"))
 
 
 def arange(start: Any, stop: Any = None, step: Any = None, dtype: str = "float32") -> Any:
