@@ -176,12 +176,6 @@ class _ShapeBuilder:
                 self.checks.append(same)
 
 
-def is_data_dependent(op: Op) -> bool:
-    """Whether ``op``'s shape function reads input values (TVM's ``TShapeDataDependent``,
-    registered beside the op with its shape function)."""
-    return bool(op.get_attr("TShapeDataDependent"))
-
-
 def needs_input_data(func: rx.Function) -> bool:
     """Whether an op of ``func`` has a data-dependent shape function."""
     found = []

@@ -68,12 +68,6 @@ class ForwardNode:
         return f"ForwardNode(#{self.index}, {self.pattern.name}, extern={self.extern_ref})"
 
 
-def _data_dependent(op: Op) -> bool:
-    from kiln.relay.backend.shape_func import is_data_dependent
-
-    return is_data_dependent(op)
-
-
 class IndexedForwardGraph:
     """Nodes keyed by expression, and the same nodes in post-DFS order."""
 
@@ -147,7 +141,7 @@ class _GraphBuilder:
         node = self.node(call)
         if isinstance(call.op, Op):
             pattern = op_pattern(call.op)
-            if is_dynamic_output(call) and _data_dependent(call.op):
+            if is_dynamic_output(call) and call.op.get_attr("TShapeDataDependent"):
                 # its output extents come from input values, known only to the VM's shape
                 # function: the group must end here (its dims bound by the output buffer)
                 pattern = OpPattern.OPAQUE
