@@ -78,6 +78,18 @@ _KERNEL_TEMPLATE = r"""
 #define KILN_RNN_INLINE static inline
 #endif
 enum { KILN_RNN = 0, KILN_LSTM = 1, KILN_GRU = 2 };
+enum { KILN_RNN_MAX_OWNERS = 64 }; /* tasks beyond these only take over others' units */
+
+/* A task's share of the work: its units handed out and finished over all stages, on a cache
+   line of their own (the other tasks read them only to take over a unit or to see a stage
+   finished). */
+typedef struct {
+  intptr_t claimed, completed;
+#if defined(__GNUC__)
+} __attribute__((aligned(64))) KilnRnnShare;
+#else
+} KilnRnnShare;
+#endif
 
 typedef struct {
   const float* xproj;  /* [T, B, G * H] */
@@ -90,6 +102,7 @@ typedef struct {
   int64_t steps, batch, hidden, lanes, gates;
   int32_t kind, activation, reverse, linear_before_reset;
   float lo, hi; /* the clip range of the gate pre-activations (+-inf: none) */
+  KilnRnnShare share[KILN_RNN_MAX_OWNERS]; /* a team's bookkeeping, zero at the start */
 } KilnRnnSequence;
 
 /* fast_tanh (kiln.topi.math): an odd rational function on [-bound, bound]; NaN stays NaN */
@@ -116,12 +129,59 @@ KILN_RNN_INLINE float kiln_rnn_clip(float x, float lo, float hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
+#if defined(__GNUC__)
+/* the target's float vector (gcc/clang vector extension): KILN_RNN_VW lanes */
+#if defined(__AVX512F__)
+#define KILN_RNN_VW 16
+#elif defined(__AVX__)
+#define KILN_RNN_VW 8
+#else
+#define KILN_RNN_VW 4
+#endif
+typedef float kiln_rnn_vec __attribute__((vector_size(KILN_RNN_VW * sizeof(float))));
+
+/* kiln_rnn_dot for 16 lanes in vector registers (a compiler left to choose vectorizes along k
+   for small C). With one or two gates, k is split in two halves of the accumulators, so that
+   the chain of dependent multiply-adds is not what sets the pace. */
+KILN_RNN_INLINE void kiln_rnn_dot16(float* restrict acc, const float* restrict h,
+                                    const float* restrict w, int64_t hidden, int64_t stride,
+                                    int C) {
+  enum { NV = 16 / KILN_RNN_VW };
+  const int split = C <= 2 ? 2 : 1;
+  kiln_rnn_vec a[2][4 * NV], wv;
+  for (int u = 0; u < 2; ++u)
+    for (int i = 0; i < 4 * NV; ++i) a[u][i] = (kiln_rnn_vec){0};
+  int64_t k = 0;
+  for (; k + split <= hidden; k += split)
+    for (int u = 0; u < split; ++u)
+      for (int i = 0; i < C * NV; ++i) {
+        memcpy(&wv, w + (k + u) * stride + i * KILN_RNN_VW, sizeof wv);
+        a[u][i] += h[k + u] * wv;
+      }
+  for (; k < hidden; ++k)
+    for (int i = 0; i < C * NV; ++i) {
+      memcpy(&wv, w + k * stride + i * KILN_RNN_VW, sizeof wv);
+      a[0][i] += h[k] * wv;
+    }
+  for (int i = 0; i < C * NV; ++i) {
+    wv = a[0][i] + a[1][i];
+    memcpy(acc + i * KILN_RNN_VW, &wv, sizeof wv);
+  }
+}
+#endif
+
 /* acc[i] = sum_k h[k] * w[k * stride + i] for i < C * L: the products of C gates of one
    block of L hidden units. Inlined with constant C and L, the C * L accumulators are
    registers and the loops vectorize. */
 KILN_RNN_INLINE void kiln_rnn_dot(float* restrict acc, const float* restrict h,
                                   const float* restrict w, int64_t hidden, int64_t stride,
                                   int C, int L) {
+#if defined(__GNUC__)
+  if (L == 16) {
+    kiln_rnn_dot16(acc, h, w, hidden, stride, C);
+    return;
+  }
+#endif
   float a[4 * 16];
   for (int i = 0; i < C * L; ++i) a[i] = 0.0f;
   for (int64_t k = 0; k < hidden; ++k) {
@@ -210,26 +270,70 @@ static void kiln_rnn_block_any(const KilnRnnSequence* p, int phase, int64_t b, i
   }
 }
 
-/* A task of the whole sequence: its share of the (batch row, hidden block) units, every step,
-   with a barrier after each step (and after a GRU's first half) */
-static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
-  const KilnRnnSequence* p = (const KilnRnnSequence*)cdata;
+/* The hidden state of the step before stage `stage` (a step is one stage, two for a GRU with
+   linear_before_reset = 0); runs one (batch row, hidden block) unit of the stage. */
+static void kiln_rnn_unit(const KilnRnnSequence* p, intptr_t stage, intptr_t unit, int phases) {
   const int64_t B = p->batch, H = p->hidden, L = p->lanes, T = p->steps;
-  const int64_t blocks = H / L, units = B * blocks;
-  const int64_t u0 = units * task_id / penv->num_task;
-  const int64_t u1 = units * (task_id + 1) / penv->num_task;
+  const int64_t s = stage / phases, blocks = H / L;
+  const int64_t t = p->reverse ? T - 1 - s : s;
+  const float* h = s == 0 ? p->h0 : p->y + (p->reverse ? t + 1 : t - 1) * B * H;
+  const float* x = p->xproj + t * B * p->gates * H;
+  kiln_rnn_block_any(p, (int)(stage % phases), unit / blocks, (unit % blocks) * L, h, x,
+                     p->y + t * B * H);
+}
+
+/* How many stages have every unit finished: units of a stage start only once the stages
+   before it are finished, so the finished units are whole stages and part of the next. */
+static intptr_t kiln_rnn_stages_done(KilnRnnSequence* p, int owners, intptr_t units) {
+  intptr_t done = 0;
+  for (int o = 0; o < owners; ++o)
+    done += __atomic_load_n(&p->share[o].completed, __ATOMIC_ACQUIRE);
+  return done / units;
+}
+
+/* Task `task_id` of the whole sequence. Alone, it runs every unit of every stage in order. In
+   a team, each of the first KILN_RNN_MAX_OWNERS tasks owns a fixed share of each stage's
+   units, so its part of the weight stays in its core's cache from step to step; it claims its
+   own units one at a time, a unit of a stage only once every unit of the stages before it
+   has finished (a step reads the whole previous state). A task with no own unit ready takes
+   over one of another task's: a task that is not running (preempted, still waking) holds
+   nothing, so the others never wait for it as they would at a barrier; only a unit in flight
+   is waited for. */
+static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  KilnRnnSequence* p = (KilnRnnSequence*)cdata;
+  const intptr_t units = (intptr_t)(p->batch * (p->hidden / p->lanes));
   const int phases = p->kind == KILN_GRU && !p->linear_before_reset ? 2 : 1;
-  for (int64_t s = 0; s < T; ++s) {
-    const int64_t t = p->reverse ? T - 1 - s : s;
-    const float* h = s == 0 ? p->h0 : p->y + (p->reverse ? t + 1 : t - 1) * B * H;
-    const float* x = p->xproj + t * B * p->gates * H;
-    for (int phase = 0; phase < phases; ++phase) {
-      for (int64_t u = u0; u < u1; ++u)
-        kiln_rnn_block_any(p, phase, u / blocks, (u % blocks) * L, h, x, p->y + t * B * H);
-      TVMBackendParallelBarrier(task_id, penv);
-    }
+  const intptr_t stages = (intptr_t)p->steps * phases;
+  const int owners = penv->num_task < KILN_RNN_MAX_OWNERS ? penv->num_task
+                                                           : KILN_RNN_MAX_OWNERS;
+  if (owners <= 1) {
+    for (intptr_t i = 0; i < stages * units; ++i) kiln_rnn_unit(p, i / units, i % units, phases);
+    return 0;
   }
-  return 0;
+  intptr_t done = 0; /* stages known finished */
+  for (;;) {
+    int busy = 0, ran = 0;
+    for (int k = 0; k < owners && !ran; ++k) {
+      const int o = (task_id + k) % owners; /* its own share first */
+      const intptr_t first = units * o / owners, size = units * (o + 1) / owners - first;
+      KilnRnnShare* share = &p->share[o];
+      intptr_t next = __atomic_load_n(&share->claimed, __ATOMIC_RELAXED);
+      if (size == 0 || next >= stages * size) continue;
+      busy = 1;
+      if (next / size > done) done = kiln_rnn_stages_done(p, owners, units);
+      if (next / size > done) continue;
+      if (__atomic_compare_exchange_n(&share->claimed, &next, next + 1, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_RELAXED)) {
+        kiln_rnn_unit(p, next / size, first + next % size, phases);
+        __atomic_add_fetch(&share->completed, 1, __ATOMIC_RELEASE);
+      }
+      ran = 1; /* ran a unit, or lost one to another task: look again from the own share */
+    }
+    if (!busy) return 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!ran) __builtin_ia32_pause();
+#endif
+  }
 }
 
 /* One direction of a recurrent layer over its T steps (see kiln/topi/nn/rnn.py): state0 is
@@ -246,7 +350,7 @@ static int32_t kiln_rnn_sequence(int32_t kind, int32_t activation, int32_t rever
                        steps, batch, hidden, lanes,
                        kind == KILN_LSTM ? 4 : kind == KILN_GRU ? 3 : 1,
                        kind, activation, reverse, linear_before_reset,
-                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY};
+                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY, {{0, 0}}};
   if (kind == KILN_LSTM) memcpy(p.c, state0 + size, sizeof(float) * size);
   if (steps > 0) {
     int32_t rc = TVMBackendParallelLaunch(kiln_rnn_sequence_task, &p, parallel ? 0 : 1);
