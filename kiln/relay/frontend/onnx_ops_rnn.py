@@ -117,6 +117,8 @@ class _Layer:
 
         def per_direction(index):
             value = inputs[index] if len(inputs) > index else None
+            if index >= 5 and is_static([self.batch]):
+                value = _static_fill(value, (count, self.batch, self.hidden))
             return [None] * count if value is None else _split(value, count, 0, squeeze=True)
 
         self.w, self.r = per_direction(1), per_direction(2)
@@ -182,12 +184,39 @@ class _Layer:
         value (from a loop over an unknown length)."""
         ys = [outs if not isinstance(outs, list) else relay.stack(outs, 0)
               for outs in outputs_per_direction]
-        y = relay.stack(ys, 1)
-        finals = [relay.stack(list(states), 0) for states in zip(*finals_per_direction)]
+        y = _stack(ys, 1)
+        finals = [_stack(list(states), 0) for states in zip(*finals_per_direction)]
         if self.layout:
             y = relay.transpose(y, (2, 0, 1, 3))
             finals = [relay.transpose(f, (1, 0, 2)) for f in finals]
         return [y, *finals]
+
+
+def _stack(values, axis):
+    """``stack``; of one value, ``expand_dims``, which executors run as a reshape (no copy,
+    no kernel)."""
+    return relay.expand_dims(values[0], axis) if len(values) == 1 else relay.stack(values, axis)
+
+
+def _static_fill(value, shape):
+    """An initial state computed as ``dyn.full(c, <shape arithmetic on the input>)`` (how
+    PyTorch exports the zero states of a model with a dynamic axis), sliced or reshaped by
+    one-input injective ops, as ``full(c, shape)``: ONNX fixes the state's shape, which Relay
+    cannot see through the arithmetic. The state then folds to a constant instead of costing
+    several kernels per run."""
+    from kiln.ir.op import Op
+    from kiln.relay.expr import Call, Constant
+    from kiln.relay.op.op import INJECTIVE
+
+    source = value
+    # a one-input injective op moves elements around: a constant fill stays one
+    while (isinstance(source, Call) and isinstance(source.op, Op) and len(source.args) == 1
+           and source.op.get_attr("TOpPattern") == INJECTIVE):
+        source = source.args[0]
+    if (isinstance(source, Call) and source.op == Op.get("dyn.full")
+            and isinstance(source.args[0], Constant)):
+        return relay.full(source.args[0], shape, str(source.attrs.dtype))
+    return value
 
 
 def _split(x, parts, axis, squeeze=False):

@@ -242,3 +242,42 @@ def test_unknown_sequence_length_with_masking_is_refused_by_name():
     model, feeds = _recurrent_model("LSTM", 4, 8, lens=[STEPS, 2])
     with pytest.raises(kiln.TVMError, match="sequence length unknown at conversion time"):
         from_onnx(onnx.load_from_string(model), shape={"x": [relay.Any(), BATCH, INPUT]})
+
+
+def test_zero_states_shaped_from_a_dynamic_input_fold_to_constants_on_the_vm():
+    """PyTorch exports the zero states of a model with a dynamic axis as ConstantOfShape of
+    shape arithmetic on the input, sliced per layer: the layer op gets them as constants."""
+    from kiln.runtime.vm import VirtualMachine
+
+    hidden = 8
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["batch"], axis=0),
+        helper.make_node("Concat", ["two", "batch", "hid"], ["state_shape"], axis=0),
+        helper.make_node("ConstantOfShape", ["state_shape"], ["zeros"]),
+        helper.make_node("Slice", ["zeros", "zero", "one", "zero"], ["h0"]),
+        helper.make_node("LSTM", ["x", "w", "r", "", "", "h0", "h0"], ["y"],
+                         hidden_size=hidden)]
+    inits = [numpy_helper.from_array(np.array(v, "int64"), name) for name, v in
+             (("one", [1]), ("zero", [0]), ("two", [2]), ("hid", [hidden]))]
+    inits += [numpy_helper.from_array(_rand(1, 4 * hidden, INPUT), "w"),
+              numpy_helper.from_array(_rand(1, 4 * hidden, hidden), "r")]
+    graph = helper.make_graph(
+        nodes, "zero_state",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", BATCH, INPUT])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", 1, BATCH, hidden])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    mod, params = from_onnx(model, shape={"x": [relay.Any(), BATCH, INPUT]})
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(mod, target="llvm", params=params)
+    assert not [n for n in exe.primitive_names if "full" in n or "shape_of" in n], \
+        exe.primitive_names
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for steps in (2, 6):
+        x = _rand(steps, BATCH, INPUT, scale=1.0)
+        np.testing.assert_allclose(vm.invoke("main", x).numpy(),
+                                   session.run(None, {"x": x})[0], rtol=1e-4, atol=2e-5)
