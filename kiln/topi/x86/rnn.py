@@ -8,8 +8,8 @@ Entry points: :func:`schedule_lstm_cell`, :func:`schedule_gru_cell`, :func:`sche
 One task per block of ``n`` hidden units (the packed weight's lanes) of one batch row: the
 gate products of the block accumulate in ``G`` vector registers per lane group (the reduction
 outside, the gates unrolled, the lanes vectorized), and the gate epilogue of the block runs in
-the same task. A batch-1 step of hidden size 256 is about half a million flops, far below
-what makes waking a pool worker pay, so it runs on the calling thread.
+the same task. A batch-1 step of hidden size 256 is about half a million flops: on the pool that
+the executors keep polling through a run, two threads split it (one launch per step).
 
 Example
 -------
@@ -29,10 +29,11 @@ from typing import Any
 
 from kiln import te
 from kiln.topi.utils import get_const_int
+from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 __all__ = ["schedule_lstm_cell", "schedule_gru_cell", "schedule_rnn_cell", "DEFAULT_CONFIG"]
 
-DEFAULT_CONFIG = {"parallel_min_flops": 2_000_000}
+DEFAULT_CONFIG = {"parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS}
 
 
 def _stages(out: te.Tensor) -> dict[str, te.Tensor]:
