@@ -29,6 +29,7 @@ HARNESS_C = r"""
 #include <time.h>
 
 int KilnRuntimePoolStats(uint64_t* out, int n, int reset);
+int KilnRuntimePoolHold(int hold);
 
 static double now_us(void) {
   struct timespec ts;
@@ -78,15 +79,18 @@ static int meet_a_worker(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
 }
 
 /* After a worker ran a task: -1 if none did within 1 s, else whether every worker is
-   asleep `gap_us` later (1) or one is still polling (0). */
-int asleep_after_gap(double gap_us) {
+   asleep `gap_us` later (1) or one is still polling (0). With `release`, the caller's hold
+   ends right after the task (and is taken again before returning). */
+int asleep_after_gap(double gap_us, int release) {
   Partner p = {pthread_self(), 0};
   if (TVMBackendParallelLaunch(meet_a_worker, &p, 2) != 0 || !p.worker_ran) return -1;
+  if (release) KilnRuntimePoolHold(0);
   double start = now_us();
   while (now_us() - start < gap_us) {
   }
   uint64_t stats[9];
   KilnRuntimePoolStats(stats, 9, 0);
+  if (release) KilnRuntimePoolHold(1);
   return stats[7] == stats[8];
 }
 """
@@ -99,7 +103,7 @@ def harness() -> ctypes.CDLL:
                                                    ["-O2", "-fPIC"])))
     lib.launch_after_gaps.argtypes = [ctypes.c_int, ctypes.c_double]
     lib.launch_after_gaps.restype = ctypes.c_int
-    lib.asleep_after_gap.argtypes = [ctypes.c_double]
+    lib.asleep_after_gap.argtypes = [ctypes.c_double, ctypes.c_int]
     lib.asleep_after_gap.restype = ctypes.c_int
     return lib
 
@@ -213,6 +217,21 @@ def test_a_held_worker_polls_through_a_gap(harness, two_threads):
     # shorter than the 2 ms cap of a held pool. A worker that other processes keep off the
     # CPU may overrun the cap, so the held case gets several tries.
     with thread_pool.hot():
-        results = [harness.asleep_after_gap(300.0) for _ in range(5)]
+        results = [harness.asleep_after_gap(300.0, 0) for _ in range(5)]
     assert 0 in results, results
     assert wait_for(all_asleep)  # and cold, it sleeps
+
+
+def test_a_worker_lingers_after_a_run_for_the_next_one(harness, two_threads):
+    # back-to-back inferences: 300 us after a run ends the worker still polls (for 1 ms)
+    with thread_pool.hot():
+        results = [harness.asleep_after_gap(300.0, 1) for _ in range(5)]
+    assert 0 in results, results
+    assert wait_for(all_asleep)
+
+
+def test_with_one_thread_a_held_worker_sleeps(harness, two_threads):
+    with thread_pool.hot():
+        assert harness.launch_after_gaps(1, 0.0) == 0
+        thread_pool.config_threadpool(0, 1)  # its CPU time would count against the caller's
+        assert wait_for(all_asleep)

@@ -146,9 +146,11 @@ TVM_DLL int KilnRuntimeNumThreads(void) {
  * and the worker arrives tens of microseconds later, when a small kernel is already done: a
  * launch to a sleeping pool costs more than it gains (benchmarks/parallel_launch.py). So a
  * run of many kernels (the graph executor's loop, a VM invocation) holds the pool hot
- * (KilnRuntimePoolHold): while a hold is in force, an idle worker keeps polling through the
- * serial kernels between two parallel ones, for at most kKilnHotSpinNs since it last worked,
- * and sleeps once the run ends. It does not sched_yield while polling: under EEVDF a yield
+ * (KilnRuntimePoolHold): while a hold is in force, and for kKilnLingerNs after the last one
+ * ends (so back-to-back inferences find it awake), an idle worker keeps polling through the
+ * serial kernels between two parallel ones, for at most kKilnHotSpinNs since it last worked;
+ * with one thread configured it never polls past kKilnWorkerSpinNs (its CPU time would count
+ * against a single-threaded caller's). It does not sched_yield while polling: under EEVDF a yield
  * gives the core away for a whole slice (milliseconds), and the worker then misses the
  * launches it waits for (measured: 0 of 15 tasks taken at load 5, against 15 of 15).
  *
@@ -158,6 +160,7 @@ TVM_DLL int KilnRuntimeNumThreads(void) {
  */
 #define kKilnWorkerSpinNs 70000ull
 #define kKilnHotSpinNs 2000000ull
+#define kKilnLingerNs 1000000ull
 #define kKilnJoinSpinNs 20000ull
 #define kKilnBarrierSpinNs 70000ull
 
@@ -233,17 +236,15 @@ static uint64_t kiln_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Poll until *word != value, for at most `budget_ns` after `start` and, when `hold` is not
-   NULL, only while *hold > 0. Return 1 when the word changed. */
-static int kiln_poll_while_equal(int* word, int value, uint64_t start, uint64_t budget_ns,
-                                 int* hold) {
+/* Poll until *word != value, for at most `budget_ns` after `start`. Return 1 when the word
+   changed. */
+static int kiln_poll_while_equal(int* word, int value, uint64_t start, uint64_t budget_ns) {
   for (;;) {
     for (int i = 0; i < kKilnPollBatch; ++i) {
       if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return 1;
       KILN_CPU_RELAX();
     }
     if (kiln_now_ns() - start >= budget_ns) return 0;
-    if (hold != NULL && __atomic_load_n(hold, __ATOMIC_RELAXED) <= 0) return 0;
   }
 }
 
@@ -258,7 +259,7 @@ static void kiln_sleep_while_equal(int* word, int value, int* sleepers, int stat
 /* Wait until *word != value: poll for `spin_ns`, then sleep. */
 static void kiln_wait_while_equal(int* word, int value, uint64_t spin_ns, int* sleepers,
                                   int stat) {
-  if (kiln_poll_while_equal(word, value, kiln_now_ns(), spin_ns, NULL)) return;
+  if (kiln_poll_while_equal(word, value, kiln_now_ns(), spin_ns)) return;
   kiln_sleep_while_equal(word, value, sleepers, stat);
 }
 
@@ -291,6 +292,7 @@ typedef struct {
   int wake_seq;     /* bumped on every publish; futex word */
   int idle_sleepers;
   int holds;        /* runs holding the pool hot (KilnRuntimePoolHold) */
+  uint64_t released_ns; /* when the last hold ended */
   /* the pool */
   int busy;         /* a launch owns the pool */
   int workers;      /* worker threads started */
@@ -333,12 +335,23 @@ static void kiln_worker_run(KilnPool* pool, int task_id) {
   kiln_wake_sleepers(&pool->finished, &pool->caller_sleeping, 1);
 }
 
-/* Wait for the next publish after `seen`: poll, keep polling (bounded) while a run holds the
-   pool hot, then sleep. */
+/* Whether idle workers should keep polling at `now`: a run holds the pool, or the last one
+   ended less than kKilnLingerNs ago; never with one thread configured. */
+static int kiln_pool_hot(KilnPool* pool, uint64_t now) {
+  if (KilnRuntimeNumThreads() <= 1) return 0;
+  if (__atomic_load_n(&pool->holds, __ATOMIC_RELAXED) > 0) return 1;
+  return now - __atomic_load_n(&pool->released_ns, __ATOMIC_RELAXED) < kKilnLingerNs;
+}
+
+/* Wait for the next publish after `seen`: poll, keep polling (bounded) while the pool is hot,
+   then sleep. */
 static void kiln_worker_idle(KilnPool* pool, int seen) {
   uint64_t start = kiln_now_ns();
-  if (kiln_poll_while_equal(&pool->wake_seq, seen, start, kKilnWorkerSpinNs, NULL)) return;
-  if (kiln_poll_while_equal(&pool->wake_seq, seen, start, kKilnHotSpinNs, &pool->holds)) return;
+  if (kiln_poll_while_equal(&pool->wake_seq, seen, start, kKilnWorkerSpinNs)) return;
+  for (uint64_t now = kiln_now_ns(); now - start < kKilnHotSpinNs && kiln_pool_hot(pool, now);
+       now = kiln_now_ns()) {
+    if (kiln_poll_while_equal(&pool->wake_seq, seen, now, 1000)) return; /* ~1 us of polls */
+  }
   kiln_sleep_while_equal(&pool->wake_seq, seen, &pool->idle_sleepers, kKilnStatWorkerSleeps);
 }
 
@@ -365,6 +378,7 @@ static void kiln_pool_after_fork(void) {
   pool->busy = 0;
   pool->idle_sleepers = 0;
   pool->holds = 0; /* the threads that held it are not in the child */
+  pool->released_ns = 0;
   pthread_mutex_init(&pool->grow_lock, NULL);
 }
 
@@ -481,12 +495,15 @@ TVM_DLL int KilnRuntimePoolStats(uint64_t* out, int n, int reset) {
 
 /*
  * Hold the pool hot (`hold` nonzero) or release one hold (zero): while any hold is in force,
- * idle workers poll for launches between kernels instead of sleeping (bounded, see the spin
- * budgets above). The graph executor's loop holds it for a run; holds nest and may come from
- * several threads. Returns the number of holds now in force.
+ * idle workers poll for launches between kernels instead of sleeping, and for a moment after
+ * the last hold ends (bounded, see the spin budgets above). The graph executor's loop holds
+ * it for a run; holds nest and may come from several threads. Returns the number of holds
+ * now in force.
  */
 TVM_DLL int KilnRuntimePoolHold(int hold) {
-  return __atomic_add_fetch(&kiln_pool.holds, hold ? 1 : -1, __ATOMIC_RELEASE);
+  int holds = __atomic_add_fetch(&kiln_pool.holds, hold ? 1 : -1, __ATOMIC_RELEASE);
+  if (holds == 0) __atomic_store_n(&kiln_pool.released_ns, kiln_now_ns(), __ATOMIC_RELAXED);
+  return holds;
 }
 
 TVM_DLL int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
