@@ -357,23 +357,25 @@ def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
 
 
 def schedule_unblocked_output(sch: Any, out: te.Tensor, blocked: te.Tensor | None,
-                              threads: bool) -> None:
+                              threads: bool, rows_per_task: int = 1) -> None:
     """The NCHW or ``NCHW{bn}c`` output (+ epilogue) of a channel-blocked
     ``[N, C / bn, H, W, bn]`` result: NCHW channels split by the block so the blocked reads
-    stay contiguous, the (batch, channel block, row) tasks fused first and on the thread pool
-    when ``threads``; a blocked output's lanes vectorized. Shared by the conv2d and depthwise
-    schedules."""
+    stay contiguous, the (batch, channel block, ``rows_per_task`` rows) tasks fused first and
+    on the thread pool when ``threads``; a blocked output's lanes vectorized. Shared by the
+    conv2d and depthwise schedules."""
     stage = sch[out]
     if len(out.shape) == 5:
-        n, f, y, _, lanes = stage.leaf_iter_vars
+        n, f, y, x, lanes = stage.leaf_iter_vars
         stage.vectorize(lanes)
-        rows = stage.fuse(n, f, y)
     else:
         bn = get_const_int(blocked.shape[4]) if blocked is not None else 1
         n, f, y, x = stage.leaf_iter_vars
-        fo, fi = stage.split(f, factor=bn)
-        stage.reorder(n, fo, y, x, fi)
-        rows = stage.fuse(n, fo, y)
+        f, lanes = stage.split(f, factor=bn)
+        stage.reorder(n, f, y, x, lanes)
+    if rows_per_task > 1:
+        y, rows_inner = stage.split(y, factor=rows_per_task)
+        stage.reorder(n, f, y, rows_inner, x, lanes)
+    rows = stage.fuse(n, f, y)
     if threads:
         stage.parallel(rows)
 

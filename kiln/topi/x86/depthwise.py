@@ -5,7 +5,9 @@ Entry points: :func:`depthwise_conv2d_nchw` and :func:`depthwise_conv2d_NCHWc` (
 :func:`schedule_depthwise_conv2d_nchw` (both),
 :func:`tile_width`, :data:`DEFAULT_CONFIG` (knobs: ``c_bn`` channels per vector block,
 ``tile_ow`` output columns per register block (0: the widest of at most ``accumulators``
-that pads the row least), ``parallel_min_flops``, the work below which one thread runs it).
+that pads the row least), ``parallel_min_flops``, the work below which one thread runs it;
+``rows_per_task``, output rows per task (at most; a divisor of the height) when the conv is
+computed inside its output stage).
 
 Each output channel ``o`` reads input channel ``o // multiplier``. The input is repacked,
 padded, by *output* channel into ``[N, O / c_bn, Hp, Wp, c_bn]`` (a channel multiplier above 1
@@ -31,7 +33,7 @@ from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
 from kiln.topi.x86.conv2d import schedule_unblocked_output, split_blocked_rows, worth_threads
 
 DEFAULT_CONFIG = {"c_bn": 8, "tile_ow": 0, "accumulators": 8,
-                  "parallel_min_flops": 2_000_000}
+                  "parallel_min_flops": 2_000_000, "rows_per_task": 4}
 
 
 def tile_width(out_width: int, cfg: dict) -> int:
@@ -197,9 +199,12 @@ def schedule_depthwise_conv2d_nchw(outs: Any, config: dict | None = None) -> Any
         traverse_inline(sch, out.op, visit)
     readers = [out for out in outs if found and len(out.shape) in (4, 5)
                and out.op is not found[0].op]
+    attach = len(found) == 1 and len(readers) == 1 and len(outs) == 1
+    rows = divisor_at_most(get_const_tuple(found[0].shape)[2], cfg["rows_per_task"]) \
+        if attach else 1
     for out in readers:
-        schedule_unblocked_output(sch, out, found[0], worth_threads(found[0], cfg))
-    if len(found) == 1 and len(readers) == 1 and len(outs) == 1:
+        schedule_unblocked_output(sch, out, found[0], worth_threads(found[0], cfg), rows)
+    if attach:
         stage = sch[readers[0]]
         _schedule_blocked(sch, found[0], cfg, (stage, stage.leaf_iter_vars[0]))
     else:
