@@ -183,8 +183,8 @@ def schedule_depthwise_conv2d_nchw(outs: Any, config: dict | None = None) -> Any
     >>> y = topi.nn.relu(depthwise_conv2d_nchw(te.placeholder((1, 8, 6, 6)),
     ...                                        te.placeholder((8, 1, 3, 3)), 1, 1, 1))
     >>> s = schedule_depthwise_conv2d_nchw([y])
-    >>> len(s[y].leaf_iter_vars)
-    3
+    >>> len(s[y].leaf_iter_vars)  # tasks of 3 rows, each row's columns and channels
+    4
     """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
