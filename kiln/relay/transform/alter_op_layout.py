@@ -24,6 +24,7 @@ level 3, inside the target's scope (``with target:``), as ``relay.build`` does.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kiln.relay.expr import Call, Function, Tuple
@@ -34,7 +35,7 @@ from kiln.relay.op.transform import layout_transform
 from kiln.relay.transform.pass_util import is_op_call, op_pattern, relay_function_pass, type_of
 from kiln.runtime.error import TVMError
 
-__all__ = ["AlterOpLayout", "alter_op_layout"]
+__all__ = ["AlterOpLayout", "alter_op_layout", "ConvertLayout", "convert_layout"]
 
 _UNTRACKED = ("", "")
 
@@ -44,9 +45,10 @@ class _LayoutRewriter(ExprMutator):
     a call as ``(value, original layout, current layout)`` for a consumer that may take it
     as it is."""
 
-    def __init__(self, uses: dict[Any, int]) -> None:
+    def __init__(self, uses: dict[Any, int], alter_of: Callable[[Any], Any]) -> None:
         super().__init__()
         self._uses = uses
+        self._alter_of = alter_of
         self._layout_memo: dict[Any, tuple[Any, str, str]] = {}
         self._transforms: dict[tuple[int, str, str], Any] = {}
         # id(rewritten call) -> (original call, its inputs as (value, orig, cur), the call)
@@ -88,7 +90,9 @@ class _LayoutRewriter(ExprMutator):
             return value
         key = (id(value), cur, orig)
         if key not in self._transforms:
-            unblocked = self._unblocked(value, orig)
+            # only a channel-blocked result (NCHW16c) is worth unpacking in its own kernel
+            blocked = any(letter.islower() for letter in cur)
+            unblocked = self._unblocked(value, orig) if blocked else None
             if unblocked is not None:
                 self._transforms[key] = (unblocked, value)
         return self._transform(value, cur, orig)
@@ -141,7 +145,7 @@ class _LayoutRewriter(ExprMutator):
         types = [type_of(f) for group in fields for f in group]
         old_in = [orig for group in entries for _, orig, _ in group]
         new_call = Call(op, restored, node.attrs, node.type_args, node.span)
-        alter = op.get_attr("FTVMAlterOpLayout")
+        alter = self._alter_of(op)
         if alter is not None:
             tinfos, out_type = [type_of(a) for a in node.args], type_of(node)
             if out_type is None or any(t is None for t in tinfos):
@@ -200,9 +204,35 @@ def alter_op_layout(expr: Any) -> Any:
     transforms its neighbours need."""
     import kiln.relay.op.strategy  # noqa: F401  (the strategies register the alterations)
 
+    return _rewrite_layouts(expr, lambda op: op.get_attr("FTVMAlterOpLayout"))
+
+
+def convert_layout(expr: Any, desired_layouts: Mapping[str, Sequence[str]]) -> Any:
+    """Give the ops named in ``desired_layouts`` their desired layouts (each op's
+    ``FTVMConvertOpLayout``), with the layout transforms their neighbours need."""
+    import kiln.relay.op.nn  # noqa: F401  (the op families register the conversions)
+    from kiln.ir.op import Op
+
+    for name, layouts in desired_layouts.items():
+        if Op.get(name).get_attr("FTVMConvertOpLayout") is None:
+            raise TVMError(f"ConvertLayout: {name} has no FTVMConvertOpLayout, so it cannot "
+                           f"take the layouts {list(layouts)}")
+
+    def convert_of(op: Any) -> Any:
+        layouts = desired_layouts.get(op.name)
+        convert = op.get_attr("FTVMConvertOpLayout") if layouts is not None else None
+        if convert is None:
+            return None
+        return lambda attrs, inputs, tinfos, out_type: convert(attrs, inputs, tinfos,
+                                                               [str(x) for x in layouts])
+
+    return _rewrite_layouts(expr, convert_of)
+
+
+def _rewrite_layouts(expr: Any, alter_of: Callable[[Any], Any]) -> Any:
     counter = _UseCounter()
     counter.visit(expr)
-    return _LayoutRewriter(counter.uses).visit(expr)
+    return _LayoutRewriter(counter.uses, alter_of).visit(expr)
 
 
 class _UseCounter(ExprVisitor):
@@ -242,4 +272,33 @@ def AlterOpLayout():  # noqa: N802 (TVM's name)
         return alter_op_layout(func)
 
     return relay_function_pass("AlterOpLayout", 3, rewrite, required=("InferType",),
+                               needs_types=True, skip_primitive=True)
+
+
+def ConvertLayout(desired_layouts: Mapping[str, Sequence[str]]):  # noqa: N802 (TVM's name)
+    """TVM's ``relay.transform.ConvertLayout``: rewrite the ops named in ``desired_layouts``
+    (``{"nn.conv2d": ["NCHW", "default"]}``: data layout, kernel layout or ``"default"``)
+    into those layouts; the ops between follow (``FInferCorrectLayout``) and the original
+    layouts return only where a consumer needs them (opt level 3).
+
+    Example
+    -------
+    >>> import kiln
+    >>> from kiln import relay
+    >>> x = relay.var("x", shape=(1, 8, 8, 3))
+    >>> w = relay.var("w", shape=(3, 3, 3, 16))
+    >>> y = relay.nn.relu(relay.nn.conv2d(x, w, padding=1, data_layout="NHWC",
+    ...                                   kernel_layout="HWIO"))
+    >>> mod = kiln.IRModule.from_expr(relay.Function([x, w], y))
+    >>> with kiln.transform.PassContext(opt_level=3):
+    ...     body = ConvertLayout({"nn.conv2d": ["NCHW", "default"]})(mod)["main"].body
+    >>> body.op.name, body.attrs.dst_layout, body.args[0].args[0].attrs.data_layout
+    ('layout_transform', 'NHWC', 'NCHW')
+    """
+    layouts = {str(k): list(v) for k, v in dict(desired_layouts).items()}
+
+    def rewrite(func: Any, mod: Any, ctx: Any) -> Any:
+        return convert_layout(func, layouts)
+
+    return relay_function_pass("ConvertLayout", 3, rewrite, required=("InferType",),
                                needs_types=True, skip_primitive=True)

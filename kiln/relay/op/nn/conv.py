@@ -40,6 +40,7 @@ from kiln.relay.op.op import (
     define_op,
     register_arg_types,
     register_compute,
+    register_convert_op_layout,
     register_fold_scale_axis,
     register_gradient,
     register_infer_correct_layout,
@@ -768,6 +769,28 @@ def conv_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_type
 
 
 register_infer_correct_layout("nn.conv2d", conv_infer_correct_layout)
+
+
+def convert_conv2d(attrs, inputs, tinfos, desired_layouts):
+    """``FTVMConvertOpLayout`` of ``nn.conv2d`` (ConvertLayout): the conv with data layout
+    ``desired_layouts[0]`` and kernel layout ``desired_layouts[1]``, whose ``"default"`` is
+    OIHW for NCHW data, HWIO (depthwise: HWOI) for NHWC."""
+    data_layout, kernel_layout = desired_layouts
+    if data_layout == "default" or (kernel_layout == "default" and
+                                    data_layout not in ("NCHW", "NHWC")):
+        raise TVMError(f"ConvertLayout: nn.conv2d has no default kernel layout for data "
+                       f"layout {data_layout!r}; name both (e.g. ['NCHW', 'OIHW'])")
+    if kernel_layout == "default":
+        channels = convert_shape(list(tinfos[0].shape), attrs.data_layout, "NCHW",
+                                 "nn.conv2d")[1]
+        depthwise = attrs.groups > 1 and attrs.groups == getattr(channels, "value", channels)
+        kernel_layout = "OIHW" if data_layout == "NCHW" else "HWOI" if depthwise else "HWIO"
+    return conv2d(inputs[0], inputs[1], attrs.strides, attrs.padding, attrs.dilation,
+                  attrs.groups, attrs.channels, attrs.kernel_size, data_layout, kernel_layout,
+                  attrs.out_layout, attrs.out_dtype)
+
+
+register_convert_op_layout("nn.conv2d", convert_conv2d)
 
 
 # ---- FoldScaleAxis: a per-channel scale moves into the kernel's O or I axis ---------------
