@@ -1,7 +1,7 @@
-"""TIR -> LLVM IR through llvmlite, and the ``llvm`` target's build function.
+"""TIR -> LLVM IR through llvmlite.
 
-Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`build_llvm`
-(``target.build.llvm``), :func:`host_target_machine`.
+Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`host_target_machine`. The
+``llvm`` target's build function (``target.build.llvm``) is :mod:`.llvm_library`'s.
 
 Each PrimFunc ``f`` becomes the LLVM function ``i32 @f_unpacked(T* noalias A, ..., i32 n)``
 (the same signature as the C target's unpacked twin). The packed-ABI wrapper ``f`` that
@@ -17,9 +17,7 @@ vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes th
 exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
 ``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
 already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself. The optimized object file (and its IR text) is cached on disk
-(``KILN_CACHE_DIR/llvm``) by the unoptimized IR, the target and the host CPU: a second build
-of the same kernels skips LLVM's optimization and code emission.
+function itself.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
@@ -34,20 +32,17 @@ from typing import Any
 
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
-from kiln.runtime.registry import register_func
-from kiln.target import c_abi, codegen_c
+from kiln.target import c_abi
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
 from kiln.target.llvm_toolchain import (
-    compile_cached,
     host_target_machine,
-    initialized_llvm,
     llvm_available,
     llvmlite_modules,
     parse_and_optimize,
 )
 
-__all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
+__all__ = ["CodeGenLLVM", "emit_llvm", "host_target_machine", "llvm_available"]
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -815,51 +810,3 @@ def _generate(mod: Any, target: Any):
     cg.module.triple = tm.triple
     cg.module.data_layout = str(tm.target_data)
     return cg, tm
-
-
-@register_func("target.build.llvm", override=True)
-def build_llvm(mod: Any, target: Any = None) -> Any:
-    """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
-    from kiln.runtime import cc
-    from kiln.target.build import NativeModule
-
-    cg, tm = _generate(mod, target)
-    system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
-    glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
-                                 packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
-    glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    llvm = initialized_llvm()[1]
-    options = codegen_c.compile_options(target)
-    if not cg.imported_c:
-        # The glue only checks arguments and calls the kernels in kernels.o: -O1 compiles it
-        # in under half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
-        options = ["-O1" if flag == "-O3" else flag for flag in options]
-    foreign = None if _same_machine(tm.triple, llvm.get_process_triple()) else tm.triple
-    # gcc compiles the glue while LLVM optimizes the kernels (a cross build keeps the glue as
-    # source for its cross compiler)
-    glue_object = cc.compile_in_background(glue, options) if foreign is None else None
-    obj, ir_text = compile_cached(cg.module, tm, target)
-    text = {"ll": ir_text, "": ir_text, "c": glue,
-            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
-    names = [name for name, _, _ in cg.signatures] + cg.packed_names
-    if glue_object is None:
-        sources, objects = {"glue.c": glue}, {"kernels.o": obj}
-    else:
-        sources, objects = {}, {"kernels.o": obj, "glue.o": glue_object()}
-    return NativeModule("llvm", sources, objects, names, options, text,
-                        foreign_triple=foreign)
-
-
-def _same_machine(triple: str, host: str) -> bool:
-    """Whether code for ``triple`` runs here (same architecture and OS as the host)."""
-    arch, _, rest = triple.partition("-")
-    host_arch, _, host_rest = host.partition("-")
-    return arch == host_arch and ("linux" in rest) == ("linux" in host_rest)
-
-
-def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:
-    """An exported C function forwarding to ``name`` (which may be static in import_c)."""
-    params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args)) or "void"
-    call = f"{name}({', '.join(f'a{i}' for i in range(len(c_args)))})"
-    body = f"{call};" if c_ret == "void" else f"return {call};"
-    return f"\n{c_ret} __kiln_extern_{name}({params}) {{ {body} }}\n"
