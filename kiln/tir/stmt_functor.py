@@ -30,6 +30,7 @@ __all__ = ["StmtExprVisitor", "StmtExprMutator", "ExprVisitor", "ExprMutator",
            "post_order_visit", "pre_order_visit", "substitute", "ir_transform", "stmt_vars"]
 
 _SKIPPED_FIELDS = frozenset({"dtype", "span"})
+_NODES = (PrimExpr, Stmt)  # what the walkers descend into (a tuple: isinstance's fast path)
 
 # Node classes whose dtype follows from their operands: rebuilt through their constructor.
 _DERIVED_DTYPE = (_e.BinaryOpExpr, _e.Not, _e.Select, _e.BufferLoad, _e.ProducerLoad, _e.Ramp,
@@ -119,10 +120,15 @@ class StmtExprVisitor:
 
     def generic_visit(self, node: Any) -> None:
         for name in _own_fields(node):
-            self._visit_value(getattr(node, name, None))
+            value = getattr(node, name, None)
+            if isinstance(value, _NODES):  # most fields: checked here, not in a call
+                if not isinstance(value, _e.IterVar):
+                    self.visit(value)
+            elif value is not None:
+                self._visit_value(value)
 
     def _visit_value(self, value: Any) -> None:
-        if isinstance(value, PrimExpr | Stmt):
+        if isinstance(value, _NODES):
             if not isinstance(value, _e.IterVar):
                 self.visit(value)
         elif isinstance(value, list | tuple):
@@ -180,16 +186,23 @@ class StmtExprMutator:
     _method = StmtExprVisitor._method
 
     def generic_visit(self, node: Any) -> Any:
-        changed: dict[str, Any] = {}
+        changed: dict[str, Any] | None = None
         for name in _own_fields(node):
             value = getattr(node, name, None)
-            new = self._visit_value(value)
+            if isinstance(value, _NODES):  # most fields: checked here, not in a call
+                new = value if isinstance(value, _e.IterVar) else self.visit(value)
+            elif value is None:
+                continue
+            else:
+                new = self._visit_value(value)
             if new is not value:
+                if changed is None:
+                    changed = {}
                 changed[name] = new
-        return rebuild(node, changed) if changed else node
+        return node if changed is None else rebuild(node, changed)
 
     def _visit_value(self, value: Any) -> Any:
-        if isinstance(value, PrimExpr | Stmt):
+        if isinstance(value, _NODES):
             return value if isinstance(value, _e.IterVar) else self.visit(value)
         if isinstance(value, list | tuple):
             new = [self._visit_value(item) for item in value]
