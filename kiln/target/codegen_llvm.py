@@ -41,6 +41,7 @@ from kiln.target.llvm_toolchain import (
     llvmlite_modules,
     parse_and_optimize,
 )
+from kiln.tir.stmt_functor import child_nodes
 
 __all__ = ["CodeGenLLVM", "emit_llvm", "host_target_machine", "llvm_available"]
 
@@ -54,32 +55,36 @@ _FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mo
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
-def _used_var_ids(stmt: Any) -> set[int]:
-    """ids of every Var a statement reads, buffers' data and shape variables included (what
-    an outlined parallel body must capture; nothing else dominates the lambda's code)."""
-    from kiln.tir.stmt_functor import post_order_visit
-
-    used: set[int] = set()
+def _used_var_ids(stmt: Any, wanted: set[int]) -> set[int]:
+    """The ids in ``wanted`` of the Vars ``stmt`` reads, buffers' data and shape variables
+    included (what an outlined parallel body must capture; nothing else dominates the
+    lambda's code). The walk stops once every wanted variable is found: a kernel's parallel
+    body reads its few outer variables within its first statements."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = [stmt]
 
     def add_buffer(buffer: Any) -> None:
-        used.add(id(buffer.data))
-        for expr in [*buffer.shape, *buffer.strides, buffer.elem_offset]:
-            if expr is not None:
-                post_order_visit(expr, visit)
+        found.add(id(buffer.data))
+        stack.extend(e for e in [*buffer.shape, *buffer.strides, buffer.elem_offset]
+                     if e is not None)
 
-    def visit(node: Any) -> None:
+    while stack and not wanted <= found:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         kind = _node_name(node)
         if kind in ("Var", "SizeVar"):
-            used.add(id(node))
+            found.add(id(node))
         elif kind in ("BufferLoad", "BufferStore"):
             add_buffer(node.buffer)
         elif kind == "Call":
             for arg in node.args:
                 if _node_name(arg) == "Buffer":
                     add_buffer(arg)
-
-    post_order_visit(stmt, visit)
-    return used
+        stack.extend(child_nodes(node))
+    return found & wanted
 
 
 def _node_name(node: Any) -> str:
@@ -672,9 +677,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         so a descheduled thread holds back only its current chunk (the C codegen's OpenMP
         region uses the same scheme)."""
         ir, b = self.ir, self.builder
-        used = _used_var_ids(node)
-        captured = [(key, value) for key, value in self.vars.items()
-                    if key in used and not isinstance(value, ir.Constant)]
+        outer = {key for key, value in self.vars.items() if not isinstance(value, ir.Constant)}
+        used = _used_var_ids(node, outer)
+        captured = [(key, value) for key, value in self.vars.items() if key in used]
         begin, extent = self._loop_bound(node, node.min), self._loop_bound(node, node.extent)
         counter_start = ir.Constant(extent.type, 0)
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,

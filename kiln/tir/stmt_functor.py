@@ -27,7 +27,8 @@ from kiln.tir import expr as _e
 from kiln.tir.stmt import Stmt
 
 __all__ = ["StmtExprVisitor", "StmtExprMutator", "ExprVisitor", "ExprMutator",
-           "post_order_visit", "pre_order_visit", "substitute", "ir_transform", "stmt_vars"]
+           "post_order_visit", "pre_order_visit", "substitute", "ir_transform", "stmt_vars",
+           "child_nodes"]
 
 _SKIPPED_FIELDS = frozenset({"dtype", "span"})
 _NODES = (PrimExpr, Stmt)  # what the walkers descend into (a tuple: isinstance's fast path)
@@ -63,6 +64,34 @@ def rebuild(node: Object, values: dict[str, Any]) -> Object:
         if hasattr(node, name):
             object.__setattr__(new, name, getattr(node, name))
     return new
+
+
+def child_nodes(node: Any) -> list[Any]:
+    """The expressions and statements the walkers descend into from ``node``, in field
+    order (lists and Ranges opened; IterVars, Buffers and other objects left alone).
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> x = tir.Var("x", "int32")
+    >>> [type(c).__name__ for c in child_nodes(x * 2 + 1)]
+    ['Mul', 'IntImm']
+    """
+    out: list[Any] = []
+    for name in _own_fields(node):
+        _collect(getattr(node, name, None), out)
+    return out
+
+
+def _collect(value: Any, out: list[Any]) -> None:
+    if isinstance(value, _NODES):
+        if not isinstance(value, _e.IterVar):
+            out.append(value)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, out)
+    elif isinstance(value, Range):
+        out += (value.min, value.extent)
 
 
 class StmtExprVisitor:
