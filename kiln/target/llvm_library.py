@@ -12,9 +12,11 @@ kernels' objects.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
+from kiln.runtime import config
 from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm import CodeGenLLVM
@@ -103,18 +105,25 @@ class LLVMKernelBuilder:
         # as source for its cross compiler)
         glue_object = None if self.foreign else cc.compile_in_background(glue, options)
         objects = {name: result() for name, result in self.objects.items()}
-        ir_text = link_ir([ir_text for _, ir_text in objects.values()])()
-        tm, llvm = self.tm, initialized_llvm()[1]
-        text = {"ll": ir_text, "": ir_text, "c": glue,
-                "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
+        # the LLVM thread links the kernels' IR into one module for get_source while gcc
+        # links the library
+        linked = link_ir([ir_text for _, ir_text in objects.values()])
         names = [name for name, _, _ in self.signatures] + self.packed_names
         files = {name: obj for name, (obj, _) in objects.items()}
         if glue_object is None:
             sources = {"glue.c": glue}
         else:
             sources, files["glue.o"] = {}, glue_object()
-        return NativeModule("llvm", sources, files, names, options, text,
-                            foreign_triple=self.foreign)
+        text: dict[str, Any] = {"c": glue}
+        module = NativeModule("llvm", sources, files, names, options, text,
+                              foreign_triple=self.foreign)
+        ir_text = linked()
+        tm, llvm = self.tm, initialized_llvm()[1]
+        module.text.update({"ll": ir_text, "": ir_text,
+                            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))})
+        if config.debug_level() >= 4:  # the library printed its C glue; the kernels' LLVM
+            print(f"[kiln codegen] generated ll:\n{ir_text}", file=sys.stderr)
+        return module
 
 
 @register_func("target.build.llvm", override=True)
