@@ -74,6 +74,9 @@ POINTWISE = [
     ((2, 32, 13, 13), 48, ("int8", "int8")),
     ((1, 64, 7, 7), 16, ("uint8", "uint8")),
     ((1, 6, 4, 4), 3, ("int8", "uint8")),
+    # uint8 x int8 (VNNI quads on such hosts): channels a multiple of 4, packed at compile
+    # time at opt_level 3, two pixel chunks and a partial pixel tile
+    ((1, 36, 13, 13), 48, ("uint8", "int8")),
 ]
 
 
@@ -95,7 +98,7 @@ def test_pointwise_int8_conv_is_the_pixel_gemm():
 
 
 # opt_level 3: AlterOpLayout packs the kernel ahead; -mcpu=haswell: the AVX2 code (this host
-# may run the AVX-512 one)
+# may run the AVX-512 and VNNI ones)
 @needs_avx2
 @pytest.mark.parametrize("opt_level, target", [(2, "llvm"), (3, "llvm"),
                                                (3, "llvm -mcpu=haswell")])

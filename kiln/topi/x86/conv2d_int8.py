@@ -29,9 +29,11 @@ from kiln import te, tir
 from kiln.tir import op as _op
 from kiln.topi.nn.pad import pad
 from kiln.topi.utils import get_const_tuple
+from kiln.topi.x86 import conv2d_int8_vnni as vnni
 
 __all__ = ["conv2d_nchw_int8", "schedule_conv2d_nchw_int8", "conv2d_int8_applies",
-           "pack_kernel_i16", "MICRO_KERNEL_SOURCE", "OC_BLOCK", "PACKED_KERNEL_LAYOUT"]
+           "pack_kernel", "packed_kernel_layout", "MICRO_KERNEL_SOURCE", "OC_BLOCK",
+           "PACKED_KERNEL_LAYOUT", "PACKED_DTYPES"]
 
 OC_BLOCK = 16  # output channels per block (one zmm, or two ymm, of int32)
 KERNEL_NAME = "kiln_conv2d_i16_nchw16c_plane"
@@ -135,52 +137,67 @@ static int32_t kiln_conv2d_i16_nchw16c_plane(
 
 
 PACKED_KERNEL_LAYOUT = f"OIHW{OC_BLOCK}o2i"  # the int16 kernel_pack, made at compile time
+# input channels per int32 lane -> (data, kernel) dtypes of the packed operands: int16 pairs
+# for vpmaddwd/vpdpwssd, uint8 x int8 quads for vpdpbusd (:mod:`.conv2d_int8_vnni`)
+PACKED_DTYPES = {2: ("int16", "int16"), vnni.LANES: ("uint8", "int8")}
+# lanes -> (plane kernel name, its C source)
+_PLANE_KERNELS = {2: (KERNEL_NAME, MICRO_KERNEL_SOURCE),
+                  vnni.LANES: (vnni.PLANE_NAME, vnni.MICRO_KERNEL_SOURCE)}
+
+
+def packed_kernel_layout(lanes: int) -> str:
+    """The packed kernel layout of the micro-kernels taking ``lanes`` input channels per int32
+    lane: ``OIHW16o2i`` (int16) or ``OIHW16o4i`` (int8)."""
+    return f"OIHW{OC_BLOCK}o{lanes}i"
 
 
 def conv2d_int8_applies(attrs: Any, data_dtype: str, kernel_dtype: str, out_dtype: str,
                         host_has_avx2: bool) -> bool:
     """Whether the micro-kernel computes this ``nn.conv2d``: 8-bit NCHW data, an 8-bit OIHW
-    kernel (or one already packed: int16 ``OIHW16o2i``), int32 output, groups 1, on a CPU
-    with AVX2."""
-    kernel_ok = (kernel_dtype in ("int8", "uint8") and attrs.kernel_layout == "OIHW") or (
-        kernel_dtype == "int16" and attrs.kernel_layout == PACKED_KERNEL_LAYOUT)
+    kernel (or one already packed: int16 ``OIHW16o2i``, int8 ``OIHW16o4i``), int32 output,
+    groups 1, on a CPU with AVX2."""
+    kernel_ok = (kernel_dtype in ("int8", "uint8") and attrs.kernel_layout == "OIHW") or any(
+        kernel_dtype == dtypes[1] and attrs.kernel_layout == packed_kernel_layout(lanes)
+        for lanes, dtypes in PACKED_DTYPES.items())
     return (host_has_avx2 and data_dtype in ("int8", "uint8") and kernel_ok
             and out_dtype == "int32" and attrs.data_layout == "NCHW"
             and attrs.out_layout in ("", "NCHW") and int(attrs.groups) == 1)
 
 
-def _pairs(n: int) -> int:
-    return (n + 1) // 2
-
-
-def pack_kernel_i16(kernel: te.Tensor) -> te.Tensor:
-    """An 8-bit OIHW ``kernel`` as int16 ``OIHW16o2i`` (``[OC/16][C/2][KH][KW][16][2]``), the
-    output channels and input channels zero-padded to whole blocks and pairs."""
+def pack_kernel(kernel: te.Tensor, lanes: int = 2) -> te.Tensor:
+    """An 8-bit OIHW ``kernel`` as ``OIHW16o{lanes}i`` (``[OC/16][C/lanes][KH][KW][16][lanes]``,
+    int16 pairs or int8 quads, see :data:`PACKED_DTYPES`), the output channels and input
+    channels zero-padded to whole blocks and lane groups."""
     oc, c, kh, kw = get_const_tuple(kernel.shape)
-    zero = tir.const(0, "int16")
+    dtype = PACKED_DTYPES[lanes][1]
+    zero = tir.const(0, dtype)
 
-    def kernel_at(ob, cp, y, x, oi, i):
-        o, ch = ob * OC_BLOCK + oi, cp * 2 + i
-        value = _op.cast(kernel[_op.min(o, oc - 1), _op.min(ch, c - 1), y, x], "int16")
-        if c % 2 == 0 and oc % OC_BLOCK == 0:
+    def kernel_at(ob, cg, y, x, oi, i):
+        o, ch = ob * OC_BLOCK + oi, cg * lanes + i
+        value = _op.cast(kernel[_op.min(o, oc - 1), _op.min(ch, c - 1), y, x], dtype)
+        if c % lanes == 0 and oc % OC_BLOCK == 0:
             return value
         return tir.Select(tir.all(o < oc, ch < c), value, zero)
 
-    return te.compute((-(-oc // OC_BLOCK), _pairs(c), kh, kw, OC_BLOCK, 2), kernel_at,
-                      name="kernel_pack_i16")
+    return te.compute((-(-oc // OC_BLOCK), -(-c // lanes), kh, kw, OC_BLOCK, lanes), kernel_at,
+                      name="kernel_pack_int8")
 
 
 def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
-                     dilation: Any, out_dtype: str = "int32") -> te.Tensor:
+                     dilation: Any, out_dtype: str = "int32", lanes: int = 2) -> te.Tensor:
     """The int32 NCHW convolution of 8-bit ``data`` and OIHW ``kernel`` through the
-    micro-kernel (see the module docstring for the packed layouts)."""
+    micro-kernel taking ``lanes`` input channels per int32 lane: 2 (int16 pairs, the module
+    docstring) or 4 (uint8 x int8 quads for AVX512-VNNI, :mod:`.conv2d_int8_vnni`). A kernel
+    already packed (6-D, from AlterOpLayout) brings its own lanes."""
     n, c, h, w = get_const_tuple(data.shape)
     prepacked = len(kernel.shape) == 6
-    if prepacked:  # [OC/16][C/2][KH][KW][16][2] int16, from AlterOpLayout
-        ocb_, _, kh, kw, _, _ = get_const_tuple(kernel.shape)
+    if prepacked:  # [OC/16][C/lanes][KH][KW][16][lanes]
+        ocb_, _, kh, kw, _, lanes = get_const_tuple(kernel.shape)
         oc = ocb_ * OC_BLOCK
     else:
         oc, _, kh, kw = get_const_tuple(kernel.shape)
+    data_dtype = PACKED_DTYPES[lanes][0]
+    kernel_name, source = _PLANE_KERNELS[lanes]
     sh, sw = (int(s) for s in strides)
     dh, dw = (int(d) for d in dilation)
     pt, pl, pb, pr = (int(p) for p in padding)
@@ -188,17 +205,17 @@ def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
         (pt, pl, pb, pr)) else data
     hp, wp = h + pt + pb, w + pl + pr
     oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wp - (kw - 1) * dw - 1) // sw + 1
-    c2, ocb = _pairs(c), -(-oc // OC_BLOCK)
-    zero = tir.const(0, "int16")
+    cg, ocb = -(-c // lanes), -(-oc // OC_BLOCK)
+    zero = tir.const(0, data_dtype)
 
-    def data_at(b, cp, y, x, i):
-        ch = cp * 2 + i
-        value = _op.cast(padded[b, _op.min(ch, c - 1), y, x], "int16")
-        return value if c % 2 == 0 else tir.Select(ch < c, value, zero)
+    def data_at(b, g, y, x, i):
+        ch = g * lanes + i
+        value = _op.cast(padded[b, _op.min(ch, c - 1), y, x], data_dtype)
+        return value if c % lanes == 0 else tir.Select(ch < c, value, zero)
 
-    data_pack = te.compute((n, c2, hp, wp, 2), data_at, name="data_pack_i16")
+    data_pack = te.compute((n, cg, hp, wp, lanes), data_at, name="data_pack_int8")
 
-    kernel_pack = kernel if prepacked else pack_kernel_i16(kernel)
+    kernel_pack = kernel if prepacked else pack_kernel(kernel, lanes)
 
     def planes(ins, outs):
         d, k = ins
@@ -206,14 +223,14 @@ def conv2d_nchw_int8(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
         plane = tir.Var("plane", "int32")
         b, block = _op.floordiv(plane, ocb), _op.floormod(plane, ocb)
         call = tir.call_extern(
-            "int32", KERNEL_NAME,
+            "int32", kernel_name,
             o.access_ptr("w", offset=plane * (oh * ow * OC_BLOCK)),
-            d.access_ptr("r", offset=b * (c2 * hp * wp * 2)),
-            k.access_ptr("r", offset=block * (c2 * kh * kw * OC_BLOCK * 2)),
-            c2, hp, wp, kh, kw, oh, ow, sh, sw, dh, dw)
+            d.access_ptr("r", offset=b * (cg * hp * wp * lanes)),
+            k.access_ptr("r", offset=block * (cg * kh * kw * OC_BLOCK * lanes)),
+            cg, hp, wp, kh, kw, oh, ow, sh, sw, dh, dw)
         loop = tir.For(plane, 0, n * ocb, tir.ForKind.PARALLEL, tir.Evaluate(call))
-        return tir.AttrStmt(tir.StringImm(KERNEL_NAME), "pragma_import_c",
-                            tir.StringImm(MICRO_KERNEL_SOURCE), loop)
+        return tir.AttrStmt(tir.StringImm(kernel_name), "pragma_import_c",
+                            tir.StringImm(source), loop)
 
     blocked = te.extern((n, ocb, oh, ow, OC_BLOCK), [data_pack, kernel_pack], planes,
                         name="conv2d_int8_nchw16c", dtype="int32")
@@ -235,7 +252,7 @@ def schedule_conv2d_nchw_int8(outs: Any) -> Any:
         # everything elementwise between the packing and the output is inlined, the scalar
         # constants of a fused requantize too (as immediates, so the epilogue vectorizes)
         if op.name == "data_pad" or (op not in [t.op for t in outs] and not op.reduce_axis
-                                     and op.name not in ("data_pack_i16", "kernel_pack_i16")):
+                                     and op.name not in ("data_pack_int8", "kernel_pack_int8")):
             sch[op].compute_inline()
         for t in op.input_tensors:
             visit(t.op)
@@ -243,7 +260,7 @@ def schedule_conv2d_nchw_int8(outs: Any) -> Any:
     for out in outs:
         visit(out.op)
     for op in list(seen):
-        if op.name in ("data_pack_i16", "kernel_pack_i16"):
+        if op.name in ("data_pack_int8", "kernel_pack_int8"):
             stage = sch[op]
             fused = stage.fuse(*stage.op.axis[:2])
             stage.parallel(fused)

@@ -26,7 +26,8 @@ from typing import Any
 from kiln import te, tir
 from kiln.tir import op as _op
 from kiln.topi.utils import get_const_tuple
-from kiln.topi.x86.conv2d_int8 import OC_BLOCK, pack_kernel_i16
+from kiln.topi.x86 import conv2d_int8_vnni as vnni
+from kiln.topi.x86.conv2d_int8 import OC_BLOCK, PACKED_DTYPES, pack_kernel
 
 __all__ = ["conv2d_1x1_nchw_int8", "pointwise_int8_applies", "MICRO_KERNEL_SOURCE",
            "PIXEL_TILE"]
@@ -183,32 +184,41 @@ def pointwise_int8_applies(kernel_shape: Any, strides: Any, padding: Any) -> boo
         not any(int(p) for p in padding)
 
 
-def conv2d_1x1_nchw_int8(data: te.Tensor, kernel: te.Tensor,
-                         out_dtype: str = "int32") -> te.Tensor:
+# input channels per int32 lane -> (pack name, GEMM name, their C source)
+_GEMM_KERNELS = {2: (PACK_NAME, KERNEL_NAME, MICRO_KERNEL_SOURCE),
+                 vnni.LANES: (vnni.PACK_NAME, vnni.GEMM_NAME, vnni.MICRO_KERNEL_SOURCE)}
+
+
+def conv2d_1x1_nchw_int8(data: te.Tensor, kernel: te.Tensor, out_dtype: str = "int32",
+                         lanes: int = 2) -> te.Tensor:
     """The int32 NCHW 1x1 convolution of 8-bit ``data`` and an OIHW (8-bit) or packed
-    ``OIHW16o2i`` (int16) ``kernel`` through the pixel-vectorized micro-kernel."""
+    (``OIHW16o2i`` int16, ``OIHW16o4i`` int8) ``kernel`` through the pixel-vectorized
+    micro-kernel taking ``lanes`` input channels per int32 lane: 2 (int16 pairs) or 4 (uint8
+    data x int8 kernel quads, :mod:`.conv2d_int8_vnni`); a packed kernel brings its own."""
     n, c, h, w = get_const_tuple(data.shape)
     prepacked = len(kernel.shape) == 6
-    oc = kernel.shape[0] * OC_BLOCK if prepacked else kernel.shape[0]
-    oc = int(oc)
-    kernel_pack = kernel if prepacked else pack_kernel_i16(kernel)
-    c2, ocb = (c + 1) // 2, -(-oc // OC_BLOCK)
+    if prepacked:
+        lanes = int(kernel.shape[5])
+    oc = int(kernel.shape[0] * OC_BLOCK if prepacked else kernel.shape[0])
+    kernel_pack = kernel if prepacked else pack_kernel(kernel, lanes)
+    pack_name, gemm_name, source = _GEMM_KERNELS[lanes]
+    cg, ocb = -(-c // lanes), -(-oc // OC_BLOCK)
     p = h * w
     ppad = -(-p // PIXEL_TILE) * PIXEL_TILE
     is_signed = int(str(data.dtype) == "int8")
 
     def pack(ins, outs):
-        task = tir.Var("pair", "int32")
-        b, cp = _op.floordiv(task, c2), _op.floormod(task, c2)
+        task = tir.Var("group", "int32")
+        b, g = _op.floordiv(task, cg), _op.floormod(task, cg)
         call = tir.call_extern(
-            "int32", PACK_NAME, outs[0].access_ptr("w", offset=task * (ppad * 2)),
-            ins[0].access_ptr("r", offset=b * (c * p)), is_signed, c, cp, p, ppad)
-        loop = tir.For(task, 0, n * c2, tir.ForKind.PARALLEL, tir.Evaluate(call))
-        return tir.AttrStmt(tir.StringImm(KERNEL_NAME), "pragma_import_c",
-                            tir.StringImm(MICRO_KERNEL_SOURCE), loop)
+            "int32", pack_name, outs[0].access_ptr("w", offset=task * (ppad * lanes)),
+            ins[0].access_ptr("r", offset=b * (c * p)), is_signed, c, g, p, ppad)
+        loop = tir.For(task, 0, n * cg, tir.ForKind.PARALLEL, tir.Evaluate(call))
+        return tir.AttrStmt(tir.StringImm(gemm_name), "pragma_import_c", tir.StringImm(source),
+                            loop)
 
-    data_pack = te.extern((n, c2, ppad, 2), [data], pack, name="data_pack_pairs_i16",
-                          dtype="int16")
+    data_pack = te.extern((n, cg, ppad, lanes), [data], pack, name="data_pack_int8",
+                          dtype=PACKED_DTYPES[lanes][0])
     chunks = -(-p // PIXEL_CHUNK)
     # enough tasks for the thread pool when the image is small (7x7: one pixel chunk)
     groups = max(1, min(ocb, -(-8 // (n * chunks))))
@@ -222,13 +232,13 @@ def conv2d_1x1_nchw_int8(data: te.Tensor, kernel: te.Tensor,
         group = _op.floormod(task, groups)
         q0 = chunk * PIXEL_CHUNK
         call = tir.call_extern(
-            "int32", KERNEL_NAME, outs[0].access_ptr("w", offset=b * (oc * p)),
-            d.access_ptr("r", offset=b * (c2 * ppad * 2)), k.access_ptr("r"), c2, p, ppad, oc,
-            _op.min(group * per_group, ocb), _op.min((group + 1) * per_group, ocb),
+            "int32", gemm_name, outs[0].access_ptr("w", offset=b * (oc * p)),
+            d.access_ptr("r", offset=b * (cg * ppad * lanes)), k.access_ptr("r"), cg, p, ppad,
+            oc, _op.min(group * per_group, ocb), _op.min((group + 1) * per_group, ocb),
             q0, _op.min(q0 + PIXEL_CHUNK, p))
         loop = tir.For(task, 0, n * chunks * groups, tir.ForKind.PARALLEL, tir.Evaluate(call))
-        return tir.AttrStmt(tir.StringImm(KERNEL_NAME), "pragma_import_c",
-                            tir.StringImm(MICRO_KERNEL_SOURCE), loop)
+        return tir.AttrStmt(tir.StringImm(gemm_name), "pragma_import_c", tir.StringImm(source),
+                            loop)
 
     conv = te.extern((n, oc, h, w), [data_pack, kernel_pack], gemm, name="conv2d_int8_1x1",
                      dtype="int32")
