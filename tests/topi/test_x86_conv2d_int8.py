@@ -127,6 +127,25 @@ def test_quad_kernels_without_vnni_instructions_are_plain_c():
         np.testing.assert_array_equal(out, reference(x, w, (1, 1), padding, (1, 1)))
 
 
+def test_one_module_holds_both_packings():
+    """uint8 x int8 (quads on a VNNI host) and int8 x int8 (int16 pairs) 3x3 and 1x1 convs of
+    one input in one build: each packing has its own C entry points."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 256, (1, 8, 7, 9)).astype("uint8")
+    xv = relay.var("x", shape=x.shape, dtype="uint8")
+    signed = relay.cast(relay.subtract(relay.cast(xv, "int32"), relay.const(128)), "int8")
+    ws = [rng.integers(-128, 128, shape).astype("int8") for shape in
+          [(16, 8, 3, 3), (16, 8, 3, 3), (16, 8, 1, 1), (16, 8, 1, 1)]]
+    outs = [relay.nn.conv2d(data, relay.const(w), out_dtype="int32")
+            for data, w in zip([xv, signed, xv, signed], ws)]
+    mod = kiln.IRModule.from_expr(relay.Function([xv], relay.Tuple(outs)))
+    with kiln.transform.PassContext(opt_level=3):
+        got = relay.create_executor("graph", mod=mod, target="llvm").evaluate()(x)
+    xs = (x.astype("int64") - 128).astype("int8")
+    for out, data, w in zip(got, [x, xs, x, xs], ws):
+        np.testing.assert_array_equal(out.numpy(), reference(data, w, (1, 1), (0, 0), (1, 1)))
+
+
 @pytest.mark.parametrize("target", ["llvm", "c", "llvm -mcpu=core-avx2"])
 def test_extreme_products_do_not_saturate(target):
     """255 * -128 summed over 64 channels x 9 taps: pairs reach -65280, beyond int16."""

@@ -19,7 +19,6 @@ from kiln.target.x86 import target_has_features
 from kiln.topi.x86 import (
     conv2d_int8,
     conv2d_int8_1x1,
-    conv2d_int8_vnni,
     dense_int8,
     depthwise_int8,
 )
@@ -46,8 +45,8 @@ def int8_conv2d_applies(attrs, inputs, out_type, target) -> bool:
 def _lanes(data_dtype: str, kernel_dtype: str, target=None) -> int:
     """Input channels per int32 lane of the micro-kernel for these operands on ``target``
     (default: the current one): uint8 x int8 quads with AVX512-VNNI, else int16 pairs."""
-    vnni = conv2d_int8_vnni.vnni_applies(data_dtype, kernel_dtype, target)
-    return conv2d_int8_vnni.LANES if vnni else 2
+    quads = conv2d_int8.quads_apply(data_dtype, kernel_dtype, target)
+    return conv2d_int8.QUADS if quads else 2
 
 
 def _compute(attrs, inputs, out_type, config=None):
