@@ -28,6 +28,8 @@ _CPUS_WITH = {
     # AVX512-VNNI (vpdpbusd / vpdpwssd); Alder Lake's VEX "avxvnni" is another feature
     "avx512vnni": ("cascadelake", "cooperlake", "icelake", "tigerlake", "rocketlake",
                    "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"),
+    "avx512vbmi": ("cannonlake", "icelake", "tigerlake", "rocketlake", "sapphirerapids",
+                   "emeraldrapids", "graniterapids", "znver4", "znver5"),
     "avx2": ("haswell", "core-avx2", "broadwell", "skylake", "cascadelake", "cooperlake",
              "cannonlake", "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake",
              "meteorlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver",

@@ -78,13 +78,15 @@ def int8_depthwise_applies(attrs, inputs, out_type, target) -> bool:
         depthwise_int8.depthwise_int8_applies(
             [int(d.value) for d in inputs[0].shape], [int(d.value) for d in inputs[1].shape],
             attrs.groups, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype),
-            attrs.strides, int(out_type.shape[3]))
+            attrs.strides, int(out_type.shape[3]), attrs.dilation,
+            depthwise_int8.quads_apply(str(inputs[0].dtype), str(inputs[1].dtype), target))
 
 
 def _depthwise_compute(attrs, inputs, out_type, config=None):
     return [depthwise_int8.depthwise_conv2d_nchw_int8(
         inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
-        str(out_type.dtype))]
+        str(out_type.dtype),
+        depthwise_int8.quads_apply(str(inputs[0].dtype), str(inputs[1].dtype)))]
 
 
 DEPTHWISE_NCHW_INT8 = register_implementation(_depthwise_compute, _schedule,
