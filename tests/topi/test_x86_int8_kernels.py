@@ -184,14 +184,12 @@ def test_depthwise_tap_quad_kernel_matches_numpy(target):
         np.testing.assert_array_equal(got, want)
 
 
-def test_depthwise_strategy_takes_tap_quads_for_wide_rows_on_vnni_vbmi_targets():
-    from kiln.topi.x86.depthwise_int8 import MIN_QUADS_ROW
-
+def test_depthwise_strategy_takes_tap_quads_on_vnni_vbmi_targets():
+    """Any width and stride on a CPU with AVX512-VNNI and -VBMI; cascadelake (no VBMI) keeps
+    the row kernel for long stride-1 rows and the channel schedule for the others."""
     picks = {}
-    for target in ["llvm -mcpu=icelake-server", "llvm -mcpu=cascadelake"]:  # cascadelake: no VBMI
-        # input widths: output rows of MIN_QUADS_ROW x stride columns take the quads
-        for width, stride in [(MIN_QUADS_ROW, 1), (MIN_QUADS_ROW - 2, 1), (4 * MIN_QUADS_ROW, 2),
-                              (2 * MIN_QUADS_ROW, 2)]:
+    for target in ["llvm -mcpu=icelake-server", "llvm -mcpu=cascadelake"]:
+        for width, stride in [(14, 1), (56, 2), (40, 1)]:
             x, w = te.placeholder((1, 8, width, width), "uint8"), te.placeholder((8, 1, 3, 3),
                                                                                  "int8")
             attrs = relay.nn.conv2d(relay.var("a", shape=x.shape), relay.var("b", shape=w.shape),
@@ -210,14 +208,9 @@ def test_depthwise_strategy_takes_tap_quads_for_wide_rows_on_vnni_vbmi_targets()
             picks[target.split("=")[1], width, stride] = (impl.name, quads)
     dw8, chan = "depthwise_conv2d_nchw_int8.x86", "depthwise_conv2d_nchw.x86"
     assert picks == {
-        ("icelake-server", MIN_QUADS_ROW, 1): (dw8, True),
-        ("icelake-server", MIN_QUADS_ROW - 2, 1): (chan, False),
-        ("icelake-server", 4 * MIN_QUADS_ROW, 2): (dw8, True),
-        ("icelake-server", 2 * MIN_QUADS_ROW, 2): (chan, False),
-        ("cascadelake", MIN_QUADS_ROW, 1): (chan, False),
-        ("cascadelake", MIN_QUADS_ROW - 2, 1): (chan, False),
-        ("cascadelake", 4 * MIN_QUADS_ROW, 2): (chan, False),
-        ("cascadelake", 2 * MIN_QUADS_ROW, 2): (chan, False)}
+        ("icelake-server", 14, 1): (dw8, True), ("icelake-server", 56, 2): (dw8, True),
+        ("icelake-server", 40, 1): (dw8, True), ("cascadelake", 14, 1): (chan, False),
+        ("cascadelake", 56, 2): (chan, False), ("cascadelake", 40, 1): (dw8, False)}
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell", "c"])

@@ -346,6 +346,11 @@ def schedule_conv2d_nchw_int8(outs: Any) -> Any:
             stage.parallel(fused)
     for out in outs:
         stage = sch[out.op]
-        if len(stage.op.axis) >= 2:
-            stage.parallel(stage.fuse(*stage.op.axis[:2]))
+        axes = stage.op.axis
+        if len(axes) >= 2:
+            stage.parallel(stage.fuse(*axes[:2]))
+        if len(axes) == 4:
+            # an NCHW plane is contiguous: one loop along it (LLVM vectorizes it), not rows
+            # that may be short (7 or 14 columns)
+            stage.fuse(*axes[2:])
     return sch

@@ -30,11 +30,10 @@ from kiln.tir import op as _op
 from kiln.topi.utils import get_const_tuple
 
 __all__ = ["depthwise_conv2d_nchw_int8", "depthwise_int8_applies", "quads_apply",
-           "scratch_size", "MICRO_KERNEL_SOURCE", "QUADS_SOURCE", "MIN_ROW", "MIN_QUADS_ROW"]
+           "scratch_size", "MICRO_KERNEL_SOURCE", "QUADS_SOURCE", "MIN_ROW"]
 
 KERNEL_NAME = "kiln_depthwise_i8_plane"
 MIN_ROW = 32  # output columns from which the strategy picks this kernel (see the applies rule)
-MIN_QUADS_ROW = 28  # the same for the tap-quad kernel, times the stride
 
 MICRO_KERNEL_SOURCE = r"""
 #include <stdint.h>
@@ -273,10 +272,12 @@ def depthwise_int8_applies(data_shape: Any, kernel_shape: Any, groups: int, data
                            quads: bool = False) -> bool:
     """Whether the strategy picks these kernels for an NCHW/OIHW convolution: 8-bit data and
     kernel, an int32 result, one group per input channel (``OC = C x multiplier``, kernel
-    ``[OC, 1, ...]``); for the tap-quad kernel (``quads``, see :func:`quads_apply`) output
-    rows of at least :data:`MIN_QUADS_ROW` x stride columns and ``15 stride_w + 3 dilation_w
-    < 64`` (its 64-byte window), for the row kernel stride 1 and output rows of at least
-    :data:`MIN_ROW` columns.
+    ``[OC, 1, ...]``); for the tap-quad kernel (``quads``, see :func:`quads_apply`)
+    ``15 stride_w + 3 dilation_w < 64`` (its 64-byte window), at any width: whole int8
+    MobileNet, one thread, per layer, quads vs the kernels picked without them: 112x112x32
+    0.27 vs 0.36 ms, 56x56x128 0.31 vs 0.42, 28x28x256 0.17 vs 0.37, 14x14x512 0.10 vs 0.11,
+    stride 2 from 112x112x64 0.16 vs 0.34, from 28x28x256 0.05 vs 0.05; for the row kernel
+    stride 1 and output rows of at least :data:`MIN_ROW` columns.
 
     The row kernel computes any stride and width, but on short or strided rows its per-plane
     scratch costs more than it saves, and ``depthwise_conv2d_nchw.x86`` (vectorized over 8
@@ -288,14 +289,7 @@ def depthwise_int8_applies(data_shape: Any, kernel_shape: Any, groups: int, data
                  and out_dtype == "int32" and int(groups) == int(data_shape[1]) > 1
                  and int(kernel_shape[1]) == 1 and int(kernel_shape[0]) % int(groups) == 0)
     if quads:
-        # the fused requantize of a short row costs more after this kernel than inside the
-        # channel-vectorized schedule: whole int8 MobileNet, one thread, per layer, quads vs
-        # that/row kernel: 112x112x32 0.28 vs 0.36 ms, 56x56x128 0.30 vs 0.42, 28x28x256 0.19
-        # vs 0.37, stride 2 from 112x112x64 0.15 vs 0.34; but 14x14x512 0.22 vs 0.11, stride 2
-        # from 56x56x128 0.10 vs 0.07
-        sw = int(strides[1])
-        return (depthwise and 15 * sw + 3 * int(dilation[1]) < 64
-                and int(out_width) >= MIN_QUADS_ROW * sw)
+        return depthwise and 15 * int(strides[1]) + 3 * int(dilation[1]) < 64
     return (depthwise and all(int(s) == 1 for s in strides)
             and int(out_width) >= MIN_ROW)
 
