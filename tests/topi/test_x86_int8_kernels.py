@@ -248,6 +248,7 @@ DENSE = [  # (m, k, n, dtypes): a classifier's GEMV, odd sizes (vector tails, pa
     (3, 37, 9, ("int8", "int8")),
     (2, 64, 5, ("uint8", "uint8")),
     (5, 16, 4, ("int8", "uint8")),
+    (3, 130, 6, ("uint8", "int8")),  # VNNI: two whole 64-byte steps and a masked one
 ]
 
 
