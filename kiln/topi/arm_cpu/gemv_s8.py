@@ -5,7 +5,8 @@ the core has it and portable C where it does not.
 Entry points: :func:`gemv_s8_source`, :func:`gemv_s8_intrin`, :func:`has_dsp`,
 :func:`dense_s8_micro_kernel`, :func:`schedule_dense_s8_micro_kernel`,
 :func:`conv2d_nhwc_ohwi_s8`, :func:`schedule_conv2d_nhwc_ohwi_s8`,
-:data:`DSP_CPUS`.
+:data:`DSP_CPUS`, and what :mod:`.depthwise_s8` shares (:data:`DSP_HELPERS`,
+:data:`KERNEL_ATTRIBUTES`, :func:`kernel_intrin`).
 
 The kernel computes ``M`` outputs ``c[j] (+)= sum_k a[k] * b[j * S + k]`` with ``a`` and each
 row of ``b`` contiguous: a dense weight row, or the ``KW x C`` weights of one kernel row of an
@@ -30,14 +31,17 @@ from kiln.topi.arm_cpu.dense import schedule_micro_kernel
 from kiln.topi.nn.conv import conv
 from kiln.topi.nn.dense import dense
 
-__all__ = ["gemv_s8_source", "gemv_s8_intrin", "has_dsp", "DSP_CPUS", "dense_s8_micro_kernel",
-           "schedule_dense_s8_micro_kernel", "conv2d_nhwc_ohwi_s8",
-           "schedule_conv2d_nhwc_ohwi_s8"]
+__all__ = ["DSP_HELPERS", "KERNEL_ATTRIBUTES", "kernel_intrin", "gemv_s8_source",
+           "gemv_s8_intrin", "has_dsp",
+           "DSP_CPUS", "dense_s8_micro_kernel", "schedule_dense_s8_micro_kernel",
+           "conv2d_nhwc_ohwi_s8", "schedule_conv2d_nhwc_ohwi_s8"]
 
 # Cortex-M cores with the DSP extension (Armv7E-M and Armv8-M Mainline with DSP)
 DSP_CPUS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85")
 
-_DSP_HELPERS = r"""
+# The DSP instructions the int8 kernels use, as inline assembly where the compiler defines
+# __ARM_FEATURE_DSP and as C everywhere else (shared by :mod:`.depthwise_s8`).
+DSP_HELPERS = r"""
 #ifndef KILN_S8_DSP_HELPERS
 #define KILN_S8_DSP_HELPERS
 #include <string.h>
@@ -52,6 +56,11 @@ static inline int32_t kiln_sxtb16_ror8(int32_t x) {
 /* SMLAD: acc + lo(x) * lo(y) + hi(x) * hi(y) */
 static inline int32_t kiln_smlad(int32_t x, int32_t y, int32_t acc) {
   int32_t r; __asm__("smlad %0, %1, %2, %3" : "=r"(r) : "r"(x), "r"(y), "r"(acc)); return r; }
+/* SMLABB / SMLATT: acc + lo(x) * lo(y), acc + hi(x) * hi(y) (one 16-bit lane each) */
+static inline int32_t kiln_smlabb(int32_t x, int32_t y, int32_t acc) {
+  int32_t r; __asm__("smlabb %0, %1, %2, %3" : "=r"(r) : "r"(x), "r"(y), "r"(acc)); return r; }
+static inline int32_t kiln_smlatt(int32_t x, int32_t y, int32_t acc) {
+  int32_t r; __asm__("smlatt %0, %1, %2, %3" : "=r"(r) : "r"(x), "r"(y), "r"(acc)); return r; }
 #else
 static inline int32_t kiln_pack16(int32_t lo, int32_t hi) {
   return (int32_t)(((uint32_t)(uint16_t)(int16_t)lo) | ((uint32_t)(uint16_t)(int16_t)hi << 16)); }
@@ -62,9 +71,21 @@ static inline int32_t kiln_sxtb16_ror8(int32_t x) {
 static inline int32_t kiln_smlad(int32_t x, int32_t y, int32_t acc) {
   return acc + (int16_t)(x & 0xffff) * (int16_t)(y & 0xffff)
              + (int16_t)((uint32_t)x >> 16) * (int16_t)((uint32_t)y >> 16); }
+static inline int32_t kiln_smlabb(int32_t x, int32_t y, int32_t acc) {
+  return acc + (int16_t)(x & 0xffff) * (int16_t)(y & 0xffff); }
+static inline int32_t kiln_smlatt(int32_t x, int32_t y, int32_t acc) {
+  return acc + (int16_t)((uint32_t)x >> 16) * (int16_t)((uint32_t)y >> 16); }
 #endif
 #endif
 """
+
+
+# gcc's scheduler before register allocation hoists a fully unrolled kernel's loads ahead of
+# their uses and spills the sums to the stack (71 stack accesses in a 3x3 depthwise kernel,
+# none without it); the kernels are written in the order they should run.
+KERNEL_ATTRIBUTES = """#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-schedule-insns")))
+#endif"""
 
 
 def has_dsp(target: Any) -> bool:
@@ -132,11 +153,12 @@ def gemv_s8_source(rows: int, length: int, dsp: bool, stride: int | None = None)
     step = PASS_ROWS[dsp]
     passes = "\n".join(_row_pass(first, min(step, rows - first), dsp)
                         for first in range(0, rows, step))
-    return f"""{_DSP_HELPERS if dsp else ""}
+    return f"""{DSP_HELPERS if dsp else ""}
 /* {name}: c[j] (+)= sum_k a[k] * b[j * {stride} + k] for j < {rows}, k < {length},
    int8 x int8 -> int32, in passes of up to {step} rows so the sums stay in registers. */
 #ifndef {guard}
 #define {guard}
+{KERNEL_ATTRIBUTES if dsp else ''}
 static int32_t {name}(int32_t* c, const int8_t* a, const int8_t* b, int32_t accumulate) {{
   const int32_t l = {length}, row_stride = {stride};
 {passes}
@@ -167,6 +189,12 @@ def gemv_s8_intrin(rows: int, length: int, dsp: bool, stride: int | None = None)
                             strides=[stride, 1])
     c_buf = tir.decl_buffer(c.shape, "int32", name="c_buf", offset_factor=1, strides=[1])
     kernel = _name(rows, length, stride, dsp)
+    return kernel_intrin(c.op, kernel, {a: a_buf, b: b_buf, c: c_buf})
+
+
+def kernel_intrin(op: Any, kernel: str, binds: dict) -> Any:
+    """The tensor intrinsic for ``op`` (inputs ``a``, ``b``, output ``c``) implemented by the
+    C kernel ``kernel(c, a, b, accumulate)`` and its ``kernel_reset(c)``."""
 
     def intrin_func(ins, outs):
         aa, bb = ins
@@ -179,8 +207,7 @@ def gemv_s8_intrin(rows: int, length: int, dsp: bool, stride: int | None = None)
         reset = tir.call_extern("int32", f"{kernel}_reset", cc.access_ptr("w"))
         return call(0), reset, call(1)
 
-    return te.decl_tensor_intrin(c.op, intrin_func, name=kernel,
-                                 binds={a: a_buf, b: b_buf, c: c_buf})
+    return te.decl_tensor_intrin(op, intrin_func, name=kernel, binds=binds)
 
 
 def dense_s8_micro_kernel(data: te.Tensor, weight: te.Tensor) -> te.Tensor:
