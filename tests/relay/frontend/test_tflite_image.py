@@ -156,3 +156,21 @@ def test_gather_nd_refuses_out_of_range_indices():
     model = gather_nd_model((3, 4), np.array([[1, 4]], "int32"), "float32")
     with pytest.raises(TVMError, match="out of range"):
         relay.frontend.from_tflite(model)
+
+
+def test_uint8_resize_and_transpose_conv():
+    """TFLite's legacy uint8 quantization (zero point 128) through both converters."""
+    q8 = {"scale": 0.05, "zero_point": 128}
+    b = TFLiteModelBuilder()
+    x = b.add_input("x", (1, 3, 3, 2), "uint8", **q8)
+    up = b.add_tensor("up", (1, 6, 6, 2), "uint8", **q8)
+    b.add_operator("RESIZE_BILINEAR", [x, b.add_const("size", np.array([6, 6], "int32"))],
+                   [up], "ResizeBilinearOptions", AlignCorners=False, HalfPixelCenters=True)
+    w = b.add_const("w", RNG.integers(0, 256, (3, 3, 3, 2)).astype("uint8"), scale=0.02,
+                    zero_point=120)
+    out = b.add_tensor("out", (1, 12, 12, 3), "uint8", scale=0.5, zero_point=100)
+    b.add_operator("TRANSPOSE_CONV", [b.add_const("shape", np.array([1, 12, 12, 3], "int32")),
+                                      w, up], [out], "TransposeConvOptions", Padding=0,
+                   StrideH=2, StrideW=2)
+    b.add_output(out)
+    check_quantized(b.finish(), [RNG.integers(0, 256, (1, 3, 3, 2)).astype("uint8")])
