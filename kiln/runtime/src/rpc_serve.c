@@ -21,7 +21,7 @@
  *
  * Waiting for the peer (KilnRpcWait): a request/reply ping-pong whose two ends sleep in recv()
  * on two otherwise idle CPUs pays two wake-ups of an idle CPU per round trip (on the 2-vCPU
- * VMs kiln is measured on, 20-30 us each: more than the work of the call), and the scheduler
+ * VMs kiln is measured on, about 20 us each: more than the call's own work), and the scheduler
  * keeps such a pair on two CPUs once it put it there. So a receive that finds nothing polls
  * the socket with non-blocking receives for up to spin_ns before it sleeps: with the peer
  * on another CPU the reply arrives while this end still runs, and neither CPU ever idles.
@@ -29,7 +29,7 @@
  * whole time slice while the reply waits. With the peer on the same CPU (or slow, or gone)
  * a spin catches nothing, since the peer cannot run while it spins; then the next waits
  * sleep at once, 1, 2, 4 ... up to KILN_RPC_MAX_BACKOFF of them after each spin that caught
- * nothing, so such a pair, or an idle session, spends under 1% of a call on spinning.
+ * nothing, so such a pair spends about 1% of a call on spinning and an idle session nothing.
  */
 #define _DEFAULT_SOURCE
 
