@@ -82,15 +82,28 @@ def test_spins_back_off_after_catching_nothing(pair):
                                                    False, False]
 
 
-def test_data_caught_by_a_spin_resets_the_backoff(pair):
-    """After data came in a spinning receive, the next spin that catches nothing makes only
-    one receive sleep (the backoff starts again at 1), not two."""
+def test_data_that_came_while_spinning_resets_the_backoff(pair):
+    """After data came in the middle of a spin, the next spin that catches nothing makes
+    only one receive sleep (the backoff starts again at 1), not two."""
+    ours, theirs = pair
+    receiver = SocketReceiver(ours.fileno(), bytearray(64), spin_us=100_000)
+    assert [_spun(receiver) for _ in range(2)] == [True, False]  # backoff now 2
+    timer = threading.Timer(0.005, theirs.send, (b"x",))
+    timer.start()
+    assert receiver.recv(0) == 1  # the spin (100 ms) caught it
+    timer.join()
+    assert [_spun(receiver) for _ in range(3)] == [True, False, True]
+
+
+def test_data_there_at_once_keeps_the_backoff(pair):
+    """Data already there at the first poll does not show that spinning helps (a peer on the
+    same CPU answers before this end polls): the backoff keeps growing."""
     ours, theirs = pair
     receiver = SocketReceiver(ours.fileno(), bytearray(64), spin_us=40_000)
     assert [_spun(receiver) for _ in range(2)] == [True, False]  # backoff now 2
     theirs.send(b"x")
-    assert receiver.recv(0) == 1  # a spinning receive: its first poll finds the byte
-    assert [_spun(receiver) for _ in range(3)] == [True, False, True]
+    assert receiver.recv(0) == 1
+    assert [_spun(receiver) for _ in range(4)] == [True, False, False, True]
 
 
 class _ServedNop:

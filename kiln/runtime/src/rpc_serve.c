@@ -95,10 +95,12 @@ TVM_DLL int64_t KilnRpcRecv(KilnRpcWait* wait, int fd, uint8_t* buf, int64_t cap
     wait->skip--;
   } else if (wait->spin_ns > 0) {
     int64_t start = kiln_rpc_now_ns();
-    for (;;) {
+    for (int polls = 0;; ++polls) {
       n = recv(fd, buf, (size_t)cap, MSG_DONTWAIT);
       if (n >= 0) {
-        wait->backoff = 1;
+        /* only data that came while spinning shows spinning helps: data there at once does
+         * not (a peer on this CPU that preempted us answers before we poll) */
+        if (polls > 0) wait->backoff = 1;
         return n;
       }
       if (errno != EAGAIN && errno != EWOULDBLOCK) return -errno;
