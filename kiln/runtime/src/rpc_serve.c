@@ -337,7 +337,7 @@ TVM_DLL int KilnRpcServe(KilnRpcLoop* loop) {
 }
 
 /* A client's repeating request (a void call without arguments) and the reply it expects;
- * mirrored by native_serve.ExchangeState. */
+ * mirrored by native_serve._ExchangeState. */
 typedef struct {
   int fd;
   int err; /* errno of a failed send or receive */
