@@ -307,7 +307,11 @@ static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* 
   const int owners = penv->num_task < KILN_RNN_MAX_OWNERS ? penv->num_task
                                                            : KILN_RNN_MAX_OWNERS;
   if (owners <= 1) {
-    for (intptr_t i = 0; i < stages * units; ++i) kiln_rnn_unit(p, i / units, i % units, phases);
+    /* every other stage walks the blocks backwards: the blocks the last stage read most
+       recently, the ones still in cache when the weight is about the cache's size, go first */
+    for (intptr_t stage = 0; stage < stages; ++stage)
+      for (intptr_t u = 0; u < units; ++u)
+        kiln_rnn_unit(p, stage, stage % 2 ? units - 1 - u : u, phases);
     return 0;
   }
   intptr_t done = 0; /* stages known finished */
