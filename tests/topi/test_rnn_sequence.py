@@ -68,14 +68,14 @@ def threads(request):
     lib.KilnRuntimeSetNumThreads(ctypes.c_int(config.num_threads()))
 
 
-def _run(make, shapes, arrays, symbolic):
-    """Build ``make(*placeholders)`` (the step count a variable when ``symbolic``) for llvm
-    with the team path forced on, run it on ``arrays``; return (Y, final state)."""
+def _run(make, shapes, arrays, symbolic, target="llvm"):
+    """Build ``make(*placeholders)`` (the step count a variable when ``symbolic``) for
+    ``target``, run it on ``arrays``; return (Y, final state)."""
     steps = te.var("steps") if symbolic else STEPS
     holders = [te.placeholder((steps, *shape[1:]) if k == 0 else shape, name=f"in{k}")
                for k, shape in enumerate(shapes)]
     y, final = make(*holders)
-    func = kiln.build(te.create_schedule([y.op]), [*holders, y, final], "llvm")
+    func = kiln.build(te.create_schedule([y.op]), [*holders, y, final], target)
     # Y has the run-time step count of the projection; the final state is static
     outs = [kiln.nd.array(np.zeros(shape, "float32"))
             for shape in ((len(arrays[0]), *shapes[1][-2:]), shapes[1])]
@@ -110,6 +110,22 @@ def test_gru_sequence_matches_numpy(threads, linear_before_reset):
                [x.shape, h.shape, (HIDDEN // LANES, HIDDEN, 3, LANES), hbias.shape],
                [x, h, _pack(r, 3), hbias], symbolic=True)
     for g, w in zip(got, _gru(x, h, r, hbias, linear_before_reset)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=core-avx2", "c"])
+def test_lstm_sequence_matches_numpy_on_avx2_and_c(target):
+    """The 16-lane products as two 8-lane vectors (AVX2), and the C target's build."""
+    x = RNG.standard_normal((STEPS, BATCH, 4 * HIDDEN)).astype("float32")
+    state = RNG.standard_normal((2, BATCH, HIDDEN)).astype("float32")
+    r = (RNG.standard_normal((4 * 16, 16)) * 0.4).astype("float32")
+    x16 = x[..., :4 * 16].copy()
+    packed = r.reshape(4, 1, 16, 16).transpose(1, 3, 0, 2).copy()
+    got = _run(lambda a, b, c: lstm_sequence(a, b, c, clip=2.5, parallel_min_macs=0),
+               [x16.shape, (2, BATCH, 16), packed.shape], [x16, state[..., :16].copy(), packed],
+               symbolic=False, target=target)
+    want = _lstm(x16, state[..., :16], r, 2.5)
+    for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
 
