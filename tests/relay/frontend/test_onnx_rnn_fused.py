@@ -136,7 +136,18 @@ def test_rnn_with_tanh_relu_or_sigmoid_runs_one_kernel_per_direction(case):
 
 
 @pytest.mark.parametrize("op, gates, case", [
-    ("LSTM", 4, dict(lens=[STEPS, 2], initial=2)),
+    ("LSTM", 4, dict(lens=[STEPS, 2], initial=2, direction="bidirectional")),
+    ("GRU", 3, dict(lens=[1, 3], direction="reverse", linear_before_reset=0)),
+    ("RNN", 1, dict(lens=[0, 2], initial=1)),
+])
+def test_sequence_lens_run_on_the_layer_op_in_either_direction(op, gates, case):
+    model, feeds = _recurrent_model(op, gates, 16, **case)
+    kernels = _compile_and_compare(model, feeds)
+    assert sum(f"contrib_{op.lower()}_sequence" in k for k in kernels) == \
+        (2 if case.get("direction") == "bidirectional" else 1)
+
+
+@pytest.mark.parametrize("op, gates, case", [
     ("LSTM", 4, dict(peepholes=True, input_forget=1)),
     ("GRU", 3, dict(activations=["HardSigmoid", "Relu"], linear_before_reset=0)),
     ("RNN", 1, dict(direction="bidirectional", activations=["LeakyRelu", "Tanh"], initial=1)),
@@ -238,8 +249,25 @@ def test_unknown_sequence_length_runs_one_kernel_per_direction_on_the_vm(op, gat
             np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
 
 
-def test_unknown_sequence_length_with_masking_is_refused_by_name():
-    model, feeds = _recurrent_model("LSTM", 4, 8, lens=[STEPS, 2])
+def test_unknown_sequence_length_with_sequence_lens_on_the_vm():
+    from kiln.runtime.vm import VirtualMachine
+
+    model, _ = _recurrent_model("LSTM", 4, 8, direction="bidirectional", lens=[2, 1],
+                                steps="seq")
+    mod, params = from_onnx(onnx.load_from_string(model),
+                            shape={"x": [relay.Any(), BATCH, INPUT]})
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(mod, target="llvm", params=params)
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for steps in (3, 5):
+        x = _rand(steps, BATCH, INPUT, scale=1.0)
+        for value, want in zip(vm.invoke("main", x), session.run(None, {"x": x})):
+            np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
+
+
+def test_unknown_sequence_length_with_peepholes_is_refused_by_name():
+    model, feeds = _recurrent_model("LSTM", 4, 8, peepholes=True)
     with pytest.raises(kiln.TVMError, match="sequence length unknown at conversion time"):
         from_onnx(onnx.load_from_string(model), shape={"x": [relay.Any(), BATCH, INPUT]})
 
