@@ -66,59 +66,61 @@ def _gru(x, h, r, hbias, linear_before_reset, lens):
     return _layer(x, h, lens, False, step)
 
 
-@pytest.fixture(params=[1, 2, 7])
-def threads(request):
-    """The runtime's thread count for one test (7: more tasks than the 6 hidden blocks)."""
-    lib = load_runtime_lib()
-    lib.KilnRuntimeSetNumThreads(ctypes.c_int(request.param))
-    yield request.param
-    lib.KilnRuntimeSetNumThreads(ctypes.c_int(config.num_threads()))
+# thread counts each build runs at (7: more tasks than the 6 hidden blocks of a step)
+THREADS = (1, 2, 7)
 
 
 def _run(make, shapes, arrays, symbolic, target="llvm"):
     """Build ``make(*placeholders)`` (the step count a variable when ``symbolic``) for
-    ``target``, run it on ``arrays``; return (Y, final state)."""
+    ``target``, run it on ``arrays`` with each of :data:`THREADS`; yield (Y, final state)."""
     steps = te.var("steps") if symbolic else STEPS
     holders = [te.placeholder((steps, *shape[1:]) if k == 0 else shape, str(a.dtype),
                               name=f"in{k}") for k, (shape, a) in enumerate(zip(shapes, arrays))]
     y, final = make(*holders)
     func = kiln.build(te.create_schedule([y.op]), [*holders, y, final], target)
-    # Y has the run-time step count of the projection; the final state is static
-    outs = [kiln.nd.array(np.zeros(shape, "float32"))
-            for shape in ((len(arrays[0]), *shapes[1][-2:]), shapes[1])]
-    func(*[kiln.nd.array(a) for a in arrays], *outs)
-    return [o.numpy() for o in outs]
+    lib = load_runtime_lib()
+    try:
+        for threads in THREADS:
+            lib.KilnRuntimeSetNumThreads(ctypes.c_int(threads))
+            # Y has the run-time step count of the projection; the final state is static
+            outs = [kiln.nd.array(np.zeros(shape, "float32"))
+                    for shape in ((len(arrays[0]), *shapes[1][-2:]), shapes[1])]
+            func(*[kiln.nd.array(a) for a in arrays], *outs)
+            yield [o.numpy() for o in outs]
+    finally:
+        lib.KilnRuntimeSetNumThreads(ctypes.c_int(config.num_threads()))
 
 
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("symbolic", [False, True])
-def test_lstm_sequence_matches_numpy(threads, reverse, symbolic):
+def test_lstm_sequence_matches_numpy(reverse, symbolic):
     x = RNG.standard_normal((STEPS, BATCH, 4 * HIDDEN)).astype("float32")
     state = RNG.standard_normal((2, BATCH, HIDDEN)).astype("float32")
     r = (RNG.standard_normal((4 * HIDDEN, HIDDEN)) * 0.4).astype("float32")
     lens = np.array([STEPS, 3], "int32")  # the second row stops early
-    got = _run(lambda a, b, c, d: lstm_sequence(a, b, c, d, clip=2.5, reverse=reverse,
-                                                parallel_min_macs=0),
-               [x.shape, state.shape, (HIDDEN // LANES, HIDDEN, 4, LANES), lens.shape],
-               [x, state, _pack(r, 4), lens], symbolic)
     want = _lstm(x, state, r, 2.5, lens, reverse)
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+    for got in _run(lambda a, b, c, d: lstm_sequence(a, b, c, d, clip=2.5, reverse=reverse,
+                                                     parallel_min_macs=0),
+                    [x.shape, state.shape, (HIDDEN // LANES, HIDDEN, 4, LANES), lens.shape],
+                    [x, state, _pack(r, 4), lens], symbolic):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("linear_before_reset", [False, True])
-def test_gru_sequence_matches_numpy(threads, linear_before_reset):
+def test_gru_sequence_matches_numpy(linear_before_reset):
     x = RNG.standard_normal((STEPS, BATCH, 3 * HIDDEN)).astype("float32")
     h = RNG.standard_normal((BATCH, HIDDEN)).astype("float32")
     r = (RNG.standard_normal((3 * HIDDEN, HIDDEN)) * 0.4).astype("float32")
     hbias = RNG.standard_normal(HIDDEN).astype("float32")
     lens = np.array([0, 4], "int32")  # a row of length 0
-    got = _run(lambda a, b, c, d, e: gru_sequence(a, b, c, d, e, linear_before_reset,
-                                                  parallel_min_macs=0),
-               [x.shape, h.shape, (HIDDEN // LANES, HIDDEN, 3, LANES), hbias.shape, lens.shape],
-               [x, h, _pack(r, 3), hbias, lens], symbolic=True)
-    for g, w in zip(got, _gru(x, h, r, hbias, linear_before_reset, lens)):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+    want = _gru(x, h, r, hbias, linear_before_reset, lens)
+    for got in _run(lambda a, b, c, d, e: gru_sequence(a, b, c, d, e, linear_before_reset,
+                                                       parallel_min_macs=0),
+                    [x.shape, h.shape, (HIDDEN // LANES, HIDDEN, 3, LANES), hbias.shape,
+                     lens.shape], [x, h, _pack(r, 3), hbias, lens], symbolic=True):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=core-avx2", "c"])
@@ -130,27 +132,29 @@ def test_lstm_sequence_matches_numpy_on_avx2_and_c(target):
     x16 = x[..., :4 * 16].copy()
     packed = r.reshape(4, 1, 16, 16).transpose(1, 3, 0, 2).copy()
     lens = np.array([STEPS], "int32")  # one length for every row
-    got = _run(lambda a, b, c, d: lstm_sequence(a, b, c, d, clip=2.5, parallel_min_macs=0),
-               [x16.shape, (2, BATCH, 16), packed.shape, lens.shape],
-               [x16, state[..., :16].copy(), packed, lens], symbolic=False, target=target)
     want = _lstm(x16, state[..., :16], r, 2.5, np.full(BATCH, STEPS))
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+    for got in _run(lambda a, b, c, d: lstm_sequence(a, b, c, d, clip=2.5,
+                                                     parallel_min_macs=0),
+                    [x16.shape, (2, BATCH, 16), packed.shape, lens.shape],
+                    [x16, state[..., :16].copy(), packed, lens], symbolic=False, target=target):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
 
-def test_rnn_sequence_runs_no_step_for_an_empty_sequence(threads):
+def test_rnn_sequence_runs_no_step_for_an_empty_sequence():
     """A run-time length of 0: no output rows, a zero final state (onnxruntime's result for
     a row of length 0)."""
     h = RNG.standard_normal((BATCH, HIDDEN)).astype("float32")
     r = RNG.standard_normal((HIDDEN, HIDDEN)).astype("float32")
     lens = np.array([STEPS], "int32")
-    y, final = _run(lambda a, b, c, d: rnn_sequence(a, b, c, d, "relu", parallel_min_macs=0),
-                    [(STEPS, BATCH, HIDDEN), h.shape, (HIDDEN // LANES, HIDDEN, 1, LANES),
-                     lens.shape],
-                    [np.zeros((0, BATCH, HIDDEN), "float32"), h, _pack(r, 1), lens],
-                    symbolic=True)
-    assert y.shape == (0, BATCH, HIDDEN)
-    np.testing.assert_array_equal(final, np.zeros_like(h))
+    for y, final in _run(lambda a, b, c, d: rnn_sequence(a, b, c, d, "relu",
+                                                         parallel_min_macs=0),
+                         [(STEPS, BATCH, HIDDEN), h.shape, (HIDDEN // LANES, HIDDEN, 1, LANES),
+                          lens.shape],
+                         [np.zeros((0, BATCH, HIDDEN), "float32"), h, _pack(r, 1), lens],
+                         symbolic=True):
+        assert y.shape == (0, BATCH, HIDDEN)
+        np.testing.assert_array_equal(final, np.zeros_like(h))
 
 
 def test_the_kernel_refuses_what_it_does_not_compute():
