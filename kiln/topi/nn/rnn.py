@@ -78,7 +78,13 @@ _KERNEL_TEMPLATE = r"""
 #define KILN_RNN_INLINE static inline
 #endif
 enum { KILN_RNN = 0, KILN_LSTM = 1, KILN_GRU = 2 };
-enum { KILN_RNN_MAX_OWNERS = 64 }; /* tasks beyond these only take over others' units */
+/* tasks beyond these only take over others' units; a bare-metal build (the CRT runs every
+   launch as one task) keeps its stack small */
+#if defined(__linux__) || defined(__APPLE__) || defined(_WIN32)
+enum { KILN_RNN_MAX_OWNERS = 64 };
+#else
+enum { KILN_RNN_MAX_OWNERS = 1 };
+#endif
 
 /* A task's share of the work: its units handed out and finished over all stages, on a cache
    line of their own (the other tasks read them only to take over a unit or to see a stage
