@@ -234,13 +234,16 @@ def take(a: te.Tensor, indices: Any, axis: int | None = None, batch_dims: int = 
 
 
 def gather(data: te.Tensor, axis: int, indices: te.Tensor) -> te.Tensor:
-    """``out[..i..] = data[.., indices[..i..], ..]`` along ``axis`` (ONNX GatherElements)."""
+    """``out[..i..] = data[.., indices[..i..], ..]`` along ``axis`` (ONNX GatherElements); a
+    negative index counts from the end, one still out of range is clamped into it (run-time
+    indices never read outside ``data``)."""
     axis = normalize_axes(axis, data.ndim)[0]
 
     def body(*i):
         src = list(i)
         idx = _op.cast(indices(*i), "int32")
-        src[axis] = _op.if_then_else(idx < 0, idx + _op.cast(data.shape[axis], "int32"), idx)
+        size = _op.cast(data.shape[axis], "int32")
+        src[axis] = _clip_index(_op.if_then_else(idx < 0, idx + size, idx), size)
         return data(*src)
 
     return _inj(indices.shape, body, "T_gather")

@@ -37,3 +37,16 @@ def test_gather_nd_out_of_range_runtime_indices_stay_inside_the_data():
     x = np.arange(20, dtype="float32").reshape(4, 5)
     got = run(x, np.array([[10**8, -10**8, 3]], "int32")).numpy()
     np.testing.assert_array_equal(got, x[[3, 0, 3]])  # clamped into [0, 3]
+
+
+def test_gather_elements_out_of_range_runtime_indices_stay_inside_the_data():
+    # relay.gather (ONNX GatherElements) read index 10**8 far past the buffer as well
+    data = relay.var("x", shape=(4, 5))
+    indices = relay.var("i", shape=(2, 5), dtype="int32")
+    mod = kiln.IRModule.from_expr(relay.Function([data, indices],
+                                                 relay.gather(data, 0, indices)))
+    run = relay.create_executor("graph", mod=mod, target="llvm").evaluate()
+    x = np.arange(20, dtype="float32").reshape(4, 5)
+    idx = np.array([[10**8, -1, 0, -10**8, 2], [3, 1, -4, 7, 10**6]], "int32")
+    expected = np.take_along_axis(x, np.clip(np.where(idx < 0, idx + 4, idx), 0, 3), 0)
+    np.testing.assert_array_equal(run(x, idx).numpy(), expected)
