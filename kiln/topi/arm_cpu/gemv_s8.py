@@ -250,11 +250,10 @@ def conv2d_nhwc_ohwi_s8(data: te.Tensor, kernel: te.Tensor, strides: Any,
 
 def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool, rows: int | None = None) -> Any:
     """Per output pixel, the int8 kernel over blocks of up to ``rows`` (8) output channels,
-    summing the
-    whole window in one call: a kernel row's ``KW x C`` inputs are contiguous in NHWC, as are
-    each output channel's ``KW x C`` weights in OHWI; the kernel steps over the ``KH`` kernel
-    rows (segments) by the padded input's row stride. A padded input is materialized once
-    (the kernel reads plain memory)."""
+    summing the whole window in one call: a kernel row's ``KW x C`` inputs are contiguous in
+    NHWC, as are each output channel's ``KW x C`` weights in OHWI; the kernel steps over the
+    ``KH`` kernel rows (segments) by the padded input's row stride. A padded input is
+    materialized once (the kernel reads plain memory)."""
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     padded, weights = find_tagged(outs[0].op, "conv2d_nhwc").input_tensors
     _, _, width, channels = get_const_tuple(padded.shape)
