@@ -8,13 +8,15 @@ Entry points: ``autotvm.template``, ``autotvm.task.create`` / ``extract_from_pro
 ``relay.vm.compile``). See ``docs/autotvm.md``.
 
 Importing this package registers kiln's x86 templates (``dense_pack.x86``,
-``conv2d_nchw.x86``, ``depthwise_conv2d_nchw.x86``, ``batch_matmul_pack.x86``) and lets Relay
+``conv2d_nchw.x86``, ``depthwise_conv2d_nchw.x86``, ``batch_matmul_pack.x86``) and Cortex-M
+templates (``conv2d_direct.arm_cpu`` and the micro-kernels, :mod:`.topi_arm_cpu`) and lets Relay
 ask the current dispatch context for tuned configs; untuned, builds are unchanged.
 """
 
 from __future__ import annotations
 
-from kiln.autotvm import env, measure, record, task, tophub, topi_x86  # noqa: F401
+# topi_arm_cpu extends topi_x86's tables (KNOBS, RELAY_TASKS)
+from kiln.autotvm import env, measure, record, task, tophub, topi_arm_cpu, topi_x86  # noqa: F401
 from kiln.autotvm.env import GLOBAL_SCOPE
 from kiln.autotvm.measure import (
     LocalBuilder,

@@ -30,7 +30,7 @@ from kiln.topi.x86 import conv2d as x86_conv2d
 from kiln.topi.x86 import dense as x86_dense
 from kiln.topi.x86 import depthwise as x86_depthwise
 
-__all__ = ["KNOBS", "RELAY_TASKS"]
+__all__ = ["KNOBS", "RELAY_TASKS", "knobs_of", "entity_size", "entity_val"]
 
 # vector block widths (float lanes) the schedules are written for: AVX2 vectors are 8 wide
 _LANES = (4, 8, 16, 32)
@@ -49,12 +49,14 @@ def _entity(cfg: Any, name: str) -> Any:
         return None
 
 
-def _size(cfg: Any, name: str, index: int = -1) -> int | None:
+def entity_size(cfg: Any, name: str, index: int = -1) -> int | None:
+    """The ``index``-th factor of split knob ``name`` of ``cfg`` (None if it has none)."""
     entity = _entity(cfg, name)
     return None if entity is None else entity.size[index]
 
 
-def _val(cfg: Any, name: str) -> Any:
+def entity_val(cfg: Any, name: str) -> Any:
+    """The value of other knob ``name`` of ``cfg`` (None if it has none)."""
     entity = _entity(cfg, name)
     return None if entity is None else entity.val
 
@@ -64,7 +66,7 @@ def _pair(value: Any) -> tuple[int, int]:
     return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
 
 
-def _knobs(cfg: Any, table: dict) -> dict:
+def knobs_of(cfg: Any, table: dict) -> dict:
     """The schedule config of ``cfg``: empty for a fallback (the default schedule)."""
     if cfg is None or cfg.is_fallback:
         return {}
@@ -83,9 +85,10 @@ def _dense_space(cfg: Any, m: int, n: int, k: int) -> None:
     cfg.add_flop(2 * m * n * k)
 
 
-_DENSE_KNOBS = {"tile_y": lambda c: _size(c, "tile_y"), "tile_x": lambda c: _size(c, "tile_x"),
-                "blocks": lambda c: _size(c, "tile_x", -2),
-                "tile_k": lambda c: _size(c, "tile_k")}
+_DENSE_KNOBS = {"tile_y": lambda c: entity_size(c, "tile_y"),
+                "tile_x": lambda c: entity_size(c, "tile_x"),
+                "blocks": lambda c: entity_size(c, "tile_x", -2),
+                "tile_k": lambda c: entity_size(c, "tile_k")}
 
 
 @register_topi_compute("dense_pack.x86")
@@ -94,7 +97,7 @@ def dense_pack(cfg, data, weight, bias=None, out_dtype=None):
     m, k = get_const_tuple(data.shape)
     n = get_const_tuple(weight.shape)[0]
     _dense_space(cfg, m, n, k)
-    knobs = _knobs(cfg, _DENSE_KNOBS)
+    knobs = knobs_of(cfg, _DENSE_KNOBS)
     if GLOBAL_SCOPE.in_tuning:
         lanes = knobs.get("tile_x", divisor_at_most(n, x86_dense.DEFAULT_CONFIG["tile_x"]))
         packed = te.placeholder((n // lanes, k, lanes), weight.dtype, name="weight_packed")
@@ -105,7 +108,7 @@ def dense_pack(cfg, data, weight, bias=None, out_dtype=None):
 @register_topi_schedule("dense_pack.x86")
 def schedule_dense_pack(cfg, outs):
     """:func:`kiln.topi.x86.dense.schedule_dense_pack` with ``cfg``'s tiles."""
-    return x86_dense.schedule_dense_pack(outs, _knobs(cfg, _DENSE_KNOBS))
+    return x86_dense.schedule_dense_pack(outs, knobs_of(cfg, _DENSE_KNOBS))
 
 
 # ---- conv2d_nchw.x86 (computed in NCHW[x]c) -----------------------------------------------
@@ -121,9 +124,10 @@ def _conv_geometry(data, kernel, strides, padding, dilation) -> tuple[int, int, 
             kh, kw)
 
 
-_CONV_KNOBS = {"ic_bn": lambda c: _size(c, "tile_ic"), "oc_bn": lambda c: _size(c, "tile_oc"),
-               "tile_ow": lambda c: _size(c, "tile_ow"),
-               "unroll_kw": lambda c: _val(c, "unroll_kw")}
+_CONV_KNOBS = {"ic_bn": lambda c: entity_size(c, "tile_ic"),
+               "oc_bn": lambda c: entity_size(c, "tile_oc"),
+               "tile_ow": lambda c: entity_size(c, "tile_ow"),
+               "unroll_kw": lambda c: entity_val(c, "unroll_kw")}
 
 
 @register_topi_compute("conv2d_nchw.x86")
@@ -142,7 +146,7 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
                      filter=lambda e: e.size[-1] <= widest)
     cfg.define_knob("unroll_kw", [True, False])
     cfg.add_flop(2 * n * o * oh * ow * c * kh * kw)
-    knobs = _knobs(cfg, _CONV_KNOBS)
+    knobs = knobs_of(cfg, _CONV_KNOBS)
     if GLOBAL_SCOPE.in_tuning:
         bn, _ = x86_conv2d.block_shape(o, ow, {**x86_conv2d.DEFAULT_CONFIG, **knobs}, kw)
         packed = te.placeholder((o // bn, c, kh, kw, bn), kernel.dtype, name="kernel_packed")
@@ -154,13 +158,13 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
 @register_topi_schedule("conv2d_nchw.x86")
 def schedule_conv2d_nchw(cfg, outs):
     """:func:`kiln.topi.x86.conv2d.schedule_conv2d_nchw` with ``cfg``'s knobs."""
-    return x86_conv2d.schedule_conv2d_nchw(outs, _knobs(cfg, _CONV_KNOBS))
+    return x86_conv2d.schedule_conv2d_nchw(outs, knobs_of(cfg, _CONV_KNOBS))
 
 
 # ---- depthwise_conv2d_nchw.x86 ------------------------------------------------------------
 
-_DEPTHWISE_KNOBS = {"c_bn": lambda c: _size(c, "tile_c"),
-                    "tile_ow": lambda c: _size(c, "tile_ow")}
+_DEPTHWISE_KNOBS = {"c_bn": lambda c: entity_size(c, "tile_c"),
+                    "tile_ow": lambda c: entity_size(c, "tile_ow")}
 
 
 @register_topi_compute("depthwise_conv2d_nchw.x86")
@@ -175,20 +179,20 @@ def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dty
                      filter=lambda e: e.size[-1] <= 8)
     cfg.add_flop(2 * n * o * oh * ow * kh * kw)
     return x86_depthwise.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation,
-                                               out_dtype, _knobs(cfg, _DEPTHWISE_KNOBS))
+                                               out_dtype, knobs_of(cfg, _DEPTHWISE_KNOBS))
 
 
 @register_topi_schedule("depthwise_conv2d_nchw.x86")
 def schedule_depthwise_conv2d_nchw(cfg, outs):
     """:func:`kiln.topi.x86.depthwise.schedule_depthwise_conv2d_nchw` with ``cfg``'s knobs."""
-    return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, _knobs(cfg, _DEPTHWISE_KNOBS))
+    return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, knobs_of(cfg, _DEPTHWISE_KNOBS))
 
 
 # ---- batch_matmul_pack.x86 ----------------------------------------------------------------
 
-_BATCH_MATMUL_KNOBS = {"tile_y": lambda c: _size(c, "tile_y"),
-                       "tile_x": lambda c: _size(c, "tile_x"),
-                       "tile_k": lambda c: _size(c, "tile_k")}
+_BATCH_MATMUL_KNOBS = {"tile_y": lambda c: entity_size(c, "tile_y"),
+                       "tile_x": lambda c: entity_size(c, "tile_x"),
+                       "tile_k": lambda c: entity_size(c, "tile_k")}
 
 
 @register_topi_compute("batch_matmul_pack.x86")
@@ -202,20 +206,20 @@ def batch_matmul_pack(cfg, x, y, out_dtype=None, transpose_b=True):
     cfg.define_split("tile_k", k, num_outputs=2, filter=lambda e: e.size[-1] <= 16)
     cfg.add_flop(2 * max(b, get_const_tuple(y.shape)[0]) * m * n * k)
     return x86_batch_matmul.batch_matmul_pack(x, y, out_dtype, transpose_b,
-                                              _knobs(cfg, _BATCH_MATMUL_KNOBS))
+                                              knobs_of(cfg, _BATCH_MATMUL_KNOBS))
 
 
 @register_topi_schedule("batch_matmul_pack.x86")
 def schedule_batch_matmul_pack(cfg, outs):
     """:func:`kiln.topi.x86.batch_matmul.schedule_batch_matmul_pack` with ``cfg``'s tiles."""
-    return x86_batch_matmul.schedule_batch_matmul_pack(outs, _knobs(cfg, _BATCH_MATMUL_KNOBS))
+    return x86_batch_matmul.schedule_batch_matmul_pack(outs, knobs_of(cfg, _BATCH_MATMUL_KNOBS))
 
 
 # template name -> the schedule config of a tuned ConfigEntity
-KNOBS = {"dense_pack.x86": lambda cfg: _knobs(cfg, _DENSE_KNOBS),
-         "conv2d_nchw.x86": lambda cfg: _knobs(cfg, _CONV_KNOBS),
-         "depthwise_conv2d_nchw.x86": lambda cfg: _knobs(cfg, _DEPTHWISE_KNOBS),
-         "batch_matmul_pack.x86": lambda cfg: _knobs(cfg, _BATCH_MATMUL_KNOBS)}
+KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
+         "conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _CONV_KNOBS),
+         "depthwise_conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_KNOBS),
+         "batch_matmul_pack.x86": lambda cfg: knobs_of(cfg, _BATCH_MATMUL_KNOBS)}
 
 
 # ---- the config of the untuned schedule ---------------------------------------------------

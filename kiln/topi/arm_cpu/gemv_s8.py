@@ -196,9 +196,10 @@ def _kernel_pair(dsp: bool):
     return make
 
 
-def schedule_dense_s8_micro_kernel(outs: Any, dsp: bool) -> Any:
-    """The dense's output axis in blocks of up to 8 through the int8 kernel; epilogue inlined."""
-    return schedule_micro_kernel(outs, "dense", "jk", _kernel_pair(dsp))
+def schedule_dense_s8_micro_kernel(outs: Any, dsp: bool, rows: int | None = None) -> Any:
+    """The dense's output axis in blocks of up to ``rows`` (8) through the int8 kernel;
+    epilogue inlined."""
+    return schedule_micro_kernel(outs, "dense", "jk", _kernel_pair(dsp), rows=rows)
 
 
 def conv2d_nhwc_ohwi_s8(data: te.Tensor, kernel: te.Tensor, strides: Any,
@@ -207,10 +208,11 @@ def conv2d_nhwc_ohwi_s8(data: te.Tensor, kernel: te.Tensor, strides: Any,
     return conv(data, kernel, strides, padding, 1, 1, "NHWC", "OHWI", "int32")
 
 
-def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool) -> Any:
-    """Per output pixel and kernel row, the int8 kernel over blocks of up to 8 output
+def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool, rows: int | None = None) -> Any:
+    """Per output pixel and kernel row, the int8 kernel over blocks of up to ``rows`` (8) output
     channels: a kernel row's ``KW x C`` inputs are contiguous in NHWC, as are each output
     channel's ``KW x C`` weights in OHWI (rows ``KH x KW x C`` apart); the call accumulates
     over the kernel rows. A padded input is materialized once (the kernel reads plain
     memory)."""
-    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", _kernel_pair(dsp), outer_reduce=1)
+    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", _kernel_pair(dsp), outer_reduce=1,
+                                 rows=rows)
