@@ -31,9 +31,11 @@ from kiln.autotvm.measure import (
 from kiln.autotvm.task import (
     ApplyConfig,
     ApplyFixedConfig,
+    ApplyGraphBest,
     ApplyHistoryBest,
     DispatchContext,
     FallbackContext,
+    apply_graph_best,
     apply_history_best,
     get_config,
     register_topi_compute,
@@ -45,7 +47,8 @@ __all__ = ["env", "measure", "record", "task", "tophub", "tuner", "callback", "G
            "LocalBuilder", "LocalRunner", "RPCRunner", "RayBuilder", "RayRunner",
            "MeasureErrorNo", "MeasureInput", "MeasureResult", "create_measure_batch",
            "measure_option", "ApplyConfig", "ApplyFixedConfig", "ApplyHistoryBest",
-           "DispatchContext", "FallbackContext", "apply_history_best", "get_config",
+           "ApplyGraphBest", "DispatchContext", "FallbackContext", "apply_history_best",
+           "apply_graph_best", "graph_tuner", "get_config",
            "register_topi_compute", "register_topi_schedule", "template"]
 
 
@@ -54,6 +57,10 @@ def __getattr__(name: str):
     # that needs them is used
     import importlib
 
+    if name == "graph_tuner":
+        module = importlib.import_module("kiln.autotvm.graph_tuner")
+        globals()[name] = module
+        return module
     if name in ("tuner", "callback"):
         suffix = ".callback" if name == "callback" else ""
         module = importlib.import_module("kiln.autotvm.tuner" + suffix)
