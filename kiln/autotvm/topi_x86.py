@@ -1,8 +1,9 @@
 """kiln's x86 schedules as AutoTVM templates, and the Relay calls they tune.
 
 Entry points: the TOPI templates ``dense_pack.x86``, ``conv2d_nchw.x86``,
-``depthwise_conv2d_nchw.x86`` and ``batch_matmul_pack.x86`` (registered on import),
-:data:`KNOBS` (template name -> ``knobs(cfg)``, the schedule's config dict), and
+``depthwise_conv2d_nchw.x86``, ``batch_matmul_pack.x86`` and ``matmul_pack.x86`` (``nn.matmul``,
+kiln.jit's ``@``; registered on import), :data:`KNOBS` (template name -> ``knobs(cfg)``, the
+schedule's config dict), and
 :data:`RELAY_TASKS` (Relay implementation name -> ``(task_name, args)`` of its call).
 
 Each template defines a space over the knobs of the schedule's ``DEFAULT_CONFIG``; a
@@ -29,6 +30,7 @@ from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv2d as x86_conv2d
 from kiln.topi.x86 import dense as x86_dense
 from kiln.topi.x86 import depthwise as x86_depthwise
+from kiln.topi.x86 import matmul as x86_matmul
 
 __all__ = ["KNOBS", "RELAY_TASKS", "knobs_of", "entity_size", "entity_val"]
 
@@ -215,8 +217,35 @@ def schedule_batch_matmul_pack(cfg, outs):
     return x86_batch_matmul.schedule_batch_matmul_pack(outs, knobs_of(cfg, _BATCH_MATMUL_KNOBS))
 
 
+# ---- matmul_pack.x86 (nn.matmul, e.g. kiln.jit's ``a @ b``) --------------------------------
+
+def _matmul_sizes(a_shape: tuple, b_shape: tuple, transpose_a: bool,
+                  transpose_b: bool) -> tuple[int, int, int]:
+    """``(m, n, k)`` of ``op(a) @ op(b)``."""
+    m, k = a_shape[::-1] if transpose_a else a_shape
+    n = b_shape[0] if transpose_b else b_shape[1]
+    return m, n, k
+
+
+@register_topi_compute("matmul_pack.x86")
+def matmul_pack(cfg, a, b, out_dtype=None, transpose_a=False, transpose_b=False):
+    """``op(a) @ op(b)`` through dense_pack.x86's micro-kernel, tile sizes from ``cfg``."""
+    m, n, k = _matmul_sizes(get_const_tuple(a.shape), get_const_tuple(b.shape), transpose_a,
+                            transpose_b)
+    _dense_space(cfg, m, n, k)
+    return x86_matmul.matmul_pack(a, b, None, out_dtype, transpose_a, transpose_b,
+                                  knobs_of(cfg, _DENSE_KNOBS))
+
+
+@register_topi_schedule("matmul_pack.x86")
+def schedule_matmul_pack(cfg, outs):
+    """:func:`kiln.topi.x86.matmul.schedule_matmul_pack` with ``cfg``'s tiles."""
+    return x86_matmul.schedule_matmul_pack(outs, knobs_of(cfg, _DENSE_KNOBS))
+
+
 # template name -> the schedule config of a tuned ConfigEntity
 KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
+         "matmul_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
          "conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _CONV_KNOBS),
          "depthwise_conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_KNOBS),
          "batch_matmul_pack.x86": lambda cfg: knobs_of(cfg, _BATCH_MATMUL_KNOBS)}
@@ -227,16 +256,19 @@ KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
 def _default_knobs(task: Any) -> dict:
     """The knob values kiln's default schedule picks for ``task``'s workload."""
     args = deserialize_args(task.args)
-    if task.name == "dense_pack.x86" or task.name == "batch_matmul_pack.x86":
-        transpose_b = task.name == "dense_pack.x86" or args[3]
+    if task.name in ("dense_pack.x86", "batch_matmul_pack.x86", "matmul_pack.x86"):
         x, y = (get_const_tuple(t.shape) for t in args[:2])
-        m, k = x[-2], x[-1]
-        n = y[-2] if transpose_b else y[-1]
+        if task.name == "matmul_pack.x86":
+            m, n, k = _matmul_sizes(x, y, args[3], args[4])
+        else:
+            transpose_b = task.name == "dense_pack.x86" or args[3]
+            m, k = x[-2], x[-1]
+            n = y[-2] if transpose_b else y[-1]
         cfg = x86_dense.DEFAULT_CONFIG
         lanes = divisor_at_most(n, cfg["tile_x"])
         ty, blocks = x86_dense.register_block(m, n // lanes, lanes, cfg)
         knobs = {"tile_y": ty, "tile_x": lanes, "tile_k": divisor_at_most(k, cfg["tile_k"])}
-        if task.name == "dense_pack.x86":
+        if task.name != "batch_matmul_pack.x86":
             knobs["blocks"] = blocks
         return knobs
     data, kernel, strides, padding, dilation = args[:5]
@@ -301,6 +333,15 @@ def _conv_task(name, packed=False):
     return task
 
 
+def _matmul_task(attrs, inputs, out_type):
+    a, b = (_static_shape(t) for t in inputs[:2])
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return None
+    return "matmul_pack.x86", (_tensor(a, inputs[0].dtype), _tensor(b, inputs[1].dtype),
+                               str(out_type.dtype), bool(attrs.transpose_a),
+                               bool(attrs.transpose_b))
+
+
 def _batch_matmul_task(attrs, inputs, out_type):
     x, y = (_static_shape(t) for t in inputs[:2])
     if x is None or y is None:
@@ -317,4 +358,5 @@ RELAY_TASKS = {
     "conv2d_nchw_prepacked.x86": _conv_task("conv2d_nchw.x86", packed=True),
     "depthwise_conv2d_nchw.x86": _conv_task("depthwise_conv2d_nchw.x86"),
     "batch_matmul_pack.x86": _batch_matmul_task,
+    "matmul_pack.x86": _matmul_task,
 }
