@@ -200,8 +200,23 @@ def _tensors(inputs: list) -> tuple | None:
     return tuple(("TENSOR", s, str(t.dtype)) for s, t in zip(shapes, inputs))
 
 
+def _becomes_ohwi_s8(attrs, tensors, out_type) -> bool:
+    """Whether the Cortex-M AlterOpLayout hook turns this call into the int8 OHWI
+    micro-kernel's (int8 NHWC/HWIO, one group, no dilation): relay.build then runs that
+    template, so that is the workload to tune (task extraction runs without AlterOpLayout)."""
+    return (tensors[0][2] == "int8" and tensors[1][2] == "int8"
+            and str(out_type.dtype) == "int32" and attrs.data_layout == "NHWC"
+            and attrs.kernel_layout == "HWIO" and int(attrs.groups) == 1
+            and not attrs.out_layout and all(d == 1 for d in _ints(attrs.dilation)))
+
+
 def _conv_direct_task(attrs, inputs, out_type):
     tensors = _tensors(inputs)
+    if tensors is not None and _becomes_ohwi_s8(attrs, tensors, out_type):
+        h, w, i, o = tensors[1][1]
+        return "conv2d_nhwc_ohwi_s8.arm_cpu", (
+            tensors[0], ("TENSOR", (o, h, w, i), "int8"), _ints(attrs.strides),
+            _ints(attrs.padding))
     return None if tensors is None else ("conv2d_direct.arm_cpu", (
         *tensors, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation),
         int(attrs.groups), str(attrs.data_layout), str(attrs.kernel_layout),

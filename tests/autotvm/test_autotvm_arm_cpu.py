@@ -86,3 +86,34 @@ def test_relay_calls_on_cortex_m_extract_their_templates():
     names = sorted(t.name for t in tasks)
     assert names == ["conv2d_direct.arm_cpu", "conv2d_direct.arm_cpu",
                      "conv2d_nhwc_1x1_micro_kernel.arm_cpu", "dense_micro_kernel.arm_cpu"]
+
+
+def test_an_int8_hwio_conv_is_tuned_as_the_ohwi_micro_kernel_relay_build_runs(tmp_path):
+    from kiln import relay
+    from kiln.autotvm.measure import MeasureInput, MeasureResult
+    from kiln.relay.op.strategy.registry import select_implementation
+
+    rng = np.random.default_rng(4)
+    x = relay.var("x", shape=(1, 6, 6, 8), dtype="int8")
+    weight = rng.integers(-5, 5, (3, 3, 8, 16)).astype("int8")
+    y = relay.nn.conv2d(x, relay.const(weight), padding=(1, 1), channels=16,
+                        kernel_size=(3, 3), data_layout="NHWC", kernel_layout="HWIO",
+                        out_dtype="int32")
+    (task,) = autotvm.task.extract_from_program(tvm.IRModule.from_expr(
+        relay.Function([x], y)), None, TARGET)
+    assert task.name == "conv2d_nhwc_ohwi_s8.arm_cpu"
+    assert task.args[1] == ("TENSOR", (16, 3, 3, 8), "int8")  # the OHWI kernel
+    tuned = next(c for c in (task.config_space.get(i) for i in range(len(task.config_space)))
+                 if c["tile_co"].size[-1] == 2)
+    log = tmp_path / "s8.log"
+    log.write_text(autotvm.record.encode(MeasureInput(task.target, task, tuned),
+                                         MeasureResult((1e-4,), 0, 0.1, 0.0)) + "\n")
+    call = relay.nn.conv2d(x, relay.var("w", shape=(16, 3, 3, 8), dtype="int8"),
+                           padding=(1, 1), channels=16, kernel_size=(3, 3),
+                           data_layout="NHWC", kernel_layout="OHWI", out_dtype="int32")
+    inputs = [te.placeholder((1, 6, 6, 8), "int8"), te.placeholder((16, 3, 3, 8), "int8")]
+    target = tvm.target.Target(TARGET)
+    with autotvm.apply_history_best(str(log)), target:
+        impl, _ = select_implementation("nn.conv2d", call.attrs, inputs,
+                                        relay.TensorType((1, 6, 6, 16), "int32"), target)
+    assert impl.name == "conv2d_nhwc_ohwi_s8.arm_cpu" and impl.config["rows"] == 2
