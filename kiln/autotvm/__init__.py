@@ -5,12 +5,15 @@ Entry points: ``autotvm.template``, ``autotvm.task.create`` / ``extract_from_pro
 ``autotvm.measure_option`` with ``LocalBuilder``, ``LocalRunner``, ``RPCRunner``,
 ``RayBuilder``, ``RayRunner``; the tuners in ``autotvm.tuner``; ``autotvm.callback``;
 ``autotvm.record``; ``autotvm.apply_history_best(log)`` (honoured by ``relay.build`` and
-``relay.vm.compile``). See ``docs/autotvm.md``.
+``relay.vm.compile``); the graph tuner ``autotvm.graph_tuner`` (``DPTuner``, ``PBQPTuner``)
+and ``autotvm.apply_graph_best``. See ``docs/autotvm.md``.
 
 Importing this package registers kiln's x86 templates (``dense_pack.x86``,
-``conv2d_nchw.x86``, ``depthwise_conv2d_nchw.x86``, ``batch_matmul_pack.x86``) and Cortex-M
-templates (``conv2d_direct.arm_cpu`` and the micro-kernels, :mod:`.topi_arm_cpu`) and lets Relay
-ask the current dispatch context for tuned configs; untuned, builds are unchanged.
+``conv2d_nchw.x86``, ``depthwise_conv2d_nchw.x86``, ``batch_matmul_pack.x86``,
+``matmul_pack.x86``) and Cortex-M templates (``conv2d_direct.arm_cpu`` and the
+micro-kernels, :mod:`.topi_arm_cpu`; measured on QEMU through ``kiln.micro``'s
+``autotvm_build_func`` and ``AutoTvmModuleLoader``) and lets Relay ask the current dispatch
+context for tuned configs; untuned, builds are unchanged.
 """
 
 from __future__ import annotations
