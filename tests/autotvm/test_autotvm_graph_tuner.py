@@ -187,3 +187,8 @@ def test_graph_tuner_rejects_bad_input(tmp_path):
     tuner = PBQPTuner(mod["main"], {}, records, conv, TARGET)
     with pytest.raises(tvm.TVMError, match="call run"):
         tuner.get_optimal_records()
+    with pytest.raises(tvm.TVMError, match="infer_layout=True"):
+        tuner.benchmark_layout_transform(infer_layout=True)
+    tuner._target = tvm.target.Target("c -keys=arm_cpu -mcpu=cortex-m4")
+    with pytest.raises(tvm.TVMError, match="runs elsewhere"):
+        tuner.benchmark_layout_transform()

@@ -249,6 +249,10 @@ class BaseGraphTuner:
         if use_rpc or runner is not None:
             raise TVMError("graph tuner: kiln times layout transforms on this machine; "
                            "use_rpc and runner are not supported")
+        if "arm_cpu" in self._target.keys:
+            raise TVMError(f"graph tuner: layout transforms are timed on this machine; target "
+                           f"{self._target} runs elsewhere (its records need no transform: "
+                           "apply them with apply_history_best)")
         if infer_layout:
             raise TVMError("graph tuner: kiln measures layout transforms (infer_layout=True, "
                            "TVM's flop estimate, is not supported)")
