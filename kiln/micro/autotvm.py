@@ -14,7 +14,9 @@ Example
 ...         {"board": "qemu-cortex-m4"})))                                  # doctest: +SKIP
 
 The builder turns each candidate's C (target ``c -keys=arm_cpu -mcpu=cortex-m4``) into a
-whole program for the QEMU board of its ``-mcpu`` with ``arm-none-eabi-gcc``: the board's
+whole program for the QEMU board of its ``-mcpu`` with ``arm-none-eabi-gcc`` (for the host
+C target, ``tvm.micro.testing.get_target("crt")``, a host program: the ``crt`` template,
+timed by the host's clock): the board's
 startup code, the CRT (``common``, ``memory``: the kernel's workspace and error calls), kiln's
 standalone ``main.c`` and a generated glue whose run function calls the kernel's unpacked
 entry on static buffers. The runner runs the program once under ``qemu-system-arm -icount
@@ -38,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from kiln.micro.board import get_board
 from kiln.micro.board.base import MicroBoardError, MicroTimeoutError, SourceGroup, source_dir
-from kiln.micro.board.qemu import QEMU_BOARDS, CortexMBoard
+from kiln.micro.board.qemu import QEMU_BOARDS
 from kiln.micro.crt_build import get_standalone_crt_dir
 from kiln.runtime.error import TVMError
 
@@ -52,16 +55,24 @@ _WORKSPACE_BYTES = 1 << 20
 
 
 def board_for_target(target: Any) -> str:
-    """The QEMU board whose core is ``target``'s ``-mcpu`` (``cortex-m4`` -> ``qemu-cortex-m4``)."""
+    """The board a candidate for ``target`` runs on: the QEMU board whose core is the
+    ``-mcpu`` (``cortex-m4`` -> ``qemu-cortex-m4``), or ``host`` for the host C target
+    (``tvm.micro.testing.get_target("crt")``)."""
     from kiln.target import Target
 
     target = Target(target) if isinstance(target, str) else target
     mcpu = str(getattr(target, "mcpu", "") or "")
+    if target.kind.name == "c" and not mcpu and "arm_cpu" not in target.keys:
+        return "host"
     board = f"qemu-{mcpu}"
     if board not in QEMU_BOARDS:
         raise TVMError(f"autotvm_build_func: target {target} has no QEMU board (-mcpu "
                        f"{mcpu or 'unset'}; boards: {list(QEMU_BOARDS)})")
     return board
+
+
+# template project -> the boards its programs run on
+_TEMPLATE_BOARDS = {"qemu-cortex-m": QEMU_BOARDS, "crt": ("host",)}
 
 
 def _buffer(kind: str, index: int, nbytes: int, note: str) -> str:
@@ -126,7 +137,7 @@ def autotvm_build_func(module: Any, tensors: list, output_dir: str, target: Any)
     linker error is the candidate's (recorded as ``COMPILE_DEVICE``)."""
     from kiln.autotvm.measure.measure_methods import ENTRY_NAME
 
-    board = CortexMBoard(board_for_target(target))
+    board = get_board(board_for_target(target))
     build_dir = Path(output_dir) / f"micro_{secrets.token_hex(8)}"
     build_dir.mkdir(parents=True)
     described = [(tuple(int(d) for d in t.shape), str(t.dtype), not _is_input(t))
@@ -145,31 +156,33 @@ def _is_input(t: Any) -> bool:
 
 
 class AutoTvmModuleLoader:
-    """Runs candidates built by :func:`autotvm_build_func` on a QEMU Cortex-M board.
+    """Runs candidates built by :func:`autotvm_build_func` on a QEMU Cortex-M board (or, with
+    the ``crt`` template, on this machine: timed by its clock, not exactly).
 
     Parameters
     ----------
     template_project_dir : str or Path
-        kiln's ``qemu-cortex-m`` template project
+        kiln's ``qemu-cortex-m`` or ``crt`` template project
         (``tvm.micro.get_microtvm_template_projects("qemu-cortex-m")``); another template
         is refused.
     project_options : dict, optional
-        ``board`` (default: the board the candidate was built for; it must have the same
-        core) and ``verbose`` (ignored).
+        ``board`` (default: the board the candidate was built for; it must be the same)
+        and ``verbose`` (ignored).
     """
 
     def __init__(self, template_project_dir: str | Path, project_options: dict | None = None,
                  project_dir: str | None = None, use_existing: bool = False) -> None:
         path = Path(template_project_dir)
-        if path.name != "qemu-cortex-m":
+        if path.name not in _TEMPLATE_BOARDS:
             raise TVMError(f"AutoTvmModuleLoader: kiln measures candidates on its "
-                           f"'qemu-cortex-m' template project, got {str(path)!r}")
+                           f"{sorted(_TEMPLATE_BOARDS)} template projects, got {str(path)!r}")
         self.template_project_dir = str(path)
         self.project_options = dict(project_options or {})
+        self._boards = _TEMPLATE_BOARDS[path.name]
         board = self.project_options.get("board")
-        if board is not None and board not in QEMU_BOARDS:
-            raise TVMError(f"AutoTvmModuleLoader: unknown board {board!r}; choose one of "
-                           f"{list(QEMU_BOARDS)}")
+        if board is not None and board not in self._boards:
+            raise TVMError(f"AutoTvmModuleLoader: unknown board {board!r} for the "
+                           f"{path.name!r} template; choose one of {list(self._boards)}")
 
     def measure(self, program: str, timeout: float) -> tuple[str, Any]:
         """Run one candidate: ``("ok", (seconds,))``, ``("timeout", seconds)`` or
@@ -180,10 +193,10 @@ class AutoTvmModuleLoader:
         except (OSError, ValueError) as err:
             return "error", f"{program}: not a candidate built by autotvm_build_func ({err})"
         board_name = self.project_options.get("board", described["board"])
-        if board_name != described["board"]:
+        if board_name != described["board"] or board_name not in self._boards:
             return "error", (f"the candidate was built for {described['board']}, the loader "
-                             f"runs {board_name}")
-        board = CortexMBoard(board_name)
+                             f"runs {board_name} ({Path(self.template_project_dir).name})")
+        board = get_board(board_name)
         rng = np.random.default_rng(0)
         inputs, outputs = [], []
         for shape, dtype, is_output in described["tensors"]:

@@ -122,9 +122,29 @@ def test_tuned_conv_on_qemu_applies_the_best_record_and_matches_numpy(tmp_path):
     assert runs["best"].instructions < runs["worst"].instructions
 
 
-def test_module_loader_refuses_another_template_or_board():
-    with pytest.raises(tvm.TVMError, match="qemu-cortex-m"):
-        tvm.micro.AutoTvmModuleLoader(tvm.micro.get_microtvm_template_projects("crt"))
+def test_the_crt_template_measures_candidates_on_the_host():
+    task = autotvm.task.create("test_autotvm.micro_faulty", (64,),
+                               tvm.micro.testing.get_target("crt"))
+    loader = tvm.micro.AutoTvmModuleLoader(tvm.micro.get_microtvm_template_projects("crt"))
+    option = autotvm.measure_option(
+        builder=autotvm.LocalBuilder(build_func=tvm.micro.autotvm_build_func, n_parallel=2),
+        runner=autotvm.LocalRunner(timeout=10, module_loader=loader))
+    try:
+        results = autotvm.create_measure_batch(task, option)(
+            [MeasureInput(task.target, task, task.config_space.get(i)) for i in range(2)])
+    finally:
+        _close(option)
+    assert [r.error_no for r in results] == [MeasureErrorNo.NO_ERROR,
+                                             MeasureErrorNo.RUNTIME_DEVICE]
+    assert 0 < results[0].costs[0] < 1e-2 and "SIGILL" in results[1].costs[0]
+
+
+def test_module_loader_refuses_another_template_or_board(tmp_path):
+    with pytest.raises(tvm.TVMError, match="template projects"):
+        tvm.micro.AutoTvmModuleLoader(tmp_path / "zephyr")
+    with pytest.raises(tvm.TVMError, match="unknown board 'qemu-cortex-m4' for the 'crt'"):
+        tvm.micro.AutoTvmModuleLoader(tvm.micro.get_microtvm_template_projects("crt"),
+                                      {"board": "qemu-cortex-m4"})
     with pytest.raises(tvm.TVMError, match="unknown board 'qemu-cortex-m0'"):
         tvm.micro.AutoTvmModuleLoader(
             tvm.micro.get_microtvm_template_projects("qemu-cortex-m"),
