@@ -131,7 +131,8 @@ def _runtime_group(build_dir: Path) -> tuple[SourceGroup, list[Path]]:
 
 def autotvm_build_func(module: Any, tensors: list, output_dir: str, target: Any) -> str:
     """Cross-compile a candidate (``module`` built from ``tensors``, inputs then outputs) into
-    a program for ``target``'s QEMU board in ``output_dir``; return the program's path.
+    a program for ``target``'s board (:func:`board_for_target`) in ``output_dir``; return
+    the program's path.
 
     ``LocalBuilder(build_func=autotvm_build_func)`` calls it in its workers; a compiler or
     linker error is the candidate's (recorded as ``COMPILE_DEVICE``)."""
@@ -152,7 +153,9 @@ def autotvm_build_func(module: Any, tensors: list, output_dir: str, target: Any)
 
 
 def _is_input(t: Any) -> bool:
-    return type(t.op).__name__ == "PlaceholderOp"
+    from kiln import te
+
+    return isinstance(t.op, te.PlaceholderOp)
 
 
 class AutoTvmModuleLoader:
