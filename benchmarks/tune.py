@@ -21,7 +21,7 @@ shared machine are noise):
   with XGBTuner for at most ``--trials`` trials within ``--budget-min`` minutes in all;
   per-task GFLOPS of the default (untuned) config and of the best tuned one, tuning time per
   task; then the whole model untuned, tuned, and ONNX Runtime with 2 threads.
-* ``micro`` (not in the default sections): five Cortex-M tasks (float and int8 conv and
+* ``micro`` (not in the default sections): six Cortex-M tasks (float and int8 conv and
   dense, keyword-spotting sizes), every config measured on ``--board`` under QEMU
   (``kiln.micro.autotvm``: exact instruction counts, so the table does not depend on load);
   kiln's default schedule against the best config.
@@ -301,6 +301,8 @@ def _micro_tasks(target: str) -> list:
          ((1, 1), (1, 1, 1, 1)), "int8 conv 3x3 10x10x16->32 (SMLAD)"),
         ("dense_s8_micro_kernel.arm_cpu", [((1, 256), i8), ((64, 256), i8)], (),
          "int8 dense 256->64 (SMLAD)"),
+        ("depthwise_conv2d_nhwc_s8.arm_cpu", [((1, 10, 10, 64), i8), ((3, 3, 64, 1), i8)],
+         ((1, 1), (1, 1, 1, 1), (1, 1), "HWOI"), "int8 depthwise 3x3 10x10x64 (SMLAD)"),
     ]
     return [(autotvm.task.create(name, (*(te.placeholder(s, d) for s, d in tensors), *rest),
                                  target), label) for name, tensors, rest, label in cases]

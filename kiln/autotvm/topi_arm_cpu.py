@@ -2,7 +2,8 @@
 
 Entry points: the TOPI templates ``conv2d_direct.arm_cpu`` (float and int8 direct
 convolution), ``conv2d_nhwc_1x1_micro_kernel.arm_cpu``, ``dense_micro_kernel.arm_cpu``,
-``dense_s8_micro_kernel.arm_cpu`` and ``conv2d_nhwc_ohwi_s8.arm_cpu`` (registered on import;
+``dense_s8_micro_kernel.arm_cpu``, ``conv2d_nhwc_ohwi_s8.arm_cpu`` and
+``depthwise_conv2d_nhwc_s8.arm_cpu`` (registered on import;
 their knobs and Relay workloads are added to :data:`kiln.autotvm.topi_x86.KNOBS` and
 :data:`~kiln.autotvm.topi_x86.RELAY_TASKS`, which Relay's config lookup reads).
 
@@ -20,11 +21,15 @@ from __future__ import annotations
 from typing import Any
 
 from kiln.autotvm.task.task import DEFAULT_CONFIG_INDEX
-from kiln.autotvm.task.topi_integration import register_topi_compute, register_topi_schedule
+from kiln.autotvm.task.topi_integration import (
+    get_workload,
+    register_topi_compute,
+    register_topi_schedule,
+)
 from kiln.autotvm.topi_x86 import KNOBS, RELAY_TASKS, entity_size, entity_val, knobs_of
 from kiln.topi.arm_cpu import conv2d as arm_conv2d
 from kiln.topi.arm_cpu import dense as arm_dense
-from kiln.topi.arm_cpu import gemv_s8
+from kiln.topi.arm_cpu import depthwise_s8, gemv_s8
 from kiln.topi.nn.conv import conv
 from kiln.topi.utils import divisor_at_most, get_const_tuple
 
@@ -150,6 +155,25 @@ def schedule_conv2d_nhwc_ohwi_s8(cfg, outs):
                                                 knobs_of(cfg, _CO_ROWS).get("rows"))
 
 
+@register_topi_compute("depthwise_conv2d_nhwc_s8.arm_cpu")
+def depthwise_conv2d_nhwc_s8(cfg, data, kernel, strides, padding, dilation, kernel_layout):
+    """int8 depthwise NHWC convolution through the depthwise micro-kernel, ``tile_co``
+    channels per call."""
+    out = depthwise_s8.depthwise_conv2d_nhwc_s8(data, kernel, list(strides), list(padding),
+                                                list(dilation), kernel_layout)
+    _define_block(cfg, "tile_co", get_const_tuple(out.shape)[-1])
+    cfg.add_flop(_flop(out, _reduce_size(out.op)))
+    return out
+
+
+@register_topi_schedule("depthwise_conv2d_nhwc_s8.arm_cpu")
+def schedule_depthwise_conv2d_nhwc_s8(cfg, outs):
+    # the workload the compute stamped: (name, data, kernel, strides, padding, dilation, ...)
+    dilation = get_workload(outs, "depthwise_conv2d_nhwc_s8.arm_cpu")[5]
+    return depthwise_s8.schedule_depthwise_conv2d_nhwc_s8(
+        outs, dilation, _target_dsp(), knobs_of(cfg, _CO_ROWS).get("rows"))
+
+
 # template name -> (knob table, the knobs of kiln's default schedule for a block extent)
 TEMPLATES = {
     "conv2d_direct.arm_cpu": (_DIRECT_KNOBS, lambda n: {
@@ -161,6 +185,8 @@ TEMPLATES = {
     "dense_s8_micro_kernel.arm_cpu": (_X_ROWS, lambda n: {
         "rows": divisor_at_most(n, arm_dense.MAX_ROWS)}),
     "conv2d_nhwc_ohwi_s8.arm_cpu": (_CO_ROWS, lambda n: {
+        "rows": divisor_at_most(n, arm_dense.MAX_ROWS)}),
+    "depthwise_conv2d_nhwc_s8.arm_cpu": (_CO_ROWS, lambda n: {
         "rows": divisor_at_most(n, arm_dense.MAX_ROWS)}),
 }
 
@@ -246,7 +272,15 @@ def _conv_s8_task(attrs, inputs, out_type):
         *tensors, _ints(attrs.strides), _ints(attrs.padding)))
 
 
+def _depthwise_s8_task(attrs, inputs, out_type):
+    tensors = _tensors(inputs)
+    return None if tensors is None else ("depthwise_conv2d_nhwc_s8.arm_cpu", (
+        *tensors, _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation),
+        str(attrs.kernel_layout)))
+
+
 RELAY_TASKS.update({
+    "depthwise_conv2d_nhwc_s8.arm_cpu": _depthwise_s8_task,
     "conv2d_direct.arm_cpu": _conv_direct_task,
     "conv2d_nhwc_1x1_micro_kernel.arm_cpu": _conv_1x1_task,
     "dense_micro_kernel.arm_cpu": _dense_task,

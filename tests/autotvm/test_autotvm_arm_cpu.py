@@ -37,7 +37,13 @@ def _cases():
     xd, wd = f((3, 20)).astype("float32"), f((12, 20)).astype("float32")
     xs, ws = i8(2, 24), i8(12, 24)
     xc, wc = i8(1, 5, 5, 8), i8(3, 3, 8, 12)  # HWIO; the template takes OHWI
+    xw, ww = i8(1, 6, 6, 16), i8(3, 3, 16, 1)  # depthwise HWOI: one filter per channel
+    depthwise = sum(np.pad(xw.astype("int64"), ((0, 0), (1, 1), (1, 1), (0, 0)))
+                    [:, dy:dy + 6, dx:dx + 6, :] * ww[dy, dx, :, 0]
+                    for dy in range(3) for dx in range(3))
     return [
+        ("depthwise_conv2d_nhwc_s8.arm_cpu", [xw, ww], ((1, 1), (1, 1, 1, 1), (1, 1), "HWOI"),
+         depthwise),
         ("conv2d_direct.arm_cpu", [x, w], ((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO",
                                           "float32"), _conv_nhwc(x, w, 1)),
         ("conv2d_nhwc_1x1_micro_kernel.arm_cpu", [x1, w1], ((1, 1), "float32"),

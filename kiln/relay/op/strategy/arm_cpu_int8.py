@@ -48,11 +48,11 @@ _CONV2D_S8 = register_implementation(
     "conv2d_nhwc_ohwi_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 _DEPTHWISE_S8 = register_implementation(
-    lambda attrs, inputs, out_type: [depthwise_conv2d_nhwc_s8(
+    lambda attrs, inputs, out_type, config=None: [depthwise_conv2d_nhwc_s8(
         inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
         attrs.kernel_layout)],
-    lambda attrs, outs, target: schedule_depthwise_conv2d_nhwc_s8(outs, list(attrs.dilation),
-                                                                  has_dsp(target)),
+    lambda attrs, outs, target, config=None: schedule_depthwise_conv2d_nhwc_s8(
+        outs, list(attrs.dilation), has_dsp(target), (config or {}).get("rows")),
     "depthwise_conv2d_nhwc_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 
