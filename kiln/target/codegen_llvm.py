@@ -1,7 +1,7 @@
-"""TIR -> LLVM IR through llvmlite, and the ``llvm`` target's build function.
+"""TIR -> LLVM IR through llvmlite.
 
-Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`build_llvm`
-(``target.build.llvm``), :func:`host_target_machine`.
+Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`host_target_machine`. The
+``llvm`` target's build function (``target.build.llvm``) is :mod:`.llvm_library`'s.
 
 Each PrimFunc ``f`` becomes the LLVM function ``i32 @f_unpacked(T* noalias A, ..., i32 n)``
 (the same signature as the C target's unpacked twin). The packed-ABI wrapper ``f`` that
@@ -17,9 +17,7 @@ vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes th
 exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
 ``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
 already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself. The optimized object file (and its IR text) is cached on disk
-(``KILN_CACHE_DIR/llvm``) by the unoptimized IR, the target and the host CPU: a second build
-of the same kernels skips LLVM's optimization and code emission.
+function itself.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
@@ -34,21 +32,19 @@ from typing import Any
 
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
-from kiln.runtime.registry import register_func
-from kiln.target import c_abi, codegen_c
+from kiln.target import c_abi
 from kiln.target.c_parallel import CHUNKS_PER_THREAD
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
 from kiln.target.llvm_toolchain import (
-    compile_cached,
     host_target_machine,
-    initialized_llvm,
     llvm_available,
     llvmlite_modules,
     parse_and_optimize,
 )
+from kiln.tir.stmt_functor import child_nodes
 
-__all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
+__all__ = ["CodeGenLLVM", "emit_llvm", "host_target_machine", "llvm_available"]
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -60,32 +56,36 @@ _FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mo
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
-def _used_var_ids(stmt: Any) -> set[int]:
-    """ids of every Var a statement reads, buffers' data and shape variables included (what
-    an outlined parallel body must capture; nothing else dominates the lambda's code)."""
-    from kiln.tir.stmt_functor import post_order_visit
-
-    used: set[int] = set()
+def _used_var_ids(stmt: Any, wanted: set[int]) -> set[int]:
+    """The ids in ``wanted`` of the Vars ``stmt`` reads, buffers' data and shape variables
+    included (what an outlined parallel body must capture; nothing else dominates the
+    lambda's code). The walk stops once every wanted variable is found: a kernel's parallel
+    body reads its few outer variables within its first statements."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = [stmt]
 
     def add_buffer(buffer: Any) -> None:
-        used.add(id(buffer.data))
-        for expr in [*buffer.shape, *buffer.strides, buffer.elem_offset]:
-            if expr is not None:
-                post_order_visit(expr, visit)
+        found.add(id(buffer.data))
+        stack.extend(e for e in [*buffer.shape, *buffer.strides, buffer.elem_offset]
+                     if e is not None)
 
-    def visit(node: Any) -> None:
+    while stack and not wanted <= found:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         kind = _node_name(node)
         if kind in ("Var", "SizeVar"):
-            used.add(id(node))
+            found.add(id(node))
         elif kind in ("BufferLoad", "BufferStore"):
             add_buffer(node.buffer)
         elif kind == "Call":
             for arg in node.args:
                 if _node_name(arg) == "Buffer":
                     add_buffer(arg)
-
-    post_order_visit(stmt, visit)
-    return used
+        stack.extend(child_nodes(node))
+    return found & wanted
 
 
 def _node_name(node: Any) -> str:
@@ -681,9 +681,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         would lose it, and LLVM could then neither vectorize nor hoist loads past the
         output's stores (a conv's scalar bias epilogue ran 3x slower in the lambda)."""
         ir, b = self.ir, self.builder
-        used = _used_var_ids(node)
-        captured = [(key, value) for key, value in self.vars.items()
-                    if key in used and not isinstance(value, ir.Constant)]
+        outer = {key for key, value in self.vars.items() if not isinstance(value, ir.Constant)}
+        used = _used_var_ids(node, outer)
+        captured = [(key, value) for key, value in self.vars.items() if key in used]
         begin, extent = self._loop_bound(node, node.min), self._loop_bound(node, node.extent)
         counter_start = ir.Constant(extent.type, 0)
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
@@ -838,51 +838,3 @@ def _generate(mod: Any, target: Any):
     cg.module.triple = tm.triple
     cg.module.data_layout = str(tm.target_data)
     return cg, tm
-
-
-@register_func("target.build.llvm", override=True)
-def build_llvm(mod: Any, target: Any = None) -> Any:
-    """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
-    from kiln.runtime import cc
-    from kiln.target.build import NativeModule
-
-    cg, tm = _generate(mod, target)
-    system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
-    glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
-                                 packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
-    glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    llvm = initialized_llvm()[1]
-    options = codegen_c.compile_options(target)
-    if not cg.imported_c:
-        # The glue only checks arguments and calls the kernels in kernels.o: -O1 compiles it
-        # in under half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
-        options = ["-O1" if flag == "-O3" else flag for flag in options]
-    foreign = None if _same_machine(tm.triple, llvm.get_process_triple()) else tm.triple
-    # gcc compiles the glue while LLVM optimizes the kernels (a cross build keeps the glue as
-    # source for its cross compiler)
-    glue_object = cc.compile_in_background(glue, options) if foreign is None else None
-    obj, ir_text = compile_cached(cg.module, tm, target)
-    text = {"ll": ir_text, "": ir_text, "c": glue,
-            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
-    names = [name for name, _, _ in cg.signatures] + cg.packed_names
-    if glue_object is None:
-        sources, objects = {"glue.c": glue}, {"kernels.o": obj}
-    else:
-        sources, objects = {}, {"kernels.o": obj, "glue.o": glue_object()}
-    return NativeModule("llvm", sources, objects, names, options, text,
-                        foreign_triple=foreign)
-
-
-def _same_machine(triple: str, host: str) -> bool:
-    """Whether code for ``triple`` runs here (same architecture and OS as the host)."""
-    arch, _, rest = triple.partition("-")
-    host_arch, _, host_rest = host.partition("-")
-    return arch == host_arch and ("linux" in rest) == ("linux" in host_rest)
-
-
-def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:
-    """An exported C function forwarding to ``name`` (which may be static in import_c)."""
-    params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args)) or "void"
-    call = f"{name}({', '.join(f'a{i}' for i in range(len(c_args)))})"
-    body = f"{call};" if c_ret == "void" else f"return {call};"
-    return f"\n{c_ret} __kiln_extern_{name}({params}) {{ {body} }}\n"
