@@ -310,7 +310,7 @@ def build(ir_mod: Any, target: Any = None, target_host: Any = None,
     with targets.get(1, host):  # passes see the CPU kernels' target, as with one target
         mod = optimize(ir_mod, host, params, default_device)
         passes_done = time.perf_counter()
-        compilers = make_compilers(targets, host, mod_name)
+        compilers = make_compilers(targets, host, mod_name, build_as_lowered=True)
         result = codegen(mod["main"], compilers, default_device)
         lib = build_kernels(compilers)
     if debug_level() >= 1:

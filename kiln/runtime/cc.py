@@ -269,6 +269,19 @@ def create_shared(
 create_shared.output_format = "so"  # read by export_library, as TVM's fcompile attributes are
 
 
+def link_relocatable(
+    output: str | os.PathLike,
+    objects: Sequence[str | os.PathLike],
+    cc: str | None = None,
+) -> str:
+    """Link object files into one relocatable object file (``cc -r``): what
+    ``Module.save("k.o")`` writes for a library LLVM emitted as one object per kernel."""
+    cc = cc or find_compiler()
+    cmd = [cc, "-r", "-nostdlib", *map(os.fspath, objects), "-o", os.fspath(output)]
+    run_compiler(cmd, "Linking")
+    return os.fspath(output)
+
+
 def create_staticlib(
     output: str | os.PathLike,
     inputs: Sequence[str | os.PathLike],

@@ -193,6 +193,7 @@ class _ObjectMeta(type):
                 f for f in (*own, *extra) if f not in inherited and f not in base_slots
             )
         ns["_all_fields"] = {**inherited, **own}
+        ns["_field_names"] = tuple(ns["_all_fields"])  # the constructor's positional order
         return super().__new__(mcs, name, bases, ns, **kw)
 
 
@@ -206,20 +207,22 @@ class Object(metaclass=_ObjectMeta):
     _mutable_fields: frozenset[str] = frozenset()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        names = list(self._all_fields)
+        # every IR node is built here: kept to one pass over the field names
+        names = self._field_names
         if len(args) > len(names):
             raise TypeError(
                 f"{type(self).__name__} takes at most {len(names)} fields, got {len(args)}"
             )
+        set_field = object.__setattr__
         for name, value in zip(names, args):
-            object.__setattr__(self, name, value)
+            set_field(self, name, value)
         for name, value in kwargs.items():
             if name not in self._all_fields:
                 raise TypeError(f"{type(self).__name__} has no field {name!r}")
-            object.__setattr__(self, name, value)
+            set_field(self, name, value)
         for name in names[len(args):]:
             if name not in kwargs:
-                object.__setattr__(self, name, None)
+                set_field(self, name, None)
 
     def _set(self, name: str, value: Any) -> None:
         """Set a field while building the object (bypasses immutability)."""

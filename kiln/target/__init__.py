@@ -1,9 +1,10 @@
 """kiln.target: compilation targets and native code generation (TVM's ``tvm.target``).
 
 ``Target`` parses TVM target strings; ``codegen_c`` and ``codegen_llvm`` turn TIR PrimFuncs
-into runtime Modules (``c_abi``: the packed wrapper and C glue both share;
-``c_intrinsics`` / ``llvm_intrinsics``: how each lowers ``tir.Call``); ``build`` holds the
-table of target kinds -> build functions and the NativeModule they return.
+into runtime Modules (``llvm_library`` builds the LLVM ones kernel by kernel; ``c_abi``: the
+packed wrapper and C glue both share; ``c_intrinsics`` / ``llvm_intrinsics``: how each lowers
+``tir.Call``); ``build`` holds the table of target kinds -> build functions and the
+NativeModule they return.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ _LAZY = {
     "codegen": "kiln.target.build",
     "codegen_c": "kiln.target.codegen_c",
     "codegen_llvm": "kiln.target.codegen_llvm",
+    "llvm_library": "kiln.target.llvm_library",
     "c_abi": "kiln.target.c_abi",
     "c_intrinsics": "kiln.target.c_intrinsics",
     "llvm_intrinsics": "kiln.target.llvm_intrinsics",

@@ -1,6 +1,7 @@
 """The table of target kinds -> build functions, and the Module that native codegen returns.
 
-Entry points: :data:`BUILD_FUNCTIONS`, :func:`build_module`, :class:`NativeModule`.
+Entry points: :data:`BUILD_FUNCTIONS`, :data:`KERNEL_BUILDERS`, :func:`build_module`,
+:class:`NativeModule`.
 
 A build function takes ``(IRModule of PrimFuncs, Target)`` and returns a runtime
 :class:`~kiln.runtime.module.Module`. Each one is defined (and registered in the global
@@ -26,14 +27,21 @@ from typing import Any
 from kiln.runtime import cc, config
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import DSOModule, Module, ModuleProperty
-from kiln.target import codegen_c, codegen_llvm, codegen_opencl
+from kiln.target import codegen_c, codegen_opencl, llvm_library
 
-__all__ = ["BUILD_FUNCTIONS", "build_module", "NativeModule"]
+__all__ = ["BUILD_FUNCTIONS", "KERNEL_BUILDERS", "build_module", "NativeModule"]
 
 BUILD_FUNCTIONS: dict[str, Callable[[Any, Any], Module]] = {
     "c": codegen_c.build_c,
-    "llvm": codegen_llvm.build_llvm,
+    "llvm": llvm_library.build_llvm,
     "opencl": codegen_opencl.build_opencl,
+}
+
+# Target kinds whose library can be built kernel by kernel, as the kernels are lowered: the
+# class takes the Target; ``add(symbol, prim_func)`` starts compiling one kernel and
+# ``finish()`` returns the Module of all of them (what the build function returns).
+KERNEL_BUILDERS: dict[str, Callable[[Any], Any]] = {
+    "llvm": llvm_library.LLVMKernelBuilder,
 }
 
 
@@ -157,11 +165,17 @@ class NativeModule(Module):
         return text
 
     def save(self, file_name: str | os.PathLike, fmt: str = "") -> None:
-        """Write the source (``.c``, ``.ll``, ``.s``) or the object file (``.o``)."""
+        """Write the source (``.c``, ``.ll``, ``.s``) or the object file (``.o``: the kernels
+        and their packed wrappers, linked into one relocatable object)."""
         path = os.fspath(file_name)
         suffix = fmt or Path(path).suffix.lstrip(".")
-        if suffix == "o" and self.objects:
+        if suffix == "o" and len(self.objects) == 1:
             Path(path).write_bytes(next(iter(self.objects.values())))
+            return
+        if suffix == "o" and self.objects:  # one object per kernel and the glue's: link them
+            with tempfile.TemporaryDirectory() as tmp:
+                cc.link_relocatable(path, [p for p in self.export_objects(tmp)
+                                           if p.endswith(".o")])
             return
         fmt_of = {"c": "c", "ll": "ll", "s": "asm", "asm": "asm"}
         Path(path).write_text(self.get_source(fmt_of.get(suffix, suffix)))

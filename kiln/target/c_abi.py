@@ -1,8 +1,8 @@
 """The C side of TVM's packed calling convention, shared by the c and llvm targets.
 
 Entry points: :func:`c_type`, :func:`function_signature` (:class:`FunctionSignature`),
-:func:`packed_glue`, :func:`functions_of`; for the code generators also the prelude of C
-helpers every translation unit carries and the packed-wrapper emitter.
+:func:`packed_glue`, :func:`functions_of` (:func:`primfuncs_of`); for the code generators
+also the prelude of C helpers every translation unit carries and the packed-wrapper emitter.
 
 The packed wrapper of a kernel ``f`` is ``int32_t f(TVMValue* args, int* type_codes,
 int num_args, TVMValue* out_ret_value, int* out_ret_tcode, void* resource_handle)``: it checks
@@ -25,11 +25,12 @@ from kiln.target.narrow_types_c import NARROW_TYPE_HELPERS
 from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
 __all__ = ["c_type", "c_function_identifier", "FunctionSignature", "function_signature",
-           "packed_glue", "functions_of", "PACKED_CALLING_CONV", "crt_func_registry_names",
-           "crt_system_lib_source", "C_RESERVED", "MODULE_CTX", "PACKED_PARAM_TYPES",
-           "PRELUDE_HELPERS", "DLTENSOR_FIELDS", "VALUE_CONTENT", "assert_message", "c_string",
-           "entry_symbol", "float_suffix", "is_const_int", "node_name", "packed_declaration",
-           "packed_wrapper", "preamble", "system_lib_registration"]
+           "packed_glue", "functions_of", "primfuncs_of", "PACKED_CALLING_CONV",
+           "crt_func_registry_names", "crt_system_lib_source", "C_RESERVED", "MODULE_CTX",
+           "PACKED_PARAM_TYPES", "PRELUDE_HELPERS", "DLTENSOR_FIELDS", "VALUE_CONTENT",
+           "assert_message", "c_string", "entry_symbol", "float_suffix", "is_const_int",
+           "node_name", "packed_declaration", "packed_wrapper", "preamble",
+           "system_lib_registration"]
 
 _TYPE_CODE_INT, _TYPE_CODE_FLOAT = 0, 2
 # Names a generated identifier must not take (C11 keywords and the types kiln's C uses).
@@ -568,19 +569,24 @@ def packed_glue(functions: Sequence[tuple[str, FunctionSignature, list[str]]],
     return "\n\n".join(parts) + "\n"
 
 
-def functions_of(mod: Any, pipeline: list[Any] | None = None) -> list[tuple[str, Any]]:
-    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them: what a
-    codegen prints, each function already through the TIR passes of ``pipeline`` (default:
-    those every codegen's input goes through,
-    :data:`kiln.tir.transform.codegen_prep.CODEGEN_PIPELINE`)."""
+def primfuncs_of(mod: Any) -> list[tuple[str, Any]]:
+    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them, as given
+    (a symbol is the function's ``global_symbol``, else its name in the module)."""
     if node_name(mod) == "PrimFunc":
-        return [(mod.attrs.get("global_symbol") or "default_function",
-                 prepare_for_codegen(mod, pipeline))]
+        return [(mod.attrs.get("global_symbol") or "default_function", mod)]
     items = mod.functions.items() if hasattr(mod, "functions") else dict(mod).items()
     out = []
     for gvar, func in items:
         if node_name(func) != "PrimFunc":
             raise TVMError(f"codegen: {gvar!r} is a {node_name(func)}, not a tir.PrimFunc")
-        symbol = func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar))
-        out.append((symbol, prepare_for_codegen(func, pipeline)))
+        out.append((func.attrs.get("global_symbol") or getattr(gvar, "name_hint", str(gvar)),
+                    func))
     return out
+
+
+def functions_of(mod: Any, pipeline: list[Any] | None = None) -> list[tuple[str, Any]]:
+    """``(symbol, PrimFunc)`` pairs of an IRModule, a PrimFunc, or a dict of them: what a
+    codegen prints, each function already through the TIR passes of ``pipeline`` (default:
+    those every codegen's input goes through,
+    :data:`kiln.tir.transform.codegen_prep.CODEGEN_PIPELINE`)."""
+    return [(symbol, prepare_for_codegen(func, pipeline)) for symbol, func in primfuncs_of(mod)]

@@ -1,7 +1,7 @@
-"""TIR -> LLVM IR through llvmlite, and the ``llvm`` target's build function.
+"""TIR -> LLVM IR through llvmlite.
 
-Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`build_llvm`
-(``target.build.llvm``), :func:`host_target_machine`.
+Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`host_target_machine`. The
+``llvm`` target's build function (``target.build.llvm``) is :mod:`.llvm_library`'s.
 
 Each PrimFunc ``f`` becomes the LLVM function ``i32 @f_unpacked(T* noalias A, ..., i32 n)``
 (the same signature as the C target's unpacked twin). The packed-ABI wrapper ``f`` that
@@ -17,9 +17,7 @@ vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes th
 exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
 ``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
 already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself. The optimized object file (and its IR text) is cached on disk
-(``KILN_CACHE_DIR/llvm``) by the unoptimized IR, the target and the host CPU: a second build
-of the same kernels skips LLVM's optimization and code emission.
+function itself.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
@@ -34,20 +32,18 @@ from typing import Any
 
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
-from kiln.runtime.registry import register_func
-from kiln.target import c_abi, codegen_c
+from kiln.target import c_abi
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
 from kiln.target.llvm_toolchain import (
-    compile_cached,
     host_target_machine,
-    initialized_llvm,
     llvm_available,
     llvmlite_modules,
     parse_and_optimize,
 )
+from kiln.tir.stmt_functor import child_nodes
 
-__all__ = ["CodeGenLLVM", "emit_llvm", "build_llvm", "host_target_machine", "llvm_available"]
+__all__ = ["CodeGenLLVM", "emit_llvm", "host_target_machine", "llvm_available"]
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -59,32 +55,36 @@ _FLOAT_BINARY = {"Add": "fadd", "Sub": "fsub", "Mul": "fmul", "Div": "fdiv", "Mo
 _COMPARISONS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
-def _used_var_ids(stmt: Any) -> set[int]:
-    """ids of every Var a statement reads, buffers' data and shape variables included (what
-    an outlined parallel body must capture; nothing else dominates the lambda's code)."""
-    from kiln.tir.stmt_functor import post_order_visit
-
-    used: set[int] = set()
+def _used_var_ids(stmt: Any, wanted: set[int]) -> set[int]:
+    """The ids in ``wanted`` of the Vars ``stmt`` reads, buffers' data and shape variables
+    included (what an outlined parallel body must capture; nothing else dominates the
+    lambda's code). The walk stops once every wanted variable is found: a kernel's parallel
+    body reads its few outer variables within its first statements."""
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = [stmt]
 
     def add_buffer(buffer: Any) -> None:
-        used.add(id(buffer.data))
-        for expr in [*buffer.shape, *buffer.strides, buffer.elem_offset]:
-            if expr is not None:
-                post_order_visit(expr, visit)
+        found.add(id(buffer.data))
+        stack.extend(e for e in [*buffer.shape, *buffer.strides, buffer.elem_offset]
+                     if e is not None)
 
-    def visit(node: Any) -> None:
+    while stack and not wanted <= found:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         kind = _node_name(node)
         if kind in ("Var", "SizeVar"):
-            used.add(id(node))
+            found.add(id(node))
         elif kind in ("BufferLoad", "BufferStore"):
             add_buffer(node.buffer)
         elif kind == "Call":
             for arg in node.args:
                 if _node_name(arg) == "Buffer":
                     add_buffer(arg)
-
-    post_order_visit(stmt, visit)
-    return used
+        stack.extend(child_nodes(node))
+    return found & wanted
 
 
 def _node_name(node: Any) -> str:
@@ -675,11 +675,14 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         every thread of the team (the caller included) claims the next contiguous chunk of
         ``ceil(extent / (4 * num_task))`` iterations with an atomic add until none is left,
         so a descheduled thread holds back only its current chunk (the C codegen's OpenMP
-        region uses the same scheme)."""
+        region uses the same scheme). A chunk runs in a function of its own whose buffer
+        parameters keep the enclosing function's ``noalias``: loaded from the closure they
+        would lose it, and LLVM could then neither vectorize nor hoist loads past the
+        output's stores (a conv's scalar bias epilogue ran 3x slower in the lambda)."""
         ir, b = self.ir, self.builder
-        used = _used_var_ids(node)
-        captured = [(key, value) for key, value in self.vars.items()
-                    if key in used and not isinstance(value, ir.Constant)]
+        outer = {key for key, value in self.vars.items() if not isinstance(value, ir.Constant)}
+        used = _used_var_ids(node, outer)
+        captured = [(key, value) for key, value in self.vars.items() if key in used]
         begin, extent = self._loop_bound(node, node.min), self._loop_bound(node, node.extent)
         counter_start = ir.Constant(extent.type, 0)
         closure_t = ir.LiteralStructType([v.type for _, v in captured] + [begin.type,
@@ -690,23 +693,21 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
                                                                   counter_start]):
             b.store(value, b.gep(closure, [self.const("int32", 0), self.const("int32", index)],
                                  inbounds=True))
+        self._lambda_count += 1
+        name = f"{self.func_name}_compute_{self._lambda_count}"
+        saved = (self.builder, self.function, self.alloca_builder, dict(self.vars))
+        chunk_fn = self._chunk_function(node, captured, begin.type, f"{name}_chunk")
         penv_t = ir.LiteralStructType([self.void_ptr, self.i32])
         lambda_t = ir.FunctionType(self.i32, [self.i32, penv_t.as_pointer(), self.void_ptr])
-        self._lambda_count += 1
-        fn = ir.Function(self.module, lambda_t,
-                         f"{self.func_name}_compute_{self._lambda_count}")
+        fn = ir.Function(self.module, lambda_t, name)
         fn.linkage = "internal"
-        saved = (self.builder, self.function, self.alloca_builder, dict(self.vars))
         self._enter_function(fn)
-        self._in_parallel = True
         lb = self.builder
         _, penv, cdata = fn.args
         frame = lb.bitcast(cdata, closure_t.as_pointer())
         slots = [lb.gep(frame, [self.const("int32", 0), self.const("int32", i)], inbounds=True)
                  for i in range(len(captured) + 3)]
         fields = [lb.load(slot) for slot in slots[:-1]]
-        for (key, _), value in zip(captured, fields):
-            self.vars[key] = value
         lo, count, counter = fields[-2], fields[-1], slots[-1]
         num_task = lb.load(lb.gep(penv, [self.const("int32", 0), self.const("int32", 1)],
                                   inbounds=True))
@@ -717,9 +718,10 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         parts = lb.mul(num_task, ir.Constant(count.type, 4))
         chunk = lb.sdiv(lb.sub(lb.add(count, parts), one), parts)
         chunk = lb.select(lb.icmp_signed("<", chunk, one), one, chunk)
-        claim = self.function.append_basic_block("claim_chunk")
-        run = self.function.append_basic_block("run_chunk")
-        finished = self.function.append_basic_block("chunks_done")
+        claim = fn.append_basic_block("claim_chunk")
+        run = fn.append_basic_block("run_chunk")
+        finished = fn.append_basic_block("chunks_done")
+        failed = fn.append_basic_block("chunk_failed")
         lb.branch(claim)
         lb.position_at_end(claim)
         start = lb.atomic_rmw("add", counter, chunk, "monotonic")
@@ -727,14 +729,13 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         lb.position_at_end(run)
         left = lb.sub(count, start)
         length = lb.select(lb.icmp_signed("<", left, chunk), left, chunk)
-        self._serial_loop(node.loop_var, start, length, node.body, offset=lo)
-        if not self.builder.block.is_terminated:
-            self.builder.branch(claim)
-        self.builder.position_at_end(finished)
-        if not self.builder.block.is_terminated:
-            self.builder.ret(self.const("int32", 0))
+        rc = lb.call(chunk_fn, [*fields[:-2], lo, start, length])
+        lb.cbranch(lb.icmp_signed("!=", rc, self.const("int32", 0)), failed, claim)
+        lb.position_at_end(failed)
+        lb.ret(rc)
+        lb.position_at_end(finished)
+        lb.ret(self.const("int32", 0))
         self.builder, self.function, self.alloca_builder, self.vars = saved
-        self._in_parallel = False
         b = self.builder
         launch = self.declare("TVMBackendParallelLaunch", self.i32,
                                [lambda_t.as_pointer(), self.void_ptr, self.i32])
@@ -745,6 +746,27 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         b.position_at_end(fail)
         b.ret(self.const("int32", -1))
         b.position_at_end(ok)
+
+    def _chunk_function(self, node: Any, captured: list, index_type: Any, name: str):
+        """``i32 name(captured..., lo, start, length)``: iterations ``[start, start + length)``
+        of ``node`` (offset by ``lo``). A captured pointer that is ``noalias`` where it comes
+        from stays ``noalias`` here."""
+        ir = self.ir
+        fn_t = ir.FunctionType(self.i32, [v.type for _, v in captured] + [index_type] * 3)
+        fn = ir.Function(self.module, fn_t, name)
+        fn.linkage = "internal"
+        for arg, (_, value) in zip(fn.args, captured):
+            if isinstance(value, ir.Argument) and "noalias" in value.attributes:
+                arg.add_attribute("noalias")
+        self.vars = {key: arg for (key, _), arg in zip(captured, fn.args)}
+        self._enter_function(fn)
+        self._in_parallel = True
+        lo, start, length = fn.args[-3:]
+        self._serial_loop(node.loop_var, start, length, node.body, offset=lo)
+        if not self.builder.block.is_terminated:
+            self.builder.ret(self.const("int32", 0))
+        self._in_parallel = False
+        return fn
 
     def stmt_Allocate(self, node: Any) -> None:
         """Emit the LLVM instructions of a TIR ``Allocate`` statement."""
@@ -815,51 +837,3 @@ def _generate(mod: Any, target: Any):
     cg.module.triple = tm.triple
     cg.module.data_layout = str(tm.target_data)
     return cg, tm
-
-
-@register_func("target.build.llvm", override=True)
-def build_llvm(mod: Any, target: Any = None) -> Any:
-    """``target.build.llvm``: LLVM object + C packed wrappers -> one loaded shared library."""
-    from kiln.runtime import cc
-    from kiln.target.build import NativeModule
-
-    cg, tm = _generate(mod, target)
-    system_lib = bool(getattr(target, "attrs", {}).get("system-lib", False))
-    glue = c_abi.packed_glue(cg.signatures, cg.imported_c, "llvm", system_lib,
-                                 packed_names=cg.packed_names, module_ctx=cg.uses_module_ctx)
-    glue += "".join(_extern_trampoline(name, *types) for name, types in cg.externs.items())
-    llvm = initialized_llvm()[1]
-    options = codegen_c.compile_options(target)
-    if not cg.imported_c:
-        # The glue only checks arguments and calls the kernels in kernels.o: -O1 compiles it
-        # in under half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
-        options = ["-O1" if flag == "-O3" else flag for flag in options]
-    foreign = None if _same_machine(tm.triple, llvm.get_process_triple()) else tm.triple
-    # gcc compiles the glue while LLVM optimizes the kernels (a cross build keeps the glue as
-    # source for its cross compiler)
-    glue_object = cc.compile_in_background(glue, options) if foreign is None else None
-    obj, ir_text = compile_cached(cg.module, tm, target)
-    text = {"ll": ir_text, "": ir_text, "c": glue,
-            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))}
-    names = [name for name, _, _ in cg.signatures] + cg.packed_names
-    if glue_object is None:
-        sources, objects = {"glue.c": glue}, {"kernels.o": obj}
-    else:
-        sources, objects = {}, {"kernels.o": obj, "glue.o": glue_object()}
-    return NativeModule("llvm", sources, objects, names, options, text,
-                        foreign_triple=foreign)
-
-
-def _same_machine(triple: str, host: str) -> bool:
-    """Whether code for ``triple`` runs here (same architecture and OS as the host)."""
-    arch, _, rest = triple.partition("-")
-    host_arch, _, host_rest = host.partition("-")
-    return arch == host_arch and ("linux" in rest) == ("linux" in host_rest)
-
-
-def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:
-    """An exported C function forwarding to ``name`` (which may be static in import_c)."""
-    params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args)) or "void"
-    call = f"{name}({', '.join(f'a{i}' for i in range(len(c_args)))})"
-    body = f"{call};" if c_ret == "void" else f"return {call};"
-    return f"\n{c_ret} __kiln_extern_{name}({params}) {{ {body} }}\n"

@@ -2,20 +2,29 @@
 and the on-disk object cache.
 
 Entry points: :func:`llvm_available`, :func:`llvmlite_modules`, :func:`initialized_llvm`,
-:func:`host_target_machine`, :func:`parse_and_optimize`, :func:`compile_cached` (the object
-file of an IR module, from ``KILN_CACHE_DIR/llvm`` when the same IR was compiled for the same
-target, host CPU and LLVM before), :func:`optimize`, :func:`opt_level`.
+:func:`host_target_machine`, :func:`parse_and_optimize`, :func:`compile_in_background` (the
+object file of an IR module, optimized and emitted on kiln's LLVM thread while the caller goes
+on, or read from ``KILN_CACHE_DIR/llvm`` when the same IR was compiled for the same target,
+host CPU and LLVM before), :func:`compile_cached` (the same, waited for), :func:`link_ir`,
+:func:`optimize`, :func:`opt_level`.
+
+llvmlite holds one lock around every call into LLVM but releases Python's lock while LLVM
+works: one LLVM thread keeps a second core busy optimizing while Python lowers the next
+kernel, and more threads would only queue on llvmlite's lock.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.runtime.error import TVMError
 
 __all__ = ["llvm_available", "llvmlite_modules", "initialized_llvm", "host_target_machine",
-           "parse_and_optimize", "compile_cached", "object_cache_path", "optimize", "opt_level"]
+           "parse_and_optimize", "compile_in_background", "compile_cached", "link_ir",
+           "object_cache_path", "optimize", "opt_level"]
 
 
 def llvmlite_modules():
@@ -83,7 +92,8 @@ def opt_level(target: Any) -> int:
 
 
 def parse_and_optimize(module: Any, tm: Any, target: Any):
-    """The verified, optimized llvmlite ModuleRef of the llvmlite IR ``module``."""
+    """The verified, optimized llvmlite ModuleRef of the llvmlite IR ``module`` (or its
+    text)."""
     _, llvm = initialized_llvm()
     try:
         ref = llvm.parse_assembly(str(module))
@@ -92,6 +102,14 @@ def parse_and_optimize(module: Any, tm: Any, target: Any):
         raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{module}") from None
     optimize(llvm, ref, tm, opt_level(target))
     return ref
+
+
+@functools.cache
+def _host_cpu() -> tuple[str, str]:
+    """The host CPU's name and feature string (asked once: every LLVM call waits for the LLVM
+    thread's lock)."""
+    _, llvm = initialized_llvm()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
 def object_cache_path(ir_text: str, target: Any) -> Any:
@@ -104,38 +122,81 @@ def object_cache_path(ir_text: str, target: Any) -> Any:
 
     _, llvm = initialized_llvm()
     key = hashlib.sha256("\0".join([
-        ir_text, str(target), llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(), str(opt_level(target)),
+        ir_text, str(target), *_host_cpu(), str(opt_level(target)),
         str(llvm.llvm_version_info)]).encode()).hexdigest()
     return config.cache_dir() / "llvm" / key
 
 
-def compile_cached(module: Any, tm: Any, target: Any) -> tuple[bytes, str]:
-    """``(object bytes, optimized IR text)``, from the disk cache when this exact module was
-    compiled before (LLVM's optimization and object emission are most of a build's codegen)."""
-    import os
-    import tempfile
+# (pid, executor): the one thread that runs LLVM for this process; a forked child makes its
+# own (the parent's thread does not exist there)
+_LLVM_THREAD: tuple[int, Any] | None = None
 
-    path = object_cache_path(str(module), target)
-    obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
+
+def _llvm_thread() -> Any:
+    global _LLVM_THREAD
+    from concurrent.futures import ThreadPoolExecutor
+
+    if _LLVM_THREAD is None or _LLVM_THREAD[0] != os.getpid():
+        _LLVM_THREAD = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm"))
+    return _LLVM_THREAD[1]
+
+
+def compile_in_background(ir_text: str, tm: Any, target: Any) -> Callable[[], tuple[bytes, str]]:
+    """Start optimizing ``ir_text`` and emitting its object on kiln's LLVM thread; return a
+    function that waits and gives ``(object bytes, optimized IR text)`` (or raises the
+    TVMError of invalid IR). A module compiled before for the same target and host is read
+    from the disk cache and starts nothing."""
+    path = object_cache_path(ir_text, target)
     try:
-        return obj_path.read_bytes(), ir_path.read_text()
+        found = path.with_suffix(".o").read_bytes(), path.with_suffix(".ll").read_text()
+        return lambda: found
     except OSError:
         pass
-    ref = parse_and_optimize(module, tm, target)
-    obj, ir_text = tm.emit_object(ref), str(ref)
+    return _llvm_thread().submit(_compile_and_store, ir_text, tm, target, path).result
+
+
+def compile_cached(module: Any, tm: Any, target: Any) -> tuple[bytes, str]:
+    """``(object bytes, optimized IR text)`` of the llvmlite IR ``module``, from the disk cache
+    when this exact module was compiled before (LLVM's optimization and object emission are
+    most of a build's codegen)."""
+    return compile_in_background(str(module), tm, target)()
+
+
+def _compile_and_store(ir_text: str, tm: Any, target: Any, path: Any) -> tuple[bytes, str]:
+    """Optimize and emit one module (on the LLVM thread) and store the result in the cache."""
+    import tempfile
+
+    ref = parse_and_optimize(ir_text, tm, target)
+    obj, optimized = tm.emit_object(ref), str(ref)
+    obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # the IR first and the object last, each renamed into place: a reader finding the
         # object finds its IR complete
-        for final, data in ((ir_path, ir_text.encode()), (obj_path, obj)):
+        for final, data in ((ir_path, optimized.encode()), (obj_path, obj)):
             fd, tmp = tempfile.mkstemp(dir=path.parent)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, final)
     except OSError:
         pass  # a read-only cache only costs the next build its time
-    return obj, ir_text
+    return obj, optimized
+
+
+def link_ir(texts: Sequence[str]) -> Callable[[], str]:
+    """Start linking the IR texts of several modules into one on the LLVM thread; return a
+    function that waits and gives its text (a whole library's ``get_source("ll")``)."""
+    if len(texts) == 1:
+        return lambda: texts[0]
+
+    def link() -> str:
+        _, llvm = initialized_llvm()
+        whole = llvm.parse_assembly(texts[0])
+        for text in texts[1:]:
+            whole.link_in(llvm.parse_assembly(text))
+        return str(whole)
+
+    return _llvm_thread().submit(link).result
 
 
 def optimize(llvm, ref, tm, opt_level: int) -> None:

@@ -1,7 +1,8 @@
 """x86 CPU features of a target (TVM's ``tvm.target.x86``).
 
 Entry points: :func:`target_has_features` (whether a target's code may use an instruction
-set extension) and :func:`simd_32bit_lanes` (float32 lanes of its widest vector register).
+set extension), :func:`simd_32bit_lanes` (float32 lanes of its widest vector register) and
+:func:`host_features`.
 
 A CPU target's features come from ``-mattr`` where it names them, else from ``-mcpu`` (a
 table of the x86 CPUs LLVM knows, by name prefix), else from the host: kiln compiles CPU code
@@ -14,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["target_has_features", "simd_32bit_lanes"]
+__all__ = ["target_has_features", "simd_32bit_lanes", "host_features"]
 
 # -mcpu name prefixes of the x86 CPUs with each feature (LLVM's names; later CPUs of a line
 # share the prefix, e.g. znver4/znver5 for AVX-512)
@@ -22,18 +23,27 @@ _CPUS_WITH = {
     "avx512f": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
                 "knl", "knm", "znver4", "znver5", "x86-64-v4"),
-    "avx2": ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
-             "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake",
-             "sapphirerapids", "emeraldrapids", "graniterapids", "znver", "bdver4",
-             "x86-64-v3", "x86-64-v4", "knl", "knm"),
+    "avx512bw": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
+                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+                 "znver4", "znver5", "x86-64-v4"),
+    # AVX512-VNNI (vpdpbusd / vpdpwssd); Alder Lake's VEX "avxvnni" is another feature
+    "avx512vnni": ("cascadelake", "cooperlake", "icelake", "tigerlake", "rocketlake",
+                   "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"),
+    "avx512vbmi": ("cannonlake", "icelake", "tigerlake", "rocketlake", "sapphirerapids",
+                   "emeraldrapids", "graniterapids", "znver4", "znver5"),
+    "avx2": ("haswell", "core-avx2", "broadwell", "skylake", "cascadelake", "cooperlake",
+             "cannonlake", "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake",
+             "meteorlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver",
+             "bdver4", "x86-64-v3", "x86-64-v4", "knl", "knm"),
 }
 # /proc/cpuinfo flag names that differ from LLVM's feature names
 _CPUINFO_FLAG = {"sse4.1": "sse4_1", "sse4.2": "sse4_2"}
 
 
 @functools.cache
-def _host_features() -> frozenset[str]:
-    """The host CPU's features (LLVM names): from llvmlite, else /proc/cpuinfo's flags."""
+def host_features() -> frozenset[str]:
+    """The host CPU's features (LLVM names): from llvmlite, else /proc/cpuinfo's flags (asked
+    once: an LLVM call waits while kiln's LLVM thread compiles)."""
     try:
         import llvmlite.binding as llvm
 
@@ -81,7 +91,7 @@ def _has(feature: str, target: Any) -> bool:
     mcpu = (getattr(target, "mcpu", "") or "") if target is not None else ""
     if mcpu and mcpu != "native":
         return mcpu.startswith(_CPUS_WITH.get(feature, ()))
-    return feature in _host_features()
+    return feature in host_features()
 
 
 def simd_32bit_lanes(target: Any = None) -> int:

@@ -51,6 +51,8 @@ def with_lanes(dtype: _AnyValue, lanes: int) -> str:
 
 
 def _expr(value: _AnyValue) -> PrimExpr:
+    if isinstance(value, PrimExpr) and not isinstance(value, IterVar):
+        return value  # the common case, without convert_expr's import
     from kiln.tir.op import convert_expr
 
     return convert_expr(value)

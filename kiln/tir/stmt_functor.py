@@ -27,9 +27,11 @@ from kiln.tir import expr as _e
 from kiln.tir.stmt import Stmt
 
 __all__ = ["StmtExprVisitor", "StmtExprMutator", "ExprVisitor", "ExprMutator",
-           "post_order_visit", "pre_order_visit", "substitute", "ir_transform", "stmt_vars"]
+           "post_order_visit", "pre_order_visit", "substitute", "ir_transform", "stmt_vars",
+           "child_nodes"]
 
 _SKIPPED_FIELDS = frozenset({"dtype", "span"})
+_NODES = (PrimExpr, Stmt)  # what the walkers descend into (a tuple: isinstance's fast path)
 
 # Node classes whose dtype follows from their operands: rebuilt through their constructor.
 _DERIVED_DTYPE = (_e.BinaryOpExpr, _e.Not, _e.Select, _e.BufferLoad, _e.ProducerLoad, _e.Ramp,
@@ -62,6 +64,34 @@ def rebuild(node: Object, values: dict[str, Any]) -> Object:
         if hasattr(node, name):
             object.__setattr__(new, name, getattr(node, name))
     return new
+
+
+def child_nodes(node: Any) -> list[Any]:
+    """The expressions and statements the walkers descend into from ``node``, in field
+    order (lists and Ranges opened; IterVars, Buffers and other objects left alone).
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> x = tir.Var("x", "int32")
+    >>> [type(c).__name__ for c in child_nodes(x * 2 + 1)]
+    ['Mul', 'IntImm']
+    """
+    out: list[Any] = []
+    for name in _own_fields(node):
+        _collect(getattr(node, name, None), out)
+    return out
+
+
+def _collect(value: Any, out: list[Any]) -> None:
+    if isinstance(value, _NODES):
+        if not isinstance(value, _e.IterVar):
+            out.append(value)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, out)
+    elif isinstance(value, Range):
+        out += (value.min, value.extent)
 
 
 class StmtExprVisitor:
@@ -108,7 +138,7 @@ class StmtExprVisitor:
                 self._expr_seen = None
         elif id(node) not in seen:
             seen[id(node)] = node
-            self._method(node)(node)
+            (self._dispatch.get(type(node)) or self._method(node))(node)
 
     def _method(self, node: Any) -> Callable:
         method = self._dispatch.get(type(node))
@@ -119,10 +149,15 @@ class StmtExprVisitor:
 
     def generic_visit(self, node: Any) -> None:
         for name in _own_fields(node):
-            self._visit_value(getattr(node, name, None))
+            value = getattr(node, name, None)
+            if isinstance(value, _NODES):  # most fields: checked here, not in a call
+                if not isinstance(value, _e.IterVar):
+                    self.visit(value)
+            elif value is not None:
+                self._visit_value(value)
 
     def _visit_value(self, value: Any) -> None:
-        if isinstance(value, PrimExpr | Stmt):
+        if isinstance(value, _NODES):
             if not isinstance(value, _e.IterVar):
                 self.visit(value)
         elif isinstance(value, list | tuple):
@@ -172,24 +207,32 @@ class StmtExprMutator:
         done = memo.get(id(node))
         if done is not None:
             return done[1]
-        # one frame per node here: deep expressions recurse through this method
-        new = self._method(node)(node)
+        # one frame per node here: deep expressions recurse through this method (the
+        # dispatch table read inline: this line runs once per node of every rewrite)
+        new = (self._dispatch.get(type(node)) or self._method(node))(node)
         memo[id(node)] = (node, new)
         return new
 
     _method = StmtExprVisitor._method
 
     def generic_visit(self, node: Any) -> Any:
-        changed: dict[str, Any] = {}
+        changed: dict[str, Any] | None = None
         for name in _own_fields(node):
             value = getattr(node, name, None)
-            new = self._visit_value(value)
+            if isinstance(value, _NODES):  # most fields: checked here, not in a call
+                new = value if isinstance(value, _e.IterVar) else self.visit(value)
+            elif value is None:
+                continue
+            else:
+                new = self._visit_value(value)
             if new is not value:
+                if changed is None:
+                    changed = {}
                 changed[name] = new
-        return rebuild(node, changed) if changed else node
+        return node if changed is None else rebuild(node, changed)
 
     def _visit_value(self, value: Any) -> Any:
-        if isinstance(value, PrimExpr | Stmt):
+        if isinstance(value, _NODES):
             return value if isinstance(value, _e.IterVar) else self.visit(value)
         if isinstance(value, list | tuple):
             new = [self._visit_value(item) for item in value]

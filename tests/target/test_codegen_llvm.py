@@ -41,7 +41,8 @@ def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     first = build_module(dict(kernels), Target("llvm"))
     cached = sorted(p.suffix for p in (tmp_path / "llvm").iterdir())
-    assert cached == [".ll", ".o"]
+    assert cached == [".ll"] * len(kernels) + [".o"] * len(kernels)  # one object per kernel
+    assert sorted(first.objects) == sorted([f"{name}.o" for name in kernels] + ["glue.o"])
 
     def no_optimizing(*args):
         raise AssertionError("LLVM optimized a module whose object is cached")
@@ -83,6 +84,12 @@ def test_save_object_file(tmp_path, llvm_module):
     path = tmp_path / "k.o"
     llvm_module.save(str(path))
     assert path.read_bytes()[:4] == b"\x7fELF"
+    # one relocatable object with every kernel and its packed wrapper: it links and runs
+    lib = kiln.contrib.cc.create_shared(str(tmp_path / "k.so"), [str(path)])
+    a = np.arange(8, dtype="float32").reshape(2, 4)
+    out = kiln.nd.array(np.zeros_like(a))
+    kiln.runtime.load_module(lib)["exp_scale"](kiln.nd.array(a), out)
+    np.testing.assert_allclose(out.numpy(), np.exp(a) * 2, rtol=1e-6)
     ll_path = tmp_path / "k.ll"
     llvm_module.save(str(ll_path))
     assert "exp_scale_unpacked" in ll_path.read_text()

@@ -334,3 +334,22 @@ def test_substitute_rejects_keys_that_are_not_vars_and_unconvertible_values():
         tir.substitute(x + 1, {"x": 2})
     with pytest.raises(TVMError, match="cannot convert"):
         tir.substitute(x + 1, {x: object()})
+
+
+def test_child_nodes_opens_lists_and_ranges_and_skips_iter_vars():
+    from kiln.tir.stmt_functor import child_nodes
+
+    x, n = tir.Var("x", "int32"), tir.Var("n", "int32")
+    buf = tir.decl_buffer((4,), "float32", name="A")
+    index = x + 1
+    assert child_nodes(buf[index]) == [index]  # the Buffer is not walked
+    store = tir.BufferStore(buf, tir.const(1.0, "float32"), [x])
+    assert [id(c) for c in child_nodes(store)] == [id(store.value), id(x)]
+    lo, extent = tir.IntImm("int32", 0), n * 2
+    realize = tir.BufferRealize(buf, [tir.Range.from_min_extent(lo, extent)],
+                                tir.const(True, "bool"), store)
+    assert [id(c) for c in child_nodes(realize)] == \
+        [id(lo), id(extent), id(realize.condition), id(store)]
+    iv = tir.IterVar(tir.Range(0, 8), tir.Var("i", "int32"), 0)
+    attr = tir.AttrStmt(iv, "pragma", tir.IntImm("int32", 1), store)
+    assert [id(c) for c in child_nodes(attr)] == [id(attr.value), id(store)]

@@ -107,14 +107,18 @@ def pass_pipeline(mod: Any, default_device: Any, executor: str = "graph") -> Seq
     return Sequential(passes, name=f"{executor}_optimize")
 
 
-def make_compilers(targets: Mapping[int, Any], host: Any,
-                   mod_name: str = "default") -> dict[int, TECompiler]:
+def make_compilers(targets: Mapping[int, Any], host: Any, mod_name: str = "default",
+                   build_as_lowered: bool = False) -> dict[int, TECompiler]:
     """One TE compiler per device type (the host's under device type 1), drawing kernel names
-    from one set, so a kernel lowered for two targets gets two names."""
+    from one set, so a kernel lowered for two targets gets two names.
+
+    ``build_as_lowered``: the caller will :func:`build_kernels`, so each kernel starts
+    compiling as soon as it is lowered (LLVM optimizes on another core meanwhile).
+    """
     names: set[str] = set()
-    compilers = {device_type: TECompiler(target, mod_name, names)
+    compilers = {device_type: TECompiler(target, mod_name, names, build_as_lowered)
                  for device_type, target in targets.items()}
-    compilers.setdefault(1, TECompiler(host, mod_name, names))
+    compilers.setdefault(1, TECompiler(host, mod_name, names, build_as_lowered))
     return compilers
 
 

@@ -308,10 +308,15 @@ class TECompiler:
     """
 
     def __init__(self, target: Any, mod_name: str = "default",
-                 kernel_names: set[str] | None = None) -> None:
+                 kernel_names: set[str] | None = None, build_as_lowered: bool = False) -> None:
         from kiln.target import Target
 
         self.target = Target(target) if isinstance(target, str) else target
+        # build_as_lowered: each kernel starts compiling when it is lowered (where the
+        # target's codegen can: kiln.target.build.KERNEL_BUILDERS), so that the compiler
+        # works on another core while the next kernel lowers; build() then waits and links
+        self._build_as_lowered = build_as_lowered
+        self._builder: Any = None
         self.prefix = f"tvmgen_{mod_name}_" if mod_name else ""
         # (kind, structural hash) -> [(function, lowered)]; kind is "static", "symbolic" or
         # "shape_func"
@@ -347,7 +352,8 @@ class TECompiler:
                 prim_func = prim_func.with_attr("global_symbol", name)
             self.seconds["lower"] += time.perf_counter() - start
             lowered = LoweredFunc(name, prim_func, _hash_text(key), n_in, n_out, num_ops)
-            self.lowered.append(lowered)
+            with kernel_recursion_room(num_ops):
+                self._keep(lowered)
             return lowered
 
         return self._cached(kind, func, make)
@@ -362,8 +368,8 @@ class TECompiler:
                 func, name, lambda: ComputeBuilder(self.target, symbolic=True))
             inputs = [i for i, _ in shape_func.shape_func_inputs(func)]
             if kernel.prim_func is not None:
-                self.lowered.append(LoweredFunc(name, kernel.prim_func, _hash_text(key),
-                                                kernel.num_inputs, kernel.num_outputs))
+                self._keep(LoweredFunc(name, kernel.prim_func, _hash_text(key),
+                                       kernel.num_inputs, kernel.num_outputs))
             return LoweredShapeFunc(name if kernel.prim_func is not None else None,
                                     kernel.dynamic, kernel.checked, inputs,
                                     shape_func.needs_input_data(func))
@@ -405,14 +411,34 @@ class TECompiler:
         """Every lowered PrimFunc, by kernel name."""
         return IRModule({lowered.name: lowered.prim_func for lowered in self.lowered})
 
+    def _keep(self, lowered: LoweredFunc) -> None:
+        """Add a lowered kernel (and, building as lowered, start compiling it)."""
+        from kiln.target.build import KERNEL_BUILDERS
+
+        self.lowered.append(lowered)
+        builder_class = KERNEL_BUILDERS.get(self.target.kind.name)
+        if not self._build_as_lowered or builder_class is None:
+            return
+        start = time.perf_counter()
+        with self.target:
+            if self._builder is None:
+                self._builder = builder_class(self.target)
+            self._builder.add(lowered.name, lowered.prim_func)
+        self.seconds["build"] += time.perf_counter() - start
+
     def build(self) -> Any:
-        """Compile all kernels into one runtime Module (one C/LLVM translation unit)."""
+        """Compile all kernels into one runtime Module (one C translation unit, or LLVM's
+        objects linked into one library)."""
         from kiln.target.build import build_module
 
         deepest = max((lowered.num_ops for lowered in self.lowered), default=1)
         start = time.perf_counter()
+        builder, self._builder = self._builder, None
         with kernel_recursion_room(deepest):
-            module = build_module(self.ir_module(), self.target)
+            if builder is not None:  # every kernel was added as it was lowered
+                module = builder.finish()
+            else:
+                module = build_module(self.ir_module(), self.target)
         self.seconds["build"] += time.perf_counter() - start
         return module
 

@@ -29,6 +29,7 @@ from kiln.relay.qnn.canonicalize import check_zero_point_range
 from kiln.relay.qnn.common import is_vector
 from kiln.relay.qnn.op import dtype_range
 from kiln.relay.transform.pass_util import type_of
+from kiln.target.x86 import host_features
 
 __all__ = ["QNN_LEGALIZATIONS", "is_fast_int8_on_intel", "helper_change_dtypes_to_uint8_int8",
            "helper_change_dtypes_to_be_same", "helper_no_fast_int8_hw_legalization"]
@@ -53,16 +54,7 @@ def is_fast_int8_on_intel(target: Any) -> bool:
 
 
 def _host_has_sse42() -> bool:
-    try:
-        import llvmlite.binding as llvm
-
-        return bool(llvm.get_host_cpu_features().get("sse4.2", False))
-    except ImportError:  # no llvmlite: ask the kernel
-        try:
-            with open("/proc/cpuinfo") as f:
-                return "sse4_2" in f.read()
-        except OSError:
-            return False
+    return "sse4.2" in host_features()
 
 
 def _shift(data: Any, zero_point: Any, out_dtype: str) -> tuple[Any, Any]:

@@ -594,7 +594,8 @@ class VMCompiler:
         targets, host = parse_targets(target, target_host)
         self._target = host
         mod = self.optimize(mod, targets, host)
-        compilers = make_compilers(targets, host, "vm_mod")
+        # codegen() builds what lower() lowered: start compiling kernels as they come
+        compilers = make_compilers(targets, host, "vm_mod", build_as_lowered=True)
         tec = compilers[1]
         device_map = analyze_devices(mod, default_device_of(targets))
         ctx = _ModuleContext(mod, tec, compilers, device_map)

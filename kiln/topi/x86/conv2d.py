@@ -35,9 +35,10 @@ from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.nn.pad import pad
 from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple, traverse_inline
 from kiln.topi.x86.injective import schedule_injective_from_existing
+from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "ic_bn": 0,
-                  "parallel_min_flops": 2_000_000, "parallel_pad": False}
+                  "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "parallel_pad": False}
 
 # Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
 # ``tile_ow × oc_bn / 8`` accumulators, ``oc_bn / 8`` weight vectors and the input broadcasts

@@ -31,9 +31,10 @@ from kiln.tir import op as _op
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
 from kiln.topi.x86.conv2d import schedule_unblocked_output, split_blocked_rows, worth_threads
+from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 DEFAULT_CONFIG = {"c_bn": 8, "tile_ow": 0, "accumulators": 8,
-                  "parallel_min_flops": 2_000_000, "rows_per_task": 4}
+                  "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "rows_per_task": 4}
 
 
 def tile_width(out_width: int, cfg: dict) -> int:

@@ -158,7 +158,9 @@ def build_aot(mod: Any, target: Any, executor: Executor, runtime: Runtime, mod_n
                        "tvmgen_<mod>_map_inputs/map_outputs of the C interface")
     pool_fields, limits = _pool_settings(workspace_pools, constant_pools, interface, usmp)
     link_params = executor["link-params"]
-    compiler = make_compilers({1: target}, target, mod_name)[1]
+    # the host runtime builds the kernels' library (the C runtime gets their source)
+    compiler = make_compilers({1: target}, target, mod_name,
+                              build_as_lowered=runtime.name != "crt")[1]
     main = mod["main"]
     nodes, heads, params, kernel_calls = build_nodes(main, compiler)
     kernels = {lowered.name: lowered for lowered in compiler.lowered}

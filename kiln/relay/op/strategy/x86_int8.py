@@ -15,40 +15,20 @@ from __future__ import annotations
 
 from kiln.relay.op.nn.dense import dense_strategy
 from kiln.relay.op.strategy.registry import register_implementation
+from kiln.target.x86 import target_has_features
 from kiln.topi.x86 import conv2d_int8, conv2d_int8_1x1, dense_int8, depthwise_int8
 
 __all__ = ["CONV2D_NCHW_INT8", "DEPTHWISE_NCHW_INT8", "DENSE_INT8", "int8_conv2d_applies",
            "int8_depthwise_applies", "int8_dense_applies", "target_has_avx2",
            "alter_int8_conv2d_layout"]
 
-# -mcpu names of x86 CPUs with AVX2 (prefixes)
-_AVX2_CPUS = ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
-              "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake",
-              "sapphirerapids", "emeraldrapids", "graniterapids", "znver", "bdver4",
-              "x86-64-v3", "x86-64-v4")
-
-
 def target_has_avx2(target) -> bool:
     """Whether ``target`` (an llvm/c CPU target) may use AVX2: ``-mattr`` when it names it,
     else ``-mcpu``, else the host (kiln builds CPU code for the host by default)."""
     mattr = list(getattr(target, "mattr", []) or [])
-    if "-avx2" in mattr:
-        return False
-    if "+avx2" in mattr or "+avx512f" in mattr:
+    if "+avx512f" in mattr and "-avx2" not in mattr:  # AVX-512 implies AVX2
         return True
-    mcpu = getattr(target, "mcpu", "") or ""
-    if mcpu and mcpu != "native":
-        return mcpu.startswith(_AVX2_CPUS)
-    try:
-        import llvmlite.binding as llvm
-
-        return bool(llvm.get_host_cpu_features().get("avx2", False))
-    except ImportError:
-        try:
-            with open("/proc/cpuinfo") as f:
-                return " avx2" in f.read()
-        except OSError:
-            return False
+    return target_has_features("avx2", target)
 
 
 def int8_conv2d_applies(attrs, inputs, out_type, target) -> bool:
