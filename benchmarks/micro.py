@@ -10,9 +10,10 @@ For the three models of ``kiln.relay.testing.micro_models`` (small CNN, KWS DS-C
 - TensorFlow Lite for Microcontrollers' arena for the same model (the same weights, written as
   a ``.tflite`` by ``micro_tflite.py``; its outputs are checked against kiln's);
 - host latency of AOT vs the graph executor (target ``llvm``, same process, interleaved);
-- the int8 KWS DS-CNN (``micro_models_int8.to_tflite_int8``, imported with ``from_tflite``):
-  instructions with the DSP (SMLAD) int8 micro-kernels and with the portable C kernels
-  (``-mattr=+nodsp``), flash, AOT pool, TFLite Micro's arena; outputs equal to LiteRT's.
+- the int8 KWS DS-CNN and MobileNet-style CNN (``micro_models_int8.to_tflite_int8``, imported
+  with ``from_tflite``): instructions with the DSP (SMLAD, SMLABB/SMLATT) int8 micro-kernels
+  and with the portable C kernels (``-mattr=+nodsp``), flash, AOT pool, TFLite Micro's arena;
+  outputs equal to the host's, LiteRT's within one step (the KWS: equal).
 
 Every board output is checked against the host graph executor before a number is reported.
 Run: ``python benchmarks/micro.py [--models cnn,kws_dscnn,mlp] [--skip-graph] [--int8-only]``.
@@ -133,48 +134,61 @@ def _once(runner) -> np.ndarray:
     return runner.get_output(0).numpy()
 
 
-def int8_kws(tmp: Path) -> list[dict]:
-    """The int8 KWS through from_tflite on qemu-cortex-m4, DSP and portable kernels."""
+INT8_MODELS = ("kws_dscnn", "mobilenet_tiny")
+
+
+def int8_models(tmp: Path) -> list[dict]:
+    """The int8 KWS DS-CNN and MobileNet-style CNN through from_tflite on qemu-cortex-m4, DSP
+    and portable kernels. The board must equal the host graph executor (llvm, x86 kernels)
+    exactly and LiteRT's reference kernels within one step (exactly for the KWS), and TFLite
+    Micro must equal LiteRT."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
     from micro_tflite import tflm_run
 
     from kiln.relay.testing.micro_models_int8 import to_tflite_int8
 
-    model = micro_models.kws_dscnn()
-    model_bytes = to_tflite_int8(model)
-    x = np.clip(np.round(model.random_input() * 128), -128, 127).astype("int8")
-    litert = Interpreter(model_content=model_bytes,
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    litert.allocate_tensors()
-    litert.set_tensor(litert.get_input_details()[0]["index"], x)
-    litert.invoke()
-    want = litert.get_tensor(litert.get_output_details()[0]["index"])
-    tflm_out, arena, _ = tflm_run(model_bytes, x)
-    np.testing.assert_array_equal(tflm_out.reshape(want.shape), want)
-    mod, params = relay.frontend.from_tflite(model_bytes)
     rows = []
-    for kernels, target in INT8_TARGETS.items():
-        print(f"[micro] int8 kws_dscnn: {kernels}", file=sys.stderr, flush=True)
-        mlf = build_mlf(mod, params, "aot", tmp / f"int8_{len(rows)}.tar", target)
-        row = {"kernels": kernels, **board_numbers(mlf, x, want, tmp / f"int8_{len(rows)}")}
-        row["pool"], _ = pool_bounds(mlf)
-        row["tflm_arena"] = arena
-        rows.append(row)
+    for name in INT8_MODELS:
+        model = getattr(micro_models, name)()
+        model_bytes = to_tflite_int8(model)
+        x = np.clip(np.round(model.random_input() * 128), -128, 127).astype("int8")
+        litert = Interpreter(model_content=model_bytes,
+                             experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        litert.allocate_tensors()
+        litert.set_tensor(litert.get_input_details()[0]["index"], x)
+        litert.invoke()
+        want = litert.get_tensor(litert.get_output_details()[0]["index"])
+        tflm_out, arena, _ = tflm_run(model_bytes, x)
+        np.testing.assert_array_equal(tflm_out.reshape(want.shape), want)
+        mod, params = relay.frontend.from_tflite(model_bytes)
+        host = reference(mod, params, x)
+        # kiln rounds requantize once, TFLite's reference kernels twice
+        tolerance = 0 if name == "kws_dscnn" else 1
+        np.testing.assert_allclose(host.astype(int), want.astype(int), atol=tolerance, rtol=0)
+        for kernels, target in INT8_TARGETS.items():
+            print(f"[micro] int8 {name}: {kernels}", file=sys.stderr, flush=True)
+            work = tmp / f"int8_{name}_{len(rows)}"
+            mlf = build_mlf(mod, params, "aot", work.with_suffix(".tar"), target)
+            row = {"model": name, "kernels": kernels, **board_numbers(mlf, x, host, work)}
+            row["pool"], _ = pool_bounds(mlf)
+            row["tflm_arena"] = arena
+            rows.append(row)
     return rows
 
 
 def print_int8_table(rows: list[dict]) -> None:
-    print("\nint8 KWS DS-CNN from TFLite (from_tflite), AOT on qemu-cortex-m4, -O2; "
-          "outputs equal to LiteRT's reference kernels and to TFLite Micro's\n")
-    head = (f"{'kernels':<12} {'instr/inf':>11} {'vs portable':>12} {'flash':>8} "
-            f"{'AOT pool':>9} {'TFLM arena':>11} {'stack':>7}")
+    print("\nint8 models from TFLite (from_tflite), AOT on qemu-cortex-m4, -O2; outputs equal "
+          "to the host's and to TFLite Micro's, LiteRT's within one step (KWS: equal)\n")
+    head = (f"{'model':<15} {'kernels':<12} {'instr/inf':>11} {'vs portable':>12} "
+            f"{'flash':>8} {'AOT pool':>9} {'TFLM arena':>11} {'stack':>7}")
     print(head)
     print("-" * len(head))
-    portable = rows[-1]["instructions"]
+    portable = {row["model"]: row["instructions"] for row in rows
+                if row["kernels"] == "portable C"}
     for row in rows:
-        print(f"{row['kernels']:<12} {row['instructions']:>11} "
-              f"{row['instructions'] / portable:>12.3f} {row['flash']:>8} {row['pool'] or 0:>9} "
-              f"{row['tflm_arena']:>11} {row['stack']:>7}")
+        print(f"{row['model']:<15} {row['kernels']:<12} {row['instructions']:>11} "
+              f"{row['instructions'] / portable[row['model']]:>12.3f} {row['flash']:>8} "
+              f"{row['pool'] or 0:>9} {row['tflm_arena']:>11} {row['stack']:>7}")
 
 
 def main() -> None:
@@ -183,13 +197,13 @@ def main() -> None:
     parser.add_argument("--skip-graph", action="store_true",
                         help="AOT only (no C graph executor program)")
     parser.add_argument("--int8-only", action="store_true",
-                        help="only the int8 KWS (DSP vs portable kernels)")
+                        help="only the int8 models (DSP vs portable kernels)")
     args = parser.parse_args()
     from micro_tflite import tflm_run, to_tflite
 
     if args.int8_only:
         with tempfile.TemporaryDirectory(prefix="kiln-bench-micro-") as tmp:
-            print_int8_table(int8_kws(Path(tmp)))
+            print_int8_table(int8_models(Path(tmp)))
         return
 
     rows = []
@@ -219,7 +233,7 @@ def main() -> None:
             row["tflm_arena"] = arena
             row["host_aot"], row["host_graph"] = host_latency(mod, params, x)
             rows.append(row)
-        int8_rows = int8_kws(tmp)
+        int8_rows = int8_models(tmp)
     print_table(rows)
     print_int8_table(int8_rows)
 

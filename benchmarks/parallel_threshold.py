@@ -2,7 +2,10 @@
 n elements, built with its loop parallel (``tir.parallel_min_work`` = 1) and serial (= 2**62),
 timed side by side at the configured thread count, with NumPy as a reference. Each column
 is ``best/median`` microseconds over ``--repeat`` calls: the median shows what a launch
-costs when it waits for a worker thread to wake up, which the best time hides.
+costs when it waits for a worker thread to wake up, which the best time hides. The parallel
+kernel runs twice: with the pool cold (a lone kernel call: the worker sleeps between calls
+once the Python loop's gaps pass its spin) and held hot (``thread_pool.hot()``, what the
+graph executor and the VM do for a whole run).
 
 The crossover n (parallel faster than serial) is what
 :data:`kiln.topi.x86.parallel.DEFAULT_PARALLEL_MIN_WORK` should sit near.
@@ -21,10 +24,10 @@ import numpy as np
 import kiln
 from kiln import te, topi
 from kiln.ir.transform import PassContext
-from kiln.runtime import config
+from kiln.runtime import config, thread_pool
 from kiln.topi.x86 import schedule_injective
 
-SIZES = [64, 1024, 4096, 16384, 32768, 65536, 262144]
+SIZES = [64, 1024, 4096, 8192, 16384, 32768, 65536, 262144]
 
 
 def build(n: int, min_work: int):
@@ -58,14 +61,17 @@ def main() -> None:
     rng = np.random.default_rng(0)
     print(f"KILN_NUM_THREADS={config.num_threads()}, load {os.getloadavg()[0]:.1f}; "
           f"best/median us of {opts.repeat} calls")
-    print(f"{'n':>8} {'serial':>13} {'parallel':>13} {'numpy':>13}")
+    print(f"{'n':>8} {'serial':>13} {'parallel':>13} {'held':>13} {'numpy':>13}")
     for n in SIZES:
         a, b = rng.standard_normal((2, n)).astype("float32")
         args = [kiln.nd.array(a), kiln.nd.array(b), kiln.nd.empty((n,), "float32")]
         serial = time_us(build(n, 1 << 62), args, opts.repeat)
-        parallel = time_us(build(n, 1), args, opts.repeat)
+        kernel = build(n, 1)
+        parallel = time_us(kernel, args, opts.repeat)
+        with thread_pool.hot():
+            held = time_us(kernel, args, opts.repeat)
         ref = time_us(lambda p, q: np.exp(p) * q + p, [a, b], opts.repeat)
-        print(f"{n:>8} {cell(serial):>13} {cell(parallel):>13} {cell(ref):>13}")
+        print(f"{n:>8} {cell(serial):>13} {cell(parallel):>13} {cell(held):>13} {cell(ref):>13}")
 
 if __name__ == "__main__":
     main()

@@ -2,7 +2,7 @@
 ``KILN_NUM_THREADS=n`` gives both kiln and onnxruntime n threads).
 
     python benchmarks/quant.py [--models resnet18,mobilenet] [--size 224] [--repeat 10]
-                               [--per-channel] [--target llvm]
+                               [--per-channel] [--target llvm] [--cpu-time]
 
 Each model is defined in PyTorch (ResNet-18 from ``benchmarks/models.py``, a MobileNet-v1
 style depthwise-separable net here), exported to ONNX, quantized by onnxruntime's
@@ -67,7 +67,8 @@ def _models(size: int) -> dict:
     return {"resnet18": build_models()["resnet18"][0], "mobilenet": mobilenet_style()}
 
 
-def _time_interleaved(fns: list, repeat: int) -> list[tuple[float, float]]:
+def _time_interleaved(fns: list, repeat: int, clock=time.perf_counter) -> list[tuple[float,
+                                                                                  float]]:
     """(min, median) seconds of each of ``fns``, timed in turns (one call of each per round),
     so that the load of a shared machine drifts over all of them alike."""
     for fn in fns:
@@ -75,9 +76,9 @@ def _time_interleaved(fns: list, repeat: int) -> list[tuple[float, float]]:
     times = [[] for _ in fns]
     for _ in range(repeat):
         for fn, samples in zip(fns, times):
-            start = time.perf_counter()
+            start = clock()
             fn()
-            samples.append(time.perf_counter() - start)
+            samples.append(clock() - start)
     return [(float(np.min(t)), float(np.median(t))) for t in times]
 
 
@@ -148,11 +149,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--per-channel", action="store_true")
     parser.add_argument("--target", default="llvm")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time CPU seconds of the process (time.process_time: all its "
+                             "threads, so use it with KILN_NUM_THREADS=1) instead of wall time")
     args = parser.parse_args()
     from models import _machine
 
     print(_machine(), f"| KILN_NUM_THREADS={os.environ['KILN_NUM_THREADS']} | "
-          f"input {args.size}x{args.size} | per_channel={args.per_channel}")
+          f"input {args.size}x{args.size} | per_channel={args.per_channel} | "
+          f"{'CPU' if args.cpu_time else 'wall'} time | target {args.target!r}")
     header = (f"{'model':10} {'kiln int8':>10} {'ort int8':>9} {'kiln f32':>9} "
               f"{'int8/ort':>9} {'f32/int8':>9} {'compile s':>10} {'max steps':>9}")
     print(header + "   (min ms, then median ms, over --repeat interleaved rounds)")
@@ -167,7 +172,8 @@ def main() -> None:
             run32, _, _ = _kiln(f_path, shape, x, args.target)
             run_ort, ref8 = _ort(q_path, x)
             steps = float(np.max(np.abs(out8 - ref8)) / out_scale)
-            timings = _time_interleaved([run8, run_ort, run32], args.repeat)
+            timings = _time_interleaved([run8, run_ort, run32], args.repeat,
+                                        time.process_time if args.cpu_time else time.perf_counter)
             for stat, label in ((0, "min"), (1, "median")):
                 k8, o8, k32 = (t[stat] * 1e3 for t in timings)
                 print(f"{name + ' ' + label:10} {k8:10.2f} {o8:9.2f} {k32:9.2f} "

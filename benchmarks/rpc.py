@@ -9,6 +9,9 @@ Each side runs its own server process (``python -m kiln.exec.rpc_server`` /
   both servers answer it with their built-in native ``testing.nop``. kiln also reports the
   same call of a Python function (``testing.pynop``, registered by ``--init-module``), which
   TVM's server cannot host;
+* sleeps: voluntary context switches per empty call of the client thread and of the server
+  (all its threads and children): a receive that sleeps counts one; on two otherwise idle
+  CPUs each costs the wake-up of an idle CPU, more than the call's own work;
 * throughput: copying a 16 MiB float32 array to the server (``copyfrom``) and back
   (``numpy()``), MB/s.
 
@@ -19,6 +22,7 @@ Usage::
 
     python benchmarks/rpc.py                 # needs kiln[interop] (apache-tvm)
     python benchmarks/rpc.py --calls 5000 --rounds 9
+    python benchmarks/rpc.py --cross-cpu 0,1   # client on CPU 0, both servers on CPU 1
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +63,28 @@ def start_server(argv: list[str]) -> tuple[subprocess.Popen, int]:
 def stop_server(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+def process_tree_tasks(pid: int) -> list[str]:
+    """The /proc/<pid>/task/<tid> folders of process ``pid``'s threads and its children's."""
+    tasks = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        tasks.append(f"/proc/{pid}/task/{task}")
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as children:
+                for child in children.read().split():
+                    tasks += process_tree_tasks(int(child))
+        except OSError:
+            pass
+    return tasks
+
+
+def voluntary_switches(task: str) -> int:
+    with open(f"{task}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+    return 0
 
 
 def process_tree_cpu_s(pid: int) -> float:
@@ -97,6 +124,16 @@ class Side:
         self.latency_us(calls)
         return ((time.thread_time() - mine) + process_tree_cpu_s(self.server_pid)
                 - server) / calls * 1e6
+
+    def sleeps_per_call(self, calls: int) -> tuple[float, float]:
+        """Voluntary context switches per empty call: of this (client) thread, of the
+        server's threads and children."""
+        me = f"/proc/self/task/{threading.get_native_id()}"
+        server = process_tree_tasks(self.server_pid)
+        mine, theirs = voluntary_switches(me), [voluntary_switches(t) for t in server]
+        self.latency_us(calls)
+        return ((voluntary_switches(me) - mine) / calls,
+                sum(voluntary_switches(t) - n for t, n in zip(server, theirs)) / calls)
 
     def copy_mb_s(self, host: np.ndarray, remote) -> tuple[float, float]:
         start = time.perf_counter()
@@ -138,11 +175,18 @@ def main() -> int:
                         "otherwise places a client and its server on one CPU or on two, and "
                         "on an idle machine two CPUs cost two wake-ups per call (the wall "
                         "time then depends on placement more than on either stack)")
+    parser.add_argument("--cross-cpu", default=None, metavar="CLIENT,SERVER",
+                        help="pin the client to one CPU and both servers to another: the "
+                        "placement that costs wake-ups when receives sleep")
     args = parser.parse_args()
     pin: list[str] = []
     if args.same_cpu is not None:
         os.sched_setaffinity(0, {args.same_cpu})
         pin = ["taskset", "-c", str(args.same_cpu)]
+    if args.cross_cpu is not None:
+        client_cpu, server_cpu = (int(cpu) for cpu in args.cross_cpu.split(","))
+        os.sched_setaffinity(0, {client_cpu})
+        pin = ["taskset", "-c", str(server_cpu)]
     try:
         import tvm  # noqa: F401
     except ImportError:
@@ -163,7 +207,8 @@ def main() -> int:
             remotes = [side.empty(host.shape) for side in sides]
             for side, proc in zip(sides, (kiln_proc, tvm_proc)):
                 side.server_pid = proc.pid
-            results = {side.name: {"lat": [], "pylat": [], "cpu": [], "up": [], "down": []}
+            results = {side.name: {"lat": [], "pylat": [], "cpu": [], "up": [], "down": [],
+                                   "csw_client": [], "csw_server": []}
                        for side in sides}
             for side, remote in zip(sides, remotes):  # warm up both
                 side.latency_us(200)
@@ -174,6 +219,9 @@ def main() -> int:
                     if side.pynop is not None:
                         results[side.name]["pylat"].append(side.latency_us(args.calls, True))
                     results[side.name]["cpu"].append(side.cpu_us(args.calls))
+                    client, server = side.sleeps_per_call(args.calls)
+                    results[side.name]["csw_client"].append(client)
+                    results[side.name]["csw_server"].append(server)
                     up, down = side.copy_mb_s(host, remote)
                     results[side.name]["up"].append(up)
                     results[side.name]["down"].append(down)
@@ -184,18 +232,23 @@ def main() -> int:
     print(f"RPC over loopback TCP, {args.rounds} alternating rounds (apache-tvm "
           f"{sys.modules['tvm'].__version__}); load average {load[0]:.1f} {load[1]:.1f} "
           f"{load[2]:.1f} on {os.cpu_count()} cores"
-          + ("" if args.same_cpu is None else f"; all pinned to CPU {args.same_cpu}"))
+          + ("" if args.same_cpu is None else f"; all pinned to CPU {args.same_cpu}")
+          + ("" if args.cross_cpu is None else f"; client, servers on CPUs {args.cross_cpu}"))
     print(f"{'measure':<34}{'stat':>6}{'kiln':>10}{'tvm':>10}{'kiln/tvm':>10}  goal")
     results["tvm"]["pylat"] = results["tvm"]["lat"]  # TVM's server hosts no Python function
     rows = [("empty call latency (us)", "lat", min, "<= 1.0"),
             ("kiln Python function vs tvm (us)", "pylat", min, ""),
             ("empty call CPU, both sides (us)", "cpu", min, "<= 1.0"),
+            ("client sleeps per empty call", "csw_client", min, ""),
+            ("server sleeps per empty call", "csw_server", min, ""),
             ("16 MiB copy to server (MB/s)", "up", max, ">= 1.0"),
             ("16 MiB copy from server (MB/s)", "down", max, ">= 1.0")]
     for label, key, best, goal in rows:
         for stat, reduce in (("best", best), ("median", statistics.median)):
             k, t = reduce(results["kiln"][key]), reduce(results["tvm"][key])
-            print(f"{label:<34}{stat:>6}{k:>10.1f}{t:>10.1f}{k / t:>10.2f}  {goal}")
+            ratio = f"{k / t:>10.2f}" if t else f"{'-':>10}"
+            digits = 2 if key.startswith("csw") else 1
+            print(f"{label:<34}{stat:>6}{k:>10.{digits}f}{t:>10.{digits}f}{ratio}  {goal}")
     return 0
 
 

@@ -44,6 +44,8 @@ _LAZY = {
     "load_module": ("kiln.runtime.module", "load_module"),
     "system_lib": ("kiln.runtime.module", "system_lib"),
     "enabled": ("kiln.runtime.module", "enabled"),
+    "num_threads": ("kiln.runtime.thread_pool", "num_threads"),
+    "thread_pool": "kiln.runtime.thread_pool",
     "vm": "kiln.runtime.vm",
     "graph_executor": "kiln.runtime.graph_executor",
     "aot_executor": "kiln.runtime.aot_executor",

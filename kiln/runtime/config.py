@@ -7,6 +7,7 @@
   4 generated C/LLVM with the compiler command and cache path.
 - ``KILN_NUM_THREADS`` (or ``TVM_NUM_THREADS``): threads for parallel kernels.
 - ``KILN_CC_TIMEOUT``: seconds one compiler run may take (default 1800).
+- ``KILN_RPC_SPIN_US``: microseconds an RPC receive polls before it sleeps (default 50, 0: never).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "debug_level", "num_threads", "compile_timeout", "build_cache_enabled"]
+__all__ = ["cache_dir", "debug_level", "num_threads", "compile_timeout", "build_cache_enabled",
+           "rpc_spin_us"]
 
 
 def cache_dir() -> Path:
@@ -63,3 +65,13 @@ def compile_timeout() -> float:
     except ValueError:
         return 1800.0
     return value if value > 0 else 1800.0
+
+
+def rpc_spin_us() -> float:
+    """Microseconds an RPC receive polls its socket before it sleeps (``KILN_RPC_SPIN_US``,
+    default 50; 0 or a negative number: sleep at once). Polling spares a round trip the
+    wake-up of an idle CPU; kiln/runtime/src/rpc_serve.c says when it spins."""
+    try:
+        return max(float(os.environ.get("KILN_RPC_SPIN_US", "50")), 0.0)
+    except ValueError:
+        return 50.0

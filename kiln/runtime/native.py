@@ -72,7 +72,7 @@ def load_runtime_lib() -> ctypes.CDLL:
         _lib = lib
         # The hooks live with the PackedFunc bridge; importing it here keeps "load the
         # library" and "C can reach the Python registry" one step for every caller.
-        from kiln.runtime import packed_func
+        from kiln.runtime import packed_func, thread_pool  # noqa: F401 (registers globals)
 
         packed_func.install_runtime_hooks(lib)
         return lib

@@ -23,10 +23,18 @@ _CPUS_WITH = {
     "avx512f": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
                 "knl", "knm", "znver4", "znver5", "x86-64-v4"),
-    "avx2": ("haswell", "broadwell", "skylake", "cascadelake", "cooperlake", "cannonlake",
-             "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake", "meteorlake",
-             "sapphirerapids", "emeraldrapids", "graniterapids", "znver", "bdver4",
-             "x86-64-v3", "x86-64-v4", "knl", "knm"),
+    "avx512bw": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
+                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+                 "znver4", "znver5", "x86-64-v4"),
+    # AVX512-VNNI (vpdpbusd / vpdpwssd); Alder Lake's VEX "avxvnni" is another feature
+    "avx512vnni": ("cascadelake", "cooperlake", "icelake", "tigerlake", "rocketlake",
+                   "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"),
+    "avx512vbmi": ("cannonlake", "icelake", "tigerlake", "rocketlake", "sapphirerapids",
+                   "emeraldrapids", "graniterapids", "znver4", "znver5"),
+    "avx2": ("haswell", "core-avx2", "broadwell", "skylake", "cascadelake", "cooperlake",
+             "cannonlake", "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake",
+             "meteorlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver",
+             "bdver4", "x86-64-v3", "x86-64-v4", "knl", "knm"),
 }
 # /proc/cpuinfo flag names that differ from LLVM's feature names
 _CPUINFO_FLAG = {"sse4.1": "sse4_1", "sse4.2": "sse4_2"}

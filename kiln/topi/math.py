@@ -63,6 +63,9 @@ _EXP_P = (0.49999993346110005, 0.16666519181279849, 0.04166840668949695,
 _TANH_P = (0.999999997642881, 0.1298153305734299, 0.0029877442791579707,
            9.876550887615715e-06, -1.458496572820378e-08, 2.277664168381932e-11)
 _TANH_Q = (1.0, 0.46314858055452285, 0.024037413410967316, 0.00023734994287932278)
+# fast_tanh's (P, Q, bound) and fast_exp's P, for kernels written in C (kiln.topi.nn.rnn)
+FAST_TANH_RATIONAL = (_TANH_P, _TANH_Q, 9.0)
+FAST_EXP_POLYNOMIAL = _EXP_P
 # erf(x) = x P(x^2) / Q(x^2) on |x| <= 4 (erf(4) rounds to 1 in float32)
 _ERF_P = (1.1283791603142106, 0.19738646747618976, 0.050216326076195146,
           0.003585511675965515, 0.00013845817398048296, -1.9311390036386156e-06,
@@ -320,4 +323,5 @@ def fixed_point_multiply_per_axis(x: te.Tensor, y: te.Tensor, lshift: te.Tensor,
 
 __all__ = ["elemwise", "identity", "clip", "cast", "reinterpret", "elemwise_sum", "full_like",
            "fixed_point_multiply", "fixed_point_multiply_per_axis", "FAST_MATH_ACCURACY",
+           "FAST_TANH_RATIONAL", "FAST_EXP_POLYNOMIAL",
            *UNARY]

@@ -130,12 +130,13 @@ def _count(data: te.Tensor, axes: list[int]) -> Any:
 
 def mean(data: te.Tensor, axis: Any = None, keepdims: bool = False,
          exclude: bool = False) -> te.Tensor:
-    """Arithmetic mean over ``axis``."""
+    """Arithmetic mean over ``axis`` (integer means truncate toward zero, as TVM's ``div``)."""
     axes = reduced_axes(data.ndim, axis, exclude)
     wide = ACCUMULATOR_DTYPE.get(str(data.dtype), data.dtype)
     total = _reduce(data, axis, keepdims, exclude, te.sum, "T_sum", wide)
     count = _op.cast(_count(data, axes), wide)
-    return te.compute(total.shape, lambda *i: _op.cast(total(*i) / count, data.dtype),
+    divide = _op.truncdiv if "int" in str(wide) else (lambda a, b: a / b)
+    return te.compute(total.shape, lambda *i: _op.cast(divide(total(*i), count), data.dtype),
                       name="T_mean", tag=tag.ELEMWISE)
 
 

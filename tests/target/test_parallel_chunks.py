@@ -20,6 +20,7 @@ from kiln.runtime.native import load_runtime_lib
 from kiln.target import Target
 from kiln.target.build import NativeModule, build_module
 from kiln.target.codegen_c import compile_options, emit_c
+from kiln.target.codegen_llvm import CodeGenLLVM
 
 SERIAL, PARALLEL = tir.ForKind.SERIAL, tir.ForKind.PARALLEL
 EXTENTS = [0, 1, 2, 3, 5, 7, 13, 31, 97, 1000]
@@ -173,6 +174,18 @@ def test_llvm_lambda_claims_chunks_with_atomic_add():
     ll = build_module(make_kernels(), Target("llvm")).get_source("ll")
     assert "atomicrmw add ptr" in ll
     assert "call i32 @TVMBackendParallelLaunch(ptr nonnull @accumulate_compute_1" in ll
+
+
+def test_llvm_chunk_keeps_the_buffers_noalias():
+    """A chunk of the loop runs in a function whose buffer parameters are ``noalias`` like the
+    kernel's own: loaded from the closure they would not be, and LLVM could not vectorize or
+    hoist loads across the output's stores."""
+    cg = CodeGenLLVM()
+    cg.add_function(make_kernels()["accumulate"], "accumulate")
+    defines = [line for line in str(cg.module).splitlines() if line.startswith("define")]
+    chunk = [line for line in defines if "accumulate_compute_1_chunk" in line]
+    assert len(chunk) == 1 and chunk[0].startswith("define internal i32")
+    assert chunk[0].count("float* noalias") == 2  # A and B; n and the chunk bounds are ints
 
 
 def test_bare_metal_c_keeps_a_serial_loop_and_runs():

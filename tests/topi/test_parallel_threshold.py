@@ -39,12 +39,12 @@ def is_parallel(make, shapes, schedule) -> bool:
 
 
 def test_rule_default_override_and_symbolic():
-    assert parallel_min_work() == 32768
-    assert not worth_parallel(32767) and worth_parallel(32768)
+    assert parallel_min_work() == 16384
+    assert not worth_parallel(16383) and worth_parallel(16384)
     assert worth_parallel(None)
     with PassContext(config={"tir.parallel_min_work": 100}):
         assert parallel_min_work() == 100 and worth_parallel(100) and not worth_parallel(99)
-    assert parallel_min_work() == 32768
+    assert parallel_min_work() == 16384
     assert static_work([4, 8]) == 32 and static_work([4, te.var("n")]) is None
 
 

@@ -74,6 +74,9 @@ POINTWISE = [
     ((2, 32, 13, 13), 48, ("int8", "int8")),
     ((1, 64, 7, 7), 16, ("uint8", "uint8")),
     ((1, 6, 4, 4), 3, ("int8", "uint8")),
+    # uint8 x int8 (VNNI quads on such hosts): channels a multiple of 4, packed at compile
+    # time at opt_level 3, two pixel chunks and a partial pixel tile
+    ((1, 36, 13, 13), 48, ("uint8", "int8")),
 ]
 
 
@@ -95,7 +98,7 @@ def test_pointwise_int8_conv_is_the_pixel_gemm():
 
 
 # opt_level 3: AlterOpLayout packs the kernel ahead; -mcpu=haswell: the AVX2 code (this host
-# may run the AVX-512 one)
+# may run the AVX-512 and VNNI ones)
 @needs_avx2
 @pytest.mark.parametrize("opt_level, target", [(2, "llvm"), (3, "llvm"),
                                                (3, "llvm -mcpu=haswell")])
@@ -133,8 +136,9 @@ def test_depthwise_int8_conv_uses_the_kernel():
 
 @needs_avx2
 def test_depthwise_strategy_keeps_short_and_strided_rows_on_the_channel_schedule():
+    """The row kernel's rule (an AVX2 target: no tap quads)."""
     x, w = te.placeholder((1, 8, 30, 30), "uint8"), te.placeholder((8, 1, 3, 3), "int8")
-    target = kiln.target.Target("llvm")
+    target = kiln.target.Target("llvm -mcpu=core-avx2")
     names = []
     for strides, out in [((1, 1), 30), ((2, 2), 15)]:
         attrs = relay.nn.conv2d(relay.var("a", shape=(1, 8, 30, 30)),
@@ -145,6 +149,68 @@ def test_depthwise_strategy_keeps_short_and_strided_rows_on_the_channel_schedule
                                             TensorType((1, 8, out, out), "int32"), target)
         names.append(impl.name)
     assert names == ["depthwise_conv2d_nchw.x86"] * 2
+
+
+QUAD_DEPTHWISE = [
+    # uint8 x int8 for the tap-quad kernel: two 4-tap groups (5 wide, dilated), a multiplier,
+    # stride 3, rows of 70 (5 blocks, a partial one), padding wider than the kernel reaches
+    ((1, 3, 12, 30), 2, 5, (1, 2), (2, 3, 2, 1), (2, 2)),
+    ((2, 5, 9, 70), 1, 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 4, 20, 47), 1, 3, (3, 3), (0, 2, 1, 0), (1, 1)),
+    ((1, 2, 6, 7), 1, 3, (1, 1), (4, 4, 4, 4), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=core-avx2"])
+def test_depthwise_tap_quad_kernel_matches_numpy(target):
+    """The uint8 x int8 tap-quad kernel (vpermb + vpdpbusd on this host when it has
+    AVX512-VNNI/VBMI; its plain C on an AVX2 target), extremes included."""
+    from topi_testlib import run_many
+
+    from kiln.topi.x86.conv2d_int8 import schedule_conv2d_nchw_int8
+    from kiln.topi.x86.depthwise_int8 import depthwise_conv2d_nchw_int8
+
+    rng = np.random.default_rng(8)
+    cases, wants = [], []
+    for shape, mult, k, strides, padding, dilation in QUAD_DEPTHWISE:
+        x = _random(rng, shape, "uint8")
+        w = _random(rng, (shape[1] * mult, 1, k, k), "int8")
+        if shape[0] == 2:
+            x[1], w[0] = 255, -128
+        cases.append((lambda a, b, s=strides, p=padding, d=dilation: depthwise_conv2d_nchw_int8(
+            a, b, s, p, d, quads=True), [x, w]))
+        wants.append(reference(x, w, strides, padding, dilation, shape[1]))
+    for (got,), want in zip(run_many(cases, target, schedule_conv2d_nchw_int8), wants):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_depthwise_strategy_takes_tap_quads_on_vnni_vbmi_targets():
+    """Any width and stride on a CPU with AVX512-VNNI and -VBMI; cascadelake (no VBMI) keeps
+    the row kernel for long stride-1 rows and the channel schedule for the others."""
+    picks = {}
+    for target in ["llvm -mcpu=icelake-server", "llvm -mcpu=cascadelake"]:
+        for width, stride in [(14, 1), (56, 2), (40, 1)]:
+            x, w = te.placeholder((1, 8, width, width), "uint8"), te.placeholder((8, 1, 3, 3),
+                                                                                 "int8")
+            attrs = relay.nn.conv2d(relay.var("a", shape=x.shape), relay.var("b", shape=w.shape),
+                                    strides=(stride, stride), padding=(1, 1), groups=8,
+                                    out_dtype="int32").attrs
+            out = width // stride
+            with kiln.target.Target(target) as t:
+                impl, outs = select_implementation("nn.conv2d", attrs, [x, w],
+                                                   TensorType((1, 8, out, out), "int32"), t)
+            stages, todo = {}, [outs[0]]
+            while todo:
+                op = todo.pop().op
+                stages[op.name] = op
+                todo.extend(op.input_tensors)
+            quads = "depthwise_int8" in stages and stages["depthwise_int8"].num_outputs == 1
+            picks[target.split("=")[1], width, stride] = (impl.name, quads)
+    dw8, chan = "depthwise_conv2d_nchw_int8.x86", "depthwise_conv2d_nchw.x86"
+    assert picks == {
+        ("icelake-server", 14, 1): (dw8, True), ("icelake-server", 56, 2): (dw8, True),
+        ("icelake-server", 40, 1): (dw8, True), ("cascadelake", 14, 1): (chan, False),
+        ("cascadelake", 56, 2): (chan, False), ("cascadelake", 40, 1): (dw8, False)}
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell", "c"])
@@ -182,6 +248,7 @@ DENSE = [  # (m, k, n, dtypes): a classifier's GEMV, odd sizes (vector tails, pa
     (3, 37, 9, ("int8", "int8")),
     (2, 64, 5, ("uint8", "uint8")),
     (5, 16, 4, ("int8", "uint8")),
+    (3, 130, 6, ("uint8", "int8")),  # VNNI: two whole 64-byte steps and a masked one
 ]
 
 

@@ -1,17 +1,18 @@
-"""ONNX converters: the recurrent layers RNN, GRU and LSTM, unrolled over a static sequence.
+"""ONNX converters: the recurrent layers RNN, GRU and LSTM.
 
 Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on import.
 
 Each direction projects the inputs of all steps with one GEMM (``[T * B, I] @ W.T`` plus the
-biases that add outside the recurrent product), then unrolls the steps. With ONNX's default
-activations and no masking, peepholes or ``input_forget`` (an RNN: tanh, relu or sigmoid),
-a step is one fused cell op (``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell`` /
-``nn.contrib_rnn_cell``: the product of the state with all gates' recurrent weights and the
-gate arithmetic in one kernel); otherwise a step is one ``dense``
-for all gates and the gate arithmetic in primitive ops. Forward, reverse and bidirectional
-layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``, LSTM peepholes
-and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX operator definitions.
-``sequence_lens`` masks the state updates of forward directions.
+biases that add outside the recurrent product). With ONNX's default activations, float32 and
+no masking, peepholes or ``input_forget`` (an RNN: tanh, relu or sigmoid), the direction is
+then one layer op (``nn.contrib_lstm_sequence`` / ``nn.contrib_gru_sequence`` /
+``nn.contrib_rnn_sequence``: one kernel running every step, the product of the state with all
+gates' recurrent weights and the gate arithmetic), whose sequence length may be unknown until
+run time (``Any``, on the VM). Otherwise the steps are unrolled over a static length, a step
+being one ``dense`` for all gates and the gate arithmetic in primitive ops. Forward, reverse
+and bidirectional layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``,
+LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX
+operator definitions. ``sequence_lens`` masks the state updates of forward directions.
 
 Example
 -------
@@ -26,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from kiln import relay
-from kiln.relay.frontend.common import AnyDim, is_static
+from kiln.relay.frontend.common import is_static
 from kiln.relay.frontend.onnx_registry import register_function, unsupported
 from kiln.relay.op.nn.rnn import RNN_CELL_ACTIVATIONS
 
@@ -100,7 +101,7 @@ class _Layer:
         if self.layout:
             x = relay.transpose(x, (1, 0, 2))
         shape = ctx.shape(x)
-        # an unknown length runs as a loop (fused cells only; see _symbolic_direction)
+        # an unknown length needs the whole-sequence layer ops (see fusable)
         self.symbolic = not is_static(shape[:1])
         self.op_name = op_name
         self.steps, self.batch = shape[0], shape[1]
@@ -167,10 +168,11 @@ class _Layer:
         return relay.reshape(out, (-1, self.batch, self.gates * self.hidden))
 
     def fusable(self, acts, defaults, *, extra_ok=True):
-        """Whether the fused cell op computes this layer: ONNX's default activations, no
-        masking, static shapes (anything else composes the cell from primitive ops)."""
+        """Whether the layer ops compute this layer: ONNX's default activations, float32, no
+        masking, static batch and input size (anything else composes the cell from primitive
+        ops over a static length)."""
         default = all(a.key == key for direction in acts for a, key in zip(direction, defaults))
-        return (extra_ok and default and self.step_mask(0) is None
+        return (extra_ok and default and self.step_mask(0) is None and self.dtype == "float32"
                 and is_static([self.batch, self.input_size]))
 
     def finish(self, outputs_per_direction, finals_per_direction):
@@ -227,71 +229,13 @@ def _recurrent(h, r, gates, rbias=None):
     return _split(out, gates, 1) if gates > 1 else [out]
 
 
-# Steps per call of the loop over an unknown length: the VM runs a call's cells, their
-# output rows and one concatenation as one segment, so its per-instruction cost is paid
-# once per UNROLL steps; a one-step loop finishes the remainder.
-UNROLL = 8
-
-
-def _symbolic_direction(layer, direction, cell, state, operands, hidden_of):
-    """``([T, B, H] outputs, final state)`` of one direction over a length known only at run
-    time: tail-recursive functions ``@<op>_loop(t, steps, state, ys, *operands)`` that run
-    ``cell(state, base, offset, *operands)`` (the row read is ``base + offset``) and append the
-    new hidden states to ``ys`` (prepend, for the reverse direction, so ``ys`` stays in time
-    order), :data:`UNROLL` steps per call while that many remain, then one at a time."""
-    from kiln.ir.type import TensorType, TupleType
-    from kiln.relay.expr import Call
-
-    ctx = layer.ctx
-    # the initial state may come from shape arithmetic on the input (unknown dims to Relay)
-    state_shape = (*ctx.shape(state)[:-2], layer.batch, layer.hidden)
-    types = {"state": TensorType(state_shape, layer.dtype),
-             "ys": TensorType((AnyDim(), layer.batch, layer.hidden), layer.dtype),
-             "operands": [TensorType(ctx.shape(v), ctx.dtype(v)) for v in operands]}
-    types["ret"] = TupleType([types["state"], types["ys"]])
-    single = _loop_function(layer, direction, cell, hidden_of, types, 1, None)
-    unrolled = _loop_function(layer, direction, cell, hidden_of, types, UNROLL, single)
-    length = relay.reshape(relay.strided_slice(relay.shape_of(layer.x, "int32"), [0], [1]), [])
-    empty = relay.const(np.zeros((0, layer.batch, layer.hidden), layer.dtype))
-    result = Call(unrolled, [relay.const(np.int32(0)), length,
-                             relay.reshape(state, state_shape), empty, *operands])
-    return relay.TupleGetItem(result, 1), relay.TupleGetItem(result, 0)
-
-
-def _loop_function(layer, direction, cell, hidden_of, types, unroll, remainder):
-    """Define ``@<op>_loop(t, steps, state, ys, *operands)`` running ``unroll`` steps per
-    call while ``t + unroll <= steps``, then ``remainder`` (or returning ``(state, ys)``)."""
-    from kiln.relay.expr import Call
-
-    ctx = layer.ctx
-    t = relay.var("t", shape=(), dtype="int32")
-    steps = relay.var("steps", shape=(), dtype="int32")
-    current = relay.var("state", types["state"])
-    ys = relay.var("ys", types["ys"])
-    params = [relay.var(f"operand{k}", ty) for k, ty in enumerate(types["operands"])]
-    if direction == "forward":
-        base, sign = t, 1
-    else:
-        base, sign = relay.subtract(relay.subtract(steps, relay.const(np.int32(1))), t), -1
-    new, rows = current, []
-    for k in range(unroll):
-        new = cell(new, base, sign * k, *params)
-        rows.append(relay.expand_dims(hidden_of(new), 0))
-    # the call's rows as one static tensor first (a kernel of the call's fused segment, kept
-    # apart from the growing concatenation): the VM then hands one tensor, not one per step,
-    # from the segment to the dynamic-shape concatenation
-    chunk = relay.annotation.stop_fusion(
-        relay.concatenate(rows if direction == "forward" else rows[::-1], 0))
-    grown = relay.concatenate([ys, chunk] if direction == "forward" else [chunk, ys], 0)
-    gvar = ctx.global_var(f"{layer.op_name.lower()}_loop")
-    after = relay.add(t, relay.const(np.int32(unroll)))
-    done = relay.Tuple([current, ys]) if remainder is None else \
-        Call(remainder, [t, steps, current, ys, *params])
-    body = relay.If(relay.less_equal(after, steps),
-                    Call(gvar, [after, steps, new, grown, *params]), done)
-    ctx.define_function(gvar, relay.Function([t, steps, current, ys, *params], body,
-                                             types["ret"]))
-    return gvar
+def _static_state(layer, state):
+    """``state`` with static ``[.., B, H]`` dims: an initial state built by shape arithmetic
+    on an input of unknown length has unknown dims to Relay (the layer ops need them)."""
+    shape = layer.ctx.shape(state)
+    if is_static(shape):
+        return state
+    return relay.reshape(state, (*shape[:-2], layer.batch, layer.hidden))
 
 
 def _rnn(inputs, attrs, ctx):
@@ -305,24 +249,16 @@ def _rnn(inputs, attrs, ctx):
         bias = relay.add(wb[0], rb[0]) if wb is not None else None
         projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
-        outs = [None] * (0 if layer.symbolic else layer.steps)
         if fused:
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 1, layer.hidden,
                                                     _lanes(layer.hidden))
-
-            def cell(state, row, offset, xp, w, key=f.key):
-                return relay.nn.contrib_rnn_cell(xp, state, w, row, key, layer.clip, offset)
-
-            if layer.symbolic:
-                outs, h = _symbolic_direction(layer, direction, cell, h, [projection, weight],
-                                              lambda state: state)
-            else:
-                for t in layer.order(direction):
-                    h = outs[t] = cell(h, t, 0, projection, weight)
-            ys.append(outs)
+            y, h = relay.nn.contrib_rnn_sequence(projection, _static_state(layer, h), weight,
+                                                 f.key, layer.clip, direction == "reverse")
+            ys.append(y)
             finals.append([h])
             continue
         xs = layer.step_inputs(projection)
+        outs = [None] * layer.steps
         for t in layer.order(direction):
             new = f(layer.clipped(relay.add(relay.nn.dense(h, layer.r[d]), xs[t])),
                     layer.dtype)
@@ -358,28 +294,18 @@ def _gru(inputs, attrs, ctx):
         bias, hbias = _gru_biases(layer, d, linear_before_reset)
         projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
-        outs = [None] * (0 if layer.symbolic else layer.steps)
         if fused:
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 3, layer.hidden, lanes)
             if hbias is None:
                 hbias = relay.zeros((layer.hidden,), layer.dtype)
-            if layer.symbolic:
-                outs, h = _symbolic_direction(
-                    layer, direction,
-                    lambda state, row, offset, xp, w, hb: relay.nn.contrib_gru_cell(
-                        xp, state, w, hb, row, bool(linear_before_reset), layer.clip, offset),
-                    h, [projection, weight, hbias], lambda state: state)
-                ys.append(outs)
-                finals.append([h])
-                continue
-            for t in layer.order(direction):
-                h = relay.nn.contrib_gru_cell(projection, h, weight, hbias, t,
-                                              bool(linear_before_reset), layer.clip)
-                outs[t] = h
-            ys.append(outs)
+            y, h = relay.nn.contrib_gru_sequence(
+                projection, _static_state(layer, h), weight, hbias, bool(linear_before_reset),
+                layer.clip, direction == "reverse")
+            ys.append(y)
             finals.append([h])
             continue
         xs = layer.step_inputs(projection)
+        outs = [None] * layer.steps
         rz, rr, rh = _split(layer.r[d], 3, 0)
         r_zr = relay.concatenate([rz, rr], 0)
         for t in layer.order(direction):
@@ -427,26 +353,16 @@ def _lstm(inputs, attrs, ctx):
         projection = layer.projection(d, bias)
         h = layer.initial[0][d] if layer.initial[0][d] is not None else layer.zeros()
         c = layer.initial[1][d] if layer.initial[1][d] is not None else layer.zeros()
-        outs = [None] * (0 if layer.symbolic else layer.steps)
         if fused:
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 4, layer.hidden, lanes)
-            state = relay.stack([h, c], 0)
-            if layer.symbolic:
-                outs, state = _symbolic_direction(
-                    layer, direction,
-                    lambda st, row, offset, xp, w: relay.nn.contrib_lstm_cell(
-                        xp, st, w, row, layer.clip, offset),
-                    state, [projection, weight], lambda st: _state_row(st, 0))
-                ys.append(outs)
-                finals.append([_state_row(state, 0), _state_row(state, 1)])
-                continue
-            for t in layer.order(direction):
-                state = relay.nn.contrib_lstm_cell(projection, state, weight, t, layer.clip)
-                outs[t] = _state_row(state, 0)
-            ys.append(outs)
+            state = _static_state(layer, relay.stack([h, c], 0))
+            y, state = relay.nn.contrib_lstm_sequence(projection, state, weight, layer.clip,
+                                                      direction == "reverse")
+            ys.append(y)
             finals.append([_state_row(state, 0), _state_row(state, 1)])
             continue
         xs = layer.step_inputs(projection)
+        outs = [None] * layer.steps
         p_i, p_o, p_f = _split(peep[d], 3, 0) if peep[d] is not None else (None,) * 3
         for t in layer.order(direction):
             pre = [relay.add(x, p) for x, p in zip(_split(xs[t], 4, 1),

@@ -37,7 +37,9 @@ from kiln.relay import expr as rx
 from kiln.relay.frontend import (  # noqa: F401  (each module registers its converters)
     tflite_ops,
     tflite_ops_extra,
+    tflite_ops_image,
     tflite_ops_math,
+    tflite_ops_rnn,
     tflite_ops_tensor,
 )
 from kiln.runtime.error import OpError, OpNotImplemented, TVMError

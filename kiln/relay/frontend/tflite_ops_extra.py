@@ -1,10 +1,10 @@
 """More TFLite operators: comparisons, logic, select, ADD_N, TILE, SPLIT/SPLIT_V/UNPACK, GATHER,
-BATCH_MATMUL, ZEROS_LIKE.
+GATHER_ND, BATCH_MATMUL, ZEROS_LIKE.
 
 Entry points: the converters registered into :data:`.tflite_ops.CONVERTERS`.
 
 Comparisons, logic and arithmetic here are float/integer ops; on quantized tensors only the
-data-movement ones (TILE, SPLIT, SPLIT_V, UNPACK, GATHER) are converted, keeping the
+data-movement ones (TILE, SPLIT, SPLIT_V, UNPACK, GATHER, GATHER_ND) are converted, keeping the
 parameters; the others raise ``OpNotImplemented``.
 """
 
@@ -16,7 +16,13 @@ import numpy as np
 
 from kiln import relay
 from kiln.relay.frontend.common import infer_shape
-from kiln.relay.frontend.tflite_ops import inputs_of, is_quantized, option, register
+from kiln.relay.frontend.tflite_ops import (
+    inputs_of,
+    is_quantized,
+    option,
+    register,
+    requantize_to,
+)
 from kiln.runtime.error import OpAttributeInvalid, OpNotImplemented
 
 __all__: list[str] = []
@@ -147,6 +153,33 @@ def convert_gather(conv, op):
         raise OpAttributeInvalid(f"gather indices {constant.min()}..{constant.max()} are out "
                                  f"of range for dimension {axis} of size {shape[axis]}")
     return relay.take(data, indices, axis=axis, batch_dims=int(option(op, "BatchDims", 0)))
+
+
+@register("GATHER_ND")
+def convert_gather_nd(conv, op):
+    """GATHER_ND: the last axis of ``indices`` indexes ``params``' leading axes (Relay's
+    ``gather_nd`` wants it first); constant indices are checked against the shape."""
+    inputs_of(op, 2)
+    data, indices = conv.get_expr(op.inputs[0]), conv.get_expr(op.inputs[1])
+    shape, index_shape = infer_shape(data), infer_shape(indices)
+    if conv.tensor(op.inputs[1]).dtype not in ("int32", "int64"):
+        raise OpAttributeInvalid(f"indices must be int32 or int64, got "
+                                 f"{conv.tensor(op.inputs[1]).dtype}")
+    if not index_shape or not 1 <= index_shape[-1] <= len(shape):
+        raise OpAttributeInvalid(f"indices of shape {index_shape} do not index params of "
+                                 f"shape {shape}")
+    depth = index_shape[-1]
+    constant = conv.tensor(op.inputs[1]).data
+    if constant is not None and constant.size:
+        bounds = np.asarray(shape[:depth]).reshape([1] * (constant.ndim - 1) + [depth])
+        if np.any(constant < 0) or np.any(constant >= bounds):
+            raise OpAttributeInvalid(f"gather_nd indices are out of range for params of shape "
+                                     f"{shape}")
+    first = relay.transpose(indices, [len(index_shape) - 1] + list(range(len(index_shape) - 1)))
+    out = relay.gather_nd(data, first)
+    if is_quantized(conv, op):
+        out = requantize_to(conv, out, op.inputs[0], op.outputs[0])
+    return out
 
 
 @register("BATCH_MATMUL")

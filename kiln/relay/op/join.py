@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
+from kiln.relay.op.layout import InferCorrectLayoutOutput, attrs_with, parse_layout, primal_layout
 from kiln.relay.op.op import (
     INJECTIVE,
     call,
     define_op,
     register_compute,
+    register_infer_correct_layout,
     register_injective_schedule,
     register_reference,
     register_shape_func,
@@ -106,6 +108,29 @@ def _concatenate_rel(types, attrs, op_name):
 
 define_op("concatenate", _concatenate_rel, INJECTIVE, 1, A.ConcatenateAttrs,
           "join tensors along an axis", 1)
+
+
+def concatenate_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types):
+    """Concatenate blocked tensors (``NCHW16c``) along the outer part of a split axis when
+    every field's extent divides by the block; else the original layouts."""
+    layout = next((x for x in new_in_layouts if x), "")
+    keep = InferCorrectLayoutOutput([""] * len(new_in_layouts), [""])
+    ndim = len(old_in_types[0].shape) if hasattr(old_in_types[0], "shape") else -1
+    old = next((x for x in old_in_layouts if x), "") or primal_layout(layout)
+    if not layout or len(old) != ndim:
+        return keep
+    axis = int(attrs.axis) + ndim if int(attrs.axis) < 0 else int(attrs.axis)
+    letters = [a for a, _ in parse_layout(layout, "concatenate")]
+    factor = dict(parse_layout(layout, "concatenate")).get(old[axis].lower())
+    for t in old_in_types:
+        extent = getattr(t.shape[axis], "value", t.shape[axis])
+        if factor and not (isinstance(extent, int) and extent % factor == 0):
+            return keep
+    return InferCorrectLayoutOutput([layout] * len(new_in_layouts), [layout],
+                                    attrs_with(attrs, axis=letters.index(old[axis])))
+
+
+register_infer_correct_layout("concatenate", concatenate_infer_correct_layout)
 
 
 def _as_tuple(data: Any) -> Any:

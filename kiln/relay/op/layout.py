@@ -2,7 +2,10 @@
 reference rules.
 
 Entry points: :func:`parse_layout`, :func:`convert_shape`, :func:`convert_array` (a NumPy
-array between layouts), :func:`axis_index`.
+array between layouts), :func:`axis_index`; for ``FInferCorrectLayout`` rules (how an op
+follows its inputs into another layout, asked by AlterOpLayout):
+:class:`InferCorrectLayoutOutput`, :func:`primal_layout`, :func:`attrs_with` and the shared
+rules :func:`elemwise_arbitrary_layout` and :func:`binary_broadcast_layout`.
 
 A layout names each dimension by a letter: an upper-case letter is a *primal* axis (``C``),
 a lower-case letter with a factor is a *sub*-axis split off it (``8c``: the channel axis split
@@ -21,7 +24,9 @@ import numpy as np
 from kiln.relay.op.type_relations import dim_op, fail, is_static
 from kiln.runtime.error import TVMError
 
-__all__ = ["parse_layout", "convert_shape", "convert_array", "axis_index"]
+__all__ = ["parse_layout", "convert_shape", "convert_array", "axis_index",
+           "InferCorrectLayoutOutput", "primal_layout", "attrs_with",
+           "elemwise_arbitrary_layout", "binary_broadcast_layout"]
 
 _TOKEN = re.compile(r"(\d*)([A-Za-z])")
 
@@ -138,3 +143,100 @@ def convert_array(x: np.ndarray, src: str, dst: str) -> np.ndarray:
             names.append(p)
     split = primal_x.reshape(shape)
     return np.ascontiguousarray(np.transpose(split, [names.index(n) for n, _ in dst_axes]))
+
+
+# ---- FInferCorrectLayout ------------------------------------------------------------------------
+# A rule ``(attrs, new_in_layouts, old_in_layouts, old_in_types) -> InferCorrectLayoutOutput``
+# (TVM's signature; kiln's layouts are strings, "" for unknown). ``old_in_layouts`` are the
+# inputs' layouts in the original program, ``new_in_layouts`` where AlterOpLayout has them now;
+# the rule answers the layouts it needs its inputs in ("" = the original one), its outputs'
+# layouts and, when following a new layout changes the op, its new attrs. A tuple argument
+# (concatenate) contributes one entry per field to each list.
+
+
+class InferCorrectLayoutOutput:
+    """What an ``FInferCorrectLayout`` rule answers (TVM's
+    ``relay.transform.InferCorrectLayoutOutput``)."""
+
+    __slots__ = ("input_layouts", "output_layouts", "new_attrs")
+
+    def __init__(self, input_layouts: Sequence[str], output_layouts: Sequence[str],
+                 new_attrs: Any = None) -> None:
+        self.input_layouts = [str(x) for x in input_layouts]
+        self.output_layouts = [str(x) for x in output_layouts]
+        self.new_attrs = new_attrs
+
+    def __repr__(self) -> str:
+        return (f"InferCorrectLayoutOutput({self.input_layouts}, {self.output_layouts}, "
+                f"{self.new_attrs!r})")
+
+
+def primal_layout(layout: str) -> str:
+    """The primal axes of ``layout`` in its order: ``NCHW16c`` -> ``NCHW``."""
+    return "".join(letter for letter in layout if letter.isupper())
+
+
+def attrs_with(attrs: Any, **changes: Any) -> Any:
+    """A copy of the attrs object ``attrs`` with ``changes`` to some fields."""
+    return type(attrs)(**{**{k: attrs[k] for k in attrs.keys()}, **changes})
+
+
+def elemwise_arbitrary_layout(attrs, new_in_layouts, old_in_layouts, old_in_types):
+    """An elementwise op follows its (first known) input layout (TVM's
+    ElemwiseArbitraryLayout)."""
+    layout = next((x for x in new_in_layouts if x), "")
+    return InferCorrectLayoutOutput([layout] * len(new_in_layouts), [layout])
+
+
+def _rank(t: Any) -> int | None:
+    return len(t.shape) if hasattr(t, "shape") else None
+
+
+def binary_broadcast_layout(attrs, new_in_layouts, old_in_layouts, old_in_types):
+    """A broadcasting op follows the layout of its full-rank input: an operand of lower rank
+    (a ``[C, 1, 1]`` bias) is transformed to the matching suffix of that layout
+    (``CHW16c``), an all-ones operand broadcasts as it is. Anything else (an operand with a
+    broadcast channel axis the layout splits) keeps the original layouts (TVM's
+    BinaryBroadcastLayout)."""
+    keep = InferCorrectLayoutOutput([""] * len(new_in_layouts), [""])
+    ranks = [_rank(t) for t in old_in_types]
+    if None in ranks:
+        return keep
+    top = max(ranks)
+    lead = next((i for i, x in enumerate(new_in_layouts)
+                 if x and len(primal_layout(x)) == ranks[i] == top), None)
+    if lead is None:
+        return keep
+    layout = new_in_layouts[lead]
+    old = old_in_layouts[lead] or primal_layout(layout)
+    wanted = []
+    for i, t in enumerate(old_in_types):
+        shape = [getattr(d, "value", d) for d in t.shape]
+        if new_in_layouts[i] == layout:
+            wanted.append(layout)
+        elif all(d == 1 for d in shape):
+            wanted.append("")
+        else:
+            sub = _suffix_layout(layout, old[top - ranks[i]:], shape)
+            if sub is None:
+                return keep
+            wanted.append(sub)
+    return InferCorrectLayoutOutput(wanted, [layout])
+
+
+def _suffix_layout(layout: str, letters: str, shape: list) -> str | None:
+    """``layout`` restricted to the primal ``letters`` (an operand of ``shape`` in that
+    order), when that is a suffix of ``layout`` (right-aligned broadcasting still lines up)
+    and every split axis divides; else None."""
+    axes = parse_layout(layout, "layout")
+    kept = [(a, f) for a, f in axes if a.upper() in letters]
+    sub = "".join(f"{f or ''}{a}" for a, f in kept)
+    if not layout.endswith(sub) or len(letters) + sum(a.islower() for a, _ in kept) != \
+            len(kept):
+        return None
+    extent = dict(zip(letters, shape))
+    for a, f in kept:
+        if a.islower() and not (isinstance(extent[a.upper()], int) and
+                                extent[a.upper()] % f == 0):
+            return None
+    return sub

@@ -61,6 +61,7 @@ __all__ = [
     "register_stateful",
     "register_alter_op_layout",
     "register_convert_op_layout",
+    "register_infer_correct_layout",
     "register_legalize",
     "register_schedule",
     "register_injective_schedule",
@@ -347,6 +348,13 @@ def register_convert_op_layout(op_name: str, convert_layout: Callable | None = N
                                level: int = 10):
     """Set ``FTVMConvertOpLayout`` (used by ConvertLayout) (decorator when None)."""
     return register_op_attr(op_name, "FTVMConvertOpLayout", convert_layout, level)
+
+
+def register_infer_correct_layout(op_name: str, infer_layout: Callable | None = None,
+                                  level: int = 10):
+    """Set ``FInferCorrectLayout`` of ``op_name`` (decorator when None): how the op follows
+    its inputs into another layout (``kiln.relay.op.layout`` describes the rule)."""
+    return register_op_attr(op_name, "FInferCorrectLayout", infer_layout, level)
 
 
 def register_legalize(op_name: str, legal_op: Callable | None = None, level: int = 10):

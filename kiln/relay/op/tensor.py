@@ -36,6 +36,7 @@ from kiln import tir
 from kiln.relay.expr import const
 from kiln.relay.op import op_attrs as A
 from kiln.relay.op.broadcast import collapse_sum_like
+from kiln.relay.op.layout import binary_broadcast_layout, elemwise_arbitrary_layout
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
@@ -48,6 +49,7 @@ from kiln.relay.op.op import (
     register_broadcast_schedule,
     register_compute,
     register_gradient,
+    register_infer_correct_layout,
     register_injective_schedule,
     register_opaque_schedule,
     register_reference,
@@ -263,6 +265,11 @@ def ndarray_size(data: Any, dtype: str = "int32") -> Any:
 
 define_op("copy", identity_rel, ELEMWISE, 1, None, "copy a tensor", 3)
 define_op("clip", identity_rel, ELEMWISE, 1, A.ClipAttrs, "clamp to [a_min, a_max]", 3)
+# elementwise ops run in any layout; broadcasting ones follow their full-rank operand's
+for _name in (*UNARY_OPS, *CLASSIFY_OPS, "clip"):
+    register_infer_correct_layout(_name, elemwise_arbitrary_layout)
+for _name in (*BINARY_OPS, *COMPARE_OPS):
+    register_infer_correct_layout(_name, binary_broadcast_layout)
 
 
 def copy(data: Any) -> Any:

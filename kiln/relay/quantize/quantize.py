@@ -12,9 +12,11 @@ Realize rewrites the graph with each value either float or integer with a scale.
 layer takes int8 data (``clip(round(x / step))``, or ``qnn.requantize`` from the int32 value of
 the layer before), int8 weights quantized at conversion time, and accumulates in int32 at scale
 ``step_in * step_w``. Bias adds, ReLU/clip, max pooling and the shape ops (reshape, flatten,
-transpose, squeeze, expand_dims) stay integer; adds and concatenations of two integer values
-requantize both to the finer scale; anything else is computed in float from the dequantized
-value, as are the outputs. ``qnn.requantize`` lowers to TVM's fixed-point multiply.
+transpose, squeeze, expand_dims) stay integer; average pools (``avg_pool2d``,
+``global_avg_pool2d``, ``adaptive_avg_pool2d``) sum in int32 at the input's scale; adds of two
+integer values and concatenations of integer values requantize them to the finest scale (int32
+unless they already share scale and dtype); anything else is computed in float from the
+dequantized value, as are the outputs. ``qnn.requantize`` lowers to TVM's fixed-point multiply.
 
 Example
 -------
@@ -49,6 +51,9 @@ __all__ = ["quantize", "prerequisite_optimize", "annotate", "realize", "Quantize
 # integer-preserving ops: the result has the input's scale
 SAME_SCALE_OPS = ("nn.relu", "nn.max_pool2d", "reshape", "nn.batch_flatten", "transpose",
                   "squeeze", "expand_dims", "nn.pad")
+# averages: summed in int32 at the input's scale, divided with truncation (TVM's
+# AvgPoolRealize casts to the activation dtype, int32)
+AVERAGE_OPS = ("nn.avg_pool2d", "nn.global_avg_pool2d", "nn.adaptive_avg_pool2d")
 
 
 @dataclass
@@ -129,6 +134,7 @@ class _Realizer:
         self.layers = {id(layer.call): layer for layer in layers}
         self.cfg = cfg
         self.values: dict[int, tuple[rx.Expr, float | None]] = {}
+        self.tuples: dict[int, list[tuple[rx.Expr, float | None]]] = {}
 
     def float_of(self, value):
         from kiln import relay
@@ -161,7 +167,7 @@ class _Realizer:
 
         expr, have = value
         if have == step:
-            return relay.cast(expr, "int32")
+            return _as_int32(expr)
         return relay.qnn.op.requantize(expr, _const(have, "float32"), _const(0, "int32"),
                                        _const(step, "float32"), _const(0, "int32"),
                                        rounding=self.cfg.rounding, out_dtype="int32")
@@ -196,6 +202,10 @@ class _Realizer:
                 return relay.nn.pad(args[0][0], attrs["pad_width"], _const(0, str(
                     _dtype_of(args[0][0])))), steps[0]
             return rx.Call(node.op, [args[0][0]] + list(node.args[1:]), node.attrs), steps[0]
+        if name in AVERAGE_OPS and steps[0] is not None:
+            return rx.Call(node.op, [_as_int32(args[0][0])], node.attrs), steps[0]
+        if name == "concatenate" and id(node.args[0]) in self.tuples:
+            return self.concatenate(node)
         if name == "clip" and steps[0] is not None:
             step = steps[0]
             lo = np.ceil(node.attrs.a_min / step) if np.isfinite(node.attrs.a_min) else -2**31
@@ -218,11 +228,28 @@ class _Realizer:
         floats = [self.float_of(a) for a in args]
         return rx.Call(node.op, floats, node.attrs, node.type_args), None
 
+    def concatenate(self, node: rx.Call):
+        """Integer fields at the finest of their scales (int32 unless all already share the
+        scale and dtype); float when any field is float."""
+        from kiln import relay
+
+        fields = self.tuples[id(node.args[0])]
+        steps = [s for _, s in fields]
+        if any(s is None for s in steps):
+            return relay.concatenate([self.float_of(f) for f in fields], node.attrs.axis), None
+        if len(set(steps)) == 1 and len({_dtype_of(e) for e, _ in fields}) == 1:
+            return relay.concatenate([e for e, _ in fields], node.attrs.axis), steps[0]
+        step = min(steps)
+        return relay.concatenate([self.to_int32(f, step) for f in fields],
+                                 node.attrs.axis), step
+
     def run(self, func: rx.Function) -> rx.Function:
         for node in _post_order(func.body):
             if isinstance(node, rx.Call):
                 value = self.call(node)
             elif isinstance(node, rx.Tuple):
+                # kept per field for concatenate; float for any other consumer
+                self.tuples[id(node)] = [self.values[id(f)] for f in node.fields]
                 value = rx.Tuple([self.float_of(self.values[id(f)]) for f in node.fields]), None
             elif isinstance(node, rx.TupleGetItem):
                 value = rx.TupleGetItem(self.float_of(self.values[id(node.tuple_value)]),
@@ -238,6 +265,12 @@ def _dtype_of(expr: rx.Expr) -> str:
     from kiln.relay.frontend.common import infer_dtype
 
     return infer_dtype(expr)
+
+
+def _as_int32(expr: rx.Expr) -> rx.Expr:
+    from kiln import relay
+
+    return expr if _dtype_of(expr) == "int32" else relay.cast(expr, "int32")
 
 
 def realize(func: rx.Function, layers: list[QuantizedLayer], cfg: Any = None) -> rx.Function:

@@ -26,8 +26,8 @@ import numpy as np
 
 from kiln.runtime.error import TVMError
 
-__all__ = ["Layer", "LayerModel", "cnn", "kws_dscnn", "mlp", "to_relay", "MODELS",
-           "same_padding"]
+__all__ = ["Layer", "LayerModel", "cnn", "kws_dscnn", "mlp", "mobilenet_tiny", "to_relay",
+           "MODELS", "same_padding"]
 
 
 @dataclass
@@ -112,6 +112,27 @@ def kws_dscnn(seed: int = 2, channels: int = 64, blocks: int = 4) -> LayerModel:
     layers += [Layer("avg_pool2d", pool=(25, 5), strides=(25, 5)), Layer("flatten"),
                Layer("dense", w(12, channels, fan_in=channels), w.bias(12)), Layer("softmax")]
     return LayerModel("kws_dscnn", (1, 49, 10, 1), layers)
+
+
+def mobilenet_tiny(seed: int = 4) -> LayerModel:
+    """A MobileNet-style depthwise-separable CNN (32x32 RGB image, 10 classes): a stride-2
+    stem, three depthwise + pointwise blocks (the second depthwise of stride 2, with SAME's
+    uneven padding), a global average pool."""
+    w = _Weights(seed)
+    layers = [Layer("conv2d", w(3, 3, 3, 16, fan_in=27), w.bias(16), strides=(2, 2),
+                    padding=same_padding((32, 32), (3, 3), (2, 2)), relu=True)]
+    size, channels = 16, 16
+    for out, stride in ((32, 1), (64, 2), (64, 1)):
+        layers += [
+            Layer("depthwise_conv2d", w(3, 3, channels, 1, fan_in=9), w.bias(channels),
+                  strides=(stride, stride),
+                  padding=same_padding((size, size), (3, 3), (stride, stride)), relu=True),
+            Layer("conv2d", w(1, 1, channels, out, fan_in=channels), w.bias(out), relu=True),
+        ]
+        size, channels = size // stride, out
+    layers += [Layer("avg_pool2d", pool=(size, size), strides=(size, size)), Layer("flatten"),
+               Layer("dense", w(10, channels, fan_in=channels), w.bias(10)), Layer("softmax")]
+    return LayerModel("mobilenet_tiny", (1, 32, 32, 3), layers)
 
 
 def mlp(seed: int = 3) -> LayerModel:

@@ -59,8 +59,9 @@ class TFLiteModelBuilder:
 
     def add_tensor(self, name: str, shape, dtype: str = "float32", data: Any = None,
                    scale: Any = None, zero_point: Any = None, quantized_dimension: int = 0,
-                   raw_type: int | None = None) -> int:
-        """Add a tensor (with constant ``data`` when given); returns its index."""
+                   raw_type: int | None = None, is_variable: bool = False) -> int:
+        """Add a tensor (with constant ``data`` when given; ``is_variable`` for state that an
+        operator keeps between invocations, such as an LSTM's); returns its index."""
         buffer = 0
         if data is not None:
             self.buffers.append(np.ascontiguousarray(np.asarray(data, dtype)).tobytes())
@@ -68,7 +69,7 @@ class TFLiteModelBuilder:
         self.tensors.append({"name": name, "shape": [int(d) for d in shape],
                              "type": TENSOR_TYPES[dtype] if raw_type is None else raw_type,
                              "buffer": buffer, "scale": scale, "zero_point": zero_point,
-                             "qdim": quantized_dimension})
+                             "qdim": quantized_dimension, "variable": is_variable})
         return len(self.tensors) - 1
 
     def add_const(self, name: str, data: Any, dtype: str | None = None, **quant) -> int:
@@ -196,6 +197,8 @@ class TFLiteModelBuilder:
         tfl.TensorAddType(b, t["type"])
         tfl.TensorAddBuffer(b, t["buffer"])
         tfl.TensorAddName(b, name)
+        if t["variable"]:
+            tfl.TensorAddIsVariable(b, True)
         if quant is not None:
             tfl.TensorAddQuantization(b, quant)
         return tfl.TensorEnd(b)

@@ -48,6 +48,8 @@ _LAZY: dict[str, Any] = {
     "BackwardFoldScaleAxis": ("kiln.relay.transform.fold_scale_axis", "BackwardFoldScaleAxis"),
     "CanonicalizeOps": ("kiln.relay.transform.canonicalize_ops", "CanonicalizeOps"),
     "AlterOpLayout": ("kiln.relay.transform.alter_op_layout", "AlterOpLayout"),
+    "ConvertLayout": ("kiln.relay.transform.alter_op_layout", "ConvertLayout"),
+    "InferCorrectLayoutOutput": ("kiln.relay.op.layout", "InferCorrectLayoutOutput"),
     "ToANormalForm": ("kiln.relay.transform.normal_forms", "ToANormalForm"),
     "ToANormalFormExpr": ("kiln.relay.transform.normal_forms", "ToANormalFormExpr"),
     "ToGraphNormalForm": ("kiln.relay.transform.normal_forms", "ToGraphNormalForm"),

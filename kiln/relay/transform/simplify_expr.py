@@ -11,7 +11,11 @@ Rewrites, each applied bottom-up until it no longer matches (``_RULES``):
 * ``cast`` to the input's own dtype vanishes; ``cast(cast(x, wide), t)`` skips the lossless
   middle cast;
 * ``x + 0``, ``0 + x``, ``x - 0``, ``x * 1``, ``1 * x``, ``x / 1`` become ``x`` when the result
-  has ``x``'s shape and dtype (a broadcasting identity constant is kept).
+  has ``x``'s shape and dtype (a broadcasting identity constant is kept);
+* on integers, two constant adds/subtracts/bias_adds in a row (``(x + c1) - c2``, TVM's
+  SimplifyConsecutiveAdd extended to subtract and bias_add) become one, the constants combined for
+  FoldConstant (exact: integer addition wraps the same in any order), when ``x`` already has the
+  result's shape and dtype (a quantized layer's bias and zero-point term: one add per output).
 
 Every rewrite needs static types (run InferType first); a node with unknown types is kept.
 """
@@ -127,8 +131,38 @@ def simplify_identity_arithmetic(call: Call, out_type: Any) -> Any:
     return None
 
 
+def _constant_term(call: Any, ndim: int) -> tuple[bool, Any] | None:
+    """``(adds, constant)`` of ``x + c``, ``x - c`` or ``nn.bias_add(x, c)`` (the bias reshaped
+    to broadcast along its axis), None for anything else."""
+    if not is_op_call(call, "add", "subtract", "nn.bias_add") or \
+            not isinstance(call.args[1], Constant):
+        return None
+    if call.op.name != "nn.bias_add":
+        return call.op.name == "add", call.args[1]
+    shape = [1] * ndim
+    shape[int(call.attrs.axis) % ndim] = -1
+    return True, _op.reshape(call.args[1], shape)
+
+
+def simplify_consecutive_add(call: Call, out_type: Any) -> Any:
+    out = _static(out_type)
+    if out is None or "int" not in out[1]:
+        return None
+    outer = _constant_term(call, len(out[0]))
+    inner = _constant_term(call.args[0], len(out[0])) if outer is not None else None
+    if inner is None or _static(type_of(call.args[0].args[0])) != out:
+        return None
+    # x + c1 + c2 = x + (c1 + c2), x + c1 - c2 = x + (c1 - c2), x - c1 + c2 = x - (c1 - c2),
+    # x - c1 - c2 = x - (c1 + c2): the inner sign stays, the constants fold later
+    (inner_adds, first), (outer_adds, second) = inner, outer
+    combine = _op.add if inner_adds == outer_adds else _op.subtract
+    keep = _op.add if inner_adds else _op.subtract
+    return keep(call.args[0].args[0], combine(first, second))
+
+
 _RULES: tuple[Callable[[Call, Any], Any], ...] = (
     simplify_reshape_chain, simplify_transpose, simplify_cast, simplify_identity_arithmetic,
+    simplify_consecutive_add,
 )
 
 

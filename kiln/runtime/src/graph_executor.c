@@ -2,7 +2,7 @@
  * The graph executor's run loop: one C call runs every operator of a graph.
  *
  * Entry points (called from kiln/runtime/graph_executor.py through ctypes):
- *   kiln_graph_run          run ops [begin, end) once, in order
+ *   kiln_graph_run          run ops [begin, end) once, in order, the thread pool held hot
  *   kiln_graph_run_repeated run ops [begin, end) `number` times (benchmark loop)
  *   kiln_graph_run_timed    run each op `number` times and record its mean seconds (debugger)
  *   kiln_graph_copy         packed function behind `__copy` nodes (copy input to output)
@@ -50,7 +50,8 @@ static int32_t kiln_graph_call(const KilnGraphOp* op) {
                 op->resource_handle);
 }
 
-int32_t kiln_graph_run(const KilnGraphOp* ops, int64_t begin, int64_t end, int64_t* failed_op) {
+static int32_t kiln_graph_run_ops(const KilnGraphOp* ops, int64_t begin, int64_t end,
+                                  int64_t* failed_op) {
   for (int64_t i = begin; i < end; ++i) {
     int32_t rc = kiln_graph_call(&ops[i]);
     if (rc != 0) {
@@ -62,13 +63,24 @@ int32_t kiln_graph_run(const KilnGraphOp* ops, int64_t begin, int64_t end, int64
   return 0;
 }
 
+/* The pool stays hot for the whole run: the serial kernels between two parallel ones would
+   otherwise let the workers fall asleep, and every parallel kernel would pay a wake-up. */
+int32_t kiln_graph_run(const KilnGraphOp* ops, int64_t begin, int64_t end, int64_t* failed_op) {
+  KilnRuntimePoolHold(1);
+  int32_t rc = kiln_graph_run_ops(ops, begin, end, failed_op);
+  KilnRuntimePoolHold(0);
+  return rc;
+}
+
 int32_t kiln_graph_run_repeated(const KilnGraphOp* ops, int64_t begin, int64_t end,
                                 int64_t number, int64_t* failed_op) {
-  for (int64_t k = 0; k < number; ++k) {
-    int32_t rc = kiln_graph_run(ops, begin, end, failed_op);
-    if (rc != 0) return rc;
+  int32_t rc = 0;
+  KilnRuntimePoolHold(1);
+  for (int64_t k = 0; k < number && rc == 0; ++k) {
+    rc = kiln_graph_run_ops(ops, begin, end, failed_op);
   }
-  return 0;
+  KilnRuntimePoolHold(0);
+  return rc;
 }
 
 int32_t kiln_graph_run_timed(const KilnGraphOp* ops, int64_t num_ops, int64_t number,

@@ -9,7 +9,8 @@
  *   TVMFuncRegisterGlobal / TVMFuncGetGlobal / TVMBackendGetFuncFromEnv  forwarded to Python
  *   TVMBackendRegisterSystemLibSymbol        the system-library symbol table
  * and, for kiln's Python side (kiln/runtime/packed_func.py, module.py, native.py):
- *   KilnRuntimeSetHooks, KilnRuntimeSetNumThreads, KilnRuntimeNumThreads, KilnSystemLibLookup.
+ *   KilnRuntimeSetHooks, KilnRuntimeSetNumThreads, KilnRuntimeNumThreads, KilnSystemLibLookup,
+ *   KilnRuntimePoolHold (keep the workers polling across a run), KilnRuntimePoolStats.
  *
  * A function handle points at a KilnFunction record (function pointer + resource handle), so
  * TVMFuncCall is a plain C call; a Python function gets a record whose pointer is a ctypes
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef __linux__
@@ -135,18 +137,36 @@ TVM_DLL int KilnRuntimeNumThreads(void) {
  */
 
 /*
- * Spin budgets in pause instructions (one pause is 65-80 ns on this Zen 3 box): an idle worker
- * polls ~70 us for the next launch, long enough for back-to-back kernels of a model to find it
- * awake and short enough not to eat a loaded machine's CPU; the caller polls ~20 us for
- * claimed tasks before sleeping, so a worker preempted mid-chunk can get the caller's core.
- * (Measured with benchmarks/parallel_threshold.py and benchmarks/models.py: with no worker
- * spin a 1024-element parallel kernel costs ~13 us instead of ~6 us.)
+ * Spin budgets, in nanoseconds of polling (the clock is read every ~1 us of pause
+ * instructions; a pause is 25-30 ns on Zen 4 and 65-80 ns on Zen 3, so budgets are time, not
+ * counts).
+ *
+ * An idle worker polls kKilnWorkerSpinNs for the next launch, then sleeps on a futex. Waking
+ * a sleeping worker costs the launching thread a futex syscall (~8 us on a 2-vCPU KVM guest)
+ * and the worker arrives tens of microseconds later, when a small kernel is already done: a
+ * launch to a sleeping pool costs more than it gains (benchmarks/parallel_launch.py). So a
+ * run of many kernels (the graph executor's loop, a VM invocation) holds the pool hot
+ * (KilnRuntimePoolHold): while a hold is in force, and for kKilnLingerNs after the last one
+ * ends (so back-to-back inferences find it awake), an idle worker keeps polling through the
+ * serial kernels between two parallel ones, for at most kKilnHotSpinNs since it last worked;
+ * with one thread configured it never polls past kKilnWorkerSpinNs (its CPU time would count
+ * against a single-threaded caller's). It does not sched_yield while polling: under EEVDF a yield
+ * gives the core away for a whole slice (milliseconds), and the worker then misses the
+ * launches it waits for (measured: 0 of 15 tasks taken at load 5, against 15 of 15).
+ *
+ * The caller polls kKilnJoinSpinNs for tasks that workers claimed before sleeping, so a
+ * worker preempted mid-chunk can get the caller's core; a task at a barrier polls
+ * kKilnBarrierSpinNs.
  */
+#define kKilnWorkerSpinNs 70000ull
+#define kKilnHotSpinNs 2000000ull
+#define kKilnLingerNs 1000000ull
+#define kKilnJoinSpinNs 20000ull
+#define kKilnBarrierSpinNs 70000ull
+
 enum {
-  kKilnMaxTeam = 1024,     /* task ids fit the 16-bit field of the claim word */
-  kKilnWorkerSpin = 1000,  /* pause iterations an idle worker polls before sleeping */
-  kKilnJoinSpin = 300,     /* pause iterations the caller polls before sleeping */
-  kKilnBarrierSpin = 1000, /* pause iterations a task polls at a barrier before sleeping */
+  kKilnMaxTeam = 1024,   /* task ids fit the 16-bit field of the claim word */
+  kKilnPollBatch = 32,   /* polls (one pause each) between two clock reads */
 };
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -189,20 +209,66 @@ static void kiln_futex_wake(int* word, int count) {
 
 #endif
 
-/* Wait until *word != value: poll `spin` times, then sleep (sleepers counts the sleepers). */
-static void kiln_wait_while_equal(int* word, int value, int spin, int* sleepers) {
-  for (int i = 0; i < spin; ++i) {
-    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return;
-    KILN_CPU_RELAX();
+/*
+ * What the pool did, counted exactly (KilnRuntimePoolStats): launches that used the pool,
+ * launches run inline, tasks run by workers, and the futex sleeps (and wakes) that make a
+ * launch slow. Benchmarks read them to tell a cold pool from a slow kernel.
+ */
+enum {
+  kKilnStatLaunches,     /* launches that published tasks to the workers */
+  kKilnStatInline,       /* launches run on the calling thread alone */
+  kKilnStatWorkerTasks,  /* task ids that workers claimed and ran */
+  kKilnStatWorkerSleeps, /* times an idle worker went to sleep on the futex */
+  kKilnStatJoinSleeps,   /* times a caller slept waiting for workers to finish */
+  kKilnStatBarrierSleeps, /* times a task slept at a barrier */
+  kKilnStatWakes,        /* futex wake calls (a sleeper had to be woken) */
+  kKilnStatCount
+};
+static uint64_t kiln_pool_stats[kKilnStatCount];
+
+static void kiln_count(int stat) {
+  __atomic_add_fetch(&kiln_pool_stats[stat], 1, __ATOMIC_RELAXED);
+}
+
+static uint64_t kiln_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Poll until *word != value, for at most `budget_ns` after `start`. Return 1 when the word
+   changed. */
+static int kiln_poll_while_equal(int* word, int value, uint64_t start, uint64_t budget_ns) {
+  for (;;) {
+    for (int i = 0; i < kKilnPollBatch; ++i) {
+      if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return 1;
+      KILN_CPU_RELAX();
+    }
+    if (kiln_now_ns() - start >= budget_ns) return 0;
   }
+}
+
+/* Sleep until *word != value (sleepers counts the sleepers; `stat` counts the sleeps). */
+static void kiln_sleep_while_equal(int* word, int value, int* sleepers, int stat) {
+  kiln_count(stat);
   __atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
   while (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) kiln_futex_wait(word, value);
   __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Wait until *word != value: poll for `spin_ns`, then sleep. */
+static void kiln_wait_while_equal(int* word, int value, uint64_t spin_ns, int* sleepers,
+                                  int stat) {
+  if (kiln_poll_while_equal(word, value, kiln_now_ns(), spin_ns)) return;
+  kiln_sleep_while_equal(word, value, sleepers, stat);
+}
+
 /* Publish a change of *word (already stored, seq_cst) to up to `count` sleepers. */
 static void kiln_wake_sleepers(int* word, int* sleepers, int count) {
-  if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) > 0) kiln_futex_wake(word, count);
+  if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) > 0) {
+    kiln_count(kKilnStatWakes);
+    kiln_futex_wake(word, count);
+  }
 }
 
 typedef struct {
@@ -225,6 +291,8 @@ typedef struct {
   /* waking idle workers */
   int wake_seq;     /* bumped on every publish; futex word */
   int idle_sleepers;
+  int holds;        /* runs holding the pool hot (KilnRuntimePoolHold) */
+  uint64_t released_ns; /* when the last hold ended */
   /* the pool */
   int busy;         /* a launch owns the pool */
   int workers;      /* worker threads started */
@@ -253,6 +321,7 @@ static int kiln_claim_task(KilnPool* pool) {
 }
 
 static void kiln_worker_run(KilnPool* pool, int task_id) {
+  kiln_count(kKilnStatWorkerTasks);
   if (pool->flambda(task_id, &pool->env, pool->cdata) != 0) {
     char* message = strdup(TVMGetLastError());
     char* none = NULL;
@@ -266,6 +335,26 @@ static void kiln_worker_run(KilnPool* pool, int task_id) {
   kiln_wake_sleepers(&pool->finished, &pool->caller_sleeping, 1);
 }
 
+/* Whether idle workers should keep polling at `now`: a run holds the pool, or the last one
+   ended less than kKilnLingerNs ago; never with one thread configured. */
+static int kiln_pool_hot(KilnPool* pool, uint64_t now) {
+  if (KilnRuntimeNumThreads() <= 1) return 0;
+  if (__atomic_load_n(&pool->holds, __ATOMIC_RELAXED) > 0) return 1;
+  return now - __atomic_load_n(&pool->released_ns, __ATOMIC_RELAXED) < kKilnLingerNs;
+}
+
+/* Wait for the next publish after `seen`: poll, keep polling (bounded) while the pool is hot,
+   then sleep. */
+static void kiln_worker_idle(KilnPool* pool, int seen) {
+  uint64_t start = kiln_now_ns();
+  if (kiln_poll_while_equal(&pool->wake_seq, seen, start, kKilnWorkerSpinNs)) return;
+  for (uint64_t now = kiln_now_ns(); now - start < kKilnHotSpinNs && kiln_pool_hot(pool, now);
+       now = kiln_now_ns()) {
+    if (kiln_poll_while_equal(&pool->wake_seq, seen, now, 1000)) return; /* ~1 us of polls */
+  }
+  kiln_sleep_while_equal(&pool->wake_seq, seen, &pool->idle_sleepers, kKilnStatWorkerSleeps);
+}
+
 static void* kiln_worker_main(void* arg) {
   KilnPool* pool = (KilnPool*)arg;
   kiln_inside_launch = 1; /* launches from a worker's task run inline */
@@ -275,7 +364,7 @@ static void* kiln_worker_main(void* arg) {
     int seen = __atomic_load_n(&pool->wake_seq, __ATOMIC_SEQ_CST);
     int task_id;
     while ((task_id = kiln_claim_task(pool)) >= 0) kiln_worker_run(pool, task_id);
-    kiln_wait_while_equal(&pool->wake_seq, seen, kKilnWorkerSpin, &pool->idle_sleepers);
+    kiln_worker_idle(pool, seen);
   }
   return NULL;
 }
@@ -288,6 +377,8 @@ static void kiln_pool_after_fork(void) {
   pool->workers = 0;
   pool->busy = 0;
   pool->idle_sleepers = 0;
+  pool->holds = 0; /* the threads that held it are not in the child */
+  pool->released_ns = 0;
   pthread_mutex_init(&pool->grow_lock, NULL);
 }
 
@@ -320,6 +411,7 @@ static int kiln_pool_grow(KilnPool* pool, int wanted) {
 }
 
 static int kiln_run_inline(FTVMParallelLambda flambda, void* cdata) {
+  kiln_count(kKilnStatInline);
   TVMParallelGroupEnv env = {NULL, 1};
   int was_inside = kiln_inside_launch;
   kiln_inside_launch = 1;
@@ -344,6 +436,7 @@ TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, in
     __atomic_store_n(&pool->busy, 0, __ATOMIC_RELEASE);
     return kiln_run_inline(flambda, cdata);
   }
+  kiln_count(kKilnStatLaunches);
   /* Nothing of the previous launch is in flight: its caller waited for every claimed task. */
   pool->flambda = flambda;
   pool->cdata = cdata;
@@ -370,7 +463,8 @@ TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, in
   /* only the tasks that workers claimed are waited for; they are running or finished */
   int by_workers = team - by_caller, done;
   while ((done = __atomic_load_n(&pool->finished, __ATOMIC_SEQ_CST)) != by_workers) {
-    kiln_wait_while_equal(&pool->finished, done, kKilnJoinSpin, &pool->caller_sleeping);
+    kiln_wait_while_equal(&pool->finished, done, kKilnJoinSpinNs, &pool->caller_sleeping,
+                          kKilnStatJoinSleeps);
   }
 
   int failed = caller_failed || __atomic_load_n(&pool->failed, __ATOMIC_RELAXED);
@@ -380,6 +474,36 @@ TVM_DLL int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, in
   pool->worker_error = NULL;
   __atomic_store_n(&pool->busy, 0, __ATOMIC_RELEASE);
   return failed ? -1 : 0;
+}
+
+/* Copy up to `n` counters (in the enum's order) to `out`, zero them when `reset`, and after
+   them two gauges: the workers asleep now and the workers started. Return how many values
+   there are. */
+TVM_DLL int KilnRuntimePoolStats(uint64_t* out, int n, int reset) {
+  for (int i = 0; i < kKilnStatCount && i < n; ++i) {
+    out[i] = reset ? __atomic_exchange_n(&kiln_pool_stats[i], 0, __ATOMIC_RELAXED)
+                   : __atomic_load_n(&kiln_pool_stats[i], __ATOMIC_RELAXED);
+  }
+  if (n > kKilnStatCount) {
+    out[kKilnStatCount] = (uint64_t)__atomic_load_n(&kiln_pool.idle_sleepers, __ATOMIC_SEQ_CST);
+  }
+  if (n > kKilnStatCount + 1) {
+    out[kKilnStatCount + 1] = (uint64_t)__atomic_load_n(&kiln_pool.workers, __ATOMIC_ACQUIRE);
+  }
+  return kKilnStatCount + 2;
+}
+
+/*
+ * Hold the pool hot (`hold` nonzero) or release one hold (zero): while any hold is in force,
+ * idle workers poll for launches between kernels instead of sleeping, and for a moment after
+ * the last hold ends (bounded, see the spin budgets above). The graph executor's loop holds
+ * it for a run; holds nest and may come from several threads. Returns the number of holds
+ * now in force.
+ */
+TVM_DLL int KilnRuntimePoolHold(int hold) {
+  int holds = __atomic_add_fetch(&kiln_pool.holds, hold ? 1 : -1, __ATOMIC_RELEASE);
+  if (holds == 0) __atomic_store_n(&kiln_pool.released_ns, kiln_now_ns(), __ATOMIC_RELAXED);
+  return holds;
 }
 
 TVM_DLL int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
@@ -392,7 +516,8 @@ TVM_DLL int TVMBackendParallelBarrier(int task_id, TVMParallelGroupEnv* penv) {
     __atomic_add_fetch(&barrier->phase, 1, __ATOMIC_SEQ_CST);
     kiln_wake_sleepers(&barrier->phase, &barrier->sleepers, INT32_MAX);
   } else {
-    kiln_wait_while_equal(&barrier->phase, phase, kKilnBarrierSpin, &barrier->sleepers);
+    kiln_wait_while_equal(&barrier->phase, phase, kKilnBarrierSpinNs, &barrier->sleepers,
+                          kKilnStatBarrierSleeps);
   }
   return 0;
 }

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from kiln.runtime import ndarray as _nd
+from kiln.runtime import thread_pool
 from kiln.runtime.container import ADT
 from kiln.runtime.device import Device, cpu
 from kiln.runtime.device_api import DeviceNDArray
@@ -733,15 +734,17 @@ class VirtualMachine:
             raise TVMError(f"@{func_name}: inputs {missing} were never set")
         direct = self._direct[index]
         result = None
-        if direct is not None:
-            try:
-                result = direct.run(inputs, self.allocators)
-            except SegmentError as err:
-                instr = func.instructions[err.pc]
-                raise type(err)(f"{err}\n  in @{func_name} instruction {err.pc} "
-                                f"({instr.opcode.name})", err.pc) from err
-        if result is None:
-            result = self._invoke_global(index, inputs)  # copied into the register file
+        # the workers keep polling between this run's parallel kernels instead of sleeping
+        with thread_pool.hot():
+            if direct is not None:
+                try:
+                    result = direct.run(inputs, self.allocators)
+                except SegmentError as err:
+                    instr = func.instructions[err.pc]
+                    raise type(err)(f"{err}\n  in @{func_name} instruction {err.pc} "
+                                    f"({instr.opcode.name})", err.pc) from err
+            if result is None:
+                result = self._invoke_global(index, inputs)  # copied into the register file
         outputs = self._outputs.get(func_name)
         if outputs:
             self._copy_to_outputs(func_name, result, outputs)

@@ -5,7 +5,8 @@ Entry points: :func:`schedule_injective` (vectorizable inner loop, no ``parallel
 :func:`conv2d_nhwc_1x1_micro_kernel` (a C micro-kernel through ``import_c`` + ``tensorize``,
 :mod:`.dense`), :func:`schedule_conv2d_direct` (other convolutions, no whole intermediate
 tensor), the int8 dense and convolution micro-kernels (``SMLAD`` with the DSP extension,
-portable C without: :mod:`.gemv_s8`), and the generic schedules for everything else.
+portable C without: :mod:`.gemv_s8`), the int8 depthwise one (``SMLABB``/``SMLATT``:
+:mod:`.depthwise_s8`), and the generic schedules for everything else.
 """
 
 from __future__ import annotations

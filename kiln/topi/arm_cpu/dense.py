@@ -27,7 +27,7 @@ from kiln.topi.utils import divisor_at_most, get_const_int, get_const_tuple
 
 __all__ = ["dense_micro_kernel", "schedule_dense_micro_kernel", "gemv_intrin", "gemv_source",
            "conv2d_nhwc_1x1_micro_kernel", "schedule_conv2d_nhwc_1x1_micro_kernel",
-           "conv2d_1x1_applies", "schedule_micro_kernel", "MAX_ROWS"]
+           "conv2d_1x1_applies", "schedule_micro_kernel", "find_tagged", "MAX_ROWS"]
 
 # Outputs per micro-kernel call: 8 accumulators + operands fit the M4F's 32 s-registers.
 MAX_ROWS = 8
@@ -150,7 +150,7 @@ def schedule_micro_kernel(outs: Any, main_tag: str, b_order: str,
     ``row_stride`` the extent of all of them (the distance between two outputs' weights)."""
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
-    main = _find_tagged(outs[0].op, main_tag)
+    main = find_tagged(outs[0].op, main_tag)
     for op in _epilogue(outs[0].op, main):
         if op not in [t.op for t in outs]:
             sch[op].compute_inline()
@@ -189,12 +189,13 @@ def _reduce_extent(op: Any) -> int:
     return extent
 
 
-def _find_tagged(op: Any, tag: str) -> Any:
+def find_tagged(op: Any, tag: str) -> Any:
+    """The compute op tagged ``tag`` at or above ``op`` (None when there is none)."""
     if op.tag == tag:
         return op
     for t in op.input_tensors:
         if hasattr(t.op, "body"):
-            found = _find_tagged(t.op, tag)
+            found = find_tagged(t.op, tag)
             if found is not None:
                 return found
     return None

@@ -1,43 +1,369 @@
-"""Fused recurrent cells: one time step of an LSTM, GRU or simple RNN as one kernel.
+"""Recurrent layers: one direction of an LSTM, GRU or simple RNN over a whole sequence, as one
+kernel.
 
-Entry points: :func:`lstm_cell`, :func:`gru_cell`, :func:`rnn_cell`,
-:func:`packed_recurrent_weight_shape`.
+Entry points: :func:`lstm_sequence`, :func:`gru_sequence`, :func:`rnn_sequence`,
+:func:`packed_recurrent_weight_shape`, :data:`RNN_ACTIVATIONS`, :data:`KERNEL_SOURCE`.
 
 A recurrent layer spends its time in the per-step product of the hidden state with the
 recurrent weight ``R`` (``[G * H, H]`` for ``G`` gates, ONNX's gate order) and the gate
-arithmetic after it. The input projection of every step is one GEMM computed before the loop
+arithmetic after it. The input projection of every step is one GEMM computed before the layer
 (``xproj [T, B, G * H]``, input biases and the biases that add outside a gate's product
-included); a cell reads row ``step + offset`` of it, ``step`` a 0-d int32 tensor (so every step
-of a layer runs the same compiled kernel), clamped into ``[0, T)``; the constant ``offset``
-lets a loop unrolled ``U`` times read rows ``t .. t + U - 1`` from one ``t``. ``R`` arrives
-packed as ``[H / n, H, G, n]``, ``packed[jb, k, q, ji] = R[q * H + jb * n + ji, k]``: for a
-block of ``n`` hidden units the products of all ``G`` gates read one contiguous run of ``G *
-n`` floats per ``k``, and the gate epilogue of those units runs right after them, with no ``[B,
-G * H]`` buffer. ``tanh`` is ``fast_tanh`` in float32 (error below 8e-7), which vectorizes
-where libm's ``tanhf`` does not.
+included; ``T`` may be symbolic); the layer is then one call of a C kernel that runs the
+``T`` steps itself, so a sequence costs one kernel call whatever its length, on the graph
+executor and on the VM alike. ``R`` arrives packed as ``[H / n, H, G, n]``, ``packed[jb, k, q,
+ji] = R[q * H + jb * n + ji, k]``: for a block of ``n`` hidden units the products of all
+``G`` gates read one contiguous run of ``G * n`` floats per ``k`` into ``G * n`` accumulators
+(registers), and the gate epilogue of those units runs right after them.
+
+Threads: when a step's product is large enough (``parallel_min_macs``), the kernel launches
+kiln's thread pool once for the whole sequence; each task owns a fixed share of the hidden
+blocks and the tasks meet at a barrier after each step (the next step reads every unit of
+the new state), instead of waking the pool once per step. ``tanh`` and ``sigmoid`` are
+``fast_tanh``'s rational function (error below 8e-7; ``sigmoid(x) = (1 + tanh(x / 2)) / 2``),
+which vectorizes where libm's ``tanhf``/``expf`` do not.
 
 Example
 -------
 >>> from kiln import te
->>> from kiln.topi.nn.rnn import lstm_cell
->>> out = lstm_cell(te.placeholder((4, 1, 64)), te.placeholder((2, 1, 16)),
-...                 te.placeholder((1, 16, 4, 16)), te.placeholder((), "int32"))
->>> [int(d) for d in out.shape]
-[2, 1, 16]
+>>> from kiln.topi.nn.rnn import lstm_sequence
+>>> y, state = lstm_sequence(te.placeholder((4, 1, 64)), te.placeholder((2, 1, 16)),
+...                          te.placeholder((1, 16, 4, 16)))
+>>> [int(d) for d in y.shape], [int(d) for d in state.shape]
+([4, 1, 16], [2, 1, 16])
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from kiln import te
+from kiln import te, tir
 from kiln.runtime.error import TVMError
-from kiln.tir import op as _op
-from kiln.topi.math import UNARY
+from kiln.topi.math import FAST_EXP_POLYNOMIAL, FAST_TANH_RATIONAL
 from kiln.topi.utils import get_const_int
 
-__all__ = ["lstm_cell", "gru_cell", "rnn_cell", "packed_recurrent_weight_shape",
-           "RNN_ACTIVATIONS"]
+__all__ = ["lstm_sequence", "gru_sequence", "rnn_sequence", "packed_recurrent_weight_shape",
+           "RNN_ACTIVATIONS", "KERNEL_SOURCE"]
+
+KERNEL_NAME = "kiln_rnn_sequence"
+# The activations of a simple RNN the kernel applies (ONNX names, lower case; none takes alpha);
+# the value is the kernel's code for it.
+RNN_ACTIVATIONS = {"tanh": 0, "relu": 1, "sigmoid": 2}
+# the kernel's cell kinds and their gate counts
+_KINDS = {"rnn": (0, 1), "lstm": (1, 4), "gru": (2, 3)}
+# lanes of the packed weight the kernel has a register-blocked product for
+_LANES = (1, 2, 4, 8, 16)
+
+
+def _c_horner(coeffs: tuple[float, ...], var: str) -> str:
+    text = f"{coeffs[-1]!r}f"
+    for c in coeffs[-2::-1]:
+        text = f"({text} * {var} + {c!r}f)"
+    return text
+
+
+def _kernel_source() -> str:
+    p, q, bound = FAST_TANH_RATIONAL
+    return (_KERNEL_TEMPLATE.replace("@BOUND@", f"{bound!r}f")
+            .replace("@TANH_P@", _c_horner(p, "t")).replace("@TANH_Q@", _c_horner(q, "t"))
+            .replace("@EXP_P@", _c_horner(FAST_EXP_POLYNOMIAL, "r")))
+
+
+_KERNEL_TEMPLATE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#ifndef KILN_RNN_SEQUENCE_DEFINED
+#define KILN_RNN_SEQUENCE_DEFINED
+#if defined(__GNUC__)
+#define KILN_RNN_INLINE static inline __attribute__((always_inline))
+#else
+#define KILN_RNN_INLINE static inline
+#endif
+enum { KILN_RNN = 0, KILN_LSTM = 1, KILN_GRU = 2 };
+enum { KILN_RNN_MAX_OWNERS = 64 }; /* tasks beyond these only take over others' units */
+
+/* A task's share of the work: its units handed out and finished over all stages, on a cache
+   line of their own (the other tasks read them only to take over a unit or to see a stage
+   finished). */
+typedef struct {
+  intptr_t claimed, completed;
+#if defined(__GNUC__)
+} __attribute__((aligned(64))) KilnRnnShare;
+#else
+} KilnRnnShare;
+#endif
+
+typedef struct {
+  const float* xproj;  /* [T, B, G * H] */
+  const float* h0;     /* [B, H] */
+  const float* weight; /* [H / L, H, G, L] */
+  const float* hbias;  /* [H]: the GRU candidate gate's recurrent bias */
+  float* y;            /* [T, B, H] */
+  float* h_out;        /* [B, H]; a GRU with linear_before_reset = 0 keeps r * h here */
+  float* c;            /* [B, H]: the LSTM cell state, updated in place */
+  int64_t steps, batch, hidden, lanes, gates;
+  int32_t kind, activation, reverse, linear_before_reset;
+  float lo, hi; /* the clip range of the gate pre-activations (+-inf: none) */
+  KilnRnnShare share[KILN_RNN_MAX_OWNERS]; /* a team's bookkeeping, zero at the start */
+} KilnRnnSequence;
+
+/* fast_tanh (kiln.topi.math): an odd rational function on [-bound, bound]; NaN stays NaN */
+KILN_RNN_INLINE float kiln_rnn_tanh(float x) {
+  const float xc = x < -@BOUND@ ? -@BOUND@ : (x > @BOUND@ ? @BOUND@ : x);
+  const float t = xc * xc;
+  return xc * @TANH_P@ / @TANH_Q@;
+}
+
+/* 1 / (1 + e^-x) with fast_exp's polynomial (kiln.topi.math): relative error ~2e-7 also
+   where the result is tiny (a gate nearly closed); NaN stays NaN */
+KILN_RNN_INLINE float kiln_rnn_sigmoid(float x) {
+  const float xc = x < -88.0f ? 88.0f : (x > 88.0f ? -88.0f : -x);
+  const float n = floorf(xc * 1.4426950408889634f + 0.5f);
+  const float r = xc - n * 0.693359375f + n * 2.12194440e-4f;
+  const int32_t bits = ((int32_t)n + 127) * (1 << 23); /* 2^n, n in [-127, 127] */
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  const float e = (r * r * @EXP_P@ + r + 1.0f) * scale;
+  return x != x ? x : 1.0f / (1.0f + e);
+}
+
+KILN_RNN_INLINE float kiln_rnn_clip(float x, float lo, float hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+#if defined(__GNUC__)
+/* the target's float vector (gcc/clang vector extension): KILN_RNN_VW lanes */
+#if defined(__AVX512F__)
+#define KILN_RNN_VW 16
+#elif defined(__AVX__)
+#define KILN_RNN_VW 8
+#else
+#define KILN_RNN_VW 4
+#endif
+typedef float kiln_rnn_vec __attribute__((vector_size(KILN_RNN_VW * sizeof(float))));
+
+/* kiln_rnn_dot for 16 lanes in vector registers (a compiler left to choose vectorizes along k
+   for small C). With one or two gates, k is split in two halves of the accumulators, so that
+   the chain of dependent multiply-adds is not what sets the pace. */
+KILN_RNN_INLINE void kiln_rnn_dot16(float* restrict acc, const float* restrict h,
+                                    const float* restrict w, int64_t hidden, int64_t stride,
+                                    int C) {
+  enum { NV = 16 / KILN_RNN_VW };
+  const int split = C <= 2 ? 2 : 1;
+  kiln_rnn_vec a[2][4 * NV], wv;
+  for (int u = 0; u < 2; ++u)
+    for (int i = 0; i < 4 * NV; ++i) a[u][i] = (kiln_rnn_vec){0};
+  int64_t k = 0;
+  for (; k + split <= hidden; k += split)
+    for (int u = 0; u < split; ++u)
+      for (int i = 0; i < C * NV; ++i) {
+        memcpy(&wv, w + (k + u) * stride + i * KILN_RNN_VW, sizeof wv);
+        a[u][i] += h[k + u] * wv;
+      }
+  for (; k < hidden; ++k)
+    for (int i = 0; i < C * NV; ++i) {
+      memcpy(&wv, w + k * stride + i * KILN_RNN_VW, sizeof wv);
+      a[0][i] += h[k] * wv;
+    }
+  for (int i = 0; i < C * NV; ++i) {
+    wv = a[0][i] + a[1][i];
+    memcpy(acc + i * KILN_RNN_VW, &wv, sizeof wv);
+  }
+}
+#endif
+
+/* acc[i] = sum_k h[k] * w[k * stride + i] for i < C * L: the products of C gates of one
+   block of L hidden units. Inlined with constant C and L, the C * L accumulators are
+   registers and the loops vectorize. */
+KILN_RNN_INLINE void kiln_rnn_dot(float* restrict acc, const float* restrict h,
+                                  const float* restrict w, int64_t hidden, int64_t stride,
+                                  int C, int L) {
+#if defined(__GNUC__)
+  if (L == 16) {
+    kiln_rnn_dot16(acc, h, w, hidden, stride, C);
+    return;
+  }
+#endif
+  float a[4 * 16];
+  for (int i = 0; i < C * L; ++i) a[i] = 0.0f;
+  for (int64_t k = 0; k < hidden; ++k) {
+    const float hk = h[k];
+    const float* restrict wk = w + k * stride;
+    for (int i = 0; i < C * L; ++i) a[i] += hk * wk[i];
+  }
+  for (int i = 0; i < C * L; ++i) acc[i] = a[i];
+}
+
+/* One step of the hidden units [j0, j0 + L) of batch row b: h, the previous hidden state
+   [B, H]; x, the step's projection row [B, G * H]; out, the step's output row [B, H].
+   Phase 1 is the candidate half of a GRU with linear_before_reset = 0. */
+KILN_RNN_INLINE void kiln_rnn_block(const KilnRnnSequence* p, int phase, int64_t b,
+                                    int64_t j0, const float* h, const float* x, float* out,
+                                    int L) {
+  const int64_t H = p->hidden, G = p->gates;
+  const float lo = p->lo, hi = p->hi;
+  const float* restrict w = p->weight + (j0 / L) * H * G * L;
+  const float* restrict hb = h + b * H;
+  const float* restrict xb = x + b * G * H + j0;
+  float* restrict ob = out + b * H + j0;
+  const float* restrict bias = p->hbias + j0;
+  float acc[4 * 16];
+  if (p->kind == KILN_RNN) {
+    kiln_rnn_dot(acc, hb, w, H, G * L, 1, L);
+    if (p->activation == 0) {
+      for (int i = 0; i < L; ++i) ob[i] = kiln_rnn_tanh(kiln_rnn_clip(xb[i] + acc[i], lo, hi));
+    } else if (p->activation == 1) {
+      for (int i = 0; i < L; ++i) {
+        const float v = kiln_rnn_clip(xb[i] + acc[i], lo, hi);
+        ob[i] = v > 0.0f ? v : 0.0f;
+      }
+    } else {
+      for (int i = 0; i < L; ++i)
+        ob[i] = kiln_rnn_sigmoid(kiln_rnn_clip(xb[i] + acc[i], lo, hi));
+    }
+  } else if (p->kind == KILN_LSTM) {
+    float* restrict cb = p->c + b * H + j0;
+    kiln_rnn_dot(acc, hb, w, H, G * L, 4, L);
+    for (int i = 0; i < L; ++i) { /* gates i, o, f, c */
+      const float gi = kiln_rnn_sigmoid(kiln_rnn_clip(xb[i] + acc[i], lo, hi));
+      const float go = kiln_rnn_sigmoid(kiln_rnn_clip(xb[H + i] + acc[L + i], lo, hi));
+      const float gf = kiln_rnn_sigmoid(kiln_rnn_clip(xb[2 * H + i] + acc[2 * L + i], lo, hi));
+      const float gc = kiln_rnn_tanh(kiln_rnn_clip(xb[3 * H + i] + acc[3 * L + i], lo, hi));
+      const float c = gf * cb[i] + gi * gc;
+      cb[i] = c;
+      ob[i] = go * kiln_rnn_tanh(c);
+    }
+  } else if (p->linear_before_reset) { /* GRU: n = tanh(xh + r * (h @ Rh.T + Rbh)) */
+    kiln_rnn_dot(acc, hb, w, H, G * L, 3, L);
+    for (int i = 0; i < L; ++i) {
+      const float z = kiln_rnn_sigmoid(kiln_rnn_clip(xb[i] + acc[i], lo, hi));
+      const float r = kiln_rnn_sigmoid(kiln_rnn_clip(xb[H + i] + acc[L + i], lo, hi));
+      const float n = kiln_rnn_tanh(
+          kiln_rnn_clip(xb[2 * H + i] + r * (acc[2 * L + i] + bias[i]), lo, hi));
+      ob[i] = (1.0f - z) * n + z * hb[j0 + i];
+    }
+  } else if (phase == 0) { /* GRU, n = tanh(xh + (r * h) @ Rh.T + Rbh): gates z, r first */
+    float* restrict rh = p->h_out + b * H + j0;
+    kiln_rnn_dot(acc, hb, w, H, G * L, 2, L);
+    for (int i = 0; i < L; ++i) {
+      /* z waits in the output row, which this task fills in phase 1 */
+      ob[i] = kiln_rnn_sigmoid(kiln_rnn_clip(xb[i] + acc[i], lo, hi));
+      rh[i] = kiln_rnn_sigmoid(kiln_rnn_clip(xb[H + i] + acc[L + i], lo, hi)) * hb[j0 + i];
+    }
+  } else {
+    kiln_rnn_dot(acc, p->h_out + b * H, w + 2 * L, H, G * L, 1, L);
+    for (int i = 0; i < L; ++i) {
+      const float z = ob[i];
+      const float n = kiln_rnn_tanh(kiln_rnn_clip(xb[2 * H + i] + acc[i] + bias[i], lo, hi));
+      ob[i] = (1.0f - z) * n + z * hb[j0 + i];
+    }
+  }
+}
+
+/* kiln_rnn_block specialized for each lane count the packed weight may have */
+static void kiln_rnn_block_any(const KilnRnnSequence* p, int phase, int64_t b, int64_t j0,
+                               const float* h, const float* x, float* out) {
+  switch (p->lanes) {
+    case 16: kiln_rnn_block(p, phase, b, j0, h, x, out, 16); break;
+    case 8: kiln_rnn_block(p, phase, b, j0, h, x, out, 8); break;
+    case 4: kiln_rnn_block(p, phase, b, j0, h, x, out, 4); break;
+    case 2: kiln_rnn_block(p, phase, b, j0, h, x, out, 2); break;
+    default: kiln_rnn_block(p, phase, b, j0, h, x, out, 1); break;
+  }
+}
+
+/* The hidden state of the step before stage `stage` (a step is one stage, two for a GRU with
+   linear_before_reset = 0); runs one (batch row, hidden block) unit of the stage. */
+static void kiln_rnn_unit(const KilnRnnSequence* p, intptr_t stage, intptr_t unit, int phases) {
+  const int64_t B = p->batch, H = p->hidden, L = p->lanes, T = p->steps;
+  const int64_t s = stage / phases, blocks = H / L;
+  const int64_t t = p->reverse ? T - 1 - s : s;
+  const float* h = s == 0 ? p->h0 : p->y + (p->reverse ? t + 1 : t - 1) * B * H;
+  const float* x = p->xproj + t * B * p->gates * H;
+  kiln_rnn_block_any(p, (int)(stage % phases), unit / blocks, (unit % blocks) * L, h, x,
+                     p->y + t * B * H);
+}
+
+/* How many stages have every unit finished: units of a stage start only once the stages
+   before it are finished, so the finished units are whole stages and part of the next. */
+static intptr_t kiln_rnn_stages_done(KilnRnnSequence* p, int owners, intptr_t units) {
+  intptr_t done = 0;
+  for (int o = 0; o < owners; ++o)
+    done += __atomic_load_n(&p->share[o].completed, __ATOMIC_ACQUIRE);
+  return done / units;
+}
+
+/* Task `task_id` of the whole sequence. Alone, it runs every unit of every stage in order. In
+   a team, each of the first KILN_RNN_MAX_OWNERS tasks owns a fixed share of each stage's
+   units, so its part of the weight stays in its core's cache from step to step; it claims its
+   own units one at a time, a unit of a stage only once every unit of the stages before it
+   has finished (a step reads the whole previous state). A task with no own unit ready takes
+   over one of another task's: a task that is not running (preempted, still waking) holds
+   nothing, so the others never wait for it as they would at a barrier; only a unit in flight
+   is waited for. */
+static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
+  KilnRnnSequence* p = (KilnRnnSequence*)cdata;
+  const intptr_t units = (intptr_t)(p->batch * (p->hidden / p->lanes));
+  const int phases = p->kind == KILN_GRU && !p->linear_before_reset ? 2 : 1;
+  const intptr_t stages = (intptr_t)p->steps * phases;
+  const int owners = penv->num_task < KILN_RNN_MAX_OWNERS ? penv->num_task
+                                                           : KILN_RNN_MAX_OWNERS;
+  if (owners <= 1) {
+    for (intptr_t i = 0; i < stages * units; ++i) kiln_rnn_unit(p, i / units, i % units, phases);
+    return 0;
+  }
+  intptr_t done = 0; /* stages known finished */
+  for (;;) {
+    int busy = 0, ran = 0;
+    for (int k = 0; k < owners && !ran; ++k) {
+      const int o = (task_id + k) % owners; /* its own share first */
+      const intptr_t first = units * o / owners, size = units * (o + 1) / owners - first;
+      KilnRnnShare* share = &p->share[o];
+      intptr_t next = __atomic_load_n(&share->claimed, __ATOMIC_RELAXED);
+      if (size == 0 || next >= stages * size) continue;
+      busy = 1;
+      if (next / size > done) done = kiln_rnn_stages_done(p, owners, units);
+      if (next / size > done) continue;
+      if (__atomic_compare_exchange_n(&share->claimed, &next, next + 1, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_RELAXED)) {
+        kiln_rnn_unit(p, next / size, first + next % size, phases);
+        __atomic_add_fetch(&share->completed, 1, __ATOMIC_RELEASE);
+      }
+      ran = 1; /* ran a unit, or lost one to another task: look again from the own share */
+    }
+    if (!busy) return 0;
+#if defined(__x86_64__) || defined(__i386__)
+    if (!ran) __builtin_ia32_pause();
+#endif
+  }
+}
+
+/* One direction of a recurrent layer over its T steps (see kiln/topi/nn/rnn.py): state0 is
+   h0 [B, H] (LSTM: [2, B, H], h0 then c0) and state_out the final state, same layout. */
+static int32_t kiln_rnn_sequence(int32_t kind, int32_t activation, int32_t reverse,
+                                 int32_t linear_before_reset, int32_t has_clip, float clip,
+                                 int64_t steps, int64_t batch, int64_t hidden, int64_t lanes,
+                                 int32_t parallel, const float* xproj, const float* state0,
+                                 const float* weight, const float* hbias, float* y,
+                                 float* state_out) {
+  const int64_t size = batch * hidden;
+  KilnRnnSequence p = {xproj, state0, weight, hbias, y, state_out,
+                       kind == KILN_LSTM ? state_out + size : NULL,
+                       steps, batch, hidden, lanes,
+                       kind == KILN_LSTM ? 4 : kind == KILN_GRU ? 3 : 1,
+                       kind, activation, reverse, linear_before_reset,
+                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY, {{0, 0}}};
+  if (kind == KILN_LSTM) memcpy(p.c, state0 + size, sizeof(float) * size);
+  if (steps > 0) {
+    int32_t rc = TVMBackendParallelLaunch(kiln_rnn_sequence_task, &p, parallel ? 0 : 1);
+    if (rc != 0) return rc;
+  }
+  const float* last = steps == 0 ? state0 : y + (reverse ? 0 : steps - 1) * size;
+  memcpy(state_out, last, sizeof(float) * size);
+  return 0;
+}
+#endif
+"""
+
+KERNEL_SOURCE = _kernel_source()
 
 
 def packed_recurrent_weight_shape(hidden: int, gates: int, lanes: int) -> tuple[int, ...]:
@@ -48,159 +374,98 @@ def packed_recurrent_weight_shape(hidden: int, gates: int, lanes: int) -> tuple[
     return (hidden // lanes, hidden, gates, lanes)
 
 
-def _check(op_name: str, xproj: te.Tensor, hidden_in: te.Tensor, weight: te.Tensor,
+def _check(op_name: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
            gates: int) -> tuple[int, int, int]:
-    """(batch, hidden, lanes) after checking the operand shapes agree."""
+    """(batch, hidden, lanes) after checking the operand shapes and dtypes agree."""
     batch, width = (get_const_int(d) for d in xproj.shape[1:])
     blocks, k, g, lanes = (get_const_int(d) for d in weight.shape)
     hidden = blocks * lanes
     if g != gates or k != hidden or width != gates * hidden:
         raise TVMError(f"{op_name}: weight {[blocks, k, g, lanes]} does not pack {gates} gates "
                        f"of the projected input's width {width}")
-    if get_const_int(hidden_in.shape[-1]) != hidden or \
-            get_const_int(hidden_in.shape[-2]) != batch:
-        raise TVMError(f"{op_name}: state {[get_const_int(d) for d in hidden_in.shape]} does "
+    if [get_const_int(d) for d in state.shape[-2:]] != [batch, hidden]:
+        raise TVMError(f"{op_name}: state {[get_const_int(d) for d in state.shape]} does "
                        f"not match batch {batch} and hidden size {hidden}")
+    if lanes not in _LANES:
+        raise TVMError(f"{op_name}: the packed weight has {lanes} lanes; the kernel takes "
+                       f"one of {list(_LANES)}")
+    if {str(t.dtype) for t in (xproj, state, weight)} != {"float32"}:
+        raise TVMError(f"{op_name}: the kernel computes float32 only, got "
+                       f"{[str(t.dtype) for t in (xproj, state, weight)]}")
     return batch, hidden, lanes
 
 
-def _row(step: te.Tensor, steps: Any, offset: int) -> Any:
-    """The projection row a cell reads: ``step + offset`` clamped into ``[0, T)``."""
-    index = _op.cast(step(), "int32") if len(step.shape) == 0 else _op.cast(step[0], "int32")
-    return _op.min(_op.max(index + offset, 0), _op.cast(steps, "int32") - 1)
+def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
+              hbias: te.Tensor | None, *, activation: str = "tanh",
+              linear_before_reset: bool = False, clip: float | None = None,
+              reverse: bool = False, parallel_min_macs: int = 0) -> list[te.Tensor]:
+    """``[Y [T, B, H], final state]``: one ``kiln_rnn_sequence`` call over every step."""
+    code, gates = _KINDS[kind]
+    batch, hidden, lanes = _check(f"{kind}_sequence", xproj, state, weight, gates)
+    steps = xproj.shape[0]
+    # the per-step product decides whether waking the pool (once per sequence) pays
+    parallel = int(batch * gates * hidden * hidden >= parallel_min_macs)
+    inputs = [xproj, state, weight] + ([hbias] if hbias is not None else [])
+
+    def fcompute(ins, outs):
+        call = tir.call_extern(
+            "int32", KERNEL_NAME, code, RNN_ACTIVATIONS[activation], int(bool(reverse)),
+            int(bool(linear_before_reset)), int(clip is not None),
+            tir.FloatImm("float32", 0.0 if clip is None else float(clip)),
+            tir.Cast("int64", steps), batch, hidden, lanes, parallel,
+            ins[0].access_ptr("r"), ins[1].access_ptr("r"), ins[2].access_ptr("r"),
+            # only a GRU reads hbias; the others pass a pointer it never dereferences
+            ins[3 if hbias is not None else 2].access_ptr("r"),
+            outs[0].access_ptr("w"), outs[1].access_ptr("w"))
+        return tir.AttrStmt(tir.StringImm(KERNEL_NAME), "pragma_import_c",
+                            tir.StringImm(KERNEL_SOURCE), tir.Evaluate(call))
+
+    outs = te.extern([(steps, batch, hidden), tuple(state.shape)], inputs, fcompute,
+                     name=f"{kind}_sequence", dtype=["float32", "float32"],
+                     tag=f"{kind}_sequence")
+    return list(outs)
 
 
-def _tanh(x: Any) -> Any:
-    # fast_tanh (error below 8e-7) vectorizes; libm's tanhf is called lane by lane
-    return UNARY["fast_tanh"](x)
+def lstm_sequence(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
+                  clip: float | None = None, reverse: bool = False,
+                  parallel_min_macs: int = 0) -> list[te.Tensor]:
+    """An LSTM direction with ONNX's default activations (sigmoid, tanh, tanh), gates i, o, f,
+    c: ``[Y [T, B, H], final state [2, B, H]]``; ``state`` is ``[2, B, H]`` (hidden, cell)::
 
-
-def _clipped(x: Any, clip: float | None) -> Any:
-    if clip is None:
-        return x
-    return _op.min(_op.max(x, _op.const(-clip, x.dtype)), _op.const(clip, x.dtype))
-
-
-def _gate_products(name: str, h: Any, weight: te.Tensor, batch: int, gates: range,
-                   dtype: str) -> te.Tensor:
-    """``[B, H / n, len(gates), n]``: ``h[b] @ R_q.T`` for each gate ``q`` in ``gates``."""
-    blocks, k, _, lanes = (get_const_int(d) for d in weight.shape)
-    red = te.reduce_axis((0, k), name="k")
-    first = gates.start
-    return te.compute(
-        (batch, blocks, len(gates), lanes),
-        lambda b, jb, q, ji: te.sum(h(b, red.var) * weight[jb, red.var, q + first, ji],
-                                    axis=red),
-        name=name, tag=f"{name}", attrs={"dtype": dtype})
-
-
-def lstm_cell(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor, step: te.Tensor,
-              clip: float | None = None, offset: int = 0) -> te.Tensor:
-    """One LSTM step with ONNX's default activations (sigmoid, tanh, tanh), gates i, o, f, c.
-
-    ``state`` is ``[2, B, H]`` (hidden, cell); the result is the next state, same layout::
-
-        pre_q = xproj[step, b, q*H + j] + h @ R_q.T      (clipped to ±clip when given)
+        pre_q = xproj[t, b, q*H + j] + h @ R_q.T      (clipped to ±clip when given)
         c' = sigmoid(pre_f) * c + sigmoid(pre_i) * tanh(pre_c)
         h' = sigmoid(pre_o) * tanh(c')
+
+    ``reverse`` runs the steps from ``T - 1`` down to 0 (``Y`` stays in time order).
     """
-    batch, hidden, lanes = _check("lstm_cell", xproj, state, weight, 4)
-    row = _row(step, xproj.shape[0], offset)
-    products = _gate_products("lstm_gates", lambda b, k: state[0, b, k], weight, batch,
-                              range(4), state.dtype)
-
-    def pre(q, b, j):
-        return _clipped(products[b, j // lanes, q, j % lanes] + xproj[row, b, q * hidden + j],
-                        clip)
-
-    cell = te.compute(
-        (batch, hidden),
-        lambda b, j: _op.sigmoid(pre(2, b, j)) * state[1, b, j]
-        + _op.sigmoid(pre(0, b, j)) * _tanh(pre(3, b, j)),
-        name="lstm_c")
-    return te.compute(
-        (2, batch, hidden),
-        lambda s, b, j: _op.if_then_else(
-            s == 0, _op.sigmoid(pre(1, b, j)) * _tanh(cell[b, j]), cell[b, j]),
-        name="lstm_state", tag="lstm_cell")
+    return _sequence("lstm", xproj, state, weight, None, clip=clip, reverse=reverse,
+                     parallel_min_macs=parallel_min_macs)
 
 
-def gru_cell(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor, hbias: te.Tensor,
-             step: te.Tensor, linear_before_reset: bool, clip: float | None = None,
-             offset: int = 0) -> te.Tensor:
-    """One GRU step with ONNX's default activations (sigmoid, tanh), gates z, r, h.
-
-    ``hidden_state`` is ``[B, H]``; ``hbias`` (``[H]``) is the candidate gate's recurrent
-    bias ``Rbh`` (``xproj`` holds every other bias)::
+def gru_sequence(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor,
+                 hbias: te.Tensor, linear_before_reset: bool, clip: float | None = None,
+                 reverse: bool = False, parallel_min_macs: int = 0) -> list[te.Tensor]:
+    """A GRU direction with ONNX's default activations (sigmoid, tanh), gates z, r, h:
+    ``[Y [T, B, H], final hidden state [B, H]]``. ``hbias`` (``[H]``) is the candidate gate's
+    recurrent bias ``Rbh`` (``xproj`` holds every other bias)::
 
         z = sigmoid(xz + h @ Rz.T), r = sigmoid(xr + h @ Rr.T)
         n = tanh(xh + r * (h @ Rh.T + Rbh))        linear_before_reset
         n = tanh(xh + (r * h) @ Rh.T + Rbh)        otherwise
         h' = (1 - z) * n + z * h
     """
-    batch, hidden, lanes = _check("gru_cell", xproj, hidden_state, weight, 3)
-    row = _row(step, xproj.shape[0], offset)
-
-    def x(q, b, j):
-        return xproj[row, b, q * hidden + j]
-
-    def gate(products, q, b, j):
-        return _op.sigmoid(_clipped(products[b, j // lanes, q, j % lanes] + x(q, b, j), clip))
-
-    dtype = hidden_state.dtype
-    h = hidden_state
-    if linear_before_reset:
-        products = _gate_products("gru_gates", lambda b, k: h[b, k], weight, batch, range(3),
-                                  dtype)
-
-        def candidate(b, j):
-            recurrent = products[b, j // lanes, 2, j % lanes] + hbias[j]
-            return _tanh(_clipped(x(2, b, j) + gate(products, 1, b, j) * recurrent, clip))
-
-        zr = products
-    else:
-        zr = _gate_products("gru_gates", lambda b, k: h[b, k], weight, batch, range(2), dtype)
-        reset = te.compute((batch, hidden), lambda b, j: gate(zr, 1, b, j) * h[b, j],
-                           name="gru_reset")
-        hh = _gate_products("gru_candidate", lambda b, k: reset[b, k], weight, batch,
-                            range(2, 3), dtype)
-
-        def candidate(b, j):
-            recurrent = hh[b, j // lanes, 0, j % lanes] + hbias[j]
-            return _tanh(_clipped(x(2, b, j) + recurrent, clip))
-
-    one = _op.const(1.0, dtype)
-    return te.compute(
-        (batch, hidden),
-        lambda b, j: (one - gate(zr, 0, b, j)) * candidate(b, j) + gate(zr, 0, b, j) * h[b, j],
-        name="gru_state", tag="gru_cell")
+    return _sequence("gru", xproj, hidden_state, weight, hbias,
+                     linear_before_reset=linear_before_reset, clip=clip, reverse=reverse,
+                     parallel_min_macs=parallel_min_macs)
 
 
-# The activations a fused simple-RNN cell applies (ONNX names, lower case; none takes alpha).
-RNN_ACTIVATIONS = {
-    "tanh": _tanh,
-    "relu": lambda x: _op.max(x, _op.const(0.0, x.dtype)),
-    "sigmoid": _op.sigmoid,
-}
-
-
-def rnn_cell(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor, step: te.Tensor,
-             activation: str = "tanh", clip: float | None = None, offset: int = 0) -> te.Tensor:
-    """One simple-RNN step: ``h' = f(xproj[step] + h @ R.T)`` (clipped before ``f``).
-
-    ``hidden_state`` is ``[B, H]``; ``f`` is one of :data:`RNN_ACTIVATIONS`.
-    """
+def rnn_sequence(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor,
+                 activation: str = "tanh", clip: float | None = None, reverse: bool = False,
+                 parallel_min_macs: int = 0) -> list[te.Tensor]:
+    """A simple-RNN direction, ``h' = f(xproj[t] + h @ R.T)`` (clipped before ``f``, one of
+    :data:`RNN_ACTIVATIONS`): ``[Y [T, B, H], final hidden state [B, H]]``."""
     if activation not in RNN_ACTIVATIONS:
-        raise TVMError(f"rnn_cell: activation {activation!r} is not one of "
+        raise TVMError(f"rnn_sequence: activation {activation!r} is not one of "
                        f"{sorted(RNN_ACTIVATIONS)}")
-    batch, hidden, lanes = _check("rnn_cell", xproj, hidden_state, weight, 1)
-    row = _row(step, xproj.shape[0], offset)
-    h = hidden_state
-    products = _gate_products("rnn_gates", lambda b, k: h[b, k], weight, batch, range(1),
-                              h.dtype)
-    act = RNN_ACTIVATIONS[activation]
-    return te.compute(
-        (batch, hidden),
-        lambda b, j: act(_clipped(products[b, j // lanes, 0, j % lanes] + xproj[row, b, j],
-                                  clip)),
-        name="rnn_state", tag="rnn_cell")
+    return _sequence("rnn", xproj, hidden_state, weight, None, activation=activation,
+                     clip=clip, reverse=reverse, parallel_min_macs=parallel_min_macs)

@@ -15,8 +15,9 @@ vectors for ``tile_x = 16``. Each task computes one ``tile_y × blocks·tile_x``
 in a local accumulator (``cache_write``), looping ``k`` outside the unrolled rows and column
 blocks and the vectorized columns; a bias/activation epilogue is computed in the same task.
 With one row (a GEMV) the block spans several packed blocks so that independent FMA chains
-hide the FMA latency. Small products run on one thread: waking a pool worker costs tens of
-microseconds on a shared machine, more than a sub-millisecond product gains from it.
+hide the FMA latency. Products under ``parallel_min_flops`` (a quarter megaflop by default,
+:data:`kiln.topi.x86.parallel.DEFAULT_PARALLEL_MIN_FLOPS`) run on one thread: below that a
+launch, even to a worker the executor keeps polling, costs about what the second thread saves.
 
 A symbolic row count (a ``relay.Any`` batch in the VM) keeps the same register block: the
 rows are computed in groups of ``tile_y_symbolic`` (the last group repeating the last row),
@@ -39,9 +40,11 @@ from kiln.topi import tag
 from kiln.topi.nn.dense import dense_pack as _dense_pack_compute
 from kiln.topi.nn.dense import pack_weight
 from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
+from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 DEFAULT_CONFIG = {"tile_y": 4, "tile_x": 16, "tile_k": 4, "blocks": 0, "accumulators": 8,
-                  "parallel_min_flops": 2_000_000, "tile_y_symbolic": 2, "rows_symbolic": 1}
+                  "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "tile_y_symbolic": 2,
+                  "rows_symbolic": 1}
 
 
 def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None,

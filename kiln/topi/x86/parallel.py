@@ -10,7 +10,8 @@ schedule time (symbolic extents).
 Entry points: :func:`parallel_min_work` (the threshold: PassContext config
 ``"tir.parallel_min_work"``, default :data:`DEFAULT_PARALLEL_MIN_WORK`),
 :func:`worth_parallel` (the rule), :func:`static_work` (a product of extents, ``None`` when
-one is symbolic).
+one is symbolic), and :data:`DEFAULT_PARALLEL_MIN_FLOPS`, the default of the compute-bound
+schedules' ``parallel_min_flops`` knob (dense, conv2d, depthwise, recurrent cells).
 
 Example
 -------
@@ -30,11 +31,19 @@ from kiln.tir import expr as _e
 
 CONFIG_KEY = "tir.parallel_min_work"
 
-# Elements below which a kernel runs on the calling thread. On a 2-core Zen 3
-# (benchmarks/parallel_threshold.py) an elementwise kernel takes ~1 ns per element on one
-# thread and a 2-thread launch adds 8-10 us when the second core is free (60-190 us when the
-# box is loaded), so splitting pays only from a few tens of thousands of elements.
-DEFAULT_PARALLEL_MIN_WORK = 32768
+# Elements below which a kernel runs on the calling thread. The executors hold the thread pool
+# hot for a whole run (kiln.runtime.thread_pool.hot), so a launch finds its worker polling
+# and costs ~1 us instead of a futex wake-up (~8 us, and the worker arrives tens of us late).
+# Measured on 2-core Zen 4 (benchmarks/parallel_threshold.py, exp(x) * y + x, best of 300):
+# 4096 elements 6.4 -> 6.1 us, 8192 9.4 -> 7.7, 16384 15.5 -> 10.8, 32768 28.0 -> 16.9;
+# cheaper (memory-bound) elementwise kernels gain less, so the bar sits at 16384.
+DEFAULT_PARALLEL_MIN_WORK = 16384
+
+# Flops below which a compute-bound kernel (dense, conv, depthwise, recurrent cell) runs on
+# one thread. With the pool held hot a GEMV gains from the second thread from about a quarter
+# of a megaflop (2-core Zen 4, prepacked weight, best of 300: 1x256x512 8.4 -> 7.3 us,
+# 1x256x1024 14.6 -> 10.3, 1x784x512 21.1 -> 13.9; 1x256x256 5.9 -> 5.6).
+DEFAULT_PARALLEL_MIN_FLOPS = 250_000
 
 
 def parallel_min_work() -> int:
@@ -44,7 +53,7 @@ def parallel_min_work() -> int:
     Example
     -------
     >>> parallel_min_work()
-    32768
+    16384
     """
     from kiln.ir.transform import PassContext
 

@@ -209,12 +209,17 @@ def test_quantize_static_qdq_model_runs_on_integers_and_matches_onnxruntime(tmp_
     _assert_within_one_output_step(model, got, _ort(model, {"x": x})[0])
 
 
-def _float_mobilenet(rng):
+MOBILENET_LAYERS = [(3, 8, 3, 2, 1), (8, 8, 3, 1, 8), (8, 16, 1, 1, 1), (16, 16, 3, 2, 16),
+                    (16, 24, 1, 1, 1)]  # (in, out, kernel, stride, groups)
+# channel counts that are not multiples of 4 or 16 (the x86 kernels' lane groups and blocks)
+ODD_LAYERS = [(3, 6, 3, 2, 1), (6, 6, 3, 1, 6), (6, 18, 1, 1, 1), (18, 18, 3, 2, 18),
+              (18, 21, 1, 1, 1)]
+
+
+def _float_mobilenet(rng, layers=MOBILENET_LAYERS):
     """A MobileNet-v1 style float32 net: a 3x3 stride-2 stem, depthwise 3x3 + pointwise 1x1
     blocks (stride 1 and 2), global average pool, a classifier; relu after every conv."""
     nodes, inits, prev = [], {}, "x"
-    layers = [(3, 8, 3, 2, 1), (8, 8, 3, 1, 8), (8, 16, 1, 1, 1), (16, 16, 3, 2, 16),
-              (16, 24, 1, 1, 1)]  # (in, out, kernel, stride, groups)
     for i, (cin, cout, k, stride, groups) in enumerate(layers):
         inits[f"w{i}"] = (rng.standard_normal((cout, cin // groups, k, k)) * 0.4).astype(
             "float32")
@@ -223,7 +228,7 @@ def _float_mobilenet(rng):
                                    pads=[k // 2] * 4, strides=[stride] * 2, group=groups),
                   helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
         prev = f"r{i}"
-    inits.update(fw=(rng.standard_normal((24, 10)) * 0.3).astype("float32"),
+    inits.update(fw=(rng.standard_normal((layers[-1][1], 10)) * 0.3).astype("float32"),
                  fb=(rng.standard_normal(10) * 0.1).astype("float32"))
     nodes += [helper.make_node("GlobalAveragePool", [prev], ["g"]),
               helper.make_node("Flatten", ["g"], ["f"]),
@@ -232,7 +237,12 @@ def _float_mobilenet(rng):
                   [_info("y", "float32", (1, 10))], inits)
 
 
-def test_quantized_mobilenet_stays_integer_between_layers_and_matches_onnxruntime(tmp_path):
+# the host (AVX512-VNNI quads here), AVX2 only (int16 pairs); odd channels, per-channel scales
+@pytest.mark.parametrize("target, layers, per_channel", [
+    ("llvm", MOBILENET_LAYERS, False), ("llvm -mcpu=core-avx2", MOBILENET_LAYERS, False),
+    ("llvm", ODD_LAYERS, True), ("llvm -mcpu=core-avx2", ODD_LAYERS, True)])
+def test_quantized_mobilenet_stays_integer_between_layers_and_matches_onnxruntime(
+        tmp_path, target, layers, per_channel):
     """The int8 depthwise-separable net runs on the x86 8-bit kernels with uint8 tensors
     between layers: float only at the input (quantized by the first kernel) and the output,
     no layout_transform at run time (kernels are packed at compile time)."""
@@ -240,11 +250,11 @@ def test_quantized_mobilenet_stays_integer_between_layers_and_matches_onnxruntim
 
     rng = np.random.default_rng(6)
     batches = [rng.standard_normal((1, 3, 72, 72)).astype("float32") for _ in range(4)]
-    model = _quantize_static(_float_mobilenet(rng), batches, tmp_path)
+    model = _quantize_static(_float_mobilenet(rng, layers), batches, tmp_path, per_channel)
     x = batches[1]
     mod, params = from_onnx(model, {"x": x.shape})
     with kiln.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target="llvm", params=params)
+        lib = relay.build(mod, target=target, params=params)
     graph = json.loads(lib.get_graph_json())
     kernels = [n["attrs"]["func_name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
     dtypes = graph["attrs"]["dltype"][1]

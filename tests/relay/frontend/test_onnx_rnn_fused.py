@@ -1,10 +1,11 @@
-"""ONNX LSTM/GRU/RNN compiled for llvm match onnxruntime, on the fused-cell path and off it.
+"""ONNX LSTM/GRU/RNN compiled for llvm match onnxruntime, on the layer-op path and off it.
 
-The converters project all steps' inputs with one GEMM and run each step as one fused cell
-kernel (``nn.contrib_lstm_cell`` / ``nn.contrib_gru_cell`` / ``nn.contrib_rnn_cell``) when a
-layer has the default activations (an RNN: tanh, relu or sigmoid) and no masking or
-peepholes; other layers compose the cell from primitive ops.
-Both kinds are compared with onnxruntime, and the cell ops with a NumPy LSTM/GRU step.
+The converters project all steps' inputs with one GEMM and run each direction as one kernel
+over the whole sequence (``nn.contrib_lstm_sequence`` / ``nn.contrib_gru_sequence`` /
+``nn.contrib_rnn_sequence``) when a layer has the default activations (an RNN: tanh, relu or
+sigmoid) and no masking or peepholes; other layers compose the cell from primitive ops.
+Both kinds are compared with onnxruntime (graph executor, and the VM with a sequence length
+known only at run time), and the layer ops with a NumPy LSTM.
 """
 
 from __future__ import annotations
@@ -99,12 +100,12 @@ def _compile_and_compare(model_bytes, feeds):
     dict(direction="bidirectional", layout=1, bias=False),
     dict(direction="reverse", initial=1, hidden=12),
 ])
-def test_lstm_default_activations_run_one_fused_kernel_per_step(case):
+def test_lstm_default_activations_run_one_kernel_per_direction(case):
     hidden = case.pop("hidden", 16)
     model, feeds = _recurrent_model("LSTM", 4, hidden, **case)
     kernels = _compile_and_compare(model, feeds)
     dirs = 2 if case["direction"] == "bidirectional" else 1
-    assert sum("contrib_lstm_cell" in k for k in kernels) == STEPS * dirs
+    assert sum("contrib_lstm_sequence" in k for k in kernels) == dirs
     # one projection GEMM per direction, no per-step dense
     assert sum("dense" in k for k in kernels) == dirs
 
@@ -114,24 +115,24 @@ def test_lstm_default_activations_run_one_fused_kernel_per_step(case):
     dict(direction="bidirectional", linear_before_reset=0, clip=2.0),
     dict(direction="reverse", layout=1, bias=False, linear_before_reset=1, hidden=12),
 ])
-def test_gru_default_activations_run_one_fused_kernel_per_step(case):
+def test_gru_default_activations_run_one_kernel_per_direction(case):
     hidden = case.pop("hidden", 16)
     model, feeds = _recurrent_model("GRU", 3, hidden, **case)
     kernels = _compile_and_compare(model, feeds)
     dirs = 2 if case["direction"] == "bidirectional" else 1
-    assert sum("contrib_gru_cell" in k for k in kernels) == STEPS * dirs
+    assert sum("contrib_gru_sequence" in k for k in kernels) == dirs
 
 
 @pytest.mark.parametrize("case", [
     dict(direction="bidirectional", activations=["Relu", "Tanh"], initial=1, clip=1.0),
     dict(direction="reverse", activations=["Sigmoid"], bias=False, hidden=12),
 ])
-def test_rnn_with_tanh_relu_or_sigmoid_runs_one_fused_kernel_per_step(case):
+def test_rnn_with_tanh_relu_or_sigmoid_runs_one_kernel_per_direction(case):
     hidden = case.pop("hidden", 16)
     model, feeds = _recurrent_model("RNN", 1, hidden, **case)
     kernels = _compile_and_compare(model, feeds)
     dirs = 2 if case["direction"] == "bidirectional" else 1
-    assert sum("contrib_rnn_cell" in k for k in kernels) == STEPS * dirs
+    assert sum("contrib_rnn_sequence" in k for k in kernels) == dirs
 
 
 @pytest.mark.parametrize("op, gates, case", [
@@ -143,79 +144,94 @@ def test_rnn_with_tanh_relu_or_sigmoid_runs_one_fused_kernel_per_step(case):
 def test_other_recurrent_layers_compose_the_cell_from_primitive_ops(op, gates, case):
     model, feeds = _recurrent_model(op, gates, 8, **case)
     kernels = _compile_and_compare(model, feeds)
-    assert not any("contrib_" in k and "_cell" in k for k in kernels)
+    assert not any("_sequence" in k for k in kernels)
 
 
-def _numpy_lstm_step(x_row, h, c, r):
+def _numpy_lstm(x, h, c, r, reverse):
+    """(Y, final h, final c) of an LSTM direction over ``x [T, B, 4H]`` (NumPy, float64)."""
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    i, o, f, g = np.split(x_row + h @ r.T, 4, axis=-1)
-    c_next = sig(f) * c + sig(i) * np.tanh(g)
-    return sig(o) * np.tanh(c_next), c_next
+    ys = [None] * len(x)
+    for t in (reversed(range(len(x))) if reverse else range(len(x))):
+        i, o, f, g = np.split(x[t] + h @ r.T, 4, axis=-1)
+        c = sig(f) * c + sig(i) * np.tanh(g)
+        h = ys[t] = sig(o) * np.tanh(c)
+    return np.stack(ys), h, c
 
 
-def _run(func, *args):
-    mod = kiln.IRModule.from_expr(func)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstm_sequence_op_matches_a_numpy_lstm(reverse):
+    hidden, steps, batch = 8, 5, 2
+    xproj = relay.var("xproj", shape=(steps, batch, 4 * hidden))
+    state = relay.var("state", shape=(2, batch, hidden))
+    r = relay.var("r", shape=(4 * hidden, hidden))
+    out = relay.nn.contrib_lstm_sequence(
+        xproj, state, relay.nn.pack_recurrent_weight(r, 4, hidden, 4), reverse=reverse)
+    mod = kiln.IRModule.from_expr(relay.Function([xproj, state, r], out.astuple()))
+    x, s, w = _rand(steps, batch, 4 * hidden), _rand(2, batch, hidden), _rand(4 * hidden, hidden)
     with kiln.transform.PassContext(opt_level=3):
         lib = relay.build(mod, target="llvm")
     gmod = GraphModule(lib["default"](kiln.cpu(0)))
-    for index, value in enumerate(args):
-        gmod.set_input(index, value)
-    gmod.run()
-    return gmod.get_output(0).numpy()
+    gmod.run(xproj=x, state=s, r=w)
+    y, h, c = _numpy_lstm(x.astype("float64"), s[0], s[1], w, reverse)
+    np.testing.assert_allclose(gmod.get_output(0).numpy(), y, rtol=1e-5, atol=2e-6)
+    np.testing.assert_allclose(gmod.get_output(1).numpy(), np.stack([h, c]), rtol=1e-5,
+                               atol=2e-6)
 
 
-def test_lstm_cell_op_reads_its_step_and_clamps_it():
-    hidden, steps = 8, 3
-    xproj = relay.var("xproj", shape=(steps, 1, 4 * hidden))
-    state = relay.var("state", shape=(2, 1, hidden))
-    r = relay.var("r", shape=(4 * hidden, hidden))
-    step = relay.var("step", shape=(), dtype="int32")
-    out = relay.nn.contrib_lstm_cell(
-        xproj, state, relay.nn.pack_recurrent_weight(r, 4, hidden, 4), step)
-    func = relay.Function([xproj, state, r, step], out)
-    x, s, w = _rand(steps, 1, 4 * hidden), _rand(2, 1, hidden), _rand(4 * hidden, hidden)
-    for value, row in ((1, 1), (7, steps - 1), (-3, 0)):
-        got = _run(func, x, s, w, np.array(value, "int32"))
-        h, c = _numpy_lstm_step(x[row], s[0], s[1], w)
-        np.testing.assert_allclose(got, np.stack([h, c]), rtol=1e-5, atol=2e-6)
+def _infer(args, call):
+    return relay.transform.InferType()(kiln.IRModule.from_expr(relay.Function(
+        args, call.astuple())))
 
 
-def test_cell_ops_reject_mismatched_operands():
+def test_sequence_ops_reject_mismatched_operands_by_name():
     xproj = relay.var("xproj", shape=(3, 1, 32))
     state = relay.var("state", shape=(2, 1, 8))
     weight = relay.var("w", shape=(2, 8, 3, 4))  # packs 3 gates, the LSTM needs 4
-    call = relay.nn.contrib_lstm_cell(xproj, state, weight, 0)
     with pytest.raises(kiln.TVMError, match=r"not \[H / n, H, 4, n\] packed"):
-        relay.transform.InferType()(kiln.IRModule.from_expr(relay.Function(
-            [xproj, state, weight], call)))
+        _infer([xproj, state, weight], relay.nn.contrib_lstm_sequence(xproj, state, weight))
     good = relay.var("w4", shape=(2, 8, 4, 4))
-    bad_step = relay.var("step", shape=(), dtype="float32")
-    call = relay.nn.contrib_lstm_cell(xproj, state, good, bad_step)
-    with pytest.raises(kiln.TVMError, match="step must be a 0-d int32 tensor"):
-        relay.transform.InferType()(kiln.IRModule.from_expr(relay.Function(
-            [xproj, state, good, bad_step], call)))
+    wide = relay.var("x", shape=(3, 1, 24))
+    with pytest.raises(kiln.TVMError, match=r"xproj \(3, 1, 24\) does not match batch 1"):
+        _infer([wide, state, good], relay.nn.contrib_lstm_sequence(wide, state, good))
+    x64 = relay.var("x64", shape=(3, 1, 32), dtype="float64")
+    with pytest.raises(kiln.TVMError, match="operands must be float32"):
+        _infer([x64, state, good], relay.nn.contrib_lstm_sequence(x64, state, good))
+    h = relay.var("h", shape=(1, 8))
+    bias = relay.var("hb", shape=(4,))
+    w3 = relay.var("w3", shape=(2, 8, 3, 4))
+    with pytest.raises(kiln.TVMError, match=r"hbias must be float32 \[H\] = \[8\], got \(4,\)"):
+        x3 = relay.var("x3", shape=(3, 1, 24))
+        _infer([x3, h, w3, bias], relay.nn.contrib_gru_sequence(x3, h, w3, bias))
+    with pytest.raises(kiln.TVMError, match="activation 'gelu' is not one of"):
+        w1 = relay.var("w1", shape=(2, 8, 1, 4))
+        x1 = relay.var("x1", shape=(3, 1, 8))
+        _infer([x1, h, w1], relay.nn.contrib_rnn_sequence(x1, h, w1, "gelu"))
     with pytest.raises(kiln.TVMError, match="hidden size 10 is not a multiple of 4"):
         relay.nn.pack_recurrent_weight(relay.var("r", shape=(40, 10)), 4, 10, 4)
 
 
-@pytest.mark.parametrize("op, gates, direction", [("LSTM", 4, "forward"),
-                                                  ("GRU", 3, "bidirectional")])
-def test_unknown_sequence_length_runs_as_a_loop_on_the_vm(op, gates, direction, monkeypatch):
-    from kiln.relay.frontend import onnx_ops_rnn
+@pytest.mark.parametrize("op, gates, direction, lbr", [("LSTM", 4, "forward", None),
+                                                       ("GRU", 3, "bidirectional", 1),
+                                                       ("GRU", 3, "reverse", 0),
+                                                       ("RNN", 1, "forward", None)])
+def test_unknown_sequence_length_runs_one_kernel_per_direction_on_the_vm(op, gates, direction,
+                                                                         lbr):
     from kiln.runtime.vm import VirtualMachine
 
-    monkeypatch.setattr(onnx_ops_rnn, "UNROLL", 4)  # fewer kernels to compile than 8
     model, feeds = _recurrent_model(op, gates, 8, direction=direction, initial=1,
-                                    steps="seq",
-                                    linear_before_reset=1 if op == "GRU" else None)
+                                    steps="seq", linear_before_reset=lbr)
     proto = onnx.load_from_string(model)
     mod, params = from_onnx(proto, shape={"x": [relay.Any(), BATCH, INPUT],
                                           "h0": list(feeds["h0"].shape)})
     with kiln.transform.PassContext(opt_level=3):
         exe = relay.vm.compile(mod, target="llvm", params=params)
+    dirs = 2 if direction == "bidirectional" else 1
+    layers = [name for name in exe.primitive_names
+              if f"contrib_{op.lower()}_sequence" in name and "shape_func" not in name]
+    assert len(layers) == dirs, exe.primitive_names
     vm = VirtualMachine(exe, kiln.cpu(0))
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    for steps in (3, 11):  # shorter than one unrolled call, and 4 + 4 + 3
+    for steps in (3, 1, 11):  # several lengths in one session, one step included
         x = _rand(steps, BATCH, INPUT, scale=1.0)
         got = vm.invoke("main", x, feeds["h0"])
         for value, want in zip(got, session.run(None, {"x": x, "h0": feeds["h0"]})):

@@ -477,7 +477,7 @@ case("dyn.nn.upsampling", lambda x, h, w: relay.nn.upsampling(x, h, w),
      [_pad_in, np.array(2.0, "float32"), np.array(3.0, "float32")],
      lambda x, h, w: F.interpolate(x, scale_factor=(2, 3), mode="nearest"))
 
-# ---- fused recurrent cells, against torch's own LSTM/GRU cells --------------------------------
+# ---- recurrent layers over a sequence, against torch's own LSTM/GRU/RNN cells step by step ---
 def _pack(r: np.ndarray, gates: int, lanes: int) -> np.ndarray:
     """``R [G*H, H]`` packed ``[H/n, H, G, n]`` as ``pack_recurrent_weight`` documents."""
     hidden = r.shape[1]
@@ -491,44 +491,65 @@ def _blocks(t: torch.Tensor, order: list[int], hidden: int) -> torch.Tensor:
 _H, _B, _T = 4, 2, 3
 _R4 = uniform(-0.5, 0.5, (4 * _H, _H))
 _R3 = uniform(-0.5, 0.5, (3 * _H, _H))
-_step = np.array(1, "int32")
+_R1 = uniform(-0.5, 0.5, (_H, _H))
 
 
-def _torch_lstm(xproj, state, weight, step):
+def _torch_steps(xproj, state, cell, reverse=False):
+    """``(Y, final)`` of ``state = cell(xproj[t], state)`` over the steps; ``cell`` returns
+    ``(hidden row, next state)``."""
+    ys = [None] * len(xproj)
+    for t in (reversed(range(len(xproj))) if reverse else range(len(xproj))):
+        ys[t], state = cell(xproj[t], state)
+    return torch.stack(ys), state
+
+
+def _torch_lstm(xproj, state, weight):
     # ONNX gate blocks (i, o, f, c) in torch's order (i, f, g, o); xproj enters through an
     # identity input weight, R through the recurrent weight
     r = _blocks(torch.from_numpy(_R4), [0, 2, 3, 1], _H)
     eye = _blocks(torch.eye(4 * _H), [0, 2, 3, 1], _H)
-    h, c = torch.lstm_cell(xproj[int(step)], (state[0], state[1]), eye, r)
-    return torch.stack([h, c])
+
+    def cell(x, st):
+        h, c = torch.lstm_cell(x, (st[0], st[1]), eye, r)
+        return h, torch.stack([h, c])
+
+    return _torch_steps(xproj, state, cell)
 
 
-def _torch_gru(xproj, hidden, weight, hbias, step):
+def _torch_gru(xproj, hidden, weight, hbias):
     # ONNX (z, r, h) in torch's order (r, z, n); torch's cell is linear_before_reset=1
     r = _blocks(torch.from_numpy(_R3), [1, 0, 2], _H)
     eye = _blocks(torch.eye(3 * _H), [1, 0, 2], _H)
     b_hh = torch.cat([torch.zeros(2 * _H), hbias])
-    return torch.gru_cell(xproj[int(step)], hidden, eye, r, None, b_hh)
+
+    def cell(x, h):
+        h = torch.gru_cell(x, h, eye, r, None, b_hh)
+        return h, h
+
+    return _torch_steps(xproj, hidden, cell, reverse=True)
 
 
-_R1 = uniform(-0.5, 0.5, (_H, _H))
-
-
-def _torch_rnn(xproj, hidden, weight, step):
+def _torch_rnn(xproj, hidden, weight):
     # xproj enters through an identity input weight, R through the recurrent weight
-    return torch.rnn_relu_cell(xproj[int(step)], hidden, torch.eye(_H), torch.from_numpy(_R1))
+    def cell(x, h):
+        h = torch.rnn_relu_cell(x, h, torch.eye(_H), torch.from_numpy(_R1))
+        return h, h
+
+    return _torch_steps(xproj, hidden, cell)
 
 
-case("nn.contrib_rnn_cell", lambda x, h, w, t: relay.nn.contrib_rnn_cell(x, h, w, t, "relu"),
-     [uniform(-1, 1, (_T, _B, _H)), uniform(-1, 1, (_B, _H)), _pack(_R1, 1, 2), _step],
-     _torch_rnn)
-case("nn.contrib_lstm_cell", lambda x, s, w, t: relay.nn.contrib_lstm_cell(x, s, w, t),
-     [uniform(-1, 1, (_T, _B, 4 * _H)), uniform(-1, 1, (2, _B, _H)), _pack(_R4, 4, 2), _step],
+case("nn.contrib_rnn_sequence",
+     lambda x, h, w: relay.nn.contrib_rnn_sequence(x, h, w, "relu").astuple(),
+     [uniform(-1, 1, (_T, _B, _H)), uniform(-1, 1, (_B, _H)), _pack(_R1, 1, 2)], _torch_rnn)
+case("nn.contrib_lstm_sequence",
+     lambda x, s, w: relay.nn.contrib_lstm_sequence(x, s, w).astuple(),
+     [uniform(-1, 1, (_T, _B, 4 * _H)), uniform(-1, 1, (2, _B, _H)), _pack(_R4, 4, 2)],
      _torch_lstm)
-case("nn.contrib_gru_cell",
-     lambda x, h, w, b, t: relay.nn.contrib_gru_cell(x, h, w, b, t, linear_before_reset=True),
+case("nn.contrib_gru_sequence",
+     lambda x, h, w, b: relay.nn.contrib_gru_sequence(x, h, w, b, linear_before_reset=True,
+                                                      reverse=True).astuple(),
      [uniform(-1, 1, (_T, _B, 3 * _H)), uniform(-1, 1, (_B, _H)), _pack(_R3, 3, 2),
-      uniform(-0.5, 0.5, (_H,)), _step], _torch_gru)
+      uniform(-0.5, 0.5, (_H,))], _torch_gru)
 
 # ---- fixed-point multiplication: the definition in torch int64 tensors ----------------------
 def _fixed_point(x, multiplier, left, right):

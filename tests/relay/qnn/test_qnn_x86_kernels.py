@@ -1,11 +1,12 @@
-"""qnn ops on the x86 8-bit kernels (pointwise, depthwise) with their requantize epilogue
-fused, against int64 NumPy math and the requantize written from its definition."""
+"""qnn ops on the x86 8-bit kernels (pointwise, 3x3, depthwise, dense) with their requantize
+epilogue fused, on the host and an AVX2-only target, against int64 NumPy math and the
+requantize written from its definition."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from qnn_reference import numpy_requantize  # beside this file
+from qnn_reference import conv2d_nchw, numpy_requantize  # beside this file
 
 import kiln
 from kiln import relay
@@ -80,3 +81,49 @@ def test_qnn_dense_with_fused_requantize_matches_numpy():
     acc = (x.astype("int64") - 128) @ (w.astype("int64") - 3).T
     np.testing.assert_array_equal(got, numpy_requantize(acc, 0.0002, 0, 0.4, -2, None,
                                                         "UPWARD", "int8"))
+
+
+# (data shape, weight shape, strides, padding, groups): 3x3 with 7 input channels (not a
+# multiple of 4) and a partial 16-block, 1x1 with 13, 3x3 stride 2 with 16 (packed at compile
+# time), depthwise 3x3 stride 1 and 2 (rows of 40: the tap-quad and row kernels' widths)
+QNN_CONVS = [((1, 7, 9, 10), (20, 7, 3, 3), (1, 1), (1, 1, 1, 1), 1),
+             ((1, 13, 6, 7), (18, 13, 1, 1), (1, 1), (0, 0, 0, 0), 1),
+             ((1, 16, 11, 9), (32, 16, 3, 3), (2, 2), (1, 1, 1, 1), 1),
+             ((1, 12, 5, 40), (12, 1, 3, 3), (1, 1), (1, 1, 1, 1), 12),
+             ((1, 12, 9, 40), (12, 1, 3, 3), (2, 2), (0, 1, 1, 1), 12)]
+
+
+@needs_avx2
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=core-avx2"])
+@pytest.mark.parametrize("in_dtype", ["uint8", "int8"])
+def test_qnn_conv2d_with_zero_point_padding_and_per_channel_scales_matches_numpy(target,
+                                                                                in_dtype):
+    """qnn.conv2d + per-channel requantize as a quantized model runs (uint8 or int8
+    activations: x86 legalization moves int8 to uint8; a nonzero input zero point, so the
+    padding is that zero point, not 0; per-channel kernel scales), against the int64
+    reference and the requantize written from its definition."""
+    rng = np.random.default_rng(12)
+    zp_a, out_zp = (131, 7) if in_dtype == "uint8" else (-9, -3)
+    outs, wants, feeds, params = [], [], {}, []
+    for k, (dshape, wshape, strides, padding, groups) in enumerate(QNN_CONVS):
+        x, w = _random(rng, dshape, in_dtype), _random(rng, wshape, "int8")
+        w_scale = rng.uniform(0.002, 0.02, wshape[0]).astype("float32")
+        v = relay.var(f"x{k}", shape=dshape, dtype=in_dtype)
+        y = relay.qnn.op.conv2d(v, relay.const(w), relay.const(zp_a, "int32"),
+                                relay.const(0, "int32"), relay.const(0.05),
+                                relay.const(w_scale), kernel_size=wshape[2:],
+                                channels=wshape[0], strides=strides, padding=padding,
+                                groups=groups, out_dtype="int32")
+        outs.append(relay.qnn.op.requantize(
+            y, relay.const(0.05 * w_scale), relay.const(0, "int32"), relay.const(0.4),
+            relay.const(out_zp, "int32"), axis=1, out_dtype=in_dtype))
+        params.append(v)
+        feeds[f"x{k}"] = x
+        acc = conv2d_nchw(x, w, zp_a, 0, strides, padding, groups=groups)
+        wants.append(numpy_requantize(acc, 0.05 * w_scale, 0, 0.4, out_zp, 1, "UPWARD",
+                                      in_dtype))
+    mod = kiln.IRModule.from_expr(relay.Function(params, relay.Tuple(outs)))
+    with kiln.transform.PassContext(opt_level=3):
+        got = relay.create_executor("graph", mod=mod, target=target).evaluate()(**feeds)
+    for out, want in zip(got, wants):
+        np.testing.assert_array_equal(out.numpy(), want)

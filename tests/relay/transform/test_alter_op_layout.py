@@ -38,14 +38,17 @@ def test_arm_cpu_and_low_opt_level_keep_plain_dense():
     assert _run(mod, "llvm", opt_level=2)["main"].body.args[0].op.name == "nn.dense"
 
 
-def test_conv2d_takes_a_prepacked_kernel_on_cpu():
+def test_conv2d_becomes_nchwc_with_a_prepacked_kernel_on_cpu():
     x = relay.var("x", shape=(1, 8, 10, 10))
     w = relay.const(np.random.default_rng(2).standard_normal((32, 8, 3, 3)).astype("float32"))
     y = relay.nn.conv2d(x, w, padding=(1, 1), channels=32, kernel_size=(3, 3))
     mod = tvm.IRModule.from_expr(relay.Function([x], y))
     altered = _run(mod, "llvm")
     conv = altered["main"].body
-    assert conv.attrs.kernel_layout.startswith("OIHW") and conv.attrs.kernel_layout.endswith("o")
+    # only the result reads it: the conv unpacks to NCHW itself, no separate transform
+    assert conv.op.name == "nn.contrib_conv2d_NCHWc" and conv.attrs.out_layout == "NCHW"
+    # the input comes straight from a variable: read as NCHW, kernel OIHW16o (folded)
+    assert conv.attrs.data_layout == "NCHW" and conv.attrs.kernel_layout == "OIHW16o"
     assert isinstance(conv.args[1], relay.Constant) and conv.args[1].data.ndim == 5
     xv = np.random.default_rng(3).standard_normal((1, 8, 10, 10)).astype("float32")
     np.testing.assert_allclose(Interpreter(altered).evaluate()(xv).numpy(),

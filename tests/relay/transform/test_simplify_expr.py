@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import kiln
 from kiln import relay
 from kiln.ir.structural import assert_structural_equal
@@ -70,3 +72,40 @@ def test_broadcasting_identity_and_left_subtract_are_kept():
     check(lambda x: relay.multiply(x, ones), lambda x: relay.multiply(x, ones), shape=(1, 3, 1))
     check(lambda x: relay.subtract(relay.const(0.0), x),
           lambda x: relay.subtract(relay.const(0.0), x))
+
+
+@pytest.mark.parametrize("inner,outer,combine", [
+    (relay.add, relay.add, relay.add), (relay.add, relay.subtract, relay.subtract),
+    (relay.subtract, relay.add, relay.subtract), (relay.subtract, relay.subtract, relay.add)])
+def test_consecutive_integer_constant_adds_become_one(inner, outer, combine):
+    """A quantized layer's bias and zero-point term: one constant, computed the same."""
+    import numpy as np
+
+    c1 = relay.const(np.arange(4, dtype="int32"))
+    c2 = relay.const(np.array([[7], [-3], [2]], "int32").reshape(1, 3, 1))
+    check(lambda x: outer(inner(x, c1), c2), lambda x: inner(x, combine(c1, c2)),
+          dtype="int32")
+    x = relay.var("x", shape=(2, 3, 4), dtype="int32")
+    mod = kiln.IRModule.from_expr(relay.Function([x], outer(inner(x, c1), c2)))
+    xv = np.random.default_rng(0).integers(-2**31, 2**31, (2, 3, 4)).astype("int32")
+    run = relay.create_executor("debug", mod=mod).evaluate()
+    want = run(xv).numpy()
+    got = relay.create_executor("debug", mod=SimplifyExpr()(mod)).evaluate()(xv).numpy()
+    np.testing.assert_array_equal(got, want)   # wrapping int32 arithmetic, any order
+
+
+def test_consecutive_float_adds_are_kept():
+    """Reassociating float adds would change the rounding."""
+    c1, c2 = relay.const(0.1), relay.const(0.2)
+    check(lambda x: relay.add(relay.add(x, c1), c2), lambda x: relay.add(relay.add(x, c1), c2))
+
+
+def test_zero_point_term_and_bias_add_become_one_add():
+    """``nn.bias_add(x - c, b)`` (a canonicalized quantized conv and its int32 bias)."""
+    import numpy as np
+
+    c = relay.const(np.arange(3, dtype="int32").reshape(1, 3, 1))
+    b = relay.const(np.array([5, -1, 9], "int32"))
+    check(lambda x: relay.nn.bias_add(relay.subtract(x, c), b, axis=1),
+          lambda x: relay.subtract(x, relay.subtract(c, relay.reshape(b, [1, -1, 1]))),
+          dtype="int32")

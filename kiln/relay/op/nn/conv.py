@@ -33,15 +33,17 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.layout import convert_array, convert_shape
+from kiln.relay.op.layout import InferCorrectLayoutOutput, convert_array, convert_shape
 from kiln.relay.op.op import (
     OUT_ELEMWISE_FUSABLE,
     call,
     define_op,
     register_arg_types,
     register_compute,
+    register_convert_op_layout,
     register_fold_scale_axis,
     register_gradient,
+    register_infer_correct_layout,
     register_mac_count,
     register_opaque_schedule,
     register_reference,
@@ -166,7 +168,8 @@ def _conv1d_rel(types, attrs, op_name):
     return _conv_rel(types, attrs, op_name, 1)
 
 
-def _conv2d_rel(types, attrs, op_name):
+def conv2d_rel(types, attrs, op_name):
+    """The type relation of 2-D convolutions in any data/kernel/out layout."""
     return _conv_rel(types, attrs, op_name, 2)
 
 
@@ -279,7 +282,7 @@ def _conv_weight(canonical: str):
 
 
 define_op("nn.conv1d", _conv1d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv1DAttrs, "1-D conv", 2)
-define_op("nn.conv2d", _conv2d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv2DAttrs, "2-D conv", 2)
+define_op("nn.conv2d", conv2d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv2DAttrs, "2-D conv", 2)
 define_op("nn.conv3d", _conv3d_rel, OUT_ELEMWISE_FUSABLE, 2, A.Conv3DAttrs, "3-D conv", 2)
 define_op("nn.conv1d_transpose", _conv1d_transpose_rel, OUT_ELEMWISE_FUSABLE, 2,
           A.Conv1DTransposeAttrs, "1-D transposed conv", 2)
@@ -757,6 +760,37 @@ for _nd in (1, 2, 3):
 register_mac_count("nn.conv1d_transpose", mac_count_conv_transpose)
 register_mac_count("nn.conv2d_transpose", mac_count_conv_transpose)
 
+
+def conv_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types):
+    """A convolution takes its data and kernel in its attrs' layouts (AlterOpLayout converts
+    producers in another layout) and gives ``out_layout`` (default: the data layout)."""
+    return InferCorrectLayoutOutput([attrs.data_layout, attrs.kernel_layout],
+                                    [attrs.out_layout or attrs.data_layout])
+
+
+register_infer_correct_layout("nn.conv2d", conv_infer_correct_layout)
+
+
+def convert_conv2d(attrs, inputs, tinfos, desired_layouts):
+    """``FTVMConvertOpLayout`` of ``nn.conv2d`` (ConvertLayout): the conv with data layout
+    ``desired_layouts[0]`` and kernel layout ``desired_layouts[1]``, whose ``"default"`` is
+    OIHW for NCHW data, HWIO (depthwise: HWOI) for NHWC."""
+    data_layout, kernel_layout = desired_layouts
+    if data_layout == "default" or (kernel_layout == "default" and
+                                    data_layout not in ("NCHW", "NHWC")):
+        raise TVMError(f"ConvertLayout: nn.conv2d has no default kernel layout for data "
+                       f"layout {data_layout!r}; name both (e.g. ['NCHW', 'OIHW'])")
+    if kernel_layout == "default":
+        channels = convert_shape(list(tinfos[0].shape), attrs.data_layout, "NCHW",
+                                 "nn.conv2d")[1]
+        depthwise = attrs.groups > 1 and attrs.groups == getattr(channels, "value", channels)
+        kernel_layout = "OIHW" if data_layout == "NCHW" else "HWOI" if depthwise else "HWIO"
+    return conv2d(inputs[0], inputs[1], attrs.strides, attrs.padding, attrs.dilation,
+                  attrs.groups, attrs.channels, attrs.kernel_size, data_layout, kernel_layout,
+                  attrs.out_layout, attrs.out_dtype)
+
+
+register_convert_op_layout("nn.conv2d", convert_conv2d)
 
 
 # ---- FoldScaleAxis: a per-channel scale moves into the kernel's O or I axis ---------------

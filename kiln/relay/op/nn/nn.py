@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
+from kiln.relay.op.layout import elemwise_arbitrary_layout
 from kiln.relay.op.op import (
     BROADCAST,
     ELEMWISE,
@@ -37,6 +38,7 @@ from kiln.relay.op.op import (
     register_arg_types,
     register_compute,
     register_gradient,
+    register_infer_correct_layout,
     register_injective_schedule,
     register_opaque_schedule,
     register_reference,
@@ -183,6 +185,8 @@ def _dropout_rel(types, attrs, op_name):
 define_op("nn.bias_add", _bias_add_rel, BROADCAST, 2, A.BiasAddAttrs, "add a bias vector", 1)
 define_op("nn.relu", identity_rel, ELEMWISE, 1, None, "max(x, 0)", 1)
 define_op("nn.leaky_relu", identity_rel, ELEMWISE, 1, A.LeakyReluAttrs, "leaky relu", 3)
+for _name in ("nn.relu", "nn.leaky_relu"):
+    register_infer_correct_layout(_name, elemwise_arbitrary_layout)
 define_op("nn.prelu", _prelu_rel, BROADCAST, 2, A.PReluAttrs, "parametric relu", 3)
 for _name in ("nn.softmax", "nn.fast_softmax", "nn.log_softmax"):
     define_op(_name, axis_identity_rel, OUT_ELEMWISE_FUSABLE, 1, A.SoftmaxAttrs, _name[3:], 1)

@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.layout import convert_array, parse_layout
+from kiln.relay.op.layout import (
+    InferCorrectLayoutOutput,
+    attrs_with,
+    convert_array,
+    parse_layout,
+    primal_layout,
+)
 from kiln.relay.op.nn.conv import (
     as_tuple,
     canonical_layout,
@@ -41,6 +47,7 @@ from kiln.relay.op.op import (
     call,
     define_op,
     register_compute,
+    register_infer_correct_layout,
     register_opaque_schedule,
     register_reference,
     register_shape_func,
@@ -157,6 +164,21 @@ _POOL_OPS = {
 }
 for _name, (_rel, _attrs) in _POOL_OPS.items():
     define_op(_name, _rel, OUT_ELEMWISE_FUSABLE, 1, _attrs, _name.split(".")[1], 2)
+
+
+def pool2d_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types):
+    """A 2-D pool runs in its input's layout (``NCHW16c``) when that keeps H and W whole:
+    ``layout`` follows the input and the output keeps it."""
+    layout, out = new_in_layouts[0], attrs.out_layout or attrs.layout
+    if not layout or layout == attrs.layout or out != attrs.layout or "h" in layout or \
+            "w" in layout or set(primal_layout(layout)) != set(attrs.layout):
+        return InferCorrectLayoutOutput([attrs.layout], [out])
+    return InferCorrectLayoutOutput([layout], [layout],
+                                    attrs_with(attrs, layout=layout, out_layout=""))
+
+
+for _name in ("nn.max_pool2d", "nn.avg_pool2d", "nn.global_max_pool2d", "nn.global_avg_pool2d"):
+    register_infer_correct_layout(_name, pool2d_infer_correct_layout)
 
 
 def _pool(name, n, data, pool_size, strides, dilation, padding, layout, out_layout, ceil_mode,

@@ -1,6 +1,7 @@
-"""arm_cpu int8 strategies for Cortex-M: int8 x int8 -> int32 dense and convolution
-through the int8 micro-kernel (``SMLAD`` with DSP, portable C without), and the compile-time
-kernel layout change (HWIO -> OHWI) that gives convolutions k-contiguous weights.
+"""arm_cpu int8 strategies for Cortex-M: int8 x int8 -> int32 dense, convolution and
+depthwise convolution through the int8 micro-kernels (DSP instructions, portable C without),
+and the compile-time kernel layout change (HWIO -> OHWI) that gives convolutions k-contiguous
+weights.
 
 Entry points: :func:`int8_fits`, :func:`add_int8_dense`, :func:`add_int8_conv2d`,
 :func:`alter_conv2d_int8_layout`.
@@ -17,6 +18,11 @@ from typing import Any
 
 from kiln.relay.op.nn.dense import dense_strategy
 from kiln.relay.op.strategy.registry import register_implementation
+from kiln.topi.arm_cpu.depthwise_s8 import (
+    depthwise_conv2d_nhwc_s8,
+    depthwise_s8_applies,
+    schedule_depthwise_conv2d_nhwc_s8,
+)
 from kiln.topi.arm_cpu.gemv_s8 import (
     conv2d_nhwc_ohwi_s8,
     dense_s8_micro_kernel,
@@ -38,6 +44,14 @@ _CONV2D_S8 = register_implementation(
                                                          list(attrs.padding))],
     lambda attrs, outs, target: schedule_conv2d_nhwc_ohwi_s8(outs, has_dsp(target)),
     "conv2d_nhwc_ohwi_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
+
+_DEPTHWISE_S8 = register_implementation(
+    lambda attrs, inputs, out_type: [depthwise_conv2d_nhwc_s8(
+        inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
+        attrs.kernel_layout)],
+    lambda attrs, outs, target: schedule_depthwise_conv2d_nhwc_s8(outs, list(attrs.dilation),
+                                                                  has_dsp(target)),
+    "depthwise_conv2d_nhwc_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 
 def _is_cortex_m(target: Any) -> bool:
@@ -65,14 +79,16 @@ def _kernel_rows_contiguous(attrs) -> bool:
 
 
 def add_int8_conv2d(strategy, attrs, inputs, out_type, target, direct) -> None:
-    """The micro-kernel for OHWI int8 convolutions; the direct schedule for the others
-    (depthwise, grouped, dilated)."""
+    """The micro-kernel for OHWI int8 convolutions, the depthwise kernel for depthwise NHWC
+    ones; the direct schedule for the others (grouped, dilated)."""
     if not int8_fits(inputs, out_type, target):
         return
     if attrs.kernel_layout == "OHWI" and _kernel_rows_contiguous(attrs):
         strategy.add(_CONV2D_S8)
     elif attrs.kernel_layout != "OHWI":
         strategy.add(direct)
+        if depthwise_s8_applies(attrs, inputs[0].shape, inputs[1].shape):
+            strategy.add(_DEPTHWISE_S8)
 
 
 def alter_conv2d_int8_layout(attrs, inputs, tinfos, out_type):

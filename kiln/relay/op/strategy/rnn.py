@@ -1,9 +1,9 @@
-"""Strategies of the fused recurrent cells (``nn.contrib_lstm_cell``, ``nn.contrib_gru_cell``,
-``nn.contrib_rnn_cell``).
+"""Strategies of the recurrent layers (``nn.contrib_lstm_sequence``,
+``nn.contrib_gru_sequence``, ``nn.contrib_rnn_sequence``).
 
-Entry points: the registrations made on import. Every target key gets the x86 schedule's
-recipe (lane blocks, gate products in registers, the epilogue in the same task): it uses only
-split/reorder/unroll/vectorize/compute_at, which the C and LLVM codegens print on any CPU.
+Entry points: the registrations made on import. Every target key gets the same
+implementation: the kernel is portable C (vectorized by the compiler), and kiln's thread pool
+(``TVMBackendParallelLaunch``) is there on every host target; the CRT runs its tasks inline.
 """
 
 from __future__ import annotations
@@ -16,34 +16,35 @@ from kiln.topi.x86 import rnn as x86_rnn
 __all__: list[str] = []
 
 
+def _parallel_min_macs(config) -> int:
+    return int({**x86_rnn.DEFAULT_CONFIG, **(config or {})}["parallel_min_macs"])
+
+
 def _lstm_compute(attrs, inputs, out_type, config=None):
-    return [rnn.lstm_cell(inputs[0], inputs[1], inputs[2], inputs[3], attrs.clip,
-                          int(attrs.offset))]
+    return rnn.lstm_sequence(inputs[0], inputs[1], inputs[2], attrs.clip, bool(attrs.reverse),
+                             _parallel_min_macs(config))
 
 
 def _gru_compute(attrs, inputs, out_type, config=None):
-    return [rnn.gru_cell(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
-                         bool(attrs.linear_before_reset), attrs.clip, int(attrs.offset))]
+    return rnn.gru_sequence(inputs[0], inputs[1], inputs[2], inputs[3],
+                            bool(attrs.linear_before_reset), attrs.clip, bool(attrs.reverse),
+                            _parallel_min_macs(config))
 
 
 def _rnn_compute(attrs, inputs, out_type, config=None):
-    return [rnn.rnn_cell(inputs[0], inputs[1], inputs[2], inputs[3], str(attrs.activation),
-                         attrs.clip, int(attrs.offset))]
+    return rnn.rnn_sequence(inputs[0], inputs[1], inputs[2], str(attrs.activation),
+                            attrs.clip, bool(attrs.reverse), _parallel_min_macs(config))
+
+
+def _schedule(attrs, outs, target, config=None):
+    return x86_rnn.schedule_rnn_sequence(outs, config)
 
 
 for _key in ("generic", "cpu"):
-    register_strategy("nn.contrib_rnn_cell", _key)(wrap_strategy(
-        _rnn_compute,
-        lambda attrs, outs, target, config=None: x86_rnn.schedule_rnn_cell(outs, config),
-        f"rnn_cell.{'x86' if _key == 'cpu' else 'generic'}",
-        config=x86_rnn.DEFAULT_CONFIG, op_name="nn.contrib_rnn_cell"))
-    register_strategy("nn.contrib_lstm_cell", _key)(wrap_strategy(
-        _lstm_compute,
-        lambda attrs, outs, target, config=None: x86_rnn.schedule_lstm_cell(outs, config),
-        f"lstm_cell.{'x86' if _key == 'cpu' else 'generic'}",
-        config=x86_rnn.DEFAULT_CONFIG, op_name="nn.contrib_lstm_cell"))
-    register_strategy("nn.contrib_gru_cell", _key)(wrap_strategy(
-        _gru_compute,
-        lambda attrs, outs, target, config=None: x86_rnn.schedule_gru_cell(outs, config),
-        f"gru_cell.{'x86' if _key == 'cpu' else 'generic'}",
-        config=x86_rnn.DEFAULT_CONFIG, op_name="nn.contrib_gru_cell"))
+    _suffix = "x86" if _key == "cpu" else "generic"
+    for _kind, _compute in (("lstm", _lstm_compute), ("gru", _gru_compute),
+                            ("rnn", _rnn_compute)):
+        _op_name = f"nn.contrib_{_kind}_sequence"
+        register_strategy(_op_name, _key)(wrap_strategy(
+            _compute, _schedule, f"{_kind}_sequence.{_suffix}",
+            config=x86_rnn.DEFAULT_CONFIG, op_name=_op_name))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from kiln import topi
+from kiln.relay.op.nn.conv_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from kiln.relay.op.nn.dense import batch_matmul_strategy, dense_pack_strategy, dense_strategy
 from kiln.relay.op.strategy import x86_int8
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
@@ -25,7 +26,7 @@ from kiln.relay.op.strategy.registry import (
     target_keys,
     tuned_config,
 )
-from kiln.topi.utils import normalize_axes
+from kiln.topi.utils import divisor_at_most, normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv1d as x86_conv1d
 from kiln.topi.x86 import conv2d as x86_conv2d
@@ -89,6 +90,20 @@ DEPTHWISE_NCHW = register_implementation(
         outs, config),
     "depthwise_conv2d_nchw.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
     op_name="nn.conv2d")
+CONV2D_NCHWC_X86 = register_implementation(
+    lambda a, i, t, config=None: [x86_conv2d.conv2d_NCHWc(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), a.data_layout,
+        a.out_layout or a.data_layout, _dtype(t), config)],
+    lambda attrs, outs, target, config=None: x86_conv2d.schedule_conv2d_nchw(outs, config),
+    "conv2d_NCHWc.x86", plevel=15, config=x86_conv2d.DEFAULT_CONFIG, op_name=CONV2D_NCHWC)
+DEPTHWISE_NCHWC_X86 = register_implementation(
+    lambda a, i, t, config=None: [x86_depthwise.depthwise_conv2d_NCHWc(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), a.data_layout,
+        a.out_layout or a.data_layout, _dtype(t), config)],
+    lambda attrs, outs, target, config=None: x86_depthwise.schedule_depthwise_conv2d_nchw(
+        outs, config),
+    "depthwise_conv2d_NCHWc.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
+    op_name=DEPTHWISE_CONV2D_NCHWC)
 BATCH_MATMUL_PACK = register_implementation(
     lambda a, i, t, config=None: [x86_batch_matmul.batch_matmul_pack(
         i[0], i[1], _dtype(t), bool(a.transpose_b), config)],
@@ -99,7 +114,7 @@ BATCH_MATMUL_PACK = register_implementation(
 _GENERIC = {name: register_implementation(COMPUTES[name], schedule_opaque,
                                           f"{name.split('.')[-1]}.generic", op_name=name)
             for name in (dense_strategy.op_name, dense_pack_strategy.op_name, "nn.conv2d",
-                         batch_matmul_strategy.op_name)}
+                         batch_matmul_strategy.op_name, CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC)}
 
 
 def _static_2d(tensor) -> bool:
@@ -155,6 +170,28 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     return strategy
 
 
+def _blocked_conv_strategy(op_name: str, impl, applies: bool) -> OpStrategy:
+    """The generic blocked conv (through NCHW), plus the x86 kernel for float32 where
+    ``applies``."""
+    strategy = OpStrategy()
+    strategy.add(_GENERIC[op_name])
+    if applies:
+        strategy.add(impl)
+    return strategy
+
+
+@register_strategy(CONV2D_NCHWC, "cpu")
+def conv2d_nchwc_strategy_cpu(attrs, inputs, out_type, target):
+    return _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86,
+                                  attrs.groups == 1 and str(out_type.dtype) == "float32")
+
+
+@register_strategy(DEPTHWISE_CONV2D_NCHWC, "cpu")
+def depthwise_conv2d_nchwc_strategy_cpu(attrs, inputs, out_type, target):
+    return _blocked_conv_strategy(DEPTHWISE_CONV2D_NCHWC, DEPTHWISE_NCHWC_X86,
+                                  str(out_type.dtype) == "float32")
+
+
 def _foldable_weight(weight, tinfos) -> bool:
     """Alter only where it pays: the weight is computed from constants (FoldConstant then packs
     it once at compile time) and its shape is static (packing needs a constant block count).
@@ -201,41 +238,64 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
 _PACKED_KERNEL = re.compile(r"OIHW(\d+)o")
 
 
+def channel_block(channels: int) -> int:
+    """Channels per block of an ``NCHW{c}`` activation: 16 or 8 when they divide (one
+    AVX-512 or AVX2 vector of float32), else the largest divisor up to 16, so every conv of
+    a chain picks the same block for the same channel count and none repacks."""
+    return next((b for b in (16, 8) if channels % b == 0), divisor_at_most(channels, 16))
+
+
 def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
-    """``FTVMAlterOpLayout`` of ``nn.conv2d`` on cpu targets: NCHW/OIHW convolutions (groups 1)
-    take their kernel in ``OIHW{n}o`` behind a ``layout_transform`` that FoldConstant folds for
-    a constant weight, so the channel-blocked schedule packs nothing at run time."""
+    """``FTVMAlterOpLayout`` of ``nn.conv2d`` on cpu targets (TVM's x86
+    ``_alter_conv2d_layout``): an NCHW/OIHW float32 conv with a constant kernel becomes
+    ``nn.contrib_conv2d_NCHWc`` (groups 1) or ``nn.contrib_depthwise_conv2d_NCHWc``
+    (groups = channels), data ``NCHW{ic}c``, kernel ``OIHW{ic}i{oc}o`` (``OIHW1i{oc}o``),
+    output ``NCHW{oc}c``. AlterOpLayout transforms the kernel (FoldConstant folds that) and
+    the activations where a neighbour needs NCHW. Under tuning records for
+    ``conv2d_nchw.x86`` (measured on NCHW data) the kernel alone is prepacked, ``OIHW{n}o``."""
     from kiln.relay.op.nn.conv import conv2d
-    from kiln.relay.op.strategy.registry import target_keys
+    from kiln.relay.op.nn.conv_nchwc import contrib_conv2d_nchwc, contrib_depthwise_conv2d_nchwc
     from kiln.relay.op.transform import layout_transform
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
     keys = target_keys(target)
-    if "cpu" not in keys or "arm_cpu" in keys or attrs.groups != 1:
-        return None
-    if not _foldable_weight(inputs[1], tinfos):
+    if "cpu" not in keys or "arm_cpu" in keys or not _foldable_weight(inputs[1], tinfos):
         return None
     if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
         return None
-    if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, Target.current(allow_none=True)):
+    if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, target):
         # the 8-bit micro-kernel's own packed layout
-        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type,
-                                                 Target.current(allow_none=True))
-    dims = [*tinfos[1].shape, *out_type.shape]
-    if not all(hasattr(d, "value") for d in dims):
+        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target)
+    dims = [*tinfos[1].shape, *out_type.shape[1:]]
+    if not all(hasattr(d, "value") for d in dims) or str(out_type.dtype) != "float32":
         return None
-    out_channels, out_width = int(out_type.shape[1].value), int(out_type.shape[3].value)
-    knobs = _tuned_knobs("conv2d_nchw.x86", attrs, tinfos, out_type, target,
-                         x86_conv2d.DEFAULT_CONFIG)
-    bn, _ = x86_conv2d.block_shape(out_channels, out_width, knobs, int(tinfos[1].shape[3].value))
-    if bn <= 1:
-        return None
-    kernel_layout = f"OIHW{bn}o"
-    weight = layout_transform(inputs[1], "OIHW", kernel_layout)
-    return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
-                  attrs.channels, attrs.kernel_size, "NCHW", kernel_layout, "",
-                  attrs.out_dtype)
+    out_channels, in_per_group = int(out_type.shape[1].value), int(tinfos[1].shape[1].value)
+    kernel_width = int(tinfos[1].shape[3].value)
+    common = (attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_channels,
+              attrs.kernel_size)
+    if attrs.groups > 1:
+        if in_per_group != 1 or attrs.groups != out_channels:
+            return None  # grouped, or a channel multiplier: the NCHW kernels
+        bn = channel_block(out_channels)
+        return contrib_depthwise_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{bn}c",
+                                              f"OIHW1i{bn}o", f"NCHW{bn}c", attrs.out_dtype)
+    tuned = tuned_config("conv2d_nchw.x86", attrs, tinfos, out_type, target)
+    knobs = {**x86_conv2d.DEFAULT_CONFIG, **(tuned[1] if tuned is not None else {})}
+    if tuned is None:
+        knobs["oc_bn"] = channel_block(out_channels)
+    out_width = int(out_type.shape[3].value)
+    oc_bn, _ = x86_conv2d.block_shape(out_channels, out_width, knobs, kernel_width)
+    if tuned is not None:
+        if oc_bn <= 1:
+            return None
+        weight = layout_transform(inputs[1], "OIHW", f"OIHW{oc_bn}o")
+        return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation,
+                      attrs.groups, attrs.channels, attrs.kernel_size, "NCHW", f"OIHW{oc_bn}o",
+                      "", attrs.out_dtype)
+    ic_bn = channel_block(in_per_group)
+    return contrib_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{ic_bn}c",
+                                f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c", attrs.out_dtype)
 
 
 def _register_alter_layouts() -> None:

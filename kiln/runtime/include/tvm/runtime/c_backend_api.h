@@ -67,6 +67,14 @@ TVM_DLL int TVMBackendRunOnce(void** handle, int (*f)(void*), void* cdata, int n
 TVM_DLL int KilnFuncCreate(TVMBackendPackedCFunc func, void* resource_handle,
                            void (*finalizer)(void*), TVMFunctionHandle* out);
 
+/*
+ * kiln extension: hold the parallel-launch pool hot (`hold` nonzero) or release one hold
+ * (zero). While held, idle workers poll for the next launch (bounded) instead of sleeping,
+ * so a run of many kernels does not pay a wake-up per parallel kernel. Returns the number of
+ * holds in force.
+ */
+TVM_DLL int KilnRuntimePoolHold(int hold);
+
 #ifdef __cplusplus
 }
 #endif
