@@ -28,35 +28,42 @@ def _pack(r, gates):
     return r.reshape(gates, HIDDEN // LANES, LANES, HIDDEN).transpose(1, 3, 0, 2).copy()
 
 
-def _lstm(x, state, r, clip):
-    h, c = state
-    ys = []
-    for t in range(len(x)):
-        pre = np.clip(x[t] + h @ r.T, -clip, clip)
-        i, o, f, g = np.split(pre, 4, axis=-1)
-        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+def _layer(x, state, lens, reverse, step):
+    """ONNX's masked recurrence: rows at or past their length keep the state and output 0;
+    a row that runs no step ends with a zero state (onnxruntime)."""
+    ys = np.zeros((len(x), *state.shape[-2:]))
+    for t in (reversed(range(len(x))) if reverse else range(len(x))):
+        active = (t < lens)[:, None]
+        row, new = step(x[t], state)
+        ys[t] = np.where(active, row, 0)
+        state = np.where(active, new, state)
+    return ys, np.where((lens > 0)[:, None], state, 0)
+
+
+def _lstm(x, state, r, clip, lens, reverse=False):
+    def step(x_t, st):
+        i, o, f, g = np.split(np.clip(x_t + st[0] @ r.T, -clip, clip), 4, axis=-1)
+        c = _sigmoid(f) * st[1] + _sigmoid(i) * np.tanh(g)
         h = _sigmoid(o) * np.tanh(c)
-        ys.append(h)
-    return np.stack(ys), np.stack([h, c])
+        return h, np.stack([h, c])
+
+    return _layer(x, state, lens, reverse, step)
 
 
-def _gru(x, h, r, hbias, linear_before_reset):
+def _gru(x, h, r, hbias, linear_before_reset, lens):
     rz, rr, rh = np.split(r, 3)
-    ys = []
-    for t in range(len(x)):
-        xz, xr, xh = np.split(x[t], 3, axis=-1)
+
+    def step(x_t, h):
+        xz, xr, xh = np.split(x_t, 3, axis=-1)
         z, reset = _sigmoid(xz + h @ rz.T), _sigmoid(xr + h @ rr.T)
         if linear_before_reset:
             n = np.tanh(xh + reset * (h @ rh.T + hbias))
         else:
             n = np.tanh(xh + (reset * h) @ rh.T + hbias)
         h = (1 - z) * n + z * h
-        ys.append(h)
-    return np.stack(ys), h
+        return h, h
 
-
-def _reversed(y, final):
-    return y[::-1], final
+    return _layer(x, h, lens, False, step)
 
 
 @pytest.fixture(params=[1, 2, 7])
@@ -68,14 +75,14 @@ def threads(request):
     lib.KilnRuntimeSetNumThreads(ctypes.c_int(config.num_threads()))
 
 
-def _run(make, shapes, arrays, symbolic):
-    """Build ``make(*placeholders)`` (the step count a variable when ``symbolic``) for llvm
-    with the team path forced on, run it on ``arrays``; return (Y, final state)."""
+def _run(make, shapes, arrays, symbolic, target="llvm"):
+    """Build ``make(*placeholders)`` (the step count a variable when ``symbolic``) for
+    ``target``, run it on ``arrays``; return (Y, final state)."""
     steps = te.var("steps") if symbolic else STEPS
-    holders = [te.placeholder((steps, *shape[1:]) if k == 0 else shape, name=f"in{k}")
-               for k, shape in enumerate(shapes)]
+    holders = [te.placeholder((steps, *shape[1:]) if k == 0 else shape, str(a.dtype),
+                              name=f"in{k}") for k, (shape, a) in enumerate(zip(shapes, arrays))]
     y, final = make(*holders)
-    func = kiln.build(te.create_schedule([y.op]), [*holders, y, final], "llvm")
+    func = kiln.build(te.create_schedule([y.op]), [*holders, y, final], target)
     # Y has the run-time step count of the projection; the final state is static
     outs = [kiln.nd.array(np.zeros(shape, "float32"))
             for shape in ((len(arrays[0]), *shapes[1][-2:]), shapes[1])]
@@ -89,12 +96,12 @@ def test_lstm_sequence_matches_numpy(threads, reverse, symbolic):
     x = RNG.standard_normal((STEPS, BATCH, 4 * HIDDEN)).astype("float32")
     state = RNG.standard_normal((2, BATCH, HIDDEN)).astype("float32")
     r = (RNG.standard_normal((4 * HIDDEN, HIDDEN)) * 0.4).astype("float32")
-    got = _run(lambda a, b, c: lstm_sequence(a, b, c, clip=2.5, reverse=reverse,
-                                             parallel_min_macs=0),
-               [x.shape, state.shape, (HIDDEN // LANES, HIDDEN, 4, LANES)],
-               [x, state, _pack(r, 4)], symbolic)
-    want = _lstm(x[::-1] if reverse else x, state, r, 2.5)
-    want = _reversed(*want) if reverse else want
+    lens = np.array([STEPS, 3], "int32")  # the second row stops early
+    got = _run(lambda a, b, c, d: lstm_sequence(a, b, c, d, clip=2.5, reverse=reverse,
+                                                parallel_min_macs=0),
+               [x.shape, state.shape, (HIDDEN // LANES, HIDDEN, 4, LANES), lens.shape],
+               [x, state, _pack(r, 4), lens], symbolic)
+    want = _lstm(x, state, r, 2.5, lens, reverse)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
@@ -105,34 +112,60 @@ def test_gru_sequence_matches_numpy(threads, linear_before_reset):
     h = RNG.standard_normal((BATCH, HIDDEN)).astype("float32")
     r = (RNG.standard_normal((3 * HIDDEN, HIDDEN)) * 0.4).astype("float32")
     hbias = RNG.standard_normal(HIDDEN).astype("float32")
-    got = _run(lambda a, b, c, d: gru_sequence(a, b, c, d, linear_before_reset,
-                                               parallel_min_macs=0),
-               [x.shape, h.shape, (HIDDEN // LANES, HIDDEN, 3, LANES), hbias.shape],
-               [x, h, _pack(r, 3), hbias], symbolic=True)
-    for g, w in zip(got, _gru(x, h, r, hbias, linear_before_reset)):
+    lens = np.array([0, 4], "int32")  # a row of length 0
+    got = _run(lambda a, b, c, d, e: gru_sequence(a, b, c, d, e, linear_before_reset,
+                                                  parallel_min_macs=0),
+               [x.shape, h.shape, (HIDDEN // LANES, HIDDEN, 3, LANES), hbias.shape, lens.shape],
+               [x, h, _pack(r, 3), hbias, lens], symbolic=True)
+    for g, w in zip(got, _gru(x, h, r, hbias, linear_before_reset, lens)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=core-avx2", "c"])
+def test_lstm_sequence_matches_numpy_on_avx2_and_c(target):
+    """The 16-lane products as two 8-lane vectors (AVX2), and the C target's build."""
+    x = RNG.standard_normal((STEPS, BATCH, 4 * HIDDEN)).astype("float32")
+    state = RNG.standard_normal((2, BATCH, HIDDEN)).astype("float32")
+    r = (RNG.standard_normal((4 * 16, 16)) * 0.4).astype("float32")
+    x16 = x[..., :4 * 16].copy()
+    packed = r.reshape(4, 1, 16, 16).transpose(1, 3, 0, 2).copy()
+    lens = np.array([STEPS], "int32")  # one length for every row
+    got = _run(lambda a, b, c, d: lstm_sequence(a, b, c, d, clip=2.5, parallel_min_macs=0),
+               [x16.shape, (2, BATCH, 16), packed.shape, lens.shape],
+               [x16, state[..., :16].copy(), packed, lens], symbolic=False, target=target)
+    want = _lstm(x16, state[..., :16], r, 2.5, np.full(BATCH, STEPS))
+    for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6)
 
 
 def test_rnn_sequence_runs_no_step_for_an_empty_sequence(threads):
-    """A run-time length of 0: no output rows, the final state is the initial one."""
+    """A run-time length of 0: no output rows, a zero final state (onnxruntime's result for
+    a row of length 0)."""
     h = RNG.standard_normal((BATCH, HIDDEN)).astype("float32")
     r = RNG.standard_normal((HIDDEN, HIDDEN)).astype("float32")
-    y, final = _run(lambda a, b, c: rnn_sequence(a, b, c, "relu", parallel_min_macs=0),
-                    [(STEPS, BATCH, HIDDEN), h.shape, (HIDDEN // LANES, HIDDEN, 1, LANES)],
-                    [np.zeros((0, BATCH, HIDDEN), "float32"), h, _pack(r, 1)], symbolic=True)
+    lens = np.array([STEPS], "int32")
+    y, final = _run(lambda a, b, c, d: rnn_sequence(a, b, c, d, "relu", parallel_min_macs=0),
+                    [(STEPS, BATCH, HIDDEN), h.shape, (HIDDEN // LANES, HIDDEN, 1, LANES),
+                     lens.shape],
+                    [np.zeros((0, BATCH, HIDDEN), "float32"), h, _pack(r, 1), lens],
+                    symbolic=True)
     assert y.shape == (0, BATCH, HIDDEN)
-    np.testing.assert_array_equal(final, h)
+    np.testing.assert_array_equal(final, np.zeros_like(h))
 
 
 def test_the_kernel_refuses_what_it_does_not_compute():
     x, h = te.placeholder((3, 1, 24)), te.placeholder((1, 8))
+    lens = te.placeholder((1,), "int32")
     with pytest.raises(kiln.TVMError, match="float32 only"):
-        gru_sequence(x, h, te.placeholder((1, 8, 3, 8), "float64"), te.placeholder((8,)),
+        gru_sequence(x, h, te.placeholder((1, 8, 3, 8), "float64"), te.placeholder((8,)), lens,
                      False)
     with pytest.raises(kiln.TVMError, match=r"does not pack 1 gates of .* width 24"):
-        rnn_sequence(x, h, te.placeholder((1, 8, 3, 8)))
+        rnn_sequence(x, h, te.placeholder((1, 8, 3, 8)), lens)
     with pytest.raises(kiln.TVMError, match="activation 'gelu' is not one of"):
-        rnn_sequence(te.placeholder((3, 1, 8)), h, te.placeholder((1, 8, 1, 8)), "gelu")
+        rnn_sequence(te.placeholder((3, 1, 8)), h, te.placeholder((1, 8, 1, 8)), lens, "gelu")
     with pytest.raises(kiln.TVMError, match="has 3 lanes"):
         lstm_sequence(te.placeholder((3, 1, 48)), te.placeholder((2, 1, 12)),
-                      te.placeholder((4, 12, 4, 3)))
+                      te.placeholder((4, 12, 4, 3)), lens)
+    with pytest.raises(kiln.TVMError, match=r"lengths must be int32 \[1\] or \[1\], got int64"):
+        rnn_sequence(te.placeholder((3, 1, 8)), h, te.placeholder((1, 8, 1, 8)),
+                     te.placeholder((1,), "int64"))

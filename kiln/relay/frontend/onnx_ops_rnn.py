@@ -4,15 +4,17 @@ Entry points: the converters registered in :data:`~.onnx_registry.CONVERTERS` on
 
 Each direction projects the inputs of all steps with one GEMM (``[T * B, I] @ W.T`` plus the
 biases that add outside the recurrent product). With ONNX's default activations, float32 and
-no masking, peepholes or ``input_forget`` (an RNN: tanh, relu or sigmoid), the direction is
-then one layer op (``nn.contrib_lstm_sequence`` / ``nn.contrib_gru_sequence`` /
+no peepholes or ``input_forget`` (an RNN: tanh, relu or sigmoid), the direction is then
+one layer op (``nn.contrib_lstm_sequence`` / ``nn.contrib_gru_sequence`` /
 ``nn.contrib_rnn_sequence``: one kernel running every step, the product of the state with all
 gates' recurrent weights and the gate arithmetic), whose sequence length may be unknown until
 run time (``Any``, on the VM). Otherwise the steps are unrolled over a static length, a step
 being one ``dense`` for all gates and the gate arithmetic in primitive ops. Forward, reverse
 and bidirectional layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``,
 LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX
-operator definitions. ``sequence_lens`` masks the state updates of forward directions.
+operator definitions. ``sequence_lens`` is the layer ops' per-row length (any direction,
+static or unknown length); on the unrolled path it masks the state updates of forward
+directions.
 
 Example
 -------
@@ -117,6 +119,8 @@ class _Layer:
 
         def per_direction(index):
             value = inputs[index] if len(inputs) > index else None
+            if index >= 5 and is_static([self.batch]):
+                value = _static_fill(value, (count, self.batch, self.hidden))
             return [None] * count if value is None else _split(value, count, 0, squeeze=True)
 
         self.w, self.r = per_direction(1), per_direction(2)
@@ -168,12 +172,21 @@ class _Layer:
         return relay.reshape(out, (-1, self.batch, self.gates * self.hidden))
 
     def fusable(self, acts, defaults, *, extra_ok=True):
-        """Whether the layer ops compute this layer: ONNX's default activations, float32, no
-        masking, static batch and input size (anything else composes the cell from primitive
-        ops over a static length)."""
+        """Whether the layer ops compute this layer: ONNX's default activations, float32,
+        static batch and input size (anything else composes the cell from primitive ops over
+        a static length)."""
         default = all(a.key == key for direction in acts for a, key in zip(direction, defaults))
-        return (extra_ok and default and self.step_mask(0) is None and self.dtype == "float32"
+        return (extra_ok and default and self.dtype == "float32"
                 and is_static([self.batch, self.input_size]))
+
+    def fused_lens(self):
+        """The layer ops' ``sequence_lens`` (None: every row runs every step)."""
+        if self.lens is None:
+            return None
+        value = self.ctx.value(self.lens)
+        if value is not None and not self.symbolic and np.all(value == self.steps):
+            return None
+        return relay.cast(self.lens, "int32")
 
     def finish(self, outputs_per_direction, finals_per_direction):
         """ONNX outputs: Y (steps, dirs, batch, H) then each final state (dirs, batch, H).
@@ -182,12 +195,39 @@ class _Layer:
         value (from a loop over an unknown length)."""
         ys = [outs if not isinstance(outs, list) else relay.stack(outs, 0)
               for outs in outputs_per_direction]
-        y = relay.stack(ys, 1)
-        finals = [relay.stack(list(states), 0) for states in zip(*finals_per_direction)]
+        y = _stack(ys, 1)
+        finals = [_stack(list(states), 0) for states in zip(*finals_per_direction)]
         if self.layout:
             y = relay.transpose(y, (2, 0, 1, 3))
             finals = [relay.transpose(f, (1, 0, 2)) for f in finals]
         return [y, *finals]
+
+
+def _stack(values, axis):
+    """``stack``; of one value, ``expand_dims``, which executors run as a reshape (no copy,
+    no kernel)."""
+    return relay.expand_dims(values[0], axis) if len(values) == 1 else relay.stack(values, axis)
+
+
+def _static_fill(value, shape):
+    """An initial state computed as ``dyn.full(c, <shape arithmetic on the input>)`` (how
+    PyTorch exports the zero states of a model with a dynamic axis), sliced or reshaped by
+    one-input injective ops, as ``full(c, shape)``: ONNX fixes the state's shape, which Relay
+    cannot see through the arithmetic. The state then folds to a constant instead of costing
+    several kernels per run."""
+    from kiln.ir.op import Op
+    from kiln.relay.expr import Call, Constant
+    from kiln.relay.op.op import INJECTIVE
+
+    source = value
+    # a one-input injective op moves elements around: a constant fill stays one
+    while (isinstance(source, Call) and isinstance(source.op, Op) and len(source.args) == 1
+           and source.op.get_attr("TOpPattern") == INJECTIVE):
+        source = source.args[0]
+    if (isinstance(source, Call) and source.op == Op.get("dyn.full")
+            and isinstance(source.args[0], Constant)):
+        return relay.full(source.args[0], shape, str(source.attrs.dtype))
+    return value
 
 
 def _split(x, parts, axis, squeeze=False):
@@ -253,7 +293,8 @@ def _rnn(inputs, attrs, ctx):
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 1, layer.hidden,
                                                     _lanes(layer.hidden))
             y, h = relay.nn.contrib_rnn_sequence(projection, _static_state(layer, h), weight,
-                                                 f.key, layer.clip, direction == "reverse")
+                                                 f.key, layer.clip, direction == "reverse",
+                                                 layer.fused_lens())
             ys.append(y)
             finals.append([h])
             continue
@@ -300,7 +341,7 @@ def _gru(inputs, attrs, ctx):
                 hbias = relay.zeros((layer.hidden,), layer.dtype)
             y, h = relay.nn.contrib_gru_sequence(
                 projection, _static_state(layer, h), weight, hbias, bool(linear_before_reset),
-                layer.clip, direction == "reverse")
+                layer.clip, direction == "reverse", layer.fused_lens())
             ys.append(y)
             finals.append([h])
             continue
@@ -357,7 +398,7 @@ def _lstm(inputs, attrs, ctx):
             weight = relay.nn.pack_recurrent_weight(layer.r[d], 4, layer.hidden, lanes)
             state = _static_state(layer, relay.stack([h, c], 0))
             y, state = relay.nn.contrib_lstm_sequence(projection, state, weight, layer.clip,
-                                                      direction == "reverse")
+                                                      direction == "reverse", layer.fused_lens())
             ys.append(y)
             finals.append([_state_row(state, 0), _state_row(state, 1)])
             continue

@@ -27,7 +27,7 @@ Example
 >>> from kiln import te
 >>> from kiln.topi.nn.rnn import lstm_sequence
 >>> y, state = lstm_sequence(te.placeholder((4, 1, 64)), te.placeholder((2, 1, 16)),
-...                          te.placeholder((1, 16, 4, 16)))
+...                          te.placeholder((1, 16, 4, 16)), te.placeholder((1,), "int32"))
 >>> [int(d) for d in y.shape], [int(d) for d in state.shape]
 ([4, 1, 16], [2, 1, 16])
 """
@@ -96,6 +96,8 @@ typedef struct {
   const float* h0;     /* [B, H] */
   const float* weight; /* [H / L, H, G, L] */
   const float* hbias;  /* [H]: the GRU candidate gate's recurrent bias */
+  const int32_t* lens; /* each batch row's sequence length (clamped into [0, T]) */
+  int64_t lens_stride;  /* 1: lens is [B]; 0: lens is [1], one length for every row */
   float* y;            /* [T, B, H] */
   float* h_out;        /* [B, H]; a GRU with linear_before_reset = 0 keeps r * h here */
   float* c;            /* [B, H]: the LSTM cell state, updated in place */
@@ -272,14 +274,26 @@ static void kiln_rnn_block_any(const KilnRnnSequence* p, int phase, int64_t b, i
 
 /* The hidden state of the step before stage `stage` (a step is one stage, two for a GRU with
    linear_before_reset = 0); runs one (batch row, hidden block) unit of the stage. */
+KILN_RNN_INLINE int64_t kiln_rnn_length(const KilnRnnSequence* p, int64_t b) {
+  const int64_t n = p->lens[b * p->lens_stride];
+  return n < 0 ? 0 : (n > p->steps ? p->steps : n);
+}
+
+/* One (batch row, hidden block) unit of stage `stage` (a step is one stage, two for a GRU with
+   linear_before_reset = 0). A step at or past the row's length leaves the state as it is and
+   outputs zeros; a row's first step (the last within its length, reverse) reads h0. */
 static void kiln_rnn_unit(const KilnRnnSequence* p, intptr_t stage, intptr_t unit, int phases) {
   const int64_t B = p->batch, H = p->hidden, L = p->lanes, T = p->steps;
-  const int64_t s = stage / phases, blocks = H / L;
-  const int64_t t = p->reverse ? T - 1 - s : s;
-  const float* h = s == 0 ? p->h0 : p->y + (p->reverse ? t + 1 : t - 1) * B * H;
-  const float* x = p->xproj + t * B * p->gates * H;
-  kiln_rnn_block_any(p, (int)(stage % phases), unit / blocks, (unit % blocks) * L, h, x,
-                     p->y + t * B * H);
+  const int64_t s = stage / phases, blocks = H / L, b = unit / blocks, j0 = (unit % blocks) * L;
+  const int64_t t = p->reverse ? T - 1 - s : s, length = kiln_rnn_length(p, b);
+  float* out = p->y + t * B * H;
+  if (t >= length) {
+    if (stage % phases == phases - 1) memset(out + b * H + j0, 0, sizeof(float) * L);
+    return;
+  }
+  const int first = p->reverse ? t == length - 1 : t == 0;
+  const float* h = first ? p->h0 : p->y + (p->reverse ? t + 1 : t - 1) * B * H;
+  kiln_rnn_block_any(p, (int)(stage % phases), b, j0, h, p->xproj + t * B * p->gates * H, out);
 }
 
 /* How many stages have every unit finished: units of a stage start only once the stages
@@ -307,7 +321,11 @@ static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* 
   const int owners = penv->num_task < KILN_RNN_MAX_OWNERS ? penv->num_task
                                                            : KILN_RNN_MAX_OWNERS;
   if (owners <= 1) {
-    for (intptr_t i = 0; i < stages * units; ++i) kiln_rnn_unit(p, i / units, i % units, phases);
+    /* every other stage walks the blocks backwards: the blocks the last stage read most
+       recently, the ones still in cache when the weight is about the cache's size, go first */
+    for (intptr_t stage = 0; stage < stages; ++stage)
+      for (intptr_t u = 0; u < units; ++u)
+        kiln_rnn_unit(p, stage, stage % 2 ? units - 1 - u : u, phases);
     return 0;
   }
   intptr_t done = 0; /* stages known finished */
@@ -342,10 +360,11 @@ static int32_t kiln_rnn_sequence(int32_t kind, int32_t activation, int32_t rever
                                  int32_t linear_before_reset, int32_t has_clip, float clip,
                                  int64_t steps, int64_t batch, int64_t hidden, int64_t lanes,
                                  int32_t parallel, const float* xproj, const float* state0,
-                                 const float* weight, const float* hbias, float* y,
+                                 const float* weight, const float* hbias,
+                                 const int32_t* lens, int64_t lens_stride, float* y,
                                  float* state_out) {
   const int64_t size = batch * hidden;
-  KilnRnnSequence p = {xproj, state0, weight, hbias, y, state_out,
+  KilnRnnSequence p = {xproj, state0, weight, hbias, lens, lens_stride, y, state_out,
                        kind == KILN_LSTM ? state_out + size : NULL,
                        steps, batch, hidden, lanes,
                        kind == KILN_LSTM ? 4 : kind == KILN_GRU ? 3 : 1,
@@ -356,8 +375,16 @@ static int32_t kiln_rnn_sequence(int32_t kind, int32_t activation, int32_t rever
     int32_t rc = TVMBackendParallelLaunch(kiln_rnn_sequence_task, &p, parallel ? 0 : 1);
     if (rc != 0) return rc;
   }
-  const float* last = steps == 0 ? state0 : y + (reverse ? 0 : steps - 1) * size;
-  memcpy(state_out, last, sizeof(float) * size);
+  for (int64_t b = 0; b < batch; ++b) { /* the state after each row's last step */
+    const int64_t length = kiln_rnn_length(&p, b);
+    if (length == 0) { /* no step: a zero state, as onnxruntime gives */
+      memset(state_out + b * hidden, 0, sizeof(float) * hidden);
+      if (kind == KILN_LSTM) memset(p.c + b * hidden, 0, sizeof(float) * hidden);
+      continue;
+    }
+    const float* last = y + (reverse ? 0 : length - 1) * size;
+    memcpy(state_out + b * hidden, last + b * hidden, sizeof(float) * hidden);
+  }
   return 0;
 }
 #endif
@@ -396,7 +423,7 @@ def _check(op_name: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
 
 
 def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
-              hbias: te.Tensor | None, *, activation: str = "tanh",
+              hbias: te.Tensor | None, lens: te.Tensor, *, activation: str = "tanh",
               linear_before_reset: bool = False, clip: float | None = None,
               reverse: bool = False, parallel_min_macs: int = 0) -> list[te.Tensor]:
     """``[Y [T, B, H], final state]``: one ``kiln_rnn_sequence`` call over every step."""
@@ -405,7 +432,11 @@ def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
     steps = xproj.shape[0]
     # the per-step product decides whether waking the pool (once per sequence) pays
     parallel = int(batch * gates * hidden * hidden >= parallel_min_macs)
-    inputs = [xproj, state, weight] + ([hbias] if hbias is not None else [])
+    count = [get_const_int(d) for d in lens.shape]
+    if str(lens.dtype) != "int32" or count not in ([batch], [1]):
+        raise TVMError(f"{kind}_sequence: sequence lengths must be int32 [{batch}] or [1], got "
+                       f"{lens.dtype} {count}")
+    inputs = [xproj, state, weight, lens] + ([hbias] if hbias is not None else [])
 
     def fcompute(ins, outs):
         call = tir.call_extern(
@@ -415,8 +446,9 @@ def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
             tir.Cast("int64", steps), batch, hidden, lanes, parallel,
             ins[0].access_ptr("r"), ins[1].access_ptr("r"), ins[2].access_ptr("r"),
             # only a GRU reads hbias; the others pass a pointer it never dereferences
-            ins[3 if hbias is not None else 2].access_ptr("r"),
-            outs[0].access_ptr("w"), outs[1].access_ptr("w"))
+            ins[4 if hbias is not None else 2].access_ptr("r"), ins[3].access_ptr("r"),
+            int(count == [batch] and batch > 1), outs[0].access_ptr("w"),
+            outs[1].access_ptr("w"))
         return tir.AttrStmt(tir.StringImm(KERNEL_NAME), "pragma_import_c",
                             tir.StringImm(KERNEL_SOURCE), tir.Evaluate(call))
 
@@ -426,7 +458,7 @@ def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
     return list(outs)
 
 
-def lstm_sequence(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
+def lstm_sequence(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor, lens: te.Tensor,
                   clip: float | None = None, reverse: bool = False,
                   parallel_min_macs: int = 0) -> list[te.Tensor]:
     """An LSTM direction with ONNX's default activations (sigmoid, tanh, tanh), gates i, o, f,
@@ -437,13 +469,18 @@ def lstm_sequence(xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
         h' = sigmoid(pre_o) * tanh(c')
 
     ``reverse`` runs the steps from ``T - 1`` down to 0 (``Y`` stays in time order).
+    ``lens`` (int32 ``[B]``, or ``[1]`` for every row) is each batch row's sequence length,
+    clamped into ``[0, T]`` (ONNX's ``sequence_lens``): the steps at and past it output zeros
+    and leave the state as it is; a reverse row starts at its own last step; a row of length
+    0 ends with a zero state (onnxruntime's result).
     """
-    return _sequence("lstm", xproj, state, weight, None, clip=clip, reverse=reverse,
+    return _sequence("lstm", xproj, state, weight, None, lens, clip=clip, reverse=reverse,
                      parallel_min_macs=parallel_min_macs)
 
 
 def gru_sequence(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor,
-                 hbias: te.Tensor, linear_before_reset: bool, clip: float | None = None,
+                 hbias: te.Tensor, lens: te.Tensor, linear_before_reset: bool,
+                 clip: float | None = None,
                  reverse: bool = False, parallel_min_macs: int = 0) -> list[te.Tensor]:
     """A GRU direction with ONNX's default activations (sigmoid, tanh), gates z, r, h:
     ``[Y [T, B, H], final hidden state [B, H]]``. ``hbias`` (``[H]``) is the candidate gate's
@@ -453,19 +490,22 @@ def gru_sequence(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor,
         n = tanh(xh + r * (h @ Rh.T + Rbh))        linear_before_reset
         n = tanh(xh + (r * h) @ Rh.T + Rbh)        otherwise
         h' = (1 - z) * n + z * h
+
+    ``lens`` as in :func:`lstm_sequence`.
     """
-    return _sequence("gru", xproj, hidden_state, weight, hbias,
+    return _sequence("gru", xproj, hidden_state, weight, hbias, lens,
                      linear_before_reset=linear_before_reset, clip=clip, reverse=reverse,
                      parallel_min_macs=parallel_min_macs)
 
 
 def rnn_sequence(xproj: te.Tensor, hidden_state: te.Tensor, weight: te.Tensor,
-                 activation: str = "tanh", clip: float | None = None, reverse: bool = False,
-                 parallel_min_macs: int = 0) -> list[te.Tensor]:
+                 lens: te.Tensor, activation: str = "tanh", clip: float | None = None,
+                 reverse: bool = False, parallel_min_macs: int = 0) -> list[te.Tensor]:
     """A simple-RNN direction, ``h' = f(xproj[t] + h @ R.T)`` (clipped before ``f``, one of
-    :data:`RNN_ACTIVATIONS`): ``[Y [T, B, H], final hidden state [B, H]]``."""
+    :data:`RNN_ACTIVATIONS`): ``[Y [T, B, H], final hidden state [B, H]]``; ``lens`` as in
+    :func:`lstm_sequence`."""
     if activation not in RNN_ACTIVATIONS:
         raise TVMError(f"rnn_sequence: activation {activation!r} is not one of "
                        f"{sorted(RNN_ACTIVATIONS)}")
-    return _sequence("rnn", xproj, hidden_state, weight, None, activation=activation,
+    return _sequence("rnn", xproj, hidden_state, weight, None, lens, activation=activation,
                      clip=clip, reverse=reverse, parallel_min_macs=parallel_min_macs)

@@ -17,7 +17,7 @@ Example
 >>> from kiln.topi.nn.rnn import lstm_sequence
 >>> from kiln.topi.x86.rnn import schedule_rnn_sequence
 >>> outs = lstm_sequence(te.placeholder((4, 1, 64)), te.placeholder((2, 1, 16)),
-...                      te.placeholder((1, 16, 4, 16)))
+...                      te.placeholder((1, 16, 4, 16)), te.placeholder((1,), "int32"))
 >>> s = schedule_rnn_sequence(outs)
 >>> s[outs[0].op].op.name
 'lstm_sequence'

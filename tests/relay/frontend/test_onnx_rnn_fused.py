@@ -136,7 +136,18 @@ def test_rnn_with_tanh_relu_or_sigmoid_runs_one_kernel_per_direction(case):
 
 
 @pytest.mark.parametrize("op, gates, case", [
-    ("LSTM", 4, dict(lens=[STEPS, 2], initial=2)),
+    ("LSTM", 4, dict(lens=[STEPS, 2], initial=2, direction="bidirectional")),
+    ("GRU", 3, dict(lens=[1, 3], direction="reverse", linear_before_reset=0)),
+    ("RNN", 1, dict(lens=[0, 2], initial=1)),
+])
+def test_sequence_lens_run_on_the_layer_op_in_either_direction(op, gates, case):
+    model, feeds = _recurrent_model(op, gates, 16, **case)
+    kernels = _compile_and_compare(model, feeds)
+    assert sum(f"contrib_{op.lower()}_sequence" in k for k in kernels) == \
+        (2 if case.get("direction") == "bidirectional" else 1)
+
+
+@pytest.mark.parametrize("op, gates, case", [
     ("LSTM", 4, dict(peepholes=True, input_forget=1)),
     ("GRU", 3, dict(activations=["HardSigmoid", "Relu"], linear_before_reset=0)),
     ("RNN", 1, dict(direction="bidirectional", activations=["LeakyRelu", "Tanh"], initial=1)),
@@ -238,7 +249,63 @@ def test_unknown_sequence_length_runs_one_kernel_per_direction_on_the_vm(op, gat
             np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
 
 
-def test_unknown_sequence_length_with_masking_is_refused_by_name():
-    model, feeds = _recurrent_model("LSTM", 4, 8, lens=[STEPS, 2])
+def test_unknown_sequence_length_with_sequence_lens_on_the_vm():
+    from kiln.runtime.vm import VirtualMachine
+
+    model, _ = _recurrent_model("LSTM", 4, 8, direction="bidirectional", lens=[2, 1],
+                                steps="seq")
+    mod, params = from_onnx(onnx.load_from_string(model),
+                            shape={"x": [relay.Any(), BATCH, INPUT]})
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(mod, target="llvm", params=params)
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for steps in (3, 5):
+        x = _rand(steps, BATCH, INPUT, scale=1.0)
+        for value, want in zip(vm.invoke("main", x), session.run(None, {"x": x})):
+            np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
+
+
+def test_unknown_sequence_length_with_peepholes_is_refused_by_name():
+    model, feeds = _recurrent_model("LSTM", 4, 8, peepholes=True)
     with pytest.raises(kiln.TVMError, match="sequence length unknown at conversion time"):
         from_onnx(onnx.load_from_string(model), shape={"x": [relay.Any(), BATCH, INPUT]})
+
+
+def test_zero_states_shaped_from_a_dynamic_input_fold_to_constants_on_the_vm():
+    """PyTorch exports the zero states of a model with a dynamic axis as ConstantOfShape of
+    shape arithmetic on the input, sliced per layer: the layer op gets them as constants."""
+    from kiln.runtime.vm import VirtualMachine
+
+    hidden = 8
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["batch"], axis=0),
+        helper.make_node("Concat", ["two", "batch", "hid"], ["state_shape"], axis=0),
+        helper.make_node("ConstantOfShape", ["state_shape"], ["zeros"]),
+        helper.make_node("Slice", ["zeros", "zero", "one", "zero"], ["h0"]),
+        helper.make_node("LSTM", ["x", "w", "r", "", "", "h0", "h0"], ["y"],
+                         hidden_size=hidden)]
+    inits = [numpy_helper.from_array(np.array(v, "int64"), name) for name, v in
+             (("one", [1]), ("zero", [0]), ("two", [2]), ("hid", [hidden]))]
+    inits += [numpy_helper.from_array(_rand(1, 4 * hidden, INPUT), "w"),
+              numpy_helper.from_array(_rand(1, 4 * hidden, hidden), "r")]
+    graph = helper.make_graph(
+        nodes, "zero_state",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", BATCH, INPUT])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["seq", 1, BATCH, hidden])],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    mod, params = from_onnx(model, shape={"x": [relay.Any(), BATCH, INPUT]})
+    with kiln.transform.PassContext(opt_level=3):
+        exe = relay.vm.compile(mod, target="llvm", params=params)
+    assert not [n for n in exe.primitive_names if "full" in n or "shape_of" in n], \
+        exe.primitive_names
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    for steps in (2, 6):
+        x = _rand(steps, BATCH, INPUT, scale=1.0)
+        np.testing.assert_allclose(vm.invoke("main", x).numpy(),
+                                   session.run(None, {"x": x})[0], rtol=1e-4, atol=2e-5)

@@ -86,6 +86,13 @@ def _sequence_dims(types, op_name: str, gates: int, state_rank: int) -> list[int
     return s
 
 
+def _check_lens(types, index, batch, op_name):
+    lens = tensor_arg(types, index, op_name)
+    if str(lens.dtype) != "int32" or dims(lens) not in ([batch], [1]):
+        fail(f"{op_name}: sequence_lens must be int32 [{batch}] or [1], got "
+             f"{shape_str(dims(lens))} {lens.dtype}")
+
+
 def _result(types, s, op_name):
     """``(Y [T, B, H], final state)``."""
     steps = dims(tensor_arg(types, 0, op_name))[0]
@@ -94,7 +101,9 @@ def _result(types, s, op_name):
 
 
 def _lstm_rel(types, attrs, op_name):
-    return _result(types, _sequence_dims(types, op_name, 4, 3), op_name)
+    s = _sequence_dims(types, op_name, 4, 3)
+    _check_lens(types, 3, s[1], op_name)
+    return _result(types, s, op_name)
 
 
 def _gru_rel(types, attrs, op_name):
@@ -103,6 +112,7 @@ def _gru_rel(types, attrs, op_name):
     if dims(hbias) != [s[1]] or str(hbias.dtype) != "float32":
         fail(f"{op_name}: hbias must be float32 [H] = [{s[1]}], got {shape_str(dims(hbias))} "
              f"{hbias.dtype}")
+    _check_lens(types, 4, s[0], op_name)
     return _result(types, s, op_name)
 
 
@@ -111,19 +121,29 @@ def _rnn_rel(types, attrs, op_name):
     if str(attrs.activation) not in RNN_CELL_ACTIVATIONS:
         fail(f"{op_name}: activation {attrs.activation!r} is not one of "
              f"{list(RNN_CELL_ACTIVATIONS)}")
+    _check_lens(types, 3, s[0], op_name)
     return _result(types, s, op_name)
 
 
-define_op("nn.contrib_lstm_sequence", _lstm_rel, OPAQUE, 3, LSTMSequenceAttrs,
+define_op("nn.contrib_lstm_sequence", _lstm_rel, OPAQUE, 4, LSTMSequenceAttrs,
           "an LSTM direction over a whole sequence", 10)
-define_op("nn.contrib_gru_sequence", _gru_rel, OPAQUE, 4, GRUSequenceAttrs,
+define_op("nn.contrib_gru_sequence", _gru_rel, OPAQUE, 5, GRUSequenceAttrs,
           "a GRU direction over a whole sequence", 10)
-define_op("nn.contrib_rnn_sequence", _rnn_rel, OPAQUE, 3, RNNSequenceAttrs,
+define_op("nn.contrib_rnn_sequence", _rnn_rel, OPAQUE, 4, RNNSequenceAttrs,
           "a simple-RNN direction over a whole sequence", 10)
 
 
 def _clip_attr(clip: float | None) -> float | None:
     return None if clip is None else float(clip)
+
+
+def _lens(sequence_lens: Any) -> Any:
+    """The lengths operand: ``sequence_lens``, or one length no sequence reaches."""
+    if sequence_lens is not None:
+        return sequence_lens
+    from kiln.relay.expr import const
+
+    return const(np.array([np.iinfo(np.int32).max], "int32"))
 
 
 def _wrap(out: Any) -> Any:
@@ -133,37 +153,43 @@ def _wrap(out: Any) -> Any:
 
 
 def contrib_lstm_sequence(xproj: Any, state: Any, weight: Any, clip: float | None = None,
-                          reverse: bool = False) -> Any:
+                          reverse: bool = False, sequence_lens: Any = None) -> Any:
     """``(Y [T, B, H], final [2, B, H])`` of an ONNX LSTM direction (gates i, o, f, c).
 
     ``xproj [T, B, 4H]``: the input projections with both biases; ``state``: the initial
     ``[2, B, H]`` (hidden, cell); ``weight``: ``R`` packed by :func:`pack_recurrent_weight`;
     ``clip``: ONNX's cell clip of the gate pre-activations; ``reverse``: run the steps from
-    the last to the first.
+    the last to the first; ``sequence_lens``: int32 ``[B]`` (or ``[1]``) lengths, clamped
+    into ``[0, T]``: a row's steps at and past its length output zeros and keep the state
+    (ONNX's ``sequence_lens``; a reverse row starts at its last step; a row of length 0
+    ends with a zero state, as in onnxruntime); default: all ``T``.
     """
-    return _wrap(call("nn.contrib_lstm_sequence", [xproj, state, weight],
+    return _wrap(call("nn.contrib_lstm_sequence", [xproj, state, weight, _lens(sequence_lens)],
                       LSTMSequenceAttrs(clip=_clip_attr(clip), reverse=bool(reverse))))
 
 
 def contrib_gru_sequence(xproj: Any, hidden: Any, weight: Any, hbias: Any,
                          linear_before_reset: bool = False, clip: float | None = None,
-                         reverse: bool = False) -> Any:
+                         reverse: bool = False, sequence_lens: Any = None) -> Any:
     """``(Y [T, B, H], final [B, H])`` of an ONNX GRU direction (gates z, r, h).
 
     ``xproj [T, B, 3H]`` holds the input biases and the z and r gates' recurrent biases;
-    ``hbias [H]`` is the h gate's recurrent bias, applied per ``linear_before_reset``.
+    ``hbias [H]`` is the h gate's recurrent bias, applied per ``linear_before_reset``;
+    ``sequence_lens`` as in :func:`contrib_lstm_sequence`.
     """
-    return _wrap(call("nn.contrib_gru_sequence", [xproj, hidden, weight, hbias],
+    return _wrap(call("nn.contrib_gru_sequence",
+                      [xproj, hidden, weight, hbias, _lens(sequence_lens)],
                       GRUSequenceAttrs(linear_before_reset=bool(linear_before_reset),
                                        clip=_clip_attr(clip), reverse=bool(reverse))))
 
 
 def contrib_rnn_sequence(xproj: Any, hidden: Any, weight: Any, activation: str = "tanh",
-                         clip: float | None = None, reverse: bool = False) -> Any:
+                         clip: float | None = None, reverse: bool = False,
+                         sequence_lens: Any = None) -> Any:
     """``(Y [T, B, H], final [B, H])`` of an ONNX RNN direction: ``h' = f(xproj[t] + h @
     R.T)``, ``f`` one of ``tanh``, ``relu``, ``sigmoid``; ``xproj [T, B, H]`` holds both
-    biases."""
-    return _wrap(call("nn.contrib_rnn_sequence", [xproj, hidden, weight],
+    biases; ``sequence_lens`` as in :func:`contrib_lstm_sequence`."""
+    return _wrap(call("nn.contrib_rnn_sequence", [xproj, hidden, weight, _lens(sequence_lens)],
                       RNNSequenceAttrs(activation=str(activation), clip=_clip_attr(clip),
                                        reverse=bool(reverse))))
 
@@ -197,18 +223,24 @@ def _clip(x, clip):
     return x if clip is None else np.clip(x, -clip, clip)
 
 
-def _run_steps(xproj, state, attrs, step):
-    """``(Y, final)``: ``state = step(xproj[t], state)`` over the steps in the attrs' order;
-    ``step`` returns ``(hidden row, next state)``."""
+def _run_steps(xproj, state, lens, attrs, step):
+    """``(Y, final)``: ``state = step(xproj[t], state)`` over the steps in the attrs' order,
+    for the batch rows whose length ``t`` is within (the others keep their state and output
+    zeros); ``step`` returns ``(hidden row, next state)``."""
     steps = xproj.shape[0]
+    lens = np.broadcast_to(np.clip(lens, 0, steps), (xproj.shape[1],))
     ys = np.zeros((steps, *state.shape[-2:]), state.dtype)
     for t in (range(steps - 1, -1, -1) if attrs.reverse else range(steps)):
-        ys[t], state = step(xproj[t], state)
-    return ys, state.astype(xproj.dtype)
+        active = (t < lens)[:, None]
+        row, new = step(xproj[t], state)
+        ys[t] = np.where(active, row, 0)
+        state = np.where(active, new, state)
+    # a row that ran no step ends with a zero state (onnxruntime's result)
+    return ys, np.where((lens > 0)[:, None], state, 0).astype(xproj.dtype)
 
 
 def _lstm_numpy(attrs, args, out_type):
-    xproj, state, weight = args
+    xproj, state, weight, lens = args
     r = _unpack(weight)
 
     def step(x_row, st):
@@ -219,11 +251,11 @@ def _lstm_numpy(attrs, args, out_type):
         h_next = _sigmoid(o) * np.tanh(c_next)
         return h_next, np.stack([h_next, c_next])
 
-    return _run_steps(xproj, state, attrs, step)
+    return _run_steps(xproj, state, lens, attrs, step)
 
 
 def _gru_numpy(attrs, args, out_type):
-    xproj, h0, weight, hbias = args
+    xproj, h0, weight, hbias, lens = args
     r_w = _unpack(weight)
 
     def step(x_row, h):
@@ -237,11 +269,11 @@ def _gru_numpy(attrs, args, out_type):
         h_next = (1 - z) * n + z * h
         return h_next, h_next
 
-    return _run_steps(xproj, h0, attrs, step)
+    return _run_steps(xproj, h0, lens, attrs, step)
 
 
 def _rnn_numpy(attrs, args, out_type):
-    xproj, h0, weight = args
+    xproj, h0, weight, lens = args
     r = _unpack(weight)[0]
     act = {"tanh": np.tanh, "relu": lambda v: np.maximum(v, 0), "sigmoid": _sigmoid}
     f = act[str(attrs.activation)]
@@ -250,7 +282,7 @@ def _rnn_numpy(attrs, args, out_type):
         h_next = f(_clip(x_row + h @ r.T, attrs.clip))
         return h_next, h_next
 
-    return _run_steps(xproj, h0, attrs, step)
+    return _run_steps(xproj, h0, lens, attrs, step)
 
 
 register_op_attr("nn.contrib_lstm_sequence", "FNumpyEval", _lstm_numpy)

@@ -21,18 +21,18 @@ def _parallel_min_macs(config) -> int:
 
 
 def _lstm_compute(attrs, inputs, out_type, config=None):
-    return rnn.lstm_sequence(inputs[0], inputs[1], inputs[2], attrs.clip, bool(attrs.reverse),
-                             _parallel_min_macs(config))
+    return rnn.lstm_sequence(inputs[0], inputs[1], inputs[2], inputs[3], attrs.clip,
+                             bool(attrs.reverse), _parallel_min_macs(config))
 
 
 def _gru_compute(attrs, inputs, out_type, config=None):
-    return rnn.gru_sequence(inputs[0], inputs[1], inputs[2], inputs[3],
+    return rnn.gru_sequence(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4],
                             bool(attrs.linear_before_reset), attrs.clip, bool(attrs.reverse),
                             _parallel_min_macs(config))
 
 
 def _rnn_compute(attrs, inputs, out_type, config=None):
-    return rnn.rnn_sequence(inputs[0], inputs[1], inputs[2], str(attrs.activation),
+    return rnn.rnn_sequence(inputs[0], inputs[1], inputs[2], inputs[3], str(attrs.activation),
                             attrs.clip, bool(attrs.reverse), _parallel_min_macs(config))
 
 
