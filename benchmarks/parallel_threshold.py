@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
 
-import kiln
-from kiln import te, topi
-from kiln.ir.transform import PassContext
-from kiln.runtime import config, thread_pool
-from kiln.topi.x86 import schedule_injective
+# the checkout this script sits in, not whichever kiln the environment installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import kiln  # noqa: E402
+from kiln import te, topi  # noqa: E402
+from kiln.ir.transform import PassContext  # noqa: E402
+from kiln.runtime import config, thread_pool  # noqa: E402
+from kiln.topi.x86 import schedule_injective  # noqa: E402
 
 SIZES = [64, 1024, 4096, 8192, 16384, 32768, 65536, 262144]
 

@@ -1,6 +1,6 @@
 """AutoTVM benchmark: search efficiency, tuning throughput (local vs Ray), ResNet-18 tuned.
 
-    python benchmarks/tune.py [--sections search,throughput,resnet] [--target T]
+    python benchmarks/tune.py [--sections search,throughput,resnet,micro] [--target T]
                               [--seeds 20] [--passes 3] [--grid-file F] [--tophub LOG]
                               [--candidates 24] [--rounds 3] [--trials 32] [--budget-min 20]
 
@@ -21,6 +21,10 @@ shared machine are noise):
   with XGBTuner for at most ``--trials`` trials within ``--budget-min`` minutes in all;
   per-task GFLOPS of the default (untuned) config and of the best tuned one, tuning time per
   task; then the whole model untuned, tuned, and ONNX Runtime with 2 threads.
+* ``micro`` (not in the default sections): six Cortex-M tasks (float and int8 conv and
+  dense, keyword-spotting sizes), every config measured on ``--board`` under QEMU
+  (``kiln.micro.autotvm``: exact instruction counts, so the table does not depend on load);
+  kiln's default schedule against the best config.
 """
 
 from __future__ import annotations
@@ -280,6 +284,66 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
           f"max |tuned - untuned| = {diff:.2e}")
 
 
+# Cortex-M workloads of keyword-spotting / MobileNet-sized models: (template, args, label)
+def _micro_tasks(target: str) -> list:
+    from kiln import autotvm, te
+
+    f32, i8 = "float32", "int8"
+    cases = [
+        ("conv2d_direct.arm_cpu", [((1, 10, 10, 16), f32), ((3, 3, 16, 16), f32)],
+         ((1, 1), (1, 1, 1, 1), (1, 1), 1, "NHWC", "HWIO", f32), "f32 conv 3x3 10x10x16->16"),
+        ("conv2d_nhwc_1x1_micro_kernel.arm_cpu", [((1, 10, 10, 32), f32),
+                                                  ((1, 1, 32, 32), f32)],
+         ((1, 1), f32), "f32 conv 1x1 10x10x32->32"),
+        ("dense_micro_kernel.arm_cpu", [((1, 256), f32), ((64, 256), f32)], (f32,),
+         "f32 dense 256->64"),
+        ("conv2d_nhwc_ohwi_s8.arm_cpu", [((1, 10, 10, 16), i8), ((32, 3, 3, 16), i8)],
+         ((1, 1), (1, 1, 1, 1)), "int8 conv 3x3 10x10x16->32 (SMLAD)"),
+        ("dense_s8_micro_kernel.arm_cpu", [((1, 256), i8), ((64, 256), i8)], (),
+         "int8 dense 256->64 (SMLAD)"),
+        ("depthwise_conv2d_nhwc_s8.arm_cpu", [((1, 10, 10, 64), i8), ((3, 3, 64, 1), i8)],
+         ((1, 1), (1, 1, 1, 1), (1, 1), "HWOI"), "int8 depthwise 3x3 10x10x64 (SMLAD)"),
+    ]
+    return [(autotvm.task.create(name, (*(te.placeholder(s, d) for s, d in tensors), *rest),
+                                 target), label) for name, tensors, rest, label in cases]
+
+
+def section_micro(board: str) -> None:
+    """Every config of each Cortex-M task measured on QEMU (exact instruction counts):
+    kiln's default schedule against the best, and the tuning time."""
+    from kiln import autotvm, micro
+    from kiln.autotvm.measure import MeasureInput
+    from kiln.autotvm.task.task import default_config_index
+
+    target = f"c -keys=arm_cpu -mcpu={board.removeprefix('qemu-')}"
+    print(f"\n## micro: every config of each task on {board} (QEMU -icount: instructions)")
+    print("| task | configs | default (instr.) | best (instr.) | default / best | best config "
+          "| tuning s |")
+    print("|---|---:|---:|---:|---:|---|---:|")
+    option = _option(
+        builder=autotvm.LocalBuilder(n_parallel=2, timeout=120,
+                                     build_func=micro.autotvm_build_func),
+        runner=autotvm.LocalRunner(timeout=60, module_loader=micro.AutoTvmModuleLoader(
+            micro.get_microtvm_template_projects("qemu-cortex-m"), {"board": board})))
+    try:
+        for task, label in _micro_tasks(target):
+            start = time.perf_counter()
+            space = task.config_space
+            batch = autotvm.create_measure_batch(task, option)
+            results = batch([MeasureInput(task.target, task, space.get(i))
+                             for i in range(len(space))])
+            seconds = time.perf_counter() - start
+            cost = [r.costs[0] * 1e9 if r.error_no == 0 else float("inf") for r in results]
+            best = int(np.argmin(cost))
+            default = cost[default_config_index(task)]
+            print(f"| {label} | {len(space)} | {default:,.0f} | {cost[best]:,.0f} | "
+                  f"{default / cost[best]:.2f} | {space.get(best)} | {seconds:.0f} |",
+                  flush=True)
+    finally:
+        option["builder"].close()
+        option["runner"].close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sections", default="search,throughput,resnet")
@@ -297,6 +361,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20, help="search: seeds per tuner")
     parser.add_argument("--tophub", help="search: append the grid's best config to this "
                         "TopHub package (kiln/autotvm/tophub_packages/llvm_v0.01.log)")
+    parser.add_argument("--board", default="qemu-cortex-m4", help="micro: the QEMU board")
     parser.add_argument("--passes", type=int, default=3, help="search: shuffled timing "
                         "passes over the grid (the fastest of them is kept)")
     args = parser.parse_args()
@@ -312,6 +377,8 @@ def main() -> None:
         section_throughput(target, args.candidates, args.rounds)
     if "resnet" in sections:
         section_resnet(target, args.trials, args.budget_min)
+    if "micro" in sections:
+        section_micro(args.board)
 
 
 if __name__ == "__main__":

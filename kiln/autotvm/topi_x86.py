@@ -1,8 +1,9 @@
 """kiln's x86 schedules as AutoTVM templates, and the Relay calls they tune.
 
 Entry points: the TOPI templates ``dense_pack.x86``, ``conv2d_nchw.x86``,
-``depthwise_conv2d_nchw.x86`` and ``batch_matmul_pack.x86`` (registered on import),
-:data:`KNOBS` (template name -> ``knobs(cfg)``, the schedule's config dict), and
+``depthwise_conv2d_nchw.x86``, ``batch_matmul_pack.x86`` and ``matmul_pack.x86`` (``nn.matmul``,
+kiln.jit's ``@``; registered on import), :data:`KNOBS` (template name -> ``knobs(cfg)``, the
+schedule's config dict), and
 :data:`RELAY_TASKS` (Relay implementation name -> ``(task_name, args)`` of its call).
 
 Each template defines a space over the knobs of the schedule's ``DEFAULT_CONFIG``; a
@@ -29,8 +30,9 @@ from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv2d as x86_conv2d
 from kiln.topi.x86 import dense as x86_dense
 from kiln.topi.x86 import depthwise as x86_depthwise
+from kiln.topi.x86 import matmul as x86_matmul
 
-__all__ = ["KNOBS", "RELAY_TASKS"]
+__all__ = ["KNOBS", "RELAY_TASKS", "knobs_of", "entity_size", "entity_val"]
 
 # vector block widths (float lanes) the schedules are written for: AVX2 vectors are 8 wide
 _LANES = (4, 8, 16, 32)
@@ -49,12 +51,14 @@ def _entity(cfg: Any, name: str) -> Any:
         return None
 
 
-def _size(cfg: Any, name: str, index: int = -1) -> int | None:
+def entity_size(cfg: Any, name: str, index: int = -1) -> int | None:
+    """The ``index``-th factor of split knob ``name`` of ``cfg`` (None if it has none)."""
     entity = _entity(cfg, name)
     return None if entity is None else entity.size[index]
 
 
-def _val(cfg: Any, name: str) -> Any:
+def entity_val(cfg: Any, name: str) -> Any:
+    """The value of other knob ``name`` of ``cfg`` (None if it has none)."""
     entity = _entity(cfg, name)
     return None if entity is None else entity.val
 
@@ -64,7 +68,7 @@ def _pair(value: Any) -> tuple[int, int]:
     return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
 
 
-def _knobs(cfg: Any, table: dict) -> dict:
+def knobs_of(cfg: Any, table: dict) -> dict:
     """The schedule config of ``cfg``: empty for a fallback (the default schedule)."""
     if cfg is None or cfg.is_fallback:
         return {}
@@ -83,9 +87,10 @@ def _dense_space(cfg: Any, m: int, n: int, k: int) -> None:
     cfg.add_flop(2 * m * n * k)
 
 
-_DENSE_KNOBS = {"tile_y": lambda c: _size(c, "tile_y"), "tile_x": lambda c: _size(c, "tile_x"),
-                "blocks": lambda c: _size(c, "tile_x", -2),
-                "tile_k": lambda c: _size(c, "tile_k")}
+_DENSE_KNOBS = {"tile_y": lambda c: entity_size(c, "tile_y"),
+                "tile_x": lambda c: entity_size(c, "tile_x"),
+                "blocks": lambda c: entity_size(c, "tile_x", -2),
+                "tile_k": lambda c: entity_size(c, "tile_k")}
 
 
 @register_topi_compute("dense_pack.x86")
@@ -94,7 +99,7 @@ def dense_pack(cfg, data, weight, bias=None, out_dtype=None):
     m, k = get_const_tuple(data.shape)
     n = get_const_tuple(weight.shape)[0]
     _dense_space(cfg, m, n, k)
-    knobs = _knobs(cfg, _DENSE_KNOBS)
+    knobs = knobs_of(cfg, _DENSE_KNOBS)
     if GLOBAL_SCOPE.in_tuning:
         lanes = knobs.get("tile_x", divisor_at_most(n, x86_dense.DEFAULT_CONFIG["tile_x"]))
         packed = te.placeholder((n // lanes, k, lanes), weight.dtype, name="weight_packed")
@@ -105,7 +110,7 @@ def dense_pack(cfg, data, weight, bias=None, out_dtype=None):
 @register_topi_schedule("dense_pack.x86")
 def schedule_dense_pack(cfg, outs):
     """:func:`kiln.topi.x86.dense.schedule_dense_pack` with ``cfg``'s tiles."""
-    return x86_dense.schedule_dense_pack(outs, _knobs(cfg, _DENSE_KNOBS))
+    return x86_dense.schedule_dense_pack(outs, knobs_of(cfg, _DENSE_KNOBS))
 
 
 # ---- conv2d_nchw.x86 (computed in NCHW[x]c) -----------------------------------------------
@@ -121,9 +126,10 @@ def _conv_geometry(data, kernel, strides, padding, dilation) -> tuple[int, int, 
             kh, kw)
 
 
-_CONV_KNOBS = {"ic_bn": lambda c: _size(c, "tile_ic"), "oc_bn": lambda c: _size(c, "tile_oc"),
-               "tile_ow": lambda c: _size(c, "tile_ow"),
-               "unroll_kw": lambda c: _val(c, "unroll_kw")}
+_CONV_KNOBS = {"ic_bn": lambda c: entity_size(c, "tile_ic"),
+               "oc_bn": lambda c: entity_size(c, "tile_oc"),
+               "tile_ow": lambda c: entity_size(c, "tile_ow"),
+               "unroll_kw": lambda c: entity_val(c, "unroll_kw")}
 
 
 @register_topi_compute("conv2d_nchw.x86")
@@ -142,7 +148,7 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
                      filter=lambda e: e.size[-1] <= widest)
     cfg.define_knob("unroll_kw", [True, False])
     cfg.add_flop(2 * n * o * oh * ow * c * kh * kw)
-    knobs = _knobs(cfg, _CONV_KNOBS)
+    knobs = knobs_of(cfg, _CONV_KNOBS)
     if GLOBAL_SCOPE.in_tuning:
         bn, _ = x86_conv2d.block_shape(o, ow, {**x86_conv2d.DEFAULT_CONFIG, **knobs}, kw)
         packed = te.placeholder((o // bn, c, kh, kw, bn), kernel.dtype, name="kernel_packed")
@@ -154,13 +160,13 @@ def conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dtype=None):
 @register_topi_schedule("conv2d_nchw.x86")
 def schedule_conv2d_nchw(cfg, outs):
     """:func:`kiln.topi.x86.conv2d.schedule_conv2d_nchw` with ``cfg``'s knobs."""
-    return x86_conv2d.schedule_conv2d_nchw(outs, _knobs(cfg, _CONV_KNOBS))
+    return x86_conv2d.schedule_conv2d_nchw(outs, knobs_of(cfg, _CONV_KNOBS))
 
 
 # ---- depthwise_conv2d_nchw.x86 ------------------------------------------------------------
 
-_DEPTHWISE_KNOBS = {"c_bn": lambda c: _size(c, "tile_c"),
-                    "tile_ow": lambda c: _size(c, "tile_ow")}
+_DEPTHWISE_KNOBS = {"c_bn": lambda c: entity_size(c, "tile_c"),
+                    "tile_ow": lambda c: entity_size(c, "tile_ow")}
 
 
 @register_topi_compute("depthwise_conv2d_nchw.x86")
@@ -175,20 +181,20 @@ def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dty
                      filter=lambda e: e.size[-1] <= 8)
     cfg.add_flop(2 * n * o * oh * ow * kh * kw)
     return x86_depthwise.depthwise_conv2d_nchw(data, kernel, strides, padding, dilation,
-                                               out_dtype, _knobs(cfg, _DEPTHWISE_KNOBS))
+                                               out_dtype, knobs_of(cfg, _DEPTHWISE_KNOBS))
 
 
 @register_topi_schedule("depthwise_conv2d_nchw.x86")
 def schedule_depthwise_conv2d_nchw(cfg, outs):
     """:func:`kiln.topi.x86.depthwise.schedule_depthwise_conv2d_nchw` with ``cfg``'s knobs."""
-    return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, _knobs(cfg, _DEPTHWISE_KNOBS))
+    return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, knobs_of(cfg, _DEPTHWISE_KNOBS))
 
 
 # ---- batch_matmul_pack.x86 ----------------------------------------------------------------
 
-_BATCH_MATMUL_KNOBS = {"tile_y": lambda c: _size(c, "tile_y"),
-                       "tile_x": lambda c: _size(c, "tile_x"),
-                       "tile_k": lambda c: _size(c, "tile_k")}
+_BATCH_MATMUL_KNOBS = {"tile_y": lambda c: entity_size(c, "tile_y"),
+                       "tile_x": lambda c: entity_size(c, "tile_x"),
+                       "tile_k": lambda c: entity_size(c, "tile_k")}
 
 
 @register_topi_compute("batch_matmul_pack.x86")
@@ -202,20 +208,47 @@ def batch_matmul_pack(cfg, x, y, out_dtype=None, transpose_b=True):
     cfg.define_split("tile_k", k, num_outputs=2, filter=lambda e: e.size[-1] <= 16)
     cfg.add_flop(2 * max(b, get_const_tuple(y.shape)[0]) * m * n * k)
     return x86_batch_matmul.batch_matmul_pack(x, y, out_dtype, transpose_b,
-                                              _knobs(cfg, _BATCH_MATMUL_KNOBS))
+                                              knobs_of(cfg, _BATCH_MATMUL_KNOBS))
 
 
 @register_topi_schedule("batch_matmul_pack.x86")
 def schedule_batch_matmul_pack(cfg, outs):
     """:func:`kiln.topi.x86.batch_matmul.schedule_batch_matmul_pack` with ``cfg``'s tiles."""
-    return x86_batch_matmul.schedule_batch_matmul_pack(outs, _knobs(cfg, _BATCH_MATMUL_KNOBS))
+    return x86_batch_matmul.schedule_batch_matmul_pack(outs, knobs_of(cfg, _BATCH_MATMUL_KNOBS))
+
+
+# ---- matmul_pack.x86 (nn.matmul, e.g. kiln.jit's ``a @ b``) --------------------------------
+
+def _matmul_sizes(a_shape: tuple, b_shape: tuple, transpose_a: bool,
+                  transpose_b: bool) -> tuple[int, int, int]:
+    """``(m, n, k)`` of ``op(a) @ op(b)``."""
+    m, k = a_shape[::-1] if transpose_a else a_shape
+    n = b_shape[0] if transpose_b else b_shape[1]
+    return m, n, k
+
+
+@register_topi_compute("matmul_pack.x86")
+def matmul_pack(cfg, a, b, out_dtype=None, transpose_a=False, transpose_b=False):
+    """``op(a) @ op(b)`` through dense_pack.x86's micro-kernel, tile sizes from ``cfg``."""
+    m, n, k = _matmul_sizes(get_const_tuple(a.shape), get_const_tuple(b.shape), transpose_a,
+                            transpose_b)
+    _dense_space(cfg, m, n, k)
+    return x86_matmul.matmul_pack(a, b, None, out_dtype, transpose_a, transpose_b,
+                                  knobs_of(cfg, _DENSE_KNOBS))
+
+
+@register_topi_schedule("matmul_pack.x86")
+def schedule_matmul_pack(cfg, outs):
+    """:func:`kiln.topi.x86.matmul.schedule_matmul_pack` with ``cfg``'s tiles."""
+    return x86_matmul.schedule_matmul_pack(outs, knobs_of(cfg, _DENSE_KNOBS))
 
 
 # template name -> the schedule config of a tuned ConfigEntity
-KNOBS = {"dense_pack.x86": lambda cfg: _knobs(cfg, _DENSE_KNOBS),
-         "conv2d_nchw.x86": lambda cfg: _knobs(cfg, _CONV_KNOBS),
-         "depthwise_conv2d_nchw.x86": lambda cfg: _knobs(cfg, _DEPTHWISE_KNOBS),
-         "batch_matmul_pack.x86": lambda cfg: _knobs(cfg, _BATCH_MATMUL_KNOBS)}
+KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
+         "matmul_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
+         "conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _CONV_KNOBS),
+         "depthwise_conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_KNOBS),
+         "batch_matmul_pack.x86": lambda cfg: knobs_of(cfg, _BATCH_MATMUL_KNOBS)}
 
 
 # ---- the config of the untuned schedule ---------------------------------------------------
@@ -223,16 +256,19 @@ KNOBS = {"dense_pack.x86": lambda cfg: _knobs(cfg, _DENSE_KNOBS),
 def _default_knobs(task: Any) -> dict:
     """The knob values kiln's default schedule picks for ``task``'s workload."""
     args = deserialize_args(task.args)
-    if task.name == "dense_pack.x86" or task.name == "batch_matmul_pack.x86":
-        transpose_b = task.name == "dense_pack.x86" or args[3]
+    if task.name in ("dense_pack.x86", "batch_matmul_pack.x86", "matmul_pack.x86"):
         x, y = (get_const_tuple(t.shape) for t in args[:2])
-        m, k = x[-2], x[-1]
-        n = y[-2] if transpose_b else y[-1]
+        if task.name == "matmul_pack.x86":
+            m, n, k = _matmul_sizes(x, y, args[3], args[4])
+        else:
+            transpose_b = task.name == "dense_pack.x86" or args[3]
+            m, k = x[-2], x[-1]
+            n = y[-2] if transpose_b else y[-1]
         cfg = x86_dense.DEFAULT_CONFIG
         lanes = divisor_at_most(n, cfg["tile_x"])
         ty, blocks = x86_dense.register_block(m, n // lanes, lanes, cfg)
         knobs = {"tile_y": ty, "tile_x": lanes, "tile_k": divisor_at_most(k, cfg["tile_k"])}
-        if task.name == "dense_pack.x86":
+        if task.name != "batch_matmul_pack.x86":
             knobs["blocks"] = blocks
         return knobs
     data, kernel, strides, padding, dilation = args[:5]
@@ -297,6 +333,15 @@ def _conv_task(name, packed=False):
     return task
 
 
+def _matmul_task(attrs, inputs, out_type):
+    a, b = (_static_shape(t) for t in inputs[:2])
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return None
+    return "matmul_pack.x86", (_tensor(a, inputs[0].dtype), _tensor(b, inputs[1].dtype),
+                               str(out_type.dtype), bool(attrs.transpose_a),
+                               bool(attrs.transpose_b))
+
+
 def _batch_matmul_task(attrs, inputs, out_type):
     x, y = (_static_shape(t) for t in inputs[:2])
     if x is None or y is None:
@@ -313,4 +358,5 @@ RELAY_TASKS = {
     "conv2d_nchw_prepacked.x86": _conv_task("conv2d_nchw.x86", packed=True),
     "depthwise_conv2d_nchw.x86": _conv_task("depthwise_conv2d_nchw.x86"),
     "batch_matmul_pack.x86": _batch_matmul_task,
+    "matmul_pack.x86": _matmul_task,
 }

@@ -7,7 +7,9 @@ Entry points: :func:`add_tune_parser`, :func:`cmd_tune`.
 each for at most ``N`` trials (fewer when its space is smaller) with a progress bar, appends
 every measured config to ``tune.log`` and prints each task's best GFLOPS. ``--ray`` builds
 and measures on a Ray cluster (``auto``, ``ray://host:10001``, or ``local`` for a Ray on this
-machine). ``kiln compile --tuning-records tune.log`` builds with the best configs.
+machine). For a Cortex-M target (``--target "c -keys=arm_cpu -mcpu=cortex-m4"``) the candidates
+are cross-compiled and measured on that core under QEMU (``kiln.micro.autotvm``). ``kiln
+compile --tuning-records tune.log`` builds with the best configs.
 """
 
 from __future__ import annotations
@@ -30,11 +32,27 @@ def _measure_option(args: argparse.Namespace) -> dict:
     if args.ray:
         cluster = "ray" if args.ray == "local" else \
             args.ray if args.ray.startswith("ray://") else "ray:" + args.ray
+    build_func, loader = "default", None
+    if _is_cortex_m(args.target):  # candidates run on the target's core under QEMU
+        from kiln import micro
+        from kiln.micro.autotvm import board_for_target
+
+        build_func = micro.autotvm_build_func
+        loader = micro.AutoTvmModuleLoader(micro.get_microtvm_template_projects(
+            "qemu-cortex-m"), {"board": board_for_target(args.target)})
     return autotvm.measure_option(
-        builder=autotvm.LocalBuilder(timeout=args.timeout, n_parallel=args.parallel),
+        builder=autotvm.LocalBuilder(timeout=args.timeout, n_parallel=args.parallel,
+                                     build_func=build_func),
         runner=autotvm.LocalRunner(number=args.number, repeat=args.repeat,
-                                   min_repeat_ms=args.min_repeat_ms, timeout=args.timeout),
+                                   min_repeat_ms=args.min_repeat_ms, timeout=args.timeout,
+                                   module_loader=loader),
         cluster=cluster)
+
+
+def _is_cortex_m(target: str) -> bool:
+    from kiln.target import Target
+
+    return str(getattr(Target(target), "mcpu", "") or "").startswith("cortex-m")
 
 
 def _make_tuner(name: str, task: Any) -> Any:
@@ -57,7 +75,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     tasks = autotvm.task.extract_from_program(mod, params, args.target)
     if not tasks:
         raise CLIError(f"{args.model} has no tunable kernels for {args.target}",
-                       "tunable: dense, conv2d (NCHW), depthwise conv2d, batch_matmul")
+                       "tunable: dense, conv2d (NCHW), depthwise conv2d, batch_matmul, "
+                       "matmul; on Cortex-M: conv2d, dense (float and int8)")
     log = Path(args.output)
     curves: dict[str, list[float]] = {}
     for k, task in enumerate(tasks, 1):

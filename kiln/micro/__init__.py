@@ -5,7 +5,8 @@ Entry points: :func:`export_model_library_format`, :func:`get_standalone_crt_dir
 sources, in TVM's standalone layout), :mod:`kiln.micro.crt_build` (compile the CRT for a compiler
 and flags), :mod:`kiln.micro.testing` (``get_target``, ...),
 :mod:`kiln.micro.model_library_format`, :mod:`kiln.micro.board` (build an archive + the CRT into a
-standalone program for the host or a QEMU Cortex-M and run it).
+standalone program for the host or a QEMU Cortex-M and run it), :func:`autotvm_build_func` and
+:class:`AutoTvmModuleLoader` (AutoTVM candidates measured on a QEMU Cortex-M).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ _LAZY = {
     "create_local_graph_executor": ("kiln.micro.session", "create_local_graph_executor"),
     "create_local_aot_executor": ("kiln.micro.session", "create_local_aot_executor"),
     "board": "kiln.micro.board",
+    "autotvm_build_func": ("kiln.micro.autotvm", "autotvm_build_func"),
+    "AutoTvmModuleLoader": ("kiln.micro.autotvm", "AutoTvmModuleLoader"),
 }
 
 __getattr__, __dir__ = attach(__name__, _LAZY)

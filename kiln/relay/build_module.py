@@ -353,17 +353,19 @@ def _remake_lowering(ir_mod: IRModule, params: dict | None, targets: dict[int, A
 
 def print_build_stages(passes: float, total: float, compilers: Any, lib: Any) -> None:
     """KILN_DEBUG=1: where a build's time went -- passes, lowering (TE -> TIR), codegen
-    (LLVM/C emission and optimization), the C compiler, and the rest (graph codegen, memory
-    planning, params)."""
+    (LLVM/C emission, and waiting for LLVM's thread), the C compiler, and the rest (graph
+    codegen, memory planning, params); then the CPU seconds LLVM's thread spent optimizing
+    and emitting while the kernels lowered (``llvm``: not part of the total's sum)."""
     lower = sum(c.seconds["lower"] for c in compilers)
     build = sum(c.seconds["build"] for c in compilers)
     modules = [lib, *getattr(lib, "imported_modules", [])]
     cc = sum(getattr(m, "compile_seconds", 0.0) for m in modules)
+    llvm = sum(getattr(m, "llvm_seconds", 0.0) for m in modules)
     kernels = sum(len(c.lowered) for c in compilers)
     rest = total - passes - lower - build
     print(f"[kiln] relay.build stages: passes {passes:.2f} s, lower {lower:.2f} s ({kernels} "
           f"kernels), codegen {build - cc:.2f} s, cc {cc:.2f} s, other {rest:.2f} s; total "
-          f"{total:.2f} s", file=sys.stderr)
+          f"{total:.2f} s; llvm thread {llvm:.2f} s cpu", file=sys.stderr)
 
 
 def _build_single_target(ir_mod: IRModule, targets: dict[int, Any], host: Any,

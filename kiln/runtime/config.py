@@ -7,11 +7,13 @@
   4 generated C/LLVM with the compiler command and cache path.
 - ``KILN_NUM_THREADS`` (or ``TVM_NUM_THREADS``): threads for parallel kernels.
 - ``KILN_CC_TIMEOUT``: seconds one compiler run may take (default 1800).
-- ``KILN_RPC_SPIN_US``: microseconds an RPC receive polls before it sleeps (default 50, 0: never).
+- ``KILN_RPC_SPIN_US``: microseconds an RPC receive polls before it sleeps (default 50, 0: never,
+  at most 10000).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -67,11 +69,20 @@ def compile_timeout() -> float:
     return value if value > 0 else 1800.0
 
 
+# A receive never spins longer than this: the spin burns a CPU, and rpc_serve.c converts
+# the budget to int64 nanoseconds (inf/NaN or 1e30 would not convert, or would wrap).
+_RPC_SPIN_US_MAX = 10000.0
+
+
 def rpc_spin_us() -> float:
     """Microseconds an RPC receive polls its socket before it sleeps (``KILN_RPC_SPIN_US``,
-    default 50; 0 or a negative number: sleep at once). Polling spares a round trip the
-    wake-up of an idle CPU; kiln/runtime/src/rpc_serve.c says when it spins."""
+    default 50; 0 or a negative number: sleep at once; at most 10000; not a finite number:
+    the default). Polling spares a round trip the wake-up of an idle CPU;
+    kiln/runtime/src/rpc_serve.c says when it spins."""
     try:
-        return max(float(os.environ.get("KILN_RPC_SPIN_US", "50")), 0.0)
+        value = float(os.environ.get("KILN_RPC_SPIN_US", "50"))
     except ValueError:
         return 50.0
+    if not math.isfinite(value):
+        return 50.0
+    return min(max(value, 0.0), _RPC_SPIN_US_MAX)

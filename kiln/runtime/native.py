@@ -1,6 +1,6 @@
 """The runtime support library: every ``kiln/runtime/src/*.c`` built into one shared library.
 
-Entry points: :func:`load_runtime_lib`, :func:`include_dirs`.
+Entry points: :func:`load_runtime_lib`, :func:`prefetch_runtime_lib`, :func:`include_dirs`.
 
 The library implements the C API that generated kernels call (``TVMAPISetLastError``,
 ``TVMBackendAllocWorkspace``, ``TVMBackendParallelLaunch``, ``TVMFuncCall`` …) plus the C
@@ -12,6 +12,7 @@ friends forward to :mod:`kiln.runtime.registry`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -24,7 +25,7 @@ from kiln.runtime import cc, config
 # waiting costs a few microseconds per launch and never that. Users may still override it.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
-__all__ = ["load_runtime_lib", "include_dirs", "runtime_sources"]
+__all__ = ["load_runtime_lib", "prefetch_runtime_lib", "include_dirs", "runtime_sources"]
 
 _SRC_DIR = Path(__file__).resolve().parent / "src"
 _lock = threading.RLock()
@@ -75,3 +76,23 @@ def load_runtime_lib() -> ctypes.CDLL:
 
         packed_func.install_runtime_hooks(lib)
         return lib
+
+
+def prefetch_runtime_lib() -> None:
+    """Start building and loading the support library on a background thread (unless it is
+    loaded or on its way): with an empty cache directory it compiles for about a second,
+    which a build overlaps with its own work; :func:`load_runtime_lib` then waits for it."""
+    global _prefetch
+    if _lib is not None or (_prefetch is not None and _prefetch.is_alive()):
+        return
+    _prefetch = threading.Thread(target=_load_in_background, name="kiln-runtime-lib",
+                                 daemon=True)
+    _prefetch.start()
+
+
+_prefetch: threading.Thread | None = None
+
+
+def _load_in_background() -> None:
+    with contextlib.suppress(Exception):  # the caller's own load_runtime_lib reports it
+        load_runtime_lib()

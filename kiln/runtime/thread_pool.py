@@ -39,6 +39,9 @@ STAT_NAMES = ("launches", "inline", "worker_tasks", "worker_sleeps", "join_sleep
               "barrier_sleeps", "wakes", "workers_asleep", "workers")
 
 
+# kKilnMaxTeam of kiln_runtime.c: no launch runs more tasks than this
+MAX_THREADS = 1024
+
 _bound: list[ctypes.CDLL] = []
 
 
@@ -71,7 +74,8 @@ def config_threadpool(affinity_mode: int, nthreads: int) -> None:
 
     ``affinity_mode`` is TVM's (1 big cores, -1 little, 0 default, -2 specified CPUs): kiln
     does not pin threads, so it only checks it; ``nthreads`` 0 or less returns to the default
-    (``KILN_NUM_THREADS`` / ``TVM_NUM_THREADS``, else the CPU count).
+    (``KILN_NUM_THREADS`` / ``TVM_NUM_THREADS``, else the CPU count), at most
+    :data:`MAX_THREADS`.
 
     Example
     -------
@@ -82,8 +86,11 @@ def config_threadpool(affinity_mode: int, nthreads: int) -> None:
     if affinity_mode not in (-2, -1, 0, 1):
         raise TVMError(f"config_threadpool: affinity mode must be 1 (big), -1 (little), 0 "
                        f"(default) or -2 (specified CPUs), got {affinity_mode!r}")
-    if not isinstance(nthreads, int):
+    if isinstance(nthreads, bool) or not isinstance(nthreads, int):
         raise TVMError(f"config_threadpool: nthreads must be an int, got {nthreads!r}")
+    if nthreads > MAX_THREADS:  # (the C int would also truncate 2**32 + 1 to 1 silently)
+        raise TVMError(f"config_threadpool: nthreads must be at most {MAX_THREADS} (a parallel "
+                       f"launch's team limit), got {nthreads}")
     load_runtime_lib().KilnRuntimeSetNumThreads(nthreads if nthreads > 0 else
                                                 config.num_threads())
 

@@ -6,11 +6,11 @@ codegen does: the body is outlined into a static ``int32_t <func>_compute_<k>(in
 TVMParallelGroupEnv* penv, void* cdata)`` lambda over a closure struct holding the values it
 captures, launched with ``TVMBackendParallelLaunch`` (the runtime's worker pool, sized by
 ``KILN_NUM_THREADS`` / ``TVM_NUM_THREADS``; the CRT's launch runs the tasks in order). Every
-task (the caller included) claims the next contiguous chunk of ``ceil(extent / (4 *
-num_task))`` iterations from an atomic counter in the closure until none is left, so a
-descheduled thread holds back only its current chunk. A failing call inside the body records
-the first message in the closure and stops the other tasks claiming chunks; the function then
-sets the message and returns -1.
+task (the caller included) claims the next contiguous chunk of ``ceil(extent /
+(CHUNKS_PER_THREAD * num_task))`` iterations from an atomic counter in the closure until none
+is left, so a descheduled thread holds back only its current chunk. A failing call inside the
+body records the first message in the closure and stops the other tasks claiming chunks; the
+function then sets the message and returns -1.
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from kiln.runtime.dtype import DataType
 from kiln.target.c_abi import c_type
 from kiln.tir.stmt_functor import post_order_visit
 
-__all__ = ["CParallelLaunch", "captured_vars"]
+__all__ = ["CParallelLaunch", "captured_vars", "CHUNKS_PER_THREAD"]
+
+# Chunks per thread of a parallel loop (the C and LLVM codegens). The threads finish at most
+# one chunk apart, so the last chunk sets the imbalance: with 4 per thread a ResNet-18 conv's
+# chunk was ~300 us and the caller waited ~half of one per launch (jsleeps in
+# kiln.runtime.thread_pool.pool_stats); 16 cut that to a few tens of microseconds, while a
+# claim (one atomic add) costs well under a microsecond.
+CHUNKS_PER_THREAD = 16
 
 
 def captured_vars(stmt: Any) -> tuple[dict[int, Any], dict[int, str]]:
@@ -107,8 +114,8 @@ class CParallelLaunch:
             qualifier = f" {self.restrict}" if restrict else ""
             self._line(f"{ctype}{qualifier} {cname} = {closure}->{cname};")
         self._line(f"const {loop_type} {count} = {closure}->count;")
-        self._line(f"{loop_type} {chunk} = ({count} + 4 * {penv}->num_task - 1) / "
-                   f"(4 * {penv}->num_task);")
+        parts = f"{CHUNKS_PER_THREAD} * {penv}->num_task"
+        self._line(f"{loop_type} {chunk} = ({count} + {parts} - 1) / ({parts});")
         self._line(f"if ({chunk} < 1) {chunk} = 1;")
         self._line("for (;;) {")
         self._indent += 1

@@ -33,6 +33,7 @@ from typing import Any
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
 from kiln.target import c_abi
+from kiln.target.c_parallel import CHUNKS_PER_THREAD
 from kiln.target.codegen_llvm_masked import LLVMLaneMasks
 from kiln.target.llvm_intrinsics import LLVMIntrinsics
 from kiln.target.llvm_toolchain import (
@@ -673,9 +674,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
         The closure holds the captured values, the loop's min and extent and a shared counter:
         every thread of the team (the caller included) claims the next contiguous chunk of
-        ``ceil(extent / (4 * num_task))`` iterations with an atomic add until none is left,
-        so a descheduled thread holds back only its current chunk (the C codegen's OpenMP
-        region uses the same scheme). A chunk runs in a function of its own whose buffer
+        ``ceil(extent / (CHUNKS_PER_THREAD * num_task))`` iterations with an atomic add until
+        none is left, so a descheduled thread holds back only its current chunk (the C
+        codegen's lambdas use the same scheme). A chunk runs in a function of its own whose buffer
         parameters keep the enclosing function's ``noalias``: loaded from the closure they
         would lose it, and LLVM could then neither vectorize nor hoist loads past the
         output's stores (a conv's scalar bias epilogue ran 3x slower in the lambda)."""
@@ -715,7 +716,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             widen = count.type.width > 32
             num_task = (lb.sext if widen else lb.trunc)(num_task, count.type)
         one = ir.Constant(count.type, 1)
-        parts = lb.mul(num_task, ir.Constant(count.type, 4))
+        parts = lb.mul(num_task, ir.Constant(count.type, CHUNKS_PER_THREAD))
         chunk = lb.sdiv(lb.sub(lb.add(count, parts), one), parts)
         chunk = lb.select(lb.icmp_signed("<", chunk, one), one, chunk)
         claim = fn.append_basic_block("claim_chunk")

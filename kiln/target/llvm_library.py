@@ -25,6 +25,7 @@ from kiln.target.llvm_toolchain import (
     host_target_machine,
     initialized_llvm,
     link_ir,
+    llvm_thread_seconds,
 )
 from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
@@ -67,6 +68,7 @@ class LLVMKernelBuilder:
         self.externs: dict[str, tuple[str, list[str]]] = {}
         self.uses_module_ctx = False
         self.objects: dict[str, Any] = {}  # object file name -> (object, optimized IR) when done
+        self.llvm_seconds_at_start = llvm_thread_seconds()
 
     def add(self, symbol: str, func: Any) -> None:
         """Generate ``symbol``'s LLVM and start compiling it."""
@@ -118,6 +120,8 @@ class LLVMKernelBuilder:
         module = NativeModule("llvm", sources, files, names, options, text,
                               foreign_triple=self.foreign)
         ir_text = linked()
+        # LLVM's CPU seconds for this library, spent on its thread while kernels lowered
+        module.llvm_seconds = llvm_thread_seconds() - self.llvm_seconds_at_start
         tm, llvm = self.tm, initialized_llvm()[1]
         module.text.update({"ll": ir_text, "": ir_text,
                             "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))})

@@ -24,7 +24,7 @@ from kiln.runtime.error import TVMError
 
 __all__ = ["llvm_available", "llvmlite_modules", "initialized_llvm", "host_target_machine",
            "parse_and_optimize", "compile_in_background", "compile_cached", "link_ir",
-           "object_cache_path", "optimize", "opt_level"]
+           "llvm_thread_seconds", "object_cache_path", "optimize", "opt_level"]
 
 
 def llvmlite_modules():
@@ -162,8 +162,29 @@ def compile_cached(module: Any, tm: Any, target: Any) -> tuple[bytes, str]:
     return compile_in_background(str(module), tm, target)()
 
 
+# CPU seconds the LLVM thread has spent optimizing and emitting (KILN_DEBUG=1's breakdown
+# reads how much a build added)
+_THREAD_SECONDS = [0.0]
+
+
+def llvm_thread_seconds() -> float:
+    """CPU seconds kiln's LLVM thread has worked in this process so far."""
+    return _THREAD_SECONDS[0]
+
+
 def _compile_and_store(ir_text: str, tm: Any, target: Any, path: Any) -> tuple[bytes, str]:
     """Optimize and emit one module (on the LLVM thread) and store the result in the cache."""
+    import time
+
+    start = time.thread_time()
+    try:
+        return _compile_and_store_timed(ir_text, tm, target, path)
+    finally:
+        _THREAD_SECONDS[0] += time.thread_time() - start
+
+
+def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
+                             ) -> tuple[bytes, str]:
     import tempfile
 
     ref = parse_and_optimize(ir_text, tm, target)

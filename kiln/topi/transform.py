@@ -234,28 +234,39 @@ def take(a: te.Tensor, indices: Any, axis: int | None = None, batch_dims: int = 
 
 
 def gather(data: te.Tensor, axis: int, indices: te.Tensor) -> te.Tensor:
-    """``out[..i..] = data[.., indices[..i..], ..]`` along ``axis`` (ONNX GatherElements)."""
+    """``out[..i..] = data[.., indices[..i..], ..]`` along ``axis`` (ONNX GatherElements); a
+    negative index counts from the end, one still out of range is clamped into it (run-time
+    indices never read outside ``data``)."""
     axis = normalize_axes(axis, data.ndim)[0]
 
     def body(*i):
         src = list(i)
         idx = _op.cast(indices(*i), "int32")
-        src[axis] = _op.if_then_else(idx < 0, idx + _op.cast(data.shape[axis], "int32"), idx)
+        size = _op.cast(data.shape[axis], "int32")
+        src[axis] = _clip_index(_op.if_then_else(idx < 0, idx + size, idx), size)
         return data(*src)
 
     return _inj(indices.shape, body, "T_gather")
 
 
 def gather_nd(data: te.Tensor, indices: te.Tensor, batch_dims: int = 0) -> te.Tensor:
-    """``out[y..., x...] = data[b..., indices[:, y...], x...]`` (indices' first axis = depth)."""
+    """``out[y..., x...] = data[b..., indices[:, y...], x...]`` (indices' first axis = depth).
+
+    A negative index counts from the end (ONNX GatherND); indices still out of range are
+    clamped into it, so indices known only at run time never read outside ``data``."""
     m = get_const_int(indices.shape[0])
     shape = list(indices.shape[1:]) + list(data.shape[batch_dims + m:])
     nidx = indices.ndim - 1
 
+    def picked_index(k, y):
+        idx = _op.cast(indices(*((k,) + tuple(y))), "int32")
+        size = _op.cast(data.shape[batch_dims + k], "int32")
+        return _clip_index(_op.if_then_else(idx < 0, idx + size, idx), size)
+
     def body(*i):
         y, x = i[:nidx], i[nidx:]
         lead = list(y[:batch_dims])
-        picked = [_op.cast(indices(*((k,) + tuple(y))), "int32") for k in range(m)]
+        picked = [picked_index(k, y) for k in range(m)]
         return data(*(lead + picked + list(x)))
 
     return _inj(shape, body, "T_gather_nd")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kiln import autotvm, te
+from kiln import autotvm, te, tir
 
 
 @autotvm.template("test_autotvm.faulty_scale")
@@ -40,4 +40,29 @@ def synthetic(n, dtype):
     cfg.define_split("tile_z", n, num_outputs=2)
     cfg.define_knob("unroll", [0, 1, 2])
     cfg.add_flop(1e9)
+    return s, [a, b]
+
+
+# the C of each ``mode`` of test_autotvm.micro_faulty's step function
+_MICRO_STEPS = {
+    "ok": "static float kiln_test_step(float x) { return x + 1.0f; }",
+    "fault": "static float kiln_test_step(float x) { __builtin_trap(); return x; }",
+    "hang": "static float kiln_test_step(float x) { for (;;) __asm__ volatile(\"\"); }",
+    # compiles for the host (kiln.build checks the C there) but not for the Cortex-M
+    "device_error": "#ifdef __ARM_ARCH\n#error no step on this device\n#endif\n"
+                    "static float kiln_test_step(float x) { return x; }",
+}
+
+
+@autotvm.template("test_autotvm.micro_faulty")
+def micro_faulty(n):
+    """``b = a + 1`` through a C step function whose ``mode`` knob can also fault on the
+    device, hang it, or not compile for the device."""
+    a = te.placeholder((n,), "float32", name="a")
+    b = te.compute((n,), lambda i: tir.call_extern("float32", "kiln_test_step", a[i]),
+                   name="b")
+    s = te.create_schedule(b.op)
+    cfg = autotvm.get_config()
+    cfg.define_knob("mode", list(_MICRO_STEPS))
+    s[b].pragma(b.op.axis[0], "import_c", _MICRO_STEPS[cfg["mode"].val])
     return s, [a, b]

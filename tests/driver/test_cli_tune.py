@@ -46,3 +46,26 @@ def test_tune_and_compile_report_bad_arguments(tmp_path, capsys):
     assert "--trials must be at least 1" in capsys.readouterr().err
     assert main(["compile", str(model), "--tuning-records", str(tmp_path / "none.log")]) == 1
     assert "tuning records" in capsys.readouterr().err
+
+
+def test_tune_for_a_cortex_m_measures_on_qemu(tmp_path, capsys):
+    import shutil
+
+    import pytest
+
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("needs qemu-system-arm and gcc-arm-none-eabi")
+    model = tmp_path / "dense.rly"
+    model.write_text(MODEL)
+    log = tmp_path / "m4.log"
+    target = "c -keys=arm_cpu -mcpu=cortex-m4"
+    assert main(["tune", str(model), "--target", target, "--trials", "2", "--tuner", "grid",
+                 "--parallel", "2", "-o", str(log)]) == 0
+    assert "dense_micro_kernel.arm_cpu: best" in capsys.readouterr().out
+    records = list(load_from_file(log))
+    assert len(records) == 2 and all(r.error_no == 0 for _, r in records)
+    # -icount virtual time: a few thousand instructions at 1 ns each
+    assert all(1e-7 < r.costs[0] < 1e-3 for _, r in records)
+    assert main(["tune", str(model), "--target", target, "--trials", "1", "--ray", "local",
+                 "-o", str(log)]) == 1
+    assert "cannot move a device build_func" in capsys.readouterr().err

@@ -152,3 +152,26 @@ def test_int8_conv_matches_numpy(kernels, kernel, strides, padding, channels_in)
             window = padded[:, i:i + oh * strides[0]:strides[0], j:j + ow * strides[1]:strides[1]]
             want += np.einsum("nhwc,co->nhwo", window, k[i, j].astype(np.int64))
     np.testing.assert_array_equal(got, want)
+
+
+def test_int8_depthwise_rows_knob():
+    """The schedule's ``rows`` (AutoTVM's knob, as for the dense and conv kernels) sets the
+    channels per call; the result is the same."""
+    from kiln import te
+    from kiln.topi.arm_cpu.depthwise_s8 import (
+        depthwise_conv2d_nhwc_s8,
+        schedule_depthwise_conv2d_nhwc_s8,
+    )
+
+    data = te.placeholder((1, 5, 5, 8), "int8", name="data")
+    kernel = te.placeholder((3, 3, 1, 8), "int8", name="kernel")
+    out = depthwise_conv2d_nhwc_s8(data, kernel, (1, 1), (1, 1, 1, 1), (1, 1), "HWIO")
+    sch = schedule_depthwise_conv2d_nhwc_s8([out], (1, 1), dsp=True, rows=4)
+    func = tvm.build(sch, [data, kernel, out], target=TARGETS["dsp"])
+    assert "kiln_dw_s8_dsp_4_3x3" in func.get_source()
+    xv = rng.integers(-128, 128, (1, 5, 5, 8)).astype("int8")
+    kv = rng.integers(-128, 128, (3, 3, 1, 8)).astype("int8")
+    got = tvm.nd.array(np.zeros((1, 5, 5, 8), "int32"))
+    func(tvm.nd.array(xv), tvm.nd.array(kv), got)
+    want = _depthwise_numpy(xv, kv[:, :, 0], (1, 1), (1, 1, 1, 1), (1, 1))
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -42,9 +42,11 @@ __all__ = ["LocalBuilder", "LocalRunner", "RPCRunner", "build_candidate", "time_
 ENTRY_NAME = "default_function"
 
 
-def build_candidate(measure_input: Any, tmp_dir: str, build_kwargs: dict | None = None
-                    ) -> BuildResult:
-    """Instantiate and compile one candidate into ``tmp_dir`` (runs in a worker)."""
+def build_candidate(measure_input: Any, tmp_dir: str, build_kwargs: dict | None = None,
+                    build_func: Any = None) -> BuildResult:
+    """Instantiate and compile one candidate into ``tmp_dir`` (runs in a worker): a shared
+    library, or what ``build_func(module, tensors, tmp_dir, target)`` makes of the module
+    (e.g. a microcontroller program, :func:`kiln.micro.autotvm_build_func`)."""
     import kiln
 
     start = time.perf_counter()
@@ -59,11 +61,18 @@ def build_candidate(measure_input: Any, tmp_dir: str, build_kwargs: dict | None 
         GLOBAL_SCOPE.in_tuning = False
     try:
         module = kiln.build(sch, args, task.target, name=ENTRY_NAME)
-        path = os.path.join(tmp_dir, f"tmp_func_{secrets.token_hex(8)}.so")
-        module.export_library(path)
+        if build_func is None:
+            path = os.path.join(tmp_dir, f"tmp_func_{secrets.token_hex(8)}.so")
+            module.export_library(path)
     except Exception as err:
         return BuildResult(None, None, f"{type(err).__name__}: {err}"[:1024],
                            time.perf_counter() - start, MeasureErrorNo.COMPILE_HOST)
+    if build_func is not None:
+        try:
+            path = build_func(module, args, tmp_dir, task.target)
+        except Exception as err:  # the device toolchain rejected the candidate
+            return BuildResult(None, None, f"{type(err).__name__}: {err}"[:1024],
+                               time.perf_counter() - start, MeasureErrorNo.COMPILE_DEVICE)
     arg_info = [(tuple(int(d) for d in t.shape), str(t.dtype)) for t in args]
     return BuildResult(path, arg_info, None, time.perf_counter() - start)
 
@@ -152,16 +161,21 @@ class LocalBuilder(Builder):
     """Compile candidates in ``n_parallel`` worker processes (TVM's ``LocalBuilder``).
 
     A candidate whose build takes longer than ``timeout`` seconds is recorded as
-    ``BUILD_TIMEOUT`` and its worker restarted.
+    ``BUILD_TIMEOUT`` and its worker restarted. ``build_func`` is ``"default"`` (a shared
+    library for this machine) or a function that makes the built module into what the
+    runner measures, ``build_func(module, tensors, tmp_dir, target) -> path``, e.g.
+    :func:`kiln.micro.autotvm_build_func` (a Cortex-M program for QEMU).
     """
 
     def __init__(self, timeout: float = 10, n_parallel: int | None = None,
                  build_kwargs: dict | None = None, build_func: str = "default",
                  do_fork: bool = False, runtime: Any = None) -> None:
         super().__init__(timeout, n_parallel, build_kwargs)
-        if build_func not in ("default", "so"):
+        if not callable(build_func) and build_func not in ("default", "so"):
             raise TVMError(f"LocalBuilder: build_func {build_func!r} is not supported; kiln "
-                           "exports candidates as shared libraries ('default')")
+                           "exports candidates as shared libraries ('default') or through "
+                           "a function such as kiln.micro.autotvm_build_func")
+        self.build_func = build_func if callable(build_func) else None
         self.tmp_dir = tempfile.mkdtemp(prefix="kiln_autotvm_")
         self._pool: WorkerPool | None = None
 
@@ -169,7 +183,7 @@ class LocalBuilder(Builder):
         if self._pool is None:
             self._pool = WorkerPool(self.n_parallel)
         os.makedirs(self.tmp_dir, exist_ok=True)  # again after close()
-        calls = [(build_candidate, (inp, self.tmp_dir, self.build_kwargs))
+        calls = [(build_candidate, (inp, self.tmp_dir, self.build_kwargs, self.build_func))
                  for inp in measure_inputs]
         results = []
         for (status, value) in self._pool.run(calls, self.timeout):
@@ -210,14 +224,33 @@ class _TimingRunner(Runner):
                 self.enable_cpu_cache_flush)
 
 
+# seconds a device loader's worker may take beyond the run's own timeout (it kills the
+# emulator itself at the timeout; killing the worker first would orphan the emulator)
+_LOADER_GRACE = 30.0
+
+
+def _loader_outcome(outcome: tuple[str, Any]) -> tuple[str, Any]:
+    """A module loader's ``("ok", (status, value))`` as the run's own outcome."""
+    status, value = outcome
+    return value if status == "ok" else outcome
+
+
 class LocalRunner(_TimingRunner):
-    """Time candidates on this machine, one at a time, in a worker process of its own."""
+    """Time candidates on this machine, one at a time, in a worker process of its own.
+
+    With a ``module_loader`` (:class:`kiln.micro.AutoTvmModuleLoader`) each candidate is a
+    device program the loader runs (on a QEMU Cortex-M) and measures itself.
+    """
 
     def __init__(self, timeout: float = 10, number: int = 4, repeat: int = 3,
                  min_repeat_ms: float = 0, cooldown_interval: float = 0.1,
                  enable_cpu_cache_flush: bool = False, module_loader: Any = None) -> None:
         super().__init__(timeout, 1, number, repeat, min_repeat_ms, cooldown_interval,
                          enable_cpu_cache_flush)
+        if module_loader is not None and not hasattr(module_loader, "measure"):
+            raise TVMError(f"LocalRunner: module_loader {module_loader!r} has no measure("
+                           "program, timeout) (use kiln.micro.AutoTvmModuleLoader)")
+        self.module_loader = module_loader
         self._pool: WorkerPool | None = None
 
     def run(self, measure_inputs: list, build_results: list) -> list[MeasureResult]:
@@ -229,9 +262,15 @@ class LocalRunner(_TimingRunner):
                 outcomes.append(("skip", None))
                 continue
             # one call at a time: two candidates never time each other
-            outcomes.append(self._pool.run([(time_candidate, self.timing_args(build))],
-                                           self.timeout)[0])
-            _remove(build.filename)
+            if self.module_loader is None:
+                outcomes.append(self._pool.run([(time_candidate, self.timing_args(build))],
+                                               self.timeout)[0])
+                _remove(build.filename)
+            else:
+                call = (self.module_loader.measure, (build.filename, self.timeout))
+                outcomes.append(_loader_outcome(
+                    self._pool.run([call], self.timeout + _LOADER_GRACE)[0]))
+                shutil.rmtree(os.path.dirname(build.filename), ignore_errors=True)
             if self.cooldown_interval > 0:
                 time.sleep(self.cooldown_interval)
         return results_of_runs(build_results, outcomes)

@@ -329,6 +329,11 @@ def on_ray(builder: Builder, runner: Runner, cluster: str) -> tuple[Builder, Run
     if type(runner) is not LocalRunner and not isinstance(runner, RayRunner):
         raise TVMError(f"measure_option: cluster={cluster!r} moves a LocalRunner onto Ray; "
                        f"got {type(runner).__name__} (it measures elsewhere)")
+    if getattr(builder, "build_func", None) is not None or \
+            getattr(runner, "module_loader", None) is not None:
+        raise TVMError(f"measure_option: cluster={cluster!r} cannot move a device build_func "
+                       "or module_loader (e.g. kiln.micro's QEMU measurement) onto Ray; "
+                       "measure on this machine")
     if type(builder) is LocalBuilder:
         builder.close()  # its scratch folder: nothing is built locally
         builder = RayBuilder(address, timeout=builder.timeout,

@@ -6,9 +6,11 @@ from __future__ import annotations
 from kiln.autotvm.task.dispatcher import (
     ApplyConfig,
     ApplyFixedConfig,
+    ApplyGraphBest,
     ApplyHistoryBest,
     DispatchContext,
     FallbackContext,
+    apply_graph_best,
     apply_history_best,
     clear_fallback_cache,
 )
@@ -41,8 +43,9 @@ from kiln.autotvm.task.topi_integration import (
     register_topi_schedule,
 )
 
-__all__ = ["ApplyConfig", "ApplyFixedConfig", "ApplyHistoryBest", "DispatchContext",
-           "FallbackContext", "apply_history_best", "clear_fallback_cache", "ConfigEntity",
+__all__ = ["ApplyConfig", "ApplyFixedConfig", "ApplyHistoryBest", "ApplyGraphBest",
+           "DispatchContext", "FallbackContext", "apply_history_best", "apply_graph_best",
+           "clear_fallback_cache", "ConfigEntity",
            "ConfigSpace", "FallbackConfigEntity", "InstantiationError", "TASK_TABLE",
            "MissingTask", "Task", "args_to_workload", "compute_flop", "create",
            "deserialize_args", "get_config", "serialize_args", "template", "TaskExtractEnv",

@@ -2,7 +2,8 @@
 
 Entry points: :class:`DispatchContext` (``DispatchContext.current``), :class:`ApplyConfig`
 (one fixed config, used while tuning), :class:`ApplyFixedConfig`, :class:`ApplyHistoryBest`
-(the best config per workload from tuning records; ``apply_history_best``), and
+(the best config per workload from tuning records; ``apply_history_best``),
+:class:`ApplyGraphBest` (a graph tuner's choices; ``apply_graph_best``), and
 :class:`FallbackContext` (the root: each template's defaults, warned about once).
 
 Contexts stack with ``with``; a query the innermost context cannot answer falls through to
@@ -29,7 +30,8 @@ from kiln.autotvm.task.space import FallbackConfigEntity
 from kiln.runtime.error import TVMError
 
 __all__ = ["DispatchContext", "ApplyConfig", "ApplyFixedConfig", "ApplyHistoryBest",
-           "FallbackContext", "apply_history_best", "clear_fallback_cache"]
+           "ApplyGraphBest", "FallbackContext", "apply_history_best", "apply_graph_best",
+           "clear_fallback_cache"]
 
 logger = logging.getLogger("autotvm")
 
@@ -185,6 +187,38 @@ class _Cost:
 def apply_history_best(records: Any) -> ApplyHistoryBest:
     """``with autotvm.apply_history_best("tune.log"):`` builds with the tuned configs."""
     return ApplyHistoryBest(records)
+
+
+class ApplyGraphBest(ApplyHistoryBest):
+    """The configs a graph tuner chose (``write_opt_sch2record_file``): one record per
+    workload, applied as written, whatever other records would be faster alone.
+
+    TVM's ``ApplyGraphBest`` hands out one record per *node*, in the order the build asks;
+    kiln compiles one kernel per distinct workload, so its graph tuner gives nodes of one
+    workload one choice and the file one record per workload. A file with two configs for
+    one workload is refused (it is not a graph tuner's).
+    """
+
+    def load(self, records: Any) -> None:
+        from kiln.autotvm.record import load_from_file
+
+        if isinstance(records, str | Path):
+            records = list(load_from_file(records))
+        records = list(records)
+        chosen: dict[tuple, str] = {}
+        for inp, _ in records:
+            config = str(inp.config)
+            if chosen.setdefault(inp.task.workload, config) != config:
+                raise TVMError(f"ApplyGraphBest: two configs for workload "
+                               f"{inp.task.workload} ({chosen[inp.task.workload]} and "
+                               f"{config}); expected a graph tuner's records")
+        super().load(records)
+
+
+def apply_graph_best(records: Any) -> ApplyGraphBest:
+    """``with autotvm.apply_graph_best("graph_opt.log"):`` builds with a graph tuner's
+    choices."""
+    return ApplyGraphBest(records)
 
 
 class FallbackContext(DispatchContext):

@@ -33,12 +33,17 @@ from kiln.runtime import config
 from kiln.runtime.cc import kill_process_group
 from kiln.runtime.error import TVMError
 
-__all__ = ["Board", "RunResult", "ExitCode", "MicroBoardError", "SourceGroup", "source_dir",
+__all__ = ["Board", "RunResult", "ExitCode", "MicroBoardError", "MicroTimeoutError",
+           "SourceGroup", "source_dir",
            "run_process", "parse_result_line", "parse_console_outputs"]
 
 
 class MicroBoardError(TVMError):
     """A board program failed to build or run: the message holds the command and its output."""
+
+
+class MicroTimeoutError(MicroBoardError):
+    """A board program (or its build) outlived its time limit and was killed."""
 
 
 class ExitCode(enum.IntEnum):
@@ -150,7 +155,7 @@ def run_process(cmd: Sequence[str], cwd: str | Path, timeout: float, what: str,
         kill_process_group(proc)
         out, err = (expired.out, expired.err) if isinstance(expired, _FedTimeout) \
             else proc.communicate()
-        raise MicroBoardError(f"{what} did not finish within {timeout:g} s (killed): "
+        raise MicroTimeoutError(f"{what} did not finish within {timeout:g} s (killed): "
                               f"{' '.join(map(str, cmd))}\n{_tail(out, err)}") from None
     except BaseException:
         kill_process_group(proc)

@@ -40,6 +40,7 @@ from kiln.relay import expr as rx
 from kiln.relay.backend import lowered_cache, shape_func
 from kiln.relay.backend.build_cache import compile_context_key
 from kiln.relay.op.op import OpPattern
+from kiln.runtime import native
 from kiln.runtime.error import TVMError
 
 __all__ = ["TECompiler", "LoweredFunc", "LoweredShapeFunc", "ComputeBuilder",
@@ -416,8 +417,14 @@ class TECompiler:
         from kiln.target.build import KERNEL_BUILDERS
 
         self.lowered.append(lowered)
+        if not self._build_as_lowered:
+            return
+        if len(self.lowered) == 1 and self.target.kind.name in ("llvm", "c"):
+            # the host library build() makes loads against the runtime library, which an
+            # empty cache directory compiles first: gcc does that while the kernels lower
+            native.prefetch_runtime_lib()
         builder_class = KERNEL_BUILDERS.get(self.target.kind.name)
-        if not self._build_as_lowered or builder_class is None:
+        if builder_class is None:
             return
         start = time.perf_counter()
         with self.target:

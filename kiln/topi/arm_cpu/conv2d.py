@@ -21,13 +21,18 @@ from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
 # Results per block: 8 partial sums + operands fit the M4F's 32 single-precision registers.
 BLOCK = 8
 
-__all__ = ["schedule_conv2d_direct"]
+__all__ = ["schedule_conv2d_direct", "DEFAULT_CONFIG"]
+
+# The knobs AutoTVM tunes (``kiln.autotvm.topi_arm_cpu``): results per block (the largest
+# divisor of the innermost extent up to it) and whether the block's loop is unrolled.
+DEFAULT_CONFIG = {"block": BLOCK, "unroll": True}
 
 
-def schedule_conv2d_direct(outs: Any) -> Any:
+def schedule_conv2d_direct(outs: Any, config: dict | None = None) -> Any:
     """Inline padding and the epilogue's injective stages; compute the convolution in blocks
-    of up to 8 results along the output's innermost axis, right where the epilogue reads
-    them."""
+    of up to ``config["block"]`` (8) results along the output's innermost axis, right where
+    the epilogue reads them."""
+    config = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
     convs = []
@@ -40,7 +45,7 @@ def schedule_conv2d_direct(outs: Any) -> Any:
     final = sch[outs[0].op]
     for conv in convs:
         shape = get_const_tuple(conv.output(0).shape)
-        rows = divisor_at_most(shape[-1], BLOCK)
+        rows = divisor_at_most(shape[-1], config["block"])
         stage = sch[conv]
         if conv is outs[0].op:
             *outer, last = stage.op.axis
@@ -57,5 +62,6 @@ def schedule_conv2d_direct(outs: Any) -> Any:
             stage.reorder(*outer, *stage.op.reduce_axis, lanes)
         # The window loops outside the block: the padding test leaves the inner loop, and
         # the block's partial sums, indexed by constants once unrolled, stay in registers.
-        stage.unroll(lanes)
+        if config["unroll"]:
+            stage.unroll(lanes)
     return sch

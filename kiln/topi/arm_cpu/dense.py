@@ -105,13 +105,14 @@ def dense_micro_kernel(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | Non
     return dense(data, weight, bias, out_dtype)
 
 
-def schedule_dense_micro_kernel(outs: Any) -> Any:
-    """Tensorize the dense stage's output axis by the micro-kernel; inline the epilogue.
+def schedule_dense_micro_kernel(outs: Any, rows: int | None = None) -> Any:
+    """Tensorize the dense stage's output axis by the micro-kernel (``rows`` outputs per
+    call, default up to ``MAX_ROWS``); inline the epilogue.
 
     The dense's own inputs stay materialized (the intrinsic reads them through buffers), so
     only stages after the dense (bias, activation) are inlined into the output.
     """
-    return schedule_micro_kernel(outs, "dense", "jk")
+    return schedule_micro_kernel(outs, "dense", "jk", rows=rows)
 
 
 def conv2d_1x1_applies(attrs: Any, data_shape, kernel_shape) -> bool:
@@ -128,9 +129,9 @@ def conv2d_nhwc_1x1_micro_kernel(data: te.Tensor, kernel: te.Tensor, strides: An
     return conv(data, kernel, strides, 0, 1, 1, "NHWC", "HWIO", out_dtype)
 
 
-def schedule_conv2d_nhwc_1x1_micro_kernel(outs: Any) -> Any:
-    """Per output pixel, the micro-kernel over blocks of output channels."""
-    return schedule_micro_kernel(outs, "conv2d_nhwc", "kj")
+def schedule_conv2d_nhwc_1x1_micro_kernel(outs: Any, rows: int | None = None) -> Any:
+    """Per output pixel, the micro-kernel over blocks of (``rows``) output channels."""
+    return schedule_micro_kernel(outs, "conv2d_nhwc", "kj", rows=rows)
 
 
 def _float_kernel(rows: int, length: int, dtype: str, b_order: str,
@@ -139,8 +140,10 @@ def _float_kernel(rows: int, length: int, dtype: str, b_order: str,
 
 
 def schedule_micro_kernel(outs: Any, main_tag: str, b_order: str,
-                          kernel: Any = _float_kernel, outer_reduce: int = 0) -> Any:
-    """Tensorize the ``main_tag`` stage's output axis in blocks of up to ``MAX_ROWS`` with
+                          kernel: Any = _float_kernel, outer_reduce: int = 0,
+                          rows: int | None = None) -> Any:
+    """Tensorize the ``main_tag`` stage's output axis in blocks of up to ``rows`` (default
+    ``MAX_ROWS``; the largest divisor of the output channels up to it) with
     ``kernel(rows, length, dtype, b_order, row_stride) -> (intrinsic, C source)``; inline the
     epilogue.
 
@@ -156,7 +159,7 @@ def schedule_micro_kernel(outs: Any, main_tag: str, b_order: str,
             sch[op].compute_inline()
     out = main.output(0)
     channels = get_const_tuple(out.shape)[-1]
-    rows = divisor_at_most(channels, MAX_ROWS)
+    rows = divisor_at_most(channels, rows or MAX_ROWS)
     final = sch[outs[0].op]
     if outs[0].op is not main:
         # Compute each block of `rows` results right before the epilogue reads it: the

@@ -168,9 +168,10 @@ def depthwise_conv2d_nhwc_s8(data: te.Tensor, kernel: te.Tensor, strides: Any, p
                 "int32")
 
 
-def schedule_depthwise_conv2d_nhwc_s8(outs: Any, dilation: Any, dsp: bool) -> Any:
-    """Per output pixel, the depthwise kernel over blocks of up to 8 channels; the epilogue
-    (zero-point terms, requantize) inlined after each block."""
+def schedule_depthwise_conv2d_nhwc_s8(outs: Any, dilation: Any, dsp: bool,
+                                      rows: int | None = None) -> Any:
+    """Per output pixel, the depthwise kernel over blocks of up to ``rows`` (8) channels; the
+    epilogue (zero-point terms, requantize) inlined after each block."""
     dil_h, dil_w = (int(d) for d in dilation)
 
     def make(rows: int, length: int, dtype: str, b_order: str,
@@ -185,5 +186,5 @@ def schedule_depthwise_conv2d_nhwc_s8(outs: Any, dilation: Any, dsp: bool) -> An
 
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     main_inputs = [find_tagged(outs[0].op, "depthwise_conv2d_nhwc").input_tensors]
-    return schedule_micro_kernel(outs, "depthwise_conv2d_nhwc", "jk", make)
+    return schedule_micro_kernel(outs, "depthwise_conv2d_nhwc", "jk", make, rows=rows)
 

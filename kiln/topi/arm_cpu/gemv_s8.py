@@ -236,9 +236,10 @@ def _kernel_pair(dsp: bool):
     return make
 
 
-def schedule_dense_s8_micro_kernel(outs: Any, dsp: bool) -> Any:
-    """The dense's output axis in blocks of up to 8 through the int8 kernel; epilogue inlined."""
-    return schedule_micro_kernel(outs, "dense", "jk", _kernel_pair(dsp))
+def schedule_dense_s8_micro_kernel(outs: Any, dsp: bool, rows: int | None = None) -> Any:
+    """The dense's output axis in blocks of up to ``rows`` (8) through the int8 kernel;
+    epilogue inlined."""
+    return schedule_micro_kernel(outs, "dense", "jk", _kernel_pair(dsp), rows=rows)
 
 
 def conv2d_nhwc_ohwi_s8(data: te.Tensor, kernel: te.Tensor, strides: Any,
@@ -247,12 +248,12 @@ def conv2d_nhwc_ohwi_s8(data: te.Tensor, kernel: te.Tensor, strides: Any,
     return conv(data, kernel, strides, padding, 1, 1, "NHWC", "OHWI", "int32")
 
 
-def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool) -> Any:
-    """Per output pixel, the int8 kernel over blocks of up to 8 output channels, summing the
-    whole window in one call: a kernel row's ``KW x C`` inputs are contiguous in NHWC, as are
-    each output channel's ``KW x C`` weights in OHWI; the kernel steps over the ``KH`` kernel
-    rows (segments) by the padded input's row stride. A padded input is materialized once
-    (the kernel reads plain memory)."""
+def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool, rows: int | None = None) -> Any:
+    """Per output pixel, the int8 kernel over blocks of up to ``rows`` (8) output channels,
+    summing the whole window in one call: a kernel row's ``KW x C`` inputs are contiguous in
+    NHWC, as are each output channel's ``KW x C`` weights in OHWI; the kernel steps over the
+    ``KH`` kernel rows (segments) by the padded input's row stride. A padded input is
+    materialized once (the kernel reads plain memory)."""
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     padded, weights = find_tagged(outs[0].op, "conv2d_nhwc").input_tensors
     _, _, width, channels = get_const_tuple(padded.shape)
@@ -263,4 +264,4 @@ def schedule_conv2d_nhwc_ohwi_s8(outs: Any, dsp: bool) -> Any:
         geometry = (rows, kw * channels, dsp, row_stride, kh, width * channels)
         return gemv_s8_intrin(*geometry), gemv_s8_source(*geometry)
 
-    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", make)
+    return schedule_micro_kernel(outs, "conv2d_nhwc", "jk", make, rows=rows)

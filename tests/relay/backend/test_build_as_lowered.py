@@ -104,3 +104,13 @@ def test_an_llvm_failure_on_the_llvm_thread_reaches_the_caller(submitted, monkey
     monkeypatch.setattr(llvm_toolchain, "parse_and_optimize", broken)
     with kiln.transform.PassContext(opt_level=3), pytest.raises(TVMError, match="invalid IR"):
         relay.build(_two_kernel_model(), target="llvm")
+
+
+def test_kiln_debug_1_reports_the_llvm_threads_cpu_seconds(submitted, monkeypatch, capfd):
+    import re
+
+    monkeypatch.setenv("KILN_DEBUG", "1")
+    with kiln.transform.PassContext(opt_level=3):
+        relay.build(_two_kernel_model(), target="llvm")
+    (line,) = [ln for ln in capfd.readouterr().err.splitlines() if "relay.build stages" in ln]
+    assert float(re.search(r"llvm thread ([\d.]+) s cpu", line).group(1)) > 0

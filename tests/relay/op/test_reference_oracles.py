@@ -213,6 +213,41 @@ case("nn.conv2d", lambda x, w: relay.nn.conv2d(x, w, data_layout="NHWC",
      [uniform(-1, 1, (1, 5, 5, 3)), uniform(-1, 1, (3, 3, 3, 4))],
      lambda x, w: F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1)).permute(0, 2, 3, 1),
      rtol=1e-4)
+def _unblock(x):
+    """NCHW{c} -> NCHW (a torch tensor)."""
+    n, cb, h, w, c = x.shape
+    return x.permute(0, 1, 4, 2, 3).reshape(n, cb * c, h, w)
+
+
+def _block(y, c):
+    """NCHW -> NCHW{c}."""
+    n, ch, h, w = y.shape
+    return y.reshape(n, ch // c, c, h, w).permute(0, 1, 3, 4, 2)
+
+
+def _unblock_kernel(w):
+    """OIHW{i}i{o}o -> OIHW."""
+    ob, ib, kh, kw, i, o = w.shape
+    return w.permute(0, 5, 1, 4, 2, 3).reshape(ob * o, ib * i, kh, kw)
+
+
+case("nn.contrib_conv2d_NCHWc",
+     lambda x, w: relay.nn.contrib_conv2d_nchwc(x, w, strides=2, padding=1, channels=16,
+                                                kernel_size=3, data_layout="NCHW8c",
+                                                kernel_layout="OIHW8i8o",
+                                                out_layout="NCHW8c"),
+     [uniform(-1, 1, (1, 2, 7, 6, 8)), uniform(-1, 1, (2, 2, 3, 3, 8, 8))],
+     lambda x, w: _block(F.conv2d(_unblock(x), _unblock_kernel(w), stride=2, padding=1), 8),
+     rtol=1e-4, atol=1e-5)
+case("nn.contrib_depthwise_conv2d_NCHWc",
+     lambda x, w: relay.nn.contrib_depthwise_conv2d_nchwc(
+         x, w, padding=(1, 0), dilation=(1, 2), groups=16, channels=16, kernel_size=3,
+         data_layout="NCHW8c", kernel_layout="OIHW1i8o", out_layout="NCHW8c"),
+     [uniform(-1, 1, (1, 2, 6, 7, 8)), uniform(-1, 1, (2, 1, 3, 3, 1, 8))],
+     lambda x, w: _block(F.conv2d(_unblock(x), _unblock_kernel(w), padding=(1, 0),
+                                  dilation=(1, 2), groups=16), 8),
+     rtol=1e-4, atol=1e-5)
+
 case("nn.conv1d", lambda x, w: relay.nn.conv1d(x, w, strides=2, padding=1),
      [uniform(-1, 1, (2, 3, 9)), uniform(-1, 1, (4, 3, 3))],
      lambda x, w: F.conv1d(x, w, stride=2, padding=1), rtol=1e-4)

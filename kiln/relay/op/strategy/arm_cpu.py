@@ -55,23 +55,31 @@ def _is_cortex_m(target) -> bool:
     return str(getattr(target, "mcpu", "") or "").startswith("cortex-m")
 
 
+# Tunable implementations take an optional ``config`` (AutoTVM's knobs, see
+# kiln.autotvm.topi_arm_cpu) in both halves; the computes ignore it (only schedules change).
 _DENSE_MICRO_KERNEL = register_implementation(
-    lambda attrs, inputs, out_type: [topi.arm_cpu.dense_micro_kernel(
+    lambda attrs, inputs, out_type, config=None: [topi.arm_cpu.dense_micro_kernel(
         inputs[0], inputs[1], None, attrs.out_dtype or out_type.dtype)],
-    lambda attrs, outs, target: topi.arm_cpu.schedule_dense_micro_kernel(outs),
+    lambda attrs, outs, target, config=None: topi.arm_cpu.schedule_dense_micro_kernel(
+        outs, (config or {}).get("rows")),
     "dense_micro_kernel.arm_cpu", plevel=15, op_name=dense_strategy.op_name)
 
 
 _CONV2D_1X1_MICRO_KERNEL = register_implementation(
-    lambda attrs, inputs, out_type: [topi.arm_cpu.conv2d_nhwc_1x1_micro_kernel(
+    lambda attrs, inputs, out_type, config=None: [topi.arm_cpu.conv2d_nhwc_1x1_micro_kernel(
         inputs[0], inputs[1], list(attrs.strides), attrs.out_dtype or out_type.dtype)],
-    lambda attrs, outs, target: topi.arm_cpu.schedule_conv2d_nhwc_1x1_micro_kernel(outs),
+    lambda attrs, outs, target, config=None: (
+        topi.arm_cpu.schedule_conv2d_nhwc_1x1_micro_kernel(outs, (config or {}).get("rows"))),
     "conv2d_nhwc_1x1_micro_kernel.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 
+def _conv2d_direct_compute(attrs, inputs, out_type, config=None):
+    return IMPLEMENTATIONS["conv2d.generic"].compute(attrs, inputs, out_type)
+
+
 _CONV2D_DIRECT = register_implementation(
-    IMPLEMENTATIONS["conv2d.generic"].compute,
-    lambda attrs, outs, target: topi.arm_cpu.schedule_conv2d_direct(outs),
+    _conv2d_direct_compute,
+    lambda attrs, outs, target, config=None: topi.arm_cpu.schedule_conv2d_direct(outs, config),
     "conv2d_direct.arm_cpu", plevel=12, op_name="nn.conv2d")
 
 

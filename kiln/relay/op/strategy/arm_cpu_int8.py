@@ -33,24 +33,26 @@ from kiln.topi.arm_cpu.gemv_s8 import (
 
 __all__ = ["int8_fits", "add_int8_dense", "add_int8_conv2d", "alter_conv2d_int8_layout"]
 
+# ``config``: AutoTVM's knobs (kiln.autotvm.topi_arm_cpu), rows per micro-kernel call
 _DENSE_S8 = register_implementation(
-    lambda attrs, inputs, out_type: [dense_s8_micro_kernel(inputs[0], inputs[1])],
-    lambda attrs, outs, target: schedule_dense_s8_micro_kernel(outs, has_dsp(target)),
+    lambda attrs, inputs, out_type, config=None: [dense_s8_micro_kernel(inputs[0], inputs[1])],
+    lambda attrs, outs, target, config=None: schedule_dense_s8_micro_kernel(
+        outs, has_dsp(target), (config or {}).get("rows")),
     "dense_s8_micro_kernel.arm_cpu", plevel=15, op_name=dense_strategy.op_name)
 
 _CONV2D_S8 = register_implementation(
-    lambda attrs, inputs, out_type: [conv2d_nhwc_ohwi_s8(inputs[0], inputs[1],
-                                                         list(attrs.strides),
-                                                         list(attrs.padding))],
-    lambda attrs, outs, target: schedule_conv2d_nhwc_ohwi_s8(outs, has_dsp(target)),
+    lambda attrs, inputs, out_type, config=None: [conv2d_nhwc_ohwi_s8(
+        inputs[0], inputs[1], list(attrs.strides), list(attrs.padding))],
+    lambda attrs, outs, target, config=None: schedule_conv2d_nhwc_ohwi_s8(
+        outs, has_dsp(target), (config or {}).get("rows")),
     "conv2d_nhwc_ohwi_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 _DEPTHWISE_S8 = register_implementation(
-    lambda attrs, inputs, out_type: [depthwise_conv2d_nhwc_s8(
+    lambda attrs, inputs, out_type, config=None: [depthwise_conv2d_nhwc_s8(
         inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
         attrs.kernel_layout)],
-    lambda attrs, outs, target: schedule_depthwise_conv2d_nhwc_s8(outs, list(attrs.dilation),
-                                                                  has_dsp(target)),
+    lambda attrs, outs, target, config=None: schedule_depthwise_conv2d_nhwc_s8(
+        outs, list(attrs.dilation), has_dsp(target), (config or {}).get("rows")),
     "depthwise_conv2d_nhwc_s8.arm_cpu", plevel=15, op_name="nn.conv2d")
 
 

@@ -245,6 +245,9 @@ def channel_block(channels: int) -> int:
     return next((b for b in (16, 8) if channels % b == 0), divisor_at_most(channels, 16))
 
 
+_MIN_BLOCKED_CHANNELS = 8
+
+
 def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     """``FTVMAlterOpLayout`` of ``nn.conv2d`` on cpu targets (TVM's x86
     ``_alter_conv2d_layout``): an NCHW/OIHW float32 conv with a constant kernel becomes
@@ -252,7 +255,8 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     (groups = channels), data ``NCHW{ic}c``, kernel ``OIHW{ic}i{oc}o`` (``OIHW1i{oc}o``),
     output ``NCHW{oc}c``. AlterOpLayout transforms the kernel (FoldConstant folds that) and
     the activations where a neighbour needs NCHW. Under tuning records for
-    ``conv2d_nchw.x86`` (measured on NCHW data) the kernel alone is prepacked, ``OIHW{n}o``."""
+    ``conv2d_nchw.x86`` (measured on NCHW data), and for fewer than 8 output channels, the
+    kernel alone is prepacked, ``OIHW{n}o``."""
     from kiln.relay.op.nn.conv import conv2d
     from kiln.relay.op.nn.conv_nchwc import contrib_conv2d_nchwc, contrib_depthwise_conv2d_nchwc
     from kiln.relay.op.transform import layout_transform
@@ -274,19 +278,21 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     kernel_width = int(tinfos[1].shape[3].value)
     common = (attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_channels,
               attrs.kernel_size)
+    # fewer channels than a vector (AVX2's 8) gain nothing from blocked activations
+    narrow = out_channels < _MIN_BLOCKED_CHANNELS
     if attrs.groups > 1:
-        if in_per_group != 1 or attrs.groups != out_channels:
-            return None  # grouped, or a channel multiplier: the NCHW kernels
+        if in_per_group != 1 or attrs.groups != out_channels or narrow:
+            return None  # grouped, a channel multiplier or narrow: the NCHW kernels
         bn = channel_block(out_channels)
         return contrib_depthwise_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{bn}c",
                                               f"OIHW1i{bn}o", f"NCHW{bn}c", attrs.out_dtype)
     tuned = tuned_config("conv2d_nchw.x86", attrs, tinfos, out_type, target)
     knobs = {**x86_conv2d.DEFAULT_CONFIG, **(tuned[1] if tuned is not None else {})}
-    if tuned is None:
+    if tuned is None and not narrow:
         knobs["oc_bn"] = channel_block(out_channels)
     out_width = int(out_type.shape[3].value)
     oc_bn, _ = x86_conv2d.block_shape(out_channels, out_width, knobs, kernel_width)
-    if tuned is not None:
+    if tuned is not None or narrow:
         if oc_bn <= 1:
             return None
         weight = layout_transform(inputs[1], "OIHW", f"OIHW{oc_bn}o")

@@ -16,7 +16,12 @@ from __future__ import annotations
 from kiln.relay.op.nn.dense import dense_strategy
 from kiln.relay.op.strategy.registry import register_implementation
 from kiln.target.x86 import target_has_features
-from kiln.topi.x86 import conv2d_int8, conv2d_int8_1x1, dense_int8, depthwise_int8
+from kiln.topi.x86 import (
+    conv2d_int8,
+    conv2d_int8_1x1,
+    dense_int8,
+    depthwise_int8,
+)
 
 __all__ = ["CONV2D_NCHW_INT8", "DEPTHWISE_NCHW_INT8", "DENSE_INT8", "int8_conv2d_applies",
            "int8_depthwise_applies", "int8_dense_applies", "target_has_avx2",
@@ -40,12 +45,21 @@ def int8_conv2d_applies(attrs, inputs, out_type, target) -> bool:
         target_has_avx2(target))
 
 
+def _lanes(data_dtype: str, kernel_dtype: str, target=None) -> int:
+    """Input channels per int32 lane of the micro-kernel for these operands on ``target``
+    (default: the current one): uint8 x int8 quads with AVX512-VNNI, else int16 pairs."""
+    quads = conv2d_int8.quads_apply(data_dtype, kernel_dtype, target)
+    return conv2d_int8.QUADS if quads else 2
+
+
 def _compute(attrs, inputs, out_type, config=None):
+    lanes = _lanes(str(inputs[0].dtype), str(inputs[1].dtype))
     if conv2d_int8_1x1.pointwise_int8_applies(inputs[1].shape, attrs.strides, attrs.padding):
-        return [conv2d_int8_1x1.conv2d_1x1_nchw_int8(inputs[0], inputs[1], str(out_type.dtype))]
+        return [conv2d_int8_1x1.conv2d_1x1_nchw_int8(inputs[0], inputs[1], str(out_type.dtype),
+                                                     lanes)]
     return [conv2d_int8.conv2d_nchw_int8(inputs[0], inputs[1], list(attrs.strides),
                                          list(attrs.padding), list(attrs.dilation),
-                                         str(out_type.dtype))]
+                                         str(out_type.dtype), lanes)]
 
 
 def _schedule(attrs, outs, target, config=None):
@@ -67,13 +81,15 @@ def int8_depthwise_applies(attrs, inputs, out_type, target) -> bool:
         depthwise_int8.depthwise_int8_applies(
             [int(d.value) for d in inputs[0].shape], [int(d.value) for d in inputs[1].shape],
             attrs.groups, str(inputs[0].dtype), str(inputs[1].dtype), str(out_type.dtype),
-            attrs.strides, int(out_type.shape[3]))
+            attrs.strides, int(out_type.shape[3]), attrs.dilation,
+            depthwise_int8.quads_apply(str(inputs[0].dtype), str(inputs[1].dtype), target))
 
 
 def _depthwise_compute(attrs, inputs, out_type, config=None):
     return [depthwise_int8.depthwise_conv2d_nchw_int8(
         inputs[0], inputs[1], list(attrs.strides), list(attrs.padding), list(attrs.dilation),
-        str(out_type.dtype))]
+        str(out_type.dtype),
+        depthwise_int8.quads_apply(str(inputs[0].dtype), str(inputs[1].dtype)))]
 
 
 DEPTHWISE_NCHW_INT8 = register_implementation(_depthwise_compute, _schedule,
@@ -99,20 +115,22 @@ DENSE_INT8 = register_implementation(
 
 
 def alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target):
-    """The conv with its kernel as int16 ``OIHW16o2i`` behind a ``layout_transform`` (which
-    FoldConstant folds for a constant kernel), when the micro-kernel computes it and the
-    channels fill the blocks; else None."""
+    """The conv with its kernel packed for the micro-kernel (int16 ``OIHW16o2i``, or int8
+    ``OIHW16o4i`` for the AVX512-VNNI quads) behind a ``layout_transform`` (which FoldConstant
+    folds for a constant kernel), when the micro-kernel computes it and the channels fill the
+    blocks; else None."""
     from kiln.relay.op.nn.conv import conv2d
     from kiln.relay.op.transform import cast, layout_transform
 
     if not int8_conv2d_applies(attrs, tinfos, out_type, target) or \
             attrs.kernel_layout != "OIHW":
         return None
+    lanes = _lanes(str(tinfos[0].dtype), str(tinfos[1].dtype), target)
     oc, ic = (int(d.value) for d in tinfos[1].shape[:2])
-    if oc % conv2d_int8.OC_BLOCK or ic % 2:
+    if oc % conv2d_int8.OC_BLOCK or ic % lanes:
         return None
-    weight = layout_transform(cast(inputs[1], "int16"), "OIHW",
-                              conv2d_int8.PACKED_KERNEL_LAYOUT)
+    layout = conv2d_int8.packed_kernel_layout(lanes)
+    weight = layout_transform(cast(inputs[1], conv2d_int8.PACKED_DTYPES[lanes][1]), "OIHW",
+                              layout)
     return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation, 1,
-                  attrs.channels, attrs.kernel_size, "NCHW", conv2d_int8.PACKED_KERNEL_LAYOUT,
-                  "", "int32")
+                  attrs.channels, attrs.kernel_size, "NCHW", layout, "", "int32")
