@@ -36,6 +36,8 @@ _CPUS_WITH = {
              "meteorlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver",
              "bdver4", "x86-64-v3", "x86-64-v4", "knl", "knm"),
 }
+# every AVX2 CPU above has FMA3, and so do the AMD lines before AVX2 (Piledriver on)
+_CPUS_WITH["fma"] = _CPUS_WITH["avx2"] + ("bdver2", "bdver3")
 # /proc/cpuinfo flag names that differ from LLVM's feature names
 _CPUINFO_FLAG = {"sse4.1": "sse4_1", "sse4.2": "sse4_2"}
 
@@ -90,7 +92,13 @@ def _has(feature: str, target: Any) -> bool:
         return True
     mcpu = (getattr(target, "mcpu", "") or "") if target is not None else ""
     if mcpu and mcpu != "native":
-        return mcpu.startswith(_CPUS_WITH.get(feature, ()))
+        if feature not in _CPUS_WITH:
+            from kiln.runtime.error import TVMError
+
+            raise TVMError(f"target_has_features: kiln's table of x86 CPUs does not list "
+                           f"{feature!r} (known: {', '.join(sorted(_CPUS_WITH))}); name it in "
+                           f"-mattr (+{feature} / -{feature}) to decide for -mcpu={mcpu}")
+        return mcpu.startswith(_CPUS_WITH[feature])
     return feature in host_features()
 
 
