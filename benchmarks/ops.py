@@ -8,8 +8,9 @@ Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|mobilenet|topk|nn] 
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
 a model: AlterOpLayout turns ``nn.dense`` into ``nn.contrib_dense_pack`` and ``nn.conv2d`` into
-the prepacked-kernel ``conv2d_nchw_prepacked.x86`` form, and FoldConstant packs the weight once
-at compile time (ONNX Runtime likewise packs its constant weights once, at session creation).
+``nn.contrib_conv2d_NCHWc`` (``conv2d_NCHWc.x86``; one layer alone reads its NCHW input and
+unpacks its own NCHW result, inside a model the activations between convs stay NCHW16c), and
+FoldConstant packs the weight once at compile time (ONNX Runtime likewise packs its constant weights once, at session creation).
 The "kiln kernels" column names the fused kernels the graph runs.
 ONNX Runtime runs a one-op model made with ``onnx.helper`` (``--threads`` intra-op threads,
 default 2); PyTorch runs ``torch.nn.functional`` with as many. kiln uses ``KILN_NUM_THREADS``

@@ -119,6 +119,13 @@ def depthwise_conv2d_NCHWc(data: te.Tensor, kernel: te.Tensor, strides: Any,  # 
                        f"[C / bn, 1, KH, KW, 1, bn] with output {out_layout}")
     bn = kshape[5]
     n, h, w = dshape[0], dshape[2], dshape[3]
+    if not blocked_in and out_layout == "NCHW":
+        # one layer alone (NCHW in and out): the NCHW kernel's 8-channel planes gather and
+        # scatter faster than 16-channel blocks (measured: 0.8-1.2x ORT against 1.4-1.9x)
+        oihw = te.compute((channels, 1, kshape[2], kshape[3]),
+                          lambda o, i, y, x: kernel[o // bn, 0, y, x, 0, o % bn],
+                          name="kernel_oihw", tag="injective")
+        return depthwise_conv2d_nchw(data, oihw, strides, padding, dilation, out_dtype, config)
 
     def read_input(b, ob, row, col, i):
         return data[b, ob, row, col, i] if blocked_in else data[b, ob * bn + i, row, col]
@@ -184,8 +191,8 @@ def schedule_depthwise_conv2d_nchw(outs: Any, config: dict | None = None) -> Any
     >>> y = topi.nn.relu(depthwise_conv2d_nchw(te.placeholder((1, 8, 6, 6)),
     ...                                        te.placeholder((8, 1, 3, 3)), 1, 1, 1))
     >>> s = schedule_depthwise_conv2d_nchw([y])
-    >>> len(s[y].leaf_iter_vars)  # tasks of 3 rows, each row's columns and channels
-    4
+    >>> len(s[y].leaf_iter_vars)  # (batch, channel block, row) tasks, columns, channels
+    3
     """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
@@ -200,7 +207,10 @@ def schedule_depthwise_conv2d_nchw(outs: Any, config: dict | None = None) -> Any
         traverse_inline(sch, out.op, visit)
     readers = [out for out in outs if found and len(out.shape) in (4, 5)
                and out.op is not found[0].op]
-    attach = len(found) == 1 and len(readers) == 1 and len(outs) == 1
+    # row blocks inside the output stage when the input is already blocked (NCHW{c}); an
+    # NCHW input is gathered channel by channel, which pays only once per whole plane
+    attach = len(found) == 1 and len(readers) == 1 and len(outs) == 1 and \
+        all(len(t.shape) == 5 for t in found[0].op.input_tensors[0].op.input_tensors)
     rows = divisor_at_most(get_const_tuple(found[0].shape)[2], cfg["rows_per_task"]) \
         if attach else 1
     for out in readers:

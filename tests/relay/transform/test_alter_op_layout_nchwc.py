@@ -164,6 +164,19 @@ def test_vm_with_a_dynamic_batch_matches_onnxruntime():
                                    session.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
+def test_a_lone_depthwise_conv_reads_and_writes_nchw():
+    net = _Net([1, 32, 11, 11])
+    model = net.model(net.op("Relu", [net.conv("x", 32, 32, stride=2, groups=32)]))
+    x = RNG.standard_normal((1, 32, 11, 11)).astype("float32")
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mod, params = relay.frontend.from_onnx(model, {"x": x.shape})
+    got, lib = _graph_run(mod, params, x, "llvm")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert "contrib_depthwise_conv2d_NCHWc" in lib.get_graph_json()
+    assert "layout_transform" not in lib.get_graph_json()
+
+
 def test_activations_stay_blocked_between_convs(convnet):
     mod, params, _, _ = convnet
     text = _fused_ops(mod, params)
