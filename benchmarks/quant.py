@@ -70,12 +70,15 @@ def _models(size: int) -> dict:
 def _time_interleaved(fns: list, repeat: int, clock=time.perf_counter) -> list[tuple[float,
                                                                                   float]]:
     """(min, median) seconds of each of ``fns``, timed in turns (one call of each per round),
-    so that the load of a shared machine drifts over all of them alike."""
-    for fn in fns:
-        fn()
+    so that the load of a shared machine drifts over all of them alike. As in models.py, a
+    short pause and an untimed call come before each timed one: the previous runtime's pool
+    threads (ORT's spin after a run, kiln's linger) go idle instead of taking this one's
+    cores (without it kiln's 2-thread MobileNet int8 median was 7.1 ms against 2.9 alone)."""
     times = [[] for _ in fns]
     for _ in range(repeat):
         for fn, samples in zip(fns, times):
+            time.sleep(0.05)
+            fn()
             start = clock()
             fn()
             samples.append(clock() - start)
