@@ -14,7 +14,7 @@ and bidirectional layers, custom activations (with their alpha/beta), ``clip``, 
 LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX
 operator definitions. ``sequence_lens`` is the layer ops' per-row length (any direction,
 static or unknown length); on the unrolled path it masks the state updates of forward
-directions.
+directions. Either way a row of length 0 ends with a zero state (onnxruntime's result).
 
 Example
 -------
@@ -148,6 +148,16 @@ class _Layer:
             return None
         mask = relay.less(_const(t, "int32"), relay.cast(self.lens, "int32"))
         return relay.expand_dims(mask, 1)
+
+    def ran_no_step(self, state):
+        """``state`` after the unrolled steps, zero in each row of length 0 (onnxruntime's
+        final state for such a row, as the layer ops give; the masked steps kept the initial
+        state there)."""
+        if self.step_mask(0) is None:
+            return state
+        ran = relay.expand_dims(relay.greater(relay.cast(self.lens, "int32"),
+                                              _const(0, "int32")), 1)
+        return relay.where(ran, state, relay.zeros_like(state))
 
     def step_inputs(self, projection):
         """The per-step rows ``[B, G*H]`` of a ``[T, B, G*H]`` projection (static length)."""
@@ -307,7 +317,7 @@ def _rnn(inputs, attrs, ctx):
             outs[t] = _masked(mask, new, relay.zeros_like(new))
             h = _masked(mask, new, h)
         ys.append(outs)
-        finals.append([h])
+        finals.append([layer.ran_no_step(h)])
     return layer.finish(ys, finals)
 
 
@@ -370,7 +380,7 @@ def _gru(inputs, attrs, ctx):
             outs[t] = _masked(mask, new, relay.zeros_like(new))
             h = _masked(mask, new, h)
         ys.append(outs)
-        finals.append([h])
+        finals.append([layer.ran_no_step(h)])
     return layer.finish(ys, finals)
 
 
@@ -424,7 +434,7 @@ def _lstm(inputs, attrs, ctx):
             outs[t] = _masked(mask, new_h, relay.zeros_like(new_h))
             h, c = _masked(mask, new_h, h), _masked(mask, new_c, c)
         ys.append(outs)
-        finals.append([h, c])
+        finals.append([layer.ran_no_step(h), layer.ran_no_step(c)])
     return layer.finish(ys, finals)
 
 

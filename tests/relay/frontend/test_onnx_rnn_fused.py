@@ -158,6 +158,19 @@ def test_other_recurrent_layers_compose_the_cell_from_primitive_ops(op, gates, c
     assert not any("_sequence" in k for k in kernels)
 
 
+@pytest.mark.parametrize("op, gates, case", [
+    ("LSTM", 4, dict(peepholes=True, initial=2)),
+    ("GRU", 3, dict(activations=["HardSigmoid", "Tanh"], initial=1)),
+    ("RNN", 1, dict(activations=["LeakyRelu"], initial=1)),
+])
+def test_unrolled_layers_end_a_row_of_length_zero_with_a_zero_state(op, gates, case):
+    """onnxruntime's final state of a row that runs no step is zero, not the initial state
+    (the masked steps keep the initial state; the layer ops zero it too)."""
+    model, feeds = _recurrent_model(op, gates, 8, lens=[0, 2], **case)
+    kernels = _compile_and_compare(model, feeds)
+    assert not any("_sequence" in k for k in kernels)
+
+
 def _numpy_lstm(x, h, c, r, reverse):
     """(Y, final h, final c) of an LSTM direction over ``x [T, B, 4H]`` (NumPy, float64)."""
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
