@@ -169,7 +169,7 @@ class _Layer:
 
     def order(self, direction):
         if direction == "reverse" and self.step_mask(0) is not None:
-            raise unsupported("RNN", "sequence_lens with a reverse direction")
+            raise unsupported(self.op_name, "sequence_lens with a reverse direction")
         steps = range(self.steps)
         return list(reversed(steps)) if direction == "reverse" else list(steps)
 

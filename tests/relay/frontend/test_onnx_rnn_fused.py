@@ -279,6 +279,12 @@ def test_unknown_sequence_length_with_sequence_lens_on_the_vm():
             np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
 
 
+def test_unrolled_reverse_direction_with_sequence_lens_is_refused_naming_the_op():
+    model, _ = _recurrent_model("LSTM", 4, 8, direction="reverse", peepholes=True, lens=[1, 2])
+    with pytest.raises(kiln.TVMError, match=r"ONNX LSTM: sequence_lens with a reverse direction"):
+        from_onnx(onnx.load_from_string(model), shape={"x": [STEPS, BATCH, INPUT]})
+
+
 def test_unknown_sequence_length_with_peepholes_is_refused_by_name():
     model, feeds = _recurrent_model("LSTM", 4, 8, peepholes=True)
     with pytest.raises(kiln.TVMError, match="sequence length unknown at conversion time"):
