@@ -13,8 +13,8 @@ being one ``dense`` for all gates and the gate arithmetic in primitive ops. Forw
 and bidirectional layers, custom activations (with their alpha/beta), ``clip``, ``layout=1``,
 LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX
 operator definitions. ``sequence_lens`` is the layer ops' per-row length (any direction,
-static or unknown length); on the unrolled path it masks the state updates of forward
-directions. Either way a row of length 0 ends with a zero state (onnxruntime's result).
+static or unknown length); on the unrolled path it masks the state updates (either
+direction). Either way a row of length 0 ends with a zero state (onnxruntime's result).
 
 Example
 -------
@@ -168,8 +168,9 @@ class _Layer:
         return _split(projection, self.steps, 0, squeeze=True)
 
     def order(self, direction):
-        if direction == "reverse" and self.step_mask(0) is not None:
-            raise unsupported(self.op_name, "sequence_lens with a reverse direction")
+        """The steps in ``direction``'s order. With ``sequence_lens`` a reverse row keeps
+        its initial state through the masked steps past its length, so its first update
+        is at its own last step, as ONNX says."""
         steps = range(self.steps)
         return list(reversed(steps)) if direction == "reverse" else list(steps)
 

@@ -279,10 +279,16 @@ def test_unknown_sequence_length_with_sequence_lens_on_the_vm():
             np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
 
 
-def test_unrolled_reverse_direction_with_sequence_lens_is_refused_naming_the_op():
-    model, _ = _recurrent_model("LSTM", 4, 8, direction="reverse", peepholes=True, lens=[1, 2])
-    with pytest.raises(kiln.TVMError, match=r"ONNX LSTM: sequence_lens with a reverse direction"):
-        from_onnx(onnx.load_from_string(model), shape={"x": [STEPS, BATCH, INPUT]})
+@pytest.mark.parametrize("op, gates, case", [
+    ("LSTM", 4, dict(direction="reverse", peepholes=True, initial=2, lens=[1, 3])),
+    ("GRU", 3, dict(direction="bidirectional", activations=["HardSigmoid", "Tanh"] * 2,
+                    initial=1, lens=[2, 0])),
+])
+def test_unrolled_reverse_direction_honours_sequence_lens(op, gates, case):
+    """A reverse row of length n starts at step n - 1 from the initial state (onnxruntime)."""
+    model, feeds = _recurrent_model(op, gates, 8, **case)
+    kernels = _compile_and_compare(model, feeds)
+    assert not any("_sequence" in k for k in kernels)
 
 
 def test_unknown_sequence_length_with_peepholes_is_refused_by_name():
