@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from kiln.runtime.error import TVMError
+
 __all__ = ["target_has_features", "simd_32bit_lanes", "host_features"]
 
 # -mcpu name prefixes of the x86 CPUs with each feature (LLVM's names; later CPUs of a line
@@ -38,6 +40,8 @@ _CPUS_WITH = {
 }
 # every AVX2 CPU above has FMA3, and so do the AMD lines before AVX2 (Piledriver on)
 _CPUS_WITH["fma"] = _CPUS_WITH["avx2"] + ("bdver2", "bdver3")
+# features that ``-mattr=+X`` brings with it (every AVX-512 CPU has AVX2 and FMA)
+_IMPLIED_BY = {"avx2": ("avx512f",), "fma": ("avx512f",)}
 # /proc/cpuinfo flag names that differ from LLVM's feature names
 _CPUINFO_FLAG = {"sse4.1": "sse4_1", "sse4.2": "sse4_2"}
 
@@ -88,13 +92,11 @@ def _has(feature: str, target: Any) -> bool:
     mattr = list(getattr(target, "mattr", []) or []) if target is not None else []
     if f"-{feature}" in mattr:
         return False
-    if f"+{feature}" in mattr:
+    if f"+{feature}" in mattr or any(f"+{f}" in mattr for f in _IMPLIED_BY.get(feature, ())):
         return True
     mcpu = (getattr(target, "mcpu", "") or "") if target is not None else ""
     if mcpu and mcpu != "native":
         if feature not in _CPUS_WITH:
-            from kiln.runtime.error import TVMError
-
             raise TVMError(f"target_has_features: kiln's table of x86 CPUs does not list "
                            f"{feature!r} (known: {', '.join(sorted(_CPUS_WITH))}); name it in "
                            f"-mattr (+{feature} / -{feature}) to decide for -mcpu={mcpu}")

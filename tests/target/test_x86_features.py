@@ -16,6 +16,9 @@ from kiln.target.x86 import target_has_features
     ("llvm -mcpu=nehalem", "fma", False),
     ("llvm -mcpu=haswell -mattr=-fma", "fma", False),
     ("llvm -mcpu=nehalem -mattr=+sse4.2", "sse4.2", True),
+    ("llvm -mcpu=nehalem -mattr=+avx512f", "avx2", True),    # AVX-512 brings AVX2 and FMA
+    ("llvm -mcpu=nehalem -mattr=+avx512f", "fma", True),
+    ("llvm -mcpu=nehalem -mattr=+avx512f,-avx2", "avx2", False),
 ])
 def test_features_from_mattr_then_mcpu(target, feature, expected):
     assert target_has_features(feature, tvm.target.Target(target)) is expected

@@ -30,9 +30,6 @@ __all__ = ["CONV2D_NCHW_INT8", "DEPTHWISE_NCHW_INT8", "DENSE_INT8", "int8_conv2d
 def target_has_avx2(target) -> bool:
     """Whether ``target`` (an llvm/c CPU target) may use AVX2: ``-mattr`` when it names it,
     else ``-mcpu``, else the host (kiln builds CPU code for the host by default)."""
-    mattr = list(getattr(target, "mattr", []) or [])
-    if "+avx512f" in mattr and "-avx2" not in mattr:  # AVX-512 implies AVX2
-        return True
     return target_has_features("avx2", target)
 
 
