@@ -119,7 +119,7 @@ class _Layer:
 
         def per_direction(index):
             value = inputs[index] if len(inputs) > index else None
-            if index >= 5 and is_static([self.batch]):
+            if index in _STATE_INPUTS and is_static([self.batch]):
                 value = _static_fill(value, (count, self.batch, self.hidden))
             return [None] * count if value is None else _split(value, count, 0, squeeze=True)
 
@@ -220,20 +220,27 @@ def _stack(values, axis):
     return relay.expand_dims(values[0], axis) if len(values) == 1 else relay.stack(values, axis)
 
 
+# ONNX input indices of the initial states (initial_h; LSTM's initial_c)
+_STATE_INPUTS = (5, 6)
+# one-input ops that only move, select or repeat elements: a constant fill stays one
+_MOVES_ELEMENTS = frozenset({
+    "reshape", "contrib_reverse_reshape", "squeeze", "expand_dims", "strided_slice",
+    "transpose", "reverse", "layout_transform", "tile", "nn.batch_flatten", "broadcast_to",
+    "copy"})
+
+
 def _static_fill(value, shape):
     """An initial state computed as ``dyn.full(c, <shape arithmetic on the input>)`` (how
     PyTorch exports the zero states of a model with a dynamic axis), sliced or reshaped by
-    one-input injective ops, as ``full(c, shape)``: ONNX fixes the state's shape, which Relay
-    cannot see through the arithmetic. The state then folds to a constant instead of costing
-    several kernels per run."""
+    ops that only move elements, as ``full(c, shape)``: ONNX fixes the state's shape, which
+    Relay cannot see through the arithmetic. The state then folds to a constant instead of
+    costing several kernels per run."""
     from kiln.ir.op import Op
     from kiln.relay.expr import Call, Constant
-    from kiln.relay.op.op import INJECTIVE
 
     source = value
-    # a one-input injective op moves elements around: a constant fill stays one
     while (isinstance(source, Call) and isinstance(source.op, Op) and len(source.args) == 1
-           and source.op.get_attr("TOpPattern") == INJECTIVE):
+           and source.op.name in _MOVES_ELEMENTS):
         source = source.args[0]
     if (isinstance(source, Call) and source.op == Op.get("dyn.full")
             and isinstance(source.args[0], Constant)):
