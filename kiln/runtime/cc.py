@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.runtime import config
+from kiln.runtime import config, disk_cache
 from kiln.runtime.error import TVMError
 
 __all__ = [
@@ -218,6 +218,7 @@ def compile_in_background(source: str, options: Sequence[str],
     target = config.cache_dir() / "cc" / f"obj_{digest.hexdigest()[:32]}.o"
     try:
         data = target.read_bytes()
+        disk_cache.touch(target)
         return lambda: data
     except OSError:
         pass
@@ -230,6 +231,7 @@ def compile_in_background(source: str, options: Sequence[str],
             obj = Path(compile_object(Path(tmp, "source.o"), src, options, cc))
             data = obj.read_bytes()
             os.replace(obj, target)  # atomic: readers see nothing or the whole object
+        disk_cache.stored()
         return data
 
     if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
@@ -374,7 +376,7 @@ def cached_shared_library(
         digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     key = digest.hexdigest()[:32]
     target = config.cache_dir() / "cc" / f"lib_{key}.so"
-    if target.exists():
+    if disk_cache.touch(target):  # a hit, marked used for the cache's size cap
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
@@ -386,6 +388,7 @@ def cached_shared_library(
         staged = Path(tmp, "lib.so")
         create_shared(staged, inputs, opts, cc)
         os.replace(staged, target)  # atomic: readers see nothing or the whole library
+    disk_cache.stored()
     if config.debug_level() >= 4:
         print(f"[kiln cc] cached {target}", file=sys.stderr)
     return target

@@ -146,9 +146,12 @@ def compile_in_background(ir_text: str, tm: Any, target: Any) -> Callable[[], tu
     function that waits and gives ``(object bytes, optimized IR text)`` (or raises the
     TVMError of invalid IR). A module compiled before for the same target and host is read
     from the disk cache and starts nothing."""
+    from kiln.runtime import disk_cache
+
     path = object_cache_path(ir_text, target)
     try:
         found = path.with_suffix(".o").read_bytes(), path.with_suffix(".ll").read_text()
+        disk_cache.touch(path.with_suffix(".o"))  # used: the cache's size cap keeps it
         return lambda: found
     except OSError:
         pass
@@ -201,6 +204,9 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
             os.replace(tmp, final)
     except OSError:
         pass  # a read-only cache only costs the next build its time
+    from kiln.runtime import disk_cache
+
+    disk_cache.stored()
     return obj, optimized
 
 
