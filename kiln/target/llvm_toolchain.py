@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.runtime.error import TVMError
+from kiln.target.llvm_fork import guard_forks
 
 __all__ = ["llvm_available", "llvmlite_modules", "initialized_llvm", "host_target_machine",
            "parse_and_optimize", "compile_in_background", "compile_cached", "link_ir",
@@ -37,6 +38,7 @@ def llvmlite_modules():
             "target 'llvm' needs llvmlite, which is not installed; install the extra with "
             "`pip install kiln[llvm]` or use target 'c'"
         ) from None
+    guard_forks(binding)  # a fork waits for the LLVM call in progress (kiln.target.llvm_fork)
     return ir, binding
 
 
