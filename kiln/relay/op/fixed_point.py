@@ -106,7 +106,9 @@ def _multiply_exact(x, multiplier, left, right):
     """The definition in Python integers: round((x << left) * multiplier / 2**(31 + right))
     half up, the product wrapped to int64 as the kernel's (a left shift can overflow it),
     the result wrapped to int32 as the int64 -> int32 cast does."""
-    total = 31 + right
+    # the product fits int64, so a right shift past 64 rounds as 64 does (to 0); Python
+    # would build 2**(2**31) for the largest
+    total = 31 + min(right, 64)
     product = _wrap((int(x) << left) * int(multiplier), 64)
     return np.int32(_wrap((product + (1 << (total - 1))) >> total, 32))
 
@@ -114,7 +116,7 @@ def _multiply_exact(x, multiplier, left, right):
 @register_reference("fixed_point_multiply")
 def reference_fixed_point_multiply(attrs, args, out_type):
     """Elementwise, in Python integers."""
-    left, right = max(attrs.shift, 0), max(-attrs.shift, 0)
+    left, right = min(max(attrs.shift, 0), 63), max(-attrs.shift, 0)  # the kernel's clamp
     flat = [_multiply_exact(v, attrs.multiplier, left, right) for v in args[0].ravel()]
     return np.asarray(flat, "int32").reshape(args[0].shape)
 
