@@ -11,8 +11,12 @@ voluntary context switches (sleeps)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 
+import pytest
+
+from kiln.micro import crt_build
 from kiln.runtime import cc
 from kiln.topi.nn.rnn import KERNEL_SOURCE
 
@@ -129,3 +133,21 @@ def test_a_task_waiting_on_a_stalled_unit_sleeps_and_the_result_is_exact(tmp_pat
     # as the scheduler gave it) and no sleep; waiting costs a few polls and at least one sleep.
     assert report["sleeps"] >= 1, proc.stdout
     assert report["cpu_ms"] < STALL_MS / 4, proc.stdout
+
+
+@pytest.mark.parametrize("compiler", ["host", "arm-none-eabi-gcc"])
+def test_the_kernel_source_builds_with_the_crt_strict_flags(tmp_path, compiler):
+    """The CRT's flags (-std=c99 -Wall -Wextra -Werror), on the host and for a Cortex-M (no
+    futex there: a team is never more than one task)."""
+    if compiler == "host":
+        command = [cc.find_compiler()]
+    elif shutil.which(compiler):
+        command = [compiler, "-mcpu=cortex-m4", "-mthumb"]
+    else:
+        pytest.skip(f"{compiler} is not installed")
+    source = tmp_path / "kernel.c"
+    source.write_text("#include <tvm/runtime/c_backend_api.h>\n" + KERNEL_SOURCE
+                      + "void* kiln_use(void) { return (void*)&kiln_rnn_sequence; }\n")
+    cc.run_compiler([*command, *crt_build.STRICT_CFLAGS, "-O2", "-c",
+                     *map("-I{}".format, cc.include_dirs()), str(source), "-o",
+                     str(tmp_path / "kernel.o")], "RNN kernel")

@@ -74,6 +74,7 @@ _KERNEL_TEMPLATE = r"""
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+long syscall(long number, ...); /* unistd.h hides it under -std=c99 */
 #elif defined(__APPLE__)
 #include <sched.h>
 #endif
@@ -429,7 +430,7 @@ static int32_t kiln_rnn_sequence(int32_t kind, int32_t activation, int32_t rever
                        steps, batch, hidden, lanes,
                        kind == KILN_LSTM ? 4 : kind == KILN_GRU ? 3 : 1,
                        kind, activation, reverse, linear_before_reset,
-                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY, {{0, 0}}};
+                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY, {{0, 0}}, 0, 0};
   if (kind == KILN_LSTM) memcpy(p.c, state0 + size, sizeof(float) * size);
   if (steps > 0) {
     int32_t rc = TVMBackendParallelLaunch(kiln_rnn_sequence_task, &p, parallel ? 0 : 1);
