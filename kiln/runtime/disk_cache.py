@@ -62,12 +62,15 @@ class Entry:
 
 
 def touch(path: str | os.PathLike) -> bool:
-    """Mark the entry at ``path`` used now; False when it is not there (a miss)."""
+    """Mark the entry at ``path`` used now; False when it is not there (a miss). An entry
+    of a cache this process may not write (a shared read-only one) is there all the same."""
     try:
         os.utime(path)
         return True
-    except OSError:
+    except FileNotFoundError:
         return False
+    except OSError:
+        return os.path.exists(path)
 
 
 def _is_temporary(name: str) -> bool:

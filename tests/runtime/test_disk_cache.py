@@ -153,3 +153,16 @@ def test_the_cache_command_shows_evicts_and_clears(cache, capsys):
     assert "removed 2.0 MB" in capsys.readouterr().out
     assert not any((cache / "cc").iterdir()) and not any((cache / "llvm").iterdir())
     assert keep.exists()
+
+
+def test_a_read_only_cache_still_hits(cache, monkeypatch):
+    """A cache this process may not write (shared, read-only): touching fails, the entry is
+    still found, nothing is rebuilt."""
+    path = _entry(cache, "cc/lib_shared.so", 10, HOUR)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("read-only cache")
+
+    monkeypatch.setattr(disk_cache.os, "utime", refuse)
+    assert disk_cache.touch(path)
+    assert not disk_cache.touch(cache / "cc" / "lib_missing.so")
