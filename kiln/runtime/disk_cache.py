@@ -171,8 +171,11 @@ def _evict_entry(entry: Entry, now: float) -> bool:
 def _evictor_lock(root: Path, wait: bool):
     """Hold the cache's evictor lock (yield True), or yield False when another process
     holds it and ``wait`` is false."""
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): one evictor per process only
+        yield True
+        return
     with open(root / ".evict.lock", "a+b") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
