@@ -98,7 +98,7 @@ class LLVMKernelBuilder:
             self.glue_wrappers += wrappers
             return
         self._collect(cg)
-        self._start(cg, f"{symbol}.o", str(cg.module) + packed_wrappers_ir(cg, wrappers))
+        self._start(cg, _object_name(symbol), str(cg.module) + packed_wrappers_ir(cg, wrappers))
 
     def _start(self, cg: CodeGenLLVM, object_name: str, ir_text: str) -> None:
         self.objects[object_name] = compile_in_background(ir_text, self.tm, self.target)
@@ -187,6 +187,15 @@ def _same_machine(triple: str, host: str) -> bool:
     arch, _, rest = triple.partition("-")
     host_arch, _, host_rest = host.partition("-")
     return arch == host_arch and ("linux" in rest) == ("linux" in host_rest)
+
+
+def _object_name(symbol: str) -> str:
+    """The object file name of kernel ``symbol`` (a file system takes 255 bytes a name)."""
+    if len(symbol) <= 120:
+        return f"{symbol}.o"
+    import hashlib
+
+    return f"{symbol[:100]}_{hashlib.sha256(symbol.encode()).hexdigest()[:16]}.o"
 
 
 def _is_prelude_helper(name: str) -> bool:
