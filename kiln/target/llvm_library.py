@@ -35,7 +35,10 @@ from kiln.target.llvm_toolchain import (
 from kiln.target.packed_checks import describe_wrapper
 from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
-__all__ = ["LLVMKernelBuilder", "build_llvm"]
+__all__ = ["LLVMKernelBuilder", "build_llvm", "C_OBJECT"]
+
+# The object file of a library's C (import_c sources, narrow-type helpers), compiled by gcc
+C_OBJECT = "imported_c.o"
 
 
 class LLVMKernelBuilder:
@@ -135,7 +138,7 @@ class LLVMKernelBuilder:
         files = {name: obj for name, (obj, _) in objects.items()}
         sources: dict[str, str] = {}
         if c_object is not None:
-            files["imported_c.o"] = c_object()
+            files[C_OBJECT] = c_object()
         elif c_source:
             sources["imported_c.c"] = c_source
         text: dict[str, Any] = {"c": c_source} if c_source else {}
