@@ -236,10 +236,20 @@ class _WrapperText:
     def eval_ArgValue(self, node: Any) -> _Value:
         ltype, kind = {"v_int64": ("i64", "int"), "v_float64": ("double", "float"),
                        "v_handle": (self.t.i8p, "ptr")}[node.member]
-        pointer = self.t.pointer(ltype)
-        slots = self.op(f"bitcast {self.t.i8p} %args to {pointer}")
-        slot = self.op(f"getelementptr {ltype}, {pointer} {slots}, i64 {node.index}")
+        t = self.t
+        pointer = t.pointer(ltype)
+        # a TVMValue is 8 bytes whatever the pointer size (a 32-bit target's handles too)
+        slot = self.op(f"getelementptr i64, {t.i64p} {self.value_slots()}, i64 {node.index}")
+        if ltype != "i64":
+            slot = self.op(f"bitcast {t.i64p} {slot} to {pointer}")
         return _Value(self.op(f"load {ltype}, {pointer} {slot}"), ltype, kind)
+
+    def value_slots(self) -> str:
+        """``args`` as an ``i64*``: one slot per TVMValue."""
+        if "args" not in self.known:
+            self.known["args"] = _Value(self.op(f"bitcast {self.t.i8p} %args to {self.t.i64p}"),
+                                        self.t.i64p, "ptr")
+        return self.known["args"].ref
 
     def load_member(self, tensor: str, member: str) -> _Value:
         t = self.t

@@ -268,15 +268,20 @@ def _env():
     return env
 
 
-def test_cross_build_is_one_object_with_its_wrappers(tmp_path):
+@pytest.mark.parametrize("triple, elf_class, machine", [
+    ("aarch64-linux-gnu", 2, 183),
+    ("i686-linux-gnu", 1, 3),  # 32-bit pointers: TVMValue slots stay 8 bytes apart
+])
+def test_cross_build_is_one_object_with_its_wrappers(tmp_path, triple, elf_class, machine):
     A = te.placeholder((8,), name="A")
     B = te.compute((8,), lambda i: A[i] * 3.0, name="B")
     lib = tvm.build(te.create_schedule(B.op), [A, B],
-                    target="llvm -mtriple=aarch64-linux-gnu -system-lib", name="cross_triple")
+                    target=f"llvm -mtriple={triple} -system-lib", name="cross_triple")
     path = tmp_path / "k.o"
     lib.save(str(path))
     data = path.read_bytes()
-    assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == 183  # AArch64
+    assert data[:4] == b"\x7fELF" and data[4] == elf_class
+    assert int.from_bytes(data[18:20], "little") == machine
     assert not lib.sources  # nothing left for a cross C compiler but the link
     for symbol in (b"cross_triple\0", b"cross_triple_unpacked", b"__tvm_main__",
                    b"kiln_register_system_lib", b"__kiln_arg_error"):
