@@ -443,8 +443,9 @@ class LLVMIntrinsics:
         if kind == c_abi.VALUE_CONTENT:
             slot_t = self.void_ptr if t.is_handle else (
                 self.ir.DoubleType() if t.is_float else self.i64)
-            slots = b.bitcast(handle, slot_t.as_pointer())
-            value = b.load(b.gep(slots, [index]))
+            # TVMValue slots are 8 bytes apart whatever the pointer size
+            slot = b.gep(b.bitcast(handle, self.i64.as_pointer()), [index])
+            value = b.load(b.bitcast(slot, slot_t.as_pointer()))
             if t.is_handle:
                 return value
             return self.convert(value, DataType("float64" if t.is_float else "int64"), t)
