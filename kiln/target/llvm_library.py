@@ -1,16 +1,17 @@
-"""The ``llvm`` target's build: kernels and their packed wrappers compiled by LLVM as they
-come, then linked into one library.
+"""The ``llvm`` target's build: kernels compiled by LLVM as they come, then linked with their
+packed wrappers and glue into one library.
 
 Entry points: :class:`LLVMKernelBuilder` (``add`` each kernel as it is lowered, ``finish``
 with the loaded library), :func:`build_llvm` (``target.build.llvm``: every PrimFunc of a
 module at once).
 
-:mod:`.codegen_llvm` prints each kernel's LLVM and :mod:`.llvm_packed` its packed-ABI wrapper
-(from the description the C target prints too: argument checking is written once) into the
-same module; :mod:`.llvm_toolchain` optimizes and emits it on kiln's LLVM thread and caches
-the object. The library's glue (entry name, module context, system-lib registration,
-``call_extern`` trampolines) is one more small LLVM module. A C compiler runs only to link,
-and to compile ``pragma_import_c`` sources (in the background, while LLVM works).
+:mod:`.codegen_llvm` prints each kernel's LLVM; :mod:`.llvm_toolchain` optimizes and emits it
+on kiln's LLVM thread and caches the object. The packed-ABI wrappers are printed by
+:mod:`.llvm_packed` from the description the C target prints too (argument checking is
+written once) into the library's glue module (with the entry name, module context,
+system-lib registration and ``call_extern`` trampolines), compiled without optimization. A C
+compiler runs only for ``pragma_import_c`` sources (in the background, while LLVM works);
+the system linker links the objects.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm import CodeGenLLVM
-from kiln.target.llvm_packed import module_glue_ir, packed_wrappers_ir
+from kiln.target.llvm_packed import module_glue_ir
 from kiln.target.llvm_toolchain import (
     compile_in_background,
     host_target_machine,
@@ -45,12 +46,11 @@ class LLVMKernelBuilder:
     """The ``llvm`` target's library, built kernel by kernel as the kernels are lowered.
 
     Each PrimFunc :meth:`add`-ed becomes its own LLVM module (and object file, cached on its
-    own) holding the kernel and its packed wrapper, optimized and emitted on kiln's LLVM
-    thread while the caller lowers the next kernel: Python's lowering and LLVM's
-    optimization, the two halves of a cold build, run on two cores. :meth:`finish` adds the
-    glue module and links everything into one loaded shared library. Code for another
-    machine (``-mtriple``) stays one module and one object, which ``save("k.o")`` writes as
-    it is.
+    own), optimized and emitted on kiln's LLVM thread while the caller lowers the next
+    kernel: Python's lowering and LLVM's optimization, the two halves of a cold build, run
+    on two cores. :meth:`finish` adds the glue module (the packed wrappers among it) and
+    links everything into one loaded shared library. Code for another machine
+    (``-mtriple``) stays one module and one object, which ``save("k.o")`` writes as it is.
 
     Example
     -------
@@ -64,6 +64,8 @@ class LLVMKernelBuilder:
     """
 
     def __init__(self, target: Any) -> None:
+        from kiln.target import Target
+
         llvm = initialized_llvm()[1]
         self.target = target
         self.tm = host_target_machine(target)
@@ -72,39 +74,33 @@ class LLVMKernelBuilder:
         self.foreign = None if same else self.triple
         # a cross build stays one module: its object is what save("k.o") writes
         self.whole = CodeGenLLVM() if self.foreign else None
+        # The glue (every packed wrapper among it) is compiled without optimization: the
+        # wrappers' checks gain ~2 ns a call from O3 and cost LLVM 3x the time (a 5-tensor
+        # wrapper: 12 ms at O3, 4 ms at O0)
+        self.glue_target = target if self.foreign else Target(f"{target} -opt-level=0")
+        self.glue_tm = self.tm if self.foreign else host_target_machine(self.glue_target)
         self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []
         self.imported_c: list[str] = []
         self.externs: dict[str, tuple[str, list[str]]] = {}
         self.extern_types: dict[str, tuple[Any, list]] = {}
         self.uses_module_ctx = False
-        self.glue_wrappers: list[Any] = []  # wrappers whose name the kernel's module uses
+        self.wrappers: list[Any] = []  # the packed wrappers' descriptions, printed in the glue
         self.objects: dict[str, Any] = {}  # object file name -> (object, optimized IR) when done
         self.llvm_seconds_at_start = llvm_thread_seconds()
 
     def add(self, symbol: str, func: Any) -> None:
-        """Generate ``symbol``'s LLVM and its packed wrapper, and start compiling them."""
+        """Generate ``symbol``'s LLVM and start compiling it; describe its packed wrapper."""
         cg = self.whole or CodeGenLLVM(symbol)
         cg.module.triple, cg.module.data_layout = self.triple, self.data_layout
         known = len(cg.signatures)
         cg.add_function(prepare_for_codegen(func), symbol)
-        wrappers = []
-        for name, signature, _ in cg.signatures[known:]:
-            spec = describe_wrapper(name, signature)
-            if name in cg.module.globals or name in c_abi.C_RESERVED:
-                # a libm/keyword name: the kernel may call the C function of that name, so
-                # its wrapper lives in the glue module
-                self.glue_wrappers.append(spec)
-            else:
-                wrappers.append(spec)
-        if self.whole is not None:  # one module: the wrappers join it with the glue
-            self.glue_wrappers += wrappers
-            return
-        self._collect(cg)
-        self._start(cg, _object_name(symbol), str(cg.module) + packed_wrappers_ir(cg, wrappers))
-
-    def _start(self, cg: CodeGenLLVM, object_name: str, ir_text: str) -> None:
-        self.objects[object_name] = compile_in_background(ir_text, self.tm, self.target)
+        self.wrappers += [describe_wrapper(name, signature)
+                          for name, signature, _ in cg.signatures[known:]]
+        if self.whole is None:
+            self._collect(cg)
+            self.objects[_object_name(symbol)] = compile_in_background(
+                str(cg.module), self.tm, self.target)
 
     def finish(self) -> Any:
         """The loaded library of every kernel added (a NativeModule)."""
@@ -116,16 +112,17 @@ class LLVMKernelBuilder:
         if self.whole is not None:  # its kernels' signatures, imports and externs
             self._collect(self.whole)
         names = [name for name, _, _ in self.signatures] + self.packed_names
-        for spec in self.glue_wrappers:
+        for spec in self.wrappers:
             if spec.name in glue.module.globals:
                 raise TVMError(f"LLVM codegen: kernel name {spec.name!r} is also a function "
-                               "the kernels call; choose another name")
+                               "the library calls; choose another name")
         system_lib = bool(getattr(self.target, "attrs", {}).get("system-lib", False))
         # call_extern trampolines must sit beside import_c's static functions: C then
         c_source = self._imported_c_source()
         ir_text = module_glue_ir(glue, names, system_lib, self.uses_module_ctx,
-                                 {} if c_source else self.extern_types, self.glue_wrappers)
-        self._start(glue, "kernels.o" if self.whole is not None else "glue.o", ir_text)
+                                 {} if c_source else self.extern_types, self.wrappers)
+        self.objects["kernels.o" if self.whole is not None else "glue.o"] = \
+            compile_in_background(ir_text, self.glue_tm, self.glue_target)
         options = codegen_c.compile_options(self.target)
         # gcc compiles the import_c sources while LLVM finishes the kernels (a cross build
         # keeps them as source for its cross compiler)
