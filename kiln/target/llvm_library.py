@@ -99,8 +99,11 @@ class LLVMKernelBuilder:
                           for name, signature, _ in cg.signatures[known:]]
         if self.whole is None:
             self._collect(cg)
-            self.objects[_object_name(symbol)] = compile_in_background(
-                str(cg.module), self.tm, self.target)
+            self._start(cg, _object_name(symbol))
+
+    def _start(self, cg: CodeGenLLVM, object_name: str) -> None:
+        """Start compiling one kernel's module on the LLVM thread."""
+        self.objects[object_name] = compile_in_background(str(cg.module), self.tm, self.target)
 
     def finish(self) -> Any:
         """The loaded library of every kernel added (a NativeModule)."""
