@@ -287,3 +287,26 @@ def test_cross_build_is_one_object_with_its_wrappers(tmp_path, triple, elf_class
                    b"kiln_register_system_lib", b"__kiln_arg_error"):
         assert symbol in data
     assert "expected 2 arguments (A, B)" in lib.get_source("ll")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_system_lib_with_module_context_calls_a_registered_function(target):
+    # the constructor registers the kernel and __tvm_module_ctx; the kernel's call_packed
+    # looks its callee up through that context
+    calls = []
+
+    @tvm.register_func("kiln_test.glue_add_one", override=True)
+    def add_one(x, y):
+        calls.append(1)
+        y.copyfrom(x.numpy() + 1)
+
+    A = te.placeholder((2, 3), name="A")
+    B = te.extern((2, 3), [A], lambda ins, outs: tir.call_packed(
+        "kiln_test.glue_add_one", ins[0], outs[0]), name="B")
+    symbol = f"syslib_ctx_{target}"
+    tvm.build(te.create_schedule(B.op), [A, B], target=f"{target} -system-lib", name=symbol)
+    a = np.arange(6, dtype="float32").reshape(2, 3)
+    b = tvm.nd.empty((2, 3), "float32")
+    tvm.runtime.system_lib()[symbol](tvm.nd.array(a), b)
+    np.testing.assert_array_equal(b.numpy(), a + 1)
+    assert calls == [1]
