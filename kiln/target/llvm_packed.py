@@ -269,7 +269,12 @@ class _WrapperText:
 
     def _array_at(self, tensor: str, array: str, dim: int) -> _Value:
         t = self.t
-        base = self.load_member(tensor, array)
+        key = f"{tensor}->{array}"
+        base = self.known.get(key)
+        if base is None:
+            base = self.load_member(tensor, array)
+            if self.straight:
+                self.known[key] = base
         slot = self.op(f"getelementptr i64, {base}, i64 {dim}")
         return _Value(self.op(f"load i64, {t.i64p} {slot}"), "i64", "int")
 
@@ -347,7 +352,17 @@ class _WrapperText:
 
     # -- conversions ---------------------------------------------------------------------
     def as_i64(self, value: _Value) -> str:
-        """The value as C's ``(int64_t)`` of it."""
+        """The value as C's ``(int64_t)`` of it (widened once on the straight path)."""
+        key = f"i64 {value.ref}"
+        known = self.known.get(key)
+        if known is not None:
+            return known.ref
+        wide = self._widen(value)
+        if self.straight:
+            self.known[key] = _Value(wide, "i64", value.kind)
+        return wide
+
+    def _widen(self, value: _Value) -> str:
         if value.kind == "ptr":
             return self.op(f"ptrtoint {value} to i64")
         if value.kind == "float":
