@@ -72,7 +72,10 @@ class _Types:
     def __init__(self, cg: Any) -> None:
         self.cg = cg
         self.typed = str(cg.void_ptr) != "ptr"
-        self.dltensor = str(cg.dltensor_type())
+        # named once per module (packed_wrappers_ir defines it): the literal struct spelled
+        # in every member access made the text, and LLVM's parsing, half again as long
+        self.dltensor = "%kiln.DLTensor"
+        self.dltensor_literal = str(cg.dltensor_type())
         self.i8p, self.i32p, self.i64p = (self.pointer(t) for t in ("i8", "i32", "i64"))
         self.dltensor_p = self.pointer(self.dltensor)
         self._scalars: dict[tuple[str, bool], str] = {}
@@ -450,7 +453,7 @@ def packed_wrappers_ir(cg: Any, specs: Sequence[WrapperSpec]) -> str:
     if not specs:
         return ""
     types = _Types(cg)
-    parts = []
+    parts = [f"{types.dltensor} = type {types.dltensor_literal}"]
     if ARG_ERROR_FUNCTION not in cg.module.globals:
         parts.append(f"declare hidden i32 @{ARG_ERROR_FUNCTION}({types.i8p}, {types.i64p}, "
                      "i32)")
