@@ -1,8 +1,9 @@
 """The one C toolchain driver: find the compiler, compile, link, and cache builds on disk.
 
 Entry points: :func:`create_shared`, :func:`compile_object`, :func:`create_staticlib`,
-:func:`cached_shared_library`, :func:`cross_compiler`, :func:`find_compiler`,
-:func:`default_options`, :func:`include_dirs`. Public as ``kiln.contrib.cc`` (TVM's path).
+:func:`link_objects`, :func:`cached_shared_library`, :func:`cross_compiler`,
+:func:`find_compiler`, :func:`default_options`, :func:`include_dirs`. Public as
+``kiln.contrib.cc`` (TVM's path).
 
 The compiler is ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.
 Host kernels build with ``-O3 -march=native -fPIC`` plus ``-fopenmp`` when a probe shows
@@ -43,6 +44,7 @@ __all__ = [
     "include_dirs",
     "compile_object",
     "create_shared",
+    "link_objects",
     "create_staticlib",
     "cross_compiler",
     "cached_shared_library",
@@ -340,16 +342,43 @@ def cross_compiler(
     return compile_with
 
 
+@functools.cache
+def _system_linker() -> str | None:
+    """``$LD``, else ``ld`` from ``PATH`` (None where there is none)."""
+    return os.environ.get("LD") or shutil.which("ld")
+
+
+def link_objects(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
+                 options: Sequence[str] | None = None, cc: str | None = None) -> str:
+    """Link object files that need only the C library and libm (LLVM's kernels and glue)
+    into a shared library with the system linker itself: ``ld -shared`` takes a quarter of
+    the time of the compiler driver, which starts collect2 and adds start files such a
+    library does not use. Falls back to :func:`create_shared` where there is no ``ld`` or
+    it fails."""
+    ld = _system_linker()
+    if ld is not None:
+        cmd = [ld, "-shared", "--eh-frame-hdr", "-o", os.fspath(output),
+               *map(os.fspath, objects), "-lm", "-lc"]
+        try:
+            run_compiler(cmd, "Linking")
+            return os.fspath(output)
+        except TVMError:
+            pass  # e.g. an ld for another machine, or libraries it cannot find
+    return create_shared(output, objects, options, cc)
+
+
 def cached_shared_library(
     sources: Mapping[str, str] | Sequence[str | os.PathLike],
     options: Sequence[str] | None = None,
     cc: str | None = None,
+    objects_only: bool = False,
 ) -> Path:
     """Build (or reuse) a shared library from C sources; return its path in the cache.
 
     ``sources`` is either ``{file name: C text}`` or a list of files (sources or objects).
     The cache key covers every file's content, the flags and the compiler version, so a hit
-    never does any compilation.
+    never does any compilation. ``objects_only``: the files are objects needing only libc and
+    libm, linked by :func:`link_objects`.
 
     Example
     -------
@@ -370,7 +399,7 @@ def cached_shared_library(
             except OSError as err:
                 raise TVMError(f"cannot read source {path}: {err}") from None
     digest = hashlib.sha256()
-    for part in (compiler_version(cc), *opts, *include_dirs()):
+    for part in (compiler_version(cc), *opts, *include_dirs(), "ld" if objects_only else ""):
         digest.update(part.encode() + b"\0")
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
@@ -386,7 +415,10 @@ def cached_shared_library(
             path.write_bytes(data)
             inputs.append(path)
         staged = Path(tmp, "lib.so")
-        create_shared(staged, inputs, opts, cc)
+        if objects_only:
+            link_objects(staged, inputs, opts, cc)
+        else:
+            create_shared(staged, inputs, opts, cc)
         os.replace(staged, target)  # atomic: readers see nothing or the whole library
     disk_cache.stored()
     if config.debug_level() >= 4:

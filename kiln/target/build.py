@@ -130,9 +130,12 @@ class NativeModule(Module):
             path = cc.cached_shared_library(self.sources, self.options)
         else:
             # Object bytes cannot travel as text: stage every file and let cc hash the files.
+            # LLVM's objects need no compiler driver to link (gcc's -fopenmp object from
+            # import_c sources might need its runtime)
+            objects_only = not self.sources and llvm_library.C_OBJECT not in self.objects
             with tempfile.TemporaryDirectory() as tmp:
                 paths = self.export_objects(tmp)
-                path = cc.cached_shared_library(paths, self.options)
+                path = cc.cached_shared_library(paths, self.options, objects_only=objects_only)
         if config.debug_level() >= 4:
             print(f"[kiln codegen] library {path}", file=sys.stderr)
         return path

@@ -83,7 +83,9 @@ def host_target_machine(target: Any = None):
         llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
     except RuntimeError as err:
         raise TVMError(f"LLVM cannot generate code for -mtriple={triple}: {err}") from None
-    return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
+    # -opt-level sets instruction selection and register allocation too (as TVM's does)
+    return llvm_target.create_target_machine(cpu=mcpu, features=features,
+                                             opt=opt_level(target), reloc="pic",
                                              codemodel="default")
 
 
