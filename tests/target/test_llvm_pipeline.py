@@ -135,3 +135,43 @@ def test_stock_unroller_is_a_separate_cache_entry(monkeypatch, tmp_path):
     args = [kiln.nd.array(x) for x in (a, b, c)]
     stock["nest"](*args)
     np.testing.assert_array_equal(args[2].numpy(), np.full((50, 4), 2.0, "float32"))
+
+
+def _compile_all(texts, threads, monkeypatch, tmp_path):
+    """Every IR text compiled through kiln's LLVM pool of ``threads`` threads, all at once."""
+    from kiln.target import llvm_toolchain
+
+    monkeypatch.setattr(llvm_toolchain, "LLVM_THREADS", threads)
+    monkeypatch.setattr(llvm_toolchain, "_LLVM_POOL", None)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / f"threads{threads}"))
+    target = Target("llvm")
+    tm = host_target_machine(target)
+    waits = [llvm_toolchain.compile_in_background(text, tm, target) for text in texts]
+    return [wait() for wait in waits], llvm_toolchain.llvm_thread_count()
+
+
+def test_two_llvm_threads_give_the_objects_one_thread_gives(monkeypatch, tmp_path):
+    texts = []
+    for index in range(12):  # distinct modules: no two share a cache entry
+        cg = CodeGenLLVM(f"m{index}")
+        cg.add_function(_nest(50 + index, 4), f"nest{index}")
+        cg.add_function(_axpy(1024 + 16 * index), f"axpy{index}")
+        texts.append(str(cg.module))
+    one, _ = _compile_all(texts, 1, monkeypatch, tmp_path)
+    two, threads = _compile_all(texts, 2, monkeypatch, tmp_path)
+    assert threads == 2  # llvmlite's lock was passed: two threads, not one
+    assert [obj for obj, _ in two] == [obj for obj, _ in one]
+    assert [ir for _, ir in two] == [ir for _, ir in one]
+    module = build_module({"axpy": _axpy(1024)}, Target("llvm"))  # and a whole build runs
+    _run_axpy(module, "axpy", 1024)
+
+
+def test_invalid_ir_on_an_llvm_thread_raises_a_tvm_error(monkeypatch, tmp_path):
+    from kiln.runtime.error import TVMError
+    from kiln.target import llvm_toolchain
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    target = Target("llvm")
+    wait = llvm_toolchain.compile_in_background("define i32 @f() { ret i64 0 }", None, target)
+    with pytest.raises(TVMError, match="invalid IR"):
+        wait()
