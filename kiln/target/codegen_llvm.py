@@ -87,6 +87,18 @@ def _used_var_ids(stmt: Any, wanted: set[int]) -> set[int]:
     return found & wanted
 
 
+def _loop_free_size(stmt: Any) -> int | None:
+    """The number of IR nodes in ``stmt``, or None when a loop is nested in it."""
+    stack, size = [stmt], 0
+    while stack:
+        node = stack.pop()
+        if _node_name(node) in ("For", "While"):
+            return None
+        size += 1
+        stack.extend(child_nodes(node))
+    return size
+
+
 def _node_name(node: Any) -> str:
     return type(node).__name__
 
@@ -108,6 +120,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     workspace_threshold = 16384
     unroll_limit = 64
+    llvm_unroll_budget = 768  # serial innermost loops LLVM unrolls fully (see stmt_For)
 
     def __init__(self, name: str = "kiln") -> None:
         ir, _ = llvmlite_modules()
@@ -642,15 +655,25 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
                     begin, self.ir.Constant(begin.type, step))
                 self.emit_stmt(node.body)
             return
+        # LLVM unrolls only the loops marked here (the pipeline runs without its unroller:
+        # TIR's schedules unroll what they mean to, and LLVM's heuristics multiplied code
+        # size and compile time): innermost loops of a few constant iterations, whose
+        # unrolled body lets the accumulators live in registers
+        unroll = False
+        if _node_name(extent) == "IntImm" and extent.value <= 64:
+            size = _loop_free_size(node.body)
+            unroll = size is not None and extent.value * size <= self.llvm_unroll_budget
         self._serial_loop(node.loop_var, self._loop_bound(node, node.min),
-                          self._loop_bound(node, extent), node.body)
+                          self._loop_bound(node, extent), node.body, unroll=unroll)
 
     def _loop_bound(self, node: Any, expr: Any):
         """A loop bound in the loop variable's type (min/extent may be narrower or wider)."""
         return self.convert(self.expr(expr), DataType(expr.dtype), DataType(node.loop_var.dtype))
 
-    def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None) -> None:
-        """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable."""
+    def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None,
+                     unroll: bool = False) -> None:
+        """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable;
+        ``unroll`` asks LLVM to unroll it fully (``llvm.loop.unroll.full``)."""
         b = self.builder
         end = b.add(begin, extent)
         pre = b.block
@@ -667,8 +690,19 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.emit_stmt(body)
         if not b.block.is_terminated:
             index.add_incoming(b.add(index, self.ir.Constant(index.type, 1)), b.block)
-            b.branch(head)
+            back_edge = b.branch(head)
+            if unroll:
+                back_edge.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.full"))
         b.position_at_end(done)
+
+    def _loop_id(self, *options: str):
+        """A loop's ``!llvm.loop`` node: LLVM reads options only from a node whose first
+        operand is the node itself, so each loop gets its own (add_metadata would share)."""
+        ir, module = self.ir, self.module
+        values = [module.add_metadata([ir.MetaDataString(module, option)]) for option in options]
+        loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+        loop_id.operands = (loop_id, *values)
+        return loop_id
 
     def _parallel_for(self, node: Any) -> None:
         """Outline the loop body into ``int lambda(task_id, penv, cdata)`` and launch it.
