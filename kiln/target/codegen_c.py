@@ -236,15 +236,25 @@ class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
         self._functions.append("\n".join(self._lines))
         self.function_names.append(name)
 
-    def finish(self) -> str:
-        """The whole translation unit: includes, helpers, imported C, then the functions."""
+    @property
+    def emitted_chars(self) -> int:
+        """Characters of function and imported C text emitted so far (the size of what gcc
+        compiles beyond the fixed preamble)."""
+        return sum(map(len, self._functions)) + sum(map(len, self._imported_c))
+
+    def finish(self, entry: bool = True) -> str:
+        """The whole translation unit: includes, helpers, imported C, then the functions.
+
+        ``entry``: define ``__tvm_main__`` (naming the first function); a library of several
+        units defines it in its first one only."""
         parts = [preamble("c"), *self.declarations.values(), PRELUDE_HELPERS.strip()]
         if self.uses_module_ctx:
             parts.append(MODULE_CTX)
         parts.extend("/* imported by pragma import_c */\n" + src.strip()
                      for src in self._imported_c)
         parts.extend(self._functions)
-        parts.append(entry_symbol(self.function_names))
+        if entry:
+            parts.append(entry_symbol(self.function_names))
         if self.system_lib:
             parts.append(system_lib_registration(self.function_names, self.uses_module_ctx))
         return "\n\n".join(parts) + "\n"
@@ -779,12 +789,22 @@ def _pointer_type(var: Any) -> str:
     return f"{c_type(element)}*" if element is not None else "void*"
 
 
-def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tuple[str, list[str]]:
+def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None,
+           entry: bool = True) -> tuple[str, list[str]]:
     """Emit one C translation unit for every PrimFunc of ``mod``; return (source, names).
 
     ``bare_metal`` picks :class:`~kiln.target.codegen_c_baremetal.CodeGenCBareMetal`; by
-    default it is chosen when the target names an ``-mcpu=cortex-m*``.
+    default it is chosen when the target names an ``-mcpu=cortex-m*``. ``entry=False``
+    leaves out ``__tvm_main__`` (a later unit of a library of several).
     """
+    cg = codegen_for(target, bare_metal)
+    add_kernels(cg, mod)
+    return cg.finish(entry), cg.function_names
+
+
+def codegen_for(target: Any = None, bare_metal: bool | None = None) -> CodeGenC:
+    """A fresh emitter for ``target``: the bare-metal dialect for ``-mcpu=cortex-m*`` (or
+    when ``bare_metal`` says so), a system-lib registration for ``--system-lib``."""
     if bare_metal is None:
         mcpu = getattr(target, "mcpu", "") if target is not None else ""
         bare_metal = mcpu.startswith("cortex-m")
@@ -792,13 +812,16 @@ def emit_c(mod: Any, target: Any = None, bare_metal: bool | None = None) -> tupl
     if bare_metal:
         from kiln.target.codegen_c_baremetal import CodeGenCBareMetal  # a subclass of CodeGenC
 
-        cg: CodeGenC = CodeGenCBareMetal(system_lib)
-    else:
-        cg = CodeGenC(system_lib)
+        return CodeGenCBareMetal(system_lib)
+    return CodeGenC(system_lib)
+
+
+def add_kernels(cg: CodeGenC, mod: Any) -> None:
+    """Emit every PrimFunc of ``mod`` (through the C codegen's TIR passes) into ``cg``, each
+    under a comment naming its Relay source or its buffers."""
     for symbol, func in functions_of(mod, C_CODEGEN_PIPELINE):
         comment = func.attrs.get("kiln.source") or f"{symbol}: {describe_kernel(func)}"
         cg.add_function(func, symbol, comment)
-    return cg.finish(), cg.function_names
 
 
 def describe_kernel(func: Any) -> str:

@@ -179,3 +179,56 @@ def _compile_cube_in_background(path: str) -> None:
 
     source = "int cube(int x) { return x * x * x; }\n"
     Path(path).write_bytes(runtime_cc.compile_in_background(source, ["-O1", "-fPIC"])())
+
+
+def test_cached_library_of_several_c_files_compiles_each_to_its_own_cached_object(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    quad = "int square(int); int quad(int x) { return square(square(x)); }\n"
+    lib = ctypes.CDLL(str(runtime_cc.cached_shared_library(
+        {"a.c": SQUARE_C, "b.c": quad}, ["-O1", "-fPIC"])))
+    assert lib.quad(3) == 81
+    assert len(list((tmp_path / "cache" / "cc").glob("obj_*.o"))) == 2
+    # another library sharing a.c compiles only its new file
+    compiled = []
+    compile_object = runtime_cc.compile_object
+    monkeypatch.setattr(runtime_cc, "compile_object",
+                        lambda out, src, *a, **k: compiled.append(Path(src).read_text())
+                        or compile_object(out, src, *a, **k))
+    cube = "int square(int); int cube(int x) { return x * square(x); }\n"
+    lib = ctypes.CDLL(str(runtime_cc.cached_shared_library(
+        {"a.c": SQUARE_C, "c.c": cube}, ["-O1", "-fPIC"])))
+    assert lib.cube(3) == 27 and compiled == [cube]
+
+
+def test_a_request_for_an_object_in_flight_waits_for_that_compile(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    release, calls = threading.Event(), []
+    compile_object = runtime_cc.compile_object
+
+    def slow(*args, **kwargs):
+        calls.append(args)
+        release.wait(10)
+        return compile_object(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_cc, "compile_object", slow)
+    first = runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])
+    second = runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])
+    release.set()
+    assert first() == second() and len(calls) == 1
+
+
+def test_a_failing_file_of_a_several_file_library_is_reported(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(TVMError, match="missing_xyz"):
+        runtime_cc.cached_shared_library(
+            {"a.c": SQUARE_C, "b.c": "int f(void) { return missing_xyz; }\n"}, ["-O1"])
+    assert not list((tmp_path / "cache" / "cc").glob("lib_*.so"))
