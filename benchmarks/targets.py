@@ -4,12 +4,14 @@
                                  [--repeat 10] [--rounds 3] [--stat median|min] [--cpu-time]
                                  [--layers resnet18] [--layer-rounds 5]
 
-Each model of ``benchmarks/models.py`` is exported to ONNX and built with ``relay.build`` at
-opt level 3 for both targets; the two graph executors (``lstm_vm``: two VMs) get the same
-input, their outputs are compared, and each round times both at 1 and 2 threads, interleaved
-(the median, or ``--stat min`` the minimum, of ``--repeat`` timings). The table gives the first
-target's time over the second's as min/median over the rounds, 1 thread (CPU time with
-``--cpu-time``) and 2 threads, their geometric means, both compile times and the machine load.
+Each model of ``benchmarks/models.py`` (and ``<model>_int8``: ``benchmarks/quant.py``'s
+ResNet-18 or MobileNet quantized by onnxruntime) is exported to ONNX and built with
+``relay.build`` at opt level 3 for both targets; the two graph executors (``lstm_vm``: two
+VMs) get the same input, their outputs are compared, and each round times both at 1 and 2
+threads, interleaved (the median, or ``--stat min`` the minimum, of ``--repeat`` timings).
+The table gives the first target's time over the second's as min/median over the rounds,
+1 thread (CPU time with ``--cpu-time``) and 2 threads, their geometric means, both compile
+times and the machine load.
 
 ``--layers MODEL`` times the model's kernels one by one with the debug executor
 (``run_individual``, 1 thread, both targets interleaved for ``--layer-rounds`` rounds, the
@@ -32,9 +34,17 @@ import models  # noqa: E402  (the model set, its export and timing helpers)
 
 
 def _export(name: str, workdir: str) -> tuple[str, np.ndarray, bool]:
-    """Export model ``name`` to ONNX; return (path, an input, whether it runs on the VM)."""
+    """Export model ``name`` to ONNX; return (path, an input, whether it runs on the VM).
+    ``<model>_int8``: quant.py's model (resnet18, mobilenet), quantized by onnxruntime."""
     import torch
 
+    if name.endswith("_int8"):
+        import quant
+
+        shape = (1, 3, 224, 224)
+        model = quant._models(224)[name[:-len("_int8")]]
+        path = quant._export_and_quantize(model, shape, workdir, name, False)[1]
+        return path, np.random.default_rng(1).standard_normal(shape).astype("float32"), False
     model, shape = models.build_models()[models.VM_MODELS.get(name, name)]
     model.eval()
     torch.manual_seed(1)
@@ -66,7 +76,7 @@ def bench_model(name: str, targets: list[str], repeat: int, rounds: int, workdir
     built = {t: _build(path, x, t, on_vm) for t in targets}
     outs = [built[t][1]() for t in targets]
     diff = float(np.abs(outs[0] - outs[1]).max())
-    number = 1 if name in ("resnet18", "mobilenet", "transformer4") else 10
+    number = 1 if name.split("_")[0] in ("resnet18", "mobilenet", "transformer4") else 10
 
     def at(threads, run):
         def timed():
