@@ -237,10 +237,10 @@ class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
         self.function_names.append(name)
 
     @property
-    def emitted_chars(self) -> int:
-        """Characters of function and imported C text emitted so far (the size of what gcc
-        compiles beyond the fixed preamble)."""
-        return sum(map(len, self._functions)) + sum(map(len, self._imported_c))
+    def kernel_chars(self) -> int:
+        """Characters of function text emitted so far (what gcc compiles beyond the fixed
+        preamble and the imported C)."""
+        return sum(map(len, self._functions))
 
     def finish(self, entry: bool = True) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions.

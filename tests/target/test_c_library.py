@@ -152,3 +152,43 @@ def test_a_later_build_sharing_kernels_compiles_only_the_new_units(one_kernel_pe
     second = _build(head=relay.nn.log_softmax).get_lib().sources
     new_units = [text for text in second.values() if text not in first.values()]
     assert 0 < len(new_units) < len(second) and compiled == new_units
+
+
+TWICE_C = "static float kiln_test_twice(float x) { return 2.0f * x; }"
+
+
+def _kernel(imports: bool):
+    """B[i] = 2 * A[i], through imported C or in plain TIR."""
+    from kiln import tir
+
+    a = tir.decl_buffer((4,), "float32", name="A")
+    b = tir.decl_buffer((4,), "float32", name="B")
+    i = tir.Var("i", "int32")
+    value = tir.call_extern("float32", "kiln_test_twice", a[i]) if imports else a[i] * 2.0
+    body = tir.For(i, 0, 4, tir.ForKind.SERIAL, tir.BufferStore(b, value, [i]))
+    if imports:
+        body = tir.AttrStmt(tir.StringImm("twice"), "pragma_import_c", tir.StringImm(TWICE_C),
+                            body)
+    return tir.PrimFunc([a, b], body)
+
+
+def test_kernels_importing_the_same_c_share_a_unit(monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(c_library, "UNIT_CHARS", 1)  # a plain kernel closes its unit at once
+    monkeypatch.setattr(c_library, "IMPORT_COPY_WORTH", 1000)  # the importing one stays open
+    builder = c_library.CKernelBuilder(kiln.target.Target("c"))
+    for name, imports in (("imp0", True), ("plain0", False), ("imp1", True),
+                          ("plain1", False)):
+        builder.add(name, _kernel(imports))
+    lib = builder.finish()
+    assert lib.function_names == ["imp0", "plain0", "imp1", "plain1"]
+    units = list(lib.sources.values())
+    assert len(units) == 3 and sum(TWICE_C in unit for unit in units) == 1
+    assert [u for u in units if TWICE_C in u][0].count("_unpacked(") == 4  # 2 kernels
+    assert sum("__tvm_main__" in u for u in units) == 1
+    assert '__tvm_main__[] = "imp0"' in [u for u in units if TWICE_C in u][0]
+    x = np.arange(4, dtype="float32")
+    for name in lib.function_names:
+        out = kiln.nd.array(np.zeros(4, "float32"))
+        lib[name](kiln.nd.array(x), out)
+        np.testing.assert_array_equal(out.numpy(), 2 * x)
