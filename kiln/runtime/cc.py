@@ -266,7 +266,8 @@ def create_shared(
     """Compile and link sources and/or object files into a shared library (TVM's signature).
 
     ``options`` replaces :func:`default_options` when given; ``-shared -fPIC`` and the kiln
-    include directories are always added. Compiler errors raise :class:`TVMError` with the
+    include directories are always added. Several C files compile in parallel, one cached
+    object each, before the link. Compiler errors raise :class:`TVMError` with the
     compiler's output verbatim.
 
     Example
@@ -280,10 +281,39 @@ def create_shared(
     cc = cc or find_compiler()
     inputs = [objects] if isinstance(objects, (str, os.PathLike)) else list(objects)
     opts = list(default_options(cc) if options is None else options)
-    cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
-    cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
-    run_compiler(cmd, "Compilation")
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = _compile_c_files(inputs, opts, cc, tmp)
+        cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
+        cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
+        run_compiler(cmd, "Compilation")
     return os.fspath(output)
+
+
+def _compile_c_files(inputs: list[Any], options: Sequence[str], cc: str,
+                     folder: str) -> list[Any]:
+    """``inputs`` with each C file replaced by its object when there are several (the
+    ``export_library`` of a ``c`` library's units): compiled in parallel, each cached
+    (:func:`compile_in_background`). One C file, or one that cannot be read as text or
+    cached, leaves ``inputs`` to the single compiler call."""
+    sources = [i for i, item in enumerate(inputs) if os.fspath(item).endswith(".c")]
+    if len(sources) < 2:
+        return inputs
+    try:
+        started = {i: compile_in_background(Path(inputs[i]).read_text(), options, cc)
+                   for i in sources}
+    except (OSError, UnicodeDecodeError):
+        return inputs
+    compiled = list(inputs)
+    for i, result in started.items():
+        try:
+            data = result()
+        except TVMError as err:
+            raise TVMError(f"compiling {os.fspath(inputs[i])}: {err}") from None
+        except OSError:  # a cache folder that cannot be written: compile in the one call
+            return inputs
+        compiled[i] = Path(folder, f"{i}_{Path(inputs[i]).stem}.o")
+        compiled[i].write_bytes(data)
+    return compiled
 
 
 create_shared.output_format = "so"  # read by export_library, as TVM's fcompile attributes are

@@ -232,3 +232,26 @@ def test_a_failing_file_of_a_several_file_library_is_reported(tmp_path: Path,
         runtime_cc.cached_shared_library(
             {"a.c": SQUARE_C, "b.c": "int f(void) { return missing_xyz; }\n"}, ["-O1"])
     assert not list((tmp_path / "cache" / "cc").glob("lib_*.so"))
+
+
+def test_create_shared_compiles_several_c_files_each_to_a_cached_object(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a.c").write_text(SQUARE_C)
+    (tmp_path / "b.c").write_text("int square(int); int quad(int x) { return square(square(x)); }")
+    files = [tmp_path / "a.c", tmp_path / "b.c"]
+    assert ctypes.CDLL(cc.create_shared(tmp_path / "ab.so", files)).quad(3) == 81
+    assert len(list((tmp_path / "cache" / "cc").glob("obj_*.o"))) == 2
+    monkeypatch.setattr(runtime_cc, "compile_object", None)  # exported again: only a link
+    assert ctypes.CDLL(cc.create_shared(tmp_path / "ab2.so", files)).quad(2) == 16
+
+
+def test_create_shared_names_the_failing_file_of_several(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "good.c").write_text(SQUARE_C)
+    (tmp_path / "bad.c").write_text("int broken(void) { return undeclared_thing_xyz; }\n")
+    with pytest.raises(TVMError, match="bad.c") as info:
+        cc.create_shared(tmp_path / "x.so", [tmp_path / "good.c", tmp_path / "bad.c"])
+    assert "undeclared_thing_xyz" in str(info.value)
