@@ -27,7 +27,7 @@ from typing import Any
 from kiln.runtime import cc, config
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import DSOModule, Module, ModuleProperty
-from kiln.target import codegen_c, codegen_opencl, llvm_library
+from kiln.target import c_library, codegen_c, codegen_opencl, llvm_library
 
 __all__ = ["BUILD_FUNCTIONS", "KERNEL_BUILDERS", "build_module", "NativeModule"]
 
@@ -41,6 +41,7 @@ BUILD_FUNCTIONS: dict[str, Callable[[Any, Any], Module]] = {
 # class takes the Target; ``add(symbol, prim_func)`` starts compiling one kernel and
 # ``finish()`` returns the Module of all of them (what the build function returns).
 KERNEL_BUILDERS: dict[str, Callable[[Any], Any]] = {
+    "c": c_library.CKernelBuilder,
     "llvm": llvm_library.LLVMKernelBuilder,
 }
 

@@ -434,8 +434,8 @@ class TECompiler:
         self.seconds["build"] += time.perf_counter() - start
 
     def build(self) -> Any:
-        """Compile all kernels into one runtime Module (one C translation unit, or LLVM's
-        objects linked into one library)."""
+        """Compile all kernels into one runtime Module (C translation units or LLVM objects,
+        linked into one library)."""
         from kiln.target.build import build_module
 
         deepest = max((lowered.num_ops for lowered in self.lowered), default=1)
