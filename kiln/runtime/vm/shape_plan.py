@@ -184,6 +184,7 @@ class _Walk:
         self.kernels: list[tuple[int, Any, list[Any]]] = []  # (pc, call site, flat args)
         self.free: dict[tuple[int, int], list[int]] = {}  # (size, alignment) -> free regions
         self.end = 0  # bytes of the block laid out so far
+        self.alignment = 4096  # the block's: the largest a storage asked for (at least a page)
         self.result: Any = None
         self.args: list[Any] = []
 
@@ -274,6 +275,7 @@ class _Walk:
         if nbytes < 0 or alignment <= 0 or alignment & (alignment - 1):
             raise _Unplannable("a storage size or alignment the allocator refuses")
         store = _Store(nbytes, max(alignment, _ALIGN))
+        self.alignment = max(self.alignment, store.alignment)
         self._place(store)
         self.set(instr.dst, store)
 
@@ -408,7 +410,7 @@ class ShapePlan:
                  "static_result", "result_value")
 
     def __init__(self, walk: _Walk, allocator: Any) -> None:
-        self.block = allocator.alloc(max(walk.end, 1), 4096)
+        self.block = allocator.alloc(max(walk.end, 1), walk.alignment)
         self.low = self.block.address
         self.high = self.low + max(walk.end, 1)
         self.pinned: list[Any] = []  # NDArrays of known values that kernels read

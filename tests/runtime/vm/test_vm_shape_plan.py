@@ -22,6 +22,7 @@ from kiln.runtime.vm.bytecode import (
     AllocTensorReg,
     If,
     InvokePacked,
+    KillRegister,
     LoadConsti,
     ReshapeTensor,
     Ret,
@@ -35,17 +36,19 @@ PRIMS = ["add_f32", "add_i64"]
 ADD_F32, ADD_I64 = 0, 1
 
 
-def _sized_add(x_shape_reg: int) -> list:
-    """Registers 2..13: storage sized 4 * numel from the shape in ``x_shape_reg`` (two
-    add_i64 'shape functions'), a float32 tensor of that shape in $13 = $0 + $1."""
+def _sized_add(x_shape_reg: int, base: int = 3) -> list:
+    """Registers base..base+10: storage (in ``base + 8``) sized 4 * numel from the shape in
+    ``x_shape_reg`` by two add_i64 'shape functions', and a float32 tensor of that shape in
+    ``base + 10`` (13 by default) for a kernel to write."""
+    b = base
     return [
-        *alloc_tensor((1,), "int64", 3, 4, 5, 6),
-        InvokePacked(ADD_I64, 1, (x_shape_reg, x_shape_reg, 6)),   # 2n
-        *alloc_tensor((1,), "int64", 7, 8, 9, 10),
-        InvokePacked(ADD_I64, 1, (6, 6, 10)),                      # 4n bytes
-        AllocStorage(10, 64, "float32", 0, 11),
-        LoadConsti(0, 12),
-        AllocTensorReg(11, 12, x_shape_reg, "float32", 13),
+        *alloc_tensor((1,), "int64", b, b + 1, b + 2, b + 3),
+        InvokePacked(ADD_I64, 1, (x_shape_reg, x_shape_reg, b + 3)),   # 2n
+        *alloc_tensor((1,), "int64", b + 4, b + 5, b + 6, b + 7),
+        InvokePacked(ADD_I64, 1, (b + 3, b + 3, b + 7)),               # 4n bytes
+        AllocStorage(b + 7, 64, "float32", 0, b + 8),
+        LoadConsti(0, b + 9),
+        AllocTensorReg(b + 8, b + 9, x_shape_reg, "float32", b + 10),
     ]
 
 
@@ -96,6 +99,40 @@ def test_a_plan_is_built_on_the_second_call_of_a_signature(kernels):
     third = vm.run(x, x)
     assert third is second and first is not second  # the plan hands out its own block
     np.testing.assert_array_equal(third.numpy(), 2 * x)
+
+
+def test_storage_freed_by_kill_is_reused_in_the_plan_without_clobbering(kernels):
+    """t1 = x + y; t2 = t1 + y; kill t1 and its storage; t3 = t2 + x: the plan lays t3 where
+    t1 was, which is right only if the kernels keep their order."""
+    main = VMFunction("main", ["x", "y"], [
+        ShapeOf(0, 2),
+        *_sized_add(2, 3), InvokePacked(ADD_F32, 1, (0, 1, 13)),     # t1 in $13 (storage $11)
+        *_sized_add(2, 14), InvokePacked(ADD_F32, 1, (13, 1, 24)),   # t2 in $24
+        KillRegister(13), KillRegister(11),
+        *_sized_add(2, 25), InvokePacked(ADD_F32, 1, (24, 0, 35)),   # t3 in $35
+        Ret(35),
+    ], 36)
+    vm, bytecode = make_vm(kernels, main), make_vm(kernels, main, "naive")
+    for n in (6, 6, 6, 1000, 1000):
+        x, y = vec(n, n), vec(n, 2 * n)
+        out = vm.run(x, y).numpy()
+        np.testing.assert_array_equal(out, bytecode.run(x, y).numpy())
+        np.testing.assert_allclose(out, x + y + y + x, rtol=1e-6)
+    assert vm.plan_stats()["built"] == 2
+
+
+def test_a_program_without_kernels_never_holds_the_thread_pool(monkeypatch):
+    from kiln.runtime import thread_pool
+
+    def refuse():
+        raise AssertionError("the thread pool was held for a program without kernels")
+
+    monkeypatch.setattr(thread_pool, "hot", refuse)
+    main = VMFunction("main", ["x"], [ShapeOf(0, 1), ReshapeTensor(0, 1, 2), Ret(2)], 3)
+    vm = VirtualMachine(Executable([main]), kiln.cpu(0))
+    x = vec(4, 0)
+    for _ in range(3):
+        np.testing.assert_array_equal(vm.run(x).numpy(), x)
 
 
 def test_a_reshaped_argument_follows_each_new_input(kernels):
