@@ -218,8 +218,15 @@ class _Walk:
 
     # -- operands ------------------------------------------------------------------------------
 
+    def _read(self, reg: int) -> np.ndarray | None:
+        """The value of a size or shape operand, when it does not depend on tensor data."""
+        value = self.regs[reg]
+        if isinstance(value, _Const):  # e.g. a static reshape's shape, a LoadConst
+            return value.tensor.numpy()
+        return _known_value(value)
+
     def scalar_int(self, reg: int) -> int:
-        value = _known_value(self.regs[reg])
+        value = self._read(reg)
         if value is None:
             raise _Unplannable(f"register ${reg} (a size or offset) depends on tensor data",
                                data_dependent=True)
@@ -228,7 +235,7 @@ class _Walk:
         return int(value.reshape(-1)[0])
 
     def shape(self, reg: int) -> tuple[int, ...]:
-        value = _known_value(self.regs[reg])
+        value = self._read(reg)
         if value is None:
             raise _Unplannable(f"register ${reg} (a shape) depends on tensor data",
                                data_dependent=True)
@@ -590,6 +597,8 @@ class PlanCache:
                                    "arguments and constants")
         except _Unplannable as err:
             self.disabled = err.data_dependent
+            return None
+        except TVMError:  # e.g. a view of a constant that does not fit: the bytecode says so
             return None
         self.built += 1
         return ShapePlan(walk, allocators[self.host_index])

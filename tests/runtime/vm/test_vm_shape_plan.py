@@ -23,6 +23,7 @@ from kiln.runtime.vm.bytecode import (
     If,
     InvokePacked,
     KillRegister,
+    LoadConst,
     LoadConsti,
     ReshapeTensor,
     Ret,
@@ -180,6 +181,20 @@ def test_a_size_read_from_tensor_data_disables_plans(kernels):
     for value in (8, 8, 8, 16, 16):
         np.testing.assert_array_equal(vm.run(np.array([value])).numpy(), [2 * value])
     assert vm.plan_stats() == {"plans": 0, "built": 0, "disabled": True}
+
+
+def test_a_constant_shape_is_planned_and_a_wrong_size_raises_as_the_bytecode_does():
+    main = VMFunction("main", ["x"], [LoadConst(0, 0, 1), ReshapeTensor(0, 1, 2), Ret(2)], 3)
+    exe = Executable([main], constants=[kiln.nd.array(np.array([2, 3], "int64"))])
+    vm = VirtualMachine(exe, kiln.cpu(0))
+    x = vec(6, 0)
+    for _ in range(3):
+        np.testing.assert_array_equal(vm.run(x).numpy(), x.reshape(2, 3))
+    for _ in range(2):
+        with pytest.raises(TVMError, match=r"cannot view a tensor of shape \(7,\) as shape "
+                                           r"\(2, 3\)\n  in @main instruction 1"):
+            vm.run(vec(7, 0))
+    assert vm.plan_stats() == {"plans": 1, "built": 1, "disabled": False}
 
 
 def test_a_function_with_control_flow_is_never_planned(kernels):
