@@ -346,7 +346,9 @@ class _Walk:
         for out in outs:
             if not isinstance(out, _Buf) or out.known is not None:
                 raise _Unplannable("a kernel writes something other than a fresh tensor")
-        if not outs or (instr.output_size == 1 and 0 in outs[-1].shape):
+        if not outs:
+            raise _Unplannable("a kernel without outputs")  # called for its side effects
+        if instr.output_size == 1 and 0 in outs[-1].shape:
             return  # an empty output: nothing to compute (the VM skips the call too)
         site = self.sites[pc]
         if ins and all(_known_value(v) is not None for v in ins):
