@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from vm_programs import alloc_tensor
 
 import kiln
 from kiln.runtime.error import TVMError
 from kiln.runtime.vm import shape_plan
 from kiln.runtime.vm.bytecode import (
+    AllocADT,
     AllocStorage,
     AllocTensor,
     AllocTensorReg,
@@ -268,3 +271,51 @@ def test_wrong_arguments_raise_before_and_after_a_plan(kernels):
     with pytest.raises(TVMError, match="cannot pass a str"):
         vm.run(x, "y")
     np.testing.assert_array_equal(vm.run(x, x).numpy(), 2 * x)
+
+
+@st.composite
+def _add_programs(draw):
+    """A random straight-line program of adds over x, y and earlier results, killing some
+    results (and their storage) on the way, returning one result or a tuple of them. Also
+    returns the operands of every result register and the returned registers."""
+    code = [ShapeOf(0, 2)]
+    operands: dict[int, tuple[int, int]] = {}  # result register -> the two it adds
+    live, storage_of = [0, 1], {}
+    base = 3
+    for _ in range(draw(st.integers(1, 6))):
+        a, b = draw(st.sampled_from(live)), draw(st.sampled_from(live))
+        code += [*_sized_add(2, base), InvokePacked(ADD_F32, 1, (a, b, base + 10))]
+        operands[base + 10], storage_of[base + 10] = (a, b), base + 8
+        live.append(base + 10)
+        base += 11
+        killable = [r for r in live[:-1] if r in storage_of]
+        if killable and draw(st.booleans()):
+            dead = draw(st.sampled_from(killable))
+            code += [KillRegister(dead), KillRegister(storage_of[dead])]
+            live.remove(dead)
+    results = draw(st.lists(st.sampled_from(live), min_size=1, max_size=3))
+    if len(results) == 1:
+        code.append(Ret(results[0]))
+    else:
+        code += [AllocADT(0, tuple(results), base), Ret(base)]
+        base += 1
+    return VMFunction("main", ["x", "y"], code, base), operands, results
+
+
+@settings(max_examples=25, deadline=None)
+@given(program=_add_programs(), lengths=st.lists(st.integers(0, 40), min_size=1, max_size=3))
+def test_random_add_programs_plan_as_numpy_and_the_bytecode_say(kernels, program, lengths):
+    func, operands, results = program
+    vm, bytecode = make_vm(kernels, func), make_vm(kernels, func, "naive")
+    for n in lengths:
+        values = {0: vec(n, n), 1: vec(n, n + 7)}
+        for reg, (a, b) in operands.items():  # in program order: operands come first
+            values[reg] = values[a] + values[b]
+        for _ in range(2):  # the second call of a length runs its plan
+            got, want = vm.run(values[0], values[1]), bytecode.run(values[0], values[1])
+            got = got.fields if len(results) > 1 else [got]
+            want = want.fields if len(results) > 1 else [want]
+            for reg, g, w in zip(results, got, want, strict=True):
+                np.testing.assert_array_equal(g.numpy(), values[reg])
+                np.testing.assert_array_equal(w.numpy(), values[reg])
+    assert vm.plan_stats()["built"] == len(set(lengths))
