@@ -98,3 +98,30 @@ def test_blocked_depthwise_read_in_place_has_no_padded_copy():
     ir = lib.get_lib().get_source("ll")
     body = ir[ir.index("fused_nn_contrib_depthwise_conv2d_NCHWc"):]
     assert "data_pack" not in body and "depthwise_conv2d_NCHWc" in body
+
+
+STEMS = [
+    # c_in, c, h, w, kernel, stride, padding: convs reading an NCHW image (the stem)
+    (3, 32, 33, 29, 3, 2, 1),  # MobileNet's stem on an odd image
+    (3, 16, 23, 23, 7, 2, 3),  # ResNet's 7x7 stem
+    (4, 16, 9, 18, 3, 1, 0),  # no padding
+    (3, 8, 1, 1, 3, 1, 1),  # 1x1 image: only the centre tap reads it
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", STEMS, ids=lambda c: "c{}-{}_{}x{}_k{}s{}p{}".format(*c))
+def test_stem_conv_on_an_nchw_image_matches_torch(case, target):
+    # the stem's padded copy of the image is peeled into border columns and vector copies
+    c_in, c, h, w, k, stride, pad = case
+    w1, wd = _const((c, c_in, k, k), 0.3), _const((c, 1, 3, 3))
+    x = relay.var("x", shape=(1, c_in, h, w))
+    y = relay.nn.relu(relay.nn.conv2d(x, relay.const(w1), kernel_size=(k, k),
+                                      strides=(stride, stride), padding=(pad, pad)))
+    y = relay.nn.conv2d(y, relay.const(wd), kernel_size=(3, 3), padding=(1, 1), groups=c)
+    xn = _const((1, c_in, h, w))
+    (out,), _ = _run(relay.Function([x], y), xn, target)
+    t = F.relu(F.conv2d(torch.from_numpy(xn), torch.from_numpy(w1), stride=stride,
+                        padding=pad))
+    want = F.conv2d(t, torch.from_numpy(wd), padding=1, groups=c).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
