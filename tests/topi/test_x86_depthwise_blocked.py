@@ -125,3 +125,58 @@ def test_stem_conv_on_an_nchw_image_matches_torch(case, target):
                         padding=pad))
     want = F.conv2d(t, torch.from_numpy(wd), padding=1, groups=c).numpy()
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+LONE = [
+    # c, multiplier, h, w, kernel, (stride h, stride w), padding, dilation: NCHW in and out
+    (32, 1, 40, 37, 3, (1, 1), (1, 1), 1),  # plane by plane: border blocks lane by lane
+    (16, 1, 14, 14, 5, (2, 1), (2, 1, 1, 2), 1),  # row stride 2, asymmetric padding
+    (8, 2, 9, 21, 3, (1, 1), (2, 2), 2),  # channel multiplier 2, dilation 2
+    (24, 1, 1, 1, 3, (1, 1), (1, 1), 1),  # 1x1 plane
+    (16, 1, 15, 15, 3, (2, 2), (1, 1), 1),  # column stride 2: the channel-blocked kernel
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", LONE, ids=lambda c: "c{}m{}_{}x{}_k{}s{}p{}d{}".format(*c)
+                         .replace(" ", "").replace(",", "_"))
+def test_lone_nchw_depthwise_matches_torch(case, target):
+    c, mult, h, w, k, stride, pad, dilation = case
+    wd, b = _const((c * mult, 1, k, k)), _const((c * mult,))
+    x = relay.var("x", shape=(1, c, h, w))
+    y = relay.nn.conv2d(x, relay.const(wd), kernel_size=(k, k), strides=stride, padding=pad,
+                        dilation=(dilation, dilation), groups=c, channels=c * mult)
+    y = relay.nn.relu(relay.nn.bias_add(y, relay.const(b)))
+    xn = _const((1, c, h, w))
+    (out,), _ = _run(relay.Function([x], y), xn, target)
+    top, left, bottom, right = pad if len(pad) == 4 else (*pad, *pad)
+    t = F.conv2d(F.pad(torch.from_numpy(xn), (left, right, top, bottom)), torch.from_numpy(wd),
+                 torch.from_numpy(b), stride=stride, dilation=dilation, groups=c)
+    np.testing.assert_allclose(out, F.relu(t).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_lone_nchw_depthwise_on_the_c_target_matches_torch():
+    test_lone_nchw_depthwise_matches_torch(LONE[0], "c")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_plane_depthwise_with_two_outputs_reading_it(target):
+    # the conv and its relu both returned: the conv is computed whole, then each output
+    from kiln import te, topi
+    from kiln.topi.x86.depthwise import depthwise_conv2d_nchw, schedule_depthwise_conv2d_nchw
+
+    xn, wn = _const((1, 8, 11, 19)), _const((8, 1, 3, 3))
+    with tvm.target.Target(target):
+        d, k = te.placeholder(xn.shape, name="d"), te.placeholder(wn.shape, name="k")
+        y = depthwise_conv2d_nchw(d, k, 1, 1, 1)
+        z = topi.nn.relu(y)
+        s = schedule_depthwise_conv2d_nchw([y, z])
+    f = tvm.build(s, [d, k, y, z], target)
+    dev = tvm.cpu(0)
+    args = [tvm.nd.array(xn, dev), tvm.nd.array(wn, dev),
+            tvm.nd.empty((1, 8, 11, 19), "float32", dev), tvm.nd.empty((1, 8, 11, 19),
+                                                                       "float32", dev)]
+    f(*args)
+    want = F.conv2d(torch.from_numpy(xn), torch.from_numpy(wn), padding=1, groups=8).numpy()
+    np.testing.assert_allclose(args[2].numpy(), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(args[3].numpy(), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
