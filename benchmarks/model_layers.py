@@ -5,8 +5,9 @@ every node onnxruntime runs, each timed inside the whole model, one thread each.
                                       [--target llvm]
 
 The model is built and exported as ``models.py`` does. kiln: the debug executor times every
-kernel (``run_individual``, the minimum over ``--repeat`` rounds); onnxruntime: its profiler
-times every node (the minimum per node over ``--repeat`` runs). Both lists are printed in
+kernel (``run_individual``, one call per round, the minimum over ``--repeat`` rounds: a
+mean over several calls catches more preemptions on a loaded machine); onnxruntime: its
+profiler times every node (the minimum per node over ``--repeat`` runs). Both lists are printed in
 model order with their sums, so a layer can be matched by eye (kiln fuses batch norm, relu and
 the layout changes into its kernels; onnxruntime fuses conv + relu). Wall time of one kernel on
 one thread: on a loaded machine the minimum is the steadier statistic.
@@ -46,7 +47,7 @@ def kiln_kernels(path: str, shape: tuple, x: np.ndarray, target: str, repeat: in
     ops = gmod.module.op_execs
     best = np.full(len(ops), np.inf)
     for _ in range(repeat):
-        best = np.minimum(best, gmod.run_individual(number=3, repeat=1))
+        best = np.minimum(best, gmod.run_individual(number=1, repeat=1))
     entries = gmod.module.graph.entries
     return [(op.func_name, tuple(entries[op.output_eids[0]].shape), t)
             for op, t in zip(ops, best)]
@@ -77,7 +78,7 @@ def ort_nodes(path: str, x: np.ndarray, repeat: int, workdir: str) -> list:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mobilenet")
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--target", default="llvm")
     args = parser.parse_args()
     import torch
