@@ -180,3 +180,15 @@ def test_plane_depthwise_with_two_outputs_reading_it(target):
     want = F.conv2d(torch.from_numpy(xn), torch.from_numpy(wn), padding=1, groups=8).numpy()
     np.testing.assert_allclose(args[2].numpy(), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(args[3].numpy(), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_tuned_channel_blocks_keep_the_channel_blocked_kernel():
+    # a depthwise_conv2d_nchw.x86 record's c_bn / tile_ow were measured on the blocked kernel
+    from kiln import te
+    from kiln.topi.x86.depthwise import depthwise_conv2d_nchw
+
+    d, k = te.placeholder((1, 16, 20, 20)), te.placeholder((16, 1, 3, 3))
+    untuned = depthwise_conv2d_nchw(d, k, 1, 1, 1)
+    tuned = depthwise_conv2d_nchw(d, k, 1, 1, 1, config={"c_bn": 8, "tile_ow": 4})
+    assert untuned.op.input_tensors[0].op.tag == "depthwise_conv2d_planes"
+    assert tuned.op.input_tensors[0].op.tag == "depthwise_conv2d_nchwc"

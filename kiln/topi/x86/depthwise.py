@@ -8,7 +8,9 @@ Entry points: :func:`depthwise_conv2d_nchw` and :func:`depthwise_conv2d_NCHWc` (
 that pads the row least), ``parallel_min_flops``, the work below which one thread runs it;
 ``rows_per_task``, output rows per task (at most; a divisor of the height) when the conv is
 computed inside its output stage; ``planes``, whether an NCHW conv with a unit column stride
-runs plane by plane, and ``plane_rows``, the output rows of its register block).
+runs plane by plane (unless the config sets ``c_bn`` or ``tile_ow``, e.g. from a
+``depthwise_conv2d_nchw.x86`` tuning record), and ``plane_rows``, the output rows of its
+register block).
 
 Three schemes, each reading the input once per tap without a gather:
 
@@ -89,7 +91,10 @@ def depthwise_conv2d_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padd
                        f"KH, KW] for {c} input channels")
     o, _, kh, kw = kshape
     multiplier = o // c
-    if cfg["planes"] and int_values(strides, 2, "strides")[1] == 1:
+    # a tuning record's channel block / register block were measured on the channel-blocked
+    # kernel, so they keep it
+    tuned_blocks = any(knob in (config or {}) for knob in ("c_bn", "tile_ow"))
+    if cfg["planes"] and not tuned_blocks and int_values(strides, 2, "strides")[1] == 1:
         return _depthwise_planes(data, kernel, strides, padding, dilation, out_dtype, cfg)
     bn = divisor_at_most(o, cfg["c_bn"])
 
