@@ -229,7 +229,7 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
         return None
     lanes = _tuned_knobs("dense_pack.x86", attrs, tinfos, out_type, target,
                          x86_dense.DEFAULT_CONFIG)["tile_x"]
-    lanes = max(d for d in range(1, lanes + 1) if int(units.value) % d == 0)
+    lanes = x86_dense.pack_lanes(int(units.value), lanes)
     weight = layout_transform(inputs[1], "NC", f"NC{lanes}n")
     return contrib_dense_pack(inputs[0], weight, f"NC{lanes}n", attrs.units, attrs.out_dtype)
 
