@@ -6,6 +6,8 @@ already packed by :func:`pack_kernel`, e.g. folded at compile time), :func:`conv
 (the register block), :data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels per vector
 block and ``tile_ow`` output columns per register block, 0 for the modelled choice;
 ``unroll_kw``; ``ic_bn``, input channels per reduction block (0: none; TVM's ``tile_ic``);
+``blocked_unroll_kw``, for blocked (``NCHW{ic}c``) data: the kernel columns unrolled inside
+the input channel block (TVM's ``unroll_kw`` order) rather than the block innermost;
 ``parallel_min_flops``, the work below which one thread runs the conv;
 ``parallel_pad``, whether the padded input copy is a parallel loop of its own).
 
@@ -38,6 +40,7 @@ from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "ic_bn": 0,
+                  "blocked_unroll_kw": False,
                   "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "parallel_pad": False}
 
 # Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
@@ -149,6 +152,19 @@ def tile_width(oc_bn: int, out_width: int, cfg: dict, kernel_width: int = 3,
     return min(range(1, max_tile_width(oc_bn, kernel_width, lanes) + 1),
                key=lambda t: (round(_row_cost(oc_bn, out_width, t, kernel_width, lanes), 6),
                               -(-out_width // t) * t))
+
+
+def channel_block(channels: int) -> int:
+    """Channels per block of an ``NCHW{c}`` activation (the untuned ``conv2d_NCHWc``
+    layouts): 16 or 8 when they divide (one AVX-512 or AVX2 vector of float32), else the
+    largest divisor up to 16, so every conv of a chain picks the same block for the same
+    channel count and none repacks."""
+    return next((b for b in (16, 8) if channels % b == 0), divisor_at_most(channels, 16))
+
+
+# fewer output channels than an AVX2 vector gain nothing from blocked activations: such a
+# conv stays NCHW (its kernel alone prepacked)
+MIN_BLOCKED_CHANNELS = 8
 
 
 def pack_kernel(kernel: te.Tensor, oc_bn: int) -> te.Tensor:
@@ -451,7 +467,11 @@ def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict, threads: bool,
         # NCHW conv's time on ResNet's 3x3 layers, where TVM's channel block inside the
         # unrolled kernel row was 1.05-1.2x on the 14- and 7-wide ones)
         rco, ry, rx, rci = reduce_axes
-        block.reorder(rco, ry, rx, rci, bx, bfi)
+        if cfg["blocked_unroll_kw"]:  # TVM's unroll_kw order: the columns inside the block
+            block.reorder(rco, ry, rci, rx, bx, bfi)
+            block.unroll(rx)
+        else:
+            block.reorder(rco, ry, rx, rci, bx, bfi)
         block.unroll(bx)
         block.vectorize(bfi)
         return
