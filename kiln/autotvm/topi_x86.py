@@ -291,6 +291,61 @@ def schedule_depthwise_conv2d_nchw(cfg, outs):
     return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, knobs_of(cfg, _DEPTHWISE_KNOBS))
 
 
+# ---- depthwise_conv2d_NCHWc.x86 ------------------------------------------------------------
+
+# kiln's blocked depthwise kernel reads and writes one block size: tile_oc is both (TVM
+# splits tile_ic and tile_oc apart and its fallback sets them equal)
+_DEPTHWISE_NCHWC_KNOBS = {"c_bn": lambda c: entity_size(c, "tile_oc"),
+                          "tile_ow": lambda c: entity_size(c, "tile_ow")}
+
+
+def _depthwise_nchwc_sizes(dshape: tuple, kshape: tuple) -> tuple[int, ...]:
+    """``(n, c, h, w, kh, kw)`` of a depthwise conv: data NCHW or ``NCHW{c}c``, kernel
+    ``[C, 1, KH, KW]`` or ``OIHW1i{c}o``."""
+    n, c, h, w = dshape[:4]
+    c *= dshape[4] if len(dshape) == 5 else 1
+    return n, c, h, w, kshape[2], kshape[3]
+
+
+@register_topi_compute("depthwise_conv2d_NCHWc.x86")
+def depthwise_conv2d_NCHWc(cfg, data, kernel, strides, padding, dilation,  # noqa: N802
+                           layout, out_layout, out_dtype=None):
+    """TVM's ``depthwise_conv2d_NCHWc.x86`` (channel multiplier 1): ``NCHW{c}c`` data ×
+    ``OIHW1i{c}o`` kernel → ``NCHW{c}c``, the block from ``cfg``'s tile_oc; an NCHW-terms
+    workload is computed on data and kernel packed to it (placeholders while tuning)."""
+    dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)
+    n, c, h, w, kh, kw = _depthwise_nchwc_sizes(dshape, kshape)
+    oh, ow = _nchwc_geometry(h, w, kh, kw, strides, padding, dilation)
+    lanes = _lanes_of(c)
+    cfg.define_split("tile_oc", c, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
+    cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
+                     filter=lambda e: e.size[-1] <= 16)
+    cfg.add_flop(2 * n * c * oh * ow * kh * kw)
+    knobs = knobs_of(cfg, _DEPTHWISE_NCHWC_KNOBS)
+    if len(dshape) == 4 and len(kshape) == 4:
+        bn = knobs.get("c_bn") or x86_conv2d.channel_block(c)
+        layout = out_layout = f"NCHW{bn}c"
+        shapes = ((n, c // bn, h, w, bn), (c // bn, 1, kh, kw, 1, bn))
+        if GLOBAL_SCOPE.in_tuning:
+            data = te.placeholder(shapes[0], data.dtype, name="data")
+            kernel = te.placeholder(shapes[1], kernel.dtype, name="kernel")
+        else:
+            source_data, source_kernel = data, kernel
+            data = te.compute(shapes[0], lambda b, cc, y, x, ci: source_data[
+                b, cc * bn + ci, y, x], name="data_vec", tag="injective")
+            kernel = te.compute(shapes[1], lambda cc, i, y, x, j, ci: source_kernel[
+                cc * bn + ci, 0, y, x], name="kernel_vec", tag="injective")
+    return x86_depthwise.depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation,
+                                                layout, out_layout, out_dtype, knobs)
+
+
+@register_topi_schedule("depthwise_conv2d_NCHWc.x86")
+def schedule_depthwise_conv2d_NCHWc(cfg, outs):  # noqa: N802
+    """:func:`kiln.topi.x86.depthwise.schedule_depthwise_conv2d_nchw` with ``cfg``'s knobs."""
+    return x86_depthwise.schedule_depthwise_conv2d_nchw(
+        outs, knobs_of(cfg, _DEPTHWISE_NCHWC_KNOBS))
+
+
 # ---- batch_matmul_pack.x86 ----------------------------------------------------------------
 
 _BATCH_MATMUL_KNOBS = {"tile_y": lambda c: entity_size(c, "tile_y"),
@@ -350,6 +405,7 @@ KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
          "conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _CONV_KNOBS),
          "conv2d_NCHWc.x86": lambda cfg: knobs_of(cfg, _NCHWC_KNOBS),
          "depthwise_conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_KNOBS),
+         "depthwise_conv2d_NCHWc.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_NCHWC_KNOBS),
          "batch_matmul_pack.x86": lambda cfg: knobs_of(cfg, _BATCH_MATMUL_KNOBS)}
 
 
@@ -376,6 +432,12 @@ def _default_knobs(task: Any) -> dict:
     data, kernel, strides, padding, dilation = args[:5]
     if task.name == "conv2d_NCHWc.x86":
         return _nchwc_default_knobs(data, kernel, strides, padding, dilation)
+    if task.name == "depthwise_conv2d_NCHWc.x86":
+        _, c, h, w, kh, kw = _depthwise_nchwc_sizes(get_const_tuple(data.shape),
+                                                    get_const_tuple(kernel.shape))
+        _, ow = _nchwc_geometry(h, w, kh, kw, strides, padding, dilation)
+        return {"c_bn": x86_conv2d.channel_block(c),
+                "tile_ow": x86_depthwise.tile_width(ow, x86_depthwise.DEFAULT_CONFIG)}
     _, ow, _, kw = _conv_geometry(data, kernel, strides, padding, dilation)
     o = get_const_tuple(kernel.shape)[0]
     if task.name == "conv2d_nchw.x86":
@@ -477,6 +539,32 @@ def _nchw_conv_tasks(attrs, inputs, out_type):
     return [nchwc] if legacy is None else [nchwc, legacy]
 
 
+def _depthwise_nchwc_task(attrs, inputs, out_type):
+    """The NCHW-terms ``depthwise_conv2d_NCHWc.x86`` workload of a float32 depthwise conv
+    (multiplier 1), whatever layouts its data and kernel are in now."""
+    data, kernel = (_static_shape(t) for t in inputs[:2])
+    if data is None or kernel is None or str(out_type.dtype) != "float32" or \
+            str(inputs[0].dtype) != "float32":
+        return None
+    n, c, h, w, kh, kw = _depthwise_nchwc_sizes(data, kernel)
+    if attrs.groups != c or kernel[0] * (kernel[-1] if len(kernel) == 6 else 1) != c:
+        return None
+    return "depthwise_conv2d_NCHWc.x86", (
+        _tensor((n, c, h, w), inputs[0].dtype), _tensor((c, 1, kh, kw), inputs[1].dtype),
+        _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), "NCHW", "NCHW",
+        str(out_type.dtype))
+
+
+def _nchw_depthwise_tasks(attrs, inputs, out_type):
+    """An NCHW depthwise conv: the NCHWc task where AlterOpLayout blocks it, and the older
+    ``depthwise_conv2d_nchw.x86`` workload (its records still apply to NCHW-only convs)."""
+    legacy = _conv_task("depthwise_conv2d_nchw.x86")(attrs, inputs, out_type)
+    nchwc = _depthwise_nchwc_task(attrs, inputs, out_type)
+    if nchwc is None or nchwc[1][1][1][0] < x86_conv2d.MIN_BLOCKED_CHANNELS:
+        return legacy
+    return [nchwc] if legacy is None else [nchwc, legacy]
+
+
 def relay_task_specs(impl_name: str, attrs: Any, inputs: list, out_type: Any) -> list:
     """The ``(task_name, args)`` workloads a Relay call's implementation may be tuned as,
     the one task extraction gives first (the others are only looked up)."""
@@ -512,7 +600,8 @@ RELAY_TASKS = {
     "conv2d_nchw.x86": _nchw_conv_tasks,
     "conv2d_NCHWc.x86": _nchwc_task,
     "conv2d_nchw_prepacked.x86": _conv_task("conv2d_nchw.x86", packed=True),
-    "depthwise_conv2d_nchw.x86": _conv_task("depthwise_conv2d_nchw.x86"),
+    "depthwise_conv2d_nchw.x86": _nchw_depthwise_tasks,
+    "depthwise_conv2d_NCHWc.x86": _depthwise_nchwc_task,
     "batch_matmul_pack.x86": _batch_matmul_task,
     "matmul_pack.x86": _matmul_task,
 }
