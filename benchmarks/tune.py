@@ -18,7 +18,8 @@ shared machine are noise):
   LocalRunner and with RayBuilder + RayRunner on a local Ray, in ``--rounds`` interleaved
   rounds (Ray stays up through both); the Ray overhead is ``local / ray - 1`` per round.
 * ``resnet``: ResNet-18 (batch 1, defined in ``benchmarks/models.py``), every task tuned
-  with XGBTuner for at most ``--trials`` trials within ``--budget-min`` minutes in all;
+  with XGBTuner for at most ``--trials`` trials within ``--budget-min`` minutes in all (each
+  task's trials cut to its share of the budget left, at least 8);
   per-task GFLOPS of the default (untuned) config and of the best tuned one, tuning time per
   task (the convolutions are ``conv2d_NCHWc.x86`` tasks, whose tile_ic / tile_oc choose the
   blocked activation layouts); the graph tuner (``DPTuner``, 8 candidates per conv, layout
@@ -281,7 +282,8 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
           f"{budget_min:g} min budget (target {target}; logs in {workdir})")
     print(f"{'task':46} {'configs':>7} {'trials':>6} {'default GF':>10} {'tuned GF':>9} "
           f"{'tune s':>7}  best config")
-    for task in tasks:
+    seconds_per_trial, measured = 1.0, []  # the first guess, then what trials took
+    for k, task in enumerate(tasks):
         left = deadline - time.perf_counter()
         if left <= 0:
             print(f"{_task_label(task):46} budget spent: untuned")
@@ -290,13 +292,18 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
         batch = create_measure_batch(task, option)
         default = batch([MeasureInput(task.target, task, FallbackConfigEntity())])[0]
         default_gf = task.flop / np.mean(default.costs) / 1e9 if default.error_no == 0 else 0
-        n = min(trials, len(task.config_space))
+        # the budget shared by the tasks left, so that every task gets tuned
+        share = int(left / (len(tasks) - k) / seconds_per_trial)
+        n = max(8, min(trials, len(task.config_space), share))
         tuner = autotvm.tuner.XGBTuner(task, plan_size=max(4, min(16, n // 2)))
         start = time.perf_counter()
         tuner.tune(n, option, callbacks=[autotvm.callback.log_to_file(log)])
+        seconds = time.perf_counter() - start
+        measured.append(seconds / n)
+        seconds_per_trial = float(np.mean(measured))
         print(f"{_task_label(task):46} {len(task.config_space):7d} {n:6d} "
               f"{default_gf:10.1f} {tuner.best_flops / 1e9:9.1f} "
-              f"{time.perf_counter() - start:7.1f}  {tuner.best_config}", flush=True)
+              f"{seconds:7.1f}  {tuner.best_config}", flush=True)
         option["builder"].close()
         option["runner"].close()
     tuned = {inp.task.workload for inp, res in autotvm.record.load_from_file(log)

@@ -196,12 +196,14 @@ _NCHWC_KNOBS = {"ic_bn": lambda c: entity_size(c, "tile_ic"),
                 "oc_bn": lambda c: entity_size(c, "tile_oc"),
                 "tile_ow": lambda c: entity_size(c, "tile_ow"),
                 "unroll_kw": lambda c: entity_val(c, "unroll_kw"),
-                "blocked_unroll_kw": lambda c: entity_val(c, "unroll_kw")}
+                "blocked_unroll_kw": lambda c: entity_val(c, "unroll_kw"),
+                "tile_oh": lambda c: entity_val(c, "tile_oh")}
 
 
 def _nchwc_space(cfg: Any, c: int, o: int, oh: int, ow: int, kh: int, kw: int) -> None:
-    """TVM's knobs (tile_ic, tile_oc, tile_ow, unroll_kw), blocks limited to the vector
-    widths kiln's kernels are written for and register blocks to what fits the registers."""
+    """TVM's knobs (tile_ic, tile_oc, tile_ow, and unroll_kw or, for 1x1, tile_oh), blocks
+    limited to the vector widths kiln's kernels are written for, register blocks to what fits
+    the registers, and tile_oh to 2 where it divides the output height."""
     widest = max(12 if kw == 1 else 8, x86_conv2d.max_tile_width(1, kw))
     ic_lanes, oc_lanes = _lanes_of(c), _lanes_of(o)
     cfg.define_split("tile_ic", c, num_outputs=2, filter=lambda e: e.size[-1] in ic_lanes)
@@ -210,6 +212,8 @@ def _nchwc_space(cfg: Any, c: int, o: int, oh: int, ow: int, kh: int, kw: int) -
                      filter=lambda e: e.size[-1] <= widest)
     if kh > 1 or kw > 1:
         cfg.define_knob("unroll_kw", [False, True])
+    else:
+        cfg.define_knob("tile_oh", [1, 2] if oh > 1 and oh % 2 == 0 else [1])
 
 
 @register_topi_compute("conv2d_NCHWc.x86")
@@ -460,6 +464,8 @@ def _nchwc_default_knobs(data, kernel, strides, padding, dilation) -> dict:
     if kh > 1 or kw > 1:
         knobs["unroll_kw"] = knobs["blocked_unroll_kw"] = \
             x86_conv2d.DEFAULT_CONFIG["blocked_unroll_kw"]
+    else:
+        knobs["tile_oh"] = x86_conv2d.DEFAULT_CONFIG["tile_oh"]
     return knobs
 
 

@@ -70,7 +70,8 @@ def test_the_space_has_tvms_knobs_and_holds_the_untuned_default():
     assert (default["tile_ic"].size[-1], default["tile_oc"].size[-1]) == (16, 16)
     assert (default["tile_ow"].size[-1], default["unroll_kw"].val) == (want_tile, False)
     one = autotvm.task.create(CONV, _workload((1, 16, 8, 8), (32, 16, 1, 1), 2, 0), TARGET)
-    assert list(one.config_space.space_map) == ["tile_ic", "tile_oc", "tile_ow"]
+    assert list(one.config_space.space_map) == ["tile_ic", "tile_oc", "tile_ow", "tile_oh"]
+    assert [e.val for e in one.config_space.space_map["tile_oh"].entities] == [1, 2]
 
 
 def test_fallback_and_default_config_are_the_untuned_blocked_kernel_bit_for_bit():
@@ -299,3 +300,27 @@ def test_records_outside_the_space_are_ignored_and_bad_lines_raise(tmp_path, cap
     line["config"]["entity"][0] = ["tile_ic", "sp", "eight"]
     with pytest.raises(tvm.TVMError):
         decode(json.dumps(line))
+
+
+def test_row_blocks_of_a_1x1_conv_with_two_outputs():
+    """tile_oh where the conv is not computed inside a single output stage (it and its relu
+    are both outputs): the conv's own loops take the rows x columns register block."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 16, 6, 6)).astype("float32")
+    w = rng.standard_normal((16, 16, 1, 1)).astype("float32")
+    data, kernel = te.placeholder((1, 2, 6, 6, 8)), te.placeholder((2, 2, 1, 1, 8, 8))
+    config = {"tile_oh": 2, "tile_ow": 3}
+    with tvm.target.Target(TARGET):
+        y = x86_conv2d.conv2d_NCHWc(data, kernel, 1, 0, 1, "NCHW8c", "NCHW8c",
+                                    config=config)
+        z = tvm.topi.nn.relu(y)
+        func = tvm.build(x86_conv2d.schedule_conv2d_nchw([y, z], config), [data, kernel, y, z],
+                         TARGET)
+    blocked_x = x.reshape(1, 2, 8, 6, 6).transpose(0, 1, 3, 4, 2)
+    blocked_w = w.reshape(2, 8, 2, 8, 1, 1).transpose(0, 2, 4, 5, 3, 1)
+    outs = [tvm.nd.array(np.zeros((1, 2, 6, 6, 8), "float32")) for _ in range(2)]
+    func(tvm.nd.array(blocked_x), tvm.nd.array(blocked_w), *outs)
+    want = _torch_conv(x, w, pad=0)
+    np.testing.assert_allclose(_unblock(outs[0].numpy()), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_unblock(outs[1].numpy()), np.maximum(want, 0), rtol=1e-4,
+                               atol=1e-4)
