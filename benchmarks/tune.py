@@ -19,7 +19,9 @@ shared machine are noise):
   rounds (Ray stays up through both); the Ray overhead is ``local / ray - 1`` per round.
 * ``resnet``: ResNet-18 (batch 1, defined in ``benchmarks/models.py``), every task tuned
   with XGBTuner for at most ``--trials`` trials within ``--budget-min`` minutes in all (each
-  task's trials cut to its share of the budget left, at least 8);
+  task's trials cut to its share of the budget left, at least 8); then the tuner's 5 fastest
+  configs and kiln's default re-timed side by side in 3 shuffled passes (the fastest kept),
+  which the table reports (default / best GFLOPS) and the tuned builds use;
   per-task GFLOPS of the default (untuned) config and of the best tuned one, tuning time per
   task (the convolutions are ``conv2d_NCHWc.x86`` tasks, whose tile_ic / tile_oc choose the
   blocked activation layouts); the graph tuner (``DPTuner``, 8 candidates per conv, layout
@@ -249,6 +251,46 @@ def _graph_tune(mod, shape, log: str, target: str, workdir: str, max_sch_num: in
     return out
 
 
+# configs per task timed again after tuning (the tuner's fastest and kiln's default)
+REMEASURED = 6
+
+
+def _remeasure(task, log: str, option, passes: int = 3) -> tuple[list, float]:
+    """The tuner's ``REMEASURED - 1`` fastest configs of ``task`` in ``log`` and kiln's
+    default config, timed again together in ``passes`` shuffled passes, the fastest of each
+    kept: ``(records, default cost)``. One noisy measurement among dozens picks the luckiest
+    config, not the fastest; re-timing the few best side by side removes that bias from the
+    tuned model and from the per-task table."""
+    from kiln.autotvm.measure import MeasureInput, MeasureResult, create_measure_batch
+    from kiln.autotvm.record import load_from_file
+    from kiln.autotvm.task.task import default_config_index
+
+    rows = sorted((float(np.mean(res.costs)), str(inp.config), inp.config)
+                  for inp, res in load_from_file(log)
+                  if inp.task.workload == task.workload and res.error_no == 0)
+    configs: dict = {}
+    for _, key, config in rows:
+        if len(configs) < REMEASURED - 1:
+            configs.setdefault(key, config)
+    with task.target:
+        default = task.config_space.get(default_config_index(task))
+    configs.setdefault(str(default), default)
+    configs = list(configs.values())
+    batch = create_measure_batch(task, option)
+    best = [float("inf")] * len(configs)
+    rng = np.random.default_rng(0)
+    for _ in range(passes):
+        order = rng.permutation(len(configs))
+        results = batch([MeasureInput(task.target, task, configs[i]) for i in order])
+        for i, res in zip(order, results):
+            if res.error_no == 0:
+                best[i] = min(best[i], float(np.mean(res.costs)))
+    records = [(MeasureInput(task.target, task, config), MeasureResult((cost,), 0, 0.0,
+                                                                        time.time()))
+               for config, cost in zip(configs, best) if cost < float("inf")]
+    return records, best[configs.index(default)]
+
+
 def _task_label(task) -> str:
     name = task.name.split(".")[0]
     return f"{name} " + "x".join(str(d) for d in task.args[0][1]) + " w" + "x".join(
@@ -262,8 +304,6 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
 
     import kiln
     from kiln import autotvm, relay
-    from kiln.autotvm.measure import MeasureInput, create_measure_batch
-    from kiln.autotvm.task.space import FallbackConfigEntity
     from kiln.contrib.graph_executor import GraphModule
     from kiln.relay.frontend import from_onnx
 
@@ -280,8 +320,9 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
     deadline = time.perf_counter() + budget_min * 60
     print(f"\n## resnet18: {len(tasks)} tasks, at most {trials} trials each, "
           f"{budget_min:g} min budget (target {target}; logs in {workdir})")
-    print(f"{'task':46} {'configs':>7} {'trials':>6} {'default GF':>10} {'tuned GF':>9} "
-          f"{'tune s':>7}  best config")
+    print(f"{'task':46} {'configs':>7} {'trials':>6} {'tuner GF':>8} {'default GF':>10} "
+          f"{'best GF':>8} {'tune s':>7}  best config (re-measured)")
+    refined = os.path.join(workdir, "resnet18_remeasured.log")
     seconds_per_trial, measured = 1.0, []  # the first guess, then what trials took
     for k, task in enumerate(tasks):
         left = deadline - time.perf_counter()
@@ -289,9 +330,6 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
             print(f"{_task_label(task):46} budget spent: untuned")
             continue
         option = _option()
-        batch = create_measure_batch(task, option)
-        default = batch([MeasureInput(task.target, task, FallbackConfigEntity())])[0]
-        default_gf = task.flop / np.mean(default.costs) / 1e9 if default.error_no == 0 else 0
         # the budget shared by the tasks left, so that every task gets tuned
         share = int(left / (len(tasks) - k) / seconds_per_trial)
         n = max(8, min(trials, len(task.config_space), share))
@@ -301,18 +339,25 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
         seconds = time.perf_counter() - start
         measured.append(seconds / n)
         seconds_per_trial = float(np.mean(measured))
-        print(f"{_task_label(task):46} {len(task.config_space):7d} {n:6d} "
-              f"{default_gf:10.1f} {tuner.best_flops / 1e9:9.1f} "
-              f"{seconds:7.1f}  {tuner.best_config}", flush=True)
+        option = _option()
+        records, default_cost = _remeasure(task, log, option)
         option["builder"].close()
         option["runner"].close()
-    tuned = {inp.task.workload for inp, res in autotvm.record.load_from_file(log)
+        with open(refined, "a") as f:
+            f.writelines(autotvm.record.encode(inp, res) + "\n" for inp, res in records)
+        best_inp, best_res = min(records, key=lambda r: r[1].costs[0])
+        print(f"{_task_label(task):46} {len(task.config_space):7d} {n:6d} "
+              f"{tuner.best_flops / 1e9:8.1f} {task.flop / default_cost / 1e9:10.1f} "
+              f"{task.flop / best_res.costs[0] / 1e9:8.1f} {seconds:7.1f}  "
+              f"{best_inp.config}", flush=True)
+    tuned = {inp.task.workload for inp, res in autotvm.record.load_from_file(refined)
              if res.error_no == 0}
     graph_log = None
     if all(task.workload in tuned for task in tasks):
-        graph_log = _graph_tune(mod, shape, log, target, workdir, max_sch_num=8)
+        graph_log = _graph_tune(mod, shape, refined, target, workdir, max_sch_num=REMEASURED)
     else:
         print("graph tuner skipped: the budget left some tasks untuned")
+    log = refined
 
     xn = x.numpy()
     runs, outs = {}, {}
