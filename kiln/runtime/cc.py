@@ -206,6 +206,17 @@ _IN_FLIGHT: dict[Path, Any] = {}
 _IN_FLIGHT_LOCK = threading.Lock()
 
 
+def _forget_parent_compiles() -> None:
+    """In a forked child: the parent's compiles in flight are not the child's, and the lock
+    may have been held by a parent thread at the fork."""
+    global _IN_FLIGHT_LOCK
+    _IN_FLIGHT.clear()
+    _IN_FLIGHT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent_compiles)
+
+
 def compile_in_background(source: str, options: Sequence[str],
                           cc: str | None = None) -> Callable[[], bytes]:
     """Start compiling C ``source`` to an object file; return a function giving its bytes.
@@ -253,7 +264,6 @@ def compile_in_background(source: str, options: Sequence[str],
             return lambda: target.read_bytes()
         if future is None:
             if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
-                _IN_FLIGHT.clear()  # a forked child: the parent's compiles are not its own
                 workers = max(1, os.cpu_count() or 1)
                 _BACKGROUND = (os.getpid(), ThreadPoolExecutor(workers,
                                                                thread_name_prefix="kiln-cc"))
