@@ -64,7 +64,7 @@ def load_runtime_lib() -> ctypes.CDLL:
         if _lib is not None:
             return _lib
         path = cc.cached_shared_library(
-            {src.name: src.read_text() for src in runtime_sources()}, _options()
+            {src.name: src.read_text(encoding="utf-8") for src in runtime_sources()}, _options()
         )
         lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         lib.KilnRuntimeSetNumThreads.argtypes = [ctypes.c_int]

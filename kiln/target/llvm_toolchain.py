@@ -173,6 +173,24 @@ def _bypass_llvmlite_lock() -> bool:
     return True
 
 
+def _print_module(ref: Any) -> str:
+    """``str(ref)`` on one of kiln's LLVM threads, under llvmlite's own lock.
+
+    llvmlite's module printer sets the process's locale to "C" and back around its work
+    (setlocale is process-wide, not per thread): two threads printing at once can leave the
+    whole process in "C", and Python then decodes every file it reads as ASCII. So printing
+    takes turns with every other LLVM call, as it would without kiln's LLVM threads.
+    """
+    from llvmlite.binding import ffi
+
+    inner = getattr(getattr(getattr(ffi, "lib", None), "_lock", None), "_lock", None)
+    lock = inner.inner if isinstance(inner, _WorkerBypassLock) else None
+    if lock is None or not getattr(_WORKER, "isolated", False):
+        return str(ref)  # a thread that takes llvmlite's lock in the call itself
+    with lock:
+        return str(ref)
+
+
 def _isolate_worker() -> None:
     _WORKER.isolated = True
     _WORKER.machines = {}
@@ -269,7 +287,7 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
     try:
         ref = parse_and_optimize(ir_text, tm, target, context)
         try:
-            obj, optimized = tm.emit_object(ref), str(ref)
+            obj, optimized = tm.emit_object(ref), _print_module(ref)
         finally:
             ref.close()  # before its context
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import locale
 import re
 
 import numpy as np
@@ -157,9 +158,13 @@ def test_two_llvm_threads_give_the_objects_one_thread_gives(monkeypatch, tmp_pat
         cg.add_function(_nest(50 + index, 4), f"nest{index}")
         cg.add_function(_axpy(1024 + 16 * index), f"axpy{index}")
         texts.append(str(cg.module))
+    encoding = locale.getpreferredencoding(False)
     one, _ = _compile_all(texts, 1, monkeypatch, tmp_path)
     two, threads = _compile_all(texts, 2, monkeypatch, tmp_path)
     assert threads == 2  # llvmlite's lock was passed: two threads, not one
+    # llvmlite's module printer sets the process locale to "C" and back: two threads printing
+    # at once left the process in "C" (every later text read decoded as ASCII)
+    assert locale.getpreferredencoding(False) == encoding
     assert [obj for obj, _ in two] == [obj for obj, _ in one]
     assert [ir for _, ir in two] == [ir for _, ir in one]
     module = build_module({"axpy": _axpy(1024)}, Target("llvm"))  # and a whole build runs
