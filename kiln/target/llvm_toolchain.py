@@ -117,7 +117,7 @@ def _host_cpu() -> tuple[str, str]:
 def object_cache_path(ir_text: str, target: Any) -> Any:
     """Where the object file of this unoptimized IR for this target is cached: the key covers
     the IR (with its triple and data layout), the target string, the host CPU and features
-    (what ``-mcpu=native`` or no ``-mcpu`` select), the pipeline and the LLVM version."""
+    (what ``-mcpu=native`` or no ``-mcpu`` select) and the LLVM version."""
     import hashlib
 
     from kiln.runtime import config
@@ -125,7 +125,7 @@ def object_cache_path(ir_text: str, target: Any) -> Any:
     _, llvm = initialized_llvm()
     key = hashlib.sha256("\0".join([
         ir_text, str(target), *_host_cpu(), str(opt_level(target)),
-        f"unroller {LLVM_UNROLLER}", str(llvm.llvm_version_info)]).encode()).hexdigest()
+        str(llvm.llvm_version_info)]).encode()).hexdigest()
     return config.cache_dir() / "llvm" / key
 
 
@@ -304,24 +304,15 @@ def link_ir(texts: Sequence[str]) -> Callable[[], str]:
     return _llvm_pool().submit(link).result
 
 
-# LLVM's loop unroller runs only on loops the codegen marks ``llvm.loop.unroll.full`` (small
-# innermost loops): TIR's schedules already unrolled and vectorized what they meant to, and
-# the unroller's own heuristics tripled the code of conv, pool and reduction kernels for no
-# run time (ResNet-18: LLVM CPU -33%, MobileNet -53%, models.py run times unchanged).
-# ``True`` restores LLVM's stock -O3 (benchmarks/llvm_pipeline.py compares the two).
-LLVM_UNROLLER = False
-
-
 def optimize(llvm, ref, tm, opt_level: int) -> None:
-    """Run LLVM's O<n> pipeline with loop and SLP vectorization (at O2 and O3); the loop
-    unroller unrolls only the loops marked for it unless :data:`LLVM_UNROLLER`."""
+    """Run LLVM's O<n> pipeline with loop and SLP vectorization (at O2 and O3). The loop
+    unroller follows the ``llvm.loop.unroll.*`` option :mod:`.codegen_llvm` puts on a loop."""
     vectorize = opt_level >= 2
-    unroll = vectorize and LLVM_UNROLLER
     if hasattr(llvm, "create_pass_builder"):  # llvmlite >= 0.44: the new pass manager
         tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         tuning.loop_vectorization = vectorize
         tuning.slp_vectorization = vectorize
-        tuning.loop_unrolling = unroll
+        tuning.loop_unrolling = vectorize
         passes = llvm.create_pass_builder(tm, tuning)
         passes.getModulePassManager().run(ref, passes)
         return
@@ -329,7 +320,6 @@ def optimize(llvm, ref, tm, opt_level: int) -> None:
     builder.opt_level = opt_level
     builder.loop_vectorize = vectorize
     builder.slp_vectorize = vectorize
-    builder.disable_unroll_loops = not unroll
     manager = llvm.create_module_pass_manager()
     tm.add_analysis_passes(manager)
     builder.populate(manager)
