@@ -5,12 +5,14 @@ kernels vs ONNX Runtime and PyTorch.
 Run: ``python benchmarks/ops.py [--quick] [--only dense|conv|mobilenet|topk|nn] [--threads 2]
 [--stat median|min] [--target llvm]``.
 
+The kiln measured is this checkout's (the script puts it first on ``sys.path``).
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
 a model: AlterOpLayout turns ``nn.dense`` into ``nn.contrib_dense_pack`` and ``nn.conv2d`` into
 ``nn.contrib_conv2d_NCHWc`` (``conv2d_NCHWc.x86``; one layer alone reads its NCHW input and
 unpacks its own NCHW result, inside a model the activations between convs stay NCHW16c), and
-FoldConstant packs the weight once at compile time (ONNX Runtime likewise packs its constant weights once, at session creation).
+FoldConstant packs the weight once at compile time (ONNX Runtime likewise packs its constant
+weights once, at session creation).
 The "kiln kernels" column names the fused kernels the graph runs.
 ONNX Runtime runs a one-op model made with ``onnx.helper`` (``--threads`` intra-op threads,
 default 2); PyTorch runs ``torch.nn.functional`` with as many. kiln uses ``KILN_NUM_THREADS``
@@ -28,10 +30,13 @@ import functools
 import os
 import platform
 import statistics
+import sys
 import time
 
 import numpy as np
 
+# the checkout this script sits in, not whichever kiln the environment installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # libgomp's default spin-waiting collapses when the 2 cores are shared with other processes
 # (a launch can wait a whole scheduler slice); passive waiting keeps launches in microseconds.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")

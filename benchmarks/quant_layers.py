@@ -16,11 +16,9 @@ of one kernel on one thread: on a loaded machine the minimum is the steadier sta
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
-from collections import defaultdict
 
 import numpy as np
 
@@ -37,56 +35,14 @@ MOBILENET_LAYERS = ["stem 3->32 s2 @224", "dw 32 @112", "pw 32->64 @112", "dw 64
                     "pw 512->512 @14", "dw 512 s2 @14", "pw 512->1024 @7"]
 
 
-def _kiln_nodes(path: str, shape: tuple, x: np.ndarray, target: str, repeat: int) -> list:
-    """[(kernel name, min seconds)] of the model at ``path`` on kiln's debug executor."""
-    import kiln
-    from kiln import relay
-    from kiln.contrib.debugger import debug_executor
-    from kiln.relay.frontend import from_onnx
-
-    mod, params = from_onnx(path, shape={"input": list(shape)})
-    with kiln.transform.PassContext(opt_level=3):
-        lib = relay.build(mod, target=target, params=params)
-    graph = json.loads(lib.get_graph_json())
-    gmod = debug_executor.create(lib.get_graph_json(), lib.get_lib(), kiln.cpu(0),
-                                 dump_root=tempfile.mkdtemp())
-    gmod.set_input("input", x)
-    gmod.set_input(**lib.get_params())
-    best = np.full(sum(n["op"] == "tvm_op" for n in graph["nodes"]), np.inf)
-    for _ in range(repeat):
-        best = np.minimum(best, gmod.run_individual(number=3, repeat=1))
-    names = [n["attrs"]["func_name"] for n in graph["nodes"] if n["op"] == "tvm_op"]
-    return list(zip(names, best))
-
-
-def _ort_nodes(path: str, x: np.ndarray, repeat: int, workdir: str) -> list:
-    """[(op type, min seconds)] of the model at ``path`` on onnxruntime, one thread."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.enable_profiling = True
-    opts.profile_file_prefix = os.path.join(workdir, "ort_profile")
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    for _ in range(repeat + 3):
-        sess.run(None, {"input": x})
-    with open(sess.end_profiling()) as f:
-        events = json.load(f)
-    best, order = defaultdict(lambda: np.inf), {}
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            node = e["name"][:-len("_kernel_time")]
-            order.setdefault(node, e["args"].get("op_name", "?"))
-            best[node] = min(best[node], e["dur"] * 1e-6)
-    return [(op, best[node]) for node, op in order.items()]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--target", default="llvm")
     parser.add_argument("--model", default="mobilenet", choices=["mobilenet", "resnet18"])
     args = parser.parse_args()
+    from model_layers import kiln_kernels
+    from model_layers import ort_nodes as ort_profile
     from quant import _export_and_quantize, _models
 
     shape = (1, 3, 224, 224)
@@ -94,8 +50,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as workdir:
         _, q_path, _ = _export_and_quantize(_models(224)[args.model], shape, workdir, "m",
                                             False)
-        kiln_nodes = _kiln_nodes(q_path, shape, x, args.target, args.repeat)
-        ort_nodes = _ort_nodes(q_path, x, args.repeat, workdir)
+        kiln_nodes = [(name, t) for name, _, t in
+                      kiln_kernels(q_path, shape, x, args.target, args.repeat)]
+        ort_nodes = [(op, t) for _, op, t in ort_profile(q_path, x, args.repeat, workdir)]
     kiln_convs = [t for name, t in kiln_nodes if "conv2d" in name]
     ort_convs = [(op, t) for op, t in ort_nodes if op in ("Conv", "QLinearConv")]
     kiln_fc = [t for name, t in kiln_nodes if "dense" in name or "matmul" in name]

@@ -5,21 +5,20 @@ Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`host_target_machin
 
 Each PrimFunc ``f`` becomes the LLVM function ``i32 @f_unpacked(T* noalias A, ..., i32 n)``
 (the same signature as the C target's unpacked twin). The packed-ABI wrapper ``f`` that
-checks a call's arguments is the C target's wrapper, compiled by the toolchain driver and
-linked with the object file LLVM emits: argument checking is written once, and the loop nests
-are LLVM's. The module is optimized at O3 for ``-mcpu`` (else the host CPU with its feature
-string); parallel loops are outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's
-``codegen_cpu`` does) whose threads claim contiguous chunks of the loop from an atomic counter
-in the closure, vector dtypes become LLVM vectors (an ``if_then_else`` with a per-lane
-condition is a ``select`` whose arms run under lane masks: :mod:`.codegen_llvm_masked`),
-small constant-extent unrolled loops are unrolled while emitting, serial loops carry the option
-LLVM's unroller follows (``llvm.loop.unroll.full`` / ``disable``, or none: LLVM's heuristics,
-see ``CodeGenLLVM._unroll_option``), float32 ``exp`` is the same
-vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes through an
-exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
-``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
-already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself.
+checks a call's arguments is printed by :mod:`.llvm_packed` from the description the C
+target prints too (:mod:`.packed_checks`): argument checking is written once. The module is
+optimized at O3 for ``-mcpu`` (else the host CPU with its feature string); parallel loops are
+outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's ``codegen_cpu`` does) whose
+threads claim contiguous chunks of the loop from an atomic counter in the closure, vector
+dtypes become LLVM vectors (an ``if_then_else`` with a per-lane condition is a ``select``
+whose arms run under lane masks: :mod:`.codegen_llvm_masked`), small constant-extent unrolled
+loops are unrolled while emitting, serial loops carry the option LLVM's unroller follows
+(``llvm.loop.unroll.full`` / ``disable``, or none: LLVM's heuristics; see
+``CodeGenLLVM._unroll_option``), float32 ``exp`` is the same vectorizable polynomial as the
+C target's ``kiln_expf``. ``call_extern`` goes through an exported trampoline in the glue (C
+beside ``pragma import_c`` sources, so their ``static`` functions link), ``tvm_call_packed``
+looks the function up once through ``__tvm_module_ctx``, and PrimFuncs already in packed form
+(MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed function itself.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
@@ -160,6 +159,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.void_ptr = self.i8.as_pointer()
         self.imported_c: list[str] = []
         self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
+        self.extern_types: dict[str, tuple[Any, list]] = {}  # ... -> LLVM types
         self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []  # functions that arrived in packed form
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
@@ -261,8 +261,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             return existing
         return self.ir.Function(self.module, self.ir.FunctionType(ret, list(args)), name)
 
-    def string_constant(self, text: str):
-        """An i8* to a private constant C string."""
+    def string_constant(self, text: str, builder: Any = None):
+        """An i8* to a private constant C string (``builder``: where to put the cast; default
+        the function being emitted)."""
         ir = self.ir
         if text not in self._strings:
             data = bytearray(text.encode() + b"\0")
@@ -272,7 +273,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             glob.linkage = "private"
             glob.initializer = ir.Constant(ty, data)
             self._strings[text] = glob
-        return self.builder.bitcast(self._strings[text], self.void_ptr)
+        return (builder or self.builder).bitcast(self._strings[text], self.void_ptr)
 
     def _return_error(self, message: str) -> None:
         set_error = self.declare("TVMAPISetLastError", self.ir.VoidType(), [self.void_ptr])

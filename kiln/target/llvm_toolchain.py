@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.runtime.error import TVMError
+from kiln.target.llvm_fork import guard_forks
 
 __all__ = ["llvm_available", "llvmlite_modules", "initialized_llvm", "host_target_machine",
            "parse_and_optimize", "compile_in_background", "compile_cached", "link_ir",
@@ -39,6 +40,7 @@ def llvmlite_modules():
             "target 'llvm' needs llvmlite, which is not installed; install the extra with "
             "`pip install kiln[llvm]` or use target 'c'"
         ) from None
+    guard_forks(binding)  # a fork waits for the LLVM call in progress (kiln.target.llvm_fork)
     return ir, binding
 
 
@@ -83,7 +85,9 @@ def host_target_machine(target: Any = None):
         llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
     except RuntimeError as err:
         raise TVMError(f"LLVM cannot generate code for -mtriple={triple}: {err}") from None
-    return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
+    # -opt-level sets instruction selection and register allocation too (as TVM's does)
+    return llvm_target.create_target_machine(cpu=mcpu, features=features,
+                                             opt=opt_level(target), reloc="pic",
                                              codemodel="default")
 
 
@@ -141,18 +145,47 @@ _WORKER = threading.local()  # .isolated: this thread touches only its own LLVM 
 
 class _WorkerBypassLock:
     """Stands in for the RLock inside llvmlite's lock: kiln's LLVM threads pass (they touch
-    only their own context, machine and modules); every other thread locks as before."""
+    only their own context, machine and modules); every other thread locks as before. A
+    fork waits until no LLVM thread is inside a call and lets none in until it is done (as
+    kiln.target.llvm_fork makes it wait for the lock itself)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.gate = threading.Condition()
+        self.inside = 0  # LLVM threads inside a call now
+        self.forking = False
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
-        return True if getattr(_WORKER, "isolated", False) else self.inner.acquire(*args,
-                                                                                   **kwargs)
+        if not getattr(_WORKER, "isolated", False):
+            return self.inner.acquire(*args, **kwargs)
+        with self.gate:
+            while self.forking:
+                self.gate.wait()
+            self.inside += 1
+        return True
 
     def release(self) -> None:
         if not getattr(_WORKER, "isolated", False):
             self.inner.release()
+            return
+        with self.gate:
+            self.inside -= 1
+            self.gate.notify_all()
+
+    def before_fork(self) -> None:
+        with self.gate:
+            self.forking = True
+            while self.inside:
+                self.gate.wait()
+
+    def after_fork_in_parent(self) -> None:
+        with self.gate:
+            self.forking = False
+            self.gate.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        self.gate = threading.Condition()  # the parent's LLVM threads do not exist here
+        self.inside, self.forking = 0, False
 
 
 def _bypass_llvmlite_lock() -> bool:
@@ -165,7 +198,11 @@ def _bypass_llvmlite_lock() -> bool:
     if inner is None or not hasattr(inner, "acquire"):
         return False
     if not isinstance(inner, _WorkerBypassLock):
-        llvm_lock._lock = _WorkerBypassLock(inner)
+        bypass = _WorkerBypassLock(inner)
+        llvm_lock._lock = bypass
+        os.register_at_fork(before=bypass.before_fork,
+                            after_in_parent=bypass.after_fork_in_parent,
+                            after_in_child=bypass.after_fork_in_child)
     return True
 
 
@@ -213,9 +250,12 @@ def compile_in_background(ir_text: str, tm: Any, target: Any) -> Callable[[], tu
     function that waits and gives ``(object bytes, optimized IR text)`` (or raises the
     TVMError of invalid IR). A module compiled before for the same target and host is read
     from the disk cache and starts nothing."""
+    from kiln.runtime import disk_cache
+
     path = object_cache_path(ir_text, target)
     try:
         found = path.with_suffix(".o").read_bytes(), path.with_suffix(".ll").read_text()
+        disk_cache.touch(path.with_suffix(".o"))  # used: the cache's size cap keeps it
         return lambda: found
     except OSError:
         pass
@@ -279,6 +319,9 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
             os.replace(tmp, final)
     except OSError:
         pass  # a read-only cache only costs the next build its time
+    from kiln.runtime import disk_cache
+
+    disk_cache.stored()
     return obj, optimized
 
 

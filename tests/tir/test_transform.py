@@ -82,6 +82,37 @@ def test_loop_partition_removes_tail_check_from_main_loop():
     assert not nodes(f.body, tir.IfThenElse)
 
 
+def test_loop_partition_peels_padding_head_and_tail_from_serial_loop():
+    # a padded read: out[o * 4 + i] = A[o * 4 + i - 1] where 0 <= o * 4 + i - 1 < 30
+    A = tir.decl_buffer((30,), "float32", name="A")
+    B = tir.decl_buffer((32,), "float32", name="B")
+    o, i = tir.Var("o", "int32"), tir.Var("i", "int32")
+    col = o * 4 + i - 1
+    read = tir.if_then_else(tir.likely(tir.all(col >= 0, col < 30)), A[col], 0.0)
+    body = tir.For(o, 0, 8, tir.ForKind.SERIAL,
+                   tir.For(i, 0, 4, tir.ForKind.SERIAL, tir.BufferStore(B, read, [o * 4 + i])))
+    f = tir.PrimFunc([A.data, B.data], body, buffer_map={A.data: A, B.data: B})
+    f = transform.Simplify()(transform.LoopPartition()(f))
+    outer = [lp for lp in nodes(f.body, tir.For) if lp.loop_var.name == "o"]
+    # head o = 0 inlined, main o in [1, 7) without a condition, tail o = 7 inlined
+    assert [(lp.min.value, lp.extent.value) for lp in outer] == [(1, 6)]
+    # the head and tail iterations are partitioned again on the inner loop: no check is left
+    assert [tir.script(st) for st in nodes(f.body, tir.BufferStore)] == [
+        "B[0] = 0.0", "B[i] = A[i - 1]", "B[o * 4 + i] = A[o * 4 + i - 1]",
+        "B[i + 28] = A[i + 27]", "B[31] = 0.0"]
+
+
+def test_loop_partition_keeps_parallel_loop_whole_on_lower_bounds():
+    A = tir.decl_buffer((30,), "float32", name="A")
+    B = tir.decl_buffer((32,), "float32", name="B")
+    o = tir.Var("o", "int32")
+    read = tir.if_then_else(tir.likely(o - 1 >= 0), A[o - 1], 0.0)
+    body = tir.For(o, 0, 31, tir.ForKind.PARALLEL, tir.BufferStore(B, read, [o]))
+    f = tir.PrimFunc([A.data, B.data], body, buffer_map={A.data: A, B.data: B})
+    f = transform.LoopPartition()(f)
+    assert [lp.extent.value for lp in nodes(f.body, tir.For)] == [31]
+
+
 def test_vectorize_turns_loop_into_ramp_access():
     def body(A, B, i):
         return tir.BufferStore(B, A[i] * 2.0 + 1.0, [i])

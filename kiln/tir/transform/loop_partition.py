@@ -9,6 +9,11 @@ inner loops as long as ``v < floordiv(c - 1 - max(rest), c)``. The loop becomes 
 to that point, with the condition replaced by true, and a tail loop with the original body.
 Simplify afterwards cleans the tail (a tail of extent 1 inlines its variable, and the inner
 condition then partitions the inner loop).
+
+A condition with a negative coefficient (``c * v + rest >= 0``, e.g. a padded read's ``col >=
+0``) holds from ``v >= floordiv(max(rest'), c) + 1`` on: a serial loop becomes a head loop with
+the original body, then the main loop, itself partitioned again (its right border). Parallel
+loops are not split on such conditions (each part would be its own pool launch).
 """
 
 from __future__ import annotations
@@ -83,8 +88,10 @@ class _Partitioner(StmtExprMutator):
             return node
         return super().visit(node)
 
-    def _split_point(self, loop: _s.For, cond: PrimExpr) -> PrimExpr | None:
-        """The first value of the loop var for which ``cond`` may fail, if linear."""
+    def _split_point(self, loop: _s.For, cond: PrimExpr, lower: bool = False
+                     ) -> PrimExpr | None:
+        """If ``cond`` is linear in the loop var: the first value for which it may fail
+        (an upper bound), or with ``lower`` the first from which it always holds."""
         ana = self.analyzer
         v = loop.loop_var
         if not isinstance(cond, _e.LT | _e.LE | _e.GT | _e.GE) or not _uses(cond, v):
@@ -93,7 +100,7 @@ class _Partitioner(StmtExprMutator):
         diff = a - b if isinstance(cond, _e.LT | _e.GT) else a - b - 1  # holds iff diff < 0
         at0 = ana.simplify(substitute(diff, {v: 0}))
         coeff = ana.simplify(substitute(diff, {v: 1}) - at0)
-        if not isinstance(coeff, IntImm) or coeff.value <= 0:
+        if not isinstance(coeff, IntImm) or (coeff.value < 0) != lower or coeff.value == 0:
             return None
         if not ana.can_prove_equal(diff, v * coeff + at0):
             return None
@@ -101,13 +108,48 @@ class _Partitioner(StmtExprMutator):
         rest = eval_set(at0, inner, ana).max_value
         if rest is None:
             return None
-        c = coeff.value
+        c = abs(coeff.value)
+        if lower:  # -c * v + rest < 0 for every inner value iff v > max(rest) / c
+            return ana.simplify(_op.floordiv(rest, c) + 1)
         return ana.simplify(_op.floordiv(c - 1 - rest, c))
+
+    def _peel_head(self, node: _s.For, conds: list) -> _s.Stmt | None:
+        """``node`` as a head loop that keeps the lower-bound conditions of ``conds`` which
+        fail first, then the main loop without them (partitioned again), or None."""
+        ana = self.analyzer
+        end = ana.simplify(node.min + node.extent)
+        for cond in conds:
+            raw = self._split_point(node, cond, lower=True)
+            if raw is None:
+                continue
+            point = ana.simplify(_op.min(_op.max(raw, node.min), end))
+            if ana.can_prove_equal(point, node.min) or ana.can_prove_equal(point, end):
+                continue
+            keys = {structural_key(c) for c in conds
+                    if c is cond or self._same_point(node, c, raw, lower=True)}
+            head_extent = ana.simplify(point - node.min)
+            if isinstance(head_extent, IntImm) and head_extent.value == 1:
+                head = self.visit(substitute(node.body, {node.loop_var: node.min}))
+            else:
+                head_var = _e.Var(node.loop_var.name, node.loop_var.dtype)
+                head_body = self._visit_in(head_var, node.min, point,
+                                           substitute(node.body, {node.loop_var: head_var}))
+                head = _s.For(head_var, node.min, head_extent, node.kind, head_body,
+                              node.thread_binding, node.annotations)
+            main = _s.For(node.loop_var, point, ana.simplify(end - point), node.kind,
+                          _Replace(keys).visit(node.body), node.thread_binding,
+                          node.annotations)
+            return _s.stmt_seq(head, self.visit(main))
+        return None
 
     def visit_For(self, node):
         conds = [c for c in _likely_conditions(node.body) if _uses(c, node.loop_var)]
         if node.kind == _s.ForKind.THREAD_BINDING:
             conds = []  # a GPU thread axis is one launch: it keeps its guard (as TVM)
+        if node.kind == _s.ForKind.SERIAL and conds:
+            peeled = self._peel_head(node, conds)
+            if peeled is not None:
+                return peeled
         for cond in conds:
             raw = self._split_point(node, cond)
             if raw is None:
@@ -139,8 +181,9 @@ class _Partitioner(StmtExprMutator):
         return _s.For(node.loop_var, node.min, node.extent, node.kind, body,
                       node.thread_binding, node.annotations)
 
-    def _same_point(self, loop: _s.For, cond: PrimExpr, point: PrimExpr) -> bool:
-        own = self._split_point(loop, cond)
+    def _same_point(self, loop: _s.For, cond: PrimExpr, point: PrimExpr,
+                    lower: bool = False) -> bool:
+        own = self._split_point(loop, cond, lower)
         if own is None:
             return False
         return self.analyzer.can_prove_equal(own, point)
