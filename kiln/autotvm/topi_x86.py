@@ -415,8 +415,9 @@ KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
 
 # ---- the config of the untuned schedule ---------------------------------------------------
 
-def _default_knobs(task: Any) -> dict:
-    """The knob values kiln's default schedule picks for ``task``'s workload."""
+def _default_knobs(task: Any) -> dict | None:
+    """The knob values kiln's default schedule picks for ``task``'s workload (None: the
+    default is no config of the space)."""
     args = deserialize_args(task.args)
     if task.name in ("dense_pack.x86", "batch_matmul_pack.x86", "matmul_pack.x86"):
         x, y = (get_const_tuple(t.shape) for t in args[:2])
@@ -449,6 +450,8 @@ def _default_knobs(task: Any) -> dict:
         return {"ic_bn": 1, "oc_bn": bn, "tile_ow": tile,
                 "unroll_kw": x86_conv2d.DEFAULT_CONFIG["unroll_kw"]}
     cfg = x86_depthwise.DEFAULT_CONFIG
+    if cfg["planes"] and _pair(strides)[1] == 1:
+        return None  # untuned, plane by plane: a scheme outside the channel-blocked space
     return {"c_bn": divisor_at_most(o, cfg["c_bn"]),
             "tile_ow": x86_depthwise.tile_width(ow, cfg)}
 
@@ -471,6 +474,8 @@ def _nchwc_default_knobs(data, kernel, strides, padding, dilation) -> dict:
 
 def _default_index(task: Any) -> int | None:
     want = _default_knobs(task)
+    if want is None:
+        return None
     space = task.config_space
     for index in range(space.range_length):
         if KNOBS[task.name](space.get(index)) == want:

@@ -206,6 +206,19 @@ _IN_FLIGHT: dict[Path, Any] = {}
 _IN_FLIGHT_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's compiler threads: their futures would never
+    finish there (a request for an object in flight in the parent waited forever), and the
+    lock may have been copied held."""
+    global _BACKGROUND, _IN_FLIGHT_LOCK
+    _BACKGROUND = None
+    _IN_FLIGHT.clear()
+    _IN_FLIGHT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def compile_in_background(source: str, options: Sequence[str],
                           cc: str | None = None) -> Callable[[], bytes]:
     """Start compiling C ``source`` to an object file; return a function giving its bytes.
@@ -253,7 +266,6 @@ def compile_in_background(source: str, options: Sequence[str],
             return lambda: target.read_bytes()
         if future is None:
             if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
-                _IN_FLIGHT.clear()  # a forked child: the parent's compiles are not its own
                 workers = max(1, os.cpu_count() or 1)
                 _BACKGROUND = (os.getpid(), ThreadPoolExecutor(workers,
                                                                thread_name_prefix="kiln-cc"))

@@ -88,9 +88,14 @@ def test_fallback_of_every_x86_template_is_todays_default_schedule():
         out = compute()
         want_ir = str(tvm.lower(schedule([out]), [*args[:2], out], name="f"))
         assert str(tvm.lower(sch, bufs, name="f")) == want_ir, name
-        # the space holds the default too: tuners measure that config first
+        # the space holds the default too: tuners measure that config first (not the
+        # depthwise conv's: untuned, a unit column stride runs plane by plane, a scheme
+        # outside the channel-blocked space)
         task = autotvm.task.create(name, args, TARGET)
         index = default_config_index(task)
+        if name == "depthwise_conv2d_nchw.x86":
+            assert index is None
+            continue
         with autotvm.task.ApplyConfig(task.config_space.get(index)), \
                 tvm.target.Target(TARGET):
             sch, bufs = autotvm.task.TASK_TABLE[name](*task.args)
