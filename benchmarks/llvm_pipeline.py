@@ -1,12 +1,12 @@
-"""LLVM pipelines side by side: LLVM's stock -O3 vs kiln's (unroller only on marked loops).
+"""LLVM pipelines side by side: LLVM's stock -O3 vs kiln's (loops marked for the unroller).
 
     python benchmarks/llvm_pipeline.py [--models mlp1,mlp64,cnn,...] [--layers resnet18,...]
                                        [--rounds 5] [--repeat 7]
 
 Each case is built twice in this process, once per pipeline
-(``kiln.target.llvm_toolchain.LLVM_UNROLLER`` True = stock, False = kiln's), each against a
-fresh ``KILN_CACHE_DIR``; the row gives the CPU seconds kiln's LLVM thread spent on each build
-and the run times of the two libraries, timed in interleaved rounds (stock, kiln, kiln,
+(``kiln.target.codegen_llvm.CodeGenLLVM.mark_loops`` False = stock, True = kiln's), each
+against a fresh ``KILN_CACHE_DIR``; the row gives the CPU seconds kiln's LLVM threads spent on
+each build and the run times of the two libraries, timed in interleaved rounds (stock, kiln, kiln,
 stock, ...): at 1 thread by this process's CPU time (load does not inflate it), at 2 threads
 by wall time; ratios kiln/stock as min/median over the rounds (below 1: kiln's pipeline is
 faster), and whether the two outputs are equal. Models are ``benchmarks/models.py``'s (graph
@@ -28,22 +28,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-PIPELINES = {"stock": True, "kiln": False}  # name -> LLVM_UNROLLER
+PIPELINES = {"stock": False, "kiln": True}  # name -> CodeGenLLVM.mark_loops
 
 
 def build_both(make):
     """``{pipeline: (run, output, llvm cpu s)}`` of ``make()`` (a build returning run and
     output functions) under each pipeline, each with an empty cache directory."""
     from kiln.target import llvm_toolchain
+    from kiln.target.codegen_llvm import CodeGenLLVM
 
     built = {}
-    for name, unroller in PIPELINES.items():
-        llvm_toolchain.LLVM_UNROLLER = unroller
+    for name, mark_loops in PIPELINES.items():
+        CodeGenLLVM.mark_loops = mark_loops
         os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-pipeline-")
         start = llvm_toolchain.llvm_thread_seconds()
         run, output = make()
         built[name] = (run, output, llvm_toolchain.llvm_thread_seconds() - start)
-    llvm_toolchain.LLVM_UNROLLER = False
+    CodeGenLLVM.mark_loops = True
     return built
 
 

@@ -12,7 +12,9 @@ outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's ``codegen_cpu`` doe
 threads claim contiguous chunks of the loop from an atomic counter in the closure, vector
 dtypes become LLVM vectors (an ``if_then_else`` with a per-lane condition is a ``select``
 whose arms run under lane masks: :mod:`.codegen_llvm_masked`), small constant-extent unrolled
-loops are unrolled while emitting, float32 ``exp`` is the same vectorizable polynomial as the
+loops are unrolled while emitting, serial loops carry the option LLVM's unroller follows
+(``llvm.loop.unroll.full`` / ``disable``, or none: LLVM's heuristics; see
+``CodeGenLLVM._unroll_option``), float32 ``exp`` is the same vectorizable polynomial as the
 C target's ``kiln_expf``. ``call_extern`` goes through an exported trampoline in the glue (C
 beside ``pragma import_c`` sources, so their ``static`` functions link), ``tvm_call_packed``
 looks the function up once through ``__tvm_module_ctx``, and PrimFuncs already in packed form
@@ -99,6 +101,30 @@ def _loop_free_size(stmt: Any) -> int | None:
     return size
 
 
+def _condition_var_ids(stmt: Any) -> set[int]:
+    """The ids of the Vars that a branch condition in ``stmt`` reads (IfThenElse, Select,
+    ``if_then_else``)."""
+    conditions, stack, seen = [], [stmt], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        name = _node_name(node)
+        if name in ("IfThenElse", "Select"):
+            conditions.append(node.condition)
+        elif name == "Call" and node.op == "tir.if_then_else":
+            conditions.append(node.args[0])
+        stack.extend(child_nodes(node))
+    found: set[int] = set()
+    while conditions:
+        node = conditions.pop()
+        if _node_name(node) in ("Var", "SizeVar"):
+            found.add(id(node))
+        conditions.extend(child_nodes(node))
+    return found
+
+
 def _node_name(node: Any) -> str:
     return type(node).__name__
 
@@ -120,7 +146,10 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     workspace_threshold = 16384
     unroll_limit = 64
-    llvm_unroll_budget = 768  # serial innermost loops LLVM unrolls fully (see stmt_For)
+    llvm_unroll_budget = 768  # serial innermost loops LLVM unrolls fully (_unroll_option)
+    # False leaves every loop to LLVM's unroller: stock -O3, which
+    # benchmarks/llvm_pipeline.py compares with
+    mark_loops = True
 
     def __init__(self, name: str = "kiln") -> None:
         ir, _ = llvmlite_modules()
@@ -141,6 +170,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.function = None
         self.alloca_builder = None
         self._in_parallel = False
+        self._tested_vars: set[int] = set()  # loop variables some branch condition reads
         self.func_name = ""
 
     # -- types -----------------------------------------------------------------------------
@@ -190,6 +220,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         c_params += [c_abi.c_type(v.dtype) for v in signature.scalars]
         self.signatures.append((name, signature, c_params))
         self._enter_function(fn)
+        self._tested_vars = _condition_var_ids(func.body)
         self.emit_stmt(func.body)
         if not self.builder.block.is_terminated:
             self.builder.ret(self.const("int32", 0))
@@ -208,6 +239,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             self.vars[id(var)] = arg
         self.packed_names.append(name)
         self._enter_function(fn)
+        self._tested_vars = _condition_var_ids(func.body)
         self.emit_stmt(func.body)
         if not self.builder.block.is_terminated:
             self.builder.ret(self.const("int32", 0))
@@ -655,25 +687,35 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
                     begin, self.ir.Constant(begin.type, step))
                 self.emit_stmt(node.body)
             return
-        # LLVM unrolls only the loops marked here (the pipeline runs without its unroller:
-        # TIR's schedules unroll what they mean to, and LLVM's heuristics multiplied code
-        # size and compile time): innermost loops of a few constant iterations, whose
-        # unrolled body lets the accumulators live in registers
-        unroll = False
+        self._serial_loop(node.loop_var, self._loop_bound(node, node.min),
+                          self._loop_bound(node, extent), node.body,
+                          unroll=self._unroll_option(node) if self.mark_loops else None)
+
+    def _unroll_option(self, node: Any) -> str | None:
+        """What LLVM's loop unroller may do with a serial loop. TIR's schedules already
+        unrolled and vectorized what they meant to, and LLVM's heuristics on the rest
+        multiplied code size and compile time for no run time (ResNet-18 LLVM CPU -25%,
+        MobileNet -35% without them), so: an innermost loop of a few constant iterations
+        is unrolled fully (its accumulators then live in registers); a loop whose variable
+        a branch tests (padding borders) keeps LLVM's heuristics, whose peeling takes the
+        border iterations out of the loop (3x on a padded copy); any other is left alone."""
+        extent = node.extent
         if _node_name(extent) == "IntImm" and extent.value <= 64:
             size = _loop_free_size(node.body)
-            unroll = size is not None and extent.value * size <= self.llvm_unroll_budget
-        self._serial_loop(node.loop_var, self._loop_bound(node, node.min),
-                          self._loop_bound(node, extent), node.body, unroll=unroll)
+            if size is not None and extent.value * size <= self.llvm_unroll_budget:
+                return "llvm.loop.unroll.full"
+        if id(node.loop_var) in self._tested_vars:
+            return None
+        return "llvm.loop.unroll.disable"
 
     def _loop_bound(self, node: Any, expr: Any):
         """A loop bound in the loop variable's type (min/extent may be narrower or wider)."""
         return self.convert(self.expr(expr), DataType(expr.dtype), DataType(node.loop_var.dtype))
 
     def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None,
-                     unroll: bool = False) -> None:
+                     unroll: str | None = None) -> None:
         """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable;
-        ``unroll`` asks LLVM to unroll it fully (``llvm.loop.unroll.full``)."""
+        ``unroll`` is the loop's unroll option for LLVM (``llvm.loop.unroll.full``...)."""
         b = self.builder
         end = b.add(begin, extent)
         pre = b.block
@@ -692,7 +734,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             index.add_incoming(b.add(index, self.ir.Constant(index.type, 1)), b.block)
             back_edge = b.branch(head)
             if unroll:
-                back_edge.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.full"))
+                back_edge.set_metadata("llvm.loop", self._loop_id(unroll))
         b.position_at_end(done)
 
     def _loop_id(self, *options: str):

@@ -121,7 +121,7 @@ def _host_cpu() -> tuple[str, str]:
 def object_cache_path(ir_text: str, target: Any) -> Any:
     """Where the object file of this unoptimized IR for this target is cached: the key covers
     the IR (with its triple and data layout), the target string, the host CPU and features
-    (what ``-mcpu=native`` or no ``-mcpu`` select), the pipeline and the LLVM version."""
+    (what ``-mcpu=native`` or no ``-mcpu`` select) and the LLVM version."""
     import hashlib
 
     from kiln.runtime import config
@@ -129,7 +129,7 @@ def object_cache_path(ir_text: str, target: Any) -> Any:
     _, llvm = initialized_llvm()
     key = hashlib.sha256("\0".join([
         ir_text, str(target), *_host_cpu(), str(opt_level(target)),
-        f"unroller {LLVM_UNROLLER}", str(llvm.llvm_version_info)]).encode()).hexdigest()
+        str(llvm.llvm_version_info)]).encode()).hexdigest()
     return config.cache_dir() / "llvm" / key
 
 
@@ -145,18 +145,47 @@ _WORKER = threading.local()  # .isolated: this thread touches only its own LLVM 
 
 class _WorkerBypassLock:
     """Stands in for the RLock inside llvmlite's lock: kiln's LLVM threads pass (they touch
-    only their own context, machine and modules); every other thread locks as before."""
+    only their own context, machine and modules); every other thread locks as before. A
+    fork waits until no LLVM thread is inside a call and lets none in until it is done (as
+    kiln.target.llvm_fork makes it wait for the lock itself)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+        self.gate = threading.Condition()
+        self.inside = 0  # LLVM threads inside a call now
+        self.forking = False
 
     def acquire(self, *args: Any, **kwargs: Any) -> bool:
-        return True if getattr(_WORKER, "isolated", False) else self.inner.acquire(*args,
-                                                                                   **kwargs)
+        if not getattr(_WORKER, "isolated", False):
+            return self.inner.acquire(*args, **kwargs)
+        with self.gate:
+            while self.forking:
+                self.gate.wait()
+            self.inside += 1
+        return True
 
     def release(self) -> None:
         if not getattr(_WORKER, "isolated", False):
             self.inner.release()
+            return
+        with self.gate:
+            self.inside -= 1
+            self.gate.notify_all()
+
+    def before_fork(self) -> None:
+        with self.gate:
+            self.forking = True
+            while self.inside:
+                self.gate.wait()
+
+    def after_fork_in_parent(self) -> None:
+        with self.gate:
+            self.forking = False
+            self.gate.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        self.gate = threading.Condition()  # the parent's LLVM threads do not exist here
+        self.inside, self.forking = 0, False
 
 
 def _bypass_llvmlite_lock() -> bool:
@@ -169,7 +198,11 @@ def _bypass_llvmlite_lock() -> bool:
     if inner is None or not hasattr(inner, "acquire"):
         return False
     if not isinstance(inner, _WorkerBypassLock):
-        llvm_lock._lock = _WorkerBypassLock(inner)
+        bypass = _WorkerBypassLock(inner)
+        llvm_lock._lock = bypass
+        os.register_at_fork(before=bypass.before_fork,
+                            after_in_parent=bypass.after_fork_in_parent,
+                            after_in_child=bypass.after_fork_in_child)
     return True
 
 
@@ -332,24 +365,15 @@ def link_ir(texts: Sequence[str]) -> Callable[[], str]:
     return _llvm_pool().submit(link).result
 
 
-# LLVM's loop unroller runs only on loops the codegen marks ``llvm.loop.unroll.full`` (small
-# innermost loops): TIR's schedules already unrolled and vectorized what they meant to, and
-# the unroller's own heuristics tripled the code of conv, pool and reduction kernels for no
-# run time (ResNet-18: LLVM CPU -33%, MobileNet -53%, models.py run times unchanged).
-# ``True`` restores LLVM's stock -O3 (benchmarks/llvm_pipeline.py compares the two).
-LLVM_UNROLLER = False
-
-
 def optimize(llvm, ref, tm, opt_level: int) -> None:
-    """Run LLVM's O<n> pipeline with loop and SLP vectorization (at O2 and O3); the loop
-    unroller unrolls only the loops marked for it unless :data:`LLVM_UNROLLER`."""
+    """Run LLVM's O<n> pipeline with loop and SLP vectorization (at O2 and O3). The loop
+    unroller follows the ``llvm.loop.unroll.*`` option :mod:`.codegen_llvm` puts on a loop."""
     vectorize = opt_level >= 2
-    unroll = vectorize and LLVM_UNROLLER
     if hasattr(llvm, "create_pass_builder"):  # llvmlite >= 0.44: the new pass manager
         tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         tuning.loop_vectorization = vectorize
         tuning.slp_vectorization = vectorize
-        tuning.loop_unrolling = unroll
+        tuning.loop_unrolling = vectorize
         passes = llvm.create_pass_builder(tm, tuning)
         passes.getModulePassManager().run(ref, passes)
         return
@@ -357,7 +381,6 @@ def optimize(llvm, ref, tm, opt_level: int) -> None:
     builder.opt_level = opt_level
     builder.loop_vectorize = vectorize
     builder.slp_vectorize = vectorize
-    builder.disable_unroll_loops = not unroll
     manager = llvm.create_module_pass_manager()
     tm.add_analysis_passes(manager)
     builder.populate(manager)

@@ -1,4 +1,4 @@
-"""The LLVM pass pipeline: vectorizers on, LLVM's unroller only on the loops codegen marks."""
+"""The LLVM pipeline: vectorizers on, loops marked for LLVM's unroller, two LLVM threads."""
 
 from __future__ import annotations
 
@@ -74,21 +74,55 @@ def _nest(outer: int, inner: int) -> tir.PrimFunc:
                                                                          body)))
 
 
-def _loops_marked(func: tir.PrimFunc) -> int:
+def _loop_options(func: tir.PrimFunc) -> list[str]:
+    """The unroll option of each loop of ``func``'s LLVM (None: LLVM's heuristics), inner
+    loops first (their back edges come first)."""
     cg = CodeGenLLVM()
     cg.add_function(func, "f")
-    return str(cg.module).count("!llvm.loop")
+    text = str(cg.module)
+    options = dict(re.findall(r'^(!\d+) = !{ !"(llvm\.loop\.[\w.]+)" }', text, re.M))
+    ids = dict(re.findall(r"^(!\d+) = !{ !\d+, (!\d+) }", text, re.M))
+    back_edges = []  # (position, loop id or "") of each loop's last branch to its header
+    for header in re.findall(r'^"?(for_[\w.]+)"?:$', text, re.M):
+        if header.endswith(("_body", "_end")):
+            continue
+        jumps = list(re.finditer(rf'br label %"?{re.escape(header)}"?(?:, !llvm.loop (!\d+))?$',
+                                 text, re.M))
+        back_edges.append((jumps[-1].start(), jumps[-1].group(1) or ""))
+    return [options[ids[loop_id]].rsplit(".", 1)[1] if loop_id else None
+            for _, loop_id in sorted(back_edges)]
 
 
-def test_only_small_innermost_constant_loops_are_marked_for_unrolling():
-    assert _loops_marked(_nest(50, 4)) == 1  # the 4-iteration inner loop, not the outer one
-    assert _loops_marked(_nest(50, 64)) == 0  # 64 iterations of its body: over the budget
-    assert _loops_marked(_axpy(1024)) == 0  # long loops stay loops for the vectorizer
+def test_small_innermost_loops_unroll_fully_other_loops_not_at_all():
+    assert _loop_options(_nest(50, 4)) == ["full", "disable"]  # 4 inner iterations
+    assert _loop_options(_nest(50, 64)) == ["disable", "disable"]  # over the budget
+    assert _loop_options(_axpy(1024)) == ["disable"]  # long loops: the vectorizer's
     n = tir.SizeVar("n", "int32")
     A = tir.decl_buffer((n,), "float32", name="A")
     i = tir.Var("i", "int32")
     symbolic = tir.PrimFunc([A], tir.For(i, 0, n, SERIAL, tir.BufferStore(A, A[i] * 2.0, [i])))
-    assert _loops_marked(symbolic) == 0
+    assert _loop_options(symbolic) == ["disable"]
+
+
+def _padded_copy(n: int) -> tir.PrimFunc:
+    """``B[y, x] = A[y - 1, x - 1]`` inside a zero border: loops whose variables a branch
+    tests."""
+    A = tir.decl_buffer((n, n), "float32", name="A")
+    B = tir.decl_buffer((n + 2, n + 2), "float32", name="B")
+    y, x = tir.Var("y", "int32"), tir.Var("x", "int32")
+    inside = tir.all(y >= 1, y <= n, x >= 1, x <= n)
+    value = tir.if_then_else(inside, A[y - 1, x - 1], tir.const(0.0, "float32"))
+    return tir.PrimFunc([A, B], tir.For(y, 0, n + 2, SERIAL, tir.For(
+        x, 0, n + 2, SERIAL, tir.BufferStore(B, value, [y, x]))))
+
+
+def test_loops_a_branch_tests_keep_llvms_heuristics_and_run_right():
+    assert _loop_options(_padded_copy(70)) == [None, None]  # peeling takes the border out
+    module = build_module({"pad": _padded_copy(70)}, Target("llvm"))
+    a = rng.standard_normal((70, 70)).astype("float32")
+    args = [kiln.nd.array(a), kiln.nd.array(np.full((72, 72), 7.0, "float32"))]
+    module["pad"](*args)
+    np.testing.assert_array_equal(args[1].numpy(), np.pad(a, 1))
 
 
 def _recurrence() -> tir.PrimFunc:
@@ -122,16 +156,16 @@ def test_marked_loop_runs_right():
     np.testing.assert_allclose(args[0].numpy(), expected, rtol=1e-6)
 
 
-def test_stock_unroller_is_a_separate_cache_entry(monkeypatch, tmp_path):
-    from kiln.target import llvm_toolchain
-
+def test_unmarked_loops_are_stock_o3_and_another_cache_entry(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(CodeGenLLVM, "mark_loops", False)
+    assert _loop_options(_nest(50, 4)) == [None, None]
     target = Target("llvm")
-    text = "; empty module\n"
-    ours = llvm_toolchain.object_cache_path(text, target)
-    monkeypatch.setattr(llvm_toolchain, "LLVM_UNROLLER", True)
-    assert llvm_toolchain.object_cache_path(text, target) != ours
     stock = build_module({"nest": _nest(50, 4)}, target)  # stock -O3 still builds and runs
+    stock_objects = set((tmp_path / "llvm").glob("*.o"))
+    monkeypatch.setattr(CodeGenLLVM, "mark_loops", True)
+    build_module({"nest": _nest(50, 4)}, target)  # the kernel's other IR: another object
+    assert len(set((tmp_path / "llvm").glob("*.o")) - stock_objects) == 1
     a, b, c = (np.ones((50, 4), "float32"), np.ones(4, "float32"), np.ones((50, 4), "float32"))
     args = [kiln.nd.array(x) for x in (a, b, c)]
     stock["nest"](*args)
@@ -180,3 +214,47 @@ def test_invalid_ir_on_an_llvm_thread_raises_a_tvm_error(monkeypatch, tmp_path):
     wait = llvm_toolchain.compile_in_background("define i32 @f() { ret i64 0 }", None, target)
     with pytest.raises(TVMError, match="invalid IR"):
         wait()
+
+
+_FORK_CHILD = r"""
+import os, signal, sys
+sys.path.insert(0, {root!r})
+import tests.target.test_llvm_pipeline as t
+from kiln.target import Target, llvm_toolchain
+from kiln.target.codegen_llvm import CodeGenLLVM
+
+target = Target("llvm")
+tm = llvm_toolchain.host_target_machine(target)
+texts = []
+for index in range(8):
+    cg = CodeGenLLVM(f"m{{index}}")
+    cg.add_function(t._axpy(4096 + 16 * index), f"axpy{{index}}")
+    texts.append(str(cg.module))
+waits = [llvm_toolchain.compile_in_background(text, tm, target) for text in texts]
+pid = os.fork()  # while the LLVM threads work
+if pid == 0:
+    signal.alarm(60)  # a hung child dies of SIGALRM
+    try:
+        cg = CodeGenLLVM("child")
+        cg.add_function(t._axpy(100), "child")
+        obj, _ = llvm_toolchain.compile_cached(cg.module, tm, target)
+        os._exit(0 if obj else 4)
+    except BaseException:
+        os._exit(3)
+assert all(wait()[0] for wait in waits)
+print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_fork_while_the_llvm_threads_work_leaves_the_child_able_to_compile(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root, "KILN_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c",
+                           _FORK_CHILD.format(root=root)], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "child 0"  # -14 (SIGALRM): it hung
