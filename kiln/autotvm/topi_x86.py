@@ -24,6 +24,7 @@ from kiln import te
 from kiln.autotvm.env import GLOBAL_SCOPE
 from kiln.autotvm.task.task import DEFAULT_CONFIG_INDEX, deserialize_args
 from kiln.autotvm.task.topi_integration import register_topi_compute, register_topi_schedule
+from kiln.runtime.error import TVMError
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple
 from kiln.topi.utils import divisor_at_most, get_const_tuple
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
@@ -32,7 +33,8 @@ from kiln.topi.x86 import dense as x86_dense
 from kiln.topi.x86 import depthwise as x86_depthwise
 from kiln.topi.x86 import matmul as x86_matmul
 
-__all__ = ["KNOBS", "RELAY_TASKS", "knobs_of", "entity_size", "entity_val"]
+__all__ = ["KNOBS", "RELAY_TASKS", "knobs_of", "entity_size", "entity_val", "relay_task_specs",
+           "nchwc_blocks", "nchwc_sizes"]
 
 # vector block widths (float lanes) the schedules are written for: AVX2 vectors are 8 wide
 _LANES = (4, 8, 16, 32)
@@ -163,6 +165,109 @@ def schedule_conv2d_nchw(cfg, outs):
     return x86_conv2d.schedule_conv2d_nchw(outs, knobs_of(cfg, _CONV_KNOBS))
 
 
+# ---- conv2d_NCHWc.x86 (TVM's x86 conv task: blocked activations between convs) -----------
+
+def nchwc_sizes(data_shape: tuple, kernel_shape: tuple) -> tuple[int, ...]:
+    """``(n, c, h, w, o, kh, kw)`` of a conv whose data is NCHW or ``NCHW{ic}c`` and kernel
+    OIHW, ``OIHW{oc}o`` or ``OIHW{ic}i{oc}o``."""
+    n, c, h, w = data_shape[:4]
+    c *= data_shape[4] if len(data_shape) == 5 else 1
+    o = kernel_shape[0] * (kernel_shape[-1] if len(kernel_shape) > 4 else 1)
+    return n, c, h, w, o, kernel_shape[2], kernel_shape[3]
+
+
+def _nchwc_geometry(h, w, kh, kw, strides, padding, dilation) -> tuple[int, int]:
+    """``(out_height, out_width)``."""
+    sh, sw = _pair(strides)
+    dh, dw = _pair(dilation)
+    (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
+    return (conv_output_size(h, kh, sh, dh, pt, pb), conv_output_size(w, kw, sw, dw, pl, pr))
+
+
+def nchwc_blocks(c: int, o: int, knobs: dict) -> tuple[int, int]:
+    """``(ic_bn, oc_bn)``: a config's activation blocks, or the untuned layouts'."""
+    return (knobs.get("ic_bn") or x86_conv2d.channel_block(c),
+            knobs.get("oc_bn") or x86_conv2d.channel_block(o))
+
+
+# TVM's unroll_kw orders the blocked kernel's reduction (blocked_unroll_kw); an NCHW conv run
+# with an NCHWc record (its weight not constant, so not blocked) reads it as its own unroll_kw
+_NCHWC_KNOBS = {"ic_bn": lambda c: entity_size(c, "tile_ic"),
+                "oc_bn": lambda c: entity_size(c, "tile_oc"),
+                "tile_ow": lambda c: entity_size(c, "tile_ow"),
+                "unroll_kw": lambda c: entity_val(c, "unroll_kw"),
+                "blocked_unroll_kw": lambda c: entity_val(c, "unroll_kw"),
+                "tile_oh": lambda c: entity_val(c, "tile_oh")}
+
+
+def _nchwc_space(cfg: Any, c: int, o: int, oh: int, ow: int, kh: int, kw: int) -> None:
+    """TVM's knobs (tile_ic, tile_oc, tile_ow, and unroll_kw or, for 1x1, tile_oh), blocks
+    limited to the vector widths kiln's kernels are written for, register blocks to what fits
+    the registers, and tile_oh to 2 where it divides the output height."""
+    widest = max(12 if kw == 1 else 8, x86_conv2d.max_tile_width(1, kw))
+    ic_lanes, oc_lanes = _lanes_of(c), _lanes_of(o)
+    cfg.define_split("tile_ic", c, num_outputs=2, filter=lambda e: e.size[-1] in ic_lanes)
+    cfg.define_split("tile_oc", o, num_outputs=2, filter=lambda e: e.size[-1] in oc_lanes)
+    cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
+                     filter=lambda e: e.size[-1] <= widest)
+    if kh > 1 or kw > 1:
+        cfg.define_knob("unroll_kw", [False, True])
+    else:
+        cfg.define_knob("tile_oh", [1, 2] if oh > 1 and oh % 2 == 0 else [1])
+
+
+@register_topi_compute("conv2d_NCHWc.x86")
+def conv2d_NCHWc(cfg, data, kernel, strides, padding, dilation, layout,  # noqa: N802
+                 out_layout, out_dtype=None):
+    """TVM's ``conv2d_NCHWc.x86``: ``NCHW{ic}c`` data × ``OIHW{ic}i{oc}o`` kernel →
+    ``NCHW{oc}c``, blocks from ``cfg``'s tile_ic / tile_oc. A workload in NCHW terms (as
+    task extraction gives: NCHW data, OIHW kernel) is computed on data and kernel packed to
+    the config's blocks (while tuning, placeholders already in them, as Relay feeds the
+    blocked activations and folds the kernel's packing)."""
+    dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)
+    n, c, h, w, o, kh, kw = nchwc_sizes(dshape, kshape)
+    oh, ow = _nchwc_geometry(h, w, kh, kw, strides, padding, dilation)
+    _nchwc_space(cfg, c, o, oh, ow, kh, kw)
+    cfg.add_flop(2 * n * o * oh * ow * c * kh * kw)
+    knobs = knobs_of(cfg, _NCHWC_KNOBS)
+    if len(dshape) == 4 and len(kshape) == 4:
+        ic_bn, oc_bn = nchwc_blocks(c, o, knobs)
+        if c % ic_bn or o % oc_bn:
+            raise TVMError(f"conv2d_NCHWc.x86: blocks {ic_bn}/{oc_bn} do not divide the "
+                           f"{c} input / {o} output channels")
+        layout, out_layout = f"NCHW{ic_bn}c", f"NCHW{oc_bn}c"
+        blocked = (n, c // ic_bn, h, w, ic_bn)
+        packed = (o // oc_bn, c // ic_bn, kh, kw, ic_bn, oc_bn)
+        if GLOBAL_SCOPE.in_tuning:
+            data = te.placeholder(blocked, data.dtype, name="data")
+            kernel = te.placeholder(packed, kernel.dtype, name="kernel")
+        else:
+            data, kernel = _pack_nchwc(data, kernel, ic_bn, oc_bn)
+    return x86_conv2d.conv2d_NCHWc(data, kernel, strides, padding, dilation, layout,
+                                   out_layout, out_dtype, knobs)
+
+
+def _pack_nchwc(data: Any, kernel: Any, ic_bn: int, oc_bn: int) -> tuple[Any, Any]:
+    """NCHW data and OIHW kernel in ``NCHW{ic_bn}c`` / ``OIHW{ic_bn}i{oc_bn}o`` (TVM's
+    ``_pack_data``), as injective stages the schedule inlines."""
+    n, c, h, w = get_const_tuple(data.shape)
+    o, _, kh, kw = get_const_tuple(kernel.shape)
+    data_vec = te.compute((n, c // ic_bn, h, w, ic_bn),
+                          lambda b, cc, y, x, ci: data[b, cc * ic_bn + ci, y, x],
+                          name="data_vec", tag="injective")
+    kernel_vec = te.compute((o // oc_bn, c // ic_bn, kh, kw, ic_bn, oc_bn),
+                            lambda oo, cc, y, x, ci, oi: kernel[oo * oc_bn + oi,
+                                                                cc * ic_bn + ci, y, x],
+                            name="kernel_vec", tag="injective")
+    return data_vec, kernel_vec
+
+
+@register_topi_schedule("conv2d_NCHWc.x86")
+def schedule_conv2d_NCHWc(cfg, outs):  # noqa: N802
+    """:func:`kiln.topi.x86.conv2d.schedule_conv2d_nchw` with ``cfg``'s knobs."""
+    return x86_conv2d.schedule_conv2d_nchw(outs, knobs_of(cfg, _NCHWC_KNOBS))
+
+
 # ---- depthwise_conv2d_nchw.x86 ------------------------------------------------------------
 
 _DEPTHWISE_KNOBS = {"c_bn": lambda c: entity_size(c, "tile_c"),
@@ -188,6 +293,61 @@ def depthwise_conv2d_nchw(cfg, data, kernel, strides, padding, dilation, out_dty
 def schedule_depthwise_conv2d_nchw(cfg, outs):
     """:func:`kiln.topi.x86.depthwise.schedule_depthwise_conv2d_nchw` with ``cfg``'s knobs."""
     return x86_depthwise.schedule_depthwise_conv2d_nchw(outs, knobs_of(cfg, _DEPTHWISE_KNOBS))
+
+
+# ---- depthwise_conv2d_NCHWc.x86 ------------------------------------------------------------
+
+# kiln's blocked depthwise kernel reads and writes one block size: tile_oc is both (TVM
+# splits tile_ic and tile_oc apart and its fallback sets them equal)
+_DEPTHWISE_NCHWC_KNOBS = {"c_bn": lambda c: entity_size(c, "tile_oc"),
+                          "tile_ow": lambda c: entity_size(c, "tile_ow")}
+
+
+def _depthwise_nchwc_sizes(dshape: tuple, kshape: tuple) -> tuple[int, ...]:
+    """``(n, c, h, w, kh, kw)`` of a depthwise conv: data NCHW or ``NCHW{c}c``, kernel
+    ``[C, 1, KH, KW]`` or ``OIHW1i{c}o``."""
+    n, c, h, w = dshape[:4]
+    c *= dshape[4] if len(dshape) == 5 else 1
+    return n, c, h, w, kshape[2], kshape[3]
+
+
+@register_topi_compute("depthwise_conv2d_NCHWc.x86")
+def depthwise_conv2d_NCHWc(cfg, data, kernel, strides, padding, dilation,  # noqa: N802
+                           layout, out_layout, out_dtype=None):
+    """TVM's ``depthwise_conv2d_NCHWc.x86`` (channel multiplier 1): ``NCHW{c}c`` data ×
+    ``OIHW1i{c}o`` kernel → ``NCHW{c}c``, the block from ``cfg``'s tile_oc; an NCHW-terms
+    workload is computed on data and kernel packed to it (placeholders while tuning)."""
+    dshape, kshape = get_const_tuple(data.shape), get_const_tuple(kernel.shape)
+    n, c, h, w, kh, kw = _depthwise_nchwc_sizes(dshape, kshape)
+    oh, ow = _nchwc_geometry(h, w, kh, kw, strides, padding, dilation)
+    lanes = _lanes_of(c)
+    cfg.define_split("tile_oc", c, num_outputs=2, filter=lambda e: e.size[-1] in lanes)
+    cfg.define_split("tile_ow", ow, num_outputs=2, policy="verbose",
+                     filter=lambda e: e.size[-1] <= 16)
+    cfg.add_flop(2 * n * c * oh * ow * kh * kw)
+    knobs = knobs_of(cfg, _DEPTHWISE_NCHWC_KNOBS)
+    if len(dshape) == 4 and len(kshape) == 4:
+        bn = knobs.get("c_bn") or x86_conv2d.channel_block(c)
+        layout = out_layout = f"NCHW{bn}c"
+        shapes = ((n, c // bn, h, w, bn), (c // bn, 1, kh, kw, 1, bn))
+        if GLOBAL_SCOPE.in_tuning:
+            data = te.placeholder(shapes[0], data.dtype, name="data")
+            kernel = te.placeholder(shapes[1], kernel.dtype, name="kernel")
+        else:
+            source_data, source_kernel = data, kernel
+            data = te.compute(shapes[0], lambda b, cc, y, x, ci: source_data[
+                b, cc * bn + ci, y, x], name="data_vec", tag="injective")
+            kernel = te.compute(shapes[1], lambda cc, i, y, x, j, ci: source_kernel[
+                cc * bn + ci, 0, y, x], name="kernel_vec", tag="injective")
+    return x86_depthwise.depthwise_conv2d_NCHWc(data, kernel, strides, padding, dilation,
+                                                layout, out_layout, out_dtype, knobs)
+
+
+@register_topi_schedule("depthwise_conv2d_NCHWc.x86")
+def schedule_depthwise_conv2d_NCHWc(cfg, outs):  # noqa: N802
+    """:func:`kiln.topi.x86.depthwise.schedule_depthwise_conv2d_nchw` with ``cfg``'s knobs."""
+    return x86_depthwise.schedule_depthwise_conv2d_nchw(
+        outs, knobs_of(cfg, _DEPTHWISE_NCHWC_KNOBS))
 
 
 # ---- batch_matmul_pack.x86 ----------------------------------------------------------------
@@ -247,14 +407,17 @@ def schedule_matmul_pack(cfg, outs):
 KNOBS = {"dense_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
          "matmul_pack.x86": lambda cfg: knobs_of(cfg, _DENSE_KNOBS),
          "conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _CONV_KNOBS),
+         "conv2d_NCHWc.x86": lambda cfg: knobs_of(cfg, _NCHWC_KNOBS),
          "depthwise_conv2d_nchw.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_KNOBS),
+         "depthwise_conv2d_NCHWc.x86": lambda cfg: knobs_of(cfg, _DEPTHWISE_NCHWC_KNOBS),
          "batch_matmul_pack.x86": lambda cfg: knobs_of(cfg, _BATCH_MATMUL_KNOBS)}
 
 
 # ---- the config of the untuned schedule ---------------------------------------------------
 
-def _default_knobs(task: Any) -> dict:
-    """The knob values kiln's default schedule picks for ``task``'s workload."""
+def _default_knobs(task: Any) -> dict | None:
+    """The knob values kiln's default schedule picks for ``task``'s workload (None: the
+    default is no config of the space)."""
     args = deserialize_args(task.args)
     if task.name in ("dense_pack.x86", "batch_matmul_pack.x86", "matmul_pack.x86"):
         x, y = (get_const_tuple(t.shape) for t in args[:2])
@@ -272,6 +435,14 @@ def _default_knobs(task: Any) -> dict:
             knobs["blocks"] = blocks
         return knobs
     data, kernel, strides, padding, dilation = args[:5]
+    if task.name == "conv2d_NCHWc.x86":
+        return _nchwc_default_knobs(data, kernel, strides, padding, dilation)
+    if task.name == "depthwise_conv2d_NCHWc.x86":
+        _, c, h, w, kh, kw = _depthwise_nchwc_sizes(get_const_tuple(data.shape),
+                                                    get_const_tuple(kernel.shape))
+        _, ow = _nchwc_geometry(h, w, kh, kw, strides, padding, dilation)
+        return {"c_bn": x86_conv2d.channel_block(c),
+                "tile_ow": x86_depthwise.tile_width(ow, x86_depthwise.DEFAULT_CONFIG)}
     _, ow, _, kw = _conv_geometry(data, kernel, strides, padding, dilation)
     o = get_const_tuple(kernel.shape)[0]
     if task.name == "conv2d_nchw.x86":
@@ -279,12 +450,32 @@ def _default_knobs(task: Any) -> dict:
         return {"ic_bn": 1, "oc_bn": bn, "tile_ow": tile,
                 "unroll_kw": x86_conv2d.DEFAULT_CONFIG["unroll_kw"]}
     cfg = x86_depthwise.DEFAULT_CONFIG
+    if cfg["planes"] and _pair(strides)[1] == 1:
+        return None  # untuned, plane by plane: a scheme outside the channel-blocked space
     return {"c_bn": divisor_at_most(o, cfg["c_bn"]),
             "tile_ow": x86_depthwise.tile_width(ow, cfg)}
 
 
+def _nchwc_default_knobs(data, kernel, strides, padding, dilation) -> dict:
+    """What the untuned blocked conv runs: kiln's activation blocks and register block."""
+    _, c, h, w, o, kh, kw = nchwc_sizes(get_const_tuple(data.shape),
+                                        get_const_tuple(kernel.shape))
+    _, ow = _nchwc_geometry(h, w, kh, kw, strides, padding, dilation)
+    ic_bn, oc_bn = nchwc_blocks(c, o, {})
+    knobs = {"ic_bn": ic_bn, "oc_bn": oc_bn,
+             "tile_ow": x86_conv2d.tile_width(oc_bn, ow, x86_conv2d.DEFAULT_CONFIG, kw)}
+    if kh > 1 or kw > 1:
+        knobs["unroll_kw"] = knobs["blocked_unroll_kw"] = \
+            x86_conv2d.DEFAULT_CONFIG["blocked_unroll_kw"]
+    else:
+        knobs["tile_oh"] = x86_conv2d.DEFAULT_CONFIG["tile_oh"]
+    return knobs
+
+
 def _default_index(task: Any) -> int | None:
     want = _default_knobs(task)
+    if want is None:
+        return None
     space = task.config_space
     for index in range(space.range_length):
         if KNOBS[task.name](space.get(index)) == want:
@@ -333,6 +524,68 @@ def _conv_task(name, packed=False):
     return task
 
 
+def _nchwc_task(attrs, inputs, out_type):
+    """The NCHW-terms ``conv2d_NCHWc.x86`` workload of a float32 conv (groups 1), whatever
+    layouts its data and kernel are in now: one record tunes the NCHW call and the blocked
+    one AlterOpLayout makes of it."""
+    data, kernel = (_static_shape(t) for t in inputs[:2])
+    if data is None or kernel is None or attrs.groups != 1 or \
+            str(out_type.dtype) != "float32" or str(inputs[0].dtype) != "float32":
+        return None
+    n, c, h, w, o, kh, kw = nchwc_sizes(data, kernel)
+    return "conv2d_NCHWc.x86", (_tensor((n, c, h, w), inputs[0].dtype),
+                                _tensor((o, c, kh, kw), inputs[1].dtype), _ints(attrs.strides),
+                                _ints(attrs.padding), _ints(attrs.dilation), "NCHW", "NCHW",
+                                str(out_type.dtype))
+
+
+def _nchw_conv_tasks(attrs, inputs, out_type):
+    """An NCHW conv: the ``conv2d_NCHWc.x86`` task where AlterOpLayout blocks it (as TVM's
+    x86 strategy names NCHW convs), and the older ``conv2d_nchw.x86`` workload, whose
+    records (logs from before the NCHWc template) still apply to convs that stay NCHW."""
+    legacy = _conv_task("conv2d_nchw.x86")(attrs, inputs, out_type)
+    nchwc = _nchwc_task(attrs, inputs, out_type)
+    if nchwc is None or nchwc[1][1][1][0] < x86_conv2d.MIN_BLOCKED_CHANNELS:
+        return legacy
+    return [nchwc] if legacy is None else [nchwc, legacy]
+
+
+def _depthwise_nchwc_task(attrs, inputs, out_type):
+    """The NCHW-terms ``depthwise_conv2d_NCHWc.x86`` workload of a float32 depthwise conv
+    (multiplier 1), whatever layouts its data and kernel are in now."""
+    data, kernel = (_static_shape(t) for t in inputs[:2])
+    if data is None or kernel is None or str(out_type.dtype) != "float32" or \
+            str(inputs[0].dtype) != "float32":
+        return None
+    n, c, h, w, kh, kw = _depthwise_nchwc_sizes(data, kernel)
+    if attrs.groups != c or kernel[0] * (kernel[-1] if len(kernel) == 6 else 1) != c:
+        return None
+    return "depthwise_conv2d_NCHWc.x86", (
+        _tensor((n, c, h, w), inputs[0].dtype), _tensor((c, 1, kh, kw), inputs[1].dtype),
+        _ints(attrs.strides), _ints(attrs.padding), _ints(attrs.dilation), "NCHW", "NCHW",
+        str(out_type.dtype))
+
+
+def _nchw_depthwise_tasks(attrs, inputs, out_type):
+    """An NCHW depthwise conv: the NCHWc task where AlterOpLayout blocks it, and the older
+    ``depthwise_conv2d_nchw.x86`` workload (its records still apply to NCHW-only convs)."""
+    legacy = _conv_task("depthwise_conv2d_nchw.x86")(attrs, inputs, out_type)
+    nchwc = _depthwise_nchwc_task(attrs, inputs, out_type)
+    if nchwc is None or nchwc[1][1][1][0] < x86_conv2d.MIN_BLOCKED_CHANNELS:
+        return legacy
+    return [nchwc] if legacy is None else [nchwc, legacy]
+
+
+def relay_task_specs(impl_name: str, attrs: Any, inputs: list, out_type: Any) -> list:
+    """The ``(task_name, args)`` workloads a Relay call's implementation may be tuned as,
+    the one task extraction gives first (the others are only looked up)."""
+    make = RELAY_TASKS.get(impl_name)
+    found = None if make is None else make(attrs, inputs, out_type)
+    if found is None:
+        return []
+    return found if isinstance(found, list) else [found]
+
+
 def _matmul_task(attrs, inputs, out_type):
     a, b = (_static_shape(t) for t in inputs[:2])
     if a is None or b is None or len(a) != 2 or len(b) != 2:
@@ -350,13 +603,16 @@ def _batch_matmul_task(attrs, inputs, out_type):
                                      str(out_type.dtype), bool(attrs.transpose_b))
 
 
-# Relay implementation name -> (attrs, inputs, out_type) -> (task_name, serialized args)
+# Relay implementation name -> (attrs, inputs, out_type) -> (task_name, serialized args), a
+# list of them (the first is extracted, all are looked up), or None
 RELAY_TASKS = {
     "dense_pack.x86": _dense_task,
     "contrib_dense_pack.x86": lambda a, i, t: _dense_task(a, i, t, packed=True),
-    "conv2d_nchw.x86": _conv_task("conv2d_nchw.x86"),
+    "conv2d_nchw.x86": _nchw_conv_tasks,
+    "conv2d_NCHWc.x86": _nchwc_task,
     "conv2d_nchw_prepacked.x86": _conv_task("conv2d_nchw.x86", packed=True),
-    "depthwise_conv2d_nchw.x86": _conv_task("depthwise_conv2d_nchw.x86"),
+    "depthwise_conv2d_nchw.x86": _nchw_depthwise_tasks,
+    "depthwise_conv2d_NCHWc.x86": _depthwise_nchwc_task,
     "batch_matmul_pack.x86": _batch_matmul_task,
     "matmul_pack.x86": _matmul_task,
 }

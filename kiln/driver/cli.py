@@ -16,6 +16,8 @@ Entry point: :func:`main`. Subcommands:
 - ``kiln tune MODEL --trials N -o tune.log [--ray ADDRESS] [--plot curve.png]``: AutoTVM
   tuning of the model's kernels (see :mod:`kiln.driver.tune_cli`); ``kiln compile
   --tuning-records tune.log`` then builds with the best configs.
+- ``kiln cache info|evict [--max-mb N]|clear``: the build cache (``KILN_CACHE_DIR``, capped
+  at ``KILN_CACHE_MAX_MB``; see :mod:`kiln.driver.cache_cli`).
 - ``kiln micro run MODEL.tar --board host|qemu-cortex-m4|qemu-cortex-m7 [--inputs in.npz]
   [--outputs out.npz] [--io files|console|linked]``: build a Model Library Format archive
   with the C runtime into a standalone program for the board, run it once, print the outputs
@@ -41,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kiln.driver.cache_cli import add_cache_parser
 from kiln.driver.tune_cli import add_tune_parser
 from kiln.runtime.archive import safe_extract
 from kiln.runtime.error import TVMError
@@ -641,6 +644,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_micro_parser(sub)
     _add_rpc_parser(sub)
     add_tune_parser(sub)
+    add_cache_parser(sub)
     return parser
 
 

@@ -52,7 +52,7 @@ class _LoopState(ctypes.Structure):
         ("null_reply_len", ctypes.c_int64),
         ("ret", TVMValue),
         ("ret_code", ctypes.c_int),
-        ("answered", ctypes.c_int),
+        ("answered", ctypes.c_uint64),  # a count that must not wrap (rpc_serve.c)
         *[(name, ctypes.c_void_p) for name in _ADDRESSES],
         ("py_true", ctypes.c_void_p),
         ("py_none", ctypes.c_void_p),

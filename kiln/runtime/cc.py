@@ -1,8 +1,9 @@
 """The one C toolchain driver: find the compiler, compile, link, and cache builds on disk.
 
 Entry points: :func:`create_shared`, :func:`compile_object`, :func:`create_staticlib`,
-:func:`cached_shared_library`, :func:`cross_compiler`, :func:`find_compiler`,
-:func:`default_options`, :func:`include_dirs`. Public as ``kiln.contrib.cc`` (TVM's path).
+:func:`link_objects`, :func:`cached_shared_library`, :func:`cross_compiler`,
+:func:`find_compiler`, :func:`default_options`, :func:`include_dirs`. Public as
+``kiln.contrib.cc`` (TVM's path).
 
 The compiler is ``$CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on ``PATH``.
 Host kernels build with ``-O3 -march=native -fPIC`` plus ``-fopenmp`` when a probe shows
@@ -25,11 +26,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.runtime import config
+from kiln.runtime import config, disk_cache
 from kiln.runtime.error import TVMError
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "include_dirs",
     "compile_object",
     "create_shared",
+    "link_objects",
     "create_staticlib",
     "cross_compiler",
     "cached_shared_library",
@@ -194,19 +197,38 @@ def compile_object(
     return os.fspath(output)
 
 
-# (pid, executor): one thread that waits for background compilers (compile_in_background);
-# a forked child makes its own, the parent's thread does not exist there
+# (pid, executor): the threads that wait for background compilers (compile_in_background),
+# one per CPU; a forked child makes its own, the parent's threads do not exist there
 _BACKGROUND: tuple[int, Any] | None = None
+# object cache path -> the Future of a compile in flight: a second request for the same
+# object (a library build asking for what a kernel builder started) waits for the first
+_IN_FLIGHT: dict[Path, Any] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's compiler threads: their futures would never
+    finish there (a request for an object in flight in the parent waited forever), and the
+    lock may have been copied held."""
+    global _BACKGROUND, _IN_FLIGHT_LOCK
+    _BACKGROUND = None
+    _IN_FLIGHT.clear()
+    _IN_FLIGHT_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def compile_in_background(source: str, options: Sequence[str],
                           cc: str | None = None) -> Callable[[], bytes]:
     """Start compiling C ``source`` to an object file; return a function giving its bytes.
 
-    The compiler runs while the caller goes on (LLVM's optimizer, say: both leave Python's
-    lock free, so two cores both work); the function waits for it and raises
-    :class:`TVMError` as :func:`run_compiler` does. Objects are cached by source, flags and
-    compiler version (``KILN_CACHE_DIR/cc/obj_<key>.o``): a hit starts nothing.
+    The compiler runs while the caller goes on (LLVM's optimizer, or Python lowering the next
+    kernel: both leave Python's lock free, so two cores both work); up to one compiler per
+    CPU runs at once. The function waits for it and raises :class:`TVMError` as
+    :func:`run_compiler` does. Objects are cached by source, flags and compiler version
+    (``KILN_CACHE_DIR/cc/obj_<key>.o``): a hit starts nothing, and a request for an object
+    whose compile is in flight waits for that one.
     """
     global _BACKGROUND
     from concurrent.futures import ThreadPoolExecutor
@@ -218,23 +240,37 @@ def compile_in_background(source: str, options: Sequence[str],
     target = config.cache_dir() / "cc" / f"obj_{digest.hexdigest()[:32]}.o"
     try:
         data = target.read_bytes()
+        disk_cache.touch(target)
         return lambda: data
     except OSError:
         pass
 
     def build() -> bytes:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            src = Path(tmp, "source.c")
-            src.write_text(source)
-            obj = Path(compile_object(Path(tmp, "source.o"), src, options, cc))
-            data = obj.read_bytes()
-            os.replace(obj, target)  # atomic: readers see nothing or the whole object
-        return data
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                src = Path(tmp, "source.c")
+                src.write_text(source)
+                obj = Path(compile_object(Path(tmp, "source.o"), src, options, cc))
+                data = obj.read_bytes()
+                os.replace(obj, target)  # atomic: readers see nothing or the whole object
+            disk_cache.stored()
+            return data
+        finally:
+            with _IN_FLIGHT_LOCK:
+                _IN_FLIGHT.pop(target, None)
 
-    if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
-        _BACKGROUND = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="kiln-cc"))
-    return _BACKGROUND[1].submit(build).result
+    with _IN_FLIGHT_LOCK:
+        future = _IN_FLIGHT.get(target)
+        if future is None and target.exists():  # finished since the read above
+            return lambda: target.read_bytes()
+        if future is None:
+            if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
+                workers = max(1, os.cpu_count() or 1)
+                _BACKGROUND = (os.getpid(), ThreadPoolExecutor(workers,
+                                                               thread_name_prefix="kiln-cc"))
+            future = _IN_FLIGHT[target] = _BACKGROUND[1].submit(build)
+    return future.result
 
 
 def create_shared(
@@ -246,7 +282,8 @@ def create_shared(
     """Compile and link sources and/or object files into a shared library (TVM's signature).
 
     ``options`` replaces :func:`default_options` when given; ``-shared -fPIC`` and the kiln
-    include directories are always added. Compiler errors raise :class:`TVMError` with the
+    include directories are always added. Several C files compile in parallel, one cached
+    object each, before the link. Compiler errors raise :class:`TVMError` with the
     compiler's output verbatim.
 
     Example
@@ -260,10 +297,39 @@ def create_shared(
     cc = cc or find_compiler()
     inputs = [objects] if isinstance(objects, (str, os.PathLike)) else list(objects)
     opts = list(default_options(cc) if options is None else options)
-    cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
-    cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
-    run_compiler(cmd, "Compilation")
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = _compile_c_files(inputs, opts, cc, tmp)
+        cmd = [cc, "-shared", "-fPIC", *opts, *_include_flags(), *map(os.fspath, inputs)]
+        cmd += ["-o", os.fspath(output), "-lm", "-lpthread"]
+        run_compiler(cmd, "Compilation")
     return os.fspath(output)
+
+
+def _compile_c_files(inputs: list[Any], options: Sequence[str], cc: str,
+                     folder: str) -> list[Any]:
+    """``inputs`` with each C file replaced by its object when there are several (the
+    ``export_library`` of a ``c`` library's units): compiled in parallel, each cached
+    (:func:`compile_in_background`). One C file, or one that cannot be read as text or
+    cached, leaves ``inputs`` to the single compiler call."""
+    sources = [i for i, item in enumerate(inputs) if os.fspath(item).endswith(".c")]
+    if len(sources) < 2:
+        return inputs
+    try:
+        started = {i: compile_in_background(Path(inputs[i]).read_text(), options, cc)
+                   for i in sources}
+    except (OSError, UnicodeDecodeError):
+        return inputs
+    compiled = list(inputs)
+    for i, result in started.items():
+        try:
+            data = result()
+        except TVMError as err:
+            raise TVMError(f"compiling {os.fspath(inputs[i])}: {err}") from None
+        except OSError:  # a cache folder that cannot be written: compile in the one call
+            return inputs
+        compiled[i] = Path(folder, f"{i}_{Path(inputs[i]).stem}.o")
+        compiled[i].write_bytes(data)
+    return compiled
 
 
 create_shared.output_format = "so"  # read by export_library, as TVM's fcompile attributes are
@@ -338,16 +404,44 @@ def cross_compiler(
     return compile_with
 
 
+@functools.cache
+def _system_linker() -> str | None:
+    """``$LD``, else ``ld`` from ``PATH`` (None where there is none)."""
+    return os.environ.get("LD") or shutil.which("ld")
+
+
+def link_objects(output: str | os.PathLike, objects: Sequence[str | os.PathLike],
+                 options: Sequence[str] | None = None, cc: str | None = None) -> str:
+    """Link object files that need only the C library and libm (LLVM's kernels and glue)
+    into a shared library with the system linker itself: ``ld -shared`` takes a quarter of
+    the time of the compiler driver, which starts collect2 and adds start files such a
+    library does not use. Falls back to :func:`create_shared` where there is no ``ld`` or
+    it fails."""
+    ld = _system_linker()
+    if ld is not None:
+        cmd = [ld, "-shared", "--eh-frame-hdr", "-o", os.fspath(output),
+               *map(os.fspath, objects), "-lm", "-lc"]
+        try:
+            run_compiler(cmd, "Linking")
+            return os.fspath(output)
+        except TVMError:
+            pass  # e.g. an ld for another machine, or libraries it cannot find
+    return create_shared(output, objects, options, cc)
+
+
 def cached_shared_library(
     sources: Mapping[str, str] | Sequence[str | os.PathLike],
     options: Sequence[str] | None = None,
     cc: str | None = None,
+    objects_only: bool = False,
 ) -> Path:
     """Build (or reuse) a shared library from C sources; return its path in the cache.
 
     ``sources`` is either ``{file name: C text}`` or a list of files (sources or objects).
     The cache key covers every file's content, the flags and the compiler version, so a hit
-    never does any compilation.
+    never does any compilation. Several C files compile in parallel, each to its own cached
+    object (:func:`compile_in_background`), and link. ``objects_only``: the files are objects
+    needing only libc and libm, linked by :func:`link_objects`.
 
     Example
     -------
@@ -368,15 +462,24 @@ def cached_shared_library(
             except OSError as err:
                 raise TVMError(f"cannot read source {path}: {err}") from None
     digest = hashlib.sha256()
-    for part in (compiler_version(cc), *opts, *include_dirs()):
+    for part in (compiler_version(cc), *opts, *include_dirs(), "ld" if objects_only else ""):
         digest.update(part.encode() + b"\0")
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
     key = digest.hexdigest()[:32]
     target = config.cache_dir() / "cc" / f"lib_{key}.so"
-    if target.exists():
+    if disk_cache.touch(target):  # a hit, marked used for the cache's size cap
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Several C translation units compile one per process, in parallel and each cached on its
+    # own (a kernel builder may have started them already); then they link. One file, or
+    # files that are not all C, go to one compiler call.
+    separately = isinstance(sources, Mapping) and len(files) > 1 and \
+        all(name.endswith(".c") for name in files)
+    if separately:
+        started = {f"{Path(name).stem}.o": compile_in_background(text, opts, cc)
+                   for name, text in sources.items()}
+        files = {name: result() for name, result in started.items()}
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         inputs = []
         for name, data in files.items():
@@ -384,8 +487,12 @@ def cached_shared_library(
             path.write_bytes(data)
             inputs.append(path)
         staged = Path(tmp, "lib.so")
-        create_shared(staged, inputs, opts, cc)
+        if objects_only:
+            link_objects(staged, inputs, opts, cc)
+        else:
+            create_shared(staged, inputs, opts, cc)
         os.replace(staged, target)  # atomic: readers see nothing or the whole library
+    disk_cache.stored()
     if config.debug_level() >= 4:
         print(f"[kiln cc] cached {target}", file=sys.stderr)
     return target

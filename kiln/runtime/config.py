@@ -1,6 +1,8 @@
 """The few environment knobs kiln reads, in one place.
 
 - ``KILN_CACHE_DIR``: build cache directory (default ``~/.cache/kiln``).
+- ``KILN_CACHE_MAX_MB``: size cap of that directory in megabytes (default 2048, ``0``: no
+  cap); least recently used entries are evicted past it (:mod:`kiln.runtime.disk_cache`).
 - ``KILN_BUILD_CACHE``: ``0`` turns off the caches of whole ``relay.build`` results and of
   lowered kernels (LLVM objects and C libraries are still cached by content).
 - ``KILN_DEBUG``: 1 pass names and times, 2 IR after each pass, 3 lowered TIR,
@@ -17,8 +19,8 @@ import math
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "debug_level", "num_threads", "compile_timeout", "build_cache_enabled",
-           "rpc_spin_us"]
+__all__ = ["cache_dir", "cache_max_bytes", "debug_level", "num_threads", "compile_timeout",
+           "build_cache_enabled", "rpc_spin_us", "DEFAULT_CACHE_MAX_MB"]
 
 
 def cache_dir() -> Path:
@@ -26,6 +28,22 @@ def cache_dir() -> Path:
     path = Path(os.environ.get("KILN_CACHE_DIR") or Path.home() / ".cache" / "kiln")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+DEFAULT_CACHE_MAX_MB = 2048
+
+
+def cache_max_bytes() -> int:
+    """The build cache's size cap in bytes (``KILN_CACHE_MAX_MB``, default 2048 MB; 0: no
+    cap). A value that is not a finite number >= 0 gives the default."""
+    text = os.environ.get("KILN_CACHE_MAX_MB", "").strip()
+    try:
+        megabytes = float(text) if text else DEFAULT_CACHE_MAX_MB
+    except ValueError:
+        megabytes = DEFAULT_CACHE_MAX_MB
+    if not math.isfinite(megabytes) or megabytes < 0:
+        megabytes = DEFAULT_CACHE_MAX_MB
+    return int(megabytes * (1 << 20))
 
 
 def build_cache_enabled() -> bool:

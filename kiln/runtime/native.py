@@ -96,3 +96,16 @@ _prefetch: threading.Thread | None = None
 def _load_in_background() -> None:
     with contextlib.suppress(Exception):  # the caller's own load_runtime_lib reports it
         load_runtime_lib()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (multiprocessing, AutoTVM's builder pool) has only the forking thread:
+    a lock the background build held across its ~1 s gcc run would stay held forever
+    there, so the child starts with a free lock and no prefetch (its own load builds or
+    finds the library)."""
+    global _lock, _prefetch
+    _lock = threading.RLock()
+    _prefetch = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

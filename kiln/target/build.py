@@ -27,7 +27,7 @@ from typing import Any
 from kiln.runtime import cc, config
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import DSOModule, Module, ModuleProperty
-from kiln.target import codegen_c, codegen_opencl, llvm_library
+from kiln.target import c_library, codegen_c, codegen_opencl, llvm_library
 
 __all__ = ["BUILD_FUNCTIONS", "KERNEL_BUILDERS", "build_module", "NativeModule"]
 
@@ -41,6 +41,7 @@ BUILD_FUNCTIONS: dict[str, Callable[[Any, Any], Module]] = {
 # class takes the Target; ``add(symbol, prim_func)`` starts compiling one kernel and
 # ``finish()`` returns the Module of all of them (what the build function returns).
 KERNEL_BUILDERS: dict[str, Callable[[Any], Any]] = {
+    "c": c_library.CKernelBuilder,
     "llvm": llvm_library.LLVMKernelBuilder,
 }
 
@@ -130,9 +131,12 @@ class NativeModule(Module):
             path = cc.cached_shared_library(self.sources, self.options)
         else:
             # Object bytes cannot travel as text: stage every file and let cc hash the files.
+            # LLVM's objects need no compiler driver to link (gcc's -fopenmp object from
+            # import_c sources might need its runtime)
+            objects_only = not self.sources and llvm_library.C_OBJECT not in self.objects
             with tempfile.TemporaryDirectory() as tmp:
                 paths = self.export_objects(tmp)
-                path = cc.cached_shared_library(paths, self.options)
+                path = cc.cached_shared_library(paths, self.options, objects_only=objects_only)
         if config.debug_level() >= 4:
             print(f"[kiln codegen] library {path}", file=sys.stderr)
         return path

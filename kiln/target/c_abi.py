@@ -15,12 +15,12 @@ needed, so the wrapper also builds freestanding).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from kiln.runtime.dtype import DataType, DataTypeCode
 from kiln.runtime.error import TVMError
+from kiln.target import packed_checks
 from kiln.target.narrow_types_c import NARROW_TYPE_HELPERS
 from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
@@ -32,7 +32,6 @@ __all__ = ["c_type", "c_function_identifier", "FunctionSignature", "function_sig
            "node_name", "packed_declaration", "packed_wrapper", "preamble",
            "system_lib_registration"]
 
-_TYPE_CODE_INT, _TYPE_CODE_FLOAT = 0, 2
 # Names a generated identifier must not take (C11 keywords and the types kiln's C uses).
 C_RESERVED = frozenset(
     "auto break case char const continue default do double else enum extern float for goto "
@@ -52,9 +51,6 @@ C_RESERVED = frozenset(
 ) | frozenset(
     "isnan isinf isfinite signbit abs labs llabs malloc calloc realloc free memcpy memset "
     "memmove printf fprintf snprintf abort exit main _Float16 _Bool".split())
-# Arithmetic that may appear in a buffer's shape expressions.
-_SHAPE_FORMATS = {"Add": "({a} + {b})", "Sub": "({a} - {b})", "Mul": "({a} * {b})",
-                  "Div": "({a} / {b})", "Mod": "({a} % {b})"}
 
 
 # Scalar C types by (type code, bits).
@@ -187,9 +183,6 @@ static int32_t kiln_arg_error(const char* msg, const int64_t* got, int count) {
 PRELUDE_HELPERS += "\n" + NARROW_TYPE_HELPERS
 
 
-_TYPE_CODE_TENSOR = (7, 13)  # kTVMDLTensorHandle, kTVMNDArrayHandle
-
-
 def c_type(dtype: Any) -> str:
     """The C spelling of a scalar dtype, or the vector typedef name of a vector dtype.
 
@@ -282,175 +275,85 @@ def _free_vars(expr: Any) -> list:
     return out
 
 
-class _WrapperEmitter:
-    """Writes the packed-ABI function that checks arguments and calls ``<name>_unpacked``."""
-
-    def __init__(self, name: str, signature: FunctionSignature) -> None:
-        self.name, self.sig = name, signature
-        self.lines: list[str] = []
-        self.bound: dict[int, str] = {}  # id(shape var) -> C expression holding its value
-        self.arg_names: dict[int, str] = {}  # id(buffer or var) -> unique C identifier
-
-    def arg_name(self, item: Any) -> str:
-        """A C identifier for an argument, unique even when two arguments share a name."""
-        name = self.arg_names.get(id(item))
-        if name is None:
-            base = "arg_" + re.sub(r"\W", "_", item.name)
-            name, k = base, 1
-            while name in self.arg_names.values():
-                name, k = f"{base}_{k}", k + 1
-            self.arg_names[id(item)] = name
-        return name
-
-    def fail(self, condition: str, message: str, values: Sequence[str] = ()) -> None:
-        got = ", ".join(f"(int64_t)({v})" for v in values)
-        values_arg = f"(const int64_t[]){{{got}}}, {len(values)}" if values else "NULL, 0"
-        self.lines.append(f"  if ({condition}) {{")
-        self.lines.append(
-            f"    return kiln_arg_error({c_string(f'{self.name}: {message}')}, {values_arg});")
-        self.lines.append("  }")
-
-    def shape_text(self, expr: Any) -> str:
-        """C text of a shape expression over already bound vars (for equality checks)."""
-        kind = node_name(expr)
-        if kind == "IntImm":
-            return str(int(expr.value))
-        if kind in ("Var", "SizeVar"):
-            return self.bound[id(expr)]
-        rule = _SHAPE_FORMATS.get(kind)
-        if rule is not None:
-            return rule.format(a=self.shape_text(expr.a), b=self.shape_text(expr.b))
-        raise TVMError(f"C codegen: unsupported shape expression {kind} in {self.name}")
-
-    def emit(self) -> str:
-        sig, name = self.sig, self.name
-        arg_names = ", ".join(item.name for _, item in sig.param_kinds)
-        self.lines = [
-            packed_declaration(name),
-            f"int32_t {c_function_identifier(name)}({_PACKED_PARAMS_TEXT}) {{",
-            "  (void)out_ret_value; (void)out_ret_tcode; (void)resource_handle;",
-        ]
-        count = len(sig.param_kinds)
-        self.fail(f"num_args != {count}",
-                  f"expected {count} arguments ({arg_names}), got ", ["num_args"])
-        deferred: list[tuple[str, str, str]] = []
-        for index, (kind, item) in enumerate(sig.param_kinds):
-            if kind == "tensor":
-                deferred.extend(self.tensor(index, item))
-            else:
-                self.scalar(index, item)
-        for condition_lhs, expected, message in deferred:
-            expected_text = self.shape_text(expected)
-            self.fail(f"{condition_lhs} != {expected_text}", message,
-                      [condition_lhs, expected_text])
-        call_args = [f"{self.arg_name(b)}_data" for b in sig.buffers]
-        for var in sig.scalars:
-            if id(var) not in self.bound:
-                raise TVMError(
-                    f"C codegen: {name}: shape variable {var.name!r} is not determined by any "
-                    "argument; pass it as a parameter")
-            call_args.append(f"({c_type(var.dtype)})({self.bound[id(var)]})")
-        self.lines.append(f"  return {name}_unpacked({', '.join(call_args)});")
-        self.lines.append("}")
-        return "\n".join(self.lines)
-
-    def scalar(self, index: int, var: Any) -> None:
-        t = DataType(var.dtype)
-        arg = self.arg_name(var)
-        codes = (_TYPE_CODE_INT,) if not t.is_float else (_TYPE_CODE_FLOAT, _TYPE_CODE_INT)
-        check = " && ".join(f"type_codes[{index}] != {code}" for code in codes)
-        self.fail(check, f"argument {var.name} (#{index}): expected "
-                  f"{'a float' if t.is_float else 'an int'}, got type code ",
-                  [f"type_codes[{index}]"])
-        if t.is_float:
-            value = (f"(type_codes[{index}] == {_TYPE_CODE_FLOAT} ? args[{index}].v_float64 "
-                     f": (double)args[{index}].v_int64)")
-        else:
-            value = f"args[{index}].v_int64"
-        self.lines.append(f"  {c_type(t)} {arg}_value = ({c_type(t)}){value};")
-        self.bound[id(var)] = f"{arg}_value"
-
-    def tensor(self, index: int, buffer: Any) -> list[tuple[str, str, str]]:
-        arg = self.arg_name(buffer)
-        t = DataType(buffer.dtype)
-        what = f"argument {buffer.name} (#{index})"
-        code_check = " && ".join(f"type_codes[{index}] != {c}" for c in _TYPE_CODE_TENSOR)
-        self.fail(code_check, f"{what}: expected a tensor (DLTensor), got type code ",
-                  [f"type_codes[{index}]"])
-        tensor = f"{arg}_tensor"
-        self.lines.append(f"  DLTensor* {tensor} = (DLTensor*)args[{index}].v_handle;")
-        self.fail(f"{tensor} == NULL", f"{what}: got a NULL tensor")
-        ndim = len(buffer.shape)
-        self.fail(f"{tensor}->ndim != {ndim}", f"{what}: expected ndim {ndim}, got ",
-                  [f"{tensor}->ndim"])
-        code, bits, lanes = t.as_tuple()
-        self.fail(f"{tensor}->dtype.code != {code} || {tensor}->dtype.bits != {bits} || "
-                  f"{tensor}->dtype.lanes != {lanes}",
-                  f"{what}: expected dtype {t} (code {code}, bits {bits}, lanes {lanes}), "
-                  "got code, bits, lanes = ",
-                  [f"{tensor}->dtype.code", f"{tensor}->dtype.bits", f"{tensor}->dtype.lanes"])
-        self.fail(f"{tensor}->device.device_type != 1",
-                  f"{what}: expected a CPU tensor (device type 1), got device type ",
-                  [f"{tensor}->device.device_type"])
-        deferred = []
-        for dim, extent in enumerate(buffer.shape):
-            actual = f"{tensor}->shape[{dim}]"
-            kind = node_name(extent)
-            if kind == "IntImm":
-                self.fail(f"{actual} != {int(extent.value)}",
-                          f"{what}: expected shape[{dim}] == {int(extent.value)}, got ", [actual])
-            elif kind in ("Var", "SizeVar") and id(extent) not in self.bound:
-                self.bound[id(extent)] = actual
-                self.fail(f"{actual} < 0", f"{what}: negative shape[{dim}] ", [actual])
-            else:
-                deferred.append((actual, extent,
-                                 f"{what}: shape[{dim}] must equal {extent!r}; got, expected = "))
-        self.strides(tensor, what, buffer)
-        ctype = c_type(t)
-        offset = buffer.elem_offset
-        if node_name(offset) in ("Var", "SizeVar") and id(offset) not in self.bound:
-            # The kernel indexes from elem_offset: it takes byte_offset, the pointer does not.
-            itemsize = max(t.itemsize, 1)
-            self.fail(f"{tensor}->byte_offset % {itemsize} != 0",
-                      f"{what}: byte_offset is not a multiple of the element size, got ",
-                      [f"{tensor}->byte_offset"])
-            self.bound[id(offset)] = f"({tensor}->byte_offset / {itemsize})"
-            self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*){tensor}->data;")
-        else:
-            self.lines.append(f"  {ctype}* {arg}_data = ({ctype}*)((char*){tensor}->data + "
-                              f"{tensor}->byte_offset);")
-        return deferred
-
-    def strides(self, tensor: str, what: str, buffer: Any) -> None:
-        if buffer.strides:
-            for dim, stride in enumerate(buffer.strides):
-                if node_name(stride) in ("Var", "SizeVar") and id(stride) not in self.bound:
-                    compact = " * ".join(f"{tensor}->shape[{d}]"
-                                         for d in range(dim + 1, len(buffer.shape))) or "1"
-                    self.bound[id(stride)] = (f"({tensor}->strides ? {tensor}->strides[{dim}] "
-                                              f": {compact})")
-            return
-        if len(buffer.shape) <= 1:
-            self.fail(f"{tensor}->strides != NULL && {tensor}->ndim == 1 && "
-                      f"{tensor}->shape[0] > 1 && {tensor}->strides[0] != 1",
-                      f"{what}: expected a compact tensor, got stride ",
-                      [f"{tensor}->strides[0]"])
-            return
-        checks = []
-        expected = "1"
-        for dim in reversed(range(len(buffer.shape))):
-            checks.append(f"({tensor}->shape[{dim}] > 1 && {tensor}->strides[{dim}] != "
-                          f"{expected})")
-            expected = f"{expected} * {tensor}->shape[{dim}]"
-        self.fail(f"{tensor}->strides != NULL && ({' || '.join(checks)})",
-                  f"{what}: expected a compact row-major tensor (strides must be NULL or "
-                  "compact)")
-
-
 def packed_wrapper(name: str, signature: FunctionSignature) -> str:
     """The C source of the packed-ABI function ``name``: it checks every argument (naming
-    it in the error) and calls ``<name>_unpacked``."""
-    return _WrapperEmitter(name, signature).emit()
+    it in the error) and calls ``<name>_unpacked`` (:func:`packed_checks.describe_wrapper`
+    says what it checks; the ``llvm`` target prints the same description as LLVM IR)."""
+    spec = packed_checks.describe_wrapper(name, signature)
+    lines = [packed_declaration(name),
+             f"int32_t {c_function_identifier(name)}({_PACKED_PARAMS_TEXT}) {{",
+             "  (void)out_ret_value; (void)out_ret_tcode; (void)resource_handle;"]
+    for step in spec.steps:
+        kind = node_name(step)
+        if kind == "Check":
+            got = ", ".join(f"(int64_t)({_wrapper_expr(v)})" for v in step.values)
+            values = f"(const int64_t[]){{{got}}}, {len(step.values)}" if step.values \
+                else "NULL, 0"
+            lines += [f"  if ({_wrapper_expr(step.cond)}) {{",
+                      f"    return kiln_arg_error({c_string(step.message)}, {values});",
+                      "  }"]
+        elif kind == "Let" and step.ctype == "DLTensor*":
+            lines.append(f"  DLTensor* {step.name} = (DLTensor*){_wrapper_expr(step.value)};")
+        elif kind == "Let":
+            ctype = (c_type(step.ctype[:-1]) + "*" if step.ctype.endswith("*")
+                     else c_type(step.ctype))
+            lines.append(f"  {ctype} {step.name} = {_wrapper_expr(step.value)};")
+        else:
+            args = ", ".join(_wrapper_expr(a) for a in step.args)
+            lines.append(f"  return {step.callee}({args});")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _wrapper_expr(node: Any) -> str:
+    """The C text of an expression of a packed wrapper's description."""
+    kind = node_name(node)
+    if kind == "Const":
+        return str(node.value)
+    if kind == "NumArgs":
+        return "num_args"
+    if kind == "TypeCode":
+        return f"type_codes[{node.index}]"
+    if kind == "ArgValue":
+        return f"args[{node.index}].{node.member}"
+    if kind == "Local":
+        return node.name
+    if kind == "Field":
+        return f"{node.tensor}->{node.member}"
+    if kind in ("ShapeAt", "StrideAt"):
+        array = "shape" if kind == "ShapeAt" else "strides"
+        return f"{node.tensor}->{array}[{node.dim}]"
+    if kind == "Binary":
+        if node_name(node.b) == "Const" and node.b.value == 0 and _is_pointer(node.a):
+            return f"{_wrapper_expr(node.a)} {node.op} NULL"
+        return f"{_wrapper_operand(node.a)} {node.op} {_wrapper_operand(node.b)}"
+    if kind == "Select":
+        return (f"({_wrapper_expr(node.cond)} ? {_wrapper_expr(node.a)} : "
+                f"{_wrapper_expr(node.b)})")
+    if kind == "Cast":
+        inner = _wrapper_expr(node.value)
+        if node_name(node.value) != "Select":  # a Select prints its own parentheses
+            inner = f"({inner})"
+        return f"({c_type(node.dtype)}){inner}"
+    if kind == "DataPointer":
+        ctype = c_type(node.dtype)
+        if node.with_offset:
+            return f"({ctype}*)((char*){node.tensor}->data + {node.tensor}->byte_offset)"
+        return f"({ctype}*){node.tensor}->data"
+    raise TVMError(f"packed wrapper: no C form for {kind}")
+
+
+def _is_pointer(node: Any) -> bool:
+    """Whether a wrapper expression is a pointer (compared with NULL, not 0)."""
+    kind = node_name(node)
+    if kind == "Local":
+        return node.name.endswith("_tensor")
+    return kind == "Field" and packed_checks.DLTENSOR_MEMBERS[node.member][0].endswith("*")
+
+
+def _wrapper_operand(node: Any) -> str:
+    text = _wrapper_expr(node)
+    return f"({text})" if node_name(node) == "Binary" else text
 
 
 _PACKED_PARAMS_TEXT = ("TVMValue* args, int* type_codes, int num_args, TVMValue* out_ret_value, "

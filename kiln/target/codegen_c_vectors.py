@@ -23,8 +23,8 @@ VECTOR_MIN_MAX = {"Min": "<", "Max": ">"}
 COMPARISONS = {"EQ", "NE", "LT", "LE", "GT", "GE"}
 
 
-def fits_vector_register(vtype: str) -> bool:
-    """Whether a C vector type (``float32x8``) fits one AVX2 register (32 bytes); wider
-    values cannot take the register-pinning asm constraint without AVX-512."""
+def fits_vector_register(vtype: str, register_bits: int = 256) -> bool:
+    """Whether a C vector type (``float32x8``) fits one vector register of ``register_bits``
+    (AVX2: 256; AVX-512: 512), which the register-pinning asm constraint needs."""
     m = re.fullmatch(r"[a-z]+?(\d+)x(\d+)", vtype)
-    return m is not None and int(m.group(1)) * int(m.group(2)) <= 256
+    return m is not None and int(m.group(1)) * int(m.group(2)) <= register_bits

@@ -5,19 +5,18 @@ Entry points: :class:`CodeGenLLVM`, :func:`emit_llvm`, :func:`host_target_machin
 
 Each PrimFunc ``f`` becomes the LLVM function ``i32 @f_unpacked(T* noalias A, ..., i32 n)``
 (the same signature as the C target's unpacked twin). The packed-ABI wrapper ``f`` that
-checks a call's arguments is the C target's wrapper, compiled by the toolchain driver and
-linked with the object file LLVM emits: argument checking is written once, and the loop nests
-are LLVM's. The module is optimized at O3 for ``-mcpu`` (else the host CPU with its feature
-string); parallel loops are outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's
-``codegen_cpu`` does) whose threads claim contiguous chunks of the loop from an atomic counter
-in the closure, vector dtypes become LLVM vectors (an ``if_then_else`` with a per-lane
-condition is a ``select`` whose arms run under lane masks: :mod:`.codegen_llvm_masked`),
-small constant-extent unrolled loops are unrolled while emitting, float32 ``exp`` is the same
-vectorizable polynomial as the C target's ``kiln_expf``. ``call_extern`` goes through an
-exported C trampoline in the glue (so ``static`` functions from ``pragma import_c`` link),
-``tvm_call_packed`` looks the function up once through ``__tvm_module_ctx``, and PrimFuncs
-already in packed form (MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed
-function itself.
+checks a call's arguments is printed by :mod:`.llvm_packed` from the description the C
+target prints too (:mod:`.packed_checks`): argument checking is written once. The module is
+optimized at O3 for ``-mcpu`` (else the host CPU with its feature string); parallel loops are
+outlined into ``TVMBackendParallelLaunch`` lambdas (as TVM's ``codegen_cpu`` does) whose
+threads claim contiguous chunks of the loop from an atomic counter in the closure, vector
+dtypes become LLVM vectors (an ``if_then_else`` with a per-lane condition is a ``select``
+whose arms run under lane masks: :mod:`.codegen_llvm_masked`), small constant-extent unrolled
+loops are unrolled while emitting, float32 ``exp`` is the same vectorizable polynomial as the
+C target's ``kiln_expf``. ``call_extern`` goes through an exported trampoline in the glue (C
+beside ``pragma import_c`` sources, so their ``static`` functions link), ``tvm_call_packed``
+looks the function up once through ``__tvm_module_ctx``, and PrimFuncs already in packed form
+(MakePackedAPI output, ``tvm_struct_get``) are emitted as the packed function itself.
 
 llvmlite is the optional ``llvm`` extra: without it, ``target="llvm"`` raises a TVMError
 saying ``pip install kiln[llvm]``. Loading it, target machines, optimization and the object
@@ -88,6 +87,18 @@ def _used_var_ids(stmt: Any, wanted: set[int]) -> set[int]:
     return found & wanted
 
 
+def _loop_free_size(stmt: Any) -> int | None:
+    """The number of IR nodes in ``stmt``, or None when a loop is nested in it."""
+    stack, size = [stmt], 0
+    while stack:
+        node = stack.pop()
+        if _node_name(node) in ("For", "While"):
+            return None
+        size += 1
+        stack.extend(child_nodes(node))
+    return size
+
+
 def _node_name(node: Any) -> str:
     return type(node).__name__
 
@@ -109,6 +120,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     workspace_threshold = 16384
     unroll_limit = 64
+    llvm_unroll_budget = 768  # serial innermost loops LLVM unrolls fully (see stmt_For)
 
     def __init__(self, name: str = "kiln") -> None:
         ir, _ = llvmlite_modules()
@@ -118,6 +130,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.void_ptr = self.i8.as_pointer()
         self.imported_c: list[str] = []
         self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
+        self.extern_types: dict[str, tuple[Any, list]] = {}  # ... -> LLVM types
         self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []  # functions that arrived in packed form
         self.uses_module_ctx = False  # tvm_call_packed needs __tvm_module_ctx
@@ -216,8 +229,9 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             return existing
         return self.ir.Function(self.module, self.ir.FunctionType(ret, list(args)), name)
 
-    def string_constant(self, text: str):
-        """An i8* to a private constant C string."""
+    def string_constant(self, text: str, builder: Any = None):
+        """An i8* to a private constant C string (``builder``: where to put the cast; default
+        the function being emitted)."""
         ir = self.ir
         if text not in self._strings:
             data = bytearray(text.encode() + b"\0")
@@ -227,7 +241,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
             glob.linkage = "private"
             glob.initializer = ir.Constant(ty, data)
             self._strings[text] = glob
-        return self.builder.bitcast(self._strings[text], self.void_ptr)
+        return (builder or self.builder).bitcast(self._strings[text], self.void_ptr)
 
     def _return_error(self, message: str) -> None:
         set_error = self.declare("TVMAPISetLastError", self.ir.VoidType(), [self.void_ptr])
@@ -641,15 +655,25 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
                     begin, self.ir.Constant(begin.type, step))
                 self.emit_stmt(node.body)
             return
+        # LLVM unrolls only the loops marked here (the pipeline runs without its unroller:
+        # TIR's schedules unroll what they mean to, and LLVM's heuristics multiplied code
+        # size and compile time): innermost loops of a few constant iterations, whose
+        # unrolled body lets the accumulators live in registers
+        unroll = False
+        if _node_name(extent) == "IntImm" and extent.value <= 64:
+            size = _loop_free_size(node.body)
+            unroll = size is not None and extent.value * size <= self.llvm_unroll_budget
         self._serial_loop(node.loop_var, self._loop_bound(node, node.min),
-                          self._loop_bound(node, extent), node.body)
+                          self._loop_bound(node, extent), node.body, unroll=unroll)
 
     def _loop_bound(self, node: Any, expr: Any):
         """A loop bound in the loop variable's type (min/extent may be narrower or wider)."""
         return self.convert(self.expr(expr), DataType(expr.dtype), DataType(node.loop_var.dtype))
 
-    def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None) -> None:
-        """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable."""
+    def _serial_loop(self, loop_var: Any, begin, extent, body: Any, offset=None,
+                     unroll: bool = False) -> None:
+        """``for (v = begin; v < begin + extent; ++v)`` with a phi induction variable;
+        ``unroll`` asks LLVM to unroll it fully (``llvm.loop.unroll.full``)."""
         b = self.builder
         end = b.add(begin, extent)
         pre = b.block
@@ -666,8 +690,19 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.emit_stmt(body)
         if not b.block.is_terminated:
             index.add_incoming(b.add(index, self.ir.Constant(index.type, 1)), b.block)
-            b.branch(head)
+            back_edge = b.branch(head)
+            if unroll:
+                back_edge.set_metadata("llvm.loop", self._loop_id("llvm.loop.unroll.full"))
         b.position_at_end(done)
+
+    def _loop_id(self, *options: str):
+        """A loop's ``!llvm.loop`` node: LLVM reads options only from a node whose first
+        operand is the node itself, so each loop gets its own (add_metadata would share)."""
+        ir, module = self.ir, self.module
+        values = [module.add_metadata([ir.MetaDataString(module, option)]) for option in options]
+        loop_id = ir.values.MDValue(module, [], name=str(len(module.metadata)))
+        loop_id.operands = (loop_id, *values)
+        return loop_id
 
     def _parallel_for(self, node: Any) -> None:
         """Outline the loop body into ``int lambda(task_id, penv, cdata)`` and launch it.

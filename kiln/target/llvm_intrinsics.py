@@ -270,8 +270,8 @@ class LLVMIntrinsics:
     def call_tvm_call_packed(self, node: Any):
         """Call a global PackedFunc by name; Buffer arguments become stack DLTensors.
 
-        The function handle is looked up once (through ``__tvm_module_ctx``, defined in the C
-        glue) and cached in a private global. The value is the call's return code."""
+        The function handle is looked up once (through ``__tvm_module_ctx``, defined in the
+        library's glue) and cached in a private global. The value is the call's return code."""
         ir, b = self.ir, self.builder
         self.uses_module_ctx = True
         ctx = self.module.globals.get("__tvm_module_ctx")
@@ -324,7 +324,7 @@ class LLVMIntrinsics:
         b = self.builder
         kind = node_name(arg)
         if kind == "Buffer":
-            tensor = self.alloca_builder.alloca(self._dltensor_type(), name="packed_tensor")
+            tensor = self.alloca_builder.alloca(self.dltensor_type(), name="packed_tensor")
             dims = self.alloca_builder.alloca(self.ir.ArrayType(self.i64, max(len(arg.shape),
                                                                             1)))
             zero = self.const("int32", 0)
@@ -390,7 +390,8 @@ class LLVMIntrinsics:
         return phi
 
     def call_call_extern(self, node: Any):
-        """Call a C function through a glue trampoline, so ``static`` import_c code works."""
+        """Call a C function through a glue trampoline, so ``static`` import_c code works
+        (the trampoline is C next to the import_c source, else LLVM: :mod:`.llvm_packed`)."""
         name = node.args[0].value
         args = [self.expr(a) for a in node.args[1:]]
         is_void = str(node.dtype) == "void"
@@ -398,6 +399,7 @@ class LLVMIntrinsics:
         c_ret = "void" if is_void else c_abi.c_type(node.dtype)
         c_args = [c_abi.c_type(a.dtype) for a in node.args[1:]]
         self.externs[name] = (c_ret, c_args)
+        self.extern_types[name] = (ret, [a.type for a in args])
         fn = self.declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
         result = self.builder.call(fn, args)
         return self.const("int32", 0) if is_void else result
@@ -424,7 +426,8 @@ class LLVMIntrinsics:
         """LLVM value of a ``tir.type_annotation`` call."""
         return self.const("int32", 0)
 
-    def _dltensor_type(self):
+    def dltensor_type(self):
+        """The LLVM struct type of a DLTensor (dlpack.h's layout)."""
         ir = self.ir
         return ir.LiteralStructType([
             self.void_ptr, ir.LiteralStructType([self.i32, self.i32]), self.i32,
@@ -440,15 +443,16 @@ class LLVMIntrinsics:
         if kind == c_abi.VALUE_CONTENT:
             slot_t = self.void_ptr if t.is_handle else (
                 self.ir.DoubleType() if t.is_float else self.i64)
-            slots = b.bitcast(handle, slot_t.as_pointer())
-            value = b.load(b.gep(slots, [index]))
+            # TVMValue slots are 8 bytes apart whatever the pointer size
+            slot = b.gep(b.bitcast(handle, self.i64.as_pointer()), [index])
+            value = b.load(b.bitcast(slot, slot_t.as_pointer()))
             if t.is_handle:
                 return value
             return self.convert(value, DataType("float64" if t.is_float else "int64"), t)
         path = _DLTENSOR_PATHS.get(kind)
         if path is None:
             raise TVMError(f"LLVM codegen: tvm_struct_get of unknown field kind {kind}")
-        tensors = b.bitcast(handle, self._dltensor_type().as_pointer())
+        tensors = b.bitcast(handle, self.dltensor_type().as_pointer())
         indices = [index] + [self.const("int32", i) for i in path]
         address = b.gep(tensors, indices)
         if kind == 0:

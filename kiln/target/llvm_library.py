@@ -1,13 +1,17 @@
-"""The ``llvm`` target's build: kernels compiled by LLVM as they come, linked with C glue.
+"""The ``llvm`` target's build: kernels compiled by LLVM as they come, then linked with their
+packed wrappers and glue into one library.
 
 Entry points: :class:`LLVMKernelBuilder` (``add`` each kernel as it is lowered, ``finish``
 with the loaded library), :func:`build_llvm` (``target.build.llvm``: every PrimFunc of a
 module at once).
 
 :mod:`.codegen_llvm` prints each kernel's LLVM; :mod:`.llvm_toolchain` optimizes and emits it
-on kiln's LLVM thread and caches the object; the packed-ABI wrappers are the C target's,
-compiled by the toolchain driver (argument checking is written once) and linked with the
-kernels' objects.
+on kiln's LLVM thread and caches the object. The packed-ABI wrappers are printed by
+:mod:`.llvm_packed` from the description the C target prints too (argument checking is
+written once) into the library's glue module (with the entry name, module context,
+system-lib registration and ``call_extern`` trampolines), compiled without optimization. A C
+compiler runs only for ``pragma_import_c`` sources (in the background, while LLVM works);
+the system linker links the objects.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from kiln.runtime import config
+from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
 from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm import CodeGenLLVM
+from kiln.target.llvm_packed import module_glue_ir
 from kiln.target.llvm_toolchain import (
     compile_in_background,
     host_target_machine,
@@ -27,20 +33,24 @@ from kiln.target.llvm_toolchain import (
     link_ir,
     llvm_thread_seconds,
 )
+from kiln.target.packed_checks import describe_wrapper
 from kiln.tir.transform.codegen_prep import prepare_for_codegen
 
-__all__ = ["LLVMKernelBuilder", "build_llvm"]
+__all__ = ["LLVMKernelBuilder", "build_llvm", "C_OBJECT"]
+
+# The object file of a library's C (import_c sources, narrow-type helpers), compiled by gcc
+C_OBJECT = "imported_c.o"
 
 
 class LLVMKernelBuilder:
     """The ``llvm`` target's library, built kernel by kernel as the kernels are lowered.
 
     Each PrimFunc :meth:`add`-ed becomes its own LLVM module (and object file, cached on its
-    own), optimized and emitted on kiln's LLVM thread while the caller lowers the next kernel:
-    Python's lowering and LLVM's optimization, the two halves of a cold build, run on two
-    cores. :meth:`finish` compiles the C glue of the packed wrappers and links everything
-    into one loaded shared library. Code for another machine (``-mtriple``) stays one module
-    and one object, which ``save("k.o")`` writes as it is.
+    own), optimized and emitted on kiln's LLVM thread while the caller lowers the next
+    kernel: Python's lowering and LLVM's optimization, the two halves of a cold build, run
+    on two cores. :meth:`finish` adds the glue module (the packed wrappers among it) and
+    links everything into one loaded shared library. Code for another machine
+    (``-mtriple``) stays one module and one object, which ``save("k.o")`` writes as it is.
 
     Example
     -------
@@ -54,6 +64,8 @@ class LLVMKernelBuilder:
     """
 
     def __init__(self, target: Any) -> None:
+        from kiln.target import Target
+
         llvm = initialized_llvm()[1]
         self.target = target
         self.tm = host_target_machine(target)
@@ -62,28 +74,35 @@ class LLVMKernelBuilder:
         self.foreign = None if same else self.triple
         # a cross build stays one module: its object is what save("k.o") writes
         self.whole = CodeGenLLVM() if self.foreign else None
+        # The glue (every packed wrapper among it) is compiled without optimization: the
+        # wrappers' checks gain ~2 ns a call from O3 and cost LLVM 3x the time (a 5-tensor
+        # wrapper: 12 ms at O3, 4 ms at O0)
+        self.glue_target = target if self.foreign else Target(f"{target} -opt-level=0")
+        self.glue_tm = self.tm if self.foreign else host_target_machine(self.glue_target)
         self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []
         self.imported_c: list[str] = []
         self.externs: dict[str, tuple[str, list[str]]] = {}
+        self.extern_types: dict[str, tuple[Any, list]] = {}
         self.uses_module_ctx = False
+        self.wrappers: list[Any] = []  # the packed wrappers' descriptions, printed in the glue
         self.objects: dict[str, Any] = {}  # object file name -> (object, optimized IR) when done
         self.llvm_seconds_at_start = llvm_thread_seconds()
 
     def add(self, symbol: str, func: Any) -> None:
-        """Generate ``symbol``'s LLVM and start compiling it."""
+        """Generate ``symbol``'s LLVM and start compiling it; describe its packed wrapper."""
         cg = self.whole or CodeGenLLVM(symbol)
+        cg.module.triple, cg.module.data_layout = self.triple, self.data_layout
+        known = len(cg.signatures)
         cg.add_function(prepare_for_codegen(func), symbol)
+        self.wrappers += [describe_wrapper(name, signature)
+                          for name, signature, _ in cg.signatures[known:]]
         if self.whole is None:
-            self._start(cg, f"{symbol}.o")
+            self._collect(cg)
+            self._start(cg, _object_name(symbol))
 
     def _start(self, cg: CodeGenLLVM, object_name: str) -> None:
-        cg.module.triple, cg.module.data_layout = self.triple, self.data_layout
-        self.signatures += cg.signatures
-        self.packed_names += cg.packed_names
-        self.imported_c += [c for c in cg.imported_c if c not in self.imported_c]
-        self.externs.update(cg.externs)
-        self.uses_module_ctx |= cg.uses_module_ctx
+        """Start compiling one kernel's module on the LLVM thread."""
         self.objects[object_name] = compile_in_background(str(cg.module), self.tm, self.target)
 
     def finish(self) -> Any:
@@ -91,32 +110,38 @@ class LLVMKernelBuilder:
         from kiln.runtime import cc
         from kiln.target.build import NativeModule
 
-        if self.whole is not None or not self.objects:  # one module (an empty one too)
-            self._start(self.whole or CodeGenLLVM(), "kernels.o")
+        glue = self.whole or CodeGenLLVM("glue")
+        glue.module.triple, glue.module.data_layout = self.triple, self.data_layout
+        if self.whole is not None:  # its kernels' signatures, imports and externs
+            self._collect(self.whole)
+        names = [name for name, _, _ in self.signatures] + self.packed_names
+        for spec in self.wrappers:
+            if spec.name in glue.module.globals:
+                raise TVMError(f"LLVM codegen: kernel name {spec.name!r} is also a function "
+                               "the library calls; choose another name")
         system_lib = bool(getattr(self.target, "attrs", {}).get("system-lib", False))
-        glue = c_abi.packed_glue(self.signatures, self.imported_c, "llvm", system_lib,
-                                 packed_names=self.packed_names,
-                                 module_ctx=self.uses_module_ctx)
-        glue += "".join(_extern_trampoline(name, *types) for name, types in self.externs.items())
+        # call_extern trampolines must sit beside import_c's static functions: C then
+        c_source = self._imported_c_source()
+        ir_text = module_glue_ir(glue, names, system_lib, self.uses_module_ctx,
+                                 {} if c_source else self.extern_types, self.wrappers)
+        self.objects["kernels.o" if self.whole is not None else "glue.o"] = \
+            compile_in_background(ir_text, self.glue_tm, self.glue_target)
         options = codegen_c.compile_options(self.target)
-        if not self.imported_c:
-            # The glue only checks arguments and calls the kernels: -O1 compiles it in under
-            # half the time of -O3 (ResNet-18: 4.0 s vs 9.5 s on a loaded machine).
-            options = ["-O1" if flag == "-O3" else flag for flag in options]
-        # gcc compiles the glue while LLVM finishes the kernels (a cross build keeps the glue
-        # as source for its cross compiler)
-        glue_object = None if self.foreign else cc.compile_in_background(glue, options)
+        # gcc compiles the import_c sources while LLVM finishes the kernels (a cross build
+        # keeps them as source for its cross compiler)
+        c_object = cc.compile_in_background(c_source, options) \
+            if c_source and not self.foreign else None
         objects = {name: result() for name, result in self.objects.items()}
         # the LLVM thread links the kernels' IR into one module for get_source while gcc
         # links the library
         linked = link_ir([ir_text for _, ir_text in objects.values()])
-        names = [name for name, _, _ in self.signatures] + self.packed_names
         files = {name: obj for name, (obj, _) in objects.items()}
-        if glue_object is None:
-            sources = {"glue.c": glue}
-        else:
-            sources, files["glue.o"] = {}, glue_object()
-        text: dict[str, Any] = {"c": glue}
+        sources: dict[str, str] = {}
+        if c_object is not None:
+            files[C_OBJECT] = c_object()
+        elif c_source:
+            sources["imported_c.c"] = c_source
+        text: dict[str, Any] = {"c": c_source} if c_source else {}
         module = NativeModule("llvm", sources, files, names, options, text,
                               foreign_triple=self.foreign)
         ir_text = linked()
@@ -125,14 +150,35 @@ class LLVMKernelBuilder:
         tm, llvm = self.tm, initialized_llvm()[1]
         module.text.update({"ll": ir_text, "": ir_text,
                             "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))})
-        if config.debug_level() >= 4:  # the library printed its C glue; the kernels' LLVM
+        if config.debug_level() >= 4:  # the library printed its C; the kernels' LLVM
             print(f"[kiln codegen] generated ll:\n{ir_text}", file=sys.stderr)
         return module
+
+    def _collect(self, cg: CodeGenLLVM) -> None:
+        """Take in a module's kernel signatures, import_c sources and externs."""
+        self.signatures += cg.signatures
+        self.packed_names += cg.packed_names
+        self.imported_c += [c for c in cg.imported_c if c not in self.imported_c]
+        self.externs.update(cg.externs)
+        self.extern_types.update(cg.extern_types)
+        self.uses_module_ctx |= cg.uses_module_ctx
+
+    def _imported_c_source(self) -> str:
+        """The C translation unit of the ``pragma_import_c`` sources and the trampolines
+        ``call_extern`` reaches them through (the narrow-type conversions of the C prelude
+        are C too); empty when no kernel needs C."""
+        helpers = [name for name in self.externs if _is_prelude_helper(name)]
+        if not self.imported_c and not helpers:
+            return ""
+        parts = [c_abi.preamble("llvm"), c_abi.PRELUDE_HELPERS.strip()]
+        parts += ["/* imported by pragma import_c */\n" + src.strip() for src in self.imported_c]
+        parts += [_extern_trampoline(name, *types) for name, types in self.externs.items()]
+        return "\n\n".join(parts) + "\n"
 
 
 @register_func("target.build.llvm", override=True)
 def build_llvm(mod: Any, target: Any = None) -> Any:
-    """``target.build.llvm``: LLVM objects + C packed wrappers -> one loaded shared library."""
+    """``target.build.llvm``: LLVM objects (kernels, wrappers, glue) -> one loaded library."""
     builder = LLVMKernelBuilder(target)
     for symbol, func in c_abi.primfuncs_of(mod):
         builder.add(symbol, func)
@@ -146,9 +192,24 @@ def _same_machine(triple: str, host: str) -> bool:
     return arch == host_arch and ("linux" in rest) == ("linux" in host_rest)
 
 
+def _object_name(symbol: str) -> str:
+    """The object file name of kernel ``symbol`` (a file system takes 255 bytes a name)."""
+    if len(symbol) <= 120:
+        return f"{symbol}.o"
+    import hashlib
+
+    return f"{symbol[:100]}_{hashlib.sha256(symbol.encode()).hexdigest()[:16]}.o"
+
+
+def _is_prelude_helper(name: str) -> bool:
+    """Whether ``name`` is one of the C prelude's ``static inline`` helpers (narrow-type
+    conversions), which only C can call."""
+    return name.startswith("kiln_") and f" {name}(" in c_abi.PRELUDE_HELPERS
+
+
 def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:
     """An exported C function forwarding to ``name`` (which may be static in import_c)."""
     params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args)) or "void"
     call = f"{name}({', '.join(f'a{i}' for i in range(len(c_args)))})"
     body = f"{call};" if c_ret == "void" else f"return {call};"
-    return f"\n{c_ret} __kiln_extern_{name}({params}) {{ {body} }}\n"
+    return f"{c_ret} __kiln_extern_{name}({params}) {{ {body} }}"

@@ -3,28 +3,31 @@ and the on-disk object cache.
 
 Entry points: :func:`llvm_available`, :func:`llvmlite_modules`, :func:`initialized_llvm`,
 :func:`host_target_machine`, :func:`parse_and_optimize`, :func:`compile_in_background` (the
-object file of an IR module, optimized and emitted on kiln's LLVM thread while the caller goes
+object file of an IR module, optimized and emitted on kiln's LLVM threads while the caller goes
 on, or read from ``KILN_CACHE_DIR/llvm`` when the same IR was compiled for the same target,
 host CPU and LLVM before), :func:`compile_cached` (the same, waited for), :func:`link_ir`,
-:func:`optimize`, :func:`opt_level`.
+:func:`optimize`, :func:`opt_level`, :func:`llvm_thread_count`.
 
-llvmlite holds one lock around every call into LLVM but releases Python's lock while LLVM
-works: one LLVM thread keeps a second core busy optimizing while Python lowers the next
-kernel, and more threads would only queue on llvmlite's lock.
+llvmlite releases Python's lock while LLVM works, so kiln's LLVM threads keep the other cores
+busy optimizing while Python lowers the next kernel. llvmlite also holds one process-wide
+lock around every call into LLVM; kiln's threads, each with its own LLVMContext and
+TargetMachine, pass it (:data:`LLVM_THREADS`), so they optimize two kernels at once.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from kiln.runtime.error import TVMError
+from kiln.target.llvm_fork import guard_forks
 
 __all__ = ["llvm_available", "llvmlite_modules", "initialized_llvm", "host_target_machine",
            "parse_and_optimize", "compile_in_background", "compile_cached", "link_ir",
-           "llvm_thread_seconds", "object_cache_path", "optimize", "opt_level"]
+           "llvm_thread_count", "llvm_thread_seconds", "object_cache_path", "optimize", "opt_level"]
 
 
 def llvmlite_modules():
@@ -37,6 +40,7 @@ def llvmlite_modules():
             "target 'llvm' needs llvmlite, which is not installed; install the extra with "
             "`pip install kiln[llvm]` or use target 'c'"
         ) from None
+    guard_forks(binding)  # a fork waits for the LLVM call in progress (kiln.target.llvm_fork)
     return ir, binding
 
 
@@ -81,7 +85,9 @@ def host_target_machine(target: Any = None):
         llvm_target = llvm.Target.from_triple(triple or llvm.get_process_triple())
     except RuntimeError as err:
         raise TVMError(f"LLVM cannot generate code for -mtriple={triple}: {err}") from None
-    return llvm_target.create_target_machine(cpu=mcpu, features=features, opt=3, reloc="pic",
+    # -opt-level sets instruction selection and register allocation too (as TVM's does)
+    return llvm_target.create_target_machine(cpu=mcpu, features=features,
+                                             opt=opt_level(target), reloc="pic",
                                              codemodel="default")
 
 
@@ -91,12 +97,12 @@ def opt_level(target: Any) -> int:
     return min(max(opt_level, 0), 3)
 
 
-def parse_and_optimize(module: Any, tm: Any, target: Any):
+def parse_and_optimize(module: Any, tm: Any, target: Any, context: Any = None):
     """The verified, optimized llvmlite ModuleRef of the llvmlite IR ``module`` (or its
-    text)."""
+    text), in LLVM's global context or ``context``."""
     _, llvm = initialized_llvm()
     try:
-        ref = llvm.parse_assembly(str(module))
+        ref = llvm.parse_assembly(str(module), context)
         ref.verify()
     except RuntimeError as err:
         raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{module}") from None
@@ -115,7 +121,7 @@ def _host_cpu() -> tuple[str, str]:
 def object_cache_path(ir_text: str, target: Any) -> Any:
     """Where the object file of this unoptimized IR for this target is cached: the key covers
     the IR (with its triple and data layout), the target string, the host CPU and features
-    (what ``-mcpu=native`` or no ``-mcpu`` select) and the LLVM version."""
+    (what ``-mcpu=native`` or no ``-mcpu`` select), the pipeline and the LLVM version."""
     import hashlib
 
     from kiln.runtime import config
@@ -123,36 +129,104 @@ def object_cache_path(ir_text: str, target: Any) -> Any:
     _, llvm = initialized_llvm()
     key = hashlib.sha256("\0".join([
         ir_text, str(target), *_host_cpu(), str(opt_level(target)),
-        str(llvm.llvm_version_info)]).encode()).hexdigest()
+        f"unroller {LLVM_UNROLLER}", str(llvm.llvm_version_info)]).encode()).hexdigest()
     return config.cache_dir() / "llvm" / key
 
 
-# (pid, executor): the one thread that runs LLVM for this process; a forked child makes its
-# own (the parent's thread does not exist there)
-_LLVM_THREAD: tuple[int, Any] | None = None
+# kiln's LLVM threads. Each works in an LLVMContext and TargetMachine of its own (LLVM is
+# thread-safe across contexts), so two kernels optimize at once while Python lowers the next:
+# llvmlite's process-wide lock around every LLVM call, which would make them take turns, is
+# passed by these threads only (see _WorkerBypassLock).
+LLVM_THREADS = 2
+# (pid, executor): a forked child makes its own (the parent's threads do not exist there)
+_LLVM_POOL: tuple[int, Any] | None = None
+_WORKER = threading.local()  # .isolated: this thread touches only its own LLVM objects
 
 
-def _llvm_thread() -> Any:
-    global _LLVM_THREAD
+class _WorkerBypassLock:
+    """Stands in for the RLock inside llvmlite's lock: kiln's LLVM threads pass (they touch
+    only their own context, machine and modules); every other thread locks as before."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        return True if getattr(_WORKER, "isolated", False) else self.inner.acquire(*args,
+                                                                                   **kwargs)
+
+    def release(self) -> None:
+        if not getattr(_WORKER, "isolated", False):
+            self.inner.release()
+
+
+def _bypass_llvmlite_lock() -> bool:
+    """Install :class:`_WorkerBypassLock` in llvmlite's lock (once); False when this llvmlite
+    keeps its lock elsewhere (its LLVM calls then take turns on one thread)."""
+    from llvmlite.binding import ffi
+
+    llvm_lock = getattr(getattr(ffi, "lib", None), "_lock", None)
+    inner = getattr(llvm_lock, "_lock", None)
+    if inner is None or not hasattr(inner, "acquire"):
+        return False
+    if not isinstance(inner, _WorkerBypassLock):
+        llvm_lock._lock = _WorkerBypassLock(inner)
+    return True
+
+
+def _isolate_worker() -> None:
+    _WORKER.isolated = True
+    _WORKER.machines = {}
+
+
+def _llvm_pool() -> Any:
+    global _LLVM_POOL
     from concurrent.futures import ThreadPoolExecutor
 
-    if _LLVM_THREAD is None or _LLVM_THREAD[0] != os.getpid():
-        _LLVM_THREAD = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="kiln-llvm"))
-    return _LLVM_THREAD[1]
+    if _LLVM_POOL is None or _LLVM_POOL[0] != os.getpid():
+        initialized_llvm()  # targets registered before any thread runs unlocked
+        threads = LLVM_THREADS if _bypass_llvmlite_lock() else 1
+        _LLVM_POOL = (os.getpid(), ThreadPoolExecutor(
+            threads, thread_name_prefix="kiln-llvm",
+            initializer=_isolate_worker if threads > 1 else None))
+    return _LLVM_POOL[1]
+
+
+def llvm_thread_count() -> int:
+    """How many threads kiln's LLVM work runs on in this process (:data:`LLVM_THREADS`, or 1
+    when this llvmlite's lock cannot be passed)."""
+    return _llvm_pool()._max_workers
+
+
+def _worker_machine(tm: Any, target: Any) -> Any:
+    """The calling LLVM thread's own TargetMachine for ``target`` (``tm`` when the thread
+    shares llvmlite's lock: then no two threads use it at once)."""
+    if not getattr(_WORKER, "isolated", False):
+        return tm
+    key = str(target)
+    if key not in _WORKER.machines:
+        _WORKER.isolated = False  # target lookup may register targets: under the lock
+        try:
+            _WORKER.machines[key] = host_target_machine(target)
+        finally:
+            _WORKER.isolated = True
+    return _WORKER.machines[key]
 
 
 def compile_in_background(ir_text: str, tm: Any, target: Any) -> Callable[[], tuple[bytes, str]]:
-    """Start optimizing ``ir_text`` and emitting its object on kiln's LLVM thread; return a
+    """Start optimizing ``ir_text`` and emitting its object on kiln's LLVM threads; return a
     function that waits and gives ``(object bytes, optimized IR text)`` (or raises the
     TVMError of invalid IR). A module compiled before for the same target and host is read
     from the disk cache and starts nothing."""
+    from kiln.runtime import disk_cache
+
     path = object_cache_path(ir_text, target)
     try:
         found = path.with_suffix(".o").read_bytes(), path.with_suffix(".ll").read_text()
+        disk_cache.touch(path.with_suffix(".o"))  # used: the cache's size cap keeps it
         return lambda: found
     except OSError:
         pass
-    return _llvm_thread().submit(_compile_and_store, ir_text, tm, target, path).result
+    return _llvm_pool().submit(_compile_and_store, ir_text, tm, target, path).result
 
 
 def compile_cached(module: Any, tm: Any, target: Any) -> tuple[bytes, str]:
@@ -162,33 +236,44 @@ def compile_cached(module: Any, tm: Any, target: Any) -> tuple[bytes, str]:
     return compile_in_background(str(module), tm, target)()
 
 
-# CPU seconds the LLVM thread has spent optimizing and emitting (KILN_DEBUG=1's breakdown
+# CPU seconds the LLVM threads have spent optimizing and emitting (KILN_DEBUG=1's breakdown
 # reads how much a build added)
 _THREAD_SECONDS = [0.0]
+_THREAD_SECONDS_LOCK = threading.Lock()
 
 
 def llvm_thread_seconds() -> float:
-    """CPU seconds kiln's LLVM thread has worked in this process so far."""
+    """CPU seconds kiln's LLVM threads have worked in this process so far (all together)."""
     return _THREAD_SECONDS[0]
 
 
 def _compile_and_store(ir_text: str, tm: Any, target: Any, path: Any) -> tuple[bytes, str]:
-    """Optimize and emit one module (on the LLVM thread) and store the result in the cache."""
+    """Optimize and emit one module (on an LLVM thread) and store the result in the cache."""
     import time
 
     start = time.thread_time()
     try:
         return _compile_and_store_timed(ir_text, tm, target, path)
     finally:
-        _THREAD_SECONDS[0] += time.thread_time() - start
+        with _THREAD_SECONDS_LOCK:
+            _THREAD_SECONDS[0] += time.thread_time() - start
 
 
 def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
                              ) -> tuple[bytes, str]:
     import tempfile
 
-    ref = parse_and_optimize(ir_text, tm, target)
-    obj, optimized = tm.emit_object(ref), str(ref)
+    _, llvm = initialized_llvm()
+    tm = _worker_machine(tm, target)
+    context = llvm.create_context()  # this module's own: freed with it, shared with no one
+    try:
+        ref = parse_and_optimize(ir_text, tm, target, context)
+        try:
+            obj, optimized = tm.emit_object(ref), str(ref)
+        finally:
+            ref.close()  # before its context
+    finally:
+        context.close()
     obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,33 +286,52 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
             os.replace(tmp, final)
     except OSError:
         pass  # a read-only cache only costs the next build its time
+    from kiln.runtime import disk_cache
+
+    disk_cache.stored()
     return obj, optimized
 
 
 def link_ir(texts: Sequence[str]) -> Callable[[], str]:
-    """Start linking the IR texts of several modules into one on the LLVM thread; return a
+    """Start linking the IR texts of several modules into one on an LLVM thread; return a
     function that waits and gives its text (a whole library's ``get_source("ll")``)."""
     if len(texts) == 1:
         return lambda: texts[0]
 
     def link() -> str:
         _, llvm = initialized_llvm()
-        whole = llvm.parse_assembly(texts[0])
-        for text in texts[1:]:
-            whole.link_in(llvm.parse_assembly(text))
-        return str(whole)
+        context = llvm.create_context()
+        try:
+            whole = llvm.parse_assembly(texts[0], context)
+            for text in texts[1:]:
+                whole.link_in(llvm.parse_assembly(text, context))  # link_in frees the part
+            text = str(whole)
+            whole.close()
+            return text
+        finally:
+            context.close()
 
-    return _llvm_thread().submit(link).result
+    return _llvm_pool().submit(link).result
+
+
+# LLVM's loop unroller runs only on loops the codegen marks ``llvm.loop.unroll.full`` (small
+# innermost loops): TIR's schedules already unrolled and vectorized what they meant to, and
+# the unroller's own heuristics tripled the code of conv, pool and reduction kernels for no
+# run time (ResNet-18: LLVM CPU -33%, MobileNet -53%, models.py run times unchanged).
+# ``True`` restores LLVM's stock -O3 (benchmarks/llvm_pipeline.py compares the two).
+LLVM_UNROLLER = False
 
 
 def optimize(llvm, ref, tm, opt_level: int) -> None:
-    """Run LLVM's standard O<n> pipeline with loop and SLP vectorization."""
+    """Run LLVM's O<n> pipeline with loop and SLP vectorization (at O2 and O3); the loop
+    unroller unrolls only the loops marked for it unless :data:`LLVM_UNROLLER`."""
     vectorize = opt_level >= 2
+    unroll = vectorize and LLVM_UNROLLER
     if hasattr(llvm, "create_pass_builder"):  # llvmlite >= 0.44: the new pass manager
         tuning = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         tuning.loop_vectorization = vectorize
         tuning.slp_vectorization = vectorize
-        tuning.loop_unrolling = vectorize
+        tuning.loop_unrolling = unroll
         passes = llvm.create_pass_builder(tm, tuning)
         passes.getModulePassManager().run(ref, passes)
         return
@@ -235,6 +339,7 @@ def optimize(llvm, ref, tm, opt_level: int) -> None:
     builder.opt_level = opt_level
     builder.loop_vectorize = vectorize
     builder.slp_vectorize = vectorize
+    builder.disable_unroll_loops = not unroll
     manager = llvm.create_module_pass_manager()
     tm.add_analysis_passes(manager)
     builder.populate(manager)

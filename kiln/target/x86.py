@@ -19,24 +19,29 @@ from kiln.runtime.error import TVMError
 
 __all__ = ["target_has_features", "simd_32bit_lanes", "host_features"]
 
-# -mcpu name prefixes of the x86 CPUs with each feature (LLVM's names; later CPUs of a line
-# share the prefix, e.g. znver4/znver5 for AVX-512)
-_CPUS_WITH = {
-    "avx512f": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
+# -mcpu name prefixes of the x86 CPUs with each feature (LLVM's names, up to LLVM 22's; later
+# CPUs of a line share the prefix, e.g. znver4/znver5 for AVX-512, graniterapids-d,
+# icelake-client/-server, arrowlake-s). tests/target/test_x86_cpu_table.py checks every name
+# against the code LLVM generates for it and against gcc's -march macros.
+_AVX512_CPUS = ("skylake-avx512", "skx", "cascadelake", "cooperlake", "cannonlake", "icelake",
                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
-                "knl", "knm", "znver4", "znver5", "x86-64-v4"),
-    "avx512bw": ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake",
-                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
-                 "znver4", "znver5", "x86-64-v4"),
+                "diamondrapids", "novalake", "znver4", "znver5")
+# the AVX-512 CPUs with VNNI and VBMI too: Ice Lake on, Zen 4 on
+_AVX512_VNNI_VBMI_CPUS = ("icelake", "tigerlake", "rocketlake", "sapphirerapids",
+                          "emeraldrapids", "graniterapids", "diamondrapids", "novalake",
+                          "znver4", "znver5")
+_CPUS_WITH = {
+    "avx512f": _AVX512_CPUS + ("knl", "knm", "x86-64-v4"),
+    "avx512bw": _AVX512_CPUS + ("x86-64-v4",),
     # AVX512-VNNI (vpdpbusd / vpdpwssd); Alder Lake's VEX "avxvnni" is another feature
-    "avx512vnni": ("cascadelake", "cooperlake", "icelake", "tigerlake", "rocketlake",
-                   "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"),
-    "avx512vbmi": ("cannonlake", "icelake", "tigerlake", "rocketlake", "sapphirerapids",
-                   "emeraldrapids", "graniterapids", "znver4", "znver5"),
-    "avx2": ("haswell", "core-avx2", "broadwell", "skylake", "cascadelake", "cooperlake",
-             "cannonlake", "icelake", "tigerlake", "rocketlake", "alderlake", "raptorlake",
-             "meteorlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver",
-             "bdver4", "x86-64-v3", "x86-64-v4", "knl", "knm"),
+    "avx512vnni": _AVX512_VNNI_VBMI_CPUS + ("cascadelake", "cooperlake"),
+    "avx512vbmi": _AVX512_VNNI_VBMI_CPUS + ("cannonlake",),
+    # the hybrid and E-core lines (Alder Lake on, Sierra Forest on) have AVX2 but no AVX-512
+    "avx2": _AVX512_CPUS + ("haswell", "core-avx2", "broadwell", "skylake", "alderlake",
+                            "raptorlake", "meteorlake", "arrowlake", "lunarlake",
+                            "pantherlake", "wildcatlake", "gracemont", "sierraforest",
+                            "grandridge", "clearwaterforest", "znver", "bdver4",
+                            "x86-64-v3", "x86-64-v4", "knl", "knm"),
 }
 # every AVX2 CPU above has FMA3, and so do the AMD lines before AVX2 (Piledriver on)
 _CPUS_WITH["fma"] = _CPUS_WITH["avx2"] + ("bdver2", "bdver3")

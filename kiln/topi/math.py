@@ -267,27 +267,40 @@ def full_like(x: te.Tensor, fill_value: Any) -> te.Tensor:
 def _q_multiply_shift(x: Any, multiplier: Any, left: Any, right: Any,
                       left_required: bool) -> Any:
     """TVM's ``q_multiply_shift`` lowering: ``round((x << left) * multiplier / 2**(31 +
-    right))`` rounding half up, the product in int64, the result int32 (``right >= 0``)."""
+    right))`` rounding half up, the product in int64, the result int32.
+
+    Defined for every int32 operand (run-time per-axis parameters can be anything): a
+    negative shift counts as 0 and a left shift above 63 as 63, so no shift amount leaves
+    [0, 63] (C leaves those undefined); every multiplier, -2**31 included, and every right
+    shift are exact."""
+    i32, i64 = (lambda v: _op.const(v, "int32")), (lambda v: _op.const(v, "int64"))
     wide = _op.cast(x, "int64")
+    r = _op.max(_op.cast(right, "int32"), i32(0))
     if left_required:
-        wide = _op.left_shift(wide, _op.cast(left, "int64"))
-        total = _op.cast(right, "int64") + _op.const(31, "int64")
-        nudge = _op.left_shift(_op.const(1, "int64"), total - _op.const(1, "int64"))
-        return _op.cast(_op.right_shift(wide * _op.cast(multiplier, "int64") + nudge, total),
-                        "int32")
-    # Without a left shift |x * multiplier| < 2**62 (multiplier > -2**31), so the product
-    # shifted by the constant 31 fits int32, and floor((p + 2**(30 + r)) / 2**(31 + r)) is
-    # (p >> 31) >> r plus bit 30 + r of p: constant 64-bit shifts and 32-bit variable ones
-    # (a 32-bit core shifts 64 bits by a variable in ~7 instructions). From r = 32 on the
-    # rounded quotient is 0.
+        shift = _op.min(_op.max(_op.cast(left, "int32"), i32(0)), i32(63))
+        product = _op.left_shift(wide, _op.cast(shift, "int64")) * _op.cast(multiplier, "int64")
+        # floor((p + 2**(30 + r)) / 2**(31 + r)) as floor((p >> 1) + 2**(29 + r)) / 2**(30 + r)):
+        # the sum cannot overflow, and from r = 33 on the quotient is 0 (|p| < 2**63)
+        rs = _op.cast(_op.min(r, i32(33)), "int64")
+        nudge = _op.left_shift(i64(1), rs + i64(29))
+        return _op.cast(_op.right_shift(_op.right_shift(product, i64(1)) + nudge,
+                                        rs + i64(30)), "int32")
+    # Without a left shift |x * multiplier| <= 2**62, and floor((p + 2**(30 + r)) / 2**(31 +
+    # r)) is floor(p / 2**(31 + r)) plus bit 30 + r of p: constant 64-bit shifts and 32-bit
+    # variable ones (a 32-bit core shifts 64 bits by a variable in ~7 instructions). p >> 31
+    # fits int32 except p = 2**62 (x = multiplier = -2**31), so r >= 1 starts from p >> 32.
+    # From r = 33 on the rounded quotient is 0 (r = 32 rounds 2**62 up to 1).
     product = wide * _op.cast(multiplier, "int64")
-    r = _op.cast(right, "int32")
-    high = _op.cast(_op.right_shift(product, _op.const(31, "int64")), "int32")
-    bits = _op.cast(_op.right_shift(product, _op.const(30, "int64")), "uint32")
-    round_bit = _op.cast(_op.right_shift(bits, _op.cast(r, "uint32")) & _op.const(1, "uint32"),
-                         "int32")
-    return Select(r < _op.const(32, "int32"), _op.right_shift(high, r) + round_bit,
-                  _op.const(0, "int32"))
+    rs = _op.min(r, i32(32))
+    below = _op.max(rs - i32(1), i32(0))
+    high = Select(rs == i32(0), _op.cast(_op.right_shift(product, i64(31)), "int32"),
+                  _op.right_shift(_op.cast(_op.right_shift(product, i64(32)), "int32"), below))
+    one = _op.const(1, "uint32")
+    bit30 = _op.cast(_op.right_shift(product, i64(30)), "uint32") & one
+    above = _op.right_shift(_op.cast(_op.right_shift(product, i64(31)), "uint32"),
+                            _op.cast(below, "uint32")) & one
+    round_bit = _op.cast(Select(rs == i32(0), bit30, above), "int32")
+    return Select(r < i32(33), high + round_bit, i32(0))
 
 
 def fixed_point_multiply(x: te.Tensor, multiplier: int, shift: int) -> te.Tensor:
@@ -309,8 +322,8 @@ def fixed_point_multiply_per_axis(x: te.Tensor, y: te.Tensor, lshift: te.Tensor,
                                   is_rshift_required: int, axes: Any) -> te.Tensor:
     """``x`` (int32) times ``y * 2**(lshift - rshift - 31)`` with ``y``, ``lshift``,
     ``rshift`` indexed by ``x``'s ``axes`` (TVM's ``topi.fixed_point_multiply_per_axis``;
-    ``rshift`` is applied whatever ``is_rshift_required`` says, as TVM's lowering does;
-    ``y`` above -2**31)."""
+    ``rshift`` is applied whatever ``is_rshift_required`` says, as TVM's lowering does; a
+    negative shift counts as 0, a left shift above 63 as 63)."""
     axes = [int(a) for a in axes]
 
     def at(*i):

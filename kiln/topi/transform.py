@@ -451,6 +451,9 @@ def parse_layout(layout: str) -> list[tuple[str, int]]:
             raise TVMError(f"layout {layout!r}: primal axis {letter} cannot have a factor")
         if letter.islower() and not number:
             raise TVMError(f"layout {layout!r}: sub-axis {letter} needs a factor")
+        if letter.islower() and int(number) == 0:
+            raise TVMError(f"layout {layout!r}: sub-axis {letter} has factor 0; a block factor "
+                           f"must be positive")
         out.append((letter, int(number) if number else 0))
     return out
 

@@ -12,7 +12,6 @@ import pytest
 import kiln as tvm
 from kiln import autotvm, relay
 from kiln.autotvm.graph_tuner import (
-    INFER_LAYOUT,
     DPTuner,
     PBQPTuner,
     layout_shape,
@@ -113,29 +112,29 @@ def _records(tasks, per_task=4, scale=1e-4):
     return records
 
 
-def _blocked_layouts(workload, cfg):
-    """TVM's NCHWc convolution layouts: activations blocked by tile_ic in, tile_oc out."""
-    return f"NCHW{cfg['tile_ic'].size[-1]}c", f"NCHW{cfg['tile_oc'].size[-1]}c"
+def _legacy_tasks(tasks):
+    """The older conv2d_nchw.x86 tasks of the same convs (NCHW in and out)."""
+    return [autotvm.task.create("conv2d_nchw.x86", (*t.args[:5], t.args[7]), TARGET)
+            for t in tasks]
 
 
-def test_graph_tuner_on_a_small_convnet_picks_records_that_build_and_match_numpy(
-        tmp_path, monkeypatch):
+def test_graph_tuner_on_a_small_convnet_picks_records_that_build_and_match_numpy(tmp_path):
     mod, params = _convnet()
     tasks = autotvm.task.extract_from_program(mod, params, TARGET,
                                               ops=[relay.op.get("nn.conv2d")])
-    assert len(tasks) == 3
-    records = _records(tasks)
+    assert len(tasks) == 3 and {t.name for t in tasks} == {"conv2d_NCHWc.x86"}
     conv = [relay.op.get("nn.conv2d")]
 
     # kiln's NCHW convolution: no transform whatever the blocks, so the per-layer best
-    tuner = DPTuner(mod["main"], {"data": (1, 8, 8, 8)}, records, conv, TARGET)
+    tuner = DPTuner(mod["main"], {"data": (1, 8, 8, 8)}, _records(_legacy_tasks(tasks)), conv,
+                    TARGET)
     tuner.benchmark_layout_transform(min_exec_num=10)
     tuner.run()
     assert tuner.per_layer_best_choice() == tuner._choice
 
-    # with TVM's blocked layouts the transforms between the convs count (the made-up conv
-    # times are a few transforms' long, so the choice is a trade-off)
-    monkeypatch.setitem(INFER_LAYOUT, "conv2d_nchw.x86", _blocked_layouts)
+    # the NCHWc template's blocked layouts (NCHW{tile_ic}c in, NCHW{tile_oc}c out): the
+    # transforms between the convs count (the made-up conv times are a few transforms' long,
+    # so the choice is a trade-off)
     records = _records(tasks, scale=2e-6)
     layout_log = tmp_path / "layouts.json"
     chosen = {}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from kiln import autotvm, te
-from kiln.autotvm.measure.replay import load_table, replay_option, save_table
+from kiln.autotvm.measure.replay import load_table, measure_table, replay_option, save_table
 from kiln.runtime.error import TVMError
 
 TABLE = Path(__file__).parent / "data" / "conv2d_resnet_l1_grid.json"
@@ -72,3 +72,34 @@ def test_a_table_of_another_workload_or_space_is_refused(task, table, tmp_path):
     path.write_text("{}")
     with pytest.raises(TVMError, match="not a replay table"):
         load_table(path, task)
+
+
+@pytest.mark.parametrize("content", [
+    None, b"\x00\xffgarbage", b"[1, 2]",
+    b'{"format": "kiln.autotvm.replay/1", "task": ["t", []], "space_size": 1, "seconds": []}',
+    b'{"format": "kiln.autotvm.replay/1", "task": ["t", []], "space_size": 1,'
+    b' "seconds": {"zero": 1.0}}',
+    b'{"format": "kiln.autotvm.replay/1", "task": ["t", []], "space_size": 1,'
+    b' "seconds": {"0": "fast"}}',
+    b'{"format": "kiln.autotvm.replay/1", "task": ["t", []], "space_size": 1,'
+    b' "seconds": {"0": -1}}',
+], ids=["missing", "binary", "list", "seconds-list", "bad-index", "bad-cost", "negative"])
+def test_a_missing_or_garbage_table_file_raises_naming_it(tmp_path, content):
+    path = tmp_path / "table.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(TVMError, match=r"table\.json is not a replay table"):
+        load_table(path)
+
+
+def test_measure_table_leaves_files_named_like_a_replayed_config_alone(task, table, tmp_path,
+                                                                      monkeypatch):
+    """A replay builder's "library" is the config's index: files of that name in the working
+    directory are the user's (they were copied, timed and deleted)."""
+    monkeypatch.chdir(tmp_path)
+    for index in range(3):
+        (tmp_path / str(index)).write_text("mine")
+    measured = measure_table(task, replay_option(table))
+    assert measured == table
+    assert [(tmp_path / str(i)).read_text() for i in range(3)] == ["mine"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1", "2"]

@@ -53,7 +53,8 @@ def test_relay_build_under_tophub_uses_the_packaged_blocks_and_stays_correct():
         m.run()
         np.testing.assert_allclose(m.get_output(0).numpy(), want, rtol=1e-4, atol=1e-4)
     assert packed[False] == [(4, 64, 3, 3, 16)]  # kiln's modelled 16-channel blocks
-    assert packed[True] == [(2, 64, 3, 3, 32)]   # the package's tile_oc 32
+    # the package's conv2d_NCHWc.x86 line: tile_oc 32 (the data is the graph's NCHW input)
+    assert packed[True] == [(2, 64, 3, 3, 32)]
 
 
 def test_tophub_location_none_a_folder_or_a_url(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import pytest
 
@@ -237,3 +238,22 @@ def test_an_interrupt_in_a_python_function_stops_the_loop_and_propagates(tmp_pat
     served.sock.sendall(_call_packet(served.handle("native_loop.interrupt")))
     assert served.ended()
     assert isinstance(served.error, KeyboardInterrupt)
+
+
+def test_the_answered_count_goes_past_two_to_the_31(tmp_path):
+    """The count of calls the C loop answered is 64-bit unsigned in C and in its ctypes
+    mirror: past 2**31 it keeps counting (a C int overflowed, undefined, and read negative)."""
+    served = Served(tmp_path)
+    nop = served.handle("testing.nop")
+    served.sock.sendall(_call_packet(nop))
+    assert served.sock.recv(64) == _VOID_REPLY
+    state = served.session.native_loop.state
+    for _ in range(5000):  # its count done, the loop waits in recv: no write races ours
+        if state.answered == 1:
+            break
+        time.sleep(0.001)
+    state.answered = 2**31 - 1
+    for _ in range(3):
+        served.sock.sendall(_call_packet(nop))
+        assert served.sock.recv(64) == _VOID_REPLY
+    assert 2**31 + 1 <= state.answered <= 2**31 + 2  # the last one may still be counting

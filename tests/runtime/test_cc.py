@@ -70,9 +70,9 @@ def test_default_options_are_the_host_kernel_flags() -> None:
 def test_cache_hit_returns_the_same_file_without_rebuilding() -> None:
     sources = {"k.c": "int kiln_cache_probe_1(void) { return 7; }\n"}
     first = cc.cached_shared_library(sources, ["-O1", "-fPIC"])
-    stamp = first.stat().st_mtime_ns
+    inode = first.stat().st_ino  # a rebuild renames a new file into place (a hit touches it)
     second = cc.cached_shared_library(sources, ["-O1", "-fPIC"])
-    assert second == first and second.stat().st_mtime_ns == stamp
+    assert second == first and second.stat().st_ino == inode
     assert ctypes.CDLL(str(first)).kiln_cache_probe_1() == 7
 
 
@@ -179,3 +179,79 @@ def _compile_cube_in_background(path: str) -> None:
 
     source = "int cube(int x) { return x * x * x; }\n"
     Path(path).write_bytes(runtime_cc.compile_in_background(source, ["-O1", "-fPIC"])())
+
+
+def test_cached_library_of_several_c_files_compiles_each_to_its_own_cached_object(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    quad = "int square(int); int quad(int x) { return square(square(x)); }\n"
+    lib = ctypes.CDLL(str(runtime_cc.cached_shared_library(
+        {"a.c": SQUARE_C, "b.c": quad}, ["-O1", "-fPIC"])))
+    assert lib.quad(3) == 81
+    assert len(list((tmp_path / "cache" / "cc").glob("obj_*.o"))) == 2
+    # another library sharing a.c compiles only its new file
+    compiled = []
+    compile_object = runtime_cc.compile_object
+    monkeypatch.setattr(runtime_cc, "compile_object",
+                        lambda out, src, *a, **k: compiled.append(Path(src).read_text())
+                        or compile_object(out, src, *a, **k))
+    cube = "int square(int); int cube(int x) { return x * square(x); }\n"
+    lib = ctypes.CDLL(str(runtime_cc.cached_shared_library(
+        {"a.c": SQUARE_C, "c.c": cube}, ["-O1", "-fPIC"])))
+    assert lib.cube(3) == 27 and compiled == [cube]
+
+
+def test_a_request_for_an_object_in_flight_waits_for_that_compile(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    release, calls = threading.Event(), []
+    compile_object = runtime_cc.compile_object
+
+    def slow(*args, **kwargs):
+        calls.append(args)
+        release.wait(10)
+        return compile_object(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_cc, "compile_object", slow)
+    first = runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])
+    second = runtime_cc.compile_in_background(SQUARE_C, ["-O1", "-fPIC"])
+    release.set()
+    assert first() == second() and len(calls) == 1
+
+
+def test_a_failing_file_of_a_several_file_library_is_reported(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(TVMError, match="missing_xyz"):
+        runtime_cc.cached_shared_library(
+            {"a.c": SQUARE_C, "b.c": "int f(void) { return missing_xyz; }\n"}, ["-O1"])
+    assert not list((tmp_path / "cache" / "cc").glob("lib_*.so"))
+
+
+def test_create_shared_compiles_several_c_files_each_to_a_cached_object(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a.c").write_text(SQUARE_C)
+    (tmp_path / "b.c").write_text("int square(int); int quad(int x) { return square(square(x)); }")
+    files = [tmp_path / "a.c", tmp_path / "b.c"]
+    assert ctypes.CDLL(cc.create_shared(tmp_path / "ab.so", files)).quad(3) == 81
+    assert len(list((tmp_path / "cache" / "cc").glob("obj_*.o"))) == 2
+    monkeypatch.setattr(runtime_cc, "compile_object", None)  # exported again: only a link
+    assert ctypes.CDLL(cc.create_shared(tmp_path / "ab2.so", files)).quad(2) == 16
+
+
+def test_create_shared_names_the_failing_file_of_several(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "good.c").write_text(SQUARE_C)
+    (tmp_path / "bad.c").write_text("int broken(void) { return undeclared_thing_xyz; }\n")
+    with pytest.raises(TVMError, match="bad.c") as info:
+        cc.create_shared(tmp_path / "x.so", [tmp_path / "good.c", tmp_path / "bad.c"])
+    assert "undeclared_thing_xyz" in str(info.value)

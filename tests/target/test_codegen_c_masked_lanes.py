@@ -22,7 +22,8 @@ from kiln.target import Target
 from kiln.target.build import build_module
 
 RNG = np.random.default_rng(29)
-TARGETS = ["c", "llvm"]
+# the host's C (AVX-512 vectors where the host has them) and AVX2-wide C
+TARGETS = ["c", "c -mcpu=core-avx2", "llvm"]
 WIDTHS = [4, 8, 16]
 N = 48  # three 16-lane vectors
 EDGE = 37  # no width divides it: the last vector hangs past the end of a 37-element buffer
@@ -357,13 +358,25 @@ def test_a_scalar_load_in_an_arm_runs_only_if_some_lane_takes_it(c_source):
     assert " ? S[io] : " in body and "_o[_l] = _m[_l] ?" not in body
 
 
-@pytest.mark.parametrize("name", ["padded_2d_x8", "nested_parity_x16"])
-def test_contiguous_loads_past_the_border_are_masked_loads(c_source, name):
-    """Native-width masked loads: the 16-lane choice arrives in two 8-lane parts
-    (tir.SplitWideVectors runs before tir.MaskFaultingLanes)."""
-    body = _function_c(c_source, name)
-    assert "kiln_maskload_float32x8(" in body and "_m[_l]" not in body
-    assert "_mm256_maskload_ps(" in c_source  # the helper uses AVX2 where it is there
+@functools.cache
+def _emitted(target: str) -> str:
+    from kiln.target.codegen_c import emit_c
+
+    return emit_c(_all_kernels(), Target(target))[0]
+
+
+@pytest.mark.parametrize("target, register_lanes", [("c -mcpu=core-avx2", 8),
+                                                     ("c -mcpu=skylake-avx512", 16)])
+@pytest.mark.parametrize("name, lanes", [("padded_2d_x8", 8), ("nested_parity_x16", 16)])
+def test_contiguous_loads_past_the_border_are_masked_loads(name, lanes, target,
+                                                           register_lanes):
+    """Native-width masked loads: a 16-lane choice arrives in two 8-lane parts on AVX2
+    (tir.SplitWideVectors runs before tir.MaskFaultingLanes), whole on AVX-512."""
+    source = _emitted(target)
+    body = _function_c(source, name)
+    assert f"kiln_maskload_float32x{min(lanes, register_lanes)}(" in body
+    assert "_m[_l]" not in body
+    assert "_mm256_maskload_ps(" in source  # the helper uses AVX2 where it is there
 
 
 def test_lane_loop_inside_an_arm_reads_under_both_masks(c_source):

@@ -41,8 +41,11 @@ def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     first = build_module(dict(kernels), Target("llvm"))
     cached = sorted(p.suffix for p in (tmp_path / "llvm").iterdir())
-    assert cached == [".ll"] * len(kernels) + [".o"] * len(kernels)  # one object per kernel
-    assert sorted(first.objects) == sorted([f"{name}.o" for name in kernels] + ["glue.o"])
+    # one object per kernel, and the glue module's
+    assert cached == [".ll"] * (len(kernels) + 1) + [".o"] * (len(kernels) + 1)
+    # gemv_import_c embeds C: gcc compiles that source (and only that) beside LLVM
+    assert sorted(first.objects) == sorted([f"{name}.o" for name in kernels]
+                                           + ["glue.o", "imported_c.o"])
 
     def no_optimizing(*args):
         raise AssertionError("LLVM optimized a module whose object is cached")
@@ -56,10 +59,14 @@ def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch)
         build_module(dict(kernels), Target("llvm -mcpu=haswell"))
 
 
-def test_glue_holds_the_packed_wrappers(llvm_module):
-    glue = llvm_module.get_source("c")
-    assert "int32_t exp_scale_unpacked(float*, float*, int32_t);" in glue
-    assert "int32_t exp_scale(TVMValue* args, int* type_codes, int num_args" in glue
+def test_packed_wrappers_are_llvm_and_no_c_is_compiled(llvm_module):
+    ir_text = llvm_module.get_source("ll")
+    assert 'define i32 @"exp_scale"(' in ir_text or "define i32 @exp_scale(" in ir_text
+    assert "__kiln_arg_error" in ir_text
+    # the only C is gemv_import_c's embedded source, compiled beside LLVM
+    c_source = llvm_module.get_source("c")
+    assert "imported by pragma import_c" in c_source
+    assert "exp_scale" not in c_source and "kiln_arg_error(\"" not in c_source
 
 
 def test_mcpu_selects_the_target_machine(kernels):

@@ -173,3 +173,18 @@ def test_the_kernel_refuses_what_it_does_not_compute():
     with pytest.raises(kiln.TVMError, match=r"lengths must be int32 \[1\] or \[1\], got int64"):
         rnn_sequence(te.placeholder((3, 1, 8)), h, te.placeholder((1, 8, 1, 8)),
                      te.placeholder((1,), "int64"))
+
+
+def test_every_team_size_gives_the_one_thread_bits():
+    """Work claiming hands units to whichever task is free; a unit's result does not depend
+    on the task that ran it, so 2 and 7 threads (kiln's real pool) give 1 thread's bits."""
+    x = RNG.standard_normal((STEPS, BATCH, 4 * HIDDEN)).astype("float32")
+    state = RNG.standard_normal((2, BATCH, HIDDEN)).astype("float32")
+    r = (RNG.standard_normal((4 * HIDDEN, HIDDEN)) * 0.4).astype("float32")
+    lens = np.array([STEPS, 2], "int32")
+    runs = list(_run(lambda a, b, c, d: lstm_sequence(a, b, c, d, parallel_min_macs=0),
+                     [x.shape, state.shape, (HIDDEN // LANES, HIDDEN, 4, LANES), lens.shape],
+                     [x, state, _pack(r, 4), lens], symbolic=False))
+    for other in runs[1:]:
+        for got, alone in zip(other, runs[0]):
+            np.testing.assert_array_equal(got.view("uint32"), alone.view("uint32"))

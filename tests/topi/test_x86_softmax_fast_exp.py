@@ -178,8 +178,11 @@ def test_float16_softmax_computes_exp_in_float32(built):
 def _kernel_sources(lib, target: str) -> str:
     source = lib.get_lib().get_source("c" if target == "c" else "ll")
     if target == "c":
-        # the C prelude defines kiln_expf (what tir.exp becomes); keep only the kernels
-        return source[source.index("tvmgen_default_fused"):]
+        # each translation unit's C prelude defines kiln_expf (what tir.exp becomes); keep
+        # only the kernels of each unit
+        units = re.split(r"/\* ---- \S+\.c ---- \*/", source)
+        return "".join(unit[unit.index("tvmgen_default_fused"):] for unit in units
+                       if "tvmgen_default_fused" in unit)
     return source
 
 

@@ -17,7 +17,9 @@ one kernel per distinct workload, and ``apply_history_best`` applies one record 
 workload), so the written records hold one line per workload rather than one per node; a
 template's layouts come from :data:`INFER_LAYOUT` (TVM's ``infer_layout`` per TOPI op), and
 kiln's ``conv2d_nchw.x86`` reads and writes NCHW whatever its blocks (it converts inside the
-kernel, where the measurement sees it), so its records never need a transform.
+kernel, where the measurement sees it), so its records never need a transform; the
+``conv2d_NCHWc.x86`` / ``depthwise_conv2d_NCHWc.x86`` records (what x86 convs are tuned as)
+block the activations between operators, ``NCHW{tile_ic}c`` in and ``NCHW{tile_oc}c`` out.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kiln.autotvm.record import encode, load_from_file
-from kiln.autotvm.topi_x86 import RELAY_TASKS
+from kiln.autotvm.topi_x86 import relay_task_specs
 from kiln.runtime.error import TVMError
 
 __all__ = ["BaseGraphTuner", "INFER_LAYOUT", "register_infer_layout", "layout_shape"]
@@ -56,6 +58,19 @@ def register_infer_layout(template: str) -> Callable:
 def _conv2d_nchw_layouts(workload: tuple, cfg: Any) -> tuple[str, str]:
     # kiln's NCHW conv blocks channels inside the kernel: NCHW in and out for every config
     return "NCHW", "NCHW"
+
+
+@register_infer_layout("conv2d_NCHWc.x86")
+def _conv2d_nchwc_layouts(workload: tuple, cfg: Any) -> tuple[str, str]:
+    # TVM's _conv2d_infer_layout: AlterOpLayout blocks the activations by tile_ic / tile_oc
+    return f"NCHW{cfg['tile_ic'].size[-1]}c", f"NCHW{cfg['tile_oc'].size[-1]}c"
+
+
+@register_infer_layout("depthwise_conv2d_NCHWc.x86")
+def _depthwise_nchwc_layouts(workload: tuple, cfg: Any) -> tuple[str, str]:
+    # kiln's blocked depthwise kernel reads and writes its tile_oc blocks
+    block = cfg["tile_oc"].size[-1]
+    return f"NCHW{block}c", f"NCHW{block}c"
 
 
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -215,10 +230,10 @@ class BaseGraphTuner:
             impls = strategy_for(call.op, call.attrs, inputs, call.checked_type,
                                  self._target).implementations
         for impl in impls:
-            make = RELAY_TASKS.get(impl.name)
-            spec = None if make is None else make(call.attrs, inputs, call.checked_type)
-            if spec is not None and (spec[0], *spec[1]) in by_workload:
-                return (spec[0], *spec[1])
+            for name, args in relay_task_specs(impl.name, call.attrs, inputs,
+                                               call.checked_type):
+                if (name, *args) in by_workload:
+                    return (name, *args)
         return None
 
     # ---- layout transforms ----------------------------------------------------------------

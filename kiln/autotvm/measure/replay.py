@@ -66,7 +66,7 @@ def measure_table(task: Any, option: dict, passes: int = 1,
             rng.shuffle(order)
             for index in order:
                 build = builds[index]
-                if _is_file(build.filename):
+                if _is_library(build):
                     # runners delete what they time: each pass times a copy
                     copy = f"{build.filename}.{rng.getrandbits(32):08x}.so"
                     shutil.copyfile(build.filename, copy)
@@ -77,16 +77,21 @@ def measure_table(task: Any, option: dict, passes: int = 1,
                 table[index] = None if cost is None or old is None else min(old, cost)
     finally:
         for build in builds.values():
-            if _is_file(build.filename):
+            if _is_library(build):
                 os.remove(build.filename)
         builder.close()
         runner.close()
     return table
 
 
-def _is_file(filename: Any) -> bool:
-    # a Ray builder's "filename" is the library's bytes
-    return isinstance(filename, str) and os.path.exists(filename)
+def _is_library(build: BuildResult) -> bool:
+    """Whether ``build`` names a library file its builder wrote (an absolute path into the
+    builder's temporary directory): a replay builder's "filename" is a config index, which
+    may also name a file of the user's in the working directory (it was copied, timed and
+    deleted), and a Ray builder's is the library's bytes."""
+    name = build.filename
+    return (build.error_no == MeasureErrorNo.NO_ERROR and isinstance(name, str)
+            and os.path.isabs(name) and os.path.isfile(name))
 
 
 def save_table(path: str | Path, task: Any, table: dict[int, float | None],
@@ -102,11 +107,13 @@ def load_table(path: str | Path, task: Any | None = None) -> dict[int, float | N
     """The table saved by :func:`save_table`; checked against ``task``'s name, args and
     space size when given (a table of another workload or template version is refused)."""
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(Path(path).read_bytes())
         seconds = doc["seconds"]
         fmt, name, size = doc["format"], doc["task"][0], int(doc["space_size"])
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
-        raise TVMError(f"load_table: {path} is not a replay table ({err})") from None
+        table = {int(i): _cost(c) for i, c in seconds.items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        raise TVMError(f"load_table: {path} is not a replay table "
+                       f"({type(err).__name__}: {err})") from None
     if fmt != _FORMAT:
         raise TVMError(f"load_table: {path} has format {fmt!r}, expected {_FORMAT!r}")
     if task is not None:
@@ -116,7 +123,16 @@ def load_table(path: str | Path, task: Any | None = None) -> dict[int, float | N
         if size != len(task.config_space):
             raise TVMError(f"load_table: {path} has {size} configs, the task's space has "
                            f"{len(task.config_space)} (another template version)")
-    return {int(i): (None if c is None else float(c)) for i, c in seconds.items()}
+    return table
+
+
+def _cost(value: Any) -> float | None:
+    """A table's cost: seconds (finite, >= 0) or None (the config failed)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e30:
+        raise ValueError(f"cost {value!r} is not a number of seconds")
+    return float(value)
 
 
 class ReplayBuilder(Builder):

@@ -22,7 +22,7 @@ from typing import Any
 from kiln.autotvm.task.dispatcher import DispatchContext, FallbackContext
 from kiln.autotvm.task.task import Task, create, deserialize_args
 from kiln.autotvm.task.topi_integration import TaskExtractEnv
-from kiln.autotvm.topi_x86 import KNOBS, RELAY_TASKS
+from kiln.autotvm.topi_x86 import KNOBS, RELAY_TASKS, relay_task_specs
 from kiln.relay.op.strategy.registry import (
     IMPLEMENTATIONS_OF,
     register_config_provider,
@@ -39,29 +39,28 @@ def relay_config(impl_name: str, attrs: Any, inputs: list, out_type: Any,
                  target: Any) -> tuple[float, dict] | None:
     """``(cost, knobs)`` of the tuned config of a Relay call's implementation, or None
     (not tunable, symbolic shapes, or no record)."""
-    make = RELAY_TASKS.get(impl_name)
-    if make is None:
+    if impl_name not in RELAY_TASKS:
         return None
     env = TaskExtractEnv.current
     tracing = env is not None and env.tracing
     if not tracing and isinstance(DispatchContext.current, FallbackContext):
         return None  # nothing tuned: the default schedule, no per-workload warnings
-    spec = make(attrs, inputs, out_type)
-    if spec is None:
+    specs = relay_task_specs(impl_name, attrs, inputs, out_type)
+    if not specs:
         return None
-    task_name, args = spec
     if tracing:
         wanted = env.wanted_relay_ops
         if wanted is None or impl_name in wanted:
-            env.add_task(task_name, args)
+            env.add_task(*specs[0])
         return None
     from kiln.target import Target
 
     target = Target(target) if isinstance(target, str) else target
-    cfg = DispatchContext.current.query(target, (task_name, *args))
-    if cfg is None or cfg.is_fallback or not _in_space(task_name, args, target, cfg):
-        return None
-    return (cfg.cost if cfg.cost is not None else 0.0), KNOBS[task_name](cfg)
+    for task_name, args in specs:
+        cfg = DispatchContext.current.query(target, (task_name, *args))
+        if cfg is not None and not cfg.is_fallback and _in_space(task_name, args, target, cfg):
+            return (cfg.cost if cfg.cost is not None else 0.0), KNOBS[task_name](cfg)
+    return None
 
 
 @functools.lru_cache(maxsize=1024)

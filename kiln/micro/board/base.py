@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kiln.runtime import config
+from kiln.runtime import config, disk_cache
 from kiln.runtime.cc import kill_process_group
 from kiln.runtime.error import TVMError
 
@@ -270,10 +270,11 @@ def compile_objects(compiler: str, flags: Sequence[str], groups: Sequence[Source
             key = hashlib.sha256("\0".join([*stable, source.name, headers]).encode())
             key.update(source.read_bytes())
             obj = cache / f"{source.stem}-{key.hexdigest()[:24]}.o"
-            if not obj.exists():
+            if not disk_cache.touch(obj):  # a hit is marked used for the cache's size cap
                 tmp = obj.with_suffix(f".{os.getpid()}.tmp")
                 compile_command([*cmd, "-o", str(tmp)], cache, f"{what} ({source.name})")
                 os.replace(tmp, obj)  # atomic: parallel builds never see half an object
+                disk_cache.stored()
             objects.append(obj)
     return objects
 

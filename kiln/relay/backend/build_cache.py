@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.runtime import config
+from kiln.runtime import config, disk_cache
 from kiln.runtime.error import TVMError
 
 __all__ = ["build_key", "compile_context_key", "load_build", "store_build", "CachedBuild",
@@ -266,6 +266,7 @@ def store_build(key: str, graph_json: str, lib: Any, params: dict, stats: dict) 
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
         pass
+    disk_cache.stored()
 
 
 def _file_digest(data: bytes) -> str:
@@ -315,6 +316,7 @@ def load_build(key: str, target: Any) -> CachedBuild | None:
     meta_path = folder / "meta.json"
     if not meta_path.exists():
         return None
+    disk_cache.touch(folder)  # used: the cache's size cap keeps it (kiln.runtime.disk_cache)
     try:
         meta = json.loads(meta_path.read_text())
         if meta.get("layout") != LAYOUT_VERSION:

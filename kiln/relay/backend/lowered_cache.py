@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kiln.runtime import config
+from kiln.runtime import config, disk_cache
 
 __all__ = ["key", "load", "store"]
 
@@ -62,6 +62,7 @@ def load(name: str) -> tuple[Any, int, int] | None:
                       f"({type(err).__name__}: {err}); lowering again", stacklevel=3)
         path.unlink(missing_ok=True)
         return None
+    disk_cache.touch(path)
     return prim_func, n_in, n_out
 
 
@@ -80,3 +81,4 @@ def store(name: str, lowered: tuple[Any, int, int]) -> None:
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache only costs the next build its lowering
+    disk_cache.stored()

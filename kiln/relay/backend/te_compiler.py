@@ -44,7 +44,7 @@ from kiln.runtime import native
 from kiln.runtime.error import TVMError
 
 __all__ = ["TECompiler", "LoweredFunc", "LoweredShapeFunc", "ComputeBuilder",
-           "lower_primitive", "is_reshape_only", "kernel_recursion_room"]
+           "lower_primitive", "is_reshape_only", "reshaped_field", "kernel_recursion_room"]
 
 # ops that only change the shape: a group made only of them runs as a zero-copy view (__nop)
 _RESHAPE_OPS = frozenset({"reshape", "squeeze", "expand_dims", "nn.batch_flatten",
@@ -126,14 +126,33 @@ def _flat_types(ty: Any) -> list[TensorType]:
 
 def is_reshape_only(func: rx.Function) -> bool:
     """Whether a primitive function only reshapes its single input (TVM's reshape_only)."""
+    source = _reshaped_source(func)
+    return source is not None and source in func.params
+
+
+def reshaped_field(func: rx.Function) -> int | None:
+    """The field index when a primitive function only reshapes one tensor field of its
+    single tuple parameter (a layer's output taken from a multi-output op), else None."""
+    source = _reshaped_source(func)
+    if not (isinstance(source, rx.TupleGetItem) and len(func.params) == 1
+            and source.tuple_value is func.params[0]):
+        return None
+    fields = getattr(func.params[0].checked_type, "fields", None)
+    if fields is None or not all(isinstance(f, TensorType) for f in fields):
+        return None
+    return source.index
+
+
+def _reshaped_source(func: rx.Function) -> Any:
+    """The expression a chain of reshape ops (the whole body) reads, or None."""
     calls = []
     node = func.body
     while isinstance(node, rx.Call) and isinstance(node.op, Op):
         calls.append(node.op.name)
         if len(node.args) != 1 and node.op.name != "reshape_like":
-            return False
+            return None
         node = node.args[0]
-    return bool(calls) and all(c in _RESHAPE_OPS for c in calls) and node in func.params
+    return node if calls and all(c in _RESHAPE_OPS for c in calls) else None
 
 
 class ComputeBuilder:
@@ -434,8 +453,8 @@ class TECompiler:
         self.seconds["build"] += time.perf_counter() - start
 
     def build(self) -> Any:
-        """Compile all kernels into one runtime Module (one C translation unit, or LLVM's
-        objects linked into one library)."""
+        """Compile all kernels into one runtime Module (C translation units or LLVM objects,
+        linked into one library)."""
         from kiln.target.build import build_module
 
         deepest = max((lowered.num_ops for lowered in self.lowered), default=1)

@@ -68,7 +68,8 @@ def fixed_point_multiply_per_axis(x: Any, y: Any, lshift: Any, rshift: Any,
                                   is_lshift_required: bool, is_rshift_required: bool,
                                   axes: Any) -> Any:
     """``x`` (int32) times ``y * 2**(lshift - rshift - 31)`` where the int32 tensors ``y``,
-    ``lshift``, ``rshift`` run along ``x``'s ``axes``; rounded half up."""
+    ``lshift``, ``rshift`` run along ``x``'s ``axes``; rounded half up. Every value is
+    defined: a negative shift counts as 0 and a left shift above 63 as 63."""
     return call("fixed_point_multiply_per_axis", [x, y, lshift, rshift],
                 FixedPointMultiplyPerAxisAttrs(is_lshift_required=bool(is_lshift_required),
                                                is_rshift_required=bool(is_rshift_required),
@@ -96,18 +97,26 @@ register_injective_schedule("fixed_point_multiply")
 register_broadcast_schedule("fixed_point_multiply_per_axis")
 
 
+def _wrap(value: int, bits: int) -> int:
+    """``value`` wrapped to a signed ``bits``-bit integer (two's complement)."""
+    return (value + 2**(bits - 1)) % 2**bits - 2**(bits - 1)
+
+
 def _multiply_exact(x, multiplier, left, right):
     """The definition in Python integers: round((x << left) * multiplier / 2**(31 + right))
-    half up, then wrapped to int32 as the int64 -> int32 cast does."""
-    total = 31 + right
-    value = ((int(x) << left) * int(multiplier) + (1 << (total - 1))) >> total
-    return np.int32((value + 2**31) % 2**32 - 2**31)
+    half up, the product wrapped to int64 as the kernel's (a left shift can overflow it),
+    the result wrapped to int32 as the int64 -> int32 cast does."""
+    # the product fits int64, so a right shift past 64 rounds as 64 does (to 0); Python
+    # would build 2**(2**31) for the largest
+    total = 31 + min(right, 64)
+    product = _wrap((int(x) << left) * int(multiplier), 64)
+    return np.int32(_wrap((product + (1 << (total - 1))) >> total, 32))
 
 
 @register_reference("fixed_point_multiply")
 def reference_fixed_point_multiply(attrs, args, out_type):
     """Elementwise, in Python integers."""
-    left, right = max(attrs.shift, 0), max(-attrs.shift, 0)
+    left, right = min(max(attrs.shift, 0), 63), max(-attrs.shift, 0)  # the kernel's clamp
     flat = [_multiply_exact(v, attrs.multiplier, left, right) for v in args[0].ravel()]
     return np.asarray(flat, "int32").reshape(args[0].shape)
 
@@ -119,6 +128,7 @@ def reference_fixed_point_multiply_per_axis(attrs, args, out_type):
     out = np.empty(x.shape, "int32")
     for idx in np.ndindex(x.shape):
         at = tuple(idx[a] for a in attrs.axes)
-        left = int(lshift[at]) if attrs.is_lshift_required else 0
-        out[idx] = _multiply_exact(x[idx], y[at], left, int(rshift[at]))
+        # the kernel's clamps: a negative shift counts as 0, a left shift above 63 as 63
+        left = min(max(int(lshift[at]), 0), 63) if attrs.is_lshift_required else 0
+        out[idx] = _multiply_exact(x[idx], y[at], left, max(int(rshift[at]), 0))
     return out

@@ -41,6 +41,9 @@ def parse_layout(layout: str, op_name: str) -> list[tuple[str, int | None]]:
             fail(f"{op_name}: layout {layout!r}: primal axis {letter} cannot have a factor")
         if letter.islower() and not factor:
             fail(f"{op_name}: layout {layout!r}: sub-axis {letter} needs a factor (e.g. 8{letter})")
+        if letter.islower() and int(factor) == 0:
+            fail(f"{op_name}: layout {layout!r}: sub-axis {letter} has factor 0; a block "
+                 f"factor must be positive")
         axes.append((letter, int(factor) if factor else None))
     letters = [a for a, _ in axes]
     if len(set(letters)) != len(letters):

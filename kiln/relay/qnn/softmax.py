@@ -15,6 +15,9 @@ round(1 / scale)`` (the integer that stands for 1.0):
   ``(2**30 / sum(e)) * e >> 23`` the probabilities in units of ``2**-7``, requantized (UPWARD)
   from scale ``1/128`` to the output parameters.
 
+A row long enough for TVM's int32 sum of ``e`` to wrap (a few hundred values; every row of
+unknown length) sums in int64 and takes ``2**62 / sum`` instead of ``2**30 / sum``.
+
 As TVM says of it: experimental, and coarse (a few output steps off a float softmax); the
 input scale must be a constant no larger than 1.
 """
@@ -33,6 +36,7 @@ from kiln.relay.op.type_relations import dims, fail, normalize_axis, tensor_arg,
 from kiln.relay.qnn.canonicalize import QNN_LOWERINGS
 from kiln.relay.qnn.common import check_scalar_param, make_scale, make_zero_point
 from kiln.relay.qnn.op import requantize
+from kiln.relay.transform.pass_util import type_of
 from kiln.runtime.error import TVMError
 
 __all__ = ["softmax"]
@@ -41,6 +45,8 @@ _PARAMS = ("scale", "zero_point", "output_scale", "output_zero_point")
 _M = 30  # 2**30 / sum: the reciprocal's fixed-point bits
 _BITS = 8  # output probabilities in units of 2**-(_BITS - 1)
 _MAX_SHIFT = 20
+_M_WIDE = 62  # the reciprocal's bits in the int64 form: (2**62 // sum) * e <= 2**62
+_LOWEST_X_P = 367  # -x' at x = -255, the lowest int8 difference from the row's maximum
 
 
 def _softmax_rel(types, attrs, op_name):
@@ -91,11 +97,32 @@ def lower_softmax(call_: Call, node: Call) -> Any:  # noqa: ARG001 (lowering sig
     r = _op.subtract(x_p, _op.multiply(k, _i32(-one)))
     base = _op.add(_op.right_shift(r, _i32(1)), _i32(one))
     exps = _op.left_shift(base, _op.subtract(_op.max(k, axis, keepdims=True), k))
-    total = _op.sum(exps, axis, keepdims=True)
-    probs = _op.right_shift(_op.multiply(_op.divide(_i32(1 << _M), total), exps),
-                            _i32(_M - (_BITS - 1)))
+    if _sum_fits_int32(node, one):  # TVM's algorithm as it is
+        total = _op.sum(exps, axis, keepdims=True)
+        probs = _op.right_shift(_op.multiply(_op.divide(_i32(1 << _M), total), exps),
+                                _i32(_M - (_BITS - 1)))
+    else:  # a long row: the sum in int64, and 2**62 / sum keeps its precision
+        exps = _op.cast(exps, "int64")
+        total = _op.sum(exps, axis, keepdims=True)
+        wide = _op.multiply(_op.divide(const(np.int64(1 << _M_WIDE)), total), exps)
+        probs = _op.cast(_op.right_shift(wide, const(np.int64(_M_WIDE - (_BITS - 1)))),
+                         "int32")
     return requantize(probs, const(np.float32(1.0 / (1 << (_BITS - 1)))), _i32(0), out_scale,
                       out_zero_point, axis=0, rounding="UPWARD", out_dtype="int8")
+
+
+def _sum_fits_int32(node: Call, one: int) -> bool:
+    """Whether a row's sum of exponentials fits int32 whatever the data: each is at most
+    ``one * 2**max(k)`` (``r <= 0``), and ``k`` is at most the shift of the lowest ``x'``
+    (``x = -255``: ``x' = -367``). A row of unknown length, or one long enough to pass
+    2**31 (about 200 values at scale 0.1), takes the int64 form: TVM's int32 sum wraps
+    there and the probabilities come out wrong."""
+    shape = dims(type_of(node.args[0]))
+    extent = shape[normalize_axis(int(node.attrs.axis), len(shape), "qnn.softmax")]
+    if not isinstance(extent, int):
+        return False
+    largest = one << min(_MAX_SHIFT, _LOWEST_X_P // one)
+    return extent * largest < 2**31
 
 
 QNN_LOWERINGS["qnn.softmax"] = lower_softmax

@@ -67,7 +67,7 @@ from kiln.relay.backend.pipeline import (
     make_compilers,
     pass_pipeline,
 )
-from kiln.relay.backend.te_compiler import is_reshape_only
+from kiln.relay.backend.te_compiler import is_reshape_only, reshaped_field
 from kiln.relay.build_module import bind_params_by_name, default_device_of, parse_targets
 from kiln.relay.vm import shape_func
 from kiln.relay.vm.memory_alloc import ManifestAlloc
@@ -111,6 +111,11 @@ def _is_primitive(func: Any) -> bool:
     return isinstance(func, rx.Function) and bool(func.get_attr("Primitive"))
 
 
+def _is_view(func: rx.Function) -> bool:
+    """Whether a primitive call compiles to a ReshapeTensor view of (a field of) its input."""
+    return is_reshape_only(func) or reshaped_field(func) is not None
+
+
 def _op_as_primitive(call: rx.Call) -> rx.Function:
     """A bare operator call (left unfused) wrapped as a primitive function of its args."""
     params = [rx.var(f"p{i}", a.checked_type) for i, a in enumerate(call.args)]
@@ -149,7 +154,7 @@ def _kernel_only_vars(body: Any) -> set[int]:
             continue
         if isinstance(node, rx.Call):
             is_kill = isinstance(node.op, Op) and node.op.name == "memory.kill"
-            is_kernel = (_is_primitive(node.op) and not is_reshape_only(node.op)) or (
+            is_kernel = (_is_primitive(node.op) and not _is_view(node.op)) or (
                 isinstance(node.op, Op) and not node.op.name.startswith(("memory.", "vm.")))
             for arg in node.args:
                 if isinstance(arg, rx.Var) and (is_kill or (is_kernel and depth == 0)):
@@ -497,14 +502,17 @@ class _FunctionCompiler:
             _static_shape(t) is None for p in func.params
             for t in _flat_tensor_types(p.checked_type))
         device = self.ctx.device_index_of(call)
-        if is_reshape_only(func) and len(out_types) == 1:
+        if _is_view(func) and len(out_types) == 1:
             if static[0] is not None:
                 shape = self.ctx.constant(nd.array(np.array(static[0], dtype="int64")))
                 host = self.ctx.host_index
                 shape_reg = self.emit_dst(lambda d: bc.LoadConst(shape, host, d))
             else:
                 shape_reg = shape_func.emit_shape_function(self, func, args)[0][0]
-            return self.emit_dst(lambda d: bc.ReshapeTensor(args[0], shape_reg, d))
+            source, field = args[0], reshaped_field(func)
+            if field is not None:  # a view of the tuple's field, not a copy kernel
+                source = self.emit_dst(lambda d: bc.GetField(args[0], field, d))
+            return self.emit_dst(lambda d: bc.ReshapeTensor(source, shape_reg, d))
         kernel = self.ctx.compiler_for(device).lower(func, symbolic=dynamic)
         internal = len(out_types) == 1 and self._internal_call is call
         if all(s is not None for s in static):

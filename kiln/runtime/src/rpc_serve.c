@@ -125,7 +125,7 @@ typedef struct {
   int64_t null_reply_len;
   TVMValue ret;
   int ret_code;
-  int answered; /* packets answered in C since the loop was created */
+  uint64_t answered; /* packets answered in C since the loop was created */
   KilnGILEnsure gil_ensure;
   KilnGILRelease gil_release;
   KilnCallObject call_object;

@@ -37,6 +37,13 @@ instructions run one by one. A function that is nothing but one segment and a ``
 static model) is invoked *directly* (:class:`~kiln.runtime.vm.segment.DirectFunction`): no
 frame, and every run computes into the same block.
 
+**Per-shape plans**: a function without control flow that is not direct (e.g. a model with a
+symbolic sequence length) gets a :class:`~kiln.runtime.vm.shape_plan.PlanCache`: the second
+call with the same argument shapes and dtypes plans the function for them (shape functions
+run once, every storage laid out in one block) and from then on each such call is one C call
+list, as for a static model; anything a plan cannot honour runs the bytecode
+(:mod:`kiln.runtime.vm.shape_plan` lists the cases). :meth:`VirtualMachine.plan_stats` tells.
+
 **Ownership** (TVM's contract): a result is valid until the next ``invoke``/``run`` (or
 ``set_input``) of the same function; the VM may then overwrite it in place. Copy it
 (``.numpy()``, ``.copyto``) to keep it, or give the VM destination tensors with
@@ -71,6 +78,7 @@ from kiln.runtime.vm.executable import Executable, VMFunction
 from kiln.runtime.vm.memory import make_allocators
 from kiln.runtime.vm.packed_call import PackedCallSite
 from kiln.runtime.vm.segment import DirectFunction, FusedSegment, SegmentError
+from kiln.runtime.vm.shape_plan import PlanCache, plannable
 from kiln.runtime.vm.values import (
     ConvertedInputs,
     VMClosure,
@@ -146,9 +154,10 @@ class VirtualMachine:
     -----
     Ownership follows TVM: a result (``invoke``, ``run``, ``get_output``) is valid until the
     next ``invoke``/``run`` or ``set_input`` of the same function, which may overwrite it in
-    place (a static model's ``main`` always does: it computes into one block it owns). Copy a
-    result (``.numpy()``, ``.copyto``) to keep it, or pass destination tensors to
-    :meth:`set_outputs`. NumPy arguments are copied into NDArrays the VM owns.
+    place (a static model's ``main`` always does, and so does a planned shape: each computes
+    into one block it owns). Copy a result (``.numpy()``, ``.copyto``) to keep it, or pass
+    destination tensors to :meth:`set_outputs`. NumPy arguments are copied into NDArrays the
+    VM owns.
 
     Example
     -------
@@ -216,6 +225,8 @@ class VirtualMachine:
         self._fault_pc = -1  # set by a fused segment's fallback: the pc that raised
         self._code = [self._prepare(i, f) for i, f in enumerate(self._functions)]
         self._direct = [self._direct_form(f, code) for f, code in zip(self._functions, self._code)]
+        self._plans = [None if direct is not None else self._plan_cache(f)
+                       for f, direct in zip(self._functions, self._direct)]
         self._frames: list[_Frame] = []
         self._entry_depth = 0
         self._return_value: Any = None
@@ -304,6 +315,26 @@ class VirtualMachine:
         if not code or code[0][0] != self._op_fused:
             return None
         return DirectFunction.of(func.instructions, code[0][1][0], func.arity)
+
+    def _plan_cache(self, func: VMFunction) -> PlanCache | None:
+        """Per-shape plans of a straight-line function (:mod:`.shape_plan`), if it is one and
+        host memory is pooled."""
+        host = self.exe.host_device_index
+        if not (self.allocators[host].fusable and plannable(func.instructions)):
+            return None
+        sites = {pc: PackedCallSite(instr, self.exe.primitive_names[instr.packed_index],
+                                    self._packed_funcs[instr.packed_index])
+                 for pc, instr in enumerate(func.instructions)
+                 if isinstance(instr, bc.InvokePacked)}
+        return PlanCache(func.instructions, func.register_file_size, sites,
+                         lambda v: self._scalar_tensor(v, "int64"), self._host_constant, host)
+
+    def _host_constant(self, instr: bc.LoadConst) -> Any:
+        """A LoadConst's tensor if it is host memory, else None."""
+        if not self.devices[instr.device_index].is_cpu:
+            return None
+        const = self._constant(instr.const_index, instr.device_index)
+        return const if type(const) is _NDArray else None
 
     def _wrap(self, handler: Any, operand: Any, instr: bc.Instruction) -> tuple[Any, Any]:
         """Hook for subclasses (the profiler) to instrument a prepared instruction."""
@@ -732,19 +763,22 @@ class VirtualMachine:
         if None in inputs:
             missing = [func.params[i] for i, v in enumerate(inputs) if v is None]
             raise TVMError(f"@{func_name}: inputs {missing} were never set")
-        direct = self._direct[index]
+        fast = self._direct[index] or self._plans[index]
         result = None
-        # the workers keep polling between this run's parallel kernels instead of sleeping
-        with thread_pool.hot():
-            if direct is not None:
-                try:
-                    result = direct.run(inputs, self.allocators)
-                except SegmentError as err:
-                    instr = func.instructions[err.pc]
-                    raise type(err)(f"{err}\n  in @{func_name} instruction {err.pc} "
-                                    f"({instr.opcode.name})", err.pc) from err
-            if result is None:
-                result = self._invoke_global(index, inputs)  # copied into the register file
+        if fast is not None:  # one C call list, which holds the thread pool itself
+            try:
+                result = fast.run(inputs, self.allocators)
+            except SegmentError as err:
+                instr = func.instructions[err.pc]
+                raise type(err)(f"{err}\n  in @{func_name} instruction {err.pc} "
+                                f"({instr.opcode.name})", err.pc) from err
+        if result is None:
+            if self._packed_funcs:
+                # the workers keep polling between this run's parallel kernels
+                with thread_pool.hot():
+                    result = self._invoke_global(index, inputs)
+            else:
+                result = self._invoke_global(index, inputs)
         outputs = self._outputs.get(func_name)
         if outputs:
             self._copy_to_outputs(func_name, result, outputs)
@@ -816,6 +850,16 @@ class VirtualMachine:
 
     def _memory_kinds(self) -> dict[Device, str]:
         return {dev: alloc.kind for dev, alloc in zip(self.devices, self.allocators)}
+
+    def plan_stats(self, func_name: str = "main") -> dict[str, Any] | None:
+        """kiln's own: the per-shape plans of ``func_name`` (:mod:`.shape_plan`), or None
+        when it never runs through one (control flow, naive memory, a static direct form):
+        ``plans`` kept now, ``built`` so far, ``disabled`` (a data-dependent shape)."""
+        cache = self._plans[self._function_index(func_name)]
+        if cache is None:
+            return None
+        return {"plans": sum(p is not None for p in cache.plans.values()),
+                "built": cache.built, "disabled": cache.disabled}
 
     @property
     def frame_depth(self) -> int:

@@ -1,6 +1,7 @@
 """The TIR passes every codegen's input goes through (C, LLVM, OpenCL, bare-metal C).
 
-Entry points: :data:`CODEGEN_PIPELINE`, :data:`C_CODEGEN_PIPELINE`, :func:`prepare_for_codegen`.
+Entry points: :data:`CODEGEN_PIPELINE`, :data:`C_CODEGEN_PIPELINE` (AVX2-wide vectors),
+:func:`c_codegen_pipeline` (for a given register width), :func:`prepare_for_codegen`.
 
 Target-independent rewriting happens here, on TIR, so that each codegen prints what it gets
 (STYLE.md, "Target-independent rewriting is a TIR pass, not codegen"). The codegens call
@@ -15,9 +16,10 @@ from kiln.tir.transform.lane_masks import MaskFaultingLanes
 from kiln.tir.transform.safe_choices import HoistSafeArmLoads, SelectSafeIfThenElse
 from kiln.tir.transform.shared_loads import ShareVectorLoads
 from kiln.tir.transform.shared_subexpr import BindSharedSubexprs
-from kiln.tir.transform.wide_vectors import SplitWideVectors
+from kiln.tir.transform.wide_vectors import NATIVE_VECTOR_BITS, SplitWideVectors
 
-__all__ = ["CODEGEN_PIPELINE", "C_CODEGEN_PIPELINE", "prepare_for_codegen"]
+__all__ = ["CODEGEN_PIPELINE", "C_CODEGEN_PIPELINE", "c_codegen_pipeline",
+           "prepare_for_codegen"]
 
 CODEGEN_PIPELINE: list[PrimFuncPass] = [
     SelectSafeIfThenElse(),  # per-lane choices that cannot fault: blend both arms
@@ -31,14 +33,19 @@ CODEGEN_PIPELINE: list[PrimFuncPass] = [
 # vectors wider than a register as native-width parts (GCC spills wider generic vectors to
 # the stack; LLVM legalizes them itself), and vector loads shared by a run of stores bound
 # once (GCC re-reads them at every use; LLVM's GVN shares them over noalias pointers).
-C_CODEGEN_PIPELINE: list[PrimFuncPass] = [
-    SelectSafeIfThenElse(),
-    SplitWideVectors(),  # before the masks: each native part of a choice gets its own
-    BindSharedSubexprs(),
-    MaskFaultingLanes(),
-    HoistSafeArmLoads(),  # on what the printer gets, under the same loop facts
-    ShareVectorLoads(),  # after the split: the parts' loads are what the stores share
-]
+def c_codegen_pipeline(native_bits: int = NATIVE_VECTOR_BITS) -> list[PrimFuncPass]:
+    """The C family's passes for a machine whose vector registers hold ``native_bits``."""
+    return [
+        SelectSafeIfThenElse(),
+        SplitWideVectors(native_bits),  # before the masks: each native part of a choice
+        BindSharedSubexprs(),
+        MaskFaultingLanes(),
+        HoistSafeArmLoads(),  # on what the printer gets, under the same loop facts
+        ShareVectorLoads(),  # after the split: the parts' loads are what the stores share
+    ]
+
+
+C_CODEGEN_PIPELINE: list[PrimFuncPass] = c_codegen_pipeline()
 
 
 def prepare_for_codegen(func: PrimFunc, pipeline: list[PrimFuncPass] | None = None) -> PrimFunc:

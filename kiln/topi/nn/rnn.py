@@ -70,6 +70,14 @@ _KERNEL_TEMPLATE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+long syscall(long number, ...); /* unistd.h hides it under -std=c99 */
+#elif defined(__APPLE__)
+#include <sched.h>
+#endif
 #ifndef KILN_RNN_SEQUENCE_DEFINED
 #define KILN_RNN_SEQUENCE_DEFINED
 #if defined(__GNUC__)
@@ -111,6 +119,9 @@ typedef struct {
   int32_t kind, activation, reverse, linear_before_reset;
   float lo, hi; /* the clip range of the gate pre-activations (+-inf: none) */
   KilnRnnShare share[KILN_RNN_MAX_OWNERS]; /* a team's bookkeeping, zero at the start */
+  /* tasks asleep waiting for a unit in flight, and the word they sleep on (bumped by a
+     finished unit when someone sleeps) */
+  int32_t sleepers, progress;
 } KilnRnnSequence;
 
 /* fast_tanh (kiln.topi.math): an odd rational function on [-bound, bound]; NaN stays NaN */
@@ -311,6 +322,42 @@ static intptr_t kiln_rnn_stages_done(KilnRnnSequence* p, int owners, intptr_t un
   return done / units;
 }
 
+/* Polls (one pause each, ~25-80 ns) a task with nothing ready makes before it sleeps: a unit
+   is a few microseconds of work, so a unit still in flight after ~50-150 us belongs to a task
+   that is not running (preempted under load), and spinning on would only keep it off a core
+   for the rest of the waiter's time slice. */
+enum { KILN_RNN_SPIN_POLLS = 2048 };
+
+/* Sleep until some unit finishes, unless a stage finished since the caller saw `done` stages
+   finished (the caller then looks again). The sleeper count is raised before the stages are
+   read again and a finishing task reads it after publishing its unit (both sequentially
+   consistent), so either the waiter sees the unit or the finisher sees the sleeper. */
+static void kiln_rnn_wait(KilnRnnSequence* p, int owners, intptr_t units, intptr_t done) {
+#if defined(__linux__)
+  const int32_t seen = __atomic_load_n(&p->progress, __ATOMIC_SEQ_CST);
+  __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+  if (kiln_rnn_stages_done(p, owners, units) == done)
+    syscall(SYS_futex, &p->progress, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+  __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+#elif defined(__APPLE__)
+  (void)p, (void)owners, (void)units, (void)done;
+  sched_yield();
+#else
+  (void)p, (void)owners, (void)units, (void)done;
+#endif
+}
+
+/* Publish one finished unit of share `o` and wake the tasks asleep in kiln_rnn_wait. */
+static void kiln_rnn_finish(KilnRnnSequence* p, int o) {
+  __atomic_add_fetch(&p->share[o].completed, 1, __ATOMIC_SEQ_CST);
+#if defined(__linux__)
+  if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {
+    __atomic_add_fetch(&p->progress, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &p->progress, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+  }
+#endif
+}
+
 /* Task `task_id` of the whole sequence. Alone, it runs every unit of every stage in order. In
    a team, each of the first KILN_RNN_MAX_OWNERS tasks owns a fixed share of each stage's
    units, so its part of the weight stays in its core's cache from step to step; it claims its
@@ -318,7 +365,7 @@ static intptr_t kiln_rnn_stages_done(KilnRnnSequence* p, int owners, intptr_t un
    has finished (a step reads the whole previous state). A task with no own unit ready takes
    over one of another task's: a task that is not running (preempted, still waking) holds
    nothing, so the others never wait for it as they would at a barrier; only a unit in flight
-   is waited for. */
+   is waited for: polled briefly, then slept on (its task may have been preempted). */
 static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* cdata) {
   KilnRnnSequence* p = (KilnRnnSequence*)cdata;
   const intptr_t units = (intptr_t)(p->batch * (p->hidden / p->lanes));
@@ -335,6 +382,7 @@ static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* 
     return 0;
   }
   intptr_t done = 0; /* stages known finished */
+  int idle_polls = 0;   /* looks in a row that found nothing ready */
   for (;;) {
     int busy = 0, ran = 0;
     for (int k = 0; k < owners && !ran; ++k) {
@@ -349,14 +397,21 @@ static int kiln_rnn_sequence_task(int task_id, TVMParallelGroupEnv* penv, void* 
       if (__atomic_compare_exchange_n(&share->claimed, &next, next + 1, 0, __ATOMIC_ACQ_REL,
                                       __ATOMIC_RELAXED)) {
         kiln_rnn_unit(p, next / size, first + next % size, phases);
-        __atomic_add_fetch(&share->completed, 1, __ATOMIC_RELEASE);
+        kiln_rnn_finish(p, o);
       }
       ran = 1; /* ran a unit, or lost one to another task: look again from the own share */
     }
     if (!busy) return 0;
+    if (ran) {
+      idle_polls = 0;
+    } else if (idle_polls < KILN_RNN_SPIN_POLLS) {
+      ++idle_polls;
 #if defined(__x86_64__) || defined(__i386__)
-    if (!ran) __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    } else { /* every look found `done` current: nothing ready until a stage finishes */
+      kiln_rnn_wait(p, owners, units, done);
+    }
   }
 }
 
@@ -375,7 +430,7 @@ static int32_t kiln_rnn_sequence(int32_t kind, int32_t activation, int32_t rever
                        steps, batch, hidden, lanes,
                        kind == KILN_LSTM ? 4 : kind == KILN_GRU ? 3 : 1,
                        kind, activation, reverse, linear_before_reset,
-                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY, {{0, 0}}};
+                       has_clip ? -clip : -INFINITY, has_clip ? clip : INFINITY, {{0, 0}}, 0, 0};
   if (kind == KILN_LSTM) memcpy(p.c, state0 + size, sizeof(float) * size);
   if (steps > 0) {
     int32_t rc = TVMBackendParallelLaunch(kiln_rnn_sequence_task, &p, parallel ? 0 : 1);

@@ -6,6 +6,10 @@ already packed by :func:`pack_kernel`, e.g. folded at compile time), :func:`conv
 (the register block), :data:`DEFAULT_CONFIG` (knobs: ``oc_bn`` output channels per vector
 block and ``tile_ow`` output columns per register block, 0 for the modelled choice;
 ``unroll_kw``; ``ic_bn``, input channels per reduction block (0: none; TVM's ``tile_ic``);
+``blocked_unroll_kw``, for blocked (``NCHW{ic}c``) data: the kernel columns unrolled inside
+the input channel block (TVM's ``unroll_kw`` order) rather than the block innermost;
+``tile_oh``, for blocked data: output rows per register block (TVM's 1x1 ``tile_oh``; it
+must divide the output height, else 1 is used);
 ``parallel_min_flops``, the work below which one thread runs the conv;
 ``parallel_pad``, whether the padded input copy is a parallel loop of its own).
 
@@ -38,6 +42,7 @@ from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 DEFAULT_CONFIG = {"oc_bn": 0, "tile_ow": 0, "unroll_kw": True, "ic_bn": 0,
+                  "blocked_unroll_kw": False, "tile_oh": 1,
                   "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "parallel_pad": False}
 
 # Measured relative speed of (oc_bn, tile_ow) register blocks on AVX2 (16 ymm registers):
@@ -149,6 +154,19 @@ def tile_width(oc_bn: int, out_width: int, cfg: dict, kernel_width: int = 3,
     return min(range(1, max_tile_width(oc_bn, kernel_width, lanes) + 1),
                key=lambda t: (round(_row_cost(oc_bn, out_width, t, kernel_width, lanes), 6),
                               -(-out_width // t) * t))
+
+
+def channel_block(channels: int) -> int:
+    """Channels per block of an ``NCHW{c}`` activation (the untuned ``conv2d_NCHWc``
+    layouts): 16 or 8 when they divide (one AVX-512 or AVX2 vector of float32), else the
+    largest divisor up to 16, so every conv of a chain picks the same block for the same
+    channel count and none repacks."""
+    return next((b for b in (16, 8) if channels % b == 0), divisor_at_most(channels, 16))
+
+
+# fewer output channels than an AVX2 vector gain nothing from blocked activations: such a
+# conv stays NCHW (its kernel alone prepacked)
+MIN_BLOCKED_CHANNELS = 8
 
 
 def pack_kernel(kernel: te.Tensor, oc_bn: int) -> te.Tensor:
@@ -365,14 +383,25 @@ def schedule_conv2d_nchw(outs: Any, config: dict | None = None) -> Any:
     for conv in blocked:
         threads = worth_threads(conv, cfg)
         readers = [t for t in unpacked if len(t.shape) in (4, 5) and _find_blocked(t.op) is conv]
+        attach = len(readers) == 1 and len(outs) == 1
+        rows = _rows_per_block(conv, cfg)
         for t in readers:
-            schedule_unblocked_output(sch, t, conv, threads)
-        if len(readers) == 1 and len(outs) == 1:
+            schedule_unblocked_output(sch, t, conv, threads, rows if attach else 1)
+        if attach:
             stage = sch[readers[0]]
-            _schedule_blocked(sch, conv, cfg, threads, (stage, stage.leaf_iter_vars[0]))
+            _schedule_blocked(sch, conv, cfg, threads, (stage, stage.leaf_iter_vars[0]), rows)
         else:
-            _schedule_blocked(sch, conv, cfg, threads, None)
+            _schedule_blocked(sch, conv, cfg, threads, None, rows)
     return sch
+
+
+def _rows_per_block(conv: te.Tensor, cfg: dict) -> int:
+    """Output rows per register block: ``cfg["tile_oh"]`` for blocked data where it divides
+    the height (a partial block would compute rows past the end), else 1."""
+    rows = int(cfg["tile_oh"])
+    blocked_in = len(conv.op.reduce_axis) == 4
+    height = get_const_int(conv.shape[2])
+    return rows if rows > 1 and blocked_in and height % rows == 0 else 1
 
 
 
@@ -410,17 +439,21 @@ def worth_threads(conv: te.Tensor, cfg: dict) -> bool:
 
 
 def split_blocked_rows(sch: Any, blocked: te.Tensor, per_row: bool,
-                       threads: bool) -> tuple[te.Tensor, Any, Any, Any]:
+                       threads: bool, rows: int = 1) -> tuple[te.Tensor, Any, Any, Any]:
     """Loops of a ``[N, C / bn, H, W, bn]`` result computed in register blocks of
-    ``attrs["tile_ow"]`` columns: one task per (batch, block, row) if ``per_row`` else per
-    (batch, block), on the thread pool when ``threads``; the ``bn`` lanes vectorized.
-    Returns the local accumulator tensor, the stage, its task axis and the column-block axis.
-    Shared by the conv2d and depthwise schedules."""
+    ``rows`` × ``attrs["tile_ow"]`` columns: one task per (batch, block, ``rows`` rows) if
+    ``per_row`` else per (batch, block), on the thread pool when ``threads``; the ``bn``
+    lanes vectorized. Returns the local accumulator tensor, the stage, its task axis and the
+    column-block axis. Shared by the conv2d and depthwise schedules."""
     acc = sch.cache_write(blocked, "local")
     stage = sch[blocked]
     n, f, y, x, lanes = stage.leaf_iter_vars
     xo, xi = stage.split(x, factor=int(blocked.op.attrs.get("tile_ow", 1)))
-    stage.reorder(n, f, y, xo, xi, lanes)
+    if rows > 1:  # the block's rows inside the column blocks: one accumulator block
+        y, yi = stage.split(y, factor=rows)
+        stage.reorder(n, f, y, xo, yi, xi, lanes)
+    else:
+        stage.reorder(n, f, y, xo, xi, lanes)
     task = stage.fuse(n, f, y) if per_row else stage.fuse(n, f)
     if threads:
         stage.parallel(task)
@@ -439,43 +472,53 @@ def _find_blocked(op: Any) -> Any:
 
 
 def _schedule_blocked(sch: Any, conv: te.Tensor, cfg: dict, threads: bool,
-                      attach: tuple[Any, Any] | None) -> None:
+                      attach: tuple[Any, Any] | None, rows: int = 1) -> None:
     padded = conv.op.input_tensors[0]
     if padded.op.name == "pad_temp":
         stage = sch[padded]
         stage.compute_root()
         n, c, h = stage.leaf_iter_vars[:3]
-        rows = stage.fuse(n, c, h)
+        pad_rows = stage.fuse(n, c, h)
         if threads and cfg["parallel_pad"]:
-            stage.parallel(rows)
+            stage.parallel(pad_rows)
         if len(padded.shape) == 4:
             # an NCHW input (a stem conv): its rows copied in vectors (a scalar copy of the
             # padded 224 x 224 image was a quarter of MobileNet's stem)
             _, lanes = stage.split(stage.leaf_iter_vars[-1], factor=simd_32bit_lanes())
             stage.vectorize(lanes)
     if attach is None:
-        acc, o, _, xo = split_blocked_rows(sch, conv, True, threads)
+        acc, o, _, xo = split_blocked_rows(sch, conv, True, threads, rows)
     else:
-        # one row of the blocked conv per task of the output stage, in a task-local buffer
+        # ``rows`` rows of the blocked conv per task of the output stage, in a task-local
+        # buffer
         o = sch[conv]
         o.compute_at(*attach)
         acc = sch.cache_write(conv, "local")
-        _, _, _, x, lanes = o.leaf_iter_vars
-        xo, _ = o.split(x, factor=int(conv.op.attrs.get("tile_ow", 1)))
+        n, f, y, x, lanes = o.leaf_iter_vars
+        xo, xi = o.split(x, factor=int(conv.op.attrs.get("tile_ow", 1)))
+        if rows > 1:
+            o.reorder(n, f, xo, y, xi, lanes)
         o.vectorize(lanes)
     block = sch[acc]
     block.compute_at(o, xo)
     leaves = list(block.leaf_iter_vars)
     data_axes = [iv for iv in leaves if iv.iter_type == 0]
     reduce_axes = [iv for iv in leaves if iv.iter_type != 0]
-    bx, bfi = data_axes[3], data_axes[4]
+    by, bx, bfi = data_axes[2:5]
     if len(reduce_axes) == 4:
         # blocked input: the kernel (OIHW{ic}i{oc}o) read in order, one weight vector per
         # input channel, its broadcasts folded into the FMAs (measured on Zen 4: 0.9-1.0x the
         # NCHW conv's time on ResNet's 3x3 layers, where TVM's channel block inside the
         # unrolled kernel row was 1.05-1.2x on the 14- and 7-wide ones)
         rco, ry, rx, rci = reduce_axes
-        block.reorder(rco, ry, rx, rci, bx, bfi)
+        block_rows = [by] if rows > 1 else []
+        if cfg["blocked_unroll_kw"]:  # TVM's unroll_kw order: the columns inside the block
+            block.reorder(rco, ry, rci, rx, *block_rows, bx, bfi)
+            block.unroll(rx)
+        else:
+            block.reorder(rco, ry, rx, rci, *block_rows, bx, bfi)
+        if rows > 1:
+            block.unroll(by)
         block.unroll(bx)
         block.vectorize(bfi)
         return

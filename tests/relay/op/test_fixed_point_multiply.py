@@ -103,3 +103,37 @@ def test_fixed_point_multiply_of_minus_one_with_a_right_shift(target):
                         "graph", target)
         want = [_definition(v, -2**31, 0, -shift) for v in x.ravel()]
         np.testing.assert_array_equal(got.ravel(), want)
+
+
+def _numpy_int64(x, m, left, right):
+    """The oracle in NumPy int64: the product ``(x << left) * m`` wraps as int64 (TVM's
+    lowering), then rounds half up exactly (in Python integers) and wraps to int32."""
+    # a right shift past 64 rounds an int64 product as 64 does (to 0); Python would build
+    # 2**(2**31) for the largest
+    left, right = np.clip(left, 0, 63), np.clip(right, 0, 64)
+    product = (x.astype("int64") << left.astype("int64")) * m.astype("int64")
+    out = [(int(p) + (1 << (30 + int(r)))) >> (31 + int(r))
+           for p, r in zip(product.ravel(), np.broadcast_to(right, product.shape).ravel())]
+    return np.array(out, "int64").reshape(product.shape).astype("int32")  # wraps to int32
+
+
+@pytest.mark.parametrize("kind, target", RUNS)
+@pytest.mark.parametrize("lshift_required", [False, True])
+def test_fixed_point_multiply_per_axis_is_defined_for_any_run_time_parameter(
+        kind, target, lshift_required):
+    """Run-time multipliers of -2**31 and shifts of -2**31, negative, past 31/63 or 2**31-1
+    (undefined shifts in C before): as NumPy int64 computes them."""
+    x = np.array([EXTREMES * 2], "int32").repeat(10, axis=0)  # [channels 10, 14]
+    m = np.array([-2**31, -2**31, -2**31, 2**31 - 1, -2**31, 1 << 30, -2**31, 7, -2**31, 3],
+                 "int32")
+    right = np.array([0, 1, 5, 31, 32, 40, -1, -2**31, 2**31 - 1, 2], "int32")
+    left = (np.array([0, 0, 1, 0, 3, 62, 63, 2**31 - 1, -2**31, -5], "int32")
+            if lshift_required else np.zeros(10, "int32"))
+    params = [relay.var(n, shape=(10,), dtype="int32") for n in ("m", "left", "right")]
+    v = relay.var("x", shape=x.shape, dtype="int32")
+    body = relay.fixed_point_multiply_per_axis(v, *params, lshift_required, True, [0])
+    mod = kiln.IRModule.from_expr(relay.Function([v, *params], body))
+    got = relay.create_executor(kind, mod=mod, target=target).evaluate()(
+        x, m, left, right).numpy()
+    want = _numpy_int64(x, m[:, None], left[:, None], right[:, None])
+    np.testing.assert_array_equal(got, want)

@@ -61,3 +61,38 @@ def test_bad_inputs_are_named():
     with pytest.raises(tvm.TVMError, match="scale must be finite"):
         relay.qnn.op.softmax(x, relay.const(float("nan")), relay.const(0), relay.const(0.1),
                              relay.const(0))
+
+
+def numpy_qnn_softmax_long_rows(q, scale, zp, out_scale, out_zp, axis=-1):
+    """The same approximation for rows whose int32 sum would wrap: the sum in int64 and the
+    reciprocal with 62 bits (documented in kiln/relay/qnn/softmax.py)."""
+    one = int(np.round(np.float32(1.0) / np.float32(scale)))
+    x = q.astype(np.int64) - zp
+    x = x - x.max(axis=axis, keepdims=True)
+    x_p = x + (x >> 1) - (x >> 4)
+    k = np.clip(np.trunc(x_p / -one).astype(np.int64), 0, 20)
+    exps = (((x_p + k * one) >> 1) + one) << (k.max(axis=axis, keepdims=True) - k)
+    probs = ((1 << 62) // exps.sum(axis=axis, keepdims=True) * exps) >> 55
+    real = probs.astype(np.float64) / 128 / out_scale
+    return np.clip(np.floor(real + 0.5) + out_zp, -128, 127).astype(np.int8)
+
+
+@pytest.mark.parametrize("kind", ["graph", "vm"])
+@pytest.mark.parametrize("length", [412, 3000])
+def test_long_rows_do_not_wrap_the_sum(kind, length):
+    """Rows whose exponentials sum past 2**31 in TVM's int32 form (most values at the
+    maximum, one at the minimum: each exponential is 10 * 2**20 at scale 0.1; 411 of them
+    wrap to about 2**24 in int32: probabilities of 0.71 instead of 1/411)."""
+    scale, zp, out_scale, out_zp = 0.1, 0, 1.0 / 256, -128
+    data = np.full((3, length), 127, "int8")
+    data[:, 0] = -128
+    data[1, : length // 2] = 100  # half the row 2.7 below the maximum
+    data[2, 1] = 126
+    got = relay.create_executor(kind, mod=_build(data.shape, scale, zp, out_scale, out_zp, -1),
+                                target="llvm").evaluate()(data).numpy()
+    np.testing.assert_array_equal(got, numpy_qnn_softmax_long_rows(data, scale, zp, out_scale,
+                                                                   out_zp))
+    real = data.astype(np.float64) * scale
+    soft = np.exp(real - real.max(axis=-1, keepdims=True))
+    soft /= soft.sum(axis=-1, keepdims=True)
+    assert np.abs((got.astype(np.float64) - out_zp) * out_scale - soft).max() <= 0.04

@@ -26,7 +26,7 @@ from kiln.relay.op.strategy.registry import (
     target_keys,
     tuned_config,
 )
-from kiln.topi.utils import divisor_at_most, normalize_axes
+from kiln.topi.utils import normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv1d as x86_conv1d
 from kiln.topi.x86 import conv2d as x86_conv2d
@@ -37,6 +37,7 @@ from kiln.topi.x86 import depthwise as x86_depthwise
 from kiln.topi.x86 import nn as x86_nn
 from kiln.topi.x86 import pool as x86_pool
 from kiln.topi.x86 import reduction as x86_reduction
+from kiln.topi.x86.conv2d import MIN_BLOCKED_CHANNELS, channel_block
 
 
 @register_target_schedule("injective", "cpu")
@@ -238,14 +239,6 @@ def alter_dense_layout(attrs, inputs, tinfos, out_type):
 _PACKED_KERNEL = re.compile(r"OIHW(\d+)o")
 
 
-def channel_block(channels: int) -> int:
-    """Channels per block of an ``NCHW{c}`` activation: 16 or 8 when they divide (one
-    AVX-512 or AVX2 vector of float32), else the largest divisor up to 16, so every conv of
-    a chain picks the same block for the same channel count and none repacks."""
-    return next((b for b in (16, 8) if channels % b == 0), divisor_at_most(channels, 16))
-
-
-_MIN_BLOCKED_CHANNELS = 8
 
 
 def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
@@ -253,13 +246,12 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     ``_alter_conv2d_layout``): an NCHW/OIHW float32 conv with a constant kernel becomes
     ``nn.contrib_conv2d_NCHWc`` (groups 1) or ``nn.contrib_depthwise_conv2d_NCHWc``
     (groups = channels), data ``NCHW{ic}c``, kernel ``OIHW{ic}i{oc}o`` (``OIHW1i{oc}o``),
-    output ``NCHW{oc}c``. AlterOpLayout transforms the kernel (FoldConstant folds that) and
-    the activations where a neighbour needs NCHW. Under tuning records for
-    ``conv2d_nchw.x86`` (measured on NCHW data), and for fewer than 8 output channels, the
-    kernel alone is prepacked, ``OIHW{n}o``."""
-    from kiln.relay.op.nn.conv import conv2d
+    output ``NCHW{oc}c``. The blocks are a ``conv2d_NCHWc.x86`` tuning record's tile_ic /
+    tile_oc (``depthwise_conv2d_NCHWc.x86``'s tile_oc) when one applies, else kiln's
+    defaults (:func:`channel_block`). AlterOpLayout transforms the kernel (FoldConstant folds
+    that) and the activations where a neighbour's blocks differ. Under 8 output channels the
+    kernel alone is prepacked, ``OIHW{n}o`` (n from a ``conv2d_nchw.x86`` record if any)."""
     from kiln.relay.op.nn.conv_nchwc import contrib_conv2d_nchwc, contrib_depthwise_conv2d_nchwc
-    from kiln.relay.op.transform import layout_transform
     from kiln.target import Target
 
     target = Target.current(allow_none=True)
@@ -275,33 +267,43 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     if not all(hasattr(d, "value") for d in dims) or str(out_type.dtype) != "float32":
         return None
     out_channels, in_per_group = int(out_type.shape[1].value), int(tinfos[1].shape[1].value)
-    kernel_width = int(tinfos[1].shape[3].value)
     common = (attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_channels,
               attrs.kernel_size)
-    # fewer channels than a vector (AVX2's 8) gain nothing from blocked activations
-    narrow = out_channels < _MIN_BLOCKED_CHANNELS
+    narrow = out_channels < MIN_BLOCKED_CHANNELS
     if attrs.groups > 1:
         if in_per_group != 1 or attrs.groups != out_channels or narrow:
             return None  # grouped, a channel multiplier or narrow: the NCHW kernels
-        bn = channel_block(out_channels)
+        knobs = _tuned_knobs("depthwise_conv2d_NCHWc.x86", attrs, tinfos, out_type, target,
+                             {"c_bn": channel_block(out_channels)})
+        bn = knobs["c_bn"]
         return contrib_depthwise_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{bn}c",
                                               f"OIHW1i{bn}o", f"NCHW{bn}c", attrs.out_dtype)
-    tuned = tuned_config("conv2d_nchw.x86", attrs, tinfos, out_type, target)
-    knobs = {**x86_conv2d.DEFAULT_CONFIG, **(tuned[1] if tuned is not None else {})}
-    if tuned is None and not narrow:
-        knobs["oc_bn"] = channel_block(out_channels)
-    out_width = int(out_type.shape[3].value)
-    oc_bn, _ = x86_conv2d.block_shape(out_channels, out_width, knobs, kernel_width)
-    if tuned is not None or narrow:
-        if oc_bn <= 1:
-            return None
-        weight = layout_transform(inputs[1], "OIHW", f"OIHW{oc_bn}o")
-        return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation,
-                      attrs.groups, attrs.channels, attrs.kernel_size, "NCHW", f"OIHW{oc_bn}o",
-                      "", attrs.out_dtype)
-    ic_bn = channel_block(in_per_group)
+    if narrow:
+        return _prepack_narrow_conv(attrs, inputs, tinfos, out_type, target)
+    tuned = _tuned_knobs("conv2d_NCHWc.x86", attrs, tinfos, out_type, target, {})
+    ic_bn = tuned.get("ic_bn") or channel_block(in_per_group)
+    oc_bn = tuned.get("oc_bn") or channel_block(out_channels)
     return contrib_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{ic_bn}c",
                                 f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c", attrs.out_dtype)
+
+
+def _prepack_narrow_conv(attrs, inputs, tinfos, out_type, target):
+    """A conv with fewer output channels than a vector stays NCHW; its kernel is packed
+    ``OIHW{n}o`` at compile time (n from a ``conv2d_nchw.x86`` record, else modelled)."""
+    from kiln.relay.op.nn.conv import conv2d
+    from kiln.relay.op.transform import layout_transform
+
+    knobs = _tuned_knobs("conv2d_nchw.x86", attrs, tinfos, out_type, target,
+                         x86_conv2d.DEFAULT_CONFIG)
+    oc_bn, _ = x86_conv2d.block_shape(int(out_type.shape[1].value),
+                                      int(out_type.shape[3].value), knobs,
+                                      int(tinfos[1].shape[3].value))
+    if oc_bn <= 1:
+        return None
+    weight = layout_transform(inputs[1], "OIHW", f"OIHW{oc_bn}o")
+    return conv2d(inputs[0], weight, attrs.strides, attrs.padding, attrs.dilation,
+                  attrs.groups, attrs.channels, attrs.kernel_size, "NCHW", f"OIHW{oc_bn}o",
+                  "", attrs.out_dtype)
 
 
 def _register_alter_layouts() -> None:
