@@ -103,7 +103,7 @@ def dense_pack(cfg, data, weight, bias=None, out_dtype=None):
     _dense_space(cfg, m, n, k)
     knobs = knobs_of(cfg, _DENSE_KNOBS)
     if GLOBAL_SCOPE.in_tuning:
-        lanes = knobs.get("tile_x", divisor_at_most(n, x86_dense.DEFAULT_CONFIG["tile_x"]))
+        lanes = knobs.get("tile_x", x86_dense.pack_lanes(n, x86_dense.DEFAULT_CONFIG["tile_x"]))
         packed = te.placeholder((n // lanes, k, lanes), weight.dtype, name="weight_packed")
         return x86_dense.dense_packed_weight(data, packed, bias, out_dtype, knobs)
     return x86_dense.dense_pack(data, weight, bias, out_dtype, knobs)
@@ -428,7 +428,9 @@ def _default_knobs(task: Any) -> dict | None:
             m, k = x[-2], x[-1]
             n = y[-2] if transpose_b else y[-1]
         cfg = x86_dense.DEFAULT_CONFIG
-        lanes = divisor_at_most(n, cfg["tile_x"])
+        # the untuned kernels' block: dense packs a power of two where one divides
+        lanes = (x86_dense.pack_lanes(n, cfg["tile_x"]) if task.name == "dense_pack.x86"
+                 else divisor_at_most(n, cfg["tile_x"]))
         ty, blocks = x86_dense.register_block(m, n // lanes, lanes, cfg)
         knobs = {"tile_y": ty, "tile_x": lanes, "tile_k": divisor_at_most(k, cfg["tile_k"])}
         if task.name != "batch_matmul_pack.x86":

@@ -36,7 +36,8 @@ def _cmd_evict(args: Any) -> int:
 
     if args.max_mb is not None and not (math.isfinite(args.max_mb) and args.max_mb > 0):
         raise CLIError(f"--max-mb must be a positive number of megabytes, got {args.max_mb}")
-    limit = None if args.max_mb is None else int(args.max_mb * (1 << 20))
+    # at least a byte: a cap of 0 means "no cap", which evicts nothing
+    limit = None if args.max_mb is None else max(1, int(args.max_mb * (1 << 20)))
     removed = disk_cache.evict(limit, wait=True)
     print(f"evicted {_megabytes(removed)}")
     return 0

@@ -43,7 +43,8 @@ def cache_max_bytes() -> int:
         megabytes = DEFAULT_CACHE_MAX_MB
     if not math.isfinite(megabytes) or megabytes < 0:
         megabytes = DEFAULT_CACHE_MAX_MB
-    return int(megabytes * (1 << 20))
+    # a positive cap below a byte is a byte, not 0 (which turns the cap off)
+    return max(1, int(megabytes * (1 << 20))) if megabytes > 0 else 0
 
 
 def build_cache_enabled() -> bool:

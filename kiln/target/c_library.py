@@ -20,7 +20,8 @@ only at :data:`IMPORT_COPY_WORTH` times the imported C's length of kernel text.
 
 The units stay the module's ``sources`` (``lib0.c``, ``lib1.c``, ...): ``export_library``,
 Model Library Format (``codegen/host/src/<mod>_lib<n>.c``) and AOT consume them as before;
-``get_source()`` gives them one after another, each under a comment naming its file.
+``get_source()`` and ``save("x.c")`` give all kernels as one translation unit (each helper
+and imported source once), which compiles on its own as a one-unit library's source did.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class CKernelBuilder:
         self.function_names: list[str] = []
         # imported C sources -> the open unit of the kernels importing exactly those
         self._open: dict[tuple[str, ...], codegen_c.CodeGenC] = {}
+        self._closed: list[codegen_c.CodeGenC] = []
 
     def add(self, symbol: str, func: Any) -> None:
         """Print ``symbol``'s C; start compiling its unit once the unit is big enough."""
@@ -83,6 +85,7 @@ class CKernelBuilder:
         # __tvm_main__ names the module's first function: only its unit defines it
         source = unit.finish(entry=self.function_names[0] in unit.function_names)
         self.sources[f"lib{len(self.sources)}.c"] = source
+        self._closed.append(unit)
         cc.compile_in_background(source, self.options)
 
     def finish(self) -> Any:
@@ -93,9 +96,18 @@ class CKernelBuilder:
             self._close(imports)
         if not self.sources:  # no kernel: one empty unit, as build_c makes
             self.sources["lib0.c"] = codegen_c.emit_c({}, self.target)[0]
-        text = joined_source(self.sources)
+        text = self._one_unit() if len(self.sources) > 1 else joined_source(self.sources)
         return NativeModule("c", self.sources, {}, self.function_names, self.options,
                             {"c": text, "": text})
+
+    def _one_unit(self) -> str:
+        """Every kernel in one translation unit, the module's entry function first (the
+        source a user saves and compiles: the units' texts define their helpers each)."""
+        first = next(u for u in self._closed if self.function_names[0] in u.function_names)
+        merged = codegen_c.codegen_for(self.target)
+        for unit in [first, *(u for u in self._closed if u is not first)]:
+            merged.absorb(unit)
+        return merged.finish(entry=True)
 
 
 def imported_c(func: Any) -> tuple[str, ...]:

@@ -248,6 +248,15 @@ class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
         preamble and the imported C)."""
         return sum(map(len, self._functions))
 
+    def absorb(self, other: CodeGenC) -> None:
+        """Take ``other``'s functions into this unit (several units saved as one file: each
+        declaration, helper and imported source once)."""
+        self.declarations.update(other.declarations)
+        self._imported_c += [s for s in other._imported_c if s not in self._imported_c]
+        self._functions += other._functions
+        self.function_names += other.function_names
+        self.uses_module_ctx = self.uses_module_ctx or other.uses_module_ctx
+
     def finish(self, entry: bool = True) -> str:
         """The whole translation unit: includes, helpers, imported C, then the functions.
 

@@ -102,6 +102,36 @@ def test_fallback_of_every_x86_template_is_todays_default_schedule():
         assert str(tvm.lower(sch, bufs, name="f")) == want_ir, (name, index)
 
 
+def test_dense_of_1000_units_keeps_the_untuned_and_the_tuned_column_block():
+    """1000 units: untuned, the weight packs in blocks of 8 (a vector) and the space's
+    default config is that kernel; a record's block of 10 is the block relay.build packs
+    (it was repacked in 8s, not the kernel the record measured)."""
+    from kiln.autotvm.measure import MeasureInput, MeasureResult
+    from kiln.topi.x86 import dense as dns
+
+    x, w = te.placeholder((1, 64)), te.placeholder((1000, 64))
+    out = dns.dense_pack(x, w, None, "float32")
+    want_ir = str(tvm.lower(dns.schedule_dense_pack([out]), [x, w, out], name="f"))
+    task = autotvm.task.create("dense_pack.x86", (x, w, None, "float32"), TARGET)
+    space = task.config_space
+    with autotvm.task.ApplyConfig(space.get(default_config_index(task))), \
+            tvm.target.Target(TARGET):
+        sch, bufs = autotvm.task.TASK_TABLE["dense_pack.x86"](*task.args)
+    assert str(tvm.lower(sch, bufs, name="f")) == want_ir
+    tens = next(space.get(i) for i in range(len(space)) if space.get(i)["tile_x"].size[-1] == 10)
+    record = (MeasureInput(task.target, task, tens), MeasureResult((1e-6,), 0, 0.1, 0.0))
+    rng = np.random.default_rng(4)
+    weight, data = rng.random((1000, 64), "float32"), rng.random((1, 64), "float32")
+    xv = relay.var("x", shape=(1, 64))
+    mod = tvm.IRModule.from_expr(relay.Function([xv], relay.nn.dense(xv, relay.const(weight))))
+    with autotvm.apply_history_best([record]), tvm.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=TARGET)
+    assert [p.shape for p in lib.get_params().values()] == [(100, 64, 10)]
+    module = graph_executor.GraphModule(lib["default"](tvm.cpu(0)))
+    module.run(x=data)
+    np.testing.assert_allclose(module.get_output(0).numpy(), data @ weight.T, rtol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["dense_pack.x86", "batch_matmul_pack.x86"])
 def test_tuned_configs_of_matmul_templates_stay_correct(name):
     rng = np.random.default_rng(1)

@@ -137,6 +137,15 @@ def test_the_cap_reads_kiln_cache_max_mb(monkeypatch, text, megabytes):
     assert config.cache_max_bytes() == int(megabytes * MB)
 
 
+def test_a_positive_cap_below_a_byte_still_caps(cache, monkeypatch, capsys):
+    """A tiny positive cap is one byte (it rounded to 0, which turns eviction off)."""
+    monkeypatch.setenv("KILN_CACHE_MAX_MB", "1e-9")
+    assert config.cache_max_bytes() == 1
+    old = _entry(cache, "cc/lib_a.so", MB, 5 * HOUR)
+    assert main(["cache", "evict", "--max-mb", "1e-9"]) == 0
+    assert "evicted 1.0 MB" in capsys.readouterr().out and not old.exists()
+
+
 def test_the_cache_command_shows_evicts_and_clears(cache, capsys):
     _entry(cache, "cc/lib_a.so", MB, 5 * HOUR)
     _entry(cache, "llvm/b.o", 2 * MB, 4 * HOUR)

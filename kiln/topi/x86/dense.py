@@ -57,18 +57,24 @@ def dense_pack(data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None = None
 
 
 def pack_lanes(units: int, tile_x: int) -> int:
-    """Columns per packed weight block for ``units`` output columns: the largest power of
-    two up to ``tile_x`` that divides them when it is at least 4 (a vector), else the largest
-    divisor up to ``tile_x``. A block of another width (10 of 1000 units) is a loop the
-    vectorizer leaves scalar (measured, 1 thread: MobileNet's 1024 x 1000 classifier at
-    batch 1 took 5.9x ORT's time in blocks of 10, 0.88x in blocks of 8).
+    """Columns per packed weight block for ``units`` output columns: ``tile_x`` itself when
+    it divides them (a tuning record's block is what was measured), else the largest power
+    of two up to ``tile_x`` that divides them when it is at least 4 (a vector), else the
+    largest divisor up to ``tile_x``. Untuned (``tile_x`` 16), a block of another width (10
+    of 1000 units) is a loop the vectorizer leaves scalar (measured, 1 thread: MobileNet's
+    1024 x 1000 classifier at batch 1 took 5.9x ORT's time in blocks of 10, 0.88x in blocks
+    of 8).
 
     Example
     -------
     >>> from kiln.topi.x86.dense import pack_lanes
     >>> pack_lanes(1000, 16), pack_lanes(1024, 16), pack_lanes(10, 16), pack_lanes(12, 16)
     (8, 16, 10, 4)
+    >>> pack_lanes(1000, 10)  # a tuned block that divides the units
+    10
     """
+    if tile_x >= 1 and units % tile_x == 0:
+        return tile_x
     power = max(d for d in (1, 2, 4, 8, 16, 32, 64) if d <= max(tile_x, 1) and units % d == 0)
     return power if power >= 4 else divisor_at_most(units, tile_x)
 
