@@ -82,6 +82,23 @@ def test_loop_partition_removes_tail_check_from_main_loop():
     assert not nodes(f.body, tir.IfThenElse)
 
 
+def test_loop_partition_splits_an_int64_loop_at_a_symbolic_bound():
+    # a symbolic batch: int64 loop vars and extents; the guard on the group loop peels off
+    m = tir.Var("m", "int64")
+    A = tir.decl_buffer((m,), "float32", name="A")
+    g = tir.Var("g", "int64")
+    four = tir.const(4, "int64")
+    guarded = tir.IfThenElse(tir.likely(g < tir.floordiv(m, four)),
+                             tir.BufferStore(A, 0.0, [g * four]))
+    body = tir.For(g, tir.const(0, "int64"), tir.floordiv(m + 3, four), tir.ForKind.SERIAL,
+                   guarded)
+    f = tir.PrimFunc([A.data, m], body, buffer_map={A.data: A})
+    f = transform.Simplify()(transform.LoopPartition()(f))
+    # the main loop runs unguarded; the tail, where the guard never holds, simplifies away
+    assert [tir.script(lp.extent) for lp in nodes(f.body, tir.For)] == ["m // T.int64(4)"]
+    assert not nodes(f.body, tir.IfThenElse)
+
+
 def test_loop_partition_peels_padding_head_and_tail_from_serial_loop():
     # a padded read: out[o * 4 + i] = A[o * 4 + i - 1] where 0 <= o * 4 + i - 1 < 30
     A = tir.decl_buffer((30,), "float32", name="A")

@@ -18,7 +18,9 @@ from kiln.tir.stmt_functor import post_order_visit
 from kiln.topi.x86 import dense as x86_dense
 
 K, N = 40, 48  # N / 16 = 3 packed column blocks
-ROWS = (0, 1, 2, 3, 8, 33)  # 0: an empty batch runs no group
+# 0: an empty batch runs no group; 1, 2, 5: a tail pair (one row repeated at 1 and 5);
+# 3, 7: a tail of three rows as one more group of four; 4, 8: full groups only
+ROWS = (0, 1, 2, 3, 4, 5, 7, 8, 33)
 RNG = np.random.default_rng(11)
 
 
@@ -78,6 +80,7 @@ KERNELS = {
     "unpacked": (_unpacked_weight, None),
     "rows_of_3": (_packed_bias_relu, {"tile_y_symbolic": 3, "tile_k": 3}),
     "parallel": (_packed_plain, {"rows_symbolic": 10**6}),
+    "rows_of_8": (_packed_plain, {"tile_y_symbolic": 8, "accumulators": 16}),
 }
 
 
@@ -94,9 +97,10 @@ def lowered():
     return {name: _lowered(name) for name in KERNELS}
 
 
-@pytest.fixture(scope="module", params=["llvm", "c"])
+@pytest.fixture(scope="module", params=["llvm", "llvm -mcpu=core-avx2", "c"])
 def built(request, lowered):
-    """All kernels in one module per target (one C compile)."""
+    """All kernels in one module per target (one C compile); AVX2 as well as the host's
+    AVX-512: 16-lane vectors split in two."""
     mod = IRModule({name: prim for name, (_, _, prim) in lowered.items()})
     return kiln.build(mod, target=request.param)
 
@@ -137,11 +141,9 @@ def test_epilogue_with_its_own_row_variable(built, lowered):
         x, r = f32(rows, K), f32(rows, N)
         np.testing.assert_allclose(_run(built, "residual", [x, _packed(w), r]), x @ w.T + r,
                                    rtol=1e-4, atol=1e-4)
-    prim = lowered["residual"][2]
-    blocks = [a for a in _nodes(prim, tir.Allocate)
-              if a.buffer_var.name == "T_dense_pack.local"]
-    ty = x86_dense.DEFAULT_CONFIG["tile_y_symbolic"]
-    assert len(blocks) == 1 and [int(e) for e in blocks[0].extents] == [ty * 16]
+    # every product is computed into a buffer of its own, each through a constant block
+    assert _block_extents(lowered["residual"][2]) == {"T_dense_pack_rows4.local": [64],
+                                                       "T_dense_pack_rows2.local": [32]}
 
 
 def test_row_groups_that_do_not_divide_the_batch(built):
@@ -152,25 +154,61 @@ def test_row_groups_that_do_not_divide_the_batch(built):
         np.testing.assert_allclose(got, np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
 
 
+def test_groups_of_eight_with_tails_of_four_and_two(built):
+    w = f32(N, K)
+    for rows in range(0, 20):
+        x = f32(rows, K)
+        np.testing.assert_allclose(_run(built, "rows_of_8", [x, _packed(w)]), x @ w.T,
+                                   rtol=1e-4, atol=1e-4)
+
+
+def _block_extents(prim) -> dict[str, list[int]]:
+    return {a.buffer_var.name: [int(e) for e in a.extents] for a in _nodes(prim, tir.Allocate)
+            if a.buffer_var.name.startswith("T_dense_pack_rows")
+            and all(isinstance(e, tir.IntImm) for e in a.extents)}
+
+
 def _nodes(prim, kind):
     found = []
     post_order_visit(prim.body, lambda n: found.append(n) if isinstance(n, kind) else None)
     return found
 
 
-@pytest.mark.parametrize("name", ["bias_relu", "plain", "rows_of_3"])
-def test_register_block_has_constant_size_and_vector_accumulators(lowered, name):
+# buffer -> (rows, packed column blocks): 8 accumulators of 16 lanes in AVX2 registers
+FOURS = {"T_dense_pack_rows4": (4, 1), "T_dense_pack_rows2.local": (2, 1)}
+
+
+@pytest.mark.parametrize(("name", "blocks"), [
+    ("bias_relu", FOURS), ("plain", FOURS),
+    ("rows_of_3", {"T_dense_pack_rows3": (3, 1), "T_dense_pack_rows1.local": (1, 3)})])
+def test_register_blocks_have_constant_size_and_vector_accumulators(lowered, name, blocks):
+    """The full groups' block (in the output's group loop) and the tail pair's (into a
+    buffer of its own): constant extents, ``rows x 16`` accumulators each."""
     prim = lowered[name][2]
-    blocks = [a for a in _nodes(prim, tir.Allocate) if a.buffer_var.name == "T_dense_pack"]
-    assert len(blocks) == 1
-    ty = 3 if name == "rows_of_3" else x86_dense.DEFAULT_CONFIG["tile_y_symbolic"]
-    assert [int(e) for e in blocks[0].extents] == [ty * 16]
-    vector_updates = [s for s in _nodes(prim, tir.BufferStore)
-                      if s.buffer.data is blocks[0].buffer_var
-                      and isinstance(s.indices[0], tir.Ramp)]
-    # one 16-lane update per row of the group in the reduction, and one zero-fill per row
-    assert len(vector_updates) == 2 * ty
-    assert all(s.indices[0].lanes == 16 for s in vector_updates)
+    allocs = {a.buffer_var.name: a for a in _nodes(prim, tir.Allocate)
+              if a.buffer_var.name in blocks}
+    assert {n: [int(e) for e in a.extents] for n, a in allocs.items()} == {
+        n: [rows * columns * 16] for n, (rows, columns) in blocks.items()}
+    for buffer_name, (rows, columns) in blocks.items():
+        updates = [s for s in _nodes(prim, tir.BufferStore)
+                   if s.buffer.data is allocs[buffer_name].buffer_var
+                   and isinstance(s.indices[0], tir.Ramp)]
+        assert all(s.indices[0].lanes == 16 for s in updates)
+        # one 16-lane update per row and column block in the reduction, one zero-fill each (the full
+        # groups' zero-fill again in the peeled last group, whose reduction simplified away)
+        peeled = 0 if buffer_name.endswith(".local") else rows
+        assert len(updates) == (2 * rows + peeled) * columns
+
+
+def test_full_groups_reduce_without_a_guard(lowered):
+    """The full groups' reduction guard is peeled off by LoopPartition: no condition is
+    left around the accumulation (it would stay inside the reduction loop)."""
+    prim = lowered["bias_relu"][2]
+    stores = []
+    for cond in _nodes(prim, tir.IfThenElse):
+        post_order_visit(cond.then_case, lambda n: stores.append(n.buffer.name)
+                         if isinstance(n, tir.BufferStore) else None)
+    assert stores and not [n for n in stores if n.startswith("T_dense_pack_rows4")]
 
 
 def test_output_stores_are_contiguous_vectors(lowered):

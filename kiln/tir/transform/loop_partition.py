@@ -98,8 +98,10 @@ class _Partitioner(StmtExprMutator):
             return None
         a, b = (cond.a, cond.b) if isinstance(cond, _e.LT | _e.LE) else (cond.b, cond.a)
         diff = a - b if isinstance(cond, _e.LT | _e.GT) else a - b - 1  # holds iff diff < 0
-        at0 = ana.simplify(substitute(diff, {v: 0}))
-        coeff = ana.simplify(substitute(diff, {v: 1}) - at0)
+        # constants of the loop var's own type: an int64 var (a symbolic batch) set to an
+        # int32 0 leaves casts that hide the coefficient
+        at0 = ana.simplify(substitute(diff, {v: _op.const(0, v.dtype)}))
+        coeff = ana.simplify(substitute(diff, {v: _op.const(1, v.dtype)}) - at0)
         if not isinstance(coeff, IntImm) or (coeff.value < 0) != lower or coeff.value == 0:
             return None
         if not ana.can_prove_equal(diff, v * coeff + at0):

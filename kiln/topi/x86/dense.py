@@ -20,13 +20,16 @@ hide the FMA latency. Products under ``parallel_min_flops`` (a quarter megaflop 
 :data:`kiln.topi.x86.parallel.DEFAULT_PARALLEL_MIN_FLOPS`) run on one thread: below that a
 launch, even to a worker the executor keeps polling, costs about what the second thread saves.
 
-A symbolic row count (a ``relay.Any`` batch in the VM) keeps the same register block: the
-rows are computed in groups of ``tile_y_symbolic`` (the last group repeating the last row),
-so the block's extent stays constant whatever the batch; the loops are column blocks (the
-parallel loop when the assumed work is large) around row groups. Two rows per group: a
-batch of 1 computes its row twice, which costs little in a GEMV bound by streaming the
-weight (four rows would double the FMAs again), and larger batches still share each weight
-load between two rows.
+A symbolic row count (a ``relay.Any`` batch in the VM) keeps constant register blocks: the
+rows are computed in full groups of ``tile_y_symbolic`` (4) rows, the block the static
+kernel uses from 4 rows, straight into the output through the epilogue; a tail of 3 rows is
+one more such group repeating the last row, and a tail of 1 or 2 rows is one pair (the
+pair's 2 x 2-block register tile, a batch of 1 computing its row twice), computed first into
+a small buffer of its own. The loops are column blocks (parallel when the assumed work is
+large) around groups. Measured against the static kernel of each row count (K=256 -> N=1024,
+one thread, CPU time, interleaved; ``benchmarks/dense_dynamic.py``): 1.09x at 1 row, 1.06x at
+2, 1.04x at 3, 1.00x at 8, 32 and 100 rows (groups of 2 rows throughout: 1.15-1.20x from 3
+rows up; groups of 4 alone: 1.3-1.4x at 1-2 rows).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from kiln.topi.utils import divisor_at_most, get_const_int, traverse_inline
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
 DEFAULT_CONFIG = {"tile_y": 4, "tile_x": 16, "tile_k": 4, "blocks": 0, "accumulators": 8,
-                  "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "tile_y_symbolic": 2,
+                  "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS, "tile_y_symbolic": 4,
                   "rows_symbolic": 1}
 
 
@@ -84,9 +87,9 @@ def dense_packed_weight(data: te.Tensor, packed: te.Tensor, bias: te.Tensor | No
     """``data [M, K]`` times a weight packed as ``[N / n, K, n]``; ``M`` may be symbolic.
 
     With a symbolic ``M`` (a ``relay.Any`` batch) the product is computed in groups of
-    ``tile_y`` rows, ``[ceil(M / tile_y), tile_y, N]``, the rows past ``M`` in the last
-    group repeating row ``M - 1``: every group is a full register block of constant extent
-    (unrolled rows, vector accumulators), and the ``[M, N]`` result reads the groups back.
+    ``tile_y_symbolic`` rows and a tail in smaller groups (:func:`_row_groups`): every group
+    is a register block of constant extent (unrolled rows, vector accumulators), and the
+    ``[M, N]`` result reads each row from the group that computed it.
 
     Example
     -------
@@ -94,8 +97,8 @@ def dense_packed_weight(data: te.Tensor, packed: te.Tensor, bias: te.Tensor | No
     >>> from kiln.topi.x86.dense import dense_packed_weight
     >>> x = te.placeholder((te.var("m", "int64"), 64))
     >>> y = dense_packed_weight(x, te.placeholder((2, 64, 16)))
-    >>> y.op.input_tensors[0].op.tag, len(y.op.input_tensors[0].shape)
-    ('dense_pack', 3)
+    >>> [(t.op.tag, len(t.shape)) for t in y.op.input_tensors]
+    [('dense_pack', 3), ('dense_pack', 3)]
     """
     cfg = {**DEFAULT_CONFIG, **(config or {})}
     rows = data.shape[0] if len(data.shape) == 2 else 0
@@ -106,22 +109,81 @@ def dense_packed_weight(data: te.Tensor, packed: te.Tensor, bias: te.Tensor | No
     if get_const_int(packed.shape[1]) != k:
         raise TVMError(f"dense_pack: data has {k} columns but the packed weight reduces over "
                        f"{get_const_int(packed.shape[1])}")
-    ty = cfg["tile_y_symbolic"]
-    red = te.reduce_axis((0, k), name="k")
-    grouped = te.compute(
-        (_op.floordiv(rows + (ty - 1), ty), ty, packed.shape[0] * lanes),
-        lambda g, t, x: te.sum(
-            _op.cast(data[_op.min(g * ty + t, rows - 1), red.var], out_dtype)
-            * _op.cast(packed[_op.floordiv(x, lanes), red.var, _op.floormod(x, lanes)],
-                       out_dtype), axis=red),
-        name="T_dense_pack", tag="dense_pack")
-    out = te.compute((rows, grouped.shape[2]),
-                     lambda y, x: grouped[_op.floordiv(y, ty), _op.floormod(y, ty), x],
-                     name="T_dense_rows", tag=tag.INJECTIVE)
+    out = _row_groups(data, packed, rows, k, lanes, out_dtype, cfg["tile_y_symbolic"])
     if bias is not None:
         out = te.compute(out.shape, lambda i, j: out[i, j] + _op.cast(bias[j], out_dtype),
                          name="T_add", tag=tag.BROADCAST)
     return out
+
+
+def _row_groups(data: te.Tensor, packed: te.Tensor, rows: Any, k: int, lanes: int,
+                out_dtype: str, tile_y: int) -> te.Tensor:
+    """``data @ W.T`` for a symbolic ``rows``: full groups of ``tile_y`` rows (a tail of
+    ``tile_y - 1`` rows as one more, repeating the last row), then what is left in groups
+    of ``tile_y // 2``, ``tile_y // 4`` … 2, the last size's last group repeating row
+    ``rows - 1`` (for 4: a tail of 1 or 2 rows is one pair). Each group size is its own
+    ``[groups, size, N]`` product; the ``[rows, N]`` result picks each row from the product
+    that computed it.
+
+    The full groups' product has one more group when a shorter tail follows, its reduction
+    guarded by ``likely(g < full groups)``: the output's group loop computes each block in
+    place, and LoopPartition peels the guarded last group off (its reduction simplifies
+    away, leaving the tail rows to the smaller groups)."""
+    columns = packed.shape[0] * lanes
+    sizes = [tile_y]
+    while sizes[-1] > 2:
+        sizes.append(sizes[-1] // 2)
+    parts, start, left = [], IntImm("int64", 0), rows
+    for i, size in enumerate(sizes):
+        first, last = i == 0, i == len(sizes) - 1
+        groups, guard = _op.floordiv(left + (size - 1), size), None
+        if last:
+            count = left
+        elif first:
+            full = _op.floordiv(left + 1, size)
+            count = _op.min(full * size, left)
+            guard = (lambda g, full=full: _op.likely(g < full))
+        else:
+            groups = _op.floordiv(left, size)
+            count = groups * size
+        product = _group_product(data, packed, start, groups, size, k, lanes, columns,
+                                 out_dtype, guard, clamp=first or last)
+        parts.append((start, size, product))
+        start, left = start + count, left - count
+
+    def pick(y, x):
+        def read(first, size, part):
+            row = y - first
+            return part[_op.floordiv(row, size), _op.floormod(row, size), x]
+
+        value = read(*parts[-1])
+        for part, (after, _, _) in zip(reversed(parts[:-1]), reversed(parts[1:])):
+            value = _op.if_then_else(y < after, read(*part), value)
+        return value
+
+    return te.compute((rows, columns), pick, name="T_dense_rows", tag=tag.INJECTIVE)
+
+
+def _group_product(data: te.Tensor, packed: te.Tensor, start: Any, extent: Any, size: int,
+                   k: int, lanes: int, columns: Any, out_dtype: str, guard: Any,
+                   clamp: bool) -> te.Tensor:
+    """Rows from ``start`` of ``data @ W.T`` in ``extent`` groups of ``size``, ``[extent,
+    size, N]``: with ``clamp`` rows past the data repeat its last row; ``guard(g)``, when
+    given, is the condition for group ``g`` to be computed at all (else it stays 0)."""
+    rows = data.shape[0]
+    red = te.reduce_axis((0, k), name="k")
+
+    def row(g, t):
+        index = start + g * size + t
+        return _op.min(index, rows - 1) if clamp else index
+
+    return te.compute(
+        (extent, size, columns),
+        lambda g, t, x: te.sum(
+            _op.cast(data[row(g, t), red.var], out_dtype)
+            * _op.cast(packed[_op.floordiv(x, lanes), red.var, _op.floormod(x, lanes)],
+                       out_dtype), axis=red, where=guard(g) if guard else None),
+        name=f"T_dense_pack_rows{size}", tag="dense_pack")
 
 
 def schedule_dense_pack(outs: Any, config: dict | None = None) -> Any:
@@ -139,33 +201,46 @@ def schedule_dense_pack(outs: Any, config: dict | None = None) -> Any:
     outs = list(outs) if isinstance(outs, list | tuple) else [outs]
     sch = te.create_schedule([t.op for t in outs])
 
+    packed_done: set[int] = set()
+    row_groups: list[te.Tensor] = []
+
     def visit(op):
-        if op.tag == "dense_pack":
+        if op.tag != "dense_pack":
+            return
+        _schedule_weight_pack(sch, op.input_tensors[1], packed_done)
+        if len(op.output(0).shape) == 3:
+            row_groups.append(op.output(0))
+        else:
             _schedule_block(sch, op.output(0), outs[0], cfg)
 
     traverse_inline(sch, outs[0].op, visit)
+    if row_groups:
+        _schedule_row_groups(sch, row_groups, outs[0], cfg)
     return sch
+
+
+def _schedule_weight_pack(sch: Any, packed: te.Tensor, done: set[int]) -> None:
+    """Pack an ``[N, K]`` weight once, before the products (traverse_inline inlined it: that
+    would repack per use of each element)."""
+    if packed.op.name != "weight_pack" or packed.op not in sch or id(packed.op) in done:
+        return
+    done.add(id(packed.op))
+    stage = sch[packed]
+    stage.compute_root()
+    z, _, x = stage.leaf_iter_vars
+    stage.parallel(z)
+    stage.vectorize(x)
 
 
 def _schedule_block(sch: Any, dense: te.Tensor, out: te.Tensor, cfg: dict) -> None:
     packed = dense.op.input_tensors[1]
-    if packed.op.name == "weight_pack" and packed.op in sch:
-        stage = sch[packed]
-        stage.compute_root()  # traverse_inline inlined it: packing per use of each element
-        z, _, x = stage.leaf_iter_vars
-        stage.parallel(z)
-        stage.vectorize(x)
     lanes = get_const_int(packed.shape[2])
     column_blocks = get_const_int(packed.shape[0])
     k = get_const_int(dense.op.reduce_axis[0].dom.extent)
     tk = divisor_at_most(k, cfg["tile_k"])
-    if len(dense.shape) == 3:  # groups of rows: a symbolic row count
-        block, task = _schedule_row_groups(sch, dense, out, column_blocks, lanes, k, cfg)
-    else:
-        # When the dense op is itself the output, accumulate each block locally first.
-        block = sch[sch.cache_write(dense, "local") if out.op is dense.op else dense]
-        task = _schedule_rows(sch[out], get_const_int(dense.shape[0]), column_blocks, lanes,
-                              k, cfg)
+    # When the dense op is itself the output, accumulate each block locally first.
+    block = sch[sch.cache_write(dense, "local") if out.op is dense.op else dense]
+    task = _schedule_rows(sch[out], get_const_int(dense.shape[0]), column_blocks, lanes, k, cfg)
     block.compute_at(task[0], task[1])
     schedule_register_block(block, tk, lanes)
 
@@ -188,40 +263,47 @@ def _schedule_rows(o: Any, m: int, column_blocks: int, lanes: int, k: int,
     return o, task
 
 
-def _schedule_row_groups(sch: Any, grouped: te.Tensor, out: te.Tensor, column_blocks: int,
-                         lanes: int, k: int, cfg: dict) -> tuple[Any, tuple[Any, Any]]:
-    """Loops for a symbolic row count (``grouped`` is ``[groups, tile_y, N]``): packed column
-    blocks outside, parallel when ``rows_symbolic`` rows are worth it, groups inside them
-    (not fused: a fused index would divide by the symbolic group count).
+def _schedule_row_groups(sch: Any, products: list[te.Tensor], out: te.Tensor,
+                         cfg: dict) -> None:
+    """Loops for a symbolic row count: each ``[groups, size, N]`` product (full groups, then
+    the tail's smaller ones) runs packed column blocks outside, parallel when
+    ``rows_symbolic`` rows are worth it, its groups inside them, each group one register
+    block of constant extent accumulated locally.
 
-    The register block goes into the output's group loop when the output has the data's
-    row count. An epilogue reading another ``Any``-batch tensor (a residual add) has rows of
-    its own variable: bounds inferred from it would be clamped to the data's groups, giving
-    the block a symbolic extent, so then the groups are computed first, into a buffer of
-    their own, and the epilogue runs after them as a vector loop.
-    Returns ``(register block stage, (stage, group loop))``.
+    The full groups' block goes into the output's group loop, written straight through the
+    epilogue; the tail's few rows (at most ``tile_y - 1``) are computed first into small
+    buffers of their own. An epilogue reading another ``Any``-batch tensor (a residual add)
+    has rows of its own variable: bounds inferred from it would be clamped to the data's
+    groups, giving the block a symbolic extent, so then every product is computed first and
+    the epilogue runs after them as a vector loop.
     """
-    ty = get_const_int(grouped.shape[1])
-    _, blocks = register_block(ty, column_blocks, lanes, cfg)
-    rows = grouped.op.input_tensors[0].shape[0]
-    if out.shape[0] is rows:
-        block, stage = sch[grouped], sch[out]
-        y, x = stage.leaf_iter_vars[0], stage.leaf_iter_vars[1]
-        group, row = stage.split(y, factor=ty)
-    else:
-        block = sch[sch.cache_write(grouped, "local")]
-        stage = sch[grouped]
-        group, row, x = stage.leaf_iter_vars
+    lanes = get_const_int(products[0].op.input_tensors[1].shape[2])
+    fused = out.shape[0] is products[0].op.input_tensors[0].shape[0]
+    for product in products:
+        size = get_const_int(product.shape[1])
+        column_blocks = get_const_int(product.op.input_tensors[1].shape[0])
+        k = get_const_int(product.op.reduce_axis[0].dom.extent)
+        _, blocks = register_block(size, column_blocks, lanes, cfg)
+        if fused and product is products[0]:
+            block, stage = sch[product], sch[out]
+            y, x = stage.leaf_iter_vars[0], stage.leaf_iter_vars[1]
+            group, row = stage.split(y, factor=size)
+        else:
+            block = sch[sch.cache_write(product, "local")]
+            stage = sch[product]
+            group, row, x = stage.leaf_iter_vars
+        xo, xi = stage.split(x, factor=lanes * blocks)
+        stage.reorder(xo, group, row, xi)
+        if 2 * cfg["rows_symbolic"] * k * lanes * column_blocks >= cfg["parallel_min_flops"]:
+            stage.parallel(xo)
+        _, xii = stage.split(xi, factor=lanes)
+        stage.vectorize(xii)
+        block.compute_at(stage, group)
+        schedule_register_block(block, divisor_at_most(k, cfg["tile_k"]), lanes)
+    if not fused:
         epilogue = sch[out]
         _, columns = epilogue.split(epilogue.leaf_iter_vars[1], factor=lanes)
         epilogue.vectorize(columns)
-    xo, xi = stage.split(x, factor=lanes * blocks)
-    stage.reorder(xo, group, row, xi)
-    if 2 * cfg["rows_symbolic"] * k * lanes * column_blocks >= cfg["parallel_min_flops"]:
-        stage.parallel(xo)
-    _, xii = stage.split(xi, factor=lanes)
-    stage.vectorize(xii)
-    return block, (stage, group)
 
 
 def register_block(rows: int, column_blocks: int, lanes: int, cfg: dict) -> tuple[int, int]:

@@ -43,12 +43,13 @@ def _compile(mod, target):
     return exe, VirtualMachine(exe, kiln.cpu(0))
 
 
-@pytest.fixture(scope="module", params=["llvm", "c"])
+@pytest.fixture(scope="module", params=["llvm", "llvm -mcpu=core-avx2", "c"])
 def any_batch(request):
     return _compile(_two_layers(relay.Any()), request.param)
 
 
-@pytest.mark.parametrize("batch", [1, 3, 8, 33])
+# full groups of 4 rows, tails of 1-2 rows as a pair, of 3 as one more group of 4
+@pytest.mark.parametrize("batch", [0, 1, 2, 3, 4, 5, 7, 8, 33])
 def test_one_executable_runs_every_batch(any_batch, batch):
     _, vm = any_batch
     x = RNG.standard_normal((batch, K)).astype("float32")
