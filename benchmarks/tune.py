@@ -211,12 +211,17 @@ def section_throughput(target: str, candidates: int, rounds: int) -> None:
 
 def _interleaved_times(fns: dict, rounds: int = 7, per_round: int = 5) -> dict:
     """Per label: the median and min over ``rounds`` rounds of the mean of ``per_round``
-    runs, the labels' rounds interleaved so that all see the same drift of the load."""
+    runs, the labels' rounds interleaved so that all see the same drift of the load. A short
+    pause and an untimed call before each label's runs let the previous runtime's spinning
+    pool threads (ORT spins after a run) go idle instead of taking the next one's cores
+    (without it kiln untuned, timed right after ORT, read 1.39x ORT here; models.py 1.03x)."""
     for fn in fns.values():
         fn()
     samples: dict = {label: [] for label in fns}
     for _ in range(rounds):
         for label, fn in fns.items():
+            time.sleep(0.05)
+            fn()
             start = time.perf_counter()
             for _ in range(per_round):
                 fn()
