@@ -157,9 +157,25 @@ class _ShapeBuilder:
             outs = [broadcast_dims(ins) if ins else [] for _ in out_types]
             if pattern > OpPattern.BROADCAST:  # no rule: nothing to check the types against
                 return [_with_static(d, t) for d, t in zip(outs, out_types)]
+            if len(ins) > 1 and outs:
+                self._check_broadcast(ins, outs[0])
         for dims, ty in zip(outs, out_types):
             self._check_static(dims, ty)
         return [_with_static(d, t) for d, t in zip(outs, out_types)]
+
+    def _check_broadcast(self, ins: list[list[Any]], out: list[Any]) -> None:
+        """Record that each input extent is 1 or the broadcast extent (TVM's shape function
+        asserts "Incompatible broadcast type"; without it 2 rows plus 3 rows gave 2 rows)."""
+        from kiln import tir
+        from kiln.arith import Analyzer
+
+        analyzer = Analyzer()
+        for dims in ins:
+            for offset, dim in enumerate(dims):
+                fits = tir.any(dim == i64(1), dim == out[offset + len(out) - len(dims)])
+                same = analyzer.simplify(fits)
+                if getattr(same, "value", None) != 1:
+                    self.checks.append(same)
 
     def _check_static(self, dims: list[Any], ty: TensorType) -> None:
         """Record ``computed == declared`` for each static extent the rule does not prove
@@ -316,7 +332,8 @@ def _with_extent_check(prim: Any, shape_buffers: list, func: rx.Function) -> Any
                for b in shape_buffers for j in range(int(b.shape[0].value))]
     reasons = [f"{op.name}: {op.get_attr('TShapeValueRequirement')}" for op in ops
                if op.get_attr("TShapeValueRequirement")]
-    message = "invalid run-time shape values (a negative extent); " + (
+    message = ("invalid run-time shape values (a negative extent, or extents that do not "
+               "broadcast or disagree with the static type); ") + (
         "; ".join(reasons) or f"in {', '.join(names)}")
     check = tir.AssertStmt(tir.all(*extents) if len(extents) > 1 else extents[0],
                            tir.StringImm(message), tir.Evaluate(tir.const(0, "int32")))

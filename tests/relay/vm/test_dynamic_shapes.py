@@ -128,6 +128,21 @@ def test_broadcast_between_dynamic_dims(rng):
     np.testing.assert_allclose(out.numpy(), a * b, rtol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [(2, 3), (3, 2), (4, 3)])
+def test_dynamic_extents_that_do_not_broadcast_raise(rows, rng):
+    """2 rows plus 3 rows is NumPy's (and TVM's shape function's) error; it gave 2 rows."""
+    x, y = relay.var("x", shape=(ANY, 8)), relay.var("y", shape=(ANY, 8))
+    _, vm = compile_vm(kiln.IRModule.from_expr(relay.Function([x, y], relay.nn.relu(x + y))))
+    a = rng.standard_normal((rows[0], 8), dtype="float32")
+    b = rng.standard_normal((rows[1], 8), dtype="float32")
+    with pytest.raises(ValueError):
+        np.add(a, b)
+    with pytest.raises(kiln.TVMError, match="do not broadcast"):
+        vm.run(a, b)
+    same = rng.standard_normal((rows[0], 8), dtype="float32")  # the VM still runs after it
+    np.testing.assert_allclose(vm.run(a, same).numpy(), np.maximum(a + same, 0), rtol=1e-6)
+
+
 def test_take_with_dynamic_indices(rng):
     data = relay.var("data", shape=(5, 3))
     idx = relay.var("idx", shape=(ANY,), dtype="int32")
