@@ -244,7 +244,7 @@ def _graph_tune(mod, shape, log: str, target: str, workdir: str, max_sch_num: in
     tuner.write_opt_sch2record_file(out)
     members, _, _ = tuner.problem()
     best = tuner.total_cost(tuner.per_layer_best_choice())
-    chosen = tuner.total_cost(tuner._choice)
+    chosen = tuner.total_cost(tuner.chosen_choice())
     print(f"graph tuner: {len(members)} conv workloads, {max_sch_num} candidates each, "
           f"modelled {best * 1e3:.2f} ms per-layer best -> {chosen * 1e3:.2f} ms chosen "
           f"({time.perf_counter() - start:.0f} s)")

@@ -376,12 +376,18 @@ class BaseGraphTuner:
         logger.info("%s: modelled cost %.6g s (per-layer best %.6g s)", self._name,
                     self.total_cost(choice), self.total_cost(self.per_layer_best_choice()))
 
-    def get_optimal_records(self) -> list:
-        """The chosen record of every tuned workload, in the graph's order."""
+    def chosen_choice(self) -> list[int]:
+        """The candidate :meth:`run` chose per variable (in :meth:`problem`'s order), for
+        :meth:`total_cost`."""
         if self._choice is None:
             raise TVMError("graph tuner: call run() first")
+        return list(self._choice)
+
+    def get_optimal_records(self) -> list:
+        """The chosen record of every tuned workload, in the graph's order."""
+        choice = self.chosen_choice()
         members, _, _ = self.problem()
-        return [self._nodes[group[0]].records[c] for group, c in zip(members, self._choice)]
+        return [self._nodes[group[0]].records[c] for group, c in zip(members, choice)]
 
     def write_opt_sch2record_file(self, record_file: str = "graph_opt_schedule.log") -> None:
         """Write the chosen records (TVM's log format), for ``autotvm.apply_graph_best``."""
