@@ -155,6 +155,8 @@ def dense_pack_strategy_cpu(attrs, inputs, out_type, target):
 def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
     strategy.add(_GENERIC["nn.conv2d"])
+    if attrs.out_layout not in ("", attrs.data_layout):
+        return strategy  # the kernels below write the data's layout; generic transforms
     nchw = attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
     channels = inputs[0].shape[1] if len(inputs[0].shape) == 4 else None
     prepacked = attrs.data_layout == "NCHW" and _PACKED_KERNEL.fullmatch(attrs.kernel_layout)
@@ -250,7 +252,8 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     tile_oc (``depthwise_conv2d_NCHWc.x86``'s tile_oc) when one applies, else kiln's
     defaults (:func:`channel_block`). AlterOpLayout transforms the kernel (FoldConstant folds
     that) and the activations where a neighbour's blocks differ. Under 8 output channels the
-    kernel alone is prepacked, ``OIHW{n}o`` (n from a ``conv2d_nchw.x86`` record if any)."""
+    kernel alone is prepacked, ``OIHW{n}o`` (n from a ``conv2d_nchw.x86`` record if any).
+    An ``out_layout`` of ``NCHW{n}c`` (groups 1) sets the output block to n."""
     from kiln.relay.op.nn.conv_nchwc import contrib_conv2d_nchwc, contrib_depthwise_conv2d_nchwc
     from kiln.target import Target
 
@@ -258,7 +261,11 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     keys = target_keys(target)
     if "cpu" not in keys or "arm_cpu" in keys or not _foldable_weight(inputs[1], tinfos):
         return None
-    if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
+    if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
+        return None
+    # a blocked result asked for (NCHW{n}c) fixes the output block of a groups-1 conv
+    out_block = re.fullmatch(r"NCHW(\d+)c", attrs.out_layout)
+    if attrs.out_layout not in ("", "NCHW") and (out_block is None or attrs.groups != 1):
         return None
     if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, target):
         # the 8-bit micro-kernel's own packed layout
@@ -266,7 +273,7 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     dims = [*tinfos[1].shape, *out_type.shape[1:]]
     if not all(hasattr(d, "value") for d in dims) or str(out_type.dtype) != "float32":
         return None
-    out_channels, in_per_group = int(out_type.shape[1].value), int(tinfos[1].shape[1].value)
+    out_channels, in_per_group = (int(d.value) for d in tinfos[1].shape[:2])  # OIHW
     common = (attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_channels,
               attrs.kernel_size)
     narrow = out_channels < MIN_BLOCKED_CHANNELS
@@ -278,11 +285,12 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
         bn = knobs["c_bn"]
         return contrib_depthwise_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{bn}c",
                                               f"OIHW1i{bn}o", f"NCHW{bn}c", attrs.out_dtype)
-    if narrow:
+    if narrow and out_block is None:
         return _prepack_narrow_conv(attrs, inputs, tinfos, out_type, target)
     tuned = _tuned_knobs("conv2d_NCHWc.x86", attrs, tinfos, out_type, target, {})
     ic_bn = tuned.get("ic_bn") or channel_block(in_per_group)
-    oc_bn = tuned.get("oc_bn") or channel_block(out_channels)
+    oc_bn = int(out_block.group(1)) if out_block else \
+        tuned.get("oc_bn") or channel_block(out_channels)
     return contrib_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{ic_bn}c",
                                 f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c", attrs.out_dtype)
 
@@ -433,13 +441,15 @@ _register_x86("nn.conv1d", _x86_impl(
     lambda attrs, outs, target, config=None: x86_conv1d.schedule_conv1d_ncw(
         outs, config or x86_conv1d.default_config(target)),
     x86_conv1d.DEFAULT_CONFIG),
-    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCW", "OIW"))
+    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout, a.out_layout or "NCW")
+    == ("NCW", "OIW", "NCW"))
 _register_x86("nn.conv3d", _x86_impl(
     "nn.conv3d", COMPUTES["nn.conv3d"],
     lambda attrs, outs, target, config=None: x86_conv3d.schedule_conv3d_ncdhw(
         outs, config or x86_conv1d.default_config(target)),
     x86_conv3d.DEFAULT_CONFIG),
-    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCDHW", "OIDHW"))
+    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout, a.out_layout or "NCDHW")
+    == ("NCDHW", "OIDHW", "NCDHW"))
 
 
 def _conv_transpose_x86(a, i, t, config=None):
