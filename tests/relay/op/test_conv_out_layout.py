@@ -23,7 +23,8 @@ def _blocked(a: np.ndarray, block: int) -> np.ndarray:
 
 
 def _run(call, x, w, target, opt_level=3):
-    data, weight = relay.var("x", shape=x.shape), relay.var("w", shape=w.shape)
+    data = relay.var("x", shape=x.shape, dtype=str(x.dtype))
+    weight = relay.var("w", shape=w.shape, dtype=str(w.dtype))
     mod = tvm.IRModule.from_expr(relay.Function([data, weight], call(data, weight)))
     with tvm.transform.PassContext(opt_level=opt_level):
         lib = relay.build(mod, target=target, params={"w": w})
@@ -91,3 +92,16 @@ def test_conv1d_and_conv3d_results_in_channels_last_match_torch(target):
     want = torch.nn.functional.conv3d(torch.from_numpy(x3), torch.from_numpy(w3), padding=1)
     np.testing.assert_allclose(got, want.numpy().transpose(0, 2, 3, 4, 1), rtol=1e-4,
                                atol=1e-4)
+
+
+def test_int8_conv2d_result_in_a_blocked_out_layout_matches_exact_sums():
+    # the 8-bit x86 kernel writes NCHW: a blocked out_layout takes the generic path
+    x = RNG.integers(0, 20, (1, 16, 8, 8)).astype("uint8")
+    w = RNG.integers(-5, 5, (32, 16, 3, 3)).astype("int8")
+    got, _ = _run(lambda d, k: relay.nn.conv2d(d, k, padding=(1, 1), channels=32,
+                                               kernel_size=(3, 3), out_dtype="int32",
+                                               out_layout="NCHW16c"),
+                  x, w, "llvm")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x.astype("float64")),
+                                      torch.from_numpy(w.astype("float64")), padding=1)
+    np.testing.assert_array_equal(got, _blocked(want.numpy().astype("int64"), 16))

@@ -268,8 +268,9 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     if attrs.out_layout not in ("", "NCHW") and (out_block is None or attrs.groups != 1):
         return None
     if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, target):
-        # the 8-bit micro-kernel's own packed layout
-        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target)
+        # the 8-bit micro-kernel's own packed layout (an NCHW result)
+        return None if out_block else \
+            x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target)
     dims = [*tinfos[1].shape, *out_type.shape[1:]]
     if not all(hasattr(d, "value") for d in dims) or str(out_type.dtype) != "float32":
         return None
