@@ -26,10 +26,13 @@ from kiln.relay.op.strategy.registry import (
     target_keys,
     tuned_config,
 )
+from kiln.target.x86 import simd_32bit_lanes
 from kiln.topi.utils import normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv1d as x86_conv1d
 from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import conv2d_pointwise as x86_pointwise
+from kiln.topi.x86 import conv2d_stem as x86_stem
 from kiln.topi.x86 import conv3d as x86_conv3d
 from kiln.topi.x86 import conv_transpose as x86_conv_transpose
 from kiln.topi.x86 import dense as x86_dense
@@ -105,6 +108,22 @@ DEPTHWISE_NCHWC_X86 = register_implementation(
         outs, config),
     "depthwise_conv2d_NCHWc.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
     op_name=DEPTHWISE_CONV2D_NCHWC)
+# a 1x1 conv with NCHW data and result: a GEMM over the pixels, no packing (plevel above the
+# blocked kernel's, which would pack the input and transpose its result back)
+CONV2D_POINTWISE_X86 = register_implementation(
+    lambda a, i, t, config=None: [x86_pointwise.conv2d_pointwise_nchw(
+        i[0], i[1], list(a.strides), _dtype(t))],
+    lambda attrs, outs, target, config=None: x86_pointwise.schedule_conv2d_pointwise(
+        outs, config),
+    "conv2d_pointwise_nchw.x86", plevel=16, config=x86_pointwise.DEFAULT_CONFIG,
+    op_name=CONV2D_NCHWC)
+# a stem (an image's few channels) with NCHW data and result: vectorized over output columns,
+# where the blocked kernel would transpose its result back to NCHW
+CONV2D_STEM_X86 = register_implementation(
+    lambda a, i, t, config=None: [x86_stem.conv2d_stem_nchw(
+        i[0], i[1], list(a.strides), list(a.padding), list(a.dilation), _dtype(t))],
+    lambda attrs, outs, target, config=None: x86_stem.schedule_conv2d_stem(outs, config),
+    "conv2d_stem_nchw.x86", plevel=16, config=x86_stem.DEFAULT_CONFIG, op_name=CONV2D_NCHWC)
 BATCH_MATMUL_PACK = register_implementation(
     lambda a, i, t, config=None: [x86_batch_matmul.batch_matmul_pack(
         i[0], i[1], _dtype(t), bool(a.transpose_b), config)],
@@ -183,8 +202,19 @@ def _blocked_conv_strategy(op_name: str, impl, applies: bool) -> OpStrategy:
 
 @register_strategy(CONV2D_NCHWC, "cpu")
 def conv2d_nchwc_strategy_cpu(attrs, inputs, out_type, target):
-    return _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86,
-                                  attrs.groups == 1 and str(out_type.dtype) == "float32")
+    float32 = attrs.groups == 1 and str(out_type.dtype) == "float32"
+    strategy = _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86, float32)
+    nchw_ends = attrs.data_layout == "NCHW" and attrs.out_layout == "NCHW"
+    if not (float32 and nchw_ends and str(inputs[0].dtype) == "float32"):
+        return strategy
+    data, kernel, lanes = inputs[0].shape, inputs[1].shape, simd_32bit_lanes(target)
+    if x86_pointwise.pointwise_applies(data, kernel, attrs.strides, attrs.padding,
+                                       attrs.groups, lanes):
+        strategy.add(CONV2D_POINTWISE_X86)
+    elif x86_stem.stem_applies(data, kernel, attrs.strides, attrs.padding, attrs.dilation,
+                               attrs.groups, lanes):
+        strategy.add(CONV2D_STEM_X86)
+    return strategy
 
 
 @register_strategy(DEPTHWISE_CONV2D_NCHWC, "cpu")
