@@ -118,7 +118,7 @@ def conv2d_stem_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
 
     def phase_split(b, ch, row, p, j):
         y, x = row - pt, j * sw + p - pl
-        inside = _op.all(y >= 0, y < h, x >= 0, x < w)
+        inside = _op.likely(_op.all(y >= 0, y < h, x >= 0, x < w))
         return _op.if_then_else(inside, data[b, ch, y, x], _op.const(0, data.dtype))
 
     phases = te.compute((n, c, rows, sw, cols), phase_split, name="data_phases",
