@@ -139,7 +139,7 @@ def _tile_oc(out_channels: int, cfg: dict, lanes: int) -> int:
 def schedule_conv2d_pointwise(outs: Any, config: dict | None = None) -> Any:
     """Schedule :func:`conv2d_pointwise_nchw` and its fused epilogue.
 
-    With one output, each parallel task (batch, ``tile_oc`` channels, a row group) computes
+    With one output, each parallel task (batch, a row group, ``tile_oc`` channels) computes
     its slice of the GEMM in register blocks into a small buffer, then the output stage
     applies the epilogue to it in whole vectors: one pass over the output, one launch.
     """
@@ -182,11 +182,14 @@ def schedule_conv2d_pointwise(outs: Any, config: dict | None = None) -> Any:
     n, f, y, x = stage.leaf_iter_vars
     fo, fi = stage.split(f, factor=tile_oc)
     yo, yi = stage.split(y, factor=rows)
-    stage.reorder(n, fo, yo, fi, yi, x)
+    # a row group's channel blocks run one after another, so its input rows stay in the
+    # core's cache (blocks outermost streamed the whole input per block: 2 threads spent
+    # 0.73 ms CPU on MobileNet's 32->64 layer, 0.55-0.64 in this order)
+    stage.reorder(n, yo, fo, fi, yi, x)
     pixels = stage.fuse(yi, x)
     _, vector = stage.split(pixels, factor=lanes)
     stage.vectorize(vector)
-    task = stage.fuse(n, fo, yo)
+    task = stage.fuse(n, yo, fo)
     if threads:
         stage.parallel(task)
     sch[gemm].compute_at(stage, task)
