@@ -76,6 +76,15 @@ def test_lone_pointwise_conv_is_a_gemm_over_pixels(case, target):
     assert "conv2d_pointwise" in source
 
 
+def test_avx2_pointwise_rows_too_short_for_two_vectors():
+    # AVX2 blocks are 4 channels x 2 vectors of 8 pixels; 3 rows of 8 pixels have no group of
+    # rows that 16 pixels tile, so each block takes one vector
+    func, inputs, ref = _conv_model(1, 16, 3, 8, 16, 1, 1, 0, "bias_relu")
+    out, source = _build_and_run(func, inputs, "llvm -mcpu=core-avx2")
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    assert "conv2d_pointwise" in source
+
+
 @pytest.mark.parametrize("target", ["llvm", "c"])
 def test_pointwise_without_whole_vector_rows_keeps_the_blocked_kernel(target):
     # 7x7 = 49 pixels: no group of rows fills whole 16-lane vectors (8 on AVX2: 56)

@@ -4,8 +4,8 @@ the activations (``conv2d_pointwise_nchw.x86``).
 Entry points: :func:`pointwise_applies` (whether a conv can take this kernel),
 :func:`conv2d_pointwise_nchw` (compute), :func:`schedule_conv2d_pointwise` (schedule),
 :func:`row_group` (rows per task) and :data:`DEFAULT_CONFIG` (knobs: ``tile_oc`` output
-channels per register block, 0 for the modelled choice; ``tile_hw`` vectors of output pixels
-per register block; ``parallel_min_flops``).
+channels per register block and ``tile_hw`` vectors of output pixels per register block, 0
+for the measured choice; ``parallel_min_flops``).
 
 A 1x1 conv is ``out[n, o, p] = sum_c W[o, c] * X[n, c, p]`` over the flattened pixels ``p``:
 the pixels are contiguous in both NCHW tensors, so the innermost loop is one vector of
@@ -38,13 +38,16 @@ from kiln.topi.x86.conv2d import worth_threads
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
-DEFAULT_CONFIG = {"tile_oc": 0, "tile_hw": 1, "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS}
+DEFAULT_CONFIG = {"tile_oc": 0, "tile_hw": 0, "parallel_min_flops": DEFAULT_PARALLEL_MIN_FLOPS}
 
-# Output channels per register block by vector width: one vector of pixels times this many
-# broadcast weights per input channel. AVX-512 (32 zmm registers, the broadcast folded into
-# the FMA): 16 accumulators (measured on Zen 4, 32->64 at 112x112: 8 or 16 x 1 vector 0.51 -
-# 0.55 ms, 2 x 7 vectors 0.53, 4 x 2 0.57); AVX2 (16 ymm): 8, which hide the FMA latency.
-TILE_OC = {16: 16, 8: 8, 4: 4}
+# (output channels, pixel vectors) per register block by vector width: per input channel,
+# the block's pixel vectors times its channels' broadcast weights. AVX-512 (32 zmm registers,
+# the broadcast folded into the FMA): 16 x 1 (measured on Zen 4, one thread, 32->64 at
+# 112x112 / 128->128 at 56x56 / 256->256 at 28x28: 16 x 1 0.64 / 1.04 / 0.95 ms, 8 x 2
+# 0.58 / 1.02 / 0.94, 12 x 2 0.61 / 1.12 / 0.96, 4 x 4 0.67 / 6.2 / 1.09), kept for its smaller
+# row groups; AVX2 (16 ymm): 4 x 2 (56x56 / 28x28: 1.16 / 1.14 ms, 8 x 1 1.42 / 1.37, 8 x 2
+# and 16 x 1 spill: 2.8-2.9).
+_REGISTER_BLOCK = {16: (16, 1), 8: (4, 2), 4: (4, 1)}
 
 
 def _kernel_dims(kernel: te.Tensor) -> tuple[int, int, int, int]:
@@ -131,9 +134,11 @@ def conv2d_pointwise_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any,
                       name="conv2d_pointwise_out", tag="injective,conv_unflatten")
 
 
-def _tile_oc(out_channels: int, cfg: dict, lanes: int) -> int:
-    wanted = int(cfg["tile_oc"]) or TILE_OC.get(lanes, 8)
-    return divisor_at_most(out_channels, wanted)
+def _register_block(out_channels: int, cfg: dict, lanes: int) -> tuple[int, int]:
+    """(output channels, pixel vectors) of a register block: the knobs, else the table's."""
+    channels, vectors = _REGISTER_BLOCK.get(lanes, (4, 1))
+    channels = int(cfg["tile_oc"]) or channels
+    return divisor_at_most(out_channels, channels), int(cfg["tile_hw"]) or vectors
 
 
 def schedule_conv2d_pointwise(outs: Any, config: dict | None = None) -> Any:
@@ -151,7 +156,7 @@ def schedule_conv2d_pointwise(outs: Any, config: dict | None = None) -> Any:
     lanes = simd_32bit_lanes()
     threads = worth_threads(gemm, cfg)
     _, out_channels, _ = get_const_tuple(gemm.shape)
-    tile_oc = _tile_oc(out_channels, cfg, lanes)
+    tile_oc, tile_hw = _register_block(out_channels, cfg, lanes)
     subsample = found.get("conv_subsample")
     if subsample is not None:
         stage = sch[subsample]
@@ -177,7 +182,11 @@ def schedule_conv2d_pointwise(outs: Any, config: dict | None = None) -> Any:
             stage.parallel(task)
         return sch
     _, _, out_height, out_width = get_const_tuple(anchor.shape)
-    rows = row_group(out_height, out_width, lanes)
+    # a register block's vectors must tile the row group: else one vector per block
+    block_pixels = lanes * tile_hw
+    rows = row_group(out_height, out_width, block_pixels)
+    if not rows:
+        rows, block_pixels = row_group(out_height, out_width, lanes), lanes
     stage = sch[anchor]
     n, f, y, x = stage.leaf_iter_vars
     fo, fi = stage.split(f, factor=tile_oc)
@@ -196,7 +205,7 @@ def schedule_conv2d_pointwise(outs: Any, config: dict | None = None) -> Any:
     acc = sch.cache_write(gemm, "local")
     block = sch[gemm]
     _, f, p = block.leaf_iter_vars
-    po, pi = block.split(p, factor=lanes * int(cfg["tile_hw"]))
+    po, pi = block.split(p, factor=block_pixels)
     pv, pl = block.split(pi, factor=lanes)
     block.reorder(po, f, pv, pl)
     block.unroll(f)

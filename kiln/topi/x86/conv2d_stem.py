@@ -31,7 +31,6 @@ from kiln.tir import op as _op
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.utils import divisor_at_most, find_tagged, get_const_tuple
 from kiln.topi.x86.conv2d import worth_threads
-from kiln.topi.x86.conv2d_pointwise import TILE_OC
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
@@ -44,6 +43,9 @@ MAX_STEM_CHANNELS = 4
 # Zen 4, ResNet-18's 7x7 stride-2 stem: 2.43 ms here, 2.57 ms blocked; MobileNet's 3x3
 # stride-2 stem: 0.26 vs 0.38 ms), so wider kernels keep the blocked kernel
 MAX_STEM_KERNEL = 3
+# output channels per register block by vector width: one vector of columns times this many
+# broadcast weights per tap (AVX-512: 16 accumulators; AVX2: 8, which hide the FMA latency)
+_TILE_OC = {16: 16, 8: 8, 4: 4}
 
 
 def _kernel_dims(kernel: Any) -> list[int]:
@@ -149,7 +151,7 @@ def schedule_conv2d_stem(outs: Any, config: dict | None = None) -> Any:
     lanes = simd_32bit_lanes()
     threads = worth_threads(conv, cfg)
     tile_oc = divisor_at_most(int(conv.shape[1].value),
-                              int(cfg["tile_oc"]) or TILE_OC.get(lanes, 8))
+                              int(cfg["tile_oc"]) or _TILE_OC.get(lanes, 8))
     epilogue = len(outs) == 1 and outs[0].op is not conv.op
     acc = sch.cache_write(conv, "local")
     if epilogue:  # the output stage reads the register block itself
