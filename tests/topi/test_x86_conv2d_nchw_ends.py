@@ -114,6 +114,23 @@ def test_lone_stem_conv_writes_nchw_rows(case, target):
     assert "data_phases" in source
 
 
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_weight_given_at_run_time_takes_the_nchw_kernels(kernel):
+    # a weight that is an input is not packed by AlterOpLayout: nn.conv2d's own strategy
+    # picks the kernel, reading the OIHW weight
+    c, stride, pad = (16, 2, 0) if kernel == 1 else (3, 2, 1)
+    x = relay.var("x", shape=(2, c, 8, 32))
+    w = relay.var("w", shape=(16, c, kernel, kernel))
+    y = relay.nn.relu(relay.nn.conv2d(x, w, strides=(stride, stride), padding=(pad, pad),
+                                      kernel_size=(kernel, kernel)))
+    xn, wn = _const((2, c, 8, 32)), _const((16, c, kernel, kernel))
+    out, source = _build_and_run(relay.Function([x, w], y), {"x": xn, "w": wn}, "llvm")
+    ref = F.relu(F.conv2d(torch.from_numpy(xn), torch.from_numpy(wn), stride=stride,
+                          padding=pad))
+    np.testing.assert_allclose(out, ref.numpy(), rtol=1e-4, atol=1e-4)
+    assert ("conv2d_pointwise" if kernel == 1 else "data_phases") in source
+
+
 def test_stem_inside_a_model_keeps_its_blocked_result():
     # the stem's consumer is a blocked conv: it writes NCHW16c, as before
     w1, w2 = _const((16, 3, 3, 3)), _const((16, 16, 3, 3), 0.2)
