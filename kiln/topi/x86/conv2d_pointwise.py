@@ -3,8 +3,8 @@ the activations (``conv2d_pointwise_nchw.x86``).
 
 Entry points: :func:`pointwise_applies` (whether a conv can take this kernel),
 :func:`conv2d_pointwise_nchw` (compute), :func:`schedule_conv2d_pointwise` (schedule),
-:func:`row_group` (rows per task) and :data:`DEFAULT_CONFIG` (knobs: ``tile_oc`` output
-channels per register block and ``tile_hw`` vectors of output pixels per register block, 0
+:func:`row_group` (rows per task), :func:`kernel_dims` and :data:`DEFAULT_CONFIG` (knobs:
+``tile_oc`` output channels and ``tile_hw`` vectors of output pixels per register block, 0
 for the measured choice; ``parallel_min_flops``).
 
 A 1x1 conv is ``out[n, o, p] = sum_c W[o, c] * X[n, c, p]`` over the flattened pixels ``p``:
@@ -50,12 +50,16 @@ DEFAULT_CONFIG = {"tile_oc": 0, "tile_hw": 0, "parallel_min_flops": DEFAULT_PARA
 _REGISTER_BLOCK = {16: (16, 1), 8: (4, 2), 4: (4, 1)}
 
 
-def _kernel_dims(kernel: te.Tensor) -> tuple[int, int, int, int]:
-    """``(O, C, KH, KW)`` of an OIHW or ``OIHW{n}o`` kernel."""
-    shape = get_const_tuple(kernel.shape)
-    if len(shape) == 5:
-        return shape[0] * shape[4], shape[1], shape[2], shape[3]
-    return shape
+def kernel_dims(kernel: Any) -> list[int]:
+    """``[O, C, KH, KW]`` of an OIHW or ``OIHW{n}o`` kernel (a tensor or its shape).
+
+    Example
+    -------
+    >>> kernel_dims((4, 32, 1, 1, 16)), kernel_dims((64, 32, 3, 3))
+    ([64, 32, 1, 1], [64, 32, 3, 3])
+    """
+    shape = [int(getattr(d, "value", d)) for d in getattr(kernel, "shape", kernel)]
+    return [shape[0] * shape[4], *shape[1:4]] if len(shape) == 5 else shape
 
 
 def _weight(kernel: te.Tensor, o: Any, c: Any) -> Any:
@@ -112,7 +116,7 @@ def conv2d_pointwise_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any,
     [1, 64, 14, 14]
     """
     n, c, h, w = get_const_tuple(data.shape)
-    o, kc, kh, kw = _kernel_dims(kernel)
+    o, kc, kh, kw = kernel_dims(kernel)
     if (kh, kw) != (1, 1) or kc != c:
         raise TVMError(f"conv2d_pointwise x86: kernel {list(get_const_tuple(kernel.shape))} is "
                        f"not a 1x1 kernel over the {c} input channels of {[n, c, h, w]}")

@@ -31,6 +31,7 @@ from kiln.tir import op as _op
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.utils import divisor_at_most, find_tagged, get_const_tuple
 from kiln.topi.x86.conv2d import worth_threads
+from kiln.topi.x86.conv2d_pointwise import kernel_dims
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
@@ -46,12 +47,6 @@ MAX_STEM_KERNEL = 3
 # output channels per register block by vector width: one vector of columns times this many
 # broadcast weights per tap (AVX-512: 16 accumulators; AVX2: 8, which hide the FMA latency)
 _TILE_OC = {16: 16, 8: 8, 4: 4}
-
-
-def _kernel_dims(kernel: Any) -> list[int]:
-    """``[O, C, KH, KW]`` of an OIHW or ``OIHW{n}o`` kernel (a tensor or its shape)."""
-    shape = [int(getattr(d, "value", d)) for d in getattr(kernel, "shape", kernel)]
-    return [shape[0] * shape[4], *shape[1:4]] if len(shape) == 5 else shape
 
 
 def _weight(kernel: te.Tensor, o: Any, c: Any, ky: Any, kx: Any) -> Any:
@@ -77,7 +72,7 @@ def stem_applies(data_shape: Any, kernel: Any, strides: Any, padding: Any, dilat
     shape = [getattr(d, "value", d) for d in data_shape]
     if len(shape) != 4 or not all(isinstance(d, int) for d in shape) or groups != 1:
         return False
-    dims = _kernel_dims(kernel)
+    dims = kernel_dims(kernel)
     if len(dims) != 4 or dims[1] != shape[1] or shape[1] > MAX_STEM_CHANNELS or \
             not 2 <= dims[3] <= MAX_STEM_KERNEL or dims[2] > MAX_STEM_KERNEL:
         return False
@@ -106,7 +101,7 @@ def conv2d_stem_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
     [1, 16, 32, 32]
     """
     n, c, h, w = get_const_tuple(data.shape)
-    o, kc, kh, kw = _kernel_dims(kernel)
+    o, kc, kh, kw = kernel_dims(kernel)
     if kc != c:
         raise TVMError(f"conv2d_stem x86: kernel {list(get_const_tuple(kernel.shape))} does "
                        f"not read the {c} input channels of the data {[n, c, h, w]}")
