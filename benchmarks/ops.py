@@ -9,8 +9,11 @@ The kiln measured is this checkout's (the script puts it first on ``sys.path``).
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
 a model: AlterOpLayout turns ``nn.dense`` into ``nn.contrib_dense_pack`` and ``nn.conv2d`` into
-``nn.contrib_conv2d_NCHWc`` (``conv2d_NCHWc.x86``; one layer alone reads its NCHW input and
-unpacks its own NCHW result, inside a model the activations between convs stay NCHW16c), and
+``nn.contrib_conv2d_NCHWc`` (``conv2d_NCHWc.x86``; inside a model the activations between
+convs stay NCHW16c; one layer alone has NCHW at both ends: a 1x1 conv runs as a GEMM over
+pixels, ``conv2d_pointwise_nchw.x86``, a stem of <= 4 channels and <= 3x3 kernel vectorized
+over output columns, ``conv2d_stem_nchw.x86``, other convs read their NCHW input and unpack
+their own NCHW result), and
 FoldConstant packs the weight once at compile time (ONNX Runtime likewise packs its constant
 weights once, at session creation).
 The "kiln kernels" column names the fused kernels the graph runs.

@@ -26,10 +26,13 @@ from kiln.relay.op.strategy.registry import (
     target_keys,
     tuned_config,
 )
+from kiln.target.x86 import simd_32bit_lanes
 from kiln.topi.utils import normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv1d as x86_conv1d
 from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import conv2d_pointwise as x86_pointwise
+from kiln.topi.x86 import conv2d_stem as x86_stem
 from kiln.topi.x86 import conv3d as x86_conv3d
 from kiln.topi.x86 import conv_transpose as x86_conv_transpose
 from kiln.topi.x86 import dense as x86_dense
@@ -105,6 +108,38 @@ DEPTHWISE_NCHWC_X86 = register_implementation(
         outs, config),
     "depthwise_conv2d_NCHWc.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
     op_name=DEPTHWISE_CONV2D_NCHWC)
+
+
+def _compute_pointwise(a, i, t, config=None):
+    return [x86_pointwise.conv2d_pointwise_nchw(i[0], i[1], list(a.strides), _dtype(t))]
+
+
+def _schedule_pointwise(attrs, outs, target, config=None):
+    return x86_pointwise.schedule_conv2d_pointwise(outs, config)
+
+
+def _compute_stem(a, i, t, config=None):
+    return [x86_stem.conv2d_stem_nchw(i[0], i[1], list(a.strides), list(a.padding),
+                                      list(a.dilation), _dtype(t))]
+
+
+def _schedule_stem(attrs, outs, target, config=None):
+    return x86_stem.schedule_conv2d_stem(outs, config)
+
+
+# Convs with NCHW data and result, as nn.conv2d (OIHW kernel) or, after AlterOpLayout, as the
+# blocked op with NCHW ends (OIHW{n}o kernel): a 1x1 conv is a GEMM over the pixels, a stem
+# (an image's few channels) is vectorized over output columns; plevel above the blocked
+# kernel's, which would transpose its result back to NCHW.
+for _op_name in ("nn.conv2d", CONV2D_NCHWC):
+    CONV2D_POINTWISE_X86 = register_implementation(
+        _compute_pointwise, _schedule_pointwise, "conv2d_pointwise_nchw.x86", plevel=16,
+        config=x86_pointwise.DEFAULT_CONFIG, op_name=_op_name)
+    CONV2D_STEM_X86 = register_implementation(
+        _compute_stem, _schedule_stem, "conv2d_stem_nchw.x86", plevel=16,
+        config=x86_stem.DEFAULT_CONFIG, op_name=_op_name)
+
+
 BATCH_MATMUL_PACK = register_implementation(
     lambda a, i, t, config=None: [x86_batch_matmul.batch_matmul_pack(
         i[0], i[1], _dtype(t), bool(a.transpose_b), config)],
@@ -166,6 +201,9 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+        nchw_ends = _nchw_ends_kernel(attrs, inputs, out_type, target)
+        if nchw_ends is not None:
+            strategy.add(nchw_ends)
     elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
         strategy.add(x86_int8.DEPTHWISE_NCHW_INT8)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
@@ -183,10 +221,32 @@ def _blocked_conv_strategy(op_name: str, impl, applies: bool) -> OpStrategy:
     return strategy
 
 
+def _nchw_ends_kernel(attrs, inputs, out_type, target):
+    """The pointwise or stem kernel for a float32 conv whose data and result are NCHW, if
+    one applies, else None."""
+    float32 = all(str(t.dtype) == "float32" for t in (inputs[0], inputs[1], out_type))
+    if not float32 or attrs.data_layout != "NCHW" or attrs.out_layout not in ("", "NCHW"):
+        return None
+    data, kernel, lanes = inputs[0].shape, inputs[1].shape, simd_32bit_lanes(target)
+    if x86_pointwise.pointwise_applies(data, kernel, attrs.strides, attrs.padding,
+                                       attrs.groups, lanes):
+        return CONV2D_POINTWISE_X86
+    if x86_stem.stem_applies(data, kernel, attrs.strides, attrs.padding, attrs.dilation,
+                             attrs.groups, lanes):
+        return CONV2D_STEM_X86
+    return None
+
+
 @register_strategy(CONV2D_NCHWC, "cpu")
 def conv2d_nchwc_strategy_cpu(attrs, inputs, out_type, target):
-    return _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86,
-                                  attrs.groups == 1 and str(out_type.dtype) == "float32")
+    strategy = _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86,
+                                      attrs.groups == 1 and str(out_type.dtype) == "float32")
+    # only a conv whose ends are both NCHW (the blocked op's out_layout is never empty)
+    nchw_ends = _nchw_ends_kernel(attrs, inputs, out_type, target) \
+        if attrs.out_layout == "NCHW" else None
+    if nchw_ends is not None:
+        strategy.add(nchw_ends)
+    return strategy
 
 
 @register_strategy(DEPTHWISE_CONV2D_NCHWC, "cpu")
