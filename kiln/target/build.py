@@ -107,7 +107,7 @@ class NativeModule(Module):
         """This module plus one more C file (compiled and linked with the rest): how the AOT
         main joins the kernels it calls."""
         sources = {**self.sources, name: text}
-        shown = {fmt: (src + "\n" + text if fmt in ("c", "") else src)
+        shown = {fmt: (self.get_source(fmt) + "\n" + text if fmt in ("c", "") else src)
                  for fmt, src in self.text.items()}
         shown.setdefault("c", text)
         return NativeModule(self.type_key, sources, self.objects,

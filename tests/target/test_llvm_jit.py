@@ -19,7 +19,12 @@ from kiln.runtime.module import DSOModule, InProcessLibrary
 from kiln.target import Target
 from kiln.target.build import build_module
 from kiln.target.llvm_jit import in_process_available, link_in_process
-from kiln.target.llvm_toolchain import host_target_machine, initialized_llvm, llvm_available
+from kiln.target.llvm_toolchain import (
+    LinkedIR,
+    host_target_machine,
+    initialized_llvm,
+    llvm_available,
+)
 
 pytestmark = pytest.mark.skipif(not llvm_available() or not in_process_available(),
                                 reason="needs llvmlite with the ORC JIT")
@@ -151,3 +156,18 @@ def test_two_threads_link_and_run_libraries_at_once():
     for t in threads:
         t.join(120)
     assert not errors, errors
+
+
+def test_the_librarys_ir_is_linked_when_first_asked_for(monkeypatch):
+    links = []
+    original = LinkedIR._link
+    monkeypatch.setattr(LinkedIR, "_link", lambda self: links.append(1) or original(self))
+    A = tir.decl_buffer((4,), "float32", name="A")
+    funcs = {name: tir.PrimFunc([A], tir.BufferStore(A, tir.const(value, "float32"), [0]))
+             for name, value in (("ir_first", 1.0), ("ir_second", 2.0))}
+    lib = build_module(funcs, Target("llvm"))
+    assert links == []  # the build did not wait for it
+    _, llvm = initialized_llvm()
+    linked = llvm.parse_assembly(lib.get_source("ll"))  # one valid module with both
+    assert {"ir_first", "ir_second"} <= {f.name for f in linked.functions}
+    assert lib.get_source("ll") is lib.get_source("") and links == [1]
