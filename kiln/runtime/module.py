@@ -666,6 +666,15 @@ class InProcessLibrary(DSOModule):
     def _symbol_address(self, name: str) -> int | None:
         return self.addresses.get(name)
 
+    def _get_function(self, name: str) -> PackedFunc | None:
+        if name == _ENTRY_SYMBOL:
+            entry = self.addresses.get(_ENTRY_SYMBOL)
+            if entry is None:
+                return None
+            # kiln's own LLVM wrote this NUL-terminated name (no file to distrust here)
+            name = ctypes.string_at(entry).decode()
+        return super()._get_function(name)
+
     def read_blob(self) -> bytes | None:
         return None  # only an exported library carries a module blob
 

@@ -13,7 +13,9 @@ against the other objects, then kiln's runtime support library (loaded ``RTLD_GL
 ``TVMBackendParallelLaunch``, ``TVMAPISetLastError``...) and the process (libm, libc). A
 symbol found nowhere is a :class:`TVMError` naming it (LLVM itself would only say which
 function failed to materialize). Objects with static constructors (a ``system-lib``'s
-registration) are not linked here: ORC does not run them; they take the ``.so`` path.
+registration) are not linked here: ORC does not run them; nor a library defining a function
+it also calls from the process (a kernel named ``exp``): the dynamic loader binds such a call
+to the process's definition, a JIT to the library's own. Both take the ``.so`` path.
 
 Thread and fork safety: every call into LLVM goes through llvmlite's process-wide lock
 (a fork waits for it: :mod:`.llvm_fork`), and each process makes its own JIT; a forked
@@ -44,6 +46,14 @@ _CONSTRUCTOR_SECTIONS = (b".init_array", b".preinit_array", b".ctors")
 
 _JIT: list[Any] = []  # [(pid, LLJIT)]: a forked child makes its own
 _JIT_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    global _JIT_LOCK
+    _JIT_LOCK = threading.Lock()  # a thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 _LIBRARY_NUMBERS = itertools.count()  # a JIT library's name is used once
 
 
@@ -111,20 +121,25 @@ def link_in_process(objects: Mapping[str, bytes], name: str) -> InProcessLibrary
     if any(s.has_constructors for s in symbols.values()):
         return None
     defined = set().union(*(s.defined for s in symbols.values()))
+    needed = set().union(*(s.undefined for s in symbols.values()))
     runtime_library()  # its symbols are then the process's (RTLD_GLOBAL)
     process = ctypes.CDLL(None)
+    if any(_process_address(process, symbol) for symbol in needed & defined):
+        # a kernel named like a function the process has (``exp``) whose code calls that
+        # function: dlopen binds the call to the process's (libm), a JIT to the kernel
+        return None
     imports: dict[str, int] = {}
     for file, found in sorted(symbols.items()):
         for symbol in sorted(found.undefined - defined - _LINKER_DEFINED):
             if symbol in imports:
                 continue
-            try:
-                imports[symbol] = ctypes.cast(process[symbol], ctypes.c_void_p).value
-            except AttributeError:
+            address = _process_address(process, symbol)
+            if address is None:
                 raise TVMError(
                     f"cannot load library {name!r}: symbol {symbol!r} (used by {file}) is "
                     "defined neither by its objects nor by kiln's runtime library nor by "
-                    "the process") from None
+                    "the process")
+            imports[symbol] = address
     _, llvm = initialized_llvm()
     builder = llvm.JITLibraryBuilder()
     for data in objects.values():
@@ -139,6 +154,15 @@ def link_in_process(objects: Mapping[str, bytes], name: str) -> InProcessLibrary
     except RuntimeError as err:
         raise TVMError(f"LLVM could not link library {name!r} in process: {err}") from None
     return InProcessLibrary({symbol: tracker[symbol] for symbol in defined}, tracker, library)
+
+
+def _process_address(process: ctypes.CDLL, symbol: str) -> int | None:
+    """Where the process (its executable and every library loaded globally) defines
+    ``symbol``, or None."""
+    try:
+        return ctypes.cast(process[symbol], ctypes.c_void_p).value
+    except AttributeError:
+        return None
 
 
 def _process_jit(llvm: Any) -> Any:

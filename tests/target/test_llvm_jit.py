@@ -101,6 +101,12 @@ def test_a_symbol_found_nowhere_is_a_tvm_error_naming_it():
                       "declare float @expf(float)\n")
     lib = link_in_process({"k.o": calls, "d.o": defines}, "whole")
     assert set(lib.addresses) == {"calls_missing", "kiln_test_no_such_symbol"}
+    # a library defining a function the process has and calling it (a kernel named "expf"
+    # whose code calls libm's): only the dynamic loader binds the call to libm
+    shadows = _object("define float @expf(float %x) {\n  ret float %x\n}\n")
+    calls_expf = _object("declare float @expf(float)\ndefine float @g(float %x) {\n"
+                         "  %r = call float @expf(float %x)\n  ret float %r\n}\n")
+    assert link_in_process({"s.o": shadows, "c.o": calls_expf}, "shadowing") is None
     with pytest.raises(TVMError, match="garbage.o is not a readable ELF64 object"):
         link_in_process({"garbage.o": b"\x7fELF" + bytes(60)}, "garbage")
 
