@@ -15,7 +15,7 @@ import re
 from kiln import topi
 from kiln.relay.op.nn.conv_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from kiln.relay.op.nn.dense import batch_matmul_strategy, dense_pack_strategy, dense_strategy
-from kiln.relay.op.strategy import x86_int8
+from kiln.relay.op.strategy import x86_int8, x86_winograd
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
     IMPLEMENTATIONS,
@@ -164,6 +164,8 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+        if x86_winograd.winograd_applies(attrs, inputs, out_type):
+            strategy.add(x86_winograd.CONV2D_WINOGRAD)
     elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
         strategy.add(x86_int8.DEPTHWISE_NCHW_INT8)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
@@ -283,6 +285,10 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     tuned = _tuned_knobs("conv2d_NCHWc.x86", attrs, tinfos, out_type, target, {})
     ic_bn = tuned.get("ic_bn") or channel_block(in_per_group)
     oc_bn = tuned.get("oc_bn") or channel_block(out_channels)
+    winograd = x86_winograd.alter_to_winograd(attrs, inputs, tinfos, out_type, target, ic_bn,
+                                              oc_bn)
+    if winograd is not None:
+        return winograd
     return contrib_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{ic_bn}c",
                                 f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c", attrs.out_dtype)
 
