@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from autotvm_templates import config_with as _config
 
 import kiln as tvm
 from kiln import autotvm, relay, te
@@ -41,19 +42,6 @@ def _unblock(y):
     """``[N, C / b, H, W, b]`` -> NCHW."""
     n, cb, h, w, b = y.shape
     return y.transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)
-
-
-def _config(task, **want):
-    """The first config of ``task`` whose knobs have the wanted values (split knobs by their
-    last factor)."""
-    space = task.config_space
-    for index in range(len(space)):
-        config = space.get(index)
-        values = {k: (config[k].size[-1] if hasattr(config[k], "size") else config[k].val)
-                  for k in want}
-        if values == want:
-            return config
-    raise AssertionError(f"no config with {want}")
 
 
 def _record(task, config, cost=1e-5):

@@ -118,5 +118,5 @@ def alter_to_winograd(attrs, inputs, tinfos, out_type, target, data_block: int,
     weight = transpose(weight, (0, 1, 2, 4, 3))
     return contrib_conv2d_winograd_without_weight_transform(
         inputs[0], weight, m, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
-        out_channels, attrs.kernel_size, f"NCHW{data_block}c", "OIHW",
+        out_channels, (3, 3), f"NCHW{data_block}c", "OIHW",
         f"NCHW{out_block}c", attrs.out_dtype)
