@@ -350,7 +350,9 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
     print(f"{'task':46} {'configs':>7} {'trials':>6} {'tuner GF':>8} {'default GF':>10} "
           f"{'best GF':>8} {'tune s':>7}  best config (re-measured)")
     refined = os.path.join(workdir, "resnet18_remeasured.log")
-    seconds_per_trial, measured = 1.0, []  # the first guess, then what trials took
+    # seconds per trial: a first guess, then what each template's trials took (a Winograd
+    # candidate builds 3-4x longer than a direct conv's)
+    measured: dict = {}
     per_task: dict = {}  # (task name, NCHW-terms conv args) -> (default GF, best GF)
     for k, task in enumerate(tasks):
         left = deadline - time.perf_counter()
@@ -359,14 +361,14 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
             continue
         option = _option()
         # the budget shared by the tasks left, so that every task gets tuned
-        share = int(left / (len(tasks) - k) / seconds_per_trial)
+        guesses = measured.get(task.name) or [t for v in measured.values() for t in v] or [1.0]
+        share = int(left / (len(tasks) - k) / float(np.mean(guesses)))
         n = max(8, min(trials, len(task.config_space), share))
         tuner = autotvm.tuner.XGBTuner(task, plan_size=max(4, min(16, n // 2)))
         start = time.perf_counter()
         tuner.tune(n, option, callbacks=[autotvm.callback.log_to_file(log)])
         seconds = time.perf_counter() - start
-        measured.append(seconds / n)
-        seconds_per_trial = float(np.mean(measured))
+        measured.setdefault(task.name, []).append(seconds / n)
         option = _option()
         records, default_cost = _remeasure(task, log, option)
         option["builder"].close()

@@ -63,7 +63,7 @@ def conv2d_nchw_winograd(cfg, data, kernel, strides, padding, dilation, out_dtyp
         return x86_winograd.conv2d_nchw_winograd(data, kernel, strides, padding, dilation,
                                                  out_dtype, knobs)
     config = {**x86_winograd.DEFAULT_CONFIG, **knobs}
-    m, oc_bn = int(config["tile_size"]), int(config["oc_bn"])
+    m, oc_bn = x86_winograd.tile_size(n, oh, ow, config), int(config["oc_bn"])
     ic_bn, out_bn = x86_conv2d.channel_block(c), x86_conv2d.channel_block(o)
     data = te.placeholder((n, c // ic_bn, h, w, ic_bn), data.dtype, name="data")
     packed = te.placeholder((m + 2, m + 2, o // oc_bn, c, oc_bn), kernel.dtype,
@@ -85,7 +85,11 @@ def _default_index(task: Any) -> int | None:
     """The config of :data:`~kiln.topi.x86.conv2d_winograd.DEFAULT_CONFIG` (the schedule a
     fallback config runs; untuned builds run the direct conv)."""
     default = x86_winograd.DEFAULT_CONFIG
-    want = {"tile_size": default["tile_size"], "oc_bn": default["oc_bn"],
+    data = task.args[0]
+    n, _, h, w = data[1]
+    (pt, pl), (pb, pr) = get_pad_tuple(task.args[3], 2)
+    m = x86_winograd.tile_size(n, h + pt + pb - 2, w + pl + pr - 2, default)
+    want = {"tile_size": m, "oc_bn": default["oc_bn"],
             "tile_t": max(_TILE_T), "gemm_parallel": default["gemm_parallel"]}
     space = task.config_space
     for index in range(space.range_length):

@@ -92,7 +92,9 @@ def test_extraction_gives_the_winograd_task_beside_the_direct_one_for_3x3_stride
                                                  "gemm_parallel"]
     with tvm.target.Target(TARGET):
         default = task.config_space.get(default_config_index(task))
-    assert (default["tile_size"].val, default["tile_oc"].size[-1]) == (4, 16)
+    # the modelled default: F(2), as F(4) would leave 9 tiles of 4 x 4 (too few blocks)
+    assert (default["tile_size"].val, default["tile_oc"].size[-1]) == (2, 16)
+    assert x86_winograd.tile_size(1, 28, 28, x86_winograd.DEFAULT_CONFIG) == 4
 
 
 @pytest.mark.parametrize("knobs", [
@@ -146,6 +148,9 @@ def test_a_faster_winograd_record_is_chosen_and_the_result_stays():
     assert _winograd_params(lib) == [(4, 4, 2, 16, 16)]
     nodes = [n["name"] for n in json.loads(lib.get_graph_json())["nodes"]]
     assert any("winograd" in name for name in nodes)
+    # on the untuned blocks: no layout transform more than untuned
+    assert lib.get_graph_json().count("layout_transform") == \
+        untuned_lib.get_graph_json().count("layout_transform")
     got = _run(module, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got, _run(untuned, x), rtol=1e-4, atol=1e-4)

@@ -3,10 +3,11 @@
 Entry points: :func:`winograd_kernel_pack` (the kernel transform, packed for the GEMM; Relay
 folds it at compile time), :func:`conv2d_winograd_nchwc` (compute on NCHW or ``NCHW{c}c``
 data, output ``NCHW{oc}c`` or NCHW), :func:`schedule_conv2d_winograd`, :func:`applies`
-(which convs it computes) and :data:`DEFAULT_CONFIG` (knobs: ``tile_size`` m of F(m x m, 3x3),
-2 or 4; ``oc_bn`` output channels per GEMM vector block; ``tile_t`` Winograd tiles per
-register block; ``gemm_parallel``, "point": GEMM tasks over (transform point, channel block)
-or "tiles": over (channel block, tile block), each task then running all 16/36 points).
+(which convs it computes), :func:`tile_size` and :data:`DEFAULT_CONFIG` (knobs:
+``tile_size`` m of F(m x m, 3x3), 2 or 4, 0 for the modelled choice; ``oc_bn`` output
+channels per GEMM vector block; ``tile_t`` Winograd tiles per register block;
+``gemm_parallel``, "point": GEMM tasks over (transform point, channel block) or "tiles":
+over (channel block, tile block), each task then running all 16/36 points).
 
 F(m, 3) computes an ``m × m`` output tile as ``A^T [U ⊙ (B^T d B)] A`` with ``U = G g G^T``
 (:mod:`kiln.topi.nn.winograd`), in four stages:
@@ -42,7 +43,13 @@ from kiln.topi.nn.pad import pad
 from kiln.topi.nn.winograd import winograd_matrices, winograd_weight_transform
 from kiln.topi.utils import get_const_int, get_const_tuple, traverse_inline
 
-DEFAULT_CONFIG = {"tile_size": 4, "oc_bn": 16, "tile_t": 0, "gemm_parallel": "point"}
+DEFAULT_CONFIG = {"tile_size": 0, "oc_bn": 16, "tile_t": 0, "gemm_parallel": "point"}
+
+# F(4) when it leaves at least this many tiles (a few register blocks per transform point),
+# else F(2); 0 in the config means this choice. Measured on Zen 4 (ResNet-18, best tuned
+# configs): F(4) at 28 x 28 (49 tiles), F(2) at 14 x 14 and 7 x 7 (F(4): 16 and 4 tiles,
+# 3x and 4x slower than the F(2) configs there)
+_MIN_F4_TILES = 32
 
 # tiles per register block when the config leaves it open (0): the largest divisor of the
 # tile count up to this many (accumulators = tile_t x oc_bn / lanes; 32 zmm registers)
@@ -68,6 +75,14 @@ def winograd_kernel_pack(kernel: te.Tensor, tile_size: int, oc_bn: int) -> te.Te
     return te.compute((alpha, alpha, o // oc_bn, i, oc_bn),
                       lambda a, b, ob, c, oi: u[a, b, ob * oc_bn + oi, c],
                       name="winograd_kernel_pack", tag="winograd_kernel_pack")
+
+
+def tile_size(batch: int, out_height: int, out_width: int, cfg: dict) -> int:
+    """m of F(m x m, 3x3): ``cfg["tile_size"]``, or when 0 the modelled choice."""
+    if int(cfg["tile_size"]):
+        return int(cfg["tile_size"])
+    tiles = batch * -(-out_height // 4) * -(-out_width // 4)
+    return 4 if tiles >= _MIN_F4_TILES else 2
 
 
 def _tiles_per_block(tiles: int, cfg: dict) -> int:
@@ -201,7 +216,10 @@ def conv2d_nchw_winograd(data: te.Tensor, kernel: te.Tensor, strides: Any, paddi
                        f"kernel {list(get_const_tuple(kernel.shape))}, strides {strides}, "
                        f"dilation {dilation}")
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    packed = winograd_kernel_pack(kernel, int(cfg["tile_size"]), int(cfg["oc_bn"]))
+    (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
+    n, _, h, w = get_const_tuple(data.shape)
+    m = tile_size(n, h + pt + pb - 2, w + pl + pr - 2, cfg)
+    packed = winograd_kernel_pack(kernel, m, int(cfg["oc_bn"]))
     return conv2d_winograd_nchwc(data, packed, padding, "NCHW", out_dtype, cfg)
 
 

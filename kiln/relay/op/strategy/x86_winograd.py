@@ -109,7 +109,8 @@ def alter_to_winograd(attrs, inputs, tinfos, out_type, target, data_block: int,
     if knobs is None:
         return None
     cfg = {**x86_winograd.DEFAULT_CONFIG, **knobs}
-    m, oc_bn = int(cfg["tile_size"]), int(cfg["oc_bn"])
+    n, _, out_height, out_width = (int(d.value) for d in out_type.shape)
+    m, oc_bn = x86_winograd.tile_size(n, out_height, out_width, cfg), int(cfg["oc_bn"])
     out_channels, in_channels = (int(d.value) for d in tinfos[1].shape[:2])
     alpha = m + 2
     # TVM's arm_cpu packing: [alpha, alpha, O, I] -> [alpha, alpha, O / oc_bn, I, oc_bn]
