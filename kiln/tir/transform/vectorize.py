@@ -261,15 +261,29 @@ class _LoopKindLowering(StmtExprMutator):
             return _s.For(node.loop_var, node.min, extent, _s.ForKind.SERIAL, body)
         if node.kind == _s.ForKind.UNROLLED and self.unroll:
             if isinstance(extent, IntImm) and extent.value <= 64:
-                decide = _DecideSelects()
-                copies = [decide.visit(substitute(body, {node.loop_var: _op.add(node.min, i)}))
+                copies = [substitute(body, {node.loop_var: _op.add(node.min, i)})
                           for i in range(extent.value)]
+                if _selects_on(body, node.loop_var):
+                    copies = [_DecideSelects().visit(c) for c in copies]
                 return _s.stmt_seq(copies)
             return _s.For(node.loop_var, node.min, extent, _s.ForKind.SERIAL, body)
         if body is node.body:
             return node
         return _s.For(node.loop_var, node.min, node.extent, node.kind, body,
                       node.thread_binding, node.annotations)
+
+
+def _selects_on(body: _s.Stmt, var: _e.Var) -> bool:
+    """Whether an ``if_then_else`` in ``body`` tests ``var`` (one walk per unrolled loop, so
+    that loops without such a select pay no walk per copy)."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, _e.Call) and node.op == "tir.if_then_else" and not found:
+            post_order_visit(node.args[0], lambda n: found.append(n) if n is var else None)
+
+    post_order_visit(body, visit)
+    return bool(found)
 
 
 class _DecideSelects(StmtExprMutator):
