@@ -24,10 +24,12 @@ shared machine are noise):
   which the table reports (default / best GFLOPS) and the tuned builds use;
   per-task GFLOPS of the default (untuned) config and of the best tuned one, tuning time per
   task (the convolutions are ``conv2d_NCHWc.x86`` tasks, whose tile_ic / tile_oc choose the
-  blocked activation layouts); the graph tuner (``DPTuner``, 8 candidates per conv, layout
-  transforms timed) then picks configs whose layouts agree; the whole model untuned, tuned
-  (``apply_history_best``), tuned + graph tuner (``apply_graph_best``), and ONNX Runtime with
-  2 threads, timed in interleaved rounds.
+  blocked activation layouts; the 3x3 stride-1 ones also ``conv2d_nchw_winograd.x86`` tasks,
+  whose records win where faster: a second table shows, per such conv, the untuned GFLOPS
+  against the best direct and Winograd configs); the graph tuner (``DPTuner``, 8 candidates
+  per conv, layout transforms timed) then picks configs whose layouts agree; the whole model
+  untuned, tuned (``apply_history_best``), tuned + graph tuner (``apply_graph_best``), and
+  ONNX Runtime with 2 threads, timed in interleaved rounds.
 * ``micro`` (not in the default sections): six Cortex-M tasks (float and int8 conv and
   dense, keyword-spotting sizes), every config measured on ``--board`` under QEMU
   (``kiln.micro.autotvm``: exact instruction counts, so the table does not depend on load);
@@ -302,6 +304,26 @@ def _task_label(task) -> str:
         str(d) for d in task.args[1][1])
 
 
+def _print_winograd_gains(per_task: dict) -> None:
+    """Per 3x3 stride-1 conv: the untuned (direct default) GFLOPS against the best direct
+    and the best Winograd config (both count the direct conv's flops); the faster is what
+    apply_history_best builds."""
+    rows = [(args, gf) for (name, args), gf in per_task.items()
+            if name == "conv2d_nchw_winograd.x86"]
+    if not rows:
+        return
+    print(f"\n{'3x3 stride-1 conv':34} {'untuned GF':>10} {'direct best':>11} "
+          f"{'winograd best':>13} {'speed-up':>8}")
+    for args, (_, winograd) in rows:
+        direct = per_task.get(("conv2d_NCHWc.x86", args))
+        if direct is None:
+            continue
+        label = "x".join(str(d) for d in args[0][1]) + " w" + "x".join(
+            str(d) for d in args[1][1])
+        print(f"{label:34} {direct[0]:10.1f} {direct[1]:11.1f} {winograd:13.1f} "
+              f"{max(direct[1], winograd) / direct[0]:7.2f}x")
+
+
 def section_resnet(target: str, trials: int, budget_min: float) -> None:
     import onnxruntime as ort
     import torch
@@ -328,7 +350,10 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
     print(f"{'task':46} {'configs':>7} {'trials':>6} {'tuner GF':>8} {'default GF':>10} "
           f"{'best GF':>8} {'tune s':>7}  best config (re-measured)")
     refined = os.path.join(workdir, "resnet18_remeasured.log")
-    seconds_per_trial, measured = 1.0, []  # the first guess, then what trials took
+    # seconds per trial: a first guess, then what each template's trials took (a Winograd
+    # candidate builds 3-4x longer than a direct conv's)
+    measured: dict = {}
+    per_task: dict = {}  # (task name, NCHW-terms conv args) -> (default GF, best GF)
     for k, task in enumerate(tasks):
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -336,14 +361,14 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
             continue
         option = _option()
         # the budget shared by the tasks left, so that every task gets tuned
-        share = int(left / (len(tasks) - k) / seconds_per_trial)
+        guesses = measured.get(task.name) or [t for v in measured.values() for t in v] or [1.0]
+        share = int(left / (len(tasks) - k) / float(np.mean(guesses)))
         n = max(8, min(trials, len(task.config_space), share))
         tuner = autotvm.tuner.XGBTuner(task, plan_size=max(4, min(16, n // 2)))
         start = time.perf_counter()
         tuner.tune(n, option, callbacks=[autotvm.callback.log_to_file(log)])
         seconds = time.perf_counter() - start
-        measured.append(seconds / n)
-        seconds_per_trial = float(np.mean(measured))
+        measured.setdefault(task.name, []).append(seconds / n)
         option = _option()
         records, default_cost = _remeasure(task, log, option)
         option["builder"].close()
@@ -351,10 +376,13 @@ def section_resnet(target: str, trials: int, budget_min: float) -> None:
         with open(refined, "a") as f:
             f.writelines(autotvm.record.encode(inp, res) + "\n" for inp, res in records)
         best_inp, best_res = min(records, key=lambda r: r[1].costs[0])
+        per_task[(task.name, task.args[:5])] = (task.flop / default_cost / 1e9,
+                                                task.flop / best_res.costs[0] / 1e9)
         print(f"{_task_label(task):46} {len(task.config_space):7d} {n:6d} "
               f"{tuner.best_flops / 1e9:8.1f} {task.flop / default_cost / 1e9:10.1f} "
               f"{task.flop / best_res.costs[0] / 1e9:8.1f} {seconds:7.1f}  "
               f"{best_inp.config}", flush=True)
+    _print_winograd_gains(per_task)
     tuned = {inp.task.workload for inp, res in autotvm.record.load_from_file(refined)
              if res.error_no == 0}
     graph_log = None

@@ -18,8 +18,17 @@ context for tuned configs; untuned, builds are unchanged.
 
 from __future__ import annotations
 
-# topi_arm_cpu extends topi_x86's tables (KNOBS, RELAY_TASKS)
-from kiln.autotvm import env, measure, record, task, tophub, topi_arm_cpu, topi_x86  # noqa: F401
+# topi_arm_cpu and topi_x86_winograd extend topi_x86's tables (KNOBS, RELAY_TASKS)
+from kiln.autotvm import (  # noqa: F401
+    env,
+    measure,
+    record,
+    task,
+    tophub,
+    topi_arm_cpu,
+    topi_x86,
+    topi_x86_winograd,
+)
 from kiln.autotvm.env import GLOBAL_SCOPE
 from kiln.autotvm.measure import (
     LocalBuilder,

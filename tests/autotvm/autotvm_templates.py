@@ -66,3 +66,16 @@ def micro_faulty(n):
     cfg.define_knob("mode", list(_MICRO_STEPS))
     s[b].pragma(b.op.axis[0], "import_c", _MICRO_STEPS[cfg["mode"].val])
     return s, [a, b]
+
+
+def config_with(task, **want):
+    """The first config of ``task`` whose knobs have the wanted values (split knobs by their
+    last factor)."""
+    space = task.config_space
+    for index in range(len(space)):
+        config = space.get(index)
+        values = {k: (config[k].size[-1] if hasattr(config[k], "size") else config[k].val)
+                  for k in want}
+        if values == want:
+            return config
+    raise AssertionError(f"no config with {want}")

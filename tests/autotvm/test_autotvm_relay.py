@@ -305,10 +305,12 @@ def test_extract_from_program_gives_one_task_per_distinct_workload():
     mod = tvm.IRModule.from_expr(relay.Function([x], dense))
     tasks = autotvm.task.extract_from_program(mod, {}, TARGET)
     # TVM's x86 task name for a float32 NCHW conv, with NCHW-terms arguments
-    assert sorted(t.name for t in tasks) == ["conv2d_NCHWc.x86", "dense_pack.x86"]
+    # (and the 3x3 stride-1 conv's Winograd task beside it)
+    assert sorted(t.name for t in tasks) == ["conv2d_NCHWc.x86", "conv2d_nchw_winograd.x86",
+                                             "dense_pack.x86"]
     only_conv = autotvm.task.extract_from_program(mod, {}, TARGET,
                                                   ops=[relay.op.get("nn.conv2d")])
-    assert [t.name for t in only_conv] == ["conv2d_NCHWc.x86"]
+    assert [t.name for t in only_conv] == ["conv2d_NCHWc.x86", "conv2d_nchw_winograd.x86"]
     conv_task = only_conv[0]
     assert conv_task.args[0] == ("TENSOR", (1, 8, 12, 12), "float32")
     assert conv_task.args[5:] == ("NCHW", "NCHW", "float32")

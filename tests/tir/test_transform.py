@@ -168,6 +168,23 @@ def test_unroll_replicates_body():
     assert [s.indices[0].value for s in stores] == [0, 1, 2, 3]
 
 
+def test_unroll_loop_decides_the_selects_its_copies_make_constant():
+    """A select on the unrolled index (a constant-matrix row, as in Winograd's transforms)
+    is one arm in each copy; a select on data stays."""
+    def body(A, B, i):
+        row = tir.if_then_else(i == 0, A[0] * 2.0,
+                               tir.if_then_else(tir.floormod(i + 1, 3) == 2, A[1], A[2]))
+        return tir.BufferStore(B, tir.if_then_else(A[i] > 0.0, row, 0.0), [i])
+
+    f = transform.UnrollLoop()(loop_func(4, tir.ForKind.UNROLLED, body, shape=(4,)))
+    stores = nodes(f.body, tir.BufferStore)
+    arms = [s.value.args[1] for s in stores]
+    assert all(s.value.op == "tir.if_then_else" for s in stores)  # the data select stays
+    assert isinstance(arms[0], tir.Mul)
+    assert [a.indices[0].value for a in arms[1:]] == [1, 2, 2]
+    assert not [c for a in arms for c in nodes(a, tir.Call)]
+
+
 def test_lower_intrin_rewrites_floordiv_and_sigmoid():
     def body(A, B, i):
         return tir.BufferStore(B, tir.sigmoid(A[tir.floordiv(i, 4)]), [tir.floormod(i, 4)])

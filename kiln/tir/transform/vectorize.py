@@ -302,12 +302,61 @@ class _LoopKindLowering(StmtExprMutator):
             if isinstance(extent, IntImm) and extent.value <= 64:
                 copies = [substitute(body, {node.loop_var: _op.add(node.min, i)})
                           for i in range(extent.value)]
+                if _selects_on(body, node.loop_var):
+                    copies = [_DecideSelects().visit(c) for c in copies]
                 return _s.stmt_seq(copies)
             return _s.For(node.loop_var, node.min, extent, _s.ForKind.SERIAL, body)
         if body is node.body:
             return node
         return _s.For(node.loop_var, node.min, node.extent, node.kind, body,
                       node.thread_binding, node.annotations)
+
+
+def _selects_on(body: _s.Stmt, var: _e.Var) -> bool:
+    """Whether an ``if_then_else`` in ``body`` tests ``var`` (one walk per unrolled loop, so
+    that loops without such a select pay no walk per copy)."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, _e.Call) and node.op == "tir.if_then_else" and not found:
+            post_order_visit(node.args[0], lambda n: found.append(n) if n is var else None)
+
+    post_order_visit(body, visit)
+    return bool(found)
+
+
+class _DecideSelects(StmtExprMutator):
+    """An unrolled copy's ``if_then_else`` whose condition became constant replaced by its
+    arm (e.g. a Winograd matrix row chosen by the unrolled index): the vectorizer and the
+    simplifier after it then see one arm, not the whole chain, in every copy."""
+
+    def visit_Call(self, node):
+        if node.op == "tir.if_then_else":
+            value = _constant_value(node.args[0])
+            if value is not None:
+                return self.visit(node.args[1] if value else node.args[2])
+        return self.generic_visit(node)
+
+
+# integer ops a constant condition of an unrolled copy is made of (a cheap evaluator: the
+# full simplifier on every guard of every copy would cost more than it saves)
+_CONSTANT_OPS = {_e.Add: int.__add__, _e.Sub: int.__sub__, _e.Mul: int.__mul__,
+                 _e.FloorDiv: int.__floordiv__, _e.FloorMod: int.__mod__,
+                 _e.EQ: int.__eq__, _e.NE: int.__ne__, _e.LT: int.__lt__, _e.LE: int.__le__,
+                 _e.And: lambda a, b: bool(a and b), _e.Or: lambda a, b: bool(a or b)}
+
+
+def _constant_value(expr: PrimExpr) -> int | None:
+    """The integer value of ``expr`` when it is made of integer constants only, else None."""
+    if isinstance(expr, IntImm):
+        return expr.value
+    fn = _CONSTANT_OPS.get(type(expr))
+    if fn is None:
+        return None
+    a, b = _constant_value(expr.a), _constant_value(expr.b)
+    if a is None or b is None or (b == 0 and type(expr) in (_e.FloorDiv, _e.FloorMod)):
+        return None
+    return int(fn(a, b))
 
 
 class _RampSimplifier(StmtExprMutator):

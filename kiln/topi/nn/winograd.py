@@ -13,6 +13,7 @@ making the 1-D identity exact, found by a least-squares solve that is checked to
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -51,10 +52,12 @@ def winograd_matrices(tile: int, kernel: int = 3) -> tuple[np.ndarray, np.ndarra
                 rows.append(row.ravel())
                 rhs.append(1.0 if t == i + k else 0.0)
     sol, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
-    bt = sol.reshape(alpha, alpha)
     if np.abs(np.array(rows) @ sol - rhs).max() > 1e-8:
         raise TVMError(f"winograd: no exact F({tile}, {kernel}) transform")
-    return at, g, bt
+    # the solve leaves ~1e-16 noise where B^T holds exact small rationals: snapping them
+    # makes the zeros real zeros, which unrolled schedules then drop from the transforms
+    bt = np.array([float(Fraction(v).limit_denominator(1024)) for v in sol])
+    return at, g, bt.reshape(alpha, alpha)
 
 
 def _const_matrix(values: np.ndarray, name: str) -> te.Tensor:

@@ -775,6 +775,23 @@ def conv_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_type
 register_infer_correct_layout("nn.conv2d", conv_infer_correct_layout)
 
 
+def winograd_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types):
+    """The attrs' layouts, except that blocked Winograd data whose producer AlterOpLayout did
+    not block is read as NCHW (the x86 kernel reads either), saving a transform."""
+    from kiln.relay.op.layout import attrs_with
+
+    if new_in_layouts[0] not in ("", "NCHW") or attrs.data_layout == "NCHW":
+        return conv_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types)
+    new_attrs = attrs_with(attrs, data_layout="NCHW",
+                           out_layout=attrs.out_layout or attrs.data_layout)
+    return InferCorrectLayoutOutput(["NCHW", attrs.kernel_layout], [new_attrs.out_layout],
+                                    new_attrs)
+
+
+register_infer_correct_layout("nn.contrib_conv2d_winograd_without_weight_transform",
+                              winograd_infer_correct_layout)
+
+
 def convert_conv2d(attrs, inputs, tinfos, desired_layouts):
     """``FTVMConvertOpLayout`` of ``nn.conv2d`` (ConvertLayout): the conv with data layout
     ``desired_layouts[0]`` and kernel layout ``desired_layouts[1]``, whose ``"default"`` is

@@ -15,7 +15,7 @@ import re
 from kiln import topi
 from kiln.relay.op.nn.conv_nchwc import CONV2D_NCHWC, DEPTHWISE_CONV2D_NCHWC
 from kiln.relay.op.nn.dense import batch_matmul_strategy, dense_pack_strategy, dense_strategy
-from kiln.relay.op.strategy import x86_int8
+from kiln.relay.op.strategy import x86_int8, x86_winograd
 from kiln.relay.op.strategy.generic import COMPUTES, schedule_opaque
 from kiln.relay.op.strategy.registry import (
     IMPLEMENTATIONS,
@@ -204,6 +204,8 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         nchw_ends = _nchw_ends_kernel(attrs, inputs, out_type, target)
         if nchw_ends is not None:
             strategy.add(nchw_ends)
+        if x86_winograd.winograd_applies(attrs, inputs, out_type):
+            strategy.add(x86_winograd.CONV2D_WINOGRAD)
     elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
         strategy.add(x86_int8.DEPTHWISE_NCHW_INT8)
     elif nchw and channels is not None and attrs.groups == int(getattr(channels, "value", -1)):
@@ -348,6 +350,12 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
                                               f"OIHW1i{bn}o", f"NCHW{bn}c", attrs.out_dtype)
     if narrow and out_block is None:
         return _prepack_narrow_conv(attrs, inputs, tinfos, out_type, target)
+    # a faster Winograd record: on the untuned blocks, which its neighbours most likely use
+    winograd = None if out_block else x86_winograd.alter_to_winograd(
+        attrs, inputs, tinfos, out_type, target, channel_block(in_per_group),
+        channel_block(out_channels))
+    if winograd is not None:
+        return winograd
     tuned = _tuned_knobs("conv2d_NCHWc.x86", attrs, tinfos, out_type, target, {})
     ic_bn = tuned.get("ic_bn") or channel_block(in_per_group)
     oc_bn = int(out_block.group(1)) if out_block else \
