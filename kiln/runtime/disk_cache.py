@@ -39,7 +39,7 @@ from pathlib import Path
 from kiln.runtime import config
 
 __all__ = ["touch", "stored", "evict", "reading", "cache_info", "clear", "GRACE_SECONDS",
-           "FOLDERS"]
+           "LOW_WATER", "FOLDERS"]
 
 # where kiln stores: C objects and libraries, LLVM objects, whole builds, lowered kernels,
 # microTVM objects
@@ -48,7 +48,9 @@ FOLDERS = ("cc", "llvm", "build", "lower", "micro-objects")
 GRACE_SECONDS = 300.0
 _STALE_TEMP_SECONDS = 86400.0
 _CHECK_EVERY_SECONDS = 60.0
-_LOW_WATER = 0.9
+# past the cap, eviction goes on until the cache is at this fraction of it (so that the next
+# few stores do not start another round at once)
+LOW_WATER = 0.9
 _TRASH = ".evicted-"
 
 
@@ -223,7 +225,7 @@ def evict(max_bytes: int | None = None, root: Path | None = None, wait: bool = F
         if total <= limit:
             return 0
         for entry in sorted(entries, key=lambda e: e.used):
-            if total <= limit * _LOW_WATER:
+            if total <= limit * LOW_WATER:
                 break
             if now - entry.used < GRACE_SECONDS:
                 break  # every later entry is newer: all in use, the cap waits for them
