@@ -610,6 +610,12 @@ class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
                 and self._parallel_depth == 0):
             self._line(f"if ({self.expr(node.value)} != 0) return -1;")
             return
+        if node_name(node.value) == "Call" and node.value.op == "tir.ret":
+            if self._parallel_depth:
+                raise TVMError("C codegen: tir.ret inside a parallel loop (a task cannot "
+                               "return from the kernel)")
+            self._line(f"return {self.expr(node.value.args[0])};")
+            return
         self._line(f"{self.expr(node.value)};")
 
     def stmt_BufferStore(self, node: Any) -> None:

@@ -617,6 +617,14 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         """Emit the LLVM instructions of a TIR ``Evaluate`` statement."""
         if _node_name(node.value) in ("IntImm", "FloatImm"):
             return
+        if _node_name(node.value) == "Call" and node.value.op == "tir.ret":
+            if self._in_parallel:
+                raise TVMError("LLVM codegen: tir.ret inside a parallel loop (a task cannot "
+                               "return from the kernel)")
+            self.builder.ret(self.expr(node.value.args[0]))
+            # what follows the return is unreachable, but emitted into a block of its own
+            self.builder.position_at_end(self.function.append_basic_block("after_ret"))
+            return
         value = self.expr(node.value)
         if _node_name(node.value) == "Call" and node.value.op == "tir.tvm_call_packed":
             fail = self.function.append_basic_block("packed_fail")

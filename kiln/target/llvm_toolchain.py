@@ -146,8 +146,8 @@ _WORKER = threading.local()  # .isolated: this thread touches only its own LLVM 
 class _WorkerBypassLock:
     """Stands in for the RLock inside llvmlite's lock: kiln's LLVM threads pass (they touch
     only their own context, machine and modules); every other thread locks as before. A
-    fork waits until no LLVM thread is inside a call and lets none in until it is done (as
-    kiln.target.llvm_fork makes it wait for the lock itself)."""
+    fork takes llvmlite's lock, then waits until no LLVM thread is inside a call and lets
+    none in until it is done, so the child finds LLVM idle and the lock free."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -173,6 +173,10 @@ class _WorkerBypassLock:
             self.gate.notify_all()
 
     def before_fork(self) -> None:
+        # llvmlite's lock first: an LLVM thread printing a module holds it across two calls
+        # (see _print_module), and shutting the gate first left that thread waiting at the
+        # gate for its second call while the fork waited for the lock it held
+        self.inner.acquire()
         with self.gate:
             self.forking = True
             while self.inside:
@@ -182,10 +186,12 @@ class _WorkerBypassLock:
         with self.gate:
             self.forking = False
             self.gate.notify_all()
+        self.inner.release()
 
     def after_fork_in_child(self) -> None:
         self.gate = threading.Condition()  # the parent's LLVM threads do not exist here
         self.inside, self.forking = 0, False
+        self.inner.release()  # taken by this thread before the fork
 
 
 def _bypass_llvmlite_lock() -> bool:

@@ -320,9 +320,14 @@ def _assembly_of(ir_text: str | Callable[[], str], target: Any) -> Callable[[], 
 def load_build(key: str, target: Any) -> CachedBuild | None:
     """The build stored under ``key``, or None on a miss. An unreadable entry is removed with
     a warning (the caller then builds and stores it again)."""
+    folder = _entry(key)
+    with disk_cache.reading():  # no evictor moves the folder while it is read
+        return _load_entry(folder, target)
+
+
+def _load_entry(folder: Path, target: Any) -> CachedBuild | None:
     from kiln.runtime.params import load_param_dict
 
-    folder = _entry(key)
     meta_path = folder / "meta.json"
     if not meta_path.exists():
         return None
@@ -340,7 +345,7 @@ def load_build(key: str, target: Any) -> CachedBuild | None:
             raise TVMError("graph_json is not a string")
     except (OSError, ValueError, KeyError, TypeError, AttributeError, TVMError) as err:
         warnings.warn(f"kiln build cache: ignoring the unreadable entry {folder} "
-                      f"({type(err).__name__}: {err}); building again", stacklevel=3)
+                      f"({type(err).__name__}: {err}); building again", stacklevel=4)
         shutil.rmtree(folder, ignore_errors=True)
         return None
     lib = modules[0]
