@@ -71,9 +71,12 @@ def winograd_applies(attrs, inputs, out_type) -> bool:
 @register_strategy(WINOGRAD_OP, "cpu")
 def conv2d_winograd_strategy_cpu(attrs, inputs, out_type, target):
     """The x86 kernel for a packed ``[alpha, alpha, O / oc_bn, I, oc_bn]`` weight, the generic
-    compute for TVM's ``[alpha, alpha, O, I]`` one."""
+    compute for TVM's ``[alpha, alpha, O, I]`` one (and for a stride or dilation other than 1,
+    which it refuses naming them)."""
     strategy = OpStrategy()
-    if len(inputs[1].shape) == 5:
+    # the x86 kernel computes stride 1, dilation 1 only; the generic compute refuses others
+    if len(inputs[1].shape) == 5 and x86_winograd.applies((3, 3), attrs.strides,
+                                                          attrs.dilation, attrs.groups):
         strategy.add(CONV2D_WINOGRAD_NCHWC)
     else:
         # TVM's [alpha, alpha, O, I] weight: the op's generic implementation
