@@ -38,6 +38,7 @@ from kiln.runtime.error import TVMError
 __all__ = [
     "compile_in_background",
     "find_compiler",
+    "compiler_accepts",
     "compiler_version",
     "openmp_available",
     "default_options",
@@ -70,6 +71,19 @@ def find_compiler() -> str:
         if path:
             return path
     raise TVMError("no C compiler found: set $CC or install cc, gcc or clang")
+
+
+@functools.cache
+def compiler_accepts(options: tuple[str, ...], cc: str | None = None) -> bool:
+    """Whether the C compiler takes ``options`` (a ``-march=`` name it may not know: gcc 12
+    has no ``znver4``); asked once per process."""
+    cc = cc or find_compiler()
+    try:
+        run_compiler([cc, *options, "-E", "-x", "c", os.devnull, "-o", os.devnull],
+                     "Probing compiler options")
+    except TVMError:
+        return False
+    return True
 
 
 @functools.cache

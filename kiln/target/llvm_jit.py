@@ -161,8 +161,8 @@ def _c_string(data: bytes, at: int) -> bytes:
 def link_in_process(objects: Mapping[str, bytes], name: str) -> InProcessLibrary | None:
     """Link ``objects`` (file name -> ELF bytes) into this process; None when they must be
     a shared library instead (no ORC in this llvmlite, or static constructors)."""
-    if not in_process_available():
-        return None
+    if not in_process_available() or not all(d.startswith(b"\x7fELF") for d in objects.values()):
+        return None  # (this reader knows ELF; another platform's objects take its linker)
     symbols = {file: ObjectSymbols(data, file) for file, data in objects.items()}
     if any(s.has_constructors for s in symbols.values()):
         return None

@@ -107,6 +107,7 @@ def test_a_symbol_found_nowhere_is_a_tvm_error_naming_it():
     calls_expf = _object("declare float @expf(float)\ndefine float @g(float %x) {\n"
                          "  %r = call float @expf(float %x)\n  ret float %r\n}\n")
     assert link_in_process({"s.o": shadows, "c.o": calls_expf}, "shadowing") is None
+    assert link_in_process({"k.o": b"\xcf\xfa\xed\xfe" + bytes(60)}, "mach-o") is None
     with pytest.raises(TVMError, match="garbage.o is not a readable ELF64 object"):
         link_in_process({"garbage.o": b"\x7fELF" + bytes(60)}, "garbage")
 
