@@ -3,9 +3,10 @@
 Entry points: :func:`winograd_kernel_pack` (the kernel transform, packed for the GEMM; Relay
 folds it at compile time), :func:`conv2d_winograd_nchwc` (compute on NCHW or ``NCHW{c}c``
 data, output ``NCHW{oc}c`` or NCHW), :func:`schedule_conv2d_winograd`, :func:`applies`
-(which convs it computes), :func:`tile_size` and :data:`DEFAULT_CONFIG` (knobs:
-``tile_size`` m of F(m x m, 3x3), 2 or 4, 0 for the modelled choice; ``oc_bn`` output
-channels per GEMM vector block; ``tile_t`` Winograd tiles per register block;
+(which convs it computes), :func:`tile_size`, :data:`OC_BLOCKS` (the output channel blocks
+tuning offers) and :data:`DEFAULT_CONFIG` (knobs: ``tile_size`` m of F(m x m, 3x3), 2 or 4,
+0 for the modelled choice; ``oc_bn`` output channels per GEMM vector block; ``tile_t``
+Winograd tiles per register block;
 ``gemm_parallel``, "point": GEMM tasks over (transform point, channel block) or "tiles":
 over (channel block, tile block), each task then running all 16/36 points).
 
@@ -44,6 +45,9 @@ from kiln.topi.nn.winograd import winograd_matrices, winograd_weight_transform
 from kiln.topi.utils import get_const_int, get_const_tuple, traverse_inline
 
 DEFAULT_CONFIG = {"tile_size": 0, "oc_bn": 16, "tile_t": 0, "gemm_parallel": "point"}
+# the output channel blocks (``oc_bn``) the tuning space offers: a conv none of them divides
+# has no Winograd config
+OC_BLOCKS = (8, 16, 32)
 
 # F(4) when it leaves at least this many tiles (a few register blocks per transform point),
 # else F(2); 0 in the config means this choice. Measured on Zen 4 (ResNet-18, best tuned
