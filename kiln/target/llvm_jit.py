@@ -47,6 +47,9 @@ _LINKER_DEFINED = frozenset({"_GLOBAL_OFFSET_TABLE_"})
 _CONSTRUCTOR_SECTIONS = (b".init_array", b".preinit_array", b".ctors")
 
 _JIT: list[Any] = []  # [(pid, LLJIT)]: a forked child makes its own
+# JITs of parent processes, kept alive in a forked child: disposing one frees the code (and the
+# trackers' session) that libraries the child inherited still call into
+_INHERITED_JITS: list[Any] = []
 _JIT_LOCK = threading.Lock()
 
 
@@ -215,5 +218,6 @@ def _process_jit(llvm: Any) -> Any:
     """This process's ORC JIT (made on first use; a forked child makes its own)."""
     with _JIT_LOCK:
         if not _JIT or _JIT[0][0] != os.getpid():
+            _INHERITED_JITS.extend(jit for _, jit in _JIT)
             _JIT[:] = [(os.getpid(), llvm.create_lljit_compiler(use_jit_link=True))]
         return _JIT[0][1]

@@ -113,19 +113,25 @@ def test_a_symbol_found_nowhere_is_a_tvm_error_naming_it():
 
 
 _FORK_CHILD = r"""
-import os, signal, sys
+import gc, os, signal, sys, weakref
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_llvm_jit import _check_scale_add, _scale_add
+from kiln.target import llvm_jit
 
 lib = _scale_add(500, 1.5, "before_fork")
 _check_scale_add(lib, 500, 1.5, "before_fork")
+parent_jit = weakref.ref(llvm_jit._JIT[0][1])
 pid = os.fork()
 if pid == 0:
     signal.alarm(60)  # a hung child dies of SIGALRM
     try:
         _check_scale_add(lib, 500, 1.5, "before_fork")  # the code it inherited
         _check_scale_add(_scale_add(300, -2.0, "in_child"), 300, -2.0, "in_child")
+        gc.collect()
+        # disposing the parent's JIT would free the code the child inherited
+        assert parent_jit() is not None, "the child disposed its parent's JIT"
+        _check_scale_add(lib, 500, 1.5, "before_fork")
         os._exit(0)
     except BaseException:
         import traceback; traceback.print_exc()
