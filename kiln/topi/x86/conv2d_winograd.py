@@ -10,7 +10,7 @@ channels per GEMM vector block; ``tile_t`` Winograd tiles per register block;
 over (channel block, tile block), each task then running all 16/36 points).
 
 F(m, 3) computes an ``m × m`` output tile as ``A^T [U ⊙ (B^T d B)] A`` with ``U = G g G^T``
-(:mod:`kiln.topi.nn.winograd`), in four stages:
+(:mod:`kiln.topi.nn.winograd`), in three stages:
 
 1. input transform ``V[a, b, t, c] = (B^T d_t B)[a, b]`` per tile ``t`` and input channel
    ``c``, as two 1-D passes (rows, then columns) on vectors of input channels;
