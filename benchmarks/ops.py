@@ -9,14 +9,18 @@ The kiln measured is this checkout's (the script puts it first on ``sys.path``).
 Each kiln case is a one-op Relay model whose weight is a constant, compiled with
 ``relay.build`` at opt level 3 and run by the graph executor -- exactly how the op runs inside
 a model: AlterOpLayout turns ``nn.dense`` into ``nn.contrib_dense_pack`` and ``nn.conv2d`` into
-``nn.contrib_conv2d_NCHWc`` (``conv2d_NCHWc.x86``; one layer alone reads its NCHW input and
-unpacks its own NCHW result, inside a model the activations between convs stay NCHW16c), and
+``nn.contrib_conv2d_NCHWc`` (``conv2d_NCHWc.x86``; inside a model the activations between
+convs stay NCHW16c; one layer alone has NCHW at both ends: a 1x1 conv runs as a GEMM over
+pixels, ``conv2d_pointwise_nchw.x86``, a stem of <= 4 channels and <= 3x3 kernel vectorized
+over output columns, ``conv2d_stem_nchw.x86``, other convs read their NCHW input and unpack
+their own NCHW result), and
 FoldConstant packs the weight once at compile time (ONNX Runtime likewise packs its constant
 weights once, at session creation).
 The "kiln kernels" column names the fused kernels the graph runs.
 ONNX Runtime runs a one-op model made with ``onnx.helper`` (``--threads`` intra-op threads,
 default 2); PyTorch runs ``torch.nn.functional`` with as many. kiln uses ``KILN_NUM_THREADS``
-(default: ``--threads``). The table gives median (or ``--stat min``) times, taken in
+(default: ``--threads``). The table gives median times of call blocks (or, with ``--stat
+min``, the minimum over single calls, each timed on its own), taken in
 interleaved rounds (kiln, ORT, torch, kiln, ...), and the ratios kiln/ORT and kiln/torch
 (below 1 means kiln is faster). Times on shared machines are noisy: compare the ratios of one
 run, and run it 2-3 times; when other processes load the cores, ``--threads 1 --stat min``
@@ -88,13 +92,20 @@ def side_by_side(runs: dict, repeat: int, number: int) -> dict:
     for fn in runs.values():
         fn()
     times: dict = {name: [] for name in runs}
+    # The minimum resists load only over short samples (one call each): the minimum of
+    # 3 two-call means read 1.76x ORT for a conv whose single-call minimum was 1.02x.
+    per_call = STATISTIC[0] is min
     for _ in range(repeat):
         for name, fn in runs.items():
             time.sleep(0.02)
-            start = time.perf_counter()
+            block = time.perf_counter()
             for _ in range(number):
+                start = time.perf_counter()
                 fn()
-            times[name].append((time.perf_counter() - start) / number)
+                if per_call:
+                    times[name].append(time.perf_counter() - start)
+            if not per_call:
+                times[name].append((time.perf_counter() - block) / number)
     return {name: STATISTIC[0](t) for name, t in times.items()}
 
 
@@ -331,6 +342,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     repeat, number = (3, 2) if args.quick else (7, 5)
+    if args.stat == "min":  # single calls, timed each: more of them
+        repeat, number = repeat * 2, number * 2
     target = Target(args.target)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.1f}; target {args.target}; "

@@ -1,8 +1,10 @@
 """``kiln cache info|evict|clear``: the build cache on disk (``KILN_CACHE_DIR``).
 
 Entry point: :func:`add_cache_parser`. ``info`` prints the cache's folder, size, cap
-(``KILN_CACHE_MAX_MB``) and its folders' sizes; ``evict`` removes least recently used
-entries down to the cap (``--max-mb`` for another) now; ``clear`` removes every entry.
+(``KILN_CACHE_MAX_MB``) and its folders' sizes; ``evict``, when the cache is over the cap
+(``--max-mb`` for another), removes least recently used entries now until it is at 90% of the
+cap (:data:`~kiln.runtime.disk_cache.LOW_WATER`; entries used in the last 5 minutes stay);
+``clear`` removes every entry.
 See :mod:`kiln.runtime.disk_cache`.
 """
 
@@ -55,7 +57,10 @@ def add_cache_parser(sub: Any) -> None:
     actions = cache.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
     actions.add_parser("info", help="the cache's folder, size and cap").set_defaults(
         func=_cmd_info)
-    p = actions.add_parser("evict", help="remove least recently used entries down to the cap")
+    p = actions.add_parser(
+        "evict", help=f"when over the cap, remove least recently used entries until the cache "
+        f"is at {disk_cache.LOW_WATER * 100:.0f}%% of it (entries used in the last "
+        f"{disk_cache.GRACE_SECONDS / 60:.0f} minutes stay)")
     p.add_argument("--max-mb", type=float, default=None,
                    help="cap in megabytes for this eviction (default KILN_CACHE_MAX_MB)")
     p.set_defaults(func=_cmd_evict)

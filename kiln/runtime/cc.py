@@ -10,9 +10,10 @@ Host kernels build with ``-O3 -march=native -fPIC`` plus ``-fopenmp`` when a pro
 OpenMP works with this compiler. A failing command raises :class:`TVMError` whose message
 holds the command line and the compiler's output verbatim.
 
-:func:`cached_shared_library` keys a build by the sources' text, the flags and the compiler's
-version string; the library is written to a temporary name and renamed into place, so parallel
-processes (pytest-xdist workers) never see a half-written file.
+:func:`cached_shared_library` keys a build by the sources' text, the contents of the headers
+they include (:mod:`kiln.runtime.cc_headers`), the flags and the compiler's version string;
+the library is written to a temporary name and renamed into place, so parallel processes
+(pytest-xdist workers) never see a half-written file.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kiln.runtime import config, disk_cache
+from kiln.runtime import cc_headers, config, disk_cache
 from kiln.runtime.error import TVMError
 
 __all__ = [
     "compile_in_background",
     "find_compiler",
+    "compiler_accepts",
     "compiler_version",
     "openmp_available",
     "default_options",
@@ -69,6 +71,19 @@ def find_compiler() -> str:
         if path:
             return path
     raise TVMError("no C compiler found: set $CC or install cc, gcc or clang")
+
+
+@functools.cache
+def compiler_accepts(options: tuple[str, ...], cc: str | None = None) -> bool:
+    """Whether the C compiler takes ``options`` (a ``-march=`` name it may not know: gcc 12
+    has no ``znver4``); asked once per process."""
+    cc = cc or find_compiler()
+    try:
+        run_compiler([cc, *options, "-E", "-x", "c", os.devnull, "-o", os.devnull],
+                     "Probing compiler options")
+    except TVMError:
+        return False
+    return True
 
 
 @functools.cache
@@ -219,58 +234,89 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def compile_in_background(source: str, options: Sequence[str],
-                          cc: str | None = None) -> Callable[[], bytes]:
-    """Start compiling C ``source`` to an object file; return a function giving its bytes.
+def compile_in_background(source: str, options: Sequence[str], cc: str | None = None, *,
+                          quote_dir: str | None = None, with_headers: bool = False
+                          ) -> Callable[[], Any]:
+    """Start compiling C ``source`` to an object file; return a function giving its bytes
+    (``with_headers``: ``(bytes, the headers it read)``).
 
     The compiler runs while the caller goes on (LLVM's optimizer, or Python lowering the next
     kernel: both leave Python's lock free, so two cores both work); up to one compiler per
     CPU runs at once. The function waits for it and raises :class:`TVMError` as
-    :func:`run_compiler` does. Objects are cached by source, flags and compiler version
-    (``KILN_CACHE_DIR/cc/obj_<key>.o``): a hit starts nothing, and a request for an object
-    whose compile is in flight waits for that one.
+    :func:`run_compiler` does. Objects are cached by source, flags, compiler version and the
+    contents of the headers the source includes (``KILN_CACHE_DIR/cc/obj_<key>.o``,
+    :mod:`kiln.runtime.cc_headers`): a hit starts nothing, and a request for an object
+    whose compile is in flight waits for that one. ``quote_dir``: where ``#include "..."``
+    looks first (the directory of a source file).
     """
+    result = _compile_cached(source, options, cc, quote_dir)
+    return result if with_headers else lambda: result()[0]
+
+
+def _compile_cached(source: str, options: Sequence[str], cc: str | None,
+                    quote_dir: str | None) -> Callable[[], tuple[bytes, tuple[str, ...]]]:
     global _BACKGROUND
     from concurrent.futures import ThreadPoolExecutor
 
     cc = cc or find_compiler()
+    options = [*options, *([f"-iquote{quote_dir}"] if quote_dir else [])]
     digest = hashlib.sha256()
     for part in (compiler_version(cc), *options, *include_dirs(), source):
         digest.update(part.encode() + b"\0")
-    target = config.cache_dir() / "cc" / f"obj_{digest.hexdigest()[:32]}.o"
-    try:
-        data = target.read_bytes()
-        disk_cache.touch(target)
-        return lambda: data
-    except OSError:
-        pass
+    folder, key = config.cache_dir() / "cc", digest.hexdigest()[:32]
+    found = _cached_object(folder, key)
+    if found is not None:
+        return lambda: found
 
-    def build() -> bytes:
+    def build() -> tuple[bytes, tuple[str, ...]]:
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                src = Path(tmp, "source.c")
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=folder) as tmp:
+                src, depfile = Path(tmp, "source.c"), Path(tmp, "source.d")
                 src.write_text(source)
-                obj = Path(compile_object(Path(tmp, "source.o"), src, options, cc))
+                obj = Path(compile_object(Path(tmp, "source.o"), src,
+                                          [*options, *cc_headers.depfile_flags(depfile)], cc))
+                headers = cc_headers.read_depfile(depfile, src)
                 data = obj.read_bytes()
-                os.replace(obj, target)  # atomic: readers see nothing or the whole object
+                full_key = cc_headers.keyed_by_headers(key, headers)
+                if full_key is not None:  # a header removed during the compile: keep none
+                    os.replace(obj, folder / f"obj_{full_key}.o")  # atomic, as the list
+                    cc_headers.remember_headers(folder, key, headers)
             disk_cache.stored()
-            return data
+            return data, headers
         finally:
             with _IN_FLIGHT_LOCK:
-                _IN_FLIGHT.pop(target, None)
+                _IN_FLIGHT.pop(key, None)
 
     with _IN_FLIGHT_LOCK:
-        future = _IN_FLIGHT.get(target)
-        if future is None and target.exists():  # finished since the read above
-            return lambda: target.read_bytes()
+        future = _IN_FLIGHT.get(key)
+        found = _cached_object(folder, key) if future is None else None
+        if found is not None:  # finished since the look above
+            return lambda: found
         if future is None:
             if _BACKGROUND is None or _BACKGROUND[0] != os.getpid():
                 workers = max(1, os.cpu_count() or 1)
                 _BACKGROUND = (os.getpid(), ThreadPoolExecutor(workers,
                                                                thread_name_prefix="kiln-cc"))
-            future = _IN_FLIGHT[target] = _BACKGROUND[1].submit(build)
+            future = _IN_FLIGHT[key] = _BACKGROUND[1].submit(build)
     return future.result
+
+
+def _cached_object(folder: Path, key: str) -> tuple[bytes, tuple[str, ...]] | None:
+    """The cached object compiled under ``key`` with the headers as they are now, and those
+    headers (None: a miss), marked used."""
+    headers = cc_headers.remembered_headers(folder, key)
+    full_key = None if headers is None else cc_headers.keyed_by_headers(key, headers)
+    if full_key is None:
+        return None
+    path = folder / f"obj_{full_key}.o"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    disk_cache.touch(path)
+    disk_cache.touch(folder / f"headers_{key}.txt")
+    return data, headers
 
 
 def create_shared(
@@ -315,7 +361,8 @@ def _compile_c_files(inputs: list[Any], options: Sequence[str], cc: str,
     if len(sources) < 2:
         return inputs
     try:
-        started = {i: compile_in_background(Path(inputs[i]).read_text(), options, cc)
+        started = {i: compile_in_background(Path(inputs[i]).read_text(), options, cc,
+                                            quote_dir=str(Path(inputs[i]).resolve().parent))
                    for i in sources}
     except (OSError, UnicodeDecodeError):
         return inputs
@@ -438,8 +485,9 @@ def cached_shared_library(
     """Build (or reuse) a shared library from C sources; return its path in the cache.
 
     ``sources`` is either ``{file name: C text}`` or a list of files (sources or objects).
-    The cache key covers every file's content, the flags and the compiler version, so a hit
-    never does any compilation. Several C files compile in parallel, each to its own cached
+    The cache key covers every file's content, the contents of the headers the C files
+    include (:mod:`kiln.runtime.cc_headers`), the flags and the compiler version, so a hit
+    never does any compilation. The C files compile in parallel, each to its own cached
     object (:func:`compile_in_background`), and link. ``objects_only``: the files are objects
     needing only libc and libm, linked by :func:`link_objects`.
 
@@ -451,6 +499,7 @@ def cached_shared_library(
     """
     cc = cc or find_compiler()
     opts = list(default_options(cc) if options is None else options)
+    folders: dict[str, str] = {}  # a source file's own directory
     if isinstance(sources, Mapping):
         files = {name: text.encode() for name, text in sources.items()}
     else:
@@ -461,26 +510,38 @@ def cached_shared_library(
                 files[f"{index}_{path.name}"] = path.read_bytes()
             except OSError as err:
                 raise TVMError(f"cannot read source {path}: {err}") from None
+            folders[f"{index}_{path.name}"] = str(path.resolve().parent)
     digest = hashlib.sha256()
     for part in (compiler_version(cc), *opts, *include_dirs(), "ld" if objects_only else ""):
         digest.update(part.encode() + b"\0")
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
-    key = digest.hexdigest()[:32]
-    target = config.cache_dir() / "cc" / f"lib_{key}.so"
-    if disk_cache.touch(target):  # a hit, marked used for the cache's size cap
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Several C translation units compile one per process, in parallel and each cached on its
-    # own (a kernel builder may have started them already); then they link. One file, or
-    # files that are not all C, go to one compiler call.
-    separately = isinstance(sources, Mapping) and len(files) > 1 and \
-        all(name.endswith(".c") for name in files)
-    if separately:
-        started = {f"{Path(name).stem}.o": compile_in_background(text, opts, cc)
-                   for name, text in sources.items()}
-        files = {name: result() for name, result in started.items()}
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+    folder, key = config.cache_dir() / "cc", digest.hexdigest()[:32]
+    # a hit needs the headers the sources read last time to be unchanged (cc_headers)
+    headers = cc_headers.remembered_headers(folder, key)
+    full_key = None if headers is None else cc_headers.keyed_by_headers(key, headers)
+    if full_key is not None and disk_cache.touch(folder / f"lib_{full_key}.so"):
+        disk_cache.touch(folder / f"headers_{key}.txt")  # a hit, marked used for the cap
+        return folder / f"lib_{full_key}.so"
+    folder.mkdir(parents=True, exist_ok=True)
+    # Each C source compiles on its own, in parallel and cached with the headers it reads (a
+    # kernel builder may have started it already); then all link. A file's own directory is
+    # where its quoted includes look first, as when the compiler reads the file itself.
+    started = {}
+    for name, data in files.items():
+        if name.endswith(".c"):
+            with contextlib.suppress(UnicodeDecodeError):  # left to the link call
+                started[name] = compile_in_background(data.decode(), opts, cc,
+                                                      quote_dir=folders.get(name),
+                                                      with_headers=True)
+    read: set[str] = set()
+    for name, result in started.items():
+        files[name], found = result()
+        files[f"{Path(name).stem}.o"] = files.pop(name)
+        read.update(found)
+    headers = tuple(sorted(read))
+    target = folder / f"lib_{cc_headers.keyed_by_headers(key, headers) or key}.so"
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
         inputs = []
         for name, data in files.items():
             path = Path(tmp, name)
@@ -492,6 +553,7 @@ def cached_shared_library(
         else:
             create_shared(staged, inputs, opts, cc)
         os.replace(staged, target)  # atomic: readers see nothing or the whole library
+    cc_headers.remember_headers(folder, key, headers)
     disk_cache.stored()
     if config.debug_level() >= 4:
         print(f"[kiln cc] cached {target}", file=sys.stderr)

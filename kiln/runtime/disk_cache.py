@@ -2,7 +2,7 @@
 
 Entry points: :func:`touch` (a hit marks its entry used), :func:`stored` (after a store:
 evicts in the background when the cache is over its cap, checked at most once a minute per
-cache), :func:`evict`,
+cache), :func:`evict`, :func:`reading` (no eviction while an entry is read in steps),
 :func:`cache_info`, :func:`clear` (``kiln cache info|evict|clear``).
 
 Layout: the folders of :data:`FOLDERS` under the cache directory hold entries (nothing
@@ -15,7 +15,8 @@ The cap is ``KILN_CACHE_MAX_MB`` megabytes (default 2048; ``0`` turns
 eviction off). TVM keeps no such cache, so it has no such knob. Past the cap the oldest
 entries go until the cache is at 90% of it. Processes share a cache safely:
 
-- one evictor at a time (an ``flock`` on ``.evict.lock``; a busy lock skips the round);
+- one evictor at a time (an ``flock`` on ``.evict.lock``; a busy lock skips the round), and
+  none while a reader holds the lock shared (:func:`reading`: a build folder being loaded);
 - an entry used in the last :data:`GRACE_SECONDS` is never evicted, so a process that has
   just found an entry has minutes to load it; the cap may be exceeded meanwhile;
 - an entry goes by an atomic rename to a hidden name and is deleted only then: a reader sees
@@ -37,7 +38,8 @@ from pathlib import Path
 
 from kiln.runtime import config
 
-__all__ = ["touch", "stored", "evict", "cache_info", "clear", "GRACE_SECONDS", "FOLDERS"]
+__all__ = ["touch", "stored", "evict", "reading", "cache_info", "clear", "GRACE_SECONDS",
+           "LOW_WATER", "FOLDERS"]
 
 # where kiln stores: C objects and libraries, LLVM objects, whole builds, lowered kernels,
 # microTVM objects
@@ -46,7 +48,9 @@ FOLDERS = ("cc", "llvm", "build", "lower", "micro-objects")
 GRACE_SECONDS = 300.0
 _STALE_TEMP_SECONDS = 86400.0
 _CHECK_EVERY_SECONDS = 60.0
-_LOW_WATER = 0.9
+# past the cap, eviction goes on until the cache is at this fraction of it (so that the next
+# few stores do not start another round at once)
+LOW_WATER = 0.9
 _TRASH = ".evicted-"
 
 
@@ -168,17 +172,19 @@ def _evict_entry(entry: Entry, now: float) -> bool:
 
 
 @contextlib.contextmanager
-def _evictor_lock(root: Path, wait: bool):
+def _evictor_lock(root: Path, wait: bool, shared: bool = False):
     """Hold the cache's evictor lock (yield True), or yield False when another process
-    holds it and ``wait`` is false."""
+    holds it and ``wait`` is false. ``shared``: a reader's hold (several at once), which
+    keeps evictors out."""
     try:
         import fcntl
     except ImportError:  # no flock (Windows): one evictor per process only
         yield True
         return
     with open(root / ".evict.lock", "a+b") as lock:
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(lock, mode | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
             return
@@ -186,6 +192,19 @@ def _evictor_lock(root: Path, wait: bool):
             yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def reading(root: Path | None = None):
+    """Keep evictors out while an entry is read in several steps (a build folder): an
+    evictor renaming it away meanwhile made the reader take it for damaged and delete it,
+    even after the evictor had put it back. Waits for an eviction in progress; a cache whose
+    lock cannot be opened (read-only) is read without it."""
+    root = config.cache_dir() if root is None else root
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError):
+            stack.enter_context(_evictor_lock(root, wait=True, shared=True))
+        yield
 
 
 def evict(max_bytes: int | None = None, root: Path | None = None, wait: bool = False) -> int:
@@ -206,7 +225,7 @@ def evict(max_bytes: int | None = None, root: Path | None = None, wait: bool = F
         if total <= limit:
             return 0
         for entry in sorted(entries, key=lambda e: e.used):
-            if total <= limit * _LOW_WATER:
+            if total <= limit * LOW_WATER:
                 break
             if now - entry.used < GRACE_SECONDS:
                 break  # every later entry is newer: all in use, the cap waits for them

@@ -1,8 +1,8 @@
 """Module: a unit of compiled code holding PackedFuncs, loadable from and exportable to files.
 
-Entry points: :class:`Module`, :class:`DSOModule`, :class:`SystemLibModule`,
-:func:`load_module`, :func:`system_lib`, :func:`enabled`, :func:`serialize_module_blob`,
-:func:`deserialize_module_blob`.
+Entry points: :class:`Module`, :class:`DSOModule`, :class:`InProcessLibrary`,
+:class:`SystemLibModule`, :func:`load_module`, :func:`system_lib`, :func:`enabled`,
+:func:`serialize_module_blob`, :func:`deserialize_module_blob`.
 
 Writing a Module subclass (the contract other runtime and codegen modules follow)
 ----------------------------------------------------------------------------------
@@ -71,6 +71,7 @@ __all__ = [
     "Module",
     "ModuleProperty",
     "DSOModule",
+    "InProcessLibrary",
     "SystemLibModule",
     "load_module",
     "system_lib",
@@ -638,6 +639,44 @@ class DSOModule(Module):
             return None
         _, symbol_size = symbol_info(address)
         return read_blob_at(address, symbol_size, self.path)
+
+
+class InProcessLibrary(DSOModule):
+    """Kernels a linker placed in this process's memory (kiln's LLVM libraries that are not
+    exported: :mod:`kiln.target.llvm_jit`); functions are found by symbol name among the
+    addresses the linker exported. ``keepalive`` owns that memory: the code stays valid
+    while this module (or a PackedFunc of it) lives."""
+
+    def __init__(self, addresses: dict[str, int], keepalive: Any, name: str) -> None:
+        Module.__init__(self)
+        runtime_library()  # the kernels call TVMAPISetLastError & co.
+        self.path = name  # what messages call this library
+        self.addresses = dict(addresses)
+        self.keepalive = keepalive
+        ctx = self.addresses.get(_MODULE_CTX_SYMBOL)
+        if ctx is not None:  # this code is this module's alone: so is its context
+            self.context = _LibraryContext()
+            self.context.add(self)
+            ctypes.c_void_p.from_address(ctx).value = object_handle(self.context)
+
+    @property
+    def format(self) -> str:
+        return "in-process"
+
+    def _symbol_address(self, name: str) -> int | None:
+        return self.addresses.get(name)
+
+    def _get_function(self, name: str) -> PackedFunc | None:
+        if name == _ENTRY_SYMBOL:
+            entry = self.addresses.get(_ENTRY_SYMBOL)
+            if entry is None:
+                return None
+            # kiln's own LLVM wrote this NUL-terminated name (no file to distrust here)
+            name = ctypes.string_at(entry).decode()
+        return super()._get_function(name)
+
+    def read_blob(self) -> bytes | None:
+        return None  # only an exported library carries a module blob
 
 
 def _load_so(path: str, fmt: str = "so") -> Module:

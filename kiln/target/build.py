@@ -10,8 +10,9 @@ says which kinds kiln can generate code for.
 
 :class:`NativeModule` holds what a codegen produced (C source, or LLVM IR plus an object file
 and the C glue of the packed wrappers), compiles it through the one toolchain driver's build
-cache (identical source + flags reuse the library), loads it as a ``DSOModule``, and exports
-its objects for ``export_library``.
+cache (identical source + flags reuse the library), loads it as a ``DSOModule`` (LLVM's
+objects alone are linked in process instead: :mod:`.llvm_jit`), and exports its objects for
+``export_library``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from kiln.runtime import cc, config
 from kiln.runtime.error import TVMError
 from kiln.runtime.module import DSOModule, Module, ModuleProperty
-from kiln.target import c_library, codegen_c, codegen_opencl, llvm_library
+from kiln.target import c_library, codegen_c, codegen_opencl, llvm_jit, llvm_library
 
 __all__ = ["BUILD_FUNCTIONS", "KERNEL_BUILDERS", "build_module", "NativeModule"]
 
@@ -91,8 +92,8 @@ class NativeModule(Module):
         self.text = dict(text)
         # Code for another machine (-mtriple) is kept for export and source, never loaded.
         self.foreign_triple = foreign_triple
-        self.library_path = None if foreign_triple else self._compile()
-        self.dso = None if foreign_triple else DSOModule(str(self.library_path))
+        self.library_path: Path | None = None  # the loaded .so; None in process or foreign
+        self.dso = None if foreign_triple else self._load()
         if foreign_triple:
             self._property_mask = ModuleProperty.DSO_EXPORTABLE
 
@@ -106,27 +107,34 @@ class NativeModule(Module):
         """This module plus one more C file (compiled and linked with the rest): how the AOT
         main joins the kernels it calls."""
         sources = {**self.sources, name: text}
-        shown = {fmt: (src + "\n" + text if fmt in ("c", "") else src)
+        shown = {fmt: (self.get_source(fmt) + "\n" + text if fmt in ("c", "") else src)
                  for fmt, src in self.text.items()}
         shown.setdefault("c", text)
         return NativeModule(self.type_key, sources, self.objects,
                             self.function_names + list(function_names), self.options, shown,
                             self.foreign_triple)
 
-    def _compile(self) -> Path:
+    def _load(self) -> Module:
+        """The loaded library: LLVM's objects linked in this process (:mod:`.llvm_jit`) when
+        nothing needs the C compiler or the loader, else a cached shared library, dlopened."""
         start = time.perf_counter()
         try:
-            return self._compile_timed()
+            if config.debug_level() >= 4:
+                for fmt in self.text:
+                    if fmt:
+                        print(f"[kiln codegen] generated {fmt}:\n{self.get_source(fmt)}",
+                              file=sys.stderr)
+            if self.objects and not self.sources and llvm_library.C_OBJECT not in self.objects:
+                loaded = llvm_jit.link_in_process(self.objects, f"{self.type_key} library")
+                if loaded is not None:
+                    return loaded
+            self.library_path = self._compile()
+            return DSOModule(str(self.library_path))
         finally:
-            # the C compiler's share of a build (KILN_DEBUG=1's stage breakdown)
+            # the linker's and C compiler's share of a build (KILN_DEBUG=1's breakdown)
             self.compile_seconds = time.perf_counter() - start
 
-    def _compile_timed(self) -> Path:
-        if config.debug_level() >= 4:
-            for fmt in self.text:
-                if fmt:
-                    print(f"[kiln codegen] generated {fmt}:\n{self.get_source(fmt)}",
-                          file=sys.stderr)
+    def _compile(self) -> Path:
         if not self.objects:
             path = cc.cached_shared_library(self.sources, self.options)
         else:

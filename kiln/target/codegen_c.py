@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from kiln.runtime.cc import compiler_accepts
 from kiln.runtime.dtype import DataType
 from kiln.runtime.error import TVMError
 from kiln.runtime.registry import register_func
@@ -89,6 +90,7 @@ from kiln.target.codegen_c_vectors import (
     VECTOR_MIN_MAX,
     fits_vector_register,
 )
+from kiln.target.x86 import gcc_arch_options
 from kiln.tir.transform.codegen_prep import c_codegen_pipeline
 
 __all__ = [
@@ -610,6 +612,12 @@ class CodeGenC(CLaneMasks, CIntrinsics, CParallelLaunch):
                 and self._parallel_depth == 0):
             self._line(f"if ({self.expr(node.value)} != 0) return -1;")
             return
+        if node_name(node.value) == "Call" and node.value.op == "tir.ret":
+            if self._parallel_depth:
+                raise TVMError("C codegen: tir.ret inside a parallel loop (a task cannot "
+                               "return from the kernel)")
+            self._line(f"return {self.expr(node.value.args[0])};")
+            return
         self._line(f"{self.expr(node.value)};")
 
     def stmt_BufferStore(self, node: Any) -> None:
@@ -877,11 +885,14 @@ def compile_options(target: Any) -> list[str]:
     """gcc flags for a host build of ``target``: -O3, -march from -mcpu (parallel loops run
     on the runtime's thread pool, so no OpenMP)."""
     mcpu = getattr(target, "mcpu", "") if target is not None else ""
-    march = f"-march={mcpu}" if mcpu and not mcpu.startswith(("cortex-", "arm")) \
-        else "-march=native"
+    march = [f"-march={mcpu}"] if mcpu and not mcpu.startswith(("cortex-", "arm")) \
+        else ["-march=native"]
+    if march != ["-march=native"] and not compiler_accepts(tuple(march)):
+        # an LLVM CPU name this gcc does not know: the same extensions by feature flags
+        march = gcc_arch_options(target) or march
     # Neither flag changes a result: no errno from libm, no FP exception traps (which lets
     # gcc if-convert and vectorize float selects, e.g. in kiln_expf).
-    return ["-O3", march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
+    return ["-O3", *march, "-fPIC", "-std=gnu11", "-fno-math-errno", "-fno-trapping-math"]
 
 
 @register_func("target.build.c", override=True)

@@ -10,10 +10,10 @@ own state could also be mid-change in the copy. So a fork first takes llvmlite's
 (waiting for the call in progress to end) and both sides release it after the fork.
 
 kiln's own LLVM threads (:mod:`kiln.target.llvm_toolchain`, ``_WorkerBypassLock``) pass
-that lock, each in an LLVM context and target machine of its own, so a fork does not wait
-for their calls: the child never sees the lock held, and it makes new threads, contexts and
-machines of its own (a child forked while they optimize compiles: 480 forks in a review's
-stress run, none hung).
+that lock, each in an LLVM context and target machine of its own; their lock stand-in has a
+fork handler of its own that takes llvmlite's lock and then waits until none of them is inside
+an LLVM call (letting none in until the fork is done). The child finds LLVM idle and the lock
+free, and makes new threads, contexts and machines of its own.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ from kiln.target import c_abi, codegen_c
 from kiln.target.codegen_llvm import CodeGenLLVM
 from kiln.target.llvm_packed import module_glue_ir
 from kiln.target.llvm_toolchain import (
+    LinkedIR,
     compile_in_background,
     host_target_machine,
     initialized_llvm,
-    link_ir,
     llvm_thread_seconds,
 )
 from kiln.target.packed_checks import describe_wrapper
@@ -132,9 +132,6 @@ class LLVMKernelBuilder:
         c_object = cc.compile_in_background(c_source, options) \
             if c_source and not self.foreign else None
         objects = {name: result() for name, result in self.objects.items()}
-        # the LLVM thread links the kernels' IR into one module for get_source while gcc
-        # links the library
-        linked = link_ir([ir_text for _, ir_text in objects.values()])
         files = {name: obj for name, (obj, _) in objects.items()}
         sources: dict[str, str] = {}
         if c_object is not None:
@@ -144,14 +141,15 @@ class LLVMKernelBuilder:
         text: dict[str, Any] = {"c": c_source} if c_source else {}
         module = NativeModule("llvm", sources, files, names, options, text,
                               foreign_triple=self.foreign)
-        ir_text = linked()
         # LLVM's CPU seconds for this library, spent on its thread while kernels lowered
         module.llvm_seconds = llvm_thread_seconds() - self.llvm_seconds_at_start
         tm, llvm = self.tm, initialized_llvm()[1]
+        # the kernels' IR linked into one module when get_source asks, not before
+        ir_text = LinkedIR([ir_text for _, ir_text in objects.values()])
         module.text.update({"ll": ir_text, "": ir_text,
-                            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text))})
+                            "asm": lambda: tm.emit_assembly(llvm.parse_assembly(ir_text()))})
         if config.debug_level() >= 4:  # the library printed its C; the kernels' LLVM
-            print(f"[kiln codegen] generated ll:\n{ir_text}", file=sys.stderr)
+            print(f"[kiln codegen] generated ll:\n{ir_text()}", file=sys.stderr)
         return module
 
     def _collect(self, cg: CodeGenLLVM) -> None:

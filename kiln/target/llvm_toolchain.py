@@ -5,7 +5,7 @@ Entry points: :func:`llvm_available`, :func:`llvmlite_modules`, :func:`initializ
 :func:`host_target_machine`, :func:`parse_and_optimize`, :func:`compile_in_background` (the
 object file of an IR module, optimized and emitted on kiln's LLVM threads while the caller goes
 on, or read from ``KILN_CACHE_DIR/llvm`` when the same IR was compiled for the same target,
-host CPU and LLVM before), :func:`compile_cached` (the same, waited for), :func:`link_ir`,
+host CPU and LLVM before), :func:`compile_cached` (the same, waited for), :class:`LinkedIR`,
 :func:`optimize`, :func:`opt_level`, :func:`llvm_thread_count`.
 
 llvmlite releases Python's lock while LLVM works, so kiln's LLVM threads keep the other cores
@@ -26,7 +26,7 @@ from kiln.runtime.error import TVMError
 from kiln.target.llvm_fork import guard_forks
 
 __all__ = ["llvm_available", "llvmlite_modules", "initialized_llvm", "host_target_machine",
-           "parse_and_optimize", "compile_in_background", "compile_cached", "link_ir",
+           "parse_and_optimize", "compile_in_background", "compile_cached", "LinkedIR",
            "llvm_thread_count", "llvm_thread_seconds", "object_cache_path", "optimize", "opt_level"]
 
 
@@ -146,8 +146,8 @@ _WORKER = threading.local()  # .isolated: this thread touches only its own LLVM 
 class _WorkerBypassLock:
     """Stands in for the RLock inside llvmlite's lock: kiln's LLVM threads pass (they touch
     only their own context, machine and modules); every other thread locks as before. A
-    fork waits until no LLVM thread is inside a call and lets none in until it is done (as
-    kiln.target.llvm_fork makes it wait for the lock itself)."""
+    fork takes llvmlite's lock, then waits until no LLVM thread is inside a call and lets
+    none in until it is done, so the child finds LLVM idle and the lock free."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -173,6 +173,10 @@ class _WorkerBypassLock:
             self.gate.notify_all()
 
     def before_fork(self) -> None:
+        # llvmlite's lock first: an LLVM thread printing a module holds it across two calls
+        # (see _print_module), and shutting the gate first left that thread waiting at the
+        # gate for its second call while the fork waited for the lock it held
+        self.inner.acquire()
         with self.gate:
             self.forking = True
             while self.inside:
@@ -182,10 +186,12 @@ class _WorkerBypassLock:
         with self.gate:
             self.forking = False
             self.gate.notify_all()
+        self.inner.release()
 
     def after_fork_in_child(self) -> None:
         self.gate = threading.Condition()  # the parent's LLVM threads do not exist here
         self.inside, self.forking = 0, False
+        self.inner.release()  # taken by this thread before the fork
 
 
 def _bypass_llvmlite_lock() -> bool:
@@ -343,26 +349,43 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
     return obj, optimized
 
 
-def link_ir(texts: Sequence[str]) -> Callable[[], str]:
-    """Start linking the IR texts of several modules into one on an LLVM thread; return a
-    function that waits and gives its text (a whole library's ``get_source("ll")``)."""
-    if len(texts) == 1:
-        return lambda: texts[0]
+class LinkedIR:
+    """The IR texts of several modules (``parts``) linked into one module's text, made when
+    first asked for: a library's ``get_source("ll")``. Linking and printing a library's IR
+    cost 20-30 ms of LLVM (the jit MLP's 10 modules) that every build waited for at its end.
 
-    def link() -> str:
+    Example
+    -------
+    >>> ll = LinkedIR(["define i32 @one() { ret i32 1 }",
+    ...                "declare i32 @one() define i32 @two() { ret i32 2 }"])
+    >>> text = ll()
+    >>> "@one()" in text and "@two()" in text and ll() is text
+    True
+    """
+
+    def __init__(self, parts: Sequence[str]) -> None:
+        self.parts = list(parts)
+        self._text: str | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            if self._text is None:
+                self._text = self.parts[0] if len(self.parts) == 1 else self._link()
+            return self._text
+
+    def _link(self) -> str:
         _, llvm = initialized_llvm()
         context = llvm.create_context()
         try:
-            whole = llvm.parse_assembly(texts[0], context)
-            for text in texts[1:]:
+            whole = llvm.parse_assembly(self.parts[0], context)
+            for text in self.parts[1:]:
                 whole.link_in(llvm.parse_assembly(text, context))  # link_in frees the part
             text = str(whole)
             whole.close()
             return text
         finally:
             context.close()
-
-    return _llvm_pool().submit(link).result
 
 
 def optimize(llvm, ref, tm, opt_level: int) -> None:

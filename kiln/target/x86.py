@@ -1,8 +1,8 @@
 """x86 CPU features of a target (TVM's ``tvm.target.x86``).
 
 Entry points: :func:`target_has_features` (whether a target's code may use an instruction
-set extension), :func:`simd_32bit_lanes` (float32 lanes of its widest vector register) and
-:func:`host_features`.
+set extension), :func:`simd_32bit_lanes` (float32 lanes of its widest vector register),
+:func:`host_features` and :func:`gcc_arch_options` (gcc flags for a CPU gcc does not know).
 
 A CPU target's features come from ``-mattr`` where it names them, else from ``-mcpu`` (a
 table of the x86 CPUs LLVM knows, by name prefix), else from the host: kiln compiles CPU code
@@ -17,7 +17,7 @@ from typing import Any
 
 from kiln.runtime.error import TVMError
 
-__all__ = ["target_has_features", "simd_32bit_lanes", "host_features"]
+__all__ = ["target_has_features", "simd_32bit_lanes", "host_features", "gcc_arch_options"]
 
 # -mcpu name prefixes of the x86 CPUs with each feature (LLVM's names, up to LLVM 22's; later
 # CPUs of a line share the prefix, e.g. znver4/znver5 for AVX-512, graniterapids-d,
@@ -115,3 +115,23 @@ def simd_32bit_lanes(target: Any = None) -> int:
     if target_has_features("avx512f", target):
         return 16
     return 8 if target_has_features("avx2", target) else 4
+
+
+def gcc_arch_options(target: Any) -> list[str] | None:
+    """gcc flags giving ``target``'s ``-mcpu`` the instruction set extensions kiln's table says
+    it has, for a gcc that does not know the name (gcc 12 and ``znver4``, LLVM's ``skx``):
+    the x86-64 level (v4: AVX-512 F/BW/CD/DQ/VL; v3: AVX2, FMA) plus VNNI and VBMI. None for
+    a CPU without AVX2 in the table (an unknown name stays gcc's error).
+
+    Example
+    -------
+    >>> from kiln.target import Target
+    >>> gcc_arch_options(Target("c -mcpu=znver4"))
+    ['-march=x86-64-v4', '-mavx512vnni', '-mavx512vbmi']
+    """
+    if target_has_features(["avx512f", "avx512bw"], target):
+        return ["-march=x86-64-v4"] + [f"-m{f}" for f in ("avx512vnni", "avx512vbmi")
+                                       if target_has_features(f, target)]
+    if target_has_features(["avx2", "fma"], target):
+        return ["-march=x86-64-v3"]
+    return None

@@ -129,8 +129,17 @@ def lower(inp: Any, args: list | None = None, name: str = "main", binds: dict | 
 
 
 def _run_pipeline(func: PrimFunc, name: str) -> PrimFunc:
+    simplified = None  # what the last tir.Simplify returned
     for pass_name, run in LOWER_PIPELINE:
+        if run is simplify_prim_func and func is simplified:
+            # the passes between changed nothing (LoopPartition without a likely condition):
+            # simplifying again would only reorder a sum's terms, which the Simplify after
+            # vectorizing puts in its order anyway (the lowered kernels of the benchmark
+            # models are the same); a tenth of lowering's time
+            continue
         func = run(func)
+        if run is simplify_prim_func:
+            simplified = func
         if debug_level() >= 2:
             print(f"[kiln] after {pass_name}:\n{func.script()}", file=sys.stderr)
     if debug_level() >= 3:

@@ -21,6 +21,7 @@ from typing import Any
 
 from kiln import te
 from kiln.ir.expr import PrimExpr
+from kiln.ir.structural import structural_equal
 from kiln.runtime.error import TVMError
 from kiln.tir import expr as _e
 from kiln.tir import op as _op
@@ -41,9 +42,17 @@ def broadcast_shape(a: Sequence[Any], b: Sequence[Any]) -> list[Any]:
         elif ca is not None and cb is not None:
             raise TVMError(f"shapes {_show(a)} and {_show(b)} do not broadcast "
                            f"(dimension -{i}: {ca} vs {cb})")
+        elif ca is None and cb is None and not _same_extent(da, db):
+            # two run-time extents, each 1 or the other (the VM's shape functions check it):
+            # the larger one, as NumPy's
+            out.append(_op.max(da, db))
         else:
             out.append(da if cb is None else db)
     return out[::-1]
+
+
+def _same_extent(a: Any, b: Any) -> bool:
+    return a is b or structural_equal(a, b)
 
 
 def _static(dim: Any) -> int | None:
@@ -56,14 +65,29 @@ def _show(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(str(_static(d) if _static(d) is not None else d) for d in shape) + ")"
 
 
-def broadcast_reader(t: te.Tensor, out_ndim: int) -> Callable[..., Any]:
-    """Index ``t`` with output indices, pinning broadcast (size-1) dimensions to 0."""
+def broadcast_reader(t: te.Tensor, out_ndim: int,
+                     shape: Sequence[Any] | None = None) -> Callable[..., Any]:
+    """Index ``t`` with output indices, pinning broadcast (size-1) dimensions to 0.
+
+    A run-time extent of ``t`` that is not the output's (``shape``; None: unknown) may be 1
+    while the output's is larger (NumPy broadcasts it): such a dimension reads index
+    ``i * (extent != 1)``, a loop-invariant stride that LLVM's vectorizer specializes."""
     offset = out_ndim - t.ndim
-    ones = [_static(d) == 1 for d in t.shape]
+    out = list(shape)[offset:] if shape is not None else [None] * t.ndim
+    rules = []  # per dim: "zero", "same" or the run-time extent to test
+    for dim, out_dim in zip(t.shape, out):
+        if _static(dim) == 1:
+            rules.append("zero")
+        elif _static(dim) is not None or (out_dim is not None and _same_extent(dim, out_dim)):
+            rules.append("same")
+        else:
+            rules.append(dim)
 
     def read(*idx):
         own = idx[offset:]
-        return t(*[0 if one else i for one, i in zip(ones, own)])
+        return t(*[0 if rule == "zero" else i if rule == "same" else
+                   i * _op.cast(_op.not_equal(rule, _op.const(1, rule.dtype)), i.dtype)
+                   for rule, i in zip(rules, own)])
 
     return read
 
@@ -72,7 +96,7 @@ def broadcast_to(x: te.Tensor, shape: Sequence[Any]) -> te.Tensor:
     """``x`` repeated along size-1 (and missing leading) dimensions up to ``shape``."""
     shape = list(shape)
     broadcast_shape(x.shape, shape)
-    read = broadcast_reader(x, len(shape))
+    read = broadcast_reader(x, len(shape), shape)
     return te.compute(shape, lambda *i: read(*i), name="T_broadcast_to", tag=tag.BROADCAST)
 
 
@@ -94,7 +118,7 @@ def broadcast_binary(fn: Callable[[Any, Any], Any], a: Any, b: Any, name: str) -
         value = _scalar(a, b.dtype)
         return te.compute(b.shape, lambda *i: fn(value, b(*i)), name=name, tag=tag.ELEMWISE)
     shape = broadcast_shape(a.shape, b.shape)
-    ra, rb = broadcast_reader(a, len(shape)), broadcast_reader(b, len(shape))
+    ra, rb = broadcast_reader(a, len(shape), shape), broadcast_reader(b, len(shape), shape)
     return te.compute(shape, lambda *i: fn(ra(*i), rb(*i)), name=name, tag=tag.BROADCAST)
 
 

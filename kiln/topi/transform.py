@@ -378,7 +378,7 @@ def where(condition: te.Tensor, x: Any, y: Any) -> te.Tensor:
 
     def reader(v):
         if isinstance(v, te.Tensor):
-            return broadcast_reader(v, len(shape))
+            return broadcast_reader(v, len(shape), shape)
         const = _op.const(v, dtype)
         return lambda *i: const
 

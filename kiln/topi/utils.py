@@ -99,6 +99,19 @@ def traverse_inline(sch: Any, final_op: Any, callback: Callable | None = None) -
     visit(final_op)
 
 
+def find_tagged(sch: Any, outs: Sequence[Any], tags: Sequence[str]) -> dict:
+    """Inline the injective stages reachable from ``outs`` (:func:`traverse_inline`) and
+    return the output tensor of each op tagged one of ``tags``, by tag."""
+    found: dict = {}
+
+    def visit(op: Any) -> None:
+        if op.tag in tags:
+            found[op.tag] = op.output(0)
+
+    for t in outs:
+        traverse_inline(sch, t.op, visit)
+    return found
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -255,3 +255,66 @@ def test_create_shared_names_the_failing_file_of_several(tmp_path: Path, monkeyp
     with pytest.raises(TVMError, match="bad.c") as info:
         cc.create_shared(tmp_path / "x.so", [tmp_path / "good.c", tmp_path / "bad.c"])
     assert "undeclared_thing_xyz" in str(info.value)
+
+
+def _value_after_editing(header: Path, build, monkeypatch) -> list[int]:
+    """What ``build()`` (a loaded library's ``value()``) gives with ``VALUE`` 1 in ``header``,
+    then 2, then 1 again; the number of compiles the last build ran is appended."""
+    from kiln.runtime import cc as runtime_cc
+
+    values = []
+    for value in (1, 2):
+        header.write_text(f"#define VALUE {value}\n")
+        values.append(build().value())
+    compiled = []
+    compile_object = runtime_cc.compile_object
+    monkeypatch.setattr(runtime_cc, "compile_object",
+                        lambda *a, **k: compiled.append(a) or compile_object(*a, **k))
+    header.write_text("#define VALUE 1\n")  # back to the first text: the first object again
+    values.append(build().value())
+    return values + [len(compiled)]
+
+
+def test_editing_a_header_of_an_include_directory_rebuilds_what_includes_it(
+        tmp_path: Path, monkeypatch) -> None:
+    """The cache key held include directories by path only: a library whose source includes
+    an edited header (a pragma_import_c source's own, or kiln's runtime headers) was reused
+    stale."""
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    include = tmp_path / "include"
+    include.mkdir()
+    source = '#include "config.h"\nint value(void) { return VALUE; }\n'
+
+    def build():
+        return ctypes.CDLL(str(runtime_cc.cached_shared_library(
+            {"k.c": source}, ["-O1", "-fPIC", f"-I{include}"])))
+
+    assert _value_after_editing(include / "config.h", build, monkeypatch) == [1, 2, 1, 0]
+    # kiln's own include directory (dlpack.h, c_runtime_api.h) the same way
+    monkeypatch.setattr(runtime_cc, "include_dirs", lambda: [str(include)])
+    source = "#include <runtime.h>\nint value(void) { return VALUE; }\n"
+    objects = []
+
+    def build_object():
+        objects.append(tmp_path / f"o{len(objects)}.o")
+        objects[-1].write_bytes(runtime_cc.compile_in_background(source, ["-O1", "-fPIC"])())
+        return ctypes.CDLL(cc.create_shared(objects[-1].with_suffix(".so"), [objects[-1]]))
+
+    assert _value_after_editing(include / "runtime.h", build_object, monkeypatch)[:3] == \
+        [1, 2, 1]
+
+
+def test_editing_a_header_beside_a_source_file_rebuilds_its_library(
+        tmp_path: Path, monkeypatch) -> None:
+    from kiln.runtime import cc as runtime_cc
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "k.c").write_text('#include "k.h"\nint value(void) { return VALUE; }\n')
+
+    def build():
+        return ctypes.CDLL(str(runtime_cc.cached_shared_library([tmp_path / "k.c"],
+                                                               ["-O1", "-fPIC"])))
+
+    assert _value_after_editing(tmp_path / "k.h", build, monkeypatch) == [1, 2, 1, 0]

@@ -175,3 +175,17 @@ def test_a_read_only_cache_still_hits(cache, monkeypatch):
     monkeypatch.setattr(disk_cache.os, "utime", refuse)
     assert disk_cache.touch(path)
     assert not disk_cache.touch(cache / "cc" / "lib_missing.so")
+
+
+def test_kiln_cache_evict_says_what_it_does(cache, capsys):
+    """Its help said "down to the cap"; eviction trims to 90% of the cap, and only when the
+    cache is over it."""
+    with pytest.raises(SystemExit):
+        main(["cache", "--help"])
+    assert "at 90% of it" in " ".join(capsys.readouterr().out.split())
+    paths = [_entry(cache, f"cc/lib_{age}.so", MB, age * HOUR) for age in range(1, 11)]
+    assert main(["cache", "evict", "--max-mb", "10"]) == 0  # at the cap: nothing goes
+    assert "evicted 0.0 MB" in capsys.readouterr().out
+    assert main(["cache", "evict", "--max-mb", "8"]) == 0  # 10 MB: to 7.2 MB, 3 oldest go
+    assert "evicted 3.0 MB" in capsys.readouterr().out
+    assert [p.exists() for p in paths] == [True] * 7 + [False] * 3

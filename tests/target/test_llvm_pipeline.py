@@ -104,6 +104,29 @@ def test_small_innermost_loops_unroll_fully_other_loops_not_at_all():
     assert _loop_options(symbolic) == ["disable"]
 
 
+def _pack_columns(rows: int, stride: int) -> tir.PrimFunc:
+    """``B[16y:16y+16] = A[160y::stride][:16]``-like: each of ``rows`` iterations copies 16 lanes
+    read ``stride`` elements apart (a dense's weight pack: a gather when ``stride`` > 1)."""
+    A = tir.decl_buffer((16 * stride * rows,), "float32", name="A")
+    B = tir.decl_buffer((rows * 16,), "float32", name="B")
+    y = tir.Var("y", "int32")
+    load = tir.BufferLoad(A, [tir.Ramp(y * (16 * stride), stride, 16)])
+    return tir.PrimFunc([A, B], tir.For(y, 0, rows, SERIAL, tir.BufferStore(
+        B, load, [tir.Ramp(y * 16, 1, 16)])))
+
+
+def test_a_gather_counts_lane_by_lane_against_the_unroll_budget():
+    assert _loop_options(_pack_columns(10, 1)) == ["full"]  # 10 vector copies: cheap
+    assert _loop_options(_pack_columns(10, 10)) == ["disable"]  # 160 scalar loads
+    assert _loop_options(_pack_columns(4, 10)) == ["full"]
+    module = build_module({"pack": _pack_columns(10, 10)}, Target("llvm"))
+    a = rng.standard_normal(1600).astype("float32")
+    args = [kiln.nd.array(a), kiln.nd.array(np.zeros(160, "float32"))]
+    module["pack"](*args)
+    expected = np.concatenate([a[y * 160:(y + 1) * 160:10] for y in range(10)])
+    np.testing.assert_array_equal(args[1].numpy(), expected)
+
+
 def _padded_copy(n: int) -> tir.PrimFunc:
     """``B[y, x] = A[y - 1, x - 1]`` inside a zero border: loops whose variables a branch
     tests."""

@@ -232,7 +232,9 @@ def _library_parts(lib: Any) -> list[dict] | None:
         return None
     return [{"kind": m.type_key, "sources": m.sources, "objects": sorted(m.objects),
              "function_names": m.function_names, "options": m.options,
-             "text": {fmt: text for fmt, text in m.text.items() if isinstance(text, str)}}
+             "text": {fmt: text for fmt, text in m.text.items() if isinstance(text, str)},
+             # LLVM IR not linked yet (kiln.target.llvm_toolchain.LinkedIR): its parts
+             "ir_parts": getattr(m.text.get("ll"), "parts", None)}
             for m in modules]
 
 
@@ -288,13 +290,20 @@ def _rebuild_module(index: int, part: dict, folder: Path, digests: dict, target:
     objects = {name: _read_checked(folder, f"{index}_{name}", digests)
                for name in part["objects"]}
     text: dict[str, Any] = dict(part["text"])
+    ir_parts = part.get("ir_parts")
+    if ir_parts is not None:
+        if not isinstance(ir_parts, list) or not all(isinstance(p, str) for p in ir_parts):
+            raise TVMError("ir_parts is not a list of IR texts")
+        from kiln.target.llvm_toolchain import LinkedIR
+
+        text["ll"] = text[""] = LinkedIR(ir_parts)
     if part["kind"] == "llvm" and "ll" in text:
         text["asm"] = _assembly_of(text["ll"], target)
     return NativeModule(part["kind"], part["sources"], objects, part["function_names"],
                         part["options"], text)
 
 
-def _assembly_of(ir_text: str, target: Any) -> Callable[[], str]:
+def _assembly_of(ir_text: str | Callable[[], str], target: Any) -> Callable[[], str]:
     """The module's assembly, made on request as a fresh build does (it costs as much as the
     object file)."""
 
@@ -302,7 +311,8 @@ def _assembly_of(ir_text: str, target: Any) -> Callable[[], str]:
         from kiln.target.llvm_toolchain import host_target_machine, initialized_llvm
 
         llvm = initialized_llvm()[1]
-        return host_target_machine(target).emit_assembly(llvm.parse_assembly(ir_text))
+        ir = ir_text() if callable(ir_text) else ir_text
+        return host_target_machine(target).emit_assembly(llvm.parse_assembly(ir))
 
     return make
 
@@ -310,9 +320,14 @@ def _assembly_of(ir_text: str, target: Any) -> Callable[[], str]:
 def load_build(key: str, target: Any) -> CachedBuild | None:
     """The build stored under ``key``, or None on a miss. An unreadable entry is removed with
     a warning (the caller then builds and stores it again)."""
+    folder = _entry(key)
+    with disk_cache.reading():  # no evictor moves the folder while it is read
+        return _load_entry(folder, target)
+
+
+def _load_entry(folder: Path, target: Any) -> CachedBuild | None:
     from kiln.runtime.params import load_param_dict
 
-    folder = _entry(key)
     meta_path = folder / "meta.json"
     if not meta_path.exists():
         return None
@@ -330,7 +345,7 @@ def load_build(key: str, target: Any) -> CachedBuild | None:
             raise TVMError("graph_json is not a string")
     except (OSError, ValueError, KeyError, TypeError, AttributeError, TVMError) as err:
         warnings.warn(f"kiln build cache: ignoring the unreadable entry {folder} "
-                      f"({type(err).__name__}: {err}); building again", stacklevel=3)
+                      f"({type(err).__name__}: {err}); building again", stacklevel=4)
         shutil.rmtree(folder, ignore_errors=True)
         return None
     lib = modules[0]

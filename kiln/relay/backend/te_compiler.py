@@ -42,6 +42,7 @@ from kiln.relay.backend.build_cache import compile_context_key
 from kiln.relay.op.op import OpPattern
 from kiln.runtime import native
 from kiln.runtime.error import TVMError
+from kiln.tir.transform.vectorize import any_vector_lanes
 
 __all__ = ["TECompiler", "LoweredFunc", "LoweredShapeFunc", "ComputeBuilder",
            "lower_primitive", "is_reshape_only", "reshaped_field", "kernel_recursion_room"]
@@ -314,7 +315,10 @@ def lower_primitive(func: rx.Function, target: Any, name: str,
     outputs = [_bindable(o, ty, k, inputs)
                for k, (o, ty) in enumerate(zip(builder.visit(func.body), out_types))]
     sch = _schedule(builder.anchor, outputs, target, symbolic)
-    lowered = lower(sch, inputs + outputs, name=name)
+    # LLVM's vectors take any lane count: a 10-column block is vector code, not a loop
+    # LLVM's own vectorizer spends most of the kernel's compile time on
+    with any_vector_lanes(getattr(getattr(target, "kind", None), "name", None) == "llvm"):
+        lowered = lower(sch, inputs + outputs, name=name)
     prim_func = lowered[name] if isinstance(lowered, IRModule) else lowered
     return prim_func, len(inputs), len(outputs)
 

@@ -14,7 +14,9 @@ and bidirectional layers, custom activations (with their alpha/beta), ``clip``, 
 LSTM peepholes and ``input_forget``, and GRU's ``linear_before_reset`` follow the ONNX
 operator definitions. ``sequence_lens`` is the layer ops' per-row length (any direction,
 static or unknown length); on the unrolled path it masks the state updates (either
-direction). Either way a row of length 0 ends with a zero state (onnxruntime's result).
+direction). Either way a row of length 0 ends with a zero state (onnxruntime's result), and a
+length outside ``[0, T]`` raises a TVMError naming it (at conversion when the lengths and
+``T`` are known there, else at run time; onnxruntime refuses it too).
 
 Example
 -------
@@ -31,7 +33,12 @@ import numpy as np
 from kiln import relay
 from kiln.relay.frontend.common import is_static
 from kiln.relay.frontend.onnx_registry import register_function, unsupported
-from kiln.relay.op.nn.rnn import RNN_CELL_ACTIVATIONS
+from kiln.relay.op.nn.rnn import (
+    RNN_CELL_ACTIVATIONS,
+    contrib_check_sequence_lens,
+    sequence_lens_error,
+)
+from kiln.runtime.error import TVMError
 
 __all__: list[str] = []
 
@@ -105,7 +112,6 @@ class _Layer:
         shape = ctx.shape(x)
         # an unknown length needs the whole-sequence layer ops (see fusable)
         self.symbolic = not is_static(shape[:1])
-        self.op_name = op_name
         self.steps, self.batch = shape[0], shape[1]
         self.dtype = ctx.dtype(x)
         self.hidden = attrs.get("hidden_size") or ctx.shape(inputs[2])[-1]
@@ -125,13 +131,28 @@ class _Layer:
 
         self.w, self.r = per_direction(1), per_direction(2)
         self.b = per_direction(3)
-        self.lens = inputs[4] if len(inputs) > 4 else None
+        self.op_name = op_name
+        lens = inputs[4] if len(inputs) > 4 else None
+        self.lens = None if lens is None else self.checked_lens(lens, ctx)
         # an initial state built from the input's shape has unknown dims: give it its own
         self.initial = [[v if v is None or not is_static([self.batch])
                          else relay.reshape(v, (self.batch, self.hidden))
                          for v in per_direction(5 + i)] for i in range(state_count)]
         self.gates = gates
         self.ctx = ctx
+
+    def checked_lens(self, lens, ctx):
+        """``sequence_lens`` known to lie in ``[0, T]``: lengths known at conversion with a
+        static ``T`` are checked now, others by a run-time check (onnxruntime refuses a
+        length outside; the masks and layer ops would clamp it)."""
+        value = ctx.value(lens)
+        if value is not None and not self.symbolic:
+            message = sequence_lens_error(self.op_name, np.asarray(value), self.steps)
+            if message is not None:
+                raise TVMError(message)
+            return lens
+        return contrib_check_sequence_lens(relay.cast(lens, "int32"), self.x,
+                                           self.op_name.lower())
 
     def zeros(self):
         return relay.zeros((self.batch, self.hidden), self.dtype)

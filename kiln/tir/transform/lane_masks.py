@@ -40,7 +40,7 @@ from kiln.tir import stmt as _s
 from kiln.tir.function import PrimFunc
 from kiln.tir.op import const
 from kiln.tir.transform.base import PrimFuncPass, prim_func_pass
-from kiln.tir.transform.safe_choices import SafeChoices, is_if_then_else
+from kiln.tir.transform.safe_choices import SafeChoices, has_choice, is_if_then_else
 
 __all__ = ["MaskFaultingLanes", "mask_faulting_lanes", "MASKED_LOAD"]
 
@@ -166,6 +166,8 @@ def mask_faulting_lanes(stmt: _s.Stmt) -> _s.Stmt:
 
 
 def _mask_func(func: PrimFunc) -> PrimFunc:
+    if not has_choice(func.body):
+        return func
     body = mask_faulting_lanes(func.body)
     return func if body is func.body else func.with_body(body)
 

@@ -197,7 +197,10 @@ class _Partitioner(StmtExprMutator):
 
 
 def partition_loops(func: PrimFunc) -> PrimFunc:
-    """Partition the loops of ``func`` on their ``likely`` conditions."""
+    """Partition the loops of ``func`` on their ``likely`` conditions (``func`` itself when
+    it has none: nothing to partition, and lowering then skips the Simplify after it)."""
+    if not _likely_conditions(func.body):
+        return func
     return func.with_body(_Partitioner().visit(func.body))
 
 

@@ -1,7 +1,8 @@
 """A per-lane ``if_then_else`` whose arms cannot fault becomes a ``Select`` before codegen.
 
 Entry points: :func:`SelectSafeIfThenElse` (the pass) and :func:`select_safe_if_then_else`
-(one statement); for the C-family printers also :func:`HoistSafeArmLoads`.
+(one statement); for the C-family printers also :func:`HoistSafeArmLoads`; :func:`has_choice`
+(whether there is any ``if_then_else`` for these passes to rewrite).
 
 ``tir.if_then_else`` evaluates only the arm it takes, lane by lane, so a codegen must keep an
 arm that may fault (a load past a padded border) from running in the lanes that do not take
@@ -28,16 +29,42 @@ from kiln.runtime.dtype import DataType
 from kiln.tir import expr as _e
 from kiln.tir import stmt as _s
 from kiln.tir.function import PrimFunc
-from kiln.tir.stmt_functor import StmtExprMutator, post_order_visit
+from kiln.tir.stmt_functor import StmtExprMutator, post_order_visit, pre_order_visit
 from kiln.tir.transform.base import PrimFuncPass, prim_func_pass
 
 __all__ = ["SelectSafeIfThenElse", "select_safe_if_then_else", "HoistSafeArmLoads",
-           "hoist_safe_arm_loads"]
+           "hoist_safe_arm_loads", "has_choice"]
 
 
 def is_if_then_else(node: Any) -> bool:
     """Whether ``node`` is a ``tir.if_then_else`` call."""
     return isinstance(node, _e.Call) and str(node.op) == "tir.if_then_else"
+
+
+def has_choice(stmt: Any) -> bool:
+    """Whether ``stmt`` holds a ``tir.if_then_else``: the choice passes rewrite nothing else,
+    and a kernel without one (most) skips their walks under the loops' facts (a scan visits
+    each node once and stops descending at the first choice).
+
+    Example
+    -------
+    >>> from kiln import tir
+    >>> x = tir.Var("x", "int32")
+    >>> has_choice(x + 1), has_choice(tir.if_then_else(x > 0, x, 0) + 1)
+    (False, True)
+    """
+    found: list[Any] = []
+
+    def visit(node: Any) -> bool | None:
+        if found:
+            return False
+        if is_if_then_else(node):
+            found.append(node)
+            return False
+        return None
+
+    pre_order_visit(stmt, visit)
+    return bool(found)
 
 
 class SafeChoices(StmtExprMutator):
@@ -114,6 +141,8 @@ def hoist_safe_arm_loads(stmt: _s.Stmt) -> _s.Stmt:
 
 
 def _hoist_func(func: PrimFunc) -> PrimFunc:
+    if not has_choice(func.body):
+        return func
     body = hoist_safe_arm_loads(func.body)
     return func if body is func.body else func.with_body(body)
 
@@ -130,6 +159,8 @@ def select_safe_if_then_else(stmt: _s.Stmt) -> _s.Stmt:
 
 
 def _select_func(func: PrimFunc) -> PrimFunc:
+    if not has_choice(func.body):
+        return func
     body = select_safe_if_then_else(func.body)
     return func if body is func.body else func.with_body(body)
 

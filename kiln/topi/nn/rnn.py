@@ -34,13 +34,15 @@ Example
 
 from __future__ import annotations
 
+from typing import Any
+
 from kiln import te, tir
 from kiln.runtime.error import TVMError
 from kiln.topi.math import FAST_EXP_POLYNOMIAL, FAST_TANH_RATIONAL
 from kiln.topi.utils import get_const_int
 
 __all__ = ["lstm_sequence", "gru_sequence", "rnn_sequence", "packed_recurrent_weight_shape",
-           "RNN_ACTIVATIONS", "KERNEL_SOURCE"]
+           "check_sequence_lens", "RNN_ACTIVATIONS", "KERNEL_SOURCE", "LENS_CHECK_SOURCE"]
 
 KERNEL_NAME = "kiln_rnn_sequence"
 # The activations of a simple RNN the kernel applies (ONNX names, lower case; none takes alpha);
@@ -483,6 +485,88 @@ def _check(op_name: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
     return batch, hidden, lanes
 
 
+def _returning_errors(call: Any) -> Any:
+    """``Evaluate(call)`` of a C function returning 0 or -1 with the error message set: a
+    failure returns -1 from the kernel (the message kept for the caller)."""
+    rc = tir.Var("rc", "int32")
+    failed = tir.IfThenElse(rc != 0, tir.Evaluate(tir.ret(rc)))
+    return tir.LetStmt(rc, call, failed)
+
+
+LENS_CHECK_NAME = "kiln_check_sequence_lens"
+# The run-time range check of ONNX's sequence_lens (onnxruntime refuses a length outside
+# [0, T] too); the message names the layer, the row and the value. No snprintf: the CRT's
+# C library may lack it.
+LENS_CHECK_SOURCE = r"""
+#include <stdint.h>
+#ifndef KILN_CHECK_SEQUENCE_LENS_DEFINED
+#define KILN_CHECK_SEQUENCE_LENS_DEFINED
+static char* kiln_lens_text(char* p, const char* text) {
+  while (*text) *p++ = *text++;
+  return p;
+}
+
+static char* kiln_lens_int(char* p, int64_t value) {
+  char digits[24];
+  int n = 0;
+  uint64_t u = value < 0 ? (uint64_t)0 - (uint64_t)value : (uint64_t)value;
+  if (value < 0) *p++ = '-';
+  do {
+    digits[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  while (n) *p++ = digits[--n];
+  return p;
+}
+
+/* Copy lens[count] to out after checking each is in [0, steps]; else set the error and
+   return -1. kind: 0 RNN, 1 LSTM, 2 GRU (the layer named in the message). */
+static int32_t kiln_check_sequence_lens(int32_t kind, int64_t steps, int64_t count,
+                                        const int32_t* lens, int32_t* out) {
+  static const char* const layers[] = {"RNN", "LSTM", "GRU"};
+  for (int64_t b = 0; b < count; ++b) {
+    if (lens[b] < 0 || lens[b] > steps) {
+      char message[256];
+      char* p = kiln_lens_text(message, layers[kind < 0 || kind > 2 ? 0 : kind]);
+      p = kiln_lens_text(p, ": sequence_lens[");
+      p = kiln_lens_int(p, b);
+      p = kiln_lens_text(p, "] = ");
+      p = kiln_lens_int(p, lens[b]);
+      p = kiln_lens_text(p, " is outside [0, ");
+      p = kiln_lens_int(p, steps);
+      p = kiln_lens_text(p, "]: each row's length must be >= 0 and <= the sequence length");
+      *p = '\0';
+      TVMAPISetLastError(message);
+      return -1;
+    }
+    out[b] = lens[b];
+  }
+  return 0;
+}
+#endif
+"""
+
+
+def check_sequence_lens(lens: te.Tensor, steps: Any, layer: str) -> te.Tensor:
+    """``lens`` (int32 ``[B]`` or ``[1]``), checked at run time to lie in ``[0, steps]``
+    (``steps``: the sequence length, an int or a shape expression): a value outside fails the
+    kernel with a message naming ``layer`` (``"lstm"``, ``"gru"`` or ``"rnn"``), the row and
+    the value, as onnxruntime refuses it."""
+    if str(lens.dtype) != "int32" or len(lens.shape) != 1:
+        raise TVMError(f"{layer} sequence_lens: expected an int32 vector, got {lens.dtype} "
+                       f"{[get_const_int(d) for d in lens.shape]}")
+
+    def fcompute(ins, outs):
+        call = tir.call_extern("int32", LENS_CHECK_NAME, _KINDS[layer][0],
+                               tir.Cast("int64", steps), tir.Cast("int64", lens.shape[0]),
+                               ins[0].access_ptr("r"), outs[0].access_ptr("w"))
+        return tir.AttrStmt(tir.StringImm(LENS_CHECK_NAME), "pragma_import_c",
+                            tir.StringImm(LENS_CHECK_SOURCE), _returning_errors(call))
+
+    return te.extern(tuple(lens.shape), [lens], fcompute, name="sequence_lens",
+                     dtype="int32", tag="check_sequence_lens")
+
+
 def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
               hbias: te.Tensor | None, lens: te.Tensor, *, activation: str = "tanh",
               linear_before_reset: bool = False, clip: float | None = None,
@@ -511,7 +595,7 @@ def _sequence(kind: str, xproj: te.Tensor, state: te.Tensor, weight: te.Tensor,
             int(count == [batch] and batch > 1), outs[0].access_ptr("w"),
             outs[1].access_ptr("w"))
         return tir.AttrStmt(tir.StringImm(KERNEL_NAME), "pragma_import_c",
-                            tir.StringImm(KERNEL_SOURCE), tir.Evaluate(call))
+                            tir.StringImm(KERNEL_SOURCE), _returning_errors(call))
 
     outs = te.extern([(steps, batch, hidden), tuple(state.shape)], inputs, fcompute,
                      name=f"{kind}_sequence", dtype=["float32", "float32"],

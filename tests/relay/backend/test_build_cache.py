@@ -247,3 +247,64 @@ def test_the_lowering_cache_is_off_with_the_build_cache(monkeypatch, private_cac
     monkeypatch.setenv("KILN_BUILD_CACHE", "0")
     _build(_model()[0])
     assert not (private_cache / "lower").exists()
+
+
+def test_an_evictor_and_a_loader_never_lose_an_entry_in_use(private_cache, monkeypatch):
+    """The evictor looks (the entry unused for an hour), a loader finds and touches it, the
+    evictor renames it away and the loader's reads fail, the evictor sees the touch and puts
+    it back, and the loader deleted it as unreadable. Now a loader keeps evictors out while
+    it reads (kiln.runtime.disk_cache.reading), so either the eviction ends first (the
+    entry really was unused) or the load does."""
+    import os
+    import threading
+    import time
+    import warnings
+
+    from kiln.runtime import disk_cache
+
+    mod, w = _model()
+    _build(mod)
+    (entry,) = (private_cache / "build").iterdir()
+    hour_ago = time.time() - 3600
+    os.utime(entry, (hour_ago, hour_ago))
+    steps = {name: threading.Event() for name in ("looked", "touched", "moved", "failed",
+                                                   "restored")}
+    rename, touch, warn = os.rename, disk_cache.touch, warnings.warn
+
+    def evictor_rename(src, dst):  # the evictor's moves of the build folder, in step
+        if os.path.basename(str(src)) == entry.name:
+            steps["looked"].set()
+            steps["touched"].wait(0.5)
+            rename(src, dst)
+            steps["moved"].set()
+            steps["failed"].wait(0.5)
+            return None
+        rename(src, dst)
+        if os.path.basename(str(dst)) == entry.name:
+            steps["restored"].set()
+        return None
+
+    def loader_touch(path):
+        found = touch(path)
+        if os.path.basename(str(path)) == entry.name:
+            steps["touched"].set()
+            steps["moved"].wait(0.5)
+        return found
+
+    def loader_warn(*args, **kwargs):
+        steps["failed"].set()
+        steps["restored"].wait(0.5)
+        return warn(*args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", evictor_rename)
+    monkeypatch.setattr(disk_cache, "touch", loader_touch)
+    monkeypatch.setattr(warnings, "warn", loader_warn)
+    removed = []
+    evictor = threading.Thread(target=lambda: removed.append(disk_cache.evict(1, wait=True)))
+    evictor.start()
+    assert steps["looked"].wait(10)
+    loaded = build_cache.load_build(entry.name, tvm.target.Target("c"))
+    evictor.join()
+    # loaded and kept, or evicted (unused) before the load looked: never lost while in use
+    assert (loaded is not None and entry.exists()) or (removed[0] > 0 and not entry.exists())
+    assert not steps["failed"].is_set()  # a valid entry is never called unreadable

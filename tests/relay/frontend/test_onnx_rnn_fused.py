@@ -33,8 +33,10 @@ def _rand(*shape, scale=0.5):
 
 
 def _recurrent_model(op, gates, hidden, direction="forward", layout=0, bias=True,
-                     initial=0, lens=None, peepholes=False, steps=STEPS, **attrs):
-    """An ONNX model with one ``op`` node; returns (model bytes, feeds)."""
+                     initial=0, lens=None, peepholes=False, steps=STEPS, lens_input=False,
+                     **attrs):
+    """An ONNX model with one ``op`` node; returns (model bytes, feeds). ``lens_input``:
+    ``sequence_lens`` is a graph input fed ``lens`` (else an initializer)."""
     dirs = 2 if direction == "bidirectional" else 1
     x_shape = [BATCH, steps, INPUT] if layout else [steps, BATCH, INPUT]
     state_shape = [BATCH, dirs, hidden] if layout else [dirs, BATCH, hidden]
@@ -47,7 +49,11 @@ def _recurrent_model(op, gates, hidden, direction="forward", layout=0, bias=True
     feeds = {"x": _rand(*(STEPS if d == steps else d for d in x_shape), scale=1.0)}
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)]
     names.append("")
-    if lens is not None:
+    if lens is not None and lens_input:
+        feeds["lens"] = np.array(lens, "int32")
+        inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [BATCH]))
+        names[4] = "lens"
+    elif lens is not None:
         inits.append(numpy_helper.from_array(np.array(lens, "int32"), "lens"))
         names[4] = "lens"
     for state in ["h0", "c0"][:initial]:
@@ -277,6 +283,11 @@ def test_unknown_sequence_length_with_sequence_lens_on_the_vm():
         x = _rand(steps, BATCH, INPUT, scale=1.0)
         for value, want in zip(vm.invoke("main", x), session.run(None, {"x": x})):
             np.testing.assert_allclose(value.numpy(), want, rtol=1e-4, atol=2e-5)
+    # T is known only at run time: the constant lengths are checked then (as onnxruntime)
+    short = _rand(1, BATCH, INPUT, scale=1.0)
+    _ort_refuses(model, {"x": short})
+    with pytest.raises(kiln.TVMError, match=r"LSTM: sequence_lens\[0\] = 2 is outside \[0, 1\]"):
+        vm.invoke("main", short)
 
 
 @pytest.mark.parametrize("op, gates, case", [
@@ -334,3 +345,57 @@ def test_zero_states_shaped_from_a_dynamic_input_fold_to_constants_on_the_vm():
         x = _rand(steps, BATCH, INPUT, scale=1.0)
         np.testing.assert_allclose(vm.invoke("main", x).numpy(),
                                    session.run(None, {"x": x})[0], rtol=1e-4, atol=2e-5)
+
+
+def _ort_refuses(model, feeds):
+    with pytest.raises(Exception, match="Invalid value/s in sequence_lens"):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("op, gates, case, target", [
+    ("LSTM", 4, dict(direction="bidirectional"), "llvm"),  # the layer op's path
+    ("GRU", 3, dict(direction="reverse", linear_before_reset=0), "c"),
+    ("LSTM", 4, dict(peepholes=True, initial=2), "llvm"),  # the unrolled cells' path
+])
+def test_sequence_lens_outside_the_sequence_raise_at_run_time_as_onnxruntime(op, gates, case,
+                                                                            target):
+    """onnxruntime refuses a length below 0 or above T; kiln raised nothing and clamped it.
+    Lengths fed at run time are checked by the graph's kernel; good ones still match."""
+    model, feeds = _recurrent_model(op, gates, 8, lens=[0, STEPS], lens_input=True, **case)
+    _compile_and_compare(model, feeds)  # 0 and T are inside
+    mod, params = from_onnx(onnx.load_from_string(model),
+                            shape={k: list(v.shape) for k, v in feeds.items()})
+    with kiln.transform.PassContext(opt_level=3):
+        lib = relay.build(mod, target=target, params=params)
+    gmod = GraphModule(lib["default"](kiln.cpu(0)))
+    for bad, row in (([1, STEPS + 1], 1), ([-1, 2], 0)):
+        feeds["lens"] = np.array(bad, "int32")
+        _ort_refuses(model, feeds)
+        with pytest.raises(kiln.TVMError, match=rf"{op}: sequence_lens\[{row}\] = "
+                           rf"{bad[row]} is outside \[0, {STEPS}\]"):
+            gmod.run(**feeds)
+
+
+def test_constant_sequence_lens_outside_a_static_sequence_raise_at_conversion():
+    model, feeds = _recurrent_model("RNN", 1, 8, lens=[2, STEPS + 3])
+    _ort_refuses(model, feeds)
+    with pytest.raises(kiln.TVMError, match=rf"RNN: sequence_lens\[1\] = {STEPS + 3} is "
+                       rf"outside \[0, {STEPS}\]"):
+        from_onnx(onnx.load_from_string(model), shape={"x": [STEPS, BATCH, INPUT]})
+
+
+def test_the_sequence_lens_check_op_raises_in_the_interpreter_and_refuses_bad_operands():
+    from kiln.relay.op.nn.rnn import contrib_check_sequence_lens
+
+    lens = relay.var("lens", shape=(2,), dtype="int32")
+    x = relay.var("x", shape=(3, 2, 4))
+    func = relay.Function([lens, x], contrib_check_sequence_lens(lens, x, "gru"))
+    run = relay.create_executor("debug", mod=kiln.IRModule.from_expr(func)).evaluate()
+    data = np.zeros((3, 2, 4), "float32")
+    np.testing.assert_array_equal(run(np.array([3, 0], "int32"), data).numpy(), [3, 0])
+    with pytest.raises(kiln.TVMError, match=r"GRU: sequence_lens\[0\] = 4 is outside \[0, 3\]"):
+        run(np.array([4, 0], "int32"), data)
+    bad = relay.var("bad", shape=(2,), dtype="float32")
+    with pytest.raises(kiln.TVMError, match="sequence_lens must be an int32 vector"):
+        relay.transform.InferType()(kiln.IRModule.from_expr(
+            relay.Function([bad, x], contrib_check_sequence_lens(bad, x, "gru"))))

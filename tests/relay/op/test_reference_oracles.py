@@ -585,6 +585,10 @@ case("nn.contrib_gru_sequence",
                                                       reverse=True).astuple(),
      [uniform(-1, 1, (_T, _B, 3 * _H)), uniform(-1, 1, (_B, _H)), _pack(_R3, 3, 2),
       uniform(-0.5, 0.5, (_H,))], _torch_gru)
+case("nn.contrib_check_sequence_lens",  # lengths inside [0, T] pass through unchanged
+     lambda lens, x: relay.nn.contrib_check_sequence_lens(lens, x, "lstm"),
+     [np.array([_T, 0], "int32"), uniform(-1, 1, (_T, 2, 3))], lambda lens, x: lens.clone(),
+     rtol=0, atol=0)
 
 # ---- fixed-point multiplication: the definition in torch int64 tensors ----------------------
 def _fixed_point(x, multiplier, left, right):

@@ -177,6 +177,34 @@ def test_a_lone_depthwise_conv_reads_and_writes_nchw():
     assert "layout_transform" not in lib.get_graph_json()
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_a_hand_blocked_conv_on_a_blocked_parameter_builds_at_opt_level_3(depthwise):
+    # the layout rule that lets a blocked conv read an NCHW producer took the parameter's
+    # unknown layout for NCHW and rewrote data_layout: type inference then failed
+    import torch
+
+    groups, cin = (32, 1) if depthwise else (1, 32)
+    x = RNG.standard_normal((2, 32, 9, 9)).astype("float32")
+    w = RNG.standard_normal((32, cin, 3, 3)).astype("float32")
+    xb = x.reshape(2, 2, 16, 9, 9).transpose(0, 1, 3, 4, 2).copy()
+    if depthwise:
+        wb = w.reshape(2, 16, 1, 3, 3).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :].copy()
+        make, kernel_layout = relay.nn.contrib_depthwise_conv2d_nchwc, "OIHW1i16o"
+    else:
+        wb = w.reshape(2, 16, 2, 16, 3, 3).transpose(0, 2, 4, 5, 3, 1).copy()
+        make, kernel_layout = relay.nn.contrib_conv2d_nchwc, "OIHW16i16o"
+    data, weight = relay.var("x", shape=xb.shape), relay.var("w", shape=wb.shape)
+    call = make(data, weight, (2, 2), (1, 1, 1, 1), groups=groups, channels=32,
+                kernel_size=(3, 3), data_layout="NCHW16c", kernel_layout=kernel_layout,
+                out_layout="NCHW16c")
+    mod = tvm.IRModule.from_expr(relay.Function([data, weight], call))
+    got, _ = _graph_run(mod, {"w": wb}, xb, "llvm")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2,
+                                      padding=1, groups=groups).numpy()
+    np.testing.assert_allclose(got.transpose(0, 1, 4, 2, 3).reshape(want.shape), want,
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_activations_stay_blocked_between_convs(convnet):
     mod, params, _, _ = convnet
     text = _fused_ops(mod, params)

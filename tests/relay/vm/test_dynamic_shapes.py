@@ -143,6 +143,27 @@ def test_dynamic_extents_that_do_not_broadcast_raise(rows, rng):
     np.testing.assert_allclose(vm.run(a, same).numpy(), np.maximum(a + same, 0), rtol=1e-6)
 
 
+@pytest.mark.parametrize("x_shape, y_shape, a_shape, b_shape", [
+    ((ANY, 8), (ANY, 8), (1, 8), (3, 8)),  # failed the kernel's argument check
+    ((ANY, 8), (ANY, 8), (3, 8), (1, 8)),  # read 3 rows of a 1-row tensor
+    ((ANY, 8), (3, 8), (1, 8), (3, 8)),  # read 3 rows of a 1-row tensor
+    ((4, ANY), (4, ANY), (4, 1), (4, 9)),  # the vectorized inner dim
+    ((ANY, ANY), (ANY,), (5, 9), (1,)),
+])
+def test_a_dynamic_extent_of_1_broadcasts_as_numpy(x_shape, y_shape, a_shape, b_shape, rng):
+    x, y = relay.var("x", shape=x_shape), relay.var("y", shape=y_shape)
+    cond = relay.greater(x, relay.const(0.0))
+    body = relay.Tuple([relay.nn.relu(x + y), relay.where(cond, x, y * y)])
+    _, vm = compile_vm(kiln.IRModule.from_expr(relay.Function([x, y], body)))
+    # then x as large as the result: the same kernel, another run-time signature
+    for a_dims in (a_shape, np.broadcast_shapes(a_shape, b_shape)):
+        a = rng.standard_normal(a_dims, dtype="float32")
+        b = rng.standard_normal(b_shape, dtype="float32")
+        added, chosen = vm.run(a, b)
+        np.testing.assert_allclose(added.numpy(), np.maximum(a + b, 0), rtol=1e-6)
+        np.testing.assert_allclose(chosen.numpy(), np.where(a > 0, a, b * b), rtol=1e-6)
+
+
 def test_take_with_dynamic_indices(rng):
     data = relay.var("data", shape=(5, 3))
     idx = relay.var("idx", shape=(ANY,), dtype="int32")

@@ -418,10 +418,14 @@ def contrib_conv2d_gemm_without_weight_transform(
 def _conv_compute(ndim: int):
     def compute(attrs, inputs, out_type):
         from kiln.topi import nn as topi_nn
+        from kiln.topi.transform import layout_transform
 
-        return [topi_nn.conv(inputs[0], inputs[1], list(attrs.strides), list(attrs.padding),
-                             list(attrs.dilation), attrs.groups, attrs.data_layout,
-                             attrs.kernel_layout, out_dtype(out_type), name=f"conv{ndim}d")]
+        out = topi_nn.conv(inputs[0], inputs[1], list(attrs.strides), list(attrs.padding),
+                           list(attrs.dilation), attrs.groups, attrs.data_layout,
+                           attrs.kernel_layout, out_dtype(out_type), name=f"conv{ndim}d")
+        if attrs.out_layout not in ("", attrs.data_layout):  # e.g. NCHW data, NHWC result
+            out = layout_transform(out, attrs.data_layout, attrs.out_layout)
+        return [out]
 
     compute.__name__ = compute.__qualname__ = f"compute_conv{ndim}d"
     return compute

@@ -136,7 +136,11 @@ def conv2d_nchwc_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old
     is read as it is: ``data_layout`` becomes NCHW and the kernel ``OIHW{oc}o`` (depthwise:
     unchanged), saving the transform of the input to ``NCHW{ic}c``."""
     blocked = _BLOCKED_KERNEL.fullmatch(attrs.kernel_layout)
-    if new_in_layouts[0] not in ("", "NCHW") or attrs.data_layout == "NCHW" or blocked is None:
+    # an unknown producer layout ("") is NCHW only if the data really has 4 axes: a
+    # blocked NCHW{c}c input (e.g. a function parameter) keeps the attrs' layout
+    rank = len(getattr(old_in_types[0], "shape", ())) if old_in_types else 0
+    if new_in_layouts[0] not in ("", "NCHW") or attrs.data_layout == "NCHW" or \
+            blocked is None or rank != 4:
         return conv_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types)
     kernel_layout = attrs.kernel_layout if int(blocked.group(1)) == 1 and attrs.groups > 1 \
         else f"OIHW{blocked.group(2)}o"

@@ -36,7 +36,16 @@ from typing import Any
 import numpy as np
 
 from kiln.relay.op import op_attrs as A
-from kiln.relay.op.op import OPAQUE, call, define_op, register_op_attr, register_shape_func
+from kiln.relay.op.op import (
+    OPAQUE,
+    call,
+    define_op,
+    register_compute,
+    register_op_attr,
+    register_opaque_schedule,
+    register_reference,
+    register_shape_func,
+)
 from kiln.relay.op.type_relations import (
     TupleType,
     dims,
@@ -48,7 +57,7 @@ from kiln.relay.op.type_relations import (
 from kiln.runtime.error import TVMError
 
 __all__ = ["contrib_lstm_sequence", "contrib_gru_sequence", "contrib_rnn_sequence",
-           "pack_recurrent_weight"]
+           "contrib_check_sequence_lens", "pack_recurrent_weight"]
 
 LSTMSequenceAttrs = A.declare_attrs("LSTMSequenceAttrs", "nn.contrib_lstm_sequence.",
                                     clip=None, reverse=False)
@@ -56,6 +65,8 @@ GRUSequenceAttrs = A.declare_attrs("GRUSequenceAttrs", "nn.contrib_gru_sequence.
                                    linear_before_reset=False, clip=None, reverse=False)
 RNNSequenceAttrs = A.declare_attrs("RNNSequenceAttrs", "nn.contrib_rnn_sequence.",
                                    activation="tanh", clip=None, reverse=False)
+CheckSequenceLensAttrs = A.declare_attrs("CheckSequenceLensAttrs",
+                                         "nn.contrib_check_sequence_lens.", layer="lstm")
 # the activations nn.contrib_rnn_sequence applies (topi.nn.rnn.RNN_ACTIVATIONS computes them)
 RNN_CELL_ACTIVATIONS = ("tanh", "relu", "sigmoid")
 # lanes of the packed weight the kernel takes (kiln.topi.nn.rnn)
@@ -192,6 +203,69 @@ def contrib_rnn_sequence(xproj: Any, hidden: Any, weight: Any, activation: str =
     return _wrap(call("nn.contrib_rnn_sequence", [xproj, hidden, weight, _lens(sequence_lens)],
                       RNNSequenceAttrs(activation=str(activation), clip=_clip_attr(clip),
                                        reverse=bool(reverse))))
+
+
+def contrib_check_sequence_lens(sequence_lens: Any, data: Any, layer: str) -> Any:
+    """``sequence_lens`` (int32 ``[B]``), after a run-time check that each length lies in
+    ``[0, T]``, ``T`` the first dim of ``data`` (the ``[T, B, ...]`` sequence): a length
+    outside raises a TVMError naming ``layer`` (``"lstm"``, ``"gru"``, ``"rnn"``), the row
+    and the value, as onnxruntime refuses it (the layer ops would clamp it)."""
+    return call("nn.contrib_check_sequence_lens", [sequence_lens, data],
+                CheckSequenceLensAttrs(layer=str(layer)))
+
+
+def sequence_lens_error(layer: str, lens: np.ndarray, steps: int) -> str | None:
+    """The message for the first length of ``lens`` outside ``[0, steps]`` (None: all
+    inside); the kernel's text (kiln.topi.nn.rnn.LENS_CHECK_SOURCE)."""
+    bad = np.flatnonzero((lens < 0) | (lens > steps))
+    if not bad.size:
+        return None
+    row = int(bad[0])
+    return (f"{layer.upper()}: sequence_lens[{row}] = {int(lens[row])} is outside [0, {steps}]: "
+            "each row's length must be >= 0 and <= the sequence length")
+
+
+def _check_sequence_lens_rel(types, attrs, op_name):
+    lens, data = tensor_arg(types, 0, op_name), tensor_arg(types, 1, op_name)
+    if str(lens.dtype) != "int32" or len(dims(lens)) != 1:
+        fail(f"{op_name}: sequence_lens must be an int32 vector, got "
+             f"{shape_str(dims(lens))} {lens.dtype}")
+    if not dims(data):
+        fail(f"{op_name}: the sequence must have a leading step dim, got a scalar")
+    if str(attrs.layer) not in ("lstm", "gru", "rnn"):
+        fail(f"{op_name}: layer {attrs.layer!r} is not one of ['lstm', 'gru', 'rnn']")
+    return tensor_type(dims(lens), "int32")
+
+
+define_op("nn.contrib_check_sequence_lens", _check_sequence_lens_rel, OPAQUE, 2,
+          CheckSequenceLensAttrs, "sequence_lens checked to lie in [0, T] at run time", 10)
+
+
+@register_compute("nn.contrib_check_sequence_lens")
+def _check_sequence_lens_compute(attrs, inputs, out_type):
+    from kiln.topi.nn.rnn import check_sequence_lens
+
+    return [check_sequence_lens(inputs[0], inputs[1].shape[0], str(attrs.layer))]
+
+
+register_opaque_schedule("nn.contrib_check_sequence_lens")
+
+
+@register_reference("nn.contrib_check_sequence_lens")
+def _check_sequence_lens_numpy(attrs, args, out_type):
+    lens, data = args
+    message = sequence_lens_error(str(attrs.layer), lens, data.shape[0])
+    if message is not None:
+        raise TVMError(message)
+    return lens.copy()
+
+
+def _check_sequence_lens_shape_func(attrs, in_dims, out_types):
+    """The lengths' own shape."""
+    return [list(in_dims[0])]
+
+
+register_shape_func("nn.contrib_check_sequence_lens", False, _check_sequence_lens_shape_func)
 
 
 def pack_recurrent_weight(weight: Any, gates: int, hidden: int, lanes: int) -> Any:

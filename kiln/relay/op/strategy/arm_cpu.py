@@ -107,6 +107,8 @@ def conv2d_strategy_arm_cpu(attrs, inputs, out_type, target):
     pointwise NHWC/HWIO convolutions, the micro-kernel (plevel 15)."""
     strategy = OpStrategy()
     strategy.add(IMPLEMENTATIONS["conv2d.generic"])
+    if attrs.out_layout not in ("", attrs.data_layout):
+        return strategy  # the kernels below write the data's layout; generic transforms
     if _micro_kernel_fits(inputs, out_type, target):
         strategy.add(_CONV2D_DIRECT)
         if topi.arm_cpu.conv2d_1x1_applies(attrs, inputs[0].shape,

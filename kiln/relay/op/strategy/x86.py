@@ -26,10 +26,13 @@ from kiln.relay.op.strategy.registry import (
     target_keys,
     tuned_config,
 )
+from kiln.target.x86 import simd_32bit_lanes
 from kiln.topi.utils import normalize_axes
 from kiln.topi.x86 import batch_matmul as x86_batch_matmul
 from kiln.topi.x86 import conv1d as x86_conv1d
 from kiln.topi.x86 import conv2d as x86_conv2d
+from kiln.topi.x86 import conv2d_pointwise as x86_pointwise
+from kiln.topi.x86 import conv2d_stem as x86_stem
 from kiln.topi.x86 import conv3d as x86_conv3d
 from kiln.topi.x86 import conv_transpose as x86_conv_transpose
 from kiln.topi.x86 import dense as x86_dense
@@ -105,6 +108,38 @@ DEPTHWISE_NCHWC_X86 = register_implementation(
         outs, config),
     "depthwise_conv2d_NCHWc.x86", plevel=15, config=x86_depthwise.DEFAULT_CONFIG,
     op_name=DEPTHWISE_CONV2D_NCHWC)
+
+
+def _compute_pointwise(a, i, t, config=None):
+    return [x86_pointwise.conv2d_pointwise_nchw(i[0], i[1], list(a.strides), _dtype(t))]
+
+
+def _schedule_pointwise(attrs, outs, target, config=None):
+    return x86_pointwise.schedule_conv2d_pointwise(outs, config)
+
+
+def _compute_stem(a, i, t, config=None):
+    return [x86_stem.conv2d_stem_nchw(i[0], i[1], list(a.strides), list(a.padding),
+                                      list(a.dilation), _dtype(t))]
+
+
+def _schedule_stem(attrs, outs, target, config=None):
+    return x86_stem.schedule_conv2d_stem(outs, config)
+
+
+# Convs with NCHW data and result, as nn.conv2d (OIHW kernel) or, after AlterOpLayout, as the
+# blocked op with NCHW ends (OIHW{n}o kernel): a 1x1 conv is a GEMM over the pixels, a stem
+# (an image's few channels) is vectorized over output columns; plevel above the blocked
+# kernel's, which would transpose its result back to NCHW.
+for _op_name in ("nn.conv2d", CONV2D_NCHWC):
+    CONV2D_POINTWISE_X86 = register_implementation(
+        _compute_pointwise, _schedule_pointwise, "conv2d_pointwise_nchw.x86", plevel=16,
+        config=x86_pointwise.DEFAULT_CONFIG, op_name=_op_name)
+    CONV2D_STEM_X86 = register_implementation(
+        _compute_stem, _schedule_stem, "conv2d_stem_nchw.x86", plevel=16,
+        config=x86_stem.DEFAULT_CONFIG, op_name=_op_name)
+
+
 BATCH_MATMUL_PACK = register_implementation(
     lambda a, i, t, config=None: [x86_batch_matmul.batch_matmul_pack(
         i[0], i[1], _dtype(t), bool(a.transpose_b), config)],
@@ -155,6 +190,8 @@ def dense_pack_strategy_cpu(attrs, inputs, out_type, target):
 def conv2d_strategy_cpu(attrs, inputs, out_type, target):
     strategy = OpStrategy()
     strategy.add(_GENERIC["nn.conv2d"])
+    if attrs.out_layout not in ("", attrs.data_layout):
+        return strategy  # the kernels below write the data's layout; generic transforms
     nchw = attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
     channels = inputs[0].shape[1] if len(inputs[0].shape) == 4 else None
     prepacked = attrs.data_layout == "NCHW" and _PACKED_KERNEL.fullmatch(attrs.kernel_layout)
@@ -164,6 +201,9 @@ def conv2d_strategy_cpu(attrs, inputs, out_type, target):
         strategy.add(CONV2D_NCHW_PREPACKED)
     elif nchw and attrs.groups == 1:
         strategy.add(CONV2D_NCHW)
+        nchw_ends = _nchw_ends_kernel(attrs, inputs, out_type, target)
+        if nchw_ends is not None:
+            strategy.add(nchw_ends)
         if x86_winograd.winograd_applies(attrs, inputs, out_type):
             strategy.add(x86_winograd.CONV2D_WINOGRAD)
     elif x86_int8.int8_depthwise_applies(attrs, inputs, out_type, target):
@@ -183,10 +223,32 @@ def _blocked_conv_strategy(op_name: str, impl, applies: bool) -> OpStrategy:
     return strategy
 
 
+def _nchw_ends_kernel(attrs, inputs, out_type, target):
+    """The pointwise or stem kernel for a float32 conv whose data and result are NCHW, if
+    one applies, else None."""
+    float32 = all(str(t.dtype) == "float32" for t in (inputs[0], inputs[1], out_type))
+    if not float32 or attrs.data_layout != "NCHW" or attrs.out_layout not in ("", "NCHW"):
+        return None
+    data, kernel, lanes = inputs[0].shape, inputs[1].shape, simd_32bit_lanes(target)
+    if x86_pointwise.pointwise_applies(data, kernel, attrs.strides, attrs.padding,
+                                       attrs.groups, lanes):
+        return CONV2D_POINTWISE_X86
+    if x86_stem.stem_applies(data, kernel, attrs.strides, attrs.padding, attrs.dilation,
+                             attrs.groups, lanes):
+        return CONV2D_STEM_X86
+    return None
+
+
 @register_strategy(CONV2D_NCHWC, "cpu")
 def conv2d_nchwc_strategy_cpu(attrs, inputs, out_type, target):
-    return _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86,
-                                  attrs.groups == 1 and str(out_type.dtype) == "float32")
+    strategy = _blocked_conv_strategy(CONV2D_NCHWC, CONV2D_NCHWC_X86,
+                                      attrs.groups == 1 and str(out_type.dtype) == "float32")
+    # only a conv whose ends are both NCHW (the blocked op's out_layout is never empty)
+    nchw_ends = _nchw_ends_kernel(attrs, inputs, out_type, target) \
+        if attrs.out_layout == "NCHW" else None
+    if nchw_ends is not None:
+        strategy.add(nchw_ends)
+    return strategy
 
 
 @register_strategy(DEPTHWISE_CONV2D_NCHWC, "cpu")
@@ -252,7 +314,8 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     tile_oc (``depthwise_conv2d_NCHWc.x86``'s tile_oc) when one applies, else kiln's
     defaults (:func:`channel_block`). AlterOpLayout transforms the kernel (FoldConstant folds
     that) and the activations where a neighbour's blocks differ. Under 8 output channels the
-    kernel alone is prepacked, ``OIHW{n}o`` (n from a ``conv2d_nchw.x86`` record if any)."""
+    kernel alone is prepacked, ``OIHW{n}o`` (n from a ``conv2d_nchw.x86`` record if any).
+    An ``out_layout`` of ``NCHW{n}c`` (groups 1) sets the output block to n."""
     from kiln.relay.op.nn.conv_nchwc import contrib_conv2d_nchwc, contrib_depthwise_conv2d_nchwc
     from kiln.target import Target
 
@@ -260,15 +323,20 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
     keys = target_keys(target)
     if "cpu" not in keys or "arm_cpu" in keys or not _foldable_weight(inputs[1], tinfos):
         return None
-    if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW" or attrs.out_layout:
+    if attrs.data_layout != "NCHW" or attrs.kernel_layout != "OIHW":
+        return None
+    # a blocked result asked for (NCHW{n}c) fixes the output block of a groups-1 conv
+    out_block = re.fullmatch(r"NCHW(\d+)c", attrs.out_layout)
+    if attrs.out_layout not in ("", "NCHW") and (out_block is None or attrs.groups != 1):
         return None
     if x86_int8.int8_conv2d_applies(attrs, tinfos, out_type, target):
-        # the 8-bit micro-kernel's own packed layout
-        return x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target)
+        # the 8-bit micro-kernel's own packed layout (an NCHW result)
+        return None if out_block else \
+            x86_int8.alter_int8_conv2d_layout(attrs, inputs, tinfos, out_type, target)
     dims = [*tinfos[1].shape, *out_type.shape[1:]]
     if not all(hasattr(d, "value") for d in dims) or str(out_type.dtype) != "float32":
         return None
-    out_channels, in_per_group = int(out_type.shape[1].value), int(tinfos[1].shape[1].value)
+    out_channels, in_per_group = (int(d.value) for d in tinfos[1].shape[:2])  # OIHW
     common = (attrs.strides, attrs.padding, attrs.dilation, attrs.groups, out_channels,
               attrs.kernel_size)
     narrow = out_channels < MIN_BLOCKED_CHANNELS
@@ -280,17 +348,18 @@ def alter_conv2d_layout(attrs, inputs, tinfos, out_type):
         bn = knobs["c_bn"]
         return contrib_depthwise_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{bn}c",
                                               f"OIHW1i{bn}o", f"NCHW{bn}c", attrs.out_dtype)
-    if narrow:
+    if narrow and out_block is None:
         return _prepack_narrow_conv(attrs, inputs, tinfos, out_type, target)
     # a faster Winograd record: on the untuned blocks, which its neighbours most likely use
-    winograd = x86_winograd.alter_to_winograd(attrs, inputs, tinfos, out_type, target,
-                                              channel_block(in_per_group),
-                                              channel_block(out_channels))
+    winograd = None if out_block else x86_winograd.alter_to_winograd(
+        attrs, inputs, tinfos, out_type, target, channel_block(in_per_group),
+        channel_block(out_channels))
     if winograd is not None:
         return winograd
     tuned = _tuned_knobs("conv2d_NCHWc.x86", attrs, tinfos, out_type, target, {})
     ic_bn = tuned.get("ic_bn") or channel_block(in_per_group)
-    oc_bn = tuned.get("oc_bn") or channel_block(out_channels)
+    oc_bn = int(out_block.group(1)) if out_block else \
+        tuned.get("oc_bn") or channel_block(out_channels)
     return contrib_conv2d_nchwc(inputs[0], inputs[1], *common, f"NCHW{ic_bn}c",
                                 f"OIHW{ic_bn}i{oc_bn}o", f"NCHW{oc_bn}c", attrs.out_dtype)
 
@@ -441,13 +510,15 @@ _register_x86("nn.conv1d", _x86_impl(
     lambda attrs, outs, target, config=None: x86_conv1d.schedule_conv1d_ncw(
         outs, config or x86_conv1d.default_config(target)),
     x86_conv1d.DEFAULT_CONFIG),
-    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCW", "OIW"))
+    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout, a.out_layout or "NCW")
+    == ("NCW", "OIW", "NCW"))
 _register_x86("nn.conv3d", _x86_impl(
     "nn.conv3d", COMPUTES["nn.conv3d"],
     lambda attrs, outs, target, config=None: x86_conv3d.schedule_conv3d_ncdhw(
         outs, config or x86_conv1d.default_config(target)),
     x86_conv3d.DEFAULT_CONFIG),
-    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout) == ("NCDHW", "OIDHW"))
+    lambda a, i: a.groups == 1 and (a.data_layout, a.kernel_layout, a.out_layout or "NCDHW")
+    == ("NCDHW", "OIDHW", "NCDHW"))
 
 
 def _conv_transpose_x86(a, i, t, config=None):

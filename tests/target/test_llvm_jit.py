@@ -1,0 +1,179 @@
+"""LLVM libraries linked in process (kiln.target.llvm_jit): same results as NumPy, a clear
+error for a symbol found nowhere, export still a real .so, fork and two threads."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import te, tir
+from kiln.runtime.error import TVMError
+from kiln.runtime.module import DSOModule, InProcessLibrary
+from kiln.target import Target
+from kiln.target.build import build_module
+from kiln.target.llvm_jit import in_process_available, link_in_process
+from kiln.target.llvm_toolchain import (
+    LinkedIR,
+    host_target_machine,
+    initialized_llvm,
+    llvm_available,
+)
+
+pytestmark = pytest.mark.skipif(not llvm_available() or not in_process_available(),
+                                reason="needs llvmlite with the ORC JIT")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _scale_add(n: int, scale: float, name: str):
+    """``C = A * scale + B`` built for the host (a parallel loop: the runtime's thread pool)."""
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: A[i] * scale + B[i], name="C")
+    s = te.create_schedule(C.op)
+    outer, _ = s[C].split(C.op.axis[0], factor=16)
+    s[C].parallel(outer)
+    return kiln.build(s, [A, B, C], target="llvm", name=name)
+
+
+def _check_scale_add(lib, n: int, scale: float, name: str) -> None:
+    draw = np.random.default_rng(n)  # one per call: threads call this at once
+    a, b = (draw.standard_normal(n).astype("float32") for _ in range(2))
+    c = kiln.nd.array(np.zeros(n, "float32"))
+    lib[name](kiln.nd.array(a), kiln.nd.array(b), c)
+    # the kernel may fuse the multiply and add (one rounding)
+    np.testing.assert_allclose(c.numpy(), a * np.float32(scale) + b, rtol=1e-5, atol=1e-6)
+
+
+def test_llvm_library_runs_in_process_and_exports_a_real_shared_library(tmp_path):
+    lib = _scale_add(1000, 3.0, "scale_add")
+    assert isinstance(lib.dso, InProcessLibrary) and lib.library_path is None
+    _check_scale_add(lib, 1000, 3.0, "scale_add")
+    lib.export_library(tmp_path / "scale_add.so")
+    with open(tmp_path / "scale_add.so", "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+    loaded = kiln.runtime.load_module(str(tmp_path / "scale_add.so"))
+    assert isinstance(loaded, DSOModule) and not isinstance(loaded, InProcessLibrary)
+    _check_scale_add(loaded, 1000, 3.0, "scale_add")
+
+
+def test_a_function_outlives_its_module():
+    f = _scale_add(64, 0.5, "outlived")["outlived"]
+    gc.collect()  # the PackedFunc holds the library's code
+    a, b = np.ones(64, "float32"), np.full(64, 2.0, "float32")
+    c = kiln.nd.array(np.zeros(64, "float32"))
+    f(kiln.nd.array(a), kiln.nd.array(b), c)
+    np.testing.assert_array_equal(c.numpy(), np.full(64, 2.5, "float32"))
+
+
+def test_switched_off_or_with_constructors_it_is_a_shared_library(monkeypatch):
+    monkeypatch.setenv("KILN_LLVM_IN_PROCESS", "0")
+    lib = _scale_add(32, 2.0, "as_so")
+    assert lib.library_path is not None and not isinstance(lib.dso, InProcessLibrary)
+    _check_scale_add(lib, 32, 2.0, "as_so")
+    monkeypatch.delenv("KILN_LLVM_IN_PROCESS")
+    A = tir.decl_buffer((4,), "float32", name="A")
+    func = tir.PrimFunc([A], tir.BufferStore(A, tir.const(1.0, "float32"), [0]))
+    system = build_module({"syslib_in_process": func}, Target("llvm -system-lib"))
+    assert system.library_path is not None  # its registration runs as the library loads
+
+
+def _object(ir_text: str) -> bytes:
+    _, llvm = initialized_llvm()
+    return host_target_machine(None).emit_object(llvm.parse_assembly(ir_text))
+
+
+def test_a_symbol_found_nowhere_is_a_tvm_error_naming_it():
+    calls = _object("declare float @kiln_test_no_such_symbol(float)\n"
+                    "define float @calls_missing(float %x) {\n"
+                    "  %r = call float @kiln_test_no_such_symbol(float %x)\n  ret float %r\n}\n")
+    with pytest.raises(TVMError, match=r"symbol 'kiln_test_no_such_symbol' \(used by k\.o\)"):
+        link_in_process({"k.o": calls}, "broken")
+    # defined by another object of the library, or by the process (libm): found
+    defines = _object("define float @kiln_test_no_such_symbol(float %x) {\n"
+                      "  %r = call float @expf(float %x)\n  ret float %r\n}\n"
+                      "declare float @expf(float)\n")
+    lib = link_in_process({"k.o": calls, "d.o": defines}, "whole")
+    assert set(lib.addresses) == {"calls_missing", "kiln_test_no_such_symbol"}
+    # a library defining a function the process has and calling it (a kernel named "expf"
+    # whose code calls libm's): only the dynamic loader binds the call to libm
+    shadows = _object("define float @expf(float %x) {\n  ret float %x\n}\n")
+    calls_expf = _object("declare float @expf(float)\ndefine float @g(float %x) {\n"
+                         "  %r = call float @expf(float %x)\n  ret float %r\n}\n")
+    assert link_in_process({"s.o": shadows, "c.o": calls_expf}, "shadowing") is None
+    with pytest.raises(TVMError, match="garbage.o is not a readable ELF64 object"):
+        link_in_process({"garbage.o": b"\x7fELF" + bytes(60)}, "garbage")
+
+
+_FORK_CHILD = r"""
+import os, signal, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_llvm_jit import _check_scale_add, _scale_add
+
+lib = _scale_add(500, 1.5, "before_fork")
+_check_scale_add(lib, 500, 1.5, "before_fork")
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # a hung child dies of SIGALRM
+    try:
+        _check_scale_add(lib, 500, 1.5, "before_fork")  # the code it inherited
+        _check_scale_add(_scale_add(300, -2.0, "in_child"), 300, -2.0, "in_child")
+        os._exit(0)
+    except BaseException:
+        import traceback; traceback.print_exc()
+        os._exit(3)
+_, status = os.waitpid(pid, 0)
+_check_scale_add(_scale_add(200, 4.0, "after_fork"), 200, 4.0, "after_fork")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_fork_after_an_in_process_load_child_runs_and_links(tmp_path):
+    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path), "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", _FORK_CHILD.format(
+        tests=os.path.dirname(os.path.abspath(__file__)))], env=env, capture_output=True,
+        text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_two_threads_link_and_run_libraries_at_once():
+    errors, barrier = [], threading.Barrier(2)
+
+    def work(index: int) -> None:
+        try:
+            barrier.wait(30)
+            for step in range(3):
+                name = f"thread{index}_{step}"
+                lib = _scale_add(100 + 10 * step, index + step / 4, name)
+                _check_scale_add(lib, 100 + 10 * step, index + step / 4, name)
+        except BaseException as err:  # noqa: BLE001 (reported by the main thread)
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+
+
+def test_the_librarys_ir_is_linked_when_first_asked_for(monkeypatch):
+    links = []
+    original = LinkedIR._link
+    monkeypatch.setattr(LinkedIR, "_link", lambda self: links.append(1) or original(self))
+    A = tir.decl_buffer((4,), "float32", name="A")
+    funcs = {name: tir.PrimFunc([A], tir.BufferStore(A, tir.const(value, "float32"), [0]))
+             for name, value in (("ir_first", 1.0), ("ir_second", 2.0))}
+    lib = build_module(funcs, Target("llvm"))
+    assert links == []  # the build did not wait for it
+    _, llvm = initialized_llvm()
+    linked = llvm.parse_assembly(lib.get_source("ll"))  # one valid module with both
+    assert {"ir_first", "ir_second"} <= {f.name for f in linked.functions}
+    assert lib.get_source("ll") is lib.get_source("") and links == [1]
