@@ -89,23 +89,35 @@ def _used_var_ids(stmt: Any, wanted: set[int]) -> set[int]:
     return found & wanted
 
 
-def _loop_free_size(stmt: Any) -> int | None:
-    """About how many LLVM instructions ``stmt`` becomes, or None when a loop is nested in
-    it: one per IR node, and a vector access that is not contiguous (a gather or scatter)
-    six per lane (it is emitted lane by lane: extract the index, widen, scale, address,
-    load or store, insert or extract the value)."""
+def _unrolled_size(stmt: Any, limit: int) -> int | None:
+    """About how many LLVM instructions ``stmt`` becomes with every loop in it unrolled, or
+    None when that is over ``limit`` or a loop in it has no constant extent: one per IR node,
+    and a vector access that is not contiguous (a gather or scatter) six per lane (it is
+    emitted lane by lane: extract the index, widen, scale, address, load or store, insert or
+    extract the value). The walk stops once the size passes ``limit``."""
     stack, size = [stmt], 0
     while stack:
         node = stack.pop()
         kind = _node_name(node)
-        if kind in ("For", "While"):
+        if kind == "While":
             return None
-        size += 1
-        if kind in ("BufferLoad", "BufferStore"):
-            lanes = DataType((node if kind == "BufferLoad" else node.value).dtype).lanes
-            if lanes > 1 and not _contiguous_access(node.buffer, node.indices, lanes):
-                size += 6 * lanes
-        stack.extend(child_nodes(node))
+        if kind == "For":
+            if _node_name(node.extent) != "IntImm":
+                return None
+            count = int(node.extent.value)
+            inner = _unrolled_size(node.body, (limit - size) // count) if count > 0 else 0
+            if inner is None:
+                return None
+            size += 1 + count * inner
+        else:
+            size += 1
+            if kind in ("BufferLoad", "BufferStore"):
+                lanes = DataType((node if kind == "BufferLoad" else node.value).dtype).lanes
+                if lanes > 1 and not _contiguous_access(node.buffer, node.indices, lanes):
+                    size += 6 * lanes
+            stack.extend(child_nodes(node))
+        if size > limit:
+            return None
     return size
 
 
@@ -165,7 +177,7 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
 
     workspace_threshold = 16384
     unroll_limit = 64
-    llvm_unroll_budget = 768  # serial innermost loops LLVM unrolls fully (_unroll_option)
+    llvm_unroll_budget = 768  # serial loop nests LLVM unrolls fully (_unroll_option)
     # False leaves every loop to LLVM's unroller: stock -O3, which
     # benchmarks/llvm_pipeline.py compares with
     mark_loops = True
@@ -717,16 +729,19 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         unrolled and vectorized what they meant to, and LLVM's heuristics on the rest
         multiplied code size and compile time for no run time (ResNet-18 LLVM CPU -25%,
         MobileNet -35% without them), so: an innermost loop of a few constant iterations
-        is unrolled fully (its accumulators then live in registers); a loop whose variable
-        a branch tests (padding borders) keeps LLVM's heuristics, whose peeling takes the
-        border iterations out of the loop (3x on a padded copy); any other is left alone.
-        The size counts a gather lane by lane (:func:`_loop_free_size`): a dense's 10-row
-        strided weight pack, 10 copies of a 16-lane gather, cost LLVM 150 ms unrolled and
-        47 ms not, at the same run time."""
+        is unrolled fully (its accumulators then live in registers), and so is a small nest
+        of constant loops: a pool's 3x3 window left rolled kept the output loop around it
+        from being vectorized (LLVM vectorizes innermost loops only; a uint8 max pool ran
+        scalar, its max as unpredictable branches: 19x the ``c`` target's time); a loop
+        whose variable a branch tests (padding borders) keeps LLVM's heuristics, whose
+        peeling takes the border iterations out of the loop (3x on a padded copy); any other
+        is left alone. The size counts a gather lane by lane (:func:`_unrolled_size`): a
+        dense's 10-row strided weight pack, 10 copies of a 16-lane gather, cost LLVM 150 ms
+        unrolled and 47 ms not, at the same run time."""
         extent = node.extent
-        if _node_name(extent) == "IntImm" and extent.value <= 64:
-            size = _loop_free_size(node.body)
-            if size is not None and extent.value * size <= self.llvm_unroll_budget:
+        if _node_name(extent) == "IntImm" and 0 < extent.value <= 64:
+            size = _unrolled_size(node.body, self.llvm_unroll_budget // int(extent.value))
+            if size is not None:
                 return "llvm.loop.unroll.full"
         if id(node.loop_var) in self._tested_vars:
             return None

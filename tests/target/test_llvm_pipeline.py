@@ -104,6 +104,34 @@ def test_small_innermost_loops_unroll_fully_other_loops_not_at_all():
     assert _loop_options(symbolic) == ["disable"]
 
 
+def _window_max(columns: int, window: int) -> tir.PrimFunc:
+    """``C[i] = max(A[2i + 9y + x])`` over a ``window`` x ``window`` nest of loops inside the
+    column loop (a stride-2 max pool's row, as the x86 pool schedule leaves it)."""
+    A = tir.decl_buffer((2 * columns + 10 * window,), "float32", name="A")
+    C = tir.decl_buffer((columns,), "float32", name="C")
+    i, y, x = (tir.Var(name, "int32") for name in "iyx")
+    tap = tir.BufferStore(C, tir.max(C[i], A[i * 2 + y * 9 + x]), [i])
+    return tir.PrimFunc([A, C], tir.For(i, 0, columns, SERIAL, tir.For(
+        y, 0, window, SERIAL, tir.For(x, 0, window, SERIAL, tap))))
+
+
+def test_a_small_nest_of_constant_loops_unrolls_fully():
+    # the column loop then is innermost, and LLVM vectorizes it
+    assert sorted(_loop_options(_window_max(56, 3))) == ["disable", "full", "full"]
+    assert sorted(_loop_options(_window_max(56, 11))) == ["disable", "disable", "full"]
+    cg = CodeGenLLVM()
+    cg.add_function(_window_max(56, 3), "f")
+    tm = host_target_machine(Target("llvm -mcpu=core-avx2"))
+    optimized = str(parse_and_optimize(cg.module, tm, Target("llvm -mcpu=core-avx2")))
+    assert re.search(r"fcmp \w+ <8 x float>", optimized)
+    module = build_module({"window": _window_max(56, 3)}, Target("llvm"))
+    a = rng.standard_normal(2 * 56 + 30).astype("float32")
+    args = [kiln.nd.array(a), kiln.nd.array(np.full(56, -np.inf, "float32"))]
+    module["window"](*args)
+    taps = [a[2 * np.arange(56) + 9 * y + x] for y in range(3) for x in range(3)]
+    np.testing.assert_array_equal(args[1].numpy(), np.max(taps, axis=0))
+
+
 def _pack_columns(rows: int, stride: int) -> tir.PrimFunc:
     """``B[16y:16y+16] = A[160y::stride][:16]``-like: each of ``rows`` iterations copies 16 lanes
     read ``stride`` elements apart (a dense's weight pack: a gather when ``stride`` > 1)."""
