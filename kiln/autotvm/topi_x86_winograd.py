@@ -39,12 +39,12 @@ WINOGRAD_KNOBS = {"tile_size": lambda c: entity_val(c, "tile_size"),
                   "gemm_parallel": lambda c: entity_val(c, "gemm_parallel")}
 # register blocks of up to this many tiles (x oc_bn / lanes accumulators)
 _TILE_T = [4, 7, 8, 14, 16]
-_OC_BLOCKS = (8, 16, 32)
 
 
 def _space(cfg: Any, o: int) -> None:
     cfg.define_knob("tile_size", [2, 4])
-    cfg.define_split("tile_oc", o, num_outputs=2, filter=lambda e: e.size[-1] in _OC_BLOCKS)
+    cfg.define_split("tile_oc", o, num_outputs=2,
+                     filter=lambda e: e.size[-1] in x86_winograd.OC_BLOCKS)
     cfg.define_knob("tile_t", _TILE_T)
     cfg.define_knob("gemm_parallel", ["point", "tiles"])
 

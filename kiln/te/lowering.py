@@ -42,7 +42,7 @@ def _vectorize(func: PrimFunc) -> PrimFunc:
         from kiln.tir.transform.vectorize import loops_to_serial
 
         return func.with_body(loops_to_serial(func.body, (ForKind.VECTORIZED,)))
-    return func.with_body(vectorize_stmt(func.body))
+    return func.with_body(vectorize_stmt(func.body, simplify_ramps=False))  # Simplify next
 
 
 # (name, PrimFunc -> PrimFunc), run in this order by lower()

@@ -97,6 +97,25 @@ def test_extraction_gives_the_winograd_task_beside_the_direct_one_for_3x3_stride
     assert x86_winograd.tile_size(1, 28, 28, x86_winograd.DEFAULT_CONFIG) == 4
 
 
+@pytest.mark.parametrize("out_channels, winograd", [(12, False), (3, False), (24, True)])
+def test_extraction_offers_winograd_only_where_an_output_channel_block_divides(
+        out_channels, winograd):
+    # the space's channel blocks are 8, 16 and 32: a conv with 12 output channels had an
+    # empty split, and extract_from_program failed for the whole model
+    data = relay.var("x", shape=(1, 16, 8, 8))
+    weight = RNG.standard_normal((out_channels, 16, 3, 3)).astype("float32")
+    mod = tvm.IRModule.from_expr(relay.Function([data], relay.nn.conv2d(
+        data, relay.const(weight), padding=(1, 1))))
+    tasks = _tasks(mod)
+    shape = (out_channels, 16, 3, 3)
+    # the direct task (conv2d_nchw.x86 under 8 output channels), and Winograd's if it fits
+    assert len(tasks) == 1 + winograd and ((WINOGRAD, shape) in tasks) == winograd
+    if winograd:
+        space = tasks[(WINOGRAD, shape)].config_space
+        blocks = {space.get(i)["tile_oc"].size[-1] for i in range(len(space))}
+        assert blocks == {8}
+
+
 @pytest.mark.parametrize("knobs", [
     {"tile_size": 2, "tile_oc": 32, "tile_t": 7, "gemm_parallel": "point"},
     {"tile_size": 4, "tile_oc": 8, "tile_t": 16, "gemm_parallel": "tiles"},

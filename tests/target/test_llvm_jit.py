@@ -107,24 +107,31 @@ def test_a_symbol_found_nowhere_is_a_tvm_error_naming_it():
     calls_expf = _object("declare float @expf(float)\ndefine float @g(float %x) {\n"
                          "  %r = call float @expf(float %x)\n  ret float %r\n}\n")
     assert link_in_process({"s.o": shadows, "c.o": calls_expf}, "shadowing") is None
+    assert link_in_process({"k.o": b"\xcf\xfa\xed\xfe" + bytes(60)}, "mach-o") is None
     with pytest.raises(TVMError, match="garbage.o is not a readable ELF64 object"):
         link_in_process({"garbage.o": b"\x7fELF" + bytes(60)}, "garbage")
 
 
 _FORK_CHILD = r"""
-import os, signal, sys
+import gc, os, signal, sys, weakref
 import numpy as np
 sys.path.insert(0, {tests!r})
 from test_llvm_jit import _check_scale_add, _scale_add
+from kiln.target import llvm_jit
 
 lib = _scale_add(500, 1.5, "before_fork")
 _check_scale_add(lib, 500, 1.5, "before_fork")
+parent_jit = weakref.ref(llvm_jit._JIT[0][1])
 pid = os.fork()
 if pid == 0:
     signal.alarm(60)  # a hung child dies of SIGALRM
     try:
         _check_scale_add(lib, 500, 1.5, "before_fork")  # the code it inherited
         _check_scale_add(_scale_add(300, -2.0, "in_child"), 300, -2.0, "in_child")
+        gc.collect()
+        # disposing the parent's JIT would free the code the child inherited
+        assert parent_jit() is not None, "the child disposed its parent's JIT"
+        _check_scale_add(lib, 500, 1.5, "before_fork")
         os._exit(0)
     except BaseException:
         import traceback; traceback.print_exc()
@@ -135,12 +142,18 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def test_fork_after_an_in_process_load_child_runs_and_links(tmp_path):
-    env = {**os.environ, "KILN_CACHE_DIR": str(tmp_path), "PYTHONPATH": ROOT}
-    done = subprocess.run([sys.executable, "-c", _FORK_CHILD.format(
+def _run_script(script: str, cache_dir, timeout: int) -> None:
+    """Run ``script`` (formatted with this folder as ``tests``) in a fresh interpreter, which
+    must exit 0."""
+    env = {**os.environ, "KILN_CACHE_DIR": str(cache_dir), "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", script.format(
         tests=os.path.dirname(os.path.abspath(__file__)))], env=env, capture_output=True,
-        text=True, timeout=240)
+        text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_fork_after_an_in_process_load_child_runs_and_links(tmp_path):
+    _run_script(_FORK_CHILD, tmp_path, 240)
 
 
 def test_two_threads_link_and_run_libraries_at_once():
@@ -177,3 +190,47 @@ def test_the_librarys_ir_is_linked_when_first_asked_for(monkeypatch):
     linked = llvm.parse_assembly(lib.get_source("ll"))  # one valid module with both
     assert {"ir_first", "ir_second"} <= {f.name for f in linked.functions}
     assert lib.get_source("ll") is lib.get_source("") and links == [1]
+
+
+_DAMAGED_OBJECTS = r"""
+import struct, sys
+sys.path.insert(0, {tests!r})
+from test_llvm_jit import _object
+from kiln.runtime.error import TVMError
+from kiln.target.llvm_jit import link_in_process
+
+good = _object("declare float @expf(float)\ndefine float @f(float %x) {{\n"
+               "  %r = call float @expf(float %x)\n  ret float %r\n}}\n")
+shoff, = struct.unpack_from("<Q", good, 0x28)
+headers = [shoff + 64 * i for i in range(struct.unpack_from("<H", good, 0x3C)[0])]
+kinds = [struct.unpack_from("<I", good, h + 4)[0] for h in headers]
+
+
+def damaged(field_at, fmt, value):
+    data = bytearray(good)
+    struct.pack_into(fmt, data, field_at, value)
+    return bytes(data)
+
+
+text = headers[kinds.index(1)]  # the first PROGBITS section (.text)
+rela = headers[kinds.index(4)]  # the first RELA section
+rela_at, = struct.unpack_from("<Q", good, rela + 24)
+cases = {{
+    "alignment 3 is not a power of two": damaged(text + 48, "<Q", 3),
+    "past the end": damaged(text + 24, "<Q", len(good) - 4),
+    "outside section": damaged(rela_at + 12, "<I", 0xFFFF),  # the symbol index
+}}
+for want, data in cases.items():
+    try:
+        link_in_process({{"k.o": data}}, "damaged")
+    except TVMError as err:
+        assert "k.o is not a readable ELF64 object" in str(err) and want in str(err), err
+    else:
+        raise AssertionError(f"linked an object whose {{want}}")
+"""
+
+
+def test_a_damaged_object_is_a_tvm_error_not_a_crash(tmp_path):
+    # JITLink trusts the headers: an alignment of 3 failed an LLVM assertion (the process
+    # aborted), a symbol index past the table read out of bounds; `ld` had reported them
+    _run_script(_DAMAGED_OBJECTS, tmp_path, 120)

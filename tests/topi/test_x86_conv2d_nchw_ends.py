@@ -99,6 +99,7 @@ STEMS = [
     (1, 3, 32, 32, 16, 3, 2, 1, "bias_relu"),  # MobileNet's stem, small
     (2, 3, 9, 16, 32, 3, 1, 1, "none"),  # batch 2, stride 1, odd height
     (1, 1, 20, 33, 16, 2, 2, 0, "residual"),  # one channel, 2x2 kernel, odd width
+    (1, 3, 11, 41, 16, 3, 2, 1, "bias_relu"),  # 21-wide rows: a partial last vector
     (1, 4, 15, 32, 24, 3, 2, (0, 1, 1, 0), "bias_relu"),  # asymmetric padding, 4 channels
 ]
 
@@ -200,4 +201,4 @@ def test_which_shapes_take_the_kernels():
                                                   16)
     assert conv2d_pointwise.pointwise_applies((1, 64, 14, 14), (128, 64, 1, 1), 1, 0, 1, 4)
     assert not conv2d_stem.stem_applies((1, 8, 32, 32), (16, 8, 3, 3), 1, 1, 1, 1, 16)
-    assert not conv2d_stem.stem_applies((1, 3, 30, 30), (16, 3, 3, 3), 1, 1, 1, 1, 16)
+    assert not conv2d_stem.stem_applies((1, 3, 30, 14), (16, 3, 3, 3), 1, 1, 1, 1, 16)

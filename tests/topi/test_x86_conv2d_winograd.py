@@ -114,3 +114,19 @@ def test_bad_input_raises_naming_the_problem():
         wino.conv2d_winograd_nchwc(data, te.placeholder((4, 4, 2, 8, 16)), 1)
     with pytest.raises(TVMError, match="output layout NCHW12c"):
         wino.conv2d_winograd_nchwc(data, te.placeholder((4, 4, 2, 16, 16)), 1, "NCHW12c")
+
+
+@pytest.mark.parametrize("strides, dilation", [((2, 2), (1, 1)), ((1, 1), (2, 2))])
+def test_packed_winograd_op_at_stride_or_dilation_2_is_refused_when_built(strides, dilation):
+    # the x86 kernel computes stride 1, dilation 1 only: it was chosen anyway, and the build
+    # ran until its output failed the kernel's argument check at run time
+    from kiln import relay
+
+    data = relay.var("x", shape=(1, 16, 8, 8))
+    weight = relay.const(RNG.standard_normal((4, 4, 1, 16, 16)).astype("float32"))
+    call = relay.nn.contrib_conv2d_winograd_without_weight_transform(
+        data, weight, 2, strides=strides, dilation=dilation, padding=(1, 1), channels=16,
+        kernel_size=(3, 3))
+    mod = kiln.IRModule.from_expr(relay.Function([data], call))
+    with pytest.raises(TVMError, match="stride 1, dilation 1"):
+        relay.build(mod, target="llvm")

@@ -278,6 +278,7 @@ class _LoopKindLowering(StmtExprMutator):
     def __init__(self, vectorize: bool, unroll: bool, analyzer: Analyzer) -> None:
         super().__init__()
         self.vectorize, self.unroll, self.analyzer = vectorize, unroll, analyzer
+        self.simplify_ramps = True
 
     def visit(self, node):
         if isinstance(node, PrimExpr):
@@ -294,7 +295,7 @@ class _LoopKindLowering(StmtExprMutator):
                     (extent.value & (extent.value - 1) == 0 or _ANY_LANES.get()):
                 try:
                     out = _Vectorizer(node.loop_var, extent.value, node.min).visit(body)
-                    return _simplify_ramps(out, self.analyzer)
+                    return _simplify_ramps(out, self.analyzer) if self.simplify_ramps else out
                 except _CannotVectorize:
                     pass
             return _s.For(node.loop_var, node.min, extent, _s.ForKind.SERIAL, body)
@@ -378,9 +379,12 @@ def _simplify_ramps(stmt: _s.Stmt, analyzer: Analyzer) -> _s.Stmt:
     return _RampSimplifier(analyzer).visit(stmt)
 
 
-def vectorize_stmt(stmt: _s.Stmt) -> _s.Stmt:
-    """Lower VECTORIZED loops of ``stmt`` to Ramp/Broadcast vector code."""
-    return _LoopKindLowering(True, False, Analyzer()).visit(stmt)
+def vectorize_stmt(stmt: _s.Stmt, simplify_ramps: bool = True) -> _s.Stmt:
+    """Lower VECTORIZED loops of ``stmt`` to Ramp/Broadcast vector code; each Ramp's base and
+    stride simplified unless ``simplify_ramps`` is False (a Simplify follows anyway)."""
+    lowering = _LoopKindLowering(True, False, Analyzer())
+    lowering.simplify_ramps = simplify_ramps
+    return lowering.visit(stmt)
 
 
 def unroll_stmt(stmt: _s.Stmt) -> _s.Stmt:

@@ -3,14 +3,15 @@
 Entry points: :func:`winograd_kernel_pack` (the kernel transform, packed for the GEMM; Relay
 folds it at compile time), :func:`conv2d_winograd_nchwc` (compute on NCHW or ``NCHW{c}c``
 data, output ``NCHW{oc}c`` or NCHW), :func:`schedule_conv2d_winograd`, :func:`applies`
-(which convs it computes), :func:`tile_size` and :data:`DEFAULT_CONFIG` (knobs:
-``tile_size`` m of F(m x m, 3x3), 2 or 4, 0 for the modelled choice; ``oc_bn`` output
-channels per GEMM vector block; ``tile_t`` Winograd tiles per register block;
+(which convs it computes), :func:`tile_size`, :data:`OC_BLOCKS` (the output channel blocks
+tuning offers) and :data:`DEFAULT_CONFIG` (knobs: ``tile_size`` m of F(m x m, 3x3), 2 or 4,
+0 for the modelled choice; ``oc_bn`` output channels per GEMM vector block; ``tile_t``
+Winograd tiles per register block;
 ``gemm_parallel``, "point": GEMM tasks over (transform point, channel block) or "tiles":
 over (channel block, tile block), each task then running all 16/36 points).
 
 F(m, 3) computes an ``m × m`` output tile as ``A^T [U ⊙ (B^T d B)] A`` with ``U = G g G^T``
-(:mod:`kiln.topi.nn.winograd`), in four stages:
+(:mod:`kiln.topi.nn.winograd`), in three stages:
 
 1. input transform ``V[a, b, t, c] = (B^T d_t B)[a, b]`` per tile ``t`` and input channel
    ``c``, as two 1-D passes (rows, then columns) on vectors of input channels;
@@ -44,12 +45,15 @@ from kiln.topi.nn.winograd import winograd_matrices, winograd_weight_transform
 from kiln.topi.utils import get_const_int, get_const_tuple, traverse_inline
 
 DEFAULT_CONFIG = {"tile_size": 0, "oc_bn": 16, "tile_t": 0, "gemm_parallel": "point"}
+# the output channel blocks (``oc_bn``) the tuning space offers: a conv none of them divides
+# has no Winograd config
+OC_BLOCKS = (8, 16, 32)
 
-# F(4) when it leaves at least this many tiles (a few register blocks per transform point),
-# else F(2); 0 in the config means this choice. Measured on Zen 4 (ResNet-18, best tuned
-# configs): F(4) at 28 x 28 (49 tiles), F(2) at 14 x 14 and 7 x 7 (F(4): 16 and 4 tiles,
-# 3x and 4x slower than the F(2) configs there)
-_MIN_F4_TILES = 32
+# F(4) when it leaves at least this many tiles, else F(2); 0 in the config means this
+# choice. F(4) does fewer multiplications (4x vs 2.25x fewer than the direct conv, 3x vs 1.7x
+# at 7 x 7 counting the padding to whole tiles), but its GEMM's register blocks need tiles:
+# at 7 x 7 (4 tiles) they are too short to hide the FMA latency. The tuner decides per conv.
+_MIN_F4_TILES = 16
 
 # tiles per register block when the config leaves it open (0): the largest divisor of the
 # tile count up to this many (accumulators = tile_t x oc_bn / lanes; 32 zmm registers)

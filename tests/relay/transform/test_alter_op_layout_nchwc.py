@@ -205,6 +205,28 @@ def test_a_hand_blocked_conv_on_a_blocked_parameter_builds_at_opt_level_3(depthw
                                rtol=1e-4, atol=1e-4)
 
 
+def test_a_hand_built_winograd_conv_on_a_blocked_parameter_builds_at_opt_level_3():
+    # the Winograd op's layout rule (read an unblocked producer as NCHW) took the blocked
+    # parameter's unknown layout for NCHW as well: type inference then failed at opt level 3
+    import torch
+
+    x = RNG.standard_normal((2, 32, 7, 9)).astype("float32")
+    w = RNG.standard_normal((16, 32, 3, 3)).astype("float32")
+    xb = x.reshape(2, 2, 16, 7, 9).transpose(0, 1, 3, 4, 2).copy()
+    data = relay.var("x", shape=xb.shape)
+    # the x86 kernel's packed weight: [alpha, alpha, O / 8, I, 8] of TVM's [alpha, alpha, O, I]
+    weight = relay.nn.contrib_conv2d_winograd_weight_transform(relay.const(w), 2)
+    weight = relay.transpose(relay.reshape(weight, (4, 4, 2, 8, 32)), (0, 1, 2, 4, 3))
+    call = relay.nn.contrib_conv2d_winograd_without_weight_transform(
+        data, weight, 2, padding=(1, 1), channels=16, kernel_size=(3, 3),
+        data_layout="NCHW16c", kernel_layout="OIHW", out_layout="NCHW8c")
+    got, _ = _graph_run(tvm.IRModule.from_expr(relay.Function([data], call)), {}, xb, "llvm")
+    want = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                      padding=1).numpy()
+    np.testing.assert_allclose(got.transpose(0, 1, 4, 2, 3).reshape(want.shape), want,
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_activations_stay_blocked_between_convs(convnet):
     mod, params, _, _ = convnet
     text = _fused_ops(mod, params)

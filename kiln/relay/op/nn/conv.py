@@ -780,7 +780,10 @@ def winograd_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_
     not block is read as NCHW (the x86 kernel reads either), saving a transform."""
     from kiln.relay.op.layout import attrs_with
 
-    if new_in_layouts[0] not in ("", "NCHW") or attrs.data_layout == "NCHW":
+    # an unknown producer layout ("") is NCHW only if the data really has 4 axes: a
+    # blocked NCHW{c}c input (e.g. a function parameter) keeps the attrs' layout
+    rank = len(getattr(old_in_types[0], "shape", ())) if old_in_types else 0
+    if new_in_layouts[0] not in ("", "NCHW") or attrs.data_layout == "NCHW" or rank != 4:
         return conv_infer_correct_layout(attrs, new_in_layouts, old_in_layouts, old_in_types)
     new_attrs = attrs_with(attrs, data_layout="NCHW",
                            out_layout=attrs.out_layout or attrs.data_layout)

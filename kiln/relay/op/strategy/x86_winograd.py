@@ -59,10 +59,13 @@ def _static(tensor) -> bool:
 
 def winograd_applies(attrs, inputs, out_type) -> bool:
     """Whether ``conv2d_nchw_winograd.x86`` computes this ``nn.conv2d``: float32 NCHW/OIHW,
-    3x3, stride 1, dilation 1, groups 1, static shapes."""
+    3x3, stride 1, dilation 1, groups 1, static shapes, output channels that one of its
+    channel blocks divides (else its tuning space is empty)."""
     return (attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW"
             and attrs.out_layout in ("", "NCHW") and len(inputs[1].shape) == 4
             and all(_static(t) for t in inputs[:2]) and _dtype(out_type) == "float32"
+            and any(int(getattr(inputs[1].shape[0], "value", inputs[1].shape[0])) % b == 0
+                    for b in x86_winograd.OC_BLOCKS)
             and str(inputs[0].dtype) == "float32"
             and x86_winograd.applies(inputs[1].shape[2:], attrs.strides, attrs.dilation,
                                      attrs.groups))
@@ -71,9 +74,12 @@ def winograd_applies(attrs, inputs, out_type) -> bool:
 @register_strategy(WINOGRAD_OP, "cpu")
 def conv2d_winograd_strategy_cpu(attrs, inputs, out_type, target):
     """The x86 kernel for a packed ``[alpha, alpha, O / oc_bn, I, oc_bn]`` weight, the generic
-    compute for TVM's ``[alpha, alpha, O, I]`` one."""
+    compute for TVM's ``[alpha, alpha, O, I]`` one (and for a stride or dilation other than 1,
+    which it refuses naming them)."""
     strategy = OpStrategy()
-    if len(inputs[1].shape) == 5:
+    # the x86 kernel computes stride 1, dilation 1 only; the generic compute refuses others
+    if len(inputs[1].shape) == 5 and x86_winograd.applies((3, 3), attrs.strides,
+                                                          attrs.dilation, attrs.groups):
         strategy.add(CONV2D_WINOGRAD_NCHWC)
     else:
         # TVM's [alpha, alpha, O, I] weight: the op's generic implementation
