@@ -189,7 +189,8 @@ class CodeGenLLVM(LLVMIntrinsics, LLVMLaneMasks):
         self.i1, self.i8, self.i32, self.i64 = (ir.IntType(b) for b in (1, 8, 32, 64))
         self.void_ptr = self.i8.as_pointer()
         self.imported_c: list[str] = []
-        self.externs: dict[str, tuple[str, list[str]]] = {}  # call_extern name -> C types
+        # call_extern trampoline -> C return and argument types, callee, constant arguments
+        self.externs: dict[str, tuple[str, list[str], str, dict[int, int]]] = {}
         self.extern_types: dict[str, tuple[Any, list]] = {}  # ... -> LLVM types
         self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []  # functions that arrived in packed form

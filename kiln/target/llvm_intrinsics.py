@@ -13,6 +13,7 @@ inline as the same polynomial as the C target's ``kiln_expf`` so it vectorizes, 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -393,14 +394,25 @@ class LLVMIntrinsics:
         """Call a C function through a glue trampoline, so ``static`` import_c code works
         (the trampoline is C next to the import_c source, else LLVM: :mod:`.llvm_packed`)."""
         name = node.args[0].value
-        args = [self.expr(a) for a in node.args[1:]]
         is_void = str(node.dtype) == "void"
         ret = self.ir.VoidType() if is_void else self.ltype(node.dtype)
         c_ret = "void" if is_void else c_abi.c_type(node.dtype)
         c_args = [c_abi.c_type(a.dtype) for a in node.args[1:]]
-        self.externs[name] = (c_ret, c_args)
-        self.extern_types[name] = (ret, [a.type for a in args])
-        fn = self.declare(f"__kiln_extern_{name}", ret, [a.type for a in args])
+        # An import_c function's integer constants go into a trampoline of their own, so GCC
+        # specializes the C for them as the c target's inlined call does (a depthwise int8
+        # plane helper called with its sizes at run time took 9x as long).
+        consts = {i: int(a.value) for i, a in enumerate(node.args[1:])
+                  if node_name(a) == "IntImm"} if any(
+            f" {name}(" in source for source in self.imported_c) else {}
+        symbol = name
+        if consts:
+            digest = hashlib.sha256(repr(sorted(consts.items())).encode()).hexdigest()[:12]
+            symbol = f"{name}__k{digest}"
+        args = [self.expr(a) for i, a in enumerate(node.args[1:]) if i not in consts]
+        self.externs[symbol] = (c_ret, c_args, name, consts)
+        if not consts:
+            self.extern_types[symbol] = (ret, [a.type for a in args])
+        fn = self.declare(f"__kiln_extern_{symbol}", ret, [a.type for a in args])
         result = self.builder.call(fn, args)
         return self.const("int32", 0) if is_void else result
 

@@ -82,7 +82,7 @@ class LLVMKernelBuilder:
         self.signatures: list[tuple[str, c_abi.FunctionSignature, list[str]]] = []
         self.packed_names: list[str] = []
         self.imported_c: list[str] = []
-        self.externs: dict[str, tuple[str, list[str]]] = {}
+        self.externs: dict[str, tuple[str, list[str], str, dict[int, int]]] = {}
         self.extern_types: dict[str, tuple[Any, list]] = {}
         self.uses_module_ctx = False
         self.wrappers: list[Any] = []  # the packed wrappers' descriptions, printed in the glue
@@ -165,12 +165,13 @@ class LLVMKernelBuilder:
         """The C translation unit of the ``pragma_import_c`` sources and the trampolines
         ``call_extern`` reaches them through (the narrow-type conversions of the C prelude
         are C too); empty when no kernel needs C."""
-        helpers = [name for name in self.externs if _is_prelude_helper(name)]
+        helpers = [callee for _, _, callee, _ in self.externs.values()
+                   if _is_prelude_helper(callee)]
         if not self.imported_c and not helpers:
             return ""
         parts = [c_abi.preamble("llvm"), c_abi.PRELUDE_HELPERS.strip()]
         parts += ["/* imported by pragma import_c */\n" + src.strip() for src in self.imported_c]
-        parts += [_extern_trampoline(name, *types) for name, types in self.externs.items()]
+        parts += [_extern_trampoline(symbol, *call) for symbol, call in self.externs.items()]
         return "\n\n".join(parts) + "\n"
 
 
@@ -205,9 +206,14 @@ def _is_prelude_helper(name: str) -> bool:
     return name.startswith("kiln_") and f" {name}(" in c_abi.PRELUDE_HELPERS
 
 
-def _extern_trampoline(name: str, c_ret: str, c_args: Sequence[str]) -> str:
-    """An exported C function forwarding to ``name`` (which may be static in import_c)."""
-    params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args)) or "void"
-    call = f"{name}({', '.join(f'a{i}' for i in range(len(c_args)))})"
+def _extern_trampoline(symbol: str, c_ret: str, c_args: Sequence[str], callee: str,
+                       consts: dict[int, int]) -> str:
+    """An exported C function ``__kiln_extern_<symbol>`` forwarding to ``callee`` (which may
+    be static in import_c); the arguments at the positions of ``consts`` are those constants
+    (GCC then specializes the callee for them), the others its parameters."""
+    params = ", ".join(f"{t} a{i}" for i, t in enumerate(c_args) if i not in consts) or "void"
+    values = [f"(({t})({consts[i]}LL))" if i in consts else f"a{i}"
+              for i, t in enumerate(c_args)]
+    call = f"{callee}({', '.join(values)})"
     body = f"{call};" if c_ret == "void" else f"return {call};"
-    return f"{c_ret} __kiln_extern_{name}({params}) {{ {body} }}"
+    return f"{c_ret} __kiln_extern_{symbol}({params}) {{ {body} }}"

@@ -69,6 +69,25 @@ def test_packed_wrappers_are_llvm_and_no_c_is_compiled(llvm_module):
     assert "exp_scale" not in c_source and "kiln_arg_error(\"" not in c_source
 
 
+def test_an_import_c_calls_constants_are_baked_into_its_c_trampoline(llvm_module):
+    """``gemv4_update(y, w, x, 8)``: the constant 8 is written into the trampoline, so GCC
+    specializes the C for it (the c target inlines the call; a run-time argument kept the
+    depthwise int8 helper generic, 9x slower). The kernel still runs right (the ``built``
+    tests compare it with NumPy on both targets)."""
+    import re
+
+    c_source = llvm_module.get_source("c")
+    trampoline = re.search(r"int32_t __kiln_extern_gemv4_update__k\w+\(([^)]*)\) \{ "
+                           r"return gemv4_update\(a0, a1, a2, \(\(int32_t\)\(8LL\)\)\); \}",
+                           c_source)
+    assert trampoline and trampoline.group(1).count(",") == 2  # three pointer parameters
+    W = np.arange(64, dtype="float32").reshape(8, 8)
+    x = np.arange(8, dtype="float32")
+    y = kiln.nd.array(np.full(8, 5.0, "float32"))
+    llvm_module["gemv_import_c"](kiln.nd.array(W), kiln.nd.array(x), y)
+    np.testing.assert_allclose(y.numpy(), W @ x, rtol=1e-6)
+
+
 def test_mcpu_selects_the_target_machine(kernels):
     vec = {"vec_scale": kernels["vec_scale"]}
     _, ref, tm = emit_llvm(vec, Target("llvm -mcpu=x86-64"))
