@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -234,3 +235,36 @@ def test_a_damaged_object_is_a_tvm_error_not_a_crash(tmp_path):
     # JITLink trusts the headers: an alignment of 3 failed an LLVM assertion (the process
     # aborted), a symbol index past the table read out of bounds; `ld` had reported them
     _run_script(_DAMAGED_OBJECTS, tmp_path, 120)
+
+
+
+_BUILD_AND_RUN = r"""
+import numpy as np
+import kiln
+from kiln import relay
+from kiln.contrib import graph_executor
+
+x = relay.var("x", shape=(4, 9))
+with kiln.transform.PassContext(opt_level=3):
+    lib = relay.build(kiln.IRModule.from_expr(relay.Function([x], relay.exp(x) * 2.0)), "llvm")
+m = graph_executor.GraphModule(lib["default"](kiln.cpu(0)))
+a = np.linspace(-1, 1, 36, dtype="float32").reshape(4, 9)
+m.run(x=a)
+np.testing.assert_allclose(m.get_output(0).numpy(), np.exp(a) * 2, rtol=1e-5)
+"""
+
+
+def test_a_damaged_llvm_cache_entry_is_compiled_again_not_linked(tmp_path, monkeypatch):
+    # a damaged KILN_CACHE_DIR/llvm/<key>.o was linked in process as read: JITLink's
+    # assertions trust its headers (section 0 of type PROGBITS aborted the process), and
+    # the header checks of ObjectSymbols catch only some damage
+    monkeypatch.setenv("KILN_BUILD_CACHE", "0")  # whole builds would not read llvm/
+    _run_script(_BUILD_AND_RUN, tmp_path, 240)
+    objects = sorted((tmp_path / "llvm").glob("*.o"))
+    assert objects
+    for path in objects:
+        data = bytearray(path.read_bytes())
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        struct.pack_into("<I", data, shoff + 4, 1)
+        path.write_bytes(bytes(data))
+    _run_script(_BUILD_AND_RUN, tmp_path, 240)
