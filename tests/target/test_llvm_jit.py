@@ -268,3 +268,33 @@ def test_a_damaged_llvm_cache_entry_is_compiled_again_not_linked(tmp_path, monke
         struct.pack_into("<I", data, shoff + 4, 1)
         path.write_bytes(bytes(data))
     _run_script(_BUILD_AND_RUN, tmp_path, 240)
+
+
+_LINK_IMPORTED_C = r"""
+import ctypes
+from kiln.runtime import cc
+from kiln.target import Target
+from kiln.target.codegen_c import compile_options
+from kiln.target.llvm_jit import link_in_process
+
+# as an llvm library's import_c source: gcc's object (cached in cc/) linked in process
+obj = cc.compile_in_background("float kiln_test_twice(float x) {{ return 2 * x; }}\n",
+                               compile_options(Target("llvm")))()
+lib = link_in_process({{"imported_c.o": obj}}, "imported C")
+twice = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float)(lib.addresses["kiln_test_twice"])
+assert twice(1.5) == 3.0
+"""
+
+
+def test_a_damaged_c_object_cache_entry_is_compiled_again_not_linked(tmp_path):
+    # gcc's objects of an llvm library's import_c code are linked in process too: a damaged
+    # KILN_CACHE_DIR/cc/obj_<key>.o aborted the process as a damaged llvm/ entry did
+    _run_script(_LINK_IMPORTED_C, tmp_path, 120)
+    objects = sorted((tmp_path / "cc").glob("obj_*.o"))
+    assert objects
+    for path in objects:
+        data = bytearray(path.read_bytes())
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        struct.pack_into("<I", data, shoff + 4, 1)
+        path.write_bytes(bytes(data))
+    _run_script(_LINK_IMPORTED_C, tmp_path, 120)
