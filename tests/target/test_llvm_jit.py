@@ -238,6 +238,16 @@ def test_a_damaged_object_is_a_tvm_error_not_a_crash(tmp_path):
 
 
 
+def _damage_section_zero(objects: list) -> None:
+    """Make section 0 of each cached object PROGBITS (JITLink aborts on it)."""
+    assert objects
+    for path in objects:
+        data = bytearray(path.read_bytes())
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        struct.pack_into("<I", data, shoff + 4, 1)
+        path.write_bytes(bytes(data))
+
+
 _BUILD_AND_RUN = r"""
 import numpy as np
 import kiln
@@ -260,13 +270,7 @@ def test_a_damaged_llvm_cache_entry_is_compiled_again_not_linked(tmp_path, monke
     # the header checks of ObjectSymbols catch only some damage
     monkeypatch.setenv("KILN_BUILD_CACHE", "0")  # whole builds would not read llvm/
     _run_script(_BUILD_AND_RUN, tmp_path, 240)
-    objects = sorted((tmp_path / "llvm").glob("*.o"))
-    assert objects
-    for path in objects:
-        data = bytearray(path.read_bytes())
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        struct.pack_into("<I", data, shoff + 4, 1)
-        path.write_bytes(bytes(data))
+    _damage_section_zero(sorted((tmp_path / "llvm").glob("*.o")))
     _run_script(_BUILD_AND_RUN, tmp_path, 240)
 
 
@@ -290,11 +294,5 @@ def test_a_damaged_c_object_cache_entry_is_compiled_again_not_linked(tmp_path):
     # gcc's objects of an llvm library's import_c code are linked in process too: a damaged
     # KILN_CACHE_DIR/cc/obj_<key>.o aborted the process as a damaged llvm/ entry did
     _run_script(_LINK_IMPORTED_C, tmp_path, 120)
-    objects = sorted((tmp_path / "cc").glob("obj_*.o"))
-    assert objects
-    for path in objects:
-        data = bytearray(path.read_bytes())
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        struct.pack_into("<I", data, shoff + 4, 1)
-        path.write_bytes(bytes(data))
+    _damage_section_zero(sorted((tmp_path / "cc").glob("obj_*.o")))
     _run_script(_LINK_IMPORTED_C, tmp_path, 120)
