@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -280,6 +281,9 @@ def _compile_cached(source: str, options: Sequence[str], cc: str | None,
                 data = obj.read_bytes()
                 full_key = cc_headers.keyed_by_headers(key, headers)
                 if full_key is not None:  # a header removed during the compile: keep none
+                    digest = Path(tmp, "source.sum")
+                    digest.write_text(_object_digest(data))
+                    os.replace(digest, folder / f"obj_{full_key}.sum")
                     os.replace(obj, folder / f"obj_{full_key}.o")  # atomic, as the list
                     cc_headers.remember_headers(folder, key, headers)
             disk_cache.stored()
@@ -312,11 +316,21 @@ def _cached_object(folder: Path, key: str) -> tuple[bytes, tuple[str, ...]] | No
     path = folder / f"obj_{full_key}.o"
     try:
         data = path.read_bytes()
-    except OSError:
+        # checked before use: an llvm library links import_c objects in process, where
+        # JITLink trusts their headers (a damaged one aborts the process); a mismatch is a miss
+        if path.with_suffix(".sum").read_text() != _object_digest(data):
+            return None
+    except (OSError, UnicodeDecodeError):
         return None
     disk_cache.touch(path)
     disk_cache.touch(folder / f"headers_{key}.txt")
     return data, headers
+
+
+def _object_digest(data: bytes) -> str:
+    """A cached object's length and CRC-32 (``obj_<key>.sum``): catches truncated or flipped
+    bytes for a fraction of a millisecond."""
+    return f"{len(data)}:{zlib.crc32(data):08x}"
 
 
 def create_shared(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -279,9 +280,12 @@ def compile_in_background(ir_text: str, tm: Any, target: Any) -> Callable[[], tu
     path = object_cache_path(ir_text, target)
     try:
         found = path.with_suffix(".o").read_bytes(), path.with_suffix(".ll").read_text()
-        disk_cache.touch(path.with_suffix(".o"))  # used: the cache's size cap keeps it
-        return lambda: found
-    except OSError:
+        # checked before use: the object may be linked in process, where JITLink trusts its
+        # headers (a damaged one aborts the process); a mismatch is a miss, compiled again
+        if path.with_suffix(".sum").read_text() == _entry_digest(*found):
+            disk_cache.touch(path.with_suffix(".o"))  # used: the cache's size cap keeps it
+            return lambda: found
+    except (OSError, UnicodeDecodeError):
         pass
     return _llvm_pool().submit(_compile_and_store, ir_text, tm, target, path).result
 
@@ -334,9 +338,11 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
     obj_path, ir_path = path.with_suffix(".o"), path.with_suffix(".ll")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # the IR first and the object last, each renamed into place: a reader finding the
-        # object finds its IR complete
-        for final, data in ((ir_path, optimized.encode()), (obj_path, obj)):
+        # the IR and digest first and the object last, each renamed into place: a reader
+        # finding the object finds its IR complete
+        for final, data in ((ir_path, optimized.encode()),
+                            (path.with_suffix(".sum"), _entry_digest(obj, optimized).encode()),
+                            (obj_path, obj)):
             fd, tmp = tempfile.mkstemp(dir=path.parent)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -347,6 +353,13 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
 
     disk_cache.stored()
     return obj, optimized
+
+
+def _entry_digest(obj: bytes, ir_text: str) -> str:
+    """A cache entry's lengths and CRC-32s (stored as ``<key>.sum``): catches truncated or
+    flipped bytes for a fraction of a millisecond."""
+    ir = ir_text.encode()
+    return f"{len(obj)}:{zlib.crc32(obj):08x} {len(ir)}:{zlib.crc32(ir):08x}"
 
 
 class LinkedIR:

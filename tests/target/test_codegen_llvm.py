@@ -41,8 +41,9 @@ def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch)
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     first = build_module(dict(kernels), Target("llvm"))
     cached = sorted(p.suffix for p in (tmp_path / "llvm").iterdir())
-    # one object per kernel, and the glue module's
-    assert cached == [".ll"] * (len(kernels) + 1) + [".o"] * (len(kernels) + 1)
+    # one object per kernel, and the glue module's (with its IR and their digest)
+    assert cached == [".ll"] * (len(kernels) + 1) + [".o"] * (len(kernels) + 1) \
+        + [".sum"] * (len(kernels) + 1)
     # gemv_import_c embeds C: gcc compiles that source (and only that) beside LLVM
     assert sorted(first.objects) == sorted([f"{name}.o" for name in kernels]
                                            + ["glue.o", "imported_c.o"])

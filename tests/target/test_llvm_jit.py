@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import struct
 import subprocess
 import sys
 import threading
@@ -234,3 +235,64 @@ def test_a_damaged_object_is_a_tvm_error_not_a_crash(tmp_path):
     # JITLink trusts the headers: an alignment of 3 failed an LLVM assertion (the process
     # aborted), a symbol index past the table read out of bounds; `ld` had reported them
     _run_script(_DAMAGED_OBJECTS, tmp_path, 120)
+
+
+
+def _damage_section_zero(objects: list) -> None:
+    """Make section 0 of each cached object PROGBITS (JITLink aborts on it)."""
+    assert objects
+    for path in objects:
+        data = bytearray(path.read_bytes())
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        struct.pack_into("<I", data, shoff + 4, 1)
+        path.write_bytes(bytes(data))
+
+
+_BUILD_AND_RUN = r"""
+import numpy as np
+import kiln
+from kiln import relay
+from kiln.contrib import graph_executor
+
+x = relay.var("x", shape=(4, 9))
+with kiln.transform.PassContext(opt_level=3):
+    lib = relay.build(kiln.IRModule.from_expr(relay.Function([x], relay.exp(x) * 2.0)), "llvm")
+m = graph_executor.GraphModule(lib["default"](kiln.cpu(0)))
+a = np.linspace(-1, 1, 36, dtype="float32").reshape(4, 9)
+m.run(x=a)
+np.testing.assert_allclose(m.get_output(0).numpy(), np.exp(a) * 2, rtol=1e-5)
+"""
+
+
+def test_a_damaged_llvm_cache_entry_is_compiled_again_not_linked(tmp_path, monkeypatch):
+    # a damaged KILN_CACHE_DIR/llvm/<key>.o was linked in process as read: JITLink's
+    # assertions trust its headers (section 0 of type PROGBITS aborted the process), and
+    # the header checks of ObjectSymbols catch only some damage
+    monkeypatch.setenv("KILN_BUILD_CACHE", "0")  # whole builds would not read llvm/
+    _run_script(_BUILD_AND_RUN, tmp_path, 240)
+    _damage_section_zero(sorted((tmp_path / "llvm").glob("*.o")))
+    _run_script(_BUILD_AND_RUN, tmp_path, 240)
+
+
+_LINK_IMPORTED_C = r"""
+import ctypes
+from kiln.runtime import cc
+from kiln.target import Target
+from kiln.target.codegen_c import compile_options
+from kiln.target.llvm_jit import link_in_process
+
+# as an llvm library's import_c source: gcc's object (cached in cc/) linked in process
+obj = cc.compile_in_background("float kiln_test_twice(float x) {{ return 2 * x; }}\n",
+                               compile_options(Target("llvm")))()
+lib = link_in_process({{"imported_c.o": obj}}, "imported C")
+twice = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_float)(lib.addresses["kiln_test_twice"])
+assert twice(1.5) == 3.0
+"""
+
+
+def test_a_damaged_c_object_cache_entry_is_compiled_again_not_linked(tmp_path):
+    # gcc's objects of an llvm library's import_c code are linked in process too: a damaged
+    # KILN_CACHE_DIR/cc/obj_<key>.o aborted the process as a damaged llvm/ entry did
+    _run_script(_LINK_IMPORTED_C, tmp_path, 120)
+    _damage_section_zero(sorted((tmp_path / "cc").glob("obj_*.o")))
+    _run_script(_LINK_IMPORTED_C, tmp_path, 120)
