@@ -326,7 +326,10 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
     try:
         ref = parse_and_optimize(ir_text, tm, target, context)
         try:
-            obj, optimized = tm.emit_object(ref), _print_module(ref)
+            obj = tm.emit_object(ref)
+            # -O0 transforms nothing: the text given is the IR compiled, and printing the
+            # module again cost a jit build's glue (300 KB of wrappers) ~4 ms of 35
+            optimized = ir_text if opt_level(target) == 0 else _print_module(ref)
         finally:
             ref.close()  # before its context
     finally:
