@@ -53,9 +53,10 @@ class LLVMKernelBuilder:
     """The ``llvm`` target's library, built kernel by kernel as the kernels are lowered.
 
     Each PrimFunc :meth:`add`-ed becomes its own LLVM module (and object file, cached on its
-    own), optimized and emitted on kiln's LLVM thread while the caller lowers the next
-    kernel: Python's lowering and LLVM's optimization, the two halves of a cold build, run
-    on two cores. :meth:`finish` adds the glue module (the packed wrappers among it) and
+    own; small ones are linked a few to a module first, see :data:`SMALL_MODULE_CHARS`),
+    optimized and emitted on kiln's LLVM thread while the caller lowers the next kernel:
+    Python's lowering and LLVM's optimization, the two halves of a cold build, run on two
+    cores. :meth:`finish` adds the glue module (the packed wrappers among it) and
     links everything into one loaded shared library. Code for another machine
     (``-mtriple``) stays one module and one object, which ``save("k.o")`` writes as it is.
 
