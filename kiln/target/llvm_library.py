@@ -40,15 +40,23 @@ __all__ = ["LLVMKernelBuilder", "build_llvm", "C_OBJECT"]
 
 # The object file of a library's C (import_c sources, narrow-type helpers), compiled by gcc
 C_OBJECT = "imported_c.o"
+# A kernel module whose IR is shorter than this (an elementwise kernel, a small reduction)
+# waits to be linked with the next small ones into one module: each module costs LLVM ~2 ms
+# of its own (pass pipeline, object emission, cache files, the link), a lot beside such a
+# kernel's 5-8 ms. Big kernels still go alone, as they come, to both LLVM threads.
+SMALL_MODULE_CHARS = 4000
+# Small modules are compiled once their texts add up to this much (or at finish)
+SMALL_BATCH_CHARS = 12000
 
 
 class LLVMKernelBuilder:
     """The ``llvm`` target's library, built kernel by kernel as the kernels are lowered.
 
     Each PrimFunc :meth:`add`-ed becomes its own LLVM module (and object file, cached on its
-    own), optimized and emitted on kiln's LLVM thread while the caller lowers the next
-    kernel: Python's lowering and LLVM's optimization, the two halves of a cold build, run
-    on two cores. :meth:`finish` adds the glue module (the packed wrappers among it) and
+    own; small ones are linked a few to a module first, see :data:`SMALL_MODULE_CHARS`),
+    optimized and emitted on kiln's LLVM thread while the caller lowers the next kernel:
+    Python's lowering and LLVM's optimization, the two halves of a cold build, run on two
+    cores. :meth:`finish` adds the glue module (the packed wrappers among it) and
     links everything into one loaded shared library. Code for another machine
     (``-mtriple``) stays one module and one object, which ``save("k.o")`` writes as it is.
 
@@ -87,6 +95,7 @@ class LLVMKernelBuilder:
         self.uses_module_ctx = False
         self.wrappers: list[Any] = []  # the packed wrappers' descriptions, printed in the glue
         self.objects: dict[str, Any] = {}  # object file name -> (object, optimized IR) when done
+        self.small: list[tuple[str, str]] = []  # (symbol, IR text) of small modules not started
         self.llvm_seconds_at_start = llvm_thread_seconds()
 
     def add(self, symbol: str, func: Any) -> None:
@@ -102,8 +111,26 @@ class LLVMKernelBuilder:
             self._start(cg, _object_name(symbol))
 
     def _start(self, cg: CodeGenLLVM, object_name: str) -> None:
-        """Start compiling one kernel's module on the LLVM thread."""
-        self.objects[object_name] = compile_in_background(str(cg.module), self.tm, self.target)
+        """Start compiling one kernel's module on an LLVM thread (a small one with the next
+        small ones, see :data:`SMALL_MODULE_CHARS`)."""
+        text = str(cg.module)
+        if len(text) >= SMALL_MODULE_CHARS:
+            self.objects[object_name] = compile_in_background(text, self.tm, self.target)
+            return
+        self.small.append((object_name, text))
+        if sum(len(t) for _, t in self.small) >= SMALL_BATCH_CHARS:
+            self._start_small()
+
+    def _start_small(self) -> None:
+        """Start compiling the small modules waiting, linked into one module and object."""
+        if len(self.small) == 1:
+            name, text = self.small[0]
+            self.objects[name] = compile_in_background(text, self.tm, self.target)
+        elif self.small:
+            texts = tuple(text for _, text in self.small)
+            name = _object_name("+".join(name[:-2] for name, _ in self.small))
+            self.objects[name] = compile_in_background(texts, self.tm, self.target)
+        self.small = []
 
     def finish(self) -> Any:
         """The loaded library of every kernel added (a NativeModule)."""
@@ -122,6 +149,7 @@ class LLVMKernelBuilder:
         system_lib = bool(getattr(self.target, "attrs", {}).get("system-lib", False))
         # call_extern trampolines must sit beside import_c's static functions: C then
         c_source = self._imported_c_source()
+        self._start_small()
         ir_text = module_glue_ir(glue, names, system_lib, self.uses_module_ctx,
                                  {} if c_source else self.extern_types, self.wrappers)
         self.objects["kernels.o" if self.whole is not None else "glue.o"] = \

@@ -100,13 +100,21 @@ def opt_level(target: Any) -> int:
 
 def parse_and_optimize(module: Any, tm: Any, target: Any, context: Any = None):
     """The verified, optimized llvmlite ModuleRef of the llvmlite IR ``module`` (or its
-    text), in LLVM's global context or ``context``."""
+    text, or a tuple of module texts linked into one), in LLVM's global context or
+    ``context``."""
     _, llvm = initialized_llvm()
+    parts = module if isinstance(module, tuple) else (module,)
+    ref = None
     try:
-        ref = llvm.parse_assembly(str(module), context)
+        ref = llvm.parse_assembly(str(parts[0]), context)
+        for part in parts[1:]:
+            ref.link_in(llvm.parse_assembly(part, context))  # link_in frees the part
         ref.verify()
     except RuntimeError as err:
-        raise TVMError(f"LLVM codegen produced invalid IR: {err}\n{module}") from None
+        if ref is not None:  # now, before its context closes (freed after: a crash)
+            ref.close()
+        raise TVMError(f"LLVM codegen produced invalid IR: {err}\n"
+                       + "\n".join(map(str, parts))) from None
     optimize(llvm, ref, tm, opt_level(target))
     return ref
 
@@ -270,14 +278,17 @@ def _worker_machine(tm: Any, target: Any) -> Any:
     return _WORKER.machines[key]
 
 
-def compile_in_background(ir_text: str, tm: Any, target: Any) -> Callable[[], tuple[bytes, str]]:
-    """Start optimizing ``ir_text`` and emitting its object on kiln's LLVM threads; return a
-    function that waits and gives ``(object bytes, optimized IR text)`` (or raises the
-    TVMError of invalid IR). A module compiled before for the same target and host is read
-    from the disk cache and starts nothing."""
+def compile_in_background(ir_text: str | tuple[str, ...], tm: Any, target: Any
+                          ) -> Callable[[], tuple[bytes, str]]:
+    """Start optimizing ``ir_text`` (one module's text, or a tuple of texts linked into one
+    module) and emitting its object on kiln's LLVM threads; return a function that waits and
+    gives ``(object bytes, optimized IR text)`` (or raises the TVMError of invalid IR). A
+    module compiled before for the same target and host is read from the disk cache and
+    starts nothing."""
     from kiln.runtime import disk_cache
 
-    path = object_cache_path(ir_text, target)
+    key = ir_text if isinstance(ir_text, str) else "\0".join(ir_text)
+    path = object_cache_path(key, target)
     try:
         found = path.with_suffix(".o").read_bytes(), path.with_suffix(".ll").read_text()
         # checked before use: the object may be linked in process, where JITLink trusts its
@@ -308,7 +319,7 @@ def llvm_thread_seconds() -> float:
     return _THREAD_SECONDS[0]
 
 
-def _compile_and_store(ir_text: str, tm: Any, target: Any, path: Any) -> tuple[bytes, str]:
+def _compile_and_store(ir_text: Any, tm: Any, target: Any, path: Any) -> tuple[bytes, str]:
     """Optimize and emit one module (on an LLVM thread) and store the result in the cache."""
     import time
 
@@ -320,7 +331,7 @@ def _compile_and_store(ir_text: str, tm: Any, target: Any, path: Any) -> tuple[b
             _THREAD_SECONDS[0] += time.thread_time() - start
 
 
-def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
+def _compile_and_store_timed(ir_text: Any, tm: Any, target: Any, path: Any
                              ) -> tuple[bytes, str]:
     import tempfile
 
@@ -330,7 +341,11 @@ def _compile_and_store_timed(ir_text: str, tm: Any, target: Any, path: Any
     try:
         ref = parse_and_optimize(ir_text, tm, target, context)
         try:
-            obj, optimized = tm.emit_object(ref), _print_module(ref)
+            obj = tm.emit_object(ref)
+            # -O0 transforms nothing: the text given is the IR compiled, and printing the
+            # module again cost a jit build's glue (300 KB of wrappers) ~4 ms of 35
+            optimized = ir_text if opt_level(target) == 0 and isinstance(ir_text, str) \
+                else _print_module(ref)
         finally:
             ref.close()  # before its context
     finally:

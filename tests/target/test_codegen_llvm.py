@@ -36,9 +36,11 @@ def test_asm_is_vectorized_for_the_host(llvm_module):
 
 
 def test_a_second_build_reuses_the_cached_object(kernels, tmp_path, monkeypatch):
-    from kiln.target import llvm_toolchain
+    from kiln.target import llvm_library, llvm_toolchain
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    # each kernel its own module here (test_llvm_small_modules.py: small ones linked)
+    monkeypatch.setattr(llvm_library, "SMALL_MODULE_CHARS", 0)
     first = build_module(dict(kernels), Target("llvm"))
     cached = sorted(p.suffix for p in (tmp_path / "llvm").iterdir())
     # one object per kernel, and the glue module's (with its IR and their digest)

@@ -310,3 +310,26 @@ def test_system_lib_with_module_context_calls_a_registered_function(target):
     tvm.runtime.system_lib()[symbol](tvm.nd.array(a), b)
     np.testing.assert_array_equal(b.numpy(), a + 1)
     assert calls == [1]
+
+
+def test_glue_at_opt_level_0_keeps_its_ir_text_without_printing(monkeypatch, tmp_path):
+    # -O0 changes nothing: the glue's text is stored as its IR (no second print), and that
+    # text is still what get_source("ll") links (valid IR holding the wrapper's checks)
+    from kiln.target import llvm_toolchain
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    printed: list[str] = []
+    real = llvm_toolchain._print_module
+    monkeypatch.setattr(llvm_toolchain, "_print_module",
+                        lambda ref: printed.append(real(ref)) or printed[-1])
+    A = te.placeholder((5,), name="A")
+    B = te.compute((5,), lambda i: A[i] + 2.0, name="B")
+    lib = tvm.build(te.create_schedule(B.op), [A, B], target="llvm", name="o0_glue_text")
+    a = tvm.nd.array(np.arange(5, dtype="float32"))
+    b = tvm.nd.empty((5,), "float32")
+    lib["o0_glue_text"](a, b)
+    np.testing.assert_allclose(b.numpy(), np.arange(5) + 2.0)
+    # the kernel's O3 module was printed, the glue (the wrapper's checks) was not
+    assert printed and not any("expected 2 arguments" in text for text in printed)
+    ir_text = lib.get_source("ll")
+    assert "expected 2 arguments (A, B)" in ir_text and "o0_glue_text_unpacked" in ir_text
