@@ -133,7 +133,9 @@ LONE = [
     (16, 1, 14, 14, 5, (2, 1), (2, 1, 1, 2), 1),  # row stride 2, asymmetric padding
     (8, 2, 9, 21, 3, (1, 1), (2, 2), 2),  # channel multiplier 2, dilation 2
     (24, 1, 1, 1, 3, (1, 1), (1, 1), 1),  # 1x1 plane
-    (16, 1, 15, 15, 3, (2, 2), (1, 1), 1),  # column stride 2: the channel-blocked kernel
+    (16, 1, 15, 15, 3, (2, 2), (1, 1), 1),  # column stride 2: planes through a phase copy
+    (8, 2, 17, 23, 3, (2, 2), (1, 1), 2),  # ... with a multiplier and dilation 2
+    (16, 1, 20, 48, 3, (1, 3), (0, 1, 2, 1), 1),  # column stride 3, asymmetric padding
 ]
 
 
@@ -155,12 +157,27 @@ def test_lone_nchw_depthwise_matches_torch(case, target):
     np.testing.assert_allclose(out, F.relu(t).numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_lone_nchw_depthwise_on_the_c_target_matches_torch():
-    test_lone_nchw_depthwise_matches_torch(LONE[0], "c")
+@pytest.mark.parametrize("case", [LONE[0], LONE[5]], ids=["stride1", "stride2"])
+def test_lone_nchw_depthwise_on_the_c_target_matches_torch(case):
+    test_lone_nchw_depthwise_matches_torch(case, "c")
 
 
+def test_a_column_stride_runs_plane_by_plane_through_a_phase_copy():
+    # a stride-2 row read is a gather per tap; the plane kernel reads a per-plane copy split
+    # by column phase instead of packing to channel blocks and back
+    from kiln import te
+    from kiln.topi.x86.depthwise import depthwise_conv2d_nchw
+
+    y = depthwise_conv2d_nchw(te.placeholder((1, 16, 30, 30)), te.placeholder((16, 1, 3, 3)),
+                              2, 1, 1)
+    planes = y.op.input_tensors[0].op
+    assert planes.tag == "depthwise_conv2d_planes"
+    assert [t.op.tag for t in planes.input_tensors][0] == "depthwise_phase_split"
+
+
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("target", TARGETS)
-def test_plane_depthwise_with_two_outputs_reading_it(target):
+def test_plane_depthwise_with_two_outputs_reading_it(target, stride):
     # the conv and its relu both returned: the conv is computed whole, then each output
     from kiln import te, topi
     from kiln.topi.x86.depthwise import depthwise_conv2d_nchw, schedule_depthwise_conv2d_nchw
@@ -168,16 +185,16 @@ def test_plane_depthwise_with_two_outputs_reading_it(target):
     xn, wn = _const((1, 8, 11, 19)), _const((8, 1, 3, 3))
     with tvm.target.Target(target):
         d, k = te.placeholder(xn.shape, name="d"), te.placeholder(wn.shape, name="k")
-        y = depthwise_conv2d_nchw(d, k, 1, 1, 1)
+        y = depthwise_conv2d_nchw(d, k, stride, 1, 1)
         z = topi.nn.relu(y)
         s = schedule_depthwise_conv2d_nchw([y, z])
     f = tvm.build(s, [d, k, y, z], target)
     dev = tvm.cpu(0)
+    want = F.conv2d(torch.from_numpy(xn), torch.from_numpy(wn), stride=stride, padding=1,
+                    groups=8).numpy()
     args = [tvm.nd.array(xn, dev), tvm.nd.array(wn, dev),
-            tvm.nd.empty((1, 8, 11, 19), "float32", dev), tvm.nd.empty((1, 8, 11, 19),
-                                                                       "float32", dev)]
+            tvm.nd.empty(want.shape, "float32", dev), tvm.nd.empty(want.shape, "float32", dev)]
     f(*args)
-    want = F.conv2d(torch.from_numpy(xn), torch.from_numpy(wn), padding=1, groups=8).numpy()
     np.testing.assert_allclose(args[2].numpy(), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(args[3].numpy(), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
 
