@@ -92,6 +92,26 @@ def _output_width(width: int, kernel_width: int, strides: Any, padding: Any,
                             int_values(dilation, 2, "dilation")[1], left, right)
 
 
+def column_phases(data: te.Tensor, channels: int, rows: int, stride: int, cols: int,
+                  pad_before: tuple[int, int], name: str, tag: str,
+                  multiplier: int = 1) -> te.Tensor:
+    """NCHW ``data`` zero-padded (``pad_before`` = top, left) and split by column phase:
+    ``[N, channels, rows, stride, cols]`` with ``[b, f, row, p, j] = padded[b, f /
+    multiplier, row, j * stride + p]``, so a stride-``stride`` read of a row becomes a
+    contiguous read of one phase. The bounds test is ``likely``: the loop partitioner peels
+    the padded border off the copy."""
+    n, _, h, w = get_const_tuple(data.shape)
+    top, left = pad_before
+
+    def phase_split(b, f, row, p, j):
+        y, x = row - top, j * stride + p - left
+        inside = _op.likely(_op.all(y >= 0, y < h, x >= 0, x < w))
+        channel = f if multiplier == 1 else _op.floordiv(f, multiplier)
+        return _op.if_then_else(inside, data[b, channel, y, x], _op.const(0, data.dtype))
+
+    return te.compute((n, channels, rows, stride, cols), phase_split, name=name, tag=tag)
+
+
 def conv2d_stem_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: Any,
                      dilation: Any, out_dtype: str | None = None) -> te.Tensor:
     """NCHW data × OIHW (or ``OIHW{n}o``) kernel → NCHW, through the column-phase copy.
@@ -115,16 +135,9 @@ def conv2d_stem_nchw(data: te.Tensor, kernel: te.Tensor, strides: Any, padding: 
     (pt, pl), (pb, pr) = get_pad_tuple(padding, 2)
     oh = conv_output_size(h, kh, sh, dh, pt, pb)
     ow = conv_output_size(w, kw, sw, dw, pl, pr)
-    rows = (oh - 1) * sh + (kh - 1) * dh + 1
-    cols = ow + (kw - 1) * dw // sw
-
-    def phase_split(b, ch, row, p, j):
-        y, x = row - pt, j * sw + p - pl
-        inside = _op.likely(_op.all(y >= 0, y < h, x >= 0, x < w))
-        return _op.if_then_else(inside, data[b, ch, y, x], _op.const(0, data.dtype))
-
-    phases = te.compute((n, c, rows, sw, cols), phase_split, name="data_phases",
-                        tag="conv_phase_split")
+    phases = column_phases(data, c, (oh - 1) * sh + (kh - 1) * dh + 1, sw,
+                           ow + (kw - 1) * dw // sw, (pt, pl), "data_phases",
+                           "conv_phase_split")
     out_dtype = out_dtype or data.dtype
     rc = te.reduce_axis((0, c), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")

@@ -47,6 +47,7 @@ from kiln.tir import op as _op
 from kiln.topi.nn.conv import conv_output_size, get_pad_tuple, int_values
 from kiln.topi.utils import divisor_at_most, get_const_tuple, traverse_inline
 from kiln.topi.x86.conv2d import schedule_unblocked_output, split_blocked_rows, worth_threads
+from kiln.topi.x86.conv2d_stem import column_phases
 from kiln.topi.x86.injective import schedule_injective_from_existing
 from kiln.topi.x86.parallel import DEFAULT_PARALLEL_MIN_FLOPS
 
@@ -228,22 +229,13 @@ def _depthwise_phase_planes(data, kernel, strides, dilation, pad_before, out_hw,
     ``rx`` of output columns ``x .. x + lanes`` then reads ``phases[.., (rx * dw) % sw,
     x + (rx * dw) // sw ..]``, contiguous (measured on Zen 4, one thread, 64x112x112 3x3
     stride 2: 0.19 ms, 0.22 through the channel-blocked kernel's pack and unpack; ORT 0.16)."""
-    n, c, h, w = get_const_tuple(data.shape)
-    o = get_const_tuple(kernel.shape)[0]
-    multiplier = o // c
-    (sh, sw), (dh, dw), (pt, pl), (oh, ow) = strides, dilation, pad_before, out_hw
+    n, c = get_const_tuple(data.shape)[:2]
+    o, _, kh, kw = get_const_tuple(kernel.shape)
+    (sh, sw), (dh, dw), (oh, ow) = strides, dilation, out_hw
     ry, rx = reduce_axes
-    prow = (shape[2] - 1) * sh + (get_const_tuple(kernel.shape)[2] - 1) * dh + 1
-    pcol = shape[3] + (get_const_tuple(kernel.shape)[3] - 1) * dw // sw
-
-    def phase_split(b, f, row, p, j):
-        y, x = row - pt, j * sw + p - pl
-        inside = _op.likely(_op.all(y >= 0, y < h, x >= 0, x < w))
-        return _op.if_then_else(inside, data[b, _op.floordiv(f, multiplier), y, x],
-                                _op.const(0, data.dtype))
-
-    phases = te.compute((n, o, prow, sw, pcol), phase_split, name="depthwise_phases",
-                        tag="depthwise_phase_split")
+    phases = column_phases(data, o, (shape[2] - 1) * sh + (kh - 1) * dh + 1, sw,
+                           shape[3] + (kw - 1) * dw // sw, pad_before, "depthwise_phases",
+                           "depthwise_phase_split", multiplier=o // c)
     planes = te.compute(
         shape, lambda b, f, y, x: te.sum(
             _op.cast(phases[b, f, y * sh + ry.var * dh, _op.floormod(rx.var * dw, sw),
